@@ -1,1 +1,622 @@
-//! mem
+//! The Shared Memory System: banked memory with read-modify-write engines (paper §2.3).
+//!
+//! # Address space
+//!
+//! Every PPE thread sees one unified, word-addressed space. An [`Addr`] is the index of an
+//! 8-byte word ([`WORD_BYTES`]), so the paper's packet/byte counters sit at
+//! `DROP_CNT_BASE + ir0 * 2`. Two regions live in that space:
+//!
+//! * **SRAM** (the on-chip memory): words `0 .. sram_bytes / 8`.
+//! * **DRAM** (the off-chip memory and its cache): words
+//!   `DRAM_BASE .. DRAM_BASE + dram_bytes / 8`, with [`DRAM_BASE`] `= 1 << 32`.
+//!
+//! The two regions are architecturally equivalent; only their size differs (the emulator does
+//! not model the latency difference). Addresses between the regions, and past the end of
+//! either, are unmapped: every access to them, and every access whose word range would run
+//! off the end of a region, is refused with [`MemFault::OutOfRange`] (never a panic). The
+//! engine turns a [`MemFault`] into a program fault. DRAM storage is materialised lazily in
+//! 1 MiB chunks on first write, so a large configured DRAM costs nothing until touched; an
+//! untouched word reads as zero.
+//!
+//! # Banks and read-modify-write engines
+//!
+//! Memory is interleaved across [`MemConfig::banks`] banks at 64-byte-line granularity:
+//! [`SharedMemory::bank_of`]`(addr) = (addr / 8) % banks`, so a 64-byte access aligned to 8 words
+//! never spans two banks. Each bank has its own read-modify-write (RMW) engine, which is where
+//! every access (read, write and RMW) is applied: requesting threads never take ownership of the
+//! data, they send the operation to the engine, which applies requests to the same location in
+//! sequence. The emulator maps that design onto the host as follows:
+//!
+//! * **Single-word operations** (8-byte read/write, the logical fetch-and-ops, fetch-and-swap,
+//!   masked write, 32-bit add, and each of the two words of a packet/byte counter) are applied
+//!   with one atomic instruction (or a compare-and-swap loop) on that word: the host's
+//!   per-location atomic ordering *is* the engine's per-location sequencing, so no update is ever
+//!   lost and no lock is taken. This is what makes a hot counter hit by hundreds of threads run at
+//!   about the rate of a raw atomic.
+//! * **Multi-word operations that must be atomic as a whole** (a policer's config + state
+//!   update) take the bank's sequencer lock, so they are serialised with every other policer
+//!   operation in that bank.
+//! * **Multi-word reads and writes** (16 to 64 bytes) and the 64-byte vector add are applied one
+//!   8-byte word at a time, each word atomically. A concurrent reader therefore never sees a torn
+//!   word, and concurrent vector adds never lose a lane update, but whole-line atomicity of a
+//!   16-64 byte access is *not* promised: a reader racing a 64-byte writer may see some words old
+//!   and some new. Likewise [`SharedMemory::counter_read`] reads the packet and byte words one
+//!   after the other.
+//!
+//! Loads use acquire ordering, stores release, and RMWs acquire-release, so data written before a
+//! write/RMW is visible to a thread that observes that write (no explicit coherence commands are
+//! needed, as in the paper).
+//!
+//! # Byte order
+//!
+//! Words are stored as `u64`. The byte-oriented accesses ([`SharedMemory::read`],
+//! [`SharedMemory::write`]) expose each word big-endian (network order): after
+//! `write_u64(a, 0x0102030405060708)`, reading 8 bytes at `a` yields `[1, 2, 3, 4, 5, 6, 7, 8]`.
+//! The 32-bit lanes of [`SharedMemory::fetch_add32`] and [`SharedMemory::vadd32x16`] follow the
+//! same order: lane 0 of a word is its first 4 bytes, i.e. the high half of the `u64`.
+//!
+//! # Synchronous and posted (asynchronous) XTXNs
+//!
+//! A PPE thread reaches shared memory through external transactions (XTXNs). A *synchronous*
+//! XTXN is a method call on [`SharedMemory`]: the thread waits until the engine applied it and
+//! gets the reply (a read's data, a fetch-op's old value, a policer's colour). An *asynchronous*
+//! (posted) XTXN needs no reply: the thread describes it as an [`Op`] and hands it to its
+//! [`PostedOps`] buffer, which validates the address at post time (so a bad address still faults
+//! the posting program) and applies the buffered operations, in order and exactly once, when
+//! it fills up or when the thread calls [`PostedOps::flush`] (the engine flushes at the end of
+//! each packet). Batching amortises the per-transaction overhead, like the crossbar does.
+//!
+//! # Data flow
+//!
+//! The control plane sizes the memory ([`MemConfig`], [`SharedMemory::new`]), carves named
+//! regions out of it with [`SharedMemory::alloc`] (counters, policers, tables) and initialises
+//! them (e.g. [`SharedMemory::policer_init`]). The memory is then shared through an `Arc` by all
+//! PPE threads, which issue synchronous XTXNs directly and posted XTXNs through their own
+//! [`PostedOps`]; the control plane reads results back (e.g. [`SharedMemory::counter_read`]) with
+//! the same thread-safe calls.
+
+mod alloc;
+mod bank;
+mod policer;
+mod posted;
+
+#[cfg(test)]
+mod model_tests;
+
+use std::fmt;
+
+use crate::error::ConfigError;
+
+pub use alloc::{AllocError, Allocation};
+pub use bank::SharedMemory;
+pub use policer::{Color, PolicerConfig, PolicerState, POLICER_WORDS};
+pub use posted::PostedOps;
+
+/// A shared-memory address: the index of an 8-byte word (the paper's counters sit at
+/// `DROP_CNT_BASE + ir0*2`).
+pub type Addr = u64;
+
+/// Bytes per memory word.
+pub const WORD_BYTES: usize = 8;
+
+/// First word of the DRAM region; SRAM starts at word 0. Addresses between the regions are
+/// unmapped.
+pub const DRAM_BASE: Addr = 1 << 32;
+
+/// Largest single read or write, in bytes (one 64-byte line).
+pub const MAX_ACCESS_BYTES: usize = 64;
+
+/// Words in one 64-byte line, the unit of bank interleaving.
+pub const LINE_WORDS: u64 = (MAX_ACCESS_BYTES / WORD_BYTES) as u64;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// Largest accepted SRAM size in bytes (1 GiB).
+pub const MAX_SRAM_BYTES: u64 = GIB;
+/// Largest accepted DRAM size in bytes (64 GiB).
+pub const MAX_DRAM_BYTES: u64 = 64 * GIB;
+/// Largest accepted bank count.
+pub const MAX_BANKS: usize = 4096;
+
+/// Sizing of the Shared Memory System.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemConfig {
+    /// On-chip SRAM size in bytes: a multiple of 64, from 64 B to 1 GiB.
+    pub sram_bytes: u64,
+    /// Off-chip DRAM size in bytes: a multiple of 64, up to 64 GiB (0 = no DRAM region).
+    pub dram_bytes: u64,
+    /// Number of banks (each with its own RMW engine): a power of two from 1 to 4096.
+    pub banks: usize,
+}
+
+impl Default for MemConfig {
+    /// 8 MiB of SRAM, 64 MiB of DRAM, 64 banks.
+    fn default() -> Self {
+        MemConfig {
+            sram_bytes: 8 * MIB,
+            dram_bytes: 64 * MIB,
+            banks: 64,
+        }
+    }
+}
+
+impl MemConfig {
+    /// Checks every setting; the error names the setting (`sram_bytes`, `dram_bytes` or
+    /// `banks`) and states the accepted range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let line = MAX_ACCESS_BYTES as u64;
+        if self.sram_bytes < line || self.sram_bytes > MAX_SRAM_BYTES || self.sram_bytes % line != 0
+        {
+            return Err(ConfigError::new(
+                "sram_bytes",
+                format!(
+                    "must be a multiple of 64 bytes from 64 B to 1 GiB ({MAX_SRAM_BYTES} bytes), got {}",
+                    self.sram_bytes
+                ),
+            ));
+        }
+        if self.dram_bytes > MAX_DRAM_BYTES || self.dram_bytes % line != 0 {
+            return Err(ConfigError::new(
+                "dram_bytes",
+                format!(
+                    "must be a multiple of 64 bytes from 0 (no DRAM) to 64 GiB ({MAX_DRAM_BYTES} bytes), got {}",
+                    self.dram_bytes
+                ),
+            ));
+        }
+        if !(1..=MAX_BANKS).contains(&self.banks) || !self.banks.is_power_of_two() {
+            return Err(ConfigError::new(
+                "banks",
+                format!(
+                    "must be a power of two from 1 to {MAX_BANKS}, got {}",
+                    self.banks
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Words in the SRAM region.
+    pub fn sram_words(&self) -> u64 {
+        self.sram_bytes / WORD_BYTES as u64
+    }
+
+    /// Words in the DRAM region.
+    pub fn dram_words(&self) -> u64 {
+        self.dram_bytes / WORD_BYTES as u64
+    }
+}
+
+/// One of the two regions of the unified address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Region {
+    /// On-chip SRAM, starting at word 0.
+    Sram,
+    /// Off-chip DRAM, starting at word [`DRAM_BASE`].
+    Dram,
+}
+
+impl Region {
+    /// Lower-case name (`"sram"` / `"dram"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Region::Sram => "sram",
+            Region::Dram => "dram",
+        }
+    }
+}
+
+impl fmt::Display for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a memory access was refused (the engine turns this into a program fault).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemFault {
+    /// The `words` words starting at `addr` are not all inside one mapped region.
+    OutOfRange {
+        /// First word of the refused access.
+        addr: Addr,
+        /// Length of the refused access in words.
+        words: u64,
+    },
+    /// A read or write of `bytes` bytes: sizes must be 8 to 64 in steps of 8.
+    BadSize {
+        /// The refused size in bytes.
+        bytes: usize,
+    },
+    /// A 32-bit add to lane `lane` of a word: only lanes 0 (high half) and 1 (low half) exist.
+    BadLane {
+        /// The refused lane number.
+        lane: u8,
+    },
+}
+
+impl fmt::Display for MemFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            MemFault::OutOfRange { addr, words } => write!(
+                f,
+                "memory access out of range: {words} word(s) at word address {addr:#x} are not inside one mapped region"
+            ),
+            MemFault::BadSize { bytes } => write!(
+                f,
+                "bad memory access size: {bytes} bytes (must be 8 to 64 in multiples of 8)"
+            ),
+            MemFault::BadLane { lane } => {
+                write!(f, "bad 32-bit lane {lane} (a word has lanes 0 and 1)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for MemFault {}
+
+/// Kinds of external transactions, counted per kind in the engine's stats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XtxnKind {
+    /// Read of 8-64 bytes.
+    Read,
+    /// Write of 8-64 bytes.
+    Write,
+    /// Packet/byte counter increment (`CounterIncPhys`).
+    CounterInc,
+    /// Policer (srTCM) update.
+    Police,
+    /// Fetch-and-AND.
+    FetchAnd,
+    /// Fetch-and-OR.
+    FetchOr,
+    /// Fetch-and-XOR.
+    FetchXor,
+    /// Fetch-and-clear (AND NOT).
+    FetchClear,
+    /// Fetch-and-swap.
+    FetchSwap,
+    /// Masked write.
+    MaskedWrite,
+    /// 32-bit add to one half of a word.
+    Add32,
+    /// Sixteen 32-bit adds over a 64-byte line.
+    VAdd32x16,
+    /// Fetch of a packet tail section into local memory.
+    TailRead,
+    /// Write-back of a packet tail section.
+    TailWrite,
+}
+
+impl XtxnKind {
+    /// Number of kinds.
+    pub const COUNT: usize = 14;
+
+    /// Every kind, in [`XtxnKind::index`] order.
+    pub const ALL: [XtxnKind; XtxnKind::COUNT] = [
+        XtxnKind::Read,
+        XtxnKind::Write,
+        XtxnKind::CounterInc,
+        XtxnKind::Police,
+        XtxnKind::FetchAnd,
+        XtxnKind::FetchOr,
+        XtxnKind::FetchXor,
+        XtxnKind::FetchClear,
+        XtxnKind::FetchSwap,
+        XtxnKind::MaskedWrite,
+        XtxnKind::Add32,
+        XtxnKind::VAdd32x16,
+        XtxnKind::TailRead,
+        XtxnKind::TailWrite,
+    ];
+
+    /// The snake_case name, e.g. `"counter_inc"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            XtxnKind::Read => "read",
+            XtxnKind::Write => "write",
+            XtxnKind::CounterInc => "counter_inc",
+            XtxnKind::Police => "police",
+            XtxnKind::FetchAnd => "fetch_and",
+            XtxnKind::FetchOr => "fetch_or",
+            XtxnKind::FetchXor => "fetch_xor",
+            XtxnKind::FetchClear => "fetch_clear",
+            XtxnKind::FetchSwap => "fetch_swap",
+            XtxnKind::MaskedWrite => "masked_write",
+            XtxnKind::Add32 => "add32",
+            XtxnKind::VAdd32x16 => "vadd32x16",
+            XtxnKind::TailRead => "tail_read",
+            XtxnKind::TailWrite => "tail_write",
+        }
+    }
+
+    /// Position in [`XtxnKind::ALL`] (0..[`XtxnKind::COUNT`]), for per-kind stat arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for XtxnKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An operation applied near the memory (used for posted/async XTXNs; the synchronous calls
+/// share the code). Field meanings match the [`SharedMemory`] method of the same name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Store `value` into the word at `addr` ([`SharedMemory::write_u64`]).
+    Write8 {
+        /// Target word.
+        addr: Addr,
+        /// Value stored.
+        value: u64,
+    },
+    /// Packet/byte counter increment ([`SharedMemory::counter_inc`]).
+    CounterInc {
+        /// Packet word; the byte word is `addr + 1`.
+        addr: Addr,
+        /// Bytes added to the byte word.
+        bytes: u64,
+    },
+    /// `word &= mask` ([`SharedMemory::fetch_and`]).
+    FetchAnd {
+        /// Target word.
+        addr: Addr,
+        /// Mask ANDed in.
+        mask: u64,
+    },
+    /// `word |= mask` ([`SharedMemory::fetch_or`]).
+    FetchOr {
+        /// Target word.
+        addr: Addr,
+        /// Mask ORed in.
+        mask: u64,
+    },
+    /// `word ^= mask` ([`SharedMemory::fetch_xor`]).
+    FetchXor {
+        /// Target word.
+        addr: Addr,
+        /// Mask XORed in.
+        mask: u64,
+    },
+    /// `word &= !mask` ([`SharedMemory::fetch_clear`]).
+    FetchClear {
+        /// Target word.
+        addr: Addr,
+        /// Bits cleared.
+        mask: u64,
+    },
+    /// `word = value` ([`SharedMemory::fetch_swap`]; the posted form discards the old value).
+    Swap {
+        /// Target word.
+        addr: Addr,
+        /// Value stored.
+        value: u64,
+    },
+    /// `word = (word & !mask) | (value & mask)` ([`SharedMemory::masked_write`]).
+    MaskedWrite {
+        /// Target word.
+        addr: Addr,
+        /// New bits (only those under `mask` are used).
+        value: u64,
+        /// Bits replaced.
+        mask: u64,
+    },
+    /// Wrapping add of `delta` to 32-bit lane `lane` ([`SharedMemory::fetch_add32`]).
+    Add32 {
+        /// Target word.
+        addr: Addr,
+        /// 0 = high half (first 4 bytes), 1 = low half.
+        lane: u8,
+        /// Value added (wrapping, no carry into the other lane).
+        delta: u32,
+    },
+    /// Sixteen lane-wise wrapping 32-bit adds over 8 words ([`SharedMemory::vadd32x16`]).
+    VAdd32x16 {
+        /// First of the 8 target words.
+        addr: Addr,
+        /// Lane `2i` is the high half of word `addr + i`, lane `2i + 1` its low half.
+        deltas: [u32; 16],
+    },
+}
+
+impl Op {
+    /// The XTXN kind this operation is counted as.
+    pub fn kind(&self) -> XtxnKind {
+        match self {
+            Op::Write8 { .. } => XtxnKind::Write,
+            Op::CounterInc { .. } => XtxnKind::CounterInc,
+            Op::FetchAnd { .. } => XtxnKind::FetchAnd,
+            Op::FetchOr { .. } => XtxnKind::FetchOr,
+            Op::FetchXor { .. } => XtxnKind::FetchXor,
+            Op::FetchClear { .. } => XtxnKind::FetchClear,
+            Op::Swap { .. } => XtxnKind::FetchSwap,
+            Op::MaskedWrite { .. } => XtxnKind::MaskedWrite,
+            Op::Add32 { .. } => XtxnKind::Add32,
+            Op::VAdd32x16 { .. } => XtxnKind::VAdd32x16,
+        }
+    }
+
+    /// The first word the operation touches.
+    pub fn addr(&self) -> Addr {
+        match *self {
+            Op::Write8 { addr, .. }
+            | Op::CounterInc { addr, .. }
+            | Op::FetchAnd { addr, .. }
+            | Op::FetchOr { addr, .. }
+            | Op::FetchXor { addr, .. }
+            | Op::FetchClear { addr, .. }
+            | Op::Swap { addr, .. }
+            | Op::MaskedWrite { addr, .. }
+            | Op::Add32 { addr, .. }
+            | Op::VAdd32x16 { addr, .. } => addr,
+        }
+    }
+
+    /// How many consecutive words (from [`Op::addr`]) the operation touches.
+    pub fn words(&self) -> u64 {
+        match self {
+            Op::CounterInc { .. } => 2,
+            Op::VAdd32x16 { .. } => LINE_WORDS,
+            _ => 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid_and_sized_as_documented() {
+        let c = MemConfig::default();
+        assert_eq!(c.sram_bytes, 8 * MIB);
+        assert_eq!(c.dram_bytes, 64 * MIB);
+        assert_eq!(c.banks, 64);
+        c.validate().unwrap();
+        assert_eq!(c.sram_words(), MIB);
+        assert_eq!(c.dram_words(), 8 * MIB);
+    }
+
+    fn refused(c: MemConfig) -> ConfigError {
+        c.validate().expect_err("config should be refused")
+    }
+
+    #[test]
+    fn validation_names_the_setting_and_range() {
+        let ok = MemConfig {
+            sram_bytes: 64,
+            dram_bytes: 0,
+            banks: 1,
+        };
+        ok.validate().unwrap();
+        MemConfig {
+            sram_bytes: MAX_SRAM_BYTES,
+            dram_bytes: MAX_DRAM_BYTES,
+            banks: MAX_BANKS,
+        }
+        .validate()
+        .unwrap();
+
+        for sram in [0, 32, 100, MAX_SRAM_BYTES + 64] {
+            let e = refused(MemConfig {
+                sram_bytes: sram,
+                ..ok.clone()
+            });
+            assert_eq!(e.setting, "sram_bytes");
+            assert!(e.reason.contains("multiple of 64"), "{e}");
+            assert!(e.reason.contains("1 GiB"), "{e}");
+            assert!(e.reason.contains(&sram.to_string()), "{e}");
+            assert!(e
+                .to_string()
+                .starts_with("invalid configuration: `sram_bytes`: "));
+        }
+        for dram in [8, 65, MAX_DRAM_BYTES + 64] {
+            let e = refused(MemConfig {
+                dram_bytes: dram,
+                ..ok.clone()
+            });
+            assert_eq!(e.setting, "dram_bytes");
+            assert!(e.reason.contains("64 GiB"), "{e}");
+        }
+        for banks in [0, 3, 6, 8192] {
+            let e = refused(MemConfig {
+                banks,
+                ..ok.clone()
+            });
+            assert_eq!(e.setting, "banks");
+            assert!(e.reason.contains("power of two from 1 to 4096"), "{e}");
+            assert!(e.reason.contains(&format!("got {banks}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn xtxn_kinds_index_and_names() {
+        assert_eq!(XtxnKind::ALL.len(), XtxnKind::COUNT);
+        for (i, k) in XtxnKind::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i);
+        }
+        assert_eq!(XtxnKind::CounterInc.name(), "counter_inc");
+        assert_eq!(XtxnKind::VAdd32x16.name(), "vadd32x16");
+        assert_eq!(XtxnKind::TailWrite.to_string(), "tail_write");
+        let mut names: Vec<_> = XtxnKind::ALL.iter().map(|k| k.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), XtxnKind::COUNT);
+        for n in names {
+            assert!(n
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        }
+    }
+
+    #[test]
+    fn op_kind_addr_words() {
+        let cases = [
+            (Op::Write8 { addr: 1, value: 0 }, XtxnKind::Write, 1),
+            (
+                Op::CounterInc { addr: 2, bytes: 0 },
+                XtxnKind::CounterInc,
+                2,
+            ),
+            (Op::FetchAnd { addr: 3, mask: 0 }, XtxnKind::FetchAnd, 1),
+            (Op::FetchOr { addr: 4, mask: 0 }, XtxnKind::FetchOr, 1),
+            (Op::FetchXor { addr: 5, mask: 0 }, XtxnKind::FetchXor, 1),
+            (Op::FetchClear { addr: 6, mask: 0 }, XtxnKind::FetchClear, 1),
+            (Op::Swap { addr: 7, value: 0 }, XtxnKind::FetchSwap, 1),
+            (
+                Op::MaskedWrite {
+                    addr: 8,
+                    value: 0,
+                    mask: 0,
+                },
+                XtxnKind::MaskedWrite,
+                1,
+            ),
+            (
+                Op::Add32 {
+                    addr: 9,
+                    lane: 0,
+                    delta: 0,
+                },
+                XtxnKind::Add32,
+                1,
+            ),
+            (
+                Op::VAdd32x16 {
+                    addr: 10,
+                    deltas: [0; 16],
+                },
+                XtxnKind::VAdd32x16,
+                8,
+            ),
+        ];
+        for (i, (op, kind, words)) in cases.iter().enumerate() {
+            assert_eq!(op.kind(), *kind);
+            assert_eq!(op.addr(), i as u64 + 1);
+            assert_eq!(op.words(), *words);
+        }
+    }
+
+    #[test]
+    fn fault_messages() {
+        let f = MemFault::OutOfRange {
+            addr: 0x10,
+            words: 2,
+        };
+        assert!(f.to_string().contains("0x10"));
+        assert!(MemFault::BadSize { bytes: 12 }
+            .to_string()
+            .contains("12 bytes"));
+        assert!(MemFault::BadLane { lane: 2 }.to_string().contains("lane 2"));
+        let _: &dyn std::error::Error = &f;
+    }
+
+    #[test]
+    fn unit_constants() {
+        assert_eq!(LINE_WORDS, 8);
+        assert_eq!(DRAM_BASE % (LINE_WORDS * MAX_BANKS as u64), 0);
+    }
+}

@@ -1,0 +1,934 @@
+//! Storage, address decoding, banks and the read-modify-write engines' single-word operations.
+//!
+//! See the [module documentation](super) for the semantics. Implementation notes:
+//!
+//! * SRAM is one flat `Box<[AtomicU64]>` allocated up front (at most 1 GiB).
+//! * DRAM (up to 64 GiB) is a table of 1 MiB chunks, each materialised on its first write
+//!   (`OnceLock`). Loads from a chunk nobody wrote yet return zero without allocating it.
+//! * Each bank owns a cache-padded sequencer lock, taken only by multi-word operations that
+//!   must be atomic as a whole (the policer); single-word operations are one atomic
+//!   instruction or a compare-and-swap loop on the word.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crossbeam_utils::CachePadded;
+use parking_lot::{Mutex, MutexGuard};
+
+use super::alloc::AllocState;
+use super::{
+    Addr, MemConfig, MemFault, Op, Region, DRAM_BASE, LINE_WORDS, MAX_ACCESS_BYTES, WORD_BYTES,
+};
+use crate::error::ConfigError;
+
+/// log2 of the words in one lazily materialised DRAM chunk (2^17 words = 1 MiB).
+const CHUNK_SHIFT: u32 = 17;
+const CHUNK_WORDS: u64 = 1 << CHUNK_SHIFT;
+const CHUNK_MASK: u64 = CHUNK_WORDS - 1;
+
+/// Stand-in for the words of a DRAM chunk that was never written. Only ever loaded from: the
+/// read-only decoder hands it out, the writing decoder materialises the chunk instead.
+static ZEROS: [AtomicU64; LINE_WORDS as usize] = [const { AtomicU64::new(0) }; LINE_WORDS as usize];
+
+const LOAD: Ordering = Ordering::Acquire;
+const STORE: Ordering = Ordering::Release;
+const RMW: Ordering = Ordering::AcqRel;
+
+fn zeroed_words(n: u64) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
+}
+
+/// Number of words of a read/write of `bytes` bytes, or `BadSize`.
+#[inline]
+fn access_words(bytes: usize) -> Result<u64, MemFault> {
+    if (WORD_BYTES..=MAX_ACCESS_BYTES).contains(&bytes) && bytes % WORD_BYTES == 0 {
+        Ok((bytes / WORD_BYTES) as u64)
+    } else {
+        Err(MemFault::BadSize { bytes })
+    }
+}
+
+/// Wrapping add of `hi` to the high 32-bit lane and `lo` to the low lane, without carry between.
+#[inline]
+fn add_lanes(old: u64, hi: u32, lo: u32) -> u64 {
+    let h = ((old >> 32) as u32).wrapping_add(hi);
+    let l = (old as u32).wrapping_add(lo);
+    (u64::from(h) << 32) | u64::from(l)
+}
+
+/// Applies `f` to the word atomically (compare-and-swap loop); returns the old value.
+#[inline]
+fn update(w: &AtomicU64, mut f: impl FnMut(u64) -> u64) -> u64 {
+    match w.fetch_update(RMW, LOAD, |old| Some(f(old))) {
+        Ok(old) | Err(old) => old,
+    }
+}
+
+/// A run of consecutive words, possibly split over two DRAM chunks.
+pub(super) struct Span<'a> {
+    head: &'a [AtomicU64],
+    tail: &'a [AtomicU64],
+}
+
+impl<'a> Span<'a> {
+    /// The words in address order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &'a AtomicU64> {
+        self.head.iter().chain(self.tail.iter())
+    }
+
+    /// Word `i` of the span (`i` must be below the decoded length).
+    pub(super) fn at(&self, i: usize) -> &'a AtomicU64 {
+        match self.head.get(i) {
+            Some(w) => w,
+            None => &self.tail[i - self.head.len()],
+        }
+    }
+}
+
+/// One bank's read-modify-write engine: its sequencer for multi-word atomic operations.
+struct Bank {
+    sequencer: CachePadded<Mutex<()>>,
+}
+
+/// The Shared Memory System: SRAM + DRAM words, banks with their RMW engines, and the
+/// control plane's named-region allocator. `Send + Sync`; share it between PPE threads with
+/// an `Arc`. Every access method takes `&self` and is thread-safe.
+pub struct SharedMemory {
+    cfg: MemConfig,
+    sram: Box<[AtomicU64]>,
+    sram_words: u64,
+    dram: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    dram_words: u64,
+    banks: Box<[Bank]>,
+    bank_mask: u64,
+    pub(super) allocs: Mutex<AllocState>,
+}
+
+impl fmt::Debug for SharedMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let materialised = self.dram.iter().filter(|c| c.get().is_some()).count();
+        f.debug_struct("SharedMemory")
+            .field("config", &self.cfg)
+            .field("dram_chunks_materialised", &materialised)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedMemory {
+    /// Builds a zeroed memory of the given size; refuses an invalid [`MemConfig`].
+    pub fn new(cfg: &MemConfig) -> Result<SharedMemory, ConfigError> {
+        cfg.validate()?;
+        let sram_words = cfg.sram_words();
+        let dram_words = cfg.dram_words();
+        let chunks = dram_words.div_ceil(CHUNK_WORDS);
+        let banks = (0..cfg.banks)
+            .map(|_| Bank {
+                sequencer: CachePadded::new(Mutex::new(())),
+            })
+            .collect();
+        Ok(SharedMemory {
+            cfg: cfg.clone(),
+            sram: zeroed_words(sram_words),
+            sram_words,
+            dram: (0..chunks).map(|_| OnceLock::new()).collect(),
+            dram_words,
+            banks,
+            bank_mask: cfg.banks as u64 - 1,
+            allocs: Mutex::new(AllocState::new(
+                0..sram_words,
+                DRAM_BASE..DRAM_BASE + dram_words,
+            )),
+        })
+    }
+
+    /// The configuration the memory was built with.
+    pub fn config(&self) -> &MemConfig {
+        &self.cfg
+    }
+
+    /// The word addresses of a region (empty for a DRAM of 0 bytes).
+    pub fn region(&self, r: Region) -> Range<Addr> {
+        match r {
+            Region::Sram => 0..self.sram_words,
+            Region::Dram => DRAM_BASE..DRAM_BASE + self.dram_words,
+        }
+    }
+
+    /// The bank (RMW engine) serving `addr`: 64-byte lines are interleaved across banks,
+    /// `(addr / 8) % banks`. Defined for any address, mapped or not.
+    #[inline]
+    pub fn bank_of(&self, addr: Addr) -> usize {
+        ((addr / LINE_WORDS) & self.bank_mask) as usize
+    }
+
+    /// `Ok` when the `words` words from `addr` all lie inside one region (`words == 0` is
+    /// checked like 1: `addr` itself must be mapped).
+    pub fn check(&self, addr: Addr, words: u64) -> Result<(), MemFault> {
+        let n = words.max(1);
+        let fits = |base: Addr, len: u64| {
+            let off = addr.wrapping_sub(base);
+            off < len && n <= len - off
+        };
+        if fits(0, self.sram_words) || fits(DRAM_BASE, self.dram_words) {
+            Ok(())
+        } else {
+            Err(MemFault::OutOfRange { addr, words })
+        }
+    }
+
+    /// Checks an operation as [`SharedMemory::apply`] would, without applying it.
+    pub fn check_op(&self, op: &Op) -> Result<(), MemFault> {
+        if let Op::Add32 { lane, .. } = *op {
+            if lane > 1 {
+                return Err(MemFault::BadLane { lane });
+            }
+        }
+        self.check(op.addr(), op.words())
+    }
+
+    // ----- decoding ------------------------------------------------------------------------
+
+    /// The sequencer lock of the bank serving `addr`.
+    pub(super) fn bank_lock(&self, addr: Addr) -> MutexGuard<'_, ()> {
+        self.banks[self.bank_of(addr)].sequencer.lock()
+    }
+
+    fn chunk_len(&self, ci: u64) -> u64 {
+        CHUNK_WORDS.min(self.dram_words - ci * CHUNK_WORDS)
+    }
+
+    /// DRAM chunk `ci`, materialised if needed.
+    fn chunk(&self, ci: u64) -> &[AtomicU64] {
+        self.dram[ci as usize].get_or_init(|| zeroed_words(self.chunk_len(ci)))
+    }
+
+    /// Words `start .. start + len` of chunk `ci`; a never-written chunk yields zeros
+    /// (`len` at most [`LINE_WORDS`]) without being materialised.
+    fn chunk_part_ro(&self, ci: u64, start: u64, len: u64) -> &[AtomicU64] {
+        match self.dram[ci as usize].get() {
+            Some(c) => &c[start as usize..(start + len) as usize],
+            None => {
+                debug_assert!(len <= LINE_WORDS);
+                &ZEROS[..len as usize]
+            }
+        }
+    }
+
+    /// The word at `addr`, for an operation that may write it.
+    #[inline]
+    fn word(&self, addr: Addr) -> Result<&AtomicU64, MemFault> {
+        if addr < self.sram_words {
+            Ok(&self.sram[addr as usize])
+        } else {
+            let off = addr.wrapping_sub(DRAM_BASE);
+            if off < self.dram_words {
+                Ok(&self.chunk(off >> CHUNK_SHIFT)[(off & CHUNK_MASK) as usize])
+            } else {
+                Err(MemFault::OutOfRange { addr, words: 1 })
+            }
+        }
+    }
+
+    /// The value of the word at `addr`.
+    #[inline]
+    fn load(&self, addr: Addr) -> Result<u64, MemFault> {
+        if addr < self.sram_words {
+            Ok(self.sram[addr as usize].load(LOAD))
+        } else {
+            let off = addr.wrapping_sub(DRAM_BASE);
+            if off < self.dram_words {
+                Ok(match self.dram[(off >> CHUNK_SHIFT) as usize].get() {
+                    Some(c) => c[(off & CHUNK_MASK) as usize].load(LOAD),
+                    None => 0,
+                })
+            } else {
+                Err(MemFault::OutOfRange { addr, words: 1 })
+            }
+        }
+    }
+
+    /// Decodes `words` consecutive words from `addr` (at most [`LINE_WORDS`] when
+    /// `!writable`). Writable spans materialise the DRAM chunks they touch.
+    #[inline]
+    fn decode(&self, addr: Addr, words: u64, writable: bool) -> Result<Span<'_>, MemFault> {
+        let sw = self.sram_words;
+        if addr < sw && words <= sw - addr {
+            let a = addr as usize;
+            return Ok(Span {
+                head: &self.sram[a..a + words as usize],
+                tail: &[],
+            });
+        }
+        let off = addr.wrapping_sub(DRAM_BASE);
+        if off < self.dram_words && words <= self.dram_words - off {
+            let ci = off >> CHUNK_SHIFT;
+            let within = off & CHUNK_MASK;
+            let first = words.min(self.chunk_len(ci) - within);
+            let rest = words - first;
+            let part = |ci: u64, start: u64, len: u64| -> &[AtomicU64] {
+                if len == 0 {
+                    &[]
+                } else if writable {
+                    &self.chunk(ci)[start as usize..(start + len) as usize]
+                } else {
+                    self.chunk_part_ro(ci, start, len)
+                }
+            };
+            return Ok(Span {
+                head: part(ci, within, first),
+                tail: part(ci + 1, 0, rest),
+            });
+        }
+        Err(MemFault::OutOfRange { addr, words })
+    }
+
+    /// A span that will be written (materialises DRAM chunks).
+    #[inline]
+    pub(super) fn span(&self, addr: Addr, words: u64) -> Result<Span<'_>, MemFault> {
+        self.decode(addr, words, true)
+    }
+
+    /// A span that will only be loaded from (`words <= LINE_WORDS`).
+    #[inline]
+    pub(super) fn span_ro(&self, addr: Addr, words: u64) -> Result<Span<'_>, MemFault> {
+        debug_assert!(words <= LINE_WORDS);
+        self.decode(addr, words, false)
+    }
+
+    /// The two words of a packet/byte counter.
+    #[inline]
+    fn pair(&self, addr: Addr) -> Result<(&AtomicU64, &AtomicU64), MemFault> {
+        if addr < self.sram_words && addr + 1 < self.sram_words {
+            let a = addr as usize;
+            return Ok((&self.sram[a], &self.sram[a + 1]));
+        }
+        let s = self.span(addr, 2)?;
+        Ok((s.at(0), s.at(1)))
+    }
+
+    // ----- synchronous XTXNs ------------------------------------------------------------------
+
+    /// Reads `out.len()` bytes (8 to 64, a multiple of 8) from the words at `addr`, each word
+    /// big-endian. Atomic per 8-byte word.
+    pub fn read(&self, addr: Addr, out: &mut [u8]) -> Result<(), MemFault> {
+        let words = access_words(out.len())?;
+        let span = self.span_ro(addr, words)?;
+        for (bytes, w) in out.chunks_exact_mut(WORD_BYTES).zip(span.iter()) {
+            bytes.copy_from_slice(&w.load(LOAD).to_be_bytes());
+        }
+        Ok(())
+    }
+
+    /// Writes `data` (8 to 64 bytes, a multiple of 8) to the words at `addr`, each 8 bytes
+    /// taken big-endian. Atomic per 8-byte word (never torn at the word level); whole-line
+    /// atomicity is not promised.
+    pub fn write(&self, addr: Addr, data: &[u8]) -> Result<(), MemFault> {
+        let words = access_words(data.len())?;
+        let span = self.span(addr, words)?;
+        for (bytes, w) in data.chunks_exact(WORD_BYTES).zip(span.iter()) {
+            let mut b = [0u8; WORD_BYTES];
+            b.copy_from_slice(bytes);
+            w.store(u64::from_be_bytes(b), STORE);
+        }
+        Ok(())
+    }
+
+    /// Reads one word.
+    #[inline]
+    pub fn read_u64(&self, addr: Addr) -> Result<u64, MemFault> {
+        self.load(addr)
+    }
+
+    /// Writes one word.
+    #[inline]
+    pub fn write_u64(&self, addr: Addr, value: u64) -> Result<(), MemFault> {
+        self.word(addr)?.store(value, STORE);
+        Ok(())
+    }
+
+    /// The paper's `CounterIncPhys`: on the 16-byte counter at `addr`, adds 1 to the packet
+    /// word `addr` and `bytes` to the byte word `addr + 1` (each wrapping, each atomic).
+    #[inline]
+    pub fn counter_inc(&self, addr: Addr, bytes: u64) -> Result<(), MemFault> {
+        let (packets, byte_count) = self.pair(addr)?;
+        packets.fetch_add(1, RMW);
+        byte_count.fetch_add(bytes, RMW);
+        Ok(())
+    }
+
+    /// Reads a packet/byte counter: `(packets, bytes)`. The two words are read one after the
+    /// other, so a concurrent increment may be seen in one and not yet in the other.
+    pub fn counter_read(&self, addr: Addr) -> Result<(u64, u64), MemFault> {
+        let s = self.span_ro(addr, 2)?;
+        Ok((s.at(0).load(LOAD), s.at(1).load(LOAD)))
+    }
+
+    /// `word &= mask`; returns the old value.
+    #[inline]
+    pub fn fetch_and(&self, addr: Addr, mask: u64) -> Result<u64, MemFault> {
+        Ok(self.word(addr)?.fetch_and(mask, RMW))
+    }
+
+    /// `word |= mask`; returns the old value.
+    #[inline]
+    pub fn fetch_or(&self, addr: Addr, mask: u64) -> Result<u64, MemFault> {
+        Ok(self.word(addr)?.fetch_or(mask, RMW))
+    }
+
+    /// `word ^= mask`; returns the old value.
+    #[inline]
+    pub fn fetch_xor(&self, addr: Addr, mask: u64) -> Result<u64, MemFault> {
+        Ok(self.word(addr)?.fetch_xor(mask, RMW))
+    }
+
+    /// Clears the bits of `mask` (`word &= !mask`); returns the old value.
+    #[inline]
+    pub fn fetch_clear(&self, addr: Addr, mask: u64) -> Result<u64, MemFault> {
+        Ok(self.word(addr)?.fetch_and(!mask, RMW))
+    }
+
+    /// Stores `value`; returns the old value.
+    #[inline]
+    pub fn fetch_swap(&self, addr: Addr, value: u64) -> Result<u64, MemFault> {
+        Ok(self.word(addr)?.swap(value, RMW))
+    }
+
+    /// `new = (old & !mask) | (value & mask)`; returns the old value.
+    #[inline]
+    pub fn masked_write(&self, addr: Addr, value: u64, mask: u64) -> Result<u64, MemFault> {
+        let w = self.word(addr)?;
+        Ok(match mask {
+            0 => w.load(LOAD),
+            u64::MAX => w.swap(value, RMW),
+            _ => update(w, |old| (old & !mask) | (value & mask)),
+        })
+    }
+
+    /// 32-bit wrapping add of `delta` to one half of the word: lane 0 is the first 4 bytes in
+    /// network order (the high half), lane 1 the low half. The other half never changes (no
+    /// carry across). Returns the lane's old value; a lane above 1 is [`MemFault::BadLane`].
+    #[inline]
+    pub fn fetch_add32(&self, addr: Addr, lane: u8, delta: u32) -> Result<u32, MemFault> {
+        match lane {
+            // A carry out of bit 63 is discarded, so a plain 64-bit add never disturbs the
+            // low half: the high lane needs no compare-and-swap.
+            0 => {
+                let old = self.word(addr)?.fetch_add(u64::from(delta) << 32, RMW);
+                Ok((old >> 32) as u32)
+            }
+            1 => {
+                let old = update(self.word(addr)?, |old| add_lanes(old, 0, delta));
+                Ok(old as u32)
+            }
+            _ => Err(MemFault::BadLane { lane }),
+        }
+    }
+
+    /// Sixteen 32-bit wrapping adds over the 8 words (64 bytes) at `addr`: lane `2i` is the
+    /// high half of word `addr + i`, lane `2i + 1` its low half; each lane wraps on its own.
+    /// Atomic per 8-byte word: concurrent vector adds never lose a lane update, but a reader
+    /// may see some words updated and others not yet.
+    pub fn vadd32x16(&self, addr: Addr, deltas: &[u32; 16]) -> Result<(), MemFault> {
+        let span = self.span(addr, LINE_WORDS)?;
+        for (w, d) in span.iter().zip(deltas.chunks_exact(2)) {
+            let (hi, lo) = (d[0], d[1]);
+            if lo == 0 {
+                if hi != 0 {
+                    w.fetch_add(u64::from(hi) << 32, RMW);
+                }
+            } else {
+                update(w, |old| add_lanes(old, hi, lo));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a posted operation (old values are discarded).
+    pub fn apply(&self, op: &Op) -> Result<(), MemFault> {
+        match *op {
+            Op::Write8 { addr, value } => self.write_u64(addr, value),
+            Op::CounterInc { addr, bytes } => self.counter_inc(addr, bytes),
+            Op::FetchAnd { addr, mask } => self.fetch_and(addr, mask).map(drop),
+            Op::FetchOr { addr, mask } => self.fetch_or(addr, mask).map(drop),
+            Op::FetchXor { addr, mask } => self.fetch_xor(addr, mask).map(drop),
+            Op::FetchClear { addr, mask } => self.fetch_clear(addr, mask).map(drop),
+            Op::Swap { addr, value } => self.fetch_swap(addr, value).map(drop),
+            Op::MaskedWrite { addr, value, mask } => self.masked_write(addr, value, mask).map(drop),
+            Op::Add32 { addr, lane, delta } => self.fetch_add32(addr, lane, delta).map(drop),
+            Op::VAdd32x16 { addr, ref deltas } => self.vadd32x16(addr, deltas),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Region, DRAM_BASE};
+    use super::*;
+
+    const SRAM_WORDS: u64 = 1024;
+    const DRAM_WORDS: u64 = 2 * CHUNK_WORDS + 64;
+
+    fn mem() -> SharedMemory {
+        SharedMemory::new(&MemConfig {
+            sram_bytes: SRAM_WORDS * 8,
+            dram_bytes: DRAM_WORDS * 8,
+            banks: 16,
+        })
+        .unwrap()
+    }
+
+    fn oor(addr: Addr, words: u64) -> MemFault {
+        MemFault::OutOfRange { addr, words }
+    }
+
+    #[test]
+    fn is_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<SharedMemory>();
+    }
+
+    #[test]
+    fn new_refuses_bad_config() {
+        let e = SharedMemory::new(&MemConfig {
+            banks: 5,
+            ..MemConfig::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.setting, "banks");
+    }
+
+    #[test]
+    fn default_config_builds_without_touching_dram() {
+        let m = SharedMemory::new(&MemConfig::default()).unwrap();
+        let dram = m.region(Region::Dram);
+        assert_eq!(dram.end - dram.start, 8 << 20);
+        assert_eq!(m.read_u64(dram.end - 1), Ok(0));
+        let mut buf = [0xAAu8; 64];
+        m.read(dram.start + 100, &mut buf).unwrap();
+        assert_eq!(buf, [0u8; 64]);
+        assert!(format!("{m:?}").contains("dram_chunks_materialised: 0"));
+        m.write_u64(dram.end - 1, 7).unwrap();
+        assert_eq!(m.read_u64(dram.end - 1), Ok(7));
+        assert!(format!("{m:?}").contains("dram_chunks_materialised: 1"));
+    }
+
+    #[test]
+    fn regions_and_banks() {
+        let m = mem();
+        assert_eq!(m.region(Region::Sram), 0..SRAM_WORDS);
+        assert_eq!(m.region(Region::Dram), DRAM_BASE..DRAM_BASE + DRAM_WORDS);
+        assert_eq!(m.bank_of(0), 0);
+        assert_eq!(m.bank_of(7), 0);
+        assert_eq!(m.bank_of(8), 1);
+        assert_eq!(m.bank_of(15 * 8 + 7), 15);
+        assert_eq!(m.bank_of(16 * 8), 0);
+        assert_eq!(m.bank_of(DRAM_BASE + 8 * 3 + 5), 3);
+        // an 8-word aligned line is in one bank
+        for line in 0..64u64 {
+            let b = m.bank_of(line * 8);
+            assert!((0..8).all(|i| m.bank_of(line * 8 + i) == b));
+        }
+        let no_dram = SharedMemory::new(&MemConfig {
+            sram_bytes: 64,
+            dram_bytes: 0,
+            banks: 1,
+        })
+        .unwrap();
+        assert!(no_dram.region(Region::Dram).is_empty());
+        assert_eq!(no_dram.read_u64(DRAM_BASE), Err(oor(DRAM_BASE, 1)));
+        assert_eq!(no_dram.bank_of(12345), 0);
+    }
+
+    #[test]
+    fn check_ranges() {
+        let m = mem();
+        let dend = DRAM_BASE + DRAM_WORDS;
+        assert_eq!(m.check(0, 1), Ok(()));
+        assert_eq!(m.check(0, SRAM_WORDS), Ok(()));
+        assert_eq!(m.check(SRAM_WORDS - 1, 1), Ok(()));
+        assert_eq!(m.check(SRAM_WORDS - 1, 0), Ok(()));
+        assert_eq!(m.check(SRAM_WORDS - 1, 2), Err(oor(SRAM_WORDS - 1, 2)));
+        assert_eq!(m.check(SRAM_WORDS, 1), Err(oor(SRAM_WORDS, 1)));
+        assert_eq!(m.check(SRAM_WORDS, 0), Err(oor(SRAM_WORDS, 0)));
+        assert_eq!(m.check(DRAM_BASE - 1, 1), Err(oor(DRAM_BASE - 1, 1)));
+        assert_eq!(m.check(DRAM_BASE - 1, 2), Err(oor(DRAM_BASE - 1, 2)));
+        assert_eq!(m.check(DRAM_BASE, 8), Ok(()));
+        assert_eq!(m.check(dend - 1, 1), Ok(()));
+        assert_eq!(m.check(dend - 8, 8), Ok(()));
+        assert_eq!(m.check(dend - 7, 8), Err(oor(dend - 7, 8)));
+        assert_eq!(m.check(dend, 1), Err(oor(dend, 1)));
+        assert_eq!(m.check(u64::MAX, 1), Err(oor(u64::MAX, 1)));
+        assert_eq!(m.check(0, u64::MAX), Err(oor(0, u64::MAX)));
+        assert_eq!(m.check(DRAM_BASE, u64::MAX), Err(oor(DRAM_BASE, u64::MAX)));
+    }
+
+    /// Every operation refuses, without side effects, an access that is out of range at
+    /// `addr` (with `words` words), and `Op`-based `apply`/`check_op` agree.
+    fn all_ops_fault_at(m: &SharedMemory, addr: Addr) {
+        let f1 = oor(addr, 1);
+        let mut b8 = [0u8; 8];
+        assert_eq!(m.read(addr, &mut b8).map(drop), Err(f1));
+        assert_eq!(m.write(addr, &b8).map(drop), Err(f1));
+        assert_eq!(m.read_u64(addr).map(drop), Err(f1));
+        assert_eq!(m.write_u64(addr, 1).map(drop), Err(f1));
+        assert_eq!(m.fetch_and(addr, 1).map(drop), Err(f1));
+        assert_eq!(m.fetch_or(addr, 1).map(drop), Err(f1));
+        assert_eq!(m.fetch_xor(addr, 1).map(drop), Err(f1));
+        assert_eq!(m.fetch_clear(addr, 1).map(drop), Err(f1));
+        assert_eq!(m.fetch_swap(addr, 1).map(drop), Err(f1));
+        assert_eq!(m.masked_write(addr, 1, 1).map(drop), Err(f1));
+        assert_eq!(m.masked_write(addr, 1, 0).map(drop), Err(f1));
+        assert_eq!(m.masked_write(addr, 1, u64::MAX).map(drop), Err(f1));
+        assert_eq!(m.fetch_add32(addr, 0, 1).map(drop), Err(f1));
+        assert_eq!(m.fetch_add32(addr, 1, 1).map(drop), Err(f1));
+        assert_eq!(m.counter_inc(addr, 1), Err(oor(addr, 2)));
+        assert_eq!(m.counter_read(addr), Err(oor(addr, 2)));
+        assert_eq!(m.vadd32x16(addr, &[1; 16]), Err(oor(addr, 8)));
+        let mut b64 = [0u8; 64];
+        assert_eq!(m.read(addr, &mut b64), Err(oor(addr, 8)));
+        assert_eq!(m.write(addr, &b64), Err(oor(addr, 8)));
+        let ops = [
+            Op::Write8 { addr, value: 1 },
+            Op::CounterInc { addr, bytes: 1 },
+            Op::FetchAnd { addr, mask: 1 },
+            Op::FetchOr { addr, mask: 1 },
+            Op::FetchXor { addr, mask: 1 },
+            Op::FetchClear { addr, mask: 1 },
+            Op::Swap { addr, value: 1 },
+            Op::MaskedWrite {
+                addr,
+                value: 1,
+                mask: 1,
+            },
+            Op::Add32 {
+                addr,
+                lane: 1,
+                delta: 1,
+            },
+            Op::VAdd32x16 {
+                addr,
+                deltas: [1; 16],
+            },
+        ];
+        for op in ops {
+            let e = Err(oor(addr, op.words()));
+            assert_eq!(m.apply(&op), e, "{op:?}");
+            assert_eq!(m.check_op(&op), e, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn every_op_faults_out_of_range() {
+        let m = mem();
+        let dend = DRAM_BASE + DRAM_WORDS;
+        for addr in [
+            SRAM_WORDS,
+            SRAM_WORDS + 1,
+            DRAM_BASE / 2,
+            DRAM_BASE - 1,
+            dend,
+            dend + 100,
+            u64::MAX,
+            u64::MAX - 1,
+        ] {
+            all_ops_fault_at(&m, addr);
+        }
+        // nothing was written anywhere by the refused operations
+        for a in m.region(Region::Sram) {
+            assert_eq!(m.read_u64(a), Ok(0));
+        }
+        assert!(format!("{m:?}").contains("dram_chunks_materialised: 0"));
+    }
+
+    #[test]
+    fn multi_word_ops_fault_when_running_off_a_region_end() {
+        let m = mem();
+        let dend = DRAM_BASE + DRAM_WORDS;
+        for end in [SRAM_WORDS, dend] {
+            // the last word is fine for single-word ops
+            assert_eq!(m.fetch_or(end - 1, 1), Ok(0));
+            assert_eq!(m.read_u64(end - 1), Ok(1));
+            assert_eq!(m.fetch_add32(end - 1, 1, 1), Ok(1));
+            // two-word and eight-word ops that would cross the end are refused
+            assert_eq!(m.counter_inc(end - 1, 5), Err(oor(end - 1, 2)));
+            assert_eq!(m.counter_read(end - 1), Err(oor(end - 1, 2)));
+            assert_eq!(m.counter_inc(end - 2, 5), Ok(()));
+            assert_eq!(m.counter_read(end - 2), Ok((1, 7)));
+            assert_eq!(m.vadd32x16(end - 7, &[1; 16]), Err(oor(end - 7, 8)));
+            assert_eq!(m.vadd32x16(end - 8, &[0; 16]), Ok(()));
+            let mut b16 = [0u8; 16];
+            assert_eq!(m.read(end - 1, &mut b16), Err(oor(end - 1, 2)));
+            assert_eq!(m.write(end - 1, &b16), Err(oor(end - 1, 2)));
+            assert_eq!(m.read(end - 2, &mut b16), Ok(()));
+            // the refused ops left the last word as it was: 1, +1 in the low lane, +5 bytes
+            assert_eq!(m.read_u64(end - 1), Ok(7));
+        }
+    }
+
+    #[test]
+    fn bad_sizes() {
+        let m = mem();
+        for n in [0usize, 1, 7, 9, 12, 63, 65, 72, 128] {
+            let mut buf = vec![0u8; n];
+            assert_eq!(m.read(0, &mut buf), Err(MemFault::BadSize { bytes: n }));
+            assert_eq!(m.write(0, &buf), Err(MemFault::BadSize { bytes: n }));
+        }
+        // size is checked before the address
+        assert_eq!(
+            m.read(u64::MAX, &mut [0u8; 3]),
+            Err(MemFault::BadSize { bytes: 3 })
+        );
+        for n in (8..=64).step_by(8) {
+            let data: Vec<u8> = (0..n as u8).collect();
+            m.write(16, &data).unwrap();
+            let mut back = vec![0u8; n];
+            m.read(16, &mut back).unwrap();
+            assert_eq!(back, data);
+        }
+    }
+
+    #[test]
+    fn bad_lane() {
+        let m = mem();
+        for lane in [2u8, 3, 255] {
+            assert_eq!(m.fetch_add32(0, lane, 1), Err(MemFault::BadLane { lane }));
+            let op = Op::Add32 {
+                addr: 0,
+                lane,
+                delta: 1,
+            };
+            assert_eq!(m.apply(&op), Err(MemFault::BadLane { lane }));
+            assert_eq!(m.check_op(&op), Err(MemFault::BadLane { lane }));
+        }
+        assert_eq!(m.read_u64(0), Ok(0));
+    }
+
+    #[test]
+    fn big_endian_round_trip() {
+        let m = mem();
+        for base in [40, DRAM_BASE + 40] {
+            m.write_u64(base, 0x0102_0304_0506_0708).unwrap();
+            let mut b = [0u8; 8];
+            m.read(base, &mut b).unwrap();
+            assert_eq!(b, [1, 2, 3, 4, 5, 6, 7, 8]);
+            m.write(
+                base + 1,
+                &[
+                    0xA0, 0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 9, 0, 0, 0, 0, 0, 0, 1,
+                ],
+            )
+            .unwrap();
+            assert_eq!(m.read_u64(base + 1), Ok(0xA0A1_A2A3_A4A5_A6A7));
+            assert_eq!(m.read_u64(base + 2), Ok(0x0900_0000_0000_0001));
+            let mut b24 = [0u8; 24];
+            m.read(base, &mut b24).unwrap();
+            assert_eq!(&b24[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+            assert_eq!(b24[8], 0xA0);
+            assert_eq!(b24[23], 1);
+        }
+    }
+
+    #[test]
+    fn dram_access_spanning_two_chunks() {
+        let m = mem();
+        let boundary = DRAM_BASE + CHUNK_WORDS;
+        // read-only over untouched chunks: zeros
+        let mut b = [0xFFu8; 64];
+        m.read(boundary - 3, &mut b).unwrap();
+        assert_eq!(b, [0u8; 64]);
+        let data: Vec<u8> = (1..=64).collect();
+        m.write(boundary - 3, &data).unwrap();
+        m.read(boundary - 3, &mut b).unwrap();
+        assert_eq!(&b[..], &data[..]);
+        assert_eq!(
+            m.read_u64(boundary),
+            Ok(u64::from_be_bytes([25, 26, 27, 28, 29, 30, 31, 32]))
+        );
+        m.counter_inc(boundary - 1, 9).unwrap();
+        assert_eq!(
+            m.read_u64(boundary - 1).unwrap(),
+            u64::from_be_bytes([17, 18, 19, 20, 21, 22, 23, 24]) + 1
+        );
+        m.vadd32x16(boundary - 4, &[1; 16]).unwrap();
+        assert_eq!(
+            m.read_u64(boundary + 3),
+            Ok(u64::from_be_bytes([49, 50, 51, 52, 53, 54, 55, 56]) + 0x0000_0001_0000_0001)
+        );
+        // reading across into a chunk nobody touched
+        let last = DRAM_BASE + 2 * CHUNK_WORDS;
+        m.write_u64(last - 1, 5).unwrap();
+        let mut b16 = [0u8; 16];
+        m.read(last - 1, &mut b16).unwrap();
+        assert_eq!(b16[7], 5);
+        assert_eq!(&b16[8..], &[0u8; 8]);
+        assert_eq!(m.counter_read(last - 1), Ok((5, 0)));
+    }
+
+    #[test]
+    fn masked_write_semantics() {
+        let m = mem();
+        m.write_u64(3, 0x1122_3344_5566_7788).unwrap();
+        assert_eq!(
+            m.masked_write(3, 0xAAAA_AAAA_AAAA_AAAA, 0x0000_FFFF_0000_00F0),
+            Ok(0x1122_3344_5566_7788)
+        );
+        assert_eq!(m.read_u64(3), Ok(0x1122_AAAA_5566_77A8));
+        assert_eq!(m.masked_write(3, 0xDEAD, 0), Ok(0x1122_AAAA_5566_77A8));
+        assert_eq!(m.read_u64(3), Ok(0x1122_AAAA_5566_77A8));
+        assert_eq!(
+            m.masked_write(3, 0xDEAD, u64::MAX),
+            Ok(0x1122_AAAA_5566_77A8)
+        );
+        assert_eq!(m.read_u64(3), Ok(0xDEAD));
+    }
+
+    #[test]
+    fn fetch_ops_return_old_values() {
+        let m = mem();
+        let a = DRAM_BASE + 9;
+        m.write_u64(a, 0b1100).unwrap();
+        assert_eq!(m.fetch_and(a, 0b1010), Ok(0b1100));
+        assert_eq!(m.read_u64(a), Ok(0b1000));
+        assert_eq!(m.fetch_or(a, 0b0011), Ok(0b1000));
+        assert_eq!(m.read_u64(a), Ok(0b1011));
+        assert_eq!(m.fetch_xor(a, 0b0110), Ok(0b1011));
+        assert_eq!(m.read_u64(a), Ok(0b1101));
+        assert_eq!(m.fetch_clear(a, 0b0101), Ok(0b1101));
+        assert_eq!(m.read_u64(a), Ok(0b1000));
+        assert_eq!(m.fetch_swap(a, u64::MAX), Ok(0b1000));
+        assert_eq!(m.fetch_swap(a, 1), Ok(u64::MAX));
+        assert_eq!(m.read_u64(a), Ok(1));
+    }
+
+    #[test]
+    fn add32_lanes_do_not_carry() {
+        let m = mem();
+        m.write_u64(5, 0x1234_5678_FFFF_FFFF).unwrap();
+        assert_eq!(m.fetch_add32(5, 1, 1), Ok(0xFFFF_FFFF));
+        assert_eq!(m.read_u64(5), Ok(0x1234_5678_0000_0000));
+        m.write_u64(5, 0xFFFF_FFFF_0000_0007).unwrap();
+        assert_eq!(m.fetch_add32(5, 0, 2), Ok(0xFFFF_FFFF));
+        assert_eq!(m.read_u64(5), Ok(0x0000_0001_0000_0007));
+        assert_eq!(m.fetch_add32(5, 0, 0xFFFF_FFFF), Ok(1)); // i.e. -1
+        assert_eq!(m.read_u64(5), Ok(0x0000_0000_0000_0007));
+        assert_eq!(m.fetch_add32(5, 1, 0xFFFF_FFF9), Ok(7));
+        assert_eq!(m.read_u64(5), Ok(0));
+        // lane 0 is the first 4 bytes in network order
+        m.fetch_add32(6, 0, 0x0102_0304).unwrap();
+        m.fetch_add32(6, 1, 0x0506_0708).unwrap();
+        let mut b = [0u8; 8];
+        m.read(6, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn vadd_lane_layout() {
+        let m = mem();
+        let a = 64;
+        let deltas: [u32; 16] = std::array::from_fn(|i| (i as u32 + 1) * 0x0101);
+        m.vadd32x16(a, &deltas).unwrap();
+        for i in 0..8u64 {
+            let hi = u64::from(deltas[2 * i as usize]);
+            let lo = u64::from(deltas[2 * i as usize + 1]);
+            assert_eq!(m.read_u64(a + i), Ok(hi << 32 | lo));
+        }
+        let mut line = [0u8; 64];
+        m.read(a, &mut line).unwrap();
+        for (lane, bytes) in line.chunks_exact(4).enumerate() {
+            assert_eq!(u32::from_be_bytes(bytes.try_into().unwrap()), deltas[lane]);
+        }
+        // each lane wraps on its own
+        m.write(a, &[0xFF; 64]).unwrap();
+        let mut ones = [0u32; 16];
+        ones[3] = 1;
+        ones[4] = 2;
+        m.vadd32x16(a, &ones).unwrap();
+        assert_eq!(m.read_u64(a), Ok(u64::MAX));
+        assert_eq!(m.read_u64(a + 1), Ok(0xFFFF_FFFF_0000_0000));
+        assert_eq!(m.read_u64(a + 2), Ok(0x0000_0001_FFFF_FFFF));
+        assert_eq!(m.read_u64(a + 3), Ok(u64::MAX));
+        // unaligned vadd is allowed and touches exactly 8 words
+        m.write(a, &[0; 64]).unwrap();
+        m.vadd32x16(a + 1, &[1; 16]).unwrap();
+        assert_eq!(m.read_u64(a), Ok(0));
+        assert_eq!(m.read_u64(a + 8), Ok(0x0000_0001_0000_0001));
+        assert_eq!(m.read_u64(a + 9), Ok(0));
+    }
+
+    #[test]
+    fn counters() {
+        let m = mem();
+        for a in [2, DRAM_BASE + 2] {
+            m.counter_inc(a, 100).unwrap();
+            m.counter_inc(a, 1500).unwrap();
+            assert_eq!(m.counter_read(a), Ok((2, 1600)));
+            assert_eq!(m.read_u64(a), Ok(2));
+            assert_eq!(m.read_u64(a + 1), Ok(1600));
+            // the paper's layout: counter k at BASE + 2k, neighbours untouched
+            assert_eq!(m.counter_read(a + 2), Ok((0, 0)));
+            assert_eq!(m.read_u64(a - 1), Ok(0));
+        }
+    }
+
+    #[test]
+    fn apply_matches_sync_calls() {
+        let a = mem();
+        let b = mem();
+        let deltas: [u32; 16] = std::array::from_fn(|i| i as u32 * 3 + 1);
+        let ops = [
+            Op::Write8 {
+                addr: 1,
+                value: 0xF0F0,
+            },
+            Op::CounterInc { addr: 2, bytes: 64 },
+            Op::FetchAnd {
+                addr: 1,
+                mask: 0xFF00,
+            },
+            Op::FetchOr {
+                addr: 1,
+                mask: 0x000F,
+            },
+            Op::FetchXor {
+                addr: 1,
+                mask: 0x0101,
+            },
+            Op::FetchClear {
+                addr: 1,
+                mask: 0x1000,
+            },
+            Op::Swap { addr: 4, value: 9 },
+            Op::MaskedWrite {
+                addr: 4,
+                value: 0x77,
+                mask: 0xF0,
+            },
+            Op::Add32 {
+                addr: 5,
+                lane: 0,
+                delta: 3,
+            },
+            Op::VAdd32x16 { addr: 8, deltas },
+        ];
+        for op in &ops {
+            a.apply(op).unwrap();
+        }
+        b.write_u64(1, 0xF0F0).unwrap();
+        b.counter_inc(2, 64).unwrap();
+        b.fetch_and(1, 0xFF00).unwrap();
+        b.fetch_or(1, 0x000F).unwrap();
+        b.fetch_xor(1, 0x0101).unwrap();
+        b.fetch_clear(1, 0x1000).unwrap();
+        b.fetch_swap(4, 9).unwrap();
+        b.masked_write(4, 0x77, 0xF0).unwrap();
+        b.fetch_add32(5, 0, 3).unwrap();
+        b.vadd32x16(8, &deltas).unwrap();
+        for w in 0..16 {
+            assert_eq!(a.read_u64(w), b.read_u64(w), "word {w}");
+        }
+        assert_eq!(a.read_u64(1), Ok(0xE10E));
+        assert_eq!(a.read_u64(4), Ok(0x79));
+    }
+}

@@ -1,0 +1,217 @@
+//! Posted (asynchronous) XTXNs: a PPE thread's fire-and-forget buffer.
+
+use super::{MemFault, Op, SharedMemory};
+
+/// A PPE thread's buffer of posted (asynchronous) XTXNs: fire and forget, applied exactly once.
+///
+/// Owned by one thread, not shared. [`PostedOps::post`] validates the operation against the
+/// memory immediately, so a bad address faults the posting program at post time, then buffers
+/// it; the buffered operations are applied in posting order by [`PostedOps::flush`], which
+/// `post` also calls when the buffer is full. Flush before dropping the buffer (the engine
+/// flushes at the end of every packet): operations still buffered at drop are discarded.
+/// Operations are validated against the memory passed to `post`; flush into the same memory.
+#[derive(Debug)]
+pub struct PostedOps {
+    buf: Vec<Op>,
+    capacity: usize,
+}
+
+impl PostedOps {
+    /// A buffer holding up to `capacity` operations (0 is treated as 1: every post of a new
+    /// operation flushes the previous one).
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        PostedOps {
+            buf: Vec::with_capacity(capacity),
+            capacity,
+        }
+    }
+
+    /// How many operations the buffer holds before a post flushes it.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Validates `op` against `mem` (range and lane; a fault is returned now and nothing is
+    /// buffered), flushes if the buffer is full, then buffers `op`.
+    pub fn post(&mut self, mem: &SharedMemory, op: Op) -> Result<(), MemFault> {
+        mem.check_op(&op)?;
+        if self.buf.len() >= self.capacity {
+            self.flush(mem);
+        }
+        self.buf.push(op);
+        Ok(())
+    }
+
+    /// Applies every buffered operation to `mem`, in posting order, exactly once, and empties
+    /// the buffer.
+    pub fn flush(&mut self, mem: &SharedMemory) {
+        for op in self.buf.drain(..) {
+            // Validated at post time against this memory: cannot fault.
+            let applied = mem.apply(&op);
+            debug_assert!(
+                applied.is_ok(),
+                "posted {op:?} faulted at flush: {applied:?}"
+            );
+        }
+    }
+
+    /// Number of buffered (not yet applied) operations.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// `true` when nothing is buffered.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{MemConfig, DRAM_BASE};
+    use super::*;
+
+    fn mem() -> SharedMemory {
+        SharedMemory::new(&MemConfig {
+            sram_bytes: 1024,
+            dram_bytes: 1024,
+            banks: 2,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn buffered_until_flush_then_applied_in_order_once() {
+        let m = mem();
+        let mut p = PostedOps::new(8);
+        assert!(p.is_empty());
+        p.post(
+            &m,
+            Op::Write8 {
+                addr: 3,
+                value: 0xF0,
+            },
+        )
+        .unwrap();
+        p.post(
+            &m,
+            Op::FetchOr {
+                addr: 3,
+                mask: 0x0F,
+            },
+        )
+        .unwrap();
+        p.post(
+            &m,
+            Op::FetchClear {
+                addr: 3,
+                mask: 0x80,
+            },
+        )
+        .unwrap();
+        p.post(
+            &m,
+            Op::CounterInc {
+                addr: DRAM_BASE,
+                bytes: 60,
+            },
+        )
+        .unwrap();
+        assert_eq!(p.len(), 4);
+        assert_eq!(m.read_u64(3), Ok(0));
+        assert_eq!(m.counter_read(DRAM_BASE), Ok((0, 0)));
+        p.flush(&m);
+        assert!(p.is_empty());
+        assert_eq!(m.read_u64(3), Ok(0x7F));
+        assert_eq!(m.counter_read(DRAM_BASE), Ok((1, 60)));
+        p.flush(&m);
+        assert_eq!(m.counter_read(DRAM_BASE), Ok((1, 60)));
+    }
+
+    #[test]
+    fn faults_at_post_time() {
+        let m = mem();
+        let mut p = PostedOps::new(4);
+        p.post(&m, Op::CounterInc { addr: 0, bytes: 1 }).unwrap();
+        let last = m.region(super::super::Region::Sram).end - 1;
+        assert_eq!(
+            p.post(
+                &m,
+                Op::CounterInc {
+                    addr: last,
+                    bytes: 1
+                }
+            ),
+            Err(MemFault::OutOfRange {
+                addr: last,
+                words: 2
+            })
+        );
+        assert_eq!(
+            p.post(
+                &m,
+                Op::Add32 {
+                    addr: 0,
+                    lane: 2,
+                    delta: 1
+                }
+            ),
+            Err(MemFault::BadLane { lane: 2 })
+        );
+        assert_eq!(
+            p.post(
+                &m,
+                Op::VAdd32x16 {
+                    addr: DRAM_BASE - 4,
+                    deltas: [1; 16]
+                }
+            ),
+            Err(MemFault::OutOfRange {
+                addr: DRAM_BASE - 4,
+                words: 8
+            })
+        );
+        assert_eq!(p.len(), 1);
+        p.flush(&m);
+        assert_eq!(m.counter_read(0), Ok((1, 1)));
+        assert_eq!(m.read_u64(last), Ok(0));
+    }
+
+    #[test]
+    fn full_buffer_flushes_first() {
+        let m = mem();
+        let mut p = PostedOps::new(2);
+        for i in 0..5u32 {
+            p.post(
+                &m,
+                Op::Add32 {
+                    addr: 1,
+                    lane: 1,
+                    delta: 1 << i,
+                },
+            )
+            .unwrap();
+            // after posting op i, ops 0..i rounded down to a multiple of 2 are applied
+            let applied = (i / 2) * 2;
+            assert_eq!(m.read_u64(1), Ok((1u64 << applied) - 1), "after op {i}");
+            assert_eq!(p.len() as u32, i + 1 - applied);
+        }
+        p.flush(&m);
+        assert_eq!(m.read_u64(1), Ok(0b11111));
+    }
+
+    #[test]
+    fn zero_capacity_means_one() {
+        let m = mem();
+        let mut p = PostedOps::new(0);
+        assert_eq!(p.capacity(), 1);
+        p.post(&m, Op::Swap { addr: 0, value: 1 }).unwrap();
+        assert_eq!(m.read_u64(0), Ok(0));
+        p.post(&m, Op::Swap { addr: 0, value: 2 }).unwrap();
+        assert_eq!(m.read_u64(0), Ok(1));
+        assert_eq!(p.len(), 1);
+        p.flush(&m);
+        assert_eq!(m.read_u64(0), Ok(2));
+    }
+}
