@@ -15,13 +15,20 @@ pub struct ConfigError {
 impl ConfigError {
     /// A refusal of `setting` for `reason`.
     pub fn new(setting: &'static str, reason: impl Into<String>) -> Self {
-        ConfigError { setting, reason: reason.into() }
+        ConfigError {
+            setting,
+            reason: reason.into(),
+        }
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid configuration: `{}`: {}", self.setting, self.reason)
+        write!(
+            f,
+            "invalid configuration: `{}`: {}",
+            self.setting, self.reason
+        )
     }
 }
 

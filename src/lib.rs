@@ -1,5 +1,100 @@
-//! placeholder
+//! # pfemu: an emulator of a Trio-like Packet Forwarding Engine
+//!
+//! pfemu runs Microcode-like programs, written as Rust closures, the way Juniper's Trio
+//! chipset runs them (Yang et al., SIGCOMM 2022): to completion, one packet per thread, on
+//! hundreds of threads that share a banked memory with read-modify-write engines.
+//!
+//! The crate is laid out in the order a packet meets the blocks:
+//!
+//! ```text
+//! port --> ingress: split head (first 192 B) / tail (packet buffer), classify the flow,
+//!          stamp a per-flow sequence number                         [pfe::Pfe::inject]
+//!      --> dispatch: batches of heads to whichever PPE thread is free [pfe (dispatch)]
+//!      --> PPE thread: the program runs to completion on the head in local memory,
+//!          issuing XTXNs to shared memory and the tail               [program, mem]
+//!      --> reorder engine: hold until earlier packets of the flow left [pfe (reorder)]
+//!      --> egress: rejoin head and tail, per-port queues, sink        [pfe::egress]
+//! ```
+//!
+//! - [`wire`]: header views generated from Microcode-style bit-field structs.
+//! - [`packet`]: frames, ports, destinations.
+//! - [`program`]: the program model: labelled instructions, registers, local memory, faults.
+//! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted XTXNs.
+//! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats.
+//! - [`microcode`]: the shipped programs (the paper's packet filter), written against the
+//!   public API only.
+//! - [`bench`]: traffic generation for the `pfemu bench` harness.
+//!
+//! ## Embedding
+//!
+//! ```
+//! use std::sync::Arc;
+//! use pfemu::prelude::*;
+//! use pfemu::microcode::filter::Filter;
+//!
+//! // Shared memory first, so the program can be built with the counters' address.
+//! let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+//! let filter = Filter::install(&mem)?;
+//! let sink = Arc::new(CountingSink::new(4));
+//! let mut pfe = Pfe::builder()
+//!     .program(filter.program())
+//!     .memory(mem)
+//!     .ppe_threads(4)
+//!     .sink(sink.clone())
+//!     .build()?;
+//! pfe.start()?;
+//!
+//! // One plain IPv4 frame (forwarded) and one ARP frame (dropped and counted).
+//! let mut ip = vec![0u8; 64];
+//! ip[12..14].copy_from_slice(&[0x08, 0x00]);
+//! ip[14] = 0x45;
+//! let mut arp = vec![0u8; 60];
+//! arp[12..14].copy_from_slice(&[0x08, 0x06]);
+//! pfe.inject(Packet::new(0, ip))?;
+//! pfe.inject(Packet::new(0, arp))?;
+//! pfe.drain();
+//!
+//! assert_eq!(sink.total_packets(), 1);
+//! assert_eq!(filter.counts(pfe.memory())?.non_ip, (1, 60));
+//! let stats = pfe.shutdown();
+//! assert!(stats.is_conserved());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod bench;
 pub mod error;
 pub mod mem;
+pub mod packet;
+pub mod pfe;
+pub mod program;
 pub mod wire;
+
+#[path = "../microcode/mod.rs"]
+pub mod microcode;
+
 pub use error::ConfigError;
+pub use packet::{Dest, GroupId, Packet, Port};
+pub use pfe::{Pfe, PfeBuilder, Stats};
+pub use program::{Program, Thread};
+
+/// Everything a program or an embedding application usually needs.
+pub mod prelude {
+    pub use crate::mem::{Addr, Color, MemConfig, Op, PolicerConfig, Region, SharedMemory};
+    pub use crate::packet::{Dest, GroupId, Packet, Port};
+    pub use crate::pfe::{
+        ChannelSink, CountingSink, Discard, FlowClassifier, FnSink, Frames, Pfe, Sink, Stats,
+    };
+    pub use crate::program::Next::{Call, Done, Goto, Return};
+    pub use crate::program::{
+        DropReason, Entry, Fault, FaultKind, InstrResult, Label, Next, Program, Thread, Verdict,
+        IR0, IR1, IR2, IR3, IR4, IR5, IR6, IR7,
+    };
+    pub use crate::ConfigError;
+}
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

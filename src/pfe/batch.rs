@@ -1,0 +1,60 @@
+//! Batches: the unit that crosses threads.
+//!
+//! Ingress copies frames back to back into a batch's packet buffer, dispatch hands the
+//! whole batch to one PPE thread, the thread writes its output packets into the batch's
+//! output arena, and the reorder engine releases them. Batches are recycled through a pool,
+//! so the steady state allocates nothing per packet.
+
+use crate::packet::{OutArena, Port};
+
+/// One ingress packet in a batch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    /// Offset of the frame in the batch's packet buffer.
+    pub off: u32,
+    /// Frame length.
+    pub len: u32,
+    /// Ingress port.
+    pub port: Port,
+    /// Reorder context (flow hash folded to the number of contexts).
+    pub ctx: u32,
+    /// Sequence number within the reorder context, stamped at ingress.
+    pub seq: u32,
+}
+
+/// The result of one ingress packet: the output records it produced (its own, then any it
+/// created), released together in flow order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Completion {
+    pub ctx: u32,
+    pub seq: u32,
+    pub outs_start: u32,
+    pub outs_end: u32,
+}
+
+#[derive(Default, Debug)]
+pub(crate) struct Batch {
+    /// The packet buffer: ingress frames back to back (heads and tails).
+    pub frames: Vec<u8>,
+    pub slots: Vec<Slot>,
+    pub out: OutArena,
+    pub done: Vec<Completion>,
+}
+
+impl Batch {
+    pub fn with_capacity(packets: usize) -> Self {
+        Batch {
+            frames: Vec::with_capacity(packets * 128),
+            slots: Vec::with_capacity(packets),
+            out: OutArena::default(),
+            done: Vec::with_capacity(packets),
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.frames.clear();
+        self.slots.clear();
+        self.out.clear();
+        self.done.clear();
+    }
+}

@@ -1,0 +1,216 @@
+//! Dispatch: hands batches of packet heads to whichever PPE thread is available.
+//!
+//! The protocol, in steps (see also `DESIGN` notes in the crate docs):
+//! 1. Ingress pushes a batch on one shared lock-free queue.
+//! 2. A PPE thread pops batches until the queue is empty, then spins briefly (a few
+//!    rounds of [`Backoff::snooze`]), then goes idle: it leaves the `active` count, pushes
+//!    itself on the idle stack, checks the queue once more (so a batch pushed meanwhile is
+//!    never stranded) and parks.
+//! 3. After each push, the pusher wakes one idle thread only when no thread is active, or
+//!    when a backlog builds and fewer threads are active than the machine has cores. A
+//!    thread that pops a batch while a backlog remains wakes a peer under the same rule.
+//!    So work spreads without waking a thread per packet, hundreds of PPE threads cost
+//!    nothing while idle, and a busy engine runs about as many as there are cores to run
+//!    them (more would only take turns on the same cores and hold each other's flows in
+//!    the reorder engine while descheduled).
+//! 4. A waiter (for room, or for a drain) that sees work queued but no batch taken for a
+//!    millisecond wakes one more thread regardless of the cap: the active threads may be
+//!    blocked inside a program (a sleeping or waiting closure), and queued work must not
+//!    wait for them. Progress resets the watch, so a merely busy engine wakes nobody.
+//!
+//! The store/load pairs of steps 2 and 3 are separated by `SeqCst` fences (a Dekker
+//! pattern): either the pusher sees the thread leave `active` and wakes it, or the thread
+//! sees the batch in its last check.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::sync::{Parker, Unparker};
+use crossbeam_utils::{Backoff, CachePadded};
+use parking_lot::Mutex;
+
+use super::batch::Batch;
+
+pub(crate) struct Dispatch {
+    queue: ArrayQueue<Box<Batch>>,
+    /// PPE threads not parked (running or about to run).
+    active: CachePadded<AtomicUsize>,
+    /// Parked PPE threads, most recently parked on top (it has the warmest cache).
+    idle: Mutex<Vec<usize>>,
+    unparkers: Vec<Unparker>,
+    /// Set once at shutdown; threads exit when it is set and the queue is empty.
+    closed: AtomicBool,
+    /// Queue length above which one more thread is woken.
+    backlog: usize,
+    /// Threads woken for a backlog at most (the cores available).
+    max_active: usize,
+    /// Batches taken so far: the progress a stalled waiter watches.
+    taken: CachePadded<AtomicU64>,
+}
+
+/// How long queued work may sit with no batch taken before a waiter wakes another thread.
+const STALL: Duration = Duration::from_millis(1);
+
+/// What a waiter remembers between looks at the engine (step 4).
+pub(crate) struct StallWatch {
+    taken: u64,
+    since: Instant,
+}
+
+pub(crate) enum Popped {
+    Batch(Box<Batch>),
+    Closed,
+}
+
+impl Dispatch {
+    /// A dispatcher for `threads` PPE threads; returns the parkers each thread parks on.
+    pub fn new(
+        threads: usize,
+        max_active: usize,
+        queue_capacity: usize,
+    ) -> (Dispatch, Vec<Parker>) {
+        let parkers: Vec<Parker> = (0..threads).map(|_| Parker::new()).collect();
+        let unparkers = parkers.iter().map(|p| p.unparker().clone()).collect();
+        let d = Dispatch {
+            queue: ArrayQueue::new(queue_capacity.max(1)),
+            active: CachePadded::new(AtomicUsize::new(threads)),
+            idle: Mutex::new(Vec::with_capacity(threads)),
+            unparkers,
+            closed: AtomicBool::new(false),
+            backlog: 2,
+            max_active: max_active.max(1),
+            taken: CachePadded::new(AtomicU64::new(0)),
+        };
+        (d, parkers)
+    }
+
+    /// Queues a batch. The caller has reserved in-flight capacity, and the queue holds at
+    /// least as many batches as the capacity allows packets, so this cannot fail.
+    pub fn push(&self, batch: Box<Batch>) {
+        if self.queue.push(batch).is_err() {
+            unreachable!("dispatch queue sized to the in-flight capacity");
+        }
+        fence(Ordering::SeqCst);
+        self.maybe_wake();
+    }
+
+    fn maybe_wake(&self) {
+        let active = self.active.load(Ordering::Relaxed);
+        if active == 0 || (active < self.max_active && self.queue.len() > self.backlog) {
+            self.wake_one();
+        }
+    }
+
+    /// Starts watching for a stall.
+    pub fn stall_watch(&self) -> StallWatch {
+        StallWatch {
+            taken: self.taken.load(Ordering::Relaxed),
+            since: Instant::now(),
+        }
+    }
+
+    /// Called by a thread waiting on the engine: if work has been queued with no batch
+    /// taken for [`STALL`], wake one more PPE thread even past the cap (step 4).
+    pub fn check_stall(&self, w: &mut StallWatch) {
+        let taken = self.taken.load(Ordering::Relaxed);
+        if taken != w.taken {
+            *w = StallWatch {
+                taken,
+                since: Instant::now(),
+            };
+        } else if w.since.elapsed() >= STALL {
+            if !self.queue.is_empty() {
+                self.wake_one();
+            }
+            w.since = Instant::now();
+        }
+    }
+
+    fn wake_one(&self) -> bool {
+        let me = {
+            let mut idle = self.idle.lock();
+            let Some(me) = idle.pop() else { return false };
+            // Counted active before it runs, so another pusher does not wake a second one.
+            self.active.fetch_add(1, Ordering::SeqCst);
+            me
+        };
+        self.unparkers[me].unpark();
+        true
+    }
+
+    /// Next batch for PPE thread `me`, parking while there is none. `Closed` once the
+    /// engine shuts down and the queue is empty.
+    pub fn pop(&self, me: usize, parker: &Parker) -> Popped {
+        loop {
+            if let Some(b) = self.pop_spinning() {
+                self.taken.fetch_add(1, Ordering::Relaxed);
+                self.maybe_wake();
+                return Popped::Batch(b);
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return Popped::Closed;
+            }
+            // Go idle: leave `active`, then take a last look before parking.
+            self.idle.lock().push(me);
+            self.active.fetch_sub(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if !self.queue.is_empty() || self.closed.load(Ordering::Acquire) {
+                if self.unidle(me) {
+                    continue;
+                }
+                // Someone already popped us from the idle stack and will unpark us: take
+                // that token now so it does not cut a later park short.
+                parker.park();
+                continue;
+            }
+            loop {
+                parker.park();
+                // A waker removes us from the idle stack before unparking; if we are still
+                // on it, this was a spurious wake-up.
+                if !self.idle.lock().contains(&me) {
+                    break;
+                }
+                if self.closed.load(Ordering::Acquire) {
+                    self.unidle(me);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Removes `me` from the idle stack; true if it was there (we are active again).
+    fn unidle(&self, me: usize) -> bool {
+        let mut idle = self.idle.lock();
+        if let Some(pos) = idle.iter().position(|&i| i == me) {
+            idle.swap_remove(pos);
+            self.active.fetch_add(1, Ordering::SeqCst);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn pop_spinning(&self) -> Option<Box<Batch>> {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(b) = self.queue.pop() {
+                return Some(b);
+            }
+            if backoff.is_completed() || self.closed.load(Ordering::Relaxed) {
+                return None;
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Lets every thread finish the queued work and exit.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let idle: Vec<usize> = std::mem::take(&mut *self.idle.lock());
+        self.active.fetch_add(idle.len(), Ordering::SeqCst);
+        for i in idle {
+            self.unparkers[i].unpark();
+        }
+    }
+}

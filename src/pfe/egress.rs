@@ -1,0 +1,244 @@
+//! Egress: per-port output queues and the sinks that receive what leaves the engine.
+//!
+//! Released packets are copied into their port's queue (multicast packets into every member
+//! port's queue); at the end of each released batch every non-empty queue is handed to the
+//! sink as one [`Frames`] burst, in order.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_channel::{Receiver, Sender};
+use crossbeam_utils::CachePadded;
+
+use crate::packet::{Dest, Packet, Port};
+
+/// Where one frame of a burst is: buffer `src` of the burst's sources, `len` bytes at `off`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Span {
+    pub src: u32,
+    pub off: u32,
+    pub len: u32,
+}
+
+/// A burst of frames leaving one port, in order. The frames are read where the engine
+/// holds them (no copy is made for the sink).
+#[derive(Clone, Copy)]
+pub struct Frames<'a> {
+    sources: &'a [&'a [u8]],
+    spans: &'a [Span],
+}
+
+impl<'a> Frames<'a> {
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True when there are no frames.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    #[inline]
+    fn resolve(sources: &'a [&'a [u8]], s: &Span) -> &'a [u8] {
+        &sources[s.src as usize][s.off as usize..(s.off + s.len) as usize]
+    }
+
+    /// Frame `i`.
+    pub fn get(&self, i: usize) -> Option<&'a [u8]> {
+        self.spans.get(i).map(|s| Self::resolve(self.sources, s))
+    }
+
+    /// The frames in order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let sources = self.sources;
+        self.spans.iter().map(move |s| Self::resolve(sources, s))
+    }
+
+    /// Total bytes of the frames.
+    pub fn total_bytes(&self) -> u64 {
+        self.spans.iter().map(|s| s.len as u64).sum()
+    }
+}
+
+/// Receives the frames leaving the engine. Called from PPE threads; with reordering on,
+/// calls are serialised and each port's frames arrive in flow order.
+pub trait Sink: Send + Sync {
+    /// Takes a burst of frames leaving `port`.
+    fn deliver(&self, port: Port, frames: Frames<'_>);
+}
+
+/// Throws frames away (they are still counted in the engine's egress stats).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Discard;
+
+impl Sink for Discard {
+    fn deliver(&self, _port: Port, _frames: Frames<'_>) {}
+}
+
+/// Counts packets and bytes per port; the sink for benchmarks.
+#[derive(Debug)]
+pub struct CountingSink {
+    ports: Box<[CachePadded<[AtomicU64; 2]>]>,
+}
+
+impl CountingSink {
+    /// A counter for ports `0..ports`; frames to higher ports count on the last one.
+    pub fn new(ports: usize) -> Self {
+        CountingSink {
+            ports: (0..ports.max(1))
+                .map(|_| CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]))
+                .collect(),
+        }
+    }
+
+    fn slot(&self, port: Port) -> &[AtomicU64; 2] {
+        &self.ports[(port as usize).min(self.ports.len() - 1)]
+    }
+
+    /// Packets seen on `port`.
+    pub fn packets(&self, port: Port) -> u64 {
+        self.slot(port)[0].load(Ordering::Relaxed)
+    }
+
+    /// Bytes seen on `port`.
+    pub fn bytes(&self, port: Port) -> u64 {
+        self.slot(port)[1].load(Ordering::Relaxed)
+    }
+
+    /// Packets over all ports.
+    pub fn total_packets(&self) -> u64 {
+        self.ports
+            .iter()
+            .map(|p| p[0].load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Bytes over all ports.
+    pub fn total_bytes(&self) -> u64 {
+        self.ports
+            .iter()
+            .map(|p| p[1].load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+impl Sink for CountingSink {
+    fn deliver(&self, port: Port, frames: Frames<'_>) {
+        let slot = self.slot(port);
+        slot[0].fetch_add(frames.len() as u64, Ordering::Relaxed);
+        slot[1].fetch_add(frames.total_bytes(), Ordering::Relaxed);
+    }
+}
+
+/// Sends every frame as an owned [`Packet`] down a channel (one allocation per frame: for
+/// tests and applications, not for line-rate runs).
+#[derive(Debug, Clone)]
+pub struct ChannelSink {
+    tx: Sender<Packet>,
+}
+
+impl ChannelSink {
+    /// An unbounded channel sink and its receiving end.
+    pub fn new() -> (ChannelSink, Receiver<Packet>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (ChannelSink { tx }, rx)
+    }
+}
+
+impl Sink for ChannelSink {
+    fn deliver(&self, port: Port, frames: Frames<'_>) {
+        for f in frames.iter() {
+            // A dropped receiver means nobody wants the frames any more; that is the
+            // receiver's choice, not a loss inside the engine.
+            let _ = self.tx.send(Packet {
+                port,
+                data: f.to_vec(),
+            });
+        }
+    }
+}
+
+/// Calls a closure for every frame.
+pub struct FnSink<F>(pub F);
+
+impl<F: Fn(Port, &[u8]) + Send + Sync> Sink for FnSink<F> {
+    fn deliver(&self, port: Port, frames: Frames<'_>) {
+        for f in frames.iter() {
+            (self.0)(port, f)
+        }
+    }
+}
+
+/// Per-port transmit counters (frames, bytes), published per burst.
+pub(crate) struct TxCounters {
+    ports: Box<[CachePadded<[AtomicU64; 2]>]>,
+}
+
+impl TxCounters {
+    pub fn new(ports: usize) -> Self {
+        TxCounters {
+            ports: (0..ports)
+                .map(|_| CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]))
+                .collect(),
+        }
+    }
+
+    pub fn per_port(&self) -> Vec<(u64, u64)> {
+        self.ports
+            .iter()
+            .map(|p| (p[0].load(Ordering::Relaxed), p[1].load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// The output queues of every port, owned by whoever releases packets. A queue holds
+/// spans into buffers that stay alive until [`PortQueues::flush`].
+pub(crate) struct PortQueues {
+    queues: Vec<Vec<Span>>,
+    dirty: Vec<Port>,
+}
+
+impl PortQueues {
+    pub fn new(ports: usize) -> Self {
+        PortQueues {
+            queues: (0..ports).map(|_| Vec::new()).collect(),
+            dirty: Vec::new(),
+        }
+    }
+
+    /// Queues a frame for its destination (already validated against the port and group
+    /// tables by the PPE thread).
+    #[inline]
+    pub fn push(&mut self, dest: Dest, span: Span, groups: &[Vec<Port>]) {
+        match dest {
+            Dest::Port(p) => self.push_port(p, span),
+            Dest::Group(g) => {
+                for &p in &groups[g as usize] {
+                    self.push_port(p, span);
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn push_port(&mut self, port: Port, span: Span) {
+        let q = &mut self.queues[port as usize];
+        if q.is_empty() {
+            self.dirty.push(port);
+        }
+        q.push(span);
+    }
+
+    /// Hands every non-empty queue to the sink, reading spans from `sources`, and empties it.
+    pub fn flush(&mut self, sources: &[&[u8]], sink: &dyn Sink, tx: &TxCounters) {
+        for port in self.dirty.drain(..) {
+            let q = &mut self.queues[port as usize];
+            let frames = Frames { sources, spans: q };
+            let c = &tx.ports[port as usize];
+            c[0].fetch_add(frames.len() as u64, Ordering::Relaxed);
+            c[1].fetch_add(frames.total_bytes(), Ordering::Relaxed);
+            sink.deliver(port, frames);
+            q.clear();
+        }
+    }
+}

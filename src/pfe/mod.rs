@@ -1,0 +1,787 @@
+//! The Packet Forwarding Engine: builder, lifecycle and the path a packet takes.
+//!
+//! ```text
+//! inject ──> ingress ──> dispatch ──> PPE threads ──> reorder ──> egress queues ──> sink
+//!           (split,      (batches,    (program to     (per-flow    (per port)
+//!            classify,    idle park)   completion)     release)
+//!            stamp seq)
+//! ```
+//!
+//! [`Pfe::builder`] configures and validates; [`Pfe::start`] spawns the PPE threads;
+//! [`Pfe::inject`] and friends feed frames (blocking, or handing them back when the engine is
+//! full); [`Pfe::drain`] waits until nothing is in flight; [`Pfe::shutdown`] drains, stops
+//! and joins the threads and returns the final [`Stats`].
+
+mod batch;
+mod dispatch;
+pub mod egress;
+mod ingress;
+mod ppe;
+mod reorder;
+mod stats;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::sync::Parker;
+use crossbeam_utils::{Backoff, CachePadded};
+use parking_lot::Mutex;
+
+pub use egress::{ChannelSink, CountingSink, Discard, FnSink, Frames, Sink};
+pub use ingress::FlowClassifier;
+pub use stats::Stats;
+
+use self::batch::{Batch, Slot};
+use self::dispatch::Dispatch;
+use self::egress::TxCounters;
+use self::ingress::IngressState;
+use self::reorder::ReorderEngine;
+use self::stats::{WorkerStats, DROP_OVERSIZE, DROP_RUNT, ENGINE_DROP_REASONS};
+use crate::error::ConfigError;
+use crate::mem::{MemConfig, SharedMemory};
+use crate::packet::{GroupId, Packet, Port, DEFAULT_HEAD_BYTES, MIN_FRAME_BYTES};
+use crate::program::{
+    FaultKind, Program, DEFAULT_HEAD_OFFSET, DEFAULT_INSTRUCTION_BUDGET, LOCAL_MEMORY_BYTES,
+};
+
+/// Most PPE threads an engine may have.
+pub const MAX_PPE_THREADS: usize = 4096;
+/// Default packets per dispatch batch.
+pub const DEFAULT_BATCH_SIZE: usize = 32;
+/// Default in-flight capacity, in packets.
+pub const DEFAULT_CAPACITY: usize = 16_384;
+/// Default number of reorder contexts.
+pub const DEFAULT_REORDER_CONTEXTS: usize = 4096;
+/// Default number of ports.
+pub const DEFAULT_PORTS: usize = 64;
+/// Default largest frame accepted at ingress (a jumbo frame).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 9216;
+
+/// The settings of an engine, as validated by [`PfeBuilder::build`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// PPE worker threads.
+    pub ppe_threads: usize,
+    /// Pin PPE threads to cores (round robin over the cores this process may use).
+    pub pin_threads: bool,
+    /// Bytes of each packet handed to a PPE thread as its head.
+    pub head_bytes: usize,
+    /// Packets per dispatch batch.
+    pub batch_size: usize,
+    /// Packets in flight at most (queued, being processed, or held for reordering).
+    pub capacity: usize,
+    /// Per-flow reordering on (true) or release in completion order (false).
+    pub reorder: bool,
+    /// Reorder contexts flows are folded into (a power of two).
+    pub reorder_contexts: usize,
+    /// How ingress groups packets into flows.
+    pub classifier: FlowClassifier,
+    /// Egress ports `0..ports`.
+    pub ports: usize,
+    /// Instructions a packet may execute before it faults.
+    pub instruction_budget: u32,
+    /// Largest frame accepted at ingress; longer ones are dropped as `oversize`.
+    pub max_frame_bytes: usize,
+}
+
+/// Configures a [`Pfe`]. Every setting has a sensible default except the program.
+pub struct PfeBuilder {
+    program: Option<Program>,
+    cfg: Config,
+    ppe_threads: Option<usize>,
+    groups: Vec<(GroupId, Vec<Port>)>,
+    mem_config: MemConfig,
+    memory: Option<Arc<SharedMemory>>,
+    sink: Arc<dyn Sink>,
+}
+
+impl fmt::Debug for PfeBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PfeBuilder")
+            .field("program", &self.program)
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// PPE threads by default: the cores available to this process.
+pub fn default_ppe_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+impl PfeBuilder {
+    fn new() -> Self {
+        PfeBuilder {
+            program: None,
+            cfg: Config {
+                ppe_threads: 0,
+                pin_threads: false,
+                head_bytes: DEFAULT_HEAD_BYTES,
+                batch_size: DEFAULT_BATCH_SIZE,
+                capacity: DEFAULT_CAPACITY,
+                reorder: true,
+                reorder_contexts: DEFAULT_REORDER_CONTEXTS,
+                classifier: FlowClassifier::default(),
+                ports: DEFAULT_PORTS,
+                instruction_budget: DEFAULT_INSTRUCTION_BUDGET,
+                max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            },
+            ppe_threads: None,
+            groups: Vec::new(),
+            mem_config: MemConfig::default(),
+            memory: None,
+            sink: Arc::new(Discard),
+        }
+    }
+
+    /// The program every PPE thread runs (required).
+    pub fn program(mut self, program: Program) -> Self {
+        self.program = Some(program);
+        self
+    }
+
+    /// PPE worker threads, 1 to [`MAX_PPE_THREADS`] (default: available cores).
+    pub fn ppe_threads(mut self, n: usize) -> Self {
+        self.ppe_threads = Some(n);
+        self
+    }
+
+    /// Pin PPE threads to cores (default off).
+    pub fn pin_threads(mut self, on: bool) -> Self {
+        self.cfg.pin_threads = on;
+        self
+    }
+
+    /// Bytes of each packet loaded into local memory as its head (default 192).
+    pub fn head_bytes(mut self, n: usize) -> Self {
+        self.cfg.head_bytes = n;
+        self
+    }
+
+    /// Packets per dispatch batch, 1 to 1024 (default 32).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.cfg.batch_size = n;
+        self
+    }
+
+    /// Packets in flight at most; a full engine blocks [`Pfe::inject`] and hands packets
+    /// back from [`Pfe::try_inject`] (default 16384).
+    pub fn capacity(mut self, n: usize) -> Self {
+        self.cfg.capacity = n;
+        self
+    }
+
+    /// Per-flow reordering (default on); off releases packets as threads finish them.
+    pub fn reorder(mut self, on: bool) -> Self {
+        self.cfg.reorder = on;
+        self
+    }
+
+    /// Reorder contexts flows are folded into, a power of two (default 4096).
+    pub fn reorder_contexts(mut self, n: usize) -> Self {
+        self.cfg.reorder_contexts = n;
+        self
+    }
+
+    /// How ingress groups packets into flows (default: IPv4 5-tuple).
+    pub fn classifier(mut self, c: FlowClassifier) -> Self {
+        self.cfg.classifier = c;
+        self
+    }
+
+    /// Egress ports `0..n`, 1 to 4096 (default 64).
+    pub fn ports(mut self, n: usize) -> Self {
+        self.cfg.ports = n;
+        self
+    }
+
+    /// Defines multicast group `id` as the given ports.
+    pub fn multicast_group(mut self, id: GroupId, ports: impl Into<Vec<Port>>) -> Self {
+        self.groups.push((id, ports.into()));
+        self
+    }
+
+    /// Instructions a packet may execute before it faults (default 10000).
+    pub fn instruction_budget(mut self, n: u32) -> Self {
+        self.cfg.instruction_budget = n;
+        self
+    }
+
+    /// Largest frame accepted at ingress (default 9216).
+    pub fn max_frame_bytes(mut self, n: usize) -> Self {
+        self.cfg.max_frame_bytes = n;
+        self
+    }
+
+    /// Sizes of the shared memory the engine creates (ignored with [`PfeBuilder::memory`]).
+    pub fn mem_config(mut self, cfg: MemConfig) -> Self {
+        self.mem_config = cfg;
+        self
+    }
+
+    /// Uses an existing shared memory (so a program can be built with addresses allocated
+    /// in it before the engine exists).
+    pub fn memory(mut self, mem: Arc<SharedMemory>) -> Self {
+        self.memory = Some(mem);
+        self
+    }
+
+    /// Where frames leaving the engine go (default: [`Discard`], still counted).
+    pub fn sink(mut self, sink: Arc<dyn Sink>) -> Self {
+        self.sink = sink;
+        self
+    }
+
+    /// Validates the configuration and builds a stopped engine.
+    pub fn build(self) -> Result<Pfe, ConfigError> {
+        let PfeBuilder {
+            program,
+            mut cfg,
+            ppe_threads,
+            groups,
+            mem_config,
+            memory,
+            sink,
+        } = self;
+        let program = program.ok_or_else(|| {
+            ConfigError::new("program", "no program installed; call .program(...)")
+        })?;
+        cfg.ppe_threads = ppe_threads.unwrap_or_else(default_ppe_threads);
+        if !(1..=MAX_PPE_THREADS).contains(&cfg.ppe_threads) {
+            return Err(ConfigError::new(
+                "ppe_threads",
+                format!(
+                    "{} is out of range; accepted 1..={MAX_PPE_THREADS}",
+                    cfg.ppe_threads
+                ),
+            ));
+        }
+        let max_head = LOCAL_MEMORY_BYTES - DEFAULT_HEAD_OFFSET;
+        if !(MIN_FRAME_BYTES..=max_head).contains(&cfg.head_bytes) {
+            return Err(ConfigError::new(
+                "head_bytes",
+                format!(
+                    "{} is out of range; accepted {MIN_FRAME_BYTES}..={max_head} (the head and {DEFAULT_HEAD_OFFSET} \
+                     bytes of headroom must fit the {LOCAL_MEMORY_BYTES}-byte local memory)",
+                    cfg.head_bytes
+                ),
+            ));
+        }
+        if !(1..=1024).contains(&cfg.batch_size) {
+            return Err(ConfigError::new(
+                "batch_size",
+                format!("{} is out of range; accepted 1..=1024", cfg.batch_size),
+            ));
+        }
+        if cfg.capacity < cfg.batch_size || cfg.capacity > 1 << 24 {
+            return Err(ConfigError::new(
+                "capacity",
+                format!(
+                    "{} is out of range; accepted batch_size ({})..={}",
+                    cfg.capacity,
+                    cfg.batch_size,
+                    1 << 24
+                ),
+            ));
+        }
+        if !cfg.reorder_contexts.is_power_of_two() || cfg.reorder_contexts > 1 << 20 {
+            return Err(ConfigError::new(
+                "reorder_contexts",
+                format!(
+                    "{} must be a power of two from 1 to {}",
+                    cfg.reorder_contexts,
+                    1 << 20
+                ),
+            ));
+        }
+        if !(1..=4096).contains(&cfg.ports) {
+            return Err(ConfigError::new(
+                "ports",
+                format!("{} is out of range; accepted 1..=4096", cfg.ports),
+            ));
+        }
+        if cfg.instruction_budget == 0 {
+            return Err(ConfigError::new("instruction_budget", "must be at least 1"));
+        }
+        if !(64..=65_535).contains(&cfg.max_frame_bytes) {
+            return Err(ConfigError::new(
+                "max_frame_bytes",
+                format!(
+                    "{} is out of range; accepted 64..=65535",
+                    cfg.max_frame_bytes
+                ),
+            ));
+        }
+        let mut group_table: Vec<Vec<Port>> = Vec::new();
+        for (id, members) in groups {
+            if members.is_empty() {
+                return Err(ConfigError::new(
+                    "multicast_group",
+                    format!("group {id} has no ports"),
+                ));
+            }
+            if let Some(p) = members.iter().find(|p| **p as usize >= cfg.ports) {
+                return Err(ConfigError::new(
+                    "multicast_group",
+                    format!(
+                        "group {id} names port {p}, but the engine has ports 0..{}",
+                        cfg.ports
+                    ),
+                ));
+            }
+            let i = id as usize;
+            if group_table.len() <= i {
+                group_table.resize(i + 1, Vec::new());
+            }
+            if !group_table[i].is_empty() {
+                return Err(ConfigError::new(
+                    "multicast_group",
+                    format!("group {id} is defined twice"),
+                ));
+            }
+            group_table[i] = members;
+        }
+        let mem = match memory {
+            Some(m) => m,
+            None => Arc::new(SharedMemory::new(&mem_config)?),
+        };
+
+        let mut drop_reason_names: Vec<String> =
+            ENGINE_DROP_REASONS.iter().map(|s| s.to_string()).collect();
+        drop_reason_names.extend(FaultKind::ALL.iter().map(|k| k.drop_reason().to_string()));
+        drop_reason_names.extend(program.drop_reasons().iter().map(|s| s.to_string()));
+
+        let (dispatch, parkers) =
+            Dispatch::new(cfg.ppe_threads, default_ppe_threads(), cfg.capacity);
+        let max_batches = cfg.capacity.div_ceil(cfg.batch_size) + cfg.ppe_threads + 4;
+        let shared = Shared {
+            dispatch,
+            pool: ArrayQueue::new(max_batches.min(cfg.capacity + 4)),
+            in_flight: CachePadded::new(AtomicU64::new(0)),
+            ingress: Mutex::new(IngressState {
+                next_seq: vec![0; cfg.reorder_contexts],
+            }),
+            ingress_counts: CachePadded::new([
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+            ]),
+            reorder: Mutex::new(ReorderEngine::new(cfg.reorder_contexts, cfg.ports)),
+            groups: group_table,
+            sink,
+            tx: TxCounters::new(cfg.ports),
+            worker_stats: (0..cfg.ppe_threads)
+                .map(|_| CachePadded::new(Mutex::new(WorkerStats::new(drop_reason_names.len()))))
+                .collect(),
+            drop_reason_names,
+            epoch: Instant::now(),
+            state: AtomicU8::new(STATE_BUILT),
+            program,
+            mem,
+            cfg,
+        };
+        Ok(Pfe {
+            shared: Arc::new(shared),
+            parkers: Mutex::new(parkers),
+            workers: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+const STATE_BUILT: u8 = 0;
+const STATE_RUNNING: u8 = 1;
+const STATE_STOPPED: u8 = 2;
+
+/// What every PPE thread and the injecting threads share.
+pub(crate) struct Shared {
+    pub cfg: Config,
+    pub program: Program,
+    pub mem: Arc<SharedMemory>,
+    pub dispatch: Dispatch,
+    /// Empty batches for ingress to fill.
+    pub pool: ArrayQueue<Box<Batch>>,
+    /// Ingress packets accepted and not yet released.
+    pub in_flight: CachePadded<AtomicU64>,
+    pub ingress: Mutex<IngressState>,
+    /// Frames injected, runts, oversize frames.
+    pub ingress_counts: CachePadded<[AtomicU64; 3]>,
+    pub reorder: Mutex<ReorderEngine>,
+    pub groups: Vec<Vec<Port>>,
+    pub sink: Arc<dyn Sink>,
+    pub tx: TxCounters,
+    pub worker_stats: Box<[CachePadded<Mutex<WorkerStats>>]>,
+    pub drop_reason_names: Vec<String>,
+    pub epoch: Instant,
+    pub state: AtomicU8,
+}
+
+/// Why a packet was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InjectError {
+    /// The engine is not running (not started yet, or shut down).
+    NotRunning,
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InjectError::NotRunning => f.write_str("the engine is not running (call start first)"),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {}
+
+/// Why [`Pfe::try_inject`] handed a packet back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TryInjectError {
+    /// The engine is at capacity; try again later.
+    Full(Packet),
+    /// The engine is not running.
+    NotRunning(Packet),
+}
+
+impl TryInjectError {
+    /// The packet that was not accepted.
+    pub fn into_inner(self) -> Packet {
+        match self {
+            TryInjectError::Full(p) | TryInjectError::NotRunning(p) => p,
+        }
+    }
+}
+
+impl fmt::Display for TryInjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryInjectError::Full(_) => f.write_str("the engine is at capacity"),
+            TryInjectError::NotRunning(_) => f.write_str("the engine is not running"),
+        }
+    }
+}
+
+impl std::error::Error for TryInjectError {}
+
+/// A Packet Forwarding Engine. Share it between injecting threads with an `Arc`: every
+/// method but [`Pfe::start`] and [`Pfe::shutdown`] takes `&self`.
+pub struct Pfe {
+    shared: Arc<Shared>,
+    parkers: Mutex<Vec<Parker>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Pfe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pfe")
+            .field("program", &self.shared.program.name())
+            .field("config", &self.shared.cfg)
+            .finish()
+    }
+}
+
+impl Pfe {
+    /// Starts configuring an engine.
+    pub fn builder() -> PfeBuilder {
+        PfeBuilder::new()
+    }
+
+    /// Spawns the PPE threads. Starting a running engine does nothing; a shut-down engine
+    /// cannot be restarted.
+    pub fn start(&mut self) -> Result<(), InjectError> {
+        match self.shared.state.load(Ordering::Acquire) {
+            STATE_RUNNING => return Ok(()),
+            STATE_STOPPED => return Err(InjectError::NotRunning),
+            _ => {}
+        }
+        let cores = if self.shared.cfg.pin_threads {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let parkers = std::mem::take(&mut *self.parkers.lock());
+        let mut workers = self.workers.lock();
+        for (me, parker) in parkers.into_iter().enumerate() {
+            let shared = Arc::clone(&self.shared);
+            let pin = if cores.is_empty() {
+                None
+            } else {
+                Some(cores[me % cores.len()])
+            };
+            let handle = std::thread::Builder::new()
+                .name(format!("pfemu-ppe-{me}"))
+                .stack_size(512 * 1024)
+                .spawn(move || ppe::run(shared, me, parker, pin))
+                .expect("spawning a PPE thread");
+            workers.push(handle);
+        }
+        self.shared.state.store(STATE_RUNNING, Ordering::Release);
+        Ok(())
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &Config {
+        &self.shared.cfg
+    }
+
+    /// The program the PPE threads run.
+    pub fn program(&self) -> &Program {
+        &self.shared.program
+    }
+
+    /// The shared memory system (read counters, allocate regions, load tables).
+    pub fn memory(&self) -> &Arc<SharedMemory> {
+        &self.shared.mem
+    }
+
+    fn running(&self) -> bool {
+        self.shared.state.load(Ordering::Acquire) == STATE_RUNNING
+    }
+
+    /// Injects one frame, waiting while the engine is full.
+    pub fn inject(&self, packet: Packet) -> Result<(), InjectError> {
+        self.inject_frame(packet.port, &packet.data)
+    }
+
+    /// Injects one frame, or hands it back at once if the engine is full or not running.
+    pub fn try_inject(&self, packet: Packet) -> Result<(), TryInjectError> {
+        if !self.running() {
+            return Err(TryInjectError::NotRunning(packet));
+        }
+        match self.submit(std::iter::once((packet.port, &packet.data[..])), false) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(TryInjectError::Full(packet)),
+        }
+    }
+
+    /// Injects one frame given as bytes, waiting while the engine is full.
+    pub fn inject_frame(&self, port: Port, frame: &[u8]) -> Result<(), InjectError> {
+        self.inject_burst(std::iter::once((port, frame)))
+            .map(|_| ())
+    }
+
+    /// Injects many frames in dispatch batches (the fast path), waiting whenever the engine
+    /// is full. Returns how many frames were taken (all of them).
+    pub fn inject_burst<'f, I>(&self, frames: I) -> Result<u64, InjectError>
+    where
+        I: IntoIterator<Item = (Port, &'f [u8])>,
+    {
+        if !self.running() {
+            return Err(InjectError::NotRunning);
+        }
+        self.submit(frames.into_iter(), true)
+            .map_err(|_| InjectError::NotRunning)
+    }
+
+    /// Ingress: validates, classifies and stamps frames, fills batches and dispatches them.
+    /// Without `block`, fails (taking nothing of the batch that did not fit) when full.
+    fn submit<'f>(
+        &self,
+        mut frames: impl Iterator<Item = (Port, &'f [u8])>,
+        block: bool,
+    ) -> Result<u64, ()> {
+        let sh = &*self.shared;
+        let bs = sh.cfg.batch_size;
+        let mask = (sh.cfg.reorder_contexts - 1) as u64;
+        let mut taken = 0u64;
+        loop {
+            let mut batch = sh
+                .pool
+                .pop()
+                .unwrap_or_else(|| Box::new(Batch::with_capacity(bs)));
+            let (mut seen, mut runts, mut oversize) = (0u64, 0u64, 0u64);
+            for (port, frame) in frames.by_ref() {
+                seen += 1;
+                if frame.len() < MIN_FRAME_BYTES {
+                    runts += 1;
+                    continue;
+                }
+                if frame.len() > sh.cfg.max_frame_bytes {
+                    oversize += 1;
+                    continue;
+                }
+                let ctx = (sh.cfg.classifier.flow_key(port, frame) & mask) as u32;
+                let off = batch.frames.len() as u32;
+                batch.frames.extend_from_slice(frame);
+                batch.slots.push(Slot {
+                    off,
+                    len: frame.len() as u32,
+                    port,
+                    ctx,
+                    seq: 0,
+                });
+                if batch.slots.len() == bs {
+                    break;
+                }
+            }
+            let n = batch.slots.len() as u64;
+            if n > 0 && !self.reserve(n, block) {
+                batch.clear();
+                let _ = sh.pool.push(batch);
+                return Err(());
+            }
+            let c = &sh.ingress_counts;
+            c[0].fetch_add(seen, Ordering::Relaxed);
+            c[DROP_RUNT + 1].fetch_add(runts, Ordering::Relaxed);
+            c[DROP_OVERSIZE + 1].fetch_add(oversize, Ordering::Relaxed);
+            taken += seen;
+            if n == 0 {
+                let _ = sh.pool.push(batch);
+                return Ok(taken);
+            }
+            {
+                // Stamp and dispatch under one lock so that, with several injecting
+                // threads, sequence order is the order batches enter dispatch.
+                let mut ing = sh.ingress.lock();
+                for s in batch.slots.iter_mut() {
+                    let seq = &mut ing.next_seq[s.ctx as usize];
+                    s.seq = *seq;
+                    *seq = seq.wrapping_add(1);
+                }
+                sh.dispatch.push(batch);
+            }
+            if (n as usize) < bs {
+                return Ok(taken);
+            }
+        }
+    }
+
+    /// Reserves in-flight room for `n` packets, waiting for it when `block`.
+    ///
+    /// A full engine means the PPE threads are the bottleneck, so the waiting injector
+    /// sleeps rather than spins (on a small machine its spinning would take the very cores
+    /// the PPE threads need), and comes back only once a quarter of the capacity is free,
+    /// which keeps dispatch fed while the injector is asleep.
+    fn reserve(&self, n: u64, block: bool) -> bool {
+        let cap = self.shared.cfg.capacity as u64;
+        let in_flight = &self.shared.in_flight;
+        loop {
+            let cur = in_flight.load(Ordering::Relaxed);
+            if cur + n <= cap {
+                if in_flight
+                    .compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return true;
+                }
+                continue;
+            }
+            if !block || !self.running() {
+                return false;
+            }
+            let resume_at = cap - n.max(cap / 4);
+            let mut watch = self.shared.dispatch.stall_watch();
+            while in_flight.load(Ordering::Relaxed) > resume_at && self.running() {
+                self.shared.dispatch.check_stall(&mut watch);
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Packets accepted and not yet released.
+    pub fn in_flight(&self) -> u64 {
+        self.shared.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Waits until nothing is in flight: every accepted packet has been released or
+    /// dropped, and every posted XTXN has been applied.
+    pub fn drain(&self) {
+        let backoff = Backoff::new();
+        let mut watch = self.shared.dispatch.stall_watch();
+        while self.in_flight() > 0 {
+            if backoff.is_completed() {
+                self.shared.dispatch.check_stall(&mut watch);
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                backoff.snooze();
+            }
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        let sh = &*self.shared;
+        let mut total = WorkerStats::new(sh.drop_reason_names.len());
+        let mut per_ppe = Vec::with_capacity(sh.worker_stats.len());
+        for w in sh.worker_stats.iter() {
+            let w = w.lock();
+            per_ppe.push(w.packets);
+            total.add(&w);
+        }
+        let c = &sh.ingress_counts;
+        total.drops[DROP_RUNT] += c[DROP_RUNT + 1].load(Ordering::Relaxed);
+        total.drops[DROP_OVERSIZE] += c[DROP_OVERSIZE + 1].load(Ordering::Relaxed);
+        let mut s = Stats {
+            packets_in: c[0].load(Ordering::Relaxed),
+            packets_out: total.forwarded + total.multicast,
+            multicast: total.multicast,
+            consumed: total.consumed,
+            dropped: total.drops.iter().sum(),
+            in_flight: sh.in_flight.load(Ordering::Acquire),
+            created: total.created,
+            created_invalid: total.created_invalid,
+            instructions: total.instructions,
+            per_ppe_packets: per_ppe,
+            ..Stats::default()
+        };
+        for (name, &n) in sh.drop_reason_names.iter().zip(&total.drops) {
+            if n > 0 {
+                *s.dropped_by_reason.entry(name.clone()).or_default() += n;
+            }
+        }
+        for k in FaultKind::ALL {
+            let n = total.faults[k.index()];
+            if n > 0 {
+                s.faults.insert(k.name().to_string(), n);
+            }
+        }
+        for k in crate::mem::XtxnKind::ALL {
+            let n = total.xtxns[k.index()];
+            if n > 0 {
+                s.xtxns.insert(k.name().to_string(), n);
+            }
+        }
+        for (port, (frames, bytes)) in sh.tx.per_port().into_iter().enumerate() {
+            if frames > 0 {
+                s.tx_by_port.insert(port as u16, (frames, bytes));
+                s.frames_tx += frames;
+                s.bytes_tx += bytes;
+            }
+        }
+        s
+    }
+
+    /// Drains, stops and joins the PPE threads, and returns the final counters. Nothing
+    /// accepted is lost.
+    pub fn shutdown(mut self) -> Stats {
+        self.stop();
+        self.stats()
+    }
+
+    fn stop(&mut self) {
+        if self.shared.state.load(Ordering::Acquire) == STATE_RUNNING {
+            self.drain();
+        }
+        self.shared.state.store(STATE_STOPPED, Ordering::Release);
+        self.shared.dispatch.close();
+        for h in self.workers.lock().drain(..) {
+            // A PPE thread catches panics from programs; a panic escaping it is a bug in
+            // the engine, and surfacing it beats hiding it.
+            if let Err(e) = h.join() {
+                std::panic::resume_unwind(e);
+            }
+        }
+    }
+}
+
+impl Drop for Pfe {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.stop();
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! PPE threads: each is an OS thread that takes batches from dispatch, runs the program to
+//! completion on every packet head in its local memory, and hands the results to the
+//! reorder engine (or straight to egress when reordering is off).
+//!
+//! What a thread owns (its local memory, posted XTXNs, counters, and, without reordering,
+//! its own egress queues) is never shared; it publishes its counters once per batch.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_utils::sync::Parker;
+
+use super::batch::{Batch, Completion};
+use super::dispatch::Popped;
+use super::egress::{PortQueues, Span};
+use super::stats::{
+    WorkerStats, DROP_FAULT_BASE, DROP_NO_SUCH_GROUP, DROP_NO_SUCH_PORT, DROP_PROGRAM_BASE,
+};
+use super::Shared;
+use crate::packet::Dest;
+use crate::program::{Entry, PacketMeta, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET};
+
+/// The body of PPE thread `me`.
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    me: usize,
+    parker: Parker,
+    pin: Option<core_affinity::CoreId>,
+) {
+    if let Some(core_id) = pin {
+        // Pinning is a performance hint: a refusal (e.g. a restricted cpuset) leaves the
+        // thread unpinned rather than stopping it.
+        let _ = core_affinity::set_for_current(core_id);
+    }
+    let mut core = ThreadCore::new();
+    let mut local = WorkerStats::new(shared.drop_reason_names.len());
+    let mut queues = PortQueues::new(shared.cfg.ports);
+    loop {
+        let mut batch = match shared.dispatch.pop(me, &parker) {
+            Popped::Batch(b) => b,
+            Popped::Closed => return,
+        };
+        process(&shared, &mut core, &mut batch, &mut local);
+        // Posted XTXNs land before the batch counts as done, so they are visible after drain.
+        core.posted.flush(&shared.mem);
+        shared.worker_stats[me].lock().add(&local);
+        local.reset();
+        let released = if shared.cfg.reorder {
+            shared
+                .reorder
+                .lock()
+                .complete(&batch, &shared.groups, &*shared.sink, &shared.tx)
+        } else {
+            release_unordered(&shared, &batch, &mut queues)
+        };
+        shared.in_flight.fetch_sub(released, Ordering::Release);
+        batch.clear();
+        // A full pool means more batches exist than the capacity needs; let this one go.
+        let _ = shared.pool.push(batch);
+    }
+}
+
+fn release_unordered(shared: &Shared, batch: &Batch, queues: &mut PortQueues) -> u64 {
+    for r in &batch.out.recs {
+        queues.push(
+            r.dest,
+            Span {
+                src: r.src,
+                off: r.off,
+                len: r.len,
+            },
+            &shared.groups,
+        );
+    }
+    queues.flush(
+        &[&batch.frames, &batch.out.bytes],
+        &*shared.sink,
+        &shared.tx,
+    );
+    batch.done.len() as u64
+}
+
+fn dest_exists(shared: &Shared, dest: Dest) -> bool {
+    match dest {
+        Dest::Port(p) => (p as usize) < shared.cfg.ports,
+        Dest::Group(g) => shared.groups.get(g as usize).is_some_and(|m| !m.is_empty()),
+    }
+}
+
+/// Runs the program on every packet of the batch.
+fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut WorkerStats) {
+    let now_ns = shared.epoch.elapsed().as_nanos() as u64;
+    let head_bytes = shared.cfg.head_bytes;
+    let budget = shared.cfg.instruction_budget;
+    let Batch {
+        frames,
+        slots,
+        out,
+        done,
+    } = batch;
+    for s in slots.iter() {
+        let frame = &frames[s.off as usize..(s.off + s.len) as usize];
+        let head_len = frame.len().min(head_bytes);
+        let (head, tail) = frame.split_at(head_len);
+        // Load the head into local memory before the first instruction.
+        core.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
+        let outs_start = out.recs.len();
+        let meta = PacketMeta {
+            port: s.port,
+            pkt_len: frame.len(),
+            head_start: DEFAULT_HEAD_OFFSET,
+            head_len,
+            tail,
+            now_ns,
+        };
+        let mut t = Thread::new(core, &shared.mem, out, meta);
+        let outcome = shared.program.run(Entry::Packet, &mut t, budget);
+        let (hs, hl) = t.head_window();
+        st.packets += 1;
+        st.instructions += outcome.instructions as u64;
+
+        // Created packets first: drop those whose destination does not exist.
+        let created = out.recs.len() - outs_start;
+        if created > 0 {
+            st.created += created as u64;
+            let before = out.recs.len();
+            let mut i = outs_start;
+            while i < out.recs.len() {
+                if dest_exists(shared, out.recs[i].dest) {
+                    i += 1;
+                } else {
+                    out.recs.remove(i);
+                }
+            }
+            st.created_invalid += (before - out.recs.len()) as u64;
+        }
+
+        let own_dest = match outcome.result {
+            Ok(Verdict::Forward(p)) => Some(Dest::Port(p)),
+            Ok(Verdict::Multicast(g)) => Some(Dest::Group(g)),
+            Ok(Verdict::Drop(r)) => {
+                st.drops[DROP_PROGRAM_BASE + r.0 as usize] += 1;
+                None
+            }
+            Ok(Verdict::Consume) => {
+                st.consumed += 1;
+                None
+            }
+            Err(fault) => {
+                let k = fault.kind().index();
+                st.faults[k] += 1;
+                st.drops[DROP_FAULT_BASE + k] += 1;
+                // The thread's work is abandoned, packets it created included.
+                out.recs.truncate(outs_start);
+                None
+            }
+        };
+        if let Some(dest) = own_dest {
+            if dest_exists(shared, dest) {
+                // Unload the (possibly rewritten) head and rejoin it with the tail: in place
+                // in the packet buffer when the head kept its place and size and the tail
+                // was not replaced, otherwise into the output arena.
+                if hs == DEFAULT_HEAD_OFFSET && hl == head_len && !core.new_tail_set {
+                    let at = s.off as usize;
+                    frames[at..at + hl].copy_from_slice(&core.lm[hs..hs + hl]);
+                    out.push_in_place(dest, s.off, s.len);
+                } else {
+                    let tail = if core.new_tail_set {
+                        &core.new_tail[..]
+                    } else {
+                        &frames[s.off as usize + head_len..(s.off + s.len) as usize]
+                    };
+                    out.push(dest, &[&core.lm[hs..hs + hl], tail]);
+                }
+                // The packet leaves ahead of the packets it created.
+                out.recs[outs_start..].rotate_right(1);
+                match dest {
+                    Dest::Port(_) => st.forwarded += 1,
+                    Dest::Group(_) => st.multicast += 1,
+                }
+            } else {
+                st.drops[match dest {
+                    Dest::Port(_) => DROP_NO_SUCH_PORT,
+                    Dest::Group(_) => DROP_NO_SUCH_GROUP,
+                }] += 1;
+            }
+        }
+        done.push(Completion {
+            ctx: s.ctx,
+            seq: s.seq,
+            outs_start: outs_start as u32,
+            outs_end: out.recs.len() as u32,
+        });
+    }
+    for (a, b) in st.xtxns.iter_mut().zip(core.xtxns.iter_mut()) {
+        *a += *b;
+        *b = 0;
+    }
+}

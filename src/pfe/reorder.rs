@@ -1,0 +1,131 @@
+//! The reorder engine: holds each finished packet until every earlier packet of its flow
+//! has been released, then hands it to egress.
+//!
+//! Ingress stamps each packet with a reorder context (its flow key folded to the number of
+//! contexts; flows that share a context are ordered together, which is safe) and the next
+//! sequence number of that context. PPE threads finish whole batches; the thread that
+//! finishes one takes the engine's lock once for the batch and, for each packet in batch
+//! order, releases it if it is next in its context (then any held successors), or holds a
+//! copy otherwise. A dropped or consumed packet releases its slot with no output. Held
+//! packets stay counted in flight, so the engine's in-flight capacity bounds them.
+
+use hashbrown::HashMap;
+
+use super::batch::Batch;
+use super::egress::{PortQueues, Sink, Span, TxCounters};
+use crate::packet::{Dest, Port, SRC_FRAMES};
+
+/// A finished packet waiting for an earlier one of its flow: copies of its outputs.
+#[derive(Default)]
+struct Held {
+    bytes: Vec<u8>,
+    recs: Vec<(Dest, u32, u32)>,
+}
+
+pub(crate) struct ReorderEngine {
+    /// Next sequence number to release, per context.
+    next: Vec<u32>,
+    held: HashMap<(u32, u32), Held>,
+    /// Egress queues live under the same lock so release order is delivery order.
+    queues: PortQueues,
+    /// Held packets released by the current batch; their bytes stay here until the
+    /// queues are flushed, then the buffers are reused.
+    releasing: Vec<Held>,
+    /// Spare buffers for held packets, reused instead of allocated.
+    spare: Vec<Held>,
+}
+
+/// Source index of the first released held packet in a flush (after the batch's packet
+/// buffer and output arena).
+const SRC_HELD_BASE: u32 = 2;
+
+impl ReorderEngine {
+    pub fn new(contexts: usize, ports: usize) -> Self {
+        ReorderEngine {
+            next: vec![0; contexts],
+            held: HashMap::new(),
+            queues: PortQueues::new(ports),
+            releasing: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Releases what the finished batch allows; returns how many ingress packets left.
+    pub fn complete(
+        &mut self,
+        batch: &Batch,
+        groups: &[Vec<Port>],
+        sink: &dyn Sink,
+        tx: &TxCounters,
+    ) -> u64 {
+        let mut released = 0u64;
+        for c in &batch.done {
+            let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
+            let next = &mut self.next[c.ctx as usize];
+            if *next != c.seq {
+                let mut h = self.spare.pop().unwrap_or_default();
+                for r in recs {
+                    let src = if r.src == SRC_FRAMES {
+                        &batch.frames
+                    } else {
+                        &batch.out.bytes
+                    };
+                    let off = h.bytes.len() as u32;
+                    h.bytes
+                        .extend_from_slice(&src[r.off as usize..(r.off + r.len) as usize]);
+                    h.recs.push((r.dest, off, r.len));
+                }
+                self.held.insert((c.ctx, c.seq), h);
+                continue;
+            }
+            *next = next.wrapping_add(1);
+            released += 1;
+            for r in recs {
+                self.queues.push(
+                    r.dest,
+                    Span {
+                        src: r.src,
+                        off: r.off,
+                        len: r.len,
+                    },
+                    groups,
+                );
+            }
+            if !self.held.is_empty() {
+                released += self.release_held(c.ctx, groups);
+            }
+        }
+        let mut sources: Vec<&[u8]> =
+            Vec::with_capacity(SRC_HELD_BASE as usize + self.releasing.len());
+        sources.push(&batch.frames);
+        sources.push(&batch.out.bytes);
+        sources.extend(self.releasing.iter().map(|h| &h.bytes[..]));
+        self.queues.flush(&sources, sink, tx);
+        for mut h in self.releasing.drain(..) {
+            if self.spare.len() < 1024 {
+                h.bytes.clear();
+                h.recs.clear();
+                self.spare.push(h);
+            }
+        }
+        released
+    }
+
+    /// Releases the held successors of context `ctx` that are now next in line.
+    fn release_held(&mut self, ctx: u32, groups: &[Vec<Port>]) -> u64 {
+        let mut released = 0;
+        loop {
+            let seq = self.next[ctx as usize];
+            let Some(h) = self.held.remove(&(ctx, seq)) else {
+                return released;
+            };
+            let src = SRC_HELD_BASE + self.releasing.len() as u32;
+            for &(dest, off, len) in &h.recs {
+                self.queues.push(dest, Span { src, off, len }, groups);
+            }
+            self.releasing.push(h);
+            self.next[ctx as usize] = seq.wrapping_add(1);
+            released += 1;
+        }
+    }
+}

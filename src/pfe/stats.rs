@@ -1,0 +1,167 @@
+//! Counters: each PPE thread totals its own per batch and publishes them into its own
+//! cache-padded slot; a [`Stats`] snapshot sums the slots.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::mem::XtxnKind;
+use crate::program::FaultKind;
+
+/// Drop reasons the engine itself uses, ahead of the program's own and the fault reasons.
+pub(crate) const ENGINE_DROP_REASONS: [&str; 4] =
+    ["runt", "oversize", "no_such_port", "no_such_group"];
+pub(crate) const DROP_RUNT: usize = 0;
+pub(crate) const DROP_OVERSIZE: usize = 1;
+pub(crate) const DROP_NO_SUCH_PORT: usize = 2;
+pub(crate) const DROP_NO_SUCH_GROUP: usize = 3;
+/// Index of the first fault drop reason; program reasons follow the fault reasons.
+pub(crate) const DROP_FAULT_BASE: usize = ENGINE_DROP_REASONS.len();
+pub(crate) const DROP_PROGRAM_BASE: usize = DROP_FAULT_BASE + FaultKind::COUNT;
+
+/// What one PPE thread has counted.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WorkerStats {
+    pub packets: u64,
+    pub forwarded: u64,
+    pub multicast: u64,
+    pub consumed: u64,
+    pub created: u64,
+    pub created_invalid: u64,
+    pub drops: Vec<u64>,
+    pub faults: [u64; FaultKind::COUNT],
+    pub instructions: u64,
+    pub xtxns: [u64; XtxnKind::COUNT],
+}
+
+impl WorkerStats {
+    pub fn new(drop_reasons: usize) -> Self {
+        WorkerStats {
+            drops: vec![0; drop_reasons],
+            ..Default::default()
+        }
+    }
+
+    pub fn add(&mut self, o: &WorkerStats) {
+        self.packets += o.packets;
+        self.forwarded += o.forwarded;
+        self.multicast += o.multicast;
+        self.consumed += o.consumed;
+        self.created += o.created;
+        self.created_invalid += o.created_invalid;
+        for (a, b) in self.drops.iter_mut().zip(&o.drops) {
+            *a += b;
+        }
+        for (a, b) in self.faults.iter_mut().zip(&o.faults) {
+            *a += b;
+        }
+        self.instructions += o.instructions;
+        for (a, b) in self.xtxns.iter_mut().zip(&o.xtxns) {
+            *a += b;
+        }
+    }
+
+    /// Zeroes every counter in place (no allocation: called once per batch).
+    pub fn reset(&mut self) {
+        let WorkerStats {
+            packets,
+            forwarded,
+            multicast,
+            consumed,
+            created,
+            created_invalid,
+            drops,
+            faults,
+            instructions,
+            xtxns,
+        } = self;
+        for c in [
+            packets,
+            forwarded,
+            multicast,
+            consumed,
+            created,
+            created_invalid,
+            instructions,
+        ] {
+            *c = 0;
+        }
+        drops.fill(0);
+        faults.fill(0);
+        xtxns.fill(0);
+    }
+}
+
+/// A snapshot of the engine's counters.
+///
+/// Every ingress packet ends in exactly one of: `packets_out` (forwarded or multicast),
+/// `consumed`, `dropped`, or is still `in_flight`; [`Stats::is_conserved`] checks
+/// `packets_in == packets_out + consumed + dropped + in_flight`, which holds exactly once
+/// the engine is drained (counters of a running engine are read one after another).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Stats {
+    /// Frames injected (including those dropped at ingress).
+    pub packets_in: u64,
+    /// Ingress packets that left the engine (forwarded, or multicast once per packet).
+    pub packets_out: u64,
+    /// Of `packets_out`, those multicast to a group.
+    pub multicast: u64,
+    /// Ingress packets a program consumed.
+    pub consumed: u64,
+    /// Ingress packets dropped, over all reasons.
+    pub dropped: u64,
+    /// Drops by reason (ingress checks, program reasons, `fault_*` for faults).
+    pub dropped_by_reason: BTreeMap<String, u64>,
+    /// Faults by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Packets accepted and not yet released.
+    pub in_flight: u64,
+    /// Packets created by programs.
+    pub created: u64,
+    /// Created packets discarded because their port or group does not exist.
+    pub created_invalid: u64,
+    /// Frames handed to sinks (multicast copies and created packets included).
+    pub frames_tx: u64,
+    /// Bytes handed to sinks.
+    pub bytes_tx: u64,
+    /// Frames and bytes handed to sinks, per port (ports with traffic only).
+    pub tx_by_port: BTreeMap<u16, (u64, u64)>,
+    /// Instructions executed.
+    pub instructions: u64,
+    /// External transactions by kind (non-zero kinds only).
+    pub xtxns: BTreeMap<String, u64>,
+    /// Packets processed by each PPE thread.
+    pub per_ppe_packets: Vec<u64>,
+}
+
+impl Stats {
+    /// Packets processed by PPE threads (ingress drops excluded).
+    pub fn processed(&self) -> u64 {
+        self.per_ppe_packets.iter().sum()
+    }
+
+    /// Mean instructions per processed packet.
+    pub fn instructions_per_packet(&self) -> f64 {
+        let p = self.processed();
+        if p == 0 {
+            0.0
+        } else {
+            self.instructions as f64 / p as f64
+        }
+    }
+
+    /// Drops under one reason.
+    pub fn drops(&self, reason: &str) -> u64 {
+        self.dropped_by_reason.get(reason).copied().unwrap_or(0)
+    }
+
+    /// Faults of one kind.
+    pub fn faults_of(&self, kind: FaultKind) -> u64 {
+        self.faults.get(kind.name()).copied().unwrap_or(0)
+    }
+
+    /// `packets_in == packets_out + consumed + dropped + in_flight`.
+    pub fn is_conserved(&self) -> bool {
+        self.packets_in == self.packets_out + self.consumed + self.dropped + self.in_flight
+    }
+}

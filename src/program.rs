@@ -1,0 +1,919 @@
+//! The Microcode program model: labelled instructions written as Rust closures.
+//!
+//! Trio Microcode is C-like with explicit instruction boundaries, labels, gotos and
+//! call/return nested up to eight deep (paper §2.2, §3.1). Here a program is a list of
+//! *instructions*, each a closure that receives the thread context ([`Thread`]) and returns
+//! what the sequencer does next ([`Next`]):
+//!
+//! ```
+//! use pfemu::prelude::*;
+//!
+//! let mut p = Program::builder("tiny");
+//! let [start, done] = p.labels(["start", "done"]);
+//! let too_short = p.drop_reason("too_short");
+//! p.instr(start, move |t| {
+//!     t.r[IR0] = t.pkt_len() as u64;
+//!     Ok(if t.r[IR0] >= 64 { Goto(done) } else { Done(Verdict::Drop(too_short)) })
+//! });
+//! p.instr(done, |_t| Ok(Done(Verdict::Forward(1))));
+//! p.entry(Entry::Packet, start);
+//! let program = p.build().expect("every label is defined");
+//! assert_eq!(program.name(), "tiny");
+//! ```
+//!
+//! Labels are declared first (so instructions can jump forward) and resolved to indices when
+//! the program is built; a label that is declared but never defined is a build error. Each
+//! executed instruction is counted. Faults never take the engine down: an out-of-range
+//! local-memory, tail or shared-memory access, a call deeper than [`MAX_CALL_DEPTH`], a
+//! return with an empty call stack, a header that does not fit the bytes, a runaway loop
+//! that exceeds the instruction budget, or a panic inside a closure ends the packet with a
+//! [`Fault`]; the engine drops it with the fault's reason and goes on.
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use crate::mem::{Addr, Color, MemFault, Op, PostedOps, SharedMemory, XtxnKind};
+use crate::packet::{Dest, GroupId, OutArena, Port};
+use crate::wire::WireError;
+
+/// Bytes of local memory per thread (the paper: 1.25 KB).
+pub const LOCAL_MEMORY_BYTES: usize = 1280;
+/// General-purpose 64-bit registers per thread.
+pub const REGISTERS: usize = 32;
+/// Deepest nesting of `Call` (the paper: "nested up to eight levels deep").
+pub const MAX_CALL_DEPTH: usize = 8;
+/// Where the packet head starts in local memory by default; the bytes before it leave room
+/// for a program to prepend headers with [`Thread::adjust_head`].
+pub const DEFAULT_HEAD_OFFSET: usize = 64;
+/// Default per-packet instruction budget (a runaway loop faults after this many).
+pub const DEFAULT_INSTRUCTION_BUDGET: u32 = 10_000;
+
+/// Register indices with the paper's names for intermediate registers (`ir0`..`ir7`).
+pub const IR0: usize = 0;
+/// Intermediate register 1.
+pub const IR1: usize = 1;
+/// Intermediate register 2.
+pub const IR2: usize = 2;
+/// Intermediate register 3.
+pub const IR3: usize = 3;
+/// Intermediate register 4.
+pub const IR4: usize = 4;
+/// Intermediate register 5.
+pub const IR5: usize = 5;
+/// Intermediate register 6.
+pub const IR6: usize = 6;
+/// Intermediate register 7.
+pub const IR7: usize = 7;
+
+/// A label: the name of an instruction, resolved to its index when the program is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Label(u32);
+
+/// A drop reason registered with [`ProgramBuilder::drop_reason`]; counted by name in the stats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DropReason(pub(crate) u16);
+
+/// What happens to the packet when its thread finishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send the (possibly rewritten) packet out of one port.
+    Forward(Port),
+    /// Send a copy to every port of a multicast group.
+    Multicast(GroupId),
+    /// Drop the packet, counting it under the reason.
+    Drop(DropReason),
+    /// The program used the packet up (e.g. an aggregation packet absorbed into a sum).
+    Consume,
+}
+
+/// What the sequencer does after an instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Continue at the label.
+    Goto(Label),
+    /// Call the first label as a subroutine; its `Return` continues at the second label.
+    Call(Label, Label),
+    /// Return from the current subroutine.
+    Return,
+    /// The thread is finished with the packet.
+    Done(Verdict),
+}
+
+/// The entry points a program can have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Entry {
+    /// Where a thread starts for each packet head dispatched to it.
+    Packet,
+    /// Where a thread started by timer `n` starts (timer threads arrive in a later release).
+    Timer(u16),
+}
+
+/// What an instruction returns: the next step, or a fault that ends the packet.
+pub type InstrResult = Result<Next, Fault>;
+
+type Instr = Box<dyn Fn(&mut Thread<'_>) -> InstrResult + Send + Sync>;
+
+/// Why a program stopped abnormally. The packet is dropped under [`Fault::kind`]'s reason.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// A local-memory access outside the thread's 1.25 KB, or a head access past its end.
+    LocalMemory {
+        /// First byte asked for (relative to local memory).
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+    },
+    /// A shared-memory XTXN was refused.
+    SharedMemory(MemFault),
+    /// A tail access past the end of the tail.
+    Tail {
+        /// First tail byte asked for.
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+    },
+    /// A header view did not fit the bytes (a truncated or malformed packet).
+    Header(WireError),
+    /// `Call` nested deeper than [`MAX_CALL_DEPTH`].
+    CallDepth,
+    /// `Return` with an empty call stack.
+    ReturnWithoutCall,
+    /// The packet used more instructions than the budget (a runaway loop).
+    InstructionBudget(u32),
+    /// An instruction closure panicked.
+    Panic(String),
+    /// The program has no instruction for the entry point it was started at.
+    NoEntry,
+}
+
+/// The kind of a [`Fault`], for counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultKind {
+    /// [`Fault::LocalMemory`].
+    LocalMemory,
+    /// [`Fault::SharedMemory`].
+    SharedMemory,
+    /// [`Fault::Tail`].
+    Tail,
+    /// [`Fault::Header`].
+    Header,
+    /// [`Fault::CallDepth`].
+    CallDepth,
+    /// [`Fault::ReturnWithoutCall`].
+    ReturnWithoutCall,
+    /// [`Fault::InstructionBudget`].
+    InstructionBudget,
+    /// [`Fault::Panic`].
+    Panic,
+    /// [`Fault::NoEntry`].
+    NoEntry,
+}
+
+impl FaultKind {
+    /// Every kind, in counter order.
+    pub const ALL: [FaultKind; 9] = [
+        FaultKind::LocalMemory,
+        FaultKind::SharedMemory,
+        FaultKind::Tail,
+        FaultKind::Header,
+        FaultKind::CallDepth,
+        FaultKind::ReturnWithoutCall,
+        FaultKind::InstructionBudget,
+        FaultKind::Panic,
+        FaultKind::NoEntry,
+    ];
+    /// Number of kinds.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The counter name, e.g. `local_memory`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::LocalMemory => "local_memory",
+            FaultKind::SharedMemory => "shared_memory",
+            FaultKind::Tail => "tail",
+            FaultKind::Header => "header",
+            FaultKind::CallDepth => "call_depth",
+            FaultKind::ReturnWithoutCall => "return_without_call",
+            FaultKind::InstructionBudget => "instruction_budget",
+            FaultKind::Panic => "panic",
+            FaultKind::NoEntry => "no_entry",
+        }
+    }
+
+    /// The drop reason a packet ending in this fault is counted under, e.g. `fault_panic`.
+    pub fn drop_reason(self) -> &'static str {
+        match self {
+            FaultKind::LocalMemory => "fault_local_memory",
+            FaultKind::SharedMemory => "fault_shared_memory",
+            FaultKind::Tail => "fault_tail",
+            FaultKind::Header => "fault_header",
+            FaultKind::CallDepth => "fault_call_depth",
+            FaultKind::ReturnWithoutCall => "fault_return_without_call",
+            FaultKind::InstructionBudget => "fault_instruction_budget",
+            FaultKind::Panic => "fault_panic",
+            FaultKind::NoEntry => "fault_no_entry",
+        }
+    }
+
+    /// Position in [`FaultKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl Fault {
+    /// The kind, for counting.
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::LocalMemory { .. } => FaultKind::LocalMemory,
+            Fault::SharedMemory(_) => FaultKind::SharedMemory,
+            Fault::Tail { .. } => FaultKind::Tail,
+            Fault::Header(_) => FaultKind::Header,
+            Fault::CallDepth => FaultKind::CallDepth,
+            Fault::ReturnWithoutCall => FaultKind::ReturnWithoutCall,
+            Fault::InstructionBudget(_) => FaultKind::InstructionBudget,
+            Fault::Panic(_) => FaultKind::Panic,
+            Fault::NoEntry => FaultKind::NoEntry,
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::LocalMemory { offset, len } => write!(
+                f,
+                "local-memory access of {len} bytes at offset {offset} is outside the \
+                 {LOCAL_MEMORY_BYTES}-byte local memory or the packet head"
+            ),
+            Fault::SharedMemory(e) => write!(f, "shared-memory access refused: {e}"),
+            Fault::Tail { offset, len } => {
+                write!(
+                    f,
+                    "tail access of {len} bytes at offset {offset} is past the tail's end"
+                )
+            }
+            Fault::Header(e) => write!(f, "header does not fit the packet: {e}"),
+            Fault::CallDepth => write!(f, "call nested deeper than {MAX_CALL_DEPTH} levels"),
+            Fault::ReturnWithoutCall => write!(f, "return with an empty call stack"),
+            Fault::InstructionBudget(b) => {
+                write!(f, "packet exceeded its budget of {b} instructions")
+            }
+            Fault::Panic(msg) => write!(f, "instruction panicked: {msg}"),
+            Fault::NoEntry => write!(f, "the program has no instruction for this entry point"),
+        }
+    }
+}
+
+impl std::error::Error for Fault {}
+
+impl From<MemFault> for Fault {
+    fn from(e: MemFault) -> Self {
+        Fault::SharedMemory(e)
+    }
+}
+
+impl From<WireError> for Fault {
+    fn from(e: WireError) -> Self {
+        Fault::Header(e)
+    }
+}
+
+/// A program could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgramError {
+    /// A label was declared (and maybe jumped to) but no instruction defines it.
+    UndefinedLabel(String),
+    /// Two instructions define the same label.
+    DuplicateLabel(String),
+    /// The program has no [`Entry::Packet`] entry point.
+    NoPacketEntry,
+    /// An entry point was set twice.
+    DuplicateEntry(Entry),
+    /// Too many labels or drop reasons for the program's index width.
+    TooLarge(&'static str),
+}
+
+impl fmt::Display for ProgramError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProgramError::UndefinedLabel(l) => {
+                write!(f, "label `{l}` is used but no instruction defines it")
+            }
+            ProgramError::DuplicateLabel(l) => write!(f, "label `{l}` is defined twice"),
+            ProgramError::NoPacketEntry => {
+                write!(f, "the program has no Entry::Packet entry point")
+            }
+            ProgramError::DuplicateEntry(e) => write!(f, "entry point {e:?} is set twice"),
+            ProgramError::TooLarge(what) => write!(f, "too many {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ProgramError {}
+
+/// Builds a [`Program`]: declare labels, define instructions, set entry points.
+pub struct ProgramBuilder {
+    name: String,
+    labels: Vec<String>,
+    instrs: Vec<Option<Instr>>,
+    duplicates: Vec<String>,
+    entries: Vec<(Entry, Label)>,
+    drop_reasons: Vec<&'static str>,
+}
+
+impl ProgramBuilder {
+    /// Declares a label (or returns the one already declared with this name).
+    pub fn label(&mut self, name: &str) -> Label {
+        if let Some(i) = self.labels.iter().position(|l| l == name) {
+            return Label(i as u32);
+        }
+        self.labels.push(name.to_owned());
+        self.instrs.push(None);
+        Label(self.labels.len() as u32 - 1)
+    }
+
+    /// Declares several labels at once: `let [a, b] = p.labels(["a", "b"]);`.
+    pub fn labels<const N: usize>(&mut self, names: [&str; N]) -> [Label; N] {
+        names.map(|n| self.label(n))
+    }
+
+    /// Defines the instruction at `label`.
+    pub fn instr<F>(&mut self, label: Label, f: F) -> &mut Self
+    where
+        F: Fn(&mut Thread<'_>) -> InstrResult + Send + Sync + 'static,
+    {
+        let slot = &mut self.instrs[label.0 as usize];
+        if slot.is_some() {
+            self.duplicates.push(self.labels[label.0 as usize].clone());
+        }
+        *slot = Some(Box::new(f));
+        self
+    }
+
+    /// Sets where threads start for an entry point.
+    pub fn entry(&mut self, entry: Entry, label: Label) -> &mut Self {
+        self.entries.push((entry, label));
+        self
+    }
+
+    /// Registers a drop reason, counted by `name` in the engine's stats.
+    pub fn drop_reason(&mut self, name: &'static str) -> DropReason {
+        if let Some(i) = self.drop_reasons.iter().position(|r| *r == name) {
+            return DropReason(i as u16);
+        }
+        self.drop_reasons.push(name);
+        DropReason(self.drop_reasons.len() as u16 - 1)
+    }
+
+    /// Resolves labels and checks the program.
+    pub fn build(self) -> Result<Program, ProgramError> {
+        if let Some(d) = self.duplicates.into_iter().next() {
+            return Err(ProgramError::DuplicateLabel(d));
+        }
+        if self.labels.len() > u32::MAX as usize / 2 {
+            return Err(ProgramError::TooLarge("labels"));
+        }
+        if self.drop_reasons.len() > u16::MAX as usize {
+            return Err(ProgramError::TooLarge("drop reasons"));
+        }
+        let mut instrs = Vec::with_capacity(self.instrs.len());
+        for (i, slot) in self.instrs.into_iter().enumerate() {
+            match slot {
+                Some(f) => instrs.push(f),
+                None => return Err(ProgramError::UndefinedLabel(self.labels[i].clone())),
+            }
+        }
+        let mut packet_entry = None;
+        let mut timer_entries: Vec<(u16, Label)> = Vec::new();
+        for (e, l) in self.entries {
+            match e {
+                Entry::Packet if packet_entry.is_some() => {
+                    return Err(ProgramError::DuplicateEntry(e))
+                }
+                Entry::Packet => packet_entry = Some(l),
+                Entry::Timer(n) if timer_entries.iter().any(|(m, _)| *m == n) => {
+                    return Err(ProgramError::DuplicateEntry(e))
+                }
+                Entry::Timer(n) => timer_entries.push((n, l)),
+            }
+        }
+        let packet_entry = packet_entry.ok_or(ProgramError::NoPacketEntry)?;
+        Ok(Program {
+            inner: Arc::new(ProgramInner {
+                name: self.name,
+                labels: self.labels,
+                instrs,
+                packet_entry,
+                timer_entries,
+                drop_reasons: self.drop_reasons,
+            }),
+        })
+    }
+}
+
+struct ProgramInner {
+    name: String,
+    labels: Vec<String>,
+    instrs: Vec<Instr>,
+    packet_entry: Label,
+    timer_entries: Vec<(u16, Label)>,
+    drop_reasons: Vec<&'static str>,
+}
+
+/// A built Microcode program; cheap to clone (shared by every PPE thread).
+#[derive(Clone)]
+pub struct Program {
+    inner: Arc<ProgramInner>,
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("name", &self.inner.name)
+            .field("instructions", &self.inner.labels)
+            .field("drop_reasons", &self.inner.drop_reasons)
+            .finish()
+    }
+}
+
+/// How one run of a program ended.
+#[derive(Debug)]
+pub(crate) struct RunOutcome {
+    pub result: Result<Verdict, Fault>,
+    pub instructions: u32,
+}
+
+impl Program {
+    /// Starts building a program called `name`.
+    pub fn builder(name: &str) -> ProgramBuilder {
+        ProgramBuilder {
+            name: name.to_owned(),
+            labels: Vec::new(),
+            instrs: Vec::new(),
+            duplicates: Vec::new(),
+            entries: Vec::new(),
+            drop_reasons: Vec::new(),
+        }
+    }
+
+    /// The program's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Instruction names, in label order.
+    pub fn instruction_names(&self) -> &[String] {
+        &self.inner.labels
+    }
+
+    /// The drop reasons the program registered, in [`DropReason`] order.
+    pub fn drop_reasons(&self) -> &[&'static str] {
+        &self.inner.drop_reasons
+    }
+
+    /// The name of a drop reason of this program.
+    pub fn drop_reason_name(&self, r: DropReason) -> &'static str {
+        self.inner
+            .drop_reasons
+            .get(r.0 as usize)
+            .copied()
+            .unwrap_or("unknown")
+    }
+
+    /// Timer entry points, as (timer number, label name).
+    pub fn timer_entries(&self) -> impl Iterator<Item = (u16, &str)> {
+        self.inner
+            .timer_entries
+            .iter()
+            .map(|(n, l)| (*n, self.inner.labels[l.0 as usize].as_str()))
+    }
+
+    fn entry_label(&self, entry: Entry) -> Option<Label> {
+        match entry {
+            Entry::Packet => Some(self.inner.packet_entry),
+            Entry::Timer(n) => self
+                .inner
+                .timer_entries
+                .iter()
+                .find(|(m, _)| *m == n)
+                .map(|(_, l)| *l),
+        }
+    }
+
+    /// Runs the thread from `entry` to completion (or a fault), counting instructions.
+    pub(crate) fn run(&self, entry: Entry, t: &mut Thread<'_>, budget: u32) -> RunOutcome {
+        let Some(start) = self.entry_label(entry) else {
+            return RunOutcome {
+                result: Err(Fault::NoEntry),
+                instructions: 0,
+            };
+        };
+        let mut executed = 0u32;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let instrs = &self.inner.instrs;
+            let mut pc = start.0 as usize;
+            let mut stack = [0u32; MAX_CALL_DEPTH];
+            let mut depth = 0usize;
+            loop {
+                if executed >= budget {
+                    return Err(Fault::InstructionBudget(budget));
+                }
+                executed += 1;
+                match (instrs[pc])(t)? {
+                    Next::Goto(l) => pc = l.0 as usize,
+                    Next::Call(l, ret) => {
+                        if depth == MAX_CALL_DEPTH {
+                            return Err(Fault::CallDepth);
+                        }
+                        stack[depth] = ret.0;
+                        depth += 1;
+                        pc = l.0 as usize;
+                    }
+                    Next::Return => {
+                        if depth == 0 {
+                            return Err(Fault::ReturnWithoutCall);
+                        }
+                        depth -= 1;
+                        pc = stack[depth] as usize;
+                    }
+                    Next::Done(v) => return Ok(v),
+                }
+            }
+        }));
+        let result = match result {
+            Ok(r) => r,
+            Err(payload) => Err(Fault::Panic(panic_message(payload.as_ref()))),
+        };
+        RunOutcome {
+            result,
+            instructions: executed,
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// What one PPE thread owns for its whole life: local memory, the new-tail scratch buffer,
+/// its posted XTXNs and per-packet XTXN counts. Never shared.
+pub(crate) struct ThreadCore {
+    pub lm: Box<[u8; LOCAL_MEMORY_BYTES]>,
+    pub new_tail: Vec<u8>,
+    pub new_tail_set: bool,
+    pub posted: PostedOps,
+    pub xtxns: [u64; XtxnKind::COUNT],
+}
+
+impl ThreadCore {
+    pub fn new() -> Self {
+        ThreadCore {
+            lm: Box::new([0; LOCAL_MEMORY_BYTES]),
+            new_tail: Vec::new(),
+            new_tail_set: false,
+            posted: PostedOps::new(64),
+            xtxns: [0; XtxnKind::COUNT],
+        }
+    }
+}
+
+/// Per-packet facts the thread context exposes.
+pub(crate) struct PacketMeta<'a> {
+    pub port: Port,
+    pub pkt_len: usize,
+    pub head_start: usize,
+    pub head_len: usize,
+    pub tail: &'a [u8],
+    pub now_ns: u64,
+}
+
+/// The context of one PPE thread working on one packet: registers, local memory holding the
+/// packet head, the packet's tail (reached through XTXNs), and the shared memory system.
+pub struct Thread<'a> {
+    /// The 32 general-purpose 64-bit registers, zeroed when the thread starts.
+    pub r: [u64; REGISTERS],
+    core: &'a mut ThreadCore,
+    mem: &'a SharedMemory,
+    out: &'a mut OutArena,
+    meta: PacketMeta<'a>,
+}
+
+#[inline]
+fn lm_range(offset: usize, len: usize) -> Result<std::ops::Range<usize>, Fault> {
+    match offset.checked_add(len) {
+        Some(end) if end <= LOCAL_MEMORY_BYTES => Ok(offset..end),
+        _ => Err(Fault::LocalMemory { offset, len }),
+    }
+}
+
+impl<'a> Thread<'a> {
+    pub(crate) fn new(
+        core: &'a mut ThreadCore,
+        mem: &'a SharedMemory,
+        out: &'a mut OutArena,
+        meta: PacketMeta<'a>,
+    ) -> Self {
+        core.new_tail.clear();
+        core.new_tail_set = false;
+        Thread {
+            r: [0; REGISTERS],
+            core,
+            mem,
+            out,
+            meta,
+        }
+    }
+
+    pub(crate) fn head_window(&self) -> (usize, usize) {
+        (self.meta.head_start, self.meta.head_len)
+    }
+
+    // ----- packet facts -------------------------------------------------------------------
+
+    /// Length of the packet as it arrived (the paper's `r_work.pkt_len`).
+    #[inline]
+    pub fn pkt_len(&self) -> usize {
+        self.meta.pkt_len
+    }
+
+    /// Port the packet arrived on.
+    #[inline]
+    pub fn port(&self) -> Port {
+        self.meta.port
+    }
+
+    /// The engine's clock, in nanoseconds since the engine started.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.meta.now_ns
+    }
+
+    // ----- local memory and the head ------------------------------------------------------
+
+    /// The whole local memory.
+    #[inline]
+    pub fn lm(&self) -> &[u8; LOCAL_MEMORY_BYTES] {
+        &self.core.lm
+    }
+
+    /// The whole local memory, writable.
+    #[inline]
+    pub fn lm_mut(&mut self) -> &mut [u8; LOCAL_MEMORY_BYTES] {
+        &mut self.core.lm
+    }
+
+    /// `len` bytes of local memory at `offset`.
+    #[inline]
+    pub fn lm_bytes(&self, offset: usize, len: usize) -> Result<&[u8], Fault> {
+        Ok(&self.core.lm[lm_range(offset, len)?])
+    }
+
+    /// `len` writable bytes of local memory at `offset`.
+    #[inline]
+    pub fn lm_bytes_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8], Fault> {
+        Ok(&mut self.core.lm[lm_range(offset, len)?])
+    }
+
+    /// Where the head starts in local memory.
+    #[inline]
+    pub fn head_offset(&self) -> usize {
+        self.meta.head_start
+    }
+
+    /// Bytes in the head.
+    #[inline]
+    pub fn head_len(&self) -> usize {
+        self.meta.head_len
+    }
+
+    /// The head from byte `offset` to its end (wrap it in a header view:
+    /// `Ether::new_checked(t.head(0)?)?`).
+    #[inline]
+    pub fn head(&self, offset: usize) -> Result<&[u8], Fault> {
+        if offset > self.meta.head_len {
+            return Err(Fault::LocalMemory {
+                offset: self.meta.head_start + offset,
+                len: 0,
+            });
+        }
+        Ok(&self.core.lm[self.meta.head_start + offset..self.meta.head_start + self.meta.head_len])
+    }
+
+    /// The head from byte `offset` to its end, writable.
+    #[inline]
+    pub fn head_mut(&mut self, offset: usize) -> Result<&mut [u8], Fault> {
+        if offset > self.meta.head_len {
+            return Err(Fault::LocalMemory {
+                offset: self.meta.head_start + offset,
+                len: 0,
+            });
+        }
+        Ok(&mut self.core.lm
+            [self.meta.head_start + offset..self.meta.head_start + self.meta.head_len])
+    }
+
+    /// Moves the start of the head: a positive `delta` strips that many bytes from the
+    /// front (pop a header), a negative one prepends room (push a header; the new bytes are
+    /// whatever local memory holds there, so write them).
+    pub fn adjust_head(&mut self, delta: isize) -> Result<(), Fault> {
+        let start = self.meta.head_start as isize + delta;
+        let len = self.meta.head_len as isize - delta;
+        if start < 0 || len < 0 || (start + len) as usize > LOCAL_MEMORY_BYTES {
+            return Err(Fault::LocalMemory {
+                offset: start.max(0) as usize,
+                len: len.max(0) as usize,
+            });
+        }
+        self.meta.head_start = start as usize;
+        self.meta.head_len = len as usize;
+        Ok(())
+    }
+
+    /// Sets the head's length (trim, or grow into local memory after it).
+    pub fn set_head_len(&mut self, len: usize) -> Result<(), Fault> {
+        lm_range(self.meta.head_start, len)?;
+        self.meta.head_len = len;
+        Ok(())
+    }
+
+    // ----- the tail -----------------------------------------------------------------------
+
+    /// Bytes in the packet's original tail (0 for packets no longer than the head).
+    #[inline]
+    pub fn tail_len(&self) -> usize {
+        self.meta.tail.len()
+    }
+
+    /// Copies `len` bytes of the tail at `tail_offset` into local memory at `lm_offset`
+    /// (an XTXN to the packet buffer).
+    pub fn read_tail(
+        &mut self,
+        tail_offset: usize,
+        lm_offset: usize,
+        len: usize,
+    ) -> Result<(), Fault> {
+        let src = tail_offset
+            .checked_add(len)
+            .filter(|end| *end <= self.meta.tail.len())
+            .map(|end| &self.meta.tail[tail_offset..end])
+            .ok_or(Fault::Tail {
+                offset: tail_offset,
+                len,
+            })?;
+        self.core.lm[lm_range(lm_offset, len)?].copy_from_slice(src);
+        self.core.xtxns[XtxnKind::TailRead.index()] += 1;
+        Ok(())
+    }
+
+    /// Appends `len` bytes of local memory at `lm_offset` to the packet's *new* tail. The
+    /// first call replaces the original tail in the output; the new tail is also what
+    /// [`Thread::emit`] attaches to a created packet.
+    pub fn write_tail(&mut self, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.core.new_tail_set = true;
+        self.core.new_tail.extend_from_slice(&self.core.lm[range]);
+        self.core.xtxns[XtxnKind::TailWrite.index()] += 1;
+        Ok(())
+    }
+
+    /// Makes the output carry no tail (an empty new tail).
+    pub fn clear_tail(&mut self) {
+        self.core.new_tail_set = true;
+        self.core.new_tail.clear();
+    }
+
+    // ----- created packets ----------------------------------------------------------------
+
+    /// Creates a new packet from `len` bytes of local memory at `lm_offset`, followed by the
+    /// new tail if one was written (which is then consumed). It leaves the engine right
+    /// after the packet that created it, in creation order.
+    pub fn emit(&mut self, dest: Dest, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        let tail: &[u8] = if self.core.new_tail_set {
+            &self.core.new_tail
+        } else {
+            &[]
+        };
+        self.out.push(dest, &[&self.core.lm[range], tail]);
+        self.core.new_tail.clear();
+        self.core.new_tail_set = false;
+        Ok(())
+    }
+
+    // ----- shared memory XTXNs (synchronous unless noted) ---------------------------------
+
+    #[inline]
+    fn count(&mut self, kind: XtxnKind) {
+        self.core.xtxns[kind.index()] += 1;
+    }
+
+    /// The shared memory system, for reads outside XTXN accounting (e.g. in tests).
+    pub fn shared_memory(&self) -> &SharedMemory {
+        self.mem
+    }
+
+    /// Reads 8..=64 bytes (a multiple of 8) at `addr` into local memory at `lm_offset`.
+    pub fn mem_read(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.count(XtxnKind::Read);
+        self.mem.read(addr, &mut self.core.lm[range])?;
+        Ok(())
+    }
+
+    /// Writes 8..=64 bytes (a multiple of 8) of local memory at `lm_offset` to `addr`.
+    pub fn mem_write(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.count(XtxnKind::Write);
+        self.mem.write(addr, &self.core.lm[range])?;
+        Ok(())
+    }
+
+    /// Reads one 8-byte word.
+    pub fn read_u64(&mut self, addr: Addr) -> Result<u64, Fault> {
+        self.count(XtxnKind::Read);
+        Ok(self.mem.read_u64(addr)?)
+    }
+
+    /// Writes one 8-byte word.
+    pub fn write_u64(&mut self, addr: Addr, value: u64) -> Result<(), Fault> {
+        self.count(XtxnKind::Write);
+        Ok(self.mem.write_u64(addr, value)?)
+    }
+
+    /// The paper's `CounterIncPhys`: +1 packet and +`bytes` on the 16-byte counter at `addr`.
+    pub fn counter_inc(&mut self, addr: Addr, bytes: u64) -> Result<(), Fault> {
+        self.count(XtxnKind::CounterInc);
+        Ok(self.mem.counter_inc(addr, bytes)?)
+    }
+
+    /// Runs `bytes` through the policer at `addr` (time is the engine clock).
+    pub fn police(&mut self, addr: Addr, bytes: u64) -> Result<Color, Fault> {
+        self.count(XtxnKind::Police);
+        Ok(self.mem.police(addr, bytes, self.meta.now_ns)?)
+    }
+
+    /// Fetch-and-AND; returns the old value.
+    pub fn fetch_and(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchAnd);
+        Ok(self.mem.fetch_and(addr, mask)?)
+    }
+
+    /// Fetch-and-OR; returns the old value.
+    pub fn fetch_or(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchOr);
+        Ok(self.mem.fetch_or(addr, mask)?)
+    }
+
+    /// Fetch-and-XOR; returns the old value.
+    pub fn fetch_xor(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchXor);
+        Ok(self.mem.fetch_xor(addr, mask)?)
+    }
+
+    /// Fetch-and-clear (clears the mask's bits); returns the old value.
+    pub fn fetch_clear(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchClear);
+        Ok(self.mem.fetch_clear(addr, mask)?)
+    }
+
+    /// Fetch-and-swap; returns the old value.
+    pub fn fetch_swap(&mut self, addr: Addr, value: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchSwap);
+        Ok(self.mem.fetch_swap(addr, value)?)
+    }
+
+    /// Writes the mask's bits of `value`; returns the old word.
+    pub fn masked_write(&mut self, addr: Addr, value: u64, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::MaskedWrite);
+        Ok(self.mem.masked_write(addr, value, mask)?)
+    }
+
+    /// 32-bit wrapping add to lane 0 (first 4 bytes) or 1 of the word; returns the old lane.
+    pub fn fetch_add32(&mut self, addr: Addr, lane: u8, delta: u32) -> Result<u32, Fault> {
+        self.count(XtxnKind::Add32);
+        Ok(self.mem.fetch_add32(addr, lane, delta)?)
+    }
+
+    /// Adds 16 32-bit lanes (a 64-byte chunk of gradients) at `addr`.
+    pub fn vadd32x16(&mut self, addr: Addr, deltas: &[u32; 16]) -> Result<(), Fault> {
+        self.count(XtxnKind::VAdd32x16);
+        Ok(self.mem.vadd32x16(addr, deltas)?)
+    }
+
+    /// Posts an asynchronous XTXN: the thread does not wait for it; it is applied exactly
+    /// once, no later than the end of the batch the packet belongs to, so it is visible
+    /// after [`crate::Pfe::drain`]. The address is checked now.
+    pub fn post(&mut self, op: Op) -> Result<(), Fault> {
+        self.count(op.kind());
+        self.core.posted.post(self.mem, op)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,58 @@
+//! Frame builders shared by the integration tests.
+#![allow(dead_code)]
+
+/// An Ethernet + IPv4 (no options) + UDP frame of `size` bytes whose UDP source port is
+/// `flow` and whose payload starts with `flow` and `seq` (big-endian u32 each).
+pub fn udp_frame(flow: u16, seq: u32, size: usize) -> Vec<u8> {
+    assert!(size >= 50);
+    let mut f = vec![0u8; size];
+    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((size - 14) as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    let sum = pfemu::wire::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f[34..36].copy_from_slice(&flow.to_be_bytes());
+    f[36..38].copy_from_slice(&5000u16.to_be_bytes());
+    f[38..40].copy_from_slice(&((size - 34) as u16).to_be_bytes());
+    f[42..46].copy_from_slice(&(flow as u32).to_be_bytes());
+    f[46..50].copy_from_slice(&seq.to_be_bytes());
+    f
+}
+
+/// `(flow, seq)` from a frame built by [`udp_frame`].
+pub fn flow_seq(frame: &[u8]) -> (u32, u32) {
+    (
+        u32::from_be_bytes(frame[42..46].try_into().unwrap()),
+        u32::from_be_bytes(frame[46..50].try_into().unwrap()),
+    )
+}
+
+/// An Ethernet frame with the given EtherType and zero payload.
+pub fn ether_frame(etype: u16, size: usize) -> Vec<u8> {
+    let mut f = vec![0u8; size];
+    f[12..14].copy_from_slice(&etype.to_be_bytes());
+    f
+}
+
+/// A small deterministic PRNG (xorshift64*), so tests need no seed plumbing.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

@@ -1,0 +1,492 @@
+//! The engine's lifecycle and data path: backpressure, conservation under stress, head/tail
+//! split and rejoin, created packets, multicast, posted XTXNs, ingress checks, and refused
+//! configurations.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pfemu::prelude::*;
+
+use common::{ether_frame, flow_seq, udp_frame, Rng};
+
+fn forward_all(port: Port) -> Program {
+    let mut p = Program::builder("forward");
+    let a = p.label("a");
+    p.instr(a, move |_t| Ok(Done(Verdict::Forward(port))));
+    p.entry(Entry::Packet, a);
+    p.build().unwrap()
+}
+
+#[test]
+fn a_full_engine_hands_packets_back_and_inject_waits() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let g = gate.clone();
+    let mut p = Program::builder("gated");
+    let a = p.label("a");
+    p.instr(a, move |_t| {
+        while !g.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        Ok(Done(Verdict::Forward(0)))
+    });
+    p.entry(Entry::Packet, a);
+    let sink = Arc::new(CountingSink::new(1));
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(2)
+        .capacity(16)
+        .batch_size(4)
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    // Not started yet: refused, and the packet comes back.
+    let pkt = Packet::new(0, udp_frame(1, 0, 64));
+    match pfe.try_inject(pkt.clone()) {
+        Err(TryInjectError::NotRunning(back)) => assert_eq!(back, pkt),
+        other => panic!("expected NotRunning, got {other:?}"),
+    }
+    pfe.start().unwrap();
+    for i in 0..16 {
+        pfe.try_inject(Packet::new(0, udp_frame(1, i, 64))).unwrap();
+    }
+    let extra = Packet::new(0, udp_frame(1, 99, 64));
+    match pfe.try_inject(extra.clone()) {
+        Err(TryInjectError::Full(back)) => assert_eq!(back, extra),
+        other => panic!("expected Full, got {other:?}"),
+    }
+    assert_eq!(pfe.in_flight(), 16);
+    let pfe = Arc::new(pfe);
+    let p2 = pfe.clone();
+    let blocked = std::thread::spawn(move || p2.inject(Packet::new(0, udp_frame(1, 100, 64))));
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        !blocked.is_finished(),
+        "inject must wait while the engine is full"
+    );
+    gate.store(true, Ordering::Release);
+    blocked.join().unwrap().unwrap();
+    pfe.drain();
+    assert_eq!(sink.total_packets(), 17);
+    let stats = pfe.stats();
+    assert_eq!(stats.packets_in, 17);
+    assert!(stats.is_conserved());
+}
+
+use pfemu::pfe::TryInjectError;
+
+#[test]
+fn conservation_under_stress_from_four_injectors_with_mixed_verdicts() {
+    // Verdict by a hash of the frame: forward, drop, consume, fault, or multicast.
+    let mut p = Program::builder("mixed");
+    let a = p.label("a");
+    let r = p.drop_reason("chosen");
+    p.instr(a, move |t| {
+        let (flow, seq) = {
+            let h = t.head(42)?;
+            (
+                u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
+                u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+            )
+        };
+        match (flow.wrapping_mul(31) ^ seq) % 5 {
+            0 => Ok(Done(Verdict::Forward((seq % 4) as u16))),
+            1 => Ok(Done(Verdict::Drop(r))),
+            2 => Ok(Done(Verdict::Consume)),
+            3 => Err(Fault::LocalMemory {
+                offset: 9_999,
+                len: 1,
+            }),
+            _ => Ok(Done(Verdict::Multicast(7))),
+        }
+    });
+    p.entry(Entry::Packet, a);
+    let sink = Arc::new(CountingSink::new(4));
+    let pfe = Arc::new({
+        let mut pfe = Pfe::builder()
+            .program(p.build().unwrap())
+            .ppe_threads(300)
+            .ports(4)
+            .multicast_group(7, vec![1, 2, 3])
+            .capacity(1024)
+            .sink(sink.clone())
+            .build()
+            .unwrap();
+        pfe.start().unwrap();
+        pfe
+    });
+    let per_injector = 25_000u32;
+    let watcher_stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let pfe = pfe.clone();
+        let stop = watcher_stop.clone();
+        std::thread::spawn(move || {
+            // While running, nothing is ever counted out that did not come in.
+            while !stop.load(Ordering::Relaxed) {
+                let s = pfe.stats();
+                let done = s.packets_out + s.consumed + s.dropped;
+                assert!(done <= s.packets_in, "{s:?}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let injectors: Vec<_> = (0..4u16)
+        .map(|k| {
+            let pfe = pfe.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(k as u64 + 1);
+                let frames: Vec<Vec<u8>> = (0..per_injector)
+                    .map(|i| udp_frame(k * 1000 + (i % 97) as u16, i, 64))
+                    .collect();
+                let mut at = 0;
+                while at < frames.len() {
+                    let n = (1 + rng.below(100) as usize).min(frames.len() - at);
+                    pfe.inject_burst(frames[at..at + n].iter().map(|f| (k, &f[..])))
+                        .unwrap();
+                    at += n;
+                }
+            })
+        })
+        .collect();
+    for j in injectors {
+        j.join().unwrap();
+    }
+    pfe.drain();
+    watcher_stop.store(true, Ordering::Relaxed);
+    watcher.join().unwrap();
+    let s = pfe.stats();
+    let total = 4 * per_injector as u64;
+    assert_eq!(s.packets_in, total);
+    assert_eq!(s.in_flight, 0);
+    assert!(s.is_conserved(), "{s:?}");
+    assert_eq!(s.packets_out + s.consumed + s.dropped, total);
+    // Multicast copies: three per multicast packet.
+    let forwarded = s.packets_out - s.multicast;
+    assert_eq!(sink.total_packets(), forwarded + 3 * s.multicast);
+    assert_eq!(s.frames_tx, sink.total_packets());
+    assert_eq!(
+        s.faults_of(FaultKind::LocalMemory),
+        s.drops("fault_local_memory")
+    );
+    assert_eq!(s.per_ppe_packets.len(), 300);
+    assert_eq!(s.processed(), total);
+}
+
+#[test]
+fn head_and_tail_are_split_and_rejoined_and_a_new_tail_replaces_the_old() {
+    // Frames of 500 bytes: the program sees a 192-byte head and a 308-byte tail. It copies
+    // tail bytes 100..164 into local memory, writes them into the head at offset 50, and
+    // for odd flows writes a new 64-byte tail made of those bytes.
+    let mut p = Program::builder("tail");
+    let a = p.label("a");
+    p.instr(a, move |t| {
+        assert_eq!(t.head_len(), 192);
+        assert_eq!(t.tail_len(), t.pkt_len() - 192);
+        t.read_tail(100, 1100, 64)?;
+        let chunk: Vec<u8> = t.lm_bytes(1100, 64)?.to_vec();
+        t.head_mut(50)?[..64].copy_from_slice(&chunk);
+        let flow = t.head(34)?[1];
+        if flow % 2 == 1 {
+            t.write_tail(1100, 64)?;
+        }
+        Ok(Done(Verdict::Forward(0)))
+    });
+    p.entry(Entry::Packet, a);
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(2)
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let mut inputs = Vec::new();
+    for flow in 0..8u16 {
+        let mut f = udp_frame(flow, 0, 500);
+        for (i, b) in f.iter_mut().enumerate().skip(50) {
+            *b = (i * 7 + flow as usize) as u8;
+        }
+        inputs.push(f);
+    }
+    pfe.inject_burst(inputs.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    pfe.drain();
+    let out: Vec<Packet> = rx.try_iter().collect();
+    assert_eq!(out.len(), 8);
+    for (flow, input) in inputs.iter().enumerate() {
+        let o = out.iter().find(|p| p.data[35] as usize == flow).unwrap();
+        let chunk = &input[192 + 100..192 + 164];
+        let mut expect = input[..192].to_vec();
+        expect[50..114].copy_from_slice(chunk);
+        if flow % 2 == 1 {
+            expect.extend_from_slice(chunk);
+        } else {
+            expect.extend_from_slice(&input[192..]);
+        }
+        assert_eq!(o.data, expect, "flow {flow}");
+    }
+    let s = pfe.shutdown();
+    assert_eq!(s.xtxns["tail_read"], 8);
+    assert_eq!(s.xtxns["tail_write"], 4);
+}
+
+#[test]
+fn created_packets_leave_right_after_their_creator_in_creation_order() {
+    // Every packet forwards itself and creates two packets: markers 0xA1 and 0xA2 at byte
+    // 0 followed by the creator's flow/seq payload.
+    let mut p = Program::builder("create");
+    let a = p.label("a");
+    p.instr(a, move |t| {
+        let id: [u8; 8] = t.head(42)?[..8].try_into().unwrap();
+        for marker in [0xA1u8, 0xA2] {
+            let lm = t.lm_bytes_mut(1000, 60)?;
+            lm.fill(0);
+            lm[0] = marker;
+            lm[42..50].copy_from_slice(&id);
+            t.emit(Dest::Port(0), 1000, 60)?;
+        }
+        Ok(Done(Verdict::Forward(0)))
+    });
+    p.entry(Entry::Packet, a);
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(64)
+        .classifier(FlowClassifier::IngressPort)
+        .batch_size(4)
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let frames: Vec<Vec<u8>> = (0..2_000)
+        .map(|i| udp_frame(i as u16 % 13, i, 64))
+        .collect();
+    pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    pfe.drain();
+    let out: Vec<Packet> = rx.try_iter().collect();
+    assert_eq!(out.len(), 6_000);
+    // One ingress port = one flow: the output is the input order, each packet followed
+    // by its two creations.
+    for (i, chunk) in out.chunks(3).enumerate() {
+        assert_eq!(flow_seq(&chunk[0].data).1, i as u32);
+        assert_eq!(chunk[0].data, frames[i]);
+        assert_eq!(
+            (chunk[1].data[0], flow_seq(&chunk[1].data).1),
+            (0xA1, i as u32)
+        );
+        assert_eq!(
+            (chunk[2].data[0], flow_seq(&chunk[2].data).1),
+            (0xA2, i as u32)
+        );
+    }
+    let s = pfe.shutdown();
+    assert_eq!(s.created, 4_000);
+    assert_eq!(s.frames_tx, 6_000);
+}
+
+#[test]
+fn posted_xtxns_are_applied_exactly_once_and_visible_after_drain() {
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let base = mem.alloc("test.counters", Region::Sram, 16).unwrap();
+    let mut p = Program::builder("post");
+    let a = p.label("a");
+    p.instr(a, move |t| {
+        let flow = t.head(35)?[0] as u64 % 8;
+        t.post(Op::CounterInc {
+            addr: base + flow * 2,
+            bytes: t.pkt_len() as u64,
+        })?;
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, a);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .memory(mem.clone())
+        .ppe_threads(32)
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let frames: Vec<Vec<u8>> = (0..40_000u32)
+        .map(|i| udp_frame((i % 8) as u16, i, 64 + (i % 8) as usize))
+        .collect();
+    pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    pfe.drain();
+    for flow in 0..8u64 {
+        assert_eq!(
+            mem.counter_read(base + flow * 2).unwrap(),
+            (5_000, 5_000 * (64 + flow))
+        );
+    }
+    assert_eq!(pfe.stats().consumed, 40_000);
+}
+
+#[test]
+fn ingress_drops_runts_and_oversize_frames_with_reasons() {
+    let sink = Arc::new(CountingSink::new(1));
+    let mut pfe = Pfe::builder()
+        .program(forward_all(0))
+        .max_frame_bytes(1518)
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let frames = [
+        vec![0u8; 10],
+        vec![0u8; 1519],
+        ether_frame(0x0800, 64),
+        vec![],
+        ether_frame(0x0806, 1518),
+    ];
+    pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    pfe.drain();
+    let s = pfe.shutdown();
+    assert_eq!(s.packets_in, 5);
+    assert_eq!(s.drops("runt"), 2);
+    assert_eq!(s.drops("oversize"), 1);
+    assert_eq!(sink.total_packets(), 2);
+    assert!(s.is_conserved());
+}
+
+#[test]
+fn unknown_ports_and_groups_are_counted_drops() {
+    let mut p = Program::builder("dest");
+    let a = p.label("a");
+    p.instr(a, |t| {
+        let seq = t.head(46)?[3];
+        Ok(Done(match seq % 3 {
+            0 => Verdict::Forward(7),
+            1 => Verdict::Forward(100),
+            _ => Verdict::Multicast(3),
+        }))
+    });
+    p.entry(Entry::Packet, a);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ports(8)
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let frames: Vec<Vec<u8>> = (0..30).map(|i| udp_frame(0, i, 64)).collect();
+    pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    let s = pfe.shutdown();
+    assert_eq!(s.packets_out, 10);
+    assert_eq!(s.drops("no_such_port"), 10);
+    assert_eq!(s.drops("no_such_group"), 10);
+    assert!(s.is_conserved());
+}
+
+#[test]
+fn bad_configurations_are_refused_naming_the_setting() {
+    let cases: Vec<(PfeBuilder, &str)> = vec![
+        (Pfe::builder(), "program"),
+        (
+            Pfe::builder().program(forward_all(0)).ppe_threads(0),
+            "ppe_threads",
+        ),
+        (
+            Pfe::builder().program(forward_all(0)).ppe_threads(5000),
+            "ppe_threads",
+        ),
+        (
+            Pfe::builder().program(forward_all(0)).head_bytes(4000),
+            "head_bytes",
+        ),
+        (
+            Pfe::builder().program(forward_all(0)).batch_size(0),
+            "batch_size",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
+                .capacity(8)
+                .batch_size(32),
+            "capacity",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
+                .reorder_contexts(1000),
+            "reorder_contexts",
+        ),
+        (Pfe::builder().program(forward_all(0)).ports(0), "ports"),
+        (
+            Pfe::builder().program(forward_all(0)).instruction_budget(0),
+            "instruction_budget",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
+                .ports(4)
+                .multicast_group(1, vec![2, 9]),
+            "multicast_group",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
+                .multicast_group(1, vec![]),
+            "multicast_group",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
+                .multicast_group(1, vec![1])
+                .multicast_group(1, vec![2]),
+            "multicast_group",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
+                .mem_config(MemConfig {
+                    sram_bytes: 100,
+                    ..MemConfig::default()
+                }),
+            "sram_bytes",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
+                .mem_config(MemConfig {
+                    banks: 3,
+                    ..MemConfig::default()
+                }),
+            "banks",
+        ),
+    ];
+    for (builder, setting) in cases {
+        let err = builder.build().expect_err(setting);
+        assert_eq!(err.setting, setting, "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(setting) && msg.len() > setting.len() + 30,
+            "unclear message: {msg}"
+        );
+    }
+}
+
+use pfemu::PfeBuilder;
+
+#[test]
+fn shutdown_loses_nothing_and_injecting_afterwards_is_refused() {
+    let sink = Arc::new(CountingSink::new(1));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let mut pfe = Pfe::builder()
+        .program(forward_all(0))
+        .ppe_threads(8)
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let frames: Vec<Vec<u8>> = (0..10_000).map(|i| udp_frame(i as u16, i, 64)).collect();
+    pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    let s = pfe.shutdown();
+    assert_eq!(sink.total_packets(), 10_000);
+    assert_eq!(s.packets_out, 10_000);
+    assert_eq!(delivered.load(Ordering::Relaxed), 0);
+}

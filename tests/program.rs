@@ -1,0 +1,259 @@
+//! The program model through the engine: goto, call/return, the depth limit, the
+//! instruction budget, and every fault kind dropping its packet while the engine goes on.
+
+mod common;
+
+use std::sync::Arc;
+
+use pfemu::mem::DRAM_BASE;
+use pfemu::prelude::*;
+
+use common::udp_frame;
+
+/// Runs `program` on `frames` with `threads` PPE threads; returns the final stats and the
+/// frames that left.
+fn run(program: Program, frames: &[Vec<u8>], threads: usize) -> (Stats, Vec<Packet>) {
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(program)
+        .ppe_threads(threads)
+        .mem_config(MemConfig {
+            sram_bytes: 1 << 16,
+            dram_bytes: 1 << 16,
+            banks: 4,
+        })
+        .instruction_budget(1_000)
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    pfe.inject_burst(frames.iter().map(|f| (3, &f[..])))
+        .unwrap();
+    pfe.drain();
+    let stats = pfe.shutdown();
+    assert!(stats.is_conserved(), "{stats:?}");
+    (stats, rx.try_iter().collect())
+}
+
+fn frames(n: u32) -> Vec<Vec<u8>> {
+    (0..n).map(|i| udp_frame(i as u16, i, 64)).collect()
+}
+
+#[test]
+fn goto_chain_counts_every_instruction() {
+    let mut p = Program::builder("chain");
+    let [a, b, c] = p.labels(["a", "b", "c"]);
+    p.instr(a, move |t| {
+        t.r[IR0] = 1;
+        Ok(Goto(b))
+    });
+    p.instr(b, move |t| {
+        t.r[IR0] += 1;
+        Ok(Goto(c))
+    });
+    p.instr(c, move |t| Ok(Done(Verdict::Forward(t.r[IR0] as u16))));
+    p.entry(Entry::Packet, a);
+    let (stats, out) = run(p.build().unwrap(), &frames(10), 2);
+    assert_eq!(out.len(), 10);
+    assert!(out.iter().all(|p| p.port == 2));
+    assert_eq!(stats.instructions, 30);
+    assert_eq!(stats.instructions_per_packet(), 3.0);
+}
+
+#[test]
+fn call_and_return_nest_and_unwind_in_order() {
+    // main calls sub1, which calls sub2; each appends a digit to ir0 on the way.
+    let mut p = Program::builder("calls");
+    let [main, sub1, sub2, after1, after2, fin] =
+        p.labels(["main", "sub1", "sub2", "after1", "after2", "fin"]);
+    p.instr(main, move |t| {
+        t.r[IR0] = 1;
+        Ok(Call(sub1, fin))
+    });
+    p.instr(sub1, move |t| {
+        t.r[IR0] = t.r[IR0] * 10 + 2;
+        Ok(Call(sub2, after1))
+    });
+    p.instr(sub2, move |t| {
+        t.r[IR0] = t.r[IR0] * 10 + 3;
+        Ok(Goto(after2))
+    });
+    p.instr(after2, move |_t| Ok(Return));
+    p.instr(after1, move |t| {
+        t.r[IR0] = t.r[IR0] * 10 + 4;
+        Ok(Return)
+    });
+    p.instr(fin, move |t| {
+        // 1 -> 12 -> 123 -> 1234: the calls returned in order.
+        Ok(Done(if t.r[IR0] == 1234 {
+            Verdict::Forward(0)
+        } else {
+            Verdict::Forward(1)
+        }))
+    });
+    p.entry(Entry::Packet, main);
+    let (stats, out) = run(p.build().unwrap(), &frames(5), 2);
+    assert_eq!(out.iter().filter(|p| p.port == 0).count(), 5);
+    assert_eq!(stats.instructions, 5 * 6);
+}
+
+/// A program that recurses `depth` levels and then finishes.
+fn recursion(depth: u64) -> Program {
+    let mut p = Program::builder("recurse");
+    let [start, rec, fin] = p.labels(["start", "rec", "fin"]);
+    p.instr(start, move |t| {
+        t.r[IR1] = depth;
+        Ok(Goto(rec))
+    });
+    p.instr(rec, move |t| {
+        if t.r[IR1] == 0 {
+            return Ok(Done(Verdict::Forward(0)));
+        }
+        t.r[IR1] -= 1;
+        Ok(Call(rec, fin))
+    });
+    p.instr(fin, |_t| Ok(Return));
+    p.entry(Entry::Packet, start);
+    p.build().unwrap()
+}
+
+#[test]
+fn call_depth_of_eight_is_allowed_and_nine_faults() {
+    let (stats, out) = run(recursion(8), &frames(4), 2);
+    assert_eq!(out.len(), 4);
+    assert_eq!(stats.faults_of(FaultKind::CallDepth), 0);
+
+    let (stats, out) = run(recursion(9), &frames(4), 2);
+    assert!(out.is_empty());
+    assert_eq!(stats.faults_of(FaultKind::CallDepth), 4);
+    assert_eq!(stats.drops("fault_call_depth"), 4);
+}
+
+#[test]
+fn return_without_call_faults() {
+    let mut p = Program::builder("ret");
+    let a = p.label("a");
+    p.instr(a, |_t| Ok(Return));
+    p.entry(Entry::Packet, a);
+    let (stats, out) = run(p.build().unwrap(), &frames(3), 1);
+    assert!(out.is_empty());
+    assert_eq!(stats.faults_of(FaultKind::ReturnWithoutCall), 3);
+}
+
+#[test]
+fn runaway_loop_is_stopped_by_the_budget_and_the_next_packet_runs() {
+    // Packets with an even flow loop forever; odd ones forward.
+    let mut p = Program::builder("loop");
+    let [a, spin] = p.labels(["a", "spin"]);
+    p.instr(a, move |t| {
+        let flow = t.head(34)?[1];
+        Ok(if flow % 2 == 0 {
+            Goto(spin)
+        } else {
+            Done(Verdict::Forward(0))
+        })
+    });
+    p.instr(spin, move |_t| Ok(Goto(spin)));
+    p.entry(Entry::Packet, a);
+    let (stats, out) = run(p.build().unwrap(), &frames(10), 2);
+    assert_eq!(out.len(), 5);
+    assert_eq!(stats.faults_of(FaultKind::InstructionBudget), 5);
+    // The budget (1000) bounds each looping packet exactly.
+    assert_eq!(stats.instructions, 5 * 1_000 + 5);
+}
+
+#[test]
+fn every_fault_kind_drops_only_its_packet() {
+    // The packet's flow number selects a fault; flow 0 forwards.
+    let mut p = Program::builder("faults");
+    let a = p.label("a");
+    p.instr(a, move |t| {
+        let which = t.head(34)?[1] % 6;
+        match which {
+            0 => Ok(Done(Verdict::Forward(0))),
+            1 => {
+                t.lm_bytes(1270, 64)?;
+                unreachable!()
+            }
+            2 => {
+                t.read_u64(DRAM_BASE + (1 << 20))?;
+                unreachable!()
+            }
+            3 => panic!("a bug in an instruction"),
+            4 => {
+                t.read_tail(0, 0, 8)?; // a 64-byte frame has no tail
+                unreachable!()
+            }
+            _ => {
+                t.head(1_000)?;
+                unreachable!()
+            }
+        }
+    });
+    p.entry(Entry::Packet, a);
+    let (stats, out) = run(p.build().unwrap(), &frames(60), 4);
+    assert_eq!(out.len(), 10);
+    assert_eq!(stats.faults_of(FaultKind::LocalMemory), 20);
+    assert_eq!(stats.faults_of(FaultKind::SharedMemory), 10);
+    assert_eq!(stats.faults_of(FaultKind::Panic), 10);
+    assert_eq!(stats.faults_of(FaultKind::Tail), 10);
+    assert_eq!(stats.drops("fault_panic"), 10);
+    assert_eq!(stats.dropped, 50);
+}
+
+#[test]
+fn truncated_header_is_a_counted_fault() {
+    use pfemu::wire::Ipv4;
+    let mut p = Program::builder("parse");
+    let a = p.label("a");
+    p.instr(a, |t| {
+        let ip = Ipv4::new_checked(t.head(14)?)?;
+        Ok(Done(Verdict::Forward(ip.ttl() as u16 % 4)))
+    });
+    p.entry(Entry::Packet, a);
+    // 20 bytes: an Ethernet header and 6 bytes of IPv4.
+    let short = vec![vec![0u8; 20]];
+    let (stats, out) = run(p.build().unwrap(), &short, 1);
+    assert!(out.is_empty());
+    assert_eq!(stats.faults_of(FaultKind::Header), 1);
+}
+
+#[test]
+fn building_refuses_undefined_and_duplicate_labels_and_missing_entry() {
+    let mut p = Program::builder("bad");
+    let [a, b] = p.labels(["a", "b"]);
+    p.instr(a, move |_t| Ok(Goto(b)));
+    p.entry(Entry::Packet, a);
+    assert_eq!(
+        p.build().unwrap_err().to_string(),
+        "label `b` is used but no instruction defines it"
+    );
+
+    let mut p = Program::builder("dup");
+    let a = p.label("a");
+    p.instr(a, |_t| Ok(Return));
+    p.instr(a, |_t| Ok(Return));
+    p.entry(Entry::Packet, a);
+    assert!(matches!(p.build(), Err(ProgramError::DuplicateLabel(l)) if l == "a"));
+
+    let mut p = Program::builder("noentry");
+    let a = p.label("a");
+    p.instr(a, |_t| Ok(Return));
+    assert!(matches!(p.build(), Err(ProgramError::NoPacketEntry)));
+}
+
+use pfemu::program::ProgramError;
+
+#[test]
+fn registers_start_zeroed_for_every_packet() {
+    let mut p = Program::builder("regs");
+    let a = p.label("a");
+    p.instr(a, |t| {
+        let seen = t.r.iter().any(|r| *r != 0);
+        t.r.fill(7);
+        Ok(Done(Verdict::Forward(if seen { 1 } else { 0 })))
+    });
+    p.entry(Entry::Packet, a);
+    let (_stats, out) = run(p.build().unwrap(), &frames(50), 1);
+    assert!(out.iter().all(|p| p.port == 0));
+}
