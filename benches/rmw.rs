@@ -4,8 +4,8 @@
 //! ONE location (`one/N`) or each on its own 64-byte line, spread over the banks (`spread/N`).
 //! One criterion iteration is one operation (by whichever thread), so the reported
 //! elements/s is total operations per second. Threads are spawned and the memory is built
-//! outside the timed region: the clock runs from the release of a start barrier to the moment
-//! the last thread finishes its share. A baseline group runs a raw `AtomicU64::fetch_add` on one
+//! outside the timed region: the clock runs from the first thread's start (all are released by
+//! one barrier) to the moment the last thread finishes its share. A baseline group runs a raw `AtomicU64::fetch_add` on one
 //! shared location with the same thread counts, so results read as a ratio to the hardware.
 //!
 //! Run: `cargo bench --bench rmw` (add `-- --quick` for a shorter run, or a filter such as
@@ -31,8 +31,14 @@ fn spread_addr(t: usize) -> Addr {
     SPREAD_BASE + 8 * t as Addr
 }
 
-/// Runs `op(thread, i)` for `iters` operations in total, shared out over `threads` threads;
-/// returns the time from the start barrier to the last thread's finish.
+/// Minimum operations per thread in one timed run with several threads: releasing hundreds of
+/// threads from a barrier on a 2-core machine takes a while, and that start-up skew must be
+/// small next to the work, whatever iteration count criterion asks for.
+const MIN_OPS_PER_THREAD: u64 = 10_000;
+
+/// Time for `iters` operations `op(thread, i)` shared out over `threads` threads: runs at least
+/// `MIN_OPS_PER_THREAD` per thread (scaling the measured time back to `iters`), timed from the
+/// first thread's start to the last thread's finish.
 fn timed<F>(threads: usize, iters: u64, op: &F) -> Duration
 where
     F: Fn(usize, u64) + Sync,
@@ -44,33 +50,37 @@ where
         }
         return start.elapsed();
     }
-    let barrier = Barrier::new(threads + 1);
-    thread::scope(|s| {
+    // Each thread stamps its own start (right after the barrier releases it) and finish; the
+    // measured span runs from the earliest start to the latest finish.
+    let total = iters.max(MIN_OPS_PER_THREAD * threads as u64);
+    let barrier = Barrier::new(threads);
+    let elapsed = thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let n = iters / threads as u64 + u64::from((t as u64) < iters % threads as u64);
+                let n = total / threads as u64 + u64::from((t as u64) < total % threads as u64);
                 let barrier = &barrier;
                 thread::Builder::new()
                     .stack_size(128 << 10)
                     .spawn_scoped(s, move || {
                         barrier.wait();
+                        let start = Instant::now();
                         for i in 0..n {
                             op(t, i);
                         }
-                        Instant::now()
+                        (start, Instant::now())
                     })
                     .expect("spawn")
             })
             .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let end = handles
+        let spans: Vec<(Instant, Instant)> = handles
             .into_iter()
             .map(|h| h.join().expect("bench thread"))
-            .max()
-            .unwrap_or(start);
+            .collect();
+        let start = spans.iter().map(|s| s.0).min().expect("threads > 0");
+        let end = spans.iter().map(|s| s.1).max().expect("threads > 0");
         end.saturating_duration_since(start)
-    })
+    });
+    elapsed.mul_f64(iters as f64 / total as f64)
 }
 
 fn memory() -> SharedMemory {

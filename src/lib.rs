@@ -86,10 +86,9 @@ pub mod prelude {
     pub use crate::pfe::{
         ChannelSink, CountingSink, Discard, FlowClassifier, FnSink, Frames, Pfe, Sink, Stats,
     };
-    pub use crate::program::Next::{Call, Done, Goto, Return};
     pub use crate::program::{
-        DropReason, Entry, Fault, FaultKind, InstrResult, Label, Next, Program, Thread, Verdict,
-        IR0, IR1, IR2, IR3, IR4, IR5, IR6, IR7,
+        Call, Done, DropReason, Entry, Fault, FaultDetail, FaultKind, Goto, InstrResult, Label,
+        Next, Program, Return, Step, Thread, Verdict, IR0, IR1, IR2, IR3, IR4, IR5, IR6, IR7,
     };
     pub use crate::ConfigError;
 }

@@ -75,7 +75,7 @@ pub struct Label(u32);
 pub struct DropReason(pub(crate) u16);
 
 /// What happens to the packet when its thread finishes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Verdict {
     /// Send the (possibly rewritten) packet out of one port.
     Forward(Port),
@@ -87,9 +87,17 @@ pub enum Verdict {
     Consume,
 }
 
-/// What the sequencer does after an instruction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Next {
+/// What the sequencer does after an instruction. Build it with [`Goto`], [`Call`],
+/// [`Return`] and [`Done`]; read it with [`Next::step`].
+///
+/// It is packed into one word so that an instruction's [`InstrResult`] comes back in two
+/// registers rather than through memory: the sequencer pays for it on every instruction.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Next(u64);
+
+/// [`Next`] unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
     /// Continue at the label.
     Goto(Label),
     /// Call the first label as a subroutine; its `Return` continues at the second label.
@@ -98,6 +106,76 @@ pub enum Next {
     Return,
     /// The thread is finished with the packet.
     Done(Verdict),
+}
+
+const STEP_SHIFT: u32 = 56;
+const STEP_GOTO: u64 = 0;
+const STEP_CALL: u64 = 1;
+const STEP_RETURN: u64 = 2;
+const STEP_DONE: u64 = 3;
+/// Labels are 28-bit so a call's two labels fit one word.
+const LABEL_BITS: u32 = 28;
+const LABEL_MASK: u64 = (1 << LABEL_BITS) - 1;
+/// Most labels a program may have.
+pub const MAX_LABELS: usize = 1 << LABEL_BITS;
+
+/// Continue at `label`.
+#[allow(non_snake_case)]
+#[inline(always)]
+pub const fn Goto(label: Label) -> Next {
+    Next(STEP_GOTO << STEP_SHIFT | label.0 as u64)
+}
+
+/// Call `target` as a subroutine; its `Return` continues at `ret`.
+#[allow(non_snake_case)]
+#[inline(always)]
+pub const fn Call(target: Label, ret: Label) -> Next {
+    Next(STEP_CALL << STEP_SHIFT | (ret.0 as u64) << LABEL_BITS | target.0 as u64)
+}
+
+/// Return from the current subroutine.
+#[allow(non_upper_case_globals)]
+pub const Return: Next = Next(STEP_RETURN << STEP_SHIFT);
+
+/// The thread is finished with the packet.
+#[allow(non_snake_case)]
+#[inline(always)]
+pub const fn Done(verdict: Verdict) -> Next {
+    let (kind, value) = match verdict {
+        Verdict::Forward(p) => (0u64, p),
+        Verdict::Multicast(g) => (1, g),
+        Verdict::Drop(r) => (2, r.0),
+        Verdict::Consume => (3, 0),
+    };
+    Next(STEP_DONE << STEP_SHIFT | kind << 16 | value as u64)
+}
+
+impl Next {
+    /// What the sequencer will do.
+    #[inline(always)]
+    pub const fn step(self) -> Step {
+        let a = Label((self.0 & LABEL_MASK) as u32);
+        match self.0 >> STEP_SHIFT {
+            STEP_GOTO => Step::Goto(a),
+            STEP_CALL => Step::Call(a, Label((self.0 >> LABEL_BITS & LABEL_MASK) as u32)),
+            STEP_RETURN => Step::Return,
+            _ => {
+                let value = self.0 as u16;
+                Step::Done(match (self.0 >> 16) & 3 {
+                    0 => Verdict::Forward(value),
+                    1 => Verdict::Multicast(value),
+                    2 => Verdict::Drop(DropReason(value)),
+                    _ => Verdict::Consume,
+                })
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Next {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.step().fmt(f)
+    }
 }
 
 /// The entry points a program can have.
@@ -115,8 +193,15 @@ pub type InstrResult = Result<Next, Fault>;
 type Instr = Box<dyn Fn(&mut Thread<'_>) -> InstrResult + Send + Sync>;
 
 /// Why a program stopped abnormally. The packet is dropped under [`Fault::kind`]'s reason.
+///
+/// The details are boxed so that an instruction's result ([`InstrResult`]) stays two words
+/// and comes back in registers: faults are rare, instructions are not.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Fault {
+pub struct Fault(Box<FaultDetail>);
+
+/// What went wrong, in detail.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultDetail {
     /// A local-memory access outside the thread's 1.25 KB, or a head access past its end.
     LocalMemory {
         /// First byte asked for (relative to local memory).
@@ -150,23 +235,23 @@ pub enum Fault {
 /// The kind of a [`Fault`], for counting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FaultKind {
-    /// [`Fault::LocalMemory`].
+    /// [`FaultDetail::LocalMemory`].
     LocalMemory,
-    /// [`Fault::SharedMemory`].
+    /// [`FaultDetail::SharedMemory`].
     SharedMemory,
-    /// [`Fault::Tail`].
+    /// [`FaultDetail::Tail`].
     Tail,
-    /// [`Fault::Header`].
+    /// [`FaultDetail::Header`].
     Header,
-    /// [`Fault::CallDepth`].
+    /// [`FaultDetail::CallDepth`].
     CallDepth,
-    /// [`Fault::ReturnWithoutCall`].
+    /// [`FaultDetail::ReturnWithoutCall`].
     ReturnWithoutCall,
-    /// [`Fault::InstructionBudget`].
+    /// [`FaultDetail::InstructionBudget`].
     InstructionBudget,
-    /// [`Fault::Panic`].
+    /// [`FaultDetail::Panic`].
     Panic,
-    /// [`Fault::NoEntry`].
+    /// [`FaultDetail::NoEntry`].
     NoEntry,
 }
 
@@ -225,44 +310,70 @@ impl FaultKind {
 impl Fault {
     /// The kind, for counting.
     pub fn kind(&self) -> FaultKind {
+        self.0.kind()
+    }
+
+    /// The details.
+    pub fn detail(&self) -> &FaultDetail {
+        &self.0
+    }
+}
+
+impl From<FaultDetail> for Fault {
+    fn from(d: FaultDetail) -> Self {
+        Fault(Box::new(d))
+    }
+}
+
+impl FaultDetail {
+    /// The kind, for counting.
+    pub fn kind(&self) -> FaultKind {
         match self {
-            Fault::LocalMemory { .. } => FaultKind::LocalMemory,
-            Fault::SharedMemory(_) => FaultKind::SharedMemory,
-            Fault::Tail { .. } => FaultKind::Tail,
-            Fault::Header(_) => FaultKind::Header,
-            Fault::CallDepth => FaultKind::CallDepth,
-            Fault::ReturnWithoutCall => FaultKind::ReturnWithoutCall,
-            Fault::InstructionBudget(_) => FaultKind::InstructionBudget,
-            Fault::Panic(_) => FaultKind::Panic,
-            Fault::NoEntry => FaultKind::NoEntry,
+            FaultDetail::LocalMemory { .. } => FaultKind::LocalMemory,
+            FaultDetail::SharedMemory(_) => FaultKind::SharedMemory,
+            FaultDetail::Tail { .. } => FaultKind::Tail,
+            FaultDetail::Header(_) => FaultKind::Header,
+            FaultDetail::CallDepth => FaultKind::CallDepth,
+            FaultDetail::ReturnWithoutCall => FaultKind::ReturnWithoutCall,
+            FaultDetail::InstructionBudget(_) => FaultKind::InstructionBudget,
+            FaultDetail::Panic(_) => FaultKind::Panic,
+            FaultDetail::NoEntry => FaultKind::NoEntry,
+        }
+    }
+}
+
+impl fmt::Display for FaultDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FaultDetail::LocalMemory { offset, len } => write!(
+                f,
+                "local-memory access of {len} bytes at offset {offset} is outside the \
+                 {LOCAL_MEMORY_BYTES}-byte local memory or the packet head"
+            ),
+            FaultDetail::SharedMemory(e) => write!(f, "shared-memory access refused: {e}"),
+            FaultDetail::Tail { offset, len } => {
+                write!(
+                    f,
+                    "tail access of {len} bytes at offset {offset} is past the tail's end"
+                )
+            }
+            FaultDetail::Header(e) => write!(f, "header does not fit the packet: {e}"),
+            FaultDetail::CallDepth => write!(f, "call nested deeper than {MAX_CALL_DEPTH} levels"),
+            FaultDetail::ReturnWithoutCall => write!(f, "return with an empty call stack"),
+            FaultDetail::InstructionBudget(b) => {
+                write!(f, "packet exceeded its budget of {b} instructions")
+            }
+            FaultDetail::Panic(msg) => write!(f, "instruction panicked: {msg}"),
+            FaultDetail::NoEntry => {
+                write!(f, "the program has no instruction for this entry point")
+            }
         }
     }
 }
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Fault::LocalMemory { offset, len } => write!(
-                f,
-                "local-memory access of {len} bytes at offset {offset} is outside the \
-                 {LOCAL_MEMORY_BYTES}-byte local memory or the packet head"
-            ),
-            Fault::SharedMemory(e) => write!(f, "shared-memory access refused: {e}"),
-            Fault::Tail { offset, len } => {
-                write!(
-                    f,
-                    "tail access of {len} bytes at offset {offset} is past the tail's end"
-                )
-            }
-            Fault::Header(e) => write!(f, "header does not fit the packet: {e}"),
-            Fault::CallDepth => write!(f, "call nested deeper than {MAX_CALL_DEPTH} levels"),
-            Fault::ReturnWithoutCall => write!(f, "return with an empty call stack"),
-            Fault::InstructionBudget(b) => {
-                write!(f, "packet exceeded its budget of {b} instructions")
-            }
-            Fault::Panic(msg) => write!(f, "instruction panicked: {msg}"),
-            Fault::NoEntry => write!(f, "the program has no instruction for this entry point"),
-        }
+        self.0.fmt(f)
     }
 }
 
@@ -270,13 +381,13 @@ impl std::error::Error for Fault {}
 
 impl From<MemFault> for Fault {
     fn from(e: MemFault) -> Self {
-        Fault::SharedMemory(e)
+        FaultDetail::SharedMemory(e).into()
     }
 }
 
 impl From<WireError> for Fault {
     fn from(e: WireError) -> Self {
-        Fault::Header(e)
+        FaultDetail::Header(e).into()
     }
 }
 
@@ -372,7 +483,7 @@ impl ProgramBuilder {
         if let Some(d) = self.duplicates.into_iter().next() {
             return Err(ProgramError::DuplicateLabel(d));
         }
-        if self.labels.len() > u32::MAX as usize / 2 {
+        if self.labels.len() > MAX_LABELS {
             return Err(ProgramError::TooLarge("labels"));
         }
         if self.drop_reasons.len() > u16::MAX as usize {
@@ -506,7 +617,7 @@ impl Program {
     pub(crate) fn run(&self, entry: Entry, t: &mut Thread<'_>, budget: u32) -> RunOutcome {
         let Some(start) = self.entry_label(entry) else {
             return RunOutcome {
-                result: Err(Fault::NoEntry),
+                result: Err(FaultDetail::NoEntry.into()),
                 instructions: 0,
             };
         };
@@ -518,33 +629,33 @@ impl Program {
             let mut depth = 0usize;
             loop {
                 if executed >= budget {
-                    return Err(Fault::InstructionBudget(budget));
+                    return Err(FaultDetail::InstructionBudget(budget).into());
                 }
                 executed += 1;
-                match (instrs[pc])(t)? {
-                    Next::Goto(l) => pc = l.0 as usize,
-                    Next::Call(l, ret) => {
+                match (instrs[pc])(t)?.step() {
+                    Step::Goto(l) => pc = l.0 as usize,
+                    Step::Call(l, ret) => {
                         if depth == MAX_CALL_DEPTH {
-                            return Err(Fault::CallDepth);
+                            return Err(FaultDetail::CallDepth.into());
                         }
                         stack[depth] = ret.0;
                         depth += 1;
                         pc = l.0 as usize;
                     }
-                    Next::Return => {
+                    Step::Return => {
                         if depth == 0 {
-                            return Err(Fault::ReturnWithoutCall);
+                            return Err(FaultDetail::ReturnWithoutCall.into());
                         }
                         depth -= 1;
                         pc = stack[depth] as usize;
                     }
-                    Next::Done(v) => return Ok(v),
+                    Step::Done(v) => return Ok(v),
                 }
             }
         }));
         let result = match result {
             Ok(r) => r,
-            Err(payload) => Err(Fault::Panic(panic_message(payload.as_ref()))),
+            Err(payload) => Err(FaultDetail::Panic(panic_message(payload.as_ref())).into()),
         };
         RunOutcome {
             result,
@@ -604,13 +715,15 @@ pub struct Thread<'a> {
     mem: &'a SharedMemory,
     out: &'a mut OutArena,
     meta: PacketMeta<'a>,
+    /// Local memory was written (so the head must be unloaded, not reused as it came).
+    lm_written: bool,
 }
 
 #[inline]
 fn lm_range(offset: usize, len: usize) -> Result<std::ops::Range<usize>, Fault> {
     match offset.checked_add(len) {
         Some(end) if end <= LOCAL_MEMORY_BYTES => Ok(offset..end),
-        _ => Err(Fault::LocalMemory { offset, len }),
+        _ => Err(FaultDetail::LocalMemory { offset, len }.into()),
     }
 }
 
@@ -629,11 +742,13 @@ impl<'a> Thread<'a> {
             mem,
             out,
             meta,
+            lm_written: false,
         }
     }
 
-    pub(crate) fn head_window(&self) -> (usize, usize) {
-        (self.meta.head_start, self.meta.head_len)
+    /// Where the head ended up in local memory, and whether local memory was written.
+    pub(crate) fn head_window(&self) -> (usize, usize, bool) {
+        (self.meta.head_start, self.meta.head_len, self.lm_written)
     }
 
     // ----- packet facts -------------------------------------------------------------------
@@ -667,6 +782,7 @@ impl<'a> Thread<'a> {
     /// The whole local memory, writable.
     #[inline]
     pub fn lm_mut(&mut self) -> &mut [u8; LOCAL_MEMORY_BYTES] {
+        self.lm_written = true;
         &mut self.core.lm
     }
 
@@ -679,6 +795,7 @@ impl<'a> Thread<'a> {
     /// `len` writable bytes of local memory at `offset`.
     #[inline]
     pub fn lm_bytes_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8], Fault> {
+        self.lm_written = true;
         Ok(&mut self.core.lm[lm_range(offset, len)?])
     }
 
@@ -699,10 +816,11 @@ impl<'a> Thread<'a> {
     #[inline]
     pub fn head(&self, offset: usize) -> Result<&[u8], Fault> {
         if offset > self.meta.head_len {
-            return Err(Fault::LocalMemory {
+            return Err(FaultDetail::LocalMemory {
                 offset: self.meta.head_start + offset,
                 len: 0,
-            });
+            }
+            .into());
         }
         Ok(&self.core.lm[self.meta.head_start + offset..self.meta.head_start + self.meta.head_len])
     }
@@ -711,11 +829,13 @@ impl<'a> Thread<'a> {
     #[inline]
     pub fn head_mut(&mut self, offset: usize) -> Result<&mut [u8], Fault> {
         if offset > self.meta.head_len {
-            return Err(Fault::LocalMemory {
+            return Err(FaultDetail::LocalMemory {
                 offset: self.meta.head_start + offset,
                 len: 0,
-            });
+            }
+            .into());
         }
+        self.lm_written = true;
         Ok(&mut self.core.lm
             [self.meta.head_start + offset..self.meta.head_start + self.meta.head_len])
     }
@@ -727,11 +847,13 @@ impl<'a> Thread<'a> {
         let start = self.meta.head_start as isize + delta;
         let len = self.meta.head_len as isize - delta;
         if start < 0 || len < 0 || (start + len) as usize > LOCAL_MEMORY_BYTES {
-            return Err(Fault::LocalMemory {
+            return Err(FaultDetail::LocalMemory {
                 offset: start.max(0) as usize,
                 len: len.max(0) as usize,
-            });
+            }
+            .into());
         }
+        self.lm_written = true;
         self.meta.head_start = start as usize;
         self.meta.head_len = len as usize;
         Ok(())
@@ -740,6 +862,7 @@ impl<'a> Thread<'a> {
     /// Sets the head's length (trim, or grow into local memory after it).
     pub fn set_head_len(&mut self, len: usize) -> Result<(), Fault> {
         lm_range(self.meta.head_start, len)?;
+        self.lm_written = true;
         self.meta.head_len = len;
         Ok(())
     }
@@ -764,11 +887,14 @@ impl<'a> Thread<'a> {
             .checked_add(len)
             .filter(|end| *end <= self.meta.tail.len())
             .map(|end| &self.meta.tail[tail_offset..end])
-            .ok_or(Fault::Tail {
-                offset: tail_offset,
-                len,
+            .ok_or_else(|| {
+                Fault::from(FaultDetail::Tail {
+                    offset: tail_offset,
+                    len,
+                })
             })?;
         self.core.lm[lm_range(lm_offset, len)?].copy_from_slice(src);
+        self.lm_written = true;
         self.core.xtxns[XtxnKind::TailRead.index()] += 1;
         Ok(())
     }
@@ -824,6 +950,7 @@ impl<'a> Thread<'a> {
     pub fn mem_read(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
         let range = lm_range(lm_offset, len)?;
         self.count(XtxnKind::Read);
+        self.lm_written = true;
         self.mem.read(addr, &mut self.core.lm[range])?;
         Ok(())
     }
@@ -915,5 +1042,147 @@ impl<'a> Thread<'a> {
         self.count(op.kind());
         self.core.posted.post(self.mem, op)?;
         Ok(())
+    }
+}
+
+/// What [`Harness::run`] saw.
+#[derive(Debug)]
+pub struct HarnessOutcome {
+    /// The verdict, or the fault that ended the thread.
+    pub result: Result<Verdict, Fault>,
+    /// Instructions executed.
+    pub instructions: u32,
+    /// The packet as it would leave (head as the program left it, then the tail), when the
+    /// program forwarded or multicast it.
+    pub output: Option<Vec<u8>>,
+    /// Packets the program created, with their destinations.
+    pub created: Vec<(Dest, Vec<u8>)>,
+}
+
+/// Runs a program on single frames in the calling thread, without an engine: for unit
+/// tests of a program and for measuring what its instructions cost. Posted XTXNs are
+/// applied before [`Harness::run`] returns.
+///
+/// ```
+/// use std::sync::Arc;
+/// use pfemu::prelude::*;
+/// use pfemu::program::Harness;
+///
+/// let mut p = Program::builder("count");
+/// let a = p.label("a");
+/// p.instr(a, |t| Ok(Done(Verdict::Forward(t.pkt_len() as u16 % 4))));
+/// p.entry(Entry::Packet, a);
+/// let program = p.build()?;
+///
+/// let mut h = Harness::new(Arc::new(SharedMemory::new(&MemConfig::default())?));
+/// let out = h.run(&program, 0, &[0u8; 66]);
+/// assert_eq!(out.result, Ok(Verdict::Forward(2)));
+/// assert_eq!(out.instructions, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Harness {
+    core: ThreadCore,
+    mem: Arc<SharedMemory>,
+    out: OutArena,
+    head_bytes: usize,
+    budget: u32,
+}
+
+impl Harness {
+    /// A harness on `mem`, with the engine's default head size and instruction budget.
+    pub fn new(mem: Arc<SharedMemory>) -> Self {
+        Harness {
+            core: ThreadCore::new(),
+            mem,
+            out: OutArena::default(),
+            head_bytes: crate::packet::DEFAULT_HEAD_BYTES,
+            budget: DEFAULT_INSTRUCTION_BUDGET,
+        }
+    }
+
+    /// The shared memory the harness runs against.
+    pub fn memory(&self) -> &Arc<SharedMemory> {
+        &self.mem
+    }
+
+    /// Runs `program` from its packet entry on `frame`, arriving on `port`.
+    pub fn run(&mut self, program: &Program, port: Port, frame: &[u8]) -> HarnessOutcome {
+        let head_len = frame.len().min(self.head_bytes);
+        let (head, tail) = frame.split_at(head_len);
+        self.core.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
+        self.out.clear();
+        let meta = PacketMeta {
+            port,
+            pkt_len: frame.len(),
+            head_start: DEFAULT_HEAD_OFFSET,
+            head_len,
+            tail,
+            now_ns: 0,
+        };
+        let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
+        let run = program.run(Entry::Packet, &mut t, self.budget);
+        let (hs, hl, _) = t.head_window();
+        self.core.posted.flush(&self.mem);
+        self.core.xtxns = [0; XtxnKind::COUNT];
+        let output = match run.result {
+            Ok(Verdict::Forward(_)) | Ok(Verdict::Multicast(_)) => {
+                let mut o = self.core.lm[hs..hs + hl].to_vec();
+                o.extend_from_slice(if self.core.new_tail_set {
+                    &self.core.new_tail
+                } else {
+                    tail
+                });
+                Some(o)
+            }
+            _ => None,
+        };
+        let created = self
+            .out
+            .recs
+            .iter()
+            .map(|r| {
+                (
+                    r.dest,
+                    self.out.bytes[r.off as usize..(r.off + r.len) as usize].to_vec(),
+                )
+            })
+            .collect();
+        HarnessOutcome {
+            result: run.result,
+            instructions: run.instructions,
+            output,
+            created,
+        }
+    }
+
+    /// Runs `program` on every frame and returns how many it forwarded; no per-packet
+    /// results are kept (the loop a benchmark times).
+    pub fn run_all<'f>(
+        &mut self,
+        program: &Program,
+        frames: impl IntoIterator<Item = &'f [u8]>,
+    ) -> u64 {
+        let mut forwarded = 0;
+        for frame in frames {
+            let head_len = frame.len().min(self.head_bytes);
+            let (head, tail) = frame.split_at(head_len);
+            self.core.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
+            self.out.clear();
+            let meta = PacketMeta {
+                port: 0,
+                pkt_len: frame.len(),
+                head_start: DEFAULT_HEAD_OFFSET,
+                head_len,
+                tail,
+                now_ns: 0,
+            };
+            let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
+            if let Ok(Verdict::Forward(_)) = program.run(Entry::Packet, &mut t, self.budget).result
+            {
+                forwarded += 1;
+            }
+        }
+        self.core.posted.flush(&self.mem);
+        forwarded
     }
 }

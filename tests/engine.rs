@@ -95,10 +95,11 @@ fn conservation_under_stress_from_four_injectors_with_mixed_verdicts() {
             0 => Ok(Done(Verdict::Forward((seq % 4) as u16))),
             1 => Ok(Done(Verdict::Drop(r))),
             2 => Ok(Done(Verdict::Consume)),
-            3 => Err(Fault::LocalMemory {
+            3 => Err(FaultDetail::LocalMemory {
                 offset: 9_999,
                 len: 1,
-            }),
+            }
+            .into()),
             _ => Ok(Done(Verdict::Multicast(7))),
         }
     });

@@ -36,6 +36,8 @@ pub struct FilterBenchConfig {
     pub batch_size: usize,
     /// In-flight capacity.
     pub capacity: usize,
+    /// Reorder contexts flows are folded into.
+    pub reorder_contexts: usize,
     /// Pin PPE threads to cores.
     pub pin: bool,
     /// Traffic seed.
@@ -73,6 +75,8 @@ pub struct FilterBenchReport {
     pub verified: bool,
     /// Fewest and most packets one PPE thread processed.
     pub per_ppe_min_max: (u64, u64),
+    /// Packets the reorder engine held for an earlier packet of their flow.
+    pub reorder_held: u64,
 }
 
 /// Runs the filter benchmark once.
@@ -110,6 +114,7 @@ pub fn run_on(
         .reorder(cfg.reorder)
         .batch_size(cfg.batch_size)
         .capacity(cfg.capacity)
+        .reorder_contexts(cfg.reorder_contexts)
         .pin_threads(cfg.pin)
         .sink(sink.clone())
         .build()?;
@@ -166,6 +171,7 @@ pub fn run_on(
         counters,
         verified,
         per_ppe_min_max: (min, max),
+        reorder_held: stats.reorder_held,
     })
 }
 

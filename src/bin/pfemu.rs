@@ -6,7 +6,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use pfemu::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
-use pfemu::pfe::{default_ppe_threads, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY};
+use pfemu::pfe::{
+    default_ppe_threads, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -58,6 +60,9 @@ enum Command {
         /// Packets in flight at most.
         #[arg(long, default_value_t = DEFAULT_CAPACITY)]
         capacity: usize,
+        /// Reorder contexts flows are folded into (a power of two).
+        #[arg(long, default_value_t = DEFAULT_REORDER_CONTEXTS)]
+        reorder_contexts: usize,
         /// Pin PPE threads to cores.
         #[arg(long)]
         pin: bool,
@@ -116,6 +121,7 @@ fn main() -> ExitCode {
             reorder,
             batch,
             capacity,
+            reorder_contexts,
             pin,
             runs,
             json,
@@ -125,8 +131,7 @@ fn main() -> ExitCode {
                 &traffic,
                 ppe_threads,
                 reorder,
-                batch,
-                capacity,
+                (batch, capacity, reorder_contexts),
                 pin,
                 runs,
                 json,
@@ -163,6 +168,7 @@ fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
         reorder: true,
         batch_size: DEFAULT_BATCH_SIZE,
         capacity: DEFAULT_CAPACITY,
+        reorder_contexts: DEFAULT_REORDER_CONTEXTS,
         pin: false,
         seed: traffic.seed,
     };
@@ -201,6 +207,7 @@ fn print_summary(r: &FilterBenchReport) {
         "  per-PPE packets    {:>12} min {:>10} max",
         r.per_ppe_min_max.0, r.per_ppe_min_max.1
     );
+    println!("  held for reorder   {:>12}", r.reorder_held);
     println!("  elapsed            {:>12.3} s", r.elapsed_s);
     println!(
         "  throughput         {:>12.2} Mpps {:>8.2} Gbit/s",
@@ -213,8 +220,7 @@ fn bench_filter(
     traffic: &TrafficArgs,
     ppe_threads: Vec<usize>,
     reorder: ReorderArg,
-    batch: usize,
-    capacity: usize,
+    (batch, capacity, reorder_contexts): (usize, usize, usize),
     pin: bool,
     runs: usize,
     json: bool,
@@ -243,6 +249,7 @@ fn bench_filter(
                 reorder: r,
                 batch_size: batch,
                 capacity,
+                reorder_contexts,
                 pin,
                 seed: traffic.seed,
             });

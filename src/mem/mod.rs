@@ -63,8 +63,9 @@
 //! (posted) XTXN needs no reply: the thread describes it as an [`Op`] and hands it to its
 //! [`PostedOps`] buffer, which validates the address at post time (so a bad address still faults
 //! the posting program) and applies the buffered operations, in order and exactly once, when
-//! it fills up or when the thread calls [`PostedOps::flush`] (the engine flushes at the end of
-//! each packet). Batching amortises the per-transaction overhead, like the crossbar does.
+//! it fills up or when the thread calls [`PostedOps::flush`]. Posted operations become visible to
+//! other threads only once flushed, so the owner flushes whenever their effect must be visible
+//! (at the latest when the packet's processing ends).
 //!
 //! # Data flow
 //!

@@ -7,8 +7,8 @@ use super::{MemFault, Op, SharedMemory};
 /// Owned by one thread, not shared. [`PostedOps::post`] validates the operation against the
 /// memory immediately, so a bad address faults the posting program at post time, then buffers
 /// it; the buffered operations are applied in posting order by [`PostedOps::flush`], which
-/// `post` also calls when the buffer is full. Flush before dropping the buffer (the engine
-/// flushes at the end of every packet): operations still buffered at drop are discarded.
+/// `post` also calls when the buffer is full. Flush before dropping the buffer (e.g. at the end
+/// of every packet): operations still buffered at drop are discarded.
 /// Operations are validated against the memory passed to `post`; flush into the same memory.
 #[derive(Debug)]
 pub struct PostedOps {

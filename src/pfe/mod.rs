@@ -39,7 +39,7 @@ use self::batch::{Batch, Slot};
 use self::dispatch::Dispatch;
 use self::egress::TxCounters;
 use self::ingress::IngressState;
-use self::reorder::ReorderEngine;
+use self::reorder::ReorderStage;
 use self::stats::{WorkerStats, DROP_OVERSIZE, DROP_RUNT, ENGINE_DROP_REASONS};
 use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
@@ -279,7 +279,7 @@ impl PfeBuilder {
                 format!("{} is out of range; accepted 1..=1024", cfg.batch_size),
             ));
         }
-        if cfg.capacity < cfg.batch_size || cfg.capacity > 1 << 24 {
+        if cfg.capacity < cfg.batch_size || cfg.capacity > 1 << 20 {
             return Err(ConfigError::new(
                 "capacity",
                 format!(
@@ -372,7 +372,7 @@ impl PfeBuilder {
                 AtomicU64::new(0),
                 AtomicU64::new(0),
             ]),
-            reorder: Mutex::new(ReorderEngine::new(cfg.reorder_contexts, cfg.ports)),
+            reorder: ReorderStage::new(cfg.reorder_contexts, cfg.ports),
             groups: group_table,
             sink,
             tx: TxCounters::new(cfg.ports),
@@ -411,7 +411,7 @@ pub(crate) struct Shared {
     pub ingress: Mutex<IngressState>,
     /// Frames injected, runts, oversize frames.
     pub ingress_counts: CachePadded<[AtomicU64; 3]>,
-    pub reorder: Mutex<ReorderEngine>,
+    pub reorder: ReorderStage,
     pub groups: Vec<Vec<Port>>,
     pub sink: Arc<dyn Sink>,
     pub tx: TxCounters,
@@ -725,6 +725,11 @@ impl Pfe {
             created: total.created,
             created_invalid: total.created_invalid,
             instructions: total.instructions,
+            reorder_held: if sh.cfg.reorder {
+                sh.reorder.held_total()
+            } else {
+                0
+            },
             per_ppe_packets: per_ppe,
             ..Stats::default()
         };

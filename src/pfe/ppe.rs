@@ -45,19 +45,27 @@ pub(crate) fn run(
         core.posted.flush(&shared.mem);
         shared.worker_stats[me].lock().add(&local);
         local.reset();
-        let released = if shared.cfg.reorder {
-            shared
-                .reorder
-                .lock()
-                .complete(&batch, &shared.groups, &*shared.sink, &shared.tx)
+        if shared.cfg.reorder {
+            shared.reorder.finish(
+                batch,
+                &shared.groups,
+                &*shared.sink,
+                &shared.tx,
+                |b, released| retire(&shared, b, released),
+            );
         } else {
-            release_unordered(&shared, &batch, &mut queues)
-        };
-        shared.in_flight.fetch_sub(released, Ordering::Release);
-        batch.clear();
-        // A full pool means more batches exist than the capacity needs; let this one go.
-        let _ = shared.pool.push(batch);
+            let released = release_unordered(&shared, &batch, &mut queues);
+            retire(&shared, batch, released);
+        }
     }
+}
+
+/// Counts released packets out of flight and returns the batch to the pool.
+fn retire(shared: &Shared, mut batch: Box<Batch>, released: u64) {
+    shared.in_flight.fetch_sub(released, Ordering::Release);
+    batch.clear();
+    // A full pool means more batches exist than the capacity needs; let this one go.
+    let _ = shared.pool.push(batch);
 }
 
 fn release_unordered(shared: &Shared, batch: &Batch, queues: &mut PortQueues) -> u64 {
@@ -115,7 +123,7 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
         };
         let mut t = Thread::new(core, &shared.mem, out, meta);
         let outcome = shared.program.run(Entry::Packet, &mut t, budget);
-        let (hs, hl) = t.head_window();
+        let (hs, hl, lm_written) = t.head_window();
         st.packets += 1;
         st.instructions += outcome.instructions as u64;
 
@@ -161,8 +169,10 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
                 // in the packet buffer when the head kept its place and size and the tail
                 // was not replaced, otherwise into the output arena.
                 if hs == DEFAULT_HEAD_OFFSET && hl == head_len && !core.new_tail_set {
-                    let at = s.off as usize;
-                    frames[at..at + hl].copy_from_slice(&core.lm[hs..hs + hl]);
+                    if lm_written {
+                        let at = s.off as usize;
+                        frames[at..at + hl].copy_from_slice(&core.lm[hs..hs + hl]);
+                    }
                     out.push_in_place(dest, s.off, s.len);
                 } else {
                     let tail = if core.new_tail_set {

@@ -8,8 +8,19 @@
 //! order, releases it if it is next in its context (then any held successors), or holds a
 //! copy otherwise. A dropped or consumed packet releases its slot with no output. Held
 //! packets stay counted in flight, so the engine's in-flight capacity bounds them.
+//!
+//! No PPE thread ever waits for the engine: a finished batch is pushed on a lock-free
+//! queue, and whichever thread holds the engine's lock completes every queued batch before
+//! letting go (flat combining). A thread that finds the lock taken goes back to its
+//! packets; the holder sees its batch, because the holder looks at the queue again after
+//! unlocking. So a holder descheduled on a small machine delays releases, never the
+//! processing of packets.
 
+use std::sync::atomic::{fence, Ordering};
+
+use crossbeam_queue::SegQueue;
 use hashbrown::HashMap;
+use parking_lot::Mutex;
 
 use super::batch::Batch;
 use super::egress::{PortQueues, Sink, Span, TxCounters};
@@ -20,6 +31,56 @@ use crate::packet::{Dest, Port, SRC_FRAMES};
 struct Held {
     bytes: Vec<u8>,
     recs: Vec<(Dest, u32, u32)>,
+}
+
+/// The reorder engine and the queue of finished batches waiting for it.
+pub(crate) struct ReorderStage {
+    engine: Mutex<ReorderEngine>,
+    finished: SegQueue<Box<Batch>>,
+}
+
+impl ReorderStage {
+    /// Packets that waited for an earlier packet of their flow, so far.
+    pub fn held_total(&self) -> u64 {
+        self.engine.lock().held_total
+    }
+
+    pub fn new(contexts: usize, ports: usize) -> Self {
+        ReorderStage {
+            engine: Mutex::new(ReorderEngine::new(contexts, ports)),
+            finished: SegQueue::new(),
+        }
+    }
+
+    /// Hands over a finished batch. If the engine is free, completes it and every other
+    /// queued batch; `retire` gets each completed batch and how many ingress packets left.
+    pub fn finish(
+        &self,
+        batch: Box<Batch>,
+        groups: &[Vec<Port>],
+        sink: &dyn Sink,
+        tx: &TxCounters,
+        mut retire: impl FnMut(Box<Batch>, u64),
+    ) {
+        self.finished.push(batch);
+        loop {
+            fence(Ordering::SeqCst);
+            let Some(mut engine) = self.engine.try_lock() else {
+                return;
+            };
+            while let Some(b) = self.finished.pop() {
+                let released = engine.complete(&b, groups, sink, tx);
+                retire(b, released);
+            }
+            drop(engine);
+            // A batch pushed while we held the lock, by a thread whose try_lock failed,
+            // is ours to complete.
+            fence(Ordering::SeqCst);
+            if self.finished.is_empty() {
+                return;
+            }
+        }
+    }
 }
 
 pub(crate) struct ReorderEngine {
@@ -33,6 +94,8 @@ pub(crate) struct ReorderEngine {
     releasing: Vec<Held>,
     /// Spare buffers for held packets, reused instead of allocated.
     spare: Vec<Held>,
+    /// Packets that had to wait for an earlier packet of their flow, ever.
+    pub held_total: u64,
 }
 
 /// Source index of the first released held packet in a flush (after the batch's packet
@@ -47,6 +110,7 @@ impl ReorderEngine {
             queues: PortQueues::new(ports),
             releasing: Vec::new(),
             spare: Vec::new(),
+            held_total: 0,
         }
     }
 
@@ -76,6 +140,7 @@ impl ReorderEngine {
                     h.recs.push((r.dest, off, r.len));
                 }
                 self.held.insert((c.ctx, c.seq), h);
+                self.held_total += 1;
                 continue;
             }
             *next = next.wrapping_add(1);

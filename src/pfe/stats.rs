@@ -126,6 +126,9 @@ pub struct Stats {
     pub bytes_tx: u64,
     /// Frames and bytes handed to sinks, per port (ports with traffic only).
     pub tx_by_port: BTreeMap<u16, (u64, u64)>,
+    /// Packets the reorder engine held because an earlier packet of their flow had not
+    /// finished yet (0 with reordering off).
+    pub reorder_held: u64,
     /// Instructions executed.
     pub instructions: u64,
     /// External transactions by kind (non-zero kinds only).
