@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use pfemu::mem::{Addr, MemConfig, PolicerConfig, SharedMemory};
+use pfemu::mem::{Addr, MemConfig, Op, PolicerConfig, PostedOps, SharedMemory};
 
 const THREAD_COUNTS: [usize; 3] = [2, 16, 256];
 /// The contended location (line-aligned, so 64-byte ops stay in one bank).
@@ -131,11 +131,36 @@ fn baseline(c: &mut Criterion) {
     g.finish();
 }
 
+thread_local! {
+    /// Each bench thread's posted-XTXN buffer, like a PPE thread's.
+    static POSTED: std::cell::RefCell<PostedOps> = std::cell::RefCell::new(PostedOps::new(64));
+}
+
+/// Posted counter increments flushed every `FLUSH_EVERY` posts, as a PPE thread flushes
+/// once per batch of 32 packets.
+const FLUSH_EVERY: u64 = 32;
+
 fn rmw(c: &mut Criterion) {
     baseline(c);
     let m = memory();
     group(c, "counter_inc", &m, |m, a, _, i| {
         m.counter_inc(a, 64 + (i & 1023)).unwrap();
+    });
+    group(c, "counter_inc_posted", &m, |m, a, _, i| {
+        POSTED.with(|p| {
+            let mut p = p.borrow_mut();
+            p.post(
+                m,
+                Op::CounterInc {
+                    addr: a,
+                    bytes: 64 + (i & 63),
+                },
+            )
+            .expect("in range");
+            if i % FLUSH_EVERY == FLUSH_EVERY - 1 {
+                p.flush(m);
+            }
+        })
     });
     group(c, "fetch_or", &m, |m, a, t, _| {
         black_box(m.fetch_or(a, 1 << (t % 64)).unwrap());

@@ -23,7 +23,7 @@
 //! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats.
 //! - [`microcode`]: the shipped programs (the paper's packet filter), written against the
 //!   public API only.
-//! - [`bench`]: traffic generation for the `pfemu bench` harness.
+//! - [`bench`](mod@bench): traffic generation for the `pfemu bench` harness.
 //!
 //! ## Embedding
 //!

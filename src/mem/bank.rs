@@ -358,6 +358,16 @@ impl SharedMemory {
         Ok(())
     }
 
+    /// Adds `packets` to the packet word `addr` and `bytes` to the byte word `addr + 1`
+    /// (each wrapping, each atomic): `n` increments at once.
+    #[inline]
+    pub fn counter_add(&self, addr: Addr, packets: u64, bytes: u64) -> Result<(), MemFault> {
+        let (p, b) = self.pair(addr)?;
+        p.fetch_add(packets, RMW);
+        b.fetch_add(bytes, RMW);
+        Ok(())
+    }
+
     /// Reads a packet/byte counter: `(packets, bytes)`. The two words are read one after the
     /// other, so a concurrent increment may be seen in one and not yet in the other.
     pub fn counter_read(&self, addr: Addr) -> Result<(u64, u64), MemFault> {
@@ -450,6 +460,11 @@ impl SharedMemory {
         match *op {
             Op::Write8 { addr, value } => self.write_u64(addr, value),
             Op::CounterInc { addr, bytes } => self.counter_inc(addr, bytes),
+            Op::CounterAdd {
+                addr,
+                packets,
+                bytes,
+            } => self.counter_add(addr, packets, bytes),
             Op::FetchAnd { addr, mask } => self.fetch_and(addr, mask).map(drop),
             Op::FetchOr { addr, mask } => self.fetch_or(addr, mask).map(drop),
             Op::FetchXor { addr, mask } => self.fetch_xor(addr, mask).map(drop),

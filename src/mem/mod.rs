@@ -65,7 +65,9 @@
 //! the posting program) and applies the buffered operations, in order and exactly once, when
 //! it fills up or when the thread calls [`PostedOps::flush`]. Posted operations become visible to
 //! other threads only once flushed, so the owner flushes whenever their effect must be visible
-//! (at the latest when the packet's processing ends).
+//! (the engine flushes each PPE thread's buffer at the end of every batch of packets, before
+//! the batch counts as done, so posted operations are visible after `Pfe::drain`). Posted
+//! increments of one counter coalesce in the buffer (see [`PostedOps`]).
 //!
 //! # Data flow
 //!
@@ -361,6 +363,16 @@ pub enum Op {
         /// Bytes added to the byte word.
         bytes: u64,
     },
+    /// Packet/byte counter addition of `packets` and `bytes` ([`SharedMemory::counter_add`]);
+    /// what posted increments of one counter coalesce into.
+    CounterAdd {
+        /// Packet word; the byte word is `addr + 1`.
+        addr: Addr,
+        /// Packets added to the packet word.
+        packets: u64,
+        /// Bytes added to the byte word.
+        bytes: u64,
+    },
     /// `word &= mask` ([`SharedMemory::fetch_and`]).
     FetchAnd {
         /// Target word.
@@ -428,7 +440,7 @@ impl Op {
     pub fn kind(&self) -> XtxnKind {
         match self {
             Op::Write8 { .. } => XtxnKind::Write,
-            Op::CounterInc { .. } => XtxnKind::CounterInc,
+            Op::CounterInc { .. } | Op::CounterAdd { .. } => XtxnKind::CounterInc,
             Op::FetchAnd { .. } => XtxnKind::FetchAnd,
             Op::FetchOr { .. } => XtxnKind::FetchOr,
             Op::FetchXor { .. } => XtxnKind::FetchXor,
@@ -445,6 +457,7 @@ impl Op {
         match *self {
             Op::Write8 { addr, .. }
             | Op::CounterInc { addr, .. }
+            | Op::CounterAdd { addr, .. }
             | Op::FetchAnd { addr, .. }
             | Op::FetchOr { addr, .. }
             | Op::FetchXor { addr, .. }
@@ -459,7 +472,7 @@ impl Op {
     /// How many consecutive words (from [`Op::addr`]) the operation touches.
     pub fn words(&self) -> u64 {
         match self {
-            Op::CounterInc { .. } => 2,
+            Op::CounterInc { .. } | Op::CounterAdd { .. } => 2,
             Op::VAdd32x16 { .. } => LINE_WORDS,
             _ => 1,
         }

@@ -102,6 +102,17 @@ impl Model {
                 self.set(addr + 1, b.wrapping_add(bytes));
                 Ok(())
             }
+            Op::CounterAdd {
+                addr,
+                packets,
+                bytes,
+            } => {
+                Self::range(addr, 2)?;
+                let (p, b) = (self.get(addr), self.get(addr + 1));
+                self.set(addr, p.wrapping_add(packets));
+                self.set(addr + 1, b.wrapping_add(bytes));
+                Ok(())
+            }
             Op::FetchAnd { addr, mask } => self.rmw(addr, |w| w & mask).map(drop),
             Op::FetchOr { addr, mask } => self.rmw(addr, |w| w | mask).map(drop),
             Op::FetchXor { addr, mask } => self.rmw(addr, |w| w ^ mask).map(drop),
@@ -183,6 +194,11 @@ fn op() -> BoxedStrategy<Op> {
     prop_oneof![
         (addr(), small.clone()).prop_map(|(addr, value)| Op::Write8 { addr, value }),
         (addr(), small.clone()).prop_map(|(addr, bytes)| Op::CounterInc { addr, bytes }),
+        (addr(), small.clone(), small.clone()).prop_map(|(addr, packets, bytes)| Op::CounterAdd {
+            addr,
+            packets,
+            bytes
+        }),
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchAnd { addr, mask }),
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchOr { addr, mask }),
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchXor { addr, mask }),
@@ -230,6 +246,13 @@ fn sync_op(mem: &SharedMemory, model: &mut Model, op: &Op) -> Result<(), TestCas
         }
         Op::CounterInc { addr, bytes } => {
             prop_assert_eq!(mem.counter_inc(addr, bytes), model.apply(op));
+        }
+        Op::CounterAdd {
+            addr,
+            packets,
+            bytes,
+        } => {
+            prop_assert_eq!(mem.counter_add(addr, packets, bytes), model.apply(op));
         }
         Op::FetchAnd { addr, mask } => {
             prop_assert_eq!(mem.fetch_and(addr, mask), model.rmw(addr, |w| w & mask));
