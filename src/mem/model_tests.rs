@@ -142,8 +142,37 @@ impl Model {
         Self::range(op.addr(), op.words())
     }
 
+    /// Posting as `PostedOps` documents it: a counter addition merges into the latest
+    /// pending addition of the same counter unless a pending op in between touches the
+    /// counter's two words; otherwise the op is buffered, flushing first when full.
     fn post(&mut self, op: Op) -> Result<(), MemFault> {
         Self::check_op(&op)?;
+        let delta = |op: &Op| match *op {
+            Op::CounterInc { addr, bytes } => Some((addr, 1u64, bytes)),
+            Op::CounterAdd {
+                addr,
+                packets,
+                bytes,
+            } => Some((addr, packets, bytes)),
+            _ => None,
+        };
+        if let Some((addr, packets, bytes)) = delta(&op) {
+            for earlier in self.pending.iter_mut().rev() {
+                if let Some((a, p, b)) = delta(earlier) {
+                    if a == addr {
+                        *earlier = Op::CounterAdd {
+                            addr,
+                            packets: p.wrapping_add(packets),
+                            bytes: b.wrapping_add(bytes),
+                        };
+                        return Ok(());
+                    }
+                }
+                if earlier.addr() < addr + 2 && addr < earlier.addr() + earlier.words() {
+                    break;
+                }
+            }
+        }
         if self.pending.len() >= POST_CAPACITY {
             self.flush();
         }
