@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -473,21 +473,67 @@ fn bad_configurations_are_refused_naming_the_setting() {
 use pfemu::PfeBuilder;
 
 #[test]
-fn shutdown_loses_nothing_and_injecting_afterwards_is_refused() {
+fn shutdown_and_drop_lose_nothing_in_flight() {
+    // A slow program keeps packets in flight when shutdown (or drop) is called.
+    let mut p = Program::builder("slow");
+    let a = p.label("a");
+    p.instr(a, |_t| {
+        std::thread::sleep(Duration::from_micros(20));
+        Ok(Done(Verdict::Forward(0)))
+    });
+    p.entry(Entry::Packet, a);
+    let program = p.build().unwrap();
+    let frames: Vec<Vec<u8>> = (0..2_000).map(|i| udp_frame(i as u16, i, 64)).collect();
+
     let sink = Arc::new(CountingSink::new(1));
-    let delivered = Arc::new(AtomicU64::new(0));
     let mut pfe = Pfe::builder()
-        .program(forward_all(0))
+        .program(program.clone())
         .ppe_threads(8)
         .sink(sink.clone())
         .build()
         .unwrap();
     pfe.start().unwrap();
-    let frames: Vec<Vec<u8>> = (0..10_000).map(|i| udp_frame(i as u16, i, 64)).collect();
     pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
         .unwrap();
+    assert!(
+        pfe.in_flight() > 0,
+        "the test needs packets in flight at shutdown"
+    );
     let s = pfe.shutdown();
-    assert_eq!(sink.total_packets(), 10_000);
-    assert_eq!(s.packets_out, 10_000);
-    assert_eq!(delivered.load(Ordering::Relaxed), 0);
+    assert_eq!(sink.total_packets(), 2_000);
+    assert_eq!(s.packets_out, 2_000);
+    assert_eq!(s.in_flight, 0);
+
+    let sink = Arc::new(CountingSink::new(1));
+    {
+        let mut pfe = Pfe::builder()
+            .program(program)
+            .ppe_threads(8)
+            .sink(sink.clone())
+            .build()
+            .unwrap();
+        pfe.start().unwrap();
+        pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+            .unwrap();
+    } // dropped with packets in flight
+    assert_eq!(sink.total_packets(), 2_000);
+}
+
+#[test]
+fn a_started_engine_reports_its_configuration_and_starting_twice_is_harmless() {
+    let mut pfe = Pfe::builder()
+        .program(forward_all(0))
+        .ppe_threads(3)
+        .head_bytes(128)
+        .build()
+        .unwrap();
+    assert_eq!(pfe.config().ppe_threads, 3);
+    assert_eq!(pfe.config().head_bytes, 128);
+    assert_eq!(pfe.program().name(), "forward");
+    pfe.start().unwrap();
+    pfe.start().unwrap();
+    pfe.inject(Packet::new(0, udp_frame(1, 1, 64))).unwrap();
+    let s = pfe.shutdown();
+    assert_eq!(s.packets_out, 1);
+    assert_eq!(s.per_ppe_packets.len(), 3);
 }

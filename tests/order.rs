@@ -13,7 +13,10 @@ use pfemu::prelude::*;
 
 use common::{flow_seq, udp_frame, Rng};
 
-/// A program that forwards every packet after a random delay derived from its bytes.
+/// A program that forwards every packet after a delay derived from its bytes: every 150th
+/// packet of a flow sleeps 2 ms (long enough for other threads to overtake it, on any number
+/// of cores: a stalled engine wakes another PPE thread after 1 ms), others sleep briefly,
+/// yield, or spin for a random while.
 fn delaying_program() -> Program {
     let mut p = Program::builder("delay");
     let [work, out] = p.labels(["work", "out"]);
@@ -21,6 +24,10 @@ fn delaying_program() -> Program {
         let h = t.head(46)?;
         let seq = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as u64;
         let mut r = Rng(seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        if seq % 150 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+            return Ok(Goto(out));
+        }
         match r.below(100) {
             0 => std::thread::sleep(Duration::from_micros(200)),
             1..=9 => std::thread::yield_now(),

@@ -16,7 +16,7 @@
 //! unlocking. So a holder descheduled on a small machine delays releases, never the
 //! processing of packets.
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use crossbeam_queue::SegQueue;
 use hashbrown::HashMap;
@@ -34,21 +34,28 @@ struct Held {
 }
 
 /// The reorder engine and the queue of finished batches waiting for it.
+///
+/// Only [`ReorderStage::finish`] may take the engine's lock: whoever holds it must complete
+/// the queued batches, or a batch whose thread found the lock taken would be stranded.
+/// Counters are therefore kept in atomics and read without the lock.
 pub(crate) struct ReorderStage {
     engine: Mutex<ReorderEngine>,
     finished: SegQueue<Box<Batch>>,
+    /// Packets that had to wait for an earlier packet of their flow, ever.
+    held_total: AtomicU64,
 }
 
 impl ReorderStage {
     /// Packets that waited for an earlier packet of their flow, so far.
     pub fn held_total(&self) -> u64 {
-        self.engine.lock().held_total
+        self.held_total.load(Ordering::Relaxed)
     }
 
     pub fn new(contexts: usize, ports: usize) -> Self {
         ReorderStage {
             engine: Mutex::new(ReorderEngine::new(contexts, ports)),
             finished: SegQueue::new(),
+            held_total: AtomicU64::new(0),
         }
     }
 
@@ -69,7 +76,10 @@ impl ReorderStage {
                 return;
             };
             while let Some(b) = self.finished.pop() {
-                let released = engine.complete(&b, groups, sink, tx);
+                let (released, held) = engine.complete(&b, groups, sink, tx);
+                if held > 0 {
+                    self.held_total.fetch_add(held, Ordering::Relaxed);
+                }
                 retire(b, released);
             }
             drop(engine);
@@ -94,8 +104,6 @@ pub(crate) struct ReorderEngine {
     releasing: Vec<Held>,
     /// Spare buffers for held packets, reused instead of allocated.
     spare: Vec<Held>,
-    /// Packets that had to wait for an earlier packet of their flow, ever.
-    pub held_total: u64,
 }
 
 /// Source index of the first released held packet in a flush (after the batch's packet
@@ -110,19 +118,20 @@ impl ReorderEngine {
             queues: PortQueues::new(ports),
             releasing: Vec::new(),
             spare: Vec::new(),
-            held_total: 0,
         }
     }
 
-    /// Releases what the finished batch allows; returns how many ingress packets left.
+    /// Releases what the finished batch allows; returns how many ingress packets left and
+    /// how many of the batch's packets had to be held.
     pub fn complete(
         &mut self,
         batch: &Batch,
         groups: &[Vec<Port>],
         sink: &dyn Sink,
         tx: &TxCounters,
-    ) -> u64 {
+    ) -> (u64, u64) {
         let mut released = 0u64;
+        let mut held = 0u64;
         for c in &batch.done {
             let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
             let next = &mut self.next[c.ctx as usize];
@@ -140,7 +149,7 @@ impl ReorderEngine {
                     h.recs.push((r.dest, off, r.len));
                 }
                 self.held.insert((c.ctx, c.seq), h);
-                self.held_total += 1;
+                held += 1;
                 continue;
             }
             *next = next.wrapping_add(1);
@@ -173,7 +182,7 @@ impl ReorderEngine {
                 self.spare.push(h);
             }
         }
-        released
+        (released, held)
     }
 
     /// Releases the held successors of context `ctx` that are now next in line.
