@@ -39,6 +39,13 @@ enum Command {
         ppe_threads: Option<usize>,
     },
     /// Measure a program's throughput through the full PFE.
+    #[command(after_help = "Examples:\n  \
+        pfemu bench filter --size 64 --flows 1024\n  \
+        pfemu bench filter --ppe-threads 2,256 --reorder both --runs 5\n  \
+        pfemu bench filter --json > report.json\n\n\
+        Traffic is generated before the clock starts (90% plain IPv4, 5% IPv4 with options, 5% \
+        non-IP); the clock runs from the first frame in to the last frame out, and the filter's \
+        counters are checked against the traffic (exit status 2 if they do not match).")]
     Bench {
         /// The program to measure.
         #[arg(value_enum)]
