@@ -69,6 +69,7 @@ pub mod mem;
 pub mod packet;
 pub mod pfe;
 pub mod program;
+pub(crate) mod sync;
 pub mod wire;
 
 #[path = "../microcode/mod.rs"]

@@ -22,15 +22,13 @@
 //! pattern): either the pusher sees the thread leave `active` and wakes it, or the thread
 //! sees the batch in its last check.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
-use crossbeam_queue::ArrayQueue;
-use crossbeam_utils::sync::{Parker, Unparker};
-use crossbeam_utils::{Backoff, CachePadded};
-use parking_lot::Mutex;
+use std::time::Duration;
 
 use super::batch::Batch;
+use crate::sync::{
+    fence, ArrayQueue, AtomicBool, AtomicU64, AtomicUsize, Backoff, CachePadded, Instant, Mutex,
+    Ordering, Parker, Unparker,
+};
 
 pub(crate) struct Dispatch {
     queue: ArrayQueue<Box<Batch>>,
@@ -149,6 +147,12 @@ impl Dispatch {
                 return Popped::Batch(b);
             }
             if self.closed.load(Ordering::Acquire) {
+                // A batch pushed before the close is visible now (the close's store is
+                // ordered after the push), and queued work is done before anyone exits.
+                if let Some(b) = self.queue.pop() {
+                    self.taken.fetch_add(1, Ordering::Relaxed);
+                    return Popped::Batch(b);
+                }
                 return Popped::Closed;
             }
             // Go idle: leave `active`, then take a last look before parking.

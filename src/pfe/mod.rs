@@ -16,6 +16,8 @@ mod batch;
 mod dispatch;
 pub mod egress;
 mod ingress;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod ppe;
 mod reorder;
 mod stats;
@@ -27,7 +29,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
-use crossbeam_utils::sync::Parker;
 use crossbeam_utils::{Backoff, CachePadded};
 use parking_lot::Mutex;
 
@@ -47,6 +48,7 @@ use crate::packet::{GroupId, Packet, Port, DEFAULT_HEAD_BYTES, MIN_FRAME_BYTES};
 use crate::program::{
     FaultKind, Program, DEFAULT_HEAD_OFFSET, DEFAULT_INSTRUCTION_BUDGET, LOCAL_MEMORY_BYTES,
 };
+use crate::sync::Parker;
 
 /// Most PPE threads an engine may have.
 pub const MAX_PPE_THREADS: usize = 4096;

@@ -8,8 +8,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crossbeam_utils::sync::Parker;
-
 use super::batch::{Batch, Completion};
 use super::dispatch::Popped;
 use super::egress::{PortQueues, Span};
@@ -19,6 +17,7 @@ use super::stats::{
 use super::Shared;
 use crate::packet::Dest;
 use crate::program::{Entry, PacketMeta, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET};
+use crate::sync::Parker;
 
 /// The body of PPE thread `me`.
 pub(crate) fn run(

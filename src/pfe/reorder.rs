@@ -16,15 +16,12 @@
 //! unlocking. So a holder descheduled on a small machine delays releases, never the
 //! processing of packets.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
-
-use crossbeam_queue::SegQueue;
 use hashbrown::HashMap;
-use parking_lot::Mutex;
 
 use super::batch::Batch;
 use super::egress::{PortQueues, Sink, Span, TxCounters};
 use crate::packet::{Dest, Port, SRC_FRAMES};
+use crate::sync::{fence, AtomicU64, Mutex, Ordering, SegQueue};
 
 /// A finished packet waiting for an earlier one of its flow: copies of its outputs.
 #[derive(Default)]
