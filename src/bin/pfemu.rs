@@ -85,7 +85,7 @@ enum Command {
 #[derive(clap::Args, Debug, Clone)]
 struct TrafficArgs {
     /// Frames to offer.
-    #[arg(long, default_value_t = 2_000_000)]
+    #[arg(long, default_value_t = 10_000_000)]
     packets: u64,
     /// Frame size in bytes (64..=9216).
     #[arg(long, default_value_t = 64)]
