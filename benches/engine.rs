@@ -47,8 +47,8 @@ fn wire(c: &mut Criterion) {
     g.finish();
 }
 
-fn program(c: &mut Criterion) {
-    let t = traffic(4096);
+/// Shared memory (SRAM only) with the filter's counters installed.
+fn filter_setup() -> (Arc<SharedMemory>, Filter) {
     let mem = Arc::new(
         SharedMemory::new(&MemConfig {
             dram_bytes: 0,
@@ -57,6 +57,12 @@ fn program(c: &mut Criterion) {
         .unwrap(),
     );
     let filter = Filter::install(&mem).unwrap();
+    (mem, filter)
+}
+
+fn program(c: &mut Criterion) {
+    let t = traffic(4096);
+    let (mem, filter) = filter_setup();
     let prog = filter.program();
     let mut h = pfemu::program::Harness::new(mem);
     let mut g = c.benchmark_group("program");
@@ -69,14 +75,7 @@ fn program(c: &mut Criterion) {
 
 /// Runs `packets` frames of the filter through an engine; returns the time to drain.
 fn filter_run(threads: usize, reorder: bool, t: &Traffic, rounds: u64) -> Duration {
-    let mem = Arc::new(
-        SharedMemory::new(&MemConfig {
-            dram_bytes: 0,
-            ..MemConfig::default()
-        })
-        .unwrap(),
-    );
-    let filter = Filter::install(&mem).unwrap();
+    let (mem, filter) = filter_setup();
     let mut pfe = Pfe::builder()
         .program(filter.program())
         .memory(mem)

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use pfemu::pfe::TryInjectError;
 use pfemu::prelude::*;
+use pfemu::PfeBuilder;
 
 use common::{ether_frame, flow_seq, udp_frame, Rng};
 
@@ -74,8 +76,6 @@ fn a_full_engine_hands_packets_back_and_inject_waits() {
     assert_eq!(stats.packets_in, 17);
     assert!(stats.is_conserved());
 }
-
-use pfemu::pfe::TryInjectError;
 
 #[test]
 fn conservation_under_stress_from_four_injectors_with_mixed_verdicts() {
@@ -470,8 +470,6 @@ fn bad_configurations_are_refused_naming_the_setting() {
     }
 }
 
-use pfemu::PfeBuilder;
-
 #[test]
 fn shutdown_and_drop_lose_nothing_in_flight() {
     // A slow program keeps packets in flight when shutdown (or drop) is called.
@@ -485,16 +483,22 @@ fn shutdown_and_drop_lose_nothing_in_flight() {
     let program = p.build().unwrap();
     let frames: Vec<Vec<u8>> = (0..2_000).map(|i| udp_frame(i as u16, i, 64)).collect();
 
+    // An engine with the slow program, started, with every frame injected.
+    let loaded = |sink: &Arc<CountingSink>| {
+        let mut pfe = Pfe::builder()
+            .program(program.clone())
+            .ppe_threads(8)
+            .sink(sink.clone())
+            .build()
+            .unwrap();
+        pfe.start().unwrap();
+        pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+            .unwrap();
+        pfe
+    };
+
     let sink = Arc::new(CountingSink::new(1));
-    let mut pfe = Pfe::builder()
-        .program(program.clone())
-        .ppe_threads(8)
-        .sink(sink.clone())
-        .build()
-        .unwrap();
-    pfe.start().unwrap();
-    pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
-        .unwrap();
+    let pfe = loaded(&sink);
     assert!(
         pfe.in_flight() > 0,
         "the test needs packets in flight at shutdown"
@@ -505,17 +509,7 @@ fn shutdown_and_drop_lose_nothing_in_flight() {
     assert_eq!(s.in_flight, 0);
 
     let sink = Arc::new(CountingSink::new(1));
-    {
-        let mut pfe = Pfe::builder()
-            .program(program)
-            .ppe_threads(8)
-            .sink(sink.clone())
-            .build()
-            .unwrap();
-        pfe.start().unwrap();
-        pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
-            .unwrap();
-    } // dropped with packets in flight
+    drop(loaded(&sink)); // dropped with packets in flight
     assert_eq!(sink.total_packets(), 2_000);
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use pfemu::mem::DRAM_BASE;
 use pfemu::prelude::*;
+use pfemu::program::ProgramError;
 
 use common::udp_frame;
 
@@ -241,8 +242,6 @@ fn building_refuses_undefined_and_duplicate_labels_and_missing_entry() {
     p.instr(a, |_t| Ok(Return));
     assert!(matches!(p.build(), Err(ProgramError::NoPacketEntry)));
 }
-
-use pfemu::program::ProgramError;
 
 #[test]
 fn registers_start_zeroed_for_every_packet() {

@@ -147,15 +147,7 @@ impl Model {
     /// counter's two words; otherwise the op is buffered, flushing first when full.
     fn post(&mut self, op: Op) -> Result<(), MemFault> {
         Self::check_op(&op)?;
-        let delta = |op: &Op| match *op {
-            Op::CounterInc { addr, bytes } => Some((addr, 1u64, bytes)),
-            Op::CounterAdd {
-                addr,
-                packets,
-                bytes,
-            } => Some((addr, packets, bytes)),
-            _ => None,
-        };
+        let delta = super::posted::counter_delta;
         if let Some((addr, packets, bytes)) = delta(&op) {
             for earlier in self.pending.iter_mut().rev() {
                 if let Some((a, p, b)) = delta(earlier) {

@@ -3,7 +3,7 @@
 use super::{Addr, MemFault, Op, SharedMemory};
 
 /// `(addr, packets, bytes)` of a counter addition.
-fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
+pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
     match *op {
         Op::CounterInc { addr, bytes } => Some((addr, 1, bytes)),
         Op::CounterAdd {
