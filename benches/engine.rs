@@ -73,6 +73,41 @@ fn program(c: &mut Criterion) {
     g.finish();
 }
 
+fn hash(c: &mut Criterion) {
+    use pfemu::mem::hash::HashTable;
+    let keys: Vec<[u8; 5]> = (0..4096u32)
+        .map(|b| {
+            let k = b.to_be_bytes();
+            [1, k[0], k[1], k[2], k[3]]
+        })
+        .collect();
+    let table = HashTable::new(1 << 16, 1024).unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        table.insert(k, i as u64).unwrap();
+    }
+    let mut g = c.benchmark_group("hash");
+    g.throughput(Throughput::Elements(keys.len() as u64));
+    g.bench_function("lookup_hit", |b| {
+        b.iter(|| {
+            keys.iter()
+                .map(|k| table.lookup(k).unwrap().unwrap())
+                .sum::<u64>()
+        })
+    });
+    let scratch = HashTable::new(1 << 16, 1024).unwrap();
+    g.bench_function("insert_then_delete", |b| {
+        b.iter(|| {
+            for k in &keys {
+                scratch.insert(k, 1).unwrap();
+            }
+            for k in &keys {
+                scratch.delete(k).unwrap();
+            }
+        })
+    });
+    g.finish();
+}
+
 /// Runs `packets` frames of the filter through an engine; returns the time to drain.
 fn filter_run(threads: usize, reorder: bool, t: &Traffic, rounds: u64) -> Duration {
     let (mem, filter) = filter_setup();
@@ -115,5 +150,5 @@ fn engine(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, wire, program, engine);
+criterion_group!(benches, wire, program, hash, engine);
 criterion_main!(benches);

@@ -33,6 +33,7 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use crate::mem::hash::{HashError, HashTable, Inserted};
 use crate::mem::{Addr, Color, MemFault, Op, PostedOps, SharedMemory, XtxnKind};
 use crate::packet::{Dest, GroupId, OutArena, Port};
 use crate::wire::WireError;
@@ -230,6 +231,9 @@ pub enum FaultDetail {
     Panic(String),
     /// The program has no instruction for the entry point it was started at.
     NoEntry,
+    /// A hash-engine XTXN was refused (a key too long, or an insert into a full table
+    /// that the program did not handle).
+    Hash(HashError),
 }
 
 /// The kind of a [`Fault`], for counting.
@@ -253,11 +257,13 @@ pub enum FaultKind {
     Panic,
     /// [`FaultDetail::NoEntry`].
     NoEntry,
+    /// [`FaultDetail::Hash`].
+    Hash,
 }
 
 impl FaultKind {
     /// Every kind, in counter order.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::LocalMemory,
         FaultKind::SharedMemory,
         FaultKind::Tail,
@@ -267,6 +273,7 @@ impl FaultKind {
         FaultKind::InstructionBudget,
         FaultKind::Panic,
         FaultKind::NoEntry,
+        FaultKind::Hash,
     ];
     /// Number of kinds.
     pub const COUNT: usize = Self::ALL.len();
@@ -283,6 +290,7 @@ impl FaultKind {
             FaultKind::InstructionBudget => "instruction_budget",
             FaultKind::Panic => "panic",
             FaultKind::NoEntry => "no_entry",
+            FaultKind::Hash => "hash",
         }
     }
 
@@ -298,6 +306,7 @@ impl FaultKind {
             FaultKind::InstructionBudget => "fault_instruction_budget",
             FaultKind::Panic => "fault_panic",
             FaultKind::NoEntry => "fault_no_entry",
+            FaultKind::Hash => "fault_hash",
         }
     }
 
@@ -338,6 +347,7 @@ impl FaultDetail {
             FaultDetail::InstructionBudget(_) => FaultKind::InstructionBudget,
             FaultDetail::Panic(_) => FaultKind::Panic,
             FaultDetail::NoEntry => FaultKind::NoEntry,
+            FaultDetail::Hash(_) => FaultKind::Hash,
         }
     }
 }
@@ -364,6 +374,7 @@ impl fmt::Display for FaultDetail {
                 write!(f, "packet exceeded its budget of {b} instructions")
             }
             FaultDetail::Panic(msg) => write!(f, "instruction panicked: {msg}"),
+            FaultDetail::Hash(e) => write!(f, "hash XTXN refused: {e}"),
             FaultDetail::NoEntry => {
                 write!(f, "the program has no instruction for this entry point")
             }
@@ -382,6 +393,12 @@ impl std::error::Error for Fault {}
 impl From<MemFault> for Fault {
     fn from(e: MemFault) -> Self {
         FaultDetail::SharedMemory(e).into()
+    }
+}
+
+impl From<HashError> for Fault {
+    fn from(e: HashError) -> Self {
+        FaultDetail::Hash(e).into()
     }
 }
 
@@ -1033,6 +1050,44 @@ impl<'a> Thread<'a> {
     pub fn vadd32x16(&mut self, addr: Addr, deltas: &[u32; 16]) -> Result<(), Fault> {
         self.count(XtxnKind::VAdd32x16);
         Ok(self.mem.vadd32x16(addr, deltas)?)
+    }
+
+    // ----- hash engine XTXNs ---------------------------------------------------------------
+
+    /// Looks `key` up in a hash table; a found record is marked referenced.
+    pub fn hash_lookup(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashLookup);
+        Ok(table.lookup(key)?)
+    }
+
+    /// Creates a record unless one with `key` exists (then its value comes back as
+    /// [`Inserted::Existing`]). A full table is an `Err` the program can handle (for example
+    /// by dropping the packet with a counted reason); `?` turns it into a fault.
+    pub fn hash_insert(
+        &mut self,
+        table: &HashTable,
+        key: &[u8],
+        value: u64,
+    ) -> Result<Inserted, HashError> {
+        self.count(XtxnKind::HashInsert);
+        table.insert(key, value)
+    }
+
+    /// Replaces an existing record's value; the old value, or `None` if there is none.
+    pub fn hash_update(
+        &mut self,
+        table: &HashTable,
+        key: &[u8],
+        value: u64,
+    ) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashUpdate);
+        Ok(table.update(key, value)?)
+    }
+
+    /// Deletes a record; its value, or `None` if there was none.
+    pub fn hash_delete(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashDelete);
+        Ok(table.delete(key)?)
     }
 
     /// Posts an asynchronous XTXN: the thread does not wait for it; it is applied exactly

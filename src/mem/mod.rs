@@ -80,6 +80,7 @@
 
 mod alloc;
 mod bank;
+pub mod hash;
 mod policer;
 mod posted;
 
@@ -289,11 +290,19 @@ pub enum XtxnKind {
     TailRead,
     /// Write-back of a packet tail section.
     TailWrite,
+    /// Hash-engine lookup.
+    HashLookup,
+    /// Hash-engine insert (create unless present).
+    HashInsert,
+    /// Hash-engine update of an existing record's value.
+    HashUpdate,
+    /// Hash-engine delete.
+    HashDelete,
 }
 
 impl XtxnKind {
     /// Number of kinds.
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 18;
 
     /// Every kind, in [`XtxnKind::index`] order.
     pub const ALL: [XtxnKind; XtxnKind::COUNT] = [
@@ -311,6 +320,10 @@ impl XtxnKind {
         XtxnKind::VAdd32x16,
         XtxnKind::TailRead,
         XtxnKind::TailWrite,
+        XtxnKind::HashLookup,
+        XtxnKind::HashInsert,
+        XtxnKind::HashUpdate,
+        XtxnKind::HashDelete,
     ];
 
     /// The snake_case name, e.g. `"counter_inc"`.
@@ -330,6 +343,10 @@ impl XtxnKind {
             XtxnKind::VAdd32x16 => "vadd32x16",
             XtxnKind::TailRead => "tail_read",
             XtxnKind::TailWrite => "tail_write",
+            XtxnKind::HashLookup => "hash_lookup",
+            XtxnKind::HashInsert => "hash_insert",
+            XtxnKind::HashUpdate => "hash_update",
+            XtxnKind::HashDelete => "hash_delete",
         }
     }
 

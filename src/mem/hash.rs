@@ -1,0 +1,445 @@
+//! The hash engine: records keyed by bytes, each with a "recently referenced" (REF) flag.
+//!
+//! Trio's hash hardware keeps records that PPE threads reach with lookup, insert and delete
+//! XTXNs, and sets a per-record REF flag when a record is created and whenever a lookup
+//! finds it (paper §5). Timer threads visit the records, test and clear each REF flag, and
+//! treat a record whose flag was already clear as idle for at least one timer interval: that
+//! is how Trio-ML finds blocks whose sources straggle. N timer threads each scan 1/N of the
+//! table ([`HashTable::scan`] takes a slice `i` of `n`).
+//!
+//! A record holds its key (up to [`MAX_KEY_BYTES`] bytes) and one 64-bit value: either the
+//! value itself or the address of a larger record in [`super::SharedMemory`] (as Trio-ML's
+//! block records point at their aggregation buffers).
+//!
+//! The table is split into shards, each with its own lock (the hash engine's banks), chosen
+//! by the key's hash, so threads working on different records rarely meet. Slices of a scan
+//! are ranges of shards, so a timer thread's scan of slice `i` touches only its shards.
+//! The table's size is fixed at creation: an insert into a full table is refused.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crossbeam_utils::CachePadded;
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+use crate::error::ConfigError;
+
+/// Longest key, in bytes (Trio-ML's `job_id` + `block_id` take 5).
+pub const MAX_KEY_BYTES: usize = 32;
+
+/// Default number of shards.
+pub const DEFAULT_HASH_SHARDS: usize = 1024;
+
+/// A hash-table key: up to [`MAX_KEY_BYTES`] bytes, stored inline (no allocation).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HashKey {
+    len: u8,
+    bytes: [u8; MAX_KEY_BYTES],
+}
+
+impl HashKey {
+    /// A key from bytes; `None` if longer than [`MAX_KEY_BYTES`].
+    pub fn new(key: &[u8]) -> Option<HashKey> {
+        if key.len() > MAX_KEY_BYTES {
+            return None;
+        }
+        let mut bytes = [0; MAX_KEY_BYTES];
+        bytes[..key.len()].copy_from_slice(key);
+        Some(HashKey {
+            len: key.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// Which shard of `shards` (a power of two) holds the key.
+    fn shard(&self, shards: usize) -> usize {
+        // FNV-1a over the key, then a multiplicative mix so that short keys that differ in
+        // one byte land in different shards.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in self.as_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        h = (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        (h >> 32) as usize & (shards - 1)
+    }
+}
+
+impl fmt::Debug for HashKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HashKey({:02x?})", self.as_bytes())
+    }
+}
+
+/// Why a hash XTXN was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HashError {
+    /// The key is longer than [`MAX_KEY_BYTES`].
+    KeyTooLong {
+        /// The key's length.
+        len: usize,
+    },
+    /// The table holds as many records as it was sized for.
+    Full {
+        /// The table's capacity.
+        capacity: usize,
+    },
+}
+
+impl fmt::Display for HashError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HashError::KeyTooLong { len } => {
+                write!(f, "hash key of {len} bytes is longer than {MAX_KEY_BYTES}")
+            }
+            HashError::Full { capacity } => write!(f, "hash table is full ({capacity} records)"),
+        }
+    }
+}
+
+impl std::error::Error for HashError {}
+
+/// What [`HashTable::insert`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inserted {
+    /// A new record was created with the given value (its REF flag set).
+    New,
+    /// A record with this key already existed; it keeps its value, returned here, and is
+    /// marked referenced (as a lookup would).
+    Existing(u64),
+}
+
+/// What a scan does with a record it visited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanAction {
+    /// Keep the record.
+    Keep,
+    /// Delete the record.
+    Delete,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    value: u64,
+    referenced: bool,
+}
+
+/// One shard of the table: its records under its own lock (one bank of the engine).
+type Shard = CachePadded<Mutex<HashMap<HashKey, Record>>>;
+
+/// A hash table of the hash engine. Share it through an `Arc`; every method takes `&self`.
+pub struct HashTable {
+    shards: Box<[Shard]>,
+    capacity: usize,
+    len: CachePadded<AtomicUsize>,
+}
+
+impl fmt::Debug for HashTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HashTable")
+            .field("capacity", &self.capacity)
+            .field("shards", &self.shards.len())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl HashTable {
+    /// A table for at most `capacity` records in `shards` shards (a power of two).
+    pub fn new(capacity: usize, shards: usize) -> Result<HashTable, ConfigError> {
+        if capacity == 0 || capacity > 1 << 28 {
+            return Err(ConfigError::new(
+                "hash_capacity",
+                format!("{capacity} is out of range; accepted 1..={}", 1 << 28),
+            ));
+        }
+        if !shards.is_power_of_two() || shards > 1 << 16 {
+            return Err(ConfigError::new(
+                "hash_shards",
+                format!("{shards} must be a power of two from 1 to {}", 1 << 16),
+            ));
+        }
+        let per_shard = capacity.div_ceil(shards);
+        Ok(HashTable {
+            shards: (0..shards)
+                .map(|_| CachePadded::new(Mutex::new(HashMap::with_capacity(per_shard.min(1024)))))
+                .collect(),
+            capacity,
+            len: CachePadded::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Records the table may hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Shards (and so the most slices a scan can be split into).
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Records in the table now.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// True when the table holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn key(key: &[u8]) -> Result<HashKey, HashError> {
+        HashKey::new(key).ok_or(HashError::KeyTooLong { len: key.len() })
+    }
+
+    fn shard(&self, key: &HashKey) -> &Mutex<HashMap<HashKey, Record>> {
+        &self.shards[key.shard(self.shards.len())]
+    }
+
+    /// Looks a key up; a found record is marked referenced.
+    pub fn lookup(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
+        let key = Self::key(key)?;
+        Ok(self.shard(&key).lock().get_mut(&key).map(|r| {
+            r.referenced = true;
+            r.value
+        }))
+    }
+
+    /// Creates a record unless one with the key exists (then that one is returned and
+    /// marked referenced): of several threads inserting the same key at once, exactly one
+    /// creates it and the others learn its value.
+    pub fn insert(&self, key: &[u8], value: u64) -> Result<Inserted, HashError> {
+        let key = Self::key(key)?;
+        let mut shard = self.shard(&key).lock();
+        if let Some(r) = shard.get_mut(&key) {
+            r.referenced = true;
+            return Ok(Inserted::Existing(r.value));
+        }
+        // Reserve room before inserting, so the table never holds more than its capacity.
+        let reserved = self
+            .len
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < self.capacity).then_some(n + 1)
+            });
+        if reserved.is_err() {
+            return Err(HashError::Full {
+                capacity: self.capacity,
+            });
+        }
+        shard.insert(
+            key,
+            Record {
+                value,
+                referenced: true,
+            },
+        );
+        Ok(Inserted::New)
+    }
+
+    /// Replaces the value of an existing record (marking it referenced); returns the old
+    /// value, or `None` if there is no such record.
+    pub fn update(&self, key: &[u8], value: u64) -> Result<Option<u64>, HashError> {
+        let key = Self::key(key)?;
+        Ok(self.shard(&key).lock().get_mut(&key).map(|r| {
+            r.referenced = true;
+            std::mem::replace(&mut r.value, value)
+        }))
+    }
+
+    /// Deletes a record; returns its value, or `None` if there was none.
+    pub fn delete(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
+        let key = Self::key(key)?;
+        let removed = self.shard(&key).lock().remove(&key);
+        if removed.is_some() {
+            self.len.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(removed.map(|r| r.value))
+    }
+
+    /// Visits slice `slice` of `slices` (a range of shards; `slices` at most
+    /// [`HashTable::shards`]): for each record, tests and clears its REF flag and calls
+    /// `visit(key, value, was_referenced)`, which decides whether the record stays. Returns
+    /// how many records were visited.
+    ///
+    /// # Panics
+    /// If `slices` is 0 or more than the shard count, or `slice >= slices`: a scan
+    /// configuration error, caught when timers are set up.
+    pub fn scan(
+        &self,
+        slice: usize,
+        slices: usize,
+        mut visit: impl FnMut(&[u8], u64, bool) -> ScanAction,
+    ) -> usize {
+        let shards = self.shards.len();
+        assert!(
+            slices >= 1 && slices <= shards && slice < slices,
+            "scan slice {slice} of {slices}: slices must be 1..={shards} and slice < slices"
+        );
+        let (first, end) = (slice * shards / slices, (slice + 1) * shards / slices);
+        let mut visited = 0;
+        for shard in &self.shards[first..end] {
+            let mut shard = shard.lock();
+            let mut deleted = 0;
+            shard.retain(|key, r| {
+                visited += 1;
+                let was = std::mem::replace(&mut r.referenced, false);
+                match visit(key.as_bytes(), r.value, was) {
+                    ScanAction::Keep => true,
+                    ScanAction::Delete => {
+                        deleted += 1;
+                        false
+                    }
+                }
+            });
+            if deleted > 0 {
+                self.len.fetch_sub(deleted, Ordering::AcqRel);
+            }
+        }
+        visited
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn key(job: u8, block: u32) -> [u8; 5] {
+        let b = block.to_be_bytes();
+        [job, b[0], b[1], b[2], b[3]]
+    }
+
+    #[test]
+    fn insert_lookup_update_delete() {
+        let t = HashTable::new(100, 16).unwrap();
+        assert!(t.is_empty());
+        assert_eq!(t.insert(&key(1, 7), 70), Ok(Inserted::New));
+        assert_eq!(t.insert(&key(1, 7), 99), Ok(Inserted::Existing(70)));
+        assert_eq!(t.lookup(&key(1, 7)), Ok(Some(70)));
+        assert_eq!(t.lookup(&key(2, 7)), Ok(None));
+        assert_eq!(t.update(&key(1, 7), 71), Ok(Some(70)));
+        assert_eq!(t.update(&key(9, 9), 1), Ok(None));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.delete(&key(1, 7)), Ok(Some(71)));
+        assert_eq!(t.delete(&key(1, 7)), Ok(None));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn keys_are_bytes_of_any_length_up_to_the_limit() {
+        let t = HashTable::new(10, 4).unwrap();
+        t.insert(b"", 1).unwrap();
+        t.insert(b"a", 2).unwrap();
+        t.insert(&[7; MAX_KEY_BYTES], 3).unwrap();
+        assert_eq!(t.lookup(b"").unwrap(), Some(1));
+        assert_eq!(t.lookup(b"a\0").unwrap(), None, "length is part of the key");
+        assert_eq!(t.lookup(&[7; MAX_KEY_BYTES]).unwrap(), Some(3));
+        assert_eq!(
+            t.insert(&[0; MAX_KEY_BYTES + 1], 4),
+            Err(HashError::KeyTooLong { len: 33 })
+        );
+        assert_eq!(t.lookup(&[0; 40]), Err(HashError::KeyTooLong { len: 40 }));
+    }
+
+    #[test]
+    fn a_full_table_refuses_new_records_but_finds_old_ones() {
+        let t = HashTable::new(3, 2).unwrap();
+        for i in 0..3 {
+            assert_eq!(t.insert(&key(0, i), i as u64), Ok(Inserted::New));
+        }
+        assert_eq!(
+            t.insert(&key(0, 3), 3),
+            Err(HashError::Full { capacity: 3 })
+        );
+        assert_eq!(t.insert(&key(0, 1), 9), Ok(Inserted::Existing(1)));
+        t.delete(&key(0, 0)).unwrap();
+        assert_eq!(t.insert(&key(0, 3), 3), Ok(Inserted::New));
+    }
+
+    #[test]
+    fn ref_flags_are_set_on_create_and_lookup_and_cleared_by_scans() {
+        let t = HashTable::new(1000, 8).unwrap();
+        for b in 0..100 {
+            t.insert(&key(1, b), b as u64).unwrap();
+        }
+        // First scan: every record was just created, so every REF flag was set.
+        let mut seen = Vec::new();
+        let n = t.scan(0, 1, |k, v, was| {
+            seen.push((k.to_vec(), v, was));
+            ScanAction::Keep
+        });
+        assert_eq!(n, 100);
+        assert!(seen.iter().all(|(_, _, was)| *was));
+        // Look up the even blocks only; the next scan sees exactly those referenced, and
+        // deletes the idle odd ones.
+        for b in (0..100).step_by(2) {
+            t.lookup(&key(1, b)).unwrap();
+        }
+        let mut idle = Vec::new();
+        t.scan(0, 1, |_, v, was| {
+            if was {
+                ScanAction::Keep
+            } else {
+                idle.push(v);
+                ScanAction::Delete
+            }
+        });
+        idle.sort();
+        assert_eq!(
+            idle,
+            (1..100).step_by(2).map(|b| b as u64).collect::<Vec<_>>()
+        );
+        assert_eq!(t.len(), 50);
+    }
+
+    #[test]
+    fn slices_partition_the_table() {
+        let t = HashTable::new(10_000, 64).unwrap();
+        for b in 0..5_000 {
+            t.insert(&key(3, b), b as u64).unwrap();
+        }
+        for slices in [1, 3, 7, 64] {
+            let mut all = Vec::new();
+            for i in 0..slices {
+                t.scan(i, slices, |_, v, _| {
+                    all.push(v);
+                    ScanAction::Keep
+                });
+            }
+            all.sort();
+            assert_eq!(all, (0..5_000).collect::<Vec<u64>>(), "{slices} slices");
+        }
+    }
+
+    #[test]
+    fn concurrent_inserts_of_one_key_create_exactly_one_record() {
+        let t = Arc::new(HashTable::new(100_000, 256).unwrap());
+        let created: usize = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..64u64)
+                .map(|th| {
+                    let t = t.clone();
+                    s.spawn(move || {
+                        (0..500u32)
+                            .filter(|&b| t.insert(&key(0, b), th).unwrap() == Inserted::New)
+                            .count()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(created, 500);
+        assert_eq!(t.len(), 500);
+    }
+
+    #[test]
+    fn configuration_is_checked() {
+        assert_eq!(HashTable::new(0, 4).unwrap_err().setting, "hash_capacity");
+        assert_eq!(HashTable::new(10, 3).unwrap_err().setting, "hash_shards");
+    }
+}
