@@ -21,6 +21,8 @@
 //! - [`program`]: the program model: labelled instructions, registers, local memory, faults.
 //! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted XTXNs.
 //! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats.
+//! - [`timer`]: periodic timer launches and a replaceable clock (the launch logic; timer
+//!   threads start programs' timer entries in a later release).
 //! - [`microcode`]: the shipped programs (the paper's packet filter), written against the
 //!   public API only.
 //! - [`bench`](mod@bench): traffic generation for the `pfemu bench` harness.
@@ -70,6 +72,7 @@ pub mod packet;
 pub mod pfe;
 pub mod program;
 pub(crate) mod sync;
+pub mod timer;
 pub mod wire;
 
 #[path = "../microcode/mod.rs"]

@@ -1,0 +1,363 @@
+//! Timers: periodic launches of microcode threads at a program's timer entry points.
+//!
+//! Trio has tens of high-resolution timers, each able to start a microcode thread
+//! periodically on whichever PPE is free (paper §5). Trio-ML runs N of them with the same
+//! period, started `period / N` apart, and each scans `1/N` of the aggregation hash table,
+//! so together they visit the whole table once per period.
+//!
+//! This module holds the logic, kept apart from threads and from the wall clock:
+//! - [`Clock`]: where time comes from. [`SystemClock`] reads the monotonic clock;
+//!   [`ManualClock`] is moved by hand, so tests drive time deterministically.
+//! - [`TimerSpec`]: one timer (entry, period, phase, and the scan slice it owns);
+//!   [`TimerSpec::staggered`] builds the N-timer arrangement above.
+//! - [`TimerSet::due`]: the launches that are due at a given time, in order, each with the
+//!   time it was scheduled for (so jitter can be measured) and how many earlier periods it
+//!   had to skip because the launcher fell behind (a timer never launches twice to catch up).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::error::ConfigError;
+
+/// A source of time in nanoseconds. Time never goes backwards.
+pub trait Clock: Send + Sync {
+    /// Nanoseconds since the clock's own epoch.
+    fn now_ns(&self) -> u64;
+}
+
+/// The monotonic system clock, counted from when this value was created.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemClock {
+    epoch: Instant,
+}
+
+impl SystemClock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Self {
+        SystemClock {
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// A clock that only moves when told to: for deterministic tests of timer logic.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    now: AtomicU64,
+}
+
+impl ManualClock {
+    /// A clock at time 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves the clock forward by `ns`.
+    pub fn advance(&self, ns: u64) {
+        self.now.fetch_add(ns, Ordering::AcqRel);
+    }
+
+    /// Moves the clock to `ns`, which must not be earlier than now (time never goes back;
+    /// an earlier value is ignored).
+    pub fn set(&self, ns: u64) {
+        self.now.fetch_max(ns, Ordering::AcqRel);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::Acquire)
+    }
+}
+
+/// One periodic timer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimerSpec {
+    /// The program's timer entry point it starts (`Entry::Timer(entry)`).
+    pub entry: u16,
+    /// Time between launches, in nanoseconds (at least 1).
+    pub period_ns: u64,
+    /// Time of the first launch, in nanoseconds from the clock's epoch.
+    pub phase_ns: u64,
+    /// Which slice of the work this timer owns (`slice` of `slices`), e.g. of a hash scan.
+    pub slice: u32,
+    /// How many slices the work is split into.
+    pub slices: u32,
+}
+
+impl TimerSpec {
+    /// `n` timers starting `entry` every `period_ns`, the k-th first launched at
+    /// `start_ns + k * period_ns / n` and owning slice k of n: together they start one
+    /// thread every `period_ns / n` and cover all slices once per period.
+    pub fn staggered(
+        entry: u16,
+        n: u32,
+        period_ns: u64,
+        start_ns: u64,
+    ) -> Result<Vec<TimerSpec>, ConfigError> {
+        if n == 0 {
+            return Err(ConfigError::new("timers", "at least one timer is needed"));
+        }
+        if period_ns == 0 {
+            return Err(ConfigError::new(
+                "timer_period",
+                "the period must be at least 1 ns",
+            ));
+        }
+        Ok((0..n)
+            .map(|k| TimerSpec {
+                entry,
+                period_ns,
+                phase_ns: start_ns + (period_ns as u128 * k as u128 / n as u128) as u64,
+                slice: k,
+                slices: n,
+            })
+            .collect())
+    }
+}
+
+/// A timer launch that is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// The timer's index in its [`TimerSet`].
+    pub timer: usize,
+    /// The entry point to start.
+    pub entry: u16,
+    /// The slice of the work this launch owns.
+    pub slice: u32,
+    /// How many slices the work is split into.
+    pub slices: u32,
+    /// When the launch was scheduled for; the launch happens at some `now >= scheduled_ns`,
+    /// and the difference is the launch jitter.
+    pub scheduled_ns: u64,
+    /// Earlier periods of this timer that were skipped because the launcher fell more
+    /// than a period behind.
+    pub missed: u64,
+}
+
+/// The timers of one engine and when each is next due.
+#[derive(Clone)]
+pub struct TimerSet {
+    timers: Vec<(TimerSpec, u64)>,
+}
+
+impl fmt::Debug for TimerSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimerSet")
+            .field("timers", &self.timers.len())
+            .field("next_due_ns", &self.next_due_ns())
+            .finish()
+    }
+}
+
+impl TimerSet {
+    /// A set of timers; refuses a timer with a zero period or a slice outside its slices.
+    pub fn new(specs: impl IntoIterator<Item = TimerSpec>) -> Result<TimerSet, ConfigError> {
+        let mut timers = Vec::new();
+        for s in specs {
+            if s.period_ns == 0 {
+                return Err(ConfigError::new(
+                    "timer_period",
+                    "the period must be at least 1 ns",
+                ));
+            }
+            if s.slices == 0 || s.slice >= s.slices {
+                return Err(ConfigError::new(
+                    "timers",
+                    format!(
+                        "slice {} of {} is not a slice (need slice < slices)",
+                        s.slice, s.slices
+                    ),
+                ));
+            }
+            timers.push((s, s.phase_ns));
+        }
+        Ok(TimerSet { timers })
+    }
+
+    /// Number of timers.
+    pub fn len(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// True when there are no timers.
+    pub fn is_empty(&self) -> bool {
+        self.timers.is_empty()
+    }
+
+    /// When the next launch is due (`None` without timers): a launcher sleeps until then.
+    pub fn next_due_ns(&self) -> Option<u64> {
+        self.timers.iter().map(|(_, due)| *due).min()
+    }
+
+    /// Appends to `out` every launch due at `now_ns`, in order of scheduled time, and moves
+    /// each launched timer to its next period after `now_ns`.
+    pub fn due(&mut self, now_ns: u64, out: &mut Vec<Launch>) {
+        let start = out.len();
+        for (i, (spec, due)) in self.timers.iter_mut().enumerate() {
+            if *due > now_ns {
+                continue;
+            }
+            // Launch once for the latest period that has begun; skip the others.
+            let behind = (now_ns - *due) / spec.period_ns;
+            let scheduled = *due + behind * spec.period_ns;
+            out.push(Launch {
+                timer: i,
+                entry: spec.entry,
+                slice: spec.slice,
+                slices: spec.slices,
+                scheduled_ns: scheduled,
+                missed: behind,
+            });
+            *due = scheduled + spec.period_ns;
+        }
+        out[start..].sort_by_key(|l| (l.scheduled_ns, l.timer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn staggered_timers_start_period_over_n_apart_and_own_one_slice_each() {
+        let specs = TimerSpec::staggered(3, 4, 100 * MS, 5 * MS).unwrap();
+        let phases: Vec<u64> = specs.iter().map(|s| s.phase_ns).collect();
+        assert_eq!(phases, vec![5 * MS, 30 * MS, 55 * MS, 80 * MS]);
+        assert!(specs
+            .iter()
+            .enumerate()
+            .all(|(k, s)| s.slice == k as u32 && s.slices == 4 && s.entry == 3));
+    }
+
+    #[test]
+    fn a_manual_clock_drives_launches_deterministically() {
+        let clock = ManualClock::new();
+        let mut set = TimerSet::new(TimerSpec::staggered(0, 4, 100 * MS, 0).unwrap()).unwrap();
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        // Step through 300 ms, 1 ms at a time: one launch every 25 ms, slices in turn.
+        for _ in 0..=300 {
+            set.due(clock.now_ns(), &mut out);
+            for l in out.drain(..) {
+                assert_eq!(l.scheduled_ns, clock.now_ns(), "launched exactly on time");
+                assert_eq!(l.missed, 0);
+                seen.push((l.scheduled_ns / MS, l.slice));
+            }
+            clock.advance(MS);
+        }
+        let expect: Vec<(u64, u32)> = (0..=12).map(|i| (i * 25, (i % 4) as u32)).collect();
+        assert_eq!(seen, expect);
+    }
+
+    #[test]
+    fn a_late_launcher_launches_once_and_counts_the_missed_periods() {
+        let mut set = TimerSet::new([TimerSpec {
+            entry: 1,
+            period_ns: 10,
+            phase_ns: 5,
+            slice: 0,
+            slices: 1,
+        }])
+        .unwrap();
+        let mut out = Vec::new();
+        set.due(4, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(set.next_due_ns(), Some(5));
+        set.due(38, &mut out);
+        // Due at 5, 15, 25, 35: one launch, for 35, with three periods skipped.
+        assert_eq!(
+            out,
+            vec![Launch {
+                timer: 0,
+                entry: 1,
+                slice: 0,
+                slices: 1,
+                scheduled_ns: 35,
+                missed: 3
+            }]
+        );
+        assert_eq!(set.next_due_ns(), Some(45));
+    }
+
+    #[test]
+    fn launches_come_out_in_scheduled_order() {
+        let specs = [
+            TimerSpec {
+                entry: 0,
+                period_ns: 100,
+                phase_ns: 30,
+                slice: 0,
+                slices: 1,
+            },
+            TimerSpec {
+                entry: 1,
+                period_ns: 100,
+                phase_ns: 10,
+                slice: 0,
+                slices: 1,
+            },
+            TimerSpec {
+                entry: 2,
+                period_ns: 100,
+                phase_ns: 20,
+                slice: 0,
+                slices: 1,
+            },
+        ];
+        let mut set = TimerSet::new(specs).unwrap();
+        let mut out = Vec::new();
+        set.due(50, &mut out);
+        assert_eq!(
+            out.iter().map(|l| l.entry).collect::<Vec<_>>(),
+            vec![1, 2, 0]
+        );
+    }
+
+    #[test]
+    fn the_manual_clock_never_goes_back_and_the_system_clock_moves_forward() {
+        let c = ManualClock::new();
+        c.set(50);
+        c.set(20);
+        assert_eq!(c.now_ns(), 50);
+        let s = SystemClock::new();
+        let a = s.now_ns();
+        let b = s.now_ns();
+        assert!(b >= a);
+    }
+
+    #[test]
+    fn bad_timer_settings_are_refused_naming_the_setting() {
+        assert_eq!(
+            TimerSpec::staggered(0, 0, 10, 0).unwrap_err().setting,
+            "timers"
+        );
+        assert_eq!(
+            TimerSpec::staggered(0, 2, 0, 0).unwrap_err().setting,
+            "timer_period"
+        );
+        let bad = TimerSpec {
+            entry: 0,
+            period_ns: 10,
+            phase_ns: 0,
+            slice: 2,
+            slices: 2,
+        };
+        assert_eq!(TimerSet::new([bad]).unwrap_err().setting, "timers");
+    }
+}
