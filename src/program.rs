@@ -702,6 +702,28 @@ pub(crate) struct ThreadCore {
 }
 
 impl ThreadCore {
+    /// Loads `frame`'s head (its first `head_bytes`) into local memory at
+    /// [`DEFAULT_HEAD_OFFSET`] and describes the packet for a [`Thread`].
+    pub fn load<'f>(
+        &mut self,
+        port: Port,
+        frame: &'f [u8],
+        head_bytes: usize,
+        now_ns: u64,
+    ) -> PacketMeta<'f> {
+        let head_len = frame.len().min(head_bytes);
+        let (head, tail) = frame.split_at(head_len);
+        self.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
+        PacketMeta {
+            port,
+            pkt_len: frame.len(),
+            head_start: DEFAULT_HEAD_OFFSET,
+            head_len,
+            tail,
+            now_ns,
+        }
+    }
+
     pub fn new() -> Self {
         ThreadCore {
             lm: Box::new([0; LOCAL_MEMORY_BYTES]),
@@ -1162,18 +1184,9 @@ impl Harness {
 
     /// Runs `program` from its packet entry on `frame`, arriving on `port`.
     pub fn run(&mut self, program: &Program, port: Port, frame: &[u8]) -> HarnessOutcome {
-        let head_len = frame.len().min(self.head_bytes);
-        let (head, tail) = frame.split_at(head_len);
-        self.core.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
         self.out.clear();
-        let meta = PacketMeta {
-            port,
-            pkt_len: frame.len(),
-            head_start: DEFAULT_HEAD_OFFSET,
-            head_len,
-            tail,
-            now_ns: 0,
-        };
+        let meta = self.core.load(port, frame, self.head_bytes, 0);
+        let tail = meta.tail;
         let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
         let run = program.run(Entry::Packet, &mut t, self.budget);
         let (hs, hl, _) = t.head_window();
@@ -1219,18 +1232,8 @@ impl Harness {
     ) -> u64 {
         let mut forwarded = 0;
         for frame in frames {
-            let head_len = frame.len().min(self.head_bytes);
-            let (head, tail) = frame.split_at(head_len);
-            self.core.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
             self.out.clear();
-            let meta = PacketMeta {
-                port: 0,
-                pkt_len: frame.len(),
-                head_start: DEFAULT_HEAD_OFFSET,
-                head_len,
-                tail,
-                now_ns: 0,
-            };
+            let meta = self.core.load(0, frame, self.head_bytes, 0);
             let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
             if let Ok(Verdict::Forward(_)) = program.run(Entry::Packet, &mut t, self.budget).result
             {

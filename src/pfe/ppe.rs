@@ -16,7 +16,7 @@ use super::stats::{
 };
 use super::Shared;
 use crate::packet::Dest;
-use crate::program::{Entry, PacketMeta, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET};
+use crate::program::{Entry, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET};
 use crate::sync::Parker;
 
 /// The body of PPE thread `me`.
@@ -107,19 +107,10 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
     } = batch;
     for s in slots.iter() {
         let frame = &frames[s.off as usize..(s.off + s.len) as usize];
-        let head_len = frame.len().min(head_bytes);
-        let (head, tail) = frame.split_at(head_len);
         // Load the head into local memory before the first instruction.
-        core.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
+        let meta = core.load(s.port, frame, head_bytes, now_ns);
+        let head_len = meta.head_len;
         let outs_start = out.recs.len();
-        let meta = PacketMeta {
-            port: s.port,
-            pkt_len: frame.len(),
-            head_start: DEFAULT_HEAD_OFFSET,
-            head_len,
-            tail,
-            now_ns,
-        };
         let mut t = Thread::new(core, &shared.mem, out, meta);
         let outcome = shared.program.run(Entry::Packet, &mut t, budget);
         let (hs, hl, lm_written) = t.head_window();
@@ -182,7 +173,9 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
                     out.push(dest, &[&core.lm[hs..hs + hl], tail]);
                 }
                 // The packet leaves ahead of the packets it created.
-                out.recs[outs_start..].rotate_right(1);
+                if created > 0 {
+                    out.recs[outs_start..].rotate_right(1);
+                }
                 match dest {
                     Dest::Port(_) => st.forwarded += 1,
                     Dest::Group(_) => st.multicast += 1,
