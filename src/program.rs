@@ -33,9 +33,10 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use crate::mem::hash::{HashError, HashTable, Inserted};
+use crate::mem::hash::{HashError, HashTable, Inserted, ScanAction};
 use crate::mem::{Addr, Color, MemFault, Op, PostedOps, SharedMemory, XtxnKind};
 use crate::packet::{Dest, GroupId, OutArena, Port};
+use crate::timer::Launch;
 use crate::wire::WireError;
 
 /// Bytes of local memory per thread (the paper: 1.25 KB).
@@ -184,7 +185,8 @@ impl fmt::Debug for Next {
 pub enum Entry {
     /// Where a thread starts for each packet head dispatched to it.
     Packet,
-    /// Where a thread started by timer `n` starts (timer threads arrive in a later release).
+    /// Where a thread launched by a timer with entry `n` starts (see [`crate::timer`]). It
+    /// has no packet: [`Thread::timer`] says which launch it is.
     Timer(u16),
 }
 
@@ -721,6 +723,7 @@ impl ThreadCore {
             head_len,
             tail,
             now_ns,
+            timer: None,
         }
     }
 
@@ -743,6 +746,24 @@ pub(crate) struct PacketMeta<'a> {
     pub head_len: usize,
     pub tail: &'a [u8],
     pub now_ns: u64,
+    /// The launch that started a timer thread (`None` for a packet thread).
+    pub timer: Option<Launch>,
+}
+
+impl PacketMeta<'static> {
+    /// What a timer thread sees: no packet (length 0, an empty head at the default
+    /// offset, no tail) and its launch.
+    pub fn timer(launch: Launch, now_ns: u64) -> Self {
+        PacketMeta {
+            port: 0,
+            pkt_len: 0,
+            head_start: DEFAULT_HEAD_OFFSET,
+            head_len: 0,
+            tail: &[],
+            now_ns,
+            timer: Some(launch),
+        }
+    }
 }
 
 /// The context of one PPE thread working on one packet: registers, local memory holding the
@@ -804,10 +825,18 @@ impl<'a> Thread<'a> {
         self.meta.port
     }
 
-    /// The engine's clock, in nanoseconds since the engine started.
+    /// The engine's clock (its [`crate::timer::Clock`]), in nanoseconds, read when the
+    /// thread's batch (or timer launch) started.
     #[inline]
     pub fn now_ns(&self) -> u64 {
         self.meta.now_ns
+    }
+
+    /// For a thread a timer launched: which timer, the slice of work it owns and when it
+    /// was due. `None` for a packet thread.
+    #[inline]
+    pub fn timer(&self) -> Option<&Launch> {
+        self.meta.timer.as_ref()
     }
 
     // ----- local memory and the head ------------------------------------------------------
@@ -1112,6 +1141,20 @@ impl<'a> Thread<'a> {
         Ok(table.delete(key)?)
     }
 
+    /// Scans slice `slice` of `slices` of a hash table, testing and clearing each record's
+    /// REF flag; see [`HashTable::scan`]. `visit` runs under the shard's lock: it must not
+    /// issue hash XTXNs on the same table (collect what to do, then do it).
+    pub fn hash_scan(
+        &mut self,
+        table: &HashTable,
+        slice: usize,
+        slices: usize,
+        visit: impl FnMut(&[u8], u64, bool) -> ScanAction,
+    ) -> usize {
+        self.count(XtxnKind::HashScan);
+        table.scan(slice, slices, visit)
+    }
+
     /// Posts an asynchronous XTXN: the thread does not wait for it; it is applied exactly
     /// once, no later than the end of the batch the packet belongs to, so it is visible
     /// after [`crate::Pfe::drain`]. The address is checked now.
@@ -1163,6 +1206,7 @@ pub struct Harness {
     out: OutArena,
     head_bytes: usize,
     budget: u32,
+    now_ns: u64,
 }
 
 impl Harness {
@@ -1174,7 +1218,19 @@ impl Harness {
             out: OutArena::default(),
             head_bytes: crate::packet::DEFAULT_HEAD_BYTES,
             budget: DEFAULT_INSTRUCTION_BUDGET,
+            now_ns: 0,
         }
+    }
+
+    /// Sets the time [`Thread::now_ns`] reports to the threads run from now on (0 at
+    /// first): tests of time-dependent programs drive the clock by hand.
+    pub fn set_now(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+    }
+
+    /// Sets the instruction budget of each run.
+    pub fn set_budget(&mut self, budget: u32) {
+        self.budget = budget;
     }
 
     /// The shared memory the harness runs against.
@@ -1185,15 +1241,30 @@ impl Harness {
     /// Runs `program` from its packet entry on `frame`, arriving on `port`.
     pub fn run(&mut self, program: &Program, port: Port, frame: &[u8]) -> HarnessOutcome {
         self.out.clear();
-        let meta = self.core.load(port, frame, self.head_bytes, 0);
+        let meta = self.core.load(port, frame, self.head_bytes, self.now_ns);
         let tail = meta.tail;
         let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
         let run = program.run(Entry::Packet, &mut t, self.budget);
         let (hs, hl, _) = t.head_window();
+        self.finish(run, Some((hs, hl, tail)))
+    }
+
+    /// Runs `program` from the timer entry `launch.entry`, as the engine does when a timer
+    /// fires: the thread has no packet and sees `launch` through [`Thread::timer`].
+    pub fn run_timer(&mut self, program: &Program, launch: Launch) -> HarnessOutcome {
+        self.out.clear();
+        let meta = PacketMeta::timer(launch, self.now_ns);
+        let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
+        let run = program.run(Entry::Timer(launch.entry), &mut t, self.budget);
+        self.finish(run, None)
+    }
+
+    /// Applies posted XTXNs and collects what the thread produced.
+    fn finish(&mut self, run: RunOutcome, head: Option<(usize, usize, &[u8])>) -> HarnessOutcome {
         self.core.posted.flush(&self.mem);
         self.core.xtxns = [0; XtxnKind::COUNT];
-        let output = match run.result {
-            Ok(Verdict::Forward(_)) | Ok(Verdict::Multicast(_)) => {
+        let output = match (&run.result, head) {
+            (Ok(Verdict::Forward(_)) | Ok(Verdict::Multicast(_)), Some((hs, hl, tail))) => {
                 let mut o = self.core.lm[hs..hs + hl].to_vec();
                 o.extend_from_slice(if self.core.new_tail_set {
                     &self.core.new_tail

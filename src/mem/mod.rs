@@ -298,11 +298,13 @@ pub enum XtxnKind {
     HashUpdate,
     /// Hash-engine delete.
     HashDelete,
+    /// Hash-engine scan of one slice of a table (tests and clears REF flags).
+    HashScan,
 }
 
 impl XtxnKind {
     /// Number of kinds.
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 19;
 
     /// Every kind, in [`XtxnKind::index`] order.
     pub const ALL: [XtxnKind; XtxnKind::COUNT] = [
@@ -324,6 +326,7 @@ impl XtxnKind {
         XtxnKind::HashInsert,
         XtxnKind::HashUpdate,
         XtxnKind::HashDelete,
+        XtxnKind::HashScan,
     ];
 
     /// The snake_case name, e.g. `"counter_inc"`.
@@ -347,6 +350,7 @@ impl XtxnKind {
             XtxnKind::HashInsert => "hash_insert",
             XtxnKind::HashUpdate => "hash_update",
             XtxnKind::HashDelete => "hash_delete",
+            XtxnKind::HashScan => "hash_scan",
         }
     }
 
