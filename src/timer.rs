@@ -16,7 +16,9 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::error::ConfigError;
 
@@ -24,6 +26,16 @@ use crate::error::ConfigError;
 pub trait Clock: Send + Sync {
     /// Nanoseconds since the clock's own epoch.
     fn now_ns(&self) -> u64;
+
+    /// Blocks until the clock reads at least `deadline_ns`, or for at most `limit`
+    /// (whichever comes first): the timer launcher sleeps here between launches. The
+    /// default sleeps the calling OS thread, which suits any clock that follows real time.
+    fn sleep_until(&self, deadline_ns: u64, limit: Duration) {
+        let now = self.now_ns();
+        if deadline_ns > now {
+            std::thread::sleep(Duration::from_nanos(deadline_ns - now).min(limit));
+        }
+    }
 }
 
 /// The monotonic system clock, counted from when this value was created.
@@ -53,10 +65,14 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that only moves when told to: for deterministic tests of timer logic.
+/// A clock that only moves when told to: for deterministic tests of timer logic. Moving
+/// it wakes whoever sleeps on it (an engine's timer launcher), so
+/// `clock.advance(ms); pfe.settle_timers();` runs exactly the launches due by then.
 #[derive(Debug, Default)]
 pub struct ManualClock {
     now: AtomicU64,
+    lock: Mutex<()>,
+    moved: Condvar,
 }
 
 impl ManualClock {
@@ -68,18 +84,38 @@ impl ManualClock {
     /// Moves the clock forward by `ns`.
     pub fn advance(&self, ns: u64) {
         self.now.fetch_add(ns, Ordering::AcqRel);
+        self.wake();
     }
 
     /// Moves the clock to `ns`, which must not be earlier than now (time never goes back;
     /// an earlier value is ignored).
     pub fn set(&self, ns: u64) {
         self.now.fetch_max(ns, Ordering::AcqRel);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        // Taking the lock orders this wake-up after a sleeper's check of the time.
+        let _guard = self.lock.lock();
+        self.moved.notify_all();
     }
 }
 
 impl Clock for ManualClock {
     fn now_ns(&self) -> u64 {
         self.now.load(Ordering::Acquire)
+    }
+
+    /// Waits until the clock is moved to `deadline_ns` or later, or `limit` passes in real
+    /// time.
+    fn sleep_until(&self, deadline_ns: u64, limit: Duration) {
+        let give_up = Instant::now() + limit;
+        let mut guard = self.lock.lock();
+        while self.now_ns() < deadline_ns {
+            if self.moved.wait_until(&mut guard, give_up).timed_out() {
+                return;
+            }
+        }
     }
 }
 

@@ -13,12 +13,16 @@
 //!    nothing while idle, and a busy engine runs about as many as there are cores to run
 //!    them (more would only take turns on the same cores and hold each other's flows in
 //!    the reorder engine while descheduled).
-//! 4. A waiter (for room, or for a drain) that sees work queued but no batch taken for a
+//! 4. Timer launches have a queue of their own that every pop looks at first, so a timer
+//!    thread runs on the next PPE thread that becomes free, ahead of queued packets (it
+//!    never preempts a running one). Pushing a launch follows step 3's rule (wake a thread
+//!    only if none is active), and a thread's last look before parking covers both queues.
+//! 5. A waiter (for room, or for a drain) that sees work queued but no batch taken for a
 //!    millisecond wakes one more thread regardless of the cap: the active threads may be
 //!    blocked inside a program (a sleeping or waiting closure), and queued work must not
 //!    wait for them. Progress resets the watch, so a merely busy engine wakes nobody.
 //!
-//! The store/load pairs of steps 2 and 3 are separated by `SeqCst` fences (a Dekker
+//! The store/load pairs of steps 2, 3 and 4 are separated by `SeqCst` fences (a Dekker
 //! pattern): either the pusher sees the thread leave `active` and wakes it, or the thread
 //! sees the batch in its last check.
 
@@ -29,9 +33,13 @@ use crate::sync::{
     fence, ArrayQueue, AtomicBool, AtomicU64, AtomicUsize, Backoff, CachePadded, Instant, Mutex,
     Ordering, Parker, Unparker,
 };
+use crate::timer::Launch;
 
 pub(crate) struct Dispatch {
     queue: ArrayQueue<Box<Batch>>,
+    /// Timer launches, taken before batches. Each timer has at most one launch queued or
+    /// running (the launcher skips a timer that is still busy), so this never fills.
+    timers: ArrayQueue<Launch>,
     /// PPE threads not parked (running or about to run).
     active: CachePadded<AtomicUsize>,
     /// Parked PPE threads, most recently parked on top (it has the warmest cache).
@@ -50,7 +58,7 @@ pub(crate) struct Dispatch {
 /// How long queued work may sit with no batch taken before a waiter wakes another thread.
 const STALL: Duration = Duration::from_millis(1);
 
-/// What a waiter remembers between looks at the engine (step 4).
+/// What a waiter remembers between looks at the engine (step 5).
 pub(crate) struct StallWatch {
     taken: u64,
     since: Instant,
@@ -58,20 +66,24 @@ pub(crate) struct StallWatch {
 
 pub(crate) enum Popped {
     Batch(Box<Batch>),
+    Timer(Launch),
     Closed,
 }
 
 impl Dispatch {
-    /// A dispatcher for `threads` PPE threads; returns the parkers each thread parks on.
+    /// A dispatcher for `threads` PPE threads and `timers` timers; returns the parkers each
+    /// thread parks on.
     pub fn new(
         threads: usize,
         max_active: usize,
         queue_capacity: usize,
+        timers: usize,
     ) -> (Dispatch, Vec<Parker>) {
         let parkers: Vec<Parker> = (0..threads).map(|_| Parker::new()).collect();
         let unparkers = parkers.iter().map(|p| p.unparker().clone()).collect();
         let d = Dispatch {
             queue: ArrayQueue::new(queue_capacity.max(1)),
+            timers: ArrayQueue::new(timers.max(1)),
             active: CachePadded::new(AtomicUsize::new(threads)),
             idle: Mutex::new(Vec::with_capacity(threads)),
             unparkers,
@@ -91,6 +103,23 @@ impl Dispatch {
         }
         fence(Ordering::SeqCst);
         self.maybe_wake();
+    }
+
+    /// Queues a timer launch ahead of the batches (step 4). The caller (the launcher) keeps
+    /// at most one launch per timer outstanding, so this cannot fail.
+    pub fn push_timer(&self, launch: Launch) {
+        if self.timers.push(launch).is_err() {
+            unreachable!("timer queue sized to the number of timers");
+        }
+        fence(Ordering::SeqCst);
+        if self.active.load(Ordering::Relaxed) == 0 {
+            self.wake_one();
+        }
+    }
+
+    /// Work is queued: a timer launch or a batch.
+    fn has_work(&self) -> bool {
+        !self.timers.is_empty() || !self.queue.is_empty()
     }
 
     fn maybe_wake(&self) {
@@ -118,7 +147,7 @@ impl Dispatch {
                 since: Instant::now(),
             };
         } else if w.since.elapsed() >= STALL {
-            if !self.queue.is_empty() {
+            if self.has_work() {
                 self.wake_one();
             }
             w.since = Instant::now();
@@ -137,21 +166,23 @@ impl Dispatch {
         true
     }
 
-    /// Next batch for PPE thread `me`, parking while there is none. `Closed` once the
-    /// engine shuts down and the queue is empty.
+    /// Next timer launch or batch for PPE thread `me`, parking while there is none.
+    /// `Closed` once the engine shuts down and both queues are empty.
     pub fn pop(&self, me: usize, parker: &Parker) -> Popped {
         loop {
-            if let Some(b) = self.pop_spinning() {
+            if let Some(job) = self.pop_spinning() {
                 self.taken.fetch_add(1, Ordering::Relaxed);
-                self.maybe_wake();
-                return Popped::Batch(b);
+                if let Popped::Batch(_) = job {
+                    self.maybe_wake();
+                }
+                return job;
             }
             if self.closed.load(Ordering::Acquire) {
-                // A batch pushed before the close is visible now (the close's store is
-                // ordered after the push), and queued work is done before anyone exits.
-                if let Some(b) = self.queue.pop() {
+                // Work pushed before the close is visible now (the close's store is ordered
+                // after the push), and queued work is done before anyone exits.
+                if let Some(job) = self.pop_any() {
                     self.taken.fetch_add(1, Ordering::Relaxed);
-                    return Popped::Batch(b);
+                    return job;
                 }
                 return Popped::Closed;
             }
@@ -159,7 +190,7 @@ impl Dispatch {
             self.idle.lock().push(me);
             self.active.fetch_sub(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            if !self.queue.is_empty() || self.closed.load(Ordering::Acquire) {
+            if self.has_work() || self.closed.load(Ordering::Acquire) {
                 if self.unidle(me) {
                     continue;
                 }
@@ -195,11 +226,19 @@ impl Dispatch {
         }
     }
 
-    fn pop_spinning(&self) -> Option<Box<Batch>> {
+    /// A timer launch if one is queued, else a batch.
+    fn pop_any(&self) -> Option<Popped> {
+        if let Some(l) = self.timers.pop() {
+            return Some(Popped::Timer(l));
+        }
+        self.queue.pop().map(Popped::Batch)
+    }
+
+    fn pop_spinning(&self) -> Option<Popped> {
         let backoff = Backoff::new();
         loop {
-            if let Some(b) = self.queue.pop() {
-                return Some(b);
+            if let Some(job) = self.pop_any() {
+                return Some(job);
             }
             if backoff.is_completed() || self.closed.load(Ordering::Relaxed) {
                 return None;

@@ -19,6 +19,9 @@
 //!   `try_lock`, or returning right after unlocking (no second look): a batch pushed by a
 //!   thread that found the lock taken is stranded; both `finish` models fail on it.
 //!
+//! - `Dispatch::pop`'s last look before parking without the timer queue (only batches):
+//!   the timer model deadlocks on a stranded launch.
+//!
 //! Most dispatch models close after a drain, as `Pfe::stop` does; one closes right after
 //! pushing. That model found a real bug: a consumer that gave up spinning just before the
 //! push saw `closed` and returned `Popped::Closed` without another look at the queue,
@@ -32,6 +35,7 @@ use super::batch::Batch;
 use super::dispatch::{Dispatch, Popped};
 use super::egress::{Discard, TxCounters};
 use super::reorder::ReorderStage;
+use crate::timer::Launch;
 
 /// Runs `f` under every interleaving with at most `preemptions` preemptions (`None`: any
 /// number), unless `LOOM_MAX_PREEMPTIONS` is set.
@@ -71,20 +75,22 @@ impl Tally {
 /// dispatch the way `Pfe::stop` does, after the drain (a consumer that parks and misses
 /// the close deadlocks the joins). Every batch is popped once.
 fn dispatch_model(consumers: usize, max_active: usize, batches: usize, preemptions: Option<usize>) {
-    dispatch_model_closing(consumers, max_active, batches, true, preemptions)
+    dispatch_model_closing(consumers, max_active, batches, 0, true, preemptions)
 }
 
-/// [`dispatch_model`], optionally closing right after the pushes instead of after the
-/// drain: `close` promises that queued work is still done.
+/// [`dispatch_model`] with `timers` timer launches pushed after the batches, optionally
+/// closing right after the pushes instead of after the drain: `close` promises that queued
+/// work is still done.
 fn dispatch_model_closing(
     consumers: usize,
     max_active: usize,
     batches: usize,
+    timers: usize,
     drain_first: bool,
     preemptions: Option<usize>,
 ) {
     check(preemptions, move || {
-        let (dispatch, parkers) = Dispatch::new(consumers, max_active, batches);
+        let (dispatch, parkers) = Dispatch::new(consumers, max_active, batches, timers);
         let dispatch = Arc::new(dispatch);
         let popped = Arc::new(Tally::default());
         let threads: Vec<_> = parkers
@@ -97,7 +103,7 @@ fn dispatch_model_closing(
                     let mut mine = 0;
                     loop {
                         match dispatch.pop(me, &parker) {
-                            Popped::Batch(_) => {
+                            Popped::Batch(_) | Popped::Timer(_) => {
                                 mine += 1;
                                 popped.add();
                             }
@@ -110,12 +116,22 @@ fn dispatch_model_closing(
         for _ in 0..batches {
             dispatch.push(Box::default());
         }
+        for timer in 0..timers {
+            dispatch.push_timer(Launch {
+                timer,
+                entry: 0,
+                slice: 0,
+                slices: 1,
+                scheduled_ns: 0,
+                missed: 0,
+            });
+        }
         if drain_first {
-            popped.wait_for(batches);
+            popped.wait_for(batches + timers);
         }
         dispatch.close();
         let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
-        assert_eq!(total, batches);
+        assert_eq!(total, batches + timers);
     });
 }
 
@@ -151,8 +167,17 @@ fn dispatch_two_consumers_backlog() {
 /// consumer exits.
 #[test]
 fn dispatch_close_right_after_push() {
-    dispatch_model_closing(1, 1, 1, false, Some(4));
-    dispatch_model_closing(2, 2, 1, false, Some(3));
+    dispatch_model_closing(1, 1, 1, 0, false, Some(4));
+    dispatch_model_closing(2, 2, 1, 0, false, Some(3));
+}
+
+/// A timer launch pushed while the consumers go idle is taken (it has a queue of its own,
+/// which the last look before parking must cover), alone and behind a batch.
+#[test]
+fn dispatch_timer_launch_is_never_stranded() {
+    dispatch_model_closing(2, 1, 0, 1, true, Some(3));
+    dispatch_model_closing(1, 1, 1, 1, true, Some(3));
+    dispatch_model_closing(1, 1, 0, 1, false, Some(4));
 }
 
 /// No work at all: `close` races the consumers going idle and parking, and must still

@@ -21,12 +21,13 @@ mod loom_tests;
 mod ppe;
 mod reorder;
 mod stats;
+mod timers;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::{Backoff, CachePadded};
@@ -42,6 +43,7 @@ use self::egress::TxCounters;
 use self::ingress::IngressState;
 use self::reorder::ReorderStage;
 use self::stats::{WorkerStats, DROP_OVERSIZE, DROP_RUNT, ENGINE_DROP_REASONS};
+use self::timers::TimerState;
 use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::packet::{GroupId, Packet, Port, DEFAULT_HEAD_BYTES, MIN_FRAME_BYTES};
@@ -49,6 +51,7 @@ use crate::program::{
     FaultKind, Program, DEFAULT_HEAD_OFFSET, DEFAULT_INSTRUCTION_BUDGET, LOCAL_MEMORY_BYTES,
 };
 use crate::sync::Parker;
+use crate::timer::{Clock, SystemClock, TimerSet, TimerSpec};
 
 /// Most PPE threads an engine may have.
 pub const MAX_PPE_THREADS: usize = 4096;
@@ -88,6 +91,8 @@ pub struct Config {
     pub instruction_budget: u32,
     /// Largest frame accepted at ingress; longer ones are dropped as `oversize`.
     pub max_frame_bytes: usize,
+    /// Periodic timers, each launching a thread at one of the program's timer entries.
+    pub timers: Vec<TimerSpec>,
 }
 
 /// Configures a [`Pfe`]. Every setting has a sensible default except the program.
@@ -99,6 +104,7 @@ pub struct PfeBuilder {
     mem_config: MemConfig,
     memory: Option<Arc<SharedMemory>>,
     sink: Arc<dyn Sink>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 impl fmt::Debug for PfeBuilder {
@@ -133,11 +139,13 @@ impl PfeBuilder {
                 ports: DEFAULT_PORTS,
                 instruction_budget: DEFAULT_INSTRUCTION_BUDGET,
                 max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+                timers: Vec::new(),
             },
             ppe_threads: None,
             groups: Vec::new(),
             mem_config: MemConfig::default(),
             memory: None,
+            clock: None,
             sink: Arc::new(Discard),
         }
     }
@@ -241,6 +249,23 @@ impl PfeBuilder {
     }
 
     /// Validates the configuration and builds a stopped engine.
+    /// Adds periodic timers (e.g. [`TimerSpec::staggered`]). Each launches a microcode
+    /// thread at the program's `Entry::Timer(spec.entry)` every period, on whichever PPE
+    /// thread is free next, ahead of queued packets.
+    pub fn timers(mut self, specs: impl IntoIterator<Item = TimerSpec>) -> Self {
+        self.cfg.timers.extend(specs);
+        self
+    }
+
+    /// The clock timers and [`crate::program::Thread::now_ns`] read (default: a
+    /// [`SystemClock`] started when the engine is built). A [`crate::timer::ManualClock`]
+    /// makes timer tests deterministic; see [`Pfe::settle_timers`].
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Validates the settings and builds the engine (not started yet).
     pub fn build(self) -> Result<Pfe, ConfigError> {
         let PfeBuilder {
             program,
@@ -250,6 +275,7 @@ impl PfeBuilder {
             mem_config,
             memory,
             sink,
+            clock,
         } = self;
         let program = program.ok_or_else(|| {
             ConfigError::new("program", "no program installed; call .program(...)")
@@ -349,6 +375,19 @@ impl PfeBuilder {
             }
             group_table[i] = members;
         }
+        for spec in &cfg.timers {
+            if !program.timer_entries().any(|(n, _)| n == spec.entry) {
+                return Err(ConfigError::new(
+                    "timers",
+                    format!(
+                        "a timer starts Entry::Timer({}), which program `{}` does not define",
+                        spec.entry,
+                        program.name()
+                    ),
+                ));
+            }
+        }
+        let timer_set = TimerSet::new(cfg.timers.iter().copied())?;
         let mem = match memory {
             Some(m) => m,
             None => Arc::new(SharedMemory::new(&mem_config)?),
@@ -359,8 +398,12 @@ impl PfeBuilder {
         drop_reason_names.extend(FaultKind::ALL.iter().map(|k| k.drop_reason().to_string()));
         drop_reason_names.extend(program.drop_reasons().iter().map(|s| s.to_string()));
 
-        let (dispatch, parkers) =
-            Dispatch::new(cfg.ppe_threads, default_ppe_threads(), cfg.capacity);
+        let (dispatch, parkers) = Dispatch::new(
+            cfg.ppe_threads,
+            default_ppe_threads(),
+            cfg.capacity,
+            cfg.timers.len(),
+        );
         let max_batches = cfg.capacity.div_ceil(cfg.batch_size) + cfg.ppe_threads + 4;
         let shared = Shared {
             dispatch,
@@ -382,7 +425,8 @@ impl PfeBuilder {
                 .map(|_| CachePadded::new(Mutex::new(WorkerStats::new(drop_reason_names.len()))))
                 .collect(),
             drop_reason_names,
-            epoch: Instant::now(),
+            clock: clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
+            timers: (!timer_set.is_empty()).then(|| TimerState::new(timer_set.len())),
             state: AtomicU8::new(STATE_BUILT),
             program,
             mem,
@@ -392,6 +436,8 @@ impl PfeBuilder {
             shared: Arc::new(shared),
             parkers: Mutex::new(parkers),
             workers: Mutex::new(Vec::new()),
+            timer_set: Mutex::new(Some(timer_set)),
+            launcher: Mutex::new(None),
         })
     }
 }
@@ -419,7 +465,10 @@ pub(crate) struct Shared {
     pub tx: TxCounters,
     pub worker_stats: Box<[CachePadded<Mutex<WorkerStats>>]>,
     pub drop_reason_names: Vec<String>,
-    pub epoch: Instant,
+    /// Where time comes from, for timers and programs.
+    pub clock: Arc<dyn Clock>,
+    /// Timer bookkeeping (`None` without timers).
+    pub timers: Option<TimerState>,
     pub state: AtomicU8,
 }
 
@@ -475,6 +524,9 @@ pub struct Pfe {
     shared: Arc<Shared>,
     parkers: Mutex<Vec<Parker>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    /// The timers, until `start` hands them to the launcher thread.
+    timer_set: Mutex<Option<TimerSet>>,
+    launcher: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for Pfe {
@@ -520,6 +572,14 @@ impl Pfe {
                 .spawn(move || ppe::run(shared, me, parker, pin))
                 .expect("spawning a PPE thread");
             workers.push(handle);
+        }
+        if let Some(set) = self.timer_set.lock().take().filter(|s| !s.is_empty()) {
+            let shared = Arc::clone(&self.shared);
+            let handle = std::thread::Builder::new()
+                .name("pfemu-timers".into())
+                .spawn(move || timers::run(shared, set))
+                .expect("spawning the timer launcher");
+            *self.launcher.lock() = Some(handle);
         }
         self.shared.state.store(STATE_RUNNING, Ordering::Release);
         Ok(())
@@ -690,7 +750,9 @@ impl Pfe {
     }
 
     /// Waits until nothing is in flight: every accepted packet has been released or
-    /// dropped, and every posted XTXN has been applied.
+    /// dropped, every timer thread already launched has finished, and every posted XTXN
+    /// has been applied. (Timers keep firing: a drained engine with timers is quiet only
+    /// until the next launch.)
     pub fn drain(&self) {
         let backoff = Backoff::new();
         let mut watch = self.shared.dispatch.stall_watch();
@@ -702,6 +764,37 @@ impl Pfe {
                 backoff.snooze();
             }
         }
+        if let Some(t) = &self.shared.timers {
+            t.wait_idle(&self.shared);
+        }
+    }
+
+    /// Waits until every timer launch due at the clock's current reading has been made and
+    /// has finished, along with the packets already accepted. With a
+    /// [`crate::timer::ManualClock`] this makes timers deterministic:
+    ///
+    /// ```text
+    /// clock.advance(period_ns);   // the launcher wakes up
+    /// pfe.settle_timers();        // the launches due by now ran to completion
+    /// ```
+    ///
+    /// Returns at once on an engine without timers or not running.
+    pub fn settle_timers(&self) {
+        let Some(t) = &self.shared.timers else {
+            return;
+        };
+        let target = self.shared.clock.now_ns();
+        while t.launched_before() <= target && self.running() && self.launcher_alive() {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        self.drain();
+    }
+
+    fn launcher_alive(&self) -> bool {
+        self.launcher
+            .lock()
+            .as_ref()
+            .is_some_and(|h| !h.is_finished())
     }
 
     /// A snapshot of the counters.
@@ -733,8 +826,17 @@ impl Pfe {
                 0
             },
             per_ppe_packets: per_ppe,
+            timer_runs: total.timer_runs,
+            timer_instructions: total.timer_instructions,
+            timer_faults: total.timer_faults,
             ..Stats::default()
         };
+        if let Some(t) = &sh.timers {
+            let c = t.counts();
+            s.timer_launches = c.launches;
+            s.timer_overruns = c.overruns;
+            s.timer_missed = c.missed;
+        }
         for (name, &n) in sh.drop_reason_names.iter().zip(&total.drops) {
             if n > 0 {
                 *s.dropped_by_reason.entry(name.clone()).or_default() += n;
@@ -770,6 +872,15 @@ impl Pfe {
     }
 
     fn stop(&mut self) {
+        // Timers stop first, so the drain below finishes every launch already made.
+        if let Some(t) = &self.shared.timers {
+            t.stop();
+        }
+        if let Some(h) = self.launcher.lock().take() {
+            if let Err(e) = h.join() {
+                std::panic::resume_unwind(e);
+            }
+        }
         if self.shared.state.load(Ordering::Acquire) == STATE_RUNNING {
             self.drain();
         }

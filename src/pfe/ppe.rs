@@ -15,9 +15,10 @@ use super::stats::{
     WorkerStats, DROP_FAULT_BASE, DROP_NO_SUCH_GROUP, DROP_NO_SUCH_PORT, DROP_PROGRAM_BASE,
 };
 use super::Shared;
-use crate::packet::Dest;
-use crate::program::{Entry, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET};
+use crate::packet::{Dest, OutArena};
+use crate::program::{Entry, PacketMeta, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET};
 use crate::sync::Parker;
+use crate::timer::Launch;
 
 /// The body of PPE thread `me`.
 pub(crate) fn run(
@@ -34,9 +35,23 @@ pub(crate) fn run(
     let mut core = ThreadCore::new();
     let mut local = WorkerStats::new(shared.drop_reason_names.len());
     let mut queues = PortQueues::new(shared.cfg.ports);
+    let mut timer_out = OutArena::default();
     loop {
         let mut batch = match shared.dispatch.pop(me, &parker) {
             Popped::Batch(b) => b,
+            Popped::Timer(launch) => {
+                run_timer(
+                    &shared,
+                    &mut core,
+                    launch,
+                    &mut timer_out,
+                    &mut queues,
+                    &mut local,
+                );
+                shared.worker_stats[me].lock().add(&local);
+                local.reset();
+                continue;
+            }
             Popped::Closed => return,
         };
         process(&shared, &mut core, &mut batch, &mut local);
@@ -56,6 +71,57 @@ pub(crate) fn run(
             let released = release_unordered(&shared, &batch, &mut queues);
             retire(&shared, batch, released);
         }
+    }
+}
+
+/// Runs the thread of one timer launch. It has no packet; the packets it creates go
+/// straight to egress (they belong to no flow, so there is nothing to order them after).
+/// Its verdict means nothing without a packet and is ignored; a fault is counted.
+fn run_timer(
+    shared: &Shared,
+    core: &mut ThreadCore,
+    launch: Launch,
+    out: &mut OutArena,
+    queues: &mut PortQueues,
+    st: &mut WorkerStats,
+) {
+    out.clear();
+    let meta = PacketMeta::timer(launch, shared.clock.now_ns());
+    let mut t = Thread::new(core, &shared.mem, out, meta);
+    let outcome = shared.program.run(
+        Entry::Timer(launch.entry),
+        &mut t,
+        shared.cfg.instruction_budget,
+    );
+    core.posted.flush(&shared.mem);
+    st.timer_runs += 1;
+    st.timer_instructions += outcome.instructions as u64;
+    if let Err(fault) = outcome.result {
+        st.faults[fault.kind().index()] += 1;
+        st.timer_faults += 1;
+        // The thread's work is abandoned, packets it created included.
+        out.recs.clear();
+    }
+    for r in &out.recs {
+        st.created += 1;
+        if dest_exists(shared, r.dest) {
+            let span = Span {
+                src: r.src,
+                off: r.off,
+                len: r.len,
+            };
+            queues.push(r.dest, span, &shared.groups);
+        } else {
+            st.created_invalid += 1;
+        }
+    }
+    queues.flush(&[&[], &out.bytes], &*shared.sink, &shared.tx);
+    for (a, b) in st.xtxns.iter_mut().zip(core.xtxns.iter_mut()) {
+        *a += *b;
+        *b = 0;
+    }
+    if let Some(timers) = &shared.timers {
+        timers.finished(&launch);
     }
 }
 
@@ -96,7 +162,7 @@ fn dest_exists(shared: &Shared, dest: Dest) -> bool {
 
 /// Runs the program on every packet of the batch.
 fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut WorkerStats) {
-    let now_ns = shared.epoch.elapsed().as_nanos() as u64;
+    let now_ns = shared.clock.now_ns();
     let head_bytes = shared.cfg.head_bytes;
     let budget = shared.cfg.instruction_budget;
     let Batch {

@@ -32,6 +32,10 @@ pub(crate) struct WorkerStats {
     pub faults: [u64; FaultKind::COUNT],
     pub instructions: u64,
     pub xtxns: [u64; XtxnKind::COUNT],
+    /// Timer threads run, the instructions they executed, and those that faulted.
+    pub timer_runs: u64,
+    pub timer_instructions: u64,
+    pub timer_faults: u64,
 }
 
 impl WorkerStats {
@@ -59,6 +63,9 @@ impl WorkerStats {
         for (a, b) in self.xtxns.iter_mut().zip(&o.xtxns) {
             *a += b;
         }
+        self.timer_runs += o.timer_runs;
+        self.timer_instructions += o.timer_instructions;
+        self.timer_faults += o.timer_faults;
     }
 
     /// Zeroes every counter in place (no allocation: called once per batch).
@@ -74,6 +81,9 @@ impl WorkerStats {
             faults,
             instructions,
             xtxns,
+            timer_runs,
+            timer_instructions,
+            timer_faults,
         } = self;
         for c in [
             packets,
@@ -83,6 +93,9 @@ impl WorkerStats {
             created,
             created_invalid,
             instructions,
+            timer_runs,
+            timer_instructions,
+            timer_faults,
         ] {
             *c = 0;
         }
@@ -129,12 +142,25 @@ pub struct Stats {
     /// Packets the reorder engine held because an earlier packet of their flow had not
     /// finished yet (0 with reordering off).
     pub reorder_held: u64,
-    /// Instructions executed.
+    /// Instructions executed by packet threads (timer threads' are `timer_instructions`).
     pub instructions: u64,
     /// External transactions by kind (non-zero kinds only).
     pub xtxns: BTreeMap<String, u64>,
     /// Packets processed by each PPE thread.
     pub per_ppe_packets: Vec<u64>,
+    /// Timer launches handed to dispatch.
+    pub timer_launches: u64,
+    /// Timer threads that ran to completion or faulted.
+    pub timer_runs: u64,
+    /// Instructions executed by timer threads.
+    pub timer_instructions: u64,
+    /// Timer threads that faulted (also counted in `faults` by kind; they had no packet
+    /// to drop).
+    pub timer_faults: u64,
+    /// Launches skipped because the same timer's previous thread had not finished.
+    pub timer_overruns: u64,
+    /// Timer periods skipped because the launcher woke up more than a period late.
+    pub timer_missed: u64,
 }
 
 impl Stats {

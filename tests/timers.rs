@@ -1,0 +1,366 @@
+//! Timer threads through the engine, driven by a manual clock: launches per slice, created
+//! packets, launches ahead of queued packets, overruns, faults, and configuration errors.
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use pfemu::prelude::*;
+use pfemu::program::Harness;
+use pfemu::timer::{Launch, ManualClock, TimerSpec};
+
+use common::udp_frame;
+
+const MS: u64 = 1_000_000;
+
+fn small_mem() -> MemConfig {
+    MemConfig {
+        sram_bytes: 1 << 16,
+        dram_bytes: 1 << 16,
+        banks: 4,
+    }
+}
+
+/// A program whose timer entry 0 counts each launch on the counter of its slice (at word
+/// `2 * slice`) and emits a 64-byte packet to port 1 carrying its slice; packets are
+/// forwarded to port 2.
+fn counting_program() -> Program {
+    let mut p = Program::builder("timer_count");
+    let [fwd, tick] = p.labels(["forward", "tick"]);
+    p.instr(fwd, |_| Ok(Done(Verdict::Forward(2))));
+    p.instr(tick, |t| {
+        let l = *t.timer().expect("a timer thread sees its launch");
+        t.counter_inc(2 * l.slice as u64, 0)?;
+        t.lm_mut()[0..4].copy_from_slice(&l.slice.to_be_bytes());
+        t.emit(Dest::Port(1), 0, 64)?;
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, fwd);
+    p.entry(Entry::Timer(0), tick);
+    p.build().unwrap()
+}
+
+#[test]
+fn staggered_timers_launch_once_per_period_each_with_its_slice() {
+    let clock = Arc::new(ManualClock::new());
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(counting_program())
+        .ppe_threads(8)
+        .mem_config(small_mem())
+        .timers(TimerSpec::staggered(0, 4, MS, MS).unwrap())
+        .clock(clock.clone())
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let mem = pfe.memory().clone();
+    let count = |slice: u64| mem.counter_read(2 * slice).unwrap().0;
+
+    // Nothing is due before the first phase (1 ms).
+    clock.set(MS - 1);
+    pfe.settle_timers();
+    assert_eq!(pfe.stats().timer_launches, 0);
+
+    // Timer k first fires at 1 ms + k * 250 us; step through two periods a quarter at a time.
+    for step in 0..8u64 {
+        clock.set(MS + step * MS / 4);
+        pfe.settle_timers();
+        for slice in 0..4 {
+            let expected = if slice <= step % 4 {
+                step / 4 + 1
+            } else {
+                step / 4
+            };
+            assert_eq!(count(slice), expected, "slice {slice} after step {step}");
+        }
+    }
+    let stats = pfe.shutdown();
+    assert_eq!(stats.timer_launches, 8);
+    assert_eq!(stats.timer_runs, 8);
+    assert_eq!(stats.timer_instructions, 8);
+    assert_eq!((stats.timer_overruns, stats.timer_missed), (0, 0));
+    assert_eq!(stats.created, 8);
+    assert_eq!(stats.xtxns.get("counter_inc"), Some(&8));
+    let slices: Vec<u32> = rx
+        .try_iter()
+        .map(|p| {
+            assert_eq!(p.port, 1);
+            u32::from_be_bytes(p.data[0..4].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(slices, [0, 1, 2, 3, 0, 1, 2, 3]);
+}
+
+#[test]
+fn a_late_launcher_skips_periods_instead_of_catching_up() {
+    let clock = Arc::new(ManualClock::new());
+    let mut pfe = Pfe::builder()
+        .program(counting_program())
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        .timers([TimerSpec {
+            entry: 0,
+            period_ns: MS,
+            phase_ns: 0,
+            slice: 0,
+            slices: 1,
+        }])
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    pfe.settle_timers();
+    clock.set(10 * MS + 1);
+    pfe.settle_timers();
+    let stats = pfe.shutdown();
+    assert_eq!(
+        stats.timer_launches, 2,
+        "one at 0, one for the 10 ms period"
+    );
+    assert_eq!(stats.timer_missed, 9);
+}
+
+#[test]
+fn a_timer_launch_runs_ahead_of_queued_packets() {
+    let clock = Arc::new(ManualClock::new());
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (busy_tx, busy_rx) = mpsc::channel::<()>();
+    let go_rx = Mutex::new(go_rx);
+    let busy_tx = Mutex::new(busy_tx);
+    let mut p = Program::builder("ordered");
+    let [pkt, tick] = p.labels(["packet", "tick"]);
+    {
+        let log = log.clone();
+        p.instr(pkt, move |t| {
+            let seq = common::flow_seq(t.head(0)?).1;
+            if seq == 0 {
+                // The first packet holds the only PPE thread until the test says go.
+                busy_tx.lock().send(()).unwrap();
+                go_rx.lock().recv().unwrap();
+            }
+            log.lock().push(format!("packet {seq}"));
+            Ok(Done(Verdict::Forward(1)))
+        });
+    }
+    {
+        let log = log.clone();
+        p.instr(tick, move |_| {
+            log.lock().push("timer".into());
+            Ok(Done(Verdict::Consume))
+        });
+    }
+    p.entry(Entry::Packet, pkt);
+    p.entry(Entry::Timer(0), tick);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(1)
+        .batch_size(1)
+        .mem_config(small_mem())
+        .timers([TimerSpec {
+            entry: 0,
+            period_ns: 100 * MS,
+            phase_ns: MS,
+            slice: 0,
+            slices: 1,
+        }])
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    for seq in 0..4 {
+        pfe.inject_frame(0, &udp_frame(7, seq, 64)).unwrap();
+    }
+    // Packets 1..3 are queued behind packet 0, which holds the thread; now the timer
+    // comes due.
+    busy_rx.recv().unwrap();
+    clock.set(MS);
+    while pfe.stats().timer_launches == 0 {
+        std::thread::yield_now();
+    }
+    go_tx.send(()).unwrap();
+    pfe.settle_timers();
+    let stats = pfe.shutdown();
+    assert!(stats.is_conserved());
+    assert_eq!(
+        *log.lock(),
+        ["packet 0", "timer", "packet 1", "packet 2", "packet 3"]
+    );
+}
+
+#[test]
+fn a_busy_timer_is_not_launched_again_and_the_skip_is_counted() {
+    let clock = Arc::new(ManualClock::new());
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go_rx = Mutex::new(go_rx);
+    let mut p = Program::builder("slow_timer");
+    let [pkt, tick] = p.labels(["packet", "tick"]);
+    p.instr(pkt, |_| Ok(Done(Verdict::Forward(1))));
+    p.instr(tick, move |_| {
+        go_rx.lock().recv().unwrap();
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, pkt);
+    p.entry(Entry::Timer(0), tick);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(4)
+        .mem_config(small_mem())
+        .timers([TimerSpec {
+            entry: 0,
+            period_ns: MS,
+            phase_ns: 0,
+            slice: 0,
+            slices: 1,
+        }])
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    while pfe.stats().timer_launches == 0 {
+        std::thread::yield_now();
+    }
+    // The first thread is still running when the next three periods come due.
+    for k in 1..=3 {
+        clock.set(k * MS);
+        while pfe.stats().timer_overruns < k {
+            std::thread::yield_now();
+        }
+    }
+    go_tx.send(()).unwrap();
+    while pfe.stats().timer_runs < 1 {
+        std::thread::yield_now();
+    }
+    clock.set(4 * MS);
+    go_tx.send(()).unwrap();
+    pfe.settle_timers();
+    let stats = pfe.shutdown();
+    assert_eq!(stats.timer_launches, 2);
+    assert_eq!(stats.timer_runs, 2);
+    assert_eq!(stats.timer_overruns, 3);
+}
+
+#[test]
+fn a_faulting_timer_thread_is_counted_and_the_timers_go_on() {
+    let clock = Arc::new(ManualClock::new());
+    let mut p = Program::builder("faulty_timer");
+    let [pkt, tick] = p.labels(["packet", "tick"]);
+    p.instr(pkt, |_| Ok(Done(Verdict::Forward(1))));
+    p.instr(tick, |t| {
+        let l = *t.timer().unwrap();
+        // Every other launch emits a packet and then reads outside the shared memory.
+        t.emit(Dest::Port(1), 0, 64)?;
+        if l.scheduled_ns / MS % 2 == 1 {
+            t.read_u64(1 << 40)?;
+        }
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, pkt);
+    p.entry(Entry::Timer(0), tick);
+    let sink = Arc::new(CountingSink::new(4));
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        .timers([TimerSpec {
+            entry: 0,
+            period_ns: MS,
+            phase_ns: 0,
+            slice: 0,
+            slices: 1,
+        }])
+        .clock(clock.clone())
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    for k in 0..6 {
+        clock.set(k * MS);
+        pfe.settle_timers();
+    }
+    pfe.inject_frame(0, &udp_frame(1, 0, 64)).unwrap();
+    pfe.drain();
+    let stats = pfe.shutdown();
+    assert_eq!(stats.timer_runs, 6);
+    assert_eq!(stats.timer_faults, 3);
+    assert_eq!(stats.faults_of(FaultKind::SharedMemory), 3);
+    assert_eq!(stats.dropped, 0, "a timer fault drops no packet");
+    // The faulting threads' packets were abandoned with them.
+    assert_eq!(sink.packets(1), 3 + 1);
+    assert!(stats.is_conserved());
+}
+
+#[test]
+fn build_refuses_a_timer_whose_entry_the_program_lacks() {
+    let err = Pfe::builder()
+        .program(counting_program())
+        .mem_config(small_mem())
+        .timers(TimerSpec::staggered(3, 2, MS, 0).unwrap())
+        .build()
+        .unwrap_err();
+    assert_eq!(err.setting, "timers");
+    assert!(err.to_string().contains("Entry::Timer(3)"), "{err}");
+
+    let err = Pfe::builder()
+        .program(counting_program())
+        .mem_config(small_mem())
+        .timers([TimerSpec {
+            entry: 0,
+            period_ns: MS,
+            phase_ns: 0,
+            slice: 2,
+            slices: 2,
+        }])
+        .build()
+        .unwrap_err();
+    assert_eq!(err.setting, "timers");
+}
+
+#[test]
+fn real_clock_timers_fire_and_shut_down_cleanly() {
+    let mut pfe = Pfe::builder()
+        .program(counting_program())
+        .ppe_threads(4)
+        .mem_config(small_mem())
+        .timers(TimerSpec::staggered(0, 4, 200_000, 0).unwrap())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let frames: Vec<Vec<u8>> = (0..2000).map(|i| udp_frame(i as u16, i, 64)).collect();
+    pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    while pfe.stats().timer_runs < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let mem = pfe.memory().clone();
+    let stats = pfe.shutdown();
+    assert!(stats.is_conserved());
+    assert_eq!(stats.packets_out, 2000);
+    assert_eq!(stats.timer_runs, stats.timer_launches, "every launch ran");
+    let counted: u64 = (0..4).map(|s| mem.counter_read(2 * s).unwrap().0).sum();
+    assert_eq!(counted, stats.timer_runs);
+}
+
+#[test]
+fn the_harness_runs_a_timer_entry_with_its_launch_and_clock() {
+    let mut h = Harness::new(Arc::new(SharedMemory::new(&small_mem()).unwrap()));
+    h.set_now(5 * MS);
+    let launch = Launch {
+        timer: 3,
+        entry: 0,
+        slice: 3,
+        slices: 4,
+        scheduled_ns: 4 * MS,
+        missed: 0,
+    };
+    let out = h.run_timer(&counting_program(), launch);
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    assert_eq!(out.created.len(), 1);
+    assert_eq!(out.created[0].0, Dest::Port(1));
+    assert_eq!(&out.created[0].1[0..4], &3u32.to_be_bytes());
+    assert_eq!(h.memory().counter_read(6).unwrap(), (1, 0));
+    assert!(out.output.is_none());
+}
