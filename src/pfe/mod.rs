@@ -13,6 +13,7 @@
 //! and joins the threads and returns the final [`Stats`].
 
 mod batch;
+pub mod chassis;
 mod dispatch;
 pub mod egress;
 mod ingress;
@@ -33,6 +34,7 @@ use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::{Backoff, CachePadded};
 use parking_lot::Mutex;
 
+pub use chassis::{Chassis, ChassisBuilder, ChassisSink};
 pub use egress::{ChannelSink, CountingSink, Discard, FnSink, Frames, Sink};
 pub use ingress::FlowClassifier;
 pub use stats::Stats;

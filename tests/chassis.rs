@@ -1,0 +1,108 @@
+//! A chassis of PFEs joined by links: frames cross links both ways, nothing is lost, and
+//! bad link configurations are refused.
+
+mod common;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use pfemu::pfe::{Chassis, Frames};
+use pfemu::prelude::*;
+
+use common::{flow_seq, udp_frame};
+
+fn small_mem() -> MemConfig {
+    MemConfig {
+        sram_bytes: 1 << 16,
+        dram_bytes: 1 << 16,
+        banks: 4,
+    }
+}
+
+/// Forwards a packet arriving on `from` to `to`, and anything else to `other`.
+fn relay(from: u16, to: u16, other: u16) -> Program {
+    let mut p = Program::builder("relay");
+    let a = p.label("relay");
+    p.instr(a, move |t| {
+        Ok(Done(Verdict::Forward(if t.port() == from {
+            to
+        } else {
+            other
+        })))
+    });
+    p.entry(Entry::Packet, a);
+    p.build().unwrap()
+}
+
+fn engine(program: Program) -> pfemu::pfe::PfeBuilder {
+    Pfe::builder()
+        .program(program)
+        .ppe_threads(16)
+        .mem_config(small_mem())
+}
+
+#[test]
+fn frames_cross_links_both_ways_and_none_is_lost() {
+    // Leaf A: from port 0 up to the top over port 60; what comes down on 60 goes out on 1.
+    // Top: what comes up on 1 goes back down on 1 (a reflector).
+    let out: Arc<Mutex<Vec<(usize, u16, Vec<u8>)>>> = Arc::default();
+    let mut c = Chassis::builder();
+    let leaf = c.pfe("leaf", engine(relay(0, 60, 1)));
+    let top = c.pfe("top", engine(relay(1, 1, 1)));
+    c.link((leaf, 60), (top, 1));
+    {
+        let out = out.clone();
+        c.sink(Arc::new(
+            move |pfe: usize, port: u16, frames: Frames<'_>| {
+                let mut out = out.lock();
+                for f in frames.iter() {
+                    out.push((pfe, port, f.to_vec()));
+                }
+            },
+        ));
+    }
+    let chassis = c.start().unwrap();
+    let n = 5000u32;
+    for seq in 0..n {
+        chassis
+            .pfe(leaf)
+            .inject_frame(0, &udp_frame((seq % 64) as u16, seq, 64))
+            .unwrap();
+    }
+    chassis.drain();
+    let stats = chassis.shutdown();
+    let out = out.lock();
+    assert_eq!(out.len(), n as usize);
+    assert!(out.iter().all(|(pfe, port, _)| (*pfe, *port) == (leaf, 1)));
+    let mut seqs: Vec<u32> = out.iter().map(|(_, _, f)| flow_seq(f).1).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..n).collect::<Vec<_>>());
+    // The leaf saw every frame twice (up, then down), the top once.
+    assert_eq!(stats[leaf].packets_in, 2 * n as u64);
+    assert_eq!(stats[top].packets_in, n as u64);
+    assert!(stats.iter().all(|s| s.is_conserved()));
+}
+
+#[test]
+fn bad_links_are_refused_with_the_setting_named() {
+    let mut c = Chassis::builder();
+    let a = c.pfe("a", engine(relay(0, 1, 1)));
+    c.link((a, 1), (7, 1));
+    assert_eq!(c.start().unwrap_err().setting, "link");
+
+    let mut c = Chassis::builder();
+    let a = c.pfe("a", engine(relay(0, 1, 1)));
+    let b = c.pfe("b", engine(relay(0, 1, 1)));
+    c.link((a, 1), (b, 1)).link((a, 1), (b, 2));
+    let err = c.start().unwrap_err();
+    assert_eq!(err.setting, "link");
+    assert!(err.to_string().contains("linked twice"), "{err}");
+
+    let mut c = Chassis::builder();
+    let a = c.pfe("a", engine(relay(0, 1, 1)));
+    let b = c.pfe("b", engine(relay(0, 1, 1)));
+    c.link((a, 1), (b, 4000));
+    assert!(c.start().unwrap_err().to_string().contains("port 4000"));
+
+    assert_eq!(Chassis::builder().start().unwrap_err().setting, "chassis");
+}
