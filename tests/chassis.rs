@@ -34,6 +34,9 @@ fn relay(from: u16, to: u16, other: u16) -> Program {
     p.build().unwrap()
 }
 
+/// A frame that left the chassis: PFE index, port, bytes.
+type Left = (usize, u16, Vec<u8>);
+
 fn engine(program: Program) -> pfemu::pfe::PfeBuilder {
     Pfe::builder()
         .program(program)
@@ -45,7 +48,7 @@ fn engine(program: Program) -> pfemu::pfe::PfeBuilder {
 fn frames_cross_links_both_ways_and_none_is_lost() {
     // Leaf A: from port 0 up to the top over port 60; what comes down on 60 goes out on 1.
     // Top: what comes up on 1 goes back down on 1 (a reflector).
-    let out: Arc<Mutex<Vec<(usize, u16, Vec<u8>)>>> = Arc::default();
+    let out: Arc<Mutex<Vec<Left>>> = Arc::default();
     let mut c = Chassis::builder();
     let leaf = c.pfe("leaf", engine(relay(0, 60, 1)));
     let top = c.pfe("top", engine(relay(1, 1, 1)));
