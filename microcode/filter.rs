@@ -17,6 +17,7 @@
 use crate::mem::{Addr, AllocError, MemFault, Op, Region, SharedMemory};
 use crate::packet::Port;
 use crate::prelude::*;
+use crate::program::ProgramBuilder;
 use crate::wire::{Ether, Ipv4, ETHERTYPE_IPV4};
 
 /// Name of the filter's counter region in the shared-memory allocator.
@@ -78,6 +79,14 @@ impl Filter {
 
     /// Builds the Microcode program.
     pub fn program(&self) -> Program {
+        self.builder()
+            .build()
+            .expect("the filter defines every label it declares")
+    }
+
+    /// The filter's instructions and packet entry in a builder, for a program that adds
+    /// its own (e.g. a timer entry).
+    pub fn builder(&self) -> ProgramBuilder {
         let drop_cnt_base = self.drop_cnt_base;
         let out_port = self.out_port;
         let mut p = Program::builder("filter");
@@ -128,7 +137,6 @@ impl Filter {
             })))
         });
         p.entry(Entry::Packet, process_ether);
-        p.build()
-            .expect("the filter defines every label it declares")
+        p
     }
 }

@@ -1,4 +1,5 @@
-//! Benchmark support: the traffic generator and the filter benchmark behind `pfemu bench`.
+//! Benchmark support: the traffic generator and the benchmarks behind `pfemu bench`.
 
 pub mod filter;
+pub mod timers;
 pub mod traffic;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use pfemu::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
+use pfemu::bench::timers::{self, TimerBenchConfig};
 use pfemu::pfe::{
     default_ppe_threads, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
 };
@@ -38,7 +39,16 @@ enum Command {
         #[arg(long)]
         ppe_threads: Option<usize>,
     },
-    /// Measure a program's throughput through the full PFE.
+    /// Measure a program or a block of the engine.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCmd {
+    /// The paper's packet filter through the full PFE.
     #[command(after_help = "Examples:\n  \
         pfemu bench filter --size 64 --flows 1024\n  \
         pfemu bench filter --ppe-threads 2,256 --reorder both --runs 5\n  \
@@ -46,40 +56,70 @@ enum Command {
         Traffic is generated before the clock starts (90% plain IPv4, 5% IPv4 with options, 5% \
         non-IP); the clock runs from the first frame in to the last frame out, and the filter's \
         counters are checked against the traffic (exit status 2 if they do not match).")]
-    Bench {
-        /// The program to measure.
-        #[arg(value_enum)]
-        program: Workload,
-        #[command(flatten)]
-        traffic: TrafficArgs,
-        /// PPE threads; a comma-separated list measures each, interleaved (e.g. 2,256).
-        #[arg(long, value_delimiter = ',')]
-        ppe_threads: Vec<usize>,
-        /// Turn per-flow reordering off (measures the reorder engine's cost).
-        #[arg(long, conflicts_with = "reorder")]
-        no_reorder: bool,
-        /// Per-flow reordering: on, off, or both (measured interleaved in one run).
-        #[arg(long, value_enum, default_value_t = ReorderArg::On)]
-        reorder: ReorderArg,
-        /// Packets per dispatch batch.
-        #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
-        batch: usize,
-        /// Packets in flight at most.
-        #[arg(long, default_value_t = DEFAULT_CAPACITY)]
-        capacity: usize,
-        /// Reorder contexts flows are folded into (a power of two).
-        #[arg(long, default_value_t = DEFAULT_REORDER_CONTEXTS)]
-        reorder_contexts: usize,
-        /// Pin PPE threads to cores.
-        #[arg(long)]
-        pin: bool,
-        /// Runs of each configuration; the report gives the median.
-        #[arg(long, default_value_t = 1)]
-        runs: usize,
-        /// Print one JSON object instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    Filter(FilterArgs),
+    /// Launch jitter of staggered timer threads on the real clock.
+    #[command(after_help = "Examples:\n  \
+        pfemu bench timers\n  \
+        pfemu bench timers --timers 100 --period-ms 10 --load\n\n\
+        Each timer thread records how late it started (engine clock at its first instruction \
+        minus its scheduled time): the launcher's sleep overshoot, the hand-off through \
+        dispatch, and with --load the wait for a PPE thread to finish its batch.")]
+    Timers(TimerArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct FilterArgs {
+    #[command(flatten)]
+    traffic: TrafficArgs,
+    /// PPE threads; a comma-separated list measures each, interleaved (e.g. 2,256).
+    #[arg(long, value_delimiter = ',')]
+    ppe_threads: Vec<usize>,
+    /// Turn per-flow reordering off (measures the reorder engine's cost).
+    #[arg(long, conflicts_with = "reorder")]
+    no_reorder: bool,
+    /// Per-flow reordering: on, off, or both (measured interleaved in one run).
+    #[arg(long, value_enum, default_value_t = ReorderArg::On)]
+    reorder: ReorderArg,
+    /// Packets per dispatch batch.
+    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+    batch: usize,
+    /// Packets in flight at most.
+    #[arg(long, default_value_t = DEFAULT_CAPACITY)]
+    capacity: usize,
+    /// Reorder contexts flows are folded into (a power of two).
+    #[arg(long, default_value_t = DEFAULT_REORDER_CONTEXTS)]
+    reorder_contexts: usize,
+    /// Pin PPE threads to cores.
+    #[arg(long)]
+    pin: bool,
+    /// Runs of each configuration; the report gives the median.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct TimerArgs {
+    /// Staggered timers (the paper uses 100).
+    #[arg(long, default_value_t = 100)]
+    timers: u32,
+    /// Each timer's period in milliseconds (launches come every period / timers).
+    #[arg(long, default_value_t = 10.0)]
+    period_ms: f64,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// PPE threads (default: available cores).
+    #[arg(long)]
+    ppe_threads: Option<usize>,
+    /// Keep the PPE threads busy with 64-byte filter traffic meanwhile.
+    #[arg(long)]
+    load: bool,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -121,29 +161,26 @@ fn main() -> ExitCode {
             ppe_threads,
         }) => run_filter(&traffic, ppe_threads),
         Some(Command::Bench {
-            program: Workload::Filter,
-            traffic,
-            ppe_threads,
-            no_reorder,
-            reorder,
-            batch,
-            capacity,
-            reorder_contexts,
-            pin,
-            runs,
-            json,
+            which: BenchCmd::Filter(a),
         }) => {
-            let reorder = if no_reorder { ReorderArg::Off } else { reorder };
+            let reorder = if a.no_reorder {
+                ReorderArg::Off
+            } else {
+                a.reorder
+            };
             bench_filter(
-                &traffic,
-                ppe_threads,
+                &a.traffic,
+                a.ppe_threads,
                 reorder,
-                (batch, capacity, reorder_contexts),
-                pin,
-                runs,
-                json,
+                (a.batch, a.capacity, a.reorder_contexts),
+                a.pin,
+                a.runs,
+                a.json,
             )
         }
+        Some(Command::Bench {
+            which: BenchCmd::Timers(a),
+        }) => bench_timers(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -155,6 +192,53 @@ fn main() -> ExitCode {
 }
 
 type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+fn bench_timers(a: &TimerArgs) -> CliResult {
+    if !(a.period_ms > 0.0 && a.period_ms.is_finite()) {
+        return Err("invalid option `--period-ms`: must be a positive number".into());
+    }
+    if !(a.seconds > 0.0 && a.seconds.is_finite()) {
+        return Err("invalid option `--seconds`: must be a positive number".into());
+    }
+    let cfg = TimerBenchConfig {
+        timers: a.timers,
+        period_ns: (a.period_ms * 1e6) as u64,
+        duration_ms: (a.seconds * 1e3) as u64,
+        ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
+        load: a.load,
+    };
+    let r = timers::run(&cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!(
+        "timers: {} staggered, period {} ms (a launch every {:.1} us), {} PPE threads, {}",
+        cfg.timers,
+        a.period_ms,
+        a.period_ms * 1e3 / f64::from(cfg.timers.max(1)),
+        cfg.ppe_threads,
+        if cfg.load {
+            "with filter traffic"
+        } else {
+            "idle"
+        }
+    );
+    println!("  launches           {:>12}", r.launches);
+    println!("  overruns           {:>12}", r.overruns);
+    println!("  missed periods     {:>12}", r.missed);
+    println!(
+        "  launch jitter      {:>9.1} us p50 {:>9.1} us p99 {:>9.1} us max",
+        r.jitter_p50_us, r.jitter_p99_us, r.jitter_max_us
+    );
+    if cfg.load {
+        println!(
+            "  packets forwarded  {:>12} ({:.2} Mpps)",
+            r.packets_out, r.mpps
+        );
+    }
+    Ok(())
+}
 
 fn run_default() -> CliResult {
     let traffic = TrafficArgs {
