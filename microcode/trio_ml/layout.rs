@@ -92,6 +92,8 @@ pub(super) const RCVD_CNT_LANE_SHIFT: u32 = 16;
 /// hold the block id and bytes 62..64 the generation (word 7, bits 16..48 and 0..16), so
 /// the control plane and the Result builder can tell which block a slot holds.
 pub(super) const BLOCK_KEY_AT: usize = 58;
+/// The word holding the key (bytes 56..64 of the line; the key is its low 48 bits).
+pub(super) const BLOCK_KEY_WORD: u64 = 7;
 
 // The gate: who may still add to a block, and who finishes it. Word 2, low 32-bit lane
 // (record bytes 20..24): bit 31 CLOSED and bit 30 TAKEN lie in the 20 unused bits before
@@ -221,6 +223,12 @@ pub(super) fn parse_block_key(key: &[u8]) -> Option<(u8, u32, u16)> {
         u16::from_be_bytes([k[5], k[6]]),
     ))
 }
+
+/// Bit 63 of an active-table value: the block finished and its Result is kept. The record
+/// stays in the table as this *finished marker* until the next generation's Result
+/// replaces the kept one, so a packet of a finished block always finds either the live
+/// record or the marker, never nothing (and never starts the block again).
+pub(super) const FINISHED: u64 = 1 << 63;
 
 /// Key of a kept result: `job_id`, `block_id` (big-endian).
 pub(super) fn kept_key(job: u8, block: u32) -> [u8; 5] {

@@ -72,6 +72,12 @@
 //!   `gen_id << 32 | record` (the record as a 32-bit address, below), so a source that
 //!   lost the Result can ask again. A kept Result is replaced (and its slot freed) when
 //!   the next generation of the block id finishes. Timers never scan this table.
+//! - A finished block's active record stays too, as a *finished marker* (its value with
+//!   bit 63 set), until its kept Result is replaced. Deleting it when the block finishes
+//!   would let a packet that missed the block just before it was created insert it again
+//!   just after it finished, and so start a second block and a second Result; with the
+//!   marker, a packet of a finished block always finds the marker (then the kept Result).
+//!   Timers skip markers.
 //! - **Routes** for standard forwarding: the `routes` table, key the IPv4 destination.
 //!
 //! `block_curr_cnt` counts the job's slots in use (active blocks and kept Results) and
@@ -182,7 +188,9 @@ pub struct TrioMlConfig {
     /// Timer threads per scan period; each owns `1 / timers` of the active table. At most
     /// `hash_shards`.
     pub timers: u32,
-    /// Records the active-block table holds, and the kept-result table.
+    /// Records the active-block table holds, and the kept-result table. Every slot may
+    /// hold an active block or a kept Result with its finished marker, so make it at least
+    /// the sum of the jobs' `block_cnt_max` (else blocks are refused as `table_full`).
     pub hash_capacity: usize,
     /// Shards of those tables (a power of two).
     pub hash_shards: usize,
@@ -723,7 +731,8 @@ impl TrioMl {
         Ok(self.all_blocks()?.into_iter().filter(|b| b.kept).collect())
     }
 
-    /// Records in the active-block table (the hash engine's count).
+    /// Records in the active-block table (the hash engine's count): active blocks and the
+    /// finished markers of kept Results.
     pub fn active_records(&self) -> usize {
         self.inner.tables.active.len()
     }

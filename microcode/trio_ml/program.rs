@@ -391,6 +391,12 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             t.r[R_GEN_ID] as u16,
         );
         Ok(match t.hash_lookup(&active, &key)? {
+            Some(rec) if rec & FINISHED != 0 => {
+                // Finished: its Result is kept.
+                t.r[R_BLK] = rec & !FINISHED;
+                t.r[R_CLOSING] = 1;
+                Goto(lookup_result)
+            }
             Some(rec) => {
                 t.r[R_BLK] = rec;
                 Goto(check_source)
@@ -552,9 +558,14 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 Ok(Goto(aggregate_head))
             }
             Ok(Inserted::Existing(other)) => {
-                // Another thread created the block first: give the slot back, join theirs.
+                // Another thread created the block first: give the slot back, join theirs
+                // (or, if it finished meanwhile, look for its Result).
                 free_slot(t, job, rec)?;
-                t.r[R_BLK] = other;
+                t.r[R_BLK] = other & !FINISHED;
+                if other & FINISHED != 0 {
+                    t.r[R_CLOSING] = 1;
+                    return Ok(Goto(lookup_result));
+                }
                 Ok(Goto(check_source))
             }
             Err(HashError::Full { .. }) => {
@@ -725,22 +736,35 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         Ok(Goto(release_block))
     });
 
-    // finish_block, step 2: the block is no longer active; build and send its Result.
+    // finish_block, step 2: the block is no longer active: its record becomes a finished
+    // marker (or goes, if its Result is not kept); build and send its Result.
     let active = tables.active.clone();
     p.instr(release_block, move |t| {
+        let rec = t.r[R_BLK];
         let key = block_key(
             t.r[R_JOB_ID] as u8,
             t.r[R_BLOCK_ID] as u32,
             t.r[R_GEN_ID] as u16,
         );
-        t.hash_delete(&active, &key)?;
+        if t.r[R_FREE] == rec {
+            t.hash_delete(&active, &key)?;
+        } else {
+            t.hash_update(&active, &key, rec | FINISHED)?;
+        }
         t.r[R_DEST] = DEST_JOB;
         Ok(Call(build_result, free_replaced))
     });
 
-    // finish_block, step 3: free the slot of the Result this one replaced.
+    // finish_block, step 3: free the slot of the Result this one replaced (and its
+    // finished marker), or this block's own slot if its Result is not kept.
+    let active = tables.active.clone();
     p.instr(free_replaced, move |t| {
         let old = t.r[R_FREE];
+        if old != 0 && old != t.r[R_BLK] {
+            let key = t.read_u64(old + BLOCK_KEY_WORD)?;
+            let (block, gen) = ((key >> 16) as u32, key as u16);
+            t.hash_delete(&active, &block_key(t.r[R_JOB_ID] as u8, block, gen))?;
+        }
         if old != 0 {
             free_slot(t, t.r[R_JOB], old)?;
         }
@@ -854,7 +878,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             launch.slice as usize,
             launch.slices as usize,
             |key, rec, referenced| {
-                if let Ok(key) = key.try_into() {
+                // Finished markers are not aged: their blocks are done.
+                if let (Ok(key), false) = (key.try_into(), rec & FINISHED != 0) {
                     visited.push((key, rec, referenced));
                 }
                 ScanAction::Keep
