@@ -1022,3 +1022,96 @@ fn a_pfe_streams_generations_through_a_window_of_block_ids() {
     assert!(stats.is_conserved());
     assert_eq!(stats.dropped, 0, "{:?}", stats.dropped_by_reason);
 }
+
+/// A timer launch finishes at most `max_aged_per_scan` aged blocks (its list lives in local
+/// memory); the rest stay aged and go out at the next scans.
+#[test]
+fn aged_blocks_beyond_one_scans_list_go_out_at_the_next_scans() {
+    let cfg = TrioMlConfig {
+        timers: 1,
+        ..config()
+    };
+    let mut j = job(1, &[0, 1]);
+    j.block_exp_ms = 1;
+    let mut s = Setup::new(cfg, &[j]);
+    let per_scan = s.trio.max_aged_per_scan();
+    assert_eq!(per_scan, 48);
+    for b in 0..100 {
+        s.consumed(0, &packet(1, b, 0, 0, &[b as i32]));
+    }
+    assert!(s.scan(MS).is_empty());
+    let mut blocks = Vec::new();
+    for (k, want) in [
+        (2, per_scan),
+        (3, per_scan),
+        (4, 100 - 2 * per_scan),
+        (5, 0),
+    ] {
+        let out = s.scan(k * MS);
+        assert_eq!(out.len(), want, "scan {k}");
+        for (dest, f) in out {
+            assert_eq!(dest, Dest::Group(1));
+            let (h, g) = wire::parse(&f).unwrap();
+            assert_eq!((h.src_cnt, h.degraded), (1, true));
+            assert_eq!(wire::gradients(g), [h.block_id as i32]);
+            blocks.push(h.block_id);
+        }
+    }
+    blocks.sort_unstable();
+    assert_eq!(blocks, (0..100).collect::<Vec<u32>>());
+}
+
+/// Hierarchical aggregation: two first-level PFEs each sum their own servers and send their
+/// Result to the top-level PFE, which sees each as one source (`src_id` = the low byte of
+/// its `out_src_addr`) and multicasts the total, which the first-level PFEs forward to their
+/// servers by standard forwarding.
+#[test]
+fn first_level_results_aggregate_again_at_the_top_level() {
+    let top_addr = Ipv4Addr::new(10, 0, 9, 1);
+    let level1 = |own: Ipv4Addr, out_src: Ipv4Addr| {
+        let s = Setup::new(
+            TrioMlConfig {
+                local_addr: own,
+                ..config()
+            },
+            &[JobConfig {
+                out_src_addr: out_src,
+                out_dst_addr: top_addr,
+                out_dest: Dest::Port(60),
+                ..job(1, &[0, 1])
+            }],
+        );
+        s.trio.add_route(GROUP_ADDR, Dest::Group(1)).unwrap();
+        s
+    };
+    let (a_addr, b_addr) = (Ipv4Addr::new(10, 0, 7, 1), Ipv4Addr::new(10, 0, 8, 1));
+    let mut a = level1(a_addr, Ipv4Addr::new(10, 0, 7, 11));
+    let mut b = level1(b_addr, Ipv4Addr::new(10, 0, 8, 12));
+    let mut top = Setup::new(
+        TrioMlConfig {
+            local_addr: top_addr,
+            ..config()
+        },
+        &[job(1, &[11, 12])],
+    );
+    let to = |addr, src: u8, g: &[i32]| packet_to(addr, 12000, 1, 4, 2, src, g.len() as u16, g);
+    a.consumed(0, &to(a_addr, 0, &[1, 2]));
+    let ra = a.consumed(1, &to(a_addr, 1, &[10, 20]));
+    b.consumed(0, &to(b_addr, 0, &[100, 200]));
+    let rb = b.consumed(1, &to(b_addr, 1, &[1000, 2000]));
+    assert_eq!(ra[0].0, Dest::Port(60));
+    let (ha, _) = wire::parse(&ra[0].1).unwrap();
+    assert_eq!(
+        (ha.src_id, ha.src_cnt, ha.block_id, ha.gen_id),
+        (11, 2, 4, 2)
+    );
+
+    assert!(top.consumed(60, &ra[0].1).is_empty());
+    let total = top.consumed(61, &rb[0].1);
+    let want = expected_result(1, 4, 2, 2, false, &[1111, 2222]);
+    assert_eq!(total, [(Dest::Group(1), want.clone())]);
+    // Down again: the first level forwards the total to its servers' group.
+    let down = a.run(60, &want);
+    assert_eq!(down.result, Ok(Verdict::Multicast(1)));
+    assert_eq!(down.output.as_deref(), Some(&want[..]));
+}

@@ -2,17 +2,18 @@
 //! generation, standard forwarding, and the straggler scan of the timer threads (§5).
 //!
 //! ```text
-//! parse --not for us--> forward
+//! parse --not for us--> forward (route by IPv4 destination)
 //!   |
-//! lookup_block --miss--> lookup_result --same gen--> answer_result (kept Result to the source)
-//!   | hit                  | miss / newer gen
-//!   |                    create_block -> claim_slot -> zero_buffer -> insert_block --+
-//!   v                                                     (another thread won) |     | new
-//! check_source <-----------------------------------------------------------------+     |
-//!   v                                                                                   |
-//! join_block --closed--> leave_block --> lookup_result (answer, or drop late/duplicate)  |
-//!   v                                                                                   |
-//! aggregate_head <------------------------------------------------------------------------+
+//! lookup_block --miss / finished marker--> lookup_result --same gen--> answer_result
+//!   | hit                                    | miss or newer gen        (the kept Result,
+//!   |                                        v                          to the source)
+//!   |    create_block -> claim_slot -> zero_buffer -> insert_block ----------+ new
+//!   v                                     (another thread created it) |       |
+//! check_source <------------------------------------------------------+       |
+//!   v                                                                         |
+//! join_block --closed--> leave_block --> lookup_result (answer, or drop)      |
+//!   v                                                                         |
+//! aggregate_head <------------------------------------------------------------+
 //!   v
 //! aggregate_tail (one 64-byte chunk per instruction)
 //!   v
@@ -21,11 +22,19 @@
 //! leave_block --last one out of a closed block--> finish_block --> consume
 //!
 //! finish_block (subroutine): keep_result -> release_block -> build_result -> free_replaced
-//! build_result (subroutine): result_headers -> result_tail (256 B per instruction) -> emit_result
+//! build_result (subroutine): result_headers -> result_tail (256 B per instruction)
+//!                            -> emit_result
 //!
 //! timer: scan_blocks (age every block of the slice) -> close_aged (one aged block per
 //!        instruction; the thread that takes it calls finish_block)
 //! ```
+//!
+//! Phase one adds the 16-gradient chunks that lie wholly in the head, straight from local
+//! memory. Gradients start at byte 54, so with a 192-byte head 34 are in it and the 35th
+//! straddles head and tail: phase two takes every remaining chunk (16 gradients, or fewer
+//! for the last, padded with zero lanes), staging the part still in the head and reading
+//! the rest from the tail. Chunk `c` always goes to buffer line `c`, gradient `i` to lane
+//! `i`.
 
 use std::net::Ipv4Addr;
 
@@ -65,7 +74,7 @@ const R_CHUNK: usize = 17;
 const R_DEST: usize = 18;
 /// A slot to free once the Result is out (0: none).
 const R_FREE: usize = 19;
-/// Where [`leave_block`](self) continues: one of the `AFTER_*` values.
+/// Where `leave_block` continues: one of the `AFTER_*` values.
 const R_AFTER: usize = 20;
 /// Set when the block was closed before this packet could join it.
 const R_CLOSING: usize = 21;
