@@ -2,3 +2,4 @@
 //! program would, so each is also an example of how to write one.
 
 pub mod filter;
+pub mod trio_ml;

@@ -1,0 +1,764 @@
+//! Trio-ML: in-network gradient aggregation with straggler mitigation (paper §4-5).
+//!
+//! Servers training one model (a *job*) each send their gradients in UDP packets to the
+//! PFE, a *block* of up to 4095 32-bit gradients per packet. The PFE sums each block over
+//! the job's sources in shared memory with the RMW engines' vector adds and, once every
+//! source is in, sends one *Result* packet carrying the sums to the job (a multicast group,
+//! or the next aggregator up a hierarchy). Timer threads scan the block records: a block
+//! that no packet referenced for the job's `block_exp` is given up on, and a partial Result
+//! (`degraded`, `age_op = 1`, `src_cnt` = the sources that made it) goes out instead.
+//!
+//! ```
+//! use std::net::Ipv4Addr;
+//! use std::sync::Arc;
+//! use pfemu::prelude::*;
+//! use pfemu::program::Harness;
+//! use pfemu::microcode::trio_ml::{wire, JobConfig, TrioMl, TrioMlConfig};
+//!
+//! let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+//! let trio = TrioMl::install(&mem, TrioMlConfig::default())?;
+//! trio.add_job(&JobConfig {
+//!     job_id: 1,
+//!     sources: vec![0, 1],
+//!     out_dest: Dest::Group(1),
+//!     ..JobConfig::default()
+//! })?;
+//! let program = trio.program();
+//! let mut h = Harness::new(mem.clone());
+//!
+//! // Two sources send block 0 of job 1; the second completes it.
+//! let packet = |src: u8, grads: &[i32]| {
+//!     wire::agg_packet(&wire::AggPacket {
+//!         endpoints: wire::Endpoints {
+//!             src_mac: [2, 0, 0, 0, 0, src],
+//!             dst_mac: [2, 0, 0, 0, 0, 0xFE],
+//!             src_addr: Ipv4Addr::new(10, 0, 0, src + 1),
+//!             dst_addr: TrioMlConfig::default().local_addr,
+//!             src_port: 40000,
+//!             dst_port: wire::DEFAULT_UDP_PORT,
+//!         },
+//!         hdr: wire::TrioMlHdrFields {
+//!             job_id: 1,
+//!             src_id: src,
+//!             grad_cnt: grads.len() as u16,
+//!             ..Default::default()
+//!         },
+//!         gradients: grads,
+//!     })
+//! };
+//! assert!(h.run(&program, 0, &packet(0, &[1, 2, 3])).created.is_empty());
+//! let out = h.run(&program, 1, &packet(1, &[10, 20, 30]));
+//! assert_eq!(out.result, Ok(Verdict::Consume));
+//! let (dest, result) = &out.created[0];
+//! assert_eq!(*dest, Dest::Group(1));
+//! let (hdr, sums) = wire::parse(result)?;
+//! assert_eq!((hdr.src_cnt, hdr.degraded), (2, false));
+//! assert_eq!(wire::gradients(sums), [11, 22, 33]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # State
+//!
+//! - **Job records** (Figure 17), one 64-byte line each, found through the `jobs` hash
+//!   table (key: the job id). [`TrioMl::add_job`] allocates one DRAM region per job: the
+//!   record, a slot bitmap, and `block_cnt_max` *slots*, each a block record line and an
+//!   aggregation buffer of `block_grad_max` gradients rounded up to 64 bytes.
+//! - **Block records** (Figure 18) live in slots and are found through the `active` hash
+//!   table, keyed `[job_id, block_id, gen_id]` (7 bytes): the paper keys by job and block
+//!   id; the generation is added so consecutive uses of a block id are separate records.
+//!   The value is the record's word address. The timer threads scan this table.
+//! - **Kept results**: a finished block's record and buffer stay in their slot, found
+//!   through the `kept` hash table keyed `[job_id, block_id]` with value
+//!   `gen_id << 32 | record` (the record as a 32-bit address, below), so a source that
+//!   lost the Result can ask again. A kept Result is replaced (and its slot freed) when
+//!   the next generation of the block id finishes. Timers never scan this table.
+//! - A finished block's active record stays too, as a *finished marker* (its value with
+//!   bit 63 set), until its kept Result is replaced. Deleting it when the block finishes
+//!   would let a packet that missed the block just before it was created insert it again
+//!   just after it finished, and so start a second block and a second Result; with the
+//!   marker, a packet of a finished block always finds the marker (then the kept Result).
+//!   Timers skip markers.
+//! - **Routes** for standard forwarding: the `routes` table, key the IPv4 destination.
+//!
+//! `block_curr_cnt` counts the job's slots in use (active blocks and kept Results) and
+//! `block_cnt_max` caps it. A host that reuses `window` block ids (chunk `c` goes to block
+//! `c % window`, generation `c / window`) needs up to two slots per block id (the kept
+//! Result of one generation while the next aggregates), so `block_cnt_max >= 2 * window`.
+//!
+//! The records' 32-bit `job_ctx_paddr` and `aggr_paddr` hold *line addresses*: bit 31 set
+//! for DRAM, the low 31 bits the index of the 64-byte line in its region (DRAM word
+//! addresses start at 2^32 and do not fit 32 bits; lines of 64 GiB do).
+//!
+//! # Bits Trio-ML adds to the records
+//!
+//! All in the records' unused bits or in the 6 bytes after the 58-byte record:
+//! - a block's *gate* (record bytes 20-23): CLOSED, TAKEN, and the number of threads
+//!   adding to the block. A thread enters the gate before adding and leaves after counting
+//!   its source; the thread that completes a block, or a timer thread that finds it aged,
+//!   closes it; whoever then sees it closed and empty takes it and finishes it. So a
+//!   partial Result is never read while a late source is still adding, and exactly one
+//!   thread finishes each block, without spinning.
+//! - bytes 58-63 of a block's line: its block id and generation, for the control plane.
+//!
+//! # Result packets
+//!
+//! IPv4 from the job's `out_src_addr` to its `out_dst_addr`, UDP from and to the configured
+//! port, Ethernet from [`TrioMlConfig::local_mac`] to the group's multicast MAC (or the
+//! broadcast MAC for a unicast `out_dst_addr`). The Trio-ML header carries the block's
+//! job, block and generation ids, `grad_cnt`, `src_cnt` = the sources summed, and
+//! `src_id` = the low byte of `out_src_addr`, so a first-level aggregator is one source of
+//! the next level. `degraded` and `age_op` are 1 when fewer than the job's sources are in
+//! the sum. `final` is 0. The Result goes to the job's `out_nh_addr`: a port, or with bit
+//! 31 set a multicast group ([`wire::nh_addr`]). A kept Result sent again to a source
+//! goes out of the port the request came from, with the same bytes.
+//!
+//! # Drop reasons
+//!
+//! `not_ipv4`, `no_route` (standard forwarding); `bad_length` (lengths disagree, or no
+//! gradients); `unknown_job`, `unknown_source`, `block_grad_max`, `block_cnt_max`,
+//! `table_full` (no block created); `grad_cnt_mismatch`, `duplicate` (a source already in
+//! the block); `late` (a source that missed an aged-out block; answered with the kept
+//! partial Result when there is one), `retransmit_answered` (a source asks again for a
+//! finished block: answered with the kept Result), `stale_gen` (a generation older than the
+//! kept one). Aggregated packets are consumed.
+//!
+//! # Timer threads
+//!
+//! Launch `timers` timer threads at [`TIMER_ENTRY`] every `scan_period_ns`, staggered, each
+//! owning one slice of the active table ([`TrioMl::timer_specs`]). Each visit resets a
+//! referenced block's `block_age` and increments an idle one's; a block ages out when
+//! `block_age * scan_period_ns >= block_exp` ms, so between `block_exp` and `block_exp +
+//! scan_period` after its last packet.
+//!
+//! # Limits
+//!
+//! A packet thread that faults while adding to a block (an instruction budget too small for
+//! `block_grad_max`, for instance) leaves the block open: it is never finished. Slots are
+//! reused while a thread that looked the block up long before may still hold its address;
+//! run-to-completion threads finish long before a slot comes round again.
+
+mod layout;
+mod program;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::ConfigError;
+use crate::mem::hash::{HashError, HashTable, Inserted, DEFAULT_HASH_SHARDS};
+use crate::mem::{Addr, AllocError, MemFault, Region, SharedMemory, LINE_WORDS};
+use crate::packet::Dest;
+use crate::program::Program;
+use crate::timer::TimerSpec;
+
+use layout::{
+    block_key, job_key, kept_key, kept_value, parse_kept_value, route_key, JobLayout, BLOCK_KEY_AT,
+    GATE_CLOSED,
+};
+use wire::{BlockCtx, JobCtx};
+
+/// The timer entry point of the straggler scan (`Entry::Timer(TIMER_ENTRY)`).
+pub const TIMER_ENTRY: u16 = 0;
+/// Default time between two scans of the whole table (1 ms).
+pub const DEFAULT_SCAN_PERIOD_NS: u64 = 1_000_000;
+/// Default number of staggered timer threads sharing a scan.
+pub const DEFAULT_TIMERS: u32 = 100;
+/// Default capacity of the active-block and kept-result tables.
+pub const DEFAULT_HASH_CAPACITY: usize = 1 << 16;
+/// Default capacity of the route table.
+pub const DEFAULT_ROUTE_CAPACITY: usize = 1024;
+/// Jobs one Trio-ML holds (`job_id` is 8 bits).
+pub const MAX_JOBS: usize = 256;
+
+/// How Trio-ML is installed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrioMlConfig {
+    /// The PFE's own address: aggregation packets are sent to it.
+    pub local_addr: Ipv4Addr,
+    /// The PFE's MAC address, the source of Result packets.
+    pub local_mac: [u8; 6],
+    /// UDP destination port of aggregation packets; also both ports of Result packets.
+    pub udp_port: u16,
+    /// Time between two visits of a block by the timer threads, in nanoseconds.
+    pub scan_period_ns: u64,
+    /// Timer threads per scan period; each owns `1 / timers` of the active table. At most
+    /// `hash_shards`.
+    pub timers: u32,
+    /// Records the active-block table holds, and the kept-result table. Every slot may
+    /// hold an active block or a kept Result with its finished marker, so make it at least
+    /// the sum of the jobs' `block_cnt_max` (else blocks are refused as `table_full`).
+    pub hash_capacity: usize,
+    /// Shards of those tables (a power of two).
+    pub hash_shards: usize,
+    /// Routes the forwarding table holds.
+    pub route_capacity: usize,
+}
+
+impl Default for TrioMlConfig {
+    /// Address 10.0.0.254, MAC 02:00:00:00:00:fe, port 12000, 100 timers scanning every
+    /// 1 ms, 65536 records in 1024 shards, 1024 routes.
+    fn default() -> Self {
+        TrioMlConfig {
+            local_addr: Ipv4Addr::new(10, 0, 0, 254),
+            local_mac: [0x02, 0, 0, 0, 0, 0xFE],
+            udp_port: wire::DEFAULT_UDP_PORT,
+            scan_period_ns: DEFAULT_SCAN_PERIOD_NS,
+            timers: DEFAULT_TIMERS,
+            hash_capacity: DEFAULT_HASH_CAPACITY,
+            hash_shards: DEFAULT_HASH_SHARDS,
+            route_capacity: DEFAULT_ROUTE_CAPACITY,
+        }
+    }
+}
+
+/// One aggregation job, as configured by the control plane (Figure 17's fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobConfig {
+    /// The job id.
+    pub job_id: u8,
+    /// The source ids taking part: 1 to 255 distinct ids (their number is `src_cnt`).
+    pub sources: Vec<u8>,
+    /// Most slots (active blocks plus kept Results) at once: 1 to 4095.
+    pub block_cnt_max: u16,
+    /// Most gradients per block: 1 to 4095.
+    pub block_grad_max: u16,
+    /// Block timeout in milliseconds: 1 to 255, and at most 255 scan periods.
+    pub block_exp_ms: u8,
+    /// Result packets' IPv4 source (its low byte is the Results' `src_id`).
+    pub out_src_addr: Ipv4Addr,
+    /// Result packets' IPv4 destination: the job's multicast group address, or the next
+    /// aggregator.
+    pub out_dst_addr: Ipv4Addr,
+    /// Where Result packets go.
+    pub out_dest: Dest,
+}
+
+impl Default for JobConfig {
+    /// Job 0 with no sources (fill them in), 256 slots of 1024 gradients, a 10 ms
+    /// timeout, Results from 10.0.0.254 to 239.0.0.1 on multicast group 0.
+    fn default() -> Self {
+        JobConfig {
+            job_id: 0,
+            sources: Vec::new(),
+            block_cnt_max: 256,
+            block_grad_max: 1024,
+            block_exp_ms: 10,
+            out_src_addr: Ipv4Addr::new(10, 0, 0, 254),
+            out_dst_addr: Ipv4Addr::new(239, 0, 0, 1),
+            out_dest: Dest::Group(0),
+        }
+    }
+}
+
+/// A job record as the control plane reads it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobState {
+    /// Slots in use: active blocks plus kept Results.
+    pub block_curr_cnt: u16,
+    /// Most slots in use at once.
+    pub block_cnt_max: u16,
+    /// Most gradients per block.
+    pub block_grad_max: u16,
+    /// Block timeout, in milliseconds.
+    pub block_exp_ms: u8,
+    /// Blocks created so far (wraps).
+    pub block_total_cnt: u32,
+    /// Result packets' IPv4 source.
+    pub out_src_addr: Ipv4Addr,
+    /// Result packets' IPv4 destination.
+    pub out_dst_addr: Ipv4Addr,
+    /// Where Result packets go.
+    pub out_dest: Dest,
+    /// Sources in the job.
+    pub src_cnt: u8,
+    /// The source ids, ascending.
+    pub sources: Vec<u8>,
+    /// Slots set in the job's bitmap (equals `block_curr_cnt` when no packet is in flight).
+    pub slots_in_use: u32,
+}
+
+/// A block in a job's slot, as the control plane reads it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockState {
+    /// The job id.
+    pub job_id: u8,
+    /// The block id.
+    pub block_id: u32,
+    /// The generation.
+    pub gen_id: u16,
+    /// Gradients in the block.
+    pub grad_cnt: u16,
+    /// Sources summed so far.
+    pub rcvd_cnt: u8,
+    /// Those sources' ids, ascending.
+    pub received: Vec<u8>,
+    /// Timer scans since a packet last referenced the block.
+    pub block_age: u8,
+    /// When the block was created (engine clock, ns).
+    pub block_start_time: u64,
+    /// No adder may join any more (finished, or being finished).
+    pub closed: bool,
+    /// The block finished and its Result is kept for retransmission requests.
+    pub kept: bool,
+    /// The sums so far (the Result's gradients once finished).
+    pub sums: Vec<i32>,
+}
+
+/// Why a Trio-ML control-plane operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TrioMlError {
+    /// A setting of [`TrioMlConfig`] or [`JobConfig`] is out of range.
+    Config(ConfigError),
+    /// A job with this id exists already.
+    JobExists(u8),
+    /// No job with this id exists.
+    NoSuchJob(u8),
+    /// Shared memory has no room for the job's region.
+    Alloc(AllocError),
+    /// A shared-memory access failed.
+    Memory(MemFault),
+    /// A hash-table operation failed.
+    Hash(HashError),
+}
+
+impl fmt::Display for TrioMlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrioMlError::Config(e) => e.fmt(f),
+            TrioMlError::JobExists(j) => write!(f, "Trio-ML job {j} exists already"),
+            TrioMlError::NoSuchJob(j) => write!(f, "no Trio-ML job {j}"),
+            TrioMlError::Alloc(e) => write!(f, "no room for a Trio-ML job: {e}"),
+            TrioMlError::Memory(e) => e.fmt(f),
+            TrioMlError::Hash(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for TrioMlError {}
+
+impl From<ConfigError> for TrioMlError {
+    fn from(e: ConfigError) -> Self {
+        TrioMlError::Config(e)
+    }
+}
+
+impl From<AllocError> for TrioMlError {
+    fn from(e: AllocError) -> Self {
+        TrioMlError::Alloc(e)
+    }
+}
+
+impl From<MemFault> for TrioMlError {
+    fn from(e: MemFault) -> Self {
+        TrioMlError::Memory(e)
+    }
+}
+
+impl From<HashError> for TrioMlError {
+    fn from(e: HashError) -> Self {
+        TrioMlError::Hash(e)
+    }
+}
+
+/// The hash tables the program and the control plane share.
+#[derive(Clone, Debug)]
+struct Tables {
+    active: Arc<HashTable>,
+    kept: Arc<HashTable>,
+    jobs: Arc<HashTable>,
+    routes: Arc<HashTable>,
+}
+
+/// What the control plane remembers of a job.
+#[derive(Clone, Debug)]
+struct JobEntry {
+    layout: JobLayout,
+}
+
+#[derive(Debug)]
+struct Inner {
+    mem: Arc<SharedMemory>,
+    cfg: TrioMlConfig,
+    tables: Tables,
+    jobs: Mutex<BTreeMap<u8, JobEntry>>,
+    regions: Mutex<u64>,
+}
+
+/// An installed Trio-ML: its hash tables, its jobs and routes, and the program. Cheap to
+/// clone (shared).
+#[derive(Clone, Debug)]
+pub struct TrioMl {
+    inner: Arc<Inner>,
+}
+
+impl TrioMl {
+    /// Creates Trio-ML's hash tables for use with `mem` (jobs' memory is allocated by
+    /// [`TrioMl::add_job`]).
+    pub fn install(mem: &Arc<SharedMemory>, cfg: TrioMlConfig) -> Result<TrioMl, TrioMlError> {
+        if cfg.scan_period_ns == 0 {
+            return Err(ConfigError::new("scan_period_ns", "must be at least 1 ns").into());
+        }
+        let active = HashTable::new(cfg.hash_capacity, cfg.hash_shards)?;
+        if cfg.timers == 0 || cfg.timers as usize > active.shards() {
+            return Err(ConfigError::new(
+                "timers",
+                format!(
+                    "{} is out of range; accepted 1..={} (hash_shards: each timer scans \
+                     whole shards)",
+                    cfg.timers,
+                    active.shards()
+                ),
+            )
+            .into());
+        }
+        let tables = Tables {
+            active: Arc::new(active),
+            kept: Arc::new(HashTable::new(cfg.hash_capacity, cfg.hash_shards)?),
+            jobs: Arc::new(HashTable::new(MAX_JOBS, 16)?),
+            routes: Arc::new(
+                HashTable::new(cfg.route_capacity, 64)
+                    .map_err(|e| ConfigError::new("route_capacity", e.reason))?,
+            ),
+        };
+        Ok(TrioMl {
+            inner: Arc::new(Inner {
+                mem: mem.clone(),
+                cfg,
+                tables,
+                jobs: Mutex::new(BTreeMap::new()),
+                regions: Mutex::new(0),
+            }),
+        })
+    }
+
+    /// The configuration it was installed with.
+    pub fn config(&self) -> &TrioMlConfig {
+        &self.inner.cfg
+    }
+
+    /// The shared memory it uses.
+    pub fn memory(&self) -> &Arc<SharedMemory> {
+        &self.inner.mem
+    }
+
+    /// Builds the Microcode program (packet entry and the timer entry [`TIMER_ENTRY`]).
+    pub fn program(&self) -> Program {
+        program::build(&self.inner.cfg, &self.inner.tables)
+    }
+
+    /// The staggered timers that run the straggler scan: `timers` launches of
+    /// [`TIMER_ENTRY`] per `scan_period_ns`, timer `k` owning slice `k`.
+    pub fn timer_specs(&self) -> Result<Vec<TimerSpec>, ConfigError> {
+        TimerSpec::staggered(
+            TIMER_ENTRY,
+            self.inner.cfg.timers,
+            self.inner.cfg.scan_period_ns,
+            0,
+        )
+    }
+
+    /// Aged blocks one timer launch finishes at most; more stay aged until the slice's
+    /// next scan.
+    pub fn max_aged_per_scan(&self) -> usize {
+        program::MAX_AGED_PER_SCAN
+    }
+
+    fn validate(&self, job: &JobConfig) -> Result<(), ConfigError> {
+        let mut ids = job.sources.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != job.sources.len() {
+            return Err(ConfigError::new("sources", "a source id is listed twice"));
+        }
+        if !(1..=255).contains(&ids.len()) {
+            return Err(ConfigError::new(
+                "sources",
+                format!("{} sources; accepted 1..=255", ids.len()),
+            ));
+        }
+        if !(1..=4095).contains(&job.block_cnt_max) {
+            return Err(ConfigError::new(
+                "block_cnt_max",
+                format!("{} is out of range; accepted 1..=4095", job.block_cnt_max),
+            ));
+        }
+        if !(1..=wire::MAX_GRAD_CNT).contains(&job.block_grad_max) {
+            return Err(ConfigError::new(
+                "block_grad_max",
+                format!("{} is out of range; accepted 1..=4095", job.block_grad_max),
+            ));
+        }
+        let period = self.inner.cfg.scan_period_ns;
+        let periods = (u64::from(job.block_exp_ms) * 1_000_000).div_ceil(period);
+        if job.block_exp_ms == 0 || periods > u64::from(u8::MAX) {
+            return Err(ConfigError::new(
+                "block_exp_ms",
+                format!(
+                    "{} ms is out of range; accepted 1..=255 and at most 255 scan periods \
+                     of {period} ns (block_age is 8 bits)",
+                    job.block_exp_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates `job`, allocates its region (record, slot bitmap, slots) in DRAM, writes
+    /// its record and makes it known to the program.
+    pub fn add_job(&self, job: &JobConfig) -> Result<(), TrioMlError> {
+        self.validate(job)?;
+        let mem = &self.inner.mem;
+        let mut jobs = self.inner.jobs.lock();
+        if jobs.contains_key(&job.job_id) {
+            return Err(TrioMlError::JobExists(job.job_id));
+        }
+        let (cnt_max, grad_max) = (u32::from(job.block_cnt_max), u32::from(job.block_grad_max));
+        let name = {
+            let mut n = self.inner.regions.lock();
+            *n += 1;
+            format!(
+                "trio_ml.{}.job{}.{}",
+                self.inner.cfg.local_addr, job.job_id, *n
+            )
+        };
+        let record = mem.alloc(&name, Region::Dram, JobLayout::words(cnt_max, grad_max))?;
+        let layout = JobLayout::new(record, cnt_max, grad_max);
+
+        let mut line = [0u8; 64];
+        let mut j = JobCtx::new_checked(&mut line[..]).expect("a line holds a job record");
+        j.set_block_cnt_max(job.block_cnt_max);
+        j.set_block_grad_max(job.block_grad_max);
+        j.set_block_exp(job.block_exp_ms);
+        j.set_out_src_addr(job.out_src_addr.into());
+        j.set_out_dst_addr(job.out_dst_addr.into());
+        j.set_out_nh_addr(wire::nh_addr(job.out_dest));
+        j.set_src_cnt(job.sources.len() as u8);
+        let mut masks = [0u64; 4];
+        for &s in &job.sources {
+            masks[usize::from(s / 64)] |= 1 << (s % 64);
+        }
+        j.set_src_mask_0(masks[0]);
+        j.set_src_mask_1(masks[1]);
+        j.set_src_mask_2(masks[2]);
+        j.set_src_mask_3(masks[3]);
+        mem.write(record, &line)?;
+        for w in 0..JobLayout::bitmap_words(cnt_max) {
+            mem.write_u64(layout.bitmap + w, 0)?;
+        }
+        if let Inserted::Existing(_) = self
+            .inner
+            .tables
+            .jobs
+            .insert(&job_key(job.job_id), record)?
+        {
+            return Err(TrioMlError::JobExists(job.job_id));
+        }
+        jobs.insert(job.job_id, JobEntry { layout });
+        Ok(())
+    }
+
+    /// Removes a job: packets of it are dropped as `unknown_job` from now on, and its
+    /// active blocks and kept Results are discarded (no Results are sent for them). Stop
+    /// the job's traffic first: packets already in flight may still touch its blocks. The
+    /// job's memory is not reused (the allocator never frees).
+    pub fn remove_job(&self, job_id: u8) -> Result<(), TrioMlError> {
+        let mut jobs = self.inner.jobs.lock();
+        let entry = jobs.get(&job_id).ok_or(TrioMlError::NoSuchJob(job_id))?;
+        let t = &self.inner.tables;
+        t.jobs.delete(&job_key(job_id))?;
+        for block in self.slots(job_id, entry)? {
+            let (rec, b) = block;
+            t.active.delete(&block_key(job_id, b.block_id, b.gen_id))?;
+            let key = kept_key(job_id, b.block_id);
+            if t.kept.lookup(&key)? == Some(kept_value(b.gen_id, rec)) {
+                t.kept.delete(&key)?;
+            }
+        }
+        let mem = &self.inner.mem;
+        for w in 0..JobLayout::bitmap_words(entry.layout.slots) {
+            mem.write_u64(entry.layout.bitmap + w, 0)?;
+        }
+        jobs.remove(&job_id);
+        Ok(())
+    }
+
+    /// Adds (or replaces) the route of IPv4 destination `dst` for standard forwarding.
+    pub fn add_route(&self, dst: Ipv4Addr, dest: Dest) -> Result<(), TrioMlError> {
+        let key = route_key(dst.into());
+        let nh = u64::from(wire::nh_addr(dest));
+        if let Inserted::Existing(_) = self.inner.tables.routes.insert(&key, nh)? {
+            self.inner.tables.routes.update(&key, nh)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the route of `dst`; true if there was one.
+    pub fn remove_route(&self, dst: Ipv4Addr) -> Result<bool, TrioMlError> {
+        Ok(self
+            .inner
+            .tables
+            .routes
+            .delete(&route_key(dst.into()))?
+            .is_some())
+    }
+
+    /// The job ids configured, ascending.
+    pub fn jobs(&self) -> Vec<u8> {
+        self.inner.jobs.lock().keys().copied().collect()
+    }
+
+    /// Where a job's record is (its region starts there), for inspection.
+    pub fn job_record_addr(&self, job_id: u8) -> Option<Addr> {
+        self.inner.jobs.lock().get(&job_id).map(|e| e.layout.record)
+    }
+
+    /// Reads a job's record back.
+    pub fn job_state(&self, job_id: u8) -> Result<JobState, TrioMlError> {
+        let layout = self
+            .inner
+            .jobs
+            .lock()
+            .get(&job_id)
+            .ok_or(TrioMlError::NoSuchJob(job_id))?
+            .layout;
+        let mem = &self.inner.mem;
+        let mut line = [0u8; 64];
+        mem.read(layout.record, &mut line)?;
+        let j = JobCtx::new_checked(&line[..]).expect("a line holds a job record");
+        let masks = [
+            j.src_mask_0(),
+            j.src_mask_1(),
+            j.src_mask_2(),
+            j.src_mask_3(),
+        ];
+        let mut slots_in_use = 0;
+        for w in 0..JobLayout::bitmap_words(layout.slots) {
+            slots_in_use += mem.read_u64(layout.bitmap + w)?.count_ones();
+        }
+        Ok(JobState {
+            block_curr_cnt: j.block_curr_cnt(),
+            block_cnt_max: j.block_cnt_max(),
+            block_grad_max: j.block_grad_max(),
+            block_exp_ms: j.block_exp(),
+            block_total_cnt: j.block_total_cnt(),
+            out_src_addr: j.out_src_addr().into(),
+            out_dst_addr: j.out_dst_addr().into(),
+            out_dest: wire::nh_dest(j.out_nh_addr()),
+            src_cnt: j.src_cnt(),
+            sources: sources_of(masks),
+            slots_in_use,
+        })
+    }
+
+    /// Every block in a slot of a job: `(record address, state)`, in slot order. Reads the
+    /// slots, not the active table, so REF flags (and so aging) are not disturbed.
+    fn slots(&self, job_id: u8, entry: &JobEntry) -> Result<Vec<(Addr, BlockState)>, TrioMlError> {
+        let mem = &self.inner.mem;
+        let l = entry.layout;
+        let mut out = Vec::new();
+        for w in 0..JobLayout::bitmap_words(l.slots) {
+            let mut bits = mem.read_u64(l.bitmap + w)?;
+            while bits != 0 {
+                let k = (w * 64) as u32 + bits.trailing_zeros();
+                bits &= bits - 1;
+                let rec = l.slot(k);
+                out.push((rec, self.block_state(job_id, rec)?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn block_state(&self, job_id: u8, rec: Addr) -> Result<BlockState, TrioMlError> {
+        let mem = &self.inner.mem;
+        let mut line = [0u8; 64];
+        mem.read(rec, &mut line)?;
+        let b = BlockCtx::new_checked(&line[..]).expect("a line holds a block record");
+        let key = &line[BLOCK_KEY_AT..];
+        let block_id = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
+        let gen_id = u16::from_be_bytes([key[4], key[5]]);
+        let grad_cnt = b.grad_cnt();
+        let mut sums = Vec::with_capacity(usize::from(grad_cnt));
+        let buf = layout::addr_of(b.aggr_paddr());
+        let mut chunk = [0u8; 64];
+        for line_no in 0..(usize::from(grad_cnt) * 4).div_ceil(64) {
+            mem.read(buf + line_no as u64 * LINE_WORDS, &mut chunk)?;
+            sums.extend(wire::gradients(&chunk));
+        }
+        sums.truncate(usize::from(grad_cnt));
+        let gate = mem.read_u64(rec + layout::GATE_W)?;
+        let kept = self.inner.tables.kept.lookup(&kept_key(job_id, block_id))?
+            == Some(kept_value(gen_id, rec));
+        Ok(BlockState {
+            job_id,
+            block_id,
+            gen_id,
+            grad_cnt,
+            rcvd_cnt: b.rcvd_cnt(),
+            received: sources_of([
+                b.rcvd_mask_0(),
+                b.rcvd_mask_1(),
+                b.rcvd_mask_2(),
+                b.rcvd_mask_3(),
+            ]),
+            block_age: b.block_age(),
+            block_start_time: b.block_start_time(),
+            closed: gate & GATE_CLOSED != 0,
+            kept,
+            sums,
+        })
+    }
+
+    fn all_blocks(&self) -> Result<Vec<BlockState>, TrioMlError> {
+        let jobs = self.inner.jobs.lock().clone();
+        let mut out = Vec::new();
+        for (id, entry) in &jobs {
+            out.extend(self.slots(*id, entry)?.into_iter().map(|(_, b)| b));
+        }
+        Ok(out)
+    }
+
+    /// Blocks being aggregated (in a slot, not a kept Result), by job and slot.
+    pub fn active_blocks(&self) -> Result<Vec<BlockState>, TrioMlError> {
+        Ok(self.all_blocks()?.into_iter().filter(|b| !b.kept).collect())
+    }
+
+    /// Finished blocks whose Result is kept for retransmission requests.
+    pub fn kept_results(&self) -> Result<Vec<BlockState>, TrioMlError> {
+        Ok(self.all_blocks()?.into_iter().filter(|b| b.kept).collect())
+    }
+
+    /// Records in the active-block table (the hash engine's count): active blocks and the
+    /// finished markers of kept Results.
+    pub fn active_records(&self) -> usize {
+        self.inner.tables.active.len()
+    }
+
+    /// Records in the kept-result table.
+    pub fn kept_records(&self) -> usize {
+        self.inner.tables.kept.len()
+    }
+
+    /// The kept Result of a block id: its generation and state.
+    pub fn kept_result(
+        &self,
+        job_id: u8,
+        block_id: u32,
+    ) -> Result<Option<BlockState>, TrioMlError> {
+        let Some(v) = self.inner.tables.kept.lookup(&kept_key(job_id, block_id))? else {
+            return Ok(None);
+        };
+        let (_, rec) = parse_kept_value(v);
+        Ok(Some(self.block_state(job_id, rec)?))
+    }
+}
+
+/// The source ids set in four 64-bit masks.
+fn sources_of(masks: [u64; 4]) -> Vec<u8> {
+    (0..=255u8)
+        .filter(|&s| masks[usize::from(s / 64)] & 1 << (s % 64) != 0)
+        .collect()
+}

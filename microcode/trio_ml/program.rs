@@ -1,0 +1,950 @@
+//! The Trio-ML Microcode program: the aggregation workflow of Figure 10, the Result
+//! generation, standard forwarding, and the straggler scan of the timer threads (§5).
+//!
+//! ```text
+//! parse --not for us--> forward (route by IPv4 destination)
+//!   |
+//! lookup_block --miss / finished marker--> lookup_result --same gen--> answer_result
+//!   | hit                                    | miss or newer gen        (the kept Result,
+//!   |                                        v                          to the source)
+//!   |    create_block -> claim_slot -> zero_buffer -> insert_block ----------+ new
+//!   v                                     (another thread created it) |       |
+//! check_source <------------------------------------------------------+       |
+//!   v                                                                         |
+//! join_block --closed--> leave_block --> lookup_result (answer, or drop)      |
+//!   v                                                                         |
+//! aggregate_head <------------------------------------------------------------+
+//!   v
+//! aggregate_tail (one 64-byte chunk per instruction)
+//!   v
+//! complete_check (rcvd_cnt += 1; the last source closes the block)
+//!   v
+//! leave_block --last one out of a closed block--> finish_block --> consume
+//!
+//! finish_block (subroutine): keep_result -> release_block -> build_result -> free_replaced
+//! build_result (subroutine): result_headers -> result_tail (256 B per instruction)
+//!                            -> emit_result
+//!
+//! timer: scan_blocks (age every block of the slice) -> close_aged (one aged block per
+//!        instruction; the thread that takes it calls finish_block)
+//! ```
+//!
+//! Phase one adds the 16-gradient chunks that lie wholly in the head, straight from local
+//! memory. Gradients start at byte 54, so with a 192-byte head 34 are in it and the 35th
+//! straddles head and tail: phase two takes every remaining chunk (16 gradients, or fewer
+//! for the last, padded with zero lanes), staging the part still in the head and reading
+//! the rest from the tail. Chunk `c` always goes to buffer line `c`, gradient `i` to lane
+//! `i`.
+
+use std::net::Ipv4Addr;
+
+use super::layout::*;
+use super::wire::*;
+use super::{Tables, TrioMlConfig};
+use crate::mem::hash::{HashError, Inserted, ScanAction};
+use crate::mem::{Addr, LINE_WORDS};
+use crate::prelude::*;
+use crate::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
+use crate::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
+
+// ----- registers ----------------------------------------------------------------------------
+// The paper's intermediate registers ir0..ir7 are left free; Trio-ML's state lives in r8..
+
+/// The packet's `job_id`.
+const R_JOB_ID: usize = 8;
+/// The packet's `block_id`.
+const R_BLOCK_ID: usize = 9;
+/// The packet's `gen_id`.
+const R_GEN_ID: usize = 10;
+/// The packet's `src_id`.
+const R_SRC_ID: usize = 11;
+/// The packet's `grad_cnt` (the block's, while a Result is built).
+const R_GRAD_CNT: usize = 12;
+/// The block record's address.
+const R_BLK: usize = 13;
+/// The job record's address.
+const R_JOB: usize = 14;
+/// The job's `src_cnt`.
+const R_SRC_CNT: usize = 15;
+/// The aggregation buffer's address.
+const R_BUF: usize = 16;
+/// Loop counter: the chunk being added or copied out.
+const R_CHUNK: usize = 17;
+/// Where the Result goes: an `out_nh_addr` value, or [`DEST_JOB`].
+const R_DEST: usize = 18;
+/// A slot to free once the Result is out (0: none).
+const R_FREE: usize = 19;
+/// Where `leave_block` continues: one of the `AFTER_*` values.
+const R_AFTER: usize = 20;
+/// Set when the block was closed before this packet could join it.
+const R_CLOSING: usize = 21;
+/// The job's `block_cnt_max` and `block_grad_max` (while creating a block).
+const R_CNT_MAX: usize = 22;
+/// See [`R_CNT_MAX`].
+const R_GRAD_MAX: usize = 23;
+/// The job's `block_exp` (while creating a block).
+const R_EXP: usize = 24;
+/// Timer: aged blocks listed in local memory, and the next one to close.
+const R_AGED_N: usize = 25;
+/// See [`R_AGED_N`].
+const R_AGED_I: usize = 26;
+
+/// [`R_DEST`]: send the Result where the job says (`out_nh_addr`).
+const DEST_JOB: u64 = u64::MAX;
+
+/// [`R_AFTER`]: the packet was added; consume it.
+const AFTER_CONSUME: u64 = 0;
+/// [`R_AFTER`]: the packet repeated a source already added; drop it.
+const AFTER_DUPLICATE: u64 = 1;
+/// [`R_AFTER`]: the block was closed before the packet could join; look at kept results.
+const AFTER_CLOSING: u64 = 2;
+
+// ----- local memory -------------------------------------------------------------------------
+// The head is loaded at offset 64 (DEFAULT_HEAD_OFFSET); the 64 bytes before it are the
+// scratch line used while the head is still needed. Once a packet is aggregated its head is
+// dead and a Result is built over it.
+
+/// Scratch line before the head: a staged chunk of gradients, a copy of the job record, a
+/// new block record, zeroes.
+const LM_SCRATCH: usize = 0;
+/// The Result's headers.
+const LM_RESULT_HDR: usize = 0;
+/// One 256-byte chunk of the Result's gradients.
+const LM_RESULT_DATA: usize = 64;
+/// A copy of the block record (Result generation).
+const LM_BLOCK_REC: usize = LM_RESULT_DATA + RESULT_CHUNK_BYTES;
+/// A copy of the job record (Result generation).
+const LM_JOB_REC: usize = LM_BLOCK_REC + LINE_BYTES;
+/// Timer threads: the aged blocks found by the scan, [`AGED_ENTRY_BYTES`] each.
+const LM_AGED: usize = 512;
+/// An aged-block entry: the 7-byte block key, a pad byte, the record address.
+const AGED_ENTRY_BYTES: usize = 16;
+/// Aged blocks one timer launch finishes at most; the others stay aged and are finished by
+/// the slice's next scan.
+pub(super) const MAX_AGED_PER_SCAN: usize = (LOCAL_MEMORY_BYTES - LM_AGED) / AGED_ENTRY_BYTES;
+
+const _: () = assert!(LM_SCRATCH + LINE_BYTES <= DEFAULT_HEAD_OFFSET);
+const _: () = assert!(LM_RESULT_HDR + HEADERS_LEN <= LM_RESULT_DATA);
+const _: () = assert!(LM_JOB_REC + LINE_BYTES <= LM_AGED);
+
+/// Bytes of a 64-byte line (one record; one RMW vector add of 16 gradients).
+const LINE_BYTES: usize = 64;
+/// Gradients per line.
+const CHUNK_GRADS: usize = LINE_BYTES / GRAD_BYTES;
+/// Bytes of a Result tail chunk (Figure 10: 256 bytes per iteration).
+const RESULT_CHUNK_BYTES: usize = 256;
+/// Nanoseconds per millisecond (`block_exp` is in ms).
+const NS_PER_MS: u64 = 1_000_000;
+
+/// The counted reasons the program drops packets for.
+#[derive(Clone, Copy)]
+struct Reasons {
+    not_ipv4: DropReason,
+    no_route: DropReason,
+    bad_length: DropReason,
+    unknown_job: DropReason,
+    unknown_source: DropReason,
+    block_grad_max: DropReason,
+    block_cnt_max: DropReason,
+    table_full: DropReason,
+    grad_cnt_mismatch: DropReason,
+    duplicate: DropReason,
+    late: DropReason,
+    retransmit_answered: DropReason,
+    stale_gen: DropReason,
+}
+
+impl Reasons {
+    fn register(p: &mut ProgramBuilder) -> Reasons {
+        Reasons {
+            not_ipv4: p.drop_reason("not_ipv4"),
+            no_route: p.drop_reason("no_route"),
+            bad_length: p.drop_reason("bad_length"),
+            unknown_job: p.drop_reason("unknown_job"),
+            unknown_source: p.drop_reason("unknown_source"),
+            block_grad_max: p.drop_reason("block_grad_max"),
+            block_cnt_max: p.drop_reason("block_cnt_max"),
+            table_full: p.drop_reason("table_full"),
+            grad_cnt_mismatch: p.drop_reason("grad_cnt_mismatch"),
+            duplicate: p.drop_reason("duplicate"),
+            late: p.drop_reason("late"),
+            retransmit_answered: p.drop_reason("retransmit_answered"),
+            stale_gen: p.drop_reason("stale_gen"),
+        }
+    }
+}
+
+fn drop_as(r: DropReason) -> InstrResult {
+    Ok(Done(Verdict::Drop(r)))
+}
+
+// ----- helpers: one XTXN pattern each ------------------------------------------------------
+
+/// Adds one 64-byte chunk of big-endian gradients in local memory to the buffer line at
+/// `addr` with the RMW engine's 16-lane vector add. The one place the vector add is issued:
+/// it becomes a single big-endian XTXN (`vadd32_be`) once the engine has it.
+fn add_chunk(t: &mut Thread<'_>, addr: Addr, lm_offset: usize) -> Result<(), Fault> {
+    let mut lanes = [0u32; CHUNK_GRADS];
+    for (lane, b) in lanes
+        .iter_mut()
+        .zip(t.lm_bytes(lm_offset, LINE_BYTES)?.chunks_exact(GRAD_BYTES))
+    {
+        *lane = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    t.vadd32x16(addr, &lanes)
+}
+
+/// Whether source `s` is set in the four masks starting at `words` (the words of a record).
+fn mask_has(words: u64, s: u8) -> bool {
+    let (_, bit) = source_bit(s);
+    words & (1 << bit) != 0
+}
+
+/// The job record's address, from the block record's `job_ctx_paddr`.
+fn job_of(t: &mut Thread<'_>, rec: Addr) -> Result<Addr, Fault> {
+    let w = t.read_u64(rec + BLOCK_W_JOB)?;
+    Ok(addr_of((w >> BLOCK_JOB_SHIFT) as u32))
+}
+
+/// Sets the gate's TAKEN bit; true if this thread set it (and so finishes the block).
+fn take(t: &mut Thread<'_>, rec: Addr) -> Result<bool, Fault> {
+    Ok(t.fetch_or(rec + GATE_W, GATE_TAKEN)? & GATE_TAKEN == 0)
+}
+
+/// The job's slot layout, from word 0 of its record.
+fn job_layout(t: &mut Thread<'_>, job: Addr) -> Result<JobLayout, Fault> {
+    let (_, cnt_max, grad_max, _) = job_w0_fields(t.read_u64(job + JOB_W0)?);
+    Ok(JobLayout::new(job, cnt_max, grad_max))
+}
+
+/// Returns the slot holding block record `rec` to the job's pool: clears its bitmap bit
+/// and decrements `block_curr_cnt`.
+fn free_slot(t: &mut Thread<'_>, job: Addr, rec: Addr) -> Result<(), Fault> {
+    let layout = job_layout(t, job)?;
+    if let Some(k) = layout.slot_of(rec) {
+        let (word, bit) = layout.slot_bit(k);
+        t.fetch_clear(word, bit)?;
+        t.fetch_add32(job + JOB_W0, 0, CURR_CNT_DEC)?;
+    }
+    Ok(())
+}
+
+/// Claims a free slot in the job's bitmap, probing linearly from slot `home`: reads a
+/// bitmap word, sets its first free bit at or after the probe position with fetch-or, and
+/// re-reads the word if another thread set that bit first.
+fn claim_free_slot(t: &mut Thread<'_>, l: &JobLayout, home: u32) -> Result<Option<u32>, Fault> {
+    let words = JobLayout::bitmap_words(l.slots);
+    // Every word once from the home bit on, then the home word's bits before it, plus
+    // room for lost races.
+    let mut budget = 2 * words + 64;
+    let (mut w, mut from) = (u64::from(home / 64), home % 64);
+    let mut wrapped = false;
+    while budget > 0 {
+        budget -= 1;
+        let word = t.read_u64(l.bitmap + w)?;
+        let free = !word & l.valid_bits(w) & (u64::MAX << from);
+        if free != 0 {
+            let bit = free.trailing_zeros();
+            if t.fetch_or(l.bitmap + w, 1 << bit)? & (1 << bit) == 0 {
+                return Ok(Some((w * 64) as u32 + bit));
+            }
+            continue;
+        }
+        w += 1;
+        from = 0;
+        if w == words {
+            if wrapped {
+                break;
+            }
+            w = 0;
+            wrapped = true;
+        }
+    }
+    Ok(None)
+}
+
+/// Counts a created block in `block_total_cnt`, which straddles words 0 and 1: a 32-bit
+/// add of 1 to its low half (the top 16 bits of word 1); when that half wraps, the carry is
+/// added to the high half (the low 16 bits of word 0) with a second add; and when the whole
+/// counter wraps (every 2^32 blocks) the carry that second add pushed into `block_exp` is
+/// taken back with a third. Between two of these adds a reader may see the counter 65536
+/// low, or (once per 2^32 blocks) `block_exp` one high.
+fn count_block(t: &mut Thread<'_>, job: Addr) -> Result<(), Fault> {
+    let old_lo = t.fetch_add32(job + JOB_W1, 0, TOTAL_LO_INC)? >> 16;
+    if old_lo == 0xFFFF {
+        let old_hi = t.fetch_add32(job + JOB_W0, 1, 1)? & 0xFFFF;
+        if old_hi == 0xFFFF {
+            t.fetch_add32(job + JOB_W0, 1, (1u32 << 16).wrapping_neg())?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds the program for an installed Trio-ML.
+pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
+    let mut p = Program::builder("trio_ml");
+    let r = Reasons::register(&mut p);
+    let [parse, forward, lookup_block, lookup_result, answer_result, answered, answered_late] = p
+        .labels([
+            "parse",
+            "forward",
+            "lookup_block",
+            "lookup_result",
+            "answer_result",
+            "answered",
+            "answered_late",
+        ]);
+    let [create_block, claim_slot, zero_buffer, insert_block, check_source, join_block] =
+        p.labels([
+            "create_block",
+            "claim_slot",
+            "zero_buffer",
+            "insert_block",
+            "check_source",
+            "join_block",
+        ]);
+    let [aggregate_head, aggregate_tail, complete_check, leave_block, consume, drop_duplicate, closing_drop] =
+        p.labels([
+            "aggregate_head",
+            "aggregate_tail",
+            "complete_check",
+            "leave_block",
+            "consume",
+            "drop_duplicate",
+            "closing_drop",
+        ]);
+    let [keep_result, release_block, free_replaced, result_headers, result_tail, emit_result] = p
+        .labels([
+            "keep_result",
+            "release_block",
+            "free_replaced",
+            "result_headers",
+            "result_tail",
+            "emit_result",
+        ]);
+    let [scan_blocks, close_aged] = p.labels(["scan_blocks", "close_aged"]);
+    // The finishing subroutine starts at keep_result; the Result builder at result_headers.
+    let finish_block = keep_result;
+    let build_result = result_headers;
+
+    let local_addr = u32::from(cfg.local_addr);
+    let udp_port = cfg.udp_port;
+    let local_mac = cfg.local_mac;
+    let scan_period_ns = cfg.scan_period_ns;
+
+    // 1. parse: is this an aggregation packet for us? Validate its lengths.
+    p.instr(parse, move |t| {
+        let head = t.head(0)?;
+        let Ok(eth) = Ether::new_checked(head) else {
+            return drop_as(r.not_ipv4);
+        };
+        if eth.etype() != ETHERTYPE_IPV4 {
+            return drop_as(r.not_ipv4);
+        }
+        let Ok(ip) = Ipv4::new_checked(&head[IPV4_AT..]) else {
+            return drop_as(r.not_ipv4);
+        };
+        if ip.ver() != 4 {
+            return drop_as(r.not_ipv4);
+        }
+        if ip.ihl() != 5 || ip.proto() != IPPROTO_UDP || ip.dst() != local_addr {
+            return Ok(Goto(forward));
+        }
+        let ip_total = usize::from(ip.total_len());
+        let Ok(udp) = Udp::new_checked(&head[UDP_AT..]) else {
+            return drop_as(r.bad_length);
+        };
+        if udp.dst_port() != udp_port {
+            return Ok(Goto(forward));
+        }
+        let udp_len = usize::from(udp.len());
+        let Ok(hdr) = TrioMlHdr::new_checked(&head[TRIO_ML_HDR_AT..]) else {
+            return drop_as(r.bad_length);
+        };
+        let h = TrioMlHdrFields::read(&hdr);
+        let n = usize::from(h.grad_cnt);
+        let consistent = n >= 1
+            && udp_len == UDP_LEN + TRIO_ML_HDR_LEN + n * GRAD_BYTES
+            && ip_total == IPV4_LEN + udp_len
+            && UDP_AT + udp_len <= t.pkt_len();
+        if !consistent {
+            return drop_as(r.bad_length);
+        }
+        t.r[R_JOB_ID] = u64::from(h.job_id);
+        t.r[R_BLOCK_ID] = u64::from(h.block_id);
+        t.r[R_GEN_ID] = u64::from(h.gen_id);
+        t.r[R_SRC_ID] = u64::from(h.src_id);
+        t.r[R_GRAD_CNT] = n as u64;
+        Ok(Goto(lookup_block))
+    });
+
+    // 8. forward: standard forwarding by an exact-match route on the IPv4 destination.
+    let routes = tables.routes.clone();
+    p.instr(forward, move |t| {
+        let dst = Ipv4::new_checked(t.head(IPV4_AT)?)?.dst();
+        Ok(match t.hash_lookup(&routes, &route_key(dst))? {
+            Some(nh) => match nh_dest(nh as u32) {
+                Dest::Port(port) => Done(Verdict::Forward(port)),
+                Dest::Group(g) => Done(Verdict::Multicast(g)),
+            },
+            None => Done(Verdict::Drop(r.no_route)),
+        })
+    });
+
+    // 2. lookup_block: the active block record of (job, block, generation).
+    let active = tables.active.clone();
+    p.instr(lookup_block, move |t| {
+        let key = block_key(
+            t.r[R_JOB_ID] as u8,
+            t.r[R_BLOCK_ID] as u32,
+            t.r[R_GEN_ID] as u16,
+        );
+        Ok(match t.hash_lookup(&active, &key)? {
+            Some(rec) if rec & FINISHED != 0 => {
+                // Finished: its Result is kept.
+                t.r[R_BLK] = rec & !FINISHED;
+                t.r[R_CLOSING] = 1;
+                Goto(lookup_result)
+            }
+            Some(rec) => {
+                t.r[R_BLK] = rec;
+                Goto(check_source)
+            }
+            None => Goto(lookup_result),
+        })
+    });
+
+    // Loss recovery: a block that is not active may have finished; its Result is kept.
+    let kept = tables.kept.clone();
+    p.instr(lookup_result, move |t| {
+        let (job, block, gen) = (
+            t.r[R_JOB_ID] as u8,
+            t.r[R_BLOCK_ID] as u32,
+            t.r[R_GEN_ID] as u16,
+        );
+        let closing = t.r[R_CLOSING] != 0;
+        let kept_gen = t
+            .hash_lookup(&kept, &kept_key(job, block))?
+            .map(parse_kept_value);
+        Ok(match kept_gen {
+            Some((kgen, rec)) if kgen == gen => {
+                t.r[R_BLK] = rec;
+                Goto(answer_result)
+            }
+            Some((kgen, _)) if gen_newer(kgen, gen) => Done(Verdict::Drop(r.stale_gen)),
+            // The block closed under us and its Result is not kept yet: it is on its way
+            // to the whole job.
+            _ if closing => Goto(closing_drop),
+            _ => Goto(create_block),
+        })
+    });
+
+    // A retransmission (or a straggler) of a finished block: send it the kept Result.
+    p.instr(answer_result, move |t| {
+        let rec = t.r[R_BLK];
+        let job = job_of(t, rec)?;
+        let src = t.r[R_SRC_ID] as u8;
+        let (word, _) = source_bit(src);
+        if !mask_has(t.read_u64(job + word as u64)?, src) {
+            return drop_as(r.unknown_source);
+        }
+        let received = mask_has(t.read_u64(rec + word as u64)?, src);
+        t.r[R_DEST] = u64::from(nh_addr(Dest::Port(t.port())));
+        Ok(Call(
+            build_result,
+            if received { answered } else { answered_late },
+        ))
+    });
+    p.instr(answered, move |_t| drop_as(r.retransmit_answered));
+    p.instr(answered_late, move |_t| drop_as(r.late));
+
+    // 3. create_block: the job must exist, know the source and allow the gradients.
+    let jobs = tables.jobs.clone();
+    p.instr(create_block, move |t| {
+        let Some(job) = t.hash_lookup(&jobs, &job_key(t.r[R_JOB_ID] as u8))? else {
+            return drop_as(r.unknown_job);
+        };
+        t.mem_read(job, LM_SCRATCH, LINE_BYTES)?;
+        let j = JobCtx::new_checked(t.lm_bytes(LM_SCRATCH, LINE_BYTES)?)?;
+        let src = t.r[R_SRC_ID] as u8;
+        let member = match src / 64 {
+            0 => j.src_mask_0(),
+            1 => j.src_mask_1(),
+            2 => j.src_mask_2(),
+            _ => j.src_mask_3(),
+        } & 1 << (src % 64)
+            != 0;
+        let (cnt_max, grad_max, exp, src_cnt) = (
+            j.block_cnt_max(),
+            j.block_grad_max(),
+            j.block_exp(),
+            j.src_cnt(),
+        );
+        if !member {
+            return drop_as(r.unknown_source);
+        }
+        if t.r[R_GRAD_CNT] > u64::from(grad_max) {
+            return drop_as(r.block_grad_max);
+        }
+        t.r[R_JOB] = job;
+        t.r[R_CNT_MAX] = u64::from(cnt_max);
+        t.r[R_GRAD_MAX] = u64::from(grad_max);
+        t.r[R_EXP] = u64::from(exp);
+        t.r[R_SRC_CNT] = u64::from(src_cnt);
+        Ok(Goto(claim_slot))
+    });
+
+    // Count the slot in block_curr_cnt (refused at block_cnt_max), then take one from the
+    // job's pool, probing from the block id's home slot.
+    p.instr(claim_slot, move |t| {
+        let job = t.r[R_JOB];
+        let cnt_max = t.r[R_CNT_MAX] as u32;
+        let in_use = t.fetch_add32(job + JOB_W0, 0, CURR_CNT_INC)? >> 16;
+        let layout = JobLayout::new(job, cnt_max, t.r[R_GRAD_MAX] as u32);
+        let slot = if in_use < cnt_max {
+            claim_free_slot(t, &layout, t.r[R_BLOCK_ID] as u32 % cnt_max)?
+        } else {
+            None
+        };
+        let Some(k) = slot else {
+            t.fetch_add32(job + JOB_W0, 0, CURR_CNT_DEC)?;
+            return drop_as(r.block_cnt_max);
+        };
+        t.r[R_BLK] = layout.slot(k);
+        t.r[R_BUF] = layout.buffer(k);
+        Ok(Goto(zero_buffer))
+    });
+
+    // Zero the part of the buffer the block uses, one 64-byte write per line.
+    p.instr(zero_buffer, move |t| {
+        t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?.fill(0);
+        let lines = (t.r[R_GRAD_CNT] as usize * GRAD_BYTES).div_ceil(LINE_BYTES) as u64;
+        let buf = t.r[R_BUF];
+        for line in 0..lines {
+            t.mem_write(buf + line * LINE_WORDS, LM_SCRATCH, LINE_BYTES)?;
+        }
+        Ok(Goto(insert_block))
+    });
+
+    // Write the block record (this packet's source already received and in flight), then
+    // publish it in the hash table.
+    let active = tables.active.clone();
+    p.instr(insert_block, move |t| {
+        let (rec, job, buf) = (t.r[R_BLK], t.r[R_JOB], t.r[R_BUF]);
+        let (block, gen, src) = (
+            t.r[R_BLOCK_ID] as u32,
+            t.r[R_GEN_ID] as u16,
+            t.r[R_SRC_ID] as u8,
+        );
+        let (exp, grad_cnt, now) = (t.r[R_EXP] as u8, t.r[R_GRAD_CNT] as u16, t.now_ns());
+        let line = t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?;
+        line.fill(0);
+        let mut b = BlockCtx::new_checked(&mut *line)?;
+        b.set_block_exp(exp);
+        b.set_block_age(0);
+        b.set_block_start_time(now);
+        b.set_job_ctx_paddr(paddr(job));
+        b.set_aggr_paddr(paddr(buf));
+        b.set_grad_cnt(grad_cnt);
+        b.set_rcvd_cnt(0);
+        let bit = 1u64 << (src % 64);
+        match src / 64 {
+            0 => b.set_rcvd_mask_0(bit),
+            1 => b.set_rcvd_mask_1(bit),
+            2 => b.set_rcvd_mask_2(bit),
+            _ => b.set_rcvd_mask_3(bit),
+        }
+        // The creator is in flight (the gate's IN_FLIGHT, bytes 22-23, is 1) ...
+        line[22..24].copy_from_slice(&1u16.to_be_bytes());
+        // ... and the line names its block, after the record.
+        line[BLOCK_KEY_AT..BLOCK_KEY_AT + 4].copy_from_slice(&block.to_be_bytes());
+        line[BLOCK_KEY_AT + 4..BLOCK_KEY_AT + 6].copy_from_slice(&gen.to_be_bytes());
+        t.mem_write(rec, LM_SCRATCH, LINE_BYTES)?;
+        let key = block_key(t.r[R_JOB_ID] as u8, block, gen);
+        match t.hash_insert(&active, &key, rec) {
+            Ok(Inserted::New) => {
+                count_block(t, job)?;
+                Ok(Goto(aggregate_head))
+            }
+            Ok(Inserted::Existing(other)) => {
+                // Another thread created the block first: give the slot back, join theirs
+                // (or, if it finished meanwhile, look for its Result).
+                free_slot(t, job, rec)?;
+                t.r[R_BLK] = other & !FINISHED;
+                if other & FINISHED != 0 {
+                    t.r[R_CLOSING] = 1;
+                    return Ok(Goto(lookup_result));
+                }
+                Ok(Goto(check_source))
+            }
+            Err(HashError::Full { .. }) => {
+                free_slot(t, job, rec)?;
+                drop_as(r.table_full)
+            }
+            Err(e) => Err(e.into()),
+        }
+    });
+
+    // 4. check_source: a member of the job, with the block's gradient count.
+    p.instr(check_source, move |t| {
+        let rec = t.r[R_BLK];
+        let w1 = t.read_u64(rec + BLOCK_W_JOB)?;
+        let w2 = t.read_u64(rec + BLOCK_W_GATE)?;
+        let job = addr_of((w1 >> BLOCK_JOB_SHIFT) as u32);
+        // aggr_paddr straddles words 1 (low 16 bits) and 2 (top 16 bits).
+        t.r[R_BUF] = addr_of(((w1 & 0xFFFF) << 16 | w2 >> 48) as u32);
+        t.r[R_JOB] = job;
+        let src = t.r[R_SRC_ID] as u8;
+        let (word, _) = source_bit(src);
+        if !mask_has(t.read_u64(job + word as u64)?, src) {
+            return drop_as(r.unknown_source);
+        }
+        if (w2 >> BLOCK_GRAD_CNT_SHIFT) & 0xFFF != t.r[R_GRAD_CNT] {
+            return drop_as(r.grad_cnt_mismatch);
+        }
+        t.r[R_SRC_CNT] = (t.read_u64(job + JOB_W_SRC_CNT)? >> JOB_SRC_CNT_SHIFT) & 0xFF;
+        Ok(Goto(join_block))
+    });
+
+    // Enter the block's gate, then mark the source received (once).
+    p.instr(join_block, move |t| {
+        let rec = t.r[R_BLK];
+        let gate = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_ENTER)?);
+        if gate & GATE_CLOSED != 0 {
+            t.r[R_AFTER] = AFTER_CLOSING;
+            return Ok(Goto(leave_block));
+        }
+        let src = t.r[R_SRC_ID] as u8;
+        let (word, bit) = source_bit(src);
+        if t.fetch_or(rec + word as u64, 1 << bit)? & (1 << bit) != 0 {
+            // A retransmission: never added twice.
+            t.r[R_AFTER] = AFTER_DUPLICATE;
+            return Ok(Goto(leave_block));
+        }
+        Ok(Goto(aggregate_head))
+    });
+
+    // 5. aggregate_head (phase one): the 16-gradient chunks that lie wholly in the head,
+    // straight from local memory.
+    p.instr(aggregate_head, move |t| {
+        let n = t.r[R_GRAD_CNT] as usize;
+        let in_head = (t.head_len().saturating_sub(GRADS_AT) / GRAD_BYTES).min(n);
+        let chunks = in_head / CHUNK_GRADS;
+        let (buf, grads) = (t.r[R_BUF], t.head_offset() + GRADS_AT);
+        for c in 0..chunks {
+            add_chunk(t, buf + (c as u64) * LINE_WORDS, grads + c * LINE_BYTES)?;
+        }
+        t.r[R_CHUNK] = chunks as u64;
+        Ok(Goto(if chunks * CHUNK_GRADS < n {
+            aggregate_tail
+        } else {
+            complete_check
+        }))
+    });
+
+    // aggregate_tail (phase two): one chunk per instruction, staged in the scratch line
+    // from whatever part is left in the head and the rest read from the tail; a short last
+    // chunk is padded with zero lanes.
+    p.instr(aggregate_tail, move |t| {
+        let n = t.r[R_GRAD_CNT] as usize;
+        let c = t.r[R_CHUNK] as usize;
+        let first = c * CHUNK_GRADS;
+        let bytes = (n - first).min(CHUNK_GRADS) * GRAD_BYTES;
+        let at = GRADS_AT + first * GRAD_BYTES;
+        let head_len = t.head_len();
+        let from_head = head_len.saturating_sub(at).min(bytes);
+        let head = t.head_offset();
+        let lm = t.lm_mut();
+        lm[LM_SCRATCH..LM_SCRATCH + LINE_BYTES].fill(0);
+        if from_head > 0 {
+            lm.copy_within(head + at..head + at + from_head, LM_SCRATCH);
+        }
+        if from_head < bytes {
+            t.read_tail(
+                at + from_head - head_len,
+                LM_SCRATCH + from_head,
+                bytes - from_head,
+            )?;
+        }
+        add_chunk(t, t.r[R_BUF] + (c as u64) * LINE_WORDS, LM_SCRATCH)?;
+        t.r[R_CHUNK] += 1;
+        Ok(Goto(if first + CHUNK_GRADS < n {
+            aggregate_tail
+        } else {
+            complete_check
+        }))
+    });
+
+    // 6. complete_check: count the source; the one that completes the block closes it.
+    p.instr(complete_check, move |t| {
+        let rec = t.r[R_BLK];
+        let old = t.fetch_add32(rec + BLOCK_W_RCVD_CNT, 0, RCVD_CNT_INC)?;
+        let rcvd = u64::from(old >> RCVD_CNT_LANE_SHIFT & 0xFF) + 1;
+        if rcvd == t.r[R_SRC_CNT] {
+            t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
+        }
+        t.r[R_AFTER] = AFTER_CONSUME;
+        Ok(Goto(leave_block))
+    });
+
+    // Leave the gate; the last one out of a closed block finishes it.
+    p.instr(leave_block, move |t| {
+        let rec = t.r[R_BLK];
+        let old = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_LEAVE)?);
+        let next = match t.r[R_AFTER] {
+            AFTER_CONSUME => consume,
+            AFTER_DUPLICATE => drop_duplicate,
+            _ => {
+                t.r[R_CLOSING] = 1;
+                lookup_result
+            }
+        };
+        let last_out = old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
+        if last_out && take(t, rec)? {
+            t.r[R_DEST] = DEST_JOB;
+            return Ok(Call(finish_block, next));
+        }
+        Ok(Goto(next))
+    });
+    p.instr(consume, |_t| Ok(Done(Verdict::Consume)));
+    p.instr(drop_duplicate, move |_t| drop_as(r.duplicate));
+    // Closed before we could join, and no Result kept yet: a repeat of a source the block
+    // has, or a straggler the block's Result (on its way to the job) leaves out.
+    p.instr(closing_drop, move |t| {
+        let src = t.r[R_SRC_ID] as u8;
+        let (word, _) = source_bit(src);
+        let received = mask_has(t.read_u64(t.r[R_BLK] + word as u64)?, src);
+        drop_as(if received { r.duplicate } else { r.late })
+    });
+
+    // finish_block, step 1: keep the Result (record and buffer stay in their slot) in the
+    // kept-results table, replacing an older generation of the block id, whose slot is
+    // freed once this Result is out.
+    let kept = tables.kept.clone();
+    p.instr(keep_result, move |t| {
+        let rec = t.r[R_BLK];
+        let gen = t.r[R_GEN_ID] as u16;
+        t.r[R_JOB] = job_of(t, rec)?;
+        t.r[R_FREE] = 0;
+        let key = kept_key(t.r[R_JOB_ID] as u8, t.r[R_BLOCK_ID] as u32);
+        let value = kept_value(gen, rec);
+        match t.hash_insert(&kept, &key, value) {
+            Ok(Inserted::New) => {}
+            Ok(Inserted::Existing(old)) if gen_newer(parse_kept_value(old).0, gen) => {
+                // A newer generation finished first (hosts ran ahead): send, do not keep.
+                t.r[R_FREE] = rec;
+            }
+            Ok(Inserted::Existing(_)) => {
+                if let Some(old) = t.hash_update(&kept, &key, value)? {
+                    t.r[R_FREE] = parse_kept_value(old).1;
+                }
+            }
+            Err(HashError::Full { .. }) => t.r[R_FREE] = rec,
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Goto(release_block))
+    });
+
+    // finish_block, step 2: the block is no longer active: its record becomes a finished
+    // marker (or goes, if its Result is not kept); build and send its Result.
+    let active = tables.active.clone();
+    p.instr(release_block, move |t| {
+        let rec = t.r[R_BLK];
+        let key = block_key(
+            t.r[R_JOB_ID] as u8,
+            t.r[R_BLOCK_ID] as u32,
+            t.r[R_GEN_ID] as u16,
+        );
+        if t.r[R_FREE] == rec {
+            t.hash_delete(&active, &key)?;
+        } else {
+            t.hash_update(&active, &key, rec | FINISHED)?;
+        }
+        t.r[R_DEST] = DEST_JOB;
+        Ok(Call(build_result, free_replaced))
+    });
+
+    // finish_block, step 3: free the slot of the Result this one replaced (and its
+    // finished marker), or this block's own slot if its Result is not kept.
+    let active = tables.active.clone();
+    p.instr(free_replaced, move |t| {
+        let old = t.r[R_FREE];
+        if old != 0 && old != t.r[R_BLK] {
+            let key = t.read_u64(old + BLOCK_KEY_WORD)?;
+            let (block, gen) = ((key >> 16) as u32, key as u16);
+            t.hash_delete(&active, &block_key(t.r[R_JOB_ID] as u8, block, gen))?;
+        }
+        if old != 0 {
+            free_slot(t, t.r[R_JOB], old)?;
+        }
+        Ok(Return)
+    });
+
+    // 7. build_result: the Result's headers, from the block and job records.
+    p.instr(result_headers, move |t| {
+        let rec = t.r[R_BLK];
+        t.mem_read(rec, LM_BLOCK_REC, LINE_BYTES)?;
+        let b = BlockCtx::new_checked(t.lm_bytes(LM_BLOCK_REC, LINE_BYTES)?)?;
+        let (job, buf, grad_cnt, rcvd_cnt) = (
+            addr_of(b.job_ctx_paddr()),
+            addr_of(b.aggr_paddr()),
+            b.grad_cnt(),
+            b.rcvd_cnt(),
+        );
+        let key = t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, 6)?;
+        let block = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
+        let gen = u16::from_be_bytes([key[4], key[5]]);
+        t.mem_read(job, LM_JOB_REC, LINE_BYTES)?;
+        let j = JobCtx::new_checked(t.lm_bytes(LM_JOB_REC, LINE_BYTES)?)?;
+        let (out_src, out_dst, out_nh, src_cnt) = (
+            j.out_src_addr(),
+            j.out_dst_addr(),
+            j.out_nh_addr(),
+            j.src_cnt(),
+        );
+        let partial = rcvd_cnt < src_cnt;
+        let hdr = TrioMlHdrFields {
+            job_id: t.r[R_JOB_ID] as u8,
+            block_id: block,
+            age_op: u8::from(partial),
+            final_block: false,
+            degraded: partial,
+            src_id: out_src as u8,
+            src_cnt: rcvd_cnt,
+            gen_id: gen,
+            grad_cnt,
+        };
+        let out_dst = Ipv4Addr::from(out_dst);
+        let ep = Endpoints {
+            src_mac: local_mac,
+            dst_mac: if out_dst.is_multicast() {
+                multicast_mac(out_dst)
+            } else {
+                [0xFF; 6]
+            },
+            src_addr: Ipv4Addr::from(out_src),
+            dst_addr: out_dst,
+            src_port: udp_port,
+            dst_port: udp_port,
+        };
+        let grad_bytes = usize::from(grad_cnt) * GRAD_BYTES;
+        write_headers(
+            t.lm_bytes_mut(LM_RESULT_HDR, HEADERS_LEN)?,
+            &ep,
+            &hdr,
+            grad_bytes,
+        );
+        if t.r[R_DEST] == DEST_JOB {
+            t.r[R_DEST] = u64::from(out_nh);
+        }
+        t.r[R_GRAD_CNT] = u64::from(grad_cnt);
+        t.r[R_BUF] = buf;
+        t.r[R_CHUNK] = 0;
+        t.clear_tail();
+        Ok(Goto(result_tail))
+    });
+
+    // result_tail: one 256-byte chunk of sums per instruction: read from the buffer into
+    // local memory (64 bytes per read), append to the Result's tail.
+    p.instr(result_tail, move |t| {
+        let total = t.r[R_GRAD_CNT] as usize * GRAD_BYTES;
+        let start = t.r[R_CHUNK] as usize * RESULT_CHUNK_BYTES;
+        let len = (total - start).min(RESULT_CHUNK_BYTES);
+        let padded = len.next_multiple_of(8);
+        let from = t.r[R_BUF] + (start / 8) as u64;
+        let mut off = 0;
+        while off < padded {
+            let n = (padded - off).min(LINE_BYTES);
+            t.mem_read(from + (off / 8) as u64, LM_RESULT_DATA + off, n)?;
+            off += n;
+        }
+        t.write_tail(LM_RESULT_DATA, len)?;
+        t.r[R_CHUNK] += 1;
+        Ok(Goto(if start + len < total {
+            result_tail
+        } else {
+            emit_result
+        }))
+    });
+
+    // Send the Result: to the job's next hop (a port or a multicast group), or back to the
+    // port a retransmission came from.
+    p.instr(emit_result, move |t| {
+        t.emit(nh_dest(t.r[R_DEST] as u32), LM_RESULT_HDR, HEADERS_LEN)?;
+        Ok(Return)
+    });
+
+    // Timer threads (§5): age every block record of this launch's slice of the table by
+    // its REF flag, and list the blocks that aged out.
+    let active = tables.active.clone();
+    p.instr(scan_blocks, move |t| {
+        let Some(launch) = t.timer().copied() else {
+            return Ok(Done(Verdict::Consume));
+        };
+        let mut visited: Vec<([u8; 7], Addr, bool)> = Vec::new();
+        t.hash_scan(
+            &active,
+            launch.slice as usize,
+            launch.slices as usize,
+            |key, rec, referenced| {
+                // Finished markers are not aged: their blocks are done.
+                if let (Ok(key), false) = (key.try_into(), rec & FINISHED != 0) {
+                    visited.push((key, rec, referenced));
+                }
+                ScanAction::Keep
+            },
+        );
+        let mut aged = 0;
+        for (key, rec, referenced) in visited {
+            let w0 = t.read_u64(rec + BLOCK_W_AGE)?;
+            let (exp, age) = ((w0 >> BLOCK_EXP_SHIFT) as u8, (w0 >> BLOCK_AGE_SHIFT) as u8);
+            let new_age = if referenced { 0 } else { age.saturating_add(1) };
+            if new_age != age {
+                t.masked_write(
+                    rec + BLOCK_W_AGE,
+                    u64::from(new_age) << BLOCK_AGE_SHIFT,
+                    0xFF << BLOCK_AGE_SHIFT,
+                )?;
+            }
+            let idle_ns = u64::from(new_age) * scan_period_ns;
+            if !referenced && idle_ns >= u64::from(exp) * NS_PER_MS && aged < MAX_AGED_PER_SCAN {
+                let entry = LM_AGED + aged * AGED_ENTRY_BYTES;
+                let e = t.lm_bytes_mut(entry, AGED_ENTRY_BYTES)?;
+                e[..7].copy_from_slice(&key);
+                e[8..].copy_from_slice(&rec.to_be_bytes());
+                aged += 1;
+            }
+        }
+        t.r[R_AGED_N] = aged as u64;
+        t.r[R_AGED_I] = 0;
+        Ok(Goto(close_aged))
+    });
+
+    // Close one aged block: no adder may join it any more. If nobody is adding, this
+    // thread finishes it (a partial Result: age_op = 1, degraded); otherwise the last adder
+    // to leave does.
+    p.instr(close_aged, move |t| {
+        let i = t.r[R_AGED_I] as usize;
+        if i == t.r[R_AGED_N] as usize {
+            return Ok(Done(Verdict::Consume));
+        }
+        t.r[R_AGED_I] += 1;
+        let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
+        let (job, block, gen) = parse_block_key(&e[..7]).expect("a 7-byte key");
+        let rec = u64::from_be_bytes(e[8..16].try_into().expect("8 bytes"));
+        t.r[R_JOB_ID] = u64::from(job);
+        t.r[R_BLOCK_ID] = u64::from(block);
+        t.r[R_GEN_ID] = u64::from(gen);
+        t.r[R_BLK] = rec;
+        let old = t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
+        if old & GATE_CLOSED == 0 && old & GATE_IN_FLIGHT == 0 && take(t, rec)? {
+            return Ok(Call(finish_block, close_aged));
+        }
+        Ok(Goto(close_aged))
+    });
+
+    p.entry(Entry::Packet, parse);
+    p.entry(Entry::Timer(super::TIMER_ENTRY), scan_blocks);
+    p.build()
+        .expect("the Trio-ML program defines every label it declares")
+}

@@ -1,0 +1,615 @@
+//! Trio-ML on the wire and in memory: the packet header (Figure 8), the job and block
+//! records (Figures 17 and 18) as [`header!`](crate::header) views, and the packet builder
+//! and parser the hosts use.
+//!
+//! An aggregation packet (Figure 7) is Ethernet (14 bytes) + IPv4 without options (20) +
+//! UDP (8) + the Trio-ML header (12) + `grad_cnt` gradients, each a 32-bit two's-complement
+//! integer in network byte order. The gradients therefore start at byte [`GRADS_AT`] (54).
+//! A Result packet has the same format; its gradients are the sums.
+
+use std::net::Ipv4Addr;
+
+use crate::packet::Dest;
+use crate::wire::{Ether, Ipv4, Udp, WireError, ETHERTYPE_IPV4, IPPROTO_UDP};
+
+/// The UDP destination port of aggregation packets unless configured otherwise (the
+/// paper's example).
+pub const DEFAULT_UDP_PORT: u16 = 12000;
+/// Bytes of the Ethernet header.
+pub const ETHER_LEN: usize = 14;
+/// Bytes of the IPv4 header (no options).
+pub const IPV4_LEN: usize = 20;
+/// Bytes of the UDP header.
+pub const UDP_LEN: usize = 8;
+/// Bytes of the Trio-ML header.
+pub const TRIO_ML_HDR_LEN: usize = 12;
+/// Where the IPv4 header starts in the frame.
+pub const IPV4_AT: usize = ETHER_LEN;
+/// Where the UDP header starts in the frame.
+pub const UDP_AT: usize = IPV4_AT + IPV4_LEN;
+/// Where the Trio-ML header starts in the frame.
+pub const TRIO_ML_HDR_AT: usize = UDP_AT + UDP_LEN;
+/// Where the gradients start in the frame (54).
+pub const GRADS_AT: usize = TRIO_ML_HDR_AT + TRIO_ML_HDR_LEN;
+/// Bytes per gradient.
+pub const GRAD_BYTES: usize = 4;
+/// Largest `grad_cnt` the 12-bit field holds.
+pub const MAX_GRAD_CNT: u16 = 4095;
+/// TTL of the Result packets the aggregator creates.
+pub const RESULT_TTL: u8 = 64;
+
+crate::header! {
+    /// The Trio-ML header, `trio_ml_hdr_t` of Figure 8 (12 bytes).
+    pub struct TrioMlHdr {
+        /// Aggregation job id.
+        job_id: 8,
+        /// Aggregation block id.
+        block_id: 32,
+        /// Non-zero when the block aged out (a straggler was given up on).
+        age_op: 4,
+        /// The block is the final block.
+        r#final: 1,
+        /// The aggregation is partial (not every source contributed).
+        degraded: 1,
+        _: 2,
+        /// Source id of the packet.
+        src_id: 8,
+        /// Number of sources contributing (in a Result).
+        src_cnt: 8,
+        /// Generation id: which use of the block id this is.
+        gen_id: 16,
+        _: 4,
+        /// Number of gradients that follow.
+        grad_cnt: 12,
+    }
+}
+
+crate::header! {
+    /// The job record, `trio_ml_job_ctx_t` of Figure 17 (58 bytes).
+    pub struct JobCtx {
+        /// Slots in use: active blocks plus kept results.
+        block_curr_cnt: 16,
+        /// Most slots in use at once.
+        block_cnt_max: 12,
+        /// Most gradients per block.
+        block_grad_max: 12,
+        /// Block timeout, in milliseconds.
+        block_exp: 8,
+        /// Blocks created so far (wraps).
+        block_total_cnt: 32,
+        /// Result packets' IPv4 source address.
+        out_src_addr: 32,
+        /// Result packets' IPv4 destination address.
+        out_dst_addr: 32,
+        /// Where Result packets go: see [`nh_addr`].
+        out_nh_addr: 32,
+        _: 24,
+        /// Number of sources in the job.
+        src_cnt: 8,
+        /// Sources 0..64 (source `s` is bit `s`).
+        src_mask_0: 64,
+        /// Sources 64..128.
+        src_mask_1: 64,
+        /// Sources 128..192.
+        src_mask_2: 64,
+        /// Sources 192..256.
+        src_mask_3: 64,
+    }
+}
+
+crate::header! {
+    /// The block record, `trio_ml_block_ctx_t` of Figure 18 (58 bytes).
+    pub struct BlockCtx {
+        /// Block timeout, in milliseconds (copied from the job).
+        block_exp: 8,
+        /// Timer scans since a packet last referenced the block.
+        block_age: 8,
+        /// When the block was created, in nanoseconds of the engine clock.
+        block_start_time: 64,
+        /// The job record, as a 32-bit line address (see the `trio_ml` module docs).
+        job_ctx_paddr: 32,
+        /// The aggregation buffer, as a 32-bit line address.
+        aggr_paddr: 32,
+        _: 20,
+        /// Gradients in the block.
+        grad_cnt: 12,
+        _: 24,
+        /// Sources whose gradients were added.
+        rcvd_cnt: 8,
+        /// Sources 0..64 received (source `s` is bit `s`).
+        rcvd_mask_0: 64,
+        /// Sources 64..128 received.
+        rcvd_mask_1: 64,
+        /// Sources 128..192 received.
+        rcvd_mask_2: 64,
+        /// Sources 192..256 received.
+        rcvd_mask_3: 64,
+    }
+}
+
+/// Bit offset of the first source mask (`src_mask_0`, `rcvd_mask_0`) in both records.
+pub const SOURCE_MASKS_AT_BIT: usize = 208;
+
+/// Where source `src_id`'s bit lies in a job's `src_mask_*` or a block's `rcvd_mask_*`
+/// (both masks start at bit [`SOURCE_MASKS_AT_BIT`]): `(word, bit)`, the index of the
+/// 8-byte word of the record and the bit in that word (`1 << bit`), the word read as
+/// `u64::from_be_bytes` (as shared memory maps bytes to words).
+///
+/// Source `s` is bit `s % 64` (value `1 << (s % 64)`) of mask field `s / 64`. The masks
+/// are not word aligned (they start at byte 26), but each bit lies in one word.
+pub const fn source_bit(src_id: u8) -> (usize, u32) {
+    let s = src_id as usize;
+    let field = SOURCE_MASKS_AT_BIT + 64 * (s / 64);
+    // The field's value bit b (b = 0 least significant) is its (63 - b)-th bit in network
+    // order.
+    let record_bit = field + 63 - s % 64;
+    (record_bit / 64, 63 - (record_bit % 64) as u32)
+}
+
+/// Bit 31 of `out_nh_addr`: the low 16 bits are a multicast group, not a port.
+pub const NH_GROUP: u32 = 1 << 31;
+
+/// `out_nh_addr` for a destination: a port is its number; a multicast group is its number
+/// with bit 31 ([`NH_GROUP`]) set. (In Trio the field points at an egress forwarding
+/// chain; here the chain is the engine's port or multicast group.)
+pub const fn nh_addr(dest: Dest) -> u32 {
+    match dest {
+        Dest::Port(p) => p as u32,
+        Dest::Group(g) => NH_GROUP | g as u32,
+    }
+}
+
+/// The destination an `out_nh_addr` stands for (see [`nh_addr`]).
+pub const fn nh_dest(nh_addr: u32) -> Dest {
+    if nh_addr & NH_GROUP != 0 {
+        Dest::Group(nh_addr as u16)
+    } else {
+        Dest::Port(nh_addr as u16)
+    }
+}
+
+/// The Trio-ML header's fields as plain values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TrioMlHdrFields {
+    /// Aggregation job id.
+    pub job_id: u8,
+    /// Aggregation block id.
+    pub block_id: u32,
+    /// Non-zero when the block aged out (4 bits).
+    pub age_op: u8,
+    /// The header's `final` bit.
+    pub final_block: bool,
+    /// The aggregation is partial.
+    pub degraded: bool,
+    /// Source id.
+    pub src_id: u8,
+    /// Number of contributing sources.
+    pub src_cnt: u8,
+    /// Generation id.
+    pub gen_id: u16,
+    /// Number of gradients (12 bits).
+    pub grad_cnt: u16,
+}
+
+impl TrioMlHdrFields {
+    /// The fields of a header view.
+    pub fn read<T: AsRef<[u8]>>(h: &TrioMlHdr<T>) -> Self {
+        TrioMlHdrFields {
+            job_id: h.job_id(),
+            block_id: h.block_id(),
+            age_op: h.age_op(),
+            final_block: h.r#final(),
+            degraded: h.degraded(),
+            src_id: h.src_id(),
+            src_cnt: h.src_cnt(),
+            gen_id: h.gen_id(),
+            grad_cnt: h.grad_cnt(),
+        }
+    }
+
+    /// Writes every field (padding bits are zeroed).
+    pub fn write<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut TrioMlHdr<T>) {
+        h.as_bytes_mut().fill(0);
+        h.set_job_id(self.job_id);
+        h.set_block_id(self.block_id);
+        h.set_age_op(self.age_op);
+        h.set_final(self.final_block);
+        h.set_degraded(self.degraded);
+        h.set_src_id(self.src_id);
+        h.set_src_cnt(self.src_cnt);
+        h.set_gen_id(self.gen_id);
+        h.set_grad_cnt(self.grad_cnt);
+    }
+}
+
+/// The addresses and ports of an aggregation or Result packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoints {
+    /// Ethernet source address.
+    pub src_mac: [u8; 6],
+    /// Ethernet destination address.
+    pub dst_mac: [u8; 6],
+    /// IPv4 source address.
+    pub src_addr: Ipv4Addr,
+    /// IPv4 destination address.
+    pub dst_addr: Ipv4Addr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+}
+
+/// What [`agg_packet`] builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AggPacket<'a> {
+    /// Addresses and ports.
+    pub endpoints: Endpoints,
+    /// The Trio-ML header, written as given (`grad_cnt` is not derived from `gradients`, so
+    /// a test can build an inconsistent packet).
+    pub hdr: TrioMlHdrFields,
+    /// The gradients.
+    pub gradients: &'a [i32],
+}
+
+/// Bytes of all headers before the gradients (54).
+pub const HEADERS_LEN: usize = GRADS_AT;
+
+/// Writes the Ethernet, IPv4, UDP and Trio-ML headers of a packet carrying `grad_bytes`
+/// bytes of gradients into the first [`HEADERS_LEN`] bytes of `buf`: IPv4 with a valid
+/// header checksum, TTL [`RESULT_TTL`], no options; UDP length set, checksum 0 (none).
+///
+/// # Panics
+/// If `buf` is shorter than [`HEADERS_LEN`].
+pub fn write_headers(buf: &mut [u8], ep: &Endpoints, hdr: &TrioMlHdrFields, grad_bytes: usize) {
+    let buf = &mut buf[..HEADERS_LEN];
+    buf.fill(0);
+    let mut eth = Ether::new_unchecked(&mut buf[..ETHER_LEN]);
+    eth.set_dmac(mac_u64(ep.dst_mac));
+    eth.set_smac(mac_u64(ep.src_mac));
+    eth.set_etype(ETHERTYPE_IPV4);
+    let udp_len = UDP_LEN + TRIO_ML_HDR_LEN + grad_bytes;
+    let mut ip = Ipv4::new_unchecked(&mut buf[IPV4_AT..UDP_AT]);
+    ip.set_ver(4);
+    ip.set_ihl(5);
+    ip.set_total_len((IPV4_LEN + udp_len) as u16);
+    ip.set_ttl(RESULT_TTL);
+    ip.set_proto(IPPROTO_UDP);
+    ip.set_src_addr(ep.src_addr);
+    ip.set_dst_addr(ep.dst_addr);
+    ip.fill_checksum();
+    let mut udp = Udp::new_unchecked(&mut buf[UDP_AT..TRIO_ML_HDR_AT]);
+    udp.set_src_port(ep.src_port);
+    udp.set_dst_port(ep.dst_port);
+    udp.set_len(udp_len as u16);
+    hdr.write(&mut TrioMlHdr::new_unchecked(
+        &mut buf[TRIO_ML_HDR_AT..GRADS_AT],
+    ));
+}
+
+/// Builds an aggregation (or Result) frame: headers as [`write_headers`], then the
+/// gradients in network byte order.
+pub fn agg_packet(p: &AggPacket<'_>) -> Vec<u8> {
+    let grad_bytes = p.gradients.len() * GRAD_BYTES;
+    let mut f = vec![0u8; HEADERS_LEN + grad_bytes];
+    write_headers(&mut f, &p.endpoints, &p.hdr, grad_bytes);
+    for (dst, g) in f[GRADS_AT..].chunks_exact_mut(GRAD_BYTES).zip(p.gradients) {
+        dst.copy_from_slice(&g.to_be_bytes());
+    }
+    f
+}
+
+/// Parses a Trio-ML frame (an aggregation packet or a Result): its Trio-ML header and its
+/// gradient bytes (network order; see [`gradients`]). Checks that it is Ethernet + IPv4
+/// without options + UDP, that the IPv4 and UDP lengths agree with each other and fit the
+/// frame (trailing Ethernet padding is ignored), and that the UDP payload is the header plus
+/// exactly `grad_cnt` gradients.
+pub fn parse(frame: &[u8]) -> Result<(TrioMlHdrFields, &[u8]), WireError> {
+    let malformed = |reason| WireError::Malformed {
+        header: "TrioMl",
+        reason,
+    };
+    let eth = Ether::new_checked(frame)?;
+    if eth.etype() != ETHERTYPE_IPV4 {
+        return Err(malformed("not IPv4"));
+    }
+    let ip = Ipv4::new_checked_full(&frame[IPV4_AT..])?;
+    if ip.ihl() != 5 {
+        return Err(malformed("IPv4 options"));
+    }
+    if ip.proto() != IPPROTO_UDP {
+        return Err(malformed("not UDP"));
+    }
+    let udp = Udp::new_checked(&frame[UDP_AT..])?;
+    let udp_len = usize::from(udp.len());
+    if usize::from(ip.total_len()) != IPV4_LEN + udp_len {
+        return Err(malformed("IPv4 total length disagrees with the UDP length"));
+    }
+    if UDP_AT + udp_len > frame.len() {
+        return Err(WireError::Truncated {
+            header: "TrioMl",
+            need: UDP_AT + udp_len,
+            have: frame.len(),
+        });
+    }
+    let datagram = &frame[TRIO_ML_HDR_AT..UDP_AT + udp_len];
+    let fields = TrioMlHdrFields::read(&TrioMlHdr::new_checked(datagram)?);
+    let grads = &datagram[TRIO_ML_HDR_LEN..];
+    if grads.len() != usize::from(fields.grad_cnt) * GRAD_BYTES {
+        return Err(malformed("payload length is not grad_cnt gradients"));
+    }
+    Ok((fields, grads))
+}
+
+/// Decodes gradient bytes (network order) into integers.
+pub fn gradients(bytes: &[u8]) -> Vec<i32> {
+    bytes
+        .chunks_exact(GRAD_BYTES)
+        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// The Ethernet address IPv4 multicast group `addr` maps to (RFC 1112: `01:00:5e` and
+/// the low 23 bits of the group).
+pub fn multicast_mac(addr: Ipv4Addr) -> [u8; 6] {
+    let o = addr.octets();
+    [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]
+}
+
+/// A MAC address as the 48-bit integer [`Ether`] reads and writes.
+pub fn mac_u64(mac: [u8; 6]) -> u64 {
+    mac.iter().fold(0, |acc, &b| acc << 8 | u64::from(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trio_ml_hdr_layout_is_figure_8() {
+        assert_eq!(TrioMlHdr::<&[u8]>::LEN, TRIO_ML_HDR_LEN);
+        let f = TrioMlHdrFields {
+            job_id: 0x12,
+            block_id: 0x3456_789A,
+            age_op: 0xB,
+            final_block: true,
+            degraded: true,
+            src_id: 0xCD,
+            src_cnt: 0x05,
+            gen_id: 0xBEEF,
+            grad_cnt: 0xABC,
+        };
+        let mut buf = [0xFFu8; 12];
+        f.write(&mut TrioMlHdr::new_checked(&mut buf[..]).unwrap());
+        // byte 5: age_op 1011 | final 1 | degraded 1 | pad 00 = 0xBC;
+        // bytes 10-11: pad 0000 | grad_cnt 1010 1011 1100.
+        assert_eq!(
+            buf,
+            [0x12, 0x34, 0x56, 0x78, 0x9A, 0xBC, 0xCD, 0x05, 0xBE, 0xEF, 0x0A, 0xBC]
+        );
+        let back = TrioMlHdrFields::read(&TrioMlHdr::new_checked(&buf[..]).unwrap());
+        assert_eq!(back, f);
+    }
+
+    /// Every field of the job record set to a distinct value; the bytes written by hand.
+    #[test]
+    fn job_ctx_layout_is_figure_17() {
+        assert_eq!(JobCtx::<&[u8]>::LEN, 58);
+        let mut buf = [0u8; 64];
+        let mut j = JobCtx::new_checked(&mut buf[..]).unwrap();
+        j.set_block_curr_cnt(0x1234);
+        j.set_block_cnt_max(0xABC);
+        j.set_block_grad_max(0xDEF);
+        j.set_block_exp(0x5A);
+        j.set_block_total_cnt(0x89AB_CDEF);
+        j.set_out_src_addr(0x0A01_0203);
+        j.set_out_dst_addr(0xEF01_0203);
+        j.set_out_nh_addr(0x8000_0007);
+        j.set_src_cnt(0x07);
+        j.set_src_mask_0(0x0102_0304_0506_0708);
+        j.set_src_mask_1(0x1112_1314_1516_1718);
+        j.set_src_mask_2(0x2122_2324_2526_2728);
+        j.set_src_mask_3(0x3132_3334_3536_3738);
+        #[rustfmt::skip]
+        let expect: [u8; 64] = [
+            0x12, 0x34,                         // block_curr_cnt
+            0xAB, 0xCD, 0xEF,                   // block_cnt_max, block_grad_max (12 + 12)
+            0x5A,                               // block_exp
+            0x89, 0xAB, 0xCD, 0xEF,             // block_total_cnt
+            0x0A, 0x01, 0x02, 0x03,             // out_src_addr
+            0xEF, 0x01, 0x02, 0x03,             // out_dst_addr
+            0x80, 0x00, 0x00, 0x07,             // out_nh_addr
+            0x00, 0x00, 0x00,                   // 24 unused bits
+            0x07,                               // src_cnt
+            0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
+            0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18,
+            0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28,
+            0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38,
+            0, 0, 0, 0, 0, 0,                   // the rest of the 64-byte line
+        ];
+        assert_eq!(buf, expect);
+        // Word view (as shared memory stores the line): block_curr_cnt is the top 16 bits
+        // of word 0; block_total_cnt straddles words 0 (low 16 bits) and 1 (top 16 bits).
+        let w = |i: usize| u64::from_be_bytes(buf[8 * i..8 * i + 8].try_into().unwrap());
+        assert_eq!(w(0) >> 48, 0x1234);
+        assert_eq!(w(0) & 0xFFFF, 0x89AB);
+        assert_eq!(w(1) >> 48, 0xCDEF);
+        assert_eq!((w(3) >> 48) & 0xFF, 0x07, "src_cnt is byte 25 = word 3");
+    }
+
+    /// Every field of the block record set to a distinct value; the bytes written by hand.
+    #[test]
+    fn block_ctx_layout_is_figure_18() {
+        assert_eq!(BlockCtx::<&[u8]>::LEN, 58);
+        let mut buf = [0u8; 64];
+        let mut b = BlockCtx::new_checked(&mut buf[..]).unwrap();
+        b.set_block_exp(0x0A);
+        b.set_block_age(0x0B);
+        b.set_block_start_time(0x1122_3344_5566_7788);
+        b.set_job_ctx_paddr(0x99AA_BBCC);
+        b.set_aggr_paddr(0xDDEE_FF01);
+        b.set_grad_cnt(0x123);
+        b.set_rcvd_cnt(0x42);
+        b.set_rcvd_mask_0(0x0102_0304_0506_0708);
+        b.set_rcvd_mask_1(0x1112_1314_1516_1718);
+        b.set_rcvd_mask_2(0x2122_2324_2526_2728);
+        b.set_rcvd_mask_3(0x3132_3334_3536_3738);
+        #[rustfmt::skip]
+        let expect: [u8; 64] = [
+            0x0A,                                           // block_exp
+            0x0B,                                           // block_age
+            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, // block_start_time
+            0x99, 0xAA, 0xBB, 0xCC,                         // job_ctx_paddr
+            0xDD, 0xEE, 0xFF, 0x01,                         // aggr_paddr
+            0x00, 0x00, 0x01, 0x23,                         // 20 unused bits, grad_cnt
+            0x00, 0x00, 0x00,                               // 24 unused bits
+            0x42,                                           // rcvd_cnt
+            0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
+            0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18,
+            0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28,
+            0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38,
+            0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(buf, expect);
+        let w = |i: usize| u64::from_be_bytes(buf[8 * i..8 * i + 8].try_into().unwrap());
+        // block_start_time straddles words 0 and 1; aggr_paddr words 1 and 2.
+        assert_eq!(w(0) & 0xFFFF_FFFF_FFFF, 0x1122_3344_5566);
+        assert_eq!(w(1) >> 48, 0x7788);
+        assert_eq!(w(1) & 0xFFFF, 0xDDEE);
+        assert_eq!(w(2) >> 48, 0xFF01);
+        // rcvd_cnt is byte 25: bits 16..24 of word 3's high 32-bit lane.
+        assert_eq!((w(3) >> 32) as u32 >> 16 & 0xFF, 0x42);
+        assert_eq!(
+            (w(2) >> 16) & 0xFFF,
+            0x123,
+            "grad_cnt: bits 16..28 of word 2"
+        );
+    }
+
+    #[test]
+    fn source_bits_land_in_the_right_word() {
+        let mut buf = [0u8; 64];
+        for s in [
+            0u8, 1, 15, 16, 47, 48, 62, 63, 64, 100, 127, 128, 191, 192, 254, 255,
+        ] {
+            buf.fill(0);
+            let mut b = BlockCtx::new_checked(&mut buf[..]).unwrap();
+            let v = 1u64 << (s % 64);
+            match s / 64 {
+                0 => b.set_rcvd_mask_0(v),
+                1 => b.set_rcvd_mask_1(v),
+                2 => b.set_rcvd_mask_2(v),
+                _ => b.set_rcvd_mask_3(v),
+            }
+            let (word, bit) = source_bit(s);
+            for i in 0..8 {
+                let w = u64::from_be_bytes(buf[8 * i..8 * i + 8].try_into().unwrap());
+                let want = if i == word { 1u64 << bit } else { 0 };
+                assert_eq!(w, want, "source {s}, word {i}");
+            }
+        }
+        assert_eq!(source_bit(0), (4, 48));
+        assert_eq!(source_bit(63), (3, 47));
+        assert_eq!(source_bit(255), (6, 47));
+    }
+
+    #[test]
+    fn next_hop_encoding() {
+        assert_eq!(nh_addr(Dest::Port(7)), 7);
+        assert_eq!(nh_addr(Dest::Group(3)), 0x8000_0003);
+        for d in [
+            Dest::Port(0),
+            Dest::Port(65535),
+            Dest::Group(0),
+            Dest::Group(9),
+        ] {
+            assert_eq!(nh_dest(nh_addr(d)), d);
+        }
+    }
+
+    fn endpoints() -> Endpoints {
+        Endpoints {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_addr: Ipv4Addr::new(10, 0, 0, 1),
+            dst_addr: Ipv4Addr::new(10, 0, 0, 254),
+            src_port: 40000,
+            dst_port: DEFAULT_UDP_PORT,
+        }
+    }
+
+    #[test]
+    fn build_and_parse_round_trip() {
+        let grads = [1, -1, i32::MAX, i32::MIN, 0x0102_0304];
+        let hdr = TrioMlHdrFields {
+            job_id: 3,
+            block_id: 77,
+            src_id: 2,
+            gen_id: 9,
+            grad_cnt: grads.len() as u16,
+            ..Default::default()
+        };
+        let f = agg_packet(&AggPacket {
+            endpoints: endpoints(),
+            hdr,
+            gradients: &grads,
+        });
+        assert_eq!(f.len(), 54 + 20);
+        assert_eq!(&f[12..14], &[0x08, 0x00]);
+        let ip = Ipv4::new_checked_full(&f[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!(ip.total_len(), 20 + 8 + 12 + 20);
+        assert_eq!(ip.ttl(), RESULT_TTL);
+        let udp = Udp::new_checked(&f[34..]).unwrap();
+        assert_eq!((udp.src_port(), udp.dst_port()), (40000, 12000));
+        assert_eq!(udp.len(), 8 + 12 + 20);
+        assert_eq!(udp.checksum(), 0);
+        assert_eq!(&f[54..58], &[0, 0, 0, 1]);
+        assert_eq!(&f[58..62], &[0xFF, 0xFF, 0xFF, 0xFF]);
+        let (h, g) = parse(&f).unwrap();
+        assert_eq!(h, hdr);
+        assert_eq!(gradients(g), grads);
+        // Ethernet padding after the datagram is ignored.
+        let mut padded = f.clone();
+        padded.extend_from_slice(&[0; 6]);
+        assert_eq!(parse(&padded).unwrap().0, hdr);
+    }
+
+    #[test]
+    fn parse_refuses_inconsistent_frames() {
+        let grads = [5; 3];
+        let mut hdr = TrioMlHdrFields {
+            grad_cnt: 3,
+            ..Default::default()
+        };
+        let ok = agg_packet(&AggPacket {
+            endpoints: endpoints(),
+            hdr,
+            gradients: &grads,
+        });
+        assert!(parse(&ok).is_ok());
+        hdr.grad_cnt = 4;
+        let bad = agg_packet(&AggPacket {
+            endpoints: endpoints(),
+            hdr,
+            gradients: &grads,
+        });
+        assert!(matches!(parse(&bad), Err(WireError::Malformed { .. })));
+        assert!(matches!(
+            parse(&ok[..ok.len() - 1]),
+            Err(WireError::Truncated { .. })
+        ));
+        let mut not_udp = ok.clone();
+        not_udp[23] = 6;
+        assert!(parse(&not_udp).is_err());
+        assert!(parse(&ok[..20]).is_err());
+    }
+
+    #[test]
+    fn multicast_mac_mapping() {
+        assert_eq!(
+            multicast_mac(Ipv4Addr::new(239, 129, 2, 3)),
+            [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]
+        );
+        assert_eq!(mac_u64([1, 2, 3, 4, 5, 6]), 0x0102_0304_0506);
+    }
+}

@@ -1,0 +1,1117 @@
+//! Trio-ML (paper §4-5) end to end, asserting exact sums, headers, bytes and counts: through
+//! the single-thread harness (aggregation, refusals, loss recovery, the timer scan), through
+//! concurrent harnesses racing the timer scan against adders, and through a PFE with 256
+//! PPE threads.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::Rng;
+use pfemu::microcode::trio_ml::wire::{self, AggPacket, Endpoints, JobCtx, TrioMlHdrFields};
+use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TrioMlError, TIMER_ENTRY};
+use pfemu::prelude::*;
+use pfemu::program::{Harness, HarnessOutcome};
+use pfemu::timer::Launch;
+use pfemu::wire::Ipv4;
+
+const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
+const OUT_SRC: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 77);
+const GROUP_ADDR: Ipv4Addr = Ipv4Addr::new(239, 1, 2, 3);
+const MS: u64 = 1_000_000;
+
+fn config() -> TrioMlConfig {
+    TrioMlConfig {
+        local_addr: LOCAL,
+        ..TrioMlConfig::default()
+    }
+}
+
+fn job(id: u8, sources: &[u8]) -> JobConfig {
+    JobConfig {
+        job_id: id,
+        sources: sources.to_vec(),
+        out_src_addr: OUT_SRC,
+        out_dst_addr: GROUP_ADDR,
+        out_dest: Dest::Group(u16::from(id)),
+        ..JobConfig::default()
+    }
+}
+
+/// Source `src`'s aggregation packet for a block.
+fn packet(job: u8, block: u32, gen: u16, src: u8, grads: &[i32]) -> Vec<u8> {
+    packet_to(
+        LOCAL,
+        12000,
+        job,
+        block,
+        gen,
+        src,
+        grads.len() as u16,
+        grads,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn packet_to(
+    dst: Ipv4Addr,
+    port: u16,
+    job: u8,
+    block: u32,
+    gen: u16,
+    src: u8,
+    grad_cnt: u16,
+    grads: &[i32],
+) -> Vec<u8> {
+    wire::agg_packet(&AggPacket {
+        endpoints: Endpoints {
+            src_mac: [2, 0, 0, 0, 1, src],
+            dst_mac: config().local_mac,
+            src_addr: Ipv4Addr::new(10, 0, 1, src),
+            dst_addr: dst,
+            src_port: 40000 + u16::from(src),
+            dst_port: port,
+        },
+        hdr: TrioMlHdrFields {
+            job_id: job,
+            block_id: block,
+            gen_id: gen,
+            src_id: src,
+            grad_cnt,
+            ..Default::default()
+        },
+        gradients: grads,
+    })
+}
+
+/// The Result the aggregator must send for a block: every byte.
+fn expected_result(
+    job: u8,
+    block: u32,
+    gen: u16,
+    src_cnt: u8,
+    degraded: bool,
+    sums: &[i32],
+) -> Vec<u8> {
+    wire::agg_packet(&AggPacket {
+        endpoints: Endpoints {
+            src_mac: config().local_mac,
+            dst_mac: wire::multicast_mac(GROUP_ADDR),
+            src_addr: OUT_SRC,
+            dst_addr: GROUP_ADDR,
+            src_port: 12000,
+            dst_port: 12000,
+        },
+        hdr: TrioMlHdrFields {
+            job_id: job,
+            block_id: block,
+            age_op: u8::from(degraded),
+            final_block: false,
+            degraded,
+            src_id: 77,
+            src_cnt,
+            gen_id: gen,
+            grad_cnt: sums.len() as u16,
+        },
+        gradients: sums,
+    })
+}
+
+fn sum(vectors: &[&[i32]]) -> Vec<i32> {
+    let mut s = vec![0i32; vectors[0].len()];
+    for v in vectors {
+        for (a, b) in s.iter_mut().zip(v.iter()) {
+            *a = a.wrapping_add(*b);
+        }
+    }
+    s
+}
+
+fn random_grads(rng: &mut Rng, n: usize) -> Vec<i32> {
+    (0..n).map(|_| rng.next() as i32).collect()
+}
+
+struct Setup {
+    trio: TrioMl,
+    program: Program,
+    h: Harness,
+}
+
+impl Setup {
+    fn new(cfg: TrioMlConfig, jobs: &[JobConfig]) -> Setup {
+        let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+        let trio = TrioMl::install(&mem, cfg).unwrap();
+        for j in jobs {
+            trio.add_job(j).unwrap();
+        }
+        Setup {
+            program: trio.program(),
+            h: Harness::new(mem),
+            trio,
+        }
+    }
+
+    fn run(&mut self, port: Port, frame: &[u8]) -> HarnessOutcome {
+        self.h.run(&self.program, port, frame)
+    }
+
+    /// Runs a packet that must be dropped, and returns the reason's name.
+    fn dropped(&mut self, port: Port, frame: &[u8]) -> (&'static str, Vec<(Dest, Vec<u8>)>) {
+        let out = self.run(port, frame);
+        match out.result {
+            Ok(Verdict::Drop(r)) => (self.program.drop_reason_name(r), out.created),
+            other => panic!("expected a drop, got {other:?}"),
+        }
+    }
+
+    /// Runs a packet that must be aggregated, and returns the packets it created.
+    fn consumed(&mut self, port: Port, frame: &[u8]) -> Vec<(Dest, Vec<u8>)> {
+        let out = self.run(port, frame);
+        assert_eq!(out.result, Ok(Verdict::Consume));
+        out.created
+    }
+
+    /// One full scan period at time `now`: every slice's timer thread.
+    fn scan(&mut self, now: u64) -> Vec<(Dest, Vec<u8>)> {
+        self.h.set_now(now);
+        let slices = self.trio.config().timers;
+        let mut created = Vec::new();
+        for slice in 0..slices {
+            let out = self.h.run_timer(
+                &self.program,
+                Launch {
+                    timer: slice as usize,
+                    entry: TIMER_ENTRY,
+                    slice,
+                    slices,
+                    scheduled_ns: now,
+                    missed: 0,
+                },
+            );
+            assert_eq!(out.result, Ok(Verdict::Consume));
+            created.extend(out.created);
+        }
+        created
+    }
+}
+
+#[test]
+fn three_sources_one_block_result_after_the_third() {
+    let mut s = Setup::new(config(), &[job(1, &[0, 1, 2])]);
+    let mut rng = Rng(7);
+    let g: Vec<Vec<i32>> = (0..3).map(|_| random_grads(&mut rng, 100)).collect();
+
+    assert!(s.consumed(0, &packet(1, 7, 3, 0, &g[0])).is_empty());
+    assert!(s.consumed(1, &packet(1, 7, 3, 1, &g[1])).is_empty());
+    let active = s.trio.active_blocks().unwrap();
+    assert_eq!(active.len(), 1);
+    assert_eq!(
+        (active[0].block_id, active[0].gen_id, active[0].rcvd_cnt),
+        (7, 3, 2)
+    );
+    assert_eq!(active[0].received, [0, 1]);
+    assert_eq!(active[0].sums, sum(&[&g[0], &g[1]]));
+    assert!(!active[0].closed);
+
+    let created = s.consumed(2, &packet(1, 7, 3, 2, &g[2]));
+    let sums = sum(&[&g[0], &g[1], &g[2]]);
+    assert_eq!(created.len(), 1);
+    let (dest, result) = &created[0];
+    assert_eq!(*dest, Dest::Group(1));
+    assert_eq!(*result, expected_result(1, 7, 3, 3, false, &sums));
+    // The fields a host reads, spelled out.
+    let (hdr, grads) = wire::parse(result).unwrap();
+    assert_eq!(
+        (hdr.src_cnt, hdr.degraded, hdr.age_op, hdr.src_id),
+        (3, false, 0, 77)
+    );
+    assert_eq!(wire::gradients(grads), sums);
+    let ip = Ipv4::new_checked_full(&result[14..]).unwrap();
+    assert!(ip.verify_checksum());
+    assert_eq!((ip.src_addr(), ip.dst_addr()), (OUT_SRC, GROUP_ADDR));
+    assert_eq!(
+        &result[34..38],
+        &[0x2E, 0xE0, 0x2E, 0xE0],
+        "UDP 12000 -> 12000"
+    );
+
+    // The block is no longer active (its record is only a finished marker); its Result is
+    // kept.
+    assert!(s.trio.active_blocks().unwrap().is_empty());
+    assert_eq!((s.trio.active_records(), s.trio.kept_records()), (1, 1));
+    let kept = s.trio.kept_results().unwrap();
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].kept && kept[0].closed);
+    assert_eq!(kept[0].received, [0, 1, 2]);
+    assert_eq!(kept[0].sums, sums);
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!(
+        (st.block_curr_cnt, st.block_total_cnt, st.slots_in_use),
+        (1, 1, 1)
+    );
+    assert_eq!(st.sources, [0, 1, 2]);
+}
+
+#[test]
+fn gradients_in_the_head_the_tail_and_across_them_sum_exactly() {
+    let mut j = job(2, &[0, 1, 2]);
+    j.block_grad_max = 4095;
+    j.block_cnt_max = 64;
+    let mut s = Setup::new(config(), &[j]);
+    let mut rng = Rng(11);
+    // 34 gradients fit the 192-byte head whole; the 35th straddles head and tail.
+    let counts = [
+        1, 2, 15, 16, 17, 31, 32, 33, 34, 35, 36, 47, 48, 49, 100, 1024, 4095,
+    ];
+    for (block, &n) in counts.iter().enumerate() {
+        let mut g: Vec<Vec<i32>> = (0..3).map(|_| random_grads(&mut rng, n)).collect();
+        // Extremes, so wrapping is exercised too.
+        g[0][n - 1] = i32::MAX;
+        g[1][n - 1] = 1;
+        g[2][0] = i32::MIN;
+        let mut created = Vec::new();
+        for src in 0..3u8 {
+            created = s.consumed(
+                src.into(),
+                &packet(2, block as u32, 0, src, &g[usize::from(src)]),
+            );
+        }
+        assert_eq!(created.len(), 1, "{n} gradients");
+        let sums = sum(&[&g[0], &g[1], &g[2]]);
+        assert_eq!(
+            created[0].1,
+            expected_result(2, block as u32, 0, 3, false, &sums),
+            "{n} gradients"
+        );
+    }
+    assert_eq!(
+        s.trio.job_state(2).unwrap().block_total_cnt,
+        counts.len() as u32
+    );
+}
+
+#[test]
+fn a_repeated_source_is_never_added_twice_and_gets_the_kept_result() {
+    let mut s = Setup::new(config(), &[job(1, &[0, 1, 2])]);
+    let g = [vec![1, 2, 3], vec![10, 20, 30], vec![100, 200, 300]];
+    assert!(s.consumed(0, &packet(1, 4, 0, 0, &g[0])).is_empty());
+    assert_eq!(
+        s.dropped(0, &packet(1, 4, 0, 0, &g[0])),
+        ("duplicate", vec![])
+    );
+    assert!(s.consumed(1, &packet(1, 4, 0, 1, &g[1])).is_empty());
+    assert_eq!(
+        s.dropped(1, &packet(1, 4, 0, 1, &g[1])),
+        ("duplicate", vec![])
+    );
+    let created = s.consumed(2, &packet(1, 4, 0, 2, &g[2]));
+    let result = expected_result(1, 4, 0, 3, false, &[111, 222, 333]);
+    assert_eq!(created, [(Dest::Group(1), result.clone())]);
+
+    // A source that lost the Result asks again: it gets the same bytes on its own port.
+    assert_eq!(
+        s.dropped(5, &packet(1, 4, 0, 1, &g[1])),
+        ("retransmit_answered", vec![(Dest::Port(5), result)])
+    );
+    // Not a member of the job: no answer.
+    assert_eq!(
+        s.dropped(6, &packet(1, 4, 0, 9, &g[1])),
+        ("unknown_source", vec![])
+    );
+    assert_eq!(s.trio.kept_results().unwrap()[0].sums, [111, 222, 333]);
+}
+
+#[test]
+fn each_refusal_is_counted_under_its_reason() {
+    let mut j = job(1, &[0, 1, 2]);
+    j.block_grad_max = 64;
+    j.block_cnt_max = 2;
+    let mut s = Setup::new(config(), &[j]);
+    let g10 = vec![1; 10];
+
+    assert_eq!(s.dropped(0, &packet(9, 0, 0, 0, &g10)).0, "unknown_job");
+    assert_eq!(s.dropped(0, &packet(1, 0, 0, 7, &g10)).0, "unknown_source");
+    assert_eq!(
+        s.dropped(0, &packet(1, 0, 0, 0, &[1; 65])).0,
+        "block_grad_max"
+    );
+    assert_eq!(s.trio.job_state(1).unwrap().block_curr_cnt, 0);
+
+    // Two blocks take the job's two slots; a third is refused.
+    assert!(s.consumed(0, &packet(1, 0, 0, 0, &g10)).is_empty());
+    assert!(s.consumed(0, &packet(1, 1, 0, 0, &g10)).is_empty());
+    assert_eq!(s.dropped(0, &packet(1, 2, 0, 0, &g10)).0, "block_cnt_max");
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!(
+        (st.block_curr_cnt, st.slots_in_use, st.block_total_cnt),
+        (2, 2, 2)
+    );
+
+    // Hits are checked too.
+    assert_eq!(s.dropped(0, &packet(1, 0, 0, 7, &g10)).0, "unknown_source");
+    assert_eq!(
+        s.dropped(1, &packet(1, 0, 0, 1, &[1; 11])).0,
+        "grad_cnt_mismatch"
+    );
+
+    // Lengths: grad_cnt disagreeing with the payload, no gradients, a cut frame.
+    let bad = packet_to(LOCAL, 12000, 1, 0, 0, 1, 11, &g10);
+    assert_eq!(s.dropped(1, &bad).0, "bad_length");
+    assert_eq!(s.dropped(1, &packet(1, 0, 0, 1, &[])).0, "bad_length");
+    let good = packet(1, 0, 0, 1, &g10);
+    assert_eq!(s.dropped(1, &good[..good.len() - 2]).0, "bad_length");
+    assert_eq!(s.dropped(1, &good[..50]).0, "bad_length");
+
+    // None of it touched block 0: one source in, sums of it alone.
+    let active = s.trio.active_blocks().unwrap();
+    assert_eq!(active.len(), 2);
+    assert_eq!((active[0].rcvd_cnt, active[1].rcvd_cnt), (1, 1));
+    assert_eq!(active[0].sums, g10);
+}
+
+#[test]
+fn other_traffic_is_forwarded_by_route_or_dropped() {
+    let mut s = Setup::new(config(), &[job(1, &[0, 1])]);
+    let other = Ipv4Addr::new(10, 9, 9, 9);
+    let group_host = Ipv4Addr::new(10, 9, 9, 10);
+    let to_other = packet_to(other, 12000, 1, 0, 0, 0, 3, &[1, 2, 3]);
+    let wrong_port = packet_to(LOCAL, 12001, 1, 0, 0, 0, 3, &[1, 2, 3]);
+    assert_eq!(s.dropped(0, &to_other).0, "no_route");
+    assert_eq!(s.dropped(0, &wrong_port).0, "no_route");
+    let mut arp = vec![0u8; 60];
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    assert_eq!(s.dropped(0, &arp).0, "not_ipv4");
+
+    s.trio.add_route(other, Dest::Port(3)).unwrap();
+    s.trio.add_route(group_host, Dest::Group(4)).unwrap();
+    let out = s.run(0, &to_other);
+    assert_eq!(out.result, Ok(Verdict::Forward(3)));
+    assert_eq!(out.output.as_deref(), Some(&to_other[..]));
+    let to_group_host = packet_to(group_host, 5, 0, 0, 0, 0, 1, &[1]);
+    assert_eq!(s.run(0, &to_group_host).result, Ok(Verdict::Multicast(4)));
+    // A route replaced, then removed.
+    s.trio.add_route(other, Dest::Port(8)).unwrap();
+    assert_eq!(s.run(0, &to_other).result, Ok(Verdict::Forward(8)));
+    assert!(s.trio.remove_route(other).unwrap());
+    assert_eq!(s.dropped(0, &to_other).0, "no_route");
+    assert!(s.trio.active_blocks().unwrap().is_empty());
+}
+
+#[test]
+fn a_full_block_table_refuses_new_blocks() {
+    let cfg = TrioMlConfig {
+        hash_capacity: 2,
+        hash_shards: 2,
+        timers: 2,
+        ..config()
+    };
+    let mut s = Setup::new(cfg, &[job(1, &[0, 1])]);
+    assert!(s.consumed(0, &packet(1, 0, 0, 0, &[1])).is_empty());
+    assert!(s.consumed(0, &packet(1, 1, 0, 0, &[1])).is_empty());
+    assert_eq!(s.dropped(0, &packet(1, 2, 0, 0, &[1])).0, "table_full");
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!(
+        (st.block_curr_cnt, st.slots_in_use, st.block_total_cnt),
+        (2, 2, 2)
+    );
+    // A finished block keeps its record (the finished marker of its kept Result), so
+    // finishing block 0 makes no room; removing the job does.
+    assert_eq!(s.consumed(1, &packet(1, 0, 0, 1, &[2])).len(), 1);
+    assert_eq!(s.dropped(0, &packet(1, 2, 0, 0, &[1])).0, "table_full");
+    s.trio.remove_job(1).unwrap();
+    s.trio.add_job(&job(1, &[0, 1])).unwrap();
+    assert!(s.consumed(0, &packet(1, 2, 0, 0, &[1])).is_empty());
+}
+
+#[test]
+fn generations_keep_the_last_result_until_the_next_one_finishes() {
+    // Two block ids: two slots each (a kept Result while the next generation aggregates).
+    let mut j = job(3, &[0, 1]);
+    j.block_cnt_max = 4;
+    let mut s = Setup::new(config(), &[j]);
+    let gen0 = expected_result(3, 5, 0, 2, false, &[3, 30]);
+    let gen1 = expected_result(3, 5, 1, 2, false, &[5, 50]);
+
+    s.consumed(0, &packet(3, 5, 0, 0, &[1, 10]));
+    assert_eq!(
+        s.consumed(1, &packet(3, 5, 0, 1, &[2, 20])),
+        [(Dest::Group(3), gen0.clone())]
+    );
+    // Generation 1 starts in a second slot; generation 0's Result stays kept.
+    s.consumed(0, &packet(3, 5, 1, 0, &[2, 20]));
+    assert_eq!(s.trio.job_state(3).unwrap().block_curr_cnt, 2);
+    assert_eq!(s.trio.kept_result(3, 5).unwrap().unwrap().gen_id, 0);
+    // Source 1 lost generation 0's Result and asks again.
+    assert_eq!(
+        s.dropped(1, &packet(3, 5, 0, 1, &[2, 20])),
+        ("retransmit_answered", vec![(Dest::Port(1), gen0)])
+    );
+    assert_eq!(
+        s.consumed(1, &packet(3, 5, 1, 1, &[3, 30])),
+        [(Dest::Group(3), gen1.clone())]
+    );
+    // Generation 1 replaced generation 0, whose slot is free again.
+    let st = s.trio.job_state(3).unwrap();
+    assert_eq!(
+        (st.block_curr_cnt, st.slots_in_use, st.block_total_cnt),
+        (1, 1, 2)
+    );
+    assert_eq!(s.trio.kept_result(3, 5).unwrap().unwrap().gen_id, 1);
+    assert_eq!(s.trio.kept_records(), 1);
+    assert_eq!(s.dropped(0, &packet(3, 5, 0, 0, &[1, 10])).0, "stale_gen");
+    assert_eq!(
+        s.dropped(0, &packet(3, 5, 1, 0, &[2, 20])),
+        ("retransmit_answered", vec![(Dest::Port(0), gen1)])
+    );
+    // Generations wrap: 0 follows 0xFFFF.
+    s.consumed(0, &packet(3, 6, 0xFFFF, 0, &[1, 1]));
+    s.consumed(1, &packet(3, 6, 0xFFFF, 1, &[1, 1]));
+    s.consumed(0, &packet(3, 6, 0, 0, &[1, 1]));
+    assert_eq!(s.consumed(1, &packet(3, 6, 0, 1, &[1, 1])).len(), 1);
+    assert_eq!(s.trio.kept_result(3, 6).unwrap().unwrap().gen_id, 0);
+    assert_eq!(
+        s.dropped(0, &packet(3, 6, 0xFFFF, 0, &[1, 1])).0,
+        "stale_gen"
+    );
+}
+
+#[test]
+fn block_total_cnt_carries_across_its_two_words() {
+    let mut s = Setup::new(config(), &[job(1, &[0, 1])]);
+    let mem = s.trio.memory().clone();
+    let rec = s.trio.job_record_addr(1).unwrap();
+    let set_total = |total: u32| {
+        let mut line = [0u8; 64];
+        mem.read(rec, &mut line).unwrap();
+        JobCtx::new_checked(&mut line[..])
+            .unwrap()
+            .set_block_total_cnt(total);
+        mem.write(rec, &line).unwrap();
+    };
+    set_total(0xFFFF);
+    s.consumed(0, &packet(1, 0, 0, 0, &[1]));
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!((st.block_total_cnt, st.block_exp_ms), (0x1_0000, 10));
+    set_total(0xFFFF_FFFF);
+    s.consumed(0, &packet(1, 1, 0, 0, &[1]));
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!((st.block_total_cnt, st.block_exp_ms), (0, 10));
+    assert_eq!((st.block_curr_cnt, st.block_grad_max), (2, 1024));
+}
+
+#[test]
+fn an_aged_block_sends_one_partial_result_after_block_exp_not_before() {
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS,
+        timers: 4,
+        hash_shards: 16,
+        ..config()
+    };
+    // block_exp 10 ms, scans every 1 ms.
+    let mut s = Setup::new(cfg, &[job(1, &[0, 1, 2])]);
+    let g = [
+        vec![1, 2, 3, 4],
+        vec![10, 20, 30, 40],
+        vec![100, 200, 300, 400],
+    ];
+    s.consumed(0, &packet(1, 3, 0, 0, &g[0]));
+    s.consumed(1, &packet(1, 3, 0, 1, &g[1]));
+
+    // The first scan finds the block referenced (age 0); each later one ages it by one.
+    for k in 1..=10u64 {
+        assert!(s.scan(k * MS).is_empty(), "scan {k}");
+        assert_eq!(s.trio.active_blocks().unwrap()[0].block_age, (k - 1) as u8);
+    }
+    let partial = expected_result(1, 3, 0, 2, true, &[11, 22, 33, 44]);
+    assert_eq!(s.scan(11 * MS), [(Dest::Group(1), partial.clone())]);
+    let (hdr, _) = wire::parse(&partial).unwrap();
+    assert_eq!((hdr.degraded, hdr.age_op, hdr.src_cnt), (true, 1, 2));
+
+    assert!(s.trio.active_blocks().unwrap().is_empty());
+    let kept = s.trio.kept_results().unwrap();
+    assert_eq!((kept.len(), kept[0].rcvd_cnt), (1, 2));
+    // Kept Results are never aged.
+    for k in 12..=30u64 {
+        assert!(s.scan(k * MS).is_empty());
+    }
+    // The straggler comes late: dropped, and answered with the partial Result.
+    assert_eq!(
+        s.dropped(2, &packet(1, 3, 0, 2, &g[2])),
+        ("late", vec![(Dest::Port(2), partial.clone())])
+    );
+    assert_eq!(
+        s.dropped(0, &packet(1, 3, 0, 0, &g[0])),
+        ("retransmit_answered", vec![(Dest::Port(0), partial)])
+    );
+    assert_eq!(s.trio.kept_results().unwrap()[0].sums, [11, 22, 33, 44]);
+}
+
+#[test]
+fn a_referenced_block_starts_ageing_again() {
+    let cfg = TrioMlConfig {
+        timers: 2,
+        ..config()
+    };
+    let mut j = job(1, &[0, 1]);
+    j.block_exp_ms = 3;
+    let mut s = Setup::new(cfg, &[j]);
+    s.h.set_now(5);
+    s.consumed(0, &packet(1, 9, 0, 0, &[4]));
+    assert_eq!(s.trio.active_blocks().unwrap()[0].block_start_time, 5);
+    for k in 1..=3 {
+        assert!(s.scan(k * MS).is_empty());
+    }
+    // A repeat of source 0 is dropped but references the block.
+    assert_eq!(s.dropped(0, &packet(1, 9, 0, 0, &[4])).0, "duplicate");
+    // Without it the block would have aged at scan 4 (age 3, 3 ms).
+    for k in 4..=6 {
+        assert!(s.scan(k * MS).is_empty(), "scan {k}");
+    }
+    let out = s.scan(7 * MS);
+    assert_eq!(
+        out,
+        [(Dest::Group(1), expected_result(1, 9, 0, 1, true, &[4]))]
+    );
+}
+
+#[test]
+fn removing_a_job_discards_its_blocks() {
+    let mut s = Setup::new(config(), &[job(1, &[0, 1]), job(2, &[0, 1])]);
+    s.consumed(0, &packet(1, 0, 0, 0, &[1]));
+    s.consumed(0, &packet(1, 1, 0, 0, &[1]));
+    s.consumed(1, &packet(1, 1, 0, 1, &[1]));
+    s.consumed(0, &packet(2, 0, 0, 0, &[1]));
+    // Job 1: block 0 active, block 1 finished (kept, with its marker); job 2: block 0.
+    assert_eq!((s.trio.active_records(), s.trio.kept_records()), (3, 1));
+    s.trio.remove_job(1).unwrap();
+    assert_eq!((s.trio.active_records(), s.trio.kept_records()), (1, 0));
+    assert_eq!(s.trio.jobs(), [2]);
+    assert_eq!(s.trio.job_state(1), Err(TrioMlError::NoSuchJob(1)));
+    assert_eq!(s.dropped(0, &packet(1, 0, 0, 0, &[1])).0, "unknown_job");
+    assert_eq!(s.trio.remove_job(1), Err(TrioMlError::NoSuchJob(1)));
+    // The id can be used again, with a fresh record.
+    s.trio.add_job(&job(1, &[0, 1])).unwrap();
+    assert_eq!(s.trio.job_state(1).unwrap().block_curr_cnt, 0);
+    s.consumed(0, &packet(1, 0, 0, 0, &[1]));
+    assert_eq!(s.consumed(1, &packet(1, 0, 0, 1, &[2])).len(), 1);
+    // Job 2 was not disturbed.
+    assert_eq!(s.consumed(1, &packet(2, 0, 0, 1, &[2])).len(), 1);
+}
+
+#[test]
+fn configuration_is_validated() {
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let bad_timers = TrioMlConfig {
+        timers: 2048,
+        ..config()
+    };
+    match TrioMl::install(&mem, bad_timers) {
+        Err(TrioMlError::Config(e)) => assert_eq!(e.setting, "timers"),
+        other => panic!("{other:?}"),
+    }
+    let trio = TrioMl::install(&mem, config()).unwrap();
+    let refused = |j: JobConfig| match trio.add_job(&j) {
+        Err(TrioMlError::Config(e)) => e.setting,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(refused(job(1, &[])), "sources");
+    assert_eq!(refused(job(1, &[3, 3])), "sources");
+    let all: Vec<u8> = (0..=255).collect();
+    assert_eq!(refused(job(1, &all)), "sources");
+    let mut j = job(1, &[0]);
+    j.block_cnt_max = 0;
+    assert_eq!(refused(j.clone()), "block_cnt_max");
+    j.block_cnt_max = 4096;
+    assert_eq!(refused(j), "block_cnt_max");
+    let mut j = job(1, &[0]);
+    j.block_grad_max = 4096;
+    assert_eq!(refused(j), "block_grad_max");
+    let mut j = job(1, &[0]);
+    j.block_exp_ms = 0;
+    assert_eq!(refused(j), "block_exp_ms");
+    trio.add_job(&job(1, &(0..255).collect::<Vec<u8>>()))
+        .unwrap();
+    assert_eq!(trio.add_job(&job(1, &[0])), Err(TrioMlError::JobExists(1)));
+    assert_eq!(trio.job_state(1).unwrap().src_cnt, 255);
+    // A timeout the 8-bit block_age cannot count to at this scan period.
+    let fast = TrioMl::install(
+        &mem,
+        TrioMlConfig {
+            scan_period_ns: 100_000,
+            ..config()
+        },
+    )
+    .unwrap();
+    let mut j = job(2, &[0]);
+    j.block_exp_ms = 26;
+    assert!(matches!(fast.add_job(&j), Err(TrioMlError::Config(e)) if e.setting == "block_exp_ms"));
+    j.block_exp_ms = 25;
+    fast.add_job(&j).unwrap();
+    assert_eq!(trio.timer_specs().unwrap().len(), 100);
+}
+
+/// Packet threads and a timer thread race on the same blocks (harnesses on OS threads).
+/// Source `s` sends `1 << s` in every gradient, so a Result's sums name exactly the
+/// sources in it: every Result must have equal lanes (never read while a source was still
+/// adding), name `src_cnt` distinct sources that sent the block, and each aggregated
+/// packet must be in exactly one Result.
+#[test]
+fn partial_results_race_with_adders_and_stay_exact() {
+    const SOURCES: u8 = 8;
+    const BLOCKS: u32 = 300;
+    const GRADS: usize = 40;
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS,
+        timers: 8,
+        hash_shards: 64,
+        ..config()
+    };
+    let mut j = job(1, &(0..SOURCES).collect::<Vec<u8>>());
+    j.block_exp_ms = 1;
+    j.block_cnt_max = 512;
+    let s = Setup::new(cfg, &[j]);
+    let (trio, program) = (s.trio.clone(), s.program.clone());
+    let mem = trio.memory().clone();
+
+    // Each source sends every block except a few it straggles on, some twice.
+    let mut rng = Rng(99);
+    let mut sent = vec![0u32; BLOCKS as usize];
+    let mut work: Vec<Vec<(u8, Vec<u8>)>> = vec![Vec::new(); 4];
+    let mut total = 0u64;
+    for block in 0..BLOCKS {
+        for src in 0..SOURCES {
+            if rng.below(10) == 0 {
+                continue;
+            }
+            sent[block as usize] |= 1 << src;
+            let f = packet(1, block, 0, src, &[1 << src; GRADS]);
+            let copies = if rng.below(10) == 0 { 2 } else { 1 };
+            for _ in 0..copies {
+                work[usize::from(src) % 4].push((src, f.clone()));
+                total += 1;
+            }
+        }
+    }
+
+    let outputs = Mutex::new(Vec::new());
+    let reasons = Mutex::new(BTreeMap::<String, u64>::new());
+    let consumed = std::sync::atomic::AtomicU64::new(0);
+    let adders_done = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let adders: Vec<_> = work
+            .iter()
+            .map(|frames| {
+                let (mem, program) = (mem.clone(), program.clone());
+                let (outputs, reasons, consumed) = (&outputs, &reasons, &consumed);
+                sc.spawn(move || {
+                    let mut h = Harness::new(mem);
+                    for (src, f) in frames {
+                        let out = h.run(&program, u16::from(*src), f);
+                        match out.result {
+                            Ok(Verdict::Consume) => {
+                                consumed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(Verdict::Drop(r)) => {
+                                *reasons
+                                    .lock()
+                                    .unwrap()
+                                    .entry(program.drop_reason_name(r).to_owned())
+                                    .or_default() += 1;
+                            }
+                            other => panic!("{other:?}"),
+                        }
+                        outputs.lock().unwrap().extend(out.created);
+                    }
+                })
+            })
+            .collect();
+        let timer = {
+            let (mem, program, trio) = (mem.clone(), program.clone(), trio.clone());
+            let (outputs, adders_done) = (&outputs, &adders_done);
+            sc.spawn(move || {
+                let mut h = Harness::new(mem);
+                let mut now = 0;
+                loop {
+                    let finished = adders_done.load(Ordering::Acquire);
+                    now += MS;
+                    h.set_now(now);
+                    for slice in 0..8 {
+                        let out = h.run_timer(
+                            &program,
+                            Launch {
+                                timer: slice as usize,
+                                entry: TIMER_ENTRY,
+                                slice,
+                                slices: 8,
+                                scheduled_ns: now,
+                                missed: 0,
+                            },
+                        );
+                        assert_eq!(out.result, Ok(Verdict::Consume));
+                        outputs.lock().unwrap().extend(out.created);
+                    }
+                    if finished && trio.active_blocks().unwrap().is_empty() {
+                        break;
+                    }
+                }
+            })
+        };
+        for a in adders {
+            a.join().unwrap();
+        }
+        adders_done.store(true, Ordering::Release);
+        timer.join().unwrap();
+    });
+
+    let outputs = outputs.into_inner().unwrap();
+    let reasons = reasons.into_inner().unwrap();
+    let consumed = consumed.into_inner();
+    let mut results: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+    let mut in_results = 0u64;
+    let mut answers = 0u64;
+    for (dest, frame) in &outputs {
+        let (hdr, grads) = wire::parse(frame).unwrap();
+        let lanes = wire::gradients(grads);
+        assert_eq!(lanes.len(), GRADS);
+        assert!(lanes.iter().all(|&l| l == lanes[0]), "a torn Result");
+        let set = lanes[0] as u32;
+        assert_eq!(set.count_ones(), u32::from(hdr.src_cnt));
+        assert_eq!(
+            set & !sent[hdr.block_id as usize],
+            0,
+            "a source that never sent"
+        );
+        assert_eq!(hdr.degraded, hdr.src_cnt < SOURCES);
+        match dest {
+            Dest::Group(1) => {
+                assert!(
+                    results.insert(hdr.block_id, frame.clone()).is_none(),
+                    "two Results for block {}",
+                    hdr.block_id
+                );
+                in_results += u64::from(hdr.src_cnt);
+            }
+            Dest::Port(_) => answers += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(results.len(), BLOCKS as usize, "one Result per block");
+    // Blocks some source never sent can only have finished by ageing out.
+    for (block, frame) in &results {
+        if sent[*block as usize] != 0xFF {
+            assert!(wire::parse(frame).unwrap().0.degraded);
+        }
+    }
+    // Answers repeat their block's Result byte for byte.
+    for (dest, frame) in &outputs {
+        if let Dest::Port(_) = dest {
+            let (hdr, _) = wire::parse(frame).unwrap();
+            assert_eq!(frame, &results[&hdr.block_id]);
+        }
+    }
+    assert_eq!(
+        consumed, in_results,
+        "each aggregated packet in exactly one Result"
+    );
+    let dropped: u64 = reasons.values().sum();
+    assert_eq!(consumed + dropped, total);
+    for r in reasons.keys() {
+        assert!(
+            ["duplicate", "late", "retransmit_answered"].contains(&r.as_str()),
+            "{reasons:?}"
+        );
+    }
+    assert!(
+        answers
+            <= reasons.get("late").unwrap_or(&0) + reasons.get("retransmit_answered").unwrap_or(&0)
+    );
+    let st = trio.job_state(1).unwrap();
+    assert_eq!(
+        (st.block_curr_cnt, st.slots_in_use, st.block_total_cnt),
+        (BLOCKS as u16, BLOCKS, BLOCKS)
+    );
+    assert_eq!(trio.kept_records(), BLOCKS as usize);
+}
+
+/// The whole engine: 4 jobs x 8 sources x 200 blocks of random vectors on 256 PPE threads,
+/// with repeated packets mixed in.
+#[test]
+fn a_pfe_with_256_threads_aggregates_every_block_exactly() {
+    const JOBS: u8 = 4;
+    const SOURCES: u8 = 8;
+    const BLOCKS: u32 = 200;
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let trio = TrioMl::install(&mem, config()).unwrap();
+    let mut builder = Pfe::builder();
+    for j in 0..JOBS {
+        let mut cfg = job(j, &(0..SOURCES).collect::<Vec<u8>>());
+        cfg.block_grad_max = 300;
+        cfg.out_dest = if j < 2 {
+            // Jobs 0 and 1 multicast to two ports each; 2 and 3 go to one port.
+            let ports = [16 + 2 * u16::from(j), 17 + 2 * u16::from(j)];
+            builder = builder.multicast_group(u16::from(j), ports);
+            Dest::Group(u16::from(j))
+        } else {
+            Dest::Port(24 + u16::from(j))
+        };
+        trio.add_job(&cfg).unwrap();
+    }
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = builder
+        .program(trio.program())
+        .memory(mem)
+        .ppe_threads(256)
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+
+    let mut rng = Rng(2024);
+    let mut expected: BTreeMap<(u8, u32), Vec<u8>> = BTreeMap::new();
+    let mut frames: Vec<(Port, Vec<u8>)> = Vec::new();
+    let mut repeats = 0u64;
+    for j in 0..JOBS {
+        for b in 0..BLOCKS {
+            let n = 1 + rng.below(300) as usize;
+            let g: Vec<Vec<i32>> = (0..SOURCES).map(|_| random_grads(&mut rng, n)).collect();
+            let refs: Vec<&[i32]> = g.iter().map(|v| v.as_slice()).collect();
+            expected.insert(
+                (j, b),
+                expected_result(j, b, 0, SOURCES, false, &sum(&refs)),
+            );
+            for src in 0..SOURCES {
+                let f = packet(j, b, 0, src, &g[usize::from(src)]);
+                if rng.below(20) == 0 {
+                    frames.push((u16::from(src), f.clone()));
+                    repeats += 1;
+                }
+                frames.push((u16::from(src), f));
+            }
+        }
+    }
+    // Interleave jobs, blocks and sources.
+    for i in (1..frames.len()).rev() {
+        frames.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    pfe.inject_burst(frames.iter().map(|(p, f)| (*p, f.as_slice())))
+        .unwrap();
+    pfe.drain();
+    let stats = pfe.shutdown();
+
+    let aggregated = u64::from(JOBS) * u64::from(SOURCES) * u64::from(BLOCKS);
+    assert!(stats.is_conserved());
+    assert_eq!(stats.packets_in, aggregated + repeats);
+    assert_eq!(stats.consumed, aggregated);
+    assert_eq!(
+        stats.drops("duplicate") + stats.drops("retransmit_answered"),
+        repeats
+    );
+    assert_eq!(stats.dropped, repeats, "{:?}", stats.dropped_by_reason);
+    assert_eq!(
+        stats.created,
+        u64::from(JOBS) * u64::from(BLOCKS) + stats.drops("retransmit_answered")
+    );
+
+    let mut seen: BTreeMap<(u16, u8, u32), u32> = BTreeMap::new();
+    let mut answers = 0;
+    for p in rx.try_iter() {
+        let (hdr, _) = wire::parse(&p.data).unwrap();
+        assert_eq!(p.data, expected[&(hdr.job_id, hdr.block_id)]);
+        if p.port < 16 {
+            // An answer to a repeat: back to the source's port.
+            answers += 1;
+        } else {
+            *seen.entry((p.port, hdr.job_id, hdr.block_id)).or_default() += 1;
+        }
+    }
+    assert_eq!(answers, stats.drops("retransmit_answered"));
+    // Every block's Result reached every port of its job exactly once.
+    let mut want = BTreeMap::new();
+    for j in 0..JOBS {
+        let ports: Vec<u16> = if j < 2 {
+            vec![16 + 2 * u16::from(j), 17 + 2 * u16::from(j)]
+        } else {
+            vec![24 + u16::from(j)]
+        };
+        for b in 0..BLOCKS {
+            for &p in &ports {
+                want.insert((p, j, b), 1);
+            }
+        }
+    }
+    assert_eq!(seen, want);
+    for j in 0..JOBS {
+        let st = trio.job_state(j).unwrap();
+        assert_eq!(
+            (st.block_curr_cnt, st.block_total_cnt, st.slots_in_use),
+            (BLOCKS as u16, BLOCKS, BLOCKS)
+        );
+    }
+    assert!(trio.active_blocks().unwrap().is_empty());
+    assert_eq!(trio.kept_records(), usize::from(JOBS) * BLOCKS as usize);
+    assert_eq!(
+        trio.active_records(),
+        trio.kept_records(),
+        "finished markers"
+    );
+}
+
+/// Hosts stream a model through a window of block ids, generation after generation; each
+/// generation is drained before the next (as hosts wait for Results). Slots are reused and
+/// the job holds exactly one kept Result per block id.
+#[test]
+fn a_pfe_streams_generations_through_a_window_of_block_ids() {
+    const WINDOW: u32 = 32;
+    const SOURCES: u8 = 4;
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let trio = TrioMl::install(&mem, config()).unwrap();
+    let mut cfg = job(5, &(0..SOURCES).collect::<Vec<u8>>());
+    cfg.block_cnt_max = 2 * WINDOW as u16;
+    cfg.block_grad_max = 64;
+    cfg.out_dest = Dest::Port(40);
+    trio.add_job(&cfg).unwrap();
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(trio.program())
+        .memory(mem)
+        .ppe_threads(16)
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let mut rng = Rng(5);
+    for gen in 0..6u16 {
+        let mut want = BTreeMap::new();
+        let mut frames = Vec::new();
+        for b in 0..WINDOW {
+            let chunk = u32::from(gen) * WINDOW + b;
+            let g: Vec<Vec<i32>> = (0..SOURCES)
+                .map(|s| vec![(chunk * 10 + u32::from(s)) as i32; 1 + (chunk % 64) as usize])
+                .collect();
+            let refs: Vec<&[i32]> = g.iter().map(|v| v.as_slice()).collect();
+            want.insert(b, expected_result(5, b, gen, SOURCES, false, &sum(&refs)));
+            for src in 0..SOURCES {
+                frames.push((u16::from(src), packet(5, b, gen, src, &g[usize::from(src)])));
+            }
+        }
+        for i in (1..frames.len()).rev() {
+            frames.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        pfe.inject_burst(frames.iter().map(|(p, f)| (*p, f.as_slice())))
+            .unwrap();
+        pfe.drain();
+        let mut got = BTreeMap::new();
+        for p in rx.try_iter() {
+            assert_eq!(p.port, 40);
+            let (hdr, _) = wire::parse(&p.data).unwrap();
+            assert_eq!(hdr.gen_id, gen);
+            assert!(got.insert(hdr.block_id, p.data).is_none());
+        }
+        assert_eq!(got, want, "generation {gen}");
+        let st = trio.job_state(5).unwrap();
+        assert_eq!(
+            (st.block_curr_cnt, st.slots_in_use, st.block_total_cnt),
+            (WINDOW as u16, WINDOW, WINDOW * (u32::from(gen) + 1))
+        );
+        assert_eq!(trio.kept_records(), WINDOW as usize);
+    }
+    let stats = pfe.shutdown();
+    assert!(stats.is_conserved());
+    assert_eq!(stats.dropped, 0, "{:?}", stats.dropped_by_reason);
+}
+
+/// A timer launch finishes at most `max_aged_per_scan` aged blocks (its list lives in local
+/// memory); the rest stay aged and go out at the next scans.
+#[test]
+fn aged_blocks_beyond_one_scans_list_go_out_at_the_next_scans() {
+    let cfg = TrioMlConfig {
+        timers: 1,
+        ..config()
+    };
+    let mut j = job(1, &[0, 1]);
+    j.block_exp_ms = 1;
+    let mut s = Setup::new(cfg, &[j]);
+    let per_scan = s.trio.max_aged_per_scan();
+    assert_eq!(per_scan, 48);
+    for b in 0..100 {
+        s.consumed(0, &packet(1, b, 0, 0, &[b as i32]));
+    }
+    assert!(s.scan(MS).is_empty());
+    let mut blocks = Vec::new();
+    for (k, want) in [
+        (2, per_scan),
+        (3, per_scan),
+        (4, 100 - 2 * per_scan),
+        (5, 0),
+    ] {
+        let out = s.scan(k * MS);
+        assert_eq!(out.len(), want, "scan {k}");
+        for (dest, f) in out {
+            assert_eq!(dest, Dest::Group(1));
+            let (h, g) = wire::parse(&f).unwrap();
+            assert_eq!((h.src_cnt, h.degraded), (1, true));
+            assert_eq!(wire::gradients(g), [h.block_id as i32]);
+            blocks.push(h.block_id);
+        }
+    }
+    blocks.sort_unstable();
+    assert_eq!(blocks, (0..100).collect::<Vec<u32>>());
+}
+
+/// Hierarchical aggregation: two first-level PFEs each sum their own servers and send their
+/// Result to the top-level PFE, which sees each as one source (`src_id` = the low byte of
+/// its `out_src_addr`) and multicasts the total, which the first-level PFEs forward to their
+/// servers by standard forwarding.
+#[test]
+fn first_level_results_aggregate_again_at_the_top_level() {
+    let top_addr = Ipv4Addr::new(10, 0, 9, 1);
+    let level1 = |own: Ipv4Addr, out_src: Ipv4Addr| {
+        let s = Setup::new(
+            TrioMlConfig {
+                local_addr: own,
+                ..config()
+            },
+            &[JobConfig {
+                out_src_addr: out_src,
+                out_dst_addr: top_addr,
+                out_dest: Dest::Port(60),
+                ..job(1, &[0, 1])
+            }],
+        );
+        s.trio.add_route(GROUP_ADDR, Dest::Group(1)).unwrap();
+        s
+    };
+    let (a_addr, b_addr) = (Ipv4Addr::new(10, 0, 7, 1), Ipv4Addr::new(10, 0, 8, 1));
+    let mut a = level1(a_addr, Ipv4Addr::new(10, 0, 7, 11));
+    let mut b = level1(b_addr, Ipv4Addr::new(10, 0, 8, 12));
+    let mut top = Setup::new(
+        TrioMlConfig {
+            local_addr: top_addr,
+            ..config()
+        },
+        &[job(1, &[11, 12])],
+    );
+    let to = |addr, src: u8, g: &[i32]| packet_to(addr, 12000, 1, 4, 2, src, g.len() as u16, g);
+    a.consumed(0, &to(a_addr, 0, &[1, 2]));
+    let ra = a.consumed(1, &to(a_addr, 1, &[10, 20]));
+    b.consumed(0, &to(b_addr, 0, &[100, 200]));
+    let rb = b.consumed(1, &to(b_addr, 1, &[1000, 2000]));
+    assert_eq!(ra[0].0, Dest::Port(60));
+    let (ha, _) = wire::parse(&ra[0].1).unwrap();
+    assert_eq!(
+        (ha.src_id, ha.src_cnt, ha.block_id, ha.gen_id),
+        (11, 2, 4, 2)
+    );
+
+    assert!(top.consumed(60, &ra[0].1).is_empty());
+    let total = top.consumed(61, &rb[0].1);
+    let want = expected_result(1, 4, 2, 2, false, &[1111, 2222]);
+    assert_eq!(total, [(Dest::Group(1), want.clone())]);
+    // Down again: the first level forwards the total to its servers' group.
+    let down = a.run(60, &want);
+    assert_eq!(down.result, Ok(Verdict::Multicast(1)));
+    assert_eq!(down.output.as_deref(), Some(&want[..]));
+}
