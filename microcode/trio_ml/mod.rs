@@ -137,6 +137,7 @@
 //! reused while a thread that looked the block up long before may still hold its address;
 //! run-to-completion threads finish long before a slot comes round again.
 
+pub mod host;
 mod layout;
 mod program;
 pub mod wire;

@@ -4,3 +4,4 @@ pub mod filter;
 pub mod plot;
 pub mod timers;
 pub mod traffic;
+pub mod trio_ml;

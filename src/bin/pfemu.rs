@@ -7,6 +7,7 @@ use serde_json::json;
 
 use pfemu::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::bench::timers::{self, TimerBenchConfig};
+use pfemu::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
 use pfemu::pfe::{
     default_ppe_threads, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
 };
@@ -65,6 +66,50 @@ enum BenchCmd {
         minus its scheduled time): the launcher's sleep overshoot, the hand-off through \
         dispatch, and with --load the wait for a PPE thread to finish its batch.")]
     Timers(TimerArgs),
+    /// Trio-ML gradient aggregation through the full PFE, against a plain Rust loop.
+    #[command(after_help = "Examples:\n  \
+        pfemu bench trio-ml\n  \
+        pfemu bench trio-ml --grads 1024 --window 2047 --workers 4 --json\n\n\
+        Each worker streams `window` blocks of `grads` gradients per generation; a generation \
+        starts when the previous one's Results are out. The clock runs from the first packet \
+        in to the last Result out; the last generation's sums are checked (exit status 2 if \
+        they do not match). The baseline is one thread adding the same packets into the same \
+        layout with no engine.")]
+    TrioMl(TrioMlArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct TrioMlArgs {
+    /// Sources (workers) of the job.
+    #[arg(long, default_value_t = 4)]
+    workers: u8,
+    /// Gradients per packet (1..=4095).
+    #[arg(long, default_value_t = 1024)]
+    grads: u16,
+    /// Blocks each worker has outstanding (at most 2047: a job holds 2 x window slots).
+    #[arg(long, default_value_t = 2047)]
+    window: u16,
+    /// Generations streamed per run.
+    #[arg(long, default_value_t = 16)]
+    generations: u32,
+    /// PPE threads; a comma-separated list measures each, interleaved.
+    #[arg(long, value_delimiter = ',')]
+    ppe_threads: Vec<usize>,
+    /// Do not run the straggler-scan timer threads meanwhile.
+    #[arg(long)]
+    no_timers: bool,
+    /// Staggered scan timers (Trio-ML's N).
+    #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_TIMERS)]
+    timers: u32,
+    /// Time between two visits of a block by the scan, in milliseconds.
+    #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS as f64 / 1e6)]
+    scan_period_ms: f64,
+    /// Runs of each configuration; the report gives the median.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -181,6 +226,9 @@ fn main() -> ExitCode {
         Some(Command::Bench {
             which: BenchCmd::Timers(a),
         }) => bench_timers(&a),
+        Some(Command::Bench {
+            which: BenchCmd::TrioMl(a),
+        }) => bench_trio_ml(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -192,6 +240,117 @@ fn main() -> ExitCode {
 }
 
 type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
+    if a.runs == 0 {
+        return Err("invalid option `--runs`: must be at least 1".into());
+    }
+    let threads = if a.ppe_threads.is_empty() {
+        vec![default_ppe_threads()]
+    } else {
+        a.ppe_threads.clone()
+    };
+    let configs: Vec<TrioMlBenchConfig> = threads
+        .iter()
+        .map(|&t| TrioMlBenchConfig {
+            workers: a.workers,
+            grads: a.grads,
+            window: a.window,
+            generations: a.generations,
+            ppe_threads: t,
+            timers: !a.no_timers,
+            scan_timers: a.timers,
+            scan_period_ns: (a.scan_period_ms * 1e6) as u64,
+            seed: 1,
+        })
+        .collect();
+    let mut traffic = trio_ml::generate(&configs[0]);
+    let mut results: Vec<Vec<TrioMlBenchReport>> = vec![Vec::new(); configs.len()];
+    for run in 0..a.runs {
+        for (i, cfg) in configs.iter().enumerate() {
+            let r = trio_ml::run_on(cfg, &mut traffic)?;
+            if !a.json {
+                eprintln!(
+                    "run {}/{}: {} PPE threads: {:.3} G gradients/s ({:.2}x of the plain loop){}",
+                    run + 1,
+                    a.runs,
+                    cfg.ppe_threads,
+                    r.gradients_per_s / 1e9,
+                    r.ratio_to_baseline,
+                    if r.verified {
+                        ""
+                    } else {
+                        "  (SUMS DO NOT MATCH)"
+                    }
+                );
+            }
+            results[i].push(r);
+        }
+    }
+    let medians: Vec<TrioMlBenchReport> = results
+        .into_iter()
+        .map(|mut rs| {
+            rs.sort_by(|x, y| x.gradients_per_s.total_cmp(&y.gradients_per_s));
+            rs.swap_remove(rs.len() / 2)
+        })
+        .collect();
+    let verified = medians.iter().all(|r| r.verified);
+    if a.json {
+        if medians.len() == 1 {
+            println!("{}", serde_json::to_string_pretty(&medians[0])?);
+        } else {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({ "results": medians }))?
+            );
+        }
+    } else {
+        println!(
+            "\ntrio-ml: {} workers, {} gradients/packet, window {}, {} generations, median of {}:",
+            a.workers, a.grads, a.window, a.generations, a.runs
+        );
+        println!(
+            "{:>12} {:>14} {:>10} {:>16} {:>9} {:>11} {:>9}",
+            "ppe_threads", "G grads/s", "Gbit/s", "plain loop G/s", "ratio", "instr/grad", "timers"
+        );
+        for r in &medians {
+            println!(
+                "{:>12} {:>14.3} {:>10.2} {:>16.3} {:>8.3}x {:>11.4} {:>9}",
+                r.ppe_threads,
+                r.gradients_per_s / 1e9,
+                r.gradient_gbps,
+                r.baseline_gradients_per_s / 1e9,
+                r.ratio_to_baseline,
+                r.instructions_per_gradient,
+                r.timer_runs
+            );
+        }
+        let r = &medians[0];
+        println!(
+            "\n  packets in {}  Results {}  frames out {}  dropped {}  elapsed {:.3} s  \
+             instructions/packet {:.1}",
+            r.packets_in,
+            r.results,
+            r.packets_out,
+            r.dropped,
+            r.elapsed_s,
+            r.instructions_per_packet
+        );
+        let x: Vec<String> = r
+            .xtxns_per_packet
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect();
+        println!("  XTXNs/packet: {}", x.join(", "));
+        if verified {
+            println!("  check: every Result arrived; the last generation's sums match");
+        }
+    }
+    if !verified {
+        return Err("Trio-ML Results were missing or their sums did not match".into());
+    }
+    Ok(())
+}
 
 fn bench_timers(a: &TimerArgs) -> CliResult {
     if !(a.period_ms > 0.0 && a.period_ms.is_finite()) {

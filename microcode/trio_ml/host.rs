@@ -1,0 +1,766 @@
+//! The end-host side of Trio-ML: a worker that streams its gradients to the aggregator and
+//! collects the results.
+//!
+//! - [`Scaling`] turns `f32` gradients into the 32-bit integers Trio-ML adds, with one
+//!   scaling factor for the whole job, as ATP does, and back.
+//! - [`Worker`] is a sans-IO state machine: [`Worker::poll`] says which packets to send
+//!   now, [`Worker::on_frame`] takes what the aggregator sent back. It streams the model in
+//!   blocks of `grads_per_packet` gradients with at most `window` packets outstanding.
+//! - Loss recovery (the paper leaves it to future work; this follows SwitchML): block ids
+//!   are the `window` slots of a pool, reused generation after generation. Chunk `c` of the
+//!   model goes out as block `c % window` with generation `first_gen + c / window`, and the
+//!   next chunk for a slot leaves only when the slot's result came back, so every worker of
+//!   a job uses the same (block, generation) for the same chunk. A worker that sees no
+//!   result in time sends the chunk again; the aggregator never adds a source twice, and
+//!   keeps a finished block's result until the slot's next generation so a retransmission
+//!   is answered again.
+//! - [`drive`] runs one worker against an engine in the calling thread (inject, receive,
+//!   retransmit), with an optional [`Lossy`] fault injector on both directions.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::wire::{self, AggPacket, Endpoints, TrioMlHdrFields, MAX_GRAD_CNT};
+use crate::packet::Port;
+use crate::wire::WireError;
+
+/// Converts between `f32` gradients and the integers the aggregator adds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scaling {
+    /// Integers per unit: `i = round(g * factor)`.
+    pub factor: f32,
+}
+
+impl Scaling {
+    /// The largest factor with which `workers` gradients of magnitude up to `max_abs` sum
+    /// without overflowing an `i32` (ATP picks its factor the same way, from the largest
+    /// gradient seen).
+    pub fn for_range(max_abs: f32, workers: usize) -> Scaling {
+        let max_abs = if max_abs.is_finite() && max_abs > 0.0 {
+            max_abs
+        } else {
+            1.0
+        };
+        // Keep a little headroom under i32::MAX for rounding.
+        Scaling {
+            factor: (i32::MAX as f32 * 0.99) / (max_abs * workers.max(1) as f32),
+        }
+    }
+
+    /// `g` as an integer (rounded to nearest, saturating; NaN is 0).
+    pub fn to_int(&self, g: f32) -> i32 {
+        // `as` saturates and maps NaN to 0.
+        (g * self.factor).round() as i32
+    }
+
+    /// An aggregated integer back as a float.
+    pub fn to_float(&self, v: i32) -> f32 {
+        (f64::from(v) / f64::from(self.factor)) as f32
+    }
+}
+
+/// Why a worker could not be set up or did not finish.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostError {
+    /// A setting is out of range; names the setting.
+    Config {
+        /// The setting at fault.
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A received frame is not a Trio-ML packet.
+    Wire(WireError),
+    /// The worker gave up waiting (see [`DriveOptions::give_up_after`]).
+    TimedOut {
+        /// Chunks still without a result.
+        missing: usize,
+    },
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::Config { setting, reason } => write!(f, "invalid `{setting}`: {reason}"),
+            HostError::Wire(e) => write!(f, "received frame: {e}"),
+            HostError::TimedOut { missing } => {
+                write!(f, "gave up waiting: {missing} chunks without a result")
+            }
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+impl From<WireError> for HostError {
+    fn from(e: WireError) -> Self {
+        HostError::Wire(e)
+    }
+}
+
+/// One worker's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// The job (must be configured on the aggregator).
+    pub job_id: u8,
+    /// This worker's source id (in the job's source mask).
+    pub src_id: u8,
+    /// Gradients per packet (1..=[`MAX_GRAD_CNT`]; 1024 in the paper's runs).
+    pub grads_per_packet: usize,
+    /// Packets outstanding at most, and the number of block ids used (the paper's
+    /// `window`; at most the job's `block_cnt_max`).
+    pub window: usize,
+    /// Resend a chunk when its result has not come back this long after it was sent
+    /// (`None`: never; the paper's setup, which has no loss).
+    pub retransmit_after_ns: Option<u64>,
+    /// Generation of the first chunk; use [`Worker::next_gen`] of the previous allreduce
+    /// for the next one, so every worker of the job stays in step.
+    pub first_gen: u16,
+    /// Addresses: this worker's, and the aggregator's (destination).
+    pub endpoints: Endpoints,
+}
+
+impl WorkerConfig {
+    /// A worker of `job_id` with source id `src_id`, sending to `aggregator` on
+    /// [`wire::DEFAULT_UDP_PORT`] from `10.0.0.<src_id + 1>`; 1024 gradients per packet, a
+    /// window of 256, no retransmission.
+    pub fn new(job_id: u8, src_id: u8, aggregator: Ipv4Addr) -> Self {
+        WorkerConfig {
+            job_id,
+            src_id,
+            grads_per_packet: 1024,
+            window: 256,
+            retransmit_after_ns: None,
+            first_gen: 0,
+            endpoints: Endpoints {
+                src_mac: [0x02, 0, 0, 0, job_id, src_id],
+                dst_mac: [0x02, 0, 0, 0, 0, 0xfe],
+                src_addr: Ipv4Addr::new(10, 0, 0, src_id.wrapping_add(1)),
+                dst_addr: aggregator,
+                src_port: wire::DEFAULT_UDP_PORT,
+                dst_port: wire::DEFAULT_UDP_PORT,
+            },
+        }
+    }
+}
+
+/// What a worker counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerStats {
+    /// Packets sent, retransmissions included.
+    pub sent: u64,
+    /// Of those, retransmissions.
+    pub retransmitted: u64,
+    /// Results taken.
+    pub results: u64,
+    /// Of those, partial (degraded) ones.
+    pub degraded: u64,
+    /// Results for chunks already complete or not outstanding (duplicates), ignored.
+    pub ignored: u64,
+}
+
+/// What [`Worker::on_frame`] did with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// The result of chunk `chunk`.
+    Result {
+        /// The chunk's index in the model.
+        chunk: usize,
+    },
+    /// A result this worker does not need (a duplicate, or another job's).
+    Ignored,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    chunk: usize,
+    sent_ns: u64,
+}
+
+/// One worker's allreduce of one gradient vector.
+#[derive(Debug)]
+pub struct Worker {
+    cfg: WorkerConfig,
+    values: Vec<i32>,
+    sums: Vec<i32>,
+    /// Per chunk: sources in its result (0 until it arrives).
+    src_cnt: Vec<u8>,
+    degraded: Vec<bool>,
+    /// Per block id (slot): the chunk it carries now, if its result is still missing.
+    slots: Vec<Option<Slot>>,
+    next_chunk: usize,
+    done: usize,
+    stats: WorkerStats,
+}
+
+impl Worker {
+    /// A worker that will allreduce `values` (already integers).
+    pub fn new(cfg: WorkerConfig, values: Vec<i32>) -> Result<Worker, HostError> {
+        let bad = |setting, reason: String| Err(HostError::Config { setting, reason });
+        if !(1..=usize::from(MAX_GRAD_CNT)).contains(&cfg.grads_per_packet) {
+            return bad(
+                "grads_per_packet",
+                format!("{} is not in 1..={MAX_GRAD_CNT}", cfg.grads_per_packet),
+            );
+        }
+        if !(1..=4095).contains(&cfg.window) {
+            return bad(
+                "window",
+                format!("{} is not in 1..=4095 (block ids in flight)", cfg.window),
+            );
+        }
+        if values.is_empty() {
+            return bad("values", "nothing to aggregate".into());
+        }
+        let chunks = values.len().div_ceil(cfg.grads_per_packet);
+        Ok(Worker {
+            sums: vec![0; values.len()],
+            src_cnt: vec![0; chunks],
+            degraded: vec![false; chunks],
+            slots: vec![None; cfg.window],
+            next_chunk: 0,
+            done: 0,
+            stats: WorkerStats::default(),
+            cfg,
+            values,
+        })
+    }
+
+    /// A worker that will allreduce `gradients`, scaled to integers.
+    pub fn from_floats(
+        cfg: WorkerConfig,
+        gradients: &[f32],
+        scaling: Scaling,
+    ) -> Result<Worker, HostError> {
+        Worker::new(cfg, gradients.iter().map(|&g| scaling.to_int(g)).collect())
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.cfg
+    }
+
+    /// Chunks (packets) the vector is split into.
+    pub fn chunks(&self) -> usize {
+        self.src_cnt.len()
+    }
+
+    /// The (block id, generation) chunk `c` travels as.
+    pub fn block_of(&self, c: usize) -> (u32, u16) {
+        let w = self.cfg.window;
+        (
+            (c % w) as u32,
+            self.cfg.first_gen.wrapping_add((c / w) as u16),
+        )
+    }
+
+    /// The generation the next allreduce of the job starts at.
+    pub fn next_gen(&self) -> u16 {
+        // Every slot moves on by the generations this allreduce used in it.
+        self.cfg
+            .first_gen
+            .wrapping_add(self.chunks().div_ceil(self.cfg.window) as u16)
+    }
+
+    fn packet(&self, c: usize) -> Vec<u8> {
+        let g = self.cfg.grads_per_packet;
+        let (block_id, gen_id) = self.block_of(c);
+        let values = &self.values[c * g..((c + 1) * g).min(self.values.len())];
+        wire::agg_packet(&AggPacket {
+            endpoints: self.cfg.endpoints,
+            hdr: TrioMlHdrFields {
+                job_id: self.cfg.job_id,
+                block_id,
+                src_id: self.cfg.src_id,
+                gen_id,
+                grad_cnt: values.len() as u16,
+                final_block: c + 1 == self.chunks(),
+                ..TrioMlHdrFields::default()
+            },
+            gradients: values,
+        })
+    }
+
+    /// Appends to `out` the packets to send at `now_ns`: chunks whose slot is free (the
+    /// window has room), then chunks whose result is overdue (retransmissions).
+    pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        while self.next_chunk < self.chunks() {
+            let s = self.next_chunk % self.cfg.window;
+            if self.slots[s].is_some() {
+                break;
+            }
+            let c = self.next_chunk;
+            out.push(self.packet(c));
+            self.slots[s] = Some(Slot {
+                chunk: c,
+                sent_ns: now_ns,
+            });
+            self.stats.sent += 1;
+            self.next_chunk += 1;
+        }
+        if let Some(after) = self.cfg.retransmit_after_ns {
+            for s in 0..self.slots.len() {
+                let Some(slot) = self.slots[s] else { continue };
+                if now_ns.saturating_sub(slot.sent_ns) >= after {
+                    out.push(self.packet(slot.chunk));
+                    self.slots[s] = Some(Slot {
+                        chunk: slot.chunk,
+                        sent_ns: now_ns,
+                    });
+                    self.stats.sent += 1;
+                    self.stats.retransmitted += 1;
+                }
+            }
+        }
+    }
+
+    /// Takes a frame from the aggregator. A Result for an outstanding chunk is stored and
+    /// frees its slot; anything else this worker does not need is ignored.
+    pub fn on_frame(&mut self, frame: &[u8]) -> Result<Received, HostError> {
+        let (hdr, grads) = wire::parse(frame)?;
+        if hdr.job_id != self.cfg.job_id || hdr.block_id as usize >= self.cfg.window {
+            self.stats.ignored += 1;
+            return Ok(Received::Ignored);
+        }
+        let s = hdr.block_id as usize;
+        let Some(slot) = self.slots[s] else {
+            self.stats.ignored += 1;
+            return Ok(Received::Ignored);
+        };
+        let c = slot.chunk;
+        let g = self.cfg.grads_per_packet;
+        let range = c * g..((c + 1) * g).min(self.values.len());
+        if self.block_of(c).1 != hdr.gen_id || range.len() != usize::from(hdr.grad_cnt) {
+            self.stats.ignored += 1;
+            return Ok(Received::Ignored);
+        }
+        for (dst, b) in self.sums[range].iter_mut().zip(grads.chunks_exact(4)) {
+            *dst = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        self.src_cnt[c] = hdr.src_cnt;
+        self.degraded[c] = hdr.degraded;
+        self.slots[s] = None;
+        self.done += 1;
+        self.stats.results += 1;
+        self.stats.degraded += u64::from(hdr.degraded);
+        Ok(Received::Result { chunk: c })
+    }
+
+    /// Every chunk's result has arrived.
+    pub fn is_done(&self) -> bool {
+        self.done == self.chunks()
+    }
+
+    /// Chunks still without a result.
+    pub fn missing(&self) -> usize {
+        self.chunks() - self.done
+    }
+
+    /// The aggregated integers (sums over the contributing sources), as received.
+    pub fn sums(&self) -> &[i32] {
+        &self.sums
+    }
+
+    /// Per chunk: how many sources its result sums.
+    pub fn src_counts(&self) -> &[u8] {
+        &self.src_cnt
+    }
+
+    /// Per chunk: the result is partial (a straggler was left out).
+    pub fn degraded(&self) -> &[bool] {
+        &self.degraded
+    }
+
+    /// The averaged gradients: each sum rescaled and divided by its chunk's `src_cnt`
+    /// (the paper's servers divide partial results by the number of sources in them).
+    pub fn mean(&self, scaling: Scaling) -> Vec<f32> {
+        let g = self.cfg.grads_per_packet;
+        self.sums
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| scaling.to_float(v) / f32::from(self.src_cnt[i / g].max(1)))
+            .collect()
+    }
+
+    /// What this worker counted.
+    pub fn stats(&self) -> WorkerStats {
+        self.stats
+    }
+
+    /// When the oldest outstanding chunk was sent, if any is outstanding.
+    fn oldest_sent(&self) -> Option<u64> {
+        self.slots.iter().flatten().map(|s| s.sent_ns).min()
+    }
+}
+
+/// A fault injector for one direction of a link: drops and duplicates packets at random
+/// (deterministically for a seed).
+#[derive(Clone, Debug)]
+pub struct Lossy {
+    /// Probability of dropping a packet.
+    pub drop: f64,
+    /// Probability of sending a packet twice.
+    pub duplicate: f64,
+    state: u64,
+    /// Packets dropped so far.
+    pub dropped: u64,
+    /// Packets duplicated so far.
+    pub duplicated: u64,
+}
+
+impl Lossy {
+    /// Drops with probability `drop`, duplicates with probability `duplicate`.
+    pub fn new(drop: f64, duplicate: f64, seed: u64) -> Self {
+        Lossy {
+            drop,
+            duplicate,
+            state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            dropped: 0,
+            duplicated: 0,
+        }
+    }
+
+    fn uniform(&mut self) -> f64 {
+        // xorshift64*: enough for fault injection, and reproducible.
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        (self.state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// How many copies of a packet go through: 0, 1 or 2.
+    pub fn copies(&mut self) -> usize {
+        if self.uniform() < self.drop {
+            self.dropped += 1;
+            0
+        } else if self.uniform() < self.duplicate {
+            self.duplicated += 1;
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// How [`drive`] runs a worker.
+#[derive(Debug)]
+pub struct DriveOptions {
+    /// Faults on packets the worker sends.
+    pub uplink: Option<Lossy>,
+    /// Faults on packets the worker receives.
+    pub downlink: Option<Lossy>,
+    /// Give up when no result arrived for this long.
+    pub give_up_after: Duration,
+}
+
+impl Default for DriveOptions {
+    /// No faults; give up after 10 s without progress.
+    fn default() -> Self {
+        DriveOptions {
+            uplink: None,
+            downlink: None,
+            give_up_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Runs `worker` in the calling thread until it has every result: sends what
+/// [`Worker::poll`] gives through `inject` (as arriving on `port`), feeds frames from
+/// `rx` (what the aggregator sends to this worker) to [`Worker::on_frame`], and sleeps
+/// on `rx` in between. Time is the real clock from the call.
+pub fn drive(
+    worker: &mut Worker,
+    port: Port,
+    inject: &(dyn Fn(Port, &[u8]) + Sync),
+    rx: &Receiver<Vec<u8>>,
+    opts: &mut DriveOptions,
+) -> Result<(), HostError> {
+    let start = Instant::now();
+    let now = || start.elapsed().as_nanos() as u64;
+    let mut out = Vec::new();
+    let mut last_progress = Instant::now();
+    while !worker.is_done() {
+        worker.poll(now(), &mut out);
+        for p in out.drain(..) {
+            let copies = opts.uplink.as_mut().map_or(1, Lossy::copies);
+            for _ in 0..copies {
+                inject(port, &p);
+            }
+        }
+        // Wait for a frame until the oldest outstanding chunk may need resending.
+        let wait = match (worker.config().retransmit_after_ns, worker.oldest_sent()) {
+            (Some(after), Some(sent)) => {
+                Duration::from_nanos((sent + after).saturating_sub(now()).max(1_000))
+            }
+            _ => Duration::from_millis(5),
+        };
+        match rx.recv_timeout(wait) {
+            Ok(frame) => {
+                let mut frames = vec![frame];
+                frames.extend(rx.try_iter());
+                for f in frames {
+                    let copies = opts.downlink.as_mut().map_or(1, Lossy::copies);
+                    for _ in 0..copies {
+                        if let Received::Result { .. } = worker.on_frame(&f)? {
+                            last_progress = Instant::now();
+                        }
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(HostError::TimedOut {
+                    missing: worker.missing(),
+                })
+            }
+        }
+        if last_progress.elapsed() > opts.give_up_after {
+            return Err(HostError::TimedOut {
+                missing: worker.missing(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One worker of [`run_workers`]: the worker, the port it is attached to, the channel the
+/// frames for it arrive on, and how to drive it.
+pub struct Attached {
+    /// The worker.
+    pub worker: Worker,
+    /// Its port (what `inject` is called with).
+    pub port: Port,
+    /// Frames the aggregator sends it.
+    pub rx: Receiver<Vec<u8>>,
+    /// Faults and patience.
+    pub opts: DriveOptions,
+}
+
+/// Runs every worker on its own thread with [`drive`] until all are done; returns them
+/// (with their results) in order, or the first error.
+pub fn run_workers(
+    workers: Vec<Attached>,
+    inject: &(dyn Fn(Port, &[u8]) + Sync),
+) -> Result<Vec<Worker>, HostError> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .into_iter()
+            .map(|mut a| {
+                s.spawn(move || {
+                    drive(&mut a.worker, a.port, inject, &a.rx, &mut a.opts).map(|()| a.worker)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a worker thread panicked"))
+            .collect()
+    })
+}
+
+/// A sink that hands each frame leaving port `p` to channel `p` (`0..ports`); frames on
+/// other ports are dropped. Made by [`port_channels`].
+#[derive(Debug)]
+pub struct PortChannels {
+    txs: Vec<crossbeam_channel::Sender<Vec<u8>>>,
+}
+
+impl crate::pfe::Sink for PortChannels {
+    fn deliver(&self, port: Port, frames: crate::pfe::Frames<'_>) {
+        if let Some(tx) = self.txs.get(usize::from(port)) {
+            for f in frames.iter() {
+                let _ = tx.send(f.to_vec());
+            }
+        }
+    }
+}
+
+/// A [`PortChannels`] sink for ports `0..ports` and its receivers, by port.
+pub fn port_channels(ports: usize) -> (PortChannels, Vec<Receiver<Vec<u8>>>) {
+    let (txs, rxs) = (0..ports).map(|_| crossbeam_channel::unbounded()).unzip();
+    (PortChannels { txs }, rxs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(window: usize, g: usize) -> WorkerConfig {
+        WorkerConfig {
+            grads_per_packet: g,
+            window,
+            ..WorkerConfig::new(1, 2, Ipv4Addr::new(10, 0, 0, 100))
+        }
+    }
+
+    /// The Result the aggregator would send for `packet` with every value times `k`.
+    fn result_of(packet: &[u8], k: i32, src_cnt: u8, degraded: bool) -> Vec<u8> {
+        let (mut hdr, grads) = wire::parse(packet).unwrap();
+        let sums: Vec<i32> = wire::gradients(grads).iter().map(|v| v * k).collect();
+        hdr.src_cnt = src_cnt;
+        hdr.degraded = degraded;
+        hdr.age_op = u8::from(degraded);
+        wire::agg_packet(&AggPacket {
+            endpoints: WorkerConfig::new(1, 0, Ipv4Addr::new(10, 0, 0, 100)).endpoints,
+            hdr,
+            gradients: &sums,
+        })
+    }
+
+    #[test]
+    fn scaling_round_trips_and_never_overflows_the_sum() {
+        let s = Scaling::for_range(2.0, 8);
+        for g in [0.0f32, 1.0, -1.5, 2.0, -2.0, 1e-3] {
+            assert!((s.to_float(s.to_int(g)) - g).abs() <= 1.0 / s.factor);
+        }
+        let total: i64 = (0..8).map(|_| i64::from(s.to_int(2.0))).sum();
+        assert!(total <= i64::from(i32::MAX));
+        assert_eq!(s.to_int(f32::NAN), 0);
+        assert_eq!(s.to_int(f32::INFINITY), i32::MAX);
+    }
+
+    #[test]
+    fn chunks_use_window_slots_and_advance_generations() {
+        let w = Worker::new(
+            WorkerConfig {
+                first_gen: 65_534,
+                ..cfg(3, 4)
+            },
+            (0..30).collect(),
+        )
+        .unwrap();
+        assert_eq!(w.chunks(), 8);
+        assert_eq!(w.block_of(0), (0, 65_534));
+        assert_eq!(w.block_of(2), (2, 65_534));
+        assert_eq!(w.block_of(3), (0, 65_535));
+        assert_eq!(w.block_of(7), (1, 0), "generations wrap");
+        assert_eq!(w.next_gen(), 1);
+    }
+
+    #[test]
+    fn the_window_bounds_outstanding_packets_and_results_free_slots() {
+        let mut w = Worker::new(cfg(2, 4), (1..=20).collect()).unwrap();
+        let mut out = Vec::new();
+        w.poll(0, &mut out);
+        assert_eq!(out.len(), 2, "window of 2");
+        let (h, g) = wire::parse(&out[1]).unwrap();
+        assert_eq!((h.block_id, h.gen_id, h.grad_cnt, h.src_id), (1, 0, 4, 2));
+        assert_eq!(wire::gradients(g), [5, 6, 7, 8]);
+        // The result of chunk 1 frees slot 1 for chunk 3 (chunk 2 needs slot 0).
+        assert_eq!(
+            w.on_frame(&result_of(&out[1], 3, 3, false)).unwrap(),
+            Received::Result { chunk: 1 }
+        );
+        let mut more = Vec::new();
+        w.poll(1, &mut more);
+        assert!(more.is_empty(), "chunk 2 waits for slot 0");
+        w.on_frame(&result_of(&out[0], 3, 3, false)).unwrap();
+        w.poll(2, &mut more);
+        assert_eq!(more.len(), 2);
+        let blocks: Vec<(u32, u16)> = more
+            .iter()
+            .map(|p| {
+                let h = wire::parse(p).unwrap().0;
+                (h.block_id, h.gen_id)
+            })
+            .collect();
+        assert_eq!(blocks, [(0, 1), (1, 1)]);
+        // A duplicate of an old result is ignored.
+        assert_eq!(
+            w.on_frame(&result_of(&out[0], 3, 3, false)).unwrap(),
+            Received::Ignored
+        );
+        for p in &more {
+            w.on_frame(&result_of(p, 3, 3, false)).unwrap();
+        }
+        let mut last = Vec::new();
+        w.poll(3, &mut last);
+        assert_eq!(last.len(), 1, "20 values in chunks of 4: five chunks");
+        assert_eq!(wire::parse(&last[0]).unwrap().0.grad_cnt, 4);
+        assert!(wire::parse(&last[0]).unwrap().0.final_block);
+        w.on_frame(&result_of(&last[0], 3, 3, true)).unwrap();
+        assert!(w.is_done());
+        assert_eq!(w.sums(), (1..=20).map(|v| 3 * v).collect::<Vec<_>>());
+        assert_eq!(w.src_counts(), [3, 3, 3, 3, 3]);
+        assert_eq!(w.degraded(), [false, false, false, false, true]);
+        let s = w.stats();
+        assert_eq!((s.sent, s.results, s.degraded, s.ignored), (5, 5, 1, 1));
+    }
+
+    #[test]
+    fn overdue_chunks_are_sent_again() {
+        let mut w = Worker::new(
+            WorkerConfig {
+                retransmit_after_ns: Some(1_000),
+                ..cfg(4, 4)
+            },
+            (0..8).collect(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        w.poll(0, &mut out);
+        assert_eq!(out.len(), 2);
+        out.clear();
+        w.poll(999, &mut out);
+        assert!(out.is_empty());
+        w.poll(1_000, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(w.stats().retransmitted, 2);
+        w.on_frame(&result_of(&out[0], 2, 2, false)).unwrap();
+        out.clear();
+        w.poll(2_000, &mut out);
+        assert_eq!(out.len(), 1, "only the chunk still missing");
+    }
+
+    #[test]
+    fn mean_divides_by_each_chunks_source_count() {
+        let mut w = Worker::new(cfg(2, 2), vec![10, 20, 30, 40]).unwrap();
+        let mut out = Vec::new();
+        w.poll(0, &mut out);
+        w.on_frame(&result_of(&out[0], 4, 4, false)).unwrap();
+        w.on_frame(&result_of(&out[1], 2, 2, true)).unwrap();
+        let m = w.mean(Scaling { factor: 10.0 });
+        assert_eq!(m, [1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_by_name() {
+        let e = Worker::new(cfg(0, 4), vec![1]).unwrap_err();
+        assert!(matches!(
+            e,
+            HostError::Config {
+                setting: "window",
+                ..
+            }
+        ));
+        let e = Worker::new(cfg(4, 5000), vec![1]).unwrap_err();
+        assert!(matches!(
+            e,
+            HostError::Config {
+                setting: "grads_per_packet",
+                ..
+            }
+        ));
+        let e = Worker::new(cfg(4, 4), vec![]).unwrap_err();
+        assert!(matches!(
+            e,
+            HostError::Config {
+                setting: "values",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn lossy_is_reproducible_and_near_its_rates() {
+        let mut a = Lossy::new(0.1, 0.05, 7);
+        let mut b = Lossy::new(0.1, 0.05, 7);
+        let xs: Vec<usize> = (0..10_000).map(|_| a.copies()).collect();
+        let ys: Vec<usize> = (0..10_000).map(|_| b.copies()).collect();
+        assert_eq!(xs, ys);
+        assert!((800..1200).contains(&a.dropped), "{}", a.dropped);
+        assert!((300..600).contains(&a.duplicated), "{}", a.duplicated);
+    }
+}

@@ -1,0 +1,408 @@
+//! The Trio-ML throughput benchmark: `workers` sources stream blocks of `grads`
+//! gradients, `window` blocks at a time, through the full PFE; and the same additions done
+//! by a plain Rust loop over the same packets, so the emulator's cost shows as a ratio.
+//!
+//! Traffic is generated before the clock starts: one generation of `window` blocks from
+//! every worker (workers interleaved block by block, as their packets would meet at the
+//! PFE). Each generation re-sends the same gradients under the next `gen_id`; a generation
+//! starts when the previous one's Results are all out (each worker's window is full), so
+//! a block id is never aggregating in two generations at once. The clock runs from the
+//! first packet in to the last Result out. The last generation's Results are checked
+//! against sums computed here.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::mem::{MemConfig, SharedMemory};
+use crate::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
+use crate::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
+use crate::packet::{Dest, Port};
+use crate::pfe::{FnSink, Pfe};
+use crate::ConfigError;
+
+/// Byte offset of `gen_id` in an aggregation frame.
+const GEN_AT: usize = wire::TRIO_ML_HDR_AT + 8;
+
+/// One benchmark configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrioMlBenchConfig {
+    /// Sources of the job (the paper's benchmark: 4 servers).
+    pub workers: u8,
+    /// Gradients per packet (the paper: 1024).
+    pub grads: u16,
+    /// Blocks each worker has outstanding (block ids in use).
+    pub window: u16,
+    /// Generations streamed (each is `window` blocks from every worker).
+    pub generations: u32,
+    /// PPE threads.
+    pub ppe_threads: usize,
+    /// Run the straggler-scan timer threads meanwhile.
+    pub timers: bool,
+    /// Staggered scan timers (Trio-ML's N).
+    pub scan_timers: u32,
+    /// Time between two visits of a block by the scan, in nanoseconds.
+    pub scan_period_ns: u64,
+    /// Seed of the gradient values.
+    pub seed: u64,
+}
+
+impl Default for TrioMlBenchConfig {
+    /// 4 workers, 1024 gradients per packet, a window of 2047 blocks, 16 generations,
+    /// PPE threads = cores, timers on.
+    fn default() -> Self {
+        TrioMlBenchConfig {
+            workers: 4,
+            grads: 1024,
+            window: 2047,
+            generations: 16,
+            ppe_threads: crate::pfe::default_ppe_threads(),
+            timers: true,
+            scan_timers: crate::microcode::trio_ml::DEFAULT_TIMERS,
+            scan_period_ns: crate::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS,
+            seed: 1,
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrioMlBenchReport {
+    /// The configuration measured.
+    pub config: TrioMlBenchConfig,
+    /// PPE threads.
+    pub ppe_threads: usize,
+    /// Gradients per packet.
+    pub grads: u16,
+    /// Blocks outstanding per worker.
+    pub window: u16,
+    /// Sources.
+    pub workers: u8,
+    /// Aggregation packets injected.
+    pub packets_in: u64,
+    /// Frames out (Result packets, one per worker each).
+    pub packets_out: u64,
+    /// Result packets built (one per block).
+    pub results: u64,
+    /// Packets dropped, over all reasons (0 expected).
+    pub dropped: u64,
+    /// Drops by reason.
+    pub dropped_by_reason: std::collections::BTreeMap<String, u64>,
+    /// Seconds from the first packet in to the last Result out.
+    pub elapsed_s: f64,
+    /// Gradients aggregated per second through the PFE (every source's count).
+    pub gradients_per_s: f64,
+    /// Gbit/s of gradient payload in.
+    pub gradient_gbps: f64,
+    /// The same additions (and Result copies) by a plain Rust loop, one thread.
+    pub baseline_gradients_per_s: f64,
+    /// `gradients_per_s / baseline_gradients_per_s`.
+    pub ratio_to_baseline: f64,
+    /// Instructions executed per gradient (the paper: about 1.2).
+    pub instructions_per_gradient: f64,
+    /// Instructions per aggregation packet.
+    pub instructions_per_packet: f64,
+    /// XTXNs per aggregation packet, by kind.
+    pub xtxns_per_packet: std::collections::BTreeMap<String, f64>,
+    /// Timer threads run meanwhile.
+    pub timer_runs: u64,
+    /// The last generation's Results matched the expected sums, and every Result arrived.
+    pub verified: bool,
+}
+
+/// The generated traffic of one generation and the sums it must produce.
+pub struct TrioMlTraffic {
+    frames: Vec<Vec<u8>>,
+    ports: Vec<Port>,
+    /// Per block: the expected sums.
+    sums: Vec<Vec<i32>>,
+}
+
+fn endpoints(src: u8, aggregator: std::net::Ipv4Addr) -> Endpoints {
+    Endpoints {
+        src_mac: [2, 0, 0, 0, 1, src],
+        dst_mac: [2, 0, 0, 0, 0, 0xFE],
+        src_addr: std::net::Ipv4Addr::new(10, 1, 0, src + 1),
+        dst_addr: aggregator,
+        src_port: wire::DEFAULT_UDP_PORT,
+        dst_port: wire::DEFAULT_UDP_PORT,
+    }
+}
+
+/// Generates one generation's packets (generation 0).
+pub fn generate(cfg: &TrioMlBenchConfig) -> TrioMlTraffic {
+    let aggregator = TrioMlConfig::default().local_addr;
+    let g = usize::from(cfg.grads);
+    let mut state = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        // Values in +-2^20: sums of up to 255 sources stay far from overflow.
+        ((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 43) as i32) - (1 << 20)
+    };
+    let mut frames = Vec::new();
+    let mut ports = Vec::new();
+    let mut sums = Vec::new();
+    for block in 0..u32::from(cfg.window) {
+        let mut sum = vec![0i32; g];
+        for src in 0..cfg.workers {
+            let grads: Vec<i32> = (0..g).map(|_| next()).collect();
+            for (s, v) in sum.iter_mut().zip(&grads) {
+                *s = s.wrapping_add(*v);
+            }
+            frames.push(wire::agg_packet(&AggPacket {
+                endpoints: endpoints(src, aggregator),
+                hdr: TrioMlHdrFields {
+                    job_id: 1,
+                    block_id: block,
+                    src_id: src,
+                    gen_id: 0,
+                    grad_cnt: cfg.grads,
+                    ..TrioMlHdrFields::default()
+                },
+                gradients: &grads,
+            }));
+            ports.push(Port::from(src));
+        }
+        sums.push(sum);
+    }
+    TrioMlTraffic {
+        frames,
+        ports,
+        sums,
+    }
+}
+
+fn set_gen(frames: &mut [Vec<u8>], gen: u16) {
+    for f in frames {
+        f[GEN_AT..GEN_AT + 2].copy_from_slice(&gen.to_be_bytes());
+    }
+}
+
+/// Checks the last generation's Results as they leave (port 0's copy of each).
+struct Checker {
+    expect: Vec<Vec<i32>>,
+    checking: AtomicBool,
+    checked: AtomicU64,
+    bad: AtomicU64,
+    results: AtomicU64,
+}
+
+impl Checker {
+    fn deliver(&self, port: Port, f: &[u8]) {
+        if port != 0 {
+            return;
+        }
+        self.results.fetch_add(1, Ordering::Relaxed);
+        if !self.checking.load(Ordering::Relaxed) {
+            return;
+        }
+        {
+            let ok = match wire::parse(f) {
+                Ok((h, grads)) => self.expect.get(h.block_id as usize).is_some_and(|e| {
+                    h.src_cnt as usize > 0
+                        && !h.degraded
+                        && grads
+                            .chunks_exact(4)
+                            .zip(e)
+                            .all(|(b, v)| i32::from_be_bytes([b[0], b[1], b[2], b[3]]) == *v)
+                }),
+                Err(_) => false,
+            };
+            if ok {
+                self.checked.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.bad.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Runs one configuration on pre-generated traffic.
+pub fn run_on(
+    cfg: &TrioMlBenchConfig,
+    traffic: &mut TrioMlTraffic,
+) -> Result<TrioMlBenchReport, Box<dyn std::error::Error>> {
+    if cfg.workers == 0 || cfg.window == 0 || cfg.grads == 0 || cfg.generations == 0 {
+        return Err(ConfigError::new(
+            "trio-ml bench",
+            "workers, window, grads and generations must be at least 1",
+        )
+        .into());
+    }
+    let slots = u32::from(cfg.window) * 2;
+    if slots > 4095 {
+        return Err(ConfigError::new(
+            "window",
+            format!(
+                "{} is too large: Trio-ML keeps a finished block's Result until the block id's \
+                 next generation finishes, so a job needs 2 x window <= 4095 slots \
+                 (block_cnt_max is 12 bits)",
+                cfg.window
+            ),
+        )
+        .into());
+    }
+    let g = u64::from(cfg.grads);
+    let slot_bytes = 64 + (g * 4).div_ceil(64) * 64;
+    let dram = (u64::from(slots) * slot_bytes + (1 << 20)).next_power_of_two();
+    let mem = Arc::new(SharedMemory::new(&MemConfig {
+        dram_bytes: dram.max(64 << 20),
+        ..MemConfig::default()
+    })?);
+    let trio = TrioMl::install(
+        &mem,
+        TrioMlConfig {
+            timers: cfg.scan_timers,
+            scan_period_ns: cfg.scan_period_ns,
+            ..TrioMlConfig::default()
+        },
+    )?;
+    let sources: Vec<u8> = (0..cfg.workers).collect();
+    trio.add_job(&JobConfig {
+        job_id: 1,
+        sources: sources.clone(),
+        block_cnt_max: slots as u16,
+        block_grad_max: cfg.grads,
+        block_exp_ms: 100,
+        out_dest: Dest::Group(0),
+        ..JobConfig::default()
+    })?;
+    let checker = Arc::new(Checker {
+        expect: std::mem::take(&mut traffic.sums),
+        checking: AtomicBool::new(false),
+        checked: AtomicU64::new(0),
+        bad: AtomicU64::new(0),
+        results: AtomicU64::new(0),
+    });
+    let sink = {
+        let c = checker.clone();
+        FnSink(move |port: Port, frame: &[u8]| c.deliver(port, frame))
+    };
+    let mut builder = Pfe::builder()
+        .program(trio.program())
+        .ppe_threads(cfg.ppe_threads)
+        .memory(mem)
+        .reorder(false)
+        .multicast_group(
+            0,
+            sources.iter().map(|&s| Port::from(s)).collect::<Vec<_>>(),
+        )
+        .sink(Arc::new(sink));
+    if cfg.timers {
+        builder = builder.timers(trio.timer_specs()?);
+    }
+    let mut pfe = builder.build()?;
+    pfe.start()?;
+    let start = Instant::now();
+    for gen in 0..cfg.generations {
+        if gen + 1 == cfg.generations {
+            checker.checking.store(true, Ordering::Relaxed);
+        }
+        set_gen(&mut traffic.frames, gen as u16);
+        pfe.inject_burst(
+            traffic
+                .frames
+                .iter()
+                .zip(&traffic.ports)
+                .map(|(f, &p)| (p, &f[..])),
+        )?;
+        pfe.drain();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let stats = pfe.shutdown();
+    let (checked, bad) = (
+        checker.checked.load(Ordering::Relaxed),
+        checker.bad.load(Ordering::Relaxed),
+    );
+    traffic.sums = checker.expect.clone();
+    let packets = traffic.frames.len() as u64 * u64::from(cfg.generations);
+    let results = u64::from(cfg.window) * u64::from(cfg.generations);
+    let gradients = packets * g;
+    let processed = stats.processed().max(1) as f64;
+    let baseline = baseline(cfg, traffic);
+    let gps = gradients as f64 / elapsed;
+    let verified = stats.created == results
+        && stats.dropped == 0
+        && bad == 0
+        && checked == u64::from(cfg.window);
+    Ok(TrioMlBenchReport {
+        config: cfg.clone(),
+        ppe_threads: cfg.ppe_threads,
+        grads: cfg.grads,
+        window: cfg.window,
+        workers: cfg.workers,
+        packets_in: stats.packets_in,
+        packets_out: stats.frames_tx,
+        results: stats.created,
+        dropped: stats.dropped,
+        dropped_by_reason: stats.dropped_by_reason.clone(),
+        elapsed_s: elapsed,
+        gradients_per_s: gps,
+        gradient_gbps: gps * 32.0 / 1e9,
+        baseline_gradients_per_s: baseline,
+        ratio_to_baseline: gps / baseline,
+        instructions_per_gradient: stats.instructions as f64 / gradients as f64,
+        instructions_per_packet: stats.instructions as f64 / processed,
+        xtxns_per_packet: stats
+            .xtxns
+            .iter()
+            .map(|(k, &n)| (k.clone(), n as f64 / processed))
+            .collect(),
+        timer_runs: stats.timer_runs,
+        verified,
+    })
+}
+
+/// The plain loop: the same packets, the same sums in the same layout (a buffer of
+/// `window` blocks of 32-bit lanes), one thread, no engine: per packet, read the header,
+/// skip a source already counted, add the big-endian gradients lane by lane; when every
+/// source is in, copy the sums out (the Result's payload) and clear the block. Returns
+/// gradients per second.
+pub fn baseline(cfg: &TrioMlBenchConfig, traffic: &mut TrioMlTraffic) -> f64 {
+    let g = usize::from(cfg.grads);
+    let w = usize::from(cfg.window);
+    let mut buf = vec![0u32; w * g];
+    let mut seen = vec![[0u64; 4]; w];
+    let mut count = vec![0u8; w];
+    let mut out = vec![0u8; g * 4];
+    let mut results = 0u64;
+    let start = Instant::now();
+    for gen in 0..cfg.generations {
+        set_gen(&mut traffic.frames, gen as u16);
+        for f in &traffic.frames {
+            let (h, grads) = match wire::parse(f) {
+                Ok(x) => x,
+                Err(_) => continue,
+            };
+            let b = h.block_id as usize % w;
+            let (word, bit) = (usize::from(h.src_id / 64), h.src_id % 64);
+            if seen[b][word] & (1 << bit) != 0 {
+                continue;
+            }
+            seen[b][word] |= 1 << bit;
+            let lanes = &mut buf[b * g..b * g + usize::from(h.grad_cnt)];
+            for (d, s) in lanes.iter_mut().zip(grads.chunks_exact(4)) {
+                *d = d.wrapping_add(u32::from_be_bytes([s[0], s[1], s[2], s[3]]));
+            }
+            count[b] += 1;
+            if count[b] == cfg.workers {
+                for (o, v) in out.chunks_exact_mut(4).zip(lanes.iter_mut()) {
+                    o.copy_from_slice(&v.to_be_bytes());
+                    *v = 0;
+                }
+                std::hint::black_box(&out);
+                results += 1;
+                count[b] = 0;
+                seen[b] = [0; 4];
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    std::hint::black_box(results);
+    let gradients = traffic.frames.len() as u64 * u64::from(cfg.generations) * g as u64;
+    gradients as f64 / elapsed
+}

@@ -1,0 +1,378 @@
+//! End hosts against a running PFE: allreduce of real vectors, loss recovery under drop and
+//! duplicate faults, partial results when a worker straggles, generations across
+//! allreduces, and hierarchical aggregation over a chassis giving the flat sums.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pfemu::microcode::trio_ml::host::{
+    port_channels, run_workers, Attached, DriveOptions, Lossy, Scaling, Worker, WorkerConfig,
+};
+use pfemu::microcode::trio_ml::{wire, JobConfig, TrioMl, TrioMlConfig};
+use pfemu::pfe::{Chassis, Frames};
+use pfemu::prelude::*;
+
+const JOB: u8 = 1;
+
+fn values(src: u8, n: usize) -> Vec<i32> {
+    (0..n)
+        .map(|i| ((i as i32 * 7919 + i32::from(src) * 104_729) % 20_001) - 10_000)
+        .collect()
+}
+
+fn flat_sums(srcs: &[u8], n: usize) -> Vec<i32> {
+    let mut s = vec![0i32; n];
+    for &src in srcs {
+        for (a, v) in s.iter_mut().zip(values(src, n)) {
+            *a = a.wrapping_add(v);
+        }
+    }
+    s
+}
+
+struct Flat {
+    pfe: Pfe,
+    rxs: Vec<crossbeam_channel::Receiver<Vec<u8>>>,
+    trio: TrioMl,
+}
+
+/// One PFE running Trio-ML with job `JOB` of `sources` on ports `0..sources`, Results
+/// multicast to all of them.
+fn flat(sources: u8, window: usize, block_exp_ms: u8, timers: bool) -> Flat {
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let trio = TrioMl::install(
+        &mem,
+        TrioMlConfig {
+            timers: 10,
+            ..TrioMlConfig::default()
+        },
+    )
+    .unwrap();
+    let srcs: Vec<u8> = (0..sources).collect();
+    trio.add_job(&JobConfig {
+        job_id: JOB,
+        sources: srcs.clone(),
+        block_cnt_max: (2 * window) as u16,
+        block_grad_max: 256,
+        block_exp_ms,
+        out_dest: Dest::Group(0),
+        ..JobConfig::default()
+    })
+    .unwrap();
+    let (sink, rxs) = port_channels(usize::from(sources));
+    let mut b = Pfe::builder()
+        .program(trio.program())
+        .ppe_threads(64)
+        .memory(mem)
+        .multicast_group(0, srcs.iter().map(|&s| u16::from(s)).collect::<Vec<_>>())
+        .sink(Arc::new(sink));
+    if timers {
+        b = b.timers(trio.timer_specs().unwrap());
+    }
+    let mut pfe = b.build().unwrap();
+    pfe.start().unwrap();
+    Flat { pfe, rxs, trio }
+}
+
+fn worker_cfg(src: u8, window: usize, retransmit_ms: Option<u64>) -> WorkerConfig {
+    WorkerConfig {
+        grads_per_packet: 256,
+        window,
+        retransmit_after_ns: retransmit_ms.map(|ms| ms * 1_000_000),
+        ..WorkerConfig::new(JOB, src, TrioMlConfig::default().local_addr)
+    }
+}
+
+#[test]
+fn four_workers_allreduce_real_vectors_exactly() {
+    let n = 256 * 40 + 17;
+    let mut f = flat(4, 8, 200, false);
+    let scaling = Scaling::for_range(10.0, 4);
+    let floats: Vec<Vec<f32>> = (0..4u8)
+        .map(|s| values(s, n).iter().map(|&v| v as f32 / 1000.0).collect())
+        .collect();
+    let attached: Vec<Attached> = (0..4u8)
+        .map(|s| Attached {
+            worker: Worker::from_floats(worker_cfg(s, 8, None), &floats[usize::from(s)], scaling)
+                .unwrap(),
+            port: u16::from(s),
+            rx: f.rxs[usize::from(s)].clone(),
+            opts: DriveOptions::default(),
+        })
+        .collect();
+    let pfe = &f.pfe;
+    let done = run_workers(attached, &|p, fr| pfe.inject_frame(p, fr).unwrap()).unwrap();
+    for w in &done {
+        assert!(w.is_done());
+        assert!(w.src_counts().iter().all(|&c| c == 4));
+        assert!(w.degraded().iter().all(|&d| !d));
+        let mean = w.mean(scaling);
+        for (i, m) in mean.iter().enumerate() {
+            let want: f32 = floats.iter().map(|v| v[i]).sum::<f32>() / 4.0;
+            assert!((m - want).abs() < 1e-4, "gradient {i}: {m} vs {want}");
+        }
+    }
+    // The integer sums are exact, and every worker got the same ones.
+    let ints: Vec<Vec<i32>> = floats
+        .iter()
+        .map(|v| v.iter().map(|&g| scaling.to_int(g)).collect())
+        .collect();
+    let want: Vec<i32> = (0..n).map(|i| ints.iter().map(|v| v[i]).sum()).collect();
+    assert!(done.iter().all(|w| w.sums() == want));
+    f.pfe.drain();
+    let stats = std::mem::replace(&mut f.pfe, dummy()).shutdown();
+    assert!(stats.is_conserved());
+    assert_eq!(stats.dropped, 0);
+    assert!(
+        f.trio.active_blocks().unwrap().is_empty(),
+        "every block finished"
+    );
+    assert_eq!(
+        f.trio.kept_records(),
+        8,
+        "the last Result of each block id is kept"
+    );
+}
+
+/// A stopped stand-in, to take the real engine out of a struct.
+fn dummy() -> Pfe {
+    let mut p = Program::builder("none");
+    let a = p.label("a");
+    p.instr(a, |_| Ok(Done(Verdict::Consume)));
+    p.entry(Entry::Packet, a);
+    Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(1)
+        .mem_config(MemConfig {
+            sram_bytes: 1 << 12,
+            dram_bytes: 1 << 12,
+            banks: 1,
+        })
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn loss_and_duplicates_both_ways_still_give_exact_sums() {
+    let n = 256 * 60;
+    let f = flat(4, 8, 250, false);
+    let attached: Vec<Attached> = (0..4u8)
+        .map(|s| Attached {
+            worker: Worker::new(worker_cfg(s, 8, Some(3)), values(s, n)).unwrap(),
+            port: u16::from(s),
+            rx: f.rxs[usize::from(s)].clone(),
+            opts: DriveOptions {
+                uplink: Some(Lossy::new(0.05, 0.05, 11 + u64::from(s))),
+                downlink: Some(Lossy::new(0.05, 0.05, 101 + u64::from(s))),
+                give_up_after: Duration::from_secs(20),
+            },
+        })
+        .collect();
+    let pfe = &f.pfe;
+    let done = run_workers(attached, &|p, fr| pfe.inject_frame(p, fr).unwrap()).unwrap();
+    let want = flat_sums(&[0, 1, 2, 3], n);
+    let mut retransmitted = 0;
+    for w in &done {
+        assert_eq!(w.sums(), want, "worker {}", w.config().src_id);
+        assert!(w.src_counts().iter().all(|&c| c == 4));
+        retransmitted += w.stats().retransmitted;
+    }
+    assert!(retransmitted > 0, "the faults forced retransmissions");
+    pfe.drain();
+    let stats = pfe.stats();
+    assert!(stats.is_conserved());
+    // Duplicates and retransmissions were recognised, never added twice.
+    assert!(stats.drops("duplicate") + stats.drops("retransmit_answered") > 0);
+    assert_eq!(
+        stats.dropped,
+        stats.drops("duplicate") + stats.drops("retransmit_answered"),
+        "{:?}",
+        stats.dropped_by_reason
+    );
+}
+
+#[test]
+fn a_straggler_is_left_out_of_a_partial_result_and_the_mean_divides_by_three() {
+    let n = 256 * 4;
+    let f = flat(4, 4, 5, true);
+    // Worker 3 never sends: every block ages out with the three others in.
+    let attached: Vec<Attached> = (0..3u8)
+        .map(|s| Attached {
+            worker: Worker::new(worker_cfg(s, 4, None), values(s, n)).unwrap(),
+            port: u16::from(s),
+            rx: f.rxs[usize::from(s)].clone(),
+            opts: DriveOptions::default(),
+        })
+        .collect();
+    let pfe = &f.pfe;
+    let done = run_workers(attached, &|p, fr| pfe.inject_frame(p, fr).unwrap()).unwrap();
+    let want = flat_sums(&[0, 1, 2], n);
+    for w in &done {
+        assert_eq!(w.sums(), want);
+        assert!(w.src_counts().iter().all(|&c| c == 3));
+        assert!(w.degraded().iter().all(|&d| d));
+        let mean = w.mean(Scaling { factor: 1.0 });
+        assert_eq!(mean[5], want[5] as f32 / 3.0);
+    }
+    // The straggler's port got the partial Results too (multicast to the whole job).
+    let to_straggler: Vec<Vec<u8>> = f.rxs[3].try_iter().collect();
+    assert_eq!(to_straggler.len(), 4);
+    let (h, _) = wire::parse(&to_straggler[0]).unwrap();
+    assert_eq!((h.degraded, h.age_op, h.src_cnt), (true, 1, 3));
+}
+
+#[test]
+fn consecutive_allreduces_continue_the_generations() {
+    let n = 256 * 12;
+    let f = flat(2, 4, 200, false);
+    let mut gens = [0u16; 2];
+    for round in 0..3 {
+        let attached: Vec<Attached> = (0..2u8)
+            .map(|s| Attached {
+                worker: Worker::new(
+                    WorkerConfig {
+                        first_gen: gens[usize::from(s)],
+                        ..worker_cfg(s, 4, None)
+                    },
+                    values(s + round, n),
+                )
+                .unwrap(),
+                port: u16::from(s),
+                rx: f.rxs[usize::from(s)].clone(),
+                opts: DriveOptions::default(),
+            })
+            .collect();
+        let pfe = &f.pfe;
+        let done = run_workers(attached, &|p, fr| pfe.inject_frame(p, fr).unwrap()).unwrap();
+        let want = flat_sums(&[round, round + 1], n);
+        for (i, w) in done.iter().enumerate() {
+            assert_eq!(w.sums(), want, "round {round}");
+            gens[i] = w.next_gen();
+        }
+    }
+    assert_eq!(gens, [9, 9], "3 rounds of 12 chunks over 4 block ids");
+}
+
+#[test]
+fn hierarchical_aggregation_over_a_chassis_equals_the_flat_sums() {
+    // Two first-level PFEs with two servers each, and a top-level PFE; servers 0,1 on
+    // leaf A ports 0,1; servers 2,3 on leaf B ports 0,1. Leaves reach the top on port 60
+    // (top ports 1 and 2). Configuration only: the same program everywhere.
+    let n = 256 * 30 + 5;
+    let top_addr = Ipv4Addr::new(10, 0, 9, 1);
+    let group = Ipv4Addr::new(239, 0, 0, 1);
+    let leaf_addr = [Ipv4Addr::new(10, 0, 7, 1), Ipv4Addr::new(10, 0, 8, 1)];
+    let leaf_src = [11u8, 12u8];
+    let window = 8;
+    let mut c = Chassis::builder();
+    let mut tries = Vec::new();
+    let mut idx = Vec::new();
+    for (l, &addr) in leaf_addr.iter().enumerate() {
+        let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+        let trio = TrioMl::install(
+            &mem,
+            TrioMlConfig {
+                local_addr: addr,
+                ..TrioMlConfig::default()
+            },
+        )
+        .unwrap();
+        trio.add_job(&JobConfig {
+            job_id: JOB,
+            sources: vec![2 * l as u8, 2 * l as u8 + 1],
+            block_cnt_max: 2 * window as u16,
+            block_grad_max: 256,
+            block_exp_ms: 200,
+            out_src_addr: Ipv4Addr::new(10, 0, 7 + l as u8, leaf_src[l]),
+            out_dst_addr: top_addr,
+            out_dest: Dest::Port(60),
+        })
+        .unwrap();
+        // The top's Result comes back down addressed to the group: forward it to the
+        // servers of this leaf.
+        trio.add_route(group, Dest::Group(0)).unwrap();
+        let b = Pfe::builder()
+            .program(trio.program())
+            .ppe_threads(32)
+            .memory(mem)
+            .multicast_group(0, vec![0, 1]);
+        idx.push(c.pfe(&format!("leaf{l}"), b));
+        tries.push(trio);
+    }
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let top = TrioMl::install(
+        &mem,
+        TrioMlConfig {
+            local_addr: top_addr,
+            ..TrioMlConfig::default()
+        },
+    )
+    .unwrap();
+    top.add_job(&JobConfig {
+        job_id: JOB,
+        sources: leaf_src.to_vec(),
+        block_cnt_max: 2 * window as u16,
+        block_grad_max: 256,
+        block_exp_ms: 200,
+        out_src_addr: top_addr,
+        out_dst_addr: group,
+        out_dest: Dest::Group(0),
+    })
+    .unwrap();
+    let t = c.pfe(
+        "top",
+        Pfe::builder()
+            .program(top.program())
+            .ppe_threads(32)
+            .memory(mem)
+            .multicast_group(0, vec![1, 2]),
+    );
+    c.link((idx[0], 60), (t, 1)).link((idx[1], 60), (t, 2));
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| crossbeam_channel::unbounded()).unzip();
+    c.sink(Arc::new(
+        move |pfe: usize, port: u16, frames: Frames<'_>| {
+            if pfe < 2 && port < 2 {
+                for f in frames.iter() {
+                    let _ = txs[2 * pfe + usize::from(port)].send(f.to_vec());
+                }
+            }
+        },
+    ));
+    let chassis = c.start().unwrap();
+    let attached: Vec<Attached> = (0..4u8)
+        .map(|s| Attached {
+            worker: Worker::new(
+                WorkerConfig {
+                    endpoints: wire::Endpoints {
+                        dst_addr: leaf_addr[usize::from(s / 2)],
+                        ..worker_cfg(s, window, None).endpoints
+                    },
+                    ..worker_cfg(s, window, None)
+                },
+                values(s, n),
+            )
+            .unwrap(),
+            port: u16::from(s),
+            rx: rxs[usize::from(s)].clone(),
+            opts: DriveOptions::default(),
+        })
+        .collect();
+    let inject = |p: u16, fr: &[u8]| {
+        chassis
+            .pfe(idx[usize::from(p / 2)])
+            .inject_frame(p % 2, fr)
+            .unwrap()
+    };
+    let done = run_workers(attached, &inject).unwrap();
+    let want = flat_sums(&[0, 1, 2, 3], n);
+    for w in &done {
+        assert_eq!(w.sums(), want, "worker {}", w.config().src_id);
+        // The top level counts its sources: the two first-level aggregators.
+        assert!(w.src_counts().iter().all(|&c| c == 2));
+    }
+    let stats = chassis.shutdown();
+    assert!(stats.iter().all(|s| s.is_conserved() && s.dropped == 0));
+    let chunks = n.div_ceil(256) as u64;
+    assert_eq!(stats[t].created, chunks, "one top-level Result per block");
+}
