@@ -176,7 +176,10 @@ pub enum Received {
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     chunk: usize,
+    /// Last (re)transmission.
     sent_ns: u64,
+    /// First transmission, for the result's latency.
+    first_ns: u64,
 }
 
 /// One worker's allreduce of one gradient vector.
@@ -193,6 +196,8 @@ pub struct Worker {
     next_chunk: usize,
     done: usize,
     stats: WorkerStats,
+    /// Per result taken with [`Worker::on_frame_at`]: time from the chunk's first send.
+    latencies: Vec<u64>,
 }
 
 impl Worker {
@@ -223,6 +228,7 @@ impl Worker {
             next_chunk: 0,
             done: 0,
             stats: WorkerStats::default(),
+            latencies: Vec::new(),
             cfg,
             values,
         })
@@ -296,6 +302,7 @@ impl Worker {
             self.slots[s] = Some(Slot {
                 chunk: c,
                 sent_ns: now_ns,
+                first_ns: now_ns,
             });
             self.stats.sent += 1;
             self.next_chunk += 1;
@@ -306,8 +313,8 @@ impl Worker {
                 if now_ns.saturating_sub(slot.sent_ns) >= after {
                     out.push(self.packet(slot.chunk));
                     self.slots[s] = Some(Slot {
-                        chunk: slot.chunk,
                         sent_ns: now_ns,
+                        ..slot
                     });
                     self.stats.sent += 1;
                     self.stats.retransmitted += 1;
@@ -319,6 +326,21 @@ impl Worker {
     /// Takes a frame from the aggregator. A Result for an outstanding chunk is stored and
     /// frees its slot; anything else this worker does not need is ignored.
     pub fn on_frame(&mut self, frame: &[u8]) -> Result<Received, HostError> {
+        self.take(frame, None)
+    }
+
+    /// [`Worker::on_frame`] at time `now_ns` (the clock [`Worker::poll`] is given): also
+    /// records the result's latency, from the chunk's first transmission.
+    pub fn on_frame_at(&mut self, frame: &[u8], now_ns: u64) -> Result<Received, HostError> {
+        self.take(frame, Some(now_ns))
+    }
+
+    /// Latencies of the results taken by [`Worker::on_frame_at`], in arrival order (ns).
+    pub fn latencies_ns(&self) -> &[u64] {
+        &self.latencies
+    }
+
+    fn take(&mut self, frame: &[u8], now_ns: Option<u64>) -> Result<Received, HostError> {
         let (hdr, grads) = wire::parse(frame)?;
         if hdr.job_id != self.cfg.job_id || hdr.block_id as usize >= self.cfg.window {
             self.stats.ignored += 1;
@@ -341,6 +363,9 @@ impl Worker {
         }
         self.src_cnt[c] = hdr.src_cnt;
         self.degraded[c] = hdr.degraded;
+        if let Some(now) = now_ns {
+            self.latencies.push(now.saturating_sub(slot.first_ns));
+        }
         self.slots[s] = None;
         self.done += 1;
         self.stats.results += 1;
@@ -503,7 +528,7 @@ pub fn drive(
                 for f in frames {
                     let copies = opts.downlink.as_mut().map_or(1, Lossy::copies);
                     for _ in 0..copies {
-                        if let Received::Result { .. } = worker.on_frame(&f)? {
+                        if let Received::Result { .. } = worker.on_frame_at(&f, now())? {
                             last_progress = Instant::now();
                         }
                     }
@@ -708,7 +733,9 @@ mod tests {
         w.poll(1_000, &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(w.stats().retransmitted, 2);
-        w.on_frame(&result_of(&out[0], 2, 2, false)).unwrap();
+        w.on_frame_at(&result_of(&out[0], 2, 2, false), 1_500)
+            .unwrap();
+        assert_eq!(w.latencies_ns(), [1_500], "from the first send");
         out.clear();
         w.poll(2_000, &mut out);
         assert_eq!(out.len(), 1, "only the chunk still missing");
