@@ -198,6 +198,8 @@ pub struct Worker {
     stats: WorkerStats,
     /// Per result taken with [`Worker::on_frame_at`]: time from the chunk's first send.
     latencies: Vec<u64>,
+    /// When the last result arrived (with [`Worker::on_frame_at`]).
+    finished_ns: Option<u64>,
 }
 
 impl Worker {
@@ -229,6 +231,7 @@ impl Worker {
             done: 0,
             stats: WorkerStats::default(),
             latencies: Vec::new(),
+            finished_ns: None,
             cfg,
             values,
         })
@@ -335,6 +338,12 @@ impl Worker {
         self.take(frame, Some(now_ns))
     }
 
+    /// When the last result arrived, on the clock given to [`Worker::on_frame_at`] (with
+    /// [`drive`]: nanoseconds since `drive` was called).
+    pub fn finished_ns(&self) -> Option<u64> {
+        self.finished_ns
+    }
+
     /// Latencies of the results taken by [`Worker::on_frame_at`], in arrival order (ns).
     pub fn latencies_ns(&self) -> &[u64] {
         &self.latencies
@@ -365,6 +374,9 @@ impl Worker {
         self.degraded[c] = hdr.degraded;
         if let Some(now) = now_ns {
             self.latencies.push(now.saturating_sub(slot.first_ns));
+        }
+        if self.done + 1 == self.chunks() {
+            self.finished_ns = now_ns;
         }
         self.slots[s] = None;
         self.done += 1;

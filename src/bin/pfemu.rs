@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
+use pfemu::bench::demo::DemoConfig;
 use pfemu::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::bench::timers::{self, TimerBenchConfig};
 use pfemu::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
@@ -20,7 +21,9 @@ use pfemu::pfe::{
     long_about = "An emulator of a Trio-like Packet Forwarding Engine: Microcode-like programs run to \
                   completion on hundreds of PPE threads that share a banked read-modify-write memory; \
                   a reorder engine keeps each flow in order.\n\nWith no command, runs the default job: \
-                  the paper's packet filter on a generated mix of traffic, with a readable summary."
+                  the Trio-ML demo (`pfemu demo`): four workers allreduce real vectors through the \
+                  PFE, once all together and once with a straggler the PFE's timer threads give up \
+                  on, and every sum is checked."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -29,6 +32,27 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The Trio-ML demo (the default job): workers allreduce vectors, one straggles.
+    Demo {
+        /// Workers (sources) of the job.
+        #[arg(long, default_value_t = 4)]
+        workers: u8,
+        /// Gradients in each worker's vector.
+        #[arg(long, default_value_t = 100_000)]
+        gradients: usize,
+        /// Block timeout in milliseconds (the job's block_exp).
+        #[arg(long, default_value_t = 10)]
+        block_exp_ms: u8,
+        /// How late the straggler is, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        straggle_ms: u64,
+        /// PPE threads.
+        #[arg(long, default_value_t = 64)]
+        ppe_threads: usize,
+        /// Print one JSON object instead of the summary.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a shipped program on generated traffic and print a summary (the default job).
     Run {
         /// The program to run.
@@ -199,7 +223,25 @@ enum ReorderArg {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => run_default(),
+        None => demo(&DemoConfig::default(), false),
+        Some(Command::Demo {
+            workers,
+            gradients,
+            block_exp_ms,
+            straggle_ms,
+            ppe_threads,
+            json,
+        }) => demo(
+            &DemoConfig {
+                workers,
+                gradients,
+                block_exp_ms,
+                straggle_ms,
+                ppe_threads,
+                ..DemoConfig::default()
+            },
+            json,
+        ),
         Some(Command::Run {
             program: Workload::Filter,
             traffic,
@@ -399,14 +441,93 @@ fn bench_timers(a: &TimerArgs) -> CliResult {
     Ok(())
 }
 
-fn run_default() -> CliResult {
-    let traffic = TrafficArgs {
-        packets: 1_000_000,
-        size: 64,
-        flows: 1024,
-        seed: 1,
-    };
-    run_filter(&traffic, None)
+fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
+    if cfg.workers < 2 {
+        return Err("invalid option `--workers`: the demo needs at least 2".into());
+    }
+    if cfg.gradients == 0 {
+        return Err("invalid option `--gradients`: must be at least 1".into());
+    }
+    if cfg.block_exp_ms == 0 {
+        return Err("invalid option `--block-exp-ms`: must be 1..=255".into());
+    }
+    if !json {
+        println!(
+            "pfemu: Trio-ML (Trio paper §4-5) on one PFE with {} PPE threads: {} workers \
+             allreduce {} f32 gradients each, {} per packet, window {}, block timeout {} ms\n",
+            cfg.ppe_threads,
+            cfg.workers,
+            cfg.gradients,
+            cfg.grads_per_packet,
+            cfg.window,
+            cfg.block_exp_ms
+        );
+    }
+    let r = pfemu::bench::demo::run(cfg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        let show = |name: &str, x: &pfemu::bench::demo::RoundReport| {
+            println!("{name}");
+            println!(
+                "  results per worker {:>8}   partial (degraded) {:>6}   src_cnt {:?}",
+                x.results / u64::from(cfg.workers - u8::from(x.degraded > 0)).max(1),
+                x.degraded,
+                x.src_cnt
+            );
+            println!(
+                "  done after         {:>8.1} ms   integer sums exact: {}   largest error of the mean: {:.2e}",
+                x.elapsed_ms,
+                if x.sums_exact { "yes" } else { "NO" },
+                x.max_abs_error
+            );
+        };
+        show("round 1: every worker on time", &r.all_in);
+        show(
+            &format!(
+                "round 2: worker {} is {} ms late; the others get a partial result after the timeout",
+                cfg.workers - 1,
+                cfg.straggle_ms
+            ),
+            &r.with_straggler,
+        );
+        println!(
+            "  the straggler, when it woke, was answered with the partial result: {}",
+            if r.straggler_answered { "yes" } else { "NO" }
+        );
+        let s = &r.stats;
+        println!("\nthe PFE");
+        println!(
+            "  packets in {}   Result frames out {}   timer threads run {}",
+            s.packets_in, s.frames_tx, s.timer_runs
+        );
+        let drops: Vec<String> = s
+            .dropped_by_reason
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!(
+            "  dropped {} ({})",
+            s.dropped,
+            if drops.is_empty() {
+                "none".to_string()
+            } else {
+                drops.join(", ")
+            }
+        );
+        println!(
+            "  instructions per gradient {:.3}   every packet accounted for: {}",
+            r.instructions_per_gradient,
+            if s.is_conserved() { "yes" } else { "NO" }
+        );
+    }
+    if !r.ok() {
+        return Err("the demo's checks failed (see above)".into());
+    }
+    if !json {
+        println!("\ncheck: every sum matches; the straggler was left out only of round 2");
+    }
+    Ok(())
 }
 
 fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {

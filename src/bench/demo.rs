@@ -1,0 +1,246 @@
+//! The default job of `pfemu`: a Trio-ML demo. Four workers allreduce real `f32` vectors
+//! through one PFE twice: once all together, once with a straggler that the PFE's timer
+//! threads give up on, so the others get a partial result (`degraded`, `src_cnt` 3) after
+//! the block timeout instead of waiting. Every sum is checked.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::mem::{MemConfig, SharedMemory};
+use crate::microcode::trio_ml::host::{
+    port_channels, run_workers, Attached, DriveOptions, Scaling, Worker, WorkerConfig,
+};
+use crate::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
+use crate::packet::Dest;
+use crate::pfe::{Pfe, Stats};
+
+/// The demo's settings.
+#[derive(Clone, Debug, Serialize)]
+pub struct DemoConfig {
+    /// Workers (sources) of the job.
+    pub workers: u8,
+    /// Gradients per worker vector.
+    pub gradients: usize,
+    /// Gradients per packet.
+    pub grads_per_packet: usize,
+    /// Packets each worker keeps outstanding.
+    pub window: usize,
+    /// Block timeout (the job's `block_exp`), in milliseconds.
+    pub block_exp_ms: u8,
+    /// How long the straggler sleeps before sending in round 2, in milliseconds.
+    pub straggle_ms: u64,
+    /// PPE threads.
+    pub ppe_threads: usize,
+}
+
+impl Default for DemoConfig {
+    /// 4 workers, 100 000 gradients each in packets of 1024, window 64, a 10 ms timeout,
+    /// a straggler 200 ms late, 64 PPE threads.
+    fn default() -> Self {
+        DemoConfig {
+            workers: 4,
+            gradients: 100_000,
+            grads_per_packet: 1024,
+            window: 64,
+            block_exp_ms: 10,
+            straggle_ms: 200,
+            ppe_threads: 64,
+        }
+    }
+}
+
+/// What one allreduce round did.
+#[derive(Clone, Debug, Serialize)]
+pub struct RoundReport {
+    /// Time until the last on-time worker had every result.
+    pub elapsed_ms: f64,
+    /// Results each on-time worker took.
+    pub results: u64,
+    /// Of those, partial (degraded) ones.
+    pub degraded: u64,
+    /// Sources in the results (the same for every block of the round).
+    pub src_cnt: Vec<u8>,
+    /// The largest difference between a worker's averaged gradient and the exact mean of
+    /// the contributing workers' `f32` gradients.
+    pub max_abs_error: f64,
+    /// Every on-time worker got exactly the integer sums of the contributing workers.
+    pub sums_exact: bool,
+}
+
+/// What the demo did.
+#[derive(Clone, Debug, Serialize)]
+pub struct DemoReport {
+    /// The settings.
+    pub config: DemoConfig,
+    /// Round 1: every worker on time.
+    pub all_in: RoundReport,
+    /// Round 2: the last worker straggles.
+    pub with_straggler: RoundReport,
+    /// The straggler's own round 2: it got the partial result when it woke.
+    pub straggler_answered: bool,
+    /// The engine's counters at the end.
+    pub stats: Stats,
+    /// Instructions per aggregated gradient.
+    pub instructions_per_gradient: f64,
+}
+
+impl DemoReport {
+    /// Every check passed.
+    pub fn ok(&self) -> bool {
+        self.all_in.sums_exact
+            && self.with_straggler.sums_exact
+            && self.all_in.degraded == 0
+            && self.with_straggler.degraded == self.with_straggler.results
+            && self.straggler_answered
+            && self.stats.is_conserved()
+    }
+}
+
+/// Deterministic gradient-like values: worker `w`'s vector, roughly normal around 0 with a
+/// per-worker scale.
+fn gradients(w: u8, n: usize) -> Vec<f32> {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(u64::from(w) + 1) | 1;
+    let mut u = move || {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let scale = 0.01 * f64::from(w + 1);
+    (0..n)
+        .map(|_| ((u() + u() + u() + u() - 2.0) * scale) as f32)
+        .collect()
+}
+
+/// Runs the demo.
+pub fn run(cfg: &DemoConfig) -> Result<DemoReport, Box<dyn std::error::Error>> {
+    let n = cfg.workers;
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+    let trio = TrioMl::install(&mem, TrioMlConfig::default())?;
+    let sources: Vec<u8> = (0..n).collect();
+    trio.add_job(&JobConfig {
+        job_id: 1,
+        sources: sources.clone(),
+        block_cnt_max: (2 * cfg.window) as u16,
+        block_grad_max: cfg.grads_per_packet as u16,
+        block_exp_ms: cfg.block_exp_ms,
+        out_dest: Dest::Group(0),
+        ..JobConfig::default()
+    })?;
+    let (sink, rxs) = port_channels(usize::from(n));
+    let mut pfe = Pfe::builder()
+        .program(trio.program())
+        .ppe_threads(cfg.ppe_threads)
+        .memory(mem)
+        .multicast_group(0, sources.iter().map(|&s| u16::from(s)).collect::<Vec<_>>())
+        .timers(trio.timer_specs()?)
+        .sink(Arc::new(sink))
+        .build()?;
+    pfe.start()?;
+
+    let vectors: Vec<Vec<f32>> = (0..n).map(|w| gradients(w, cfg.gradients)).collect();
+    let max_abs = vectors.iter().flatten().fold(0f32, |m, g| m.max(g.abs()));
+    let scaling = Scaling::for_range(max_abs, usize::from(n));
+    let ints: Vec<Vec<i32>> = vectors
+        .iter()
+        .map(|v| v.iter().map(|&g| scaling.to_int(g)).collect())
+        .collect();
+    let mut gens = vec![0u16; usize::from(n)];
+
+    let mut round =
+        |straggler: Option<u8>| -> Result<(RoundReport, bool), Box<dyn std::error::Error>> {
+            let attached: Vec<Attached> = (0..n)
+                .map(|w| {
+                    let cfg = WorkerConfig {
+                        grads_per_packet: cfg.grads_per_packet,
+                        window: cfg.window,
+                        first_gen: gens[usize::from(w)],
+                        ..WorkerConfig::new(1, w, TrioMlConfig::default().local_addr)
+                    };
+                    Ok(Attached {
+                        worker: Worker::new(cfg, ints[usize::from(w)].clone())?,
+                        port: u16::from(w),
+                        rx: rxs[usize::from(w)].clone(),
+                        opts: DriveOptions::default(),
+                    })
+                })
+                .collect::<Result<_, crate::microcode::trio_ml::host::HostError>>()?;
+            let start = Instant::now();
+            let pfe = &pfe;
+            let inject = |p: u16, f: &[u8]| {
+                if Some(p as u8) == straggler
+                    && start.elapsed() < Duration::from_millis(cfg.straggle_ms)
+                {
+                    // The straggler is still computing: its packets wait until it is done.
+                    std::thread::sleep(Duration::from_millis(cfg.straggle_ms) - start.elapsed());
+                }
+                let _ = pfe.inject_frame(p, f);
+            };
+            let done = run_workers(attached, &inject)?;
+            let contributors: Vec<usize> = (0..usize::from(n))
+                .filter(|&w| Some(w as u8) != straggler)
+                .collect();
+            let want: Vec<i32> = (0..cfg.gradients)
+                .map(|i| contributors.iter().map(|&w| ints[w][i]).sum())
+                .collect();
+            let mut max_err = 0f64;
+            let mut exact = true;
+            let mut results = 0;
+            let mut degraded = 0;
+            let mut src_cnt: Vec<u8> = Vec::new();
+            let mut straggler_answered = true;
+            let mut elapsed_ns = 0u64;
+            for (w, worker) in done.iter().enumerate() {
+                gens[w] = worker.next_gen();
+                if Some(w as u8) == straggler {
+                    // It woke after the timeout: its result is the others' partial sum.
+                    straggler_answered =
+                        worker.sums() == want && worker.degraded().iter().all(|&d| d);
+                    continue;
+                }
+                exact &= worker.sums() == want;
+                elapsed_ns = elapsed_ns.max(worker.finished_ns().unwrap_or(0));
+                results += worker.stats().results;
+                degraded += worker.stats().degraded;
+                for c in worker.src_counts() {
+                    if !src_cnt.contains(c) {
+                        src_cnt.push(*c);
+                    }
+                }
+                let mean = worker.mean(scaling);
+                for (i, m) in mean.iter().enumerate() {
+                    let exact_mean: f64 = contributors
+                        .iter()
+                        .map(|&c| f64::from(vectors[c][i]))
+                        .sum::<f64>()
+                        / contributors.len() as f64;
+                    max_err = max_err.max((f64::from(*m) - exact_mean).abs());
+                }
+            }
+            Ok((
+                RoundReport {
+                    elapsed_ms: elapsed_ns as f64 / 1e6,
+                    results,
+                    degraded,
+                    src_cnt,
+                    max_abs_error: max_err,
+                    sums_exact: exact,
+                },
+                straggler_answered,
+            ))
+        };
+    let (all_in, _) = round(None)?;
+    let (with_straggler, straggler_answered) = round(Some(n - 1))?;
+    let stats = pfe.shutdown();
+    let gradients = 2 * cfg.gradients as u64 * u64::from(n);
+    Ok(DemoReport {
+        config: cfg.clone(),
+        instructions_per_gradient: stats.instructions as f64 / gradients as f64,
+        all_in,
+        with_straggler,
+        straggler_answered,
+        stats,
+    })
+}
