@@ -1,5 +1,6 @@
 //! Benchmark support: the traffic generator and the benchmarks behind `pfemu bench`.
 
+pub mod experiments;
 pub mod filter;
 pub mod plot;
 pub mod timers;
