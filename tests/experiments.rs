@@ -4,6 +4,7 @@
 //! stragglers while wait-for-all never does. Nothing here asserts on timing.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use pfemu::bench::experiments::{
     self, ExperimentError, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure,
@@ -233,4 +234,59 @@ fn bad_options_are_refused_by_name_before_anything_runs() {
     .unwrap_err()
     .to_string();
     assert!(msg.starts_with("invalid option `--windows`"), "{msg}");
+}
+
+fn pfemu(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_cli_writes_the_files_and_prints_one_json_object() {
+    let dir = temp_dir("cli");
+    let out = pfemu(&[
+        "experiment",
+        "fig14",
+        "--timeouts",
+        "2",
+        "--blocks",
+        "2",
+        "--timers",
+        "10",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["experiment"], "fig14");
+    assert_eq!(v["verified"], true);
+    assert_eq!(v["rows"].as_array().unwrap().len(), 1);
+    assert!(v["all_p50_within"].is_boolean());
+    assert!(dir.join("fig14.csv").exists() && dir.join("fig14.svg").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // An option that does not apply, and one out of range: exit status 2, named.
+    let out = pfemu(&["experiment", "fig13", "--timeouts", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`--timeouts`") && err.contains("fig14"),
+        "{err}"
+    );
+    let out = pfemu(&["experiment", "fig16", "--windows", "1,5000"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`--windows`"));
+    let out = pfemu(&["experiment", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for name in ["fig13", "fig14", "fig15", "fig16", "Examples"] {
+        assert!(help.contains(name), "{name} in --help");
+    }
 }

@@ -1616,13 +1616,13 @@ pub struct Fig15Config {
 }
 
 impl Default for Fig15Config {
-    /// Sizes 64 to 1024, 4 workers, 2000 packets each per size, timers on (100 every
+    /// Sizes 64 to 1024, 4 workers, 5000 packets each per size, timers on (100 every
     /// 1 ms), PPE threads = cores.
     fn default() -> Self {
         Fig15Config {
             sizes: vec![64, 128, 256, 512, 1024],
             workers: 4,
-            blocks: 2000,
+            blocks: 5000,
             timers: true,
             scan_timers: DEFAULT_TIMERS,
             scan_period_ns: DEFAULT_SCAN_PERIOD_NS,
