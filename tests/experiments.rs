@@ -66,7 +66,7 @@ fn fig14_partial_results_leave_out_the_straggler_and_have_the_senders_sums() {
         &r,
         &temp_dir("fig14"),
         "timeout_ms,samples,p50_ms,mean_ms,min_ms,max_ms,bound_ms,paper_2x_ms,p50_within,\
-         max_within,results,partial_results,verified",
+         max_within,results,partial_results,timer_overruns,timer_missed,verified",
         2,
     );
 }

@@ -572,6 +572,12 @@ pub struct Fig14Row {
     pub results: u64,
     /// Of those, partial ones (`degraded`) summing the senders only (`src_cnt = workers - 1`).
     pub partial_results: u64,
+    /// Scan launches skipped because the timer's previous thread had not finished (no
+    /// PPE thread was free for it within a scan period): each delays aging in its slice.
+    pub timer_overruns: u64,
+    /// Scan periods skipped because the launcher woke up a period or more late (a busy
+    /// machine): each delays aging everywhere.
+    pub timer_missed: u64,
     /// Every Result arrived, partial, with the senders' exact sums.
     pub verified: bool,
 }
@@ -640,7 +646,7 @@ pub fn fig14(cfg: &Fig14Config) -> Result<Fig14Report, ExperimentError> {
             })
             .collect::<Result<Vec<_>, HostError>>()?;
         let timed = run_timed(&r, workers)?;
-        r.pfe.shutdown();
+        let stats = r.pfe.shutdown();
         let want = sums_of(cfg.seed, &senders, round, n);
         let partial_cnt = cfg.workers - 1;
         let mut samples = Vec::new();
@@ -685,6 +691,8 @@ pub fn fig14(cfg: &Fig14Config) -> Result<Fig14Report, ExperimentError> {
             max_within: max as f64 <= bound,
             results,
             partial_results: partial,
+            timer_overruns: stats.timer_overruns,
+            timer_missed: stats.timer_missed,
             verified,
         });
     }
@@ -724,6 +732,8 @@ impl Figure for Fig14Report {
             "max_within",
             "results",
             "partial_results",
+            "timer_overruns",
+            "timer_missed",
             "verified",
         ]
     }
@@ -745,6 +755,8 @@ impl Figure for Fig14Report {
                     r.max_within.to_string(),
                     r.results.to_string(),
                     r.partial_results.to_string(),
+                    r.timer_overruns.to_string(),
+                    r.timer_missed.to_string(),
                     r.verified.to_string(),
                 ]
             })
@@ -789,7 +801,7 @@ impl Figure for Fig14Report {
             c.scan_period_ns as f64 / 1e6
         );
         s += &format!(
-            "{:>10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>9}\n",
+            "{:>10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>9} {:>14}\n",
             "timeout",
             "samples",
             "p50 ms",
@@ -799,11 +811,13 @@ impl Figure for Fig14Report {
             "2T ms",
             "p50 ok",
             "max ok",
-            "partial"
+            "partial",
+            "scans skipped"
         );
         for r in &self.rows {
             s += &format!(
-                "{:>7} ms {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.1} {:>6} {:>6} {:>4}/{:<4}\n",
+                "{:>7} ms {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.1} {:>6} {:>6} {:>4}/{:<4} \
+                 {:>14}\n",
                 r.timeout_ms,
                 r.samples,
                 r.p50_ms,
@@ -814,7 +828,8 @@ impl Figure for Fig14Report {
                 yes_no(r.p50_within),
                 yes_no(r.max_within),
                 r.partial_results,
-                r.results
+                r.results,
+                r.timer_overruns + r.timer_missed
             );
         }
         s += &format!(
