@@ -80,7 +80,7 @@ const EXPERIMENT_HELP: &str = "Experiments:
          Result; rate = all workers' gradients per second.
   fig16  Latency and throughput vs window (--windows), --grads gradients per packet, each
          worker sends --blocks packets.
-  all    All four, in that order (about a minute with the defaults).
+  all    All four, in that order (about half a minute with the defaults).
 
 Options apply to the experiments named in their help; naming one that does not apply to
 the chosen experiment is an error.
