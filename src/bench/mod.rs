@@ -1,6 +1,7 @@
 //! Benchmark support: the traffic generator and the benchmarks behind `pfemu bench`.
 
 pub mod demo;
+pub mod experiments;
 pub mod filter;
 pub mod plot;
 pub mod timers;

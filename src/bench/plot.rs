@@ -77,6 +77,102 @@ pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Err
     Ok(())
 }
 
+/// A chart with two y axes over one x axis: `left` series against the left axis, `right`
+/// series against the right one (the paper's Figures 15 and 16 plot latency and rate so).
+#[derive(Clone, Debug)]
+pub struct DualChart<'a> {
+    /// Title above the plot.
+    pub title: &'a str,
+    /// X axis label.
+    pub x_label: &'a str,
+    /// Left y axis label.
+    pub left_label: &'a str,
+    /// Right y axis label.
+    pub right_label: &'a str,
+    /// Space the x axis by powers of two: points are placed at `log2(x)` and the ticks
+    /// labelled with `2^v` (for window sizes from 1 to thousands). X values must be >= 1.
+    pub x_log2: bool,
+    /// Lines against the left axis.
+    pub left: Vec<Series>,
+    /// Lines against the right axis (dashed).
+    pub right: Vec<Series>,
+}
+
+/// Draws `chart` as an SVG file at `path` (both y axes start at zero; the ranges fit the
+/// data).
+pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), Box<dyn std::error::Error>> {
+    let fx = |x: f64| if chart.x_log2 { x.max(1.0).log2() } else { x };
+    let max_of = |series: &[Series], f: &dyn Fn(&(f64, f64)) -> f64| {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .map(f)
+            .fold(0f64, f64::max)
+    };
+    let all: Vec<Series> = chart.left.iter().chain(&chart.right).cloned().collect();
+    let x_max = max_of(&all, &|p| fx(p.0));
+    let x_max = if x_max > 0.0 { x_max * 1.05 } else { 1.0 };
+    let pad = |m: f64| if m > 0.0 { m * 1.1 } else { 1.0 };
+    let y_max = pad(max_of(&chart.left, &|p| p.1));
+    let y2_max = pad(max_of(&chart.right, &|p| p.1));
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .right_y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?
+        .set_secondary_coord(0f64..x_max, 0f64..y2_max);
+    let x_fmt = |v: &f64| {
+        if chart.x_log2 {
+            format!("{}", 2f64.powf(*v).round())
+        } else {
+            format!("{v}")
+        }
+    };
+    c.configure_mesh()
+        .x_desc(chart.x_label)
+        .y_desc(chart.left_label)
+        .x_label_formatter(&x_fmt)
+        .draw()?;
+    c.configure_secondary_axes()
+        .y_desc(chart.right_label)
+        .draw()?;
+    for (i, s) in chart.left.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), y)).collect();
+        c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    }
+    for (i, s) in chart.right.iter().enumerate() {
+        let color = COLORS[(chart.left.len() + i) % COLORS.len()];
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), y)).collect();
+        c.draw_secondary_series(DashedLineSeries::new(
+            pts.iter().copied(),
+            6,
+            4,
+            color.stroke_width(2),
+        ))?
+        .label(s.name.clone())
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        c.draw_secondary_series(
+            pts.iter()
+                .map(|&p| TriangleMarker::new(p, 4, color.filled())),
+        )?;
+    }
+    c.configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 /// Writes rows as CSV (values are numbers or plain words, so nothing needs quoting).
 pub fn csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
     let mut s = header.join(",");
@@ -124,6 +220,34 @@ mod tests {
             std::fs::read_to_string(dir.join("c.csv")).unwrap(),
             "x,y\n1,2\n"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn writes_a_two_axis_chart_with_a_log2_x_axis() {
+        let dir = std::env::temp_dir().join(format!("pfemu-plot2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = |name: &str, k: f64| Series {
+            name: name.into(),
+            points: [1.0, 4.0, 16.0, 1024.0]
+                .iter()
+                .map(|&x| (x, k * x))
+                .collect(),
+        };
+        let chart = DualChart {
+            title: "t",
+            x_label: "window",
+            left_label: "latency",
+            right_label: "rate",
+            x_log2: true,
+            left: vec![s("latency", 1.0)],
+            right: vec![s("rate", 3.0)],
+        };
+        svg_dual(&dir.join("d.svg"), &chart).unwrap();
+        let text = std::fs::read_to_string(dir.join("d.svg")).unwrap();
+        assert!(text.starts_with("<svg"));
+        assert!(text.contains("latency") && text.contains("rate"));
+        assert!(text.contains("\n1024\n"), "ticks are labelled 2^v");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use pfemu::bench::demo::DemoConfig;
+use pfemu::bench::experiments::{self, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure};
 use pfemu::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::bench::timers::{self, TimerBenchConfig};
 use pfemu::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
@@ -69,6 +70,125 @@ enum Command {
         #[command(subcommand)]
         which: BenchCmd,
     },
+    /// Reproduce the Trio paper's Trio-ML experiments (Figures 13-16): CSV, SVG and a table.
+    #[command(
+        long_about = "Reproduce the Trio paper's Trio-ML experiments (SIGCOMM 2022, §6.2-6.3) \
+                      in-process on the real clock: end-host workers on their own threads \
+                      stream gradients to a running PFE with Trio-ML installed. Each experiment \
+                      writes DIR/<name>.csv (one row per point) and DIR/<name>.svg, prints a \
+                      table (or with --json one JSON object: the rows and the key figure), and \
+                      checks every Result's sums (exit status 2 if any is wrong or missing).",
+        after_help = EXPERIMENT_HELP
+    )]
+    Experiment(ExperimentArgs),
+}
+
+const EXPERIMENT_HELP: &str = "Experiments:
+  fig13  Training iteration time vs straggling probability p (--probabilities, percent).
+         Emulated training: --workers workers, --iterations iterations of --compute-ms of
+         compute (sleep, in three parts) and an allreduce of --model-gradients gradients.
+         The paper's Slow Worker Pattern: at each of three delay points per iteration, with
+         probability p one random worker sleeps 0.5-2x the typical iteration time (measured
+         first at p = 0). Straggler aware (Trio-ML with timers, --block-exp-ms timeout) vs
+         wait-for-all (no timers: blocks finish only when every worker is in, as SwitchML),
+         on the same seeded schedule. A straggler left behind resynchronises (skips to the
+         iteration in progress). Key figure: the speedup at the largest p (paper: 1.72-1.8x
+         at 16%).
+  fig14  Time to a partial result vs the block timeout T (--timeouts, ms). One worker never
+         sends; the others send --blocks blocks back to back. Per block and worker: time
+         from the last of the block's packets being sent to the partial Result arriving.
+         Reports p50, mean and max against the bound (1 + 1/N) T + scan period, with N =
+         --timers and the scan period --scan-period-ms. Key figure: p50 and max within it.
+  fig15  Aggregation latency and rate vs gradients per packet (--sizes), window 1: each
+         worker sends --blocks packets one at a time. Latency from a packet's send to its
+         Result; rate = all workers' gradients per second.
+  fig16  Latency and throughput vs window (--windows), --grads gradients per packet, each
+         worker sends --blocks packets.
+  all    All four, in that order (about half a minute with the defaults).
+
+Options apply to the experiments named in their help; naming one that does not apply to
+the chosen experiment is an error.
+
+Examples:
+  pfemu experiment all
+  pfemu experiment fig14 --timeouts 2,5,10 --timers 100 --scan-period-ms 1
+  pfemu experiment fig13 --probabilities 0,16 --iterations 20 --out results/
+  pfemu experiment fig15 --sizes 64,256,1024 --blocks 5000 --json > fig15.json
+  pfemu experiment fig16 --windows 1,16,256 --no-timers";
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    /// Iteration time vs straggling probability.
+    Fig13,
+    /// Time to a partial result vs the timeout.
+    Fig14,
+    /// Aggregation latency and rate vs gradients per packet.
+    Fig15,
+    /// Latency and throughput vs window.
+    Fig16,
+    /// All four.
+    All,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExperimentArgs {
+    /// The experiment to run.
+    #[arg(value_enum)]
+    which: Which,
+    /// Directory for <name>.csv and <name>.svg (created if missing).
+    #[arg(long, default_value = "pfemu-results")]
+    out: std::path::PathBuf,
+    /// Print one JSON object (the rows and the key figure) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// fig14: block timeouts T in ms, comma-separated [default: 2,5,10,20,50].
+    #[arg(long, value_delimiter = ',')]
+    timeouts: Option<Vec<u8>>,
+    /// fig13: straggling probabilities in percent, comma-separated [default: 0,4,8,16].
+    #[arg(long, value_delimiter = ',')]
+    probabilities: Option<Vec<f64>>,
+    /// fig13: training iterations per run [default: 40].
+    #[arg(long)]
+    iterations: Option<u32>,
+    /// fig13: compute time per iteration in ms [default: 60].
+    #[arg(long)]
+    compute_ms: Option<f64>,
+    /// fig13: block timeout of the straggler-aware mode in ms [default: 5].
+    #[arg(long)]
+    block_exp_ms: Option<u8>,
+    /// fig13: gradients in the model [default: 65536].
+    #[arg(long)]
+    model_gradients: Option<usize>,
+    /// fig15: gradients per packet, comma-separated [default: 64,128,256,512,1024].
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<u16>>,
+    /// fig16: windows, comma-separated (1..=2047) [default: 1,4,16,64,256,1024].
+    #[arg(long, value_delimiter = ',')]
+    windows: Option<Vec<usize>>,
+    /// fig13, fig14, fig16: gradients per packet [default: 256, 256, 1024].
+    #[arg(long)]
+    grads: Option<u16>,
+    /// fig14, fig15, fig16: packets each worker sends per point [default: 20, 5000, 2048].
+    #[arg(long)]
+    blocks: Option<usize>,
+    /// Every experiment: workers in the job [default: 4].
+    #[arg(long)]
+    workers: Option<u8>,
+    /// Every experiment: staggered scan timer threads, Trio-ML's N [default: 100].
+    #[arg(long)]
+    timers: Option<u32>,
+    /// Every experiment: time between two visits of a block by the scan, in ms [default: 1].
+    #[arg(long)]
+    scan_period_ms: Option<f64>,
+    /// fig15, fig16: do not run the straggler-scan timer threads.
+    #[arg(long)]
+    no_timers: bool,
+    /// Every experiment: PPE threads [default: available cores].
+    #[arg(long)]
+    ppe_threads: Option<usize>,
+    /// Every experiment: seed of the gradients and (fig13) the straggle schedules [default: 1].
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -271,6 +391,7 @@ fn main() -> ExitCode {
         Some(Command::Bench {
             which: BenchCmd::TrioMl(a),
         }) => bench_trio_ml(&a),
+        Some(Command::Experiment(a)) => experiment(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -282,6 +403,192 @@ fn main() -> ExitCode {
 }
 
 type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Refuses options that do not apply to the chosen experiment.
+fn check_applicable(a: &ExperimentArgs) -> CliResult {
+    use Which::*;
+    if a.which == All {
+        return Ok(());
+    }
+    let options: [(&str, bool, &[Which]); 13] = [
+        ("--timeouts", a.timeouts.is_some(), &[Fig14]),
+        ("--probabilities", a.probabilities.is_some(), &[Fig13]),
+        ("--iterations", a.iterations.is_some(), &[Fig13]),
+        ("--compute-ms", a.compute_ms.is_some(), &[Fig13]),
+        ("--block-exp-ms", a.block_exp_ms.is_some(), &[Fig13]),
+        ("--model-gradients", a.model_gradients.is_some(), &[Fig13]),
+        ("--sizes", a.sizes.is_some(), &[Fig15]),
+        ("--windows", a.windows.is_some(), &[Fig16]),
+        ("--grads", a.grads.is_some(), &[Fig13, Fig14, Fig16]),
+        ("--blocks", a.blocks.is_some(), &[Fig14, Fig15, Fig16]),
+        ("--no-timers", a.no_timers, &[Fig15, Fig16]),
+        (
+            "--timers",
+            a.timers.is_some() && a.no_timers,
+            &[Fig13, Fig14],
+        ),
+        (
+            "--scan-period-ms",
+            a.scan_period_ms.is_some() && a.no_timers,
+            &[Fig13, Fig14],
+        ),
+    ];
+    for (name, given, applies) in options {
+        if given && !applies.contains(&a.which) {
+            let names: Vec<String> = applies
+                .iter()
+                .map(|w| format!("{w:?}").to_lowercase())
+                .collect();
+            let what = if name == "--timers" || name == "--scan-period-ms" {
+                "with --no-timers there are no timer threads to configure".to_string()
+            } else {
+                format!("applies to {} only", names.join(", "))
+            };
+            return Err(format!("invalid option `{name}`: {what}").into());
+        }
+    }
+    Ok(())
+}
+
+fn scan_period_ns(a: &ExperimentArgs) -> u64 {
+    a.scan_period_ms
+        .map_or(pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS, |m| {
+            if m.is_finite() && m > 0.0 {
+                (m * 1e6) as u64
+            } else {
+                0
+            }
+        })
+}
+
+fn experiment(a: &ExperimentArgs) -> CliResult {
+    check_applicable(a)?;
+    // Fail on an unusable --out before spending a minute measuring.
+    std::fs::create_dir_all(&a.out).map_err(|e| {
+        format!(
+            "invalid option `--out`: cannot create directory {}: {e}",
+            a.out.display()
+        )
+    })?;
+    let which = match a.which {
+        Which::All => vec![Which::Fig13, Which::Fig14, Which::Fig15, Which::Fig16],
+        w => vec![w],
+    };
+    let mut summary = serde_json::Map::new();
+    let mut failed = Vec::new();
+    for w in which {
+        if !a.json {
+            eprintln!("running {} ...", format!("{w:?}").to_lowercase());
+        }
+        let (name, value, verified) = match w {
+            Which::Fig13 => {
+                let d = Fig13Config::default();
+                let cfg = Fig13Config {
+                    probabilities_pct: a.probabilities.clone().unwrap_or(d.probabilities_pct),
+                    workers: a.workers.unwrap_or(d.workers),
+                    iterations: a.iterations.unwrap_or(d.iterations),
+                    compute_ms: a.compute_ms.unwrap_or(d.compute_ms),
+                    block_exp_ms: a.block_exp_ms.unwrap_or(d.block_exp_ms),
+                    model_gradients: a.model_gradients.unwrap_or(d.model_gradients),
+                    grads: a.grads.unwrap_or(d.grads),
+                    timers: a.timers.unwrap_or(d.timers),
+                    scan_period_ns: scan_period_ns(a),
+                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
+                    seed: a.seed.unwrap_or(d.seed),
+                };
+                emit(&experiments::fig13(&cfg)?, a)?
+            }
+            Which::Fig14 => {
+                let d = Fig14Config::default();
+                let cfg = Fig14Config {
+                    timeouts_ms: a.timeouts.clone().unwrap_or(d.timeouts_ms),
+                    workers: a.workers.unwrap_or(d.workers),
+                    blocks: a.blocks.unwrap_or(d.blocks),
+                    grads: a.grads.unwrap_or(d.grads),
+                    timers: a.timers.unwrap_or(d.timers),
+                    scan_period_ns: scan_period_ns(a),
+                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
+                    seed: a.seed.unwrap_or(d.seed),
+                };
+                emit(&experiments::fig14(&cfg)?, a)?
+            }
+            Which::Fig15 => {
+                let d = Fig15Config::default();
+                let cfg = Fig15Config {
+                    sizes: a.sizes.clone().unwrap_or(d.sizes),
+                    workers: a.workers.unwrap_or(d.workers),
+                    blocks: a.blocks.unwrap_or(d.blocks),
+                    timers: !a.no_timers,
+                    scan_timers: a.timers.unwrap_or(d.scan_timers),
+                    scan_period_ns: scan_period_ns(a),
+                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
+                    seed: a.seed.unwrap_or(d.seed),
+                };
+                emit(&experiments::fig15(&cfg)?, a)?
+            }
+            _ => {
+                let d = Fig16Config::default();
+                let cfg = Fig16Config {
+                    windows: a.windows.clone().unwrap_or(d.windows),
+                    grads: a.grads.unwrap_or(d.grads),
+                    workers: a.workers.unwrap_or(d.workers),
+                    blocks: a.blocks.unwrap_or(d.blocks),
+                    timers: !a.no_timers,
+                    scan_timers: a.timers.unwrap_or(d.scan_timers),
+                    scan_period_ns: scan_period_ns(a),
+                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
+                    seed: a.seed.unwrap_or(d.seed),
+                };
+                emit(&experiments::fig16(&cfg)?, a)?
+            }
+        };
+        if !verified {
+            failed.push(name);
+        }
+        summary.insert(name.to_string(), value);
+    }
+    if a.json {
+        let out = if summary.len() == 1 {
+            summary
+                .into_iter()
+                .next()
+                .map(|(_, v)| v)
+                .unwrap_or_default()
+        } else {
+            serde_json::Value::Object(summary)
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    if !failed.is_empty() {
+        return Err(format!(
+            "{}: Results were missing or their sums did not match",
+            failed.join(", ")
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Writes a report's files and prints its table (unless `--json`); returns its name, its
+/// JSON and whether it verified.
+fn emit<F: Figure>(
+    report: &F,
+    a: &ExperimentArgs,
+) -> Result<(&'static str, serde_json::Value, bool), Box<dyn std::error::Error>> {
+    let written = experiments::write_files(report, &a.out)?;
+    let mut value = serde_json::to_value(report)?;
+    value["experiment"] = json!(report.name());
+    value["files"] = json!(written);
+    if !a.json {
+        println!("{}", report.table());
+        println!(
+            "wrote {} and {}\n",
+            written.csv.display(),
+            written.svg.display()
+        );
+    }
+    Ok((report.name(), value, report.verified()))
+}
 
 fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
     if a.runs == 0 {
