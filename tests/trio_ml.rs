@@ -1115,3 +1115,70 @@ fn first_level_results_aggregate_again_at_the_top_level() {
     assert_eq!(down.result, Ok(Verdict::Multicast(1)));
     assert_eq!(down.output.as_deref(), Some(&want[..]));
 }
+
+/// Every source of a block races to create it, generation after generation, in a job with
+/// exactly the two slots a block id needs (its kept Result and its next generation): one
+/// packet creates the block and counts the slot, the others wait for its record and join,
+/// so none is refused as `block_cnt_max` and every generation sums all sources.
+#[test]
+fn sources_racing_to_create_a_block_at_the_slot_limit_all_join_it() {
+    const SOURCES: u8 = 8;
+    const GENS: u16 = 150;
+    let mut j = job(1, &(0..SOURCES).collect::<Vec<u8>>());
+    j.block_cnt_max = 2;
+    let s = Setup::new(config(), &[j]);
+    let (trio, program) = (s.trio.clone(), s.program.clone());
+    let mem = trio.memory().clone();
+    let barrier = std::sync::Barrier::new(usize::from(SOURCES));
+    let results = Mutex::new(Vec::new());
+    let reasons = Mutex::new(BTreeMap::<String, u64>::new());
+    std::thread::scope(|sc| {
+        for src in 0..SOURCES {
+            let (mem, program) = (mem.clone(), program.clone());
+            let (barrier, results, reasons) = (&barrier, &results, &reasons);
+            sc.spawn(move || {
+                let mut h = Harness::new(mem);
+                for gen in 0..GENS {
+                    let f = packet(1, 0, gen, src, &[1 << src; 20]);
+                    barrier.wait();
+                    let out = h.run(&program, u16::from(src), &f);
+                    if let Ok(Verdict::Drop(r)) = out.result {
+                        *reasons
+                            .lock()
+                            .unwrap()
+                            .entry(program.drop_reason_name(r).to_owned())
+                            .or_default() += 1;
+                    }
+                    assert!(out.result.is_ok(), "{:?}", out.result);
+                    results.lock().unwrap().extend(out.created);
+                    // The next generation starts only when this one is done everywhere.
+                    barrier.wait();
+                }
+            });
+        }
+    });
+    assert_eq!(*reasons.lock().unwrap(), BTreeMap::new());
+    let results = results.into_inner().unwrap();
+    assert_eq!(
+        results.len(),
+        usize::from(GENS),
+        "one Result per generation"
+    );
+    let mut gens: Vec<u16> = results
+        .iter()
+        .map(|(_, r)| {
+            let (h, g) = wire::parse(r).unwrap();
+            assert_eq!((h.src_cnt, h.degraded), (SOURCES, false));
+            assert_eq!(wire::gradients(g), vec![(1 << SOURCES) - 1; 20]);
+            h.gen_id
+        })
+        .collect();
+    gens.sort_unstable();
+    assert_eq!(gens, (0..GENS).collect::<Vec<_>>());
+    let state = trio.job_state(1).unwrap();
+    assert_eq!(
+        state.block_curr_cnt, 1,
+        "only the last kept Result holds a slot"
+    );
+    assert_eq!(state.block_total_cnt, u32::from(GENS));
+}

@@ -230,6 +230,13 @@ pub(super) fn parse_block_key(key: &[u8]) -> Option<(u8, u32, u16)> {
 /// record or the marker, never nothing (and never starts the block again).
 pub(super) const FINISHED: u64 = 1 << 63;
 
+/// An active-table value that is no record yet: a thread is creating the block. Creating
+/// starts by inserting the key with this value, so of several packets racing to create a
+/// block exactly one does (and only it counts a slot against `block_cnt_max`); the others
+/// wait for it to publish the record, then join. A creator that fails (job full, no
+/// slot) deletes the key, and the waiters try again.
+pub(super) const PENDING: u64 = 1 << 62;
+
 /// Key of a kept result: `job_id`, `block_id` (big-endian).
 pub(super) fn kept_key(job: u8, block: u32) -> [u8; 5] {
     let b = block.to_be_bytes();

@@ -66,7 +66,11 @@
 //! - **Block records** (Figure 18) live in slots and are found through the `active` hash
 //!   table, keyed `[job_id, block_id, gen_id]` (7 bytes): the paper keys by job and block
 //!   id; the generation is added so consecutive uses of a block id are separate records.
-//!   The value is the record's word address. The timer threads scan this table.
+//!   The value is the record's word address. The timer threads scan this table. A block
+//!   is created by whichever of its packets first inserts its key (with a *pending*
+//!   value): only that thread counts a slot against `block_cnt_max`; packets racing it
+//!   wait for the record and join, so a job at its slot limit never refuses a packet of
+//!   a block that is being created.
 //! - **Kept results**: a finished block's record and buffer stay in their slot, found
 //!   through the `kept` hash table keyed `[job_id, block_id]` with value
 //!   `gen_id << 32 | record` (the record as a 32-bit address, below), so a source that

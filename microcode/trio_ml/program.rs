@@ -303,6 +303,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             "check_source",
             "join_block",
         ]);
+    let wait_created = p.label("wait_created");
     let [aggregate_head, aggregate_tail, complete_check, leave_block, consume, drop_duplicate, closing_drop] =
         p.labels([
             "aggregate_head",
@@ -400,8 +401,37 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             t.r[R_GEN_ID] as u16,
         );
         Ok(match t.hash_lookup(&active, &key)? {
+            Some(PENDING) => Goto(wait_created),
             Some(rec) if rec & FINISHED != 0 => {
                 // Finished: its Result is kept.
+                t.r[R_BLK] = rec & !FINISHED;
+                t.r[R_CLOSING] = 1;
+                Goto(lookup_result)
+            }
+            Some(rec) => {
+                t.r[R_BLK] = rec;
+                Goto(check_source)
+            }
+            None => Goto(lookup_result),
+        })
+    });
+
+    // Another packet of the block is creating it: wait for the record (a few XTXN round
+    // trips), then join it; if the creator gave up, start over from the kept Results.
+    let active = tables.active.clone();
+    p.instr(wait_created, move |t| {
+        let key = block_key(
+            t.r[R_JOB_ID] as u8,
+            t.r[R_BLOCK_ID] as u32,
+            t.r[R_GEN_ID] as u16,
+        );
+        Ok(match t.hash_lookup(&active, &key)? {
+            Some(PENDING) => {
+                // Let the creator run (it may share this core).
+                std::thread::yield_now();
+                Goto(wait_created)
+            }
+            Some(rec) if rec & FINISHED != 0 => {
                 t.r[R_BLK] = rec & !FINISHED;
                 t.r[R_CLOSING] = 1;
                 Goto(lookup_result)
@@ -494,9 +524,31 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         Ok(Goto(claim_slot))
     });
 
-    // Count the slot in block_curr_cnt (refused at block_cnt_max), then take one from the
-    // job's pool, probing from the block id's home slot.
+    // Claim the block's key (PENDING), so exactly one of the packets racing to create the
+    // block goes on; then count the slot in block_curr_cnt (refused at block_cnt_max) and
+    // take one from the job's pool, probing from the block id's home slot.
+    let active = tables.active.clone();
     p.instr(claim_slot, move |t| {
+        let key = block_key(
+            t.r[R_JOB_ID] as u8,
+            t.r[R_BLOCK_ID] as u32,
+            t.r[R_GEN_ID] as u16,
+        );
+        match t.hash_insert(&active, &key, PENDING) {
+            Ok(Inserted::New) => {}
+            Ok(Inserted::Existing(PENDING)) => return Ok(Goto(wait_created)),
+            Ok(Inserted::Existing(rec)) if rec & FINISHED != 0 => {
+                t.r[R_BLK] = rec & !FINISHED;
+                t.r[R_CLOSING] = 1;
+                return Ok(Goto(lookup_result));
+            }
+            Ok(Inserted::Existing(rec)) => {
+                t.r[R_BLK] = rec;
+                return Ok(Goto(check_source));
+            }
+            Err(HashError::Full { .. }) => return drop_as(r.table_full),
+            Err(e) => return Err(e.into()),
+        }
         let job = t.r[R_JOB];
         let cnt_max = t.r[R_CNT_MAX] as u32;
         let in_use = t.fetch_add32(job + JOB_W0, 0, CURR_CNT_INC)? >> 16;
@@ -508,6 +560,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         };
         let Some(k) = slot else {
             t.fetch_add32(job + JOB_W0, 0, CURR_CNT_DEC)?;
+            // Nobody can have joined a PENDING key: giving it back is safe.
+            t.hash_delete(&active, &key)?;
             return drop_as(r.block_cnt_max);
         };
         t.r[R_BLK] = layout.slot(k);
@@ -561,28 +615,10 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         line[BLOCK_KEY_AT + 4..BLOCK_KEY_AT + 6].copy_from_slice(&gen.to_be_bytes());
         t.mem_write(rec, LM_SCRATCH, LINE_BYTES)?;
         let key = block_key(t.r[R_JOB_ID] as u8, block, gen);
-        match t.hash_insert(&active, &key, rec) {
-            Ok(Inserted::New) => {
-                count_block(t, job)?;
-                Ok(Goto(aggregate_head))
-            }
-            Ok(Inserted::Existing(other)) => {
-                // Another thread created the block first: give the slot back, join theirs
-                // (or, if it finished meanwhile, look for its Result).
-                free_slot(t, job, rec)?;
-                t.r[R_BLK] = other & !FINISHED;
-                if other & FINISHED != 0 {
-                    t.r[R_CLOSING] = 1;
-                    return Ok(Goto(lookup_result));
-                }
-                Ok(Goto(check_source))
-            }
-            Err(HashError::Full { .. }) => {
-                free_slot(t, job, rec)?;
-                drop_as(r.table_full)
-            }
-            Err(e) => Err(e.into()),
-        }
+        // Publish the record under the key this thread claimed.
+        t.hash_update(&active, &key, rec)?;
+        count_block(t, job)?;
+        Ok(Goto(aggregate_head))
     });
 
     // 4. check_source: a member of the job, with the block's gradient count.
@@ -888,7 +924,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             launch.slices as usize,
             |key, rec, referenced| {
                 // Finished markers are not aged: their blocks are done.
-                if let (Ok(key), false) = (key.try_into(), rec & FINISHED != 0) {
+                if let (Ok(key), false) = (key.try_into(), rec & FINISHED != 0 || rec == PENDING) {
                     visited.push((key, rec, referenced));
                 }
                 ScanAction::Keep

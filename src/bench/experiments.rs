@@ -215,17 +215,13 @@ struct RigConfig {
 }
 
 /// Slots a job gets for `window` block ids: `2 x window` (a kept Result and the next
-/// generation per block id), plus one per PPE thread. The program counts a slot in
-/// `block_curr_cnt` before it knows whether another thread is creating the same block
-/// (and gives it back if so), so with the job at `2 x window - 1` two sources racing to
-/// create the last block can see it full and one packet is dropped as `block_cnt_max`.
-/// The slack absorbs that transient over-count. At most 4095.
-fn job_slots(window: usize, ppe_threads: usize) -> usize {
-    (2 * window + ppe_threads).min(4095)
+/// generation per block id).
+fn job_slots(window: usize) -> usize {
+    2 * window
 }
 
 fn rig(c: RigConfig) -> Result<Rig, ExperimentError> {
-    let slots = job_slots(c.window, c.ppe_threads);
+    let slots = job_slots(c.window);
     let slot_bytes = 64 + (u64::from(c.grads) * 4).div_ceil(64) * 64;
     let dram = (slots as u64 * slot_bytes + (1 << 20)).next_power_of_two();
     let mem = Arc::new(
