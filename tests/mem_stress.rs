@@ -59,9 +59,14 @@ fn rnd(t: usize, j: usize, salt: u64) -> u64 {
 
 /// Runs `f(t)` on `THREADS` threads released together; results in thread order.
 fn run<T: Send>(f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let barrier = Barrier::new(THREADS);
+    run_n(THREADS, f)
+}
+
+/// Runs `f(t)` on `threads` threads released together; results in thread order.
+fn run_n<T: Send>(threads: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let barrier = Barrier::new(threads);
     thread::scope(|s| {
-        let handles: Vec<_> = (0..THREADS)
+        let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (f, barrier) = (&f, &barrier);
                 thread::Builder::new()
@@ -531,6 +536,157 @@ fn vadd32x16_exact() {
                 .collect();
             assert_eq!(got, want, "location {l}");
         }
+    }
+}
+
+/// Words of the gradient buffer the `vadd32_be` tests add into: 64 lines, one 4 KB packet.
+const GRAD_WORDS: u64 = 512;
+
+/// A random vector of `words` words of big-endian lanes, mixing every path of the vector add:
+/// zero pairs, zero low lanes, lanes that wrap, random lanes.
+fn grad_vector(t: usize, j: usize, words: u64) -> Vec<u8> {
+    (0..words as usize)
+        .flat_map(|i| {
+            let r = rnd(t, j, 100 + i as u64);
+            let w = match r % 8 {
+                0 => 0,
+                1 => r & 0xFFFF_FFFF_0000_0000,
+                2 => u64::MAX,
+                3 => 0x0000_0001_0000_0001,
+                _ => mix(r),
+            };
+            w.to_be_bytes()
+        })
+        .collect()
+}
+
+/// 2 to 64 threads add random vectors (1 to 64 lines, any word offset, via `vadd32_be` and
+/// `vadd32x16`) into the same 4 KB buffer: every lane ends at its initial value plus the
+/// wrapping sum of all deltas added to it.
+#[test]
+fn vadd32_be_exact_from_2_to_64_threads() {
+    let m = mem();
+    let max_threads = if cfg!(miri) { 3 } else { 64 };
+    for threads in 2..=max_threads {
+        // alternate SRAM and DRAM
+        let base = if threads % 2 == 0 {
+            1 << 16
+        } else {
+            DRAM_BASE + 4096
+        };
+        let init = 0xFFFF_FFF0_7FFF_FFFFu64;
+        for i in 0..GRAD_WORDS {
+            m.write_u64(base + i, init).unwrap();
+        }
+        let ops = if cfg!(miri) {
+            2
+        } else {
+            (768 / threads).max(8)
+        };
+        let sums: Vec<Vec<u32>> = run_n(threads, |t| {
+            let mut sum = vec![0u32; 2 * GRAD_WORDS as usize];
+            for j in 0..ops {
+                let r = rnd(t, j, 99);
+                let words = if r % 8 == 0 {
+                    8
+                } else {
+                    8 * (1 + (r >> 8) % 64)
+                };
+                let off = (r >> 20) % (GRAD_WORDS - words + 1);
+                let data = grad_vector(t, j, words);
+                if words == 8 && r % 16 == 0 {
+                    let lanes: [u32; 16] = std::array::from_fn(|l| {
+                        u32::from_be_bytes(data[4 * l..4 * l + 4].try_into().unwrap())
+                    });
+                    m.vadd32x16(base + off, &lanes).unwrap();
+                } else {
+                    m.vadd32_be(base + off, &data).unwrap();
+                }
+                for (l, c) in data.chunks_exact(4).enumerate() {
+                    let lane = &mut sum[2 * off as usize + l];
+                    *lane = lane.wrapping_add(u32::from_be_bytes(c.try_into().unwrap()));
+                }
+            }
+            sum
+        });
+        for i in 0..GRAD_WORDS as usize {
+            let hi = sums
+                .iter()
+                .fold((init >> 32) as u32, |a, s| a.wrapping_add(s[2 * i]));
+            let lo = sums
+                .iter()
+                .fold(init as u32, |a, s| a.wrapping_add(s[2 * i + 1]));
+            assert_eq!(
+                m.read_u64(base + i as u64),
+                Ok((u64::from(hi) << 32) | u64::from(lo)),
+                "{threads} threads, word {i}"
+            );
+        }
+    }
+}
+
+/// The vector add is one atomic step per word, so every other operation on the same words,
+/// and every reader, sees only values some sequential order produces. Here every operation
+/// keeps bit 32 (the high lane's lowest bit) clear: vector adds add even high lanes (and random
+/// low lanes, which carry often), the other ops (`fetch_and`, `fetch_xor`, `masked_write`,
+/// `fetch_swap`, `write`, `fetch_add32`) use values and masks with bit 32 clear. A design whose
+/// low-lane carry is visible for a moment (a 64-bit fetch-add then a fix-up) shows an odd high
+/// lane to a reader, or keeps one after a swap or AND lands between add and fix-up.
+#[test]
+fn vadd32_be_shows_no_carry_to_other_ops() {
+    let m = mem();
+    let base: Addr = (1 << 16) + 4096;
+    const BIT: u64 = 1 << 32;
+    let odd = |v: u64| v & BIT != 0;
+    let seen_odd = run(|t| {
+        let mut bad = 0usize;
+        for j in 0..OPS {
+            let r = rnd(t, j, 200);
+            let a = base + (r >> 8) % GRAD_WORDS;
+            let v = rnd(t, j, 201) & !BIT;
+            match t % 8 {
+                0..=3 => {
+                    let words = 8 * (1 + (r >> 20) % 8);
+                    let off = (r >> 32) % (GRAD_WORDS - words + 1);
+                    let data: Vec<u8> = (0..words)
+                        .flat_map(|i| (rnd(t, j, 300 + i) & !BIT).to_be_bytes())
+                        .collect();
+                    m.vadd32_be(base + off, &data).unwrap();
+                }
+                4 => bad += odd(m.fetch_and(a, v | 0xFFFF_FFFF).unwrap()) as usize,
+                5 => {
+                    let old = match r % 3 {
+                        0 => m.fetch_xor(a, v).unwrap(),
+                        1 => m.masked_write(a, v, rnd(t, j, 202)).unwrap(),
+                        _ => m.fetch_swap(a, v).unwrap(),
+                    };
+                    bad += odd(old) as usize;
+                }
+                6 => {
+                    let old = m.fetch_add32(a, (r % 2) as u8, v as u32 & !1).unwrap();
+                    bad += (r % 2 == 0 && old & 1 != 0) as usize;
+                    if r % 7 == 0 {
+                        m.write(a - a % 8, &[0x5A; 64]).unwrap(); // 0x5A: bit 32 clear
+                    }
+                }
+                _ => {
+                    bad += odd(m.read_u64(a).unwrap()) as usize;
+                    let mut line = [0u8; 64];
+                    m.read(base + (r >> 40) % (GRAD_WORDS - 7), &mut line)
+                        .unwrap();
+                    bad += line.chunks_exact(8).filter(|w| w[3] & 1 != 0).count();
+                }
+            }
+        }
+        bad
+    });
+    assert_eq!(
+        seen_odd.iter().sum::<usize>(),
+        0,
+        "per thread: {seen_odd:?}"
+    );
+    for a in base..base + GRAD_WORDS {
+        assert!(!odd(m.read_u64(a).unwrap()), "word {a:#x}");
     }
 }
 

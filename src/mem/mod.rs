@@ -36,12 +36,16 @@
 //! * **Multi-word operations that must be atomic as a whole** (a policer's config + state
 //!   update) take the bank's sequencer lock, so they are serialised with every other policer
 //!   operation in that bank.
-//! * **Multi-word reads and writes** (16 to 64 bytes) and the 64-byte vector add are applied one
-//!   8-byte word at a time, each word atomically. A concurrent reader therefore never sees a torn
-//!   word, and concurrent vector adds never lose a lane update, but whole-line atomicity of a
-//!   16-64 byte access is *not* promised: a reader racing a 64-byte writer may see some words old
-//!   and some new. Likewise [`SharedMemory::counter_read`] reads the packet and byte words one
-//!   after the other.
+//! * **Multi-word reads and writes** (16 to 64 bytes) and the vector adds (64 bytes,
+//!   [`SharedMemory::vadd32x16`], or up to 4 KB of packet-borne lanes,
+//!   [`SharedMemory::vadd32_be`]) are applied one 8-byte word at a time, each word atomically
+//!   (a vector add's word is one compare-and-swap, or one fetch-add when its low lane adds 0).
+//!   A concurrent reader therefore never sees a torn word, or a word half-way through a lane
+//!   add, and concurrent vector adds never lose a lane update, but whole-line atomicity of a
+//!   16-64 byte access is *not* promised: a reader racing a 64-byte writer may see some words
+//!   old and some new, and a reader racing a vector add some words added and some not yet (in
+//!   no promised order). Likewise [`SharedMemory::counter_read`] reads the packet and byte
+//!   words one after the other.
 //!
 //! Loads use acquire ordering, stores release, and RMWs acquire-release, so data written before a
 //! write/RMW is visible to a thread that observes that write (no explicit coherence commands are
@@ -52,8 +56,10 @@
 //! Words are stored as `u64`. The byte-oriented accesses ([`SharedMemory::read`],
 //! [`SharedMemory::write`]) expose each word big-endian (network order): after
 //! `write_u64(a, 0x0102030405060708)`, reading 8 bytes at `a` yields `[1, 2, 3, 4, 5, 6, 7, 8]`.
-//! The 32-bit lanes of [`SharedMemory::fetch_add32`] and [`SharedMemory::vadd32x16`] follow the
-//! same order: lane 0 of a word is its first 4 bytes, i.e. the high half of the `u64`.
+//! The 32-bit lanes of [`SharedMemory::fetch_add32`], [`SharedMemory::vadd32x16`] and
+//! [`SharedMemory::vadd32_be`] follow the same order: lane 0 of a word is its first 4 bytes, i.e.
+//! the high half of the `u64`, so the big-endian lanes of a packet add straight into the words
+//! whose bytes `read` would return in the same order.
 //!
 //! # Synchronous and posted (asynchronous) XTXNs
 //!
@@ -109,6 +115,10 @@ pub const DRAM_BASE: Addr = 1 << 32;
 
 /// Largest single read or write, in bytes (one 64-byte line).
 pub const MAX_ACCESS_BYTES: usize = 64;
+
+/// Largest vector add ([`SharedMemory::vadd32_be`]), in bytes: 64 lines, 1024 32-bit lanes
+/// (the gradients of one 4 KB packet).
+pub const MAX_VADD_BYTES: usize = 4096;
 
 /// Words in one 64-byte line, the unit of bank interleaving.
 pub const LINE_WORDS: u64 = (MAX_ACCESS_BYTES / WORD_BYTES) as u64;
@@ -227,7 +237,8 @@ pub enum MemFault {
         /// Length of the refused access in words.
         words: u64,
     },
-    /// A read or write of `bytes` bytes: sizes must be 8 to 64 in steps of 8.
+    /// A read or write of `bytes` bytes (sizes must be 8 to 64 in steps of 8), or a vector
+    /// add of `bytes` bytes (64 to [`MAX_VADD_BYTES`] in steps of 64).
     BadSize {
         /// The refused size in bytes.
         bytes: usize,
@@ -248,7 +259,7 @@ impl fmt::Display for MemFault {
             ),
             MemFault::BadSize { bytes } => write!(
                 f,
-                "bad memory access size: {bytes} bytes (must be 8 to 64 in multiples of 8)"
+                "bad memory access size: {bytes} bytes (reads and writes take 8 to 64 in multiples of 8, vector adds 64 to {MAX_VADD_BYTES} in multiples of 64)"
             ),
             MemFault::BadLane { lane } => {
                 write!(f, "bad 32-bit lane {lane} (a word has lanes 0 and 1)")

@@ -92,6 +92,19 @@ impl Model {
         Ok(())
     }
 
+    /// `vadd32_be`: whole lines of big-endian lanes, lane `l` into lane `l % 2` of word `l / 2`.
+    fn vadd32_be(&mut self, a: Addr, data: &[u8]) -> Result<(), MemFault> {
+        if data.is_empty() || data.len() > 4096 || data.len() % 64 != 0 {
+            return Err(MemFault::BadSize { bytes: data.len() });
+        }
+        Self::range(a, data.len() as u64 / 8)?;
+        for (l, c) in data.chunks(4).enumerate() {
+            let d = u32::from_be_bytes(c.try_into().unwrap());
+            self.add32(a + l as u64 / 2, (l % 2) as u8, d)?;
+        }
+        Ok(())
+    }
+
     fn apply(&mut self, op: &Op) -> Result<(), MemFault> {
         match *op {
             Op::Write8 { addr, value } => self.rmw(addr, |_| value).map(drop),
@@ -183,6 +196,7 @@ impl Model {
 enum Step {
     Read(Addr, usize),
     Write(Addr, Vec<u8>),
+    VAdd(Addr, Vec<u8>),
     ReadU64(Addr),
     CounterRead(Addr),
     Sync(Op),
@@ -241,6 +255,28 @@ fn op() -> BoxedStrategy<Op> {
     .boxed()
 }
 
+/// Sizes of a `vadd32_be`: mostly whole lines (1 to 8, or all 64), sometimes anything.
+fn vadd_size() -> BoxedStrategy<usize> {
+    prop_oneof![
+        6 => (1usize..=8).prop_map(|l| l * 64),
+        1 => Just(4096),
+        1 => prop_oneof![0usize..130, Just(4096 + 64)],
+    ]
+    .boxed()
+}
+
+/// `n` bytes of lanes, biased towards the values that carry: 0, 1 and `0xFFFF_FFFF`.
+fn vadd_data(n: usize) -> BoxedStrategy<Vec<u8>> {
+    let lane = prop_oneof![any::<u32>(), Just(0u32), Just(1), Just(u32::MAX)];
+    proptest::collection::vec(lane, n.div_ceil(4))
+        .prop_map(move |lanes| {
+            let mut b: Vec<u8> = lanes.iter().flat_map(|l| l.to_be_bytes()).collect();
+            b.truncate(n);
+            b
+        })
+        .boxed()
+}
+
 fn step() -> BoxedStrategy<Step> {
     let size = prop_oneof![
         8 => (1usize..=8).prop_map(|w| w * 8),
@@ -250,6 +286,7 @@ fn step() -> BoxedStrategy<Step> {
         2 => (addr(), size.clone()).prop_map(|(a, n)| Step::Read(a, n)),
         2 => (addr(), size.prop_flat_map(|n| proptest::collection::vec(any::<u8>(), n)))
             .prop_map(|(a, d)| Step::Write(a, d)),
+        2 => (addr(), vadd_size().prop_flat_map(vadd_data)).prop_map(|(a, d)| Step::VAdd(a, d)),
         2 => addr().prop_map(Step::ReadU64),
         1 => addr().prop_map(Step::CounterRead),
         8 => op().prop_map(Step::Sync),
@@ -331,6 +368,9 @@ proptest! {
                 }
                 Step::Write(a, d) => {
                     prop_assert_eq!(mem.write(*a, d), model.write(*a, d), "{:?}", s);
+                }
+                Step::VAdd(a, d) => {
+                    prop_assert_eq!(mem.vadd32_be(*a, d), model.vadd32_be(*a, d), "vadd {:#x} {}", a, d.len());
                 }
                 Step::ReadU64(a) => {
                     let want = Model::range(*a, 1).map(|()| model.get(*a));
