@@ -1103,6 +1103,15 @@ impl<'a> Thread<'a> {
         Ok(self.mem.vadd32x16(addr, deltas)?)
     }
 
+    /// Adds the big-endian 32-bit lanes in `len` bytes of local memory at `lm_offset` (whole
+    /// 64-byte chunks, e.g. gradients just read from the packet) lane-wise to the words from
+    /// `addr`; see [`SharedMemory::vadd32_be`]. Counted as one `vadd32x16` XTXN per chunk.
+    pub fn vadd32_be(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.core.xtxns[XtxnKind::VAdd32x16.index()] += (len / 64) as u64;
+        Ok(self.mem.vadd32_be(addr, &self.core.lm[range])?)
+    }
+
     // ----- hash engine XTXNs ---------------------------------------------------------------
 
     /// Looks `key` up in a hash table; a found record is marked referenced.

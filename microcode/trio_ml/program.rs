@@ -181,17 +181,10 @@ fn drop_as(r: DropReason) -> InstrResult {
 // ----- helpers: one XTXN pattern each ------------------------------------------------------
 
 /// Adds one 64-byte chunk of big-endian gradients in local memory to the buffer line at
-/// `addr` with the RMW engine's 16-lane vector add. The one place the vector add is issued:
-/// it becomes a single big-endian XTXN (`vadd32_be`) once the engine has it.
+/// `addr` with the RMW engine's 16-lane vector add (one XTXN, lanes straight from the
+/// packet's bytes). The one place the vector add is issued.
 fn add_chunk(t: &mut Thread<'_>, addr: Addr, lm_offset: usize) -> Result<(), Fault> {
-    let mut lanes = [0u32; CHUNK_GRADS];
-    for (lane, b) in lanes
-        .iter_mut()
-        .zip(t.lm_bytes(lm_offset, LINE_BYTES)?.chunks_exact(GRAD_BYTES))
-    {
-        *lane = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-    }
-    t.vadd32x16(addr, &lanes)
+    t.vadd32_be(addr, lm_offset, LINE_BYTES)
 }
 
 /// Whether source `s` is set in the four masks starting at `words` (the words of a record).
