@@ -14,18 +14,24 @@
 //!          issuing XTXNs to shared memory and the tail               [program, mem]
 //!      --> reorder engine: hold until earlier packets of the flow left [pfe (reorder)]
 //!      --> egress: rejoin head and tail, per-port queues, sink        [pfe::egress]
+//! timers --> launcher on the engine's clock --> dispatch, ahead of packets
+//!          --> a timer thread at the program's timer entry on any PPE thread [timer]
 //! ```
 //!
 //! - [`wire`]: header views generated from Microcode-style bit-field structs.
 //! - [`packet`]: frames, ports, destinations.
 //! - [`program`]: the program model: labelled instructions, registers, local memory, faults.
-//! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted XTXNs.
-//! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats.
-//! - [`timer`]: periodic timer launches and a replaceable clock (the launch logic; timer
-//!   threads start programs' timer entries in a later release).
-//! - [`microcode`]: the shipped programs (the paper's packet filter), written against the
-//!   public API only.
-//! - [`bench`](mod@bench): traffic generation for the `pfemu bench` harness.
+//! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
+//!   XTXNs, and the hash engine ([`mem::hash`]).
+//! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats,
+//!   timer threads, and a [`pfe::Chassis`] of PFEs joined by links.
+//! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
+//!   replaceable clock ([`timer::ManualClock`] for deterministic tests).
+//! - [`microcode`]: the shipped programs, written against the public API only: the paper's
+//!   packet filter and Trio-ML (in-network aggregation with straggler mitigation, and its
+//!   end-host library).
+//! - [`bench`](mod@bench): traffic generation, the benchmarks behind `pfemu bench`, the
+//!   Trio-ML demo and the experiments behind `pfemu experiment`.
 //!
 //! ## Embedding
 //!
