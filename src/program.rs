@@ -1172,6 +1172,38 @@ impl<'a> Thread<'a> {
         self.core.posted.post(self.mem, op)?;
         Ok(())
     }
+
+    /// Posts [`Thread::vadd32_be`] as an asynchronous (fire-and-forget) XTXN, as the paper
+    /// issues gradient adds: the lanes are copied out of local memory now (so the scratch
+    /// area may be reused at once), the size and address are checked now, and the add is
+    /// applied exactly once, no later than [`Thread::wait_posted`] or the end of the batch.
+    /// Posted adds that continue one another (each starting at the word after the previous
+    /// one's last) reach the engine as one vector add of up to 4 KB (see [`PostedOps`]).
+    /// Counted as one `vadd32x16` XTXN per 64-byte chunk.
+    ///
+    /// [`PostedOps`]: crate::mem::PostedOps
+    pub fn post_vadd32_be(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+    ) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.core.xtxns[XtxnKind::VAdd32x16.index()] += (len / 64) as u64;
+        self.core
+            .posted
+            .post_vadd32_be(self.mem, addr, &self.core.lm[range])?;
+        Ok(())
+    }
+
+    /// Waits for the replies of every outstanding posted XTXN of this thread
+    /// ([`Thread::post`], [`Thread::post_vadd32_be`]): when it returns, all of them have been
+    /// applied, and are visible to any thread that observes a later XTXN of this one. Call
+    /// it before an XTXN that tells other threads the posted work is done (Trio-ML waits
+    /// for its gradient adds before it counts its source in the block).
+    pub fn wait_posted(&mut self) {
+        self.core.posted.flush(self.mem);
+    }
 }
 
 /// What [`Harness::run`] saw.

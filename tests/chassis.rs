@@ -15,6 +15,7 @@ fn small_mem() -> MemConfig {
     MemConfig {
         sram_bytes: 1 << 16,
         dram_bytes: 1 << 16,
+        acc_bytes: 0,
         banks: 4,
     }
 }

@@ -24,6 +24,7 @@ fn mem() -> SharedMemory {
     SharedMemory::new(&MemConfig {
         sram_bytes: 1 << 20,
         dram_bytes: 1 << 20,
+        acc_bytes: 1 << 20,
         banks: BANKS,
     })
     .unwrap()
@@ -568,11 +569,11 @@ fn vadd32_be_exact_from_2_to_64_threads() {
     let m = mem();
     let max_threads = if cfg!(miri) { 3 } else { 64 };
     for threads in 2..=max_threads {
-        // alternate SRAM and DRAM
-        let base = if threads % 2 == 0 {
-            1 << 16
-        } else {
-            DRAM_BASE + 4096
+        // SRAM, DRAM, and the accumulator region across a stripe boundary in turn
+        let base = match threads % 3 {
+            0 => 1 << 16,
+            1 => DRAM_BASE + 4096,
+            _ => ACC_BASE + ACC_STRIPE_WORDS - 200,
         };
         let init = 0xFFFF_FFF0_7FFF_FFFFu64;
         for i in 0..GRAD_WORDS {
@@ -634,8 +635,116 @@ fn vadd32_be_exact_from_2_to_64_threads() {
 /// lane to a reader, or keeps one after a swap or AND lands between add and fix-up.
 #[test]
 fn vadd32_be_shows_no_carry_to_other_ops() {
+    no_carry_to_other_ops((1 << 16) + 4096);
+}
+
+/// The same in the accumulator region, over a stripe boundary: every write there is applied
+/// under the stripe's lock with a plain load and store, so an operation that bypassed the
+/// lock would be overwritten by (or overwrite) a vector add's store.
+#[test]
+fn acc_vadd32_be_shows_no_carry_to_other_ops() {
+    no_carry_to_other_ops(ACC_BASE + 3 * ACC_STRIPE_WORDS - 100);
+}
+
+/// Threads mix every additive operation on the same accumulator words (vector adds, 32-bit
+/// adds to both lanes, counter additions, posted vector adds and posted 32-bit adds through
+/// their own `PostedOps`), over a stripe boundary: each lane must end at the exact wrapping
+/// sum. A path that updated an accumulator word without its stripe's lock (a plain load and
+/// store racing the locked ones) loses updates and fails this.
+#[test]
+fn acc_mixed_adds_exact() {
     let m = mem();
-    let base: Addr = (1 << 16) + 4096;
+    let base = ACC_BASE + 5 * ACC_STRIPE_WORDS - GRAD_WORDS / 2;
+    let words = GRAD_WORDS as usize;
+    let ops = if cfg!(miri) { 4 } else { 4000 };
+    let sums: Vec<Vec<u32>> = run_n(if cfg!(miri) { 3 } else { 16 }, |t| {
+        let mut sum = vec![0u32; 2 * words];
+        let mut posted = PostedOps::new(4);
+        let mut add = |w: usize, lane: usize, d: u32| {
+            sum[2 * w + lane] = sum[2 * w + lane].wrapping_add(d);
+        };
+        for j in 0..ops {
+            let r = rnd(t, j, 400);
+            let w = ((r >> 8) % GRAD_WORDS) as usize;
+            let d = rnd(t, j, 401) as u32;
+            match r % 6 {
+                0 | 1 => {
+                    let n = 8 * (1 + (r >> 20) % 64);
+                    let off = (r >> 32) % (GRAD_WORDS - n + 1);
+                    let data = grad_vector(t, j, n);
+                    if r % 6 == 0 {
+                        m.vadd32_be(base + off, &data).unwrap();
+                    } else {
+                        // two posted halves that continue each other: one span at the engine
+                        let half = data.len() / 2 / 64 * 64;
+                        if half > 0 {
+                            posted
+                                .post_vadd32_be(&m, base + off, &data[..half])
+                                .unwrap();
+                        }
+                        posted
+                            .post_vadd32_be(&m, base + off + half as u64 / 8, &data[half..])
+                            .unwrap();
+                    }
+                    for (l, c) in data.chunks_exact(4).enumerate() {
+                        add(
+                            off as usize + l / 2,
+                            l % 2,
+                            u32::from_be_bytes(c.try_into().unwrap()),
+                        );
+                    }
+                }
+                2 => {
+                    let lane = (r >> 40) as usize % 2;
+                    m.fetch_add32(base + w as u64, lane as u8, d).unwrap();
+                    add(w, lane, d);
+                }
+                3 if w + 1 < words => {
+                    // 64-bit additions with a zero low half: lane-0 adds of both words
+                    let (p, b) = (u64::from(d) << 32, rnd(t, j, 402) << 32);
+                    m.counter_add(base + w as u64, p >> 32 << 32, b).unwrap();
+                    add(w, 0, (p >> 32) as u32);
+                    add(w + 1, 0, (b >> 32) as u32);
+                }
+                4 => {
+                    let lane = (r >> 40) as u8 % 2;
+                    posted
+                        .post(
+                            &m,
+                            Op::Add32 {
+                                addr: base + w as u64,
+                                lane,
+                                delta: d,
+                            },
+                        )
+                        .unwrap();
+                    add(w, usize::from(lane), d);
+                }
+                _ => {
+                    let mut line = [0u8; 64];
+                    m.read(base + (r >> 40) % (GRAD_WORDS - 7), &mut line)
+                        .unwrap();
+                }
+            }
+        }
+        posted.flush(&m);
+        sum
+    });
+    for i in 0..words {
+        let hi = sums.iter().fold(0u32, |a, s| a.wrapping_add(s[2 * i]));
+        let lo = sums.iter().fold(0u32, |a, s| a.wrapping_add(s[2 * i + 1]));
+        assert_eq!(
+            m.read_u64(base + i as u64),
+            Ok((u64::from(hi) << 32) | u64::from(lo)),
+            "word {i}"
+        );
+    }
+    assert_eq!(m.read_u64(base - 1), Ok(0));
+    assert_eq!(m.read_u64(base + GRAD_WORDS), Ok(0));
+}
+
+fn no_carry_to_other_ops(base: Addr) {
+    let m = mem();
     const BIT: u64 = 1 << 32;
     let odd = |v: u64| v & BIT != 0;
     let seen_odd = run(|t| {

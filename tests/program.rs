@@ -21,6 +21,7 @@ fn run(program: Program, frames: &[Vec<u8>], threads: usize) -> (Stats, Vec<Pack
         .mem_config(MemConfig {
             sram_bytes: 1 << 16,
             dram_bytes: 1 << 16,
+            acc_bytes: 0,
             banks: 4,
         })
         .instruction_budget(1_000)

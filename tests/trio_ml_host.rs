@@ -147,6 +147,7 @@ fn dummy() -> Pfe {
         .mem_config(MemConfig {
             sram_bytes: 1 << 12,
             dram_bytes: 1 << 12,
+            acc_bytes: 0,
             banks: 1,
         })
         .build()

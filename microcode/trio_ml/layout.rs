@@ -3,19 +3,26 @@
 //!
 //! Shared by the control plane (`TrioMl`) and the program, so both agree by construction.
 
-use crate::mem::{Addr, DRAM_BASE, LINE_WORDS};
+use crate::mem::{Addr, ACC_BASE, DRAM_BASE, LINE_WORDS};
 
 // ----- 32-bit record addresses --------------------------------------------------------------
 
-/// Bit 31 of a 32-bit record address: the line is in DRAM (else SRAM).
+/// Bit 31 of a 32-bit record address: the line is in DRAM or the accumulator region (else
+/// SRAM).
 const PADDR_DRAM: u32 = 1 << 31;
+/// Bits 31 and 30 of a 32-bit record address: the line is in the accumulator region.
+const PADDR_ACC: u32 = 3 << 30;
 
 /// The 32-bit form of a line-aligned word address, as the records' `*_paddr` fields hold
-/// it: bit 31 says DRAM, the low 31 bits are the 64-byte line's index in its region. That
-/// covers every mapped address (64 GiB of DRAM is 2^30 lines).
+/// it: bit 31 clear is SRAM (the low 31 bits are the line's index); bits 31-30 = `10` is
+/// DRAM and `11` the accumulator region, the low 30 bits the 64-byte line's index in it.
+/// That covers every mapped address (64 GiB of DRAM is 2^30 lines, the accumulator region
+/// at most 2^28).
 pub(super) fn paddr(addr: Addr) -> u32 {
     debug_assert_eq!(addr % LINE_WORDS, 0, "records and buffers are line aligned");
-    if addr >= DRAM_BASE {
+    if addr >= ACC_BASE {
+        PADDR_ACC | ((addr - ACC_BASE) / LINE_WORDS) as u32
+    } else if addr >= DRAM_BASE {
         PADDR_DRAM | ((addr - DRAM_BASE) / LINE_WORDS) as u32
     } else {
         (addr / LINE_WORDS) as u32
@@ -24,11 +31,12 @@ pub(super) fn paddr(addr: Addr) -> u32 {
 
 /// The word address a 32-bit record address stands for (see [`paddr`]).
 pub(super) fn addr_of(paddr: u32) -> Addr {
-    let line = u64::from(paddr & !PADDR_DRAM) * LINE_WORDS;
-    if paddr & PADDR_DRAM != 0 {
-        DRAM_BASE + line
+    if paddr & PADDR_ACC == PADDR_ACC {
+        ACC_BASE + u64::from(paddr & !PADDR_ACC) * LINE_WORDS
+    } else if paddr & PADDR_DRAM != 0 {
+        DRAM_BASE + u64::from(paddr & !PADDR_DRAM) * LINE_WORDS
     } else {
-        line
+        u64::from(paddr) * LINE_WORDS
     }
 }
 
@@ -40,6 +48,10 @@ pub(super) fn addr_of(paddr: u32) -> Addr {
 pub(super) const JOB_W0: u64 = 0;
 /// Word 1 of the job record: its top 16 bits are the low half of `block_total_cnt`.
 pub(super) const JOB_W1: u64 = 1;
+/// Bytes 58-61 of the job line (after the 58-byte record): the 32-bit address ([`paddr`]) of
+/// the job's aggregation buffers in the accumulator region, buffer `k` at `k *
+/// JobLayout::buffer_words` words from it; 0 when the buffers are in the slots.
+pub(super) const JOB_BUFS_AT: usize = 58;
 /// Word 3 of the job record: `src_cnt` is byte 25, bits 48..56.
 pub(super) const JOB_W_SRC_CNT: u64 = 3;
 /// Shift of `src_cnt` in [`JOB_W_SRC_CNT`].
@@ -175,9 +187,14 @@ impl JobLayout {
         self.slot0 + u64::from(k) * self.slot_words
     }
 
-    /// Slot `k`'s aggregation buffer.
-    pub fn buffer(&self, k: u32) -> Addr {
-        self.slot(k) + LINE_WORDS
+    /// Slot `k`'s aggregation buffer: in the job's accumulator buffers when `bufs` (the
+    /// job line's [`JOB_BUFS_AT`] field) is not 0, else after the slot's record line.
+    pub fn buffer(&self, bufs: u32, k: u32) -> Addr {
+        if bufs == 0 {
+            self.slot(k) + LINE_WORDS
+        } else {
+            addr_of(bufs) + u64::from(k) * (self.slot_words - LINE_WORDS)
+        }
     }
 
     /// The slot whose record is at `record`, if it is one of this job's.
@@ -282,10 +299,14 @@ mod tests {
             DRAM_BASE,
             DRAM_BASE + 8,
             DRAM_BASE + (1 << 33) - 8,
+            ACC_BASE,
+            ACC_BASE + 8,
+            ACC_BASE + (1 << 31) - 8,
         ] {
             assert_eq!(addr_of(paddr(a)), a, "{a:#x}");
         }
         assert_eq!(paddr(DRAM_BASE + 64), PADDR_DRAM | 8);
+        assert_eq!(paddr(ACC_BASE + 64), PADDR_ACC | 8);
     }
 
     #[test]
@@ -297,7 +318,8 @@ mod tests {
         // 17 gradients = 68 bytes -> 2 lines.
         assert_eq!(l.slot_words, 8 + 16);
         assert_eq!(l.slot(1), DRAM_BASE + 16 + 24);
-        assert_eq!(l.buffer(1), DRAM_BASE + 16 + 24 + 8);
+        assert_eq!(l.buffer(0, 1), DRAM_BASE + 16 + 24 + 8);
+        assert_eq!(l.buffer(paddr(ACC_BASE + 64), 2), ACC_BASE + 64 + 2 * 16);
         assert_eq!(l.slot_of(l.slot(99)), Some(99));
         assert_eq!(l.slot_of(l.slot(100)), None);
         assert_eq!(l.slot_of(l.slot(3) + 8), None);

@@ -61,8 +61,18 @@
 //!
 //! - **Job records** (Figure 17), one 64-byte line each, found through the `jobs` hash
 //!   table (key: the job id). [`TrioMl::add_job`] allocates one DRAM region per job: the
-//!   record, a slot bitmap, and `block_cnt_max` *slots*, each a block record line and an
-//!   aggregation buffer of `block_grad_max` gradients rounded up to 64 bytes.
+//!   record, a slot bitmap, and `block_cnt_max` *slots*, each a block record line and
+//!   room for an aggregation buffer of `block_grad_max` gradients rounded up to 64 bytes.
+//!   The buffers themselves go to the accumulator region ([`Region::Acc`]), one after the
+//!   other in an allocation of their own, whose 32-bit address the job line keeps in bytes
+//!   58-61 (after the 58-byte record): that region's engine applies a packet's 4 KB vector
+//!   add under one stripe lock with plain stores, instead of a compare-and-swap per word.
+//!   When the accumulator region has no room (or is configured to 0 bytes), those bytes are
+//!   0 and each buffer sits in its slot, after the record line.
+//! - **Gradient adds** are posted (fire-and-forget) XTXNs, one per 64-byte chunk; a
+//!   packet's chunks go to consecutive buffer lines, so they reach the engine as one vector
+//!   add. The thread waits for them (`Thread::wait_posted`) before it counts its source, so
+//!   a block is never counted complete before every counted source's gradients landed.
 //! - **Block records** (Figure 18) live in slots and are found through the `active` hash
 //!   table, keyed `[job_id, block_id, gen_id]` (7 bytes): the paper keys by job and block
 //!   id; the generation is added so consecutive uses of a block id are separate records.
@@ -512,7 +522,8 @@ impl TrioMl {
         Ok(())
     }
 
-    /// Validates `job`, allocates its region (record, slot bitmap, slots) in DRAM, writes
+    /// Validates `job`, allocates its region (record, slot bitmap, slots) in DRAM and its
+    /// aggregation buffers in the accumulator region (in the slots when it is full), writes
     /// its record and makes it known to the program.
     pub fn add_job(&self, job: &JobConfig) -> Result<(), TrioMlError> {
         self.validate(job)?;
@@ -532,6 +543,14 @@ impl TrioMl {
         };
         let record = mem.alloc(&name, Region::Dram, JobLayout::words(cnt_max, grad_max))?;
         let layout = JobLayout::new(record, cnt_max, grad_max);
+        // The aggregation buffers go to the accumulator region, whose engine applies a 4 KB
+        // vector add under one stripe lock; when it has no room, they stay in the slots.
+        let buf_words = u64::from(cnt_max) * JobLayout::buffer_words(grad_max);
+        let bufs = match mem.alloc(&format!("{name}.buffers"), Region::Acc, buf_words) {
+            Ok(addr) => layout::paddr(addr),
+            Err(AllocError::Exhausted { .. }) => 0,
+            Err(e) => return Err(e.into()),
+        };
 
         let mut line = [0u8; 64];
         let mut j = JobCtx::new_checked(&mut line[..]).expect("a line holds a job record");
@@ -550,6 +569,7 @@ impl TrioMl {
         j.set_src_mask_1(masks[1]);
         j.set_src_mask_2(masks[2]);
         j.set_src_mask_3(masks[3]);
+        line[layout::JOB_BUFS_AT..layout::JOB_BUFS_AT + 4].copy_from_slice(&bufs.to_be_bytes());
         mem.write(record, &line)?;
         for w in 0..JobLayout::bitmap_words(cnt_max) {
             mem.write_u64(layout.bitmap + w, 0)?;

@@ -88,6 +88,8 @@ const R_EXP: usize = 24;
 const R_AGED_N: usize = 25;
 /// See [`R_AGED_N`].
 const R_AGED_I: usize = 26;
+/// The job's accumulator buffers (its line's `JOB_BUFS_AT` field), while creating a block.
+const R_BUFS: usize = 27;
 
 /// [`R_DEST`]: send the Result where the job says (`out_nh_addr`).
 const DEST_JOB: u64 = u64::MAX;
@@ -182,9 +184,12 @@ fn drop_as(r: DropReason) -> InstrResult {
 
 /// Adds one 64-byte chunk of big-endian gradients in local memory to the buffer line at
 /// `addr` with the RMW engine's 16-lane vector add (one XTXN, lanes straight from the
-/// packet's bytes). The one place the vector add is issued.
+/// packet's bytes). The one place the vector add is issued. Posted, as the paper's
+/// gradient adds are fire-and-forget: the thread waits for them ([`Thread::wait_posted`])
+/// in `complete_check`, before it counts its source. A packet's adds go to consecutive
+/// lines, so the engine applies them as one vector add over the whole packet.
 fn add_chunk(t: &mut Thread<'_>, addr: Addr, lm_offset: usize) -> Result<(), Fault> {
-    t.vadd32_be(addr, lm_offset, LINE_BYTES)
+    t.post_vadd32_be(addr, lm_offset, LINE_BYTES)
 }
 
 /// Whether source `s` is set in the four masks starting at `words` (the words of a record).
@@ -514,6 +519,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         t.r[R_GRAD_MAX] = u64::from(grad_max);
         t.r[R_EXP] = u64::from(exp);
         t.r[R_SRC_CNT] = u64::from(src_cnt);
+        let bufs = t.lm_bytes(LM_SCRATCH + JOB_BUFS_AT, 4)?;
+        t.r[R_BUFS] = u64::from(u32::from_be_bytes([bufs[0], bufs[1], bufs[2], bufs[3]]));
         Ok(Goto(claim_slot))
     });
 
@@ -558,7 +565,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             return drop_as(r.block_cnt_max);
         };
         t.r[R_BLK] = layout.slot(k);
-        t.r[R_BUF] = layout.buffer(k);
+        t.r[R_BUF] = layout.buffer(t.r[R_BUFS] as u32, k);
         Ok(Goto(zero_buffer))
     });
 
@@ -706,6 +713,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
 
     // 6. complete_check: count the source; the one that completes the block closes it.
     p.instr(complete_check, move |t| {
+        // The adds must have landed before the source is counted: the last source to count
+        // closes the block, and its Result is read as soon as every adder left.
+        t.wait_posted();
         let rec = t.r[R_BLK];
         let old = t.fetch_add32(rec + BLOCK_W_RCVD_CNT, 0, RCVD_CNT_INC)?;
         let rcvd = u64::from(old >> RCVD_CNT_LANE_SHIFT & 0xFF) + 1;

@@ -2,7 +2,7 @@
 //!
 //! A bump pointer per region hands out 64-byte-aligned (8-word-aligned) blocks, so every
 //! allocation starts on a line of its own and, when it is at most 8 words long, stays in one
-//! bank. Names are unique across both regions. Nothing is ever freed: the control plane lays
+//! bank. Names are unique across all three regions. Nothing is ever freed: the control plane lays
 //! out counters, policers and tables once, at configuration time. All of it sits behind a
 //! mutex (allocation is never on the packet path).
 
@@ -72,8 +72,8 @@ impl std::error::Error for AllocError {}
 /// The allocator's bookkeeping (inside the memory's mutex).
 #[derive(Debug)]
 pub(super) struct AllocState {
-    /// Next free word and end, per region (index 0 = SRAM, 1 = DRAM).
-    free: [Range<Addr>; 2],
+    /// Next free word and end, per region (index 0 = SRAM, 1 = DRAM, 2 = ACC).
+    free: [Range<Addr>; 3],
     list: Vec<Allocation>,
     by_name: HashMap<String, usize>,
 }
@@ -82,13 +82,14 @@ fn slot(r: Region) -> usize {
     match r {
         Region::Sram => 0,
         Region::Dram => 1,
+        Region::Acc => 2,
     }
 }
 
 impl AllocState {
-    pub(super) fn new(sram: Range<Addr>, dram: Range<Addr>) -> AllocState {
+    pub(super) fn new(sram: Range<Addr>, dram: Range<Addr>, acc: Range<Addr>) -> AllocState {
         AllocState {
-            free: [sram, dram],
+            free: [sram, dram, acc],
             list: Vec::new(),
             by_name: HashMap::new(),
         }
@@ -156,6 +157,7 @@ mod tests {
         SharedMemory::new(&MemConfig {
             sram_bytes,
             dram_bytes,
+            acc_bytes: 4096,
             banks: 8,
         })
         .unwrap()
@@ -170,6 +172,11 @@ mod tests {
         assert_eq!(m.alloc("d", Region::Sram, 1), Ok(32));
         assert_eq!(m.alloc("x", Region::Dram, 2), Ok(DRAM_BASE));
         assert_eq!(m.alloc("y", Region::Dram, 2), Ok(DRAM_BASE + 8));
+        assert_eq!(m.alloc("acc", Region::Acc, 9), Ok(super::super::ACC_BASE));
+        assert_eq!(
+            m.alloc("acc2", Region::Acc, 1),
+            Ok(super::super::ACC_BASE + 16)
+        );
         for a in m.allocations() {
             assert_eq!(a.addr % 8, 0, "{a:?}");
             assert_eq!(m.check(a.addr, a.words), Ok(()));
@@ -192,7 +199,7 @@ mod tests {
         );
         assert_eq!(m.allocation("zzz"), None);
         let names: Vec<String> = m.allocations().into_iter().map(|a| a.name).collect();
-        assert_eq!(names, ["a", "b", "c", "d", "x", "y"]);
+        assert_eq!(names, ["a", "b", "c", "d", "x", "y", "acc", "acc2"]);
     }
 
     #[test]

@@ -8,6 +8,11 @@
 //! * Each bank owns a cache-padded sequencer lock, taken only by multi-word operations that
 //!   must be atomic as a whole (the policer); single-word operations are one atomic
 //!   instruction or a compare-and-swap loop on the word.
+//! * The accumulator region is a table of 1 MiB chunks too, each holding its words and one
+//!   cache-padded sequencer lock per 4 KB stripe. The SRAM/DRAM decoders (`word`, `span`,
+//!   `pair`) never hand out an accumulator word, so no lock-free write path can reach one:
+//!   each public operation falls back to its `acc_*` counterpart only when the fast decoder
+//!   refused the address, which keeps the SRAM and DRAM paths as they were.
 
 use std::fmt;
 use std::ops::Range;
@@ -19,8 +24,8 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::alloc::AllocState;
 use super::{
-    Addr, MemConfig, MemFault, Op, Region, DRAM_BASE, LINE_WORDS, MAX_ACCESS_BYTES, MAX_VADD_BYTES,
-    WORD_BYTES,
+    Addr, MemConfig, MemFault, Op, Region, ACC_BASE, ACC_STRIPE_WORDS, DRAM_BASE, LINE_WORDS,
+    MAX_ACCESS_BYTES, MAX_VADD_BYTES, WORD_BYTES,
 };
 use crate::error::ConfigError;
 
@@ -36,6 +41,9 @@ static ZEROS: [AtomicU64; LINE_WORDS as usize] = [const { AtomicU64::new(0) }; L
 const LOAD: Ordering = Ordering::Acquire;
 const STORE: Ordering = Ordering::Release;
 const RMW: Ordering = Ordering::AcqRel;
+/// Loads of an accumulator word by its stripe's lock holder: every store to the word was made
+/// under the same lock, whose acquisition orders them before this load.
+const LOCKED_LOAD: Ordering = Ordering::Relaxed;
 
 fn zeroed_words(n: u64) -> Box<[AtomicU64]> {
     (0..n).map(|_| AtomicU64::new(0)).collect()
@@ -166,6 +174,15 @@ impl<'a> Span<'a> {
     }
 }
 
+/// One lazily materialised 1 MiB chunk of the accumulator region: its words, and the
+/// sequencer lock of each of its 4 KB stripes (a chunk holds whole stripes).
+struct AccChunk {
+    words: Box<[AtomicU64]>,
+    locks: Box<[CachePadded<Mutex<()>>]>,
+}
+
+const _: () = assert!(CHUNK_WORDS % ACC_STRIPE_WORDS == 0);
+
 /// One bank's read-modify-write engine: its sequencer for multi-word atomic operations.
 struct Bank {
     sequencer: CachePadded<Mutex<()>>,
@@ -180,6 +197,8 @@ pub struct SharedMemory {
     sram_words: u64,
     dram: Box<[OnceLock<Box<[AtomicU64]>>]>,
     dram_words: u64,
+    acc: Box<[OnceLock<AccChunk>]>,
+    acc_words: u64,
     banks: Box<[Bank]>,
     bank_mask: u64,
     pub(super) allocs: Mutex<AllocState>,
@@ -188,9 +207,11 @@ pub struct SharedMemory {
 impl fmt::Debug for SharedMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let materialised = self.dram.iter().filter(|c| c.get().is_some()).count();
+        let acc = self.acc.iter().filter(|c| c.get().is_some()).count();
         f.debug_struct("SharedMemory")
             .field("config", &self.cfg)
             .field("dram_chunks_materialised", &materialised)
+            .field("acc_chunks_materialised", &acc)
             .finish_non_exhaustive()
     }
 }
@@ -202,6 +223,7 @@ impl SharedMemory {
         let sram_words = cfg.sram_words();
         let dram_words = cfg.dram_words();
         let chunks = dram_words.div_ceil(CHUNK_WORDS);
+        let acc_words = cfg.acc_words();
         let banks = (0..cfg.banks)
             .map(|_| Bank {
                 sequencer: CachePadded::new(Mutex::new(())),
@@ -213,11 +235,16 @@ impl SharedMemory {
             sram_words,
             dram: (0..chunks).map(|_| OnceLock::new()).collect(),
             dram_words,
+            acc: (0..acc_words.div_ceil(CHUNK_WORDS))
+                .map(|_| OnceLock::new())
+                .collect(),
+            acc_words,
             banks,
             bank_mask: cfg.banks as u64 - 1,
             allocs: Mutex::new(AllocState::new(
                 0..sram_words,
                 DRAM_BASE..DRAM_BASE + dram_words,
+                ACC_BASE..ACC_BASE + acc_words,
             )),
         })
     }
@@ -227,11 +254,12 @@ impl SharedMemory {
         &self.cfg
     }
 
-    /// The word addresses of a region (empty for a DRAM of 0 bytes).
+    /// The word addresses of a region (empty for a DRAM or accumulator region of 0 bytes).
     pub fn region(&self, r: Region) -> Range<Addr> {
         match r {
             Region::Sram => 0..self.sram_words,
             Region::Dram => DRAM_BASE..DRAM_BASE + self.dram_words,
+            Region::Acc => ACC_BASE..ACC_BASE + self.acc_words,
         }
     }
 
@@ -250,7 +278,10 @@ impl SharedMemory {
             let off = addr.wrapping_sub(base);
             off < len && n <= len - off
         };
-        if fits(0, self.sram_words) || fits(DRAM_BASE, self.dram_words) {
+        if fits(0, self.sram_words)
+            || fits(DRAM_BASE, self.dram_words)
+            || fits(ACC_BASE, self.acc_words)
+        {
             Ok(())
         } else {
             Err(MemFault::OutOfRange { addr, words })
@@ -295,6 +326,100 @@ impl SharedMemory {
         }
     }
 
+    // ----- the accumulator region ------------------------------------------------------------
+
+    /// Offset of `addr` in the accumulator region when the `words` words from it (at least
+    /// one) all lie inside the region.
+    #[inline]
+    fn acc_offset(&self, addr: Addr, words: u64) -> Option<u64> {
+        let off = addr.wrapping_sub(ACC_BASE);
+        (off < self.acc_words && words.max(1) <= self.acc_words - off).then_some(off)
+    }
+
+    /// Accumulator chunk `ci`, materialised if needed.
+    fn acc_chunk(&self, ci: u64) -> &AccChunk {
+        self.acc[ci as usize].get_or_init(|| {
+            let len = CHUNK_WORDS.min(self.acc_words - ci * CHUNK_WORDS);
+            AccChunk {
+                words: zeroed_words(len),
+                locks: (0..len.div_ceil(ACC_STRIPE_WORDS))
+                    .map(|_| CachePadded::new(Mutex::new(())))
+                    .collect(),
+            }
+        })
+    }
+
+    /// The value of the accumulator word at offset `off` (no lock: stores are atomic).
+    #[inline]
+    fn acc_load(&self, off: u64) -> u64 {
+        match self.acc[(off >> CHUNK_SHIFT) as usize].get() {
+            Some(c) => c.words[(off & CHUNK_MASK) as usize].load(LOAD),
+            None => 0,
+        }
+    }
+
+    /// Applies `f` to the `words` accumulator words from offset `off` (all in the region), one
+    /// stripe at a time, each under its stripe's sequencer lock: `f(i, piece)` gets the words
+    /// of one stripe and the index, within the operation, of the piece's first word. Inside
+    /// `f`, words are loaded with [`LOCKED_LOAD`] and stored with plain release stores.
+    #[inline]
+    fn acc_locked(&self, off: u64, words: u64, mut f: impl FnMut(usize, &[AtomicU64])) {
+        let mut done = 0;
+        while done < words {
+            let o = off + done;
+            let n = (ACC_STRIPE_WORDS - o % ACC_STRIPE_WORDS).min(words - done);
+            let chunk = self.acc_chunk(o >> CHUNK_SHIFT);
+            let within = (o & CHUNK_MASK) as usize;
+            let _engine = chunk.locks[within / ACC_STRIPE_WORDS as usize].lock();
+            f(done as usize, &chunk.words[within..within + n as usize]);
+            done += n;
+        }
+    }
+
+    /// A single-word read-modify-write `new = f(old)` of an accumulator word, under its
+    /// stripe's lock; returns the old value. `fault` is returned when `addr` is not in the
+    /// region (the fast decoder's refusal).
+    #[inline(never)]
+    fn acc_update(
+        &self,
+        addr: Addr,
+        fault: MemFault,
+        f: impl Fn(u64) -> u64,
+    ) -> Result<u64, MemFault> {
+        let off = self.acc_offset(addr, 1).ok_or(fault)?;
+        let mut old = 0;
+        self.acc_locked(off, 1, |_, w| {
+            old = w[0].load(LOCKED_LOAD);
+            w[0].store(f(old), STORE);
+        });
+        Ok(old)
+    }
+
+    /// Adds the packed lane pairs `deltas[i]` to accumulator words `off + i` (plain SWAR adds
+    /// under each stripe's lock).
+    #[inline(never)]
+    fn acc_vadd(&self, off: u64, deltas: &[u64]) {
+        self.acc_locked(off, deltas.len() as u64, |i, piece| {
+            for (w, &d) in piece.iter().zip(&deltas[i..]) {
+                w.store(add_packed(w.load(LOCKED_LOAD), d), STORE);
+            }
+        });
+    }
+
+    /// [`SharedMemory::vadd32_be`] on the accumulator region.
+    #[inline(never)]
+    fn acc_vadd_be(&self, addr: Addr, fault: MemFault, data: &[u8]) -> Result<(), MemFault> {
+        let words = (data.len() / WORD_BYTES) as u64;
+        let off = self.acc_offset(addr, words).ok_or(fault)?;
+        self.acc_locked(off, words, |i, piece| {
+            let d = &data[i * WORD_BYTES..(i + piece.len()) * WORD_BYTES];
+            for (w, d) in piece.iter().zip(be_words(d)) {
+                w.store(add_packed(w.load(LOCKED_LOAD), d), STORE);
+            }
+        });
+        Ok(())
+    }
+
     /// The word at `addr`, for an operation that may write it.
     #[inline]
     fn word(&self, addr: Addr) -> Result<&AtomicU64, MemFault> {
@@ -323,7 +448,10 @@ impl SharedMemory {
                     None => 0,
                 })
             } else {
-                Err(MemFault::OutOfRange { addr, words: 1 })
+                match self.acc_offset(addr, 1) {
+                    Some(off) => Ok(self.acc_load(off)),
+                    None => Err(MemFault::OutOfRange { addr, words: 1 }),
+                }
             }
         }
     }
@@ -393,7 +521,16 @@ impl SharedMemory {
     /// big-endian. Atomic per 8-byte word.
     pub fn read(&self, addr: Addr, out: &mut [u8]) -> Result<(), MemFault> {
         let words = access_words(out.len())?;
-        let span = self.span_ro(addr, words)?;
+        let span = match self.span_ro(addr, words) {
+            Ok(span) => span,
+            Err(fault) => {
+                let off = self.acc_offset(addr, words).ok_or(fault)?;
+                for (i, bytes) in out.chunks_exact_mut(WORD_BYTES).enumerate() {
+                    bytes.copy_from_slice(&self.acc_load(off + i as u64).to_be_bytes());
+                }
+                return Ok(());
+            }
+        };
         for (bytes, w) in out.chunks_exact_mut(WORD_BYTES).zip(span.iter()) {
             bytes.copy_from_slice(&w.load(LOAD).to_be_bytes());
         }
@@ -405,7 +542,18 @@ impl SharedMemory {
     /// atomicity is not promised.
     pub fn write(&self, addr: Addr, data: &[u8]) -> Result<(), MemFault> {
         let words = access_words(data.len())?;
-        let span = self.span(addr, words)?;
+        let span = match self.span(addr, words) {
+            Ok(span) => span,
+            Err(fault) => {
+                let off = self.acc_offset(addr, words).ok_or(fault)?;
+                self.acc_locked(off, words, |i, piece| {
+                    for (w, v) in piece.iter().zip(be_words(&data[i * WORD_BYTES..])) {
+                        w.store(v, STORE);
+                    }
+                });
+                return Ok(());
+            }
+        };
         for (bytes, w) in data.chunks_exact(WORD_BYTES).zip(span.iter()) {
             let mut b = [0u8; WORD_BYTES];
             b.copy_from_slice(bytes);
@@ -423,7 +571,10 @@ impl SharedMemory {
     /// Writes one word.
     #[inline]
     pub fn write_u64(&self, addr: Addr, value: u64) -> Result<(), MemFault> {
-        self.word(addr)?.store(value, STORE);
+        match self.word(addr) {
+            Ok(w) => w.store(value, STORE),
+            Err(fault) => drop(self.acc_update(addr, fault, |_| value)?),
+        }
         Ok(())
     }
 
@@ -431,9 +582,31 @@ impl SharedMemory {
     /// word `addr` and `bytes` to the byte word `addr + 1` (each wrapping, each atomic).
     #[inline]
     pub fn counter_inc(&self, addr: Addr, bytes: u64) -> Result<(), MemFault> {
-        let (packets, byte_count) = self.pair(addr)?;
+        let (packets, byte_count) = match self.pair(addr) {
+            Ok(pair) => pair,
+            Err(fault) => return self.acc_counter_add(addr, fault, 1, bytes),
+        };
         packets.fetch_add(1, RMW);
         byte_count.fetch_add(bytes, RMW);
+        Ok(())
+    }
+
+    /// [`SharedMemory::counter_add`] on the accumulator region.
+    #[inline(never)]
+    fn acc_counter_add(
+        &self,
+        addr: Addr,
+        fault: MemFault,
+        packets: u64,
+        bytes: u64,
+    ) -> Result<(), MemFault> {
+        let off = self.acc_offset(addr, 2).ok_or(fault)?;
+        self.acc_locked(off, 2, |i, piece| {
+            for (j, w) in piece.iter().enumerate() {
+                let d = if i + j == 0 { packets } else { bytes };
+                w.store(w.load(LOCKED_LOAD).wrapping_add(d), STORE);
+            }
+        });
         Ok(())
     }
 
@@ -441,7 +614,10 @@ impl SharedMemory {
     /// (each wrapping, each atomic): `n` increments at once.
     #[inline]
     pub fn counter_add(&self, addr: Addr, packets: u64, bytes: u64) -> Result<(), MemFault> {
-        let (p, b) = self.pair(addr)?;
+        let (p, b) = match self.pair(addr) {
+            Ok(pair) => pair,
+            Err(fault) => return self.acc_counter_add(addr, fault, packets, bytes),
+        };
         p.fetch_add(packets, RMW);
         b.fetch_add(bytes, RMW);
         Ok(())
@@ -450,44 +626,70 @@ impl SharedMemory {
     /// Reads a packet/byte counter: `(packets, bytes)`. The two words are read one after the
     /// other, so a concurrent increment may be seen in one and not yet in the other.
     pub fn counter_read(&self, addr: Addr) -> Result<(u64, u64), MemFault> {
-        let s = self.span_ro(addr, 2)?;
+        let s = match self.span_ro(addr, 2) {
+            Ok(s) => s,
+            Err(fault) => {
+                let off = self.acc_offset(addr, 2).ok_or(fault)?;
+                return Ok((self.acc_load(off), self.acc_load(off + 1)));
+            }
+        };
         Ok((s.at(0).load(LOAD), s.at(1).load(LOAD)))
     }
 
     /// `word &= mask`; returns the old value.
     #[inline]
     pub fn fetch_and(&self, addr: Addr, mask: u64) -> Result<u64, MemFault> {
-        Ok(self.word(addr)?.fetch_and(mask, RMW))
+        match self.word(addr) {
+            Ok(w) => Ok(w.fetch_and(mask, RMW)),
+            Err(fault) => self.acc_update(addr, fault, |old| old & mask),
+        }
     }
 
     /// `word |= mask`; returns the old value.
     #[inline]
     pub fn fetch_or(&self, addr: Addr, mask: u64) -> Result<u64, MemFault> {
-        Ok(self.word(addr)?.fetch_or(mask, RMW))
+        match self.word(addr) {
+            Ok(w) => Ok(w.fetch_or(mask, RMW)),
+            Err(fault) => self.acc_update(addr, fault, |old| old | mask),
+        }
     }
 
     /// `word ^= mask`; returns the old value.
     #[inline]
     pub fn fetch_xor(&self, addr: Addr, mask: u64) -> Result<u64, MemFault> {
-        Ok(self.word(addr)?.fetch_xor(mask, RMW))
+        match self.word(addr) {
+            Ok(w) => Ok(w.fetch_xor(mask, RMW)),
+            Err(fault) => self.acc_update(addr, fault, |old| old ^ mask),
+        }
     }
 
     /// Clears the bits of `mask` (`word &= !mask`); returns the old value.
     #[inline]
     pub fn fetch_clear(&self, addr: Addr, mask: u64) -> Result<u64, MemFault> {
-        Ok(self.word(addr)?.fetch_and(!mask, RMW))
+        match self.word(addr) {
+            Ok(w) => Ok(w.fetch_and(!mask, RMW)),
+            Err(fault) => self.acc_update(addr, fault, |old| old & !mask),
+        }
     }
 
     /// Stores `value`; returns the old value.
     #[inline]
     pub fn fetch_swap(&self, addr: Addr, value: u64) -> Result<u64, MemFault> {
-        Ok(self.word(addr)?.swap(value, RMW))
+        match self.word(addr) {
+            Ok(w) => Ok(w.swap(value, RMW)),
+            Err(fault) => self.acc_update(addr, fault, |_| value),
+        }
     }
 
     /// `new = (old & !mask) | (value & mask)`; returns the old value.
     #[inline]
     pub fn masked_write(&self, addr: Addr, value: u64, mask: u64) -> Result<u64, MemFault> {
-        let w = self.word(addr)?;
+        let w = match self.word(addr) {
+            Ok(w) => w,
+            Err(fault) => {
+                return self.acc_update(addr, fault, |old| (old & !mask) | (value & mask))
+            }
+        };
         Ok(match mask {
             0 => w.load(LOAD),
             u64::MAX => w.swap(value, RMW),
@@ -504,11 +706,17 @@ impl SharedMemory {
             // A carry out of bit 63 is discarded, so a plain 64-bit add never disturbs the
             // low half: the high lane needs no compare-and-swap.
             0 => {
-                let old = self.word(addr)?.fetch_add(u64::from(delta) << 32, RMW);
+                let old = match self.word(addr) {
+                    Ok(w) => w.fetch_add(u64::from(delta) << 32, RMW),
+                    Err(fault) => self.acc_update(addr, fault, |old| add_lanes(old, delta, 0))?,
+                };
                 Ok((old >> 32) as u32)
             }
             1 => {
-                let old = update(self.word(addr)?, |old| add_lanes(old, 0, delta));
+                let old = match self.word(addr) {
+                    Ok(w) => update(w, |old| add_lanes(old, 0, delta)),
+                    Err(fault) => self.acc_update(addr, fault, |old| add_lanes(old, 0, delta))?,
+                };
                 Ok(old as u32)
             }
             _ => Err(MemFault::BadLane { lane }),
@@ -520,10 +728,17 @@ impl SharedMemory {
     /// Atomic per 8-byte word: concurrent vector adds never lose a lane update, but a reader
     /// may see some words updated and others not yet. Same code as [`SharedMemory::vadd32_be`].
     pub fn vadd32x16(&self, addr: Addr, deltas: &[u32; 16]) -> Result<(), MemFault> {
-        let span = self.span(addr, LINE_WORDS)?;
         let packed: [u64; LINE_WORDS as usize] = std::array::from_fn(|i| {
             (u64::from(deltas[2 * i]) << 32) | u64::from(deltas[2 * i + 1])
         });
+        let span = match self.span(addr, LINE_WORDS) {
+            Ok(span) => span,
+            Err(fault) => {
+                let off = self.acc_offset(addr, LINE_WORDS).ok_or(fault)?;
+                self.acc_vadd(off, &packed);
+                return Ok(());
+            }
+        };
         let (head, tail) = packed.split_at(span.head.len());
         vadd_words(span.tail, tail.iter().copied());
         vadd_words(span.head, head.iter().copied());
@@ -543,13 +758,17 @@ impl SharedMemory {
     /// a 64-byte payload, buffered by value in every PPE thread's [`super::PostedOps`]). A 4 KB
     /// array inside it would make every buffered op of every kind 4 KB, and borrowing the
     /// packet's bytes would put a lifetime on `Op` and keep the packet alive until the flush.
-    /// To post a vector add, post one [`Op::VAdd32x16`] per line (up to 64).
+    /// To post a vector add, use [`super::PostedOps::post_vadd32_be`], which keeps the
+    /// pending lanes in a buffer of its own (and merges adds that continue one another).
     pub fn vadd32_be(&self, addr: Addr, data: &[u8]) -> Result<(), MemFault> {
         let bytes = data.len();
         if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
             return Err(MemFault::BadSize { bytes });
         }
-        let span = self.span(addr, (bytes / WORD_BYTES) as u64)?;
+        let span = match self.span(addr, (bytes / WORD_BYTES) as u64) {
+            Ok(span) => span,
+            Err(fault) => return self.acc_vadd_be(addr, fault, data),
+        };
         let (head, tail) = data.split_at(span.head.len() * WORD_BYTES);
         vadd_words(span.tail, be_words(tail));
         vadd_words(span.head, be_words(head));
@@ -590,6 +809,7 @@ mod tests {
         SharedMemory::new(&MemConfig {
             sram_bytes: SRAM_WORDS * 8,
             dram_bytes: DRAM_WORDS * 8,
+            acc_bytes: DRAM_WORDS * 8,
             banks: 16,
         })
         .unwrap()
@@ -649,6 +869,7 @@ mod tests {
         let no_dram = SharedMemory::new(&MemConfig {
             sram_bytes: 64,
             dram_bytes: 0,
+            acc_bytes: 0,
             banks: 1,
         })
         .unwrap();

@@ -10,13 +10,17 @@
 //! * **DRAM** (the off-chip memory and its cache): words
 //!   `DRAM_BASE .. DRAM_BASE + dram_bytes / 8`, with [`DRAM_BASE`] `= 1 << 32`.
 //!
-//! The two regions are architecturally equivalent; only their size differs (the emulator does
+//! * **ACC** (the accumulator memory, DRAM set aside for read-modify-write-heavy data such as
+//!   aggregation buffers): words `ACC_BASE .. ACC_BASE + acc_bytes / 8`, with [`ACC_BASE`]
+//!   `= 1 << 34`. See *The accumulator region* below.
+//!
+//! SRAM and DRAM are architecturally equivalent; only their size differs (the emulator does
 //! not model the latency difference). Addresses between the regions, and past the end of
 //! either, are unmapped: every access to them, and every access whose word range would run
 //! off the end of a region, is refused with [`MemFault::OutOfRange`] (never a panic). The
 //! engine turns a [`MemFault`] into a program fault. DRAM storage is materialised lazily in
 //! 1 MiB chunks on first write, so a large configured DRAM costs nothing until touched; an
-//! untouched word reads as zero.
+//! untouched word reads as zero. The accumulator region is materialised the same way.
 //!
 //! # Banks and read-modify-write engines
 //!
@@ -47,6 +51,25 @@
 //!   no promised order). Likewise [`SharedMemory::counter_read`] reads the packet and byte
 //!   words one after the other.
 //!
+//! # The accumulator region
+//!
+//! The accumulator region ([`Region::Acc`]) accepts every operation the other regions do
+//! except the policer (refused with [`MemFault::OutOfRange`]), with the same results, but its
+//! engine serialises differently: the region is cut into stripes of [`ACC_STRIPE_WORDS`] words
+//! (4 KB, aligned to the region's start), each with its own sequencer lock, and **every
+//! operation that writes an accumulator word** (write, fetch-op, masked write, 32-bit add,
+//! counter, vector add) is applied under the lock of the word's stripe, as Trio's RMW engines
+//! serialise the requests to one bank. Inside the lock a word is updated with a plain
+//! (relaxed) load and a plain store, no locked instruction, so a 4 KB vector add
+//! ([`SharedMemory::vadd32_be`]) costs one lock and a SWAR add per word instead of one
+//! compare-and-swap per word: that is what the region is for (Trio-ML's aggregation
+//! buffers). Because all writers of a word hold its stripe's lock, no update is lost. Reads
+//! take no lock: each word is still loaded atomically, so a reader never sees a torn word.
+//! A multi-word operation spanning two stripes takes their locks one after the other (the
+//! guarantees are per word, as everywhere). Single-word operations on a hot word are slower
+//! than in SRAM or DRAM (a lock round trip instead of one atomic instruction), so keep
+//! counters and records out of it.
+//!
 //! Loads use acquire ordering, stores release, and RMWs acquire-release, so data written before a
 //! write/RMW is visible to a thread that observes that write (no explicit coherence commands are
 //! needed, as in the paper).
@@ -73,7 +96,8 @@
 //! other threads only once flushed, so the owner flushes whenever their effect must be visible
 //! (the engine flushes each PPE thread's buffer at the end of every batch of packets, before
 //! the batch counts as done, so posted operations are visible after `Pfe::drain`). Posted
-//! increments of one counter coalesce in the buffer (see [`PostedOps`]).
+//! increments of one counter coalesce in the buffer, and posted vector adds that continue one
+//! another merge into one add of up to 4 KB (see [`PostedOps`]).
 //!
 //! # Data flow
 //!
@@ -113,6 +137,14 @@ pub const WORD_BYTES: usize = 8;
 /// unmapped.
 pub const DRAM_BASE: Addr = 1 << 32;
 
+/// First word of the accumulator region ([`Region::Acc`]), past the largest DRAM.
+pub const ACC_BASE: Addr = 1 << 34;
+
+/// Words per stripe of the accumulator region (4 KB): each stripe has its own sequencer lock,
+/// taken by every operation that writes one of its words. Stripes are aligned to
+/// [`ACC_BASE`].
+pub const ACC_STRIPE_WORDS: u64 = 512;
+
 /// Largest single read or write, in bytes (one 64-byte line).
 pub const MAX_ACCESS_BYTES: usize = 64;
 
@@ -130,6 +162,8 @@ const GIB: u64 = 1 << 30;
 pub const MAX_SRAM_BYTES: u64 = GIB;
 /// Largest accepted DRAM size in bytes (64 GiB).
 pub const MAX_DRAM_BYTES: u64 = 64 * GIB;
+/// Largest accepted accumulator region size in bytes (16 GiB).
+pub const MAX_ACC_BYTES: u64 = 16 * GIB;
 /// Largest accepted bank count.
 pub const MAX_BANKS: usize = 4096;
 
@@ -140,24 +174,28 @@ pub struct MemConfig {
     pub sram_bytes: u64,
     /// Off-chip DRAM size in bytes: a multiple of 64, up to 64 GiB (0 = no DRAM region).
     pub dram_bytes: u64,
+    /// Accumulator region size in bytes ([`Region::Acc`]): a multiple of 64, up to 16 GiB
+    /// (0 = no accumulator region). Materialised lazily, like DRAM.
+    pub acc_bytes: u64,
     /// Number of banks (each with its own RMW engine): a power of two from 1 to 4096.
     pub banks: usize,
 }
 
 impl Default for MemConfig {
-    /// 8 MiB of SRAM, 64 MiB of DRAM, 64 banks.
+    /// 8 MiB of SRAM, 64 MiB of DRAM, 64 MiB of accumulator memory, 64 banks.
     fn default() -> Self {
         MemConfig {
             sram_bytes: 8 * MIB,
             dram_bytes: 64 * MIB,
+            acc_bytes: 64 * MIB,
             banks: 64,
         }
     }
 }
 
 impl MemConfig {
-    /// Checks every setting; the error names the setting (`sram_bytes`, `dram_bytes` or
-    /// `banks`) and states the accepted range.
+    /// Checks every setting; the error names the setting (`sram_bytes`, `dram_bytes`,
+    /// `acc_bytes` or `banks`) and states the accepted range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let line = MAX_ACCESS_BYTES as u64;
         if self.sram_bytes < line || self.sram_bytes > MAX_SRAM_BYTES || self.sram_bytes % line != 0
@@ -176,6 +214,15 @@ impl MemConfig {
                 format!(
                     "must be a multiple of 64 bytes from 0 (no DRAM) to 64 GiB ({MAX_DRAM_BYTES} bytes), got {}",
                     self.dram_bytes
+                ),
+            ));
+        }
+        if self.acc_bytes > MAX_ACC_BYTES || self.acc_bytes % line != 0 {
+            return Err(ConfigError::new(
+                "acc_bytes",
+                format!(
+                    "must be a multiple of 64 bytes from 0 (no accumulator region) to 16 GiB ({MAX_ACC_BYTES} bytes), got {}",
+                    self.acc_bytes
                 ),
             ));
         }
@@ -200,23 +247,32 @@ impl MemConfig {
     pub fn dram_words(&self) -> u64 {
         self.dram_bytes / WORD_BYTES as u64
     }
+
+    /// Words in the accumulator region.
+    pub fn acc_words(&self) -> u64 {
+        self.acc_bytes / WORD_BYTES as u64
+    }
 }
 
-/// One of the two regions of the unified address space.
+/// One of the three regions of the unified address space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Region {
     /// On-chip SRAM, starting at word 0.
     Sram,
     /// Off-chip DRAM, starting at word [`DRAM_BASE`].
     Dram,
+    /// The accumulator region, starting at word [`ACC_BASE`]: every write to it is
+    /// serialised by a per-stripe lock (see the module documentation).
+    Acc,
 }
 
 impl Region {
-    /// Lower-case name (`"sram"` / `"dram"`).
+    /// Lower-case name (`"sram"` / `"dram"` / `"acc"`).
     pub fn name(self) -> &'static str {
         match self {
             Region::Sram => "sram",
             Region::Dram => "dram",
+            Region::Acc => "acc",
         }
     }
 }
@@ -520,6 +576,7 @@ mod tests {
         let c = MemConfig::default();
         assert_eq!(c.sram_bytes, 8 * MIB);
         assert_eq!(c.dram_bytes, 64 * MIB);
+        assert_eq!(c.acc_bytes, 64 * MIB);
         assert_eq!(c.banks, 64);
         c.validate().unwrap();
         assert_eq!(c.sram_words(), MIB);
@@ -535,12 +592,14 @@ mod tests {
         let ok = MemConfig {
             sram_bytes: 64,
             dram_bytes: 0,
+            acc_bytes: 0,
             banks: 1,
         };
         ok.validate().unwrap();
         MemConfig {
             sram_bytes: MAX_SRAM_BYTES,
             dram_bytes: MAX_DRAM_BYTES,
+            acc_bytes: MAX_ACC_BYTES,
             banks: MAX_BANKS,
         }
         .validate()
@@ -566,6 +625,14 @@ mod tests {
             });
             assert_eq!(e.setting, "dram_bytes");
             assert!(e.reason.contains("64 GiB"), "{e}");
+        }
+        for acc in [8, 65, MAX_ACC_BYTES + 64] {
+            let e = refused(MemConfig {
+                acc_bytes: acc,
+                ..ok.clone()
+            });
+            assert_eq!(e.setting, "acc_bytes");
+            assert!(e.reason.contains("16 GiB"), "{e}");
         }
         for banks in [0, 3, 6, 8192] {
             let e = refused(MemConfig {
@@ -664,5 +731,7 @@ mod tests {
     fn unit_constants() {
         assert_eq!(LINE_WORDS, 8);
         assert_eq!(DRAM_BASE % (LINE_WORDS * MAX_BANKS as u64), 0);
+        assert!(DRAM_BASE + MAX_DRAM_BYTES / WORD_BYTES as u64 <= ACC_BASE);
+        assert_eq!(ACC_BASE % ACC_STRIPE_WORDS, 0);
     }
 }

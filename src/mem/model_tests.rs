@@ -16,6 +16,7 @@ fn config() -> MemConfig {
     MemConfig {
         sram_bytes: SRAM_WORDS * 8,
         dram_bytes: DRAM_WORDS * 8,
+        acc_bytes: 0,
         banks: 4,
     }
 }

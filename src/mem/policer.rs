@@ -232,6 +232,7 @@ mod tests {
         SharedMemory::new(&MemConfig {
             sram_bytes: 4096,
             dram_bytes: 4096,
+            acc_bytes: 0,
             banks: 4,
         })
         .unwrap()

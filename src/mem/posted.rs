@@ -1,6 +1,6 @@
 //! Posted (asynchronous) XTXNs: a PPE thread's fire-and-forget buffer.
 
-use super::{Addr, MemFault, Op, SharedMemory};
+use super::{Addr, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_VADD_BYTES, WORD_BYTES};
 
 /// `(addr, packets, bytes)` of a counter addition.
 pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
@@ -23,10 +23,21 @@ pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
 /// `post` also calls when the buffer is full. Flush before dropping the buffer (e.g. at the end
 /// of every packet): operations still buffered at drop are discarded.
 /// Operations are validated against the memory passed to `post`; flush into the same memory.
+///
+/// Posted vector adds ([`PostedOps::post_vadd32_be`]) are kept apart, as one pending span of
+/// big-endian lanes: a vector add that continues the pending span (its first word is the
+/// word after the span's last) is appended to it, up to [`MAX_VADD_BYTES`], so the 64 posted
+/// line adds of a 4 KB packet reach the engine as one 4 KB vector add. Posting order is
+/// kept: posting an [`Op`] applies the pending span first, and posting a vector add applies
+/// the buffered operations first.
 #[derive(Debug)]
 pub struct PostedOps {
     buf: Vec<Op>,
     capacity: usize,
+    /// First word of the pending vector add (meaningless while `vadd` is empty).
+    vadd_addr: Addr,
+    /// The pending vector add's big-endian lanes (whole 64-byte lines).
+    vadd: Vec<u8>,
 }
 
 impl PostedOps {
@@ -37,6 +48,8 @@ impl PostedOps {
         PostedOps {
             buf: Vec::with_capacity(capacity),
             capacity,
+            vadd_addr: 0,
+            vadd: Vec::with_capacity(MAX_VADD_BYTES),
         }
     }
 
@@ -49,6 +62,7 @@ impl PostedOps {
     /// buffered), flushes if the buffer is full, then buffers `op`.
     pub fn post(&mut self, mem: &SharedMemory, op: Op) -> Result<(), MemFault> {
         mem.check_op(&op)?;
+        self.apply_vadd(mem);
         if let Some((addr, packets, bytes)) = counter_delta(&op) {
             if self.coalesce(addr, packets, bytes) {
                 return Ok(());
@@ -83,9 +97,62 @@ impl PostedOps {
         false
     }
 
-    /// Applies every buffered operation to `mem`, in posting order, exactly once, and empties
-    /// the buffer.
+    /// Posts a vector add of big-endian lanes, [`SharedMemory::vadd32_be`]`(addr, data)`:
+    /// validates the size and range now (a fault is returned and nothing is posted), then
+    /// appends `data` to the pending vector add when it continues it and the sum fits in
+    /// [`MAX_VADD_BYTES`]; otherwise applies the pending one and starts a new one. Applied
+    /// exactly once, at the latest by the next [`PostedOps::flush`].
+    pub fn post_vadd32_be(
+        &mut self,
+        mem: &SharedMemory,
+        addr: Addr,
+        data: &[u8],
+    ) -> Result<(), MemFault> {
+        let bytes = data.len();
+        if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
+            return Err(MemFault::BadSize { bytes });
+        }
+        mem.check(addr, (bytes / WORD_BYTES) as u64)?;
+        if !self.buf.is_empty() {
+            self.apply_ops(mem);
+        }
+        // Regions are never adjacent, so a span continued word by word stays in one region.
+        let end = self.vadd_addr + (self.vadd.len() / WORD_BYTES) as u64;
+        if !self.vadd.is_empty() && (addr != end || self.vadd.len() + bytes > MAX_VADD_BYTES) {
+            self.apply_vadd(mem);
+        }
+        if self.vadd.is_empty() {
+            self.vadd_addr = addr;
+        }
+        self.vadd.extend_from_slice(data);
+        Ok(())
+    }
+
+    /// Applies the pending vector add, if any.
+    fn apply_vadd(&mut self, mem: &SharedMemory) {
+        if self.vadd.is_empty() {
+            return;
+        }
+        // Validated piece by piece at post time, and contiguous in one region: cannot fault.
+        let applied = mem.vadd32_be(self.vadd_addr, &self.vadd);
+        debug_assert!(
+            applied.is_ok(),
+            "posted vector add at {:#x} faulted at flush: {applied:?}",
+            self.vadd_addr
+        );
+        self.vadd.clear();
+    }
+
+    /// Applies every buffered operation and the pending vector add to `mem`, in posting
+    /// order, exactly once, and empties the buffer.
     pub fn flush(&mut self, mem: &SharedMemory) {
+        // At most one of the two is non-empty: posting either kind applies the other.
+        self.apply_ops(mem);
+        self.apply_vadd(mem);
+    }
+
+    /// Applies the buffered operations (not the pending vector add).
+    fn apply_ops(&mut self, mem: &SharedMemory) {
         for op in self.buf.drain(..) {
             // Validated at post time against this memory: cannot fault.
             let applied = mem.apply(&op);
@@ -96,14 +163,14 @@ impl PostedOps {
         }
     }
 
-    /// Number of buffered (not yet applied) operations.
+    /// Number of buffered (not yet applied) operations; a pending vector add counts as one.
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.buf.len() + usize::from(!self.vadd.is_empty())
     }
 
     /// `true` when nothing is buffered.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.buf.is_empty() && self.vadd.is_empty()
     }
 }
 
@@ -116,6 +183,7 @@ mod tests {
         SharedMemory::new(&MemConfig {
             sram_bytes: 1024,
             dram_bytes: 1024,
+            acc_bytes: 0,
             banks: 2,
         })
         .unwrap()
