@@ -1182,3 +1182,68 @@ fn sources_racing_to_create_a_block_at_the_slot_limit_all_join_it() {
     );
     assert_eq!(state.block_total_cnt, u32::from(GENS));
 }
+
+/// The engine's own timer threads on a manual clock: a block missing one source gets its
+/// partial Result exactly when the clock passes its timeout (plus at most a scan period),
+/// never before, and the late source is answered with it.
+#[test]
+fn engine_timers_on_a_manual_clock_send_the_partial_result_after_the_timeout() {
+    let clock = Arc::new(pfemu::timer::ManualClock::new());
+    let cfg = TrioMlConfig {
+        timers: 10,
+        scan_period_ns: MS,
+        ..config()
+    };
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let trio = TrioMl::install(&mem, cfg).unwrap();
+    let mut j = job(1, &[0, 1, 2]);
+    j.block_exp_ms = 5;
+    trio.add_job(&j).unwrap();
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(trio.program())
+        .ppe_threads(8)
+        .memory(mem)
+        .multicast_group(1, vec![0, 1, 2])
+        .timers(trio.timer_specs().unwrap())
+        .clock(clock.clone())
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    pfe.inject_frame(0, &packet(1, 7, 0, 0, &[1, 2, 3]))
+        .unwrap();
+    pfe.inject_frame(1, &packet(1, 7, 0, 1, &[10, 20, 30]))
+        .unwrap();
+    pfe.drain();
+    // Step the clock a tenth of a scan period at a time; the timers fire as it passes.
+    let mut aged_at = None;
+    for step in 1..=100u64 {
+        clock.set(step * MS / 10);
+        pfe.settle_timers();
+        if rx.try_iter().count() > 0 {
+            aged_at = Some(step * MS / 10);
+            // Multicast to the three ports: the other two copies are here too.
+            break;
+        }
+    }
+    let at = aged_at.expect("a partial Result");
+    assert!(
+        (5 * MS..=6 * MS).contains(&at),
+        "aged at {at} ns, expected between block_exp (5 ms) and block_exp + one scan period"
+    );
+    // The late source is answered with the kept partial Result on its own port.
+    pfe.inject_frame(2, &packet(1, 7, 0, 2, &[100, 200, 300]))
+        .unwrap();
+    pfe.drain();
+    let answer: Vec<Packet> = rx.try_iter().collect();
+    assert_eq!(answer.len(), 1);
+    assert_eq!(answer[0].port, 2);
+    let (h, g) = wire::parse(&answer[0].data).unwrap();
+    assert_eq!((h.src_cnt, h.degraded, h.age_op), (2, true, 1));
+    assert_eq!(wire::gradients(g), [11, 22, 33]);
+    let stats = pfe.shutdown();
+    assert_eq!(stats.drops("late"), 1);
+    assert!(stats.timer_runs > 0 && stats.timer_faults == 0);
+    assert!(stats.is_conserved());
+}
