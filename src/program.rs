@@ -1103,6 +1103,13 @@ impl<'a> Thread<'a> {
         Ok(self.mem.vadd32x16(addr, deltas)?)
     }
 
+    /// Zeroes `bytes` bytes of shared memory from `addr` (64 to 4096, whole lines) in one
+    /// XTXN (counted as a write); see [`SharedMemory::zero`].
+    pub fn mem_zero(&mut self, addr: Addr, bytes: usize) -> Result<(), Fault> {
+        self.count(XtxnKind::Write);
+        Ok(self.mem.zero(addr, bytes)?)
+    }
+
     /// Adds the big-endian 32-bit lanes in `len` bytes of local memory at `lm_offset` (whole
     /// 64-byte chunks, e.g. gradients just read from the packet) lane-wise to the words from
     /// `addr`; see [`SharedMemory::vadd32_be`]. Counted as one `vadd32x16` XTXN per chunk.

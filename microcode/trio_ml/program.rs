@@ -42,7 +42,7 @@ use super::layout::*;
 use super::wire::*;
 use super::{Tables, TrioMlConfig};
 use crate::mem::hash::{HashError, Inserted, ScanAction};
-use crate::mem::{Addr, LINE_WORDS};
+use crate::mem::{Addr, LINE_WORDS, MAX_VADD_BYTES};
 use crate::prelude::*;
 use crate::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
 use crate::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
@@ -569,13 +569,13 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         Ok(Goto(zero_buffer))
     });
 
-    // Zero the part of the buffer the block uses, one 64-byte write per line.
+    // Zero the part of the buffer the block uses (whole lines, up to 4 KB per XTXN).
     p.instr(zero_buffer, move |t| {
-        t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?.fill(0);
-        let lines = (t.r[R_GRAD_CNT] as usize * GRAD_BYTES).div_ceil(LINE_BYTES) as u64;
+        let bytes = (t.r[R_GRAD_CNT] as usize * GRAD_BYTES).next_multiple_of(LINE_BYTES);
         let buf = t.r[R_BUF];
-        for line in 0..lines {
-            t.mem_write(buf + line * LINE_WORDS, LM_SCRATCH, LINE_BYTES)?;
+        for done in (0..bytes).step_by(MAX_VADD_BYTES) {
+            let n = (bytes - done).min(MAX_VADD_BYTES);
+            t.mem_zero(buf + (done / 8) as u64, n)?;
         }
         Ok(Goto(insert_block))
     });

@@ -775,6 +775,26 @@ impl SharedMemory {
         Ok(())
     }
 
+    /// Zeroes `bytes` bytes from `addr` (64 to 4096, whole 64-byte lines) in one request,
+    /// e.g. to clear an aggregation buffer. Atomic per word; the range is checked before
+    /// anything is written.
+    pub fn zero(&self, addr: Addr, bytes: usize) -> Result<(), MemFault> {
+        if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
+            return Err(MemFault::BadSize { bytes });
+        }
+        let words = (bytes / WORD_BYTES) as u64;
+        match self.span(addr, words) {
+            Ok(span) => span.iter().for_each(|w| w.store(0, STORE)),
+            Err(fault) => {
+                let off = self.acc_offset(addr, words).ok_or(fault)?;
+                self.acc_locked(off, words, |_, piece| {
+                    piece.iter().for_each(|w| w.store(0, STORE))
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Applies a posted operation (old values are discarded).
     pub fn apply(&self, op: &Op) -> Result<(), MemFault> {
         match *op {
@@ -1345,6 +1365,48 @@ mod tests {
         assert!(MemFault::BadSize { bytes: 65 }
             .to_string()
             .contains("65 bytes"));
+    }
+
+    #[test]
+    fn zero_clears_exactly_its_range_in_every_region() {
+        let m = SharedMemory::new(&MemConfig {
+            sram_bytes: 1 << 16,
+            dram_bytes: 1 << 21,
+            banks: 4,
+            ..MemConfig::default()
+        })
+        .unwrap();
+        for base in [0, DRAM_BASE + CHUNK_WORDS - 8, ACC_BASE] {
+            for i in 0..80 {
+                m.write_u64(base + i, !0).unwrap();
+            }
+            m.zero(base + 8, 512).unwrap();
+            for i in 0..80 {
+                let want = if (8..72).contains(&i) { 0 } else { !0 };
+                assert_eq!(
+                    m.read_u64(base + i).unwrap(),
+                    want,
+                    "base {base:#x} word {i}"
+                );
+            }
+        }
+        assert_eq!(m.zero(0, 0), Err(MemFault::BadSize { bytes: 0 }));
+        assert_eq!(m.zero(0, 72), Err(MemFault::BadSize { bytes: 72 }));
+        assert_eq!(m.zero(0, 4160), Err(MemFault::BadSize { bytes: 4160 }));
+        let end = (1 << 16) / 8;
+        m.write_u64(end - 4, 7).unwrap();
+        assert_eq!(
+            m.zero(end - 4, 64),
+            Err(MemFault::OutOfRange {
+                addr: end - 4,
+                words: 8
+            })
+        );
+        assert_eq!(
+            m.read_u64(end - 4).unwrap(),
+            7,
+            "nothing written on a fault"
+        );
     }
 
     #[test]
