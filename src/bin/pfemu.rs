@@ -54,7 +54,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a shipped program on generated traffic and print a summary (the default job).
+    /// Run a shipped program on generated traffic and print a summary.
     Run {
         /// The program to run.
         #[arg(value_enum, default_value_t = Workload::Filter)]
