@@ -1108,7 +1108,8 @@ fn first_level_results_aggregate_again_at_the_top_level() {
 
     assert!(top.consumed(60, &ra[0].1).is_empty());
     let total = top.consumed(61, &rb[0].1);
-    let want = expected_result(1, 4, 2, 2, false, &[1111, 2222]);
+    // src_cnt counts the servers in the sum (2 + 2), not the first-level aggregators.
+    let want = expected_result(1, 4, 2, 4, false, &[1111, 2222]);
     assert_eq!(total, [(Dest::Group(1), want.clone())]);
     // Down again: the first level forwards the total to its servers' group.
     let down = a.run(60, &want);
@@ -1246,4 +1247,25 @@ fn engine_timers_on_a_manual_clock_send_the_partial_result_after_the_timeout() {
     assert_eq!(stats.drops("late"), 1);
     assert!(stats.timer_runs > 0 && stats.timer_faults == 0);
     assert!(stats.is_conserved());
+}
+
+/// A lower aggregator's partial Result makes the upper level's Result partial too, and
+/// `src_cnt` adds up the servers each source stands for.
+#[test]
+fn a_partial_result_from_below_stays_partial_above_and_src_cnt_counts_servers() {
+    let mut top = Setup::new(config(), &[job(1, &[11, 12])]);
+    let from = |src: u8, src_cnt: u8, degraded: bool, g: &[i32]| {
+        let mut f = packet(1, 3, 0, src, g);
+        let mut h = wire::TrioMlHdr::new_checked(&mut f[wire::TRIO_ML_HDR_AT..]).unwrap();
+        h.set_src_cnt(src_cnt);
+        h.set_degraded(degraded);
+        h.set_age_op(u8::from(degraded));
+        f
+    };
+    // First-level 11 lost one of its 3 servers; first-level 12 had both of its 2.
+    assert!(top.consumed(60, &from(11, 2, true, &[5, 6])).is_empty());
+    let out = top.consumed(61, &from(12, 2, false, &[50, 60]));
+    let (h, g) = wire::parse(&out[0].1).unwrap();
+    assert_eq!((h.src_cnt, h.degraded, h.age_op), (4, true, 0));
+    assert_eq!(wire::gradients(g), [55, 66]);
 }

@@ -369,8 +369,9 @@ fn hierarchical_aggregation_over_a_chassis_equals_the_flat_sums() {
     let want = flat_sums(&[0, 1, 2, 3], n);
     for w in &done {
         assert_eq!(w.sums(), want, "worker {}", w.config().src_id);
-        // The top level counts its sources: the two first-level aggregators.
-        assert!(w.src_counts().iter().all(|&c| c == 2));
+        // src_cnt counts the servers in the sum, through both levels.
+        assert!(w.src_counts().iter().all(|&c| c == 4));
+        assert!(w.degraded().iter().all(|&d| !d));
     }
     let stats = chassis.shutdown();
     assert!(stats.iter().all(|s| s.is_conserved() && s.dropped == 0));

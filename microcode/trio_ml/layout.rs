@@ -100,6 +100,14 @@ pub(super) const BLOCK_W_RCVD_CNT: u64 = 3;
 pub(super) const RCVD_CNT_INC: u32 = 1 << 16;
 /// Shift of `rcvd_cnt` in lane 0 of [`BLOCK_W_RCVD_CNT`].
 pub(super) const RCVD_CNT_LANE_SHIFT: u32 = 16;
+/// Shift, in lane 0 of [`BLOCK_W_RCVD_CNT`], of the block's *contributors*: record byte 24
+/// (the last unused byte before `rcvd_cnt`). Each source adds its own count: a server's
+/// packet (`src_cnt` 0 in its header) counts 1, a lower aggregator's Result counts its
+/// `src_cnt`. So a top-level Result's `src_cnt` is the number of servers in the sum, and
+/// hosts divide by it, whatever the depth of the hierarchy (mod 256).
+pub(super) const CONTRIB_LANE_SHIFT: u32 = 24;
+/// Byte of the block record holding the contributors.
+pub(super) const CONTRIB_AT: usize = 24;
 /// Byte of the block's line where its key is kept, after the 58-byte record: bytes 58..62
 /// hold the block id and bytes 62..64 the generation (word 7, bits 16..48 and 0..16), so
 /// the control plane and the Result builder can tell which block a slot holds.
@@ -108,8 +116,8 @@ pub(super) const BLOCK_KEY_AT: usize = 58;
 pub(super) const BLOCK_KEY_WORD: u64 = 7;
 
 // The gate: who may still add to a block, and who finishes it. Word 2, low 32-bit lane
-// (record bytes 20..24): bit 31 CLOSED and bit 30 TAKEN lie in the 20 unused bits before
-// `grad_cnt`, IN_FLIGHT is bytes 22..23 (16 of the 24 unused bits before `rcvd_cnt`).
+// (record bytes 20..24): bit 31 CLOSED, bit 30 TAKEN and bit 29 DEGRADED lie in the 20
+// unused bits before `grad_cnt`, IN_FLIGHT is bytes 22..23 (16 of the 24 unused bits before `rcvd_cnt`).
 //
 // - An adder enters with a 32-bit add of 1 to IN_FLIGHT, which returns the old gate: if it
 //   was CLOSED, the adder adds nothing and leaves (subtracts 1 again).
@@ -127,6 +135,10 @@ pub(super) const GATE_LANE: u8 = 1;
 pub(super) const GATE_CLOSED: u64 = 1 << 31;
 /// TAKEN: a thread has claimed the finishing of the block.
 pub(super) const GATE_TAKEN: u64 = 1 << 30;
+/// DEGRADED: a source's packet was itself a partial Result (a lower aggregator gave up on
+/// a straggler), so this block's Result is partial too. Sticky; set before the source is
+/// counted.
+pub(super) const GATE_DEGRADED: u64 = 1 << 29;
 /// IN_FLIGHT: adders between entering and leaving.
 pub(super) const GATE_IN_FLIGHT: u64 = 0xFFFF;
 /// Lane delta: one adder enters.

@@ -119,10 +119,14 @@
 //! IPv4 from the job's `out_src_addr` to its `out_dst_addr`, UDP from and to the configured
 //! port, Ethernet from [`TrioMlConfig::local_mac`] to the group's multicast MAC (or the
 //! broadcast MAC for a unicast `out_dst_addr`). The Trio-ML header carries the block's
-//! job, block and generation ids, `grad_cnt`, `src_cnt` = the sources summed, and
-//! `src_id` = the low byte of `out_src_addr`, so a first-level aggregator is one source of
-//! the next level. `degraded` and `age_op` are 1 when fewer than the job's sources are in
-//! the sum. `final` is 0. The Result goes to the job's `out_nh_addr`: a port, or with bit
+//! job, block and generation ids, `grad_cnt`, `src_cnt` and `src_id` = the low byte of
+//! `out_src_addr`, so a first-level aggregator is one source of the next level.
+//! `src_cnt` counts the *servers* in the sum: a server's packet (header `src_cnt` 0)
+//! counts 1 and a lower aggregator's Result counts its own `src_cnt` (record byte 24
+//! keeps the total, mod 256), so hosts divide by it at any depth of a hierarchy. `age_op`
+//! is 1 when fewer than the job's sources are in the sum (this aggregator gave up on a
+//! straggler); `degraded` is 1 then, and also when a source's packet was itself degraded
+//! (a lower level gave up on one). `final` is 0. The Result goes to the job's `out_nh_addr`: a port, or with bit
 //! 31 set a multicast group ([`wire::nh_addr`]). A kept Result sent again to a source
 //! goes out of the port the request came from, with the same bytes.
 //!

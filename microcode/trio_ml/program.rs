@@ -90,6 +90,11 @@ const R_AGED_N: usize = 25;
 const R_AGED_I: usize = 26;
 /// The job's accumulator buffers (its line's `JOB_BUFS_AT` field), while creating a block.
 const R_BUFS: usize = 27;
+/// What the packet's source counts for in the Result's `src_cnt`: 1 for a server (header
+/// `src_cnt` 0), a lower aggregator's `src_cnt` for its Result.
+const R_CONTRIB: usize = 28;
+/// The packet's own `degraded` bit (a lower aggregator's partial Result).
+const R_PKT_DEGRADED: usize = 29;
 
 /// [`R_DEST`]: send the Result where the job says (`out_nh_addr`).
 const DEST_JOB: u64 = u64::MAX;
@@ -374,6 +379,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         t.r[R_GEN_ID] = u64::from(h.gen_id);
         t.r[R_SRC_ID] = u64::from(h.src_id);
         t.r[R_GRAD_CNT] = n as u64;
+        t.r[R_CONTRIB] = u64::from(h.src_cnt.max(1));
+        t.r[R_PKT_DEGRADED] = u64::from(h.degraded);
         Ok(Goto(lookup_block))
     });
 
@@ -717,7 +724,12 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         // closes the block, and its Result is read as soon as every adder left.
         t.wait_posted();
         let rec = t.r[R_BLK];
-        let old = t.fetch_add32(rec + BLOCK_W_RCVD_CNT, 0, RCVD_CNT_INC)?;
+        if t.r[R_PKT_DEGRADED] != 0 {
+            t.fetch_or(rec + GATE_W, GATE_DEGRADED)?;
+        }
+        // rcvd_cnt and the contributors in one XTXN (rcvd_cnt never carries: at most 255).
+        let contrib = (t.r[R_CONTRIB] as u32) << CONTRIB_LANE_SHIFT;
+        let old = t.fetch_add32(rec + BLOCK_W_RCVD_CNT, 0, RCVD_CNT_INC | contrib)?;
         let rcvd = u64::from(old >> RCVD_CNT_LANE_SHIFT & 0xFF) + 1;
         if rcvd == t.r[R_SRC_CNT] {
             t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
@@ -830,6 +842,14 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             b.grad_cnt(),
             b.rcvd_cnt(),
         );
+        let rec_bytes = t.lm_bytes(LM_BLOCK_REC, LINE_BYTES)?;
+        let contributors = rec_bytes[CONTRIB_AT];
+        let gate = u64::from_be_bytes(
+            rec_bytes[BLOCK_W_GATE as usize * 8..BLOCK_W_GATE as usize * 8 + 8]
+                .try_into()
+                .expect("one word"),
+        );
+        let lower_partial = gate & GATE_DEGRADED != 0;
         let key = t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, 6)?;
         let block = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
         let gen = u16::from_be_bytes([key[4], key[5]]);
@@ -847,9 +867,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             block_id: block,
             age_op: u8::from(partial),
             final_block: false,
-            degraded: partial,
+            degraded: partial || lower_partial,
             src_id: out_src as u8,
-            src_cnt: rcvd_cnt,
+            src_cnt: contributors,
             gen_id: gen,
             grad_cnt,
         };
