@@ -6,7 +6,9 @@ use pfemu::bench::demo::{run, DemoConfig};
 fn the_demo_sums_exactly_and_leaves_the_straggler_out_of_round_two_only() {
     let r = run(&DemoConfig {
         gradients: 5_000,
-        straggle_ms: 60,
+        // Generous: a busy machine must not delay an on-time worker past the timeout.
+        block_exp_ms: 60,
+        straggle_ms: 300,
         ppe_threads: 16,
         ..DemoConfig::default()
     })

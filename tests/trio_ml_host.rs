@@ -183,11 +183,14 @@ fn loss_and_duplicates_both_ways_still_give_exact_sums() {
     pfe.drain();
     let stats = pfe.stats();
     assert!(stats.is_conserved());
-    // Duplicates and retransmissions were recognised, never added twice.
+    // Duplicates and retransmissions were recognised, never added twice. A copy that
+    // reaches a PPE thread only after its block id's next generation finished is
+    // `stale_gen` (packets of one worker are processed in parallel, so a resent chunk can
+    // be overtaken by the worker's next one); nothing else is dropped.
     assert!(stats.drops("duplicate") + stats.drops("retransmit_answered") > 0);
     assert_eq!(
         stats.dropped,
-        stats.drops("duplicate") + stats.drops("retransmit_answered"),
+        stats.drops("duplicate") + stats.drops("retransmit_answered") + stats.drops("stale_gen"),
         "{:?}",
         stats.dropped_by_reason
     );
@@ -196,7 +199,8 @@ fn loss_and_duplicates_both_ways_still_give_exact_sums() {
 #[test]
 fn a_straggler_is_left_out_of_a_partial_result_and_the_mean_divides_by_three() {
     let n = 256 * 4;
-    let f = flat(4, 4, 5, true);
+    // A generous timeout, so a busy machine never delays an on-time worker past it.
+    let f = flat(4, 4, 60, true);
     // Worker 3 never sends: every block ages out with the three others in.
     let attached: Vec<Attached> = (0..3u8)
         .map(|s| Attached {

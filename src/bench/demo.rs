@@ -36,7 +36,7 @@ pub struct DemoConfig {
 }
 
 impl Default for DemoConfig {
-    /// 4 workers, 100 000 gradients each in packets of 1024, window 64, a 10 ms timeout,
+    /// 4 workers, 100 000 gradients each in packets of 1024, window 64, a 20 ms timeout,
     /// a straggler 200 ms late, 64 PPE threads.
     fn default() -> Self {
         DemoConfig {
@@ -44,7 +44,7 @@ impl Default for DemoConfig {
             gradients: 100_000,
             grads_per_packet: 1024,
             window: 64,
-            block_exp_ms: 10,
+            block_exp_ms: 20,
             straggle_ms: 200,
             ppe_threads: 64,
         }

@@ -42,7 +42,7 @@ enum Command {
         #[arg(long, default_value_t = 100_000)]
         gradients: usize,
         /// Block timeout in milliseconds (the job's block_exp).
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 20)]
         block_exp_ms: u8,
         /// How late the straggler is, in milliseconds.
         #[arg(long, default_value_t = 200)]
