@@ -758,6 +758,15 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
     if cfg.block_exp_ms == 0 {
         return Err("invalid option `--block-exp-ms`: must be 1..=255".into());
     }
+    if cfg.straggle_ms < 3 * u64::from(cfg.block_exp_ms) {
+        return Err(format!(
+            "invalid option `--straggle-ms`: {} ms is too short to be left out; the straggler \
+             must be late by at least 3 x the block timeout ({} ms)",
+            cfg.straggle_ms,
+            3 * u64::from(cfg.block_exp_ms)
+        )
+        .into());
+    }
     if !json {
         println!(
             "pfemu: Trio-ML (Trio paper §4-5) on one PFE with {} PPE threads: {} workers \
