@@ -306,7 +306,6 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             "check_source",
             "join_block",
         ]);
-    let wait_created = p.label("wait_created");
     let [aggregate_head, aggregate_tail, complete_check, leave_block, consume, drop_duplicate, closing_drop] =
         p.labels([
             "aggregate_head",
@@ -406,37 +405,14 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             t.r[R_GEN_ID] as u16,
         );
         Ok(match t.hash_lookup(&active, &key)? {
-            Some(PENDING) => Goto(wait_created),
+            Some(PENDING) => {
+                // Another packet of the block is creating it: let the creator run (it may
+                // share this core), then look again and join the record it publishes.
+                std::thread::yield_now();
+                Goto(lookup_block)
+            }
             Some(rec) if rec & FINISHED != 0 => {
                 // Finished: its Result is kept.
-                t.r[R_BLK] = rec & !FINISHED;
-                t.r[R_CLOSING] = 1;
-                Goto(lookup_result)
-            }
-            Some(rec) => {
-                t.r[R_BLK] = rec;
-                Goto(check_source)
-            }
-            None => Goto(lookup_result),
-        })
-    });
-
-    // Another packet of the block is creating it: wait for the record (a few XTXN round
-    // trips), then join it; if the creator gave up, start over from the kept Results.
-    let active = tables.active.clone();
-    p.instr(wait_created, move |t| {
-        let key = block_key(
-            t.r[R_JOB_ID] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
-        );
-        Ok(match t.hash_lookup(&active, &key)? {
-            Some(PENDING) => {
-                // Let the creator run (it may share this core).
-                std::thread::yield_now();
-                Goto(wait_created)
-            }
-            Some(rec) if rec & FINISHED != 0 => {
                 t.r[R_BLK] = rec & !FINISHED;
                 t.r[R_CLOSING] = 1;
                 Goto(lookup_result)
@@ -543,16 +519,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         );
         match t.hash_insert(&active, &key, PENDING) {
             Ok(Inserted::New) => {}
-            Ok(Inserted::Existing(PENDING)) => return Ok(Goto(wait_created)),
-            Ok(Inserted::Existing(rec)) if rec & FINISHED != 0 => {
-                t.r[R_BLK] = rec & !FINISHED;
-                t.r[R_CLOSING] = 1;
-                return Ok(Goto(lookup_result));
-            }
-            Ok(Inserted::Existing(rec)) => {
-                t.r[R_BLK] = rec;
-                return Ok(Goto(check_source));
-            }
+            // Another packet created the block first (or is creating it): join it.
+            Ok(Inserted::Existing(_)) => return Ok(Goto(lookup_block)),
             Err(HashError::Full { .. }) => return drop_as(r.table_full),
             Err(e) => return Err(e.into()),
         }
