@@ -15,6 +15,17 @@ use common::udp_frame;
 
 const MS: u64 = 1_000_000;
 
+/// One timer at entry 0, owning the whole work (slice 0 of 1).
+fn one_timer(period_ns: u64, phase_ns: u64) -> TimerSpec {
+    TimerSpec {
+        entry: 0,
+        period_ns,
+        phase_ns,
+        slice: 0,
+        slices: 1,
+    }
+}
+
 fn small_mem() -> MemConfig {
     MemConfig {
         sram_bytes: 1 << 16,
@@ -102,13 +113,7 @@ fn a_late_launcher_skips_periods_instead_of_catching_up() {
         .program(counting_program())
         .ppe_threads(2)
         .mem_config(small_mem())
-        .timers([TimerSpec {
-            entry: 0,
-            period_ns: MS,
-            phase_ns: 0,
-            slice: 0,
-            slices: 1,
-        }])
+        .timers([one_timer(MS, 0)])
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -161,13 +166,7 @@ fn a_timer_launch_runs_ahead_of_queued_packets() {
         .ppe_threads(1)
         .batch_size(1)
         .mem_config(small_mem())
-        .timers([TimerSpec {
-            entry: 0,
-            period_ns: 100 * MS,
-            phase_ns: MS,
-            slice: 0,
-            slices: 1,
-        }])
+        .timers([one_timer(100 * MS, MS)])
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -210,13 +209,7 @@ fn a_busy_timer_is_not_launched_again_and_the_skip_is_counted() {
         .program(p.build().unwrap())
         .ppe_threads(4)
         .mem_config(small_mem())
-        .timers([TimerSpec {
-            entry: 0,
-            period_ns: MS,
-            phase_ns: 0,
-            slice: 0,
-            slices: 1,
-        }])
+        .timers([one_timer(MS, 0)])
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -266,13 +259,7 @@ fn a_faulting_timer_thread_is_counted_and_the_timers_go_on() {
         .program(p.build().unwrap())
         .ppe_threads(2)
         .mem_config(small_mem())
-        .timers([TimerSpec {
-            entry: 0,
-            period_ns: MS,
-            phase_ns: 0,
-            slice: 0,
-            slices: 1,
-        }])
+        .timers([one_timer(MS, 0)])
         .clock(clock.clone())
         .sink(sink.clone())
         .build()
