@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::wire::{self, AggPacket, Endpoints, TrioMlHdrFields, MAX_GRAD_CNT};
+use crate::bench::rng::SplitMix64;
 use crate::packet::Port;
 use crate::wire::WireError;
 
@@ -440,7 +441,7 @@ pub struct Lossy {
     pub drop: f64,
     /// Probability of sending a packet twice.
     pub duplicate: f64,
-    state: u64,
+    rng: SplitMix64,
     /// Packets dropped so far.
     pub dropped: u64,
     /// Packets duplicated so far.
@@ -453,26 +454,18 @@ impl Lossy {
         Lossy {
             drop,
             duplicate,
-            state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            rng: SplitMix64::new(seed),
             dropped: 0,
             duplicated: 0,
         }
     }
 
-    fn uniform(&mut self) -> f64 {
-        // xorshift64*: enough for fault injection, and reproducible.
-        self.state ^= self.state >> 12;
-        self.state ^= self.state << 25;
-        self.state ^= self.state >> 27;
-        (self.state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
     /// How many copies of a packet go through: 0, 1 or 2.
     pub fn copies(&mut self) -> usize {
-        if self.uniform() < self.drop {
+        if self.rng.uniform() < self.drop {
             self.dropped += 1;
             0
-        } else if self.uniform() < self.duplicate {
+        } else if self.rng.uniform() < self.duplicate {
             self.duplicated += 1;
             2
         } else {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::rng::SplitMix64;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::host::{
     port_channels, run_workers, Attached, DriveOptions, Scaling, Worker, WorkerConfig,
@@ -101,13 +102,8 @@ impl DemoReport {
 /// Deterministic gradient-like values: worker `w`'s vector, roughly normal around 0 with a
 /// per-worker scale.
 fn gradients(w: u8, n: usize) -> Vec<f32> {
-    let mut s = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(u64::from(w) + 1) | 1;
-    let mut u = move || {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut rng = SplitMix64::new(u64::from(w) + 1);
+    let mut u = move || rng.uniform();
     let scale = 0.01 * f64::from(w + 1);
     (0..n)
         .map(|_| ((u() + u() + u() + u() - 2.0) * scale) as f32)

@@ -31,6 +31,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Serialize;
 
 use super::plot::{self, Chart, DualChart, Series};
+use super::rng::{mix, SplitMix64};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::host::{
     drive, port_channels, DriveOptions, HostError, Received, Worker, WorkerConfig,
@@ -148,32 +149,6 @@ pub fn write_files<F: Figure>(fig: &F, dir: &Path) -> Result<Written, Experiment
 }
 
 // ----- shared machinery ----------------------------------------------------------------------
-
-/// SplitMix64: small, seedable, good enough for gradients and straggle schedules.
-#[derive(Clone, Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0)
-    }
-
-    /// Uniform in [0, 1).
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// Gradient `i` of source `src` in round `round`: an integer in [-2^19, 2^19).
 fn gradient(seed: u64, src: u8, round: u64, i: usize) -> i32 {
@@ -974,7 +949,7 @@ pub struct Fig13Report {
 type Schedule = Vec<[Option<(u8, f64)>; 3]>;
 
 fn schedule(iterations: u32, workers: u8, p: f64, seed: u64) -> Schedule {
-    let mut rng = Rng::new(mix(seed ^ mix(p.to_bits())));
+    let mut rng = SplitMix64::new(mix(seed ^ mix(p.to_bits())));
     (0..iterations)
         .map(|_| {
             let mut points = [None; 3];

@@ -4,6 +4,7 @@ pub mod demo;
 pub mod experiments;
 pub mod filter;
 pub mod plot;
+pub mod rng;
 pub mod timers;
 pub mod traffic;
 pub mod trio_ml;

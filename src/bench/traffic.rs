@@ -19,6 +19,7 @@
 
 use std::net::Ipv4Addr;
 
+use super::rng::SplitMix64;
 use crate::wire::{Ether, Ipv4, Udp, ETHERTYPE_ARP, ETHERTYPE_IPV4, IPPROTO_UDP};
 use crate::ConfigError;
 
@@ -218,25 +219,6 @@ impl FlowKey {
     }
 }
 
-/// splitmix64 (Steele, Lea & Flood): tiny, fast and good enough for workload generation.
-#[derive(Clone, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n >= 1`), by multiply-high (bias below 2^-32 for n < 2^32).
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
-
 /// Pre-generated frames in one contiguous arena (no per-packet allocation when replaying).
 #[derive(Clone, Debug)]
 pub struct Traffic {
@@ -262,7 +244,7 @@ impl Traffic {
             flows: Vec::with_capacity(n),
             counts: [(0, 0); 3],
         };
-        let mut rng = SplitMix64(spec.seed);
+        let mut rng = SplitMix64::new(spec.seed);
         for (i, frame) in traffic.bytes.chunks_exact_mut(size).enumerate() {
             let flow = rng.below(u64::from(spec.flows)) as u32;
             let class = spec.mix.pick(rng.below(100) as u32);

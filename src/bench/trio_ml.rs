@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::rng::SplitMix64;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
 use crate::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
@@ -135,14 +136,9 @@ fn endpoints(src: u8, aggregator: std::net::Ipv4Addr) -> Endpoints {
 pub fn generate(cfg: &TrioMlBenchConfig) -> TrioMlTraffic {
     let aggregator = TrioMlConfig::default().local_addr;
     let g = usize::from(cfg.grads);
-    let mut state = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        // Values in +-2^20: sums of up to 255 sources stay far from overflow.
-        ((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 43) as i32) - (1 << 20)
-    };
+    let mut rng = SplitMix64::new(cfg.seed);
+    // Values in +-2^20: sums of up to 255 sources stay far from overflow.
+    let mut next = move || (rng.next_u64() >> 43) as i32 - (1 << 20);
     let mut frames = Vec::new();
     let mut ports = Vec::new();
     let mut sums = Vec::new();
