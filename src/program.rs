@@ -1023,6 +1023,23 @@ impl<'a> Thread<'a> {
         Ok(())
     }
 
+    /// Reads `len` bytes of whole 64-byte lines (64 to 4096) at `addr` into local memory at
+    /// `lm_offset`: one 64-byte read per line issued back to back, counted as that many
+    /// reads (e.g. the Result builder's 256-byte pulls of sums); see
+    /// [`SharedMemory::read_lines`].
+    pub fn mem_read_lines(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+    ) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.mem.read_lines(addr, &mut self.core.lm[range])?;
+        self.core.xtxns[XtxnKind::Read.index()] += (len / 64) as u64;
+        self.lm_written = true;
+        Ok(())
+    }
+
     /// Writes 8..=64 bytes (a multiple of 8) of local memory at `lm_offset` to `addr`.
     pub fn mem_write(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
         let range = lm_range(lm_offset, len)?;

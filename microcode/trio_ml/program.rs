@@ -666,7 +666,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let from_head = head_len.saturating_sub(at).min(bytes);
         let head = t.head_offset();
         let lm = t.lm_mut();
-        lm[LM_SCRATCH..LM_SCRATCH + LINE_BYTES].fill(0);
+        if bytes < LINE_BYTES {
+            lm[LM_SCRATCH + bytes..LM_SCRATCH + LINE_BYTES].fill(0);
+        }
         if from_head > 0 {
             lm.copy_within(head + at..head + at + from_head, LM_SCRATCH);
         }
@@ -877,14 +879,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let total = t.r[R_GRAD_CNT] as usize * GRAD_BYTES;
         let start = t.r[R_CHUNK] as usize * RESULT_CHUNK_BYTES;
         let len = (total - start).min(RESULT_CHUNK_BYTES);
-        let padded = len.next_multiple_of(8);
-        let from = t.r[R_BUF] + (start / 8) as u64;
-        let mut off = 0;
-        while off < padded {
-            let n = (padded - off).min(LINE_BYTES);
-            t.mem_read(from + (off / 8) as u64, LM_RESULT_DATA + off, n)?;
-            off += n;
-        }
+        // The buffer holds whole lines (zeroed past the gradients), so the pull is too.
+        let lines = len.next_multiple_of(LINE_BYTES);
+        t.mem_read_lines(t.r[R_BUF] + (start / 8) as u64, LM_RESULT_DATA, lines)?;
         t.write_tail(LM_RESULT_DATA, len)?;
         t.r[R_CHUNK] += 1;
         Ok(Goto(if start + len < total {

@@ -8,11 +8,13 @@
 //! * Each bank owns a cache-padded sequencer lock, taken only by multi-word operations that
 //!   must be atomic as a whole (the policer); single-word operations are one atomic
 //!   instruction or a compare-and-swap loop on the word.
-//! * The accumulator region is a table of 1 MiB chunks too, each holding its words and one
-//!   cache-padded sequencer lock per 4 KB stripe. The SRAM/DRAM decoders (`word`, `span`,
-//!   `pair`) never hand out an accumulator word, so no lock-free write path can reach one:
-//!   each public operation falls back to its `acc_*` counterpart only when the fast decoder
-//!   refused the address, which keeps the SRAM and DRAM paths as they were.
+//! * The accumulator region is a table of 1 MiB chunks too, each holding 256 cache-padded
+//!   stripes of 4 KB: a `Mutex` around the stripe's plain `u64` words, so only the lock
+//!   holder can reach them. The SRAM/DRAM decoders (`word`, `span`, `pair`) never hand out an
+//!   accumulator word: each public operation falls back to its `acc_*` counterpart only when
+//!   the fast decoder refused the address, which keeps the SRAM and DRAM paths as they were.
+//! * The bulk lane loops (vector adds, conversions to and from network order) live in
+//!   `lanes`, compiled for AVX2 as well when the CPU has it.
 
 use std::fmt;
 use std::ops::Range;
@@ -23,6 +25,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::alloc::AllocState;
+use super::lanes::{add_be_slice, add_packed, add_packed_slice, packed_to_be};
 use super::{
     Addr, MemConfig, MemFault, Op, Region, ACC_BASE, ACC_STRIPE_WORDS, DRAM_BASE, LINE_WORDS,
     MAX_ACCESS_BYTES, MAX_VADD_BYTES, WORD_BYTES,
@@ -41,9 +44,6 @@ static ZEROS: [AtomicU64; LINE_WORDS as usize] = [const { AtomicU64::new(0) }; L
 const LOAD: Ordering = Ordering::Acquire;
 const STORE: Ordering = Ordering::Release;
 const RMW: Ordering = Ordering::AcqRel;
-/// Loads of an accumulator word by its stripe's lock holder: every store to the word was made
-/// under the same lock, whose acquisition orders them before this load.
-const LOCKED_LOAD: Ordering = Ordering::Relaxed;
 
 fn zeroed_words(n: u64) -> Box<[AtomicU64]> {
     (0..n).map(|_| AtomicU64::new(0)).collect()
@@ -65,15 +65,6 @@ fn add_lanes(old: u64, hi: u32, lo: u32) -> u64 {
     let h = ((old >> 32) as u32).wrapping_add(hi);
     let l = (old as u32).wrapping_add(lo);
     (u64::from(h) << 32) | u64::from(l)
-}
-
-/// Lane-wise wrapping add of two packed lane pairs (SWAR: each 32-bit half wraps on its own,
-/// no carry between them): the low 31 bits of each lane are added, so their carries stay inside
-/// the lane, then the lanes' top bits are fixed up with an XOR.
-#[inline]
-fn add_packed(old: u64, delta: u64) -> u64 {
-    const TOP: u64 = 0x8000_0000_8000_0000;
-    (old & !TOP).wrapping_add(delta & !TOP) ^ ((old ^ delta) & TOP)
 }
 
 /// The packed lane pairs of big-endian lanes, 8 bytes per word.
@@ -174,12 +165,18 @@ impl<'a> Span<'a> {
     }
 }
 
-/// One lazily materialised 1 MiB chunk of the accumulator region: its words, and the
-/// sequencer lock of each of its 4 KB stripes (a chunk holds whole stripes).
+/// One 4 KB stripe of the accumulator region: its words, owned by the stripe's RMW engine.
+/// Every access, read or write, holds the lock, so inside it the words are plain `u64`s
+/// (a vector add is an ordinary loop the compiler vectorises).
+type Stripe = CachePadded<Mutex<[u64; ACC_STRIPE_WORDS as usize]>>;
+
+/// One lazily materialised 1 MiB chunk of the accumulator region: its stripes.
 struct AccChunk {
-    words: Box<[AtomicU64]>,
-    locks: Box<[CachePadded<Mutex<()>>]>,
+    stripes: Box<[Stripe]>,
 }
+
+/// What a stripe nobody wrote yet reads as.
+static ZERO_STRIPE: [u64; ACC_STRIPE_WORDS as usize] = [0; ACC_STRIPE_WORDS as usize];
 
 const _: () = assert!(CHUNK_WORDS % ACC_STRIPE_WORDS == 0);
 
@@ -272,6 +269,7 @@ impl SharedMemory {
 
     /// `Ok` when the `words` words from `addr` all lie inside one region (`words == 0` is
     /// checked like 1: `addr` itself must be mapped).
+    #[inline]
     pub fn check(&self, addr: Addr, words: u64) -> Result<(), MemFault> {
         let n = words.max(1);
         let fits = |base: Addr, len: u64| {
@@ -341,39 +339,73 @@ impl SharedMemory {
         self.acc[ci as usize].get_or_init(|| {
             let len = CHUNK_WORDS.min(self.acc_words - ci * CHUNK_WORDS);
             AccChunk {
-                words: zeroed_words(len),
-                locks: (0..len.div_ceil(ACC_STRIPE_WORDS))
-                    .map(|_| CachePadded::new(Mutex::new(())))
+                stripes: (0..len.div_ceil(ACC_STRIPE_WORDS))
+                    .map(|_| CachePadded::new(Mutex::new([0; ACC_STRIPE_WORDS as usize])))
                     .collect(),
             }
         })
     }
 
-    /// The value of the accumulator word at offset `off` (no lock: stores are atomic).
+    /// Calls `f(first, piece)` for each stripe-sized piece of the `words` accumulator words
+    /// from offset `off` (all in the region): `first` is the offset of the piece's first
+    /// word, `within` its index in the stripe. Shared by the locked readers and writers.
     #[inline]
-    fn acc_load(&self, off: u64) -> u64 {
-        match self.acc[(off >> CHUNK_SHIFT) as usize].get() {
-            Some(c) => c.words[(off & CHUNK_MASK) as usize].load(LOAD),
-            None => 0,
-        }
-    }
-
-    /// Applies `f` to the `words` accumulator words from offset `off` (all in the region), one
-    /// stripe at a time, each under its stripe's sequencer lock: `f(i, piece)` gets the words
-    /// of one stripe and the index, within the operation, of the piece's first word. Inside
-    /// `f`, words are loaded with [`LOCKED_LOAD`] and stored with plain release stores.
-    #[inline]
-    fn acc_locked(&self, off: u64, words: u64, mut f: impl FnMut(usize, &[AtomicU64])) {
+    fn acc_pieces(off: u64, words: u64, mut f: impl FnMut(u64, usize, usize, usize)) {
         let mut done = 0;
         while done < words {
             let o = off + done;
+            let within = (o % ACC_STRIPE_WORDS) as usize;
             let n = (ACC_STRIPE_WORDS - o % ACC_STRIPE_WORDS).min(words - done);
-            let chunk = self.acc_chunk(o >> CHUNK_SHIFT);
-            let within = (o & CHUNK_MASK) as usize;
-            let _engine = chunk.locks[within / ACC_STRIPE_WORDS as usize].lock();
-            f(done as usize, &chunk.words[within..within + n as usize]);
+            f(o, within, n as usize, done as usize);
             done += n;
         }
+    }
+
+    /// Applies `f` to the `words` accumulator words from offset `off` (all in the region),
+    /// one stripe at a time, each under its stripe's lock: `f(i, piece)` gets the words of one
+    /// stripe and the index, within the operation, of the piece's first word. Materialises
+    /// the chunks it touches.
+    #[inline]
+    fn acc_locked(&self, off: u64, words: u64, mut f: impl FnMut(usize, &mut [u64])) {
+        Self::acc_pieces(off, words, |o, within, n, i| {
+            let chunk = self.acc_chunk(o >> CHUNK_SHIFT);
+            let mut stripe = chunk.stripes[((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize].lock();
+            f(i, &mut stripe[within..within + n]);
+        });
+    }
+
+    /// [`SharedMemory::acc_locked`] for reading: a chunk nobody wrote reads as zeros and is
+    /// not materialised.
+    #[inline]
+    fn acc_read(&self, off: u64, words: u64, mut f: impl FnMut(usize, &[u64])) {
+        Self::acc_pieces(off, words, |o, within, n, i| {
+            match self.acc[(o >> CHUNK_SHIFT) as usize].get() {
+                Some(chunk) => {
+                    let si = ((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize;
+                    f(i, &chunk.stripes[si].lock()[within..within + n]);
+                }
+                None => f(i, &ZERO_STRIPE[within..within + n]),
+            }
+        });
+    }
+
+    /// Reads the `words` accumulator words from offset `off` into `out`, big-endian.
+    #[inline]
+    fn acc_read_be(&self, off: u64, words: u64, out: &mut [u8]) {
+        self.acc_read(off, words, |i, piece| {
+            packed_to_be(
+                &mut out[i * WORD_BYTES..(i + piece.len()) * WORD_BYTES],
+                piece,
+            );
+        });
+    }
+
+    /// The value of the accumulator word at offset `off`.
+    #[inline]
+    fn acc_load(&self, off: u64) -> u64 {
+        let mut v = 0;
+        self.acc_read(off, 1, |_, w| v = w[0]);
+        v
     }
 
     /// A single-word read-modify-write `new = f(old)` of an accumulator word, under its
@@ -389,8 +421,8 @@ impl SharedMemory {
         let off = self.acc_offset(addr, 1).ok_or(fault)?;
         let mut old = 0;
         self.acc_locked(off, 1, |_, w| {
-            old = w[0].load(LOCKED_LOAD);
-            w[0].store(f(old), STORE);
+            old = w[0];
+            w[0] = f(old);
         });
         Ok(old)
     }
@@ -400,9 +432,7 @@ impl SharedMemory {
     #[inline(never)]
     fn acc_vadd(&self, off: u64, deltas: &[u64]) {
         self.acc_locked(off, deltas.len() as u64, |i, piece| {
-            for (w, &d) in piece.iter().zip(&deltas[i..]) {
-                w.store(add_packed(w.load(LOCKED_LOAD), d), STORE);
-            }
+            add_packed_slice(piece, &deltas[i..i + piece.len()]);
         });
     }
 
@@ -413,9 +443,7 @@ impl SharedMemory {
         let off = self.acc_offset(addr, words).ok_or(fault)?;
         self.acc_locked(off, words, |i, piece| {
             let d = &data[i * WORD_BYTES..(i + piece.len()) * WORD_BYTES];
-            for (w, d) in piece.iter().zip(be_words(d)) {
-                w.store(add_packed(w.load(LOCKED_LOAD), d), STORE);
-            }
+            add_be_slice(piece, d);
         });
         Ok(())
     }
@@ -525,9 +553,7 @@ impl SharedMemory {
             Ok(span) => span,
             Err(fault) => {
                 let off = self.acc_offset(addr, words).ok_or(fault)?;
-                for (i, bytes) in out.chunks_exact_mut(WORD_BYTES).enumerate() {
-                    bytes.copy_from_slice(&self.acc_load(off + i as u64).to_be_bytes());
-                }
+                self.acc_read_be(off, words, out);
                 return Ok(());
             }
         };
@@ -547,8 +573,8 @@ impl SharedMemory {
             Err(fault) => {
                 let off = self.acc_offset(addr, words).ok_or(fault)?;
                 self.acc_locked(off, words, |i, piece| {
-                    for (w, v) in piece.iter().zip(be_words(&data[i * WORD_BYTES..])) {
-                        w.store(v, STORE);
+                    for (w, v) in piece.iter_mut().zip(be_words(&data[i * WORD_BYTES..])) {
+                        *w = v;
                     }
                 });
                 return Ok(());
@@ -602,9 +628,9 @@ impl SharedMemory {
     ) -> Result<(), MemFault> {
         let off = self.acc_offset(addr, 2).ok_or(fault)?;
         self.acc_locked(off, 2, |i, piece| {
-            for (j, w) in piece.iter().enumerate() {
+            for (j, w) in piece.iter_mut().enumerate() {
                 let d = if i + j == 0 { packets } else { bytes };
-                w.store(w.load(LOCKED_LOAD).wrapping_add(d), STORE);
+                *w = w.wrapping_add(d);
             }
         });
         Ok(())
@@ -630,7 +656,11 @@ impl SharedMemory {
             Ok(s) => s,
             Err(fault) => {
                 let off = self.acc_offset(addr, 2).ok_or(fault)?;
-                return Ok((self.acc_load(off), self.acc_load(off + 1)));
+                let mut pair = [0; 2];
+                self.acc_read(off, 2, |i, piece| {
+                    pair[i..i + piece.len()].copy_from_slice(piece)
+                });
+                return Ok((pair[0], pair[1]));
             }
         };
         Ok((s.at(0).load(LOAD), s.at(1).load(LOAD)))
@@ -731,17 +761,51 @@ impl SharedMemory {
         let packed: [u64; LINE_WORDS as usize] = std::array::from_fn(|i| {
             (u64::from(deltas[2 * i]) << 32) | u64::from(deltas[2 * i + 1])
         });
-        let span = match self.span(addr, LINE_WORDS) {
+        self.vadd_packed(addr, &packed)
+    }
+
+    /// Lane-wise 32-bit wrapping adds of packed lane pairs: `deltas[i]` (lane 0 in its high
+    /// half, as words hold lanes) is added to word `addr + i`, each lane wrapping on its own.
+    /// What [`SharedMemory::vadd32x16`] and a posted [`SharedMemory::vadd32_be`] apply once
+    /// their lanes are packed; the same guarantees. At most [`MAX_VADD_BYTES`] / 8 words.
+    #[inline]
+    pub(super) fn vadd_packed(&self, addr: Addr, deltas: &[u64]) -> Result<(), MemFault> {
+        debug_assert!(deltas.len() * WORD_BYTES <= MAX_VADD_BYTES);
+        let words = deltas.len() as u64;
+        let span = match self.span(addr, words) {
             Ok(span) => span,
             Err(fault) => {
-                let off = self.acc_offset(addr, LINE_WORDS).ok_or(fault)?;
-                self.acc_vadd(off, &packed);
+                let off = self.acc_offset(addr, words).ok_or(fault)?;
+                self.acc_vadd(off, deltas);
                 return Ok(());
             }
         };
-        let (head, tail) = packed.split_at(span.head.len());
+        let (head, tail) = deltas.split_at(span.head.len());
         vadd_words(span.tail, tail.iter().copied());
         vadd_words(span.head, head.iter().copied());
+        Ok(())
+    }
+
+    /// Reads `out.len()` bytes (64 to [`MAX_VADD_BYTES`], whole 64-byte lines, else
+    /// [`MemFault::BadSize`]) from the words at `addr`, each word big-endian: the same as one
+    /// [`SharedMemory::read`] per line, in order (the range is checked first), with the same
+    /// per-word guarantees. In the accumulator region a stripe's lock is taken once for all
+    /// the lines in it, instead of once per line: that is what a bulk pull (a Result's 256
+    /// bytes of sums) is for.
+    pub fn read_lines(&self, addr: Addr, out: &mut [u8]) -> Result<(), MemFault> {
+        let bytes = out.len();
+        if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
+            return Err(MemFault::BadSize { bytes });
+        }
+        let words = (bytes / WORD_BYTES) as u64;
+        if let Some(off) = self.acc_offset(addr, words) {
+            self.acc_read_be(off, words, out);
+            return Ok(());
+        }
+        self.check(addr, words)?;
+        for (i, line) in out.chunks_exact_mut(MAX_ACCESS_BYTES).enumerate() {
+            self.read(addr + (i as u64) * LINE_WORDS, line)?;
+        }
         Ok(())
     }
 
@@ -787,9 +851,7 @@ impl SharedMemory {
             Ok(span) => span.iter().for_each(|w| w.store(0, STORE)),
             Err(fault) => {
                 let off = self.acc_offset(addr, words).ok_or(fault)?;
-                self.acc_locked(off, words, |_, piece| {
-                    piece.iter().for_each(|w| w.store(0, STORE))
-                });
+                self.acc_locked(off, words, |_, piece| piece.fill(0));
             }
         }
         Ok(())
@@ -1406,6 +1468,50 @@ mod tests {
             m.read_u64(end - 4).unwrap(),
             7,
             "nothing written on a fault"
+        );
+    }
+
+    #[test]
+    fn read_lines_equals_one_read_per_line_in_every_region() {
+        let m = SharedMemory::new(&MemConfig {
+            sram_bytes: 1 << 16,
+            dram_bytes: 1 << 21,
+            acc_bytes: 4 << 20,
+            banks: 4,
+        })
+        .unwrap();
+        // The DRAM range crosses a chunk, the accumulator one a stripe.
+        let acc = ACC_BASE + ACC_STRIPE_WORDS - 24;
+        for base in [8, DRAM_BASE + CHUNK_WORDS - 40, acc] {
+            for i in 0..64 {
+                m.write_u64(base + i, (base + i).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                    .unwrap();
+            }
+            let mut bulk = [0u8; 512];
+            m.read_lines(base, &mut bulk).unwrap();
+            for (l, line) in bulk.chunks_exact(64).enumerate() {
+                let mut one = [0u8; 64];
+                m.read(base + 8 * l as u64, &mut one).unwrap();
+                assert_eq!(line, one, "base {base:#x} line {l}");
+            }
+        }
+        // A chunk of the accumulator region nobody wrote reads as zeros, and stays
+        // unmaterialised.
+        let mut bulk = [1u8; 4096];
+        m.read_lines(ACC_BASE + (3 << 17), &mut bulk).unwrap();
+        assert!(bulk.iter().all(|&b| b == 0));
+        assert_eq!(m.acc.iter().filter(|c| c.get().is_some()).count(), 1);
+        for bytes in [0, 8, 72, 4160] {
+            let mut out = vec![0u8; bytes];
+            assert_eq!(m.read_lines(0, &mut out), Err(MemFault::BadSize { bytes }));
+        }
+        let end = m.region(Region::Acc).end;
+        assert_eq!(
+            m.read_lines(end - 8, &mut [0u8; 128]),
+            Err(MemFault::OutOfRange {
+                addr: end - 8,
+                words: 16
+            })
         );
     }
 

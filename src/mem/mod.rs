@@ -56,15 +56,13 @@
 //! The accumulator region ([`Region::Acc`]) accepts every operation the other regions do
 //! except the policer (refused with [`MemFault::OutOfRange`]), with the same results, but its
 //! engine serialises differently: the region is cut into stripes of [`ACC_STRIPE_WORDS`] words
-//! (4 KB, aligned to the region's start), each with its own sequencer lock, and **every
-//! operation that writes an accumulator word** (write, fetch-op, masked write, 32-bit add,
-//! counter, vector add) is applied under the lock of the word's stripe, as Trio's RMW engines
-//! serialise the requests to one bank. Inside the lock a word is updated with a plain
-//! (relaxed) load and a plain store, no locked instruction, so a 4 KB vector add
-//! ([`SharedMemory::vadd32_be`]) costs one lock and a SWAR add per word instead of one
-//! compare-and-swap per word: that is what the region is for (Trio-ML's aggregation
-//! buffers). Because all writers of a word hold its stripe's lock, no update is lost. Reads
-//! take no lock: each word is still loaded atomically, so a reader never sees a torn word.
+//! (4 KB, aligned to the region's start), each owned by its own sequencer, and **every
+//! operation on an accumulator word, read or write**, is applied under the lock of the word's
+//! stripe, as Trio's RMW engines serialise the requests to one bank. Inside the lock the
+//! words are plain memory, so a 4 KB vector add ([`SharedMemory::vadd32_be`]) costs one lock
+//! and a vectorised loop instead of one locked instruction per word, and a bulk read
+//! ([`SharedMemory::read_lines`]) one lock per stripe: that is what the region is for
+//! (Trio-ML's aggregation buffers). No update is lost and no word is seen torn or half-added.
 //! A multi-word operation spanning two stripes takes their locks one after the other (the
 //! guarantees are per word, as everywhere). Single-word operations on a hot word are slower
 //! than in SRAM or DRAM (a lock round trip instead of one atomic instruction), so keep
@@ -111,6 +109,7 @@
 mod alloc;
 mod bank;
 pub mod hash;
+mod lanes;
 mod policer;
 mod posted;
 
@@ -141,7 +140,7 @@ pub const DRAM_BASE: Addr = 1 << 32;
 pub const ACC_BASE: Addr = 1 << 34;
 
 /// Words per stripe of the accumulator region (4 KB): each stripe has its own sequencer lock,
-/// taken by every operation that writes one of its words. Stripes are aligned to
+/// taken by every operation on one of its words. Stripes are aligned to
 /// [`ACC_BASE`].
 pub const ACC_STRIPE_WORDS: u64 = 512;
 

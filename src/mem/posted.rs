@@ -1,6 +1,10 @@
 //! Posted (asynchronous) XTXNs: a PPE thread's fire-and-forget buffer.
 
+use super::lanes::be_to_packed;
 use super::{Addr, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_VADD_BYTES, WORD_BYTES};
+
+/// Words of the largest vector add.
+const MAX_VADD_WORDS: usize = MAX_VADD_BYTES / WORD_BYTES;
 
 /// `(addr, packets, bytes)` of a counter addition.
 pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
@@ -34,10 +38,13 @@ pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
 pub struct PostedOps {
     buf: Vec<Op>,
     capacity: usize,
-    /// First word of the pending vector add (meaningless while `vadd` is empty).
+    /// First word of the pending vector add (meaningless while `vadd_len` is 0).
     vadd_addr: Addr,
-    /// The pending vector add's big-endian lanes (whole 64-byte lines).
-    vadd: Vec<u8>,
+    /// Words of the pending vector add, in `vadd[..vadd_len]`.
+    vadd_len: usize,
+    /// The pending vector add's lanes, packed in pairs as words hold them (converted from
+    /// network order when posted, so the engine's add is a plain lane-wise loop).
+    vadd: Box<[u64; MAX_VADD_WORDS]>,
 }
 
 impl PostedOps {
@@ -49,7 +56,8 @@ impl PostedOps {
             buf: Vec::with_capacity(capacity),
             capacity,
             vadd_addr: 0,
-            vadd: Vec::with_capacity(MAX_VADD_BYTES),
+            vadd_len: 0,
+            vadd: Box::new([0; MAX_VADD_WORDS]),
         }
     }
 
@@ -112,35 +120,39 @@ impl PostedOps {
         if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
             return Err(MemFault::BadSize { bytes });
         }
-        mem.check(addr, (bytes / WORD_BYTES) as u64)?;
+        let words = bytes / WORD_BYTES;
+        mem.check(addr, words as u64)?;
         if !self.buf.is_empty() {
             self.apply_ops(mem);
         }
         // Regions are never adjacent, so a span continued word by word stays in one region.
-        let end = self.vadd_addr + (self.vadd.len() / WORD_BYTES) as u64;
-        if !self.vadd.is_empty() && (addr != end || self.vadd.len() + bytes > MAX_VADD_BYTES) {
+        let n = self.vadd_len;
+        if n > 0 && (addr != self.vadd_addr + n as u64 || n + words > MAX_VADD_WORDS) {
             self.apply_vadd(mem);
         }
-        if self.vadd.is_empty() {
+        if self.vadd_len == 0 {
             self.vadd_addr = addr;
         }
-        self.vadd.extend_from_slice(data);
+        let start = self.vadd_len;
+        be_to_packed(&mut self.vadd[start..start + words], data);
+        self.vadd_len += words;
         Ok(())
     }
 
     /// Applies the pending vector add, if any.
+    #[inline(never)]
     fn apply_vadd(&mut self, mem: &SharedMemory) {
-        if self.vadd.is_empty() {
+        if self.vadd_len == 0 {
             return;
         }
         // Validated piece by piece at post time, and contiguous in one region: cannot fault.
-        let applied = mem.vadd32_be(self.vadd_addr, &self.vadd);
+        let applied = mem.vadd_packed(self.vadd_addr, &self.vadd[..self.vadd_len]);
         debug_assert!(
             applied.is_ok(),
             "posted vector add at {:#x} faulted at flush: {applied:?}",
             self.vadd_addr
         );
-        self.vadd.clear();
+        self.vadd_len = 0;
     }
 
     /// Applies every buffered operation and the pending vector add to `mem`, in posting
@@ -152,6 +164,7 @@ impl PostedOps {
     }
 
     /// Applies the buffered operations (not the pending vector add).
+    #[inline(never)]
     fn apply_ops(&mut self, mem: &SharedMemory) {
         for op in self.buf.drain(..) {
             // Validated at post time against this memory: cannot fault.
@@ -165,12 +178,12 @@ impl PostedOps {
 
     /// Number of buffered (not yet applied) operations; a pending vector add counts as one.
     pub fn len(&self) -> usize {
-        self.buf.len() + usize::from(!self.vadd.is_empty())
+        self.buf.len() + usize::from(self.vadd_len > 0)
     }
 
     /// `true` when nothing is buffered.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty() && self.vadd.is_empty()
+        self.buf.is_empty() && self.vadd_len == 0
     }
 }
 
