@@ -2,7 +2,7 @@
 //! words that hold them, and add them, in bulk (a 4 KB vector add, a Result's pull of sums).
 //!
 //! A word holds two lanes, lane 0 in its high half, so 8 bytes of big-endian lanes are one
-//! big-endian `u64` ([`be_to_packed`], [`packed_to_be`]), and a lane-wise add of two words
+//! big-endian `u64` ([`packed_to_be`]), and a lane-wise add of two words
 //! is [`add_packed`]. The loops are plain Rust the compiler vectorises. Each bulk kernel is
 //! compiled twice, for the baseline `x86_64` instruction set and with AVX2 (one byte shuffle
 //! swaps 32 bytes, where SSE2 needs a dozen instructions per 16), and picks one at run time
@@ -49,16 +49,6 @@ macro_rules! with_avx2 {
             kernel($($arg),*)
         }
     };
-}
-
-with_avx2! {
-    /// `dst[i]` = the packed lane pair of `src[8i..8i + 8]` (`src.len() == 8 * dst.len()`).
-    pub(super) fn be_to_packed(dst: &mut [u64], src: &[u8]) {
-        assert_eq!(src.len(), dst.len() * 8, "8 bytes per word");
-        for (w, b) in dst.iter_mut().zip(src.chunks_exact(8)) {
-            *w = be_word(b);
-        }
-    }
 }
 
 with_avx2! {
@@ -115,11 +105,8 @@ mod tests {
             let be: Vec<u8> = deltas.iter().flat_map(|d| d.to_be_bytes()).collect();
             let expect: Vec<u64> = words.iter().zip(&deltas).map(|(&w, &d)| lanes_added(w, d)).collect();
 
-            let mut packed = vec![0; words.len()];
-            be_to_packed(&mut packed, &be);
-            prop_assert_eq!(&packed, &deltas);
             let mut back = vec![0; be.len()];
-            packed_to_be(&mut back, &packed);
+            packed_to_be(&mut back, &deltas);
             prop_assert_eq!(&back, &be);
 
             let mut a = words.clone();

@@ -1,10 +1,6 @@
 //! Posted (asynchronous) XTXNs: a PPE thread's fire-and-forget buffer.
 
-use super::lanes::be_to_packed;
 use super::{Addr, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_VADD_BYTES, WORD_BYTES};
-
-/// Words of the largest vector add.
-const MAX_VADD_WORDS: usize = MAX_VADD_BYTES / WORD_BYTES;
 
 /// `(addr, packets, bytes)` of a counter addition.
 pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
@@ -40,11 +36,11 @@ pub struct PostedOps {
     capacity: usize,
     /// First word of the pending vector add (meaningless while `vadd_len` is 0).
     vadd_addr: Addr,
-    /// Words of the pending vector add, in `vadd[..vadd_len]`.
+    /// Bytes of the pending vector add, in `vadd[..vadd_len]`.
     vadd_len: usize,
-    /// The pending vector add's lanes, packed in pairs as words hold them (converted from
-    /// network order when posted, so the engine's add is a plain lane-wise loop).
-    vadd: Box<[u64; MAX_VADD_WORDS]>,
+    /// The pending vector add's big-endian lanes, as posted (the engine converts them as it
+    /// adds, in one pass over the whole span).
+    vadd: Box<[u8; MAX_VADD_BYTES]>,
 }
 
 impl PostedOps {
@@ -57,7 +53,7 @@ impl PostedOps {
             capacity,
             vadd_addr: 0,
             vadd_len: 0,
-            vadd: Box::new([0; MAX_VADD_WORDS]),
+            vadd: Box::new([0; MAX_VADD_BYTES]),
         }
     }
 
@@ -110,6 +106,7 @@ impl PostedOps {
     /// appends `data` to the pending vector add when it continues it and the sum fits in
     /// [`MAX_VADD_BYTES`]; otherwise applies the pending one and starts a new one. Applied
     /// exactly once, at the latest by the next [`PostedOps::flush`].
+    #[inline]
     pub fn post_vadd32_be(
         &mut self,
         mem: &SharedMemory,
@@ -127,15 +124,23 @@ impl PostedOps {
         }
         // Regions are never adjacent, so a span continued word by word stays in one region.
         let n = self.vadd_len;
-        if n > 0 && (addr != self.vadd_addr + n as u64 || n + words > MAX_VADD_WORDS) {
+        let end = self.vadd_addr + (n / WORD_BYTES) as u64;
+        if n > 0 && (addr != end || n + bytes > MAX_VADD_BYTES) {
             self.apply_vadd(mem);
         }
         if self.vadd_len == 0 {
             self.vadd_addr = addr;
         }
-        let start = self.vadd_len;
-        be_to_packed(&mut self.vadd[start..start + words], data);
-        self.vadd_len += words;
+        let to = &mut self.vadd[self.vadd_len..self.vadd_len + bytes];
+        match (
+            <&mut [u8; MAX_ACCESS_BYTES]>::try_from(&mut *to),
+            <&[u8; MAX_ACCESS_BYTES]>::try_from(data),
+        ) {
+            // The common post, one 64-byte chunk: a copy of known size, inlined.
+            (Ok(to), Ok(line)) => *to = *line,
+            _ => to.copy_from_slice(data),
+        }
+        self.vadd_len += bytes;
         Ok(())
     }
 
@@ -146,7 +151,7 @@ impl PostedOps {
             return;
         }
         // Validated piece by piece at post time, and contiguous in one region: cannot fault.
-        let applied = mem.vadd_packed(self.vadd_addr, &self.vadd[..self.vadd_len]);
+        let applied = mem.vadd32_be(self.vadd_addr, &self.vadd[..self.vadd_len]);
         debug_assert!(
             applied.is_ok(),
             "posted vector add at {:#x} faulted at flush: {applied:?}",
