@@ -31,11 +31,19 @@ pub const MAX_KEY_BYTES: usize = 32;
 /// Default number of shards.
 pub const DEFAULT_HASH_SHARDS: usize = 1024;
 
-/// A hash-table key: up to [`MAX_KEY_BYTES`] bytes, stored inline (no allocation).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+/// A hash-table key: up to [`MAX_KEY_BYTES`] bytes, stored inline (no allocation). Bytes
+/// past the key's length are always zero, so equality may compare the whole array, while
+/// hashing reads only the key's own bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct HashKey {
     len: u8,
     bytes: [u8; MAX_KEY_BYTES],
+}
+
+impl std::hash::Hash for HashKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(self.as_bytes());
+    }
 }
 
 impl HashKey {
