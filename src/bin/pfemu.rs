@@ -239,6 +239,9 @@ struct TrioMlArgs {
     /// PPE threads; a comma-separated list measures each, interleaved.
     #[arg(long, value_delimiter = ',')]
     ppe_threads: Vec<usize>,
+    /// Packets in flight in the PFE [default: 8 MiB of frames, e.g. 2048 of 1024 gradients].
+    #[arg(long)]
+    capacity: Option<usize>,
     /// Do not run the straggler-scan timer threads meanwhile.
     #[arg(long)]
     no_timers: bool,
@@ -607,6 +610,7 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
             window: a.window,
             generations: a.generations,
             ppe_threads: t,
+            capacity: a.capacity,
             timers: !a.no_timers,
             scan_timers: a.timers,
             scan_period_ns: (a.scan_period_ms * 1e6) as u64,
@@ -655,8 +659,9 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
         }
     } else {
         println!(
-            "\ntrio-ml: {} workers, {} gradients/packet, window {}, {} generations, median of {}:",
-            a.workers, a.grads, a.window, a.generations, a.runs
+            "\ntrio-ml: {} workers, {} gradients/packet, window {}, {} generations, {} packets \
+             in flight, median of {}:",
+            a.workers, a.grads, a.window, a.generations, medians[0].capacity, a.runs
         );
         println!(
             "{:>12} {:>14} {:>10} {:>16} {:>9} {:>11} {:>9}",
