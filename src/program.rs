@@ -961,15 +961,7 @@ impl<'a> Thread<'a> {
                     len,
                 })
             })?;
-        let to = &mut self.core.lm[lm_range(lm_offset, len)?];
-        match (
-            <&mut [u8; 64]>::try_from(&mut *to),
-            <&[u8; 64]>::try_from(src),
-        ) {
-            // The common read, one 64-byte chunk: a copy of known size, inlined.
-            (Ok(to), Ok(line)) => *to = *line,
-            _ => to.copy_from_slice(src),
-        }
+        crate::mem::copy_bytes(&mut self.core.lm[lm_range(lm_offset, len)?], src);
         self.lm_written = true;
         self.core.xtxns[XtxnKind::TailRead.index()] += 1;
         Ok(())

@@ -326,6 +326,77 @@ fn posted_xtxns_are_applied_exactly_once_and_visible_after_drain() {
 }
 
 #[test]
+fn shared_frames_leave_as_copied_ones_do_and_the_engine_lets_go_of_them_by_drain() {
+    // Per flow: forward untouched, rewrite the head from the tail, or replace the tail. A
+    // shared frame is never written: the rewritten ones are rebuilt in the output arena.
+    let mut p = Program::builder("rewrite");
+    let a = p.label("a");
+    p.instr(a, move |t| {
+        let flow = t.head(34)?[1];
+        if flow % 3 > 0 {
+            t.read_tail(100, 1100, 64)?;
+            let chunk: Vec<u8> = t.lm_bytes(1100, 64)?.to_vec();
+            t.head_mut(50)?[..64].copy_from_slice(&chunk);
+            if flow % 3 == 2 {
+                t.write_tail(1100, 64)?;
+            }
+        }
+        Ok(Done(Verdict::Forward(0)))
+    });
+    p.entry(Entry::Packet, a);
+    let program = p.build().unwrap();
+    let inputs: Vec<Vec<u8>> = (0..12u16)
+        .map(|flow| {
+            let mut f = udp_frame(flow, 0, 500);
+            for (i, b) in f.iter_mut().enumerate().skip(50) {
+                *b = (i * 7 + flow as usize) as u8;
+            }
+            f
+        })
+        .collect();
+    let shared: Vec<Arc<[u8]>> = inputs.iter().map(|f| Arc::from(&f[..])).collect();
+    let mut outputs = Vec::new();
+    for by_reference in [false, true] {
+        let (sink, rx) = ChannelSink::new();
+        let mut pfe = Pfe::builder()
+            .program(program.clone())
+            .ppe_threads(2)
+            .batch_size(4)
+            .sink(Arc::new(sink))
+            .build()
+            .unwrap();
+        pfe.start().unwrap();
+        if by_reference {
+            let bad: [Arc<[u8]>; 2] = [Arc::from(&[0u8; 10][..]), Arc::from(vec![0u8; 9217])];
+            pfe.inject_shared(shared.iter().chain(&bad).map(|f| (0, Arc::clone(f))))
+                .unwrap();
+        } else {
+            pfe.inject_burst(inputs.iter().map(|f| (0, &f[..])))
+                .unwrap();
+        }
+        pfe.drain();
+        let mut out: Vec<Vec<u8>> = rx.try_iter().map(|p| p.data).collect();
+        out.sort();
+        outputs.push(out);
+        let s = pfe.shutdown();
+        assert!(s.is_conserved());
+        if by_reference {
+            assert_eq!(s.packets_in, 14);
+            assert_eq!((s.drops("runt"), s.drops("oversize")), (1, 1));
+        }
+    }
+    assert_eq!(outputs[0].len(), 12);
+    assert_eq!(
+        outputs[0], outputs[1],
+        "shared frames leave as copied ones do"
+    );
+    for (f, input) in shared.iter().zip(&inputs) {
+        assert_eq!(Arc::strong_count(f), 1, "the engine keeps no reference");
+        assert_eq!(&f[..], &input[..], "a shared frame is never written");
+    }
+}
+
+#[test]
 fn ingress_drops_runts_and_oversize_frames_with_reasons() {
     let sink = Arc::new(CountingSink::new(1));
     let mut pfe = Pfe::builder()

@@ -119,9 +119,11 @@ pub struct TrioMlBenchReport {
     pub verified: bool,
 }
 
-/// The generated traffic of one generation and the sums it must produce.
+/// The generated traffic of one generation and the sums it must produce. The frames are
+/// injected by reference ([`Pfe::inject_shared`]), as a traffic generator's buffers would be:
+/// ingress does not copy them, so the figure is the PFE's work, not a memory copy's.
 pub struct TrioMlTraffic {
-    frames: Vec<Vec<u8>>,
+    frames: Vec<Arc<[u8]>>,
     ports: Vec<Port>,
     /// Per block: the expected sums.
     sums: Vec<Vec<i32>>,
@@ -169,7 +171,7 @@ pub fn generate(cfg: &TrioMlBenchConfig) -> TrioMlTraffic {
             for (s, v) in sum.iter_mut().zip(&grads) {
                 *s = s.wrapping_add(*v);
             }
-            frames.push(wire::agg_packet(&AggPacket {
+            frames.push(Arc::from(wire::agg_packet(&AggPacket {
                 endpoints: endpoints(src, aggregator),
                 hdr: TrioMlHdrFields {
                     job_id: 1,
@@ -180,7 +182,7 @@ pub fn generate(cfg: &TrioMlBenchConfig) -> TrioMlTraffic {
                     ..TrioMlHdrFields::default()
                 },
                 gradients: &grads,
-            }));
+            })));
             ports.push(Port::from(src));
         }
         sums.push(sum);
@@ -192,8 +194,11 @@ pub fn generate(cfg: &TrioMlBenchConfig) -> TrioMlTraffic {
     }
 }
 
-fn set_gen(frames: &mut [Vec<u8>], gen: u16) {
+/// Stamps `gen` on every frame. The engine must hold none of them (it releases them all
+/// before [`Pfe::drain`] returns).
+fn set_gen(frames: &mut [Arc<[u8]>], gen: u16) {
     for f in frames {
+        let f = Arc::get_mut(f).expect("a drained engine holds no frame");
         f[GEN_AT..GEN_AT + 2].copy_from_slice(&gen.to_be_bytes());
     }
 }
@@ -321,12 +326,12 @@ pub fn run_on(
             checker.checking.store(true, Ordering::Relaxed);
         }
         set_gen(&mut traffic.frames, gen as u16);
-        pfe.inject_burst(
+        pfe.inject_shared(
             traffic
                 .frames
                 .iter()
                 .zip(&traffic.ports)
-                .map(|(f, &p)| (p, &f[..])),
+                .map(|(f, &p)| (p, Arc::clone(f))),
         )?;
         pfe.drain();
     }

@@ -125,6 +125,26 @@ pub use bank::SharedMemory;
 pub use policer::{Color, PolicerConfig, PolicerState, POLICER_WORDS};
 pub use posted::PostedOps;
 
+/// `to.copy_from_slice(from)` (equal lengths), with the common case, one 64-byte line (a
+/// tail chunk, a posted vector add's chunk), copied inline: a phase-two loop does two such
+/// copies per chunk, and a library call each would cost more than the copy.
+#[inline(always)]
+pub(crate) fn copy_bytes(to: &mut [u8], from: &[u8]) {
+    /// Any other length. Kept out of line, so the compiler cannot fold the two cases into
+    /// one call with a variable length.
+    #[inline(never)]
+    fn other(to: &mut [u8], from: &[u8]) {
+        to.copy_from_slice(from);
+    }
+    match (
+        <&mut [u8; MAX_ACCESS_BYTES]>::try_from(&mut *to),
+        <&[u8; MAX_ACCESS_BYTES]>::try_from(from),
+    ) {
+        (Ok(to), Ok(line)) => *to = *line,
+        _ => other(to, from),
+    }
+}
+
 /// A shared-memory address: the index of an 8-byte word (the paper's counters sit at
 /// `DROP_CNT_BASE + ir0*2`).
 pub type Addr = u64;

@@ -131,15 +131,7 @@ impl PostedOps {
         if self.vadd_len == 0 {
             self.vadd_addr = addr;
         }
-        let to = &mut self.vadd[self.vadd_len..self.vadd_len + bytes];
-        match (
-            <&mut [u8; MAX_ACCESS_BYTES]>::try_from(&mut *to),
-            <&[u8; MAX_ACCESS_BYTES]>::try_from(data),
-        ) {
-            // The common post, one 64-byte chunk: a copy of known size, inlined.
-            (Ok(to), Ok(line)) => *to = *line,
-            _ => to.copy_from_slice(data),
-        }
+        super::copy_bytes(&mut self.vadd[self.vadd_len..self.vadd_len + bytes], data);
         self.vadd_len += bytes;
         Ok(())
     }

@@ -1,17 +1,23 @@
 //! Batches: the unit that crosses threads.
 //!
-//! Ingress copies frames back to back into a batch's packet buffer, dispatch hands the
+//! Ingress copies frames back to back into a batch's packet buffer (or, for frames injected
+//! with [`crate::pfe::Pfe::inject_shared`], keeps a reference to them), dispatch hands the
 //! whole batch to one PPE thread, the thread writes its output packets into the batch's
 //! output arena, and the reorder engine releases them. Batches are recycled through a pool,
 //! so the steady state allocates nothing per packet.
+
+use std::sync::Arc;
 
 use crate::packet::{OutArena, Port};
 
 /// One ingress packet in a batch.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Slot {
-    /// Offset of the frame in the batch's packet buffer.
+    /// Offset of the frame in the batch's packet buffer (0 for a shared frame).
     pub off: u32,
+    /// Index of the frame in the batch's shared frames, or [`Slot::COPIED`] when it is in
+    /// the packet buffer.
+    pub shared: u32,
     /// Frame length.
     pub len: u32,
     /// Ingress port.
@@ -32,10 +38,17 @@ pub(crate) struct Completion {
     pub outs_end: u32,
 }
 
+impl Slot {
+    /// [`Slot::shared`] of a frame copied into the packet buffer.
+    pub const COPIED: u32 = u32::MAX;
+}
+
 #[derive(Default, Debug)]
 pub(crate) struct Batch {
     /// The packet buffer: ingress frames back to back (heads and tails).
     pub frames: Vec<u8>,
+    /// Frames injected by reference, read in place; released with the batch.
+    pub shared: Vec<Arc<[u8]>>,
     pub slots: Vec<Slot>,
     pub out: OutArena,
     pub done: Vec<Completion>,
@@ -45,14 +58,27 @@ impl Batch {
     pub fn with_capacity(packets: usize) -> Self {
         Batch {
             frames: Vec::with_capacity(packets * 128),
+            shared: Vec::new(),
             slots: Vec::with_capacity(packets),
             out: OutArena::default(),
             done: Vec::with_capacity(packets),
         }
     }
 
+    /// The bytes of the frame in `slot`: in the packet buffer `frames`, or one of `shared`
+    /// (a batch's two fields, passed apart so the packet buffer can be borrowed mutably
+    /// elsewhere).
+    #[inline]
+    pub fn frame<'b>(frames: &'b [u8], shared: &'b [Arc<[u8]>], slot: &Slot) -> &'b [u8] {
+        match shared.get(slot.shared as usize) {
+            Some(frame) => frame,
+            None => &frames[slot.off as usize..(slot.off + slot.len) as usize],
+        }
+    }
+
     pub fn clear(&mut self) {
         self.frames.clear();
+        self.shared.clear();
         self.slots.clear();
         self.out.clear();
         self.done.clear();

@@ -540,6 +540,38 @@ impl fmt::Debug for Pfe {
     }
 }
 
+/// A frame as ingress takes it: copied into the batch's packet buffer, or kept by reference.
+trait IngressFrame {
+    /// The frame's bytes.
+    fn bytes(&self) -> &[u8];
+    /// Puts the frame into `batch`: its offset in the packet buffer and its index among the
+    /// shared frames ([`Slot::COPIED`] when copied).
+    fn store(self, batch: &mut Batch) -> (u32, u32);
+}
+
+impl IngressFrame for &[u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    fn store(self, batch: &mut Batch) -> (u32, u32) {
+        let off = batch.frames.len() as u32;
+        batch.frames.extend_from_slice(self);
+        (off, Slot::COPIED)
+    }
+}
+
+impl IngressFrame for Arc<[u8]> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    fn store(self, batch: &mut Batch) -> (u32, u32) {
+        batch.shared.push(self);
+        (0, (batch.shared.len() - 1) as u32)
+    }
+}
+
 impl Pfe {
     /// Starts configuring an engine.
     pub fn builder() -> PfeBuilder {
@@ -641,11 +673,30 @@ impl Pfe {
             .map_err(|_| InjectError::NotRunning)
     }
 
+    /// [`Pfe::inject_burst`] without the copy: the engine keeps a reference to each frame
+    /// and its PPE threads read it in place, as a NIC hands a router buffers it already
+    /// filled. For large frames sent many times (a traffic generator's templates, a
+    /// benchmark's pre-built traffic) this saves ingress a copy of every byte. The engine
+    /// never writes a shared frame: a program that forwards one with a rewritten head gets
+    /// it rebuilt in the output arena. Every reference is released by the time the packet
+    /// has left, so once [`Pfe::drain`] returns the caller holds the only ones again (and
+    /// may change the frames, e.g. with [`Arc::get_mut`]).
+    pub fn inject_shared<I>(&self, frames: I) -> Result<u64, InjectError>
+    where
+        I: IntoIterator<Item = (Port, Arc<[u8]>)>,
+    {
+        if !self.running() {
+            return Err(InjectError::NotRunning);
+        }
+        self.submit(frames.into_iter(), true)
+            .map_err(|_| InjectError::NotRunning)
+    }
+
     /// Ingress: validates, classifies and stamps frames, fills batches and dispatches them.
     /// Without `block`, fails (taking nothing of the batch that did not fit) when full.
-    fn submit<'f>(
+    fn submit<F: IngressFrame>(
         &self,
-        mut frames: impl Iterator<Item = (Port, &'f [u8])>,
+        mut frames: impl Iterator<Item = (Port, F)>,
         block: bool,
     ) -> Result<u64, ()> {
         let sh = &*self.shared;
@@ -660,20 +711,22 @@ impl Pfe {
             let (mut seen, mut runts, mut oversize) = (0u64, 0u64, 0u64);
             for (port, frame) in frames.by_ref() {
                 seen += 1;
-                if frame.len() < MIN_FRAME_BYTES {
+                let bytes = frame.bytes();
+                if bytes.len() < MIN_FRAME_BYTES {
                     runts += 1;
                     continue;
                 }
-                if frame.len() > sh.cfg.max_frame_bytes {
+                if bytes.len() > sh.cfg.max_frame_bytes {
                     oversize += 1;
                     continue;
                 }
-                let ctx = (sh.cfg.classifier.flow_key(port, frame) & mask) as u32;
-                let off = batch.frames.len() as u32;
-                batch.frames.extend_from_slice(frame);
+                let ctx = (sh.cfg.classifier.flow_key(port, bytes) & mask) as u32;
+                let len = bytes.len() as u32;
+                let (off, shared) = frame.store(&mut batch);
                 batch.slots.push(Slot {
                     off,
-                    len: frame.len() as u32,
+                    shared,
+                    len,
                     port,
                     ctx,
                     seq: 0,

@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::batch::{Batch, Completion};
+use super::batch::{Batch, Completion, Slot};
 use super::dispatch::Popped;
 use super::egress::{PortQueues, Span};
 use super::stats::{
@@ -127,8 +127,9 @@ fn run_timer(
 
 /// Counts released packets out of flight and returns the batch to the pool.
 fn retire(shared: &Shared, mut batch: Box<Batch>, released: u64) {
-    shared.in_flight.fetch_sub(released, Ordering::Release);
+    // Clear first: once drain sees nothing in flight, the engine holds no shared frame.
     batch.clear();
+    shared.in_flight.fetch_sub(released, Ordering::Release);
     // A full pool means more batches exist than the capacity needs; let this one go.
     let _ = shared.pool.push(batch);
 }
@@ -167,12 +168,13 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
     let budget = shared.cfg.instruction_budget;
     let Batch {
         frames,
+        shared: by_ref,
         slots,
         out,
         done,
     } = batch;
     for s in slots.iter() {
-        let frame = &frames[s.off as usize..(s.off + s.len) as usize];
+        let frame = Batch::frame(frames, by_ref, s);
         // Load the head into local memory before the first instruction.
         let meta = core.load(s.port, frame, head_bytes, now_ns);
         let head_len = meta.head_len;
@@ -222,9 +224,11 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
         if let Some(dest) = own_dest {
             if dest_exists(shared, dest) {
                 // Unload the (possibly rewritten) head and rejoin it with the tail: in place
-                // in the packet buffer when the head kept its place and size and the tail
-                // was not replaced, otherwise into the output arena.
-                if hs == DEFAULT_HEAD_OFFSET && hl == head_len && !core.new_tail_set {
+                // in the packet buffer when the head kept its place and size, the tail was
+                // not replaced and the frame was copied in (a shared frame is never written),
+                // otherwise into the output arena.
+                let in_buffer = s.shared == Slot::COPIED;
+                if in_buffer && hs == DEFAULT_HEAD_OFFSET && hl == head_len && !core.new_tail_set {
                     if lm_written {
                         let at = s.off as usize;
                         frames[at..at + hl].copy_from_slice(&core.lm[hs..hs + hl]);
@@ -234,7 +238,7 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
                     let tail = if core.new_tail_set {
                         &core.new_tail[..]
                     } else {
-                        &frames[s.off as usize + head_len..(s.off + s.len) as usize]
+                        &Batch::frame(frames, by_ref, s)[head_len..]
                     };
                     out.push(dest, &[&core.lm[hs..hs + hl], tail]);
                 }
