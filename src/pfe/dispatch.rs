@@ -17,6 +17,10 @@
 //!    thread runs on the next PPE thread that becomes free, ahead of queued packets (it
 //!    never preempts a running one). Pushing a launch follows step 3's rule (wake a thread
 //!    only if none is active), and a thread's last look before parking covers both queues.
+//!    While every PPE thread is active, they also launch due timers themselves between
+//!    batches, so the launcher thread need not wake (and take a core from them) for each
+//!    one: a thread about to park wakes the launcher, which takes timers back (see
+//!    `pfe::timers`).
 //! 5. A waiter (for room, or for a drain) that sees work queued but no batch taken for a
 //!    millisecond wakes one more thread regardless of the cap: the active threads may be
 //!    blocked inside a program (a sleeping or waiting closure), and queued work must not
@@ -53,6 +57,8 @@ pub(crate) struct Dispatch {
     max_active: usize,
     /// Batches taken so far: the progress a stalled waiter watches.
     taken: CachePadded<AtomicU64>,
+    /// Woken whenever a thread is about to park (the timer launcher's parker).
+    on_idle: Option<Unparker>,
 }
 
 /// How long queued work may sit with no batch taken before a waiter wakes another thread.
@@ -72,12 +78,13 @@ pub(crate) enum Popped {
 
 impl Dispatch {
     /// A dispatcher for `threads` PPE threads and `timers` timers; returns the parkers each
-    /// thread parks on.
+    /// thread parks on. `on_idle` is unparked whenever a thread is about to park.
     pub fn new(
         threads: usize,
         max_active: usize,
         queue_capacity: usize,
         timers: usize,
+        on_idle: Option<Unparker>,
     ) -> (Dispatch, Vec<Parker>) {
         let parkers: Vec<Parker> = (0..threads).map(|_| Parker::new()).collect();
         let unparkers = parkers.iter().map(|p| p.unparker().clone()).collect();
@@ -91,6 +98,7 @@ impl Dispatch {
             backlog: 2,
             max_active: max_active.max(1),
             taken: CachePadded::new(AtomicU64::new(0)),
+            on_idle,
         };
         (d, parkers)
     }
@@ -127,6 +135,11 @@ impl Dispatch {
         if active == 0 || (active < self.max_active && self.queue.len() > self.backlog) {
             self.wake_one();
         }
+    }
+
+    /// Every PPE thread is active (none parked or about to park).
+    pub fn all_active(&self) -> bool {
+        self.active.load(Ordering::Acquire) >= self.unparkers.len()
     }
 
     /// Starts watching for a stall.
@@ -198,6 +211,9 @@ impl Dispatch {
                 // that token now so it does not cut a later park short.
                 parker.park();
                 continue;
+            }
+            if let Some(hook) = &self.on_idle {
+                hook.unpark();
             }
             loop {
                 parker.park();

@@ -90,7 +90,7 @@ fn dispatch_model_closing(
     preemptions: Option<usize>,
 ) {
     check(preemptions, move || {
-        let (dispatch, parkers) = Dispatch::new(consumers, max_active, batches, timers);
+        let (dispatch, parkers) = Dispatch::new(consumers, max_active, batches, timers, None);
         let dispatch = Arc::new(dispatch);
         let popped = Arc::new(Tally::default());
         let threads: Vec<_> = parkers

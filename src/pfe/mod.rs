@@ -400,11 +400,15 @@ impl PfeBuilder {
         drop_reason_names.extend(FaultKind::ALL.iter().map(|k| k.drop_reason().to_string()));
         drop_reason_names.extend(program.drop_reasons().iter().map(|s| s.to_string()));
 
+        // The launcher thread parks on this while the PPE threads launch timers themselves.
+        let launcher_parker = (!timer_set.is_empty()).then(Parker::new);
+        let launcher_unparker = launcher_parker.as_ref().map(|p| p.unparker().clone());
         let (dispatch, parkers) = Dispatch::new(
             cfg.ppe_threads,
             default_ppe_threads(),
             cfg.capacity,
             cfg.timers.len(),
+            launcher_unparker.clone(),
         );
         let max_batches = cfg.capacity.div_ceil(cfg.batch_size) + cfg.ppe_threads + 4;
         let shared = Shared {
@@ -428,7 +432,7 @@ impl PfeBuilder {
                 .collect(),
             drop_reason_names,
             clock: clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
-            timers: (!timer_set.is_empty()).then(|| TimerState::new(timer_set.len())),
+            timers: launcher_unparker.map(|u| TimerState::new(timer_set, u)),
             state: AtomicU8::new(STATE_BUILT),
             program,
             mem,
@@ -438,7 +442,7 @@ impl PfeBuilder {
             shared: Arc::new(shared),
             parkers: Mutex::new(parkers),
             workers: Mutex::new(Vec::new()),
-            timer_set: Mutex::new(Some(timer_set)),
+            launcher_parker: Mutex::new(launcher_parker),
             launcher: Mutex::new(None),
         })
     }
@@ -526,8 +530,8 @@ pub struct Pfe {
     shared: Arc<Shared>,
     parkers: Mutex<Vec<Parker>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
-    /// The timers, until `start` hands them to the launcher thread.
-    timer_set: Mutex<Option<TimerSet>>,
+    /// The timer launcher's parker, until `start` hands it to the launcher thread.
+    launcher_parker: Mutex<Option<Parker>>,
     launcher: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -607,11 +611,11 @@ impl Pfe {
                 .expect("spawning a PPE thread");
             workers.push(handle);
         }
-        if let Some(set) = self.timer_set.lock().take().filter(|s| !s.is_empty()) {
+        if let Some(parker) = self.launcher_parker.lock().take() {
             let shared = Arc::clone(&self.shared);
             let handle = std::thread::Builder::new()
                 .name("pfemu-timers".into())
-                .spawn(move || timers::run(shared, set))
+                .spawn(move || timers::run(shared, parker))
                 .expect("spawning the timer launcher");
             *self.launcher.lock() = Some(handle);
         }
@@ -839,7 +843,11 @@ impl Pfe {
             return;
         };
         let target = self.shared.clock.now_ns();
-        while t.launched_before() <= target && self.running() && self.launcher_alive() {
+        while t.launched_before() <= target
+            && t.next_due() <= target
+            && self.running()
+            && self.launcher_alive()
+        {
             std::thread::sleep(Duration::from_micros(20));
         }
         self.drain();

@@ -37,6 +37,10 @@ pub(crate) fn run(
     let mut queues = PortQueues::new(shared.cfg.ports);
     let mut timer_out = OutArena::default();
     loop {
+        if let Some(timers) = &shared.timers {
+            // Between batches: launch the timers due (see `pfe::timers`).
+            timers.poll(&shared.dispatch, shared.clock.now_ns());
+        }
         let mut batch = match shared.dispatch.pop(me, &parker) {
             Popped::Batch(b) => b,
             Popped::Timer(launch) => {

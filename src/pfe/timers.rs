@@ -1,19 +1,31 @@
-//! The timer launcher: one OS thread that sleeps on the engine's clock until the next timer
-//! is due, then hands each due launch to dispatch, ahead of packet work, so it runs as a
-//! microcode thread on whichever PPE thread is free next (paper §5: no PPE is reserved for
-//! timer threads).
+//! The timer launcher: hands each due timer launch to dispatch, ahead of packet work, so it
+//! runs as a microcode thread on whichever PPE thread is free next (paper §5: no PPE is
+//! reserved for timer threads).
+//!
+//! Who launches: the PPE threads themselves look at the timers between batches (one clock
+//! reading and one comparison), and launch what is due; a launcher thread sleeps on the
+//! engine's clock until the next timer is due and launches it when no PPE thread has.
+//! While every PPE thread is busy the launcher does not wake for each timer (on a machine
+//! with as many PPE threads as cores, every such wake-up would take a core from one of
+//! them): it waits until a PPE thread is about to park, which wakes it, and takes timers
+//! back. A launch therefore never waits for the launcher while the PPE threads are busy
+//! (it could not run before one of them finished its batch anyway), nor for a PPE thread
+//! while they are idle.
 //!
 //! A timer has at most one launch outstanding (queued or running). When a launch comes due
 //! while the previous one has not finished, it is skipped and counted as an overrun, so a
-//! slow timer thread never piles launches up behind it; periods the launcher itself missed
-//! (it woke up late by more than a period) are counted as missed, never caught up.
+//! slow timer thread never piles launches up behind it; periods nobody launched (the
+//! launcher woke up more than a period late) are counted as missed, never caught up.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
+use super::dispatch::Dispatch;
 use super::Shared;
-use crate::sync::Backoff;
+use crate::sync::{Backoff, Parker, Unparker};
 use crate::timer::{Launch, TimerSet};
 
 /// The longest the launcher sleeps before looking at its stop flag again.
@@ -35,6 +47,13 @@ pub(crate) struct TimerState {
     /// Periods skipped because the launcher woke up more than a period late.
     missed: AtomicU64,
     stop: AtomicBool,
+    /// The timers, and room for the launches due; whoever launches holds the lock.
+    set: Mutex<(TimerSet, Vec<Launch>)>,
+    /// When the next launch is due (`u64::MAX`: never): the test a PPE thread makes between
+    /// batches, without the lock.
+    next_due: AtomicU64,
+    /// Wakes the launcher thread (when a PPE thread is about to park, and at shutdown).
+    launcher: Unparker,
 }
 
 /// The timer counters of a [`crate::pfe::Stats`] snapshot.
@@ -46,8 +65,13 @@ pub(crate) struct TimerCounts {
 }
 
 impl TimerState {
-    pub fn new(timers: usize) -> Self {
+    /// The state of `set`'s timers; `launcher` wakes the launcher thread.
+    pub fn new(set: TimerSet, launcher: Unparker) -> Self {
+        let timers = set.len();
         TimerState {
+            next_due: AtomicU64::new(set.next_due_ns().unwrap_or(u64::MAX)),
+            set: Mutex::new((set, Vec::with_capacity(timers))),
+            launcher,
             busy: (0..timers).map(|_| AtomicBool::new(false)).collect(),
             in_flight: AtomicU64::new(0),
             launched_before: AtomicU64::new(0),
@@ -72,6 +96,44 @@ impl TimerState {
         self.launched_before.load(Ordering::Acquire)
     }
 
+    /// When the next launch is due (`u64::MAX`: never); every launch due before it has been
+    /// handed to dispatch.
+    pub fn next_due(&self) -> u64 {
+        self.next_due.load(Ordering::Acquire)
+    }
+
+    /// Launches every timer due by `now` (a reading of the engine's clock), unless another
+    /// thread is launching already. Cheap when nothing is due: PPE threads call it between
+    /// batches.
+    #[inline]
+    pub fn poll(&self, dispatch: &Dispatch, now: u64) {
+        if now >= self.next_due.load(Ordering::Acquire) {
+            self.launch_due(dispatch, now);
+        }
+    }
+
+    #[inline(never)]
+    fn launch_due(&self, dispatch: &Dispatch, now: u64) {
+        let Some(mut guard) = self.set.try_lock() else {
+            return;
+        };
+        let (set, due) = &mut *guard;
+        set.due(now, due);
+        for launch in due.drain(..) {
+            self.missed.fetch_add(launch.missed, Ordering::Relaxed);
+            if self.busy[launch.timer].swap(true, Ordering::AcqRel) {
+                self.overruns.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            self.in_flight.fetch_add(1, Ordering::AcqRel);
+            self.launches.fetch_add(1, Ordering::Relaxed);
+            dispatch.push_timer(launch);
+        }
+        self.launched_before.fetch_max(now + 1, Ordering::AcqRel);
+        self.next_due
+            .store(set.next_due_ns().unwrap_or(u64::MAX), Ordering::Release);
+    }
+
     pub fn counts(&self) -> TimerCounts {
         TimerCounts {
             launches: self.launches.load(Ordering::Relaxed),
@@ -82,6 +144,7 @@ impl TimerState {
 
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.launcher.unpark();
     }
 
     /// Waits until no launch is queued or running.
@@ -99,31 +162,71 @@ impl TimerState {
     }
 }
 
-/// The body of the launcher thread.
-pub(crate) fn run(shared: Arc<Shared>, mut set: TimerSet) {
+/// The body of the launcher thread; `parker` is the one [`TimerState::new`] was given the
+/// unparker of.
+pub(crate) fn run(shared: Arc<Shared>, parker: Parker) {
     let st = shared
         .timers
         .as_ref()
         .expect("the launcher runs only when timers are configured");
     let clock = &*shared.clock;
-    let mut due: Vec<Launch> = Vec::with_capacity(set.len());
     while !st.stop.load(Ordering::Acquire) {
-        let now = clock.now_ns();
-        set.due(now, &mut due);
-        for launch in due.drain(..) {
-            st.missed.fetch_add(launch.missed, Ordering::Relaxed);
-            if st.busy[launch.timer].swap(true, Ordering::AcqRel) {
-                st.overruns.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            st.in_flight.fetch_add(1, Ordering::AcqRel);
-            st.launches.fetch_add(1, Ordering::Relaxed);
-            shared.dispatch.push_timer(launch);
+        st.poll(&shared.dispatch, clock.now_ns());
+        let next = st.next_due();
+        if next == u64::MAX {
+            return;
         }
-        st.launched_before.fetch_max(now + 1, Ordering::AcqRel);
-        match set.next_due_ns() {
-            Some(next) => clock.sleep_until(next, MAX_SLEEP),
-            None => return,
+        if shared.dispatch.all_active() {
+            // The PPE threads launch between batches; the first to go idle wakes us.
+            parker.park_timeout(MAX_SLEEP);
+        } else {
+            clock.sleep_until(next, MAX_SLEEP);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::pfe::dispatch::Popped;
+    use crate::timer::TimerSpec;
+
+    #[test]
+    fn a_poll_launches_what_is_due_once_and_counts_a_busy_timer_as_an_overrun() {
+        // Two timers every 10 ns, due at 0 and 5.
+        let set = TimerSet::new(TimerSpec::staggered(0, 2, 10, 0).unwrap()).unwrap();
+        let launcher = Parker::new();
+        let st = TimerState::new(set, launcher.unparker().clone());
+        let (dispatch, parkers) = Dispatch::new(1, 1, 4, 2, None);
+        let pop = || match dispatch.pop(0, &parkers[0]) {
+            Popped::Timer(l) => l,
+            _ => panic!("a timer launch is queued"),
+        };
+
+        st.poll(&dispatch, 4);
+        assert_eq!(st.counts().launches, 1);
+        assert_eq!((st.next_due(), st.launched_before()), (5, 5));
+        st.poll(&dispatch, 4);
+        assert_eq!(st.counts().launches, 1, "nothing new is due");
+
+        // Timer 0's launch is still queued when its next period comes: an overrun.
+        st.poll(&dispatch, 12);
+        let c = st.counts();
+        assert_eq!((c.launches, c.overruns, st.next_due()), (2, 1, 15));
+        let first = pop();
+        assert_eq!((first.timer, first.scheduled_ns), (0, 0));
+        let second = pop();
+        assert_eq!((second.timer, second.scheduled_ns), (1, 5));
+        st.finished(&first);
+        st.finished(&second);
+        assert_eq!(st.in_flight(), 0);
+
+        st.poll(&dispatch, 20);
+        assert_eq!(st.counts().launches, 4);
+        assert_eq!(
+            [pop().scheduled_ns, pop().scheduled_ns],
+            [15, 20],
+            "in order of schedule"
+        );
     }
 }
