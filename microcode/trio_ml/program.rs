@@ -21,7 +21,8 @@
 //!   v
 //! leave_block --last one out of a closed block--> finish_block --> consume
 //!
-//! finish_block (subroutine): keep_result -> release_block -> build_result -> free_replaced
+//! finish_block (subroutine): keep_result -> release_block -> free_replaced -> build_result
+//!                             [-> free_own, when the Result is not kept]
 //! build_result (subroutine): result_headers -> result_tail (256 B per instruction)
 //!                            -> emit_result
 //!
@@ -316,11 +317,12 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             "drop_duplicate",
             "closing_drop",
         ]);
-    let [keep_result, release_block, free_replaced, result_headers, result_tail, emit_result] = p
-        .labels([
+    let [keep_result, release_block, free_replaced, free_own, result_headers, result_tail, emit_result] =
+        p.labels([
             "keep_result",
             "release_block",
             "free_replaced",
+            "free_own",
             "result_headers",
             "result_tail",
             "emit_result",
@@ -740,7 +742,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
 
     // finish_block, step 1: keep the Result (record and buffer stay in their slot) in the
     // kept-results table, replacing an older generation of the block id, whose slot is
-    // freed once this Result is out.
+    // freed next.
     let kept = tables.kept.clone();
     p.instr(keep_result, move |t| {
         let rec = t.r[R_BLK];
@@ -782,22 +784,32 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             t.hash_update(&active, &key, rec | FINISHED)?;
         }
         t.r[R_DEST] = DEST_JOB;
-        Ok(Call(build_result, free_replaced))
+        Ok(Goto(free_replaced))
     });
 
-    // finish_block, step 3: free the slot of the Result this one replaced (and its
-    // finished marker), or this block's own slot if its Result is not kept.
+    // finish_block, step 3: free the slot of the Result this one replaced (and its finished
+    // marker) before building this Result. No source needs the old Result any more (each
+    // sent this generation only after receiving it), and a source answered from the kept
+    // Result (a retransmission, on another PPE thread) may start the block id's next
+    // generation at once: the slot must not still count against block_cnt_max by then.
+    // This block's own slot, when its Result is not kept, is freed once the Result is built.
     let active = tables.active.clone();
     p.instr(free_replaced, move |t| {
         let old = t.r[R_FREE];
-        if old != 0 && old != t.r[R_BLK] {
+        if old == t.r[R_BLK] {
+            return Ok(Call(build_result, free_own));
+        }
+        if old != 0 {
             let key = t.read_u64(old + BLOCK_KEY_WORD)?;
             let (block, gen) = ((key >> 16) as u32, key as u16);
             t.hash_delete(&active, &block_key(t.r[R_JOB_ID] as u8, block, gen))?;
-        }
-        if old != 0 {
             free_slot(t, t.r[R_JOB], old)?;
         }
+        // build_result returns to finish_block's caller.
+        Ok(Goto(build_result))
+    });
+    p.instr(free_own, move |t| {
+        free_slot(t, t.r[R_JOB], t.r[R_BLK])?;
         Ok(Return)
     });
 
