@@ -415,6 +415,7 @@ impl PfeBuilder {
             dispatch,
             pool: ArrayQueue::new(max_batches.min(cfg.capacity + 4)),
             in_flight: CachePadded::new(AtomicU64::new(0)),
+            room: RoomWait::new(cfg.capacity as u64),
             ingress: Mutex::new(IngressState {
                 next_seq: vec![0; cfg.reorder_contexts],
             }),
@@ -448,6 +449,73 @@ impl PfeBuilder {
     }
 }
 
+/// Injectors waiting for in-flight room, and how the PPE threads wake them.
+///
+/// A waiter registers in `waiting`, then re-reads the in-flight count under `lock` before
+/// it waits on `cv`; a PPE thread that releases packets reads `waiting` after its decrement
+/// and, when someone waits and enough room is free, notifies under `lock`. The count's
+/// decrement and `waiting`'s increment are both `SeqCst`, followed by `SeqCst` reads of the
+/// other (a Dekker pattern): either the waiter sees the room, or the releaser sees the
+/// waiter, and the lock keeps the notification from falling between the waiter's last look
+/// and its wait.
+pub(crate) struct RoomWait {
+    waiting: AtomicU64,
+    lock: Mutex<()>,
+    cv: parking_lot::Condvar,
+    /// Room from which waiters are woken: a quarter of the capacity free.
+    wake_at: u64,
+}
+
+impl RoomWait {
+    /// Waiters wait at most this long between looks at a stalled engine.
+    const STALL_LOOK: Duration = Duration::from_millis(1);
+
+    fn new(capacity: u64) -> Self {
+        RoomWait {
+            waiting: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            cv: parking_lot::Condvar::new(),
+            wake_at: capacity - capacity / 4,
+        }
+    }
+
+    /// Sleeps until `in_flight` is at most `resume_at`, or `engine()` says the engine
+    /// stopped (`None`); checks the engine for a stall (see `Dispatch::check_stall`)
+    /// between waits.
+    fn wait<'d>(
+        &self,
+        in_flight: &AtomicU64,
+        resume_at: u64,
+        engine: impl Fn() -> Option<&'d Dispatch>,
+    ) {
+        let Some(dispatch) = engine() else { return };
+        let mut watch = dispatch.stall_watch();
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        while in_flight.load(Ordering::SeqCst) > resume_at {
+            let Some(dispatch) = engine() else { break };
+            {
+                let mut guard = self.lock.lock();
+                if in_flight.load(Ordering::SeqCst) > resume_at {
+                    self.cv.wait_for(&mut guard, Self::STALL_LOOK);
+                }
+            }
+            dispatch.check_stall(&mut watch);
+        }
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Releases `released` packets from `in_flight`, waking the waiters once enough room is
+    /// free.
+    #[inline]
+    pub(crate) fn release(&self, in_flight: &AtomicU64, released: u64) {
+        let now = in_flight.fetch_sub(released, Ordering::SeqCst) - released;
+        if now <= self.wake_at && self.waiting.load(Ordering::SeqCst) > 0 {
+            let _guard = self.lock.lock();
+            self.cv.notify_all();
+        }
+    }
+}
+
 const STATE_BUILT: u8 = 0;
 const STATE_RUNNING: u8 = 1;
 const STATE_STOPPED: u8 = 2;
@@ -462,6 +530,8 @@ pub(crate) struct Shared {
     pub pool: ArrayQueue<Box<Batch>>,
     /// Ingress packets accepted and not yet released.
     pub in_flight: CachePadded<AtomicU64>,
+    /// Injectors waiting for in-flight room.
+    pub room: RoomWait,
     pub ingress: Mutex<IngressState>,
     /// Frames injected, runts, oversize frames.
     pub ingress_counts: CachePadded<[AtomicU64; 3]>,
@@ -774,9 +844,9 @@ impl Pfe {
     /// Reserves in-flight room for `n` packets, waiting for it when `block`.
     ///
     /// A full engine means the PPE threads are the bottleneck, so the waiting injector
-    /// sleeps rather than spins (on a small machine its spinning would take the very cores
-    /// the PPE threads need), and comes back only once a quarter of the capacity is free,
-    /// which keeps dispatch fed while the injector is asleep.
+    /// sleeps rather than spins or polls (on a small machine either would take the very
+    /// cores the PPE threads need), and the PPE threads wake it once a quarter of the
+    /// capacity is free ([`RoomWait`]), which keeps dispatch fed while it sleeps.
     fn reserve(&self, n: u64, block: bool) -> bool {
         let cap = self.shared.cfg.capacity as u64;
         let in_flight = &self.shared.in_flight;
@@ -795,11 +865,9 @@ impl Pfe {
                 return false;
             }
             let resume_at = cap - n.max(cap / 4);
-            let mut watch = self.shared.dispatch.stall_watch();
-            while in_flight.load(Ordering::Relaxed) > resume_at && self.running() {
-                self.shared.dispatch.check_stall(&mut watch);
-                std::thread::sleep(Duration::from_micros(50));
-            }
+            self.shared.room.wait(in_flight, resume_at, || {
+                self.running().then_some(&self.shared.dispatch)
+            });
         }
     }
 

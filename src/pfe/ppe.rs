@@ -5,7 +5,6 @@
 //! What a thread owns (its local memory, posted XTXNs, counters, and, without reordering,
 //! its own egress queues) is never shared; it publishes its counters once per batch.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::batch::{Batch, Completion, Slot};
@@ -133,7 +132,7 @@ fn run_timer(
 fn retire(shared: &Shared, mut batch: Box<Batch>, released: u64) {
     // Clear first: once drain sees nothing in flight, the engine holds no shared frame.
     batch.clear();
-    shared.in_flight.fetch_sub(released, Ordering::Release);
+    shared.room.release(&shared.in_flight, released);
     // A full pool means more batches exist than the capacity needs; let this one go.
     let _ = shared.pool.push(batch);
 }
