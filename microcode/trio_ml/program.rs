@@ -15,7 +15,7 @@
 //!   v                                                                         |
 //! aggregate_head <------------------------------------------------------------+
 //!   v
-//! aggregate_tail (one 64-byte chunk per instruction)
+//! aggregate_tail (four 64-byte chunks per instruction)
 //!   v
 //! complete_check (rcvd_cnt += 1; the last source closes the block)
 //!   v
@@ -141,6 +141,11 @@ const LINE_BYTES: usize = 64;
 const CHUNK_GRADS: usize = LINE_BYTES / GRAD_BYTES;
 /// Bytes of a Result tail chunk (Figure 10: 256 bytes per iteration).
 const RESULT_CHUNK_BYTES: usize = 256;
+/// Phase two's 64-byte chunks per instruction: 256 bytes of tail, as the Result builder
+/// pulls 256 bytes of sums per instruction. Every chunk is still its own 64-byte tail read
+/// and 16-lane vector add (the XTXNs counted); only the sequencer's dispatch is shared, which
+/// at one chunk per instruction cost about as much as the chunk's two XTXNs.
+const TAIL_CHUNKS_PER_INSTR: usize = 4;
 /// Nanoseconds per millisecond (`block_exp` is in ms).
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -655,39 +660,41 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         }))
     });
 
-    // aggregate_tail (phase two): one chunk per instruction, staged in the scratch line
-    // from whatever part is left in the head and the rest read from the tail; a short last
-    // chunk is padded with zero lanes.
+    // aggregate_tail (phase two): the loop over the remaining 64-byte chunks, up to
+    // TAIL_CHUNKS_PER_INSTR of them per instruction. Each chunk is one tail read and one
+    // 16-lane vector add, staged in the scratch line from whatever part is left in the head
+    // and the rest read from the tail; a short last chunk is padded with zero lanes.
     p.instr(aggregate_tail, move |t| {
         let n = t.r[R_GRAD_CNT] as usize;
-        let c = t.r[R_CHUNK] as usize;
-        let first = c * CHUNK_GRADS;
-        let bytes = (n - first).min(CHUNK_GRADS) * GRAD_BYTES;
-        let at = GRADS_AT + first * GRAD_BYTES;
-        let head_len = t.head_len();
-        let from_head = head_len.saturating_sub(at).min(bytes);
-        let head = t.head_offset();
-        let lm = t.lm_mut();
-        if bytes < LINE_BYTES {
-            lm[LM_SCRATCH + bytes..LM_SCRATCH + LINE_BYTES].fill(0);
+        for _ in 0..TAIL_CHUNKS_PER_INSTR {
+            let c = t.r[R_CHUNK] as usize;
+            let first = c * CHUNK_GRADS;
+            let bytes = (n - first).min(CHUNK_GRADS) * GRAD_BYTES;
+            let at = GRADS_AT + first * GRAD_BYTES;
+            let head_len = t.head_len();
+            let from_head = head_len.saturating_sub(at).min(bytes);
+            let head = t.head_offset();
+            let lm = t.lm_mut();
+            if bytes < LINE_BYTES {
+                lm[LM_SCRATCH + bytes..LM_SCRATCH + LINE_BYTES].fill(0);
+            }
+            if from_head > 0 {
+                lm.copy_within(head + at..head + at + from_head, LM_SCRATCH);
+            }
+            if from_head < bytes {
+                t.read_tail(
+                    at + from_head - head_len,
+                    LM_SCRATCH + from_head,
+                    bytes - from_head,
+                )?;
+            }
+            add_chunk(t, t.r[R_BUF] + (c as u64) * LINE_WORDS, LM_SCRATCH)?;
+            t.r[R_CHUNK] += 1;
+            if first + CHUNK_GRADS >= n {
+                return Ok(Goto(complete_check));
+            }
         }
-        if from_head > 0 {
-            lm.copy_within(head + at..head + at + from_head, LM_SCRATCH);
-        }
-        if from_head < bytes {
-            t.read_tail(
-                at + from_head - head_len,
-                LM_SCRATCH + from_head,
-                bytes - from_head,
-            )?;
-        }
-        add_chunk(t, t.r[R_BUF] + (c as u64) * LINE_WORDS, LM_SCRATCH)?;
-        t.r[R_CHUNK] += 1;
-        Ok(Goto(if first + CHUNK_GRADS < n {
-            aggregate_tail
-        } else {
-            complete_check
-        }))
+        Ok(Goto(aggregate_tail))
     });
 
     // 6. complete_check: count the source; the one that completes the block closes it.
