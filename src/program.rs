@@ -945,6 +945,7 @@ impl<'a> Thread<'a> {
 
     /// Copies `len` bytes of the tail at `tail_offset` into local memory at `lm_offset`
     /// (an XTXN to the packet buffer).
+    #[inline]
     pub fn read_tail(
         &mut self,
         tail_offset: usize,
@@ -1206,6 +1207,7 @@ impl<'a> Thread<'a> {
     /// Counted as one `vadd32x16` XTXN per 64-byte chunk.
     ///
     /// [`PostedOps`]: crate::mem::PostedOps
+    #[inline]
     pub fn post_vadd32_be(
         &mut self,
         addr: Addr,
