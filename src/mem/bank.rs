@@ -9,10 +9,11 @@
 //!   must be atomic as a whole (the policer); single-word operations are one atomic
 //!   instruction or a compare-and-swap loop on the word.
 //! * The accumulator region is a table of 1 MiB chunks too, each holding 256 cache-padded
-//!   stripes of 4 KB: a `Mutex` around the stripe's plain `u64` words, so only the lock
-//!   holder can reach them. The SRAM/DRAM decoders (`word`, `span`, `pair`) never hand out an
-//!   accumulator word: each public operation falls back to its `acc_*` counterpart only when
-//!   the fast decoder refused the address, which keeps the SRAM and DRAM paths as they were.
+//!   stripes of 4 KB, each materialised on its first write: a `Mutex` around the stripe's
+//!   plain `u64` words, so only the lock holder can reach them. The SRAM/DRAM decoders
+//!   (`word`, `span`, `pair`) never hand out an accumulator word: each public operation
+//!   falls back to its `acc_*` counterpart only when the fast decoder refused the address,
+//!   which keeps the SRAM and DRAM paths as they were.
 //! * The bulk lane loops (vector adds, conversions to and from network order) live in
 //!   `lanes`, compiled for AVX2 as well when the CPU has it.
 
@@ -170,9 +171,21 @@ impl<'a> Span<'a> {
 /// (a vector add is an ordinary loop the compiler vectorises).
 type Stripe = CachePadded<Mutex<[u64; ACC_STRIPE_WORDS as usize]>>;
 
-/// One lazily materialised 1 MiB chunk of the accumulator region: its stripes.
+/// One lazily materialised 1 MiB chunk of the accumulator region: its stripes, each
+/// materialised on its first write too. Building a whole megabyte of stripes at once took
+/// about half a millisecond of page faults, in the middle of the first packet that touched
+/// the chunk; a stripe at a time, the cost is a page's worth and spread out.
 struct AccChunk {
-    stripes: Box<[Stripe]>,
+    stripes: Box<[OnceLock<Box<Stripe>>]>,
+}
+
+impl AccChunk {
+    /// Stripe `si`, materialised if needed.
+    #[inline]
+    fn stripe(&self, si: usize) -> &Stripe {
+        self.stripes[si]
+            .get_or_init(|| Box::new(CachePadded::new(Mutex::new([0; ACC_STRIPE_WORDS as usize]))))
+    }
 }
 
 /// What a stripe nobody wrote yet reads as.
@@ -340,7 +353,7 @@ impl SharedMemory {
             let len = CHUNK_WORDS.min(self.acc_words - ci * CHUNK_WORDS);
             AccChunk {
                 stripes: (0..len.div_ceil(ACC_STRIPE_WORDS))
-                    .map(|_| CachePadded::new(Mutex::new([0; ACC_STRIPE_WORDS as usize])))
+                    .map(|_| OnceLock::new())
                     .collect(),
             }
         })
@@ -369,21 +382,24 @@ impl SharedMemory {
     fn acc_locked(&self, off: u64, words: u64, mut f: impl FnMut(usize, &mut [u64])) {
         Self::acc_pieces(off, words, |o, within, n, i| {
             let chunk = self.acc_chunk(o >> CHUNK_SHIFT);
-            let mut stripe = chunk.stripes[((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize].lock();
+            let mut stripe = chunk
+                .stripe(((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize)
+                .lock();
             f(i, &mut stripe[within..within + n]);
         });
     }
 
-    /// [`SharedMemory::acc_locked`] for reading: a chunk nobody wrote reads as zeros and is
-    /// not materialised.
+    /// [`SharedMemory::acc_locked`] for reading: a stripe nobody wrote reads as zeros and
+    /// is not materialised.
     #[inline]
     fn acc_read(&self, off: u64, words: u64, mut f: impl FnMut(usize, &[u64])) {
         Self::acc_pieces(off, words, |o, within, n, i| {
-            match self.acc[(o >> CHUNK_SHIFT) as usize].get() {
-                Some(chunk) => {
-                    let si = ((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize;
-                    f(i, &chunk.stripes[si].lock()[within..within + n]);
-                }
+            let si = ((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize;
+            match self.acc[(o >> CHUNK_SHIFT) as usize]
+                .get()
+                .and_then(|chunk| chunk.stripes[si].get())
+            {
+                Some(stripe) => f(i, &stripe.lock()[within..within + n]),
                 None => f(i, &ZERO_STRIPE[within..within + n]),
             }
         });
