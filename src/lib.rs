@@ -23,6 +23,8 @@
 //! - [`program`]: the program model: labelled instructions, registers, local memory, faults.
 //! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
 //!   XTXNs, and the hash engine ([`mem::hash`]).
+//! - [`fpisa`]: FPISA floating-point addition with integer shifts and adds (FP32, FP16,
+//!   BF16), into exponent + mantissa accumulators that fit one memory word each.
 //! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats,
 //!   timer threads, and a [`pfe::Chassis`] of PFEs joined by links.
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
@@ -73,6 +75,7 @@
 
 pub mod bench;
 pub mod error;
+pub mod fpisa;
 pub mod mem;
 pub mod packet;
 pub mod pfe;
