@@ -139,7 +139,7 @@ where
 
 /// Applies `f` to the word atomically (compare-and-swap loop); returns the old value.
 #[inline]
-fn update(w: &AtomicU64, mut f: impl FnMut(u64) -> u64) -> u64 {
+pub(super) fn update(w: &AtomicU64, mut f: impl FnMut(u64) -> u64) -> u64 {
     match w.fetch_update(RMW, LOAD, |old| Some(f(old))) {
         Ok(old) | Err(old) => old,
     }
@@ -342,7 +342,7 @@ impl SharedMemory {
     /// Offset of `addr` in the accumulator region when the `words` words from it (at least
     /// one) all lie inside the region.
     #[inline]
-    fn acc_offset(&self, addr: Addr, words: u64) -> Option<u64> {
+    pub(super) fn acc_offset(&self, addr: Addr, words: u64) -> Option<u64> {
         let off = addr.wrapping_sub(ACC_BASE);
         (off < self.acc_words && words.max(1) <= self.acc_words - off).then_some(off)
     }
@@ -379,7 +379,7 @@ impl SharedMemory {
     /// stripe and the index, within the operation, of the piece's first word. Materialises
     /// the chunks it touches.
     #[inline]
-    fn acc_locked(&self, off: u64, words: u64, mut f: impl FnMut(usize, &mut [u64])) {
+    pub(super) fn acc_locked(&self, off: u64, words: u64, mut f: impl FnMut(usize, &mut [u64])) {
         Self::acc_pieces(off, words, |o, within, n, i| {
             let chunk = self.acc_chunk(o >> CHUNK_SHIFT);
             let mut stripe = chunk

@@ -108,6 +108,7 @@
 
 mod alloc;
 mod bank;
+mod fpisa_rmw;
 pub mod hash;
 mod lanes;
 mod policer;
@@ -122,6 +123,7 @@ use crate::error::ConfigError;
 
 pub use alloc::{AllocError, Allocation};
 pub use bank::SharedMemory;
+pub use fpisa_rmw::{FpisaCounts, MAX_FPISA_LANES};
 pub use policer::{Color, PolicerConfig, PolicerState, POLICER_WORDS};
 pub use posted::PostedOps;
 
