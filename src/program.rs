@@ -1137,6 +1137,27 @@ impl<'a> Thread<'a> {
         Ok(self.mem.vadd32_be(addr, &self.core.lm[range])?)
     }
 
+    /// FPISA shift-and-add ([`SharedMemory::fpisa_add_be`]) of the big-endian `fmt` lanes in
+    /// `len` bytes of local memory at `lm_offset` into the accumulator words from `addr`, one
+    /// word per lane, each atomically, in `variant`. Counted as one `fpisa_add16` XTXN per
+    /// 16 lanes or part of them (a 64-byte chunk of FP32 values). Returns the additions'
+    /// events, counted (FPISA-A overwrites and left shifts, headroom overflows).
+    pub fn fpisa_add_be(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+        fmt: crate::fpisa::Format,
+        variant: crate::fpisa::Variant,
+    ) -> Result<crate::mem::FpisaCounts, Fault> {
+        let range = lm_range(lm_offset, len)?;
+        let counts = self
+            .mem
+            .fpisa_add_be(addr, &self.core.lm[range], fmt, variant)?;
+        self.core.xtxns[XtxnKind::FpisaAdd16.index()] += counts.adds.div_ceil(16);
+        Ok(counts)
+    }
+
     // ----- hash engine XTXNs ---------------------------------------------------------------
 
     /// Looks `key` up in a hash table; a found record is marked referenced.

@@ -257,3 +257,72 @@ fn registers_start_zeroed_for_every_packet() {
     let (_stats, out) = run(p.build().unwrap(), &frames(50), 1);
     assert!(out.iter().all(|p| p.port == 0));
 }
+
+/// The FPISA shift-and-add XTXN: every packet adds the 16 FP32 lanes at its bytes 64..128
+/// (network order) into 16 accumulator words; the sums are exact (integer values of one
+/// exponent), one `fpisa_add16` XTXN is counted per packet, and a bad address faults.
+#[test]
+fn fpisa_add_xtxn_sums_lanes_into_accumulator_words() {
+    use pfemu::fpisa::{Acc, Format, Variant};
+    let mut p = Program::builder("fpisa");
+    let a = p.label("a");
+    p.instr(a, |t| {
+        let head = t.head_offset();
+        let bad = t.head(42)?[0] == 0xFF;
+        let addr = if bad {
+            DRAM_BASE + (1 << 16)
+        } else {
+            DRAM_BASE
+        };
+        t.fpisa_add_be(addr, head + 64, 64, Format::Fp32, Variant::Full)?;
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, a);
+    let lanes = |k: u32| -> Vec<u8> {
+        (0..16u32)
+            .flat_map(|l| (((k + l) % 16) as f32 + 16.0).to_bits().to_be_bytes())
+            .collect()
+    };
+    let mut inputs: Vec<Vec<u8>> = (0..20u32)
+        .map(|k| {
+            let mut f = udp_frame(k as u16, k, 200);
+            f[64..128].copy_from_slice(&lanes(k));
+            f[42] = 0;
+            f
+        })
+        .collect();
+    let mut bad = udp_frame(99, 0, 200);
+    bad[42] = 0xFF;
+    inputs.push(bad);
+    let (sink, _rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(4)
+        .mem_config(MemConfig {
+            sram_bytes: 1 << 16,
+            dram_bytes: 1 << 16,
+            acc_bytes: 0,
+            banks: 4,
+        })
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    pfe.inject_burst(inputs.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    pfe.drain();
+    for l in 0..16u32 {
+        let acc = Acc::from_word(pfe.memory().read_u64(DRAM_BASE + u64::from(l)).unwrap());
+        let want: f32 = (0..20u32).map(|k| ((k + l) % 16) as f32 + 16.0).sum();
+        assert_eq!(f32::from_bits(acc.value(Format::Fp32)), want, "lane {l}");
+    }
+    let stats = pfe.shutdown();
+    assert!(stats.is_conserved());
+    assert_eq!(stats.xtxns["fpisa_add16"], 20);
+    assert_eq!(
+        stats.drops("fault_shared_memory"),
+        1,
+        "{:?}",
+        stats.dropped_by_reason
+    );
+}

@@ -388,11 +388,14 @@ pub enum XtxnKind {
     HashDelete,
     /// Hash-engine scan of one slice of a table (tests and clears REF flags).
     HashScan,
+    /// FPISA shift-and-add of up to 16 lanes (a 64-byte chunk of FP32 values), one
+    /// accumulator word per lane.
+    FpisaAdd16,
 }
 
 impl XtxnKind {
     /// Number of kinds.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 20;
 
     /// Every kind, in [`XtxnKind::index`] order.
     pub const ALL: [XtxnKind; XtxnKind::COUNT] = [
@@ -415,6 +418,7 @@ impl XtxnKind {
         XtxnKind::HashUpdate,
         XtxnKind::HashDelete,
         XtxnKind::HashScan,
+        XtxnKind::FpisaAdd16,
     ];
 
     /// The snake_case name, e.g. `"counter_inc"`.
@@ -439,6 +443,7 @@ impl XtxnKind {
             XtxnKind::HashUpdate => "hash_update",
             XtxnKind::HashDelete => "hash_delete",
             XtxnKind::HashScan => "hash_scan",
+            XtxnKind::FpisaAdd16 => "fpisa_add16",
         }
     }
 
