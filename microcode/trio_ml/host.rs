@@ -247,6 +247,13 @@ impl Worker {
         Worker::new(cfg, gradients.iter().map(|&g| scaling.to_int(g)).collect())
     }
 
+    /// A worker that will allreduce FP32 `gradients` through FPISA lanes
+    /// ([`crate::microcode::trio_ml::Lanes::Fpisa`]): the floats go out as they are, in network
+    /// byte order (no scaling step), and [`Worker::float_sums`] reads the Results back.
+    pub fn from_f32(cfg: WorkerConfig, gradients: &[f32]) -> Result<Worker, HostError> {
+        Worker::new(cfg, gradients.iter().map(|g| g.to_bits() as i32).collect())
+    }
+
     /// The settings.
     pub fn config(&self) -> &WorkerConfig {
         &self.cfg
@@ -419,6 +426,25 @@ impl Worker {
             .iter()
             .enumerate()
             .map(|(i, &v)| scaling.to_float(v) / f32::from(self.src_cnt[i / g].max(1)))
+            .collect()
+    }
+
+    /// The FP32 sums of an FPISA job ([`Worker::from_f32`]), as received.
+    pub fn float_sums(&self) -> Vec<f32> {
+        self.sums
+            .iter()
+            .map(|&v| f32::from_bits(v as u32))
+            .collect()
+    }
+
+    /// The averaged FP32 gradients of an FPISA job: each sum divided by its chunk's
+    /// `src_cnt` (partial Results sum fewer sources).
+    pub fn float_mean(&self) -> Vec<f32> {
+        let g = self.cfg.grads_per_packet;
+        self.float_sums()
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| v / f32::from(self.src_cnt[i / g].max(1)))
             .collect()
     }
 

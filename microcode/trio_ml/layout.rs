@@ -148,6 +148,42 @@ pub(super) const GATE_LEAVE: u32 = u32::MAX;
 
 // ----- per-job memory -----------------------------------------------------------------------
 
+/// What a job's gradients are and how the aggregation adds them: Trio-ML's 32-bit integers
+/// (the RMW engine's lane-wise vector add, two lanes per buffer word), or FPISA's IEEE FP32
+/// values (each lane its own accumulator word, added with the engine's shift-and-add; the
+/// Result is renormalized as it is built). Packets carry 4 bytes per gradient either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum Lanes {
+    /// Trio-ML's 32-bit integer gradients.
+    #[default]
+    Int32,
+    /// FPISA: FP32 gradients, added with the shift-and-add in the given variant.
+    Fpisa(#[serde(serialize_with = "variant_name")] crate::fpisa::Variant),
+}
+
+fn variant_name<S: serde::Serializer>(v: &crate::fpisa::Variant, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match v {
+        crate::fpisa::Variant::Full => "full",
+        crate::fpisa::Variant::Approx => "approx",
+    })
+}
+
+impl Lanes {
+    /// Bytes of aggregation buffer per gradient: 4 (two lanes per word) or 8 (one FPISA
+    /// accumulator word).
+    pub const fn buffer_bytes(self) -> u64 {
+        match self {
+            Lanes::Int32 => 4,
+            Lanes::Fpisa(_) => 8,
+        }
+    }
+
+    /// Buffer words a 64-byte chunk of a packet (16 gradients) adds into.
+    pub const fn chunk_words(self) -> u64 {
+        16 * self.buffer_bytes() / 8
+    }
+}
+
 /// A job's region: its record (one line), its slot bitmap (`ceil(block_cnt_max / 64)`
 /// words, rounded up to whole lines), then `block_cnt_max` slots, each a block record line
 /// followed by an aggregation buffer of `block_grad_max` gradients rounded up to 64 bytes.
@@ -167,20 +203,20 @@ pub(super) struct JobLayout {
 
 impl JobLayout {
     /// The layout of a job region starting at `record`.
-    pub fn new(record: Addr, block_cnt_max: u32, block_grad_max: u32) -> JobLayout {
+    pub fn new(record: Addr, block_cnt_max: u32, block_grad_max: u32, lanes: Lanes) -> JobLayout {
         let bitmap = record + LINE_WORDS;
         JobLayout {
             record,
             bitmap,
             slots: block_cnt_max,
-            slot_words: LINE_WORDS + Self::buffer_words(block_grad_max),
+            slot_words: LINE_WORDS + Self::buffer_words(block_grad_max, lanes),
             slot0: bitmap + Self::bitmap_words(block_cnt_max).next_multiple_of(LINE_WORDS),
         }
     }
 
     /// Words of an aggregation buffer for `block_grad_max` gradients (whole lines).
-    pub fn buffer_words(block_grad_max: u32) -> u64 {
-        (u64::from(block_grad_max) * 4).div_ceil(64) * LINE_WORDS
+    pub fn buffer_words(block_grad_max: u32, lanes: Lanes) -> u64 {
+        (u64::from(block_grad_max) * lanes.buffer_bytes()).div_ceil(64) * LINE_WORDS
     }
 
     /// Words of the slot bitmap.
@@ -189,8 +225,8 @@ impl JobLayout {
     }
 
     /// Words of the whole region.
-    pub fn words(block_cnt_max: u32, block_grad_max: u32) -> u64 {
-        let l = JobLayout::new(0, block_cnt_max, block_grad_max);
+    pub fn words(block_cnt_max: u32, block_grad_max: u32, lanes: Lanes) -> u64 {
+        let l = JobLayout::new(0, block_cnt_max, block_grad_max, lanes);
         l.slot0 + u64::from(block_cnt_max) * l.slot_words
     }
 
@@ -323,7 +359,7 @@ mod tests {
 
     #[test]
     fn job_layout() {
-        let l = JobLayout::new(DRAM_BASE, 100, 17);
+        let l = JobLayout::new(DRAM_BASE, 100, 17, Lanes::Int32);
         assert_eq!(l.bitmap, DRAM_BASE + 8);
         assert_eq!(JobLayout::bitmap_words(100), 2);
         assert_eq!(l.slot0, DRAM_BASE + 16);
@@ -338,8 +374,12 @@ mod tests {
         assert_eq!(l.slot_bit(70), (DRAM_BASE + 9, 1 << 6));
         assert_eq!(l.valid_bits(0), u64::MAX);
         assert_eq!(l.valid_bits(1), (1 << 36) - 1);
-        assert_eq!(JobLayout::words(100, 17), 16 + 100 * 24);
-        assert_eq!(JobLayout::words(64, 16), 8 + 8 + 64 * 16);
+        assert_eq!(JobLayout::words(100, 17, Lanes::Int32), 16 + 100 * 24);
+        assert_eq!(JobLayout::words(64, 16, Lanes::Int32), 8 + 8 + 64 * 16);
+        // FPISA: one 8-byte accumulator word per gradient.
+        let fp = Lanes::Fpisa(crate::fpisa::Variant::Full);
+        assert_eq!(JobLayout::words(100, 17, fp), 16 + 100 * (8 + 24));
+        assert_eq!((Lanes::Int32.chunk_words(), fp.chunk_words()), (8, 16));
     }
 
     #[test]

@@ -8,6 +8,14 @@
 //! that no packet referenced for the job's `block_exp` is given up on, and a partial Result
 //! (`degraded`, `age_op = 1`, `src_cnt` = the sources that made it) goes out instead.
 //!
+//! With [`TrioMlConfig::lanes`] set to [`Lanes::Fpisa`], the same program aggregates FP32
+//! gradients instead (FPISA, NSDI 2022): the packets carry native floats in network byte
+//! order (no scaling step at the hosts), each gradient's sum is an FPISA accumulator word
+//! that the RMW engine's shift-and-add updates ([`crate::mem::SharedMemory::fpisa_add_be`]),
+//! and the Result builder renormalizes every sum into FP32. Jobs, blocks, windows, loss
+//! recovery and straggler mitigation are unchanged; FPISA-A's overwrites and left shifts are
+//! counted ([`TrioMl::fpisa_events`]).
+//!
 //! ```
 //! use std::net::Ipv4Addr;
 //! use std::sync::Arc;
@@ -174,6 +182,7 @@ use crate::packet::Dest;
 use crate::program::Program;
 use crate::timer::TimerSpec;
 
+pub use layout::Lanes;
 use layout::{
     block_key, job_key, kept_key, kept_value, parse_kept_value, route_key, JobLayout, BLOCK_KEY_AT,
     GATE_CLOSED,
@@ -215,6 +224,8 @@ pub struct TrioMlConfig {
     pub hash_shards: usize,
     /// Routes the forwarding table holds.
     pub route_capacity: usize,
+    /// What the gradients are: Trio-ML's 32-bit integers (the default) or FPISA's floats.
+    pub lanes: Lanes,
 }
 
 impl Default for TrioMlConfig {
@@ -230,6 +241,7 @@ impl Default for TrioMlConfig {
             hash_capacity: DEFAULT_HASH_CAPACITY,
             hash_shards: DEFAULT_HASH_SHARDS,
             route_capacity: DEFAULT_ROUTE_CAPACITY,
+            lanes: Lanes::Int32,
         }
     }
 }
@@ -390,6 +402,9 @@ struct Tables {
     kept: Arc<HashTable>,
     jobs: Arc<HashTable>,
     routes: Arc<HashTable>,
+    /// FPISA lanes: the overwrite, left-shift and overflow counters (three packet/byte
+    /// counters; none with integer lanes).
+    fpisa_events: Option<Addr>,
 }
 
 /// What the control plane remembers of a job.
@@ -434,7 +449,16 @@ impl TrioMl {
             )
             .into());
         }
+        let fpisa_events = match cfg.lanes {
+            Lanes::Int32 => None,
+            Lanes::Fpisa(_) => Some(mem.alloc(
+                &format!("trio_ml.{}.fpisa_events", cfg.local_addr),
+                Region::Sram,
+                6,
+            )?),
+        };
         let tables = Tables {
+            fpisa_events,
             active: Arc::new(active),
             kept: Arc::new(HashTable::new(cfg.hash_capacity, cfg.hash_shards)?),
             jobs: Arc::new(HashTable::new(MAX_JOBS, 16)?),
@@ -462,6 +486,22 @@ impl TrioMl {
     /// The shared memory it uses.
     pub fn memory(&self) -> &Arc<SharedMemory> {
         &self.inner.mem
+    }
+
+    /// FPISA lanes: the additions' events so far (FPISA-A overwrites and left shifts,
+    /// headroom overflows), from the program's counters (`adds` is not counted: 0); all
+    /// zero with integer lanes.
+    pub fn fpisa_events(&self) -> Result<crate::mem::FpisaCounts, MemFault> {
+        let Some(at) = self.inner.tables.fpisa_events else {
+            return Ok(crate::mem::FpisaCounts::default());
+        };
+        let mem = &self.inner.mem;
+        Ok(crate::mem::FpisaCounts {
+            adds: 0,
+            overwrites: mem.counter_read(at)?.0,
+            left_shifts: mem.counter_read(at + 2)?.0,
+            overflows: mem.counter_read(at + 4)?.0,
+        })
     }
 
     /// Builds the Microcode program (packet entry and the timer entry [`TIMER_ENTRY`]).
@@ -545,11 +585,16 @@ impl TrioMl {
                 self.inner.cfg.local_addr, job.job_id, *n
             )
         };
-        let record = mem.alloc(&name, Region::Dram, JobLayout::words(cnt_max, grad_max))?;
-        let layout = JobLayout::new(record, cnt_max, grad_max);
+        let lanes = self.inner.cfg.lanes;
+        let record = mem.alloc(
+            &name,
+            Region::Dram,
+            JobLayout::words(cnt_max, grad_max, lanes),
+        )?;
+        let layout = JobLayout::new(record, cnt_max, grad_max, lanes);
         // The aggregation buffers go to the accumulator region, whose engine applies a 4 KB
         // vector add under one stripe lock; when it has no room, they stay in the slots.
-        let buf_words = u64::from(cnt_max) * JobLayout::buffer_words(grad_max);
+        let buf_words = u64::from(cnt_max) * JobLayout::buffer_words(grad_max, lanes);
         let bufs = match mem.alloc(&format!("{name}.buffers"), Region::Acc, buf_words) {
             Ok(addr) => layout::paddr(addr),
             Err(AllocError::Exhausted { .. }) => 0,

@@ -42,8 +42,9 @@ use std::net::Ipv4Addr;
 use super::layout::*;
 use super::wire::*;
 use super::{Tables, TrioMlConfig};
+use crate::fpisa::{Acc, Format};
 use crate::mem::hash::{HashError, Inserted, ScanAction};
-use crate::mem::{Addr, LINE_WORDS, MAX_VADD_BYTES};
+use crate::mem::{Addr, Op, MAX_VADD_BYTES};
 use crate::prelude::*;
 use crate::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
 use crate::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
@@ -141,6 +142,14 @@ const LINE_BYTES: usize = 64;
 const CHUNK_GRADS: usize = LINE_BYTES / GRAD_BYTES;
 /// Bytes of a Result tail chunk (Figure 10: 256 bytes per iteration).
 const RESULT_CHUNK_BYTES: usize = 256;
+/// FPISA accumulators renormalized per pull while building a Result: 32 (256 bytes of
+/// words, 128 bytes of FP32 sums).
+const FPISA_HALF_WORDS: usize = 32;
+// The second half is pulled in after the first half's sums, and reaches furthest.
+const _: () = assert!(
+    RESULT_CHUNK_BYTES == 2 * FPISA_HALF_WORDS * GRAD_BYTES
+        && LM_RESULT_DATA + FPISA_HALF_WORDS * GRAD_BYTES + FPISA_HALF_WORDS * 8 <= LM_AGED
+);
 /// Phase two's 64-byte chunks per instruction: 256 bytes of tail, as the Result builder
 /// pulls 256 bytes of sums per instruction. Every chunk is still its own 64-byte tail read
 /// and 16-lane vector add (the XTXNs counted); only the sequencer's dispatch is shared, which
@@ -199,8 +208,38 @@ fn drop_as(r: DropReason) -> InstrResult {
 /// gradient adds are fire-and-forget: the thread waits for them ([`Thread::wait_posted`])
 /// in `complete_check`, before it counts its source. A packet's adds go to consecutive
 /// lines, so the engine applies them as one vector add over the whole packet.
-fn add_chunk(t: &mut Thread<'_>, addr: Addr, lm_offset: usize) -> Result<(), Fault> {
-    t.post_vadd32_be(addr, lm_offset, LINE_BYTES)
+///
+/// With FPISA lanes ([`Lanes::Fpisa`]) the chunk's 16 floats go to 16 accumulator words from
+/// `addr` with the engine's shift-and-add instead (synchronous), and FPISA-A's events are
+/// added to the counters at `events` (overwrites, left shifts, overflows: three packet/byte
+/// counters, the count in the packet word).
+#[inline]
+fn add_chunk(
+    t: &mut Thread<'_>,
+    lanes: Lanes,
+    events: Addr,
+    addr: Addr,
+    lm_offset: usize,
+) -> Result<(), Fault> {
+    match lanes {
+        Lanes::Int32 => t.post_vadd32_be(addr, lm_offset, LINE_BYTES),
+        Lanes::Fpisa(variant) => {
+            let c = t.fpisa_add_be(addr, lm_offset, LINE_BYTES, Format::Fp32, variant)?;
+            for (i, n) in [c.overwrites, c.left_shifts, c.overflows]
+                .into_iter()
+                .enumerate()
+            {
+                if n > 0 {
+                    t.post(Op::CounterAdd {
+                        addr: events + 2 * i as u64,
+                        packets: n,
+                        bytes: 0,
+                    })?;
+                }
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Whether source `s` is set in the four masks starting at `words` (the words of a record).
@@ -221,15 +260,15 @@ fn take(t: &mut Thread<'_>, rec: Addr) -> Result<bool, Fault> {
 }
 
 /// The job's slot layout, from word 0 of its record.
-fn job_layout(t: &mut Thread<'_>, job: Addr) -> Result<JobLayout, Fault> {
+fn job_layout(t: &mut Thread<'_>, job: Addr, lanes: Lanes) -> Result<JobLayout, Fault> {
     let (_, cnt_max, grad_max, _) = job_w0_fields(t.read_u64(job + JOB_W0)?);
-    Ok(JobLayout::new(job, cnt_max, grad_max))
+    Ok(JobLayout::new(job, cnt_max, grad_max, lanes))
 }
 
 /// Returns the slot holding block record `rec` to the job's pool: clears its bitmap bit
 /// and decrements `block_curr_cnt`.
-fn free_slot(t: &mut Thread<'_>, job: Addr, rec: Addr) -> Result<(), Fault> {
-    let layout = job_layout(t, job)?;
+fn free_slot(t: &mut Thread<'_>, job: Addr, rec: Addr, lanes: Lanes) -> Result<(), Fault> {
+    let layout = job_layout(t, job, lanes)?;
     if let Some(k) = layout.slot_of(rec) {
         let (word, bit) = layout.slot_bit(k);
         t.fetch_clear(word, bit)?;
@@ -341,6 +380,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     let udp_port = cfg.udp_port;
     let local_mac = cfg.local_mac;
     let scan_period_ns = cfg.scan_period_ns;
+    let lanes = cfg.lanes;
+    // Only FPISA lanes count events; integer lanes never read it.
+    let events = tables.fpisa_events.unwrap_or(0);
 
     // 1. parse: is this an aggregation packet for us? Validate its lengths.
     p.instr(parse, move |t| {
@@ -534,7 +576,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let job = t.r[R_JOB];
         let cnt_max = t.r[R_CNT_MAX] as u32;
         let in_use = t.fetch_add32(job + JOB_W0, 0, CURR_CNT_INC)? >> 16;
-        let layout = JobLayout::new(job, cnt_max, t.r[R_GRAD_MAX] as u32);
+        let layout = JobLayout::new(job, cnt_max, t.r[R_GRAD_MAX] as u32, lanes);
         let slot = if in_use < cnt_max {
             claim_free_slot(t, &layout, t.r[R_BLOCK_ID] as u32 % cnt_max)?
         } else {
@@ -553,7 +595,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
 
     // Zero the part of the buffer the block uses (whole lines, up to 4 KB per XTXN).
     p.instr(zero_buffer, move |t| {
-        let bytes = (t.r[R_GRAD_CNT] as usize * GRAD_BYTES).next_multiple_of(LINE_BYTES);
+        let bytes =
+            (t.r[R_GRAD_CNT] * lanes.buffer_bytes()).next_multiple_of(LINE_BYTES as u64) as usize;
         let buf = t.r[R_BUF];
         for done in (0..bytes).step_by(MAX_VADD_BYTES) {
             let n = (bytes - done).min(MAX_VADD_BYTES);
@@ -650,7 +693,13 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let chunks = in_head / CHUNK_GRADS;
         let (buf, grads) = (t.r[R_BUF], t.head_offset() + GRADS_AT);
         for c in 0..chunks {
-            add_chunk(t, buf + (c as u64) * LINE_WORDS, grads + c * LINE_BYTES)?;
+            add_chunk(
+                t,
+                lanes,
+                events,
+                buf + (c as u64) * lanes.chunk_words(),
+                grads + c * LINE_BYTES,
+            )?;
         }
         t.r[R_CHUNK] = chunks as u64;
         Ok(Goto(if chunks * CHUNK_GRADS < n {
@@ -688,7 +737,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                     bytes - from_head,
                 )?;
             }
-            add_chunk(t, t.r[R_BUF] + (c as u64) * LINE_WORDS, LM_SCRATCH)?;
+            let addr = t.r[R_BUF] + (c as u64) * lanes.chunk_words();
+            add_chunk(t, lanes, events, addr, LM_SCRATCH)?;
             t.r[R_CHUNK] += 1;
             if first + CHUNK_GRADS >= n {
                 return Ok(Goto(complete_check));
@@ -810,13 +860,13 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             let key = t.read_u64(old + BLOCK_KEY_WORD)?;
             let (block, gen) = ((key >> 16) as u32, key as u16);
             t.hash_delete(&active, &block_key(t.r[R_JOB_ID] as u8, block, gen))?;
-            free_slot(t, t.r[R_JOB], old)?;
+            free_slot(t, t.r[R_JOB], old, lanes)?;
         }
         // build_result returns to finish_block's caller.
         Ok(Goto(build_result))
     });
     p.instr(free_own, move |t| {
-        free_slot(t, t.r[R_JOB], t.r[R_BLK])?;
+        free_slot(t, t.r[R_JOB], t.r[R_BLK], lanes)?;
         Ok(Return)
     });
 
@@ -893,14 +943,38 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     });
 
     // result_tail: one 256-byte chunk of sums per instruction: read from the buffer into
-    // local memory (64 bytes per read), append to the Result's tail.
+    // local memory (64 bytes per read), append to the Result's tail. FPISA accumulators
+    // take 8 bytes per sum: they are pulled in two halves of 256 bytes, each renormalized
+    // into FP32 in place (FPISA's egress step), so the chunk still fits below LM_AGED.
     p.instr(result_tail, move |t| {
         let total = t.r[R_GRAD_CNT] as usize * GRAD_BYTES;
         let start = t.r[R_CHUNK] as usize * RESULT_CHUNK_BYTES;
         let len = (total - start).min(RESULT_CHUNK_BYTES);
-        // The buffer holds whole lines (zeroed past the gradients), so the pull is too.
-        let lines = len.next_multiple_of(LINE_BYTES);
-        t.mem_read_lines(t.r[R_BUF] + (start / 8) as u64, LM_RESULT_DATA, lines)?;
+        match lanes {
+            Lanes::Int32 => {
+                // The buffer holds whole lines (zeroed past the gradients), so the pull
+                // is too.
+                let lines = len.next_multiple_of(LINE_BYTES);
+                t.mem_read_lines(t.r[R_BUF] + (start / 8) as u64, LM_RESULT_DATA, lines)?;
+            }
+            Lanes::Fpisa(_) => {
+                let first_word = t.r[R_BUF] + (start / GRAD_BYTES) as u64;
+                let words = len / GRAD_BYTES;
+                for half in 0..words.div_ceil(FPISA_HALF_WORDS) {
+                    let n = (words - half * FPISA_HALF_WORDS).min(FPISA_HALF_WORDS);
+                    let at = LM_RESULT_DATA + half * FPISA_HALF_WORDS * GRAD_BYTES;
+                    let lines = (n * 8).next_multiple_of(LINE_BYTES);
+                    t.mem_read_lines(first_word + (half * FPISA_HALF_WORDS) as u64, at, lines)?;
+                    let lm = t.lm_bytes_mut(at, lines)?;
+                    for i in 0..n {
+                        let word =
+                            u64::from_be_bytes(lm[8 * i..8 * i + 8].try_into().expect("one word"));
+                        let value = Acc::from_word(word).value(Format::Fp32);
+                        lm[4 * i..4 * i + 4].copy_from_slice(&value.to_be_bytes());
+                    }
+                }
+            }
+        }
         t.write_tail(LM_RESULT_DATA, len)?;
         t.r[R_CHUNK] += 1;
         Ok(Goto(if start + len < total {

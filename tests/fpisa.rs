@@ -1,0 +1,219 @@
+//! FPISA aggregation through a running PFE: Trio-ML's program with FPISA lanes, end hosts
+//! sending native floats. Exact sums for values FPISA adds exactly, the documented error
+//! bound otherwise, partial results dividing by the senders, and FPISA-A's events counted.
+
+use std::sync::Arc;
+
+use pfemu::fpisa::Variant;
+use pfemu::microcode::trio_ml::host::{
+    port_channels, run_workers, Attached, DriveOptions, Worker, WorkerConfig,
+};
+use pfemu::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
+use pfemu::prelude::*;
+
+const JOB: u8 = 1;
+const GRADS: usize = 256;
+
+struct Rig {
+    pfe: Pfe,
+    rxs: Vec<crossbeam_channel::Receiver<Vec<u8>>>,
+    trio: TrioMl,
+}
+
+/// One PFE with FPISA lanes in `variant`, job `JOB` of `sources` on ports `0..sources`.
+fn rig(sources: u8, window: usize, variant: Variant, timers: Option<u8>) -> Rig {
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let trio = TrioMl::install(
+        &mem,
+        TrioMlConfig {
+            timers: 10,
+            lanes: Lanes::Fpisa(variant),
+            ..TrioMlConfig::default()
+        },
+    )
+    .unwrap();
+    let srcs: Vec<u8> = (0..sources).collect();
+    trio.add_job(&JobConfig {
+        job_id: JOB,
+        sources: srcs.clone(),
+        block_cnt_max: (2 * window) as u16,
+        block_grad_max: GRADS as u16,
+        block_exp_ms: timers.unwrap_or(200),
+        out_dest: Dest::Group(0),
+        ..JobConfig::default()
+    })
+    .unwrap();
+    let (sink, rxs) = port_channels(usize::from(sources));
+    let mut b = Pfe::builder()
+        .program(trio.program())
+        .ppe_threads(8)
+        .memory(mem)
+        .multicast_group(0, srcs.iter().map(|&s| u16::from(s)).collect::<Vec<_>>())
+        .sink(Arc::new(sink));
+    if timers.is_some() {
+        b = b.timers(trio.timer_specs().unwrap());
+    }
+    let mut pfe = b.build().unwrap();
+    pfe.start().unwrap();
+    Rig { pfe, rxs, trio }
+}
+
+fn worker_cfg(src: u8, window: usize) -> WorkerConfig {
+    WorkerConfig {
+        grads_per_packet: GRADS,
+        window,
+        ..WorkerConfig::new(JOB, src, TrioMlConfig::default().local_addr)
+    }
+}
+
+/// Runs `floats[s]` from worker `s` for every `s` in `senders`; returns the workers.
+fn allreduce(r: &Rig, senders: &[u8], floats: &[Vec<f32>], window: usize) -> Vec<Worker> {
+    let attached: Vec<Attached> = senders
+        .iter()
+        .map(|&s| Attached {
+            worker: Worker::from_f32(worker_cfg(s, window), &floats[usize::from(s)]).unwrap(),
+            port: u16::from(s),
+            rx: r.rxs[usize::from(s)].clone(),
+            opts: DriveOptions::default(),
+        })
+        .collect();
+    let pfe = &r.pfe;
+    run_workers(attached, &|p, fr| pfe.inject_frame(p, fr).unwrap()).unwrap()
+}
+
+/// Integer-valued floats of one binade (±64 to ±127): FPISA adds them exactly, in any
+/// order, in both variants (every exponent is the same).
+fn exact_values(src: u8, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let v = 64.0 + ((i * 37 + usize::from(src) * 11) % 64) as f32;
+            if (i + usize::from(src)) % 3 == 0 {
+                -v
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn four_workers_allreduce_floats_exactly_with_no_scaling_step() {
+    let n = GRADS * 24 + 5;
+    for variant in [Variant::Full, Variant::Approx] {
+        let r = rig(4, 8, variant, None);
+        let floats: Vec<Vec<f32>> = (0..4u8).map(|s| exact_values(s, n)).collect();
+        let done = allreduce(&r, &[0, 1, 2, 3], &floats, 8);
+        let want: Vec<f32> = (0..n).map(|i| floats.iter().map(|v| v[i]).sum()).collect();
+        for w in &done {
+            assert!(w.is_done());
+            assert!(w.src_counts().iter().all(|&c| c == 4));
+            assert_eq!(w.float_sums(), want, "{variant:?}");
+        }
+        let events = r.trio.fpisa_events().unwrap();
+        assert_eq!(
+            (events.overwrites, events.overflows),
+            (0, 0),
+            "one binade: nothing to overwrite"
+        );
+        r.pfe.drain();
+        let stats = r.pfe.stats();
+        assert!(stats.is_conserved());
+        assert_eq!(stats.dropped, 0);
+        assert_eq!(
+            stats.xtxns["fpisa_add16"],
+            4 * (n as u64).div_ceil(16),
+            "one shift-and-add XTXN per 16 floats (the last chunk padded)"
+        );
+    }
+}
+
+#[test]
+fn sums_of_arbitrary_floats_are_within_fpisas_bound() {
+    let n = GRADS * 8;
+    let r = rig(3, 4, Variant::Full, None);
+    // Three workers whose magnitudes differ by up to 2^6.
+    let floats: Vec<Vec<f32>> = (0..3u8)
+        .map(|s| {
+            (0..n)
+                .map(|i| {
+                    let x = ((i * 7919 + usize::from(s) * 104_729) % 20_011) as f32 / 20_011.0;
+                    (x - 0.5) * (1 << (2 * s)) as f32
+                })
+                .collect()
+        })
+        .collect();
+    let done = allreduce(&r, &[0, 1, 2], &floats, 4);
+    for w in &done {
+        for (i, &got) in w.float_sums().iter().enumerate() {
+            let exact: f64 = floats.iter().map(|v| f64::from(v[i])).sum();
+            // src/fpisa.rs: S - acc < (N - 1) u(E_max), and the FP32 narrowing loses less
+            // than one ulp of the result; u(E_max) is at most the ulp of the largest input.
+            let largest = floats.iter().map(|v| v[i].abs()).fold(0.0f32, f32::max);
+            let ulp = |x: f32| f64::from(f32::from_bits(x.abs().to_bits() + 1) - x.abs());
+            let bound = 2.0 * ulp(largest) + ulp(got);
+            let err = exact - f64::from(got);
+            assert!(
+                (-1e-30..=bound).contains(&err),
+                "gradient {i}: {got} vs {exact} (error {err}, bound {bound})"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_straggler_is_left_out_and_the_float_mean_divides_by_three() {
+    let n = GRADS * 4;
+    let r = rig(4, 4, Variant::Full, Some(60));
+    let floats: Vec<Vec<f32>> = (0..4u8).map(|s| exact_values(s, n)).collect();
+    let done = allreduce(&r, &[0, 1, 2], &floats, 4);
+    for w in &done {
+        assert!(w.src_counts().iter().all(|&c| c == 3));
+        assert!(w.degraded().iter().all(|&d| d));
+        let mean = w.float_mean();
+        for i in [0, 5, n - 1] {
+            let want: f32 = floats[..3].iter().map(|v| v[i]).sum::<f32>() / 3.0;
+            assert_eq!(mean[i], want, "gradient {i}");
+        }
+    }
+}
+
+#[test]
+fn fpisa_a_counts_its_overwrites_and_left_shifts() {
+    let n = GRADS * 2;
+    let r = rig(2, 2, Variant::Approx, None);
+    // Worker 0 sends 1.0, worker 1 sends 4.0 (2 binades up: a left shift) on even
+    // gradients and 1024.0 (10 up: an overwrite) on odd ones, whatever arrives first.
+    let floats = vec![
+        vec![1.0f32; n],
+        (0..n)
+            .map(|i| if i % 2 == 0 { 4.0 } else { 1024.0 })
+            .collect(),
+    ];
+    let done = allreduce(&r, &[0, 1], &floats, 2);
+    let events = r.trio.fpisa_events().unwrap();
+    // Either order of arrival makes one event per gradient: the larger value arriving
+    // second is a left shift or an overwrite; arriving first, the smaller is right-shifted
+    // (exactly, for 4.0 + 1.0) or lost below the mantissa (1024.0 + 1.0 keeps 1025.0).
+    assert!(events.left_shifts + events.overwrites <= n as u64);
+    for w in &done {
+        for (i, &s) in w.float_sums().iter().enumerate() {
+            if i % 2 == 0 {
+                assert_eq!(s, 5.0, "gradient {i}");
+            } else {
+                // FPISA-A's overwrite error: 1024.0 when it overwrote 1.0, else exact.
+                assert!(s == 1025.0 || s == 1024.0, "gradient {i}: {s}");
+            }
+        }
+    }
+    let overwritten = done[0]
+        .float_sums()
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .filter(|&&s| s == 1024.0)
+        .count() as u64;
+    assert_eq!(
+        events.overwrites, overwritten,
+        "every overwrite counted once"
+    );
+}
