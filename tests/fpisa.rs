@@ -217,3 +217,53 @@ fn fpisa_a_counts_its_overwrites_and_left_shifts() {
         "every overwrite counted once"
     );
 }
+
+/// `pfemu bench fpisa`'s library: a small run verifies every Result bit for bit in both
+/// kinds, and its JSON has every field `pfemu bench trio-ml --json` has, plus the
+/// comparison.
+#[test]
+fn the_fpisa_bench_checks_its_results_and_reports_trio_mls_fields() {
+    use pfemu::bench::fpisa::{run, FpisaBenchConfig};
+    use pfemu::bench::trio_ml::TrioMlBenchConfig;
+    let base = TrioMlBenchConfig {
+        workers: 3,
+        grads: 300,
+        window: 16,
+        generations: 3,
+        ppe_threads: 2,
+        scan_timers: 10,
+        ..TrioMlBenchConfig::default()
+    };
+    for variant in [Variant::Full, Variant::Approx] {
+        let mut kinds = Vec::new();
+        let r = run(
+            &FpisaBenchConfig {
+                base: base.clone(),
+                variant,
+                runs: 1,
+            },
+            |_, kind, r| {
+                assert!(r.verified, "{kind}: {r:?}");
+                kinds.push(kind.to_string());
+            },
+        )
+        .unwrap();
+        assert_eq!(kinds, ["trio-ml", "fpisa"]);
+        assert!(r.fpisa.verified && r.fpisa.dropped == 0);
+        assert_eq!(r.fpisa.results, 16 * 3);
+        assert!(r.ratio_to_trio_ml > 0.0);
+        let fpisa = serde_json::to_value(&r).unwrap();
+        let trio = serde_json::to_value(&r.fpisa).unwrap();
+        for key in trio.as_object().unwrap().keys() {
+            assert!(fpisa.get(key).is_some(), "missing `{key}`");
+        }
+        for key in [
+            "variant",
+            "trio_ml_gradients_per_s",
+            "ratio_to_trio_ml",
+            "host",
+        ] {
+            assert!(fpisa.get(key).is_some(), "missing `{key}`");
+        }
+    }
+}

@@ -17,9 +17,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::rng::SplitMix64;
+use crate::fpisa::{Acc, Format, Variant};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
-use crate::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
+use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
 use crate::packet::{Dest, Port};
 use crate::pfe::{FnSink, Pfe};
 use crate::ConfigError;
@@ -51,6 +52,8 @@ pub struct TrioMlBenchConfig {
     pub scan_period_ns: u64,
     /// Seed of the gradient values.
     pub seed: u64,
+    /// What the gradients are: Trio-ML's integers, or FPISA's floats (`pfemu bench fpisa`).
+    pub lanes: Lanes,
 }
 
 impl Default for TrioMlBenchConfig {
@@ -68,6 +71,7 @@ impl Default for TrioMlBenchConfig {
             scan_timers: crate::microcode::trio_ml::DEFAULT_TIMERS,
             scan_period_ns: crate::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS,
             seed: 1,
+            lanes: Lanes::Int32,
         }
     }
 }
@@ -160,17 +164,33 @@ pub fn generate(cfg: &TrioMlBenchConfig) -> TrioMlTraffic {
     let aggregator = TrioMlConfig::default().local_addr;
     let g = usize::from(cfg.grads);
     let mut rng = SplitMix64::new(cfg.seed);
-    // Values in +-2^20: sums of up to 255 sources stay far from overflow.
-    let mut next = move || (rng.next_u64() >> 43) as i32 - (1 << 20);
+    let fpisa = matches!(cfg.lanes, Lanes::Fpisa(_));
+    // Integers in +-2^20: sums of up to 255 sources stay far from overflow. FPISA's floats
+    // (sent as their bits) are integers of one binade, +-(2^20 .. 2^21): FPISA adds them
+    // exactly in whatever order the PPE threads take them, so the Results can be checked
+    // bit for bit, and sums of up to 127 sources fit the accumulator's headroom.
+    let mut next = move || {
+        let r = rng.next_u64();
+        if fpisa {
+            let v = ((1u64 << 20) + (r >> 44)) as f32;
+            (if r & 1 == 0 { v } else { -v }).to_bits() as i32
+        } else {
+            (r >> 43) as i32 - (1 << 20)
+        }
+    };
     let mut frames = Vec::new();
     let mut ports = Vec::new();
     let mut sums = Vec::new();
     for block in 0..u32::from(cfg.window) {
         let mut sum = vec![0i32; g];
+        let mut float_sum = vec![0f64; g];
         for src in 0..cfg.workers {
             let grads: Vec<i32> = (0..g).map(|_| next()).collect();
             for (s, v) in sum.iter_mut().zip(&grads) {
                 *s = s.wrapping_add(*v);
+            }
+            for (s, v) in float_sum.iter_mut().zip(&grads) {
+                *s += f64::from(f32::from_bits(*v as u32));
             }
             frames.push(Arc::from(wire::agg_packet(&AggPacket {
                 endpoints: endpoints(src, aggregator),
@@ -185,6 +205,13 @@ pub fn generate(cfg: &TrioMlBenchConfig) -> TrioMlTraffic {
                 gradients: &grads,
             })));
             ports.push(Port::from(src));
+        }
+        if fpisa {
+            // Exact: integers below 2^28 (255 sources of less than 2^21).
+            sum = float_sum
+                .iter()
+                .map(|&s| (s as f32).to_bits() as i32)
+                .collect();
         }
         sums.push(sum);
     }
@@ -283,6 +310,7 @@ pub fn run_on(
             // of blocks being created. Its size, not its use, is what the scan timers
             // sweep, so the default 64k records would make them four times busier.
             hash_capacity: (2 * slots as usize).next_power_of_two().max(1024),
+            lanes: cfg.lanes,
             ..TrioMlConfig::default()
         },
     )?;
@@ -390,6 +418,9 @@ pub fn run_on(
 /// source is in, copy the sums out (the Result's payload) and clear the block. Returns
 /// gradients per second.
 pub fn baseline(cfg: &TrioMlBenchConfig, traffic: &mut TrioMlTraffic) -> f64 {
+    if let Lanes::Fpisa(variant) = cfg.lanes {
+        return fpisa_baseline(cfg, variant, traffic);
+    }
     let g = usize::from(cfg.grads);
     let w = usize::from(cfg.window);
     let mut buf = vec![0u32; w * g];
@@ -420,6 +451,55 @@ pub fn baseline(cfg: &TrioMlBenchConfig, traffic: &mut TrioMlTraffic) -> f64 {
                 for (o, v) in out.chunks_exact_mut(4).zip(lanes.iter_mut()) {
                     o.copy_from_slice(&v.to_be_bytes());
                     *v = 0;
+                }
+                std::hint::black_box(&out);
+                results += 1;
+                count[b] = 0;
+                seen[b] = [0; 4];
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    std::hint::black_box(results);
+    let gradients = traffic.frames.len() as u64 * u64::from(cfg.generations) * g as u64;
+    gradients as f64 / elapsed
+}
+
+/// [`baseline`] for FPISA lanes: the same loop with one [`Acc`] per gradient, each packet's
+/// floats added with FPISA's shift-and-add in plain Rust, and the Result's sums
+/// renormalized into FP32 as they are copied out.
+fn fpisa_baseline(cfg: &TrioMlBenchConfig, variant: Variant, traffic: &mut TrioMlTraffic) -> f64 {
+    let g = usize::from(cfg.grads);
+    let w = usize::from(cfg.window);
+    let mut buf = vec![Acc::ZERO; w * g];
+    let mut seen = vec![[0u64; 4]; w];
+    let mut count = vec![0u8; w];
+    let mut out = vec![0u8; g * 4];
+    let mut results = 0u64;
+    let start = Instant::now();
+    for gen in 0..cfg.generations {
+        set_gen(&mut traffic.frames, gen as u16);
+        for f in &traffic.frames {
+            let (h, grads) = match wire::parse(f) {
+                Ok(x) => x,
+                Err(_) => continue,
+            };
+            let b = h.block_id as usize % w;
+            let (word, bit) = (usize::from(h.src_id / 64), h.src_id % 64);
+            if seen[b][word] & (1 << bit) != 0 {
+                continue;
+            }
+            seen[b][word] |= 1 << bit;
+            let accs = &mut buf[b * g..b * g + usize::from(h.grad_cnt)];
+            for (a, s) in accs.iter_mut().zip(grads.chunks_exact(4)) {
+                let bits = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
+                a.add_bits(bits, Format::Fp32, variant);
+            }
+            count[b] += 1;
+            if count[b] == cfg.workers {
+                for (o, a) in out.chunks_exact_mut(4).zip(accs.iter_mut()) {
+                    o.copy_from_slice(&a.value(Format::Fp32).to_be_bytes());
+                    *a = Acc::ZERO;
                 }
                 std::hint::black_box(&out);
                 results += 1;

@@ -222,6 +222,36 @@ enum BenchCmd {
         they do not match). The baseline is one thread adding the same packets into the same \
         layout with no engine.")]
     TrioMl(TrioMlArgs),
+    /// FPISA aggregation (native FP32 gradients, the engine's shift-and-add) against
+    /// Trio-ML's integers on the same workload.
+    #[command(after_help = "Examples:\n  \
+        pfemu bench fpisa\n  \
+        pfemu bench fpisa --variant approx --runs 5 --json\n\n\
+        Runs `pfemu bench trio-ml`'s workload twice per round, interleaved: with Trio-ML's \
+        32-bit integers and with FPISA lanes (each gradient an FPISA accumulator, added with \
+        the RMW engine's shift-and-add, renormalized into FP32 in the Result). The FPISA \
+        traffic is integer-valued floats of one binade, which FPISA adds exactly in any order, \
+        so every Result is checked bit for bit. Reports the FPISA run (the same fields as \
+        `pfemu bench trio-ml --json`), its ratio to Trio-ML, and the end hosts' conversion \
+        cost per gradient (Trio-ML scales floats to integers and back; FPISA sends the bits).")]
+    Fpisa(FpisaArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct FpisaArgs {
+    #[command(flatten)]
+    t: TrioMlArgs,
+    /// Full FPISA (the shift-and-add memory unit) or FPISA-A.
+    #[arg(long, value_enum, default_value_t = FpisaVariant::Full)]
+    variant: FpisaVariant,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FpisaVariant {
+    /// FPISA with the shift-and-add unit: the stored mantissa is shifted when needed.
+    Full,
+    /// FPISA-A: only the incoming mantissa is shifted; past 2^7 it overwrites.
+    Approx,
 }
 
 #[derive(clap::Args, Debug)]
@@ -396,6 +426,9 @@ fn main() -> ExitCode {
         Some(Command::Bench {
             which: BenchCmd::TrioMl(a),
         }) => bench_trio_ml(&a),
+        Some(Command::Bench {
+            which: BenchCmd::Fpisa(a),
+        }) => bench_fpisa(&a),
         Some(Command::Experiment(a)) => experiment(&a),
     };
     match result {
@@ -597,6 +630,97 @@ fn emit<F: Figure>(
     Ok((report.name(), value, report.verified()))
 }
 
+fn bench_fpisa(a: &FpisaArgs) -> CliResult {
+    let t = &a.t;
+    if t.ppe_threads.len() > 1 {
+        return Err("invalid option `--ppe-threads`: bench fpisa takes one value".into());
+    }
+    let cfg = pfemu::bench::fpisa::FpisaBenchConfig {
+        base: TrioMlBenchConfig {
+            workers: t.workers,
+            grads: t.grads,
+            window: t.window,
+            generations: t.generations,
+            ppe_threads: t
+                .ppe_threads
+                .first()
+                .copied()
+                .unwrap_or_else(default_ppe_threads),
+            capacity: t.capacity,
+            timers: !t.no_timers,
+            scan_timers: t.timers,
+            scan_period_ns: (t.scan_period_ms * 1e6) as u64,
+            seed: 1,
+            lanes: pfemu::microcode::trio_ml::Lanes::Int32,
+        },
+        variant: match a.variant {
+            FpisaVariant::Full => pfemu::fpisa::Variant::Full,
+            FpisaVariant::Approx => pfemu::fpisa::Variant::Approx,
+        },
+        runs: t.runs,
+    };
+    let json_out = t.json;
+    let r = pfemu::bench::fpisa::run(&cfg, |run, kind, r| {
+        if !json_out {
+            eprintln!(
+                "run {}/{}: {kind:>7}: {:.3} G gradients/s ({:.2}x of its plain loop){}",
+                run + 1,
+                cfg.runs,
+                r.gradients_per_s / 1e9,
+                r.ratio_to_baseline,
+                if r.verified {
+                    ""
+                } else {
+                    "  (SUMS DO NOT MATCH)"
+                }
+            );
+        }
+    })?;
+    let verified = r.fpisa.verified;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        let f = &r.fpisa;
+        println!(
+            "\nfpisa ({}): {} workers, {} gradients/packet, window {}, {} generations, {} PPE \
+             threads, median of {}:",
+            r.variant, t.workers, t.grads, t.window, t.generations, f.ppe_threads, t.runs
+        );
+        println!(
+            "  FPISA    {:.3} G gradients/s ({:.2} Gbit/s), {:.3}x of its plain loop ({:.3} G/s)",
+            f.gradients_per_s / 1e9,
+            f.gradient_gbps,
+            f.ratio_to_baseline,
+            f.baseline_gradients_per_s / 1e9
+        );
+        println!(
+            "  Trio-ML  {:.3} G gradients/s; FPISA / Trio-ML = {:.3}x (target: at least 0.5x)",
+            r.trio_ml_gradients_per_s / 1e9,
+            r.ratio_to_trio_ml
+        );
+        println!(
+            "  hosts, ns per gradient: FPISA send {:.2} / receive {:.2}; Trio-ML scaling send \
+             {:.2} / receive {:.2}",
+            r.host.fpisa_send_ns,
+            r.host.fpisa_receive_ns,
+            r.host.trio_ml_send_ns,
+            r.host.trio_ml_receive_ns
+        );
+        println!(
+            "  instructions/packet {:.1}; dropped {}",
+            f.instructions_per_packet, f.dropped
+        );
+        if verified {
+            println!("  check: every Result arrived; the last generation's sums match bit for bit");
+        }
+    }
+    if verified {
+        Ok(())
+    } else {
+        Err("FPISA Results did not match the expected sums".into())
+    }
+}
+
 fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
     if a.runs == 0 {
         return Err("invalid option `--runs`: must be at least 1".into());
@@ -619,6 +743,7 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
             scan_timers: a.timers,
             scan_period_ns: (a.scan_period_ms * 1e6) as u64,
             seed: 1,
+            lanes: pfemu::microcode::trio_ml::Lanes::Int32,
         })
         .collect();
     let mut traffic = trio_ml::generate(&configs[0]);
