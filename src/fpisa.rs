@@ -450,23 +450,33 @@ impl Acc {
 
     /// Adds a decomposed value (align, then add; no renormalization) and says what happened.
     /// Specials only set their sticky flags; see the module docs for the rules.
+    #[inline]
     pub fn add(&mut self, x: Decomposed, variant: Variant) -> Events {
+        if matches!(x.class, Class::Normal) {
+            self.add_normal(x, variant)
+        } else {
+            self.add_special(x)
+        }
+    }
+
+    /// [`Acc::add`] of a value that is not normal: zeros add nothing, the others set flags.
+    #[cold]
+    fn add_special(&mut self, x: Decomposed) -> Events {
         match x.class {
-            Class::Normal => {}
-            Class::Zero => return Events::NONE,
-            Class::Subnormal => {
-                self.flags |= Acc::SUBNORMAL;
-                return Events::NONE;
-            }
+            Class::Normal => unreachable!("normal values take add_normal"),
+            Class::Zero => {}
+            Class::Subnormal => self.flags |= Acc::SUBNORMAL,
             Class::Infinite { negative } => {
                 self.flags |= if negative { Acc::NEG_INF } else { Acc::POS_INF };
-                return Events::NONE;
             }
-            Class::Nan => {
-                self.flags |= Acc::NAN;
-                return Events::NONE;
-            }
+            Class::Nan => self.flags |= Acc::NAN,
         }
+        Events::NONE
+    }
+
+    /// [`Acc::add`] of a normal value: align, add, saturate on overflow.
+    #[inline]
+    fn add_normal(&mut self, x: Decomposed, variant: Variant) -> Events {
         if x.man == 0 {
             return Events::NONE;
         }
