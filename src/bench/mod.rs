@@ -4,6 +4,7 @@ pub mod demo;
 pub mod experiments;
 pub mod filter;
 pub mod fpisa;
+pub mod fpisa_accuracy;
 pub mod plot;
 pub mod rng;
 pub mod timers;

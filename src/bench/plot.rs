@@ -173,6 +173,110 @@ pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), Box<dyn std::e
     Ok(())
 }
 
+/// A chart for quantities that span decades (the FPISA accuracy report's errors): the x axis
+/// spaced by powers of two (points at `log2(x)`, ticks labelled `2^v`), the y axis
+/// logarithmic (base 10).
+#[derive(Clone, Debug)]
+pub struct LogChart<'a> {
+    /// Title above the plot.
+    pub title: &'a str,
+    /// X axis label.
+    pub x_label: &'a str,
+    /// Y axis label.
+    pub y_label: &'a str,
+    /// Bottom of the y axis; points at or below it (zeros, which a log axis cannot show) are
+    /// drawn on it.
+    pub y_floor: f64,
+    /// Solid lines.
+    pub solid: Vec<Series>,
+    /// Dashed lines, coloured like the solid line of the same index (e.g. a method's median
+    /// solid and its maximum dashed).
+    pub dashed: Vec<Series>,
+}
+
+/// Draws `chart` as an SVG file at `path`. X values must be >= 1 and `y_floor` > 0.
+pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), Box<dyn std::error::Error>> {
+    if !(chart.y_floor > 0.0 && chart.y_floor.is_finite()) {
+        return Err(format!("y_floor must be a positive number, not {}", chart.y_floor).into());
+    }
+    let place = |s: &Series| -> Vec<(f64, f64)> {
+        s.points
+            .iter()
+            .map(|&(x, y)| (x.max(1.0).log2(), y.max(chart.y_floor)))
+            .collect()
+    };
+    let all: Vec<(f64, f64)> = chart
+        .solid
+        .iter()
+        .chain(&chart.dashed)
+        .flat_map(place)
+        .collect();
+    let x_lo = all.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x_hi = all.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let (x_lo, x_hi) = if x_lo.is_finite() && x_hi > x_lo {
+        let pad = 0.05 * (x_hi - x_lo);
+        (x_lo - pad, x_hi + pad)
+    } else {
+        (x_lo.min(0.0) - 0.5, x_hi.max(0.0) + 0.5)
+    };
+    let y_hi = all.iter().map(|p| p.1).fold(chart.y_floor, f64::max) * 10.0;
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_lo..x_hi, (chart.y_floor..y_hi).log_scale())?;
+    // Ticks at whole powers of two only.
+    let x_fmt = |v: &f64| {
+        if (v - v.round()).abs() < 1e-9 {
+            format!("{}", 2f64.powf(v.round()))
+        } else {
+            String::new()
+        }
+    };
+    let y_fmt = |v: &f64| format!("{v:.0e}");
+    c.configure_mesh()
+        .x_desc(chart.x_label)
+        .y_desc(chart.y_label)
+        .x_labels((x_hi - x_lo).ceil() as usize + 1)
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(&y_fmt)
+        .draw()?;
+    for (i, s) in chart.solid.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts = place(s);
+        c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    }
+    for (i, s) in chart.dashed.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts = place(s);
+        c.draw_series(DashedLineSeries::new(
+            pts.iter().copied(),
+            6,
+            4,
+            color.stroke_width(2),
+        ))?
+        .label(s.name.clone())
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(1)));
+        c.draw_series(
+            pts.iter()
+                .map(|&p| TriangleMarker::new(p, 4, color.filled())),
+        )?;
+    }
+    c.configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 /// Writes rows as CSV (values are numbers or plain words, so nothing needs quoting).
 pub fn csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
     let mut s = header.join(",");
@@ -220,6 +324,32 @@ mod tests {
             std::fs::read_to_string(dir.join("c.csv")).unwrap(),
             "x,y\n1,2\n"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn writes_a_log_chart_with_zeros_on_the_floor() {
+        let dir = std::env::temp_dir().join(format!("pfemu-plot3-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = |name: &str, k: f64| Series {
+            name: name.into(),
+            points: [2.0, 8.0, 64.0].iter().map(|&x| (x, k * x)).collect(),
+        };
+        let mut chart = LogChart {
+            title: "t",
+            x_label: "workers",
+            y_label: "error",
+            y_floor: 1e-12,
+            solid: vec![s("median", 1e-9), s("zero", 0.0)],
+            dashed: vec![s("max", 1e-7)],
+        };
+        svg_log(&dir.join("l.svg"), &chart).unwrap();
+        let text = std::fs::read_to_string(dir.join("l.svg")).unwrap();
+        assert!(text.starts_with("<svg"));
+        assert!(text.contains("median") && text.contains("max"));
+        assert!(text.contains("\n64\n"), "x ticks are labelled 2^v");
+        chart.y_floor = 0.0;
+        assert!(svg_log(&dir.join("bad.svg"), &chart).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
