@@ -273,6 +273,7 @@ pub struct Decomposed {
 /// ignored) into exponent, signed mantissa and class. Normals are exact:
 /// `value = man * 2^(exp - 150)`. Zeros, subnormals (flushed), infinities and NaNs have
 /// `exp = 0` and `man = 0`.
+#[inline]
 pub fn decompose(bits: u32, fmt: Format) -> Decomposed {
     let bits = if fmt.width() == 32 {
         bits
@@ -507,6 +508,7 @@ impl Acc {
     }
 
     /// Decomposes `bits` (a value of `fmt`) and adds it.
+    #[inline]
     pub fn add_bits(&mut self, bits: u32, fmt: Format, variant: Variant) -> Events {
         self.add(decompose(bits, fmt), variant)
     }
@@ -530,6 +532,7 @@ impl Acc {
     /// the LPM table, rounded toward negative infinity, assembled (the paper's MAU5 to MAU8).
     /// Any format can be read, whatever formats were added. The stored value is not changed.
     /// Specials, exponent overflow (±Inf) and underflow (±0) follow the module docs.
+    #[inline]
     pub fn value(self, fmt: Format) -> u32 {
         let both_inf = Acc::POS_INF | Acc::NEG_INF;
         if self.flags & Acc::NAN != 0 || self.flags & both_inf == both_inf {

@@ -1158,6 +1158,36 @@ impl<'a> Thread<'a> {
         Ok(counts)
     }
 
+    /// Posts [`Thread::fpisa_add_be`] as an asynchronous XTXN, as gradient adds are: the
+    /// lanes are copied out of local memory now, the size and address are checked now, and
+    /// the add is applied exactly once, no later than [`Thread::wait_posted`] or the end of
+    /// the batch. Posted adds that continue one another reach the engine as one request.
+    /// The events of applied adds are collected by [`Thread::take_fpisa_events`]. Counted
+    /// as one `fpisa_add16` XTXN per 16 lanes or part of them.
+    #[inline]
+    pub fn post_fpisa_be(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+        fmt: crate::fpisa::Format,
+        variant: crate::fpisa::Variant,
+    ) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        let lanes = len / (fmt.width() / 8) as usize;
+        self.core.xtxns[XtxnKind::FpisaAdd16.index()] += lanes.div_ceil(16) as u64;
+        self.core
+            .posted
+            .post_fpisa_be(self.mem, addr, &self.core.lm[range], fmt, variant)?;
+        Ok(())
+    }
+
+    /// The events of this thread's posted FPISA adds applied since the last call (after
+    /// [`Thread::wait_posted`], all of them so far).
+    pub fn take_fpisa_events(&mut self) -> crate::mem::FpisaCounts {
+        self.core.posted.take_fpisa_counts()
+    }
+
     // ----- hash engine XTXNs ---------------------------------------------------------------
 
     /// Looks `key` up in a hash table; a found record is marked referenced.

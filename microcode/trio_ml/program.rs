@@ -210,36 +210,35 @@ fn drop_as(r: DropReason) -> InstrResult {
 /// lines, so the engine applies them as one vector add over the whole packet.
 ///
 /// With FPISA lanes ([`Lanes::Fpisa`]) the chunk's 16 floats go to 16 accumulator words from
-/// `addr` with the engine's shift-and-add instead (synchronous), and FPISA-A's events are
-/// added to the counters at `events` (overwrites, left shifts, overflows: three packet/byte
-/// counters, the count in the packet word).
+/// `addr` with the engine's shift-and-add instead, posted and merged the same way.
 #[inline]
-fn add_chunk(
-    t: &mut Thread<'_>,
-    lanes: Lanes,
-    events: Addr,
-    addr: Addr,
-    lm_offset: usize,
-) -> Result<(), Fault> {
+fn add_chunk(t: &mut Thread<'_>, lanes: Lanes, addr: Addr, lm_offset: usize) -> Result<(), Fault> {
     match lanes {
         Lanes::Int32 => t.post_vadd32_be(addr, lm_offset, LINE_BYTES),
         Lanes::Fpisa(variant) => {
-            let c = t.fpisa_add_be(addr, lm_offset, LINE_BYTES, Format::Fp32, variant)?;
-            for (i, n) in [c.overwrites, c.left_shifts, c.overflows]
-                .into_iter()
-                .enumerate()
-            {
-                if n > 0 {
-                    t.post(Op::CounterAdd {
-                        addr: events + 2 * i as u64,
-                        packets: n,
-                        bytes: 0,
-                    })?;
-                }
-            }
-            Ok(())
+            t.post_fpisa_be(addr, lm_offset, LINE_BYTES, Format::Fp32, variant)
         }
     }
+}
+
+/// FPISA lanes, once the packet's adds are applied: adds their events (FPISA-A's overwrites
+/// and left shifts, headroom overflows) to the three counters at `events` (the count in
+/// each counter's packet word).
+fn count_fpisa_events(t: &mut Thread<'_>, events: Addr) -> Result<(), Fault> {
+    let c = t.take_fpisa_events();
+    for (i, n) in [c.overwrites, c.left_shifts, c.overflows]
+        .into_iter()
+        .enumerate()
+    {
+        if n > 0 {
+            t.post(Op::CounterAdd {
+                addr: events + 2 * i as u64,
+                packets: n,
+                bytes: 0,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether source `s` is set in the four masks starting at `words` (the words of a record).
@@ -696,7 +695,6 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             add_chunk(
                 t,
                 lanes,
-                events,
                 buf + (c as u64) * lanes.chunk_words(),
                 grads + c * LINE_BYTES,
             )?;
@@ -738,7 +736,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 )?;
             }
             let addr = t.r[R_BUF] + (c as u64) * lanes.chunk_words();
-            add_chunk(t, lanes, events, addr, LM_SCRATCH)?;
+            add_chunk(t, lanes, addr, LM_SCRATCH)?;
             t.r[R_CHUNK] += 1;
             if first + CHUNK_GRADS >= n {
                 return Ok(Goto(complete_check));
@@ -752,6 +750,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         // The adds must have landed before the source is counted: the last source to count
         // closes the block, and its Result is read as soon as every adder left.
         t.wait_posted();
+        if let Lanes::Fpisa(_) = lanes {
+            count_fpisa_events(t, events)?;
+        }
         let rec = t.r[R_BLK];
         if t.r[R_PKT_DEGRADED] != 0 {
             t.fetch_or(rec + GATE_W, GATE_DEGRADED)?;

@@ -16,6 +16,7 @@
 //! exact at the accumulator's precision (integer-valued gradients of a narrow range, say).
 
 use super::bank::update;
+use super::lanes::{fp32_all_plain, fpisa_fp32_be};
 use super::{Addr, MemFault, SharedMemory};
 use crate::fpisa::{self, Acc, Decomposed, Events, Format, Variant};
 
@@ -132,14 +133,43 @@ impl SharedMemory {
         let n = data.len() / width;
         check_lanes(n).map_err(|_| MemFault::BadSize { bytes: data.len() })?;
         let mut counts = FpisaCounts::default();
-        self.fpisa_apply(
-            addr,
-            n,
-            |i| fpisa::decompose(be_lane(data, i, width), fmt),
-            variant,
-            &mut counts,
-            |_, _| {},
-        )?;
+        // FP32 lanes that are all normal or zero, in the accumulator region: the branch-free
+        // kernel, one stripe at a time under its lock.
+        if fmt == Format::Fp32 && fp32_all_plain(data) {
+            if let Some(off) = self.acc_offset(addr, n as u64) {
+                let mut events = [0u64; 3];
+                let approx = variant == Variant::Approx;
+                self.acc_locked(off, n as u64, |first, piece| {
+                    let src = &data[first * 4..(first + piece.len()) * 4];
+                    fpisa_fp32_be(piece, src, approx, &mut events);
+                });
+                return Ok(FpisaCounts {
+                    adds: n as u64,
+                    overwrites: events[0],
+                    left_shifts: events[1],
+                    overflows: events[2],
+                });
+            }
+        }
+        // One instance per format, so decoding compiles down to that format's constants.
+        match fmt {
+            Format::Fp32 => self.fpisa_apply(
+                addr,
+                n,
+                |i| fpisa::decompose(be_lane(data, i, 4), Format::Fp32),
+                variant,
+                &mut counts,
+                |_, _| {},
+            )?,
+            Format::Fp16 | Format::Bf16 => self.fpisa_apply(
+                addr,
+                n,
+                |i| fpisa::decompose(be_lane(data, i, 2), fmt),
+                variant,
+                &mut counts,
+                |_, _| {},
+            )?,
+        }
         Ok(counts)
     }
 

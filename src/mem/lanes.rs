@@ -82,6 +82,77 @@ with_avx2! {
     }
 }
 
+/// True when every FP32 lane of `src` (big-endian, 4 bytes each) is normal or zero: no
+/// subnormal, infinity or NaN, so [`fpisa_fp32_be`] may add them.
+pub(super) fn fp32_all_plain(src: &[u8]) -> bool {
+    src.chunks_exact(4).all(|b| {
+        let bits = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let exp = (bits >> 23) & 0xFF;
+        (exp != 0 && exp != 0xFF) || bits & 0x7FFF_FFFF == 0
+    })
+}
+
+with_avx2! {
+    /// FPISA's shift-and-add ([`crate::fpisa::Acc::add`], bit for bit: a test compares them)
+    /// of FP32 lanes in network order into accumulator words (`words[i]` gets lane `i`;
+    /// `src.len() == 4 * words.len()`), for lanes that are normal or zero only (see
+    /// [`fp32_all_plain`]). Written without branches, so it vectorises: per lane, both
+    /// alignments are computed and the right one selected. `approx` selects FPISA-A.
+    /// Adds the events to `events`: overwrites, left shifts, overflows.
+    pub(super) fn fpisa_fp32_be(words: &mut [u64], src: &[u8], approx: bool, events: &mut [u64; 3]) {
+        assert_eq!(src.len(), words.len() * 4, "4 bytes per lane");
+        const LIMIT: i64 = i32::MAX as i64;
+        const FLAG_OVERFLOW: u64 = (crate::fpisa::Acc::OVERFLOW as u64) << 40;
+        let (mut overwrites, mut left_shifts, mut overflows) = (0u64, 0u64, 0u64);
+        for (w, b) in words.iter_mut().zip(src.chunks_exact(4)) {
+            let bits = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+            let word = *w;
+            // The incoming value: exponent (FP32's bias is the accumulator's) and signed
+            // significand with the leading one at bit 23; 0 for a zero.
+            let e_x = ((bits >> 23) & 0xFF) as i32;
+            let sig = ((bits & 0x7F_FFFF) | 0x80_0000) as i32;
+            let nonzero = bits & 0x7FFF_FFFF != 0;
+            let m_x = if !nonzero { 0 } else if bits >> 31 != 0 { -sig } else { sig };
+            let m_a = word as u32 as i32;
+            let e_a = ((word >> 32) & 0xFF) as i32;
+            let d = e_x - e_a;
+            // Incoming smaller (or equal): it is shifted right, in both variants.
+            let right_x = i64::from(m_a) + i64::from(m_x >> (-d).clamp(0, 31));
+            // Incoming larger: Full shifts the stored mantissa right and takes the incoming
+            // exponent; FPISA-A shifts the incoming one left within the headroom, or
+            // overwrites past it.
+            let right_a = i64::from(m_a >> d.clamp(0, 31)) + i64::from(m_x);
+            let left_x = i64::from(m_a) + (i64::from(m_x) << d.clamp(0, 31));
+            let headroom = d <= crate::fpisa::HEADROOM as i32;
+            let (sum, exp) = if d <= 0 {
+                (right_x, e_a)
+            } else if !approx {
+                (right_a, e_x)
+            } else if headroom {
+                (left_x, e_a)
+            } else {
+                (i64::from(m_x), e_x)
+            };
+            let sat = sum.clamp(-LIMIT, LIMIT);
+            let empty = m_a == 0;
+            let counted = !empty && nonzero;
+            let overflow = counted && sat != sum;
+            overwrites += u64::from(counted && approx && d > 0 && !headroom);
+            left_shifts += u64::from(counted && approx && d > 0 && headroom);
+            overflows += u64::from(overflow);
+            let (man, exp) = if empty { (m_x, e_x) } else { (sat as i32, exp) };
+            let new = (word & (0xFF << 40))
+                | (man as u32 as u64)
+                | ((exp as u64 & 0xFF) << 32)
+                | if overflow { FLAG_OVERFLOW } else { 0 };
+            *w = if nonzero { new } else { word };
+        }
+        events[0] += overwrites;
+        events[1] += left_shifts;
+        events[2] += overflows;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +194,57 @@ mod tests {
         let mut w = [0xFFFF_FFFF_FFFF_FFFF, 0x7FFF_FFFF_8000_0000];
         add_packed_slice(&mut w, &[0x0000_0001_0000_0001, 0x0000_0001_8000_0000]);
         assert_eq!(w, [0, 0x8000_0000_0000_0000]);
+    }
+
+    proptest! {
+        /// The branch-free kernel is `Acc::add`, bit for bit and event for event, on every
+        /// accumulator the engine can hold and every normal or zero FP32 lane.
+        #[test]
+        fn the_fp32_kernel_is_acc_add(
+            cases in proptest::collection::vec(
+                (any::<i32>(), 0u8..=255, any::<u8>(), any::<u32>(), 0u32..4), 1..64),
+            approx in any::<bool>(),
+        ) {
+            use crate::fpisa::{Acc, Format, Variant};
+            let variant = if approx { Variant::Approx } else { Variant::Full };
+            let mut words = Vec::new();
+            let mut src = Vec::new();
+            let mut want = Vec::new();
+            let mut want_events = [0u64; 3];
+            for &(man, exp, flags, bits, kind) in &cases {
+                // Valid accumulators never hold i32::MIN; inputs are normal or zero, often
+                // near the accumulator's exponent so every alignment case comes up.
+                let acc = Acc { exp, man: man.max(-i32::MAX), flags: flags & 0x1F };
+                let bits = match kind {
+                    0 => bits & 0x8000_0000,
+                    1 => {
+                        let e = (i32::from(exp) + ((bits >> 28) % 20) as i32 - 9).clamp(1, 254);
+                        (bits & 0x807F_FFFF) | ((e as u32) << 23)
+                    }
+                    _ => (bits & 0x807F_FFFF) | (((bits >> 23) & 0xFF).clamp(1, 254) << 23),
+                };
+                let mut a = acc;
+                let e = a.add_bits(bits, Format::Fp32, variant);
+                want_events[0] += u64::from(e.overwrite);
+                want_events[1] += u64::from(e.left_shift);
+                want_events[2] += u64::from(e.overflow);
+                want.push(a.to_word());
+                words.push(acc.to_word());
+                src.extend_from_slice(&bits.to_be_bytes());
+            }
+            prop_assert!(fp32_all_plain(&src));
+            let mut events = [0u64; 3];
+            fpisa_fp32_be(&mut words, &src, approx, &mut events);
+            prop_assert_eq!(words, want);
+            prop_assert_eq!(events, want_events);
+        }
+    }
+
+    #[test]
+    fn special_fp32_lanes_are_not_plain() {
+        for bits in [0x0000_0001u32, 0x7F80_0000, 0xFF80_0000, 0x7FC0_0000] {
+            assert!(!fp32_all_plain(&bits.to_be_bytes()), "{bits:#x}");
+        }
+        assert!(fp32_all_plain(&[0x80, 0, 0, 0, 0x3F, 0x80, 0, 0]));
     }
 }

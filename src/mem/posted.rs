@@ -1,6 +1,10 @@
 //! Posted (asynchronous) XTXNs: a PPE thread's fire-and-forget buffer.
 
-use super::{Addr, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_VADD_BYTES, WORD_BYTES};
+use super::{
+    Addr, FpisaCounts, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_FPISA_LANES,
+    MAX_VADD_BYTES, WORD_BYTES,
+};
+use crate::fpisa::{Format, Variant};
 
 /// `(addr, packets, bytes)` of a counter addition.
 pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
@@ -41,7 +45,18 @@ pub struct PostedOps {
     /// The pending vector add's big-endian lanes, as posted (the engine converts them as it
     /// adds, in one pass over the whole span).
     vadd: Box<[u8; MAX_VADD_BYTES]>,
+    /// The pending FPISA add: its first word, its lanes' format and variant, and its
+    /// big-endian lanes in `fpisa[..fpisa_len]` (one accumulator word per lane).
+    fpisa_addr: Addr,
+    fpisa_kind: (Format, Variant),
+    fpisa_len: usize,
+    fpisa: Box<[u8; MAX_FPISA_BYTES]>,
+    /// What the applied FPISA adds did, since [`PostedOps::take_fpisa_counts`].
+    fpisa_counts: FpisaCounts,
 }
+
+/// Bytes of the largest pending FPISA add: [`MAX_FPISA_LANES`] FP32 lanes.
+const MAX_FPISA_BYTES: usize = MAX_FPISA_LANES * 4;
 
 impl PostedOps {
     /// A buffer holding up to `capacity` operations (0 is treated as 1: every post of a new
@@ -54,6 +69,11 @@ impl PostedOps {
             vadd_addr: 0,
             vadd_len: 0,
             vadd: Box::new([0; MAX_VADD_BYTES]),
+            fpisa_addr: 0,
+            fpisa_kind: (Format::Fp32, Variant::Full),
+            fpisa_len: 0,
+            fpisa: Box::new([0; MAX_FPISA_BYTES]),
+            fpisa_counts: FpisaCounts::default(),
         }
     }
 
@@ -67,6 +87,7 @@ impl PostedOps {
     pub fn post(&mut self, mem: &SharedMemory, op: Op) -> Result<(), MemFault> {
         mem.check_op(&op)?;
         self.apply_vadd(mem);
+        self.apply_fpisa(mem);
         if let Some((addr, packets, bytes)) = counter_delta(&op) {
             if self.coalesce(addr, packets, bytes) {
                 return Ok(());
@@ -122,6 +143,7 @@ impl PostedOps {
         if !self.buf.is_empty() {
             self.apply_ops(mem);
         }
+        self.apply_fpisa(mem);
         // Regions are never adjacent, so a span continued word by word stays in one region.
         let n = self.vadd_len;
         let end = self.vadd_addr + (n / WORD_BYTES) as u64;
@@ -134,6 +156,75 @@ impl PostedOps {
         super::copy_bytes(&mut self.vadd[self.vadd_len..self.vadd_len + bytes], data);
         self.vadd_len += bytes;
         Ok(())
+    }
+
+    /// Posts an FPISA add of big-endian lanes, [`SharedMemory::fpisa_add_be`]`(addr, data,
+    /// fmt, variant)`: validates the size and range now (a fault is returned and nothing is
+    /// posted), then appends `data` to the pending FPISA add when it continues it (the same
+    /// format and variant, its first lane's word right after the pending one's last) and the
+    /// whole fits [`MAX_FPISA_LANES`]; otherwise applies the pending one first. A packet's
+    /// chunks so reach the engine as one request, under one stripe lock. The events of the
+    /// applied adds accumulate for [`PostedOps::take_fpisa_counts`].
+    #[inline]
+    pub fn post_fpisa_be(
+        &mut self,
+        mem: &SharedMemory,
+        addr: Addr,
+        data: &[u8],
+        fmt: Format,
+        variant: Variant,
+    ) -> Result<(), MemFault> {
+        let width = (fmt.width() / 8) as usize;
+        let bytes = data.len();
+        let lanes = bytes / width;
+        if bytes == 0 || bytes % width != 0 || lanes > MAX_FPISA_LANES {
+            return Err(MemFault::BadSize { bytes });
+        }
+        mem.check(addr, lanes as u64)?;
+        if !self.buf.is_empty() {
+            self.apply_ops(mem);
+        }
+        self.apply_vadd(mem);
+        let n = self.fpisa_len;
+        let pending = n / (self.fpisa_kind.0.width() / 8) as usize;
+        let continues = addr == self.fpisa_addr + pending as u64
+            && self.fpisa_kind == (fmt, variant)
+            && (pending + lanes) * 4 <= MAX_FPISA_BYTES
+            && n + bytes <= MAX_FPISA_BYTES;
+        if n > 0 && !continues {
+            self.apply_fpisa(mem);
+        }
+        if self.fpisa_len == 0 {
+            self.fpisa_addr = addr;
+            self.fpisa_kind = (fmt, variant);
+        }
+        super::copy_bytes(
+            &mut self.fpisa[self.fpisa_len..self.fpisa_len + bytes],
+            data,
+        );
+        self.fpisa_len += bytes;
+        Ok(())
+    }
+
+    /// Applies the pending FPISA add, if any.
+    #[inline(never)]
+    fn apply_fpisa(&mut self, mem: &SharedMemory) {
+        if self.fpisa_len == 0 {
+            return;
+        }
+        let (fmt, variant) = self.fpisa_kind;
+        // Validated piece by piece at post time, contiguous in one region: cannot fault.
+        match mem.fpisa_add_be(self.fpisa_addr, &self.fpisa[..self.fpisa_len], fmt, variant) {
+            Ok(c) => self.fpisa_counts.merge(&c),
+            Err(e) => debug_assert!(false, "posted FPISA add faulted at flush: {e:?}"),
+        }
+        self.fpisa_len = 0;
+    }
+
+    /// The events of the FPISA adds applied since the last call (overwrites, left shifts,
+    /// overflows, and the additions made), and starts counting afresh.
+    pub fn take_fpisa_counts(&mut self) -> FpisaCounts {
+        std::mem::take(&mut self.fpisa_counts)
     }
 
     /// Applies the pending vector add, if any.
@@ -155,9 +246,10 @@ impl PostedOps {
     /// Applies every buffered operation and the pending vector add to `mem`, in posting
     /// order, exactly once, and empties the buffer.
     pub fn flush(&mut self, mem: &SharedMemory) {
-        // At most one of the two is non-empty: posting either kind applies the other.
+        // At most one of the three is non-empty: posting any kind applies the others.
         self.apply_ops(mem);
         self.apply_vadd(mem);
+        self.apply_fpisa(mem);
     }
 
     /// Applies the buffered operations (not the pending vector add).
@@ -175,12 +267,12 @@ impl PostedOps {
 
     /// Number of buffered (not yet applied) operations; a pending vector add counts as one.
     pub fn len(&self) -> usize {
-        self.buf.len() + usize::from(self.vadd_len > 0)
+        self.buf.len() + usize::from(self.vadd_len > 0) + usize::from(self.fpisa_len > 0)
     }
 
     /// `true` when nothing is buffered.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty() && self.vadd_len == 0
+        self.buf.is_empty() && self.vadd_len == 0 && self.fpisa_len == 0
     }
 }
 
