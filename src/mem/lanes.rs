@@ -2,14 +2,18 @@
 //! words that hold them, and add them, in bulk (a 4 KB vector add, a Result's pull of sums).
 //!
 //! A word holds two lanes, lane 0 in its high half, so 8 bytes of big-endian lanes are one
-//! big-endian `u64` ([`packed_to_be`]), and a lane-wise add of two words
-//! is [`add_packed`]. The loops are plain Rust the compiler vectorises. Each bulk kernel is
-//! compiled twice, for the baseline `x86_64` instruction set and with AVX2 (one byte shuffle
-//! swaps 32 bytes, where SSE2 needs a dozen instructions per 16), and picks one at run time
-//! from the CPU's features; other architectures get the baseline build.
+//! big-endian `u64` ([`packed_to_be`]), and a lane-wise add of two words is [`add_packed`].
+//! FPISA's shift-and-add of FP32 lanes ([`fpisa_fp32_be`]) lives here too. The loops are
+//! plain Rust the compiler vectorises. Each bulk kernel is compiled three times: for the
+//! baseline `x86_64` instruction set, with AVX2 (one byte shuffle swaps 32 bytes, where SSE2
+//! needs a dozen instructions per 16) and with AVX-512 (64-bit variable arithmetic shifts,
+//! which FPISA's kernel needs to vectorise: about +10% on `pfemu bench fpisa`, nothing
+//! measurable on Trio-ML). One is picked at run time from the CPU's features; other
+//! architectures get the baseline build.
 //!
-//! The one `unsafe` here is the call of the AVX2 build, made only after the run-time check
-//! that the CPU has AVX2 (the standard library's `is_x86_feature_detected!`).
+//! The one `unsafe` here is the call of the AVX2 or AVX-512 build, made only after the
+//! run-time check that the CPU has those features (the standard library's
+//! `is_x86_feature_detected!`).
 #![allow(unsafe_code)]
 
 /// Lane-wise wrapping add of two packed lane pairs (SWAR: each 32-bit half wraps on its own,
@@ -37,9 +41,21 @@ macro_rules! with_avx2 {
             fn kernel($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq")]
+                fn avx512($($arg: $ty),*) {
+                    kernel($($arg),*)
+                }
                 #[target_feature(enable = "avx2")]
                 fn avx2($($arg: $ty),*) {
                     kernel($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+                {
+                    // SAFETY: `avx512` only needs those AVX-512 subsets, checked just above.
+                    return unsafe { avx512($($arg),*) };
                 }
                 if std::arch::is_x86_feature_detected!("avx2") {
                     // SAFETY: `avx2` only needs the CPU to support AVX2, checked just above.
