@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::rng::SplitMix64;
-use crate::fpisa::{Acc, Format, Variant};
+use crate::fpisa::{Acc, Format};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
 use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
@@ -413,65 +413,48 @@ pub fn run_on(
 }
 
 /// The plain loop: the same packets, the same sums in the same layout (a buffer of
-/// `window` blocks of 32-bit lanes), one thread, no engine: per packet, read the header,
-/// skip a source already counted, add the big-endian gradients lane by lane; when every
-/// source is in, copy the sums out (the Result's payload) and clear the block. Returns
-/// gradients per second.
+/// `window` blocks of 32-bit lanes, or of FPISA accumulators), one thread, no engine: per
+/// packet, read the header, skip a source already counted, add the big-endian gradients
+/// lane by lane; when every source is in, copy the sums out (the Result's payload; FPISA's
+/// renormalized into FP32) and clear the block. Returns gradients per second.
 pub fn baseline(cfg: &TrioMlBenchConfig, traffic: &mut TrioMlTraffic) -> f64 {
-    if let Lanes::Fpisa(variant) = cfg.lanes {
-        return fpisa_baseline(cfg, variant, traffic);
+    let be = |s: &[u8]| u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
+    match cfg.lanes {
+        Lanes::Int32 => plain_loop(
+            cfg,
+            traffic,
+            0u32,
+            |sum, lane| *sum = sum.wrapping_add(be(lane)),
+            |sum| std::mem::take(sum).to_be_bytes(),
+        ),
+        Lanes::Fpisa(variant) => plain_loop(
+            cfg,
+            traffic,
+            Acc::ZERO,
+            |acc, lane| {
+                acc.add_bits(be(lane), Format::Fp32, variant);
+            },
+            |acc| {
+                std::mem::replace(acc, Acc::ZERO)
+                    .value(Format::Fp32)
+                    .to_be_bytes()
+            },
+        ),
     }
-    let g = usize::from(cfg.grads);
-    let w = usize::from(cfg.window);
-    let mut buf = vec![0u32; w * g];
-    let mut seen = vec![[0u64; 4]; w];
-    let mut count = vec![0u8; w];
-    let mut out = vec![0u8; g * 4];
-    let mut results = 0u64;
-    let start = Instant::now();
-    for gen in 0..cfg.generations {
-        set_gen(&mut traffic.frames, gen as u16);
-        for f in &traffic.frames {
-            let (h, grads) = match wire::parse(f) {
-                Ok(x) => x,
-                Err(_) => continue,
-            };
-            let b = h.block_id as usize % w;
-            let (word, bit) = (usize::from(h.src_id / 64), h.src_id % 64);
-            if seen[b][word] & (1 << bit) != 0 {
-                continue;
-            }
-            seen[b][word] |= 1 << bit;
-            let lanes = &mut buf[b * g..b * g + usize::from(h.grad_cnt)];
-            for (d, s) in lanes.iter_mut().zip(grads.chunks_exact(4)) {
-                *d = d.wrapping_add(u32::from_be_bytes([s[0], s[1], s[2], s[3]]));
-            }
-            count[b] += 1;
-            if count[b] == cfg.workers {
-                for (o, v) in out.chunks_exact_mut(4).zip(lanes.iter_mut()) {
-                    o.copy_from_slice(&v.to_be_bytes());
-                    *v = 0;
-                }
-                std::hint::black_box(&out);
-                results += 1;
-                count[b] = 0;
-                seen[b] = [0; 4];
-            }
-        }
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    std::hint::black_box(results);
-    let gradients = traffic.frames.len() as u64 * u64::from(cfg.generations) * g as u64;
-    gradients as f64 / elapsed
 }
 
-/// [`baseline`] for FPISA lanes: the same loop with one [`Acc`] per gradient, each packet's
-/// floats added with FPISA's shift-and-add in plain Rust, and the Result's sums
-/// renormalized into FP32 as they are copied out.
-fn fpisa_baseline(cfg: &TrioMlBenchConfig, variant: Variant, traffic: &mut TrioMlTraffic) -> f64 {
+/// [`baseline`]'s loop, over sums of type `S` starting at `zero`: `add` adds one 4-byte
+/// lane into a sum, `take` reads a sum out (4 bytes of the Result) and clears it.
+fn plain_loop<S: Copy>(
+    cfg: &TrioMlBenchConfig,
+    traffic: &mut TrioMlTraffic,
+    zero: S,
+    add: impl Fn(&mut S, &[u8]),
+    take: impl Fn(&mut S) -> [u8; 4],
+) -> f64 {
     let g = usize::from(cfg.grads);
     let w = usize::from(cfg.window);
-    let mut buf = vec![Acc::ZERO; w * g];
+    let mut buf = vec![zero; w * g];
     let mut seen = vec![[0u64; 4]; w];
     let mut count = vec![0u8; w];
     let mut out = vec![0u8; g * 4];
@@ -490,16 +473,14 @@ fn fpisa_baseline(cfg: &TrioMlBenchConfig, variant: Variant, traffic: &mut TrioM
                 continue;
             }
             seen[b][word] |= 1 << bit;
-            let accs = &mut buf[b * g..b * g + usize::from(h.grad_cnt)];
-            for (a, s) in accs.iter_mut().zip(grads.chunks_exact(4)) {
-                let bits = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
-                a.add_bits(bits, Format::Fp32, variant);
+            let sums = &mut buf[b * g..b * g + usize::from(h.grad_cnt)];
+            for (sum, lane) in sums.iter_mut().zip(grads.chunks_exact(4)) {
+                add(sum, lane);
             }
             count[b] += 1;
             if count[b] == cfg.workers {
-                for (o, a) in out.chunks_exact_mut(4).zip(accs.iter_mut()) {
-                    o.copy_from_slice(&a.value(Format::Fp32).to_be_bytes());
-                    *a = Acc::ZERO;
+                for (o, sum) in out.chunks_exact_mut(4).zip(sums.iter_mut()) {
+                    o.copy_from_slice(&take(sum));
                 }
                 std::hint::black_box(&out);
                 results += 1;

@@ -712,29 +712,35 @@ fn emit<F: Figure>(
     Ok((report.name(), value, report.verified()))
 }
 
+/// The workload `pfemu bench trio-ml` and `pfemu bench fpisa` share, from their options.
+fn trio_ml_bench_config(a: &TrioMlArgs, ppe_threads: usize) -> TrioMlBenchConfig {
+    TrioMlBenchConfig {
+        workers: a.workers,
+        grads: a.grads,
+        window: a.window,
+        generations: a.generations,
+        ppe_threads,
+        capacity: a.capacity,
+        timers: !a.no_timers,
+        scan_timers: a.timers,
+        scan_period_ns: (a.scan_period_ms * 1e6) as u64,
+        seed: 1,
+        lanes: pfemu::microcode::trio_ml::Lanes::Int32,
+    }
+}
+
 fn bench_fpisa(a: &FpisaArgs) -> CliResult {
     let t = &a.t;
     if t.ppe_threads.len() > 1 {
         return Err("invalid option `--ppe-threads`: bench fpisa takes one value".into());
     }
+    let ppe_threads = t
+        .ppe_threads
+        .first()
+        .copied()
+        .unwrap_or_else(default_ppe_threads);
     let cfg = pfemu::bench::fpisa::FpisaBenchConfig {
-        base: TrioMlBenchConfig {
-            workers: t.workers,
-            grads: t.grads,
-            window: t.window,
-            generations: t.generations,
-            ppe_threads: t
-                .ppe_threads
-                .first()
-                .copied()
-                .unwrap_or_else(default_ppe_threads),
-            capacity: t.capacity,
-            timers: !t.no_timers,
-            scan_timers: t.timers,
-            scan_period_ns: (t.scan_period_ms * 1e6) as u64,
-            seed: 1,
-            lanes: pfemu::microcode::trio_ml::Lanes::Int32,
-        },
+        base: trio_ml_bench_config(t, ppe_threads),
         variant: match a.variant {
             FpisaVariant::Full => pfemu::fpisa::Variant::Full,
             FpisaVariant::Approx => pfemu::fpisa::Variant::Approx,
@@ -814,19 +820,7 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
     };
     let configs: Vec<TrioMlBenchConfig> = threads
         .iter()
-        .map(|&t| TrioMlBenchConfig {
-            workers: a.workers,
-            grads: a.grads,
-            window: a.window,
-            generations: a.generations,
-            ppe_threads: t,
-            capacity: a.capacity,
-            timers: !a.no_timers,
-            scan_timers: a.timers,
-            scan_period_ns: (a.scan_period_ms * 1e6) as u64,
-            seed: 1,
-            lanes: pfemu::microcode::trio_ml::Lanes::Int32,
-        })
+        .map(|&t| trio_ml_bench_config(a, t))
         .collect();
     let mut traffic = trio_ml::generate(&configs[0]);
     let mut results: Vec<Vec<TrioMlBenchReport>> = vec![Vec::new(); configs.len()];
