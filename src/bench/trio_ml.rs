@@ -186,11 +186,14 @@ pub fn generate(cfg: &TrioMlBenchConfig) -> TrioMlTraffic {
         let mut float_sum = vec![0f64; g];
         for src in 0..cfg.workers {
             let grads: Vec<i32> = (0..g).map(|_| next()).collect();
-            for (s, v) in sum.iter_mut().zip(&grads) {
-                *s = s.wrapping_add(*v);
-            }
-            for (s, v) in float_sum.iter_mut().zip(&grads) {
-                *s += f64::from(f32::from_bits(*v as u32));
+            if fpisa {
+                for (s, v) in float_sum.iter_mut().zip(&grads) {
+                    *s += f64::from(f32::from_bits(*v as u32));
+                }
+            } else {
+                for (s, v) in sum.iter_mut().zip(&grads) {
+                    *s = s.wrapping_add(*v);
+                }
             }
             frames.push(Arc::from(wire::agg_packet(&AggPacket {
                 endpoints: endpoints(src, aggregator),

@@ -86,10 +86,13 @@ impl SharedMemory {
         variant: Variant,
     ) -> Result<Events, MemFault> {
         let x = fpisa::decompose(bits, fmt);
-        let mut counts = FpisaCounts::default();
-        let mut events = Events::NONE;
-        self.fpisa_apply(addr, 1, |_| x, variant, &mut counts, |_, e| events = e)?;
-        Ok(events)
+        let mut c = FpisaCounts::default();
+        self.fpisa_apply(addr, 1, |_| x, variant, &mut c)?;
+        Ok(Events {
+            overwrite: c.overwrites > 0,
+            left_shift: c.left_shifts > 0,
+            overflow: c.overflows > 0,
+        })
     }
 
     /// Adds `lanes[i]` (values of `fmt`) to the accumulator word `addr + i`, each word
@@ -111,7 +114,6 @@ impl SharedMemory {
             |i| fpisa::decompose(lanes[i], fmt),
             variant,
             &mut counts,
-            |_, _| {},
         )?;
         Ok(counts)
     }
@@ -159,7 +161,6 @@ impl SharedMemory {
                 |i| fpisa::decompose(be_lane(data, i, 4), Format::Fp32),
                 variant,
                 &mut counts,
-                |_, _| {},
             )?,
             Format::Fp16 | Format::Bf16 => self.fpisa_apply(
                 addr,
@@ -167,14 +168,13 @@ impl SharedMemory {
                 |i| fpisa::decompose(be_lane(data, i, 2), fmt),
                 variant,
                 &mut counts,
-                |_, _| {},
             )?,
         }
         Ok(counts)
     }
 
-    /// Adds lane `i`'s value to word `addr + i` for `i < n`, each word atomically; `each` sees
-    /// every lane's events.
+    /// Adds lane `i`'s value to word `addr + i` for `i < n`, each word atomically, counting
+    /// the events in `counts`.
     fn fpisa_apply(
         &self,
         addr: Addr,
@@ -182,7 +182,6 @@ impl SharedMemory {
         lane: impl Fn(usize) -> Decomposed,
         variant: Variant,
         counts: &mut FpisaCounts,
-        mut each: impl FnMut(usize, Events),
     ) -> Result<(), MemFault> {
         let words = n as u64;
         let add = |w: u64, x: Decomposed| {
@@ -203,7 +202,6 @@ impl SharedMemory {
                         new
                     });
                     counts.record(events);
-                    each(i, events);
                 }
             }
             Err(fault) => {
@@ -213,7 +211,6 @@ impl SharedMemory {
                         let (new, e) = add(*w, lane(first + j));
                         *w = new;
                         counts.record(e);
-                        each(first + j, e);
                     }
                 });
             }

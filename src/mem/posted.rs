@@ -189,8 +189,7 @@ impl PostedOps {
         let pending = n / (self.fpisa_kind.0.width() / 8) as usize;
         let continues = addr == self.fpisa_addr + pending as u64
             && self.fpisa_kind == (fmt, variant)
-            && (pending + lanes) * 4 <= MAX_FPISA_BYTES
-            && n + bytes <= MAX_FPISA_BYTES;
+            && pending + lanes <= MAX_FPISA_LANES;
         if n > 0 && !continues {
             self.apply_fpisa(mem);
         }
