@@ -13,6 +13,11 @@
 //! the candidate designs it was chosen from and a plain non-atomic loop; set `RMW_VADD_ROUNDS`
 //! for an interleaved comparison of all of them (see `vadd_interleaved`).
 //!
+//! The `fpisa` group measures FPISA's shift-and-add of 1024 FP32 lanes into accumulator words
+//! (`SharedMemory::fpisa_add_be`, both variants) next to the integer vector add of as many
+//! lanes into the same region, and the renormalization of 1024 sums into FP32
+//! (`pfemu::fpisa::fp32_values_be`); one thread, buffers that stay in cache.
+//!
 //! Run: `cargo bench --bench rmw` (add `-- --quick` for a shorter run, or a filter such as
 //! `-- counter_inc`).
 
@@ -730,5 +735,67 @@ fn vadd_interleaved(vb: &VaddBench, rounds: usize) {
     }
 }
 
-criterion_group!(benches, rmw, vadd32_be);
+criterion_group!(benches, rmw, vadd32_be, fpisa);
+
+/// Lanes per request of the `fpisa` group (a 1024-gradient packet).
+const FPISA_LANES: usize = 1024;
+
+fn fpisa(c: &mut Criterion) {
+    use pfemu::fpisa::{fp32_values_be, Format, Variant};
+    use pfemu::mem::ACC_BASE;
+    let mem = SharedMemory::new(&MemConfig {
+        acc_bytes: 1 << 20,
+        ..MemConfig::default()
+    })
+    .expect("config");
+    // Gradient-like floats: one sign and binade mixed with a few others, as packets carry.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let floats: Vec<u8> = (0..FPISA_LANES * PKTS)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let exp = 120 + (x >> 40) as u32 % 8;
+            let bits = ((x >> 32) as u32 & 0x8000_0000) | (exp << 23) | (x as u32 & 0x7F_FFFF);
+            bits.to_be_bytes()
+        })
+        .collect();
+    let pkt = |i: u64| &floats[(i as usize % PKTS) * 4 * FPISA_LANES..][..4 * FPISA_LANES];
+    let ints: Vec<u8> = floats.iter().map(|b| b & 0x0F).collect();
+    let int_pkt = |i: u64| &ints[(i as usize % PKTS) * 4 * FPISA_LANES..][..4 * FPISA_LANES];
+    // HOT_BUFS blocks of accumulators, 8 KB each.
+    let block = |i: u64| ACC_BASE + (i % HOT_BUFS as u64) * FPISA_LANES as Addr;
+
+    let mut g = c.benchmark_group("fpisa");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_millis(800))
+        .throughput(Throughput::Elements(FPISA_LANES as u64));
+    for (name, variant) in [("add_full", Variant::Full), ("add_approx", Variant::Approx)] {
+        g.bench_function(name, |b| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i += 1;
+                mem.fpisa_add_be(block(i), pkt(i), Format::Fp32, variant)
+                    .expect("in range")
+            })
+        });
+    }
+    g.bench_function("vadd32_be", |b| {
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            mem.vadd32_be(block(i), int_pkt(i)).expect("in range")
+        })
+    });
+    let words: Vec<u8> = (0..FPISA_LANES as u64)
+        .flat_map(|i| (((120 + i % 8) << 32) | ((i * 0x01F3_5D21) & 0x7FFF_FFFF)).to_be_bytes())
+        .collect();
+    g.bench_function("values_fp32", |b| {
+        let mut out = vec![0u8; 4 * FPISA_LANES];
+        b.iter(|| fp32_values_be(black_box(&mut out), black_box(&words)))
+    });
+    g.finish();
+}
+
 criterion_main!(benches);

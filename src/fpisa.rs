@@ -650,6 +650,18 @@ const fn build_lpm_table() -> [LpmEntry; 32] {
     table
 }
 
+/// [`Acc::value`] in FP32 of a run of accumulator words, in bulk: `src` holds the words in
+/// network order (8 bytes each, as a read of accumulator memory into local memory leaves
+/// them), `dst` receives the FP32 values in network order (4 bytes each). This is the step a
+/// Result builder runs before sending sums (the paper's MAU5 to MAU8), vectorised.
+///
+/// # Panics
+/// If `src.len() != 2 * dst.len()` or `dst.len()` is not a multiple of 4.
+pub fn fp32_values_be(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len() % 4, 0, "4 bytes per FP32 lane");
+    crate::mem::fpisa_fp32_values_be(dst, src);
+}
+
 /// [`renorm_shift`] computed with the CPU's count of leading zeros, as [`Acc::value`] uses it:
 /// the table's answer for every magnitude below 2^31 (a test checks each bit position), in
 /// one instruction instead of a scan of 32 entries. (`Acc::value` never asks about bit 31.)

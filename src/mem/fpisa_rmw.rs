@@ -16,7 +16,7 @@
 //! exact at the accumulator's precision (integer-valued gradients of a narrow range, say).
 
 use super::bank::update;
-use super::lanes::{fp32_all_plain, fpisa_fp32_be};
+use super::lanes::{fp32_plain, fpisa_fp32_be};
 use super::{Addr, MemFault, SharedMemory};
 use crate::fpisa::{self, Acc, Decomposed, Events, Format, Variant};
 
@@ -135,21 +135,32 @@ impl SharedMemory {
         let n = data.len() / width;
         check_lanes(n).map_err(|_| MemFault::BadSize { bytes: data.len() })?;
         let mut counts = FpisaCounts::default();
-        // FP32 lanes that are all normal or zero, in the accumulator region: the branch-free
-        // kernel, one stripe at a time under its lock.
-        if fmt == Format::Fp32 && fp32_all_plain(data) {
+        // FP32 lanes in the accumulator region: the branch-free kernel, one stripe at a time
+        // under its lock; the rare special lanes it leaves alone are added one by one under
+        // the same lock.
+        if fmt == Format::Fp32 {
             if let Some(off) = self.acc_offset(addr, n as u64) {
                 let mut events = [0u64; 3];
                 let approx = variant == Variant::Approx;
                 self.acc_locked(off, n as u64, |first, piece| {
                     let src = &data[first * 4..(first + piece.len()) * 4];
-                    fpisa_fp32_be(piece, src, approx, &mut events);
+                    if fpisa_fp32_be(piece, src, approx, &mut events) {
+                        for (w, lane) in piece.iter_mut().zip(src.chunks_exact(4)) {
+                            let bits = u32::from_be_bytes([lane[0], lane[1], lane[2], lane[3]]);
+                            if !fp32_plain(bits) {
+                                let mut acc = Acc::from_word(*w);
+                                let e = acc.add_bits(bits, Format::Fp32, variant);
+                                *w = acc.to_word();
+                                counts.record(e);
+                            }
+                        }
+                    }
                 });
                 return Ok(FpisaCounts {
                     adds: n as u64,
-                    overwrites: events[0],
-                    left_shifts: events[1],
-                    overflows: events[2],
+                    overwrites: counts.overwrites + events[0],
+                    left_shifts: counts.left_shifts + events[1],
+                    overflows: counts.overflows + events[2],
                 });
             }
         }

@@ -3,16 +3,19 @@
 //!
 //! A word holds two lanes, lane 0 in its high half, so 8 bytes of big-endian lanes are one
 //! big-endian `u64` ([`packed_to_be`]), and a lane-wise add of two words is [`add_packed`].
-//! FPISA's shift-and-add of FP32 lanes ([`fpisa_fp32_be`]) lives here too. The loops are
-//! plain Rust the compiler vectorises. Each bulk kernel is compiled three times: for the
-//! baseline `x86_64` instruction set, with AVX2 (one byte shuffle swaps 32 bytes, where SSE2
-//! needs a dozen instructions per 16) and with AVX-512 (64-bit variable arithmetic shifts,
-//! which FPISA's kernel needs to vectorise: about +10% on `pfemu bench fpisa`, nothing
-//! measurable on Trio-ML). One is picked at run time from the CPU's features; other
-//! architectures get the baseline build.
+//! FPISA's shift-and-add of FP32 lanes ([`fpisa_fp32_be`]) and the renormalization of sums
+//! into FP32 ([`fpisa_fp32_values_be`]) live here too; they work on blocks of 16 lanes in
+//! 32-bit arithmetic without branches, so that a block is a few dozen vector instructions.
+//! The loops are plain Rust the compiler vectorises. Each bulk kernel is compiled three
+//! times: for the baseline `x86_64` instruction set, with AVX2 (one byte shuffle swaps 32
+//! bytes, where SSE2 needs a dozen instructions per 16; variable shifts per lane, which
+//! FPISA's alignment needs) and with AVX-512 (16 lanes to a register, masks, and a vector
+//! count of leading zeros for the renormalization). One is picked at run time from the CPU's
+//! features; other architectures get the baseline build. `cargo bench --bench rmw -- fpisa`
+//! measures the FPISA kernels.
 //!
 //! The one `unsafe` here is the call of the AVX2 or AVX-512 build, made only after the
-//! run-time check that the CPU has those features (the standard library's
+//! run-time check that the CPU has the features it was compiled for (the standard library's
 //! `is_x86_feature_detected!`).
 #![allow(unsafe_code)]
 
@@ -31,34 +34,39 @@ fn be_word(b: &[u8]) -> u64 {
     u64::from_be_bytes(b.try_into().expect("8 bytes"))
 }
 
-/// Defines `$name` as a safe function running `$body` compiled with AVX2 when the CPU has it
-/// (checked at run time, the answer cached by the standard library), and without otherwise.
+/// Defines `$name` as a safe function running `$body` compiled with AVX-512 (F, VL, BW, DQ,
+/// CD) or else AVX2 (with LZCNT) when the CPU has them (checked at run time, the answer
+/// cached by the standard library), and for the baseline instruction set otherwise.
 macro_rules! with_avx2 {
-    ($(#[$attr:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+    ($(#[$attr:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$attr])*
-        $vis fn $name($($arg: $ty),*) {
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
-            fn kernel($($arg: $ty),*) $body
+            fn kernel($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq")]
-                fn avx512($($arg: $ty),*) {
+                #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx512cd")]
+                fn avx512($($arg: $ty),*) $(-> $ret)? {
                     kernel($($arg),*)
                 }
-                #[target_feature(enable = "avx2")]
-                fn avx2($($arg: $ty),*) {
+                #[target_feature(enable = "avx2,lzcnt")]
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
                     kernel($($arg),*)
                 }
                 if std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512vl")
                     && std::arch::is_x86_feature_detected!("avx512bw")
                     && std::arch::is_x86_feature_detected!("avx512dq")
+                    && std::arch::is_x86_feature_detected!("avx512cd")
                 {
                     // SAFETY: `avx512` only needs those AVX-512 subsets, checked just above.
                     return unsafe { avx512($($arg),*) };
                 }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: `avx2` only needs the CPU to support AVX2, checked just above.
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("lzcnt")
+                {
+                    // SAFETY: `avx2` only needs the CPU to support AVX2 and LZCNT, checked
+                    // just above.
                     return unsafe { avx2($($arg),*) };
                 }
             }
@@ -98,74 +106,242 @@ with_avx2! {
     }
 }
 
-/// True when every FP32 lane of `src` (big-endian, 4 bytes each) is normal or zero: no
-/// subnormal, infinity or NaN, so [`fpisa_fp32_be`] may add them.
-pub(super) fn fp32_all_plain(src: &[u8]) -> bool {
-    src.chunks_exact(4).all(|b| {
-        let bits = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        let exp = (bits >> 23) & 0xFF;
-        (exp != 0 && exp != 0xFF) || bits & 0x7FFF_FFFF == 0
-    })
+/// Whether FP32 bits are a normal number or zero: what [`fpisa_fp32_be`] adds itself.
+#[inline(always)]
+pub(super) fn fp32_plain(bits: u32) -> bool {
+    let exp = (bits >> 23) & 0xFF;
+    (exp != 0 && exp != 0xFF) || bits & 0x7FFF_FFFF == 0
 }
 
 with_avx2! {
     /// FPISA's shift-and-add ([`crate::fpisa::Acc::add`], bit for bit: a test compares them)
     /// of FP32 lanes in network order into accumulator words (`words[i]` gets lane `i`;
-    /// `src.len() == 4 * words.len()`), for lanes that are normal or zero only (see
-    /// [`fp32_all_plain`]). Written without branches, so it vectorises: per lane, both
-    /// alignments are computed and the right one selected. `approx` selects FPISA-A.
-    /// Adds the events to `events`: overwrites, left shifts, overflows.
-    pub(super) fn fpisa_fp32_be(words: &mut [u64], src: &[u8], approx: bool, events: &mut [u64; 3]) {
-        assert_eq!(src.len(), words.len() * 4, "4 bytes per lane");
-        const LIMIT: i64 = i32::MAX as i64;
-        const FLAG_OVERFLOW: u64 = (crate::fpisa::Acc::OVERFLOW as u64) << 40;
-        let (mut overwrites, mut left_shifts, mut overflows) = (0u64, 0u64, 0u64);
-        for (w, b) in words.iter_mut().zip(src.chunks_exact(4)) {
-            let bits = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-            let word = *w;
-            // The incoming value: exponent (FP32's bias is the accumulator's) and signed
-            // significand with the leading one at bit 23; 0 for a zero.
-            let e_x = ((bits >> 23) & 0xFF) as i32;
-            let sig = ((bits & 0x7F_FFFF) | 0x80_0000) as i32;
-            let nonzero = bits & 0x7FFF_FFFF != 0;
-            let m_x = if !nonzero { 0 } else if bits >> 31 != 0 { -sig } else { sig };
-            let m_a = word as u32 as i32;
-            let e_a = ((word >> 32) & 0xFF) as i32;
-            let d = e_x - e_a;
-            // Incoming smaller (or equal): it is shifted right, in both variants.
-            let right_x = i64::from(m_a) + i64::from(m_x >> (-d).clamp(0, 31));
-            // Incoming larger: Full shifts the stored mantissa right and takes the incoming
-            // exponent; FPISA-A shifts the incoming one left within the headroom, or
-            // overwrites past it.
-            let right_a = i64::from(m_a >> d.clamp(0, 31)) + i64::from(m_x);
-            let left_x = i64::from(m_a) + (i64::from(m_x) << d.clamp(0, 31));
-            let headroom = d <= crate::fpisa::HEADROOM as i32;
-            let (sum, exp) = if d <= 0 {
-                (right_x, e_a)
-            } else if !approx {
-                (right_a, e_x)
-            } else if headroom {
-                (left_x, e_a)
-            } else {
-                (i64::from(m_x), e_x)
-            };
-            let sat = sum.clamp(-LIMIT, LIMIT);
-            let empty = m_a == 0;
-            let counted = !empty && nonzero;
-            let overflow = counted && sat != sum;
-            overwrites += u64::from(counted && approx && d > 0 && !headroom);
-            left_shifts += u64::from(counted && approx && d > 0 && headroom);
-            overflows += u64::from(overflow);
-            let (man, exp) = if empty { (m_x, e_x) } else { (sat as i32, exp) };
-            let new = (word & (0xFF << 40))
-                | (man as u32 as u64)
-                | ((exp as u64 & 0xFF) << 32)
-                | if overflow { FLAG_OVERFLOW } else { 0 };
-            *w = if nonzero { new } else { word };
+    /// `src.len() == 4 * words.len()`). `approx` selects FPISA-A. Adds the events to
+    /// `events`: overwrites, left shifts, overflows.
+    ///
+    /// Lanes that are neither normal nor zero (subnormals, infinities, NaNs: see
+    /// [`fp32_plain`]) are left alone, uncounted; the return value says whether there were
+    /// any, for the caller to add them the slow way.
+    pub(super) fn fpisa_fp32_be(words: &mut [u64], src: &[u8], approx: bool, events: &mut [u64; 3]) -> bool {
+        if approx {
+            fpisa_fp32_lanes::<true>(words, src, events)
+        } else {
+            fpisa_fp32_lanes::<false>(words, src, events)
         }
-        events[0] += overwrites;
-        events[1] += left_shifts;
-        events[2] += overflows;
+    }
+}
+
+/// Lanes per block of the FPISA kernels: a fixed count, so the compiler vectorises each
+/// block whole (16 lanes of 32 bits are one AVX-512 register) instead of splitting the
+/// loop into a vector part and a scalar tail at a length it does not know.
+const BLOCK: usize = 16;
+
+/// [`fpisa_fp32_be`]'s loop for one variant. A block of words is split into its 32-bit
+/// halves first (the mantissa; the exponent and flags), so that the arithmetic runs on
+/// 32-bit lanes only, 16 to an AVX-512 register, and joined again at the end.
+#[inline(always)]
+fn fpisa_fp32_lanes<const APPROX: bool>(
+    words: &mut [u64],
+    src: &[u8],
+    events: &mut [u64; 3],
+) -> bool {
+    assert_eq!(src.len(), words.len() * 4, "4 bytes per lane");
+    // Event counts per lane position, summed once at the end.
+    let mut counts = [[0u32; BLOCK]; 4];
+    let mut count = |i: usize, e: u32| {
+        for (c, bit) in counts.iter_mut().zip(0..) {
+            c[i] += (e >> bit) & 1;
+        }
+    };
+    let mut blocks = words.chunks_exact_mut(BLOCK);
+    let mut lanes = src.chunks_exact(4 * BLOCK);
+    for (w, s) in (&mut blocks).zip(&mut lanes) {
+        let (mut lo, mut hi, mut x) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
+        for i in 0..BLOCK {
+            lo[i] = w[i] as u32;
+            hi[i] = (w[i] >> 32) as u32;
+            x[i] = u32::from_be_bytes(s[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+        }
+        for i in 0..BLOCK {
+            let e;
+            (lo[i], hi[i], e) = fpisa_fp32_lane::<APPROX>(lo[i], hi[i], x[i]);
+            count(i, e);
+        }
+        for i in 0..BLOCK {
+            w[i] = (u64::from(hi[i]) << 32) | u64::from(lo[i]);
+        }
+    }
+    for (w, s) in blocks
+        .into_remainder()
+        .iter_mut()
+        .zip(lanes.remainder().chunks_exact(4))
+    {
+        let bits = u32::from_be_bytes(s.try_into().expect("4 bytes"));
+        let (lo, hi, e) = fpisa_fp32_lane::<APPROX>(*w as u32, (*w >> 32) as u32, bits);
+        *w = (u64::from(hi) << 32) | u64::from(lo);
+        count(0, e);
+    }
+    for (e, c) in events.iter_mut().zip(&counts) {
+        *e += c.iter().map(|&n| u64::from(n)).sum::<u64>();
+    }
+    counts[3].iter().any(|&n| n != 0)
+}
+
+/// One lane of [`fpisa_fp32_be`]: FP32 `bits` added to the accumulator word whose low half
+/// (the mantissa) is `lo` and high half (exponent, flags above it) is `hi`. Returns the new
+/// halves and the events as bits (1 overwrite, 2 left shift, 4 overflow, 8 special lane, not
+/// added). Written without branches so that a block of lanes vectorises: the alignment
+/// shifts are computed for every case and the right ones selected, and the sum's overflow is
+/// found from the signs (both operands are at most `MAN_LIMIT` in magnitude, so a sum that
+/// wrapped has the wrong sign).
+#[inline(always)]
+fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32, u32) {
+    use crate::fpisa::{Acc, HEADROOM, MAN_LIMIT};
+    const FLAG_OVERFLOW: u32 = (Acc::OVERFLOW as u32) << 8;
+    let plain = fp32_plain(bits);
+    // The incoming value: exponent (FP32's bias is the accumulator's) and signed
+    // significand with the leading one at bit 23; 0 for a zero.
+    let e_x = ((bits >> 23) & 0xFF) as i32;
+    let sig = ((bits & 0x7F_FFFF) | 0x80_0000) as i32;
+    let nonzero = bits & 0x7FFF_FFFF != 0;
+    let m_x = if !nonzero {
+        0
+    } else if bits >> 31 != 0 {
+        -sig
+    } else {
+        sig
+    };
+    let m_a = lo as i32;
+    let e_a = (hi & 0xFF) as i32;
+    let d = e_x - e_a;
+    // The smaller side is shifted right: the incoming one in both variants, the stored one
+    // only by Full (the shift-and-add unit), which then takes the incoming exponent. FPISA-A
+    // instead shifts a larger incoming mantissa left within the headroom, or overwrites past
+    // it.
+    let x_right = m_x >> (-d).clamp(0, 31);
+    let ahead = d > 0;
+    let headroom = d <= HEADROOM as i32;
+    let (a, x, exp) = if !APPROX {
+        (m_a >> d.clamp(0, 31), x_right, e_a.max(e_x))
+    } else if !ahead {
+        (m_a, x_right, e_a)
+    } else if headroom {
+        (m_a, m_x << d.min(HEADROOM as i32), e_a)
+    } else {
+        (0, m_x, e_x)
+    };
+    let sum = a.wrapping_add(x);
+    let wrapped = (a ^ sum) & (x ^ sum) < 0;
+    let sat = if wrapped {
+        if a < 0 {
+            -MAN_LIMIT
+        } else {
+            MAN_LIMIT
+        }
+    } else {
+        sum.max(-MAN_LIMIT)
+    };
+    let empty = m_a == 0;
+    let added = nonzero && plain;
+    let counted = !empty && added;
+    let overflow = counted && (wrapped || sum == i32::MIN);
+    let events = u32::from(APPROX && counted && ahead && !headroom)
+        | u32::from(APPROX && counted && ahead && headroom) << 1
+        | u32::from(overflow) << 2
+        | u32::from(!plain) << 3;
+    let (man, exp) = if empty { (m_x, e_x) } else { (sat, exp) };
+    // The flags are kept (the overflow flag added); the bits above them are cleared.
+    let new_hi = (hi & 0xFF00) | exp as u32 | if overflow { FLAG_OVERFLOW } else { 0 };
+    if added {
+        (man as u32, new_hi, events)
+    } else {
+        (lo, hi, events)
+    }
+}
+
+with_avx2! {
+    /// [`crate::fpisa::Acc::value`] in FP32 of accumulator words held in network order
+    /// (`src`, 8 bytes each), into FP32 lanes in network order (`dst`, 4 bytes each;
+    /// `src.len() == 2 * dst.len()`): FPISA's renormalization (the paper's MAU5 to MAU8),
+    /// bit for bit (a test compares them), written without branches so it vectorises.
+    pub(crate) fn fpisa_fp32_values_be(dst: &mut [u8], src: &[u8]) {
+        assert_eq!(src.len(), dst.len() * 2, "8 bytes per accumulator, 4 per FP32 lane");
+        assert_eq!(dst.len() % 4, 0, "4 bytes per FP32 lane");
+        let lane = |o: &mut [u8], b: &[u8]| {
+            let hi = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+            let lo = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+            o.copy_from_slice(&fp32_value(lo, hi).to_be_bytes());
+        };
+        let mut out = dst.chunks_exact_mut(4 * BLOCK);
+        let mut words = src.chunks_exact(8 * BLOCK);
+        for (o, w) in (&mut out).zip(&mut words) {
+            let mut v = [0u32; BLOCK];
+            for (i, v) in v.iter_mut().enumerate() {
+                let hi = u32::from_be_bytes(w[8 * i..8 * i + 4].try_into().expect("4 bytes"));
+                let lo = u32::from_be_bytes(w[8 * i + 4..8 * i + 8].try_into().expect("4 bytes"));
+                *v = fp32_value(lo, hi);
+            }
+            for (o, v) in o.chunks_exact_mut(4).zip(v) {
+                o.copy_from_slice(&v.to_be_bytes());
+            }
+        }
+        let rest = out.into_remainder().chunks_exact_mut(4);
+        for (o, w) in rest.zip(words.remainder().chunks_exact(8)) {
+            lane(o, w);
+        }
+    }
+}
+
+/// One lane of [`fpisa_fp32_values_be`]: `Acc::from_word(word).value(Format::Fp32)` of the
+/// word with low half `lo` (the mantissa) and high half `hi` (exponent, flags), without
+/// branches and in 32-bit arithmetic only.
+#[inline(always)]
+fn fp32_value(lo: u32, hi: u32) -> u32 {
+    use crate::fpisa::{Acc, MAN_LIMIT, POINT};
+    const NAN: u32 = 0x7FC0_0000;
+    const INF: u32 = 0x7F80_0000;
+    const SIGN: u32 = 0x8000_0000;
+    let flags = (hi >> 8) as u8;
+    // The finite part. i32::MIN reads as -(2^31 - 1), as in `Acc::value`.
+    let man = (lo as i32).max(-MAN_LIMIT);
+    let negative = man < 0;
+    let magnitude = man.unsigned_abs();
+    // MAU5/MAU6: the leading one's distance from bit POINT, as the LPM table gives it
+    // (`leading_one_shift`); FP32's 23 fraction bits are the accumulator's POINT, so that
+    // shift is all the renormalization takes.
+    let shift = 31 - magnitude.leading_zeros() as i32 - POINT as i32;
+    let q = if shift >= 0 {
+        man >> shift.min(31)
+    } else {
+        man << (-shift).min(31)
+    };
+    // MAU7: FP32's bias is the accumulator's.
+    let mut exp = (hi & 0xFF) as i32 + shift;
+    let mut significand = q.unsigned_abs();
+    // Flooring a negative value can carry into the next power of two.
+    let carry = significand >> (POINT + 1) != 0;
+    significand >>= u32::from(carry);
+    exp += i32::from(carry);
+    // MAU8: assemble, with exponent overflow to infinity and underflow to zero.
+    let sign = if negative { SIGN } else { 0 };
+    let finite = if exp >= 0xFF {
+        sign | INF
+    } else if exp <= 0 {
+        sign
+    } else {
+        sign | ((exp as u32) << POINT) | (significand & ((1 << POINT) - 1))
+    };
+    let both_inf = Acc::POS_INF | Acc::NEG_INF;
+    if flags & Acc::NAN != 0 || flags & both_inf == both_inf {
+        NAN
+    } else if flags & Acc::POS_INF != 0 {
+        INF
+    } else if flags & Acc::NEG_INF != 0 {
+        SIGN | INF
+    } else if magnitude == 0 {
+        0
+    } else {
+        finite
     }
 }
 
@@ -214,11 +390,12 @@ mod tests {
 
     proptest! {
         /// The branch-free kernel is `Acc::add`, bit for bit and event for event, on every
-        /// accumulator the engine can hold and every normal or zero FP32 lane.
+        /// accumulator the engine can hold and every normal or zero FP32 lane; it leaves
+        /// the words of special lanes alone and says that there were some.
         #[test]
         fn the_fp32_kernel_is_acc_add(
             cases in proptest::collection::vec(
-                (any::<i32>(), 0u8..=255, any::<u8>(), any::<u32>(), 0u32..4), 1..64),
+                (any::<i32>(), 0u8..=255, any::<u8>(), any::<u32>(), 0u32..9), 1..80),
             approx in any::<bool>(),
         ) {
             use crate::fpisa::{Acc, Format, Variant};
@@ -227,40 +404,135 @@ mod tests {
             let mut src = Vec::new();
             let mut want = Vec::new();
             let mut want_events = [0u64; 3];
+            let mut any_special = false;
             for &(man, exp, flags, bits, kind) in &cases {
                 // Valid accumulators never hold i32::MIN; inputs are normal or zero, often
-                // near the accumulator's exponent so every alignment case comes up.
+                // near the accumulator's exponent so every alignment case comes up, and now
+                // and then special.
                 let acc = Acc { exp, man: man.max(-i32::MAX), flags: flags & 0x1F };
                 let bits = match kind {
                     0 => bits & 0x8000_0000,
-                    1 => {
+                    1..=3 => {
                         let e = (i32::from(exp) + ((bits >> 28) % 20) as i32 - 9).clamp(1, 254);
                         (bits & 0x807F_FFFF) | ((e as u32) << 23)
                     }
+                    4 => (bits & 0x807F_FFFF).max(1), // subnormal
+                    5 => (bits & 0x8000_0000) | 0x7F80_0000 | (bits & 0x7F_FFFF), // Inf, NaN
                     _ => (bits & 0x807F_FFFF) | (((bits >> 23) & 0xFF).clamp(1, 254) << 23),
                 };
-                let mut a = acc;
-                let e = a.add_bits(bits, Format::Fp32, variant);
-                want_events[0] += u64::from(e.overwrite);
-                want_events[1] += u64::from(e.left_shift);
-                want_events[2] += u64::from(e.overflow);
-                want.push(a.to_word());
+                if fp32_plain(bits) {
+                    let mut a = acc;
+                    let e = a.add_bits(bits, Format::Fp32, variant);
+                    want_events[0] += u64::from(e.overwrite);
+                    want_events[1] += u64::from(e.left_shift);
+                    want_events[2] += u64::from(e.overflow);
+                    want.push(a.to_word());
+                } else {
+                    any_special = true;
+                    want.push(acc.to_word());
+                }
                 words.push(acc.to_word());
                 src.extend_from_slice(&bits.to_be_bytes());
             }
-            prop_assert!(fp32_all_plain(&src));
             let mut events = [0u64; 3];
-            fpisa_fp32_be(&mut words, &src, approx, &mut events);
+            let specials = fpisa_fp32_be(&mut words, &src, approx, &mut events);
             prop_assert_eq!(words, want);
             prop_assert_eq!(events, want_events);
+            prop_assert_eq!(specials, any_special);
         }
+
+        /// The bulk renormalization is `Acc::value` in FP32, bit for bit, on any word: every
+        /// flag combination, exponents that overflow or underflow FP32, i32::MIN.
+        #[test]
+        fn the_fp32_values_kernel_is_acc_value(
+            cases in proptest::collection::vec((any::<i32>(), any::<u8>(), any::<u8>(), 0u32..6), 1..80),
+        ) {
+            use crate::fpisa::{Acc, Format};
+            let mut src = Vec::new();
+            let mut want = Vec::new();
+            for &(man, exp, flags, kind) in &cases {
+                let flags = if kind == 0 { flags & 0x1F } else { flags & Acc::OVERFLOW };
+                let man = match kind {
+                    1 => man >> (man as u32 % 31),
+                    2 => 0,
+                    3 => i32::MIN,
+                    _ => man,
+                };
+                let word = Acc { exp, man, flags }.to_word();
+                src.extend_from_slice(&word.to_be_bytes());
+                want.extend_from_slice(&Acc::from_word(word).value(Format::Fp32).to_be_bytes());
+            }
+            let mut got = vec![0u8; want.len()];
+            fpisa_fp32_values_be(&mut got, &src);
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    /// Sums landing on and around the saturation limits (too rare for random inputs): the
+    /// kernel saturates and flags exactly as `Acc::add` does.
+    #[test]
+    fn the_fp32_kernel_saturates_like_acc_add() {
+        use crate::fpisa::{Acc, Format, Variant};
+        let (mut words, mut src, mut want) = (Vec::new(), Vec::new(), Vec::new());
+        for target in [
+            -(1i64 << 31) - 1,
+            -(1 << 31),
+            -(1 << 31) + 1,
+            (1 << 31) - 2,
+            (1 << 31) - 1,
+            1 << 31,
+        ] {
+            for sig in [0x80_0000i64, 0x80_0001, 0xFF_FFFF] {
+                for negative in [false, true] {
+                    let x = if negative { -sig } else { sig };
+                    let Ok(man) = i32::try_from(target - x) else {
+                        continue;
+                    };
+                    if man == i32::MIN {
+                        continue;
+                    }
+                    let acc = Acc {
+                        exp: 150,
+                        man,
+                        flags: 0,
+                    };
+                    let bits = (u32::from(negative) << 31) | (150 << 23) | (sig as u32 & 0x7F_FFFF);
+                    let mut a = acc;
+                    a.add_bits(bits, Format::Fp32, Variant::Full);
+                    words.push(acc.to_word());
+                    src.extend_from_slice(&bits.to_be_bytes());
+                    want.push(a.to_word());
+                }
+            }
+        }
+        assert!(want
+            .iter()
+            .any(|&w| Acc::from_word(w).flags & Acc::OVERFLOW != 0));
+        assert!(want
+            .iter()
+            .any(|&w| Acc::from_word(w).flags & Acc::OVERFLOW == 0));
+        let mut events = [0u64; 3];
+        fpisa_fp32_be(&mut words, &src, false, &mut events);
+        assert_eq!(words, want);
+        let flagged = want
+            .iter()
+            .filter(|&&w| Acc::from_word(w).flags & Acc::OVERFLOW != 0);
+        assert_eq!(events[2], flagged.count() as u64);
     }
 
     #[test]
     fn special_fp32_lanes_are_not_plain() {
-        for bits in [0x0000_0001u32, 0x7F80_0000, 0xFF80_0000, 0x7FC0_0000] {
-            assert!(!fp32_all_plain(&bits.to_be_bytes()), "{bits:#x}");
+        for bits in [
+            0x0000_0001u32,
+            0x807F_FFFF,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0000,
+        ] {
+            assert!(!fp32_plain(bits), "{bits:#x}");
         }
-        assert!(fp32_all_plain(&[0x80, 0, 0, 0, 0x3F, 0x80, 0, 0]));
+        for bits in [0, 0x8000_0000, 0x3F80_0000, 0x0080_0000, 0xFF7F_FFFF] {
+            assert!(fp32_plain(bits), "{bits:#x}");
+        }
     }
 }
