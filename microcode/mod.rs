@@ -2,4 +2,5 @@
 //! program would, so each is also an example of how to write one.
 
 pub mod filter;
+pub mod fpisa;
 pub mod trio_ml;

@@ -14,7 +14,8 @@
 //! that the RMW engine's shift-and-add updates ([`crate::mem::SharedMemory::fpisa_add_be`]),
 //! and the Result builder renormalizes every sum into FP32. Jobs, blocks, windows, loss
 //! recovery and straggler mitigation are unchanged; FPISA-A's overwrites and left shifts are
-//! counted ([`TrioMl::fpisa_events`]).
+//! counted ([`TrioMl::fpisa_events`]). [`crate::microcode::fpisa`] holds the FPISA-specific
+//! steps and sets such an aggregator up.
 //!
 //! ```
 //! use std::net::Ipv4Addr;

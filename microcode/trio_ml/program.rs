@@ -42,9 +42,9 @@ use std::net::Ipv4Addr;
 use super::layout::*;
 use super::wire::*;
 use super::{Tables, TrioMlConfig};
-use crate::fpisa::{Acc, Format};
 use crate::mem::hash::{HashError, Inserted, ScanAction};
-use crate::mem::{Addr, Op, MAX_VADD_BYTES};
+use crate::mem::{Addr, MAX_VADD_BYTES};
+use crate::microcode::fpisa;
 use crate::prelude::*;
 use crate::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
 use crate::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
@@ -142,14 +142,10 @@ const LINE_BYTES: usize = 64;
 const CHUNK_GRADS: usize = LINE_BYTES / GRAD_BYTES;
 /// Bytes of a Result tail chunk (Figure 10: 256 bytes per iteration).
 const RESULT_CHUNK_BYTES: usize = 256;
-/// FPISA accumulators renormalized per pull while building a Result: 32 (256 bytes of
-/// words, 128 bytes of FP32 sums).
-const FPISA_HALF_WORDS: usize = 32;
-// The second half is pulled in after the first half's sums, and reaches furthest.
-const _: () = assert!(
-    RESULT_CHUNK_BYTES == 2 * FPISA_HALF_WORDS * GRAD_BYTES
-        && LM_RESULT_DATA + FPISA_HALF_WORDS * GRAD_BYTES + FPISA_HALF_WORDS * 8 <= LM_AGED
-);
+// FPISA sums are pulled in 8-byte accumulators and renormalized where they land: a chunk's
+// last pull reaches furthest, and must stay below LM_AGED.
+const _: () =
+    assert!(LM_RESULT_DATA + RESULT_CHUNK_BYTES + fpisa::PULL_WORDS * GRAD_BYTES <= LM_AGED);
 /// Phase two's 64-byte chunks per instruction: 256 bytes of tail, as the Result builder
 /// pulls 256 bytes of sums per instruction. Every chunk is still its own 64-byte tail read
 /// and 16-lane vector add (the XTXNs counted); only the sequencer's dispatch is shared, which
@@ -210,35 +206,14 @@ fn drop_as(r: DropReason) -> InstrResult {
 /// lines, so the engine applies them as one vector add over the whole packet.
 ///
 /// With FPISA lanes ([`Lanes::Fpisa`]) the chunk's 16 floats go to 16 accumulator words from
-/// `addr` with the engine's shift-and-add instead, posted and merged the same way.
+/// `addr` with the engine's shift-and-add instead ([`fpisa::add_chunk`]), posted and merged
+/// the same way.
 #[inline]
 fn add_chunk(t: &mut Thread<'_>, lanes: Lanes, addr: Addr, lm_offset: usize) -> Result<(), Fault> {
     match lanes {
         Lanes::Int32 => t.post_vadd32_be(addr, lm_offset, LINE_BYTES),
-        Lanes::Fpisa(variant) => {
-            t.post_fpisa_be(addr, lm_offset, LINE_BYTES, Format::Fp32, variant)
-        }
+        Lanes::Fpisa(variant) => fpisa::add_chunk(t, variant, addr, lm_offset, LINE_BYTES),
     }
-}
-
-/// FPISA lanes, once the packet's adds are applied: adds their events (FPISA-A's overwrites
-/// and left shifts, headroom overflows) to the three counters at `events` (the count in
-/// each counter's packet word).
-fn count_fpisa_events(t: &mut Thread<'_>, events: Addr) -> Result<(), Fault> {
-    let c = t.take_fpisa_events();
-    for (i, n) in [c.overwrites, c.left_shifts, c.overflows]
-        .into_iter()
-        .enumerate()
-    {
-        if n > 0 {
-            t.post(Op::CounterAdd {
-                addr: events + 2 * i as u64,
-                packets: n,
-                bytes: 0,
-            })?;
-        }
-    }
-    Ok(())
 }
 
 /// Whether source `s` is set in the four masks starting at `words` (the words of a record).
@@ -751,7 +726,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         // closes the block, and its Result is read as soon as every adder left.
         t.wait_posted();
         if let Lanes::Fpisa(_) = lanes {
-            count_fpisa_events(t, events)?;
+            fpisa::count_events(t, events)?;
         }
         let rec = t.r[R_BLK];
         if t.r[R_PKT_DEGRADED] != 0 {
@@ -946,7 +921,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // result_tail: one 256-byte chunk of sums per instruction: read from the buffer into
     // local memory (64 bytes per read), append to the Result's tail. FPISA accumulators
     // take 8 bytes per sum: they are pulled in two halves of 256 bytes, each renormalized
-    // into FP32 in place (FPISA's egress step), so the chunk still fits below LM_AGED.
+    // into FP32 where it lands (FPISA's egress step, `fpisa::pull_fp32_sums`), so the chunk
+    // still fits below LM_AGED.
     p.instr(result_tail, move |t| {
         let total = t.r[R_GRAD_CNT] as usize * GRAD_BYTES;
         let start = t.r[R_CHUNK] as usize * RESULT_CHUNK_BYTES;
@@ -960,20 +936,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             }
             Lanes::Fpisa(_) => {
                 let first_word = t.r[R_BUF] + (start / GRAD_BYTES) as u64;
-                let words = len / GRAD_BYTES;
-                for half in 0..words.div_ceil(FPISA_HALF_WORDS) {
-                    let n = (words - half * FPISA_HALF_WORDS).min(FPISA_HALF_WORDS);
-                    let at = LM_RESULT_DATA + half * FPISA_HALF_WORDS * GRAD_BYTES;
-                    let lines = (n * 8).next_multiple_of(LINE_BYTES);
-                    t.mem_read_lines(first_word + (half * FPISA_HALF_WORDS) as u64, at, lines)?;
-                    let lm = t.lm_bytes_mut(at, lines)?;
-                    for i in 0..n {
-                        let word =
-                            u64::from_be_bytes(lm[8 * i..8 * i + 8].try_into().expect("one word"));
-                        let value = Acc::from_word(word).value(Format::Fp32);
-                        lm[4 * i..4 * i + 4].copy_from_slice(&value.to_be_bytes());
-                    }
-                }
+                fpisa::pull_fp32_sums(t, first_word, LM_RESULT_DATA, len / GRAD_BYTES)?;
             }
         }
         t.write_tail(LM_RESULT_DATA, len)?;
