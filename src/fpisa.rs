@@ -650,6 +650,21 @@ const fn build_lpm_table() -> [LpmEntry; 32] {
     table
 }
 
+/// [`Acc::add_bits`] of FP32 lanes in bulk: lane `i` of `src` (network order, 4 bytes each)
+/// is added to the accumulator word `words[i]` ([`Acc::to_word`]'s layout), in `variant`;
+/// returns the additions' events. The RMW engine's shift-and-add of
+/// [`crate::mem::SharedMemory::fpisa_add_be`] runs this same code, vectorised; here it is
+/// for plain memory (a host's reference, a baseline loop).
+///
+/// # Panics
+/// If `src.len() != 4 * words.len()`.
+pub fn add_fp32_be(words: &mut [u64], src: &[u8], variant: Variant) -> crate::mem::FpisaCounts {
+    assert_eq!(src.len(), 4 * words.len(), "4 bytes per FP32 lane");
+    let mut counts = crate::mem::FpisaCounts::default();
+    crate::mem::add_fp32_words(words, src, variant, &mut counts);
+    counts
+}
+
 /// [`Acc::value`] in FP32 of a run of accumulator words, in bulk: `src` holds the words in
 /// network order (8 bytes each, as a read of accumulator memory into local memory leaves
 /// them), `dst` receives the FP32 values in network order (4 bytes each). This is the step a
@@ -1210,6 +1225,50 @@ mod tests {
                 .prop_map(|(neg, e, f)| (u32::from(neg) << 31) | (e << 23) | f),
             1..=n,
         )
+    }
+
+    proptest! {
+        /// The bulk add is `Acc::add_bits` lane by lane, specials (subnormals, infinities,
+        /// NaNs) included, and counts every addition's events; the bulk read is `Acc::value`.
+        #[test]
+        fn bulk_add_and_read_are_lane_by_lane(
+            lanes in proptest::collection::vec((any::<u32>(), 0u32..8), 1..100),
+            approx in any::<bool>(),
+        ) {
+            let variant = if approx { Variant::Approx } else { Variant::Full };
+            // Most lanes near one exponent, so that sums build up; some special.
+            let bits: Vec<u32> = lanes.iter().map(|&(b, kind)| match kind {
+                0 => b & 0x807F_FFFF,                          // zero or subnormal
+                1 => b | 0x7F80_0000,                          // infinity or NaN
+                _ => (b & 0x83FF_FFFF) | 0x3C00_0000,          // normal, exponents 120..127
+            }).collect();
+            let src: Vec<u8> = bits.iter().flat_map(|b| b.to_be_bytes()).collect();
+            let mut words = vec![0u64; bits.len()];
+            let mut want = vec![Acc::ZERO; bits.len()];
+            let mut want_events = [0u64; 3];
+            for _ in 0..3 {
+                let c = add_fp32_be(&mut words, &src, variant);
+                prop_assert_eq!(c.adds, bits.len() as u64);
+                for (a, &b) in want.iter_mut().zip(&bits) {
+                    let e = a.add_bits(b, Format::Fp32, variant);
+                    want_events[0] += u64::from(e.overwrite);
+                    want_events[1] += u64::from(e.left_shift);
+                    want_events[2] += u64::from(e.overflow);
+                }
+                prop_assert_eq!(
+                    [c.overwrites, c.left_shifts, c.overflows],
+                    std::mem::take(&mut want_events)
+                );
+            }
+            let want_words: Vec<u64> = want.iter().map(|a| a.to_word()).collect();
+            prop_assert_eq!(&words, &want_words);
+            let be: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+            let mut values = vec![0u8; 4 * words.len()];
+            fp32_values_be(&mut values, &be);
+            let want_values: Vec<u8> =
+                want.iter().flat_map(|a| a.value(Format::Fp32).to_be_bytes()).collect();
+            prop_assert_eq!(values, want_values);
+        }
     }
 
     proptest! {

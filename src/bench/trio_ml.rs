@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::rng::SplitMix64;
-use crate::fpisa::{Acc, Format};
+use crate::fpisa;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
 use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
@@ -416,44 +416,60 @@ pub fn run_on(
 }
 
 /// The plain loop: the same packets, the same sums in the same layout (a buffer of
-/// `window` blocks of 32-bit lanes, or of FPISA accumulators), one thread, no engine: per
-/// packet, read the header, skip a source already counted, add the big-endian gradients
-/// lane by lane; when every source is in, copy the sums out (the Result's payload; FPISA's
-/// renormalized into FP32) and clear the block. Returns gradients per second.
+/// `window` blocks of 32-bit lanes, or of FPISA accumulator words), one thread, no engine:
+/// per packet, read the header, skip a source already counted, add the big-endian gradients
+/// (FPISA's with the same vectorised shift-and-add the engine runs,
+/// [`crate::fpisa::add_fp32_be`]); when every source is in, copy the sums out (the Result's
+/// payload; FPISA's renormalized into FP32 with [`crate::fpisa::fp32_values_be`]) and clear
+/// the block. Returns gradients per second.
 pub fn baseline(cfg: &TrioMlBenchConfig, traffic: &mut TrioMlTraffic) -> f64 {
-    let be = |s: &[u8]| u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
     match cfg.lanes {
         Lanes::Int32 => plain_loop(
             cfg,
             traffic,
             0u32,
-            |sum, lane| *sum = sum.wrapping_add(be(lane)),
-            |sum| std::mem::take(sum).to_be_bytes(),
-        ),
-        Lanes::Fpisa(variant) => plain_loop(
-            cfg,
-            traffic,
-            Acc::ZERO,
-            |acc, lane| {
-                acc.add_bits(be(lane), Format::Fp32, variant);
+            |sums, grads| {
+                for (sum, lane) in sums.iter_mut().zip(grads.chunks_exact(4)) {
+                    *sum =
+                        sum.wrapping_add(u32::from_be_bytes([lane[0], lane[1], lane[2], lane[3]]));
+                }
             },
-            |acc| {
-                std::mem::replace(acc, Acc::ZERO)
-                    .value(Format::Fp32)
-                    .to_be_bytes()
+            |sums, out| {
+                for (o, sum) in out.chunks_exact_mut(4).zip(sums) {
+                    o.copy_from_slice(&std::mem::take(sum).to_be_bytes());
+                }
             },
         ),
+        Lanes::Fpisa(variant) => {
+            let mut words_be = vec![0u8; usize::from(cfg.grads) * 8];
+            plain_loop(
+                cfg,
+                traffic,
+                0u64,
+                |words, grads| {
+                    fpisa::add_fp32_be(words, grads, variant);
+                },
+                |words, out| {
+                    let be = &mut words_be[..words.len() * 8];
+                    for (b, w) in be.chunks_exact_mut(8).zip(words.iter_mut()) {
+                        b.copy_from_slice(&std::mem::take(w).to_be_bytes());
+                    }
+                    fpisa::fp32_values_be(out, be);
+                },
+            )
+        }
     }
 }
 
-/// [`baseline`]'s loop, over sums of type `S` starting at `zero`: `add` adds one 4-byte
-/// lane into a sum, `take` reads a sum out (4 bytes of the Result) and clears it.
+/// [`baseline`]'s loop, over sums of type `S` starting at `zero`: `add` adds a packet's
+/// big-endian lanes into its block's sums, `take` writes the sums out (the Result's payload,
+/// 4 bytes each) and clears them.
 fn plain_loop<S: Copy>(
     cfg: &TrioMlBenchConfig,
     traffic: &mut TrioMlTraffic,
     zero: S,
-    add: impl Fn(&mut S, &[u8]),
-    take: impl Fn(&mut S) -> [u8; 4],
+    mut add: impl FnMut(&mut [S], &[u8]),
+    mut take: impl FnMut(&mut [S], &mut [u8]),
 ) -> f64 {
     let g = usize::from(cfg.grads);
     let w = usize::from(cfg.window);
@@ -476,15 +492,12 @@ fn plain_loop<S: Copy>(
                 continue;
             }
             seen[b][word] |= 1 << bit;
-            let sums = &mut buf[b * g..b * g + usize::from(h.grad_cnt)];
-            for (sum, lane) in sums.iter_mut().zip(grads.chunks_exact(4)) {
-                add(sum, lane);
-            }
+            let n = usize::from(h.grad_cnt).min(grads.len() / 4);
+            let sums = &mut buf[b * g..b * g + n];
+            add(sums, &grads[..4 * n]);
             count[b] += 1;
             if count[b] == cfg.workers {
-                for (o, sum) in out.chunks_exact_mut(4).zip(sums.iter_mut()) {
-                    o.copy_from_slice(&take(sum));
-                }
+                take(sums, &mut out[..4 * n]);
                 std::hint::black_box(&out);
                 results += 1;
                 count[b] = 0;

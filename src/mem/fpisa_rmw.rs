@@ -135,33 +135,15 @@ impl SharedMemory {
         let n = data.len() / width;
         check_lanes(n).map_err(|_| MemFault::BadSize { bytes: data.len() })?;
         let mut counts = FpisaCounts::default();
-        // FP32 lanes in the accumulator region: the branch-free kernel, one stripe at a time
-        // under its lock; the rare special lanes it leaves alone are added one by one under
-        // the same lock.
+        // FP32 lanes in the accumulator region: the vectorised kernel, one stripe at a time
+        // under its lock.
         if fmt == Format::Fp32 {
             if let Some(off) = self.acc_offset(addr, n as u64) {
-                let mut events = [0u64; 3];
-                let approx = variant == Variant::Approx;
                 self.acc_locked(off, n as u64, |first, piece| {
                     let src = &data[first * 4..(first + piece.len()) * 4];
-                    if fpisa_fp32_be(piece, src, approx, &mut events) {
-                        for (w, lane) in piece.iter_mut().zip(src.chunks_exact(4)) {
-                            let bits = u32::from_be_bytes([lane[0], lane[1], lane[2], lane[3]]);
-                            if !fp32_plain(bits) {
-                                let mut acc = Acc::from_word(*w);
-                                let e = acc.add_bits(bits, Format::Fp32, variant);
-                                *w = acc.to_word();
-                                counts.record(e);
-                            }
-                        }
-                    }
+                    add_fp32_words(piece, src, variant, &mut counts);
                 });
-                return Ok(FpisaCounts {
-                    adds: n as u64,
-                    overwrites: counts.overwrites + events[0],
-                    left_shifts: counts.left_shifts + events[1],
-                    overflows: counts.overflows + events[2],
-                });
+                return Ok(counts);
             }
         }
         // One instance per format, so decoding compiles down to that format's constants.
@@ -233,6 +215,36 @@ impl SharedMemory {
     pub fn fpisa_read(&self, addr: Addr) -> Result<Acc, MemFault> {
         Ok(Acc::from_word(self.read_u64(addr)?))
     }
+}
+
+/// FPISA's shift-and-add of the FP32 lanes of `src` (network order) into the accumulator
+/// words `words` (`src.len() == 4 * words.len()`), counting into `counts`: the vectorised
+/// kernel, then the rare special lanes (subnormals, infinities, NaNs) it leaves alone, one by
+/// one. Exactly [`Acc::add_bits`] per lane.
+pub(crate) fn add_fp32_words(
+    words: &mut [u64],
+    src: &[u8],
+    variant: Variant,
+    counts: &mut FpisaCounts,
+) {
+    let mut events = [0u64; 3];
+    if fpisa_fp32_be(words, src, variant == Variant::Approx, &mut events) {
+        for (w, lane) in words.iter_mut().zip(src.chunks_exact(4)) {
+            let bits = u32::from_be_bytes([lane[0], lane[1], lane[2], lane[3]]);
+            if !fp32_plain(bits) {
+                let mut acc = Acc::from_word(*w);
+                let e = acc.add_bits(bits, Format::Fp32, variant);
+                *w = acc.to_word();
+                events[0] += u64::from(e.overwrite);
+                events[1] += u64::from(e.left_shift);
+                events[2] += u64::from(e.overflow);
+            }
+        }
+    }
+    counts.adds += words.len() as u64;
+    counts.overwrites += events[0];
+    counts.left_shifts += events[1];
+    counts.overflows += events[2];
 }
 
 fn check_lanes(n: usize) -> Result<(), MemFault> {
