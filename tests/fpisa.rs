@@ -267,3 +267,29 @@ fn the_fpisa_bench_checks_its_results_and_reports_trio_mls_fields() {
         }
     }
 }
+
+/// The largest block, 4095 floats (16 KB, past the default jumbo frame size): the bench sizes
+/// its ports for the frames, and the engine's shift-and-add takes the packet in pieces.
+#[test]
+fn the_fpisa_bench_runs_the_largest_block() {
+    use pfemu::bench::fpisa::{run, FpisaBenchConfig};
+    use pfemu::bench::trio_ml::TrioMlBenchConfig;
+    let r = run(
+        &FpisaBenchConfig {
+            base: TrioMlBenchConfig {
+                workers: 2,
+                grads: 4095,
+                window: 4,
+                generations: 2,
+                ppe_threads: 2,
+                timers: false,
+                ..TrioMlBenchConfig::default()
+            },
+            variant: Variant::Full,
+            runs: 1,
+        },
+        |_, kind, r| assert!(r.verified && r.dropped == 0, "{kind}: {r:?}"),
+    )
+    .unwrap();
+    assert_eq!(r.fpisa.results, 4 * 2);
+}

@@ -338,7 +338,11 @@ pub fn run_on(
         FnSink(move |port: Port, frame: &[u8]| c.deliver(port, frame))
     };
     let capacity = cfg.capacity.unwrap_or_else(|| default_capacity(cfg.grads));
+    // Blocks of more than about 2250 gradients make frames past the default jumbo size;
+    // the bench's ports take them (a Result is as large as the block's packets).
+    let frame_bytes = traffic.frames.iter().map(|f| f.len()).max().unwrap_or(0);
     let mut builder = Pfe::builder()
+        .max_frame_bytes(frame_bytes.max(crate::pfe::DEFAULT_MAX_FRAME_BYTES))
         .program(trio.program())
         .ppe_threads(cfg.ppe_threads)
         .memory(mem)
