@@ -602,3 +602,126 @@ fn a_started_engine_reports_its_configuration_and_starting_twice_is_harmless() {
     assert_eq!(s.packets_out, 1);
     assert_eq!(s.per_ppe_packets.len(), 3);
 }
+
+/// `offer_burst` takes what fits and drops the rest as `rx_full`, at once: a receive ring
+/// overflowing. Every frame is accounted for: accepted, runt, or no room.
+#[test]
+fn offered_frames_that_find_the_engine_full_are_dropped_and_counted() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let g = gate.clone();
+    let mut p = Program::builder("gated");
+    let a = p.label("a");
+    p.instr(a, move |_t| {
+        while !g.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        Ok(Done(Verdict::Forward(0)))
+    });
+    p.entry(Entry::Packet, a);
+    let sink = Arc::new(CountingSink::new(1));
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(2)
+        .capacity(50)
+        .batch_size(8)
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    assert!(pfe.offer_burst([(0, &udp_frame(1, 0, 64)[..])]).is_err());
+    pfe.start().unwrap();
+    let frames: Vec<Vec<u8>> = (0..1000).map(|i| udp_frame(1, i, 64)).collect();
+    let runt = [0u8; pfemu::packet::MIN_FRAME_BYTES - 1];
+    let offered = frames
+        .iter()
+        .map(|f| (0, &f[..]))
+        .chain(std::iter::once((0, &runt[..])));
+    // Nothing is processed while the gate is shut: exactly the capacity is taken.
+    assert_eq!(pfe.offer_burst(offered).unwrap(), 50);
+    assert_eq!(pfe.in_flight(), 50);
+    gate.store(true, Ordering::Release);
+    pfe.drain();
+    // Room again: a later burst is taken whole.
+    let more = frames[..30].iter().map(|f| (0, Arc::<[u8]>::from(&f[..])));
+    assert_eq!(pfe.offer_shared(more).unwrap(), 30);
+    pfe.drain();
+    let stats = pfe.stats();
+    assert_eq!(stats.packets_in, 1031);
+    assert_eq!(
+        stats.dropped_by_reason.get("rx_full"),
+        Some(&950),
+        "{stats:?}"
+    );
+    assert_eq!(stats.dropped_by_reason.get("runt"), Some(&1));
+    assert_eq!(stats.packets_out, 80);
+    assert_eq!(sink.total_packets(), 80);
+    assert!(stats.is_conserved(), "{stats:?}");
+}
+
+/// With latency on, every packet that leaves is timed from ingress to egress on the
+/// engine's clock, drops are not; without it there is no summary. A manual clock the
+/// program advances makes each packet take exactly 1 us; a burst queues, and the packets
+/// behind wait for those ahead.
+#[test]
+fn latency_is_measured_from_ingress_to_egress_for_packets_that_leave() {
+    for reorder in [true, false] {
+        let clock = Arc::new(pfemu::timer::ManualClock::new());
+        let c = clock.clone();
+        let gate = Arc::new(AtomicBool::new(true));
+        let g = gate.clone();
+        let mut p = Program::builder("timed");
+        let a = p.label("a");
+        let odd = p.drop_reason("odd");
+        p.instr(a, move |t| {
+            while !g.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            c.advance(1_000);
+            let seq = t.lm_bytes(pfemu::program::DEFAULT_HEAD_OFFSET + 46, 4)?[3];
+            Ok(Done(if seq % 2 == 0 {
+                Verdict::Forward(0)
+            } else {
+                Verdict::Drop(odd)
+            }))
+        });
+        p.entry(Entry::Packet, a);
+        let mut pfe = Pfe::builder()
+            .program(p.build().unwrap())
+            .ppe_threads(1)
+            .batch_size(1)
+            .reorder(reorder)
+            .clock(clock)
+            .latency(true)
+            .build()
+            .unwrap();
+        pfe.start().unwrap();
+        // One at a time, so that no packet queues behind another.
+        for i in 0..200 {
+            pfe.inject_frame(0, &udp_frame(1, i, 64)).unwrap();
+            pfe.drain();
+        }
+        let l = pfe.stats().latency.expect("measured");
+        assert_eq!(l.count, 100, "reorder {reorder}: {l:?}");
+        assert!((990..=1010).contains(&l.p50_ns), "{l:?}");
+        assert!((990..=1010).contains(&l.max_ns), "{l:?}");
+        pfe.reset_latency();
+        assert_eq!(pfe.stats().latency.unwrap().count, 0);
+        // A burst of 200 all stamped before the first is processed (the gate is shut):
+        // packet k leaves k + 1 us after the burst came in, and the even ones leave.
+        gate.store(false, Ordering::Release);
+        let frames: Vec<Vec<u8>> = (0..200).map(|i| udp_frame(1, i, 64)).collect();
+        pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+            .unwrap();
+        gate.store(true, Ordering::Release);
+        pfe.drain();
+        let l = pfe.stats().latency.unwrap();
+        assert_eq!(l.count, 100);
+        let near = |v: u64, want: u64| v.abs_diff(want) * 100 <= want;
+        assert!(near(l.min_ns, 1_000) && near(l.max_ns, 199_000), "{l:?}");
+        assert!(near(l.p50_ns, 99_000), "{l:?}");
+    }
+    let mut pfe = Pfe::builder().program(forward_all(0)).build().unwrap();
+    pfe.start().unwrap();
+    pfe.inject_frame(0, &udp_frame(1, 0, 64)).unwrap();
+    pfe.drain();
+    assert_eq!(pfe.stats().latency, None);
+}

@@ -52,6 +52,8 @@ pub(crate) struct Batch {
     pub slots: Vec<Slot>,
     pub out: OutArena,
     pub done: Vec<Completion>,
+    /// When ingress handed the batch to dispatch (the clock's ns), for latency.
+    pub ingress_ns: u64,
 }
 
 impl Batch {
@@ -62,6 +64,7 @@ impl Batch {
             slots: Vec::with_capacity(packets),
             out: OutArena::default(),
             done: Vec::with_capacity(packets),
+            ingress_ns: 0,
         }
     }
 

@@ -204,7 +204,7 @@ fn finish_model(threads: usize, preemptions: Option<usize>) {
                 // The batch's mark; it holds no packets, so completing it releases nothing.
                 batch.frames.push(id);
                 let tx = TxCounters::new(1);
-                stage.finish(batch, &[], &Discard, &tx, |b, released| {
+                stage.finish(batch, &[], &Discard, &tx, None, |b, released| {
                     assert_eq!(released, 0);
                     let bit = 1 << b.frames[0];
                     let before = retired.fetch_or(bit, Ordering::Relaxed);

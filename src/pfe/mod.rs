@@ -17,6 +17,7 @@ pub mod chassis;
 mod dispatch;
 pub mod egress;
 mod ingress;
+mod latency;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod ppe;
@@ -37,14 +38,16 @@ use parking_lot::Mutex;
 pub use chassis::{Chassis, ChassisBuilder, ChassisSink};
 pub use egress::{ChannelSink, CountingSink, Discard, FnSink, Frames, Sink};
 pub use ingress::FlowClassifier;
+pub use latency::LatencyStats;
 pub use stats::Stats;
 
 use self::batch::{Batch, Slot};
 use self::dispatch::Dispatch;
 use self::egress::TxCounters;
 use self::ingress::IngressState;
+use self::latency::LatencyRecorder;
 use self::reorder::ReorderStage;
-use self::stats::{WorkerStats, DROP_OVERSIZE, DROP_RUNT, ENGINE_DROP_REASONS};
+use self::stats::{WorkerStats, DROP_OVERSIZE, DROP_RUNT, DROP_RX_FULL, ENGINE_DROP_REASONS};
 use self::timers::TimerState;
 use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
@@ -95,6 +98,8 @@ pub struct Config {
     pub max_frame_bytes: usize,
     /// Periodic timers, each launching a thread at one of the program's timer entries.
     pub timers: Vec<TimerSpec>,
+    /// Measure each packet's ingress-to-egress latency ([`Stats::latency`]).
+    pub latency: bool,
 }
 
 /// Configures a [`Pfe`]. Every setting has a sensible default except the program.
@@ -142,6 +147,7 @@ impl PfeBuilder {
                 instruction_budget: DEFAULT_INSTRUCTION_BUDGET,
                 max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
                 timers: Vec::new(),
+                latency: false,
             },
             ppe_threads: None,
             groups: Vec::new(),
@@ -259,9 +265,18 @@ impl PfeBuilder {
         self
     }
 
-    /// The clock timers and [`crate::program::Thread::now_ns`] read (default: a
-    /// [`SystemClock`] started when the engine is built). A [`crate::timer::ManualClock`]
-    /// makes timer tests deterministic; see [`Pfe::settle_timers`].
+    /// Measure every packet's latency from ingress to egress (off by default): the engine
+    /// then reads the clock once per batch at each end, and [`Stats::latency`] summarises
+    /// the samples (HdrHistograms, one per PPE thread; see [`Pfe::reset_latency`]).
+    pub fn latency(mut self, on: bool) -> Self {
+        self.cfg.latency = on;
+        self
+    }
+
+    /// The clock timers, [`crate::program::Thread::now_ns`] and latency stamps read
+    /// (default: a [`SystemClock`] started when the engine is built). A
+    /// [`crate::timer::ManualClock`] makes timer tests deterministic; see
+    /// [`Pfe::settle_timers`].
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
         self
@@ -423,7 +438,9 @@ impl PfeBuilder {
                 AtomicU64::new(0),
                 AtomicU64::new(0),
                 AtomicU64::new(0),
+                AtomicU64::new(0),
             ]),
+            latency: cfg.latency.then(|| LatencyRecorder::new(cfg.ppe_threads)),
             reorder: ReorderStage::new(cfg.reorder_contexts, cfg.ports),
             groups: group_table,
             sink,
@@ -533,8 +550,10 @@ pub(crate) struct Shared {
     /// Injectors waiting for in-flight room.
     pub room: RoomWait,
     pub ingress: Mutex<IngressState>,
-    /// Frames injected, runts, oversize frames.
-    pub ingress_counts: CachePadded<[AtomicU64; 3]>,
+    /// Frames injected, then the ingress drops: runts, oversize frames, receive ring full.
+    pub ingress_counts: CachePadded<[AtomicU64; 4]>,
+    /// Latency histograms, when measured.
+    pub latency: Option<LatencyRecorder>,
     pub reorder: ReorderStage,
     pub groups: Vec<Vec<Port>>,
     pub sink: Arc<dyn Sink>,
@@ -546,6 +565,17 @@ pub(crate) struct Shared {
     /// Timer bookkeeping (`None` without timers).
     pub timers: Option<TimerState>,
     pub state: AtomicU8,
+}
+
+/// What ingress does with a batch when the engine has no room for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admit {
+    /// Wait for room ([`Pfe::inject_burst`]).
+    Wait,
+    /// Take nothing of the batch and fail ([`Pfe::try_inject`]).
+    AllOrNone,
+    /// Take what fits and drop the rest as `rx_full` ([`Pfe::offer_burst`]).
+    Offer,
 }
 
 /// Why a packet was not accepted.
@@ -722,7 +752,10 @@ impl Pfe {
         if !self.running() {
             return Err(TryInjectError::NotRunning(packet));
         }
-        match self.submit(std::iter::once((packet.port, &packet.data[..])), false) {
+        match self.submit(
+            std::iter::once((packet.port, &packet.data[..])),
+            Admit::AllOrNone,
+        ) {
             Ok(_) => Ok(()),
             Err(_) => Err(TryInjectError::Full(packet)),
         }
@@ -743,7 +776,7 @@ impl Pfe {
         if !self.running() {
             return Err(InjectError::NotRunning);
         }
-        self.submit(frames.into_iter(), true)
+        self.submit(frames.into_iter(), Admit::Wait)
             .map_err(|_| InjectError::NotRunning)
     }
 
@@ -762,16 +795,54 @@ impl Pfe {
         if !self.running() {
             return Err(InjectError::NotRunning);
         }
-        self.submit(frames.into_iter(), true)
+        self.submit(frames.into_iter(), Admit::Wait)
             .map_err(|_| InjectError::NotRunning)
     }
 
+    /// Offers frames as a link delivers them to a NIC: what the engine has room for is taken,
+    /// and the frames that find it full are dropped at once and counted (`rx_full` in
+    /// [`Stats::dropped_by_reason`]), as a receive ring overflows. Never waits. Returns how
+    /// many frames were accepted (the others were dropped at ingress: runts, oversize
+    /// frames, or no room). This is how a paced traffic generator measures loss
+    /// (`pfemu linerate`).
+    pub fn offer_burst<'f, I>(&self, frames: I) -> Result<u64, InjectError>
+    where
+        I: IntoIterator<Item = (Port, &'f [u8])>,
+    {
+        if !self.running() {
+            return Err(InjectError::NotRunning);
+        }
+        self.submit(frames.into_iter(), Admit::Offer)
+            .map_err(|_| InjectError::NotRunning)
+    }
+
+    /// [`Pfe::offer_burst`] of frames kept by reference, as [`Pfe::inject_shared`] does.
+    pub fn offer_shared<I>(&self, frames: I) -> Result<u64, InjectError>
+    where
+        I: IntoIterator<Item = (Port, Arc<[u8]>)>,
+    {
+        if !self.running() {
+            return Err(InjectError::NotRunning);
+        }
+        self.submit(frames.into_iter(), Admit::Offer)
+            .map_err(|_| InjectError::NotRunning)
+    }
+
+    /// Forgets the latency samples taken so far (after a warm-up, between trials), so that
+    /// [`Stats::latency`] covers what follows. Does nothing when latency is not measured.
+    pub fn reset_latency(&self) {
+        if let Some(l) = &self.shared.latency {
+            l.reset();
+        }
+    }
+
     /// Ingress: validates, classifies and stamps frames, fills batches and dispatches them.
-    /// Without `block`, fails (taking nothing of the batch that did not fit) when full.
+    /// `admit` says what happens when the engine is full; see [`Admit`]. Returns the frames
+    /// seen (with [`Admit::Offer`], those accepted).
     fn submit<F: IngressFrame>(
         &self,
         mut frames: impl Iterator<Item = (Port, F)>,
-        block: bool,
+        admit: Admit,
     ) -> Result<u64, ()> {
         let sh = &*self.shared;
         let bs = sh.cfg.batch_size;
@@ -810,24 +881,49 @@ impl Pfe {
                 }
             }
             let n = batch.slots.len() as u64;
-            if n > 0 && !self.reserve(n, block) {
-                batch.clear();
-                let _ = sh.pool.push(batch);
-                return Err(());
+            // A batch left short means the frames ran out.
+            let last = (n as usize) < bs;
+            let mut no_room = 0u64;
+            if n > 0 {
+                let granted = match admit {
+                    Admit::Wait => self.reserve(n, true).then_some(n),
+                    Admit::AllOrNone => self.reserve(n, false).then_some(n),
+                    Admit::Offer => Some(self.reserve_up_to(n)),
+                };
+                let Some(granted) = granted else {
+                    batch.clear();
+                    let _ = sh.pool.push(batch);
+                    return Err(());
+                };
+                no_room = n - granted;
+                batch.slots.truncate(granted as usize);
             }
             let c = &sh.ingress_counts;
             c[0].fetch_add(seen, Ordering::Relaxed);
             c[DROP_RUNT + 1].fetch_add(runts, Ordering::Relaxed);
             c[DROP_OVERSIZE + 1].fetch_add(oversize, Ordering::Relaxed);
-            taken += seen;
-            if n == 0 {
+            if no_room > 0 {
+                c[DROP_RX_FULL + 1].fetch_add(no_room, Ordering::Relaxed);
+            }
+            taken += match admit {
+                Admit::Offer => seen - runts - oversize - no_room,
+                Admit::Wait | Admit::AllOrNone => seen,
+            };
+            if n == no_room {
+                batch.clear();
                 let _ = sh.pool.push(batch);
-                return Ok(taken);
+                if last {
+                    return Ok(taken);
+                }
+                continue;
             }
             {
                 // Stamp and dispatch under one lock so that, with several injecting
                 // threads, sequence order is the order batches enter dispatch.
                 let mut ing = sh.ingress.lock();
+                if sh.latency.is_some() {
+                    batch.ingress_ns = sh.clock.now_ns();
+                }
                 for s in batch.slots.iter_mut() {
                     let seq = &mut ing.next_seq[s.ctx as usize];
                     s.seq = *seq;
@@ -835,7 +931,7 @@ impl Pfe {
                 }
                 sh.dispatch.push(batch);
             }
-            if (n as usize) < bs {
+            if last {
                 return Ok(taken);
             }
         }
@@ -868,6 +964,28 @@ impl Pfe {
             self.shared.room.wait(in_flight, resume_at, || {
                 self.running().then_some(&self.shared.dispatch)
             });
+        }
+    }
+
+    /// Takes in-flight room for as many of `n` packets as fit now; returns how many.
+    fn reserve_up_to(&self, n: u64) -> u64 {
+        let cap = self.shared.cfg.capacity as u64;
+        let in_flight = &self.shared.in_flight;
+        let mut cur = in_flight.load(Ordering::Relaxed);
+        loop {
+            let granted = n.min(cap.saturating_sub(cur));
+            if granted == 0 {
+                return 0;
+            }
+            match in_flight.compare_exchange_weak(
+                cur,
+                cur + granted,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return granted,
+                Err(now) => cur = now,
+            }
         }
     }
 
@@ -941,6 +1059,7 @@ impl Pfe {
         let c = &sh.ingress_counts;
         total.drops[DROP_RUNT] += c[DROP_RUNT + 1].load(Ordering::Relaxed);
         total.drops[DROP_OVERSIZE] += c[DROP_OVERSIZE + 1].load(Ordering::Relaxed);
+        total.drops[DROP_RX_FULL] += c[DROP_RX_FULL + 1].load(Ordering::Relaxed);
         let mut s = Stats {
             packets_in: c[0].load(Ordering::Relaxed),
             packets_out: total.forwarded + total.multicast,
@@ -960,6 +1079,7 @@ impl Pfe {
             timer_runs: total.timer_runs,
             timer_instructions: total.timer_instructions,
             timer_faults: total.timer_faults,
+            latency: sh.latency.as_ref().map(|l| LatencyStats::of(&l.snapshot())),
             ..Stats::default()
         };
         if let Some(t) = &sh.timers {

@@ -62,16 +62,29 @@ pub(crate) fn run(
         core.posted.flush(&shared.mem);
         shared.worker_stats[me].lock().add(&local);
         local.reset();
+        let latency = shared
+            .latency
+            .as_ref()
+            .map(|l| (l, me, shared.clock.now_ns()));
         if shared.cfg.reorder {
             shared.reorder.finish(
                 batch,
                 &shared.groups,
                 &*shared.sink,
                 &shared.tx,
+                latency,
                 |b, released| retire(&shared, b, released),
             );
         } else {
             let released = release_unordered(&shared, &batch, &mut queues);
+            if let Some((l, me, now)) = latency {
+                let leaving = batch.done.iter().filter(|c| c.outs_end > c.outs_start);
+                l.record(
+                    me,
+                    now.saturating_sub(batch.ingress_ns),
+                    leaving.count() as u64,
+                );
+            }
             retire(&shared, batch, released);
         }
     }
@@ -175,6 +188,7 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
         slots,
         out,
         done,
+        ..
     } = batch;
     for s in slots.iter() {
         let frame = Batch::frame(frames, by_ref, s);

@@ -20,15 +20,21 @@ use hashbrown::HashMap;
 
 use super::batch::Batch;
 use super::egress::{PortQueues, Sink, Span, TxCounters};
+use super::latency::LatencyRecorder;
 use crate::packet::{Dest, Port, SRC_FRAMES};
 use crate::sync::{fence, AtomicU64, Mutex, Ordering, SegQueue};
 
-/// A finished packet waiting for an earlier one of its flow: copies of its outputs.
+/// A finished packet waiting for an earlier one of its flow: copies of its outputs, and its
+/// batch's ingress stamp (for latency).
 #[derive(Default)]
 struct Held {
     bytes: Vec<u8>,
     recs: Vec<(Dest, u32, u32)>,
+    ingress_ns: u64,
 }
+
+/// Where a releasing thread records latency: the recorder, its shard, and the time now.
+pub(crate) type LatencySink<'a> = Option<(&'a LatencyRecorder, usize, u64)>;
 
 /// The reorder engine and the queue of finished batches waiting for it.
 ///
@@ -64,6 +70,7 @@ impl ReorderStage {
         groups: &[Vec<Port>],
         sink: &dyn Sink,
         tx: &TxCounters,
+        latency: LatencySink<'_>,
         mut retire: impl FnMut(Box<Batch>, u64),
     ) {
         self.finished.push(batch);
@@ -73,7 +80,7 @@ impl ReorderStage {
                 return;
             };
             while let Some(b) = self.finished.pop() {
-                let (released, held) = engine.complete(&b, groups, sink, tx);
+                let (released, held) = engine.complete(&b, groups, sink, tx, latency);
                 if held > 0 {
                     self.held_total.fetch_add(held, Ordering::Relaxed);
                 }
@@ -126,9 +133,12 @@ impl ReorderEngine {
         groups: &[Vec<Port>],
         sink: &dyn Sink,
         tx: &TxCounters,
+        latency: LatencySink<'_>,
     ) -> (u64, u64) {
         let mut released = 0u64;
         let mut held = 0u64;
+        // The batch's own packets that leave now (held ones are timed when released).
+        let mut leaving = 0u64;
         for c in &batch.done {
             let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
             let next = &mut self.next[c.ctx as usize];
@@ -145,12 +155,14 @@ impl ReorderEngine {
                         .extend_from_slice(&src[r.off as usize..(r.off + r.len) as usize]);
                     h.recs.push((r.dest, off, r.len));
                 }
+                h.ingress_ns = batch.ingress_ns;
                 self.held.insert((c.ctx, c.seq), h);
                 held += 1;
                 continue;
             }
             *next = next.wrapping_add(1);
             released += 1;
+            leaving += u64::from(!recs.is_empty());
             for r in recs {
                 self.queues.push(
                     r.dest,
@@ -172,6 +184,12 @@ impl ReorderEngine {
         sources.push(&batch.out.bytes);
         sources.extend(self.releasing.iter().map(|h| &h.bytes[..]));
         self.queues.flush(&sources, sink, tx);
+        if let Some((l, shard, now)) = latency {
+            l.record(shard, now.saturating_sub(batch.ingress_ns), leaving);
+            for h in self.releasing.iter().filter(|h| !h.recs.is_empty()) {
+                l.record(shard, now.saturating_sub(h.ingress_ns), 1);
+            }
+        }
         for mut h in self.releasing.drain(..) {
             if self.spare.len() < 1024 {
                 h.bytes.clear();

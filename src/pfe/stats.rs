@@ -5,16 +5,25 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::latency::LatencyStats;
 use crate::mem::XtxnKind;
 use crate::program::FaultKind;
 
 /// Drop reasons the engine itself uses, ahead of the program's own and the fault reasons.
-pub(crate) const ENGINE_DROP_REASONS: [&str; 4] =
-    ["runt", "oversize", "no_such_port", "no_such_group"];
+/// `rx_full`: offered with [`crate::pfe::Pfe::offer_burst`] while the engine was full (a
+/// NIC's receive ring overflowing).
+pub(crate) const ENGINE_DROP_REASONS: [&str; 5] = [
+    "runt",
+    "oversize",
+    "rx_full",
+    "no_such_port",
+    "no_such_group",
+];
 pub(crate) const DROP_RUNT: usize = 0;
 pub(crate) const DROP_OVERSIZE: usize = 1;
-pub(crate) const DROP_NO_SUCH_PORT: usize = 2;
-pub(crate) const DROP_NO_SUCH_GROUP: usize = 3;
+pub(crate) const DROP_RX_FULL: usize = 2;
+pub(crate) const DROP_NO_SUCH_PORT: usize = 3;
+pub(crate) const DROP_NO_SUCH_GROUP: usize = 4;
 /// Index of the first fault drop reason; program reasons follow the fault reasons.
 pub(crate) const DROP_FAULT_BASE: usize = ENGINE_DROP_REASONS.len();
 pub(crate) const DROP_PROGRAM_BASE: usize = DROP_FAULT_BASE + FaultKind::COUNT;
@@ -161,6 +170,9 @@ pub struct Stats {
     pub timer_overruns: u64,
     /// Timer periods skipped because the launcher woke up more than a period late.
     pub timer_missed: u64,
+    /// Ingress-to-egress latency of the packets that left, when the engine measures it
+    /// ([`crate::pfe::PfeBuilder::latency`]; since the last [`crate::pfe::Pfe::reset_latency`]).
+    pub latency: Option<LatencyStats>,
 }
 
 impl Stats {
