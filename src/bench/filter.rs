@@ -1,15 +1,18 @@
 //! The filter benchmark: the paper's filter on pre-generated traffic through the full PFE.
 //!
 //! Traffic is generated before the clock starts (a pool of up to [`POOL_MAX`] frames,
-//! replayed until `packets` frames have been offered); the clock runs from the first
-//! injected frame until the engine has drained, so every packet counted has left.
+//! replayed until `packets` frames have been offered, or for `duration_s`); the clock runs
+//! from the first injected frame until the engine has drained, so every packet counted has
+//! left. The report carries the common [`Summary`] (rates, drops, latency, PPE load, the
+//! plain loop's rate and the emulator's overhead against it).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::report::{RunLength, Summary};
 use super::traffic::{FrameClass, Traffic, TrafficSpec};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::{Filter, FilterCounts};
@@ -42,6 +45,41 @@ pub struct FilterBenchConfig {
     pub pin: bool,
     /// Traffic seed.
     pub seed: u64,
+    /// Offer frames for this many seconds instead of `packets` frames.
+    pub duration_s: Option<f64>,
+    /// Measure ingress-to-egress latency (two clock reads per batch).
+    pub latency: bool,
+}
+
+impl Default for FilterBenchConfig {
+    /// 10M 64-byte frames over 1024 flows, PPE threads = cores, reordering on, the engine's
+    /// default batch size, capacity and reorder contexts, latency measured.
+    fn default() -> Self {
+        FilterBenchConfig {
+            ppe_threads: crate::pfe::default_ppe_threads(),
+            packets: 10_000_000,
+            size: 64,
+            flows: 1024,
+            reorder: true,
+            batch_size: crate::pfe::DEFAULT_BATCH_SIZE,
+            capacity: crate::pfe::DEFAULT_CAPACITY,
+            reorder_contexts: crate::pfe::DEFAULT_REORDER_CONTEXTS,
+            pin: false,
+            seed: 1,
+            duration_s: None,
+            latency: true,
+        }
+    }
+}
+
+impl FilterBenchConfig {
+    /// How long a run goes on.
+    pub fn length(&self) -> RunLength {
+        match self.duration_s {
+            Some(s) => RunLength::Duration(Duration::from_secs_f64(s.max(0.0))),
+            None => RunLength::Packets(self.packets),
+        }
+    }
 }
 
 /// The result of one run.
@@ -77,12 +115,20 @@ pub struct FilterBenchReport {
     pub per_ppe_min_max: (u64, u64),
     /// Packets the reorder engine held for an earlier packet of their flow.
     pub reorder_held: u64,
+    /// The common report: rates in and out, drops, latency, PPE load, the plain loop.
+    pub summary: Summary,
 }
 
 /// Runs the filter benchmark once.
 pub fn run(cfg: &FilterBenchConfig) -> Result<FilterBenchReport, ConfigError> {
     if cfg.packets == 0 {
         return Err(ConfigError::new("packets", "must be at least 1"));
+    }
+    if cfg.duration_s.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
+        return Err(ConfigError::new(
+            "duration",
+            "must be a positive number of seconds",
+        ));
     }
     let pool = (cfg.packets as usize).min(POOL_MAX);
     let spec = TrafficSpec {
@@ -101,6 +147,18 @@ pub fn run_on(
     cfg: &FilterBenchConfig,
     traffic: &Traffic,
 ) -> Result<FilterBenchReport, ConfigError> {
+    run_with_progress(cfg, traffic, |_, _| {})
+}
+
+/// Frames injected between two looks at the clock and the progress callback.
+const CHUNK: usize = 1 << 16;
+
+/// [`run_on`], calling `progress(fraction done, frames offered)` as the run goes on.
+pub fn run_with_progress(
+    cfg: &FilterBenchConfig,
+    traffic: &Traffic,
+    mut progress: impl FnMut(f64, u64),
+) -> Result<FilterBenchReport, ConfigError> {
     let mem = Arc::new(SharedMemory::new(&MemConfig {
         dram_bytes: 0,
         ..MemConfig::default()
@@ -116,23 +174,33 @@ pub fn run_on(
         .capacity(cfg.capacity)
         .reorder_contexts(cfg.reorder_contexts)
         .pin_threads(cfg.pin)
+        .latency(cfg.latency)
         .sink(sink.clone())
         .build()?;
     pfe.start()
         .map_err(|e| ConfigError::new("start", e.to_string()))?;
 
     let n = traffic.len() as u64;
-    let full_rounds = cfg.packets / n;
-    let rest = (cfg.packets % n) as usize;
+    let length = cfg.length();
     let start = Instant::now();
-    for _ in 0..full_rounds {
-        pfe.inject_burst((0..traffic.len()).map(|i| (traffic.port(i), traffic.frame(i))))
+    let mut offered = 0u64;
+    while !length.done(start, offered) {
+        // The next chunk of the pool, not past its end nor past the packet count.
+        let at = (offered % n) as usize;
+        let mut len = CHUNK.min(traffic.len() - at);
+        if let RunLength::Packets(total) = length {
+            len = len.min((total - offered) as usize);
+        }
+        pfe.inject_burst((at..at + len).map(|i| (traffic.port(i), traffic.frame(i))))
             .map_err(|e| ConfigError::new("start", e.to_string()))?;
+        offered += len as u64;
+        progress(length.progress(start, offered), offered);
     }
-    pfe.inject_burst((0..rest).map(|i| (traffic.port(i), traffic.frame(i))))
-        .map_err(|e| ConfigError::new("start", e.to_string()))?;
     pfe.drain();
-    let elapsed = start.elapsed().as_secs_f64();
+    let elapsed_d = start.elapsed();
+    let elapsed = elapsed_d.as_secs_f64();
+    let full_rounds = offered / n;
+    let rest = (offered % n) as usize;
 
     let counters = filter
         .counts(pfe.memory())
@@ -153,6 +221,8 @@ pub fn run_on(
         && stats.in_flight == 0;
 
     let bytes: u64 = stats.packets_in * cfg.size as u64;
+    let summary = Summary::from_stats("filter", &stats, elapsed_d, bytes)
+        .with_plain_loop(plain_loop_mpps(traffic, offered));
     let min = stats.per_ppe_packets.iter().copied().min().unwrap_or(0);
     let max = stats.per_ppe_packets.iter().copied().max().unwrap_or(0);
     let processed = stats.processed().max(1) as f64;
@@ -172,7 +242,43 @@ pub fn run_on(
         verified,
         per_ppe_min_max: (min, max),
         reorder_held: stats.reorder_held,
+        summary,
     })
+}
+
+/// The plain loop: the filter's work on the same frames, one thread, no engine: read the
+/// EtherType, and for IPv4 the version and header length; count the non-IP and IP-options
+/// frames (packets and bytes) and the frames forwarded. Returns million frames per second
+/// over `packets` frames of `traffic`, replayed (at least a million, for a stable figure).
+pub fn plain_loop_mpps(traffic: &Traffic, packets: u64) -> f64 {
+    let packets = packets.max(1 << 20);
+    let mut counters = [[0u64; 2]; 2];
+    let mut forwarded = 0u64;
+    let start = Instant::now();
+    let mut done = 0u64;
+    while done < packets {
+        for f in traffic.iter().take((packets - done) as usize) {
+            let f = std::hint::black_box(f);
+            let class = if f.len() < 34 || f[12..14] != [0x08, 0x00] {
+                Some(0)
+            } else if f[14] != 0x45 {
+                Some(1)
+            } else {
+                None
+            };
+            match class {
+                Some(c) => {
+                    counters[c][0] += 1;
+                    counters[c][1] += f.len() as u64;
+                }
+                None => forwarded += 1,
+            }
+        }
+        done += (traffic.len() as u64).min(packets - done);
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    std::hint::black_box((counters, forwarded));
+    packets as f64 / secs / 1e6
 }
 
 fn count_prefix(traffic: &Traffic, class: FrameClass, n: usize) -> (u64, u64) {

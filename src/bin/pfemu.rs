@@ -413,6 +413,12 @@ struct TrafficArgs {
     /// Seed of the traffic generator.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Offer frames for this many seconds instead of --packets frames.
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Do not measure latency (saves two clock reads per batch).
+    #[arg(long)]
+    no_latency: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -1068,6 +1074,8 @@ fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
         reorder_contexts: DEFAULT_REORDER_CONTEXTS,
         pin: false,
         seed: traffic.seed,
+        duration_s: traffic.duration,
+        latency: !traffic.no_latency,
     };
     println!(
         "pfemu: the packet filter (Trio paper §3.2) on {} generated {}-byte frames \
@@ -1076,6 +1084,8 @@ fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
     );
     let r = filter::run(&cfg)?;
     print_summary(&r);
+    println!();
+    r.summary.print();
     if !r.verified {
         return Err("the counters do not match the generated traffic".into());
     }
@@ -1149,6 +1159,8 @@ fn bench_filter(
                 reorder_contexts,
                 pin,
                 seed: traffic.seed,
+                duration_s: traffic.duration,
+                latency: !traffic.no_latency,
             });
         }
     }
@@ -1165,7 +1177,11 @@ fn bench_filter(
     let mut results: Vec<Vec<FilterBenchReport>> = vec![Vec::new(); configs.len()];
     for run in 0..runs {
         for (i, cfg) in configs.iter().enumerate() {
-            let r = filter::run_on(cfg, &generated)?;
+            let bar = pfemu::bench::report::Progress::new(&format!("run {}/{runs}", run + 1), json);
+            let r = filter::run_with_progress(cfg, &generated, |f, n| {
+                bar.set(f, format!("{n} frames"))
+            })?;
+            bar.finish();
             if !json {
                 eprintln!(
                     "run {}/{}: {} PPE threads, reorder {}: {:.2} Mpps{}",
@@ -1237,7 +1253,7 @@ fn bench_filter(
         }
         if medians.len() == 1 {
             println!();
-            print_summary(&medians[0].0);
+            medians[0].0.summary.print();
         }
     }
     if !verified {

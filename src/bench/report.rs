@@ -1,0 +1,349 @@
+//! The summary every `pfemu bench <program>` prints, in the spirit of DPDK testpmd's port
+//! statistics: packets and rates in and out, drops by reason, latency percentiles, how the
+//! PPE threads shared the load, instructions and XTXNs per packet, and the emulator's
+//! overhead against a plain Rust loop doing the program's work on the same packets.
+//!
+//! [`Summary::from_stats`] builds it from the engine's [`Stats`]; each program's report
+//! carries one (field `summary`), and [`Summary::print`] writes the text form.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::pfe::{LatencyStats, Stats};
+
+/// Bytes a frame takes on the wire beyond its own: preamble (8) and inter-frame gap (12).
+pub const WIRE_OVERHEAD_BYTES: u64 = 20;
+
+/// What one benchmark run measured, program-independent.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    /// The program measured.
+    pub program: String,
+    /// Seconds from the first frame in to the last frame out.
+    pub elapsed_s: f64,
+    /// Frames offered to the engine (ingress drops included).
+    pub packets_in: u64,
+    /// Their bytes (frames without FCS).
+    pub bytes_in: u64,
+    /// Frames that left the engine (multicast copies and created packets included).
+    pub packets_out: u64,
+    /// Their bytes.
+    pub bytes_out: u64,
+    /// Million frames per second in.
+    pub mpps_in: f64,
+    /// Million frames per second out.
+    pub mpps_out: f64,
+    /// Gbit/s of frame bytes in.
+    pub gbps_in: f64,
+    /// Gbit/s of frame bytes out.
+    pub gbps_out: f64,
+    /// Gbit/s in as a link carries them, with 20 bytes of preamble and gap per frame.
+    pub gbps_in_on_wire: f64,
+    /// Ingress packets dropped, over all reasons.
+    pub dropped: u64,
+    /// Drops by reason.
+    pub dropped_by_reason: BTreeMap<String, u64>,
+    /// Ingress-to-egress latency of the packets that left (when measured).
+    pub latency: Option<LatencyStats>,
+    /// Packets each PPE thread processed.
+    pub per_ppe_packets: Vec<u64>,
+    /// Fewest and most packets of one PPE thread, as multiples of the mean (1.0 is an even
+    /// share).
+    pub ppe_load_min_max: (f64, f64),
+    /// Mean instructions per packet.
+    pub instructions_per_packet: f64,
+    /// Mean XTXNs per packet, by kind.
+    pub xtxns_per_packet: BTreeMap<String, f64>,
+    /// A plain Rust loop doing the program's work on the same packets (one thread, no
+    /// engine), in million packets per second; 0 when the program has none.
+    pub plain_loop_mpps: f64,
+    /// The emulator's overhead: plain loop / emulator (how many times faster the plain loop
+    /// is). 0 without a plain loop.
+    pub overhead_ratio: f64,
+}
+
+impl Summary {
+    /// The summary of a run of `program` that took `elapsed` and offered `bytes_in` bytes,
+    /// from the engine's final `stats`.
+    pub fn from_stats(program: &str, stats: &Stats, elapsed: Duration, bytes_in: u64) -> Summary {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let processed = stats.processed().max(1) as f64;
+        let threads = stats.per_ppe_packets.len().max(1) as f64;
+        let mean = stats.processed() as f64 / threads;
+        let (min, max) = stats
+            .per_ppe_packets
+            .iter()
+            .fold((u64::MAX, 0u64), |(lo, hi), &n| (lo.min(n), hi.max(n)));
+        let share = |n: u64| if mean > 0.0 { n as f64 / mean } else { 0.0 };
+        Summary {
+            program: program.to_string(),
+            elapsed_s: secs,
+            packets_in: stats.packets_in,
+            bytes_in,
+            packets_out: stats.frames_tx,
+            bytes_out: stats.bytes_tx,
+            mpps_in: stats.packets_in as f64 / secs / 1e6,
+            mpps_out: stats.frames_tx as f64 / secs / 1e6,
+            gbps_in: bytes_in as f64 * 8.0 / secs / 1e9,
+            gbps_out: stats.bytes_tx as f64 * 8.0 / secs / 1e9,
+            gbps_in_on_wire: (bytes_in + WIRE_OVERHEAD_BYTES * stats.packets_in) as f64 * 8.0
+                / secs
+                / 1e9,
+            dropped: stats.dropped,
+            dropped_by_reason: stats.dropped_by_reason.clone(),
+            latency: stats.latency,
+            per_ppe_packets: stats.per_ppe_packets.clone(),
+            ppe_load_min_max: if stats.per_ppe_packets.is_empty() {
+                (0.0, 0.0)
+            } else {
+                (share(min), share(max))
+            },
+            instructions_per_packet: stats.instructions as f64 / processed,
+            xtxns_per_packet: stats
+                .xtxns
+                .iter()
+                .map(|(k, &n)| (k.clone(), n as f64 / processed))
+                .collect(),
+            plain_loop_mpps: 0.0,
+            overhead_ratio: 0.0,
+        }
+    }
+
+    /// Records the plain loop's rate and the overhead ratio it gives.
+    pub fn with_plain_loop(mut self, plain_mpps: f64) -> Summary {
+        self.plain_loop_mpps = plain_mpps;
+        self.overhead_ratio = if self.mpps_in > 0.0 {
+            plain_mpps / self.mpps_in
+        } else {
+            0.0
+        };
+        self
+    }
+
+    /// The text form: one block, testpmd-like.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let rule = "-".repeat(20);
+        let _ = writeln!(s, "  {rule} pfemu bench {} {rule}", self.program);
+        let _ = writeln!(
+            s,
+            "  RX-packets: {:<12} RX-bytes: {:<14} {:>8.2} Mpps {:>8.2} Gbit/s ({:.2} on the wire)",
+            self.packets_in, self.bytes_in, self.mpps_in, self.gbps_in, self.gbps_in_on_wire
+        );
+        let _ = writeln!(
+            s,
+            "  TX-packets: {:<12} TX-bytes: {:<14} {:>8.2} Mpps {:>8.2} Gbit/s",
+            self.packets_out, self.bytes_out, self.mpps_out, self.gbps_out
+        );
+        let reasons: Vec<String> = self
+            .dropped_by_reason
+            .iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  Dropped:    {:<12} {}",
+            self.dropped,
+            if reasons.is_empty() {
+                String::new()
+            } else {
+                format!("({})", reasons.join(", "))
+            }
+        );
+        if let Some(l) = &self.latency {
+            let _ = writeln!(
+                s,
+                "  Latency:    p50 {}  p99 {}  p99.9 {}  max {}  ({} packets, ingress to egress)",
+                fmt_ns(l.p50_ns),
+                fmt_ns(l.p99_ns),
+                fmt_ns(l.p999_ns),
+                fmt_ns(l.max_ns),
+                l.count
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  PPE load:   {} threads, {:.2}x to {:.2}x of an even share",
+            self.per_ppe_packets.len(),
+            self.ppe_load_min_max.0,
+            self.ppe_load_min_max.1
+        );
+        let xtxns: Vec<String> = self
+            .xtxns_per_packet
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  Per packet: {:.2} instructions, {:.2} XTXNs{}",
+            self.instructions_per_packet,
+            self.xtxns_per_packet.values().sum::<f64>(),
+            if xtxns.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", xtxns.join(", "))
+            }
+        );
+        if self.plain_loop_mpps > 0.0 {
+            let _ = writeln!(
+                s,
+                "  Plain loop: {:.2} Mpps on one thread; overhead {:.2}x (plain loop / emulator)",
+                self.plain_loop_mpps, self.overhead_ratio
+            );
+        }
+        let _ = writeln!(s, "  Elapsed:    {:.3} s", self.elapsed_s);
+        s
+    }
+
+    /// Prints [`Summary::render`] to standard output.
+    pub fn print(&self) {
+        print!("{}", self.render());
+    }
+}
+
+/// Nanoseconds in the unit that reads best (ns, us, ms).
+pub fn fmt_ns(ns: u64) -> String {
+    match ns {
+        0..=9_999 => format!("{ns} ns"),
+        10_000..=9_999_999 => format!("{:.1} us", ns as f64 / 1e3),
+        _ => format!("{:.2} ms", ns as f64 / 1e6),
+    }
+}
+
+/// How long a run goes on: a number of packets, or a duration.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum RunLength {
+    /// Offer this many frames.
+    Packets(u64),
+    /// Offer frames for this long (checked between bursts).
+    Duration(Duration),
+}
+
+impl RunLength {
+    /// Whether a run that started at `start` and offered `offered` frames is done.
+    pub fn done(&self, start: Instant, offered: u64) -> bool {
+        match *self {
+            RunLength::Packets(n) => offered >= n,
+            RunLength::Duration(d) => start.elapsed() >= d,
+        }
+    }
+
+    /// How far along a run is, in 0..=1.
+    pub fn progress(&self, start: Instant, offered: u64) -> f64 {
+        match *self {
+            RunLength::Packets(n) => (offered as f64 / n.max(1) as f64).min(1.0),
+            RunLength::Duration(d) => {
+                (start.elapsed().as_secs_f64() / d.as_secs_f64().max(1e-9)).min(1.0)
+            }
+        }
+    }
+}
+
+/// A progress bar on standard error while a run goes on, when standard error is a terminal
+/// (nothing otherwise, and nothing with `quiet`).
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    /// A bar labelled `label`, hidden when `quiet` or when standard error is not a terminal.
+    pub fn new(label: &str, quiet: bool) -> Progress {
+        use std::io::IsTerminal;
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(1000);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{prefix} [{bar:40}] {percent:>3}% {msg}")
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(label.to_string());
+            bar
+        });
+        Progress { bar }
+    }
+
+    /// Moves the bar to `fraction` (0..=1) with a message (e.g. the packets so far).
+    pub fn set(&self, fraction: f64, msg: impl Into<std::borrow::Cow<'static, str>>) {
+        if let Some(b) = &self.bar {
+            b.set_position((fraction.clamp(0.0, 1.0) * 1000.0) as u64);
+            b.set_message(msg);
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_shares_and_overhead_follow_the_stats() {
+        let mut stats = Stats {
+            packets_in: 2_000_000,
+            frames_tx: 1_500_000,
+            bytes_tx: 96_000_000,
+            dropped: 500_000,
+            instructions: 6_000_000,
+            per_ppe_packets: vec![900_000, 1_100_000],
+            ..Stats::default()
+        };
+        stats.dropped_by_reason.insert("non_ip".into(), 500_000);
+        stats.xtxns.insert("counter_inc".into(), 500_000);
+        let s = Summary::from_stats("filter", &stats, Duration::from_secs(2), 128_000_000)
+            .with_plain_loop(4.0);
+        assert_eq!(s.mpps_in, 1.0);
+        assert_eq!(s.mpps_out, 0.75);
+        assert!((s.gbps_in - 0.512).abs() < 1e-12);
+        // 64-byte frames: 84 bytes each on the wire.
+        assert!((s.gbps_in_on_wire - 0.672).abs() < 1e-12);
+        assert_eq!(s.ppe_load_min_max, (0.9, 1.1));
+        assert_eq!(s.instructions_per_packet, 3.0);
+        assert_eq!(s.xtxns_per_packet["counter_inc"], 0.25);
+        assert_eq!(s.overhead_ratio, 4.0);
+        let text = s.render();
+        for want in [
+            "RX-packets: 2000000",
+            "non_ip 500000",
+            "overhead 4.00x",
+            "counter_inc 0.25",
+        ] {
+            assert!(text.contains(want), "{want:?} in\n{text}");
+        }
+        let json = serde_json::to_value(&s).unwrap();
+        for key in [
+            "mpps_in",
+            "gbps_out",
+            "dropped_by_reason",
+            "latency",
+            "overhead_ratio",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+    }
+
+    #[test]
+    fn run_lengths_end_by_count_or_time() {
+        let start = Instant::now();
+        assert!(!RunLength::Packets(10).done(start, 9));
+        assert!(RunLength::Packets(10).done(start, 10));
+        assert_eq!(RunLength::Packets(10).progress(start, 5), 0.5);
+        assert!(RunLength::Duration(Duration::ZERO).done(start, 0));
+        assert!(!RunLength::Duration(Duration::from_secs(3600)).done(start, u64::MAX));
+    }
+
+    #[test]
+    fn nanoseconds_read_in_their_unit() {
+        assert_eq!(fmt_ns(950), "950 ns");
+        assert_eq!(fmt_ns(12_345), "12.3 us");
+        assert_eq!(fmt_ns(12_345_678), "12.35 ms");
+    }
+}
