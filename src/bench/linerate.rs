@@ -560,7 +560,7 @@ fn next_rate(
         // The line rate failed: try what the device carried.
         let guess = last.achieved_pps / (1.0 - loss_tolerance);
         return if guess.is_finite() && guess > lo {
-            guess.clamp(lo + step / 2.0, hi - step / 2.0)
+            guess.min(hi - step / 2.0)
         } else {
             mid
         };
