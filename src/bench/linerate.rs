@@ -54,6 +54,39 @@
 //! [`LinerateReport`] and [`LatencyReport`] serialise to JSON, print as a table
 //! ([`LinerateReport::table`], like MoonGen's and TRex's summaries), and write CSV and SVG
 //! files (the SVG through [`super::plot`]).
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use pfemu::bench::linerate::*;
+//!
+//! /// Carries up to 2 Mpps of any size and drops the rest (a real device runs the trial).
+//! struct TwoMpps;
+//!
+//! impl Device for TwoMpps {
+//!     fn trial(&mut self, _size: usize, pps: f64, d: Duration) -> Result<Trial, DeviceError> {
+//!         let offered = (pps * d.as_secs_f64()).round() as u64;
+//!         let received = offered.min((2e6 * d.as_secs_f64()) as u64);
+//!         Ok(Trial { offered, received, latency: None })
+//!     }
+//! }
+//!
+//! let cfg = LinerateConfig { sizes: vec![64, 1518], ..LinerateConfig::default() };
+//! let report = search(&mut TwoMpps, &cfg, |p| {
+//!     if let Progress::SizeDone(row) = p {
+//!         eprintln!("{} B: {:.3} Mpps", row.frame_size, row.mpps);
+//!     }
+//! })?;
+//! assert!((report.rows[0].mpps - 2.0).abs() <= 0.005 * 14.88); // within the resolution
+//! assert_eq!(report.rows[1].percent_of_line_rate, 100.0); // 1518 B: 0.81 Mpps line rate
+//! print!("{}", report.table());
+//!
+//! let sweep = latency_sweep(&mut TwoMpps, 64, &default_loads(), report.rows[0].throughput_pps,
+//!                           Duration::from_millis(250))?;
+//! assert_eq!(sweep.rows.len(), 10);
+//! # Ok::<(), LinerateError>(())
+//! ```
 
 use std::error::Error;
 use std::fmt;
