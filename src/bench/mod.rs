@@ -5,6 +5,7 @@ pub mod experiments;
 pub mod filter;
 pub mod fpisa;
 pub mod fpisa_accuracy;
+pub mod linerate;
 pub mod plot;
 pub mod report;
 pub mod rng;
