@@ -6,6 +6,7 @@ pub mod filter;
 pub mod fpisa;
 pub mod fpisa_accuracy;
 pub mod linerate;
+pub mod linerate_pfe;
 pub mod plot;
 pub mod report;
 pub mod rng;
