@@ -3,4 +3,5 @@
 
 pub mod filter;
 pub mod fpisa;
+pub mod l3fwd;
 pub mod trio_ml;

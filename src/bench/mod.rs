@@ -5,6 +5,7 @@ pub mod experiments;
 pub mod filter;
 pub mod fpisa;
 pub mod fpisa_accuracy;
+pub mod l3fwd;
 pub mod linerate;
 pub mod linerate_pfe;
 pub mod plot;
