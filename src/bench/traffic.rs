@@ -309,7 +309,8 @@ impl FromStr for Mix {
 ///
 /// Text form ([`FromStr`] / [`Display`](fmt::Display)): `64` (fixed), `64,512,1518` (a
 /// list, cycled in order), `imix` (case-insensitive). Every size must be in
-/// [`MIN_FRAME_SIZE`]`..=`[`MAX_FRAME_SIZE`].
+/// [`MIN_FRAME_SIZE`]`..=`[`MAX_FRAME_SIZE`]. A one-element [`FrameSizes::List`] prints as
+/// a fixed size and so parses back as the equivalent [`FrameSizes::Fixed`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FrameSizes {
     /// Every frame has this size.
