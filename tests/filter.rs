@@ -72,6 +72,7 @@ fn filter_counts_exactly_with_many_threads_large_frames_and_no_reorder() {
         mix: Mix {
             ipv4: 40,
             ipv4_options: 30,
+            ipv6: 0,
             non_ip: 30,
         },
         seed: 9,

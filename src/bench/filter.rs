@@ -207,15 +207,21 @@ pub fn run_with_progress(
         .map_err(|e| ConfigError::new("memory", e.to_string()))?;
     let stats = pfe.shutdown();
 
-    // What the counters must say, from the traffic itself.
-    let expect = |class: FrameClass| {
-        let (p_all, b_all) = traffic.count(class);
-        let (p_rest, b_rest) = count_prefix(traffic, class, rest);
-        (p_all * full_rounds + p_rest, b_all * full_rounds + b_rest)
+    // What the counters must say, from the traffic itself. The filter's IP test is
+    // EtherType 0x0800, so it counts IPv6 frames as non-IP.
+    let expect = |classes: &[FrameClass]| {
+        classes.iter().fold((0, 0), |(p, b), &class| {
+            let (p_all, b_all) = traffic.count(class);
+            let (p_rest, b_rest) = count_prefix(traffic, class, rest);
+            (
+                p + p_all * full_rounds + p_rest,
+                b + b_all * full_rounds + b_rest,
+            )
+        })
     };
-    let verified = counters.non_ip == expect(FrameClass::NonIp)
-        && counters.ip_options == expect(FrameClass::Ipv4Options)
-        && stats.packets_out == expect(FrameClass::Ipv4).0
+    let verified = counters.non_ip == expect(&[FrameClass::NonIp, FrameClass::Ipv6])
+        && counters.ip_options == expect(&[FrameClass::Ipv4Options])
+        && stats.packets_out == expect(&[FrameClass::Ipv4]).0
         && sink.total_packets() == stats.packets_out
         && stats.is_conserved()
         && stats.in_flight == 0;
