@@ -700,6 +700,7 @@ fn filter_bench_verifies_any_mix() {
         reorder_contexts: pfemu::pfe::DEFAULT_REORDER_CONTEXTS,
         pin: false,
         seed: 4,
+        ..FilterBenchConfig::default()
     };
     let report = run_on(&cfg, &traffic).unwrap();
     assert!(report.verified, "{report:?}");

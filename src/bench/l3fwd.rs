@@ -38,6 +38,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::report::Summary;
 use super::rng::SplitMix64;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::l3fwd::{
@@ -95,12 +96,14 @@ pub struct L3fwdBenchConfig {
     pub pin: bool,
     /// Seed of the routes and the traffic.
     pub seed: u64,
+    /// Measure ingress-to-egress latency (two clock reads per batch).
+    pub latency: bool,
 }
 
 impl Default for L3fwdBenchConfig {
     /// 10 000 000 frames of 64 bytes, 100 000 generated routes over 16 ports, 1024 flows,
     /// no invalid frames, 2 PPE threads, reordering on, the engine's default batch,
-    /// capacity and reorder contexts, seed 1.
+    /// capacity and reorder contexts, seed 1, latency measured.
     fn default() -> Self {
         L3fwdBenchConfig {
             packets: 10_000_000,
@@ -117,6 +120,7 @@ impl Default for L3fwdBenchConfig {
             reorder_contexts: DEFAULT_REORDER_CONTEXTS,
             pin: false,
             seed: 1,
+            latency: true,
         }
     }
 }
@@ -210,6 +214,8 @@ pub struct L3fwdBenchReport {
     /// counts per port and drops per reason equal those the reference longest-prefix
     /// match and the generated invalid classes predict.
     pub verified: bool,
+    /// The common report: rates in and out, drops, latency, PPE load, the plain loop.
+    pub summary: Summary,
 }
 
 /// What should happen to a generated frame.
@@ -249,6 +255,19 @@ impl L3fwdWorkload {
     /// If `i >= self.len()`.
     pub fn frame(&self, i: usize) -> &[u8] {
         &self.bytes[i * self.size..(i + 1) * self.size]
+    }
+
+    /// The ingress port of frame `i`.
+    ///
+    /// # Panics
+    /// If `i >= self.len()`.
+    pub fn in_port(&self, i: usize) -> Port {
+        self.in_ports[i]
+    }
+
+    /// Egress ports the routes use (`0..ports`).
+    pub fn ports(&self) -> u16 {
+        self.ports
     }
 
     /// The routes.
@@ -462,6 +481,7 @@ pub fn run_on(cfg: &L3fwdBenchConfig, w: &L3fwdWorkload) -> Result<L3fwdBenchRep
         .capacity(cfg.capacity)
         .reorder_contexts(cfg.reorder_contexts)
         .pin_threads(cfg.pin)
+        .latency(cfg.latency)
         .sink(sink.clone())
         .build()?;
     pfe.start()
@@ -478,7 +498,8 @@ pub fn run_on(cfg: &L3fwdBenchConfig, w: &L3fwdWorkload) -> Result<L3fwdBenchRep
     pfe.inject_burst((0..rest).map(|i| (w.in_ports[i], w.frame(i))))
         .map_err(inject_err)?;
     pfe.drain();
-    let elapsed = start.elapsed().as_secs_f64();
+    let elapsed_d = start.elapsed();
+    let elapsed = elapsed_d.as_secs_f64();
     let stats = pfe.shutdown();
 
     // The plain loop, on the same frames.
@@ -506,6 +527,13 @@ pub fn run_on(cfg: &L3fwdBenchConfig, w: &L3fwdWorkload) -> Result<L3fwdBenchRep
     let processed = stats.processed().max(1) as f64;
     let mpps = stats.packets_in as f64 / elapsed / 1e6;
     let baseline_mpps = cfg.packets as f64 / base_elapsed / 1e6;
+    let summary = Summary::from_stats(
+        "l3fwd",
+        &stats,
+        elapsed_d,
+        stats.packets_in * cfg.size as u64,
+    )
+    .with_plain_loop(baseline_mpps);
     Ok(L3fwdBenchReport {
         config: cfg.clone(),
         routes: w.routes.len(),
@@ -537,6 +565,7 @@ pub fn run_on(cfg: &L3fwdBenchConfig, w: &L3fwdWorkload) -> Result<L3fwdBenchRep
             0.0
         },
         verified,
+        summary,
     })
 }
 

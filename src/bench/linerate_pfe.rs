@@ -11,7 +11,8 @@
 //! the engine's own ingress-to-egress measurement over the trial.
 //!
 //! The traffic is the program's forwarding case, so that every frame the engine accepts
-//! should leave: for the filter, plain IPv4/UDP over 1024 flows. Frames are generated at the
+//! should leave: for the filter, plain IPv4/UDP over 1024 flows; for l3fwd, IPv4/UDP to
+//! addresses the routes cover. Frames are generated at the
 //! full frame size (RFC 2544 sizes count the FCS; here its 4 bytes are carried as payload).
 //! The generator runs on the calling thread, which shares the machine with the PPE threads.
 
@@ -19,14 +20,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::l3fwd;
 use super::linerate::{Device, DeviceError, LatencySummary, Trial};
 use super::traffic::{Mix, Traffic, TrafficSpec};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::Filter;
+use crate::microcode::l3fwd::L3fwd;
 use crate::packet::Port;
 use crate::pfe::{CountingSink, Pfe};
 use crate::program::Program;
 use crate::ConfigError;
+
+/// Frames of one size, by ingress port, ready to offer by reference.
+type Pool = Vec<(Port, Arc<[u8]>)>;
 
 /// Distinct frames generated per frame size (replayed).
 const POOL_FRAMES: usize = 4096;
@@ -36,6 +42,12 @@ const POOL_FRAMES: usize = 4096;
 pub enum DeviceProgram {
     /// The paper's packet filter, on plain IPv4 traffic (all forwarded).
     Filter,
+    /// l3fwd with this many generated routes, on IPv4 traffic to addresses they cover
+    /// (all forwarded; `pfemu bench l3fwd`'s workload).
+    L3fwd {
+        /// Routes generated (with the bench's seed).
+        routes: usize,
+    },
 }
 
 /// How the engine under test is built and fed.
@@ -70,7 +82,7 @@ impl Default for PfeDeviceConfig {
 pub struct PfeDevice {
     cfg: PfeDeviceConfig,
     pfe: Pfe,
-    pools: HashMap<usize, Vec<(Port, Arc<[u8]>)>>,
+    pools: HashMap<usize, Pool>,
 }
 
 impl PfeDevice {
@@ -79,18 +91,37 @@ impl PfeDevice {
         if cfg.burst == 0 {
             return Err(ConfigError::new("burst", "must be at least 1"));
         }
-        let mem = Arc::new(SharedMemory::new(&MemConfig {
-            dram_bytes: 0,
-            ..MemConfig::default()
-        })?);
-        let program: Program = match cfg.program {
-            DeviceProgram::Filter => Filter::install(&mem)
-                .map_err(|e| ConfigError::new("memory", e.to_string()))?
-                .program(),
+        let (mem, program, ports): (_, Program, usize) = match cfg.program {
+            DeviceProgram::Filter => {
+                let mem = Arc::new(SharedMemory::new(&MemConfig {
+                    dram_bytes: 0,
+                    ..MemConfig::default()
+                })?);
+                let filter =
+                    Filter::install(&mem).map_err(|e| ConfigError::new("memory", e.to_string()))?;
+                (mem, filter.program(), crate::pfe::DEFAULT_PORTS)
+            }
+            DeviceProgram::L3fwd { .. } => {
+                let w = l3fwd::prepare(&l3fwd_config(&cfg, 64))?;
+                let mem = Arc::new(SharedMemory::new(&MemConfig {
+                    dram_bytes: MemConfig::default()
+                        .dram_bytes
+                        .max(w.table().dram_bytes().next_multiple_of(64)),
+                    sram_bytes: MemConfig::default()
+                        .sram_bytes
+                        .max((w.table().sram_bytes() + 64).next_multiple_of(64)),
+                    acc_bytes: 0,
+                    ..MemConfig::default()
+                })?);
+                let l3 = L3fwd::install_table(&mem, w.table())
+                    .map_err(|e| ConfigError::new("memory", e.to_string()))?;
+                (mem, l3.program(), usize::from(w.ports()))
+            }
         };
         let mut pfe = Pfe::builder()
             .program(program)
             .memory(mem)
+            .ports(ports)
             .ppe_threads(cfg.ppe_threads)
             .latency(true)
             .sink(Arc::new(CountingSink::new(4)))
@@ -109,8 +140,16 @@ impl PfeDevice {
         &self.pfe
     }
 
-    fn pool(&mut self, frame_size: usize) -> Result<&[(Port, Arc<[u8]>)], ConfigError> {
+    fn pool(&mut self, frame_size: usize) -> Result<&Pool, ConfigError> {
         if !self.pools.contains_key(&frame_size) {
+            if let DeviceProgram::L3fwd { .. } = self.cfg.program {
+                let w = l3fwd::prepare(&l3fwd_config(&self.cfg, frame_size))?;
+                let frames = (0..w.len())
+                    .map(|i| (w.in_port(i), Arc::from(w.frame(i))))
+                    .collect();
+                self.pools.insert(frame_size, frames);
+                return Ok(&self.pools[&frame_size]);
+            }
             let traffic = Traffic::generate(&TrafficSpec {
                 packets: POOL_FRAMES,
                 frame_size,
@@ -118,6 +157,7 @@ impl PfeDevice {
                 mix: Mix {
                     ipv4: 100,
                     ipv4_options: 0,
+                    ipv6: 0,
                     non_ip: 0,
                 },
                 seed: self.cfg.seed,
@@ -129,6 +169,22 @@ impl PfeDevice {
             self.pools.insert(frame_size, frames);
         }
         Ok(&self.pools[&frame_size])
+    }
+}
+
+/// The l3fwd bench's workload settings for the device's routes and frames of `size` bytes.
+fn l3fwd_config(cfg: &PfeDeviceConfig, size: usize) -> l3fwd::L3fwdBenchConfig {
+    let routes = match cfg.program {
+        DeviceProgram::L3fwd { routes } => routes,
+        DeviceProgram::Filter => 0,
+    };
+    l3fwd::L3fwdBenchConfig {
+        packets: POOL_FRAMES as u64,
+        size,
+        routes,
+        flows: cfg.flows,
+        seed: cfg.seed,
+        ..l3fwd::L3fwdBenchConfig::default()
     }
 }
 
@@ -177,14 +233,17 @@ impl Device for PfeDevice {
         }
         pfe.drain();
         let after = pfe.stats();
-        let latency = after.latency.filter(|l| l.count > 0).map(|l| LatencySummary {
-            count: l.count,
-            p50_ns: l.p50_ns,
-            p99_ns: l.p99_ns,
-            p999_ns: l.p999_ns,
-            max_ns: l.max_ns,
-            mean_ns: l.mean_ns,
-        });
+        let latency = after
+            .latency
+            .filter(|l| l.count > 0)
+            .map(|l| LatencySummary {
+                count: l.count,
+                p50_ns: l.p50_ns,
+                p99_ns: l.p99_ns,
+                p999_ns: l.p999_ns,
+                max_ns: l.max_ns,
+                mean_ns: l.mean_ns,
+            });
         Ok(Trial {
             offered,
             received: after.frames_tx - before.frames_tx,
@@ -198,21 +257,26 @@ mod tests {
     use super::*;
 
     /// A slow trial (far below the engine's capacity): everything offered comes out, and the
-    /// count is what the rate asks for.
+    /// count is what the rate asks for; for both programs, and for two frame sizes in turn.
     #[test]
     fn a_slow_trial_loses_nothing() {
-        let mut dev = PfeDevice::new(PfeDeviceConfig {
-            ppe_threads: 2,
-            ..PfeDeviceConfig::default()
-        })
-        .unwrap();
-        let t = dev
-            .trial(128, 20_000.0, Duration::from_millis(100))
+        for program in [DeviceProgram::Filter, DeviceProgram::L3fwd { routes: 1000 }] {
+            let mut dev = PfeDevice::new(PfeDeviceConfig {
+                program,
+                ppe_threads: 2,
+                ..PfeDeviceConfig::default()
+            })
             .unwrap();
-        assert_eq!(t.offered, 2_000);
-        assert_eq!(t.received, 2_000);
-        assert_eq!(t.latency.map(|l| l.count), Some(2_000));
-        let stats = dev.pfe().stats();
-        assert!(stats.is_conserved() && stats.dropped == 0, "{stats:?}");
+            for size in [128, 1518] {
+                let t = dev
+                    .trial(size, 20_000.0, Duration::from_millis(100))
+                    .unwrap();
+                assert_eq!(t.offered, 2_000, "{program:?}");
+                assert_eq!(t.received, 2_000, "{program:?}");
+                assert_eq!(t.latency.map(|l| l.count), Some(2_000));
+            }
+            let stats = dev.pfe().stats();
+            assert!(stats.is_conserved() && stats.dropped == 0, "{stats:?}");
+        }
     }
 }
