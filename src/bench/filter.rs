@@ -226,7 +226,11 @@ pub fn run_with_progress(
         && stats.is_conserved()
         && stats.in_flight == 0;
 
-    let bytes: u64 = stats.packets_in * cfg.size as u64;
+    // The frames offered, replayed from the pool (whose sizes may vary).
+    let bytes: u64 = full_rounds * traffic.total_bytes()
+        + (0..rest)
+            .map(|i| traffic.frame(i).len() as u64)
+            .sum::<u64>();
     let summary = Summary::from_stats("filter", &stats, elapsed_d, bytes)
         .with_plain_loop(plain_loop_mpps(traffic, offered));
     let min = stats.per_ppe_packets.iter().copied().min().unwrap_or(0);

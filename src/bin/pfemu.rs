@@ -1,5 +1,8 @@
 //! `pfemu`: run and benchmark the Trio-like PFE emulator.
 
+#[path = "pfemu/lab.rs"]
+mod lab;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -87,6 +90,30 @@ enum Command {
         after_help = EXPERIMENT_HELP
     )]
     Experiment(Box<ExperimentArgs>),
+    /// RFC 2544 throughput: per frame size, the highest rate the engine carries without
+    /// loss (binary search over paced trials); a table, CSV and SVG.
+    #[command(after_help = "Examples:\n  \
+        pfemu linerate\n  \
+        pfemu linerate --program l3fwd --line-rate 25 --sizes 64,512,1518\n  \
+        pfemu linerate --loss 0.1 --trial-ms 1000 --json > linerate.json\n\n\
+        Each trial offers frames at one rate for --trial-ms, in bursts, with the engine's \
+        non-blocking ingress: frames that find it full are dropped and counted, as a NIC's \
+        receive ring overflows. The first trial is at the line rate (20 bytes of preamble and \
+        gap per frame on the wire); after a loss the search narrows the rate until its bracket \
+        is --resolution percent of the line rate. The generator runs in this process, on the \
+        same cores as the PPE threads. Writes DIR/linerate.csv, linerate_trials.csv and \
+        linerate.svg (--out).")]
+    Linerate(Box<lab::LinerateArgs>),
+    /// Latency under load: offered load against p50/p99/p99.9 latency, CSV and SVG.
+    #[command(after_help = "Examples:\n  \
+        pfemu latency\n  \
+        pfemu latency --program l3fwd --size 64 --loads 0.1,0.5,0.9,1.0\n  \
+        pfemu latency --reference-mpps 10 --json\n\n\
+        Finds the throughput at --size first (as pfemu linerate does), unless \
+        --reference-mpps gives it, then runs one paced trial per load (a fraction of that \
+        rate) and reports the engine's ingress-to-egress latency percentiles. Writes \
+        DIR/latency_<size>.csv and .svg (--out).")]
+    Latency(Box<lab::LatencyArgs>),
 }
 
 const EXPERIMENT_HELP: &str = "Experiments:
@@ -288,6 +315,19 @@ enum BenchCmd {
         `pfemu bench trio-ml --json`), its ratio to Trio-ML, and the end hosts' conversion \
         cost per gradient (Trio-ML scales floats to integers and back; FPISA sends the bits).")]
     Fpisa(FpisaArgs),
+    /// l3fwd through the full PFE: parse, validate, LPM on a DIR-24-8 table, TTL and
+    /// checksum, MAC rewrite; against a plain Rust loop.
+    #[command(after_help = "Examples:\n  \
+        pfemu bench l3fwd\n  \
+        pfemu bench l3fwd --size 64 --routes 100000 --json\n  \
+        pfemu bench l3fwd --route-file routes.txt --invalid-percent 5\n\n\
+        Routes are generated (or read from --route-file) and loaded into the DIR-24-8 table \
+        in shared memory (tbl24 in DRAM, next hops in SRAM); traffic goes to addresses the \
+        routes cover. Forwards per port and drops per reason are checked against a reference \
+        longest-prefix match (exit status 2 if they differ). The summary prints the rates, \
+        drops, latency, PPE load, per-packet costs and the plain loop's rate on the same \
+        frames.")]
+    L3fwd(lab::L3fwdArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -419,6 +459,16 @@ struct TrafficArgs {
     /// Do not measure latency (saves two clock reads per batch).
     #[arg(long)]
     no_latency: bool,
+    /// Frame sizes instead of --size: a list cycled in order (`64,594,1518`) or `imix`
+    /// (64, 594 and 1518 bytes, 7:4:1).
+    #[arg(long)]
+    sizes: Option<pfemu::bench::traffic::FrameSizes>,
+    /// How packets pick their flow: `uniform` or `zipf[:S]` (exponent S, default 1).
+    #[arg(long, default_value = "uniform")]
+    flow_dist: pfemu::bench::traffic::FlowDist,
+    /// Protocol mix in percent, e.g. `ipv4=90,ipv4opt=5,ipv6=0,nonip=5` (the default).
+    #[arg(long)]
+    mix: Option<pfemu::bench::traffic::Mix>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -489,6 +539,11 @@ fn main() -> ExitCode {
             which: BenchCmd::Fpisa(a),
         }) => bench_fpisa(&a),
         Some(Command::Experiment(a)) => experiment(&a),
+        Some(Command::Bench {
+            which: BenchCmd::L3fwd(a),
+        }) => lab::bench_l3fwd(&a),
+        Some(Command::Linerate(a)) => lab::linerate(&a),
+        Some(Command::Latency(a)) => lab::latency(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -499,7 +554,7 @@ fn main() -> ExitCode {
     }
 }
 
-type CliResult = Result<(), Box<dyn std::error::Error>>;
+pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Refuses options that do not apply to the chosen experiment (for `all`: to none of its
 /// four).
@@ -1168,7 +1223,10 @@ fn bench_filter(
     let spec = pfemu::bench::traffic::TrafficSpec {
         packets: pool,
         frame_size: traffic.size,
+        sizes: traffic.sizes.clone(),
         flows: traffic.flows,
+        flow_dist: traffic.flow_dist,
+        mix: traffic.mix.unwrap_or_default(),
         seed: traffic.seed,
         ..Default::default()
     };

@@ -1,0 +1,340 @@
+//! `pfemu bench l3fwd`, `pfemu linerate` and `pfemu latency`: the forwarding benchmark and
+//! the RFC 2544-style tests of the engine as a device under test.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ValueEnum;
+
+use pfemu::bench::l3fwd::{self, L3fwdBenchConfig, L3fwdBenchReport};
+use pfemu::bench::linerate::{
+    self, InitialRate, LatencyReport, LinerateConfig, Progress as SearchProgress,
+};
+use pfemu::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
+use pfemu::bench::report::Progress;
+use pfemu::pfe::default_ppe_threads;
+
+use super::CliResult;
+
+#[derive(clap::Args, Debug)]
+pub struct L3fwdArgs {
+    /// Frames to offer (replayed from a pool of at most a million).
+    #[arg(long, default_value_t = 10_000_000)]
+    packets: u64,
+    /// Frame size in bytes (64..=9216).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Routes generated (a realistic mix: mostly /24, then /16-/23, a few longer).
+    #[arg(long, default_value_t = 100_000)]
+    routes: usize,
+    /// Load the routes from a file instead: one `A.B.C.D/LEN PORT` per line, `#` comments.
+    #[arg(long, value_name = "FILE")]
+    route_file: Option<PathBuf>,
+    /// Egress ports the generated routes use.
+    #[arg(long, default_value_t = 16)]
+    ports: u16,
+    /// Distinct flows (source addresses and ports).
+    #[arg(long, default_value_t = 1024)]
+    flows: u32,
+    /// Percent of invalid frames (each invalid class in turn: bad checksum, TTL 1, ...).
+    #[arg(long, default_value_t = 0)]
+    invalid_percent: u32,
+    /// PPE threads (default: available cores).
+    #[arg(long)]
+    ppe_threads: Option<usize>,
+    /// Turn per-flow reordering off.
+    #[arg(long)]
+    no_reorder: bool,
+    /// Do not measure latency.
+    #[arg(long)]
+    no_latency: bool,
+    /// Seed of the routes and the traffic.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Runs; the report gives the median.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Print one JSON object (the median run) instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
+    if a.runs == 0 {
+        return Err("invalid option `--runs`: must be at least 1".into());
+    }
+    let cfg = L3fwdBenchConfig {
+        packets: a.packets,
+        size: a.size,
+        routes: a.routes,
+        route_file: a.route_file.clone(),
+        ports: a.ports,
+        flows: a.flows,
+        invalid_percent: a.invalid_percent,
+        ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
+        reorder: !a.no_reorder,
+        seed: a.seed,
+        latency: !a.no_latency,
+        ..L3fwdBenchConfig::default()
+    };
+    let workload = l3fwd::prepare(&cfg)?;
+    let mut runs: Vec<L3fwdBenchReport> = Vec::new();
+    for run in 0..a.runs {
+        let r = l3fwd::run_on(&cfg, &workload)?;
+        if !a.json {
+            eprintln!(
+                "run {}/{}: {:.2} Mpps (plain loop {:.2}){}",
+                run + 1,
+                a.runs,
+                r.mpps,
+                r.baseline_mpps,
+                if r.verified {
+                    ""
+                } else {
+                    "  (COUNTS DO NOT MATCH)"
+                }
+            );
+        }
+        runs.push(r);
+    }
+    let all: Vec<f64> = runs.iter().map(|r| r.mpps).collect();
+    runs.sort_by(|x, y| x.mpps.total_cmp(&y.mpps));
+    let r = runs.swap_remove(runs.len() / 2);
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        v["mpps_runs"] = serde_json::json!(all);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "\nl3fwd: {} routes ({} tbl8 groups), {}-byte frames, {} PPE threads, median of {}:\n",
+            r.routes, r.tbl8_groups, cfg.size, cfg.ppe_threads, a.runs
+        );
+        r.summary.print();
+        println!(
+            "  check: {}",
+            if r.verified {
+                "every packet accounted for; forwards per port and drops per reason match \
+                 the reference longest-prefix match"
+            } else {
+                "MISMATCH against the reference longest-prefix match"
+            }
+        );
+    }
+    if !r.verified {
+        return Err("l3fwd's forwards or drops did not match the reference".into());
+    }
+    Ok(())
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceArg {
+    /// The paper's packet filter, on plain IPv4 traffic.
+    Filter,
+    /// l3fwd on traffic to its generated routes (--routes).
+    L3fwd,
+}
+
+/// What the engine under test is: shared by `linerate` and `latency`.
+#[derive(clap::Args, Debug)]
+pub struct DeviceArgs {
+    /// The program under test.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Filter)]
+    program: DeviceArg,
+    /// Routes for l3fwd.
+    #[arg(long, default_value_t = 100_000)]
+    routes: usize,
+    /// PPE threads (default: available cores).
+    #[arg(long)]
+    ppe_threads: Option<usize>,
+    /// Frames per burst of the paced generator.
+    #[arg(long, default_value_t = 32)]
+    burst: usize,
+    /// Milliseconds each trial offers frames.
+    #[arg(long, default_value_t = 500)]
+    trial_ms: u64,
+    /// The line rate, Gbit/s (10, 25, 100, ...).
+    #[arg(long, default_value_t = 10.0)]
+    line_rate: f64,
+    /// Directory for the CSV and SVG files.
+    #[arg(long, default_value = "pfemu-results")]
+    out: PathBuf,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl DeviceArgs {
+    fn device(&self) -> Result<PfeDevice, Box<dyn std::error::Error>> {
+        Ok(PfeDevice::new(PfeDeviceConfig {
+            program: match self.program {
+                DeviceArg::Filter => DeviceProgram::Filter,
+                DeviceArg::L3fwd => DeviceProgram::L3fwd {
+                    routes: self.routes,
+                },
+            },
+            ppe_threads: self.ppe_threads.unwrap_or_else(default_ppe_threads),
+            burst: self.burst,
+            ..PfeDeviceConfig::default()
+        })?)
+    }
+
+    fn name(&self) -> &'static str {
+        match self.program {
+            DeviceArg::Filter => "filter",
+            DeviceArg::L3fwd => "l3fwd",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LinerateArgs {
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Frame sizes, bytes.
+    #[arg(long, value_delimiter = ',', default_values_t = linerate::RFC2544_SIZES)]
+    sizes: Vec<usize>,
+    /// Largest loss a passing trial may have, percent of the frames offered.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// The search stops when its bracket is this narrow, percent of the line rate.
+    #[arg(long, default_value_t = 0.5)]
+    resolution: f64,
+    /// Most trials per frame size.
+    #[arg(long, default_value_t = 8)]
+    max_trials: u32,
+    /// After a failed line-rate trial: `measured` (start from what the device carried) or
+    /// `bisect` (RFC 2544's plain binary search).
+    #[arg(long, default_value = "measured")]
+    initial: InitialRate,
+}
+
+pub fn linerate(a: &LinerateArgs) -> CliResult {
+    let d = &a.device;
+    let cfg = LinerateConfig {
+        sizes: a.sizes.clone(),
+        loss_tolerance: a.loss / 100.0,
+        trial_duration: Duration::from_millis(d.trial_ms),
+        resolution: a.resolution / 100.0,
+        line_rate_gbps: d.line_rate,
+        max_trials_per_size: a.max_trials,
+        initial_rate: a.initial,
+        ..LinerateConfig::default()
+    };
+    cfg.validate()?;
+    let mut dev = d.device()?;
+    if !d.json {
+        eprintln!(
+            "pfemu linerate: {} on {} PPE threads, {} Gbit/s line rate, {} ms trials, loss <= {}%",
+            d.name(),
+            dev.pfe().config().ppe_threads,
+            d.line_rate,
+            d.trial_ms,
+            a.loss
+        );
+    }
+    let bar = Progress::new("linerate", d.json);
+    let sizes = cfg.sizes.len();
+    let mut done = 0usize;
+    let report = linerate::search(&mut dev, &cfg, |p| match p {
+        SearchProgress::Trial {
+            frame_size,
+            index,
+            record,
+        } => bar.set(
+            done as f64 / sizes as f64,
+            format!(
+                "{frame_size} B, trial {index}: {:.3} Mpps, loss {:.3}%",
+                record.rate_pps / 1e6,
+                record.loss * 100.0
+            ),
+        ),
+        SearchProgress::SizeDone(_) => done += 1,
+    })?;
+    bar.finish();
+    let written = report.write_files(&d.out)?;
+    if d.json {
+        let mut v = serde_json::to_value(&report)?;
+        v["files"] = serde_json::to_value(&written)?;
+        v["program"] = serde_json::json!(d.name());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{}", report.table());
+        println!(
+            "wrote {}, {} and {}",
+            written.csv.display(),
+            written
+                .trials_csv
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string()),
+            written.svg.display()
+        );
+    }
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LatencyArgs {
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Frame size, bytes.
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Offered loads, as fractions of the reference rate.
+    #[arg(long, value_delimiter = ',', default_values_t = linerate::default_loads())]
+    loads: Vec<f64>,
+    /// The reference rate, Mpps [default: the throughput an RFC 2544 search finds first].
+    #[arg(long)]
+    reference_mpps: Option<f64>,
+}
+
+pub fn latency(a: &LatencyArgs) -> CliResult {
+    let d = &a.device;
+    let mut dev = d.device()?;
+    let trial = Duration::from_millis(d.trial_ms);
+    let reference = match a.reference_mpps {
+        Some(m) if m > 0.0 && m.is_finite() => m * 1e6,
+        Some(m) => {
+            return Err(format!("invalid option `--reference-mpps`: {m} is not positive").into())
+        }
+        None => {
+            let cfg = LinerateConfig {
+                sizes: vec![a.size],
+                trial_duration: trial,
+                line_rate_gbps: d.line_rate,
+                ..LinerateConfig::default()
+            };
+            let r = linerate::search(&mut dev, &cfg, |_| {})?;
+            let pps = r.rows[0].throughput_pps;
+            if pps <= 0.0 {
+                return Err("the throughput search found no rate without loss; \
+                            give --reference-mpps"
+                    .into());
+            }
+            if !d.json {
+                eprintln!(
+                    "reference: {:.3} Mpps, the throughput at {} bytes without loss",
+                    pps / 1e6,
+                    a.size
+                );
+            }
+            pps
+        }
+    };
+    let report: LatencyReport =
+        linerate::latency_sweep(&mut dev, a.size, &a.loads, reference, trial)?;
+    let written = report.write_files(&d.out)?;
+    if d.json {
+        let mut v = serde_json::to_value(&report)?;
+        v["files"] = serde_json::to_value(&written)?;
+        v["program"] = serde_json::json!(d.name());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{}", report.table());
+        println!(
+            "wrote {} and {}",
+            written.csv.display(),
+            written.svg.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! `pfemu bench l3fwd`, `pfemu linerate` and `pfemu latency` from the command line: small
+//! runs that check the report's shape and the files, not the speed.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn pfemu(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pfemu-cli-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn bench_l3fwd_reports_mpps_and_the_common_summary() {
+    let v = json_of(&pfemu(&[
+        "bench",
+        "l3fwd",
+        "--packets",
+        "20000",
+        "--routes",
+        "2000",
+        "--ppe-threads",
+        "2",
+        "--invalid-percent",
+        "10",
+        "--json",
+    ]));
+    assert!(v["mpps"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["verified"], true);
+    assert_eq!(v["packets_in"], 20000);
+    let s = &v["summary"];
+    for key in [
+        "mpps_in",
+        "mpps_out",
+        "gbps_in",
+        "gbps_out",
+        "dropped_by_reason",
+        "latency",
+        "per_ppe_packets",
+        "instructions_per_packet",
+        "xtxns_per_packet",
+        "plain_loop_mpps",
+        "overhead_ratio",
+    ] {
+        assert!(s.get(key).is_some(), "summary lacks {key}: {s}");
+    }
+    assert!(s["overhead_ratio"].as_f64().unwrap() > 0.0);
+    assert!(s["latency"]["count"].as_u64().unwrap() > 0);
+    // 10% invalid frames, dropped with their reasons.
+    assert!(
+        s["dropped_by_reason"].as_object().unwrap().len() >= 2,
+        "{s}"
+    );
+}
+
+#[test]
+fn bench_filter_takes_generator_options_and_prints_the_summary() {
+    let out = pfemu(&[
+        "bench",
+        "filter",
+        "--packets",
+        "30000",
+        "--sizes",
+        "imix",
+        "--flow-dist",
+        "zipf:1.1",
+        "--mix",
+        "ipv4=80,ipv4opt=5,ipv6=10,nonip=5",
+        "--ppe-threads",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in ["RX-packets: 30000", "Latency:", "Plain loop:", "overhead"] {
+        assert!(text.contains(want), "{want:?} missing from\n{text}");
+    }
+    let bad = pfemu(&["bench", "filter", "--mix", "ipv4=50"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("mix"));
+}
+
+#[test]
+fn linerate_writes_its_table_csv_and_plot() {
+    let dir = temp_dir("linerate");
+    let v = json_of(&pfemu(&[
+        "linerate",
+        "--sizes",
+        "64,1518",
+        "--trial-ms",
+        "40",
+        "--line-rate",
+        "1",
+        "--ppe-threads",
+        "2",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]));
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, size) in rows.iter().zip([64, 1518]) {
+        assert_eq!(row["frame_size"], size);
+        assert!(row["mpps"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["percent_of_line_rate"].as_f64().unwrap() <= 100.0);
+    }
+    let csv = std::fs::read_to_string(dir.join("linerate.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(std::fs::read_to_string(dir.join("linerate.svg"))
+        .unwrap()
+        .contains("<svg"));
+    let bad = pfemu(&["linerate", "--sizes", "10"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("sizes"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn latency_sweeps_the_loads_it_is_given() {
+    let dir = temp_dir("latency");
+    let v = json_of(&pfemu(&[
+        "latency",
+        "--program",
+        "l3fwd",
+        "--routes",
+        "1000",
+        "--reference-mpps",
+        "0.2",
+        "--loads",
+        "0.25,1",
+        "--trial-ms",
+        "40",
+        "--ppe-threads",
+        "2",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]));
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows.iter()
+            .all(|r| r["latency"]["p50_ns"].as_u64().unwrap() > 0),
+        "{v}"
+    );
+    assert!(dir.join("latency_64.csv").exists() && dir.join("latency_64.svg").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
