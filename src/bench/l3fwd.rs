@@ -38,17 +38,17 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::report::Summary;
+use super::report::{RunLength, Summary};
 use super::rng::SplitMix64;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::l3fwd::{
-    header_checksum_ok, write_udp_frame, Dir248, L3fwd, RouteTable, DROP_REASONS, ENTRY_TBL8,
+    check_ipv4, rewrite_head, write_udp_frame, Dir248, L3fwd, RouteTable, DROP_REASONS, ENTRY_TBL8,
 };
 use crate::packet::{Port, DEFAULT_HEAD_BYTES};
 use crate::pfe::{
     CountingSink, Pfe, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
 };
-use crate::wire::{checksum_update16, Ipv4, ETHERTYPE_ARP, ETHERTYPE_IPV4};
+use crate::wire::{Ipv4, ETHERTYPE_ARP};
 use crate::ConfigError;
 
 /// Most distinct frames generated for one run; longer runs replay them.
@@ -98,6 +98,8 @@ pub struct L3fwdBenchConfig {
     pub seed: u64,
     /// Measure ingress-to-egress latency (two clock reads per batch).
     pub latency: bool,
+    /// Offer frames for this many seconds instead of `packets` frames.
+    pub duration_s: Option<f64>,
 }
 
 impl Default for L3fwdBenchConfig {
@@ -121,6 +123,7 @@ impl Default for L3fwdBenchConfig {
             pin: false,
             seed: 1,
             latency: true,
+            duration_s: None,
         }
     }
 }
@@ -389,6 +392,7 @@ pub fn prepare(cfg: &L3fwdBenchConfig) -> Result<L3fwdWorkload, ConfigError> {
     })
 }
 
+// Indices in DROP_REASONS of the invalid classes the workload generates.
 const NON_IPV4: u8 = 0;
 const BAD_VERSION: u8 = 2;
 const BAD_IHL: u8 = 3;
@@ -396,7 +400,6 @@ const BAD_LENGTH: u8 = 4;
 const BAD_CHECKSUM: u8 = 5;
 const TTL_EXCEEDED: u8 = 6;
 const NO_ROUTE: u8 = 7;
-const TRUNCATED: u8 = 1;
 
 /// The invalid classes generated, in turn (a frame of 64 bytes or more cannot be
 /// truncated).
@@ -452,8 +455,26 @@ pub fn run(cfg: &L3fwdBenchConfig) -> Result<L3fwdBenchReport, ConfigError> {
 /// Runs a prepared workload (from [`prepare`] with the same routes, size and traffic
 /// settings) through the emulator and the plain loop, replayed to `cfg.packets` frames.
 pub fn run_on(cfg: &L3fwdBenchConfig, w: &L3fwdWorkload) -> Result<L3fwdBenchReport, ConfigError> {
+    run_with_progress(cfg, w, |_, _| {})
+}
+
+/// [`run_on`], calling `progress(fraction done, frames offered)` as the run goes on.
+pub fn run_with_progress(
+    cfg: &L3fwdBenchConfig,
+    w: &L3fwdWorkload,
+    mut progress: impl FnMut(f64, u64),
+) -> Result<L3fwdBenchReport, ConfigError> {
     cfg.validate()?;
-    let (exp_fwd, exp_drops) = w.expected(cfg.packets);
+    if cfg.duration_s.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
+        return Err(ConfigError::new(
+            "duration",
+            "must be a positive number of seconds",
+        ));
+    }
+    let length = match cfg.duration_s {
+        Some(s) => RunLength::Duration(std::time::Duration::from_secs_f64(s)),
+        None => RunLength::Packets(cfg.packets),
+    };
 
     // The emulator.
     let dram = MemConfig::default()
@@ -487,23 +508,29 @@ pub fn run_on(cfg: &L3fwdBenchConfig, w: &L3fwdWorkload) -> Result<L3fwdBenchRep
     pfe.start()
         .map_err(|e| ConfigError::new("start", e.to_string()))?;
     let n = w.len();
-    let rounds = cfg.packets / n as u64;
-    let rest = (cfg.packets % n as u64) as usize;
     let inject_err = |e: crate::pfe::InjectError| ConfigError::new("start", e.to_string());
     let start = Instant::now();
-    for _ in 0..rounds {
-        pfe.inject_burst((0..n).map(|i| (w.in_ports[i], w.frame(i))))
+    let mut offered = 0u64;
+    while !length.done(start, offered) {
+        // The next chunk of the pool, not past its end nor past the packet count.
+        let at = (offered % n as u64) as usize;
+        let mut len = (1usize << 16).min(n - at);
+        if let RunLength::Packets(total) = length {
+            len = len.min((total - offered) as usize);
+        }
+        pfe.inject_burst((at..at + len).map(|i| (w.in_ports[i], w.frame(i))))
             .map_err(inject_err)?;
+        offered += len as u64;
+        progress(length.progress(start, offered), offered);
     }
-    pfe.inject_burst((0..rest).map(|i| (w.in_ports[i], w.frame(i))))
-        .map_err(inject_err)?;
     pfe.drain();
+    let (exp_fwd, exp_drops) = w.expected(offered);
     let elapsed_d = start.elapsed();
     let elapsed = elapsed_d.as_secs_f64();
     let stats = pfe.shutdown();
 
     // The plain loop, on the same frames.
-    let (base_elapsed, base_fwd, base_drops) = plain_loop(w, cfg.packets);
+    let (base_elapsed, base_fwd, base_drops) = plain_loop(w, offered);
 
     let forwarded_by_port: BTreeMap<u16, u64> = (0..w.ports)
         .map(|p| (p, sink.packets(p)))
@@ -516,7 +543,7 @@ pub fn run_on(cfg: &L3fwdBenchConfig, w: &L3fwdWorkload) -> Result<L3fwdBenchRep
         .all(|(r, e)| stats.drops(r) == e);
     let verified = stats.is_conserved()
         && stats.in_flight == 0
-        && stats.packets_in == cfg.packets
+        && stats.packets_in == offered
         && stats.packets_out == exp_fwd.iter().sum::<u64>()
         && stats.dropped == exp_drops.iter().sum::<u64>()
         && drops_match
@@ -526,7 +553,7 @@ pub fn run_on(cfg: &L3fwdBenchConfig, w: &L3fwdWorkload) -> Result<L3fwdBenchRep
 
     let processed = stats.processed().max(1) as f64;
     let mpps = stats.packets_in as f64 / elapsed / 1e6;
-    let baseline_mpps = cfg.packets as f64 / base_elapsed / 1e6;
+    let baseline_mpps = offered as f64 / base_elapsed / 1e6;
     let summary = Summary::from_stats(
         "l3fwd",
         &stats,
@@ -599,34 +626,7 @@ fn plain_loop(w: &L3fwdWorkload, packets: u64) -> (f64, Vec<u64>, [u64; DROP_REA
 /// or the index of the drop reason.
 #[inline]
 fn plain_forward(table: &Dir248, h: &mut [u8], pkt_len: usize) -> Result<Port, u8> {
-    if h.len() < ETH_LEN || u16::from_be_bytes([h[12], h[13]]) != ETHERTYPE_IPV4 {
-        return Err(NON_IPV4);
-    }
-    if h.len() < ETH_LEN + 20 {
-        return Err(TRUNCATED);
-    }
-    let ip = Ipv4::new_unchecked(&h[ETH_LEN..]);
-    if ip.ver() != 4 {
-        return Err(BAD_VERSION);
-    }
-    let hl = ip.header_len();
-    if hl < 20 {
-        return Err(BAD_IHL);
-    }
-    if ETH_LEN + hl > h.len() {
-        return Err(TRUNCATED);
-    }
-    let total = usize::from(ip.total_len());
-    if total < hl || total > pkt_len - ETH_LEN {
-        return Err(BAD_LENGTH);
-    }
-    if !header_checksum_ok(&h[ETH_LEN..ETH_LEN + hl]) {
-        return Err(BAD_CHECKSUM);
-    }
-    if ip.ttl() <= 1 {
-        return Err(TTL_EXCEEDED);
-    }
-    let dst = ip.dst();
+    let dst = check_ipv4(h, pkt_len).map_err(|r| r as u8)?;
     let e = entry(table.tbl24_words(), (dst >> 8) as usize);
     let e = if e & ENTRY_TBL8 != 0 {
         entry(
@@ -640,14 +640,11 @@ fn plain_forward(table: &Dir248, h: &mut [u8], pkt_len: usize) -> Result<Port, u
         return Err(NO_ROUTE);
     }
     let nh = table.next_hops()[usize::from(e - 1)];
-    h[0..6].copy_from_slice(&nh.dst_mac.to_be_bytes()[2..8]);
-    h[6..12].copy_from_slice(&nh.src_mac.to_be_bytes()[2..8]);
-    let ip = &mut h[ETH_LEN..];
-    let old = u16::from_be_bytes([ip[8], ip[9]]);
-    ip[8] -= 1;
-    let new = u16::from_be_bytes([ip[8], ip[9]]);
-    let sum = checksum_update16(u16::from_be_bytes([ip[10], ip[11]]), old, new);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    rewrite_head(
+        h,
+        &nh.dst_mac.to_be_bytes()[2..8],
+        &nh.src_mac.to_be_bytes()[2..8],
+    );
     Ok(nh.port)
 }
 

@@ -101,8 +101,8 @@ use super::traffic::{MAX_FRAME_SIZE, MIN_FRAME_SIZE};
 use crate::ConfigError;
 
 /// Bytes each frame occupies on the wire besides itself: preamble and start-of-frame
-/// delimiter (8 B) and the minimum inter-frame gap (12 B).
-pub const WIRE_OVERHEAD_BYTES: usize = 20;
+/// delimiter (8 B) and the minimum inter-frame gap (12 B) (the generator's constant).
+pub const WIRE_OVERHEAD_BYTES: usize = super::traffic::L1_OVERHEAD_BYTES;
 
 /// The Ethernet line rates usually tested, in Gbit/s (1, 10, 25, 40 and 100 GbE). Any
 /// positive rate is accepted by [`LinerateConfig::line_rate_gbps`].
@@ -120,19 +120,19 @@ pub const MAX_TRIAL_DURATION: Duration = Duration::from_secs(600);
 /// Frames per second a link of `gbps` Gbit/s carries at most with frames of `frame_size`
 /// bytes: `gbps x 1e9 / ((frame_size + 20) x 8)`. 64 B frames at 10 GbE: 14,880,952.4.
 pub fn line_rate_pps(gbps: f64, frame_size: usize) -> f64 {
-    gbps * 1e9 / ((frame_size + WIRE_OVERHEAD_BYTES) as f64 * 8.0)
+    super::traffic::line_rate_pps(gbps, frame_size as f64)
 }
 
 /// Bits per second on the wire (layer 1: frame plus 20 B of preamble and gap) of `pps`
 /// frames of `frame_size` bytes, in Gbit/s.
 pub fn gbps_l1(pps: f64, frame_size: usize) -> f64 {
-    pps * (frame_size + WIRE_OVERHEAD_BYTES) as f64 * 8.0 / 1e9
+    super::traffic::gbps_of(pps, frame_size as f64)
 }
 
 /// Bits per second of frame bytes alone (layer 2) of `pps` frames of `frame_size` bytes,
 /// in Gbit/s.
 pub fn gbps_l2(pps: f64, frame_size: usize) -> f64 {
-    pps * frame_size as f64 * 8.0 / 1e9
+    super::traffic::gbps_l2_of(pps, frame_size as f64)
 }
 
 // ----- the device ----------------------------------------------------------------------------

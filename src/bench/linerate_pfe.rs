@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::l3fwd;
 use super::linerate::{Device, DeviceError, LatencySummary, Trial};
-use super::traffic::{Mix, Traffic, TrafficSpec};
+use super::traffic::{Mix, Pacer, Traffic, TrafficSpec};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::Filter;
 use crate::microcode::l3fwd::L3fwd;
@@ -203,7 +203,7 @@ impl Device for PfeDevice {
         let pool = self.pool(frame_size)?.to_vec();
         let pfe = &self.pfe;
         let expected = (offered_pps * duration.as_secs_f64()).round() as u64;
-        let ns_per_burst = burst as f64 * 1e9 / offered_pps.max(1e-9);
+        let pacer = Pacer::new(offered_pps, self.cfg.burst as u32)?;
         let start = Instant::now();
         let end = start + duration;
         let (mut offered, mut k, mut at) = (0u64, 0u64, 0usize);
@@ -212,7 +212,7 @@ impl Device for PfeDevice {
             if now >= end {
                 break;
             }
-            let due = start + Duration::from_nanos((k as f64 * ns_per_burst) as u64);
+            let due = start + Duration::from_nanos(pacer.deadline_ns(k));
             if now < due {
                 // Ahead of schedule: sleep when far ahead (the kernel's timer slack is tens
                 // of microseconds), otherwise let the PPE threads have the core.

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::pfe::{LatencyStats, Stats};
 
 /// Bytes a frame takes on the wire beyond its own: preamble (8) and inter-frame gap (12).
-pub const WIRE_OVERHEAD_BYTES: u64 = 20;
+const WIRE_OVERHEAD_BYTES: u64 = super::traffic::L1_OVERHEAD_BYTES as u64;
 
 /// What one benchmark run measured, program-independent.
 #[derive(Clone, Debug, Default, Serialize)]

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::report::Summary;
 use super::rng::SplitMix64;
 use crate::fpisa;
 use crate::mem::{MemConfig, SharedMemory};
@@ -121,6 +122,10 @@ pub struct TrioMlBenchReport {
     pub timer_runs: u64,
     /// The last generation's Results matched the expected sums, and every Result arrived.
     pub verified: bool,
+    /// The common report, in packets: rates in and out (Results out), drops, latency (of
+    /// the packets that complete a block, to their Result's egress), PPE load, the plain
+    /// loop in packets per second.
+    pub summary: Summary,
 }
 
 /// The generated traffic of one generation and the sums it must produce. The frames are
@@ -356,7 +361,7 @@ pub fn run_on(
     if cfg.timers {
         builder = builder.timers(trio.timer_specs()?);
     }
-    let mut pfe = builder.build()?;
+    let mut pfe = builder.latency(true).build()?;
     pfe.start()?;
     let start = Instant::now();
     for gen in 0..cfg.generations {
@@ -373,7 +378,8 @@ pub fn run_on(
         )?;
         pfe.drain();
     }
-    let elapsed = start.elapsed().as_secs_f64();
+    let elapsed_d = start.elapsed();
+    let elapsed = elapsed_d.as_secs_f64();
     let stats = pfe.shutdown();
     let (checked, bad) = (
         checker.checked.load(Ordering::Relaxed),
@@ -386,6 +392,18 @@ pub fn run_on(
     let processed = stats.processed().max(1) as f64;
     let baseline = baseline(cfg, traffic);
     let gps = gradients as f64 / elapsed;
+    let frame_bytes: u64 = traffic.frames.iter().map(|f| f.len() as u64).sum();
+    let name = match cfg.lanes {
+        Lanes::Int32 => "trio-ml",
+        Lanes::Fpisa(_) => "fpisa",
+    };
+    let summary = Summary::from_stats(
+        name,
+        &stats,
+        elapsed_d,
+        frame_bytes * u64::from(cfg.generations),
+    )
+    .with_plain_loop(baseline / g as f64 / 1e6);
     let verified = stats.created == results
         && stats.dropped == 0
         && bad == 0
@@ -416,6 +434,7 @@ pub fn run_on(
             .collect(),
         timer_runs: stats.timer_runs,
         verified,
+        summary,
     })
 }
 

@@ -855,10 +855,8 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
             r.host.trio_ml_send_ns,
             r.host.trio_ml_receive_ns
         );
-        println!(
-            "  instructions/packet {:.1}; dropped {}",
-            f.instructions_per_packet, f.dropped
-        );
+        println!();
+        f.summary.print();
         if verified {
             println!("  check: every Result arrived; the last generation's sums match bit for bit");
         }
@@ -947,21 +945,10 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
         }
         let r = &medians[0];
         println!(
-            "\n  packets in {}  Results {}  frames out {}  dropped {}  elapsed {:.3} s  \
-             instructions/packet {:.1}",
-            r.packets_in,
-            r.results,
-            r.packets_out,
-            r.dropped,
-            r.elapsed_s,
-            r.instructions_per_packet
+            "\n  {} Results of {} gradients, instructions per gradient {:.4}\n",
+            r.results, r.grads, r.instructions_per_gradient
         );
-        let x: Vec<String> = r
-            .xtxns_per_packet
-            .iter()
-            .map(|(k, v)| format!("{k} {v:.2}"))
-            .collect();
-        println!("  XTXNs/packet: {}", x.join(", "));
+        r.summary.print();
         if verified {
             println!("  check: every Result arrived; the last generation's sums match");
         }

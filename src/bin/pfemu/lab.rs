@@ -21,6 +21,9 @@ pub struct L3fwdArgs {
     /// Frames to offer (replayed from a pool of at most a million).
     #[arg(long, default_value_t = 10_000_000)]
     packets: u64,
+    /// Offer frames for this many seconds instead of --packets frames.
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
     /// Frame size in bytes (64..=9216).
     #[arg(long, default_value_t = 64)]
     size: usize,
@@ -75,12 +78,16 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
         reorder: !a.no_reorder,
         seed: a.seed,
         latency: !a.no_latency,
+        duration_s: a.duration,
         ..L3fwdBenchConfig::default()
     };
     let workload = l3fwd::prepare(&cfg)?;
     let mut runs: Vec<L3fwdBenchReport> = Vec::new();
     for run in 0..a.runs {
-        let r = l3fwd::run_on(&cfg, &workload)?;
+        let bar = Progress::new(&format!("run {}/{}", run + 1, a.runs), a.json);
+        let r =
+            l3fwd::run_with_progress(&cfg, &workload, |f, n| bar.set(f, format!("{n} frames")))?;
+        bar.finish();
         if !a.json {
             eprintln!(
                 "run {}/{}: {:.2} Mpps (plain loop {:.2}){}",
