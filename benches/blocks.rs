@@ -32,7 +32,10 @@
 //! Short runs (10 samples, 200 ms warm-up, 800 ms measurement each): the whole file takes
 //! well under two minutes on two cores. The engine groups (`dispatch`, `reorder`,
 //! `latency`) run the injecting thread next to the PPE threads, so on a small or busy
-//! machine they move with other load: read each pair (off/on) from the same run.
+//! machine they move with other load. On a 2-core machine an engine has also been seen to
+//! settle, for a whole bench, either at about 1.4 µs per burst or at 7 to 9 µs (samples
+//! consistent within the bench, the mode changing from run to run): compare an off/on
+//! pair over several runs (`-- reorder` takes about 10 s), not from one.
 //!
 //! Run: `cargo bench --bench blocks`; one group or bench with a filter, e.g.
 //! `cargo bench --bench blocks -- program_chain` or `-- reorder/2_ppe`; add `--quick` for
