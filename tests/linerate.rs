@@ -678,3 +678,44 @@ fn a_device_error_names_the_trial() {
     let dev: &mut dyn Device = &mut Broken;
     assert!(latency_sweep(dev, 64, &[0.5], 1e6, Duration::from_millis(100)).is_err());
 }
+
+/// A device whose capacity drops after its first trial (a shared machine's slow phase):
+/// the measured search follows what it carries instead of walking down from the line rate
+/// by doubling steps, and finds the new capacity within the trial budget.
+#[test]
+fn a_capacity_that_drops_midway_is_followed() {
+    use pfemu::bench::linerate::{search, Device, DeviceError, LinerateConfig, Trial};
+    use std::time::Duration;
+    struct Dropping {
+        trials: u32,
+    }
+    impl Device for Dropping {
+        fn trial(&mut self, _: usize, pps: f64, d: Duration) -> Result<Trial, DeviceError> {
+            self.trials += 1;
+            // 99% of line rate for the first trial, then 55%.
+            let cap = if self.trials == 1 {
+                14_730_000.0
+            } else {
+                8_200_000.0
+            };
+            let secs = d.as_secs_f64();
+            let offered = (pps * secs).round() as u64;
+            let received = offered.min((cap * secs) as u64);
+            Ok(Trial {
+                offered,
+                received,
+                latency: None,
+            })
+        }
+    }
+    let cfg = LinerateConfig {
+        sizes: vec![64],
+        ..LinerateConfig::default()
+    };
+    let r = search(&mut Dropping { trials: 0 }, &cfg, |_| {}).unwrap();
+    let row = &r.rows[0];
+    assert!(
+        row.throughput_pps > 8_200_000.0 * 0.99 && row.throughput_pps <= 8_200_000.0,
+        "{row:?}"
+    );
+}

@@ -23,7 +23,9 @@
 //!    device that drops what it cannot carry, that is its capacity — then steps away from
 //!    the last rate tried by the resolution, doubling the step while the outcome repeats,
 //!    never past the bracket's midpoint (so it is never much worse than bisection, and
-//!    usually finishes in 3 trials).
+//!    usually finishes in 3 trials) — except that after a failure it never offers more
+//!    than the device just carried, so a device whose capacity dropped meanwhile (a shared
+//!    machine's slow phase) is found at once.
 //! 3. The search stops when `hi - lo <= resolution x line rate` (*resolved*) or after
 //!    [`LinerateConfig::max_trials_per_size`] trials. The throughput reported is `lo`, the
 //!    highest rate that passed: **0 when no trial passed**, down to the lowest rate tried
@@ -608,7 +610,15 @@ fn next_rate(
     if last.pass {
         (lo + s).min(mid)
     } else {
-        (hi - s).max(mid)
+        // Never above what the device just carried: a device whose capacity dropped (a
+        // shared machine's slow phase) is found in one trial, not after a long walk down.
+        let stepped = (hi - s).max(mid);
+        let carried = last.achieved_pps / (1.0 - loss_tolerance);
+        if carried.is_finite() && carried > lo && carried < stepped {
+            carried
+        } else {
+            stepped
+        }
     }
 }
 
