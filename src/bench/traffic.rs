@@ -50,6 +50,13 @@
 //! counts [`L1_OVERHEAD_BYTES`] of preamble and inter-frame gap per frame). [`Pacer`]
 //! schedules bursts at a rate: a pure schedule for virtual clocks, and a real-time wait.
 //!
+//! # Aggregation traffic
+//!
+//! Trio-ML and FPISA frames from N simulated workers (every worker's packets of a window
+//! of blocks, integer or FP32 gradients) come from [`crate::bench::trio_ml::generate`], with
+//! [`crate::bench::trio_ml::TrioMlBenchConfig::lanes`] choosing the kind; the end hosts of
+//! [`crate::microcode::trio_ml::host`] generate the same wire format live.
+//!
 //! # Parsing
 //!
 //! [`FrameSizes`], [`FlowDist`], [`Mix`] and [`Rate`] implement [`FromStr`] (and
