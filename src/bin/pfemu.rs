@@ -2,6 +2,8 @@
 
 #[path = "pfemu/lab.rs"]
 mod lab;
+#[path = "pfemu/replay.rs"]
+mod replay;
 
 use std::process::ExitCode;
 
@@ -114,6 +116,10 @@ enum Command {
         rate) and reports the engine's ingress-to-egress latency percentiles. Writes \
         DIR/latency_<size>.csv and .svg (--out).")]
     Latency(Box<lab::LatencyArgs>),
+    /// Replay a pcap capture through the PFE; write each port's egress (and optionally the
+    /// dropped packets) as pcap captures.
+    #[command(after_help = replay::HELP)]
+    Replay(Box<replay::ReplayArgs>),
 }
 
 const EXPERIMENT_HELP: &str = "Experiments:
@@ -544,6 +550,7 @@ fn main() -> ExitCode {
         }) => lab::bench_l3fwd(&a),
         Some(Command::Linerate(a)) => lab::linerate(&a),
         Some(Command::Latency(a)) => lab::latency(&a),
+        Some(Command::Replay(a)) => replay::replay(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

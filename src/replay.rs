@@ -1,0 +1,793 @@
+//! Replay a pcap capture through the PFE and write what leaves it as pcap captures.
+//!
+//! [`replay_file`] reads a classic pcap capture (link type Ethernet), runs every packet
+//! through a shipped program ([`ReplayProgram`]) on a running [`Pfe`], and writes
+//! `OUT/port<N>.pcap` for every port that sent anything and, when asked
+//! ([`ReplayConfig::write_drops`]), `OUT/dropped.pcap`. [`replay`] does the same with
+//! writers of the caller's choice (in memory, a socket, ...). `pfemu replay` is the CLI.
+//!
+//! # Input
+//!
+//! - Classic pcap only (microsecond or nanosecond timestamps, either byte order). A
+//!   pcapng capture is refused with a hint (`editcap -F pcap in.pcapng out.pcap`).
+//! - Link type Ethernet (1) only; any other is refused, naming the link type.
+//! - The whole capture is read and checked **before** the engine starts, so a bad or
+//!   truncated file fails with nothing written; the capture must fit in memory.
+//! - Packets captured shorter than they were on the wire (`caplen < len`, a snap length)
+//!   are counted ([`ReplayReport::truncated_in`]) and replayed **as captured**: the program
+//!   sees the captured bytes only (so e.g. l3fwd may drop them as `bad_length`).
+//! - Classic pcap records no interface, so every packet enters on one ingress port
+//!   ([`ReplayConfig::port`], 0 by default).
+//!
+//! # Timing
+//!
+//! - [`Timing::AsFast`]: frames are injected in bursts as fast as the engine takes them.
+//! - [`Timing::Recorded`]: frame `i` is injected `(ts_i - ts_0) / speed` after the first,
+//!   the thread sleeping in between (so precision is the OS's sleep granularity, some tens
+//!   of microseconds); a capture whose timestamps go backwards injects such frames at once.
+//!
+//! # Output
+//!
+//! Each `port<N>.pcap` holds the frames that left port `N`, in the order they left it
+//! (with per-flow reordering on, the engine keeps each flow's order; frames of different
+//! flows may pass each other when several PPE threads run). Output captures are classic
+//! pcap, link type Ethernet, nanosecond timestamps, snap length 262144.
+//!
+//! **Timestamps** of egress frames are the time they left the engine on the timeline of the
+//! capture: the first input packet's timestamp plus the wall-clock time since the first
+//! injection (times `speed` with [`Timing::Recorded`], so at any speed an output frame
+//! lines up with the inputs around it; at speed 1 its timestamp minus its input's is the
+//! latency through the emulator). A rewritten frame cannot be matched to its input in
+//! general, so input timestamps are not carried over.
+//!
+//! # Dropped packets
+//!
+//! The engine counts drops by reason but does not hand dropped frames out, and programs
+//! rewrite frames (l3fwd changes MACs, TTL and checksum), so drops cannot be found by
+//! comparing bytes. With [`ReplayConfig::write_drops`] the replay is exact instead: it
+//! injects **one packet at a time** and waits for the engine to drain before the next;
+//! the difference of the engine's counters then says what became of that packet (left,
+//! consumed, or dropped and why). A dropped packet is written to `dropped.pcap` as it was
+//! captured (input timestamp and length), and listed in [`ReplayReport::drops`] with its
+//! index in the capture and the drop reason. This is much slower than a normal replay and
+//! keeps only one packet in flight, so use it to debug a program, not to measure it.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use pfemu::replay::{replay_file, ReplayConfig, ReplayProgram, Timing};
+//!
+//! let cfg = ReplayConfig {
+//!     program: ReplayProgram::Filter,
+//!     timing: Timing::AsFast,
+//!     write_drops: true,
+//!     ..ReplayConfig::default()
+//! };
+//! let report = replay_file(&cfg, Path::new("in.pcap"), Path::new("out"))?;
+//! println!("{} in, {:?} out by port", report.packets_in, report.packets_out_by_port);
+//! # Ok::<(), pfemu::replay::ReplayError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
+use serde::Serialize;
+
+use crate::error::ConfigError;
+use crate::mem::{MemConfig, SharedMemory};
+use crate::microcode::filter::Filter;
+use crate::microcode::l3fwd::{Dir248, L3fwd, RouteTable};
+use crate::packet::Port;
+use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, Stats, DEFAULT_PORTS};
+
+/// Snap length of the captures written (tcpdump's largest).
+pub const OUT_SNAPLEN: u32 = 262_144;
+/// Largest packet record accepted in an input capture; a larger one means a corrupt file.
+pub const MAX_RECORD_BYTES: u32 = 262_144;
+/// Frames per burst in [`Timing::AsFast`] replays.
+const BURST: usize = 1024;
+
+/// The program a capture is replayed through.
+#[derive(Clone, Debug)]
+pub enum ReplayProgram {
+    /// The paper's packet filter ([`crate::microcode::filter`]): plain IPv4 packets leave
+    /// on port 1 unchanged; others are dropped (`non_ip`, `ip_options`).
+    Filter,
+    /// IPv4 forwarding ([`crate::microcode::l3fwd`]) with these routes.
+    L3fwd(Routes),
+}
+
+impl ReplayProgram {
+    /// The program's name, as the CLI spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReplayProgram::Filter => "filter",
+            ReplayProgram::L3fwd(_) => "l3fwd",
+        }
+    }
+}
+
+/// Where l3fwd's routes come from.
+#[derive(Clone, Debug)]
+pub enum Routes {
+    /// `count` random routes over ports `0..ports` ([`RouteTable::generate`]); real
+    /// captures mostly miss random prefixes (`no_route`), so prefer a route file for them.
+    Generated {
+        /// Routes.
+        count: usize,
+        /// Egress ports they spread over.
+        ports: u16,
+        /// Seed.
+        seed: u64,
+    },
+    /// A route file ([`RouteTable::parse`] describes the format).
+    File(PathBuf),
+    /// A table built by the caller.
+    Table(RouteTable),
+}
+
+/// When frames are injected.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Timing {
+    /// As fast as the engine takes them.
+    AsFast,
+    /// At the capture's timestamps relative to the first packet, divided by `speed`
+    /// (2.0 replays twice as fast as recorded). `speed` must be positive and finite.
+    Recorded {
+        /// Speed-up factor.
+        speed: f64,
+    },
+}
+
+/// A replay's settings.
+#[derive(Clone, Debug)]
+pub struct ReplayConfig {
+    /// The program the PPE threads run.
+    pub program: ReplayProgram,
+    /// When frames are injected.
+    pub timing: Timing,
+    /// PPE threads.
+    pub ppe_threads: usize,
+    /// Ingress port of every packet (classic pcap records none).
+    pub port: Port,
+    /// Find the dropped packets exactly (one packet in flight at a time; see the module
+    /// documentation) and write them to `dropped.pcap`.
+    pub write_drops: bool,
+}
+
+impl Default for ReplayConfig {
+    /// The filter, as fast as possible, on the available cores, ingress port 0, no drops
+    /// file.
+    fn default() -> Self {
+        ReplayConfig {
+            program: ReplayProgram::Filter,
+            timing: Timing::AsFast,
+            ppe_threads: default_ppe_threads(),
+            port: 0,
+            write_drops: false,
+        }
+    }
+}
+
+/// One dropped input packet (with [`ReplayConfig::write_drops`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DroppedPacket {
+    /// Index of the packet in the input capture (0-based; tshark numbers frames from 1).
+    pub index: u64,
+    /// Why it was dropped, as in [`Stats::dropped_by_reason`].
+    pub reason: String,
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReplayReport {
+    /// The program's name.
+    pub program: String,
+    /// Packets read from the capture and injected.
+    pub packets_in: u64,
+    /// Bytes injected (as captured).
+    pub bytes_in: u64,
+    /// Packets captured shorter than they were on the wire (replayed as captured).
+    pub truncated_in: u64,
+    /// Frames written per egress port (ports that sent nothing are absent).
+    pub packets_out_by_port: BTreeMap<Port, u64>,
+    /// Input packets a program consumed.
+    pub consumed: u64,
+    /// Input packets dropped.
+    pub dropped: u64,
+    /// Drops by reason.
+    pub dropped_by_reason: BTreeMap<String, u64>,
+    /// Every dropped packet and its reason, in capture order (with
+    /// [`ReplayConfig::write_drops`] only; empty otherwise).
+    pub drops: Vec<DroppedPacket>,
+    /// The files written, sorted ([`replay_file`] only; [`replay`] leaves it empty).
+    pub files: Vec<PathBuf>,
+    /// Seconds from the first injection until the engine drained.
+    pub elapsed_s: f64,
+    /// The engine's final counters.
+    pub stats: Stats,
+}
+
+/// An output capture of a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Output {
+    /// The frames that left a port.
+    Port(Port),
+    /// The dropped input packets.
+    Dropped,
+}
+
+impl Output {
+    /// The file name [`replay_file`] uses: `port<N>.pcap` or `dropped.pcap`.
+    pub fn file_name(&self) -> String {
+        match self {
+            Output::Port(p) => format!("port{p}.pcap"),
+            Output::Dropped => "dropped.pcap".to_string(),
+        }
+    }
+}
+
+/// Why a replay failed.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// The capture could not be opened or read.
+    Read {
+        /// The capture.
+        file: String,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The capture is not a valid pcap capture.
+    Capture {
+        /// The capture.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The capture's link type is not Ethernet.
+    LinkType {
+        /// The capture.
+        file: String,
+        /// The link type, as the pcap header gives it.
+        link_type: u32,
+        /// Its name.
+        name: String,
+    },
+    /// A setting was refused (program, routes, speed, PPE threads, ...).
+    Config(ConfigError),
+    /// An output capture could not be created or written.
+    Write {
+        /// The output (file name or path).
+        output: String,
+        /// The error.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplayError::Read { file, source } => write!(f, "cannot read capture {file}: {source}"),
+            ReplayError::Capture { file, reason } => write!(f, "capture {file}: {reason}"),
+            ReplayError::LinkType {
+                file,
+                link_type,
+                name,
+            } => write!(
+                f,
+                "capture {file} has link type {link_type} ({name}); replay needs Ethernet (1)"
+            ),
+            ReplayError::Config(e) => e.fmt(f),
+            ReplayError::Write { output, reason } => {
+                write!(f, "cannot write output capture {output}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReplayError::Read { source, .. } => Some(source),
+            ReplayError::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for ReplayError {
+    fn from(e: ConfigError) -> Self {
+        ReplayError::Config(e)
+    }
+}
+
+// ----- input -------------------------------------------------------------------------------
+
+/// One packet of the input capture.
+#[derive(Clone, Debug)]
+struct InPacket {
+    ts: Duration,
+    orig_len: u32,
+    data: Vec<u8>,
+}
+
+/// Reads and checks a whole classic pcap capture; `file` names it in errors.
+fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+    let capture_err = |reason: String| ReplayError::Capture {
+        file: file.to_string(),
+        reason,
+    };
+    // Look at the magic number first, for errors that say what the file is.
+    let mut magic = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match input.read(&mut magic[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(ReplayError::Read {
+                    file: file.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    if got == 0 {
+        return Err(capture_err("the file is empty, not a pcap capture".into()));
+    }
+    if got < 4 {
+        return Err(capture_err(format!(
+            "only {got} bytes long: not a pcap capture (the file header alone is 24 bytes)"
+        )));
+    }
+    match u32::from_be_bytes(magic) {
+        0xA1B2_C3D4 | 0xA1B2_3C4D | 0xD4C3_B2A1 | 0x4D3C_B2A1 => {}
+        0x0A0D_0D0A => {
+            return Err(capture_err(
+                "is a pcapng capture; replay reads classic pcap (convert it with \
+                 `editcap -F pcap IN.pcapng OUT.pcap` or `tshark -F pcap -r IN -w OUT`)"
+                    .into(),
+            ))
+        }
+        m => {
+            return Err(capture_err(format!(
+                "not a pcap capture (magic number 0x{m:08x}; pcap starts with a1b2c3d4, \
+                 a1b23c4d or their byte swaps)"
+            )))
+        }
+    }
+    let mut reader = PcapReader::new(io::Cursor::new(magic).chain(input)).map_err(|e| match e {
+        PcapError::IoError(ref io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+            capture_err("truncated: the file ends inside its 24-byte header".into())
+        }
+        PcapError::IoError(source) => ReplayError::Read {
+            file: file.to_string(),
+            source,
+        },
+        other => capture_err(format!("invalid file header: {other}")),
+    })?;
+    let header = reader.header();
+    if header.datalink != DataLink::ETHERNET {
+        return Err(ReplayError::LinkType {
+            file: file.to_string(),
+            link_type: u32::from(header.datalink),
+            name: format!("{:?}", header.datalink),
+        });
+    }
+    let nanos = header.ts_resolution == TsResolution::NanoSecond;
+    let mut packets = Vec::new();
+    // Raw records: pcap-file's checked packets refuse `orig_len > snaplen`, which real
+    // captures with a snap length have; the checks that matter are made here.
+    while let Some(rec) = reader.next_raw_packet() {
+        let n = packets.len();
+        let rec = rec.map_err(|e| match e {
+            PcapError::IoError(ref io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+                capture_err(format!(
+                    "truncated: the file ends inside packet record {} (after {n} complete \
+                     packets)",
+                    n + 1
+                ))
+            }
+            PcapError::IoError(source) => ReplayError::Read {
+                file: file.to_string(),
+                source,
+            },
+            other => capture_err(format!("packet record {}: {other}", n + 1)),
+        })?;
+        if rec.incl_len > MAX_RECORD_BYTES {
+            return Err(capture_err(format!(
+                "packet record {} claims {} captured bytes (at most {MAX_RECORD_BYTES}): \
+                 the file is corrupt",
+                n + 1,
+                rec.incl_len
+            )));
+        }
+        let frac_ns = if nanos {
+            Some(rec.ts_frac)
+        } else {
+            rec.ts_frac.checked_mul(1000)
+        };
+        let Some(frac_ns) = frac_ns.filter(|&f| f < 1_000_000_000) else {
+            return Err(capture_err(format!(
+                "packet record {} has an invalid timestamp fraction {} ({})",
+                n + 1,
+                rec.ts_frac,
+                if nanos { "ns" } else { "us" }
+            )));
+        };
+        packets.push(InPacket {
+            ts: Duration::new(u64::from(rec.ts_sec), frac_ns),
+            orig_len: rec.orig_len.max(rec.incl_len),
+            data: rec.data.into_owned(),
+        });
+    }
+    Ok(packets)
+}
+
+// ----- output ------------------------------------------------------------------------------
+
+/// Opens the writer of an output capture; called once per output, on first use.
+pub type Opener = Box<dyn FnMut(Output) -> io::Result<Box<dyn Write + Send>> + Send>;
+
+type Writer = PcapWriter<Box<dyn Write + Send>>;
+
+fn pcap_header() -> PcapHeader {
+    PcapHeader {
+        snaplen: OUT_SNAPLEN,
+        datalink: DataLink::ETHERNET,
+        ts_resolution: TsResolution::NanoSecond,
+        endianness: Endianness::native(),
+        ..PcapHeader::default()
+    }
+}
+
+fn write_err(out: Output, e: impl fmt::Display) -> ReplayError {
+    ReplayError::Write {
+        output: out.file_name(),
+        reason: e.to_string(),
+    }
+}
+
+/// The writers, shared by the sink (PPE threads) and the replaying thread.
+struct Outputs {
+    open: Opener,
+    ports: BTreeMap<Port, (Writer, u64)>,
+    dropped: Option<Writer>,
+    /// The first write error; later frames are not written.
+    error: Option<ReplayError>,
+    /// When the first frame was injected.
+    start: Instant,
+}
+
+impl Outputs {
+    fn open(&mut self, out: Output) -> Result<Writer, ReplayError> {
+        let w = (self.open)(out).map_err(|e| write_err(out, e))?;
+        PcapWriter::with_header(w, pcap_header()).map_err(|e| write_err(out, e))
+    }
+}
+
+/// The sink that writes each port's frames to its capture.
+struct PcapSink {
+    outputs: Mutex<Outputs>,
+    /// Timestamp of the first input packet.
+    base: Duration,
+    /// Capture time per wall-clock time (the replay's speed).
+    scale: f64,
+}
+
+impl Sink for PcapSink {
+    fn deliver(&self, port: Port, frames: Frames<'_>) {
+        let mut o = self.outputs.lock();
+        if o.error.is_some() {
+            return;
+        }
+        let ts = self.base + o.start.elapsed().mul_f64(self.scale);
+        if !o.ports.contains_key(&port) {
+            match o.open(Output::Port(port)) {
+                Ok(w) => {
+                    o.ports.insert(port, (w, 0));
+                }
+                Err(e) => {
+                    o.error = Some(e);
+                    return;
+                }
+            }
+        }
+        let mut failed = None;
+        if let Some((w, count)) = o.ports.get_mut(&port) {
+            for f in frames.iter() {
+                let pkt = PcapPacket::new(ts, f.len() as u32, f);
+                if let Err(e) = w.write_packet(&pkt) {
+                    failed = Some(write_err(Output::Port(port), e));
+                    break;
+                }
+                *count += 1;
+            }
+        }
+        if failed.is_some() {
+            o.error = failed;
+        }
+    }
+}
+
+// ----- the replay --------------------------------------------------------------------------
+
+/// Builds the program's engine around `sink` (not started).
+fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>) -> Result<Pfe, ReplayError> {
+    let builder = Pfe::builder().ppe_threads(cfg.ppe_threads).sink(sink);
+    let pfe = match &cfg.program {
+        ReplayProgram::Filter => {
+            let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+            let filter = Filter::install(&mem)
+                .map_err(|e| ConfigError::new("program", format!("installing filter: {e}")))?;
+            builder.program(filter.program()).memory(mem).build()?
+        }
+        ReplayProgram::L3fwd(routes) => {
+            let table = match routes {
+                Routes::Generated { count, ports, seed } => {
+                    RouteTable::generate(*count, *ports, *seed)
+                        .map_err(|e| ConfigError::new("routes", e.to_string()))?
+                }
+                Routes::File(path) => RouteTable::from_file(path).map_err(|e| {
+                    ConfigError::new("route_file", format!("{}: {e}", path.display()))
+                })?,
+                Routes::Table(t) => t.clone(),
+            };
+            if table.is_empty() {
+                return Err(ConfigError::new("routes", "l3fwd needs at least one route").into());
+            }
+            let ports = table
+                .next_hops()
+                .iter()
+                .map(|nh| usize::from(nh.port) + 1)
+                .max()
+                .unwrap_or(0)
+                .max(DEFAULT_PORTS);
+            let dir =
+                Dir248::build(&table).map_err(|e| ConfigError::new("routes", e.to_string()))?;
+            let defaults = MemConfig::default();
+            let mem = Arc::new(SharedMemory::new(&MemConfig {
+                dram_bytes: defaults
+                    .dram_bytes
+                    .max(dir.dram_bytes().next_multiple_of(64)),
+                sram_bytes: defaults
+                    .sram_bytes
+                    .max((dir.sram_bytes() + 64).next_multiple_of(64)),
+                ..defaults
+            })?);
+            let l3fwd = L3fwd::install_table(&mem, &dir)
+                .map_err(|e| ConfigError::new("memory", e.to_string()))?;
+            builder
+                .program(l3fwd.program())
+                .memory(mem)
+                .ports(ports)
+                .build()?
+        }
+    };
+    Ok(pfe)
+}
+
+/// The engine stopped under the replay (it does not, short of a bug).
+fn engine_err(e: impl fmt::Display) -> ReplayError {
+    ReplayError::Config(ConfigError::new("engine", e.to_string()))
+}
+
+/// Replays the pcap capture read from `input` (named `name` in errors) through the program
+/// of `cfg`, writing each output capture to the writer `open` returns for it (called once
+/// per output, on first use, possibly from a PPE thread). See the module documentation.
+/// [`ReplayReport::files`] is left empty.
+pub fn replay<R: Read>(
+    cfg: &ReplayConfig,
+    input: R,
+    name: &str,
+    open: Opener,
+) -> Result<ReplayReport, ReplayError> {
+    let speed = match cfg.timing {
+        Timing::AsFast => 1.0,
+        Timing::Recorded { speed } => {
+            if !(speed.is_finite() && speed > 0.0) {
+                return Err(ConfigError::new(
+                    "speed",
+                    format!("{speed} is not a positive, finite speed-up factor"),
+                )
+                .into());
+            }
+            speed
+        }
+    };
+    let packets = read_capture(input, name)?;
+    let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
+    let sink = Arc::new(PcapSink {
+        outputs: Mutex::new(Outputs {
+            open,
+            ports: BTreeMap::new(),
+            dropped: None,
+            error: None,
+            start: Instant::now(),
+        }),
+        base,
+        scale: speed,
+    });
+    let mut pfe = build_engine(cfg, sink.clone())?;
+    pfe.start().map_err(engine_err)?;
+
+    let mut report = ReplayReport {
+        program: cfg.program.name().to_string(),
+        packets_in: packets.len() as u64,
+        bytes_in: packets.iter().map(|p| p.data.len() as u64).sum(),
+        truncated_in: packets
+            .iter()
+            .filter(|p| (p.data.len() as u64) < u64::from(p.orig_len))
+            .count() as u64,
+        ..ReplayReport::default()
+    };
+    let port = cfg.port;
+    let start = Instant::now();
+    sink.outputs.lock().start = start;
+    // When packet `i` is due, relative to `start`.
+    let due = |p: &InPacket| match cfg.timing {
+        Timing::AsFast => None,
+        Timing::Recorded { .. } => Some(p.ts.saturating_sub(base).div_f64(speed)),
+    };
+    let wait_until = |at: Option<Duration>| {
+        if let Some(at) = at {
+            let now = start.elapsed();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+        }
+    };
+
+    let result = if cfg.write_drops {
+        replay_one_by_one(&pfe, &sink, &packets, port, &mut report, |p| {
+            wait_until(due(p))
+        })
+    } else {
+        match cfg.timing {
+            Timing::AsFast => packets.chunks(BURST).try_for_each(|chunk| {
+                pfe.inject_burst(chunk.iter().map(|p| (port, p.data.as_slice())))
+                    .map(|_| ())
+                    .map_err(engine_err)
+            }),
+            Timing::Recorded { .. } => packets.iter().try_for_each(|p| {
+                wait_until(due(p));
+                pfe.inject_frame(port, &p.data).map_err(engine_err)
+            }),
+        }
+    };
+    pfe.drain();
+    report.elapsed_s = start.elapsed().as_secs_f64();
+    let stats = pfe.shutdown();
+    result?;
+
+    let mut o = sink.outputs.lock();
+    if let Some(e) = o.error.take() {
+        return Err(e);
+    }
+    for (p, (w, n)) in std::mem::take(&mut o.ports) {
+        w.into_writer()
+            .flush()
+            .map_err(|e| write_err(Output::Port(p), e))?;
+        report.packets_out_by_port.insert(p, n);
+    }
+    if let Some(w) = o.dropped.take() {
+        w.into_writer()
+            .flush()
+            .map_err(|e| write_err(Output::Dropped, e))?;
+    }
+    report.consumed = stats.consumed;
+    report.dropped = stats.dropped;
+    report.dropped_by_reason = stats.dropped_by_reason.clone();
+    report.stats = stats;
+    Ok(report)
+}
+
+/// The exact mode: one packet in flight at a time, its fate read from the counters.
+fn replay_one_by_one(
+    pfe: &Pfe,
+    sink: &PcapSink,
+    packets: &[InPacket],
+    port: Port,
+    report: &mut ReplayReport,
+    mut wait: impl FnMut(&InPacket),
+) -> Result<(), ReplayError> {
+    let mut before = pfe.stats();
+    for (i, p) in packets.iter().enumerate() {
+        wait(p);
+        pfe.inject_frame(port, &p.data).map_err(engine_err)?;
+        pfe.drain();
+        let after = pfe.stats();
+        if after.dropped > before.dropped {
+            let reason = after
+                .dropped_by_reason
+                .iter()
+                .filter(|(k, &n)| n > before.drops(k))
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>()
+                .join("+");
+            report.drops.push(DroppedPacket {
+                index: i as u64,
+                reason,
+            });
+            let mut o = sink.outputs.lock();
+            if o.dropped.is_none() {
+                let w = o.open(Output::Dropped)?;
+                o.dropped = Some(w);
+            }
+            if let Some(w) = o.dropped.as_mut() {
+                let pkt = PcapPacket::new(p.ts, p.orig_len, &p.data);
+                w.write_packet(&pkt)
+                    .map_err(|e| write_err(Output::Dropped, e))?;
+            }
+        }
+        before = after;
+    }
+    Ok(())
+}
+
+/// Replays the capture at `pcap` (see [`replay`]) and writes `out_dir/port<N>.pcap` for
+/// every port that sent anything and, with [`ReplayConfig::write_drops`],
+/// `out_dir/dropped.pcap` (when anything was dropped). Creates `out_dir` if needed.
+/// Output captures of an earlier replay into `out_dir` (files named `port<N>.pcap` and
+/// `dropped.pcap`) are removed first, so the directory holds this replay's outputs only;
+/// other files are left alone.
+pub fn replay_file(
+    cfg: &ReplayConfig,
+    pcap: &Path,
+    out_dir: &Path,
+) -> Result<ReplayReport, ReplayError> {
+    let name = pcap.display().to_string();
+    let file = std::fs::File::open(pcap).map_err(|source| ReplayError::Read {
+        file: name.clone(),
+        source,
+    })?;
+    std::fs::create_dir_all(out_dir).map_err(|e| ReplayError::Write {
+        output: out_dir.display().to_string(),
+        reason: format!("cannot create the output directory: {e}"),
+    })?;
+    remove_stale_outputs(out_dir)?;
+    let created = Arc::new(Mutex::new(Vec::new()));
+    let dir = out_dir.to_path_buf();
+    let log = created.clone();
+    let open: Opener = Box::new(move |out: Output| {
+        let path = dir.join(out.file_name());
+        let f = std::fs::File::create(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        log.lock().push(path);
+        Ok(Box::new(io::BufWriter::new(f)) as Box<dyn Write + Send>)
+    });
+    let mut report = replay(cfg, io::BufReader::new(file), &name, open)?;
+    let mut files = std::mem::take(&mut *created.lock());
+    files.sort();
+    report.files = files;
+    Ok(report)
+}
+
+/// Removes `port<N>.pcap` and `dropped.pcap` from `dir`.
+fn remove_stale_outputs(dir: &Path) -> Result<(), ReplayError> {
+    let err = |e: io::Error| ReplayError::Write {
+        output: dir.display().to_string(),
+        reason: format!("cannot clear earlier outputs: {e}"),
+    };
+    for entry in std::fs::read_dir(dir).map_err(err)? {
+        let entry = entry.map_err(err)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let ours = name == "dropped.pcap"
+            || name
+                .strip_prefix("port")
+                .and_then(|r| r.strip_suffix(".pcap"))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if ours && entry.file_type().map_err(err)?.is_file() {
+            std::fs::remove_file(entry.path()).map_err(err)?;
+        }
+    }
+    Ok(())
+}

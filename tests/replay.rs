@@ -1,0 +1,488 @@
+//! pcap replay: captures built here go through the filter and l3fwd, and the output
+//! captures are read back and compared with references computed here (per port, per flow
+//! order, rewritten bytes, the exact dropped packets and their reasons); bad captures give
+//! clear errors; the CLI writes what it reports.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
+use pfemu::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
+use pfemu::microcode::filter::DEFAULT_OUT_PORT;
+use pfemu::microcode::l3fwd::{udp_frame, write_udp_frame, RouteTable};
+use pfemu::replay::{replay_file, ReplayConfig, ReplayError, ReplayProgram, Routes, Timing};
+
+/// A fresh directory under the target dir for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("replay-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Writes `frames` as a classic pcap, frame `i` at 1000 s + `i` ms (or the given times).
+fn write_capture(path: &Path, frames: &[Vec<u8>], times: Option<&[Duration]>) {
+    let mut w = PcapWriter::new(Vec::new()).expect("pcap writer");
+    for (i, f) in frames.iter().enumerate() {
+        let ts = times.map_or(
+            Duration::from_secs(1000) + Duration::from_millis(i as u64),
+            |t| t[i],
+        );
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .expect("write packet");
+    }
+    std::fs::write(path, w.into_writer()).expect("write capture");
+}
+
+/// Reads a capture back: (timestamp, original length, bytes) per packet.
+fn read_capture(path: &Path) -> Vec<(Duration, u32, Vec<u8>)> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut r = PcapReader::new(f).expect("output is a pcap capture");
+    assert_eq!(r.header().datalink, DataLink::ETHERNET);
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        let p = p.expect("valid packet record");
+        out.push((p.timestamp, p.orig_len, p.data.into_owned()));
+    }
+    out
+}
+
+fn frames_of(path: &Path) -> Vec<Vec<u8>> {
+    read_capture(path).into_iter().map(|(_, _, d)| d).collect()
+}
+
+/// A frame's flow for ordering: its IPv4 addresses and UDP ports (bytes 26..38).
+fn flow_of(frame: &[u8]) -> Vec<u8> {
+    frame[26..38].to_vec()
+}
+
+/// Per flow, in order.
+fn by_flow(frames: &[Vec<u8>]) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
+    let mut m: BTreeMap<Vec<u8>, Vec<Vec<u8>>> = BTreeMap::new();
+    for f in frames {
+        m.entry(flow_of(f)).or_default().push(f.clone());
+    }
+    m
+}
+
+/// Runs `tshark -r` on every file if tshark is installed.
+fn tshark_reads(files: &[PathBuf]) {
+    let have = std::process::Command::new("which")
+        .arg("tshark")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        println!("skipped: tshark not installed");
+        return;
+    }
+    for f in files {
+        let out = std::process::Command::new("tshark")
+            .arg("-r")
+            .arg(f)
+            .output()
+            .expect("run tshark");
+        assert!(
+            out.status.success(),
+            "tshark -r {}: {}",
+            f.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn filter_traffic(packets: usize) -> Traffic {
+    Traffic::generate(&TrafficSpec {
+        packets,
+        frame_size: 128,
+        flows: 64,
+        mix: Mix {
+            ipv4: 55,
+            ipv4_options: 15,
+            ipv6: 15,
+            non_ip: 15,
+        },
+        seed: 7,
+        ..TrafficSpec::default()
+    })
+    .expect("traffic")
+}
+
+#[test]
+fn filter_round_trip_writes_exactly_the_plain_ipv4_frames_on_port_1() {
+    let dir = scratch("filter");
+    let traffic = filter_traffic(5000);
+    let frames: Vec<Vec<u8>> = traffic.iter().map(<[u8]>::to_vec).collect();
+    let input = dir.join("in.pcap");
+    write_capture(&input, &frames, None);
+    let expected: Vec<Vec<u8>> = (0..traffic.len())
+        .filter(|&i| traffic.class(i) == FrameClass::Ipv4)
+        .map(|i| frames[i].clone())
+        .collect();
+    assert!(!expected.is_empty() && expected.len() < frames.len());
+
+    // One PPE thread: the output is exactly the plain IPv4 frames in input order.
+    let cfg = ReplayConfig {
+        ppe_threads: 1,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("one");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    let port1 = out.join(format!("port{DEFAULT_OUT_PORT}.pcap"));
+    assert_eq!(r.files, vec![port1.clone()]);
+    assert_eq!(r.packets_in, 5000);
+    assert_eq!(
+        r.packets_out_by_port.get(&1),
+        Some(&(expected.len() as u64))
+    );
+    assert_eq!(frames_of(&port1), expected);
+    assert_eq!(
+        r.dropped_by_reason.get("non_ip"),
+        Some(&(traffic.count(FrameClass::NonIp).0 + traffic.count(FrameClass::Ipv6).0))
+    );
+    assert_eq!(
+        r.dropped_by_reason.get("ip_options"),
+        Some(&traffic.count(FrameClass::Ipv4Options).0)
+    );
+    assert!(r.drops.is_empty());
+    // Egress timestamps are on the capture's timeline, in order.
+    let got = read_capture(&port1);
+    assert!(got
+        .iter()
+        .all(|(ts, _, _)| *ts >= Duration::from_secs(1000)));
+    assert!(got.windows(2).all(|w| w[0].0 <= w[1].0));
+    tshark_reads(&r.files);
+
+    // Several PPE threads: the same frames, each flow in order.
+    let cfg = ReplayConfig {
+        ppe_threads: 3,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("three");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    assert_eq!(r.files, vec![out.join("port1.pcap")]);
+    assert_eq!(by_flow(&frames_of(&r.files[0])), by_flow(&expected));
+}
+
+/// The reference of l3fwd: (port, rewritten frame) or the drop reason.
+fn l3fwd_reference(routes: &RouteTable, frame: &[u8]) -> Result<(u16, Vec<u8>), &'static str> {
+    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
+        return Err("non_ipv4");
+    }
+    let ip = &frame[14..34];
+    let sum = |h: &[u8]| {
+        let mut s: u32 = h
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        while s > 0xFFFF {
+            s = (s & 0xFFFF) + (s >> 16);
+        }
+        s as u16
+    };
+    if sum(ip) != 0xFFFF {
+        return Err("bad_checksum");
+    }
+    if ip[8] <= 1 {
+        return Err("ttl_exceeded");
+    }
+    let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+    let Some(nh) = routes.lookup(dst) else {
+        return Err("no_route");
+    };
+    let nh = routes.next_hops()[usize::from(nh)];
+    let mut out = frame.to_vec();
+    out[0..6].copy_from_slice(&nh.dst_mac.to_be_bytes()[2..]);
+    out[6..12].copy_from_slice(&nh.src_mac.to_be_bytes()[2..]);
+    out[22] -= 1;
+    out[24..26].copy_from_slice(&[0, 0]);
+    let c = !sum(&out[14..34]);
+    out[24..26].copy_from_slice(&c.to_be_bytes());
+    Ok((nh.port, out))
+}
+
+const ROUTES: &str = "10.0.0.0/8 1\n10.1.0.0/16 2\n10.1.2.128/25 3\n192.168.0.0/16 4\n";
+
+/// l3fwd frames over several flows, with every fifth one made invalid in turn.
+fn l3fwd_frames(n: usize) -> Vec<Vec<u8>> {
+    let dsts: [[u8; 4]; 6] = [
+        [10, 9, 9, 9],
+        [10, 1, 7, 7],
+        [10, 1, 2, 200],
+        [192, 168, 3, 4],
+        [172, 16, 0, 1],
+        [10, 1, 2, 5],
+    ];
+    (0..n)
+        .map(|i| {
+            let dst = dsts[i % dsts.len()];
+            let mut f = vec![0u8; 64 + (i % 7) * 50];
+            write_udp_frame(
+                &mut f,
+                u32::from_be_bytes(dst),
+                0x0A00_0100 + (i % 5) as u32,
+                1024 + (i % 3) as u16,
+                64,
+            );
+            for (j, b) in f[42..].iter_mut().enumerate() {
+                *b = (i + j) as u8;
+            }
+            match i % 10 {
+                5 => f[24] ^= 0xFF,                            // bad checksum
+                7 => f = udp_frame(dst, 64, 1),                // TTL exceeded
+                9 => f[12..14].copy_from_slice(&[0x86, 0xDD]), // not IPv4
+                _ => {}
+            }
+            f
+        })
+        .collect()
+}
+
+#[test]
+fn l3fwd_round_trip_matches_the_reference_per_port_and_the_drops_exactly() {
+    let dir = scratch("l3fwd");
+    let routes: RouteTable = ROUTES.parse().expect("routes");
+    let frames = l3fwd_frames(3000);
+    let input = dir.join("in.pcap");
+    write_capture(&input, &frames, None);
+
+    let mut expected: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
+    let mut expected_drops: Vec<(u64, &str)> = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        match l3fwd_reference(&routes, f) {
+            Ok((port, out)) => expected.entry(port).or_default().push(out),
+            Err(reason) => expected_drops.push((i as u64, reason)),
+        }
+    }
+    let reasons: std::collections::BTreeSet<&str> =
+        expected_drops.iter().map(|&(_, r)| r).collect();
+    assert_eq!(
+        reasons.len(),
+        4,
+        "every drop class is exercised: {reasons:?}"
+    );
+
+    // Fast, two PPE threads: per port, the rewritten frames, each flow in order.
+    let cfg = ReplayConfig {
+        program: ReplayProgram::L3fwd(Routes::Table(routes.clone())),
+        ppe_threads: 2,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("fast");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    let want_files: Vec<PathBuf> = expected
+        .keys()
+        .map(|p| out.join(format!("port{p}.pcap")))
+        .collect();
+    assert_eq!(r.files, want_files);
+    for (port, want) in &expected {
+        let got = frames_of(&out.join(format!("port{port}.pcap")));
+        assert_eq!(got.len(), want.len(), "port {port}");
+        assert_eq!(by_flow(&got), by_flow(want), "port {port}");
+        assert_eq!(r.packets_out_by_port[port], want.len() as u64);
+    }
+    assert_eq!(r.dropped, expected_drops.len() as u64);
+    tshark_reads(&r.files);
+
+    // --drops: exact order, and dropped.pcap holds exactly the dropped inputs.
+    let cfg = ReplayConfig {
+        write_drops: true,
+        ..cfg
+    };
+    let out = dir.join("drops");
+    let r = replay_file(&cfg, &input, &out).expect("replay with drops");
+    assert!(r.files.contains(&out.join("dropped.pcap")));
+    for (port, want) in &expected {
+        assert_eq!(&frames_of(&out.join(format!("port{port}.pcap"))), want);
+    }
+    let got: Vec<(u64, &str)> = r
+        .drops
+        .iter()
+        .map(|d| (d.index, d.reason.as_str()))
+        .collect();
+    assert_eq!(got, expected_drops);
+    let dropped = read_capture(&out.join("dropped.pcap"));
+    assert_eq!(dropped.len(), expected_drops.len());
+    for ((ts, len, data), &(i, _)) in dropped.iter().zip(&expected_drops) {
+        let i = i as usize;
+        assert_eq!(data, &frames[i], "dropped packet {i}");
+        assert_eq!(*len as usize, frames[i].len());
+        assert_eq!(
+            *ts,
+            Duration::from_secs(1000) + Duration::from_millis(i as u64)
+        );
+    }
+    tshark_reads(&r.files);
+}
+
+#[test]
+fn recorded_timing_follows_the_capture_scaled_by_speed() {
+    let dir = scratch("recorded");
+    let frames: Vec<Vec<u8>> = (0..5).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+    let t0 = Duration::from_secs(1_700_000_000);
+    let times: Vec<Duration> = (0..5).map(|i| t0 + Duration::from_millis(50 * i)).collect();
+    let input = dir.join("in.pcap");
+    write_capture(&input, &frames, Some(&times));
+    let cfg = ReplayConfig {
+        timing: Timing::Recorded { speed: 2.0 },
+        ppe_threads: 1,
+        ..ReplayConfig::default()
+    };
+    let r = replay_file(&cfg, &input, &dir.join("out")).expect("replay");
+    // 200 ms of capture at twice the speed.
+    assert!(r.elapsed_s >= 0.095, "elapsed {}", r.elapsed_s);
+    let got = read_capture(&dir.join("out/port1.pcap"));
+    assert_eq!(got.len(), 5);
+    for ((ts, _, _), want) in got.iter().zip(&times) {
+        // On the capture's timeline: not before the input, and within a generous bound.
+        assert!(
+            *ts + Duration::from_millis(2) >= *want,
+            "{ts:?} vs {want:?}"
+        );
+        assert!(*ts < *want + Duration::from_secs(2), "{ts:?} vs {want:?}");
+    }
+
+    let bad = ReplayConfig {
+        timing: Timing::Recorded { speed: 0.0 },
+        ..ReplayConfig::default()
+    };
+    let e = replay_file(&bad, &input, &dir.join("bad")).unwrap_err();
+    assert!(e.to_string().contains("`speed`"), "{e}");
+}
+
+#[test]
+fn packets_captured_short_are_counted_and_replayed_as_captured() {
+    let dir = scratch("snaplen");
+    let full = udp_frame([10, 0, 0, 1], 1500, 64);
+    let mut w = PcapWriter::with_header(
+        Vec::new(),
+        PcapHeader {
+            snaplen: 96,
+            ..PcapHeader::default()
+        },
+    )
+    .expect("writer");
+    w.write_packet(&PcapPacket::new(Duration::from_secs(1), 1500, &full[..96]))
+        .expect("write");
+    w.write_packet(&PcapPacket::new(Duration::from_secs(2), 64, &full[..64]))
+        .expect("write");
+    let input = dir.join("in.pcap");
+    std::fs::write(&input, w.into_writer()).expect("write");
+    let r = replay_file(&ReplayConfig::default(), &input, &dir.join("out")).expect("replay");
+    assert_eq!((r.packets_in, r.truncated_in, r.bytes_in), (2, 1, 160));
+    // The filter forwards them unchanged, as captured.
+    assert_eq!(
+        frames_of(&dir.join("out/port1.pcap")),
+        vec![full[..96].to_vec(), full[..64].to_vec()]
+    );
+}
+
+#[test]
+fn bad_captures_fail_with_clear_errors() {
+    let dir = scratch("bad");
+    let out = dir.join("out");
+    let cfg = ReplayConfig::default();
+    let err = |name: &str, bytes: &[u8]| -> ReplayError {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).expect("write");
+        let e = replay_file(&cfg, &p, &out).expect_err(name);
+        assert!(e.to_string().contains(&p.display().to_string()), "{e}");
+        e
+    };
+
+    let e = err("text.pcap", b"this is not a capture at all\n");
+    assert!(e.to_string().contains("not a pcap capture"), "{e}");
+    let e = err("empty.pcap", b"");
+    assert!(e.to_string().contains("empty"), "{e}");
+    let e = err("ng.pcap", &[0x0A, 0x0D, 0x0D, 0x0A, 0, 0, 0, 0]);
+    assert!(e.to_string().contains("pcapng"), "{e}");
+
+    // A good capture cut short: in its header, and in a packet record.
+    let good = dir.join("good.pcap");
+    write_capture(
+        &good,
+        &[
+            udp_frame([10, 0, 0, 1], 100, 64),
+            udp_frame([10, 0, 0, 2], 100, 64),
+        ],
+        None,
+    );
+    let bytes = std::fs::read(&good).expect("read");
+    let e = err("short_header.pcap", &bytes[..10]);
+    assert!(e.to_string().contains("truncated"), "{e}");
+    let e = err("short_record.pcap", &bytes[..bytes.len() - 30]);
+    assert!(
+        e.to_string().contains("truncated") && e.to_string().contains("record 2"),
+        "{e}"
+    );
+    assert!(!out.join("port1.pcap").exists(), "nothing written on error");
+
+    // Not Ethernet.
+    let mut w = PcapWriter::with_header(
+        Vec::new(),
+        PcapHeader {
+            datalink: DataLink::RAW,
+            ..PcapHeader::default()
+        },
+    )
+    .expect("writer");
+    w.write_packet(&PcapPacket::new(Duration::ZERO, 20, &[0x45; 20]))
+        .expect("write");
+    let e = err("raw.pcap", &w.into_writer());
+    assert!(matches!(e, ReplayError::LinkType { .. }), "{e}");
+    assert!(e.to_string().contains("Ethernet"), "{e}");
+
+    // A missing file.
+    let e = replay_file(&cfg, &dir.join("missing.pcap"), &out).unwrap_err();
+    assert!(e.to_string().contains("missing.pcap"), "{e}");
+}
+
+#[test]
+fn cli_replays_a_capture_and_reports_json() {
+    let dir = scratch("cli");
+    let traffic = filter_traffic(200);
+    let frames: Vec<Vec<u8>> = traffic.iter().map(<[u8]>::to_vec).collect();
+    let input = dir.join("in.pcap");
+    write_capture(&input, &frames, None);
+    let out = dir.join("out");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args(["replay", "--pcap"])
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .args(["--drops", "--ppe-threads", "2", "--json"])
+        .output()
+        .expect("run pfemu");
+    assert!(
+        o.status.success(),
+        "pfemu replay: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["packets_in"], 200);
+    let plain = traffic.count(FrameClass::Ipv4).0;
+    assert_eq!(v["packets_out_by_port"]["1"], plain);
+    assert_eq!(
+        v["drops"].as_array().map(Vec::len),
+        Some(200 - plain as usize)
+    );
+    assert_eq!(frames_of(&out.join("port1.pcap")).len() as u64, plain);
+    assert_eq!(
+        frames_of(&out.join("dropped.pcap")).len() as u64,
+        200 - plain
+    );
+
+    // A bad capture: exit status 2 and the file named on stderr.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args(["replay", "--pcap", "Cargo.toml", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run pfemu");
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("Cargo.toml") && stderr.contains("not a pcap"),
+        "{stderr}"
+    );
+}
