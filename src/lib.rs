@@ -80,6 +80,7 @@ pub mod mem;
 pub mod packet;
 pub mod pfe;
 pub mod program;
+pub mod serve;
 pub(crate) mod sync;
 pub mod timer;
 pub mod wire;
