@@ -81,6 +81,7 @@ pub mod packet;
 pub mod pfe;
 pub mod program;
 pub mod replay;
+pub mod serve;
 pub(crate) mod sync;
 pub mod timer;
 pub mod wire;

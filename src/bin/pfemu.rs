@@ -4,6 +4,8 @@
 mod lab;
 #[path = "pfemu/replay.rs"]
 mod replay;
+#[path = "pfemu/serve.rs"]
+mod serve;
 
 use std::process::ExitCode;
 
@@ -120,6 +122,20 @@ enum Command {
     /// dropped packets) as pcap captures.
     #[command(after_help = replay::HELP)]
     Replay(Box<replay::ReplayArgs>),
+    /// Serve Trio-ML/FPISA aggregation over UDP to real worker processes.
+    #[command(after_help = "Examples:\n  \
+        pfemu serve --listen 127.0.0.1:12000 --job 1:4\n  \
+        pfemu serve --program fpisa --job 1:4 --job 2:8 --block-exp-ms 50 --idle-exit-ms 2000\n\n\
+        Each datagram's UDP payload is the 12-byte Trio-ML header and the gradients. Results go \
+        back to the job's members (the addresses that sent to it), or with --upstream to the \
+        next aggregator. Prints `listening ADDR` first; stops on --seconds, --idle-exit-ms, \
+        or when killed.")]
+    Serve(Box<serve::ServeArgs>),
+    /// A worker process: allreduce a vector through `pfemu serve` and check the sums.
+    #[command(after_help = "Examples:\n  \
+        for s in 0 1 2 3; do pfemu worker --server 127.0.0.1:12000 --src $s & done; wait\n  \
+        pfemu worker --server 127.0.0.1:12000 --src 0 --workers 1 --vector v.txt")]
+    Worker(Box<serve::WorkerArgs>),
 }
 
 const EXPERIMENT_HELP: &str = "Experiments:
@@ -551,6 +567,8 @@ fn main() -> ExitCode {
         Some(Command::Linerate(a)) => lab::linerate(&a),
         Some(Command::Latency(a)) => lab::latency(&a),
         Some(Command::Replay(a)) => replay::replay(&a),
+        Some(Command::Serve(a)) => serve::serve(&a),
+        Some(Command::Worker(a)) => serve::worker(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""One Trio-ML worker over UDP, Python standard library only.
+
+Sends a vector of 32-bit integers to `pfemu serve` and prints the sums it gets back.
+
+    pfemu serve --listen 127.0.0.1:12000 --job 1:1 &
+    python3 examples/trio_ml_client.py --server 127.0.0.1:12000 --job 1 --src 0 --count 3000
+
+Each datagram is the 12-byte Trio-ML header (Figure 8 of the Trio paper) followed by the
+gradients, big-endian:
+
+    byte 0      job_id
+    bytes 1-4   block_id
+    byte 5      age_op (4 bits) | final (1) | degraded (1) | 2 unused bits
+    byte 6      src_id
+    byte 7      src_cnt (0 in a worker's packet; the sources summed in a Result)
+    bytes 8-9   gen_id
+    bytes 10-11 4 unused bits | grad_cnt (12 bits)
+
+Chunk c of the vector goes out as block c % window, generation c // window; the next chunk of
+a block waits for that block's Result. A chunk without a Result in --retransmit-ms is sent
+again (the aggregator answers a repeated chunk with the kept Result).
+"""
+
+import argparse
+import socket
+import struct
+import sys
+import time
+
+HDR = struct.Struct("!BIBBBHH")
+
+
+def header(job, block, final, src, gen, count):
+    return HDR.pack(job, block, 0x08 if final else 0, src, 0, gen, count & 0x0FFF)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--server", default="127.0.0.1:12000")
+    ap.add_argument("--job", type=int, default=1)
+    ap.add_argument("--src", type=int, default=0)
+    ap.add_argument("--count", type=int, default=3000, help="gradients (values i - count/2)")
+    ap.add_argument("--per-packet", type=int, default=256)
+    ap.add_argument("--window", type=int, default=8)
+    ap.add_argument("--retransmit-ms", type=float, default=100.0)
+    ap.add_argument("--give-up-s", type=float, default=10.0)
+    a = ap.parse_args()
+
+    host, port = a.server.rsplit(":", 1)
+    values = [i - a.count // 2 for i in range(a.count)]
+    g = a.per_packet
+    chunks = [values[i : i + g] for i in range(0, len(values), g)]
+    sums = [None] * len(chunks)
+    src_cnt = [0] * len(chunks)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.connect((host, int(port)))
+    sock.settimeout(0.01)
+
+    def packet(c):
+        block, gen = c % a.window, (c // a.window) & 0xFFFF
+        hdr = header(a.job, block, c + 1 == len(chunks), a.src, gen, len(chunks[c]))
+        return hdr + struct.pack("!%di" % len(chunks[c]), *chunks[c])
+
+    slots = {}  # block id -> (chunk, last send time)
+    next_chunk, done = 0, 0
+    last_progress = time.monotonic()
+    while done < len(chunks):
+        now = time.monotonic()
+        while next_chunk < len(chunks) and (next_chunk % a.window) not in slots:
+            sock.send(packet(next_chunk))
+            slots[next_chunk % a.window] = (next_chunk, now)
+            next_chunk += 1
+        for block, (c, sent) in list(slots.items()):
+            if now - sent >= a.retransmit_ms / 1000.0:
+                sock.send(packet(c))
+                slots[block] = (c, now)
+        try:
+            data = sock.recv(65536)
+        except (socket.timeout, ConnectionRefusedError):
+            data = None
+        if data and len(data) >= HDR.size:
+            job, block, _flags, _src, cnt, gen, gcnt = HDR.unpack_from(data)
+            gcnt &= 0x0FFF
+            slot = slots.get(block)
+            if job == a.job and slot and len(data) == HDR.size + 4 * gcnt:
+                c = slot[0]
+                if gen == (c // a.window) & 0xFFFF and gcnt == len(chunks[c]):
+                    sums[c] = list(struct.unpack_from("!%di" % gcnt, data, HDR.size))
+                    src_cnt[c] = cnt
+                    del slots[block]
+                    done += 1
+                    last_progress = time.monotonic()
+        if time.monotonic() - last_progress > a.give_up_s:
+            print("gave up: %d chunks without a result" % (len(chunks) - done), file=sys.stderr)
+            return 1
+
+    flat = [v for chunk in sums for v in chunk]
+    print("src_cnt", min(src_cnt), max(src_cnt))
+    print("sums", " ".join(str(v) for v in flat))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

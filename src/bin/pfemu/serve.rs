@@ -1,0 +1,336 @@
+//! `pfemu serve` (a UDP front end to an aggregating engine) and `pfemu worker` (a real
+//! end host that allreduces a vector through it). See `pfemu::serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::ValueEnum;
+use serde_json::json;
+
+use pfemu::fpisa::Variant;
+use pfemu::microcode::trio_ml::host::Worker;
+use pfemu::serve::{self, Aggregation, ClientConfig, JobSpec, RunLimits, ServeConfig, Server};
+
+use super::CliResult;
+
+/// The aggregation program `pfemu serve` runs.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServeProgram {
+    /// Trio-ML: 32-bit integer gradients.
+    TrioMl,
+    /// FPISA (full variant): FP32 gradients.
+    Fpisa,
+    /// FPISA-A (the approximate variant): FP32 gradients.
+    FpisaApprox,
+}
+
+/// `pfemu serve`'s options.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// The aggregation program.
+    #[arg(long, value_enum, default_value_t = ServeProgram::TrioMl)]
+    pub program: ServeProgram,
+    /// Address and UDP port to listen on (port 0: any free port; the address in use is
+    /// printed first).
+    #[arg(long, default_value = "127.0.0.1:12000")]
+    pub listen: SocketAddr,
+    /// A job: JOB:N (sources 0..N) or JOB:FIRST..END; repeatable.
+    #[arg(long = "job", required = true)]
+    pub jobs: Vec<JobSpec>,
+    /// Block timeout of every job, in milliseconds (1..=255): a worker process that starts
+    /// later than this after the others is left out (partial Results).
+    #[arg(long, default_value_t = 200)]
+    pub block_exp_ms: u8,
+    /// The largest worker window (each job gets 2 * window block slots).
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
+    /// Most gradients per packet (1..=4095).
+    #[arg(long, default_value_t = 1024)]
+    pub block_grad_max: u16,
+    /// PPE threads.
+    #[arg(long, default_value_t = 4)]
+    pub ppe_threads: usize,
+    /// Stop after this many seconds (default: run until --idle-exit-ms, or until killed, which
+    /// prints no report).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Stop after this long without a datagram, once one has arrived.
+    #[arg(long)]
+    pub idle_exit_ms: Option<u64>,
+    /// Send Results to this aggregator (as one source of its job) instead of the members.
+    #[arg(long)]
+    pub upstream: Option<SocketAddr>,
+    /// This aggregator's source id in the upstream job.
+    #[arg(long, default_value_t = 0)]
+    pub upstream_src: u8,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pfemu worker`'s options.
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// The server (`pfemu serve --listen`).
+    #[arg(long)]
+    pub server: SocketAddr,
+    /// The job id.
+    #[arg(long, default_value_t = 1)]
+    pub job: u8,
+    /// This worker's source id.
+    #[arg(long)]
+    pub src: u8,
+    /// Workers in the job (sources 0..N): with --seed, the sums are checked against them.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u8,
+    /// Gradients in the vector (with --seed).
+    #[arg(long, default_value_t = 100_000)]
+    pub gradients: usize,
+    /// FP32 gradients (for `pfemu serve --program fpisa`).
+    #[arg(long)]
+    pub fpisa: bool,
+    /// Seed of the random vectors: every worker's vector follows from (seed, src).
+    #[arg(long, default_value_t = 1, conflicts_with = "vector")]
+    pub seed: u64,
+    /// Read the vector from this file instead (numbers separated by white space or commas);
+    /// the sums are printed, not checked.
+    #[arg(long)]
+    pub vector: Option<PathBuf>,
+    /// Gradients per packet.
+    #[arg(long, default_value_t = 1024)]
+    pub grads_per_packet: usize,
+    /// Packets outstanding (at most the server's --window). Larger windows of several
+    /// workers overflow the server's default socket receive buffer (about 200 KB on Linux)
+    /// and then rely on retransmission.
+    #[arg(long, default_value_t = 8)]
+    pub window: usize,
+    /// Resend a packet whose Result has not come back in this many milliseconds (0: never).
+    #[arg(long, default_value_t = 50)]
+    pub retransmit_ms: u64,
+    /// Give up after this many seconds without a Result.
+    #[arg(long, default_value_t = 10.0)]
+    pub give_up_s: f64,
+    /// Fault injection: drop every N-th packet this worker sends.
+    #[arg(long)]
+    pub drop_every: Option<u64>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pfemu serve`.
+pub fn serve(a: &ServeArgs) -> CliResult {
+    let cfg = ServeConfig {
+        listen: a.listen,
+        aggregation: match a.program {
+            ServeProgram::TrioMl => Aggregation::TrioMl,
+            ServeProgram::Fpisa => Aggregation::Fpisa(Variant::Full),
+            ServeProgram::FpisaApprox => Aggregation::Fpisa(Variant::Approx),
+        },
+        jobs: a.jobs.clone(),
+        block_exp_ms: a.block_exp_ms,
+        window: a.window,
+        block_grad_max: a.block_grad_max,
+        ppe_threads: a.ppe_threads,
+        upstream: a.upstream,
+        upstream_src: a.upstream_src,
+        ..ServeConfig::default()
+    };
+    if let Some(s) = a.seconds {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(format!("invalid `--seconds`: {s} is not a positive number").into());
+        }
+    }
+    let server = Server::bind(&cfg)?;
+    let addr = server.local_addr()?;
+    // The first line is the address, so a script (or a test) can read the port.
+    println!("listening {addr}");
+    let cpu0 = serve::process_cpu_times();
+    let report = server.run(RunLimits {
+        duration: a.seconds.map(Duration::from_secs_f64),
+        idle_exit: a.idle_exit_ms.map(Duration::from_millis),
+    });
+    let cpu = match (cpu0, serve::process_cpu_times()) {
+        (Some((u0, s0)), Some((u1, s1))) => Some((u1 - u0, s1 - s0)),
+        _ => None,
+    };
+    let f = &report.front_end;
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "elapsed_s": report.elapsed_s,
+                "front_end": f,
+                "engine": report.engine,
+                "cpu_user_s": cpu.map(|c| c.0),
+                "cpu_system_s": cpu.map(|c| c.1),
+            })
+        );
+    } else {
+        println!(
+            "served {:.2} s: {} datagrams in ({} B), {} injected, {} Results -> {} datagrams out \
+             ({} B), {} peers",
+            report.elapsed_s,
+            f.datagrams_in,
+            f.bytes_in,
+            f.injected,
+            f.results,
+            f.datagrams_out,
+            f.bytes_out,
+            f.peers
+        );
+        println!(
+            "dropped: {} short, {} bad length, {} unknown job, {} too many peers; {} \
+             unroutable, {} socket errors",
+            f.dropped_short,
+            f.dropped_bad_length,
+            f.dropped_unknown_job,
+            f.dropped_too_many_peers,
+            f.unroutable,
+            f.socket_errors
+        );
+        println!(
+            "engine: {} in, {} consumed, {} dropped {:?}",
+            report.engine.packets_in,
+            report.engine.consumed,
+            report.engine.dropped,
+            report.engine.dropped_by_reason
+        );
+        if let Some((u, s)) = cpu {
+            println!("cpu: {u:.2} s user, {s:.2} s system");
+        }
+    }
+    Ok(())
+}
+
+fn read_vector(path: &PathBuf) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("invalid `--vector`: reading {}: {e}", path.display()))?;
+    let v = text
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<f64>()
+                .map_err(|e| format!("invalid `--vector`: `{t}` is not a number: {e}"))
+        })
+        .collect::<Result<Vec<f64>, _>>()?;
+    if v.is_empty() {
+        return Err(format!("invalid `--vector`: {} holds no numbers", path.display()).into());
+    }
+    Ok(v)
+}
+
+/// `pfemu worker`.
+pub fn worker(a: &WorkerArgs) -> CliResult {
+    let retransmit = (a.retransmit_ms > 0).then(|| Duration::from_millis(a.retransmit_ms));
+    let wcfg = serve::worker_config(a.job, a.src, a.grads_per_packet, a.window, retransmit);
+    let file = a.vector.as_ref().map(read_vector).transpose()?;
+    let mut w = match (&file, a.fpisa) {
+        (Some(v), false) => Worker::new(wcfg, v.iter().map(|&x| x.round() as i32).collect())?,
+        (Some(v), true) => {
+            Worker::from_f32(wcfg, &v.iter().map(|&x| x as f32).collect::<Vec<_>>())?
+        }
+        (None, false) => Worker::new(wcfg, serve::seeded_ints(a.seed, a.src, a.gradients))?,
+        (None, true) => Worker::from_f32(wcfg, &serve::seeded_floats(a.seed, a.src, a.gradients))?,
+    };
+    if !(a.give_up_s.is_finite() && a.give_up_s > 0.0) {
+        return Err(format!("invalid `--give-up-s`: {} is not positive", a.give_up_s).into());
+    }
+    let ccfg = ClientConfig {
+        give_up_after: Duration::from_secs_f64(a.give_up_s),
+        drop_every: a.drop_every,
+        ..ClientConfig::new(a.server)
+    };
+    let t0 = Instant::now();
+    let report = serve::allreduce(&ccfg, &mut w)?;
+    let wall = t0.elapsed().as_secs_f64();
+    let degraded_chunks = w.degraded().iter().filter(|&&d| d).count();
+    let src_cnt_min = w.src_counts().iter().copied().min().unwrap_or(0);
+    // Check the chunks every worker contributed to (with seeded vectors).
+    let (checked, mismatches) = if file.is_none() {
+        let sources: Vec<u8> = (0..a.workers).collect();
+        let g = a.grads_per_packet;
+        let full = |i: usize| !w.degraded()[i / g] && w.src_counts()[i / g] == a.workers;
+        let mut mismatches = 0usize;
+        if a.fpisa {
+            let want = serve::expected_float_sums(a.seed, &sources, a.gradients);
+            for (i, (got, want)) in w.float_sums().iter().zip(&want).enumerate() {
+                mismatches += usize::from(full(i) && got != want);
+            }
+        } else {
+            let want = serve::expected_int_sums(a.seed, &sources, a.gradients);
+            for (i, (got, want)) in w.sums().iter().zip(&want).enumerate() {
+                mismatches += usize::from(full(i) && got != want);
+            }
+        }
+        (true, mismatches)
+    } else {
+        (false, 0)
+    };
+    let exact = checked && mismatches == 0 && degraded_chunks == 0;
+    if a.json {
+        let sums_head: Vec<String> = if a.fpisa {
+            w.float_sums()
+                .iter()
+                .take(8)
+                .map(|v| v.to_string())
+                .collect()
+        } else {
+            w.sums().iter().take(8).map(|v| v.to_string()).collect()
+        };
+        println!(
+            "{}",
+            json!({
+                "job": a.job,
+                "src": a.src,
+                "report": report,
+                "wall_s": wall,
+                "degraded_chunks": degraded_chunks,
+                "src_cnt_min": src_cnt_min,
+                "checked": checked,
+                "mismatches": mismatches,
+                "exact": exact,
+                "sums_head": sums_head,
+            })
+        );
+    } else {
+        println!(
+            "worker {}/{}: {} gradients in {:.3} s = {:.3} Gbit/s; {} packets sent ({} \
+             retransmitted, {} dropped by --drop-every), {} Results ({} degraded)",
+            a.job,
+            a.src,
+            report.gradients,
+            report.elapsed_s,
+            report.goodput_gbps,
+            report.stats.sent,
+            report.stats.retransmitted,
+            report.dropped_by_injector,
+            report.stats.results,
+            report.stats.degraded
+        );
+        if checked {
+            println!(
+                "sums: {} (checked against {} workers, {} mismatches, min src_cnt {})",
+                if exact {
+                    "exact"
+                } else if mismatches == 0 {
+                    "partial (degraded chunks), the full ones exact"
+                } else {
+                    "NOT exact"
+                },
+                a.workers,
+                mismatches,
+                src_cnt_min
+            );
+        } else if a.fpisa {
+            println!("sums: {:?}", w.float_sums());
+        } else {
+            println!("sums: {:?}", w.sums());
+        }
+    }
+    if checked && mismatches > 0 {
+        return Err(format!("{mismatches} sums differ from the expected ones").into());
+    }
+    Ok(())
+}

@@ -1,0 +1,960 @@
+//! A UDP front end for the aggregation programs: real end-host processes send Trio-ML (or
+//! FPISA) packets over UDP to a running engine and get their Results back.
+//!
+//! # Datagrams and frames
+//!
+//! On the wire between hosts and this process, a datagram's UDP payload is the 12-byte
+//! Trio-ML header followed by `grad_cnt` gradients (the paper's Figure 7 without the
+//! Ethernet, IPv4 and UDP headers, which the kernel owns). The engine works on Ethernet
+//! frames, so [`Server`] maps between the two:
+//!
+//! - **Ingress.** Each peer (a remote [`SocketAddr`]) gets an index `i` the first time it
+//!   sends, and with it a synthetic IPv4 address ([`peer_ip`]: `10.(1 + i / 65536).(i / 256
+//!   % 256).(i % 256)`) and an ingress port, [`PEER_PORT_BASE`]` + i`. A datagram becomes
+//!   the frame Ethernet (to [`TrioMlConfig::local_mac`]) + IPv4 (from the peer's synthetic
+//!   address to [`TrioMlConfig::local_addr`]) + UDP (from the peer's UDP port to
+//!   [`TrioMlConfig::udp_port`]) + the payload unchanged, injected on the peer's port. The
+//!   server also learns `(job_id, src_id) -> peer` from each packet: the job's *members*.
+//! - **Egress.** Every job's Results go to egress port `job_id` (the job's `out_nh_addr`;
+//!   ports `0..`[`PEER_PORT_BASE`] are job ports). The sink strips Ethernet, IPv4 and UDP from
+//!   each frame leaving the engine and sends the payload as a datagram: a frame on a job
+//!   port is fanned out to every member of the job (this emulates the multicast group), a
+//!   frame on a peer port (a kept Result answering one source's retransmission) goes to that
+//!   peer only.
+//! - **Hierarchy.** With [`ServeConfig::upstream`] set, this server is a first-level
+//!   aggregator: each job's Results carry `src_id` [`ServeConfig::upstream_src`] (the low byte
+//!   of `out_src_addr`) and every Result leaving the engine, whatever its port, goes to the
+//!   upstream aggregator as one source of the upper job. Datagrams *from* the upstream
+//!   address are the upper job's Results: they are not injected but fanned out to the local
+//!   members of the job with the same id. A worker's retransmission is answered by this
+//!   level's kept Result, which then goes upstream again, where it asks the upper level for
+//!   its kept Result, which comes back down to every member.
+//!
+//! Datagrams that are not aggregation packets are dropped and counted in [`ServeStats`]:
+//! shorter than the header, a length that is not the header plus `grad_cnt` gradients, or a
+//! job not configured here. The engine counts its own drops (`unknown_source`, `duplicate`,
+//! ...) in its [`Stats`].
+//!
+//! # Clients
+//!
+//! [`allreduce`] runs a [`Worker`] (the sans-IO host of
+//! [`host`](crate::microcode::trio_ml::host)) over a UDP socket: the UDP payloads of the
+//! frames [`Worker::poll`] gives are sent to the server, and each datagram received is
+//! wrapped into a frame again for [`Worker::on_frame_at`]. [`seeded_ints`] and
+//! [`seeded_floats`] give every worker every other worker's vector, so each can check the
+//! exact sums ([`expected_int_sums`], [`expected_float_sums`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use crate::bench::rng::{mix, SplitMix64};
+use crate::fpisa::Variant;
+use crate::mem::{MemConfig, SharedMemory};
+use crate::microcode::trio_ml::host::{HostError, Received, Worker, WorkerConfig, WorkerStats};
+use crate::microcode::trio_ml::wire::{
+    self, Endpoints, TrioMlHdr, TrioMlHdrFields, GRADS_AT, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT,
+    TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN,
+};
+use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
+use crate::packet::{Dest, Port};
+use crate::pfe::{Frames, Pfe, Sink, Stats};
+
+/// Ingress port of peer 0; ports below it are job ports (egress port `job_id`).
+pub const PEER_PORT_BASE: u16 = 256;
+/// Largest UDP payload of an aggregation packet: the header and 4095 gradients.
+pub const MAX_PAYLOAD: usize = TRIO_ML_HDR_LEN + MAX_GRAD_CNT as usize * GRAD_BYTES;
+
+/// What the gradients are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Aggregation {
+    /// Trio-ML: 32-bit two's-complement integers.
+    TrioMl,
+    /// FPISA: FP32 floats, with the given variant.
+    Fpisa(#[serde(skip)] Variant),
+}
+
+/// One job of the server: `job_id` with the sources `first..first + count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct JobSpec {
+    /// The job id.
+    pub job_id: u8,
+    /// The first source id.
+    pub first_src: u8,
+    /// How many sources (consecutive ids from `first_src`).
+    pub sources: u8,
+}
+
+impl std::str::FromStr for JobSpec {
+    type Err = ServeError;
+
+    /// `JOB:N` (sources `0..N`) or `JOB:A..B` (sources `A..B`), e.g. `1:4` or `1:2..4`.
+    fn from_str(s: &str) -> Result<Self, ServeError> {
+        let bad = |reason: String| ServeError::Config {
+            setting: "job",
+            reason: format!("`{s}`: {reason} (expected JOB:N or JOB:FIRST..END, e.g. 1:4)"),
+        };
+        let (job, srcs) = s.split_once(':').ok_or_else(|| bad("no `:`".into()))?;
+        let job_id: u8 = job
+            .trim()
+            .parse()
+            .map_err(|e| bad(format!("job id: {e}")))?;
+        let (first, end) = match srcs.split_once("..") {
+            Some((a, b)) => (
+                a.trim().parse::<u16>().map_err(|e| bad(format!("{e}")))?,
+                b.trim().parse::<u16>().map_err(|e| bad(format!("{e}")))?,
+            ),
+            None => (
+                0,
+                srcs.trim()
+                    .parse::<u16>()
+                    .map_err(|e| bad(format!("{e}")))?,
+            ),
+        };
+        if first >= end || end > 256 {
+            return Err(bad(format!(
+                "sources {first}..{end}: need at least one, ids below 256"
+            )));
+        }
+        Ok(JobSpec {
+            job_id,
+            first_src: first as u8,
+            sources: u8::try_from(end - first).map_err(|_| bad("at most 255 sources".into()))?,
+        })
+    }
+}
+
+/// How a [`Server`] is set up.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Integer (Trio-ML) or floating-point (FPISA) gradients.
+    pub aggregation: Aggregation,
+    /// The jobs.
+    pub jobs: Vec<JobSpec>,
+    /// Block timeout of every job, in milliseconds.
+    pub block_exp_ms: u8,
+    /// The largest worker window: every job gets `2 * window` slots.
+    pub window: usize,
+    /// Most gradients per packet.
+    pub block_grad_max: u16,
+    /// PPE threads of the engine.
+    pub ppe_threads: usize,
+    /// Timer threads of the straggler scan (per 1 ms scan period).
+    pub timers: u32,
+    /// Peers (worker addresses) remembered at most; packets of further peers are dropped.
+    pub max_peers: usize,
+    /// Send Results to this aggregator instead of the job's members (see the module docs).
+    pub upstream: Option<SocketAddr>,
+    /// This aggregator's source id in the upper job (the Results' `src_id`).
+    pub upstream_src: u8,
+}
+
+impl Default for ServeConfig {
+    /// 127.0.0.1:12000, Trio-ML, no jobs, a 20 ms timeout, window 64, 1024 gradients per
+    /// packet, 4 PPE threads, 4 timers, 1024 peers, no upstream.
+    fn default() -> Self {
+        ServeConfig {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, wire::DEFAULT_UDP_PORT)),
+            aggregation: Aggregation::TrioMl,
+            jobs: Vec::new(),
+            block_exp_ms: 20,
+            window: 64,
+            block_grad_max: 1024,
+            ppe_threads: 4,
+            timers: 4,
+            max_peers: 1024,
+            upstream: None,
+            upstream_src: 0,
+        }
+    }
+}
+
+/// Why the server or a client could not run.
+#[derive(Debug)]
+pub enum ServeError {
+    /// A setting is out of range; names the setting.
+    Config {
+        /// The setting at fault.
+        setting: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A socket operation failed.
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// The engine or the aggregation program refused its configuration.
+    Engine(String),
+    /// The worker failed (bad settings, or it gave up waiting).
+    Host(HostError),
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::Config { setting, reason } => write!(f, "invalid `{setting}`: {reason}"),
+            ServeError::Io { what, source } => write!(f, "{what}: {source}"),
+            ServeError::Engine(e) => write!(f, "engine: {e}"),
+            ServeError::Host(e) => write!(f, "worker: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
+
+impl From<HostError> for ServeError {
+    fn from(e: HostError) -> Self {
+        ServeError::Host(e)
+    }
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> ServeError {
+    move |source| ServeError::Io { what, source }
+}
+
+/// What the front end counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ServeStats {
+    /// Datagrams received.
+    pub datagrams_in: u64,
+    /// Their payload bytes.
+    pub bytes_in: u64,
+    /// Frames injected into the engine.
+    pub injected: u64,
+    /// Dropped: shorter than the Trio-ML header.
+    pub dropped_short: u64,
+    /// Dropped: payload length is not the header plus `grad_cnt` gradients.
+    pub dropped_bad_length: u64,
+    /// Dropped: the job is not configured here.
+    pub dropped_unknown_job: u64,
+    /// Dropped: a new peer beyond `max_peers`.
+    pub dropped_too_many_peers: u64,
+    /// Results from the upstream aggregator fanned out to members.
+    pub upstream_results_in: u64,
+    /// Result frames that left the engine.
+    pub results: u64,
+    /// Datagrams sent (a fanned-out Result counts once per member).
+    pub datagrams_out: u64,
+    /// Their payload bytes.
+    pub bytes_out: u64,
+    /// Results nobody could be sent to (no member known, or not a Trio-ML frame).
+    pub unroutable: u64,
+    /// Failed sends and receives.
+    pub socket_errors: u64,
+    /// Peers seen.
+    pub peers: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    datagrams_in: AtomicU64,
+    bytes_in: AtomicU64,
+    injected: AtomicU64,
+    dropped_short: AtomicU64,
+    dropped_bad_length: AtomicU64,
+    dropped_unknown_job: AtomicU64,
+    dropped_too_many_peers: AtomicU64,
+    upstream_results_in: AtomicU64,
+    results: AtomicU64,
+    datagrams_out: AtomicU64,
+    bytes_out: AtomicU64,
+    unroutable: AtomicU64,
+    socket_errors: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+#[derive(Default)]
+struct Peers {
+    index: HashMap<SocketAddr, u32>,
+    addrs: Vec<SocketAddr>,
+    /// Per job: source id -> peer.
+    members: HashMap<u8, BTreeMap<u8, SocketAddr>>,
+    /// Per job: the distinct member addresses (the fan-out list).
+    fanout: HashMap<u8, Vec<SocketAddr>>,
+}
+
+/// State shared by the receive loop and the egress sink (PPE threads).
+struct Shared {
+    socket: UdpSocket,
+    peers: RwLock<Peers>,
+    counters: Counters,
+    upstream: Option<SocketAddr>,
+}
+
+impl Shared {
+    fn send(&self, payload: &[u8], to: SocketAddr) {
+        match self.socket.send_to(payload, to) {
+            Ok(_) => {
+                bump(&self.counters.datagrams_out, 1);
+                bump(&self.counters.bytes_out, payload.len() as u64);
+            }
+            Err(_) => bump(&self.counters.socket_errors, 1),
+        }
+    }
+
+    fn fan_out(&self, job_id: u8, payload: &[u8]) {
+        let peers = self.peers.read();
+        match peers.fanout.get(&job_id) {
+            Some(list) if !list.is_empty() => {
+                for &to in list {
+                    self.send(payload, to);
+                }
+            }
+            _ => bump(&self.counters.unroutable, 1),
+        }
+    }
+
+    fn egress(&self, port: Port, frame: &[u8]) {
+        bump(&self.counters.results, 1);
+        let Ok((hdr, grads)) = wire::parse(frame) else {
+            bump(&self.counters.unroutable, 1);
+            return;
+        };
+        let payload = &frame[TRIO_ML_HDR_AT..GRADS_AT + grads.len()];
+        if let Some(up) = self.upstream {
+            self.send(payload, up);
+        } else if port >= PEER_PORT_BASE {
+            let to = self
+                .peers
+                .read()
+                .addrs
+                .get(usize::from(port - PEER_PORT_BASE))
+                .copied();
+            match to {
+                Some(to) => self.send(payload, to),
+                None => bump(&self.counters.unroutable, 1),
+            }
+        } else {
+            self.fan_out(hdr.job_id, payload);
+        }
+    }
+
+    /// The peer index of `from` (assigned if new) after learning `(job, src) -> from`.
+    fn learn(&self, from: SocketAddr, job_id: u8, src_id: u8, max_peers: usize) -> Option<u32> {
+        {
+            let p = self.peers.read();
+            if let Some(&i) = p.index.get(&from) {
+                if p.members.get(&job_id).and_then(|m| m.get(&src_id)) == Some(&from) {
+                    return Some(i);
+                }
+            }
+        }
+        let mut p = self.peers.write();
+        let i = match p.index.get(&from) {
+            Some(&i) => i,
+            None => {
+                if p.addrs.len() >= max_peers {
+                    return None;
+                }
+                let i = p.addrs.len() as u32;
+                p.addrs.push(from);
+                p.index.insert(from, i);
+                i
+            }
+        };
+        let m = p.members.entry(job_id).or_default();
+        m.insert(src_id, from);
+        let mut seen = HashSet::new();
+        let list: Vec<SocketAddr> = m.values().copied().filter(|a| seen.insert(*a)).collect();
+        p.fanout.insert(job_id, list);
+        Some(i)
+    }
+
+    fn stats(&self) -> ServeStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ServeStats {
+            datagrams_in: l(&c.datagrams_in),
+            bytes_in: l(&c.bytes_in),
+            injected: l(&c.injected),
+            dropped_short: l(&c.dropped_short),
+            dropped_bad_length: l(&c.dropped_bad_length),
+            dropped_unknown_job: l(&c.dropped_unknown_job),
+            dropped_too_many_peers: l(&c.dropped_too_many_peers),
+            upstream_results_in: l(&c.upstream_results_in),
+            results: l(&c.results),
+            datagrams_out: l(&c.datagrams_out),
+            bytes_out: l(&c.bytes_out),
+            unroutable: l(&c.unroutable),
+            socket_errors: l(&c.socket_errors),
+            peers: self.peers.read().addrs.len() as u64,
+        }
+    }
+}
+
+struct UdpSink(Arc<Shared>);
+
+impl Sink for UdpSink {
+    fn deliver(&self, port: Port, frames: Frames<'_>) {
+        for f in frames.iter() {
+            self.0.egress(port, f);
+        }
+    }
+}
+
+/// The synthetic IPv4 source address of peer `index` (see the module docs).
+pub fn peer_ip(index: u32) -> Ipv4Addr {
+    Ipv4Addr::new(
+        10,
+        1u8.wrapping_add((index >> 16) as u8),
+        (index >> 8) as u8,
+        index as u8,
+    )
+}
+
+/// Why a datagram is not an aggregation packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatagramError {
+    /// Shorter than the Trio-ML header.
+    Short,
+    /// The length is not the header plus `grad_cnt` gradients.
+    BadLength,
+}
+
+/// Reads the Trio-ML header of a datagram and checks its length.
+pub fn datagram_header(payload: &[u8]) -> Result<TrioMlHdrFields, DatagramError> {
+    let hdr = TrioMlHdr::new_checked(payload).map_err(|_| DatagramError::Short)?;
+    let fields = TrioMlHdrFields::read(&hdr);
+    if payload.len() != TRIO_ML_HDR_LEN + usize::from(fields.grad_cnt) * GRAD_BYTES {
+        return Err(DatagramError::BadLength);
+    }
+    Ok(fields)
+}
+
+/// Wraps a datagram's payload (Trio-ML header and gradients) into an Ethernet/IPv4/UDP frame
+/// with addresses `ep`, replacing the contents of `frame`; returns the header.
+pub fn frame_of(
+    payload: &[u8],
+    ep: &Endpoints,
+    frame: &mut Vec<u8>,
+) -> Result<TrioMlHdrFields, DatagramError> {
+    let hdr = datagram_header(payload)?;
+    frame.clear();
+    frame.resize(TRIO_ML_HDR_AT + payload.len(), 0);
+    wire::write_headers(frame, ep, &hdr, payload.len() - TRIO_ML_HDR_LEN);
+    frame[TRIO_ML_HDR_AT..].copy_from_slice(payload);
+    Ok(hdr)
+}
+
+/// When [`Server::run`] returns.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunLimits {
+    /// After this long.
+    pub duration: Option<Duration>,
+    /// After this long without a datagram (once one has arrived).
+    pub idle_exit: Option<Duration>,
+}
+
+/// What a server did.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServeReport {
+    /// Seconds it ran.
+    pub elapsed_s: f64,
+    /// The front end's counters.
+    pub front_end: ServeStats,
+    /// The engine's counters.
+    pub engine: Stats,
+}
+
+/// Stops a running [`Server`] from another thread (or a signal handler's thread).
+#[derive(Clone, Debug)]
+pub struct StopHandle(Arc<AtomicBool>);
+
+impl StopHandle {
+    /// Asks the server to stop; [`Server::run`] returns within about 50 ms.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// A UDP front end to an engine running Trio-ML or FPISA (see the module docs).
+pub struct Server {
+    socket: UdpSocket,
+    pfe: Pfe,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    cfg: ServeConfig,
+    trio: TrioMl,
+    jobs: [bool; 256],
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("socket", &self.socket)
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Binds the socket, installs the program with the jobs and starts the engine.
+    pub fn bind(cfg: &ServeConfig) -> Result<Server, ServeError> {
+        let bad = |setting, reason: String| ServeError::Config { setting, reason };
+        if cfg.jobs.is_empty() {
+            return Err(bad("job", "no jobs configured (e.g. --job 1:4)".into()));
+        }
+        if !(1..=2047).contains(&cfg.window) {
+            return Err(bad(
+                "window",
+                format!(
+                    "{} is not in 1..=2047 (each job gets 2 * window slots, at most 4095)",
+                    cfg.window
+                ),
+            ));
+        }
+        let max_peers = usize::from(u16::MAX - PEER_PORT_BASE);
+        if !(1..=max_peers).contains(&cfg.max_peers) {
+            return Err(bad(
+                "max_peers",
+                format!("{} is not in 1..={max_peers}", cfg.max_peers),
+            ));
+        }
+        let lanes = match cfg.aggregation {
+            Aggregation::TrioMl => Lanes::Int32,
+            Aggregation::Fpisa(v) => Lanes::Fpisa(v),
+        };
+        let tcfg = TrioMlConfig {
+            lanes,
+            timers: cfg.timers,
+            ..TrioMlConfig::default()
+        };
+        let eng = |e: &dyn fmt::Display| ServeError::Engine(e.to_string());
+        let mem = Arc::new(SharedMemory::new(&MemConfig::default()).map_err(|e| eng(&e))?);
+        let trio = TrioMl::install(&mem, tcfg).map_err(|e| eng(&e))?;
+        let mut jobs = [false; 256];
+        for j in &cfg.jobs {
+            if jobs[usize::from(j.job_id)] {
+                return Err(bad("job", format!("job {} is given twice", j.job_id)));
+            }
+            jobs[usize::from(j.job_id)] = true;
+            let sources: Vec<u8> = (0..j.sources).map(|s| j.first_src + s).collect();
+            trio.add_job(&JobConfig {
+                job_id: j.job_id,
+                sources,
+                block_cnt_max: (2 * cfg.window) as u16,
+                block_grad_max: cfg.block_grad_max,
+                block_exp_ms: cfg.block_exp_ms,
+                out_src_addr: Ipv4Addr::new(10, 0, 0, cfg.upstream_src),
+                out_dst_addr: Ipv4Addr::new(239, 0, 0, j.job_id),
+                out_dest: Dest::Port(u16::from(j.job_id)),
+            })
+            .map_err(|e| eng(&e))?;
+        }
+        let socket = UdpSocket::bind(cfg.listen).map_err(io_err("binding --listen"))?;
+        socket
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .map_err(io_err("setting the socket's read timeout"))?;
+        let shared = Arc::new(Shared {
+            socket: socket
+                .try_clone()
+                .map_err(io_err("cloning the socket for the sink"))?,
+            peers: RwLock::new(Peers::default()),
+            counters: Counters::default(),
+            upstream: cfg.upstream,
+        });
+        let mut pfe = Pfe::builder()
+            .program(trio.program())
+            .ppe_threads(cfg.ppe_threads)
+            .memory(mem)
+            .ports(usize::from(PEER_PORT_BASE) + cfg.max_peers)
+            .max_frame_bytes(HEADERS_LEN + MAX_PAYLOAD)
+            .timers(trio.timer_specs().map_err(|e| eng(&e))?)
+            .sink(Arc::new(UdpSink(shared.clone())))
+            .build()
+            .map_err(|e| eng(&e))?;
+        pfe.start().map_err(|e| eng(&e))?;
+        Ok(Server {
+            socket,
+            pfe,
+            shared,
+            stop: Arc::new(AtomicBool::new(false)),
+            cfg: cfg.clone(),
+            trio,
+            jobs,
+        })
+    }
+
+    /// The address the server listens on (with the port the system chose for port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
+        self.socket
+            .local_addr()
+            .map_err(io_err("reading the socket's address"))
+    }
+
+    /// A handle that stops [`Server::run`].
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.stop.clone())
+    }
+
+    /// The installed aggregation program (its jobs' state, FPISA event counters).
+    pub fn trio_ml(&self) -> &TrioMl {
+        &self.trio
+    }
+
+    /// The front end's counters so far.
+    pub fn stats(&self) -> ServeStats {
+        self.shared.stats()
+    }
+
+    /// Receives datagrams and injects them until stopped or a limit is reached, then shuts
+    /// the engine down and reports.
+    pub fn run(self, limits: RunLimits) -> ServeReport {
+        let start = Instant::now();
+        let mut last = None::<Instant>;
+        let mut buf = vec![0u8; 65_536];
+        let mut frame = Vec::with_capacity(HEADERS_LEN + MAX_PAYLOAD);
+        let c = &self.shared.counters;
+        loop {
+            if self.stop.load(Ordering::Acquire)
+                || limits.duration.is_some_and(|d| start.elapsed() >= d)
+                || matches!((limits.idle_exit, last), (Some(d), Some(t)) if t.elapsed() >= d)
+            {
+                break;
+            }
+            let (n, from) = match self.socket.recv_from(&mut buf) {
+                Ok(r) => r,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
+                }
+                Err(_) => {
+                    // E.g. an ICMP port unreachable reported for an earlier send.
+                    bump(&c.socket_errors, 1);
+                    continue;
+                }
+            };
+            last = Some(Instant::now());
+            self.on_datagram(&buf[..n], from, &mut frame);
+        }
+        let front_end = self.shared.stats();
+        let engine = self.pfe.shutdown();
+        ServeReport {
+            elapsed_s: start.elapsed().as_secs_f64(),
+            front_end,
+            engine,
+        }
+    }
+
+    fn on_datagram(&self, payload: &[u8], from: SocketAddr, frame: &mut Vec<u8>) {
+        let c = &self.shared.counters;
+        bump(&c.datagrams_in, 1);
+        bump(&c.bytes_in, payload.len() as u64);
+        let hdr = match datagram_header(payload) {
+            Ok(h) => h,
+            Err(DatagramError::Short) => return bump(&c.dropped_short, 1),
+            Err(DatagramError::BadLength) => return bump(&c.dropped_bad_length, 1),
+        };
+        if self.shared.upstream == Some(from) {
+            bump(&c.upstream_results_in, 1);
+            return self.shared.fan_out(hdr.job_id, payload);
+        }
+        if !self.jobs[usize::from(hdr.job_id)] {
+            return bump(&c.dropped_unknown_job, 1);
+        }
+        let Some(peer) = self
+            .shared
+            .learn(from, hdr.job_id, hdr.src_id, self.cfg.max_peers)
+        else {
+            return bump(&c.dropped_too_many_peers, 1);
+        };
+        let t = self.trio.config();
+        let ep = Endpoints {
+            src_mac: [
+                0x02,
+                0x01,
+                0,
+                (peer >> 16) as u8,
+                (peer >> 8) as u8,
+                peer as u8,
+            ],
+            dst_mac: t.local_mac,
+            src_addr: peer_ip(peer),
+            dst_addr: t.local_addr,
+            src_port: from.port(),
+            dst_port: t.udp_port,
+        };
+        if frame_of(payload, &ep, frame).is_err() {
+            return bump(&c.dropped_bad_length, 1);
+        }
+        // The peer index is below max_peers, so the port fits (checked in `bind`).
+        let port = PEER_PORT_BASE + peer as u16;
+        if self.pfe.inject_frame(port, frame).is_ok() {
+            bump(&c.injected, 1);
+        }
+    }
+}
+
+/// How a client ([`allreduce`]) talks to the server.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The server.
+    pub server: SocketAddr,
+    /// The local address to bind (port 0: any).
+    pub bind: SocketAddr,
+    /// Give up when no Result arrived for this long.
+    pub give_up_after: Duration,
+    /// Fault injection: drop every `n`-th packet this worker would send (`None`: none).
+    pub drop_every: Option<u64>,
+}
+
+impl ClientConfig {
+    /// A client of `server`, bound to the unspecified address of its family; gives up after
+    /// 10 s without progress; no faults.
+    pub fn new(server: SocketAddr) -> Self {
+        let bind = if server.is_ipv4() {
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+        } else {
+            SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+        };
+        ClientConfig {
+            server,
+            bind,
+            give_up_after: Duration::from_secs(10),
+            drop_every: None,
+        }
+    }
+}
+
+/// What one client's allreduce did.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientReport {
+    /// Seconds from the first send to the last Result.
+    pub elapsed_s: f64,
+    /// Gradients in this worker's vector.
+    pub gradients: usize,
+    /// Goodput: this worker's gradient bits per second, in Gbit/s.
+    pub goodput_gbps: f64,
+    /// The worker's counters.
+    pub stats: WorkerStats,
+    /// Packets the fault injector dropped.
+    pub dropped_by_injector: u64,
+    /// Datagrams received that were not aggregation packets.
+    pub bad_datagrams: u64,
+}
+
+/// Runs `worker`'s allreduce through the server: sends what [`Worker::poll`] gives (UDP
+/// payloads only), feeds each datagram back (wrapped into a frame), retransmits as the
+/// worker's config says, until every Result has arrived.
+pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport, ServeError> {
+    let socket = UdpSocket::bind(cfg.bind).map_err(io_err("binding the worker's socket"))?;
+    socket
+        .connect(cfg.server)
+        .map_err(io_err("connecting to --server"))?;
+    let tick = worker
+        .config()
+        .retransmit_after_ns
+        .map_or(Duration::from_millis(5), |ns| {
+            Duration::from_nanos(ns / 4).clamp(Duration::from_micros(200), Duration::from_millis(5))
+        });
+    socket
+        .set_read_timeout(Some(tick))
+        .map_err(io_err("setting the worker's read timeout"))?;
+    let start = Instant::now();
+    let now = || start.elapsed().as_nanos() as u64;
+    let ep = worker.config().endpoints;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    let mut frame = Vec::new();
+    let mut sent = 0u64;
+    let mut dropped = 0u64;
+    let mut bad = 0u64;
+    let mut last_progress = Instant::now();
+    while !worker.is_done() {
+        worker.poll(now(), &mut out);
+        for f in out.drain(..) {
+            sent += 1;
+            if cfg.drop_every.is_some_and(|n| n > 0 && sent % n == 0) {
+                dropped += 1;
+                continue;
+            }
+            // Errors (e.g. the server not up yet) are recovered by retransmission.
+            let _ = socket.send(&f[TRIO_ML_HDR_AT..]);
+        }
+        match socket.recv(&mut buf) {
+            Ok(n) => {
+                if frame_of(&buf[..n], &ep, &mut frame).is_err() {
+                    bad += 1;
+                } else {
+                    match worker.on_frame_at(&frame, now()) {
+                        Ok(Received::Result { .. }) => last_progress = Instant::now(),
+                        Ok(Received::Ignored) => {}
+                        Err(_) => bad += 1,
+                    }
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            // Connection refused (nothing listening yet) and the like: keep trying.
+            Err(_) => std::thread::sleep(tick),
+        }
+        if last_progress.elapsed() > cfg.give_up_after {
+            return Err(HostError::TimedOut {
+                missing: worker.missing(),
+            }
+            .into());
+        }
+    }
+    let elapsed_s = worker
+        .finished_ns()
+        .map_or(start.elapsed().as_secs_f64(), |ns| ns as f64 / 1e9);
+    let gradients = worker.sums().len();
+    Ok(ClientReport {
+        elapsed_s,
+        gradients,
+        goodput_gbps: (gradients * 32) as f64 / elapsed_s.max(1e-9) / 1e9,
+        stats: worker.stats(),
+        dropped_by_injector: dropped,
+        bad_datagrams: bad,
+    })
+}
+
+/// A worker configuration for the UDP client: job, source, gradients per packet, window,
+/// and retransmission (`None`: never).
+pub fn worker_config(
+    job_id: u8,
+    src_id: u8,
+    grads_per_packet: usize,
+    window: usize,
+    retransmit_after: Option<Duration>,
+) -> WorkerConfig {
+    WorkerConfig {
+        grads_per_packet,
+        window,
+        retransmit_after_ns: retransmit_after.map(|d| d.as_nanos() as u64),
+        ..WorkerConfig::new(job_id, src_id, TrioMlConfig::default().local_addr)
+    }
+}
+
+fn rng_of(seed: u64, src: u8) -> SplitMix64 {
+    SplitMix64::new(mix(
+        seed ^ (u64::from(src) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    ))
+}
+
+/// Source `src`'s vector of `n` integers for `seed`, each in `-2^20..2^20` (so sums of up to
+/// 255 sources fit an `i32`).
+pub fn seeded_ints(seed: u64, src: u8, n: usize) -> Vec<i32> {
+    let mut r = rng_of(seed, src);
+    (0..n)
+        .map(|_| r.below(1 << 21) as i32 - (1 << 20))
+        .collect()
+}
+
+/// Source `src`'s vector of `n` integer-valued floats for `seed`, each in `-1024..=1024`
+/// (so FP32 sums of up to 255 sources are exact).
+pub fn seeded_floats(seed: u64, src: u8, n: usize) -> Vec<f32> {
+    let mut r = rng_of(seed, src);
+    (0..n).map(|_| r.below(2049) as f32 - 1024.0).collect()
+}
+
+/// The exact sums of [`seeded_ints`] over `sources`.
+pub fn expected_int_sums(seed: u64, sources: &[u8], n: usize) -> Vec<i32> {
+    let mut sum = vec![0i32; n];
+    for &s in sources {
+        for (a, v) in sum.iter_mut().zip(seeded_ints(seed, s, n)) {
+            *a = a.wrapping_add(v);
+        }
+    }
+    sum
+}
+
+/// The exact sums of [`seeded_floats`] over `sources`.
+pub fn expected_float_sums(seed: u64, sources: &[u8], n: usize) -> Vec<f32> {
+    let mut sum = vec![0f32; n];
+    for &s in sources {
+        for (a, v) in sum.iter_mut().zip(seeded_floats(seed, s, n)) {
+            *a += v;
+        }
+    }
+    sum
+}
+
+/// This process's user and system CPU time so far, in seconds, from `/proc/self/stat`
+/// (Linux; assumes 100 clock ticks per second). `None` elsewhere.
+pub fn process_cpu_times() -> Option<(f64, f64)> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime / 100.0, stime / 100.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_specs_parse() {
+        let j: JobSpec = "1:4".parse().unwrap();
+        assert_eq!((j.job_id, j.first_src, j.sources), (1, 0, 4));
+        let j: JobSpec = "7:2..4".parse().unwrap();
+        assert_eq!((j.job_id, j.first_src, j.sources), (7, 2, 2));
+        for bad in ["1", "x:4", "1:0", "1:4..2", "300:1", "1:0..257"] {
+            assert!(bad.parse::<JobSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn datagram_frame_round_trip() {
+        let mut payload = vec![0u8; TRIO_ML_HDR_LEN + 8];
+        TrioMlHdrFields {
+            job_id: 3,
+            src_id: 1,
+            grad_cnt: 2,
+            ..Default::default()
+        }
+        .write(&mut TrioMlHdr::new_unchecked(
+            &mut payload[..TRIO_ML_HDR_LEN],
+        ));
+        payload[TRIO_ML_HDR_LEN..].copy_from_slice(&[0, 0, 0, 5, 0xFF, 0xFF, 0xFF, 0xFE]);
+        let ep = WorkerConfig::new(3, 1, Ipv4Addr::LOCALHOST).endpoints;
+        let mut f = Vec::new();
+        frame_of(&payload, &ep, &mut f).unwrap();
+        let (h, g) = wire::parse(&f).unwrap();
+        assert_eq!((h.job_id, h.src_id), (3, 1));
+        assert_eq!(wire::gradients(g), [5, -2]);
+        assert_eq!(&f[TRIO_ML_HDR_AT..], &payload[..]);
+        assert_eq!(
+            frame_of(&payload[..5], &ep, &mut f),
+            Err(DatagramError::Short)
+        );
+        assert_eq!(
+            frame_of(&payload[..14], &ep, &mut f),
+            Err(DatagramError::BadLength)
+        );
+    }
+
+    #[test]
+    fn peer_addresses_are_distinct() {
+        assert_eq!(peer_ip(0), Ipv4Addr::new(10, 1, 0, 0));
+        assert_eq!(peer_ip(0x1_0203), Ipv4Addr::new(10, 2, 2, 3));
+    }
+}
