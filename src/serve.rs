@@ -156,11 +156,19 @@ pub struct ServeConfig {
     pub upstream: Option<SocketAddr>,
     /// This aggregator's source id in the upper job (the Results' `src_id`).
     pub upstream_src: u8,
+    /// Receive buffer asked of the kernel for the listening socket, bytes (0: the
+    /// system's default). Linux caps it at `net.core.rmem_max`; the granted size is in
+    /// [`ServeStats::recv_buffer_bytes`]. Workers' windows of packets arrive in bursts, and
+    /// the default buffer (about 200 KB) overflows with four workers of window 16.
+    pub recv_buffer_bytes: usize,
 }
+
+/// Default [`ServeConfig::recv_buffer_bytes`]: 4 MiB.
+pub const DEFAULT_RECV_BUFFER_BYTES: usize = 4 << 20;
 
 impl Default for ServeConfig {
     /// 127.0.0.1:12000, Trio-ML, no jobs, a 20 ms timeout, window 64, 1024 gradients per
-    /// packet, 4 PPE threads, 4 timers, 1024 peers, no upstream.
+    /// packet, 4 PPE threads, 4 timers, 1024 peers, no upstream, a 4 MiB receive buffer.
     fn default() -> Self {
         ServeConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, wire::DEFAULT_UDP_PORT)),
@@ -174,8 +182,21 @@ impl Default for ServeConfig {
             max_peers: 1024,
             upstream: None,
             upstream_src: 0,
+            recv_buffer_bytes: DEFAULT_RECV_BUFFER_BYTES,
         }
     }
+}
+
+/// A UDP socket bound to `addr`, its receive buffer raised to `recv_buffer` bytes when
+/// asked (best effort: the kernel grants at most its maximum, which is not an error).
+fn bind_udp(addr: SocketAddr, recv_buffer: usize) -> io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if recv_buffer > 0 {
+        let _ = socket.set_recv_buffer_size(recv_buffer);
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
 }
 
 /// Why the server or a client could not run.
@@ -227,6 +248,8 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> ServeError {
 /// What the front end counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ServeStats {
+    /// The listening socket's receive buffer as the kernel granted it, bytes.
+    pub recv_buffer_bytes: u64,
     /// Datagrams received.
     pub datagrams_in: u64,
     /// Their payload bytes.
@@ -393,6 +416,9 @@ impl Shared {
             unroutable: l(&c.unroutable),
             socket_errors: l(&c.socket_errors),
             peers: self.peers.read().addrs.len() as u64,
+            recv_buffer_bytes: socket2::SockRef::from(&self.socket)
+                .recv_buffer_size()
+                .unwrap_or(0) as u64,
         }
     }
 }
@@ -556,7 +582,8 @@ impl Server {
             })
             .map_err(|e| eng(&e))?;
         }
-        let socket = UdpSocket::bind(cfg.listen).map_err(io_err("binding --listen"))?;
+        let socket =
+            bind_udp(cfg.listen, cfg.recv_buffer_bytes).map_err(io_err("binding --listen"))?;
         socket
             .set_read_timeout(Some(Duration::from_millis(50)))
             .map_err(io_err("setting the socket's read timeout"))?;

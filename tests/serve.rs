@@ -397,3 +397,43 @@ fn the_python_client_gets_its_sums() {
     assert!(text.contains("src_cnt 1 1"));
     server_report(server);
 }
+
+/// SIGTERM and SIGINT stop `pfemu serve` gracefully: it exits with success and prints the
+/// final report, and every Result the engine built went out (none left in flight).
+#[test]
+fn a_signal_stops_the_server_gracefully_with_its_report() {
+    for signal in ["-TERM", "-INT"] {
+        // No idle exit: only the signal can stop it.
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--json", "--job", "1:4"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let addr: SocketAddr = first
+            .trim()
+            .strip_prefix("listening ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        for w in worker_processes(addr, &[]) {
+            assert_eq!(w["exact"], true, "{w}");
+        }
+        let killed = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let rep = server_report(child);
+        let engine = &rep["engine"];
+        assert_eq!(engine["in_flight"], 0, "{rep}");
+        // 100,000 gradients in 1024-gradient blocks: 98 Results at least (a retransmission
+        // is answered with its block's Result again).
+        assert!(rep["front_end"]["results"].as_u64().unwrap() >= 98, "{rep}");
+        assert!(rep["front_end"]["recv_buffer_bytes"].as_u64().unwrap() > 0);
+    }
+}

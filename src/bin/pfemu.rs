@@ -129,7 +129,8 @@ enum Command {
         Each datagram's UDP payload is the 12-byte Trio-ML header and the gradients. Results go \
         back to the job's members (the addresses that sent to it), or with --upstream to the \
         next aggregator. Prints `listening ADDR` first; stops on --seconds, --idle-exit-ms, \
-        or when killed.")]
+        SIGINT or SIGTERM, after draining the engine (no Result in flight is lost), and \
+        prints the final counters.")]
     Serve(Box<serve::ServeArgs>),
     /// A worker process: allreduce a vector through `pfemu serve` and check the sums.
     #[command(after_help = "Examples:\n  \

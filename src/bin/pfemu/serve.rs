@@ -51,8 +51,8 @@ pub struct ServeArgs {
     /// PPE threads.
     #[arg(long, default_value_t = 4)]
     pub ppe_threads: usize,
-    /// Stop after this many seconds (default: run until --idle-exit-ms, or until killed, which
-    /// prints no report).
+    /// Stop after this many seconds (default: run until --idle-exit-ms, SIGINT or SIGTERM;
+    /// each stops gracefully and prints the final report).
     #[arg(long)]
     pub seconds: Option<f64>,
     /// Stop after this long without a datagram, once one has arrived.
@@ -64,6 +64,10 @@ pub struct ServeArgs {
     /// This aggregator's source id in the upstream job.
     #[arg(long, default_value_t = 0)]
     pub upstream_src: u8,
+    /// Receive buffer asked for the listening socket, KiB (the kernel caps it at
+    /// net.core.rmem_max; 0 keeps the system's default).
+    #[arg(long, default_value_t = 4096)]
+    pub recv_buffer_kb: usize,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -135,6 +139,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         ppe_threads: a.ppe_threads,
         upstream: a.upstream,
         upstream_src: a.upstream_src,
+        recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
         ..ServeConfig::default()
     };
     if let Some(s) = a.seconds {
@@ -143,6 +148,11 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         }
     }
     let server = Server::bind(&cfg)?;
+    // SIGINT / SIGTERM stop the server the graceful way: the engine drains, every Result in
+    // flight goes out, and the final report is printed.
+    let stop = server.stop_handle();
+    ctrlc::set_handler(move || stop.stop())
+        .map_err(|e| format!("cannot install the SIGINT/SIGTERM handler: {e}"))?;
     let addr = server.local_addr()?;
     // The first line is the address, so a script (or a test) can read the port.
     println!("listening {addr}");
