@@ -22,22 +22,28 @@ fn forward_all(port: Port) -> Program {
     p.build().unwrap()
 }
 
-#[test]
-fn a_full_engine_hands_packets_back_and_inject_waits() {
-    let gate = Arc::new(AtomicBool::new(false));
-    let g = gate.clone();
+/// Forwards every packet to port 0, but only once `gate` is open: until then each PPE
+/// thread waits inside its first packet, so the engine fills up.
+fn gated_forward(gate: Arc<AtomicBool>) -> Program {
     let mut p = Program::builder("gated");
     let a = p.label("a");
     p.instr(a, move |_t| {
-        while !g.load(Ordering::Acquire) {
+        while !gate.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
         Ok(Done(Verdict::Forward(0)))
     });
     p.entry(Entry::Packet, a);
+    p.build().unwrap()
+}
+
+#[test]
+fn a_full_engine_hands_packets_back_and_inject_waits() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let program = gated_forward(gate.clone());
     let sink = Arc::new(CountingSink::new(1));
     let mut pfe = Pfe::builder()
-        .program(p.build().unwrap())
+        .program(program)
         .ppe_threads(2)
         .capacity(16)
         .batch_size(4)
@@ -608,19 +614,10 @@ fn a_started_engine_reports_its_configuration_and_starting_twice_is_harmless() {
 #[test]
 fn offered_frames_that_find_the_engine_full_are_dropped_and_counted() {
     let gate = Arc::new(AtomicBool::new(false));
-    let g = gate.clone();
-    let mut p = Program::builder("gated");
-    let a = p.label("a");
-    p.instr(a, move |_t| {
-        while !g.load(Ordering::Acquire) {
-            std::thread::yield_now();
-        }
-        Ok(Done(Verdict::Forward(0)))
-    });
-    p.entry(Entry::Packet, a);
+    let program = gated_forward(gate.clone());
     let sink = Arc::new(CountingSink::new(1));
     let mut pfe = Pfe::builder()
-        .program(p.build().unwrap())
+        .program(program)
         .ppe_threads(2)
         .capacity(50)
         .batch_size(8)
