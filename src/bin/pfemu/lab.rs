@@ -259,24 +259,7 @@ pub fn linerate(a: &LinerateArgs) -> CliResult {
     })?;
     bar.finish();
     let written = report.write_files(&d.out)?;
-    if d.json {
-        let mut v = serde_json::to_value(&report)?;
-        v["files"] = serde_json::to_value(&written)?;
-        v["program"] = serde_json::json!(d.name());
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        println!("{}", report.table());
-        println!(
-            "wrote {}, {} and {}",
-            written.csv.display(),
-            written
-                .trials_csv
-                .as_ref()
-                .map_or(String::new(), |p| p.display().to_string()),
-            written.svg.display()
-        );
-    }
-    Ok(())
+    emit(d, &report, report.table(), &written)
 }
 
 #[derive(clap::Args, Debug)]
@@ -330,18 +313,34 @@ pub fn latency(a: &LatencyArgs) -> CliResult {
     let report: LatencyReport =
         linerate::latency_sweep(&mut dev, a.size, &a.loads, reference, trial)?;
     let written = report.write_files(&d.out)?;
+    emit(d, &report, report.table(), &written)
+}
+
+/// Prints a linerate or latency report: one JSON object (the report, the files written, the
+/// program) with `--json`, else its table and the files written.
+fn emit(
+    d: &DeviceArgs,
+    report: &impl serde::Serialize,
+    table: String,
+    written: &linerate::Written,
+) -> CliResult {
     if d.json {
-        let mut v = serde_json::to_value(&report)?;
-        v["files"] = serde_json::to_value(&written)?;
+        let mut v = serde_json::to_value(report)?;
+        v["files"] = serde_json::to_value(written)?;
         v["program"] = serde_json::json!(d.name());
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("{}", report.table());
-        println!(
-            "wrote {} and {}",
-            written.csv.display(),
-            written.svg.display()
-        );
+        println!("{table}");
+        let files: Vec<String> = [
+            Some(&written.csv),
+            written.trials_csv.as_ref(),
+            Some(&written.svg),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|p| p.display().to_string())
+        .collect();
+        println!("wrote {}", files.join(", "));
     }
     Ok(())
 }
