@@ -8,15 +8,20 @@
 //! Ethernet, IPv4 and UDP headers, which the kernel owns). The engine works on Ethernet
 //! frames, so [`Server`] maps between the two:
 //!
-//! - **Ingress.** Each peer (a remote [`SocketAddr`]) gets an index `i` the first time it
-//!   sends, and with it a synthetic IPv4 address ([`peer_ip`]: `10.(1 + i / 65536).(i / 256
-//!   % 256).(i % 256)`) and an ingress port, [`PEER_PORT_BASE`]` + i`. A datagram becomes
-//!   the frame Ethernet (to [`TrioMlConfig::local_mac`]) + IPv4 (from the peer's synthetic
-//!   address to [`TrioMlConfig::local_addr`]) + UDP (from the peer's UDP port to
-//!   [`TrioMlConfig::udp_port`]) + the payload unchanged, injected on the peer's port. The
-//!   server also learns `(job_id, src_id) -> peer` from each packet: the job's *members*.
+//! - **Ingress.** Every configured source of every job, `(job_id, src_id)`, is a *member*
+//!   with a fixed index `i` (the jobs' sources numbered in the order the jobs are given),
+//!   a synthetic IPv4 address ([`peer_ip`]: `10.(1 + i / 65536).(i / 256 % 256).(i %
+//!   256)`) and an ingress port, [`PEER_PORT_BASE`]` + i`. A datagram becomes the frame
+//!   Ethernet (to [`TrioMlConfig::local_mac`]) + IPv4 (from the member's synthetic address
+//!   to [`TrioMlConfig::local_addr`]) + UDP (from the sender's UDP port to
+//!   [`TrioMlConfig::udp_port`]) + the payload unchanged, injected on the member's port.
+//!   The server remembers the address each member last sent from: that is where the
+//!   member's Results go, so a worker that restarts on a new port is answered there. A
+//!   datagram naming a source outside its job's sources is injected on [`STRANGER_PORT`]
+//!   from [`STRANGER_IP`] for the engine to drop (`unknown_source`), and its sender is not
+//!   remembered: the front end's state is fixed by the configuration, whatever arrives.
 //! - **Egress.** Every job's Results go to egress port `job_id` (the job's `out_nh_addr`;
-//!   ports `0..`[`PEER_PORT_BASE`] are job ports). The sink strips Ethernet, IPv4 and UDP from
+//!   ports `0..256` are job ports). The sink strips Ethernet, IPv4 and UDP from
 //!   each frame leaving the engine and sends the payload as a datagram: a frame on a job
 //!   port is fanned out to every member of the job (this emulates the multicast group), a
 //!   frame on a peer port (a kept Result answering one source's retransmission) goes to that
@@ -33,7 +38,29 @@
 //! Datagrams that are not aggregation packets are dropped and counted in [`ServeStats`]:
 //! shorter than the header, a length that is not the header plus `grad_cnt` gradients, or a
 //! job not configured here. The engine counts its own drops (`unknown_source`, `duplicate`,
-//! ...) in its [`Stats`].
+//! `block_cnt_max`, ...) in its [`Stats`]. Every datagram is accounted for:
+//! [`ServeStats::unaccounted`] is 0.
+//!
+//! # Bounded state
+//!
+//! Nothing the server keeps grows with what it receives: the members are fixed by the jobs,
+//! a job's blocks by its slots (`2 * window`; a flood of new block ids beyond them is
+//! dropped as `block_cnt_max`, and blocks nobody completes time out after
+//! [`ServeConfig::block_exp_ms`]), and the engine's memory is allocated when it starts.
+//!
+//! A finished block keeps its Result in its slot (for sources that lost it) until the next
+//! generation of the same block id finishes. Workers reuse `window` block ids, so this
+//! holds at most two slots per id; but a member that sends block ids outside that pattern
+//! fills the job's slots with Results nobody replaces, and the job then refuses new block
+//! ids (`block_cnt_max`) until it is configured again. Sources are not authenticated: a
+//! member's datagrams are trusted.
+//!
+//! # Stopping
+//!
+//! [`StopHandle::stop`] (SIGINT or SIGTERM in `pfemu serve`) stops the receive loop, then
+//! the server waits for the blocks still open to time out, so their partial Results go out
+//! like any other (at most about twice the block timeout), and shuts the engine down after
+//! it drained: no Result the engine built or owes is lost.
 //!
 //! # Clients
 //!
@@ -44,7 +71,6 @@
 //! [`seeded_floats`] give every worker every other worker's vector, so each can check the
 //! exact sums ([`expected_int_sums`], [`expected_float_sums`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -67,8 +93,12 @@ use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
 use crate::packet::{Dest, Port};
 use crate::pfe::{Frames, Pfe, Sink, Stats};
 
-/// Ingress port of peer 0; ports below it are job ports (egress port `job_id`).
-pub const PEER_PORT_BASE: u16 = 256;
+/// Ingress port of member 0; ports `0..256` are job ports (egress port `job_id`).
+pub const PEER_PORT_BASE: u16 = 257;
+/// Ingress port of datagrams from sources outside their job (the engine drops them).
+pub const STRANGER_PORT: u16 = 256;
+/// IPv4 source address of datagrams from sources outside their job.
+pub const STRANGER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 255, 254);
 /// Largest UDP payload of an aggregation packet: the header and 4095 gradients.
 pub const MAX_PAYLOAD: usize = TRIO_ML_HDR_LEN + MAX_GRAD_CNT as usize * GRAD_BYTES;
 
@@ -150,8 +180,6 @@ pub struct ServeConfig {
     pub ppe_threads: usize,
     /// Timer threads of the straggler scan (per 1 ms scan period).
     pub timers: u32,
-    /// Peers (worker addresses) remembered at most; packets of further peers are dropped.
-    pub max_peers: usize,
     /// Send Results to this aggregator instead of the job's members (see the module docs).
     pub upstream: Option<SocketAddr>,
     /// This aggregator's source id in the upper job (the Results' `src_id`).
@@ -168,7 +196,7 @@ pub const DEFAULT_RECV_BUFFER_BYTES: usize = 4 << 20;
 
 impl Default for ServeConfig {
     /// 127.0.0.1:12000, Trio-ML, no jobs, a 20 ms timeout, window 64, 1024 gradients per
-    /// packet, 4 PPE threads, 4 timers, 1024 peers, no upstream, a 4 MiB receive buffer.
+    /// packet, 4 PPE threads, 4 timers, no upstream, a 4 MiB receive buffer.
     fn default() -> Self {
         ServeConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, wire::DEFAULT_UDP_PORT)),
@@ -179,7 +207,6 @@ impl Default for ServeConfig {
             block_grad_max: 1024,
             ppe_threads: 4,
             timers: 4,
-            max_peers: 1024,
             upstream: None,
             upstream_src: 0,
             recv_buffer_bytes: DEFAULT_RECV_BUFFER_BYTES,
@@ -262,8 +289,11 @@ pub struct ServeStats {
     pub dropped_bad_length: u64,
     /// Dropped: the job is not configured here.
     pub dropped_unknown_job: u64,
-    /// Dropped: a new peer beyond `max_peers`.
-    pub dropped_too_many_peers: u64,
+    /// Of `injected`, datagrams from a source outside its job (the engine drops them as
+    /// `unknown_source`).
+    pub strangers: u64,
+    /// Injections the engine refused because it had stopped (not injected).
+    pub not_injected: u64,
     /// Results from the upstream aggregator fanned out to members.
     pub upstream_results_in: u64,
     /// Result frames that left the engine.
@@ -276,8 +306,25 @@ pub struct ServeStats {
     pub unroutable: u64,
     /// Failed sends and receives.
     pub socket_errors: u64,
-    /// Peers seen.
+    /// Members (configured sources) heard from so far.
     pub peers: u64,
+    /// Times a member was heard from a new address (a worker restarted elsewhere); its
+    /// Results go to the newest one.
+    pub readdressed: u64,
+}
+
+impl ServeStats {
+    /// Datagrams received and neither dropped, fanned out from upstream, injected nor
+    /// refused by a stopped engine: 0 unless the front end lost one.
+    pub fn unaccounted(&self) -> i128 {
+        i128::from(self.datagrams_in)
+            - i128::from(self.dropped_short)
+            - i128::from(self.dropped_bad_length)
+            - i128::from(self.dropped_unknown_job)
+            - i128::from(self.upstream_results_in)
+            - i128::from(self.injected)
+            - i128::from(self.not_injected)
+    }
 }
 
 #[derive(Default)]
@@ -288,7 +335,9 @@ struct Counters {
     dropped_short: AtomicU64,
     dropped_bad_length: AtomicU64,
     dropped_unknown_job: AtomicU64,
-    dropped_too_many_peers: AtomicU64,
+    strangers: AtomicU64,
+    not_injected: AtomicU64,
+    readdressed: AtomicU64,
     upstream_results_in: AtomicU64,
     results: AtomicU64,
     datagrams_out: AtomicU64,
@@ -301,14 +350,51 @@ fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-#[derive(Default)]
+/// The members of one job: member indices `first..first + sources` are its sources
+/// `first_src..first_src + sources`.
+#[derive(Clone, Copy)]
+struct JobMembers {
+    first: u32,
+    first_src: u8,
+    sources: u8,
+}
+
+impl JobMembers {
+    /// The member index of `src_id`, if it is one of the job's sources.
+    fn member(&self, src_id: u8) -> Option<u32> {
+        let k = src_id.checked_sub(self.first_src)?;
+        (k < self.sources).then(|| self.first + u32::from(k))
+    }
+}
+
+/// Where members are: fixed in size by the configuration.
 struct Peers {
-    index: HashMap<SocketAddr, u32>,
-    addrs: Vec<SocketAddr>,
-    /// Per job: source id -> peer.
-    members: HashMap<u8, BTreeMap<u8, SocketAddr>>,
-    /// Per job: the distinct member addresses (the fan-out list).
-    fanout: HashMap<u8, Vec<SocketAddr>>,
+    /// Per job id: its members, if the job is configured here.
+    jobs: [Option<JobMembers>; 256],
+    /// Per member: the address it last sent from.
+    addrs: Vec<Option<SocketAddr>>,
+    /// Per job id: the distinct addresses of its members (the fan-out list).
+    fanout: Vec<Vec<SocketAddr>>,
+}
+
+impl Peers {
+    fn new(specs: &[JobSpec]) -> Peers {
+        let mut jobs = [None; 256];
+        let mut first = 0u32;
+        for j in specs {
+            jobs[usize::from(j.job_id)] = Some(JobMembers {
+                first,
+                first_src: j.first_src,
+                sources: j.sources,
+            });
+            first += u32::from(j.sources);
+        }
+        Peers {
+            jobs,
+            addrs: vec![None; first as usize],
+            fanout: vec![Vec::new(); 256],
+        }
+    }
 }
 
 /// State shared by the receive loop and the egress sink (PPE threads).
@@ -332,13 +418,12 @@ impl Shared {
 
     fn fan_out(&self, job_id: u8, payload: &[u8]) {
         let peers = self.peers.read();
-        match peers.fanout.get(&job_id) {
-            Some(list) if !list.is_empty() => {
-                for &to in list {
-                    self.send(payload, to);
-                }
-            }
-            _ => bump(&self.counters.unroutable, 1),
+        let list = &peers.fanout[usize::from(job_id)];
+        if list.is_empty() {
+            return bump(&self.counters.unroutable, 1);
+        }
+        for &to in list {
+            self.send(payload, to);
         }
     }
 
@@ -357,7 +442,8 @@ impl Shared {
                 .read()
                 .addrs
                 .get(usize::from(port - PEER_PORT_BASE))
-                .copied();
+                .copied()
+                .flatten();
             match to {
                 Some(to) => self.send(payload, to),
                 None => bump(&self.counters.unroutable, 1),
@@ -367,34 +453,27 @@ impl Shared {
         }
     }
 
-    /// The peer index of `from` (assigned if new) after learning `(job, src) -> from`.
-    fn learn(&self, from: SocketAddr, job_id: u8, src_id: u8, max_peers: usize) -> Option<u32> {
-        {
+    /// The member index of `(job_id, src_id)` after remembering that it sent from `from`;
+    /// `None` for a source outside the job (or a job not configured here).
+    fn learn(&self, from: SocketAddr, job_id: u8, src_id: u8) -> Option<u32> {
+        let (i, job) = {
             let p = self.peers.read();
-            if let Some(&i) = p.index.get(&from) {
-                if p.members.get(&job_id).and_then(|m| m.get(&src_id)) == Some(&from) {
-                    return Some(i);
-                }
+            let job = p.jobs[usize::from(job_id)]?;
+            let i = job.member(src_id)?;
+            if p.addrs[i as usize] == Some(from) {
+                return Some(i);
             }
-        }
-        let mut p = self.peers.write();
-        let i = match p.index.get(&from) {
-            Some(&i) => i,
-            None => {
-                if p.addrs.len() >= max_peers {
-                    return None;
-                }
-                let i = p.addrs.len() as u32;
-                p.addrs.push(from);
-                p.index.insert(from, i);
-                i
-            }
+            (i, job)
         };
-        let m = p.members.entry(job_id).or_default();
-        m.insert(src_id, from);
-        let mut seen = HashSet::new();
-        let list: Vec<SocketAddr> = m.values().copied().filter(|a| seen.insert(*a)).collect();
-        p.fanout.insert(job_id, list);
+        let mut p = self.peers.write();
+        if p.addrs[i as usize].replace(from).is_some_and(|a| a != from) {
+            bump(&self.counters.readdressed, 1);
+        }
+        let members = job.first as usize..(job.first + u32::from(job.sources)) as usize;
+        let mut list: Vec<SocketAddr> = p.addrs[members].iter().flatten().copied().collect();
+        list.sort_unstable();
+        list.dedup();
+        p.fanout[usize::from(job_id)] = list;
         Some(i)
     }
 
@@ -408,14 +487,16 @@ impl Shared {
             dropped_short: l(&c.dropped_short),
             dropped_bad_length: l(&c.dropped_bad_length),
             dropped_unknown_job: l(&c.dropped_unknown_job),
-            dropped_too_many_peers: l(&c.dropped_too_many_peers),
+            strangers: l(&c.strangers),
+            not_injected: l(&c.not_injected),
             upstream_results_in: l(&c.upstream_results_in),
             results: l(&c.results),
             datagrams_out: l(&c.datagrams_out),
             bytes_out: l(&c.bytes_out),
             unroutable: l(&c.unroutable),
             socket_errors: l(&c.socket_errors),
-            peers: self.peers.read().addrs.len() as u64,
+            peers: self.peers.read().addrs.iter().flatten().count() as u64,
+            readdressed: l(&c.readdressed),
             recv_buffer_bytes: socket2::SockRef::from(&self.socket)
                 .recv_buffer_size()
                 .unwrap_or(0) as u64,
@@ -495,6 +576,12 @@ pub struct ServeReport {
     pub front_end: ServeStats,
     /// The engine's counters.
     pub engine: Stats,
+    /// Blocks still open (waiting for sources) when the server was asked to stop; it waited
+    /// for them to time out and send their partial Results before stopping the engine.
+    pub open_blocks_at_stop: u64,
+    /// Of those, blocks still open when the engine stopped (their sources get no Result): 0
+    /// unless a timeout scan could not keep up.
+    pub open_blocks_left: u64,
 }
 
 /// Stops a running [`Server`] from another thread (or a signal handler's thread).
@@ -505,6 +592,33 @@ impl StopHandle {
     /// Asks the server to stop; [`Server::run`] returns within about 50 ms.
     pub fn stop(&self) {
         self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Reads a running [`Server`]'s counters and its jobs' state ([`Server::monitor`]).
+#[derive(Clone)]
+pub struct Monitor {
+    shared: Arc<Shared>,
+    trio: TrioMl,
+}
+
+impl fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Monitor")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Monitor {
+    /// The front end's counters so far.
+    pub fn stats(&self) -> ServeStats {
+        self.shared.stats()
+    }
+
+    /// The aggregation program: its jobs' state ([`TrioMl::job_state`]), blocks and tables.
+    pub fn trio_ml(&self) -> &TrioMl {
+        &self.trio
     }
 }
 
@@ -544,11 +658,14 @@ impl Server {
                 ),
             ));
         }
-        let max_peers = usize::from(u16::MAX - PEER_PORT_BASE);
-        if !(1..=max_peers).contains(&cfg.max_peers) {
+        let members: usize = cfg.jobs.iter().map(|j| usize::from(j.sources)).sum();
+        let max_members = usize::from(u16::MAX - PEER_PORT_BASE) + 1;
+        if members > max_members {
             return Err(bad(
-                "max_peers",
-                format!("{} is not in 1..={max_peers}", cfg.max_peers),
+                "job",
+                format!(
+                    "{members} sources over all jobs; at most {max_members} (one ingress port each)"
+                ),
             ));
         }
         let lanes = match cfg.aggregation {
@@ -591,7 +708,7 @@ impl Server {
             socket: socket
                 .try_clone()
                 .map_err(io_err("cloning the socket for the sink"))?,
-            peers: RwLock::new(Peers::default()),
+            peers: RwLock::new(Peers::new(&cfg.jobs)),
             counters: Counters::default(),
             upstream: cfg.upstream,
         });
@@ -599,7 +716,7 @@ impl Server {
             .program(trio.program())
             .ppe_threads(cfg.ppe_threads)
             .memory(mem)
-            .ports(usize::from(PEER_PORT_BASE) + cfg.max_peers)
+            .ports(usize::from(PEER_PORT_BASE) + members)
             .max_frame_bytes(HEADERS_LEN + MAX_PAYLOAD)
             .timers(trio.timer_specs().map_err(|e| eng(&e))?)
             .sink(Arc::new(UdpSink(shared.clone())))
@@ -639,6 +756,15 @@ impl Server {
         self.shared.stats()
     }
 
+    /// A handle that reads the server's counters and the program's state while
+    /// [`Server::run`] runs (from another thread).
+    pub fn monitor(&self) -> Monitor {
+        Monitor {
+            shared: self.shared.clone(),
+            trio: self.trio.clone(),
+        }
+    }
+
     /// Receives datagrams and injects them until stopped or a limit is reached, then shuts
     /// the engine down and reports.
     pub fn run(self, limits: RunLimits) -> ServeReport {
@@ -675,12 +801,35 @@ impl Server {
             last = Some(Instant::now());
             self.on_datagram(&buf[..n], from, &mut frame);
         }
-        let front_end = self.shared.stats();
+        let open_blocks_at_stop = self.open_blocks();
+        let open_blocks_left = self.wait_for_open_blocks();
         let engine = self.pfe.shutdown();
         ServeReport {
             elapsed_s: start.elapsed().as_secs_f64(),
-            front_end,
+            front_end: self.shared.stats(),
             engine,
+            open_blocks_at_stop,
+            open_blocks_left,
+        }
+    }
+
+    /// Blocks being aggregated (not kept Results), over all jobs.
+    fn open_blocks(&self) -> u64 {
+        self.trio.active_blocks().map_or(0, |b| b.len() as u64)
+    }
+
+    /// Lets the engine run until every open block has timed out and sent its partial Result
+    /// (each times out within its timeout plus a scan period; this waits at most twice the
+    /// timeout and 50 ms more); returns the blocks still open after that.
+    fn wait_for_open_blocks(&self) -> u64 {
+        let deadline =
+            Instant::now() + Duration::from_millis(2 * u64::from(self.cfg.block_exp_ms) + 50);
+        loop {
+            let open = self.open_blocks();
+            if open == 0 || Instant::now() >= deadline {
+                return open;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -700,24 +849,28 @@ impl Server {
         if !self.jobs[usize::from(hdr.job_id)] {
             return bump(&c.dropped_unknown_job, 1);
         }
-        let Some(peer) = self
-            .shared
-            .learn(from, hdr.job_id, hdr.src_id, self.cfg.max_peers)
-        else {
-            return bump(&c.dropped_too_many_peers, 1);
+        let member = self.shared.learn(from, hdr.job_id, hdr.src_id);
+        let (port, src_addr, src_mac) = match member {
+            // Member indices are below the ports the engine has (checked in `bind`).
+            Some(i) => (
+                PEER_PORT_BASE + i as u16,
+                peer_ip(i),
+                [0x02, 0x01, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8],
+            ),
+            None => {
+                bump(&c.strangers, 1);
+                (
+                    STRANGER_PORT,
+                    STRANGER_IP,
+                    [0x02, 0x01, 0xff, 0xff, 0xff, 0xfe],
+                )
+            }
         };
         let t = self.trio.config();
         let ep = Endpoints {
-            src_mac: [
-                0x02,
-                0x01,
-                0,
-                (peer >> 16) as u8,
-                (peer >> 8) as u8,
-                peer as u8,
-            ],
+            src_mac,
             dst_mac: t.local_mac,
-            src_addr: peer_ip(peer),
+            src_addr,
             dst_addr: t.local_addr,
             src_port: from.port(),
             dst_port: t.udp_port,
@@ -725,10 +878,9 @@ impl Server {
         if frame_of(payload, &ep, frame).is_err() {
             return bump(&c.dropped_bad_length, 1);
         }
-        // The peer index is below max_peers, so the port fits (checked in `bind`).
-        let port = PEER_PORT_BASE + peer as u16;
-        if self.pfe.inject_frame(port, frame).is_ok() {
-            bump(&c.injected, 1);
+        match self.pfe.inject_frame(port, frame) {
+            Ok(()) => bump(&c.injected, 1),
+            Err(_) => bump(&c.not_injected, 1),
         }
     }
 }

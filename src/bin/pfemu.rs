@@ -127,10 +127,13 @@ enum Command {
         pfemu serve --listen 127.0.0.1:12000 --job 1:4\n  \
         pfemu serve --program fpisa --job 1:4 --job 2:8 --block-exp-ms 50 --idle-exit-ms 2000\n\n\
         Each datagram's UDP payload is the 12-byte Trio-ML header and the gradients. Results go \
-        back to the job's members (the addresses that sent to it), or with --upstream to the \
-        next aggregator. Prints `listening ADDR` first; stops on --seconds, --idle-exit-ms, \
-        SIGINT or SIGTERM, after draining the engine (no Result in flight is lost), and \
-        prints the final counters.")]
+        back to the job's members (each source at the address it last sent from), or with \
+        --upstream to the next aggregator. Datagrams that are not aggregation packets, of jobs \
+        not given with --job, or of sources outside their job are dropped and counted; a flood \
+        of new blocks is capped at the job's 2 * --window slots. Prints `listening ADDR` first; \
+        stops on --seconds, --idle-exit-ms, SIGINT or SIGTERM: it waits for the open blocks to \
+        time out (their partial Results go out), drains the engine (no Result in flight is \
+        lost), and prints the final counters.")]
     Serve(Box<serve::ServeArgs>),
     /// A worker process: allreduce a vector through `pfemu serve` and check the sums.
     #[command(after_help = "Examples:\n  \

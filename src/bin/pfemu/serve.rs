@@ -173,6 +173,8 @@ pub fn serve(a: &ServeArgs) -> CliResult {
                 "elapsed_s": report.elapsed_s,
                 "front_end": f,
                 "engine": report.engine,
+                "open_blocks_at_stop": report.open_blocks_at_stop,
+                "open_blocks_left": report.open_blocks_left,
                 "cpu_user_s": cpu.map(|c| c.0),
                 "cpu_system_s": cpu.map(|c| c.1),
             })
@@ -180,7 +182,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
     } else {
         println!(
             "served {:.2} s: {} datagrams in ({} B), {} injected, {} Results -> {} datagrams out \
-             ({} B), {} peers",
+             ({} B), {} members heard ({} from a new address)",
             report.elapsed_s,
             f.datagrams_in,
             f.bytes_in,
@@ -188,17 +190,22 @@ pub fn serve(a: &ServeArgs) -> CliResult {
             f.results,
             f.datagrams_out,
             f.bytes_out,
-            f.peers
+            f.peers,
+            f.readdressed
         );
         println!(
-            "dropped: {} short, {} bad length, {} unknown job, {} too many peers; {} \
-             unroutable, {} socket errors",
+            "dropped: {} short, {} bad length, {} unknown job; {} from sources outside their \
+             job (the engine drops them); {} unroutable, {} socket errors",
             f.dropped_short,
             f.dropped_bad_length,
             f.dropped_unknown_job,
-            f.dropped_too_many_peers,
+            f.strangers,
             f.unroutable,
             f.socket_errors
+        );
+        println!(
+            "stop: {} blocks open, {} still open after waiting for their timeout",
+            report.open_blocks_at_stop, report.open_blocks_left
         );
         println!(
             "engine: {} in, {} consumed, {} dropped {:?}",
