@@ -104,11 +104,15 @@ pub struct WorkerArgs {
     /// Gradients per packet.
     #[arg(long, default_value_t = 1024)]
     pub grads_per_packet: usize,
-    /// Packets outstanding (at most the server's --window). Larger windows of several
-    /// workers overflow the server's default socket receive buffer (about 200 KB on Linux)
-    /// and then rely on retransmission.
+    /// Packets outstanding (at most the server's --window, which gives each job
+    /// 2 * window slots: a block id's kept Result and its next generation).
     #[arg(long, default_value_t = 8)]
     pub window: usize,
+    /// Receive buffer asked for the worker's socket, KiB (the kernel caps it at
+    /// net.core.rmem_max; 0 keeps the system's default). Every member receives every Result
+    /// of its job, a window of them at a time.
+    #[arg(long, default_value_t = 4096)]
+    pub recv_buffer_kb: usize,
     /// Resend a packet whose Result has not come back in this many milliseconds (0: never).
     #[arg(long, default_value_t = 50)]
     pub retransmit_ms: u64,
@@ -257,6 +261,7 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
     let ccfg = ClientConfig {
         give_up_after: Duration::from_secs_f64(a.give_up_s),
         drop_every: a.drop_every,
+        recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
         ..ClientConfig::new(a.server)
     };
     let t0 = Instant::now();
