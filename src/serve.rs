@@ -49,11 +49,10 @@
 //! [`ServeConfig::block_exp_ms`]), and the engine's memory is allocated when it starts.
 //!
 //! A finished block keeps its Result in its slot (for sources that lost it) until the next
-//! generation of the same block id finishes. Workers reuse `window` block ids, so this
-//! holds at most two slots per id; but a member that sends block ids outside that pattern
-//! fills the job's slots with Results nobody replaces, and the job then refuses new block
-//! ids (`block_cnt_max`) until it is configured again. Sources are not authenticated: a
-//! member's datagrams are trusted.
+//! generation of the same block id finishes, or until nobody asked for it during
+//! [`ServeConfig::keep_result_ms`]. So a member that floods new block ids fills its job's
+//! slots for that long at most; the job then takes new blocks again. Sources are not
+//! authenticated: a member's datagrams are trusted.
 //!
 //! # Stopping
 //!
@@ -172,6 +171,10 @@ pub struct ServeConfig {
     pub jobs: Vec<JobSpec>,
     /// Block timeout of every job, in milliseconds.
     pub block_exp_ms: u8,
+    /// A kept Result nobody asked for during this long is dropped and its slot freed, in
+    /// milliseconds (0: kept until the next generation of its block id replaces it). Make
+    /// it longer than the workers' retransmission timeout.
+    pub keep_result_ms: u32,
     /// The largest worker window: every job gets `2 * window` slots.
     pub window: usize,
     /// Most gradients per packet.
@@ -195,14 +198,16 @@ pub struct ServeConfig {
 pub const DEFAULT_RECV_BUFFER_BYTES: usize = 4 << 20;
 
 impl Default for ServeConfig {
-    /// 127.0.0.1:12000, Trio-ML, no jobs, a 20 ms timeout, window 64, 1024 gradients per
-    /// packet, 4 PPE threads, 4 timers, no upstream, a 4 MiB receive buffer.
+    /// 127.0.0.1:12000, Trio-ML, no jobs, a 20 ms timeout, Results kept 1 s, window 64,
+    /// 1024 gradients per packet, 4 PPE threads, 4 timers, no upstream, a 4 MiB receive
+    /// buffer.
     fn default() -> Self {
         ServeConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, wire::DEFAULT_UDP_PORT)),
             aggregation: Aggregation::TrioMl,
             jobs: Vec::new(),
             block_exp_ms: 20,
+            keep_result_ms: 1000,
             window: 64,
             block_grad_max: 1024,
             ppe_threads: 4,
@@ -658,6 +663,12 @@ impl Server {
                 ),
             ));
         }
+        if cfg.keep_result_ms > 1_000_000 {
+            return Err(bad(
+                "keep_result_ms",
+                format!("{} ms is more than 1000 s", cfg.keep_result_ms),
+            ));
+        }
         let members: usize = cfg.jobs.iter().map(|j| usize::from(j.sources)).sum();
         let max_members = usize::from(u16::MAX - PEER_PORT_BASE) + 1;
         if members > max_members {
@@ -675,6 +686,7 @@ impl Server {
         let tcfg = TrioMlConfig {
             lanes,
             timers: cfg.timers,
+            keep_result_ns: u64::from(cfg.keep_result_ms) * 1_000_000,
             ..TrioMlConfig::default()
         };
         let eng = |e: &dyn fmt::Display| ServeError::Engine(e.to_string());

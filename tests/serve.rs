@@ -363,8 +363,9 @@ fn bad_datagrams_are_dropped_and_counted() {
 }
 
 /// A member that floods new block ids gets at most its job's slots; the rest are dropped
-/// as `block_cnt_max`, the tables stay within the job limits, and another job aggregates
-/// exactly all the while.
+/// as `block_cnt_max`, the tables stay within the job limits, another job aggregates
+/// exactly all the while, and once the flood's Results expire the flooded job aggregates
+/// exactly again.
 #[test]
 fn a_flood_of_new_block_ids_is_capped_and_other_jobs_still_aggregate() {
     // 16 slots per job: the workers below (window 8) need two per block id.
@@ -372,6 +373,7 @@ fn a_flood_of_new_block_ids_is_capped_and_other_jobs_still_aggregate() {
     let (addr, stop, m, h) = start_monitored(ServeConfig {
         window,
         block_exp_ms: 100,
+        keep_result_ms: 100,
         ..config(Aggregation::TrioMl, &["1:2", "2:2"])
     });
     let slots = 2 * window as u16;
@@ -433,19 +435,37 @@ fn a_flood_of_new_block_ids_is_capped_and_other_jobs_still_aggregate() {
         "{}",
         t.active_records()
     );
+    // The flood's blocks time out (100 ms), their Results expire (100 ms more), and job 1
+    // has all its slots back.
+    let t0 = Instant::now();
+    while t.job_state(1).unwrap().block_curr_cnt > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            t.job_state(1)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let created = u64::from(t.job_state(1).unwrap().block_total_cnt);
+    let again = Run {
+        job: 1,
+        sources: vec![0, 1],
+        ..r
+    };
+    check_exact(&again, &run_workers(addr, &again));
     stop.stop();
     let rep = h.join().unwrap();
     let by = &rep.engine.dropped_by_reason;
     let capped = by.get("block_cnt_max").copied().unwrap_or(0);
     assert!(capped > 0, "the flood was not capped: {by:?}");
-    // Blocks job 1 created, and blocks it refused, are the flood packets it received.
     let f = &rep.front_end;
     assert_eq!(f.unaccounted(), 0, "{f:?}");
-    assert_eq!(f.peers, 3, "{f:?}");
+    // Job 1's two sources (the flooder's source 0 moved to its worker) and job 2's two.
+    assert_eq!((f.peers, f.readdressed), (4, 1), "{f:?}");
     assert_conserved(&rep.engine);
     assert_eq!(rep.engine.in_flight, 0);
     assert_eq!(rep.open_blocks_left, 0, "{rep:?}");
-    let created = u64::from(t.job_state(1).unwrap().block_total_cnt);
+    // Blocks the flood created and flood packets refused: at most the flood.
     assert!(created + capped <= u64::from(flood), "{created} + {capped}");
     assert!(created >= u64::from(slots), "{created}");
 }

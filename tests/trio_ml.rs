@@ -478,6 +478,129 @@ fn generations_keep_the_last_result_until_the_next_one_finishes() {
     );
 }
 
+/// Kept Results nobody asks for expire after `keep_result_ns` and free their slots, so
+/// block ids a host stopped using (or a flood of new ones) do not hold a job's slots for
+/// ever; a Result that is asked for stays.
+#[test]
+fn kept_results_nobody_asks_for_expire_and_free_their_slots() {
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS,
+        timers: 4,
+        hash_shards: 16,
+        // Kept scans every 16 ms: 40 ms is 3 of them without a request.
+        keep_result_ns: 40 * MS,
+        ..config()
+    };
+    let mut j = job(1, &[0]);
+    j.block_cnt_max = 4;
+    let mut s = Setup::new(cfg, &[j]);
+    // Four block ids fill the job's four slots with kept Results.
+    let results: Vec<Vec<u8>> = (0..4u32)
+        .map(|b| {
+            let out = s.consumed(0, &packet(1, 100 + b, 0, 0, &[b as i32 + 1]));
+            assert_eq!(out.len(), 1);
+            out[0].1.clone()
+        })
+        .collect();
+    assert_eq!(s.dropped(0, &packet(1, 200, 0, 0, &[7])).0, "block_cnt_max");
+    // Kept scans at 16, 32, 48 and 64 ms (other scans do not age kept Results); block 101's
+    // Result is asked for after each.
+    for k in 1..=4u64 {
+        assert!(s.scan(k * 16 * MS - MS).is_empty());
+        assert!(s.scan(k * 16 * MS).is_empty());
+        assert_eq!(
+            s.dropped(3, &packet(1, 101, 0, 0, &[2])),
+            (
+                "retransmit_answered",
+                vec![(Dest::Port(3), results[1].clone())]
+            )
+        );
+        let kept: Vec<u32> = s
+            .trio
+            .kept_results()
+            .unwrap()
+            .iter()
+            .map(|b| b.block_id)
+            .collect();
+        if k < 4 {
+            // Ages 0 (created since the last scan), 1, 2: still kept.
+            assert_eq!(kept, [100, 101, 102, 103], "after kept scan {k}");
+        } else {
+            assert_eq!(kept, [101], "after kept scan {k}");
+        }
+    }
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!((st.block_curr_cnt, st.slots_in_use), (1, 1));
+    // One finished marker (block 101's) is left in the active table.
+    assert_eq!(s.trio.active_records(), 1);
+    assert_eq!(s.trio.kept_records(), 1);
+    // The freed slots take new blocks again.
+    assert_eq!(s.consumed(0, &packet(1, 200, 0, 0, &[7])).len(), 1);
+    assert_eq!(s.trio.job_state(1).unwrap().block_curr_cnt, 2);
+}
+
+/// Sources keep asking for kept Results of many block ids while the timers expire them
+/// and new blocks take their slots: every Result sent carries its own block's sums, never
+/// those of a block that took the slot meanwhile.
+#[test]
+fn results_sent_again_while_kept_results_expire_are_never_another_blocks() {
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS / 4,
+        timers: 4,
+        hash_shards: 16,
+        // One kept scan (every 4 ms) without a request.
+        keep_result_ns: 1,
+        ..config()
+    };
+    let trio = TrioMl::install(&mem, cfg).unwrap();
+    let mut j = job(1, &[0]);
+    j.block_cnt_max = 16;
+    j.block_grad_max = 64;
+    j.out_dest = Dest::Port(1);
+    trio.add_job(&j).unwrap();
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(trio.program())
+        .memory(mem)
+        .ppe_threads(16)
+        .timers(trio.timer_specs().unwrap())
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let mut rng = Rng(9);
+    // 1024 block ids over 16 slots, each block's 64 sums all equal to its id.
+    let frames: Vec<Vec<u8>> = (0..1024u32)
+        .map(|b| packet(1, b, 0, 0, &[b as i32; 64]))
+        .collect();
+    let t0 = std::time::Instant::now();
+    let mut results = 0u64;
+    while t0.elapsed() < std::time::Duration::from_millis(400) {
+        let burst: Vec<&[u8]> = (0..64)
+            .map(|_| frames[rng.below(1024) as usize].as_slice())
+            .collect();
+        pfe.inject_burst(burst.into_iter().map(|f| (0, f))).unwrap();
+        for p in rx.try_iter() {
+            let (hdr, g) = wire::parse(&p.data).unwrap();
+            assert_eq!(
+                wire::gradients(g),
+                vec![hdr.block_id as i32; 64],
+                "block {}",
+                hdr.block_id
+            );
+            results += 1;
+        }
+    }
+    let stats = pfe.shutdown();
+    assert!(stats.is_conserved());
+    assert!(results > 0);
+    // Slots were freed by expiry and taken again: more blocks than slots were created.
+    assert!(trio.job_state(1).unwrap().block_total_cnt > 16);
+    assert_eq!(stats.timer_faults, 0);
+    assert!(stats.drops("retransmit_answered") > 0);
+}
+
 #[test]
 fn block_total_cnt_carries_across_its_two_words() {
     let mut s = Setup::new(config(), &[job(1, &[0, 1])]);
@@ -533,7 +656,7 @@ fn an_aged_block_sends_one_partial_result_after_block_exp_not_before() {
     assert!(s.trio.active_blocks().unwrap().is_empty());
     let kept = s.trio.kept_results().unwrap();
     assert_eq!((kept.len(), kept[0].rcvd_cnt), (1, 2));
-    // Kept Results are never aged.
+    // Kept Results stay (for keep_result_ns, 1 s by default).
     for k in 12..=30u64 {
         assert!(s.scan(k * MS).is_empty());
     }

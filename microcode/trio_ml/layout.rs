@@ -308,14 +308,40 @@ pub(super) fn kept_key(job: u8, block: u32) -> [u8; 5] {
     [job, b[0], b[1], b[2], b[3]]
 }
 
-/// Value of a kept result: its generation and its block record's 32-bit address.
+/// `(job_id, block_id)` of a [`kept_key`].
+pub(super) fn parse_kept_key(key: &[u8; 5]) -> (u8, u32) {
+    (key[0], u32::from_be_bytes([key[1], key[2], key[3], key[4]]))
+}
+
+/// Value of a kept result: its generation (bits 32..48) and its block record's 32-bit
+/// address (0..32), with age 0 (bits 48..64: kept scans since a packet last asked for it;
+/// the timer threads count it, see [`kept_age`]).
 pub(super) fn kept_value(gen: u16, record: Addr) -> u64 {
     u64::from(gen) << 32 | u64::from(paddr(record))
 }
 
-/// `(gen, record)` of a [`kept_value`].
+/// `(gen, record)` of a [`kept_value`], whatever its age.
 pub(super) fn parse_kept_value(v: u64) -> (u16, Addr) {
     ((v >> 32) as u16, addr_of(v as u32))
+}
+
+/// Shift of the age in a [`kept_value`].
+const KEPT_AGE_SHIFT: u32 = 48;
+
+/// The age of a kept result: kept scans since a packet last asked for it.
+pub(super) fn kept_age(v: u64) -> u16 {
+    (v >> KEPT_AGE_SHIFT) as u16
+}
+
+/// `v` with age `age`.
+pub(super) fn with_kept_age(v: u64, age: u16) -> u64 {
+    v & ((1 << KEPT_AGE_SHIFT) - 1) | u64::from(age) << KEPT_AGE_SHIFT
+}
+
+/// Whether two kept values name the same Result (generation and record), whatever their
+/// ages.
+pub(super) fn same_kept(a: u64, b: u64) -> bool {
+    with_kept_age(a, 0) == with_kept_age(b, 0)
 }
 
 /// Key of a job record: the job id.

@@ -94,7 +94,14 @@
 //!   through the `kept` hash table keyed `[job_id, block_id]` with value
 //!   `gen_id << 32 | record` (the record as a 32-bit address, below), so a source that
 //!   lost the Result can ask again. A kept Result is replaced (and its slot freed) when
-//!   the next generation of the block id finishes. Timers never scan this table.
+//!   the next generation of the block id finishes, or when nobody asked for it during
+//!   [`TrioMlConfig::keep_result_ns`] (so block ids a host stopped using, or a flood of
+//!   new ones, do not hold the job's slots for ever). Timers scan this table every
+//!   [`KEPT_SCAN_EVERY`] periods and count each Result's age (kept scans without a lookup)
+//!   in bits 48..64 of its value; the one that deletes an expired Result under the shard's
+//!   lock deletes its finished marker and frees its slot. A Result being sent again to a
+//!   source is checked to be still kept once it is built, and dropped (`result_expired`)
+//!   if its slot was freed meanwhile.
 //! - A finished block's active record stays too, as a *finished marker* (its value with
 //!   bit 63 set), until its kept Result is replaced. Deleting it when the block finishes
 //!   would let a packet that missed the block just before it was created insert it again
@@ -147,7 +154,8 @@
 //! the block); `late` (a source that missed an aged-out block; answered with the kept
 //! partial Result when there is one), `retransmit_answered` (a source asks again for a
 //! finished block: answered with the kept Result), `stale_gen` (a generation older than the
-//! kept one). Aggregated packets are consumed.
+//! kept one), `result_expired` (a kept Result expired while it was being sent again).
+//! Aggregated packets are consumed.
 //!
 //! # Timer threads
 //!
@@ -155,7 +163,9 @@
 //! owning one slice of the active table ([`TrioMl::timer_specs`]). Each visit resets a
 //! referenced block's `block_age` and increments an idle one's; a block ages out when
 //! `block_age * scan_period_ns >= block_exp` ms, so between `block_exp` and `block_exp +
-//! scan_period` after its last packet.
+//! scan_period` after its last packet. Every [`KEPT_SCAN_EVERY`]th launch of a timer also
+//! ages its slice of the kept-results table and frees the expired Results (see *Kept
+//! results* above).
 //!
 //! # Limits
 //!
@@ -185,8 +195,8 @@ use crate::timer::TimerSpec;
 
 pub use layout::Lanes;
 use layout::{
-    block_key, job_key, kept_key, kept_value, parse_kept_value, route_key, JobLayout, BLOCK_KEY_AT,
-    GATE_CLOSED,
+    block_key, job_key, kept_key, kept_value, parse_kept_value, route_key, same_kept, JobLayout,
+    BLOCK_KEY_AT, GATE_CLOSED,
 };
 use wire::{BlockCtx, JobCtx};
 
@@ -227,11 +237,23 @@ pub struct TrioMlConfig {
     pub route_capacity: usize,
     /// What the gradients are: Trio-ML's 32-bit integers (the default) or FPISA's floats.
     pub lanes: Lanes,
+    /// A kept Result nobody asked for during this long is dropped and its slot freed, in
+    /// nanoseconds (0: kept until the next generation of its block id replaces it). The
+    /// timer threads check kept Results every [`KEPT_SCAN_EVERY`] scan periods, so a Result
+    /// goes between `keep_result_ns` and one such interval later. It must outlast the hosts'
+    /// retransmission timeout, or a source that lost the Result cannot get it again.
+    pub keep_result_ns: u64,
 }
+
+/// Kept Results are aged once per this many scan periods ([`TrioMlConfig::keep_result_ns`]).
+pub const KEPT_SCAN_EVERY: u64 = 16;
+/// Default [`TrioMlConfig::keep_result_ns`]: 1 s.
+pub const DEFAULT_KEEP_RESULT_NS: u64 = 1_000_000_000;
 
 impl Default for TrioMlConfig {
     /// Address 10.0.0.254, MAC 02:00:00:00:00:fe, port 12000, 100 timers scanning every
-    /// 1 ms, 65536 records in 1024 shards, 1024 routes.
+    /// 1 ms, 65536 records in 1024 shards, 1024 routes, kept Results dropped after 1 s
+    /// without a request.
     fn default() -> Self {
         TrioMlConfig {
             local_addr: Ipv4Addr::new(10, 0, 0, 254),
@@ -243,6 +265,7 @@ impl Default for TrioMlConfig {
             hash_shards: DEFAULT_HASH_SHARDS,
             route_capacity: DEFAULT_ROUTE_CAPACITY,
             lanes: Lanes::Int32,
+            keep_result_ns: DEFAULT_KEEP_RESULT_NS,
         }
     }
 }
@@ -436,6 +459,21 @@ impl TrioMl {
     pub fn install(mem: &Arc<SharedMemory>, cfg: TrioMlConfig) -> Result<TrioMl, TrioMlError> {
         if cfg.scan_period_ns == 0 {
             return Err(ConfigError::new("scan_period_ns", "must be at least 1 ns").into());
+        }
+        if cfg
+            .keep_result_ns
+            .div_ceil(cfg.scan_period_ns * KEPT_SCAN_EVERY)
+            > u64::from(u16::MAX)
+        {
+            return Err(ConfigError::new(
+                "keep_result_ns",
+                format!(
+                    "{} ns is more than 65535 kept scans of {} ns",
+                    cfg.keep_result_ns,
+                    cfg.scan_period_ns * KEPT_SCAN_EVERY
+                ),
+            )
+            .into());
         }
         let active = HashTable::new(cfg.hash_capacity, cfg.hash_shards)?;
         if cfg.timers == 0 || cfg.timers as usize > active.shards() {
@@ -649,7 +687,10 @@ impl TrioMl {
             let (rec, b) = block;
             t.active.delete(&block_key(job_id, b.block_id, b.gen_id))?;
             let key = kept_key(job_id, b.block_id);
-            if t.kept.lookup(&key)? == Some(kept_value(b.gen_id, rec)) {
+            if t.kept
+                .peek(&key)?
+                .is_some_and(|v| same_kept(v, kept_value(b.gen_id, rec)))
+            {
                 t.kept.delete(&key)?;
             }
         }
@@ -765,8 +806,12 @@ impl TrioMl {
         }
         sums.truncate(usize::from(grad_cnt));
         let gate = mem.read_u64(rec + layout::GATE_W)?;
-        let kept = self.inner.tables.kept.lookup(&kept_key(job_id, block_id))?
-            == Some(kept_value(gen_id, rec));
+        let kept = self
+            .inner
+            .tables
+            .kept
+            .peek(&kept_key(job_id, block_id))?
+            .is_some_and(|v| same_kept(v, kept_value(gen_id, rec)));
         Ok(BlockState {
             job_id,
             block_id,
@@ -823,7 +868,7 @@ impl TrioMl {
         job_id: u8,
         block_id: u32,
     ) -> Result<Option<BlockState>, TrioMlError> {
-        let Some(v) = self.inner.tables.kept.lookup(&kept_key(job_id, block_id))? else {
+        let Some(v) = self.inner.tables.kept.peek(&kept_key(job_id, block_id))? else {
             return Ok(None);
         };
         let (_, rec) = parse_kept_value(v);

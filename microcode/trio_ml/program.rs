@@ -28,6 +28,8 @@
 //!
 //! timer: scan_blocks (age every block of the slice) -> close_aged (one aged block per
 //!        instruction; the thread that takes it calls finish_block)
+//!        -> scan_kept (every KEPT_SCAN_EVERY periods: age the slice's kept Results, take
+//!        the expired ones) -> free_expired (one per instruction: marker, then slot)
 //! ```
 //!
 //! Phase one adds the 16-gradient chunks that lie wholly in the head, straight from local
@@ -97,6 +99,14 @@ const R_BUFS: usize = 27;
 const R_CONTRIB: usize = 28;
 /// The packet's own `degraded` bit (a lower aggregator's partial Result).
 const R_PKT_DEGRADED: usize = 29;
+/// Set while a kept Result is sent again to one source ([`ANSWER_SENDING`]); emit_result
+/// sets [`ANSWER_EXPIRED`] instead of sending when the Result stopped being kept.
+const R_ANSWER: usize = 30;
+
+/// [`R_ANSWER`]: sending a kept Result again.
+const ANSWER_SENDING: u64 = 1;
+/// [`R_ANSWER`]: the kept Result expired (or was replaced) while it was being built.
+const ANSWER_EXPIRED: u64 = 2;
 
 /// [`R_DEST`]: send the Result where the job says (`out_nh_addr`).
 const DEST_JOB: u64 = u64::MAX;
@@ -170,6 +180,7 @@ struct Reasons {
     late: DropReason,
     retransmit_answered: DropReason,
     stale_gen: DropReason,
+    result_expired: DropReason,
 }
 
 impl Reasons {
@@ -188,6 +199,7 @@ impl Reasons {
             late: p.drop_reason("late"),
             retransmit_answered: p.drop_reason("retransmit_answered"),
             stale_gen: p.drop_reason("stale_gen"),
+            result_expired: p.drop_reason("result_expired"),
         }
     }
 }
@@ -345,7 +357,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             "result_tail",
             "emit_result",
         ]);
-    let [scan_blocks, close_aged] = p.labels(["scan_blocks", "close_aged"]);
+    let [scan_blocks, close_aged, scan_kept, free_expired] =
+        p.labels(["scan_blocks", "close_aged", "scan_kept", "free_expired"]);
     // The finishing subroutine starts at keep_result; the Result builder at result_headers.
     let finish_block = keep_result;
     let build_result = result_headers;
@@ -354,6 +367,11 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     let udp_port = cfg.udp_port;
     let local_mac = cfg.local_mac;
     let scan_period_ns = cfg.scan_period_ns;
+    // Kept scans a Result may go unasked before it is dropped (0: never).
+    let keep_scans = cfg
+        .keep_result_ns
+        .div_ceil(scan_period_ns * super::KEPT_SCAN_EVERY)
+        .min(u64::from(u16::MAX)) as u16;
     let lanes = cfg.lanes;
     // Only FPISA lanes count events; integer lanes never read it.
     let events = tables.fpisa_events.unwrap_or(0);
@@ -484,13 +502,26 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         }
         let received = mask_has(t.read_u64(rec + word as u64)?, src);
         t.r[R_DEST] = u64::from(nh_addr(Dest::Port(t.port())));
+        t.r[R_ANSWER] = ANSWER_SENDING;
         Ok(Call(
             build_result,
             if received { answered } else { answered_late },
         ))
     });
-    p.instr(answered, move |_t| drop_as(r.retransmit_answered));
-    p.instr(answered_late, move |_t| drop_as(r.late));
+    p.instr(answered, move |t| {
+        drop_as(if t.r[R_ANSWER] == ANSWER_EXPIRED {
+            r.result_expired
+        } else {
+            r.retransmit_answered
+        })
+    });
+    p.instr(answered_late, move |t| {
+        drop_as(if t.r[R_ANSWER] == ANSWER_EXPIRED {
+            r.result_expired
+        } else {
+            r.late
+        })
+    });
 
     // 3. create_block: the job must exist, know the source and allow the gradients.
     let jobs = tables.jobs.clone();
@@ -817,6 +848,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             t.hash_update(&active, &key, rec | FINISHED)?;
         }
         t.r[R_DEST] = DEST_JOB;
+        t.r[R_ANSWER] = 0;
         Ok(Goto(free_replaced))
     });
 
@@ -950,7 +982,23 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
 
     // Send the Result: to the job's next hop (a port or a multicast group), or back to the
     // port a retransmission came from.
+    // A kept Result sent again is checked to be kept still: the timer threads delete an
+    // expired one from the table before they free its slot (and a replaced one is updated
+    // in the table before its slot is freed), so a Result still kept after it was read is
+    // whole; otherwise it may hold another block's sums and is not sent.
+    let kept = tables.kept.clone();
     p.instr(emit_result, move |t| {
+        if t.r[R_ANSWER] == ANSWER_SENDING {
+            let key = kept_key(t.r[R_JOB_ID] as u8, t.r[R_BLOCK_ID] as u32);
+            let want = kept_value(t.r[R_GEN_ID] as u16, t.r[R_BLK]);
+            if !t
+                .hash_lookup(&kept, &key)?
+                .is_some_and(|v| same_kept(v, want))
+            {
+                t.r[R_ANSWER] = ANSWER_EXPIRED;
+                return Ok(Return);
+            }
+        }
         t.emit(nh_dest(t.r[R_DEST] as u32), LM_RESULT_HDR, HEADERS_LEN)?;
         Ok(Return)
     });
@@ -1007,7 +1055,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     p.instr(close_aged, move |t| {
         let i = t.r[R_AGED_I] as usize;
         if i == t.r[R_AGED_N] as usize {
-            return Ok(Done(Verdict::Consume));
+            return Ok(Goto(scan_kept));
         }
         t.r[R_AGED_I] += 1;
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
@@ -1022,6 +1070,70 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             return Ok(Call(finish_block, close_aged));
         }
         Ok(Goto(close_aged))
+    });
+
+    // Every KEPT_SCAN_EVERY periods, age the kept Results of this launch's slice by their
+    // REF flags; delete (under the shard's lock) those unasked for keep_scans kept scans,
+    // and list them: this thread owns them now.
+    let kept = tables.kept.clone();
+    p.instr(scan_kept, move |t| {
+        let Some(launch) = t.timer().copied() else {
+            return Ok(Done(Verdict::Consume));
+        };
+        if keep_scans == 0 || (launch.scheduled_ns / scan_period_ns) % super::KEPT_SCAN_EVERY != 0 {
+            return Ok(Done(Verdict::Consume));
+        }
+        let mut expired: Vec<([u8; 5], u64)> = Vec::new();
+        t.hash_scan(
+            &kept,
+            launch.slice as usize,
+            launch.slices as usize,
+            |key, v, referenced| {
+                if referenced {
+                    return if kept_age(v) == 0 {
+                        ScanAction::Keep
+                    } else {
+                        ScanAction::Set(with_kept_age(v, 0))
+                    };
+                }
+                let age = kept_age(v).saturating_add(1);
+                if age >= keep_scans && expired.len() < MAX_AGED_PER_SCAN {
+                    if let Ok(key) = key.try_into() {
+                        expired.push((key, v));
+                        return ScanAction::Delete;
+                    }
+                }
+                // Past its time but over this launch's budget: the next kept scan takes it.
+                ScanAction::Set(with_kept_age(v, age.min(keep_scans)))
+            },
+        );
+        for (i, (key, v)) in expired.iter().enumerate() {
+            let e = t.lm_bytes_mut(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
+            e[..5].copy_from_slice(key);
+            e[8..].copy_from_slice(&v.to_be_bytes());
+        }
+        t.r[R_AGED_N] = expired.len() as u64;
+        t.r[R_AGED_I] = 0;
+        Ok(Goto(free_expired))
+    });
+
+    // Free one expired Result: its finished marker goes (no block of that generation can be
+    // created while the marker is there, so the key is still this Result's), then its slot.
+    let active = tables.active.clone();
+    p.instr(free_expired, move |t| {
+        let i = t.r[R_AGED_I] as usize;
+        if i == t.r[R_AGED_N] as usize {
+            return Ok(Done(Verdict::Consume));
+        }
+        t.r[R_AGED_I] += 1;
+        let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
+        let (job_id, block) = parse_kept_key(e[..5].try_into().expect("5 bytes"));
+        let v = u64::from_be_bytes(e[8..16].try_into().expect("8 bytes"));
+        let (gen, rec) = parse_kept_value(v);
+        t.hash_delete(&active, &block_key(job_id, block, gen))?;
+        let job = job_of(t, rec)?;
+        free_slot(t, job, rec, lanes)?;
+        Ok(Goto(free_expired))
     });
 
     p.entry(Entry::Packet, parse);

@@ -129,6 +129,8 @@ pub enum ScanAction {
     Keep,
     /// Delete the record.
     Delete,
+    /// Keep the record with this value instead (e.g. an age kept in the value).
+    Set(u64),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -219,6 +221,13 @@ impl HashTable {
         }))
     }
 
+    /// Looks a key up without marking the record referenced: for the control plane, whose
+    /// reads must not keep records alive.
+    pub fn peek(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
+        let key = Self::key(key)?;
+        Ok(self.shard(&key).lock().get(&key).map(|r| r.value))
+    }
+
     /// Creates a record unless one with the key exists (then that one is returned and
     /// marked referenced): of several threads inserting the same key at once, exactly one
     /// creates it and the others learn its value.
@@ -299,6 +308,10 @@ impl HashTable {
                 let was = std::mem::replace(&mut r.referenced, false);
                 match visit(key.as_bytes(), r.value, was) {
                     ScanAction::Keep => true,
+                    ScanAction::Set(value) => {
+                        r.value = value;
+                        true
+                    }
                     ScanAction::Delete => {
                         deleted += 1;
                         false
@@ -404,6 +417,29 @@ mod tests {
             (1..100).step_by(2).map(|b| b as u64).collect::<Vec<_>>()
         );
         assert_eq!(t.len(), 50);
+    }
+
+    #[test]
+    fn scans_can_set_values_and_peeks_leave_ref_flags_alone() {
+        let t = HashTable::new(100, 4).unwrap();
+        for b in 0..10 {
+            t.insert(&key(1, b), b as u64).unwrap();
+        }
+        // Every value gets 100 added; the REF flags (all set by the inserts) are cleared.
+        t.scan(0, 1, |_, v, _| ScanAction::Set(v + 100));
+        assert_eq!(t.peek(&key(1, 3)), Ok(Some(103)));
+        assert_eq!(t.peek(&key(1, 10)), Ok(None));
+        // Peeks do not mark records referenced; lookups do.
+        t.lookup(&key(1, 4)).unwrap();
+        let mut referenced = Vec::new();
+        t.scan(0, 1, |_, v, was| {
+            if was {
+                referenced.push(v);
+            }
+            ScanAction::Keep
+        });
+        assert_eq!(referenced, vec![104]);
+        assert_eq!(t.len(), 10);
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub struct ServeArgs {
     /// later than this after the others is left out (partial Results).
     #[arg(long, default_value_t = 200)]
     pub block_exp_ms: u8,
+    /// Drop a kept Result (and free its slot) nobody asked for during this many
+    /// milliseconds (0: keep it until the next generation of its block id). Longer than the
+    /// workers' --retransmit-ms.
+    #[arg(long, default_value_t = 1000)]
+    pub keep_result_ms: u32,
     /// The largest worker window (each job gets 2 * window block slots).
     #[arg(long, default_value_t = 64)]
     pub window: usize,
@@ -138,6 +143,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         },
         jobs: a.jobs.clone(),
         block_exp_ms: a.block_exp_ms,
+        keep_result_ms: a.keep_result_ms,
         window: a.window,
         block_grad_max: a.block_grad_max,
         ppe_threads: a.ppe_threads,
