@@ -1,23 +1,37 @@
-//! Replay a pcap capture through the PFE and write what leaves it as pcap captures.
+//! Replay a pcap or pcapng capture through the PFE and write what leaves it as pcap
+//! captures.
 //!
-//! [`replay_file`] reads a classic pcap capture (link type Ethernet), runs every packet
-//! through a shipped program ([`ReplayProgram`]) on a running [`Pfe`], and writes
-//! `OUT/port<N>.pcap` for every port that sent anything and, when asked
-//! ([`ReplayConfig::write_drops`]), `OUT/dropped.pcap`. [`replay`] does the same with
-//! writers of the caller's choice (in memory, a socket, ...). `pfemu replay` is the CLI.
+//! [`replay_file`] reads a capture (classic pcap or pcapng, link type Ethernet), runs every
+//! packet through a shipped program ([`ReplayProgram`]) on a running [`Pfe`], and writes `OUT/port<N>.pcap` for every port
+//! that sent anything and, when asked ([`ReplayConfig::write_drops`]), `OUT/dropped.pcap`.
+//! [`replay`] does the same with writers of the caller's choice (in memory, a socket, ...).
+//! `pfemu replay` is the CLI.
 //!
 //! # Input
 //!
-//! - Classic pcap only (microsecond or nanosecond timestamps, either byte order). A
-//!   pcapng capture is refused with a hint (`editcap -F pcap in.pcapng out.pcap`).
-//! - Link type Ethernet (1) only; any other is refused, naming the link type.
+//! - Classic pcap (microsecond or nanosecond timestamps, either byte order) or pcapng
+//!   (either byte order), told apart by the file's magic number.
+//! - Link type Ethernet (1) only; any other is refused, naming the link type (and, in a
+//!   pcapng capture, the interface).
 //! - The whole capture is read and checked **before** the engine starts, so a bad or
 //!   truncated file fails with nothing written; the capture must fit in memory.
 //! - Packets captured shorter than they were on the wire (`caplen < len`, a snap length)
 //!   are counted ([`ReplayReport::truncated_in`]) and replayed **as captured**: the program
 //!   sees the captured bytes only (so e.g. l3fwd may drop them as `bad_length`).
-//! - Classic pcap records no interface, so every packet enters on one ingress port
-//!   ([`ReplayConfig::port`], 0 by default).
+//! - **Ingress ports.** Classic pcap records no interface, so every packet enters on
+//!   [`ReplayConfig::port`] (0 by default). In a pcapng capture, a packet of interface `i`
+//!   (the index of its Interface Description Block in its section, as tshark's
+//!   `frame.interface_id`) enters on port [`ReplayConfig::port`]` + i`;
+//!   [`ReplayReport::packets_in_by_port`] counts them.
+//!
+//! pcapng details: Enhanced Packet Blocks are timed at their interface's resolution
+//! (`if_tsresol`: `10^-n` or `2^-n` seconds, microseconds when absent) plus its
+//! `if_tsoffset` seconds. Simple Packet Blocks belong to interface 0, carry
+//! `min(original length, the interface's snap length)` bytes and no timestamp: they take
+//! the timestamp of the packet before them (the first timestamped packet's, before it).
+//! Interface ids count from 0 again in each section, like tshark's. The obsolete Packet
+//! Block is refused (rewrite the file with `editcap`); blocks that carry no packet (name
+//! resolution, interface statistics, ...) are skipped.
 //!
 //! # Timing
 //!
@@ -49,8 +63,9 @@
 //! the difference of the engine's counters then says what became of that packet (left,
 //! consumed, or dropped and why). A dropped packet is written to `dropped.pcap` as it was
 //! captured (input timestamp and length), and listed in [`ReplayReport::drops`] with its
-//! index in the capture and the drop reason. This is much slower than a normal replay and
-//! keeps only one packet in flight, so use it to debug a program, not to measure it.
+//! index in the capture, its ingress port and the drop reason. This is much slower than a
+//! normal replay and keeps only one packet in flight, so use it to debug a program, not to
+//! measure it.
 //!
 //! ```no_run
 //! use std::path::Path;
@@ -62,7 +77,7 @@
 //!     write_drops: true,
 //!     ..ReplayConfig::default()
 //! };
-//! let report = replay_file(&cfg, Path::new("in.pcap"), Path::new("out"))?;
+//! let report = replay_file(&cfg, Path::new("in.pcapng"), Path::new("out"))?;
 //! println!("{} in, {:?} out by port", report.packets_in, report.packets_out_by_port);
 //! # Ok::<(), pfemu::replay::ReplayError>(())
 //! ```
@@ -76,6 +91,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
+use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use serde::Serialize;
 
@@ -92,6 +109,8 @@ pub const OUT_SNAPLEN: u32 = 262_144;
 pub const MAX_RECORD_BYTES: u32 = 262_144;
 /// Frames per burst in [`Timing::AsFast`] replays.
 const BURST: usize = 1024;
+/// Most ports an engine has.
+const MAX_PORTS: usize = 4096;
 
 /// The program a capture is replayed through.
 #[derive(Clone, Debug)]
@@ -154,7 +173,9 @@ pub struct ReplayConfig {
     pub timing: Timing,
     /// PPE threads.
     pub ppe_threads: usize,
-    /// Ingress port of every packet (classic pcap records none).
+    /// Ingress port of every packet of a classic pcap capture (which records no
+    /// interface); in a pcapng capture, the port of interface 0 (interface `i` enters on
+    /// `port + i`).
     pub port: Port,
     /// Find the dropped packets exactly (one packet in flight at a time; see the module
     /// documentation) and write them to `dropped.pcap`.
@@ -180,6 +201,8 @@ impl Default for ReplayConfig {
 pub struct DroppedPacket {
     /// Index of the packet in the input capture (0-based; tshark numbers frames from 1).
     pub index: u64,
+    /// The port it entered on.
+    pub port: Port,
     /// Why it was dropped, as in [`Stats::dropped_by_reason`].
     pub reason: String,
 }
@@ -189,8 +212,12 @@ pub struct DroppedPacket {
 pub struct ReplayReport {
     /// The program's name.
     pub program: String,
+    /// The input's format: `pcap` or `pcapng`.
+    pub format: String,
     /// Packets read from the capture and injected.
     pub packets_in: u64,
+    /// Packets injected per ingress port (see [`ReplayConfig::port`]).
+    pub packets_in_by_port: BTreeMap<Port, u64>,
     /// Bytes injected (as captured).
     pub bytes_in: u64,
     /// Packets captured shorter than they were on the wire (replayed as captured).
@@ -250,11 +277,14 @@ pub enum ReplayError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The capture's link type is not Ethernet.
+    /// The capture's (or, in a pcapng capture, an interface's) link type is not Ethernet.
     LinkType {
         /// The capture.
         file: String,
-        /// The link type, as the pcap header gives it.
+        /// The pcapng interface (its index in its section, and its `if_name` if it has
+        /// one); `None` for a classic pcap capture.
+        interface: Option<(u32, Option<String>)>,
+        /// The link type, as the pcap header or the Interface Description Block gives it.
         link_type: u32,
         /// Its name.
         name: String,
@@ -277,12 +307,28 @@ impl fmt::Display for ReplayError {
             ReplayError::Capture { file, reason } => write!(f, "capture {file}: {reason}"),
             ReplayError::LinkType {
                 file,
+                interface: None,
                 link_type,
                 name,
             } => write!(
                 f,
                 "capture {file} has link type {link_type} ({name}); replay needs Ethernet (1)"
             ),
+            ReplayError::LinkType {
+                file,
+                interface: Some((i, if_name)),
+                link_type,
+                name,
+            } => {
+                write!(f, "capture {file}: interface {i}")?;
+                if let Some(n) = if_name {
+                    write!(f, " ({n})")?;
+                }
+                write!(
+                    f,
+                    " has link type {link_type} ({name}) and packets; replay needs Ethernet (1)"
+                )
+            }
             ReplayError::Config(e) => e.fmt(f),
             ReplayError::Write { output, reason } => {
                 write!(f, "cannot write output capture {output}: {reason}")
@@ -314,11 +360,20 @@ impl From<ConfigError> for ReplayError {
 struct InPacket {
     ts: Duration,
     orig_len: u32,
+    /// Its pcapng interface (0 in a classic pcap capture): the ingress port's offset.
+    interface: u32,
     data: Vec<u8>,
 }
 
-/// Reads and checks a whole classic pcap capture; `file` names it in errors.
-fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+/// A whole input capture.
+struct Capture {
+    /// `pcap` or `pcapng`.
+    format: &'static str,
+    packets: Vec<InPacket>,
+}
+
+/// Reads and checks a whole capture (classic pcap or pcapng); `file` names it in errors.
+fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Capture, ReplayError> {
     let capture_err = |reason: String| ReplayError::Capture {
         file: file.to_string(),
         reason,
@@ -347,36 +402,70 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repl
             "only {got} bytes long: not a pcap capture (the file header alone is 24 bytes)"
         )));
     }
+    let input = io::Cursor::new(magic).chain(input);
     match u32::from_be_bytes(magic) {
-        0xA1B2_C3D4 | 0xA1B2_3C4D | 0xD4C3_B2A1 | 0x4D3C_B2A1 => {}
-        0x0A0D_0D0A => {
-            return Err(capture_err(
-                "is a pcapng capture; replay reads classic pcap (convert it with \
-                 `editcap -F pcap IN.pcapng OUT.pcap` or `tshark -F pcap -r IN -w OUT`)"
-                    .into(),
-            ))
-        }
-        m => {
-            return Err(capture_err(format!(
-                "not a pcap capture (magic number 0x{m:08x}; pcap starts with a1b2c3d4, \
-                 a1b23c4d or their byte swaps)"
-            )))
-        }
+        0xA1B2_C3D4 | 0xA1B2_3C4D | 0xD4C3_B2A1 | 0x4D3C_B2A1 => Ok(Capture {
+            format: "pcap",
+            packets: read_pcap(input, file)?,
+        }),
+        0x0A0D_0D0A => Ok(Capture {
+            format: "pcapng",
+            packets: read_pcapng(input, file)?,
+        }),
+        m => Err(capture_err(format!(
+            "not a pcap capture (magic number 0x{m:08x}; pcap starts with a1b2c3d4, \
+             a1b23c4d or their byte swaps, pcapng with 0a0d0d0a)"
+        ))),
     }
-    let mut reader = PcapReader::new(io::Cursor::new(magic).chain(input)).map_err(|e| match e {
+}
+
+/// The error of a failed read of a capture's record `what` (e.g. "packet record 3").
+fn record_err(file: &str, e: PcapError, what: impl FnOnce() -> String) -> ReplayError {
+    match e {
         PcapError::IoError(ref io) if io.kind() == io::ErrorKind::UnexpectedEof => {
-            capture_err("truncated: the file ends inside its 24-byte header".into())
+            ReplayError::Capture {
+                file: file.to_string(),
+                reason: format!("truncated: the file ends inside {}", what()),
+            }
         }
         PcapError::IoError(source) => ReplayError::Read {
             file: file.to_string(),
             source,
         },
-        other => capture_err(format!("invalid file header: {other}")),
-    })?;
+        other => ReplayError::Capture {
+            file: file.to_string(),
+            reason: format!("{}: {other}", what()),
+        },
+    }
+}
+
+/// Checks a record's captured length; `n` is its packet number (1-based).
+fn check_record_len(file: &str, n: usize, len: usize) -> Result<(), ReplayError> {
+    if len > MAX_RECORD_BYTES as usize {
+        return Err(ReplayError::Capture {
+            file: file.to_string(),
+            reason: format!(
+                "packet record {n} claims {len} captured bytes (at most {MAX_RECORD_BYTES}): \
+                 the file is corrupt"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Reads the packets of a classic pcap capture.
+fn read_pcap<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+    let capture_err = |reason: String| ReplayError::Capture {
+        file: file.to_string(),
+        reason,
+    };
+    let mut reader =
+        PcapReader::new(input).map_err(|e| record_err(file, e, || "its 24-byte header".into()))?;
     let header = reader.header();
     if header.datalink != DataLink::ETHERNET {
         return Err(ReplayError::LinkType {
             file: file.to_string(),
+            interface: None,
             link_type: u32::from(header.datalink),
             name: format!("{:?}", header.datalink),
         });
@@ -387,28 +476,12 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repl
     // captures with a snap length have; the checks that matter are made here.
     while let Some(rec) = reader.next_raw_packet() {
         let n = packets.len();
-        let rec = rec.map_err(|e| match e {
-            PcapError::IoError(ref io) if io.kind() == io::ErrorKind::UnexpectedEof => {
-                capture_err(format!(
-                    "truncated: the file ends inside packet record {} (after {n} complete \
-                     packets)",
-                    n + 1
-                ))
-            }
-            PcapError::IoError(source) => ReplayError::Read {
-                file: file.to_string(),
-                source,
-            },
-            other => capture_err(format!("packet record {}: {other}", n + 1)),
+        let rec = rec.map_err(|e| {
+            record_err(file, e, || {
+                format!("packet record {} (after {n} complete packets)", n + 1)
+            })
         })?;
-        if rec.incl_len > MAX_RECORD_BYTES {
-            return Err(capture_err(format!(
-                "packet record {} claims {} captured bytes (at most {MAX_RECORD_BYTES}): \
-                 the file is corrupt",
-                n + 1,
-                rec.incl_len
-            )));
-        }
+        check_record_len(file, n + 1, rec.incl_len as usize)?;
         let frac_ns = if nanos {
             Some(rec.ts_frac)
         } else {
@@ -425,7 +498,174 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repl
         packets.push(InPacket {
             ts: Duration::new(u64::from(rec.ts_sec), frac_ns),
             orig_len: rec.orig_len.max(rec.incl_len),
+            interface: 0,
             data: rec.data.into_owned(),
+        });
+    }
+    Ok(packets)
+}
+
+/// A pcapng interface, as its Interface Description Block describes it.
+struct Interface {
+    link_type: DataLink,
+    snaplen: u32,
+    /// `if_tsresol` (6, microseconds, when absent).
+    tsresol: u8,
+    /// `if_tsoffset`, seconds (a signed 64-bit number in the file).
+    tsoffset: i64,
+    name: Option<String>,
+}
+
+/// The time `units` ticks of a pcapng timestamp at resolution `tsresol` stand for: bit 7
+/// clear, ticks of `10^-n` s; set, of `2^-n` s (`n` the low 7 bits). Truncated to whole
+/// nanoseconds (0 for resolutions too fine to count a 64-bit tick count in them).
+fn pcapng_time(units: u64, tsresol: u8) -> Duration {
+    let n = u32::from(tsresol & 0x7F);
+    let per_sec = if tsresol & 0x80 == 0 {
+        10u128.checked_pow(n)
+    } else {
+        1u128.checked_shl(n)
+    };
+    let Some(per_sec) = per_sec else {
+        return Duration::ZERO;
+    };
+    let units = u128::from(units);
+    // `units / per_sec <= units` fits u64; the fraction is below one second.
+    Duration::new(
+        (units / per_sec) as u64,
+        (units % per_sec * 1_000_000_000 / per_sec) as u32,
+    )
+}
+
+/// Reads the packets of a pcapng capture (see the module docs).
+fn read_pcapng<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+    let capture_err = |reason: String| ReplayError::Capture {
+        file: file.to_string(),
+        reason,
+    };
+    let mut reader = PcapNgReader::new(input).map_err(|e| {
+        record_err(file, e, || {
+            "its first pcapng block (the Section Header Block)".into()
+        })
+    })?;
+    let mut interfaces: Vec<Interface> = Vec::new();
+    let mut packets: Vec<InPacket> = Vec::new();
+    // Simple Packet Blocks have no timestamp: the indices of those waiting for one.
+    let mut untimed: Vec<usize> = Vec::new();
+    let mut blocks = 1usize;
+    while let Some(block) = reader.next_block() {
+        blocks += 1;
+        let n = packets.len();
+        let block = block.map_err(|e| {
+            record_err(file, e, || {
+                format!("pcapng block {blocks} (after {n} complete packets)")
+            })
+        })?;
+        let (interface, ts, orig_len, data) = match block {
+            Block::SectionHeader(_) => {
+                interfaces.clear();
+                continue;
+            }
+            Block::InterfaceDescription(idb) => {
+                let mut i = Interface {
+                    link_type: idb.linktype,
+                    snaplen: idb.snaplen,
+                    tsresol: 6,
+                    tsoffset: 0,
+                    name: None,
+                };
+                for opt in &idb.options {
+                    match opt {
+                        InterfaceDescriptionOption::IfTsResol(r) => i.tsresol = *r,
+                        InterfaceDescriptionOption::IfTsOffset(o) => i.tsoffset = *o as i64,
+                        InterfaceDescriptionOption::IfName(s) => i.name = Some(s.to_string()),
+                        _ => {}
+                    }
+                }
+                interfaces.push(i);
+                continue;
+            }
+            Block::EnhancedPacket(epb) => {
+                // pcap-file reads the 64-bit tick count as nanoseconds whatever the
+                // interface's resolution; undo that and apply the resolution here.
+                let units = u64::try_from(epb.timestamp.as_nanos()).unwrap_or(u64::MAX);
+                (
+                    epb.interface_id,
+                    Some(units),
+                    epb.original_len,
+                    epb.data.into_owned(),
+                )
+            }
+            Block::SimplePacket(spb) => {
+                let snaplen = interfaces.first().map_or(0, |i| i.snaplen);
+                let mut data = spb.data.into_owned();
+                // The block's data is padded to 4 bytes: keep the captured length only.
+                let caplen = if snaplen == 0 {
+                    spb.original_len
+                } else {
+                    spb.original_len.min(snaplen)
+                };
+                data.truncate(caplen as usize);
+                (0, None, spb.original_len, data)
+            }
+            Block::Packet(_) => {
+                return Err(capture_err(format!(
+                    "block {blocks} is an obsolete Packet Block, which replay does not read \
+                     (rewrite the file with `editcap IN OUT.pcapng`)"
+                )))
+            }
+            // Name resolution, interface statistics, journal entries, unknown blocks: no
+            // packets.
+            _ => continue,
+        };
+        check_record_len(file, n + 1, data.len())?;
+        let Some(iface) = interfaces.get(interface as usize) else {
+            return Err(capture_err(format!(
+                "packet record {} (block {blocks}) is on interface {interface}, but the \
+                 section describes {} interfaces",
+                n + 1,
+                interfaces.len()
+            )));
+        };
+        if iface.link_type != DataLink::ETHERNET {
+            return Err(ReplayError::LinkType {
+                file: file.to_string(),
+                interface: Some((interface, iface.name.clone())),
+                link_type: u32::from(iface.link_type),
+                name: format!("{:?}", iface.link_type),
+            });
+        }
+        let ts = match ts {
+            Some(units) => {
+                let t = pcapng_time(units, iface.tsresol);
+                let secs = i128::from(t.as_secs()) + i128::from(iface.tsoffset);
+                let Ok(secs) = u64::try_from(secs) else {
+                    return Err(capture_err(format!(
+                        "packet record {}: its timestamp plus interface {interface}'s \
+                         if_tsoffset ({} s) is before 1970",
+                        n + 1,
+                        iface.tsoffset
+                    )));
+                };
+                let t = Duration::new(secs, t.subsec_nanos());
+                for i in untimed.drain(..) {
+                    packets[i].ts = t;
+                }
+                t
+            }
+            None => match packets.last() {
+                Some(p) if untimed.is_empty() => p.ts,
+                _ => {
+                    untimed.push(n);
+                    Duration::ZERO
+                }
+            },
+        };
+        packets.push(InPacket {
+            ts,
+            orig_len: orig_len.max(data.len() as u32),
+            interface,
+            data,
         });
     }
     Ok(packets)
@@ -519,15 +759,21 @@ impl Sink for PcapSink {
 
 // ----- the replay --------------------------------------------------------------------------
 
-/// Builds the program's engine around `sink` (not started).
-fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>) -> Result<Pfe, ReplayError> {
+/// Builds the program's engine around `sink` (not started), with at least `ports` ports
+/// (so frames can leave on every ingress port).
+fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>, ports: usize) -> Result<Pfe, ReplayError> {
     let builder = Pfe::builder().ppe_threads(cfg.ppe_threads).sink(sink);
+    let ports = ports.max(DEFAULT_PORTS);
     let pfe = match &cfg.program {
         ReplayProgram::Filter => {
             let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
             let filter = Filter::install(&mem)
                 .map_err(|e| ConfigError::new("program", format!("installing filter: {e}")))?;
-            builder.program(filter.program()).memory(mem).build()?
+            builder
+                .program(filter.program())
+                .memory(mem)
+                .ports(ports)
+                .build()?
         }
         ReplayProgram::L3fwd(routes) => {
             let table = match routes {
@@ -549,7 +795,7 @@ fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>) -> Result<Pfe, ReplayEr
                 .map(|nh| usize::from(nh.port) + 1)
                 .max()
                 .unwrap_or(0)
-                .max(DEFAULT_PORTS);
+                .max(ports);
             let dir =
                 Dir248::build(&table).map_err(|e| ConfigError::new("routes", e.to_string()))?;
             let defaults = MemConfig::default();
@@ -602,7 +848,28 @@ pub fn replay<R: Read>(
             speed
         }
     };
-    let packets = read_capture(input, name)?;
+    let Capture { format, packets } = read_capture(input, name)?;
+    // Interface `i` enters on `cfg.port + i`.
+    let ports: Vec<Port> = packets
+        .iter()
+        .map(|p| {
+            u32::from(cfg.port)
+                .checked_add(p.interface)
+                .and_then(|n| Port::try_from(n).ok())
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "port",
+                        format!(
+                            "{} + interface {} of the capture is beyond the largest port, {}",
+                            cfg.port,
+                            p.interface,
+                            Port::MAX
+                        ),
+                    )
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    let ports_needed = ports.iter().map(|&p| usize::from(p) + 1).max().unwrap_or(0);
     let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
     let sink = Arc::new(PcapSink {
         outputs: Mutex::new(Outputs {
@@ -615,12 +882,18 @@ pub fn replay<R: Read>(
         base,
         scale: speed,
     });
-    let mut pfe = build_engine(cfg, sink.clone())?;
+    let mut pfe = build_engine(cfg, sink.clone(), ports_needed.min(MAX_PORTS))?;
     pfe.start().map_err(engine_err)?;
 
+    let mut packets_in_by_port = BTreeMap::new();
+    for &p in &ports {
+        *packets_in_by_port.entry(p).or_insert(0) += 1;
+    }
     let mut report = ReplayReport {
         program: cfg.program.name().to_string(),
+        format: format.to_string(),
         packets_in: packets.len() as u64,
+        packets_in_by_port,
         bytes_in: packets.iter().map(|p| p.data.len() as u64).sum(),
         truncated_in: packets
             .iter()
@@ -628,7 +901,6 @@ pub fn replay<R: Read>(
             .count() as u64,
         ..ReplayReport::default()
     };
-    let port = cfg.port;
     let start = Instant::now();
     sink.outputs.lock().start = start;
     // When packet `i` is due, relative to `start`.
@@ -646,17 +918,27 @@ pub fn replay<R: Read>(
     };
 
     let result = if cfg.write_drops {
-        replay_one_by_one(&pfe, &sink, &packets, port, &mut report, |p| {
+        replay_one_by_one(&pfe, &sink, &packets, &ports, &mut report, |p| {
             wait_until(due(p))
         })
     } else {
         match cfg.timing {
-            Timing::AsFast => packets.chunks(BURST).try_for_each(|chunk| {
-                pfe.inject_burst(chunk.iter().map(|p| (port, p.data.as_slice())))
-                    .map(|_| ())
-                    .map_err(engine_err)
-            }),
-            Timing::Recorded { .. } => packets.iter().try_for_each(|p| {
+            Timing::AsFast => {
+                packets
+                    .chunks(BURST)
+                    .zip(ports.chunks(BURST))
+                    .try_for_each(|(chunk, ports)| {
+                        pfe.inject_burst(
+                            ports
+                                .iter()
+                                .zip(chunk)
+                                .map(|(&port, p)| (port, p.data.as_slice())),
+                        )
+                        .map(|_| ())
+                        .map_err(engine_err)
+                    })
+            }
+            Timing::Recorded { .. } => packets.iter().zip(&ports).try_for_each(|(p, &port)| {
                 wait_until(due(p));
                 pfe.inject_frame(port, &p.data).map_err(engine_err)
             }),
@@ -694,12 +976,12 @@ fn replay_one_by_one(
     pfe: &Pfe,
     sink: &PcapSink,
     packets: &[InPacket],
-    port: Port,
+    ports: &[Port],
     report: &mut ReplayReport,
     mut wait: impl FnMut(&InPacket),
 ) -> Result<(), ReplayError> {
     let mut before = pfe.stats();
-    for (i, p) in packets.iter().enumerate() {
+    for (i, (p, &port)) in packets.iter().zip(ports).enumerate() {
         wait(p);
         pfe.inject_frame(port, &p.data).map_err(engine_err)?;
         pfe.drain();
@@ -714,6 +996,7 @@ fn replay_one_by_one(
                 .join("+");
             report.drops.push(DroppedPacket {
                 index: i as u64,
+                port,
                 reason,
             });
             let mut o = sink.outputs.lock();
@@ -790,4 +1073,27 @@ fn remove_stale_outputs(dir: &Path) -> Result<(), ReplayError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcapng_timestamps_follow_if_tsresol() {
+        let s = Duration::from_secs_f64;
+        // Absent: microseconds (the default the reader passes).
+        assert_eq!(pcapng_time(1_500_000, 6), s(1.5));
+        assert_eq!(pcapng_time(1_500_000_001, 9), Duration::new(1, 500_000_001));
+        assert_eq!(pcapng_time(15, 1), s(1.5));
+        assert_eq!(pcapng_time(7, 0), s(7.0));
+        // Powers of two: 2^-1 and 2^-10 s.
+        assert_eq!(pcapng_time(3, 0x81), s(1.5));
+        assert_eq!(pcapng_time(1024 + 512, 0x8A), s(1.5));
+        // Finer than nanoseconds: truncated.
+        assert_eq!(pcapng_time(1_999, 12), Duration::from_nanos(1));
+        assert_eq!(pcapng_time(u64::MAX, 0x80 | 127), Duration::ZERO);
+        assert_eq!(pcapng_time(u64::MAX, 127), Duration::ZERO);
+        assert_eq!(pcapng_time(u64::MAX, 0), Duration::from_secs(u64::MAX));
+    }
 }

@@ -1,13 +1,20 @@
 //! pcap replay: captures built here go through the filter and l3fwd, and the output
 //! captures are read back and compared with references computed here (per port, per flow
-//! order, rewritten bytes, the exact dropped packets and their reasons); bad captures give
-//! clear errors; the CLI writes what it reports.
+//! order, rewritten bytes, the exact dropped packets and their reasons); pcapng input enters
+//! on one port per interface; bad captures give clear errors; the CLI writes what it
+//! reports.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::blocks::simple_packet::SimplePacketBlock;
+use pcap_file::pcapng::{Block, PcapNgWriter};
 use pcap_file::DataLink;
 use pfemu::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
 use pfemu::microcode::filter::DEFAULT_OUT_PORT;
@@ -67,13 +74,10 @@ fn by_flow(frames: &[Vec<u8>]) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
     m
 }
 
-/// Runs `tshark -r` on every file if tshark is installed.
+/// Runs `tshark -r` on every file if tshark is installed: it must read each without an
+/// error and decode every frame in it (one summary line per frame).
 fn tshark_reads(files: &[PathBuf]) {
-    let have = std::process::Command::new("which")
-        .arg("tshark")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
+    if !have("tshark") {
         println!("skipped: tshark not installed");
         return;
     }
@@ -88,6 +92,12 @@ fn tshark_reads(files: &[PathBuf]) {
             "tshark -r {}: {}",
             f.display(),
             String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().count(),
+            read_capture(f).len(),
+            "tshark -r {}: one line per frame",
+            f.display()
         );
     }
 }
@@ -396,7 +406,10 @@ fn bad_captures_fail_with_clear_errors() {
     let e = err("empty.pcap", b"");
     assert!(e.to_string().contains("empty"), "{e}");
     let e = err("ng.pcap", &[0x0A, 0x0D, 0x0D, 0x0A, 0, 0, 0, 0]);
-    assert!(e.to_string().contains("pcapng"), "{e}");
+    assert!(
+        e.to_string().contains("pcapng") && e.to_string().contains("truncated"),
+        "{e}"
+    );
 
     // A good capture cut short: in its header, and in a packet record.
     let good = dir.join("good.pcap");
@@ -484,5 +497,289 @@ fn cli_replays_a_capture_and_reports_json() {
     assert!(
         stderr.contains("Cargo.toml") && stderr.contains("not a pcap"),
         "{stderr}"
+    );
+}
+
+// ----- pcapng input ----------------------------------------------------------------------------
+
+/// A pcapng interface for the writer: Ethernet, with `if_tsresol` when given and `if_name`.
+fn idb(link: DataLink, tsresol: Option<u8>, name: &str) -> Block<'static> {
+    let mut options = vec![InterfaceDescriptionOption::IfName(name.to_string().into())];
+    if let Some(r) = tsresol {
+        options.push(InterfaceDescriptionOption::IfTsResol(r));
+    }
+    Block::InterfaceDescription(InterfaceDescriptionBlock {
+        linktype: link,
+        snaplen: 0,
+        options,
+    })
+}
+
+/// An Enhanced Packet Block of `interface` whose timestamp field holds `ticks` (pcap-file
+/// writes a `Duration`'s nanoseconds there, whatever the interface's resolution).
+fn epb(interface: u32, ticks: u64, data: &[u8]) -> Block<'_> {
+    Block::EnhancedPacket(EnhancedPacketBlock {
+        interface_id: interface,
+        timestamp: Duration::from_nanos(ticks),
+        original_len: data.len() as u32,
+        data: data.into(),
+        options: vec![],
+    })
+}
+
+#[test]
+fn pcapng_interfaces_enter_on_consecutive_ports_at_their_own_timestamp_resolution() {
+    let dir = scratch("pcapng");
+    // Interface 0 counts nanoseconds (if_tsresol 9), interface 1 microseconds (no option).
+    let t0 = Duration::new(1_700_000_000, 123_456_789);
+    let ipv4 = |i: u8| udp_frame([10, 0, 0, i], 100 + usize::from(i), 64);
+    let non_ip = |i: u8, len: usize| {
+        let mut f = udp_frame([10, 0, 0, i], len, 64);
+        f[12..14].copy_from_slice(&[0x86, 0xDD]);
+        f
+    };
+    // (interface, time after t0 in us, frame)
+    let packets: Vec<(u32, u64, Vec<u8>)> = vec![
+        (0, 0, ipv4(1)),
+        (1, 10, ipv4(2)),
+        (1, 20, non_ip(3, 80)),
+        (0, 30, non_ip(4, 90)),
+        (0, 40, ipv4(5)),
+        (1, 50, ipv4(6)),
+    ];
+    let mut w = PcapNgWriter::new(Vec::new()).expect("pcapng writer");
+    w.write_block(&idb(DataLink::ETHERNET, Some(9), "eth0"))
+        .expect("idb");
+    w.write_block(&idb(DataLink::ETHERNET, None, "eth1"))
+        .expect("idb");
+    for (iface, us, f) in &packets {
+        let t = t0 + Duration::from_micros(*us);
+        let ticks = if *iface == 0 {
+            t.as_nanos() as u64
+        } else {
+            t.as_micros() as u64
+        };
+        w.write_block(&epb(*iface, ticks, f)).expect("epb");
+    }
+    // A Simple Packet Block (interface 0, no timestamp) of 61 bytes: padded to 64 in the file.
+    let spb = non_ip(7, 61);
+    w.write_block(&Block::SimplePacket(SimplePacketBlock {
+        original_len: 61,
+        data: spb.clone().into(),
+    }))
+    .expect("spb");
+    let input = dir.join("in.pcapng");
+    std::fs::write(&input, w.into_inner()).expect("write");
+
+    let cfg = ReplayConfig {
+        ppe_threads: 1,
+        port: 5,
+        write_drops: true,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("out");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    assert_eq!(r.format, "pcapng");
+    assert_eq!(r.packets_in, 7);
+    assert_eq!(r.packets_in_by_port, BTreeMap::from([(5, 4), (6, 3)]));
+    // The filter forwards the IPv4 frames on port 1, in order, and drops the others.
+    assert_eq!(
+        frames_of(&out.join("port1.pcap")),
+        vec![ipv4(1), ipv4(2), ipv4(5), ipv4(6)]
+    );
+    let got: Vec<(u64, u16, &str)> = r
+        .drops
+        .iter()
+        .map(|d| (d.index, d.port, d.reason.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(2, 6, "non_ip"), (3, 5, "non_ip"), (6, 5, "non_ip")]
+    );
+    // Dropped packets keep their input timestamps: microsecond and nanosecond interfaces
+    // alike, and the untimed Simple Packet Block takes the one before it. Its padding is
+    // not part of the packet.
+    let dropped = read_capture(&out.join("dropped.pcap"));
+    let want: Vec<(Duration, u32, Vec<u8>)> = vec![
+        (Duration::new(1_700_000_000, 123_476_000), 80, non_ip(3, 80)),
+        (t0 + Duration::from_micros(30), 90, non_ip(4, 90)),
+        // The packet before it is interface 1's at t0 + 50 us, read in microseconds.
+        (Duration::new(1_700_000_000, 123_506_000), 61, spb),
+    ];
+    assert_eq!(dropped, want);
+    tshark_reads(&r.files);
+
+    // A non-Ethernet interface is refused when a packet arrives on it, naming it.
+    let mut w = PcapNgWriter::new(Vec::new()).expect("pcapng writer");
+    w.write_block(&idb(DataLink::ETHERNET, None, "eth0"))
+        .expect("idb");
+    w.write_block(&idb(DataLink::RAW, None, "tun0"))
+        .expect("idb");
+    w.write_block(&epb(0, 1, &ipv4(1))).expect("epb");
+    w.write_block(&epb(1, 2, &[0x45; 20])).expect("epb");
+    let raw = dir.join("raw.pcapng");
+    std::fs::write(&raw, w.into_inner()).expect("write");
+    let e = replay_file(&ReplayConfig::default(), &raw, &dir.join("raw")).unwrap_err();
+    assert!(matches!(e, ReplayError::LinkType { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("interface 1 (tun0)")
+            && msg.contains("Ethernet")
+            && msg.contains("raw.pcapng"),
+        "{msg}"
+    );
+
+    // A capture cut inside a block.
+    let bytes = std::fs::read(&input).expect("read");
+    let cut = dir.join("cut.pcapng");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).expect("write");
+    let e = replay_file(&ReplayConfig::default(), &cut, &dir.join("cut")).unwrap_err();
+    assert!(
+        e.to_string().contains("truncated") && e.to_string().contains("pcapng block"),
+        "{e}"
+    );
+}
+
+/// Whether a Wireshark command-line tool is installed.
+fn have(tool: &str) -> bool {
+    std::process::Command::new("which")
+        .arg(tool)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A pcapng written by Wireshark's own tools (mergecap: one interface per input file, at
+/// each file's timestamp resolution) enters on the ports and at the times tshark reads.
+#[test]
+fn pcapng_from_mergecap_matches_tshark_interfaces_and_times() {
+    if !have("mergecap") || !have("tshark") {
+        println!("skipped: mergecap or tshark not installed");
+        return;
+    }
+    let dir = scratch("mergecap");
+    // Two classic captures of non-IP frames (all dropped by the filter, so --drops lists
+    // each with its port and writes its input timestamp): microseconds and nanoseconds.
+    let frames = |first: u8, n: u8| -> Vec<Vec<u8>> {
+        (first..first + n)
+            .map(|i| {
+                let mut f = udp_frame([10, 0, 0, i], 60 + usize::from(i), 64);
+                f[12..14].copy_from_slice(&[0x86, 0xDD]);
+                f
+            })
+            .collect()
+    };
+    let (a, b) = (frames(0, 5), frames(10, 4));
+    let write = |path: &Path, frames: &[Vec<u8>], nanos: bool, t0: Duration, step: Duration| {
+        let mut w = PcapWriter::with_header(
+            Vec::new(),
+            PcapHeader {
+                ts_resolution: if nanos {
+                    pcap_file::TsResolution::NanoSecond
+                } else {
+                    pcap_file::TsResolution::MicroSecond
+                },
+                ..PcapHeader::default()
+            },
+        )
+        .expect("writer");
+        for (i, f) in frames.iter().enumerate() {
+            let ts = t0 + step * i as u32;
+            w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+                .expect("write");
+        }
+        std::fs::write(path, w.into_writer()).expect("write");
+    };
+    let t0 = Duration::new(1_600_000_000, 0);
+    write(
+        &dir.join("a.pcap"),
+        &a,
+        false,
+        t0 + Duration::from_micros(7),
+        Duration::from_micros(1000),
+    );
+    write(
+        &dir.join("b.pcap"),
+        &b,
+        true,
+        t0 + Duration::from_nanos(500_123),
+        Duration::from_nanos(1_000_001),
+    );
+    let merged = dir.join("merged.pcapng");
+    let o = std::process::Command::new("mergecap")
+        .args(["-I", "none", "-F", "pcapng", "-w"])
+        .arg(&merged)
+        .arg(dir.join("a.pcap"))
+        .arg(dir.join("b.pcap"))
+        .output()
+        .expect("run mergecap");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let cfg = ReplayConfig {
+        port: 3,
+        write_drops: true,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("out");
+    let r = replay_file(&cfg, &merged, &out).expect("replay");
+    assert_eq!(r.format, "pcapng");
+    assert_eq!(r.packets_in_by_port, BTreeMap::from([(3, 5), (4, 4)]));
+    // tshark's view of the same file: interface and time of every frame, in order.
+    let o = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&merged)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.interface_id",
+            "-e",
+            "frame.time_epoch",
+        ])
+        .output()
+        .expect("run tshark");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tshark: Vec<(u16, String)> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let (i, t) = l.split_once('\t').expect("two fields");
+            (3 + i.parse::<u16>().expect("interface id"), t.to_string())
+        })
+        .collect();
+    assert_eq!(tshark.len(), 9);
+    let ports: Vec<u16> = r.drops.iter().map(|d| d.port).collect();
+    assert_eq!(
+        ports,
+        tshark.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        "ports"
+    );
+    let dropped = read_capture(&out.join("dropped.pcap"));
+    let times: Vec<String> = dropped
+        .iter()
+        .map(|(ts, _, _)| format!("{}.{:09}", ts.as_secs(), ts.subsec_nanos()))
+        .collect();
+    assert_eq!(
+        times,
+        tshark.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+        "times"
+    );
+    // And the bytes are the inputs', merged in time order.
+    let mut want: Vec<(Duration, Vec<u8>)> = a
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (t0 + Duration::from_micros(7 + 1000 * i as u64), f.clone()))
+        .chain(b.iter().enumerate().map(|(i, f)| {
+            (
+                t0 + Duration::from_nanos(500_123 + 1_000_001 * i as u64),
+                f.clone(),
+            )
+        }))
+        .collect();
+    want.sort();
+    assert_eq!(
+        dropped
+            .into_iter()
+            .map(|(ts, _, f)| (ts, f))
+            .collect::<Vec<_>>(),
+        want
     );
 }

@@ -1,5 +1,5 @@
-//! `pfemu replay`: run a pcap capture through the PFE and write each port's egress (and
-//! optionally the dropped packets) as pcap captures.
+//! `pfemu replay`: run a pcap or pcapng capture through the PFE and write each port's
+//! egress (and optionally the dropped packets) as pcap captures.
 
 use std::path::PathBuf;
 
@@ -13,20 +13,23 @@ use super::CliResult;
 /// The `--help` epilogue.
 pub const HELP: &str = "Examples:\n  \
     pfemu replay --pcap in.pcap --out out/\n  \
-    pfemu replay --pcap in.pcap --program l3fwd --route-file routes.txt --drops --out out/\n  \
+    pfemu replay --pcap in.pcapng --program l3fwd --route-file routes.txt --drops --out out/\n  \
     pfemu replay --pcap in.pcap --timing recorded --speed 10 --json > report.json\n  \
     tshark -r out/port1.pcap\n\n\
-    Reads a classic pcap capture (link type Ethernet; convert pcapng with `editcap -F pcap`), \
-    checks all of it first, then injects every packet on --port. Writes OUT/port<N>.pcap for \
-    every port that sent anything, in the order frames left that port, with egress \
-    timestamps on the capture's timeline (first input timestamp + time since the first \
-    injection, times --speed with --timing recorded); nanosecond pcap, link type Ethernet. \
-    Packets captured shorter than on the wire are replayed as captured (and counted). \
-    Earlier port<N>.pcap and dropped.pcap files in OUT are removed first.\n\n\
+    Reads a classic pcap or a pcapng capture (link type Ethernet), checks all of it first, \
+    then injects every packet: a pcap capture's on --port, a pcapng capture's interface i \
+    on --port + i (pcapng timestamps at each interface's if_tsresol, microseconds when \
+    absent). Writes OUT/port<N>.pcap for every port that sent anything, in the order frames \
+    left that port, with egress timestamps on the capture's timeline (first input timestamp \
+    + time since the first injection, times --speed with --timing recorded); nanosecond \
+    pcap, link type Ethernet. Packets captured shorter than on the wire are replayed as \
+    captured (and counted). Earlier port<N>.pcap and dropped.pcap files in OUT are removed \
+    first.\n\n\
     --drops finds each dropped packet exactly by injecting one packet at a time and reading \
     the engine's counters after it drained (slow: for debugging a program, not measuring \
     it), and writes them as captured, with their input timestamps, to OUT/dropped.pcap; the \
-    summary (or --json) lists each one's index in the capture (0-based) and drop reason.\n\n\
+    summary (or --json) lists each one's index in the capture (0-based), ingress port and \
+    drop reason.\n\n\
     Route files for l3fwd hold one `A.B.C.D/LEN PORT` per line, `#` comments. Without one, \
     --routes random routes are generated, which real captures mostly miss (no_route).";
 
@@ -50,7 +53,7 @@ pub enum TimingArg {
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
-    /// The capture to replay (classic pcap, Ethernet).
+    /// The capture to replay (classic pcap or pcapng, Ethernet).
     #[arg(long, value_name = "FILE")]
     pcap: PathBuf,
     /// The program to run.
@@ -71,7 +74,8 @@ pub struct ReplayArgs {
     /// Speed-up factor of --timing recorded (2 = twice as fast as recorded).
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
-    /// Ingress port of every packet.
+    /// Ingress port of every packet (pcapng: of interface 0; interface i enters on
+    /// --port + i).
     #[arg(long, default_value_t = 0)]
     port: u16,
     /// Directory for the output captures (created if missing).
@@ -122,8 +126,9 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
         return Ok(());
     }
     println!(
-        "replay of {} through {} ({} PPE threads): {} packets in ({} bytes{}) in {:.3} s",
+        "replay of {} ({}) through {} ({} PPE threads): {} packets in ({} bytes{}) in {:.3} s",
         a.pcap.display(),
+        r.format,
         r.program,
         cfg.ppe_threads,
         r.packets_in,
@@ -135,6 +140,11 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
         },
         r.elapsed_s
     );
+    if r.packets_in_by_port.len() > 1 {
+        for (port, n) in &r.packets_in_by_port {
+            println!("  port {port:>4}: {n} packets in");
+        }
+    }
     for (port, n) in &r.packets_out_by_port {
         println!("  port {port:>4}: {n} frames out");
     }
@@ -147,7 +157,7 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
     }
     if a.drops {
         for d in r.drops.iter().take(20) {
-            println!("    packet {:>8}: {}", d.index, d.reason);
+            println!("    packet {:>8} (port {}): {}", d.index, d.port, d.reason);
         }
         if r.drops.len() > 20 {
             println!("    ... and {} more (see --json)", r.drops.len() - 20);
