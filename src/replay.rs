@@ -2,7 +2,8 @@
 //! captures.
 //!
 //! [`replay_file`] reads a capture (classic pcap or pcapng, link type Ethernet), runs every
-//! packet through a shipped program ([`ReplayProgram`]) on a running [`Pfe`], and writes `OUT/port<N>.pcap` for every port
+//! packet through a shipped program ([`ReplayProgram`]: the filter, l3fwd, or Trio-ML /
+//! FPISA aggregation) on a running [`Pfe`], and writes `OUT/port<N>.pcap` for every port
 //! that sent anything and, when asked ([`ReplayConfig::write_drops`]), `OUT/dropped.pcap`.
 //! [`replay`] does the same with writers of the caller's choice (in memory, a socket, ...).
 //! `pfemu replay` is the CLI.
@@ -54,6 +55,50 @@
 //! latency through the emulator). A rewritten frame cannot be matched to its input in
 //! general, so input timestamps are not carried over.
 //!
+//! # Aggregation (Trio-ML and FPISA)
+//!
+//! [`ReplayProgram::Aggregation`] installs Trio-ML ([`crate::microcode::trio_ml`]) with
+//! 32-bit integer lanes, or FPISA's FP32 lanes, and the jobs of [`AggregationReplay`]
+//! (set up as `pfemu serve` sets them up: `2 * window` block slots per job, the block
+//! timeout, at most `block_grad_max` gradients per packet). Aggregation packets are
+//! Figure 7's frames (Ethernet + IPv4 + UDP to port 12000 + the 12-byte Trio-ML header +
+//! the gradients) sent to the PFE's address 10.0.0.254; [`crate::bench::trio_ml::generate`]
+//! and [`crate::microcode::trio_ml::host::Worker`] make such frames. Each job's Results
+//! leave on port `job_id`, so they land in `port<job_id>.pcap`; a kept Result answering a
+//! retransmission (or a late source) leaves on the port the request came in on.
+//!
+//! Aggregation packets are *consumed* (counted in [`ReplayReport::consumed`]), not
+//! forwarded and not dropped: a Result is a new frame (counted in
+//! [`ReplayReport::created`]). Packets the program refuses are dropped with its reasons
+//! (`unknown_source`, `unknown_job`, `bad_length`, `duplicate`, `late`, ...; see the
+//! Trio-ML module docs); a retransmission answered with a kept Result counts as dropped
+//! (`retransmit_answered`), its answer as created.
+//!
+//! **Order.** A worker sends a block id's next generation only once the previous one's
+//! Result came back, and retransmits only what went unanswered, so in the capture a
+//! block's generations follow each other. PPE threads take packets of different flows
+//! (workers) in any order, so an as-fast replay could let a later generation overtake an
+//! earlier one (which would then be dropped as `stale_gen`). The replay keeps that order:
+//! a packet that starts another generation of a block id, or repeats a source of it, since
+//! the engine last drained waits for the engine to drain first (about once per window of
+//! packets in a worker's capture). Within one generation the sources' packets are still
+//! added in any order: exact for integers, and for FPISA whenever the sums are exact, but
+//! FPISA-A's result may depend on the order (`--ppe-threads 1` keeps the capture's).
+//!
+//! The straggler scan runs on its timer threads during the replay, on the wall clock: a
+//! block that no packet touched for its job's `block_exp_ms` gets a partial Result
+//! (`degraded`, `age_op = 1`, `src_cnt` = the sources that made it). **After the last
+//! injection the replay keeps the engine running until every block is finished** - every
+//! block still open then is missing a source, and times out between `block_exp_ms` and
+//! `block_exp_ms` plus a scan period (1 ms) after its last packet - and only then drains
+//! and shuts the engine down, so every partial Result is written too. It gives up when
+//! the number of open blocks has not gone down for `block_exp_ms` + 1 s (a block left open
+//! by a faulted thread never finishes) and reports those blocks in
+//! [`ReplayReport::open_blocks`]. Because timeouts follow the wall clock, a block whose
+//! packets reach the engine more than `block_exp_ms` apart times out even when every
+//! source is in the capture: with [`Timing::Recorded`] that follows the capture's own
+//! gaps (divided by the speed), and with [`Timing::AsFast`] it needs a stall that long.
+//!
 //! # Dropped packets
 //!
 //! The engine counts drops by reason but does not hand dropped frames out, and programs
@@ -65,26 +110,34 @@
 //! captured (input timestamp and length), and listed in [`ReplayReport::drops`] with its
 //! index in the capture, its ingress port and the drop reason. This is much slower than a
 //! normal replay and keeps only one packet in flight, so use it to debug a program, not to
-//! measure it.
+//! measure it. It works for every program: an aggregation packet that does not complete a
+//! block is consumed, not dropped, so it is not listed.
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use pfemu::replay::{replay_file, ReplayConfig, ReplayProgram, Timing};
+//! use pfemu::replay::{replay_file, AggregationReplay, ReplayConfig, ReplayProgram};
+//! use pfemu::serve::{Aggregation, JobSpec};
 //!
+//! // Job 1 with sources 0..4; its Results go to out/port1.pcap.
+//! let job: JobSpec = "1:4".parse()?;
 //! let cfg = ReplayConfig {
-//!     program: ReplayProgram::Filter,
-//!     timing: Timing::AsFast,
+//!     program: ReplayProgram::Aggregation(AggregationReplay::new(Aggregation::TrioMl, vec![job])),
 //!     write_drops: true,
 //!     ..ReplayConfig::default()
 //! };
 //! let report = replay_file(&cfg, Path::new("in.pcapng"), Path::new("out"))?;
-//! println!("{} in, {:?} out by port", report.packets_in, report.packets_out_by_port);
-//! # Ok::<(), pfemu::replay::ReplayError>(())
+//! println!(
+//!     "{} in: {} consumed, {} dropped; {} Results out by port {:?}",
+//!     report.packets_in, report.consumed, report.dropped, report.created,
+//!     report.packets_out_by_port
+//! );
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Read, Write};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,8 +153,11 @@ use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::Filter;
 use crate::microcode::l3fwd::{Dir248, L3fwd, RouteTable};
-use crate::packet::Port;
+use crate::microcode::trio_ml::wire::{self, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT, UDP_AT};
+use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig, DEFAULT_HASH_CAPACITY};
+use crate::packet::{Dest, Port};
 use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, Stats, DEFAULT_PORTS};
+use crate::serve::{Aggregation, JobSpec};
 
 /// Snap length of the captures written (tcpdump's largest).
 pub const OUT_SNAPLEN: u32 = 262_144;
@@ -120,6 +176,9 @@ pub enum ReplayProgram {
     Filter,
     /// IPv4 forwarding ([`crate::microcode::l3fwd`]) with these routes.
     L3fwd(Routes),
+    /// Trio-ML or FPISA aggregation ([`crate::microcode::trio_ml`]) of these jobs; each
+    /// job's Results leave on port `job_id` (see the module docs).
+    Aggregation(AggregationReplay),
 }
 
 impl ReplayProgram {
@@ -128,6 +187,58 @@ impl ReplayProgram {
         match self {
             ReplayProgram::Filter => "filter",
             ReplayProgram::L3fwd(_) => "l3fwd",
+            ReplayProgram::Aggregation(a) => match a.aggregation {
+                Aggregation::TrioMl => "trio-ml",
+                Aggregation::Fpisa(crate::fpisa::Variant::Full) => "fpisa",
+                Aggregation::Fpisa(crate::fpisa::Variant::Approx) => "fpisa-approx",
+            },
+        }
+    }
+}
+
+/// The aggregation jobs of a replay and how they are set up (as `pfemu serve` sets them
+/// up; see [`crate::serve::ServeConfig`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AggregationReplay {
+    /// Integer (Trio-ML) or floating-point (FPISA, either variant) gradients.
+    pub aggregation: Aggregation,
+    /// The jobs (at least one): job `job_id` with its sources; its Results leave on port
+    /// `job_id`.
+    pub jobs: Vec<JobSpec>,
+    /// Block timeout of every job, in milliseconds (1..=255): a block that no packet
+    /// touched for this long gets a partial Result.
+    pub block_exp_ms: u8,
+    /// The largest worker window (block ids a worker has in flight, 1..=2047): every job
+    /// gets `2 * window` block slots.
+    pub window: usize,
+    /// Most gradients per packet (1..=4095).
+    pub block_grad_max: u16,
+    /// Timer threads sharing the straggler scan (1 ms per whole scan).
+    pub timers: u32,
+}
+
+impl AggregationReplay {
+    /// `jobs` aggregated as `aggregation`, with the defaults of the other settings.
+    pub fn new(aggregation: Aggregation, jobs: Vec<JobSpec>) -> Self {
+        AggregationReplay {
+            aggregation,
+            jobs,
+            ..AggregationReplay::default()
+        }
+    }
+}
+
+impl Default for AggregationReplay {
+    /// Trio-ML, no jobs (give some), a 20 ms block timeout, window 64, 1024 gradients per
+    /// packet, 4 timers.
+    fn default() -> Self {
+        AggregationReplay {
+            aggregation: Aggregation::TrioMl,
+            jobs: Vec::new(),
+            block_exp_ms: 20,
+            window: 64,
+            block_grad_max: 1024,
+            timers: 4,
         }
     }
 }
@@ -222,20 +333,31 @@ pub struct ReplayReport {
     pub bytes_in: u64,
     /// Packets captured shorter than they were on the wire (replayed as captured).
     pub truncated_in: u64,
-    /// Frames written per egress port (ports that sent nothing are absent).
+    /// Frames written per egress port (ports that sent nothing are absent): forwarded
+    /// input packets and created frames.
     pub packets_out_by_port: BTreeMap<Port, u64>,
-    /// Input packets a program consumed.
+    /// Input packets that left the engine (forwarded, or multicast once per packet).
+    pub forwarded: u64,
+    /// Input packets the program consumed (aggregation packets, added to a block).
     pub consumed: u64,
-    /// Input packets dropped.
+    /// Input packets dropped. `packets_in == forwarded + consumed + dropped`.
     pub dropped: u64,
     /// Drops by reason.
     pub dropped_by_reason: BTreeMap<String, u64>,
+    /// Frames the program created (aggregation Results), counted in
+    /// `packets_out_by_port` too.
+    pub created: u64,
+    /// Aggregation blocks still open when the replay stopped waiting for them after the
+    /// last injection (see the module docs): their packets were consumed, but no Result
+    /// left. 0 for the other programs, and for every aggregation replay short of a fault.
+    pub open_blocks: u64,
     /// Every dropped packet and its reason, in capture order (with
     /// [`ReplayConfig::write_drops`] only; empty otherwise).
     pub drops: Vec<DroppedPacket>,
     /// The files written, sorted ([`replay_file`] only; [`replay`] leaves it empty).
     pub files: Vec<PathBuf>,
-    /// Seconds from the first injection until the engine drained.
+    /// Seconds from the first injection until the engine drained (with aggregation, this
+    /// includes the wait for the open blocks' timeouts).
     pub elapsed_s: f64,
     /// The engine's final counters.
     pub stats: Stats,
@@ -759,9 +881,20 @@ impl Sink for PcapSink {
 
 // ----- the replay --------------------------------------------------------------------------
 
+/// A built engine, and the aggregation program's control plane when it runs one.
+struct Engine {
+    pfe: Pfe,
+    /// The aggregation program and its setup, to wait for its open blocks at the end.
+    aggregation: Option<(TrioMl, AggregationReplay)>,
+}
+
 /// Builds the program's engine around `sink` (not started), with at least `ports` ports
-/// (so frames can leave on every ingress port).
-fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>, ports: usize) -> Result<Pfe, ReplayError> {
+/// (so frames can leave on every ingress port: aggregation answers retransmissions there).
+fn build_engine(
+    cfg: &ReplayConfig,
+    sink: Arc<PcapSink>,
+    ports: usize,
+) -> Result<Engine, ReplayError> {
     let builder = Pfe::builder().ppe_threads(cfg.ppe_threads).sink(sink);
     let ports = ports.max(DEFAULT_PORTS);
     let pfe = match &cfg.program {
@@ -816,8 +949,193 @@ fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>, ports: usize) -> Result
                 .ports(ports)
                 .build()?
         }
+        ReplayProgram::Aggregation(a) => {
+            let (pfe, trio) = build_aggregation(a, builder, ports)?;
+            return Ok(Engine {
+                pfe,
+                aggregation: Some((trio, a.clone())),
+            });
+        }
     };
-    Ok(pfe)
+    Ok(Engine {
+        pfe,
+        aggregation: None,
+    })
+}
+
+/// Installs Trio-ML (integer or FPISA lanes) with the jobs of `a`, as `pfemu serve` does.
+fn build_aggregation(
+    a: &AggregationReplay,
+    builder: crate::pfe::PfeBuilder,
+    ports: usize,
+) -> Result<(Pfe, TrioMl), ReplayError> {
+    if a.jobs.is_empty() {
+        return Err(ConfigError::new(
+            "jobs",
+            "no aggregation jobs: give at least one as JOB:N (sources 0..N) or \
+             JOB:FIRST..END, e.g. 1:4 (`--job 1:4`)",
+        )
+        .into());
+    }
+    if !(1..=2047).contains(&a.window) {
+        return Err(ConfigError::new(
+            "window",
+            format!(
+                "{} is not in 1..=2047 (each job gets 2 * window block slots, at most 4095)",
+                a.window
+            ),
+        )
+        .into());
+    }
+    if !(1..=MAX_GRAD_CNT).contains(&a.block_grad_max) {
+        return Err(ConfigError::new(
+            "block_grad_max",
+            format!("{} is not in 1..={MAX_GRAD_CNT}", a.block_grad_max),
+        )
+        .into());
+    }
+    if a.block_exp_ms == 0 {
+        return Err(ConfigError::new("block_exp_ms", "0 ms; accepted 1..=255").into());
+    }
+    let slots = 2 * a.window;
+    let lanes = match a.aggregation {
+        Aggregation::TrioMl => Lanes::Int32,
+        Aggregation::Fpisa(v) => Lanes::Fpisa(v),
+    };
+    let tcfg = TrioMlConfig {
+        lanes,
+        timers: a.timers,
+        // Room for every slot of every job (a full table refuses blocks as `table_full`).
+        hash_capacity: (slots * a.jobs.len()).max(DEFAULT_HASH_CAPACITY),
+        ..TrioMlConfig::default()
+    };
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+    let trio = TrioMl::install(&mem, tcfg.clone()).map_err(|e| match e {
+        crate::microcode::trio_ml::TrioMlError::Config(c) => ReplayError::Config(c),
+        e => ConfigError::new("program", format!("installing Trio-ML: {e}")).into(),
+    })?;
+    let mut seen = [false; 256];
+    for j in &a.jobs {
+        if std::mem::replace(&mut seen[usize::from(j.job_id)], true) {
+            return Err(
+                ConfigError::new("jobs", format!("job {} is given twice", j.job_id)).into(),
+            );
+        }
+        trio.add_job(&JobConfig {
+            job_id: j.job_id,
+            sources: (0..j.sources).map(|s| j.first_src + s).collect(),
+            block_cnt_max: slots as u16,
+            block_grad_max: a.block_grad_max,
+            block_exp_ms: a.block_exp_ms,
+            out_src_addr: tcfg.local_addr,
+            out_dst_addr: Ipv4Addr::new(239, 0, 0, j.job_id),
+            out_dest: Dest::Port(u16::from(j.job_id)),
+        })
+        .map_err(|e| match e {
+            crate::microcode::trio_ml::TrioMlError::Config(c) => ReplayError::Config(c),
+            e => ConfigError::new("jobs", format!("job {}: {e}", j.job_id)).into(),
+        })?;
+    }
+    let max_job = a.jobs.iter().map(|j| usize::from(j.job_id) + 1).max();
+    let timers = trio.timer_specs()?;
+    let pfe = builder
+        .program(trio.program())
+        .memory(mem)
+        .ports(ports.max(max_job.unwrap_or(0)))
+        .max_frame_bytes(HEADERS_LEN + usize::from(MAX_GRAD_CNT) * GRAD_BYTES)
+        .timers(timers)
+        .build()?;
+    Ok((pfe, trio))
+}
+
+/// Keeps an aggregation replay in the order the protocol guarantees. A worker sends a block
+/// id's next generation only after the Result of the previous one came back, and a
+/// retransmission only after the first copy went unanswered; PPE threads take packets of
+/// different flows (workers) in any order, so a replay injecting as fast as it can could
+/// let a later generation overtake an earlier one (which then drops as `stale_gen`). So a
+/// packet that starts another generation of a block id, or repeats a source of it, since
+/// the engine last drained waits until it has drained.
+struct GenerationBarrier {
+    udp_port: u16,
+    /// Per (job, block id): the generation, and the sources seen, since the last drain.
+    since_drain: HashMap<(u8, u32), (u16, [u64; 4])>,
+}
+
+impl GenerationBarrier {
+    fn new(udp_port: u16) -> Self {
+        GenerationBarrier {
+            udp_port,
+            since_drain: HashMap::new(),
+        }
+    }
+
+    /// Whether `frame` must wait until the engine drained (the caller drains, then injects
+    /// it); counts it as injected either way.
+    fn must_wait(&mut self, frame: &[u8]) -> bool {
+        let Ok((h, _)) = wire::parse(frame) else {
+            return false;
+        };
+        if frame[UDP_AT + 2..UDP_AT + 4] != self.udp_port.to_be_bytes() {
+            return false;
+        }
+        let (word, bit) = (usize::from(h.src_id / 64), 1u64 << (h.src_id % 64));
+        let key = (h.job_id, h.block_id);
+        match self.since_drain.get_mut(&key) {
+            Some((gen, mask)) if *gen == h.gen_id && mask[word] & bit == 0 => {
+                mask[word] |= bit;
+                false
+            }
+            Some(_) => {
+                self.since_drain.clear();
+                self.since_drain
+                    .insert(key, (h.gen_id, new_mask(word, bit)));
+                true
+            }
+            None => {
+                self.since_drain
+                    .insert(key, (h.gen_id, new_mask(word, bit)));
+                false
+            }
+        }
+    }
+}
+
+fn new_mask(word: usize, bit: u64) -> [u64; 4] {
+    let mut m = [0; 4];
+    m[word] = bit;
+    m
+}
+
+/// After the last injection: keeps the aggregation engine running until no block is
+/// open (each times out `block_exp_ms` after its last packet and sends its partial
+/// Result), or until their number has not gone down for `block_exp_ms` + 1 s. Returns the
+/// blocks still open.
+fn wait_for_open_blocks(
+    pfe: &Pfe,
+    trio: &TrioMl,
+    a: &AggregationReplay,
+) -> Result<u64, ReplayError> {
+    let scan = Duration::from_nanos(trio.config().scan_period_ns);
+    let patience = Duration::from_millis(u64::from(a.block_exp_ms)) + Duration::from_secs(1);
+    let mut fewest = u64::MAX;
+    let mut progress = Instant::now();
+    loop {
+        pfe.drain();
+        let open = trio
+            .active_blocks()
+            .map_err(|e| engine_err(format!("reading the open blocks: {e}")))?
+            .len() as u64;
+        if open == 0 {
+            return Ok(0);
+        }
+        if open < fewest {
+            fewest = open;
+            progress = Instant::now();
+        } else if progress.elapsed() > patience {
+            return Ok(open);
+        }
+        std::thread::sleep(scan);
+    }
 }
 
 /// The engine stopped under the replay (it does not, short of a bug).
@@ -870,6 +1188,18 @@ pub fn replay<R: Read>(
         })
         .collect::<Result<_, _>>()?;
     let ports_needed = ports.iter().map(|&p| usize::from(p) + 1).max().unwrap_or(0);
+    if matches!(cfg.program, ReplayProgram::Aggregation(_)) && ports_needed > MAX_PORTS {
+        // Kept Results answering a retransmission leave on the ingress port.
+        return Err(ConfigError::new(
+            "port",
+            format!(
+                "packets enter on port {}, but the engine has at most {MAX_PORTS} ports and \
+                 aggregation answers retransmissions on the ingress port",
+                ports_needed - 1
+            ),
+        )
+        .into());
+    }
     let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
     let sink = Arc::new(PcapSink {
         outputs: Mutex::new(Outputs {
@@ -882,7 +1212,10 @@ pub fn replay<R: Read>(
         base,
         scale: speed,
     });
-    let mut pfe = build_engine(cfg, sink.clone(), ports_needed.min(MAX_PORTS))?;
+    let Engine {
+        mut pfe,
+        aggregation,
+    } = build_engine(cfg, sink.clone(), ports_needed.min(MAX_PORTS))?;
     pfe.start().map_err(engine_err)?;
 
     let mut packets_in_by_port = BTreeMap::new();
@@ -917,33 +1250,65 @@ pub fn replay<R: Read>(
         }
     };
 
+    // Aggregation keeps each block's generations in capture order (see the module docs).
+    let mut barrier = aggregation
+        .as_ref()
+        .map(|(trio, _)| GenerationBarrier::new(trio.config().udp_port));
+    let mut must_wait = |p: &InPacket| barrier.as_mut().is_some_and(|b| b.must_wait(&p.data));
     let result = if cfg.write_drops {
+        // One packet at a time: in capture order already.
         replay_one_by_one(&pfe, &sink, &packets, &ports, &mut report, |p| {
             wait_until(due(p))
         })
     } else {
         match cfg.timing {
             Timing::AsFast => {
-                packets
-                    .chunks(BURST)
-                    .zip(ports.chunks(BURST))
-                    .try_for_each(|(chunk, ports)| {
-                        pfe.inject_burst(
-                            ports
-                                .iter()
-                                .zip(chunk)
-                                .map(|(&port, p)| (port, p.data.as_slice())),
-                        )
-                        .map(|_| ())
-                        .map_err(engine_err)
-                    })
+                let inject = |range: std::ops::Range<usize>| {
+                    pfe.inject_burst(
+                        ports[range.clone()]
+                            .iter()
+                            .zip(&packets[range])
+                            .map(|(&port, p)| (port, p.data.as_slice())),
+                    )
+                    .map(|_| ())
+                    .map_err(engine_err)
+                };
+                // Bursts of up to BURST frames, cut where a packet must wait.
+                let mut from = 0;
+                let mut result = Ok(());
+                for (i, p) in packets.iter().enumerate() {
+                    let wait = must_wait(p);
+                    if wait || i - from == BURST {
+                        result = inject(from..i);
+                        if result.is_err() {
+                            break;
+                        }
+                        if wait {
+                            pfe.drain();
+                        }
+                        from = i;
+                    }
+                }
+                result.and_then(|()| inject(from..packets.len()))
             }
             Timing::Recorded { .. } => packets.iter().zip(&ports).try_for_each(|(p, &port)| {
                 wait_until(due(p));
+                if must_wait(p) {
+                    pfe.drain();
+                }
                 pfe.inject_frame(port, &p.data).map_err(engine_err)
             }),
         }
     };
+    // Aggregation: every block still open is waiting for a source that will not come; let
+    // the straggler scan time it out, so its partial Result is written too.
+    let result = result.and_then(|()| match &aggregation {
+        Some((trio, a)) => {
+            report.open_blocks = wait_for_open_blocks(&pfe, trio, a)?;
+            Ok(())
+        }
+        None => Ok(()),
+    });
     pfe.drain();
     report.elapsed_s = start.elapsed().as_secs_f64();
     let stats = pfe.shutdown();
@@ -964,8 +1329,10 @@ pub fn replay<R: Read>(
             .flush()
             .map_err(|e| write_err(Output::Dropped, e))?;
     }
+    report.forwarded = stats.packets_out;
     report.consumed = stats.consumed;
     report.dropped = stats.dropped;
+    report.created = stats.created;
     report.dropped_by_reason = stats.dropped_by_reason.clone();
     report.stats = stats;
     Ok(report)

@@ -1,10 +1,11 @@
-//! pcap replay: captures built here go through the filter and l3fwd, and the output
-//! captures are read back and compared with references computed here (per port, per flow
-//! order, rewritten bytes, the exact dropped packets and their reasons); pcapng input enters
-//! on one port per interface; bad captures give clear errors; the CLI writes what it
-//! reports.
+//! pcap replay: captures built here go through the filter, l3fwd, Trio-ML and FPISA, and the
+//! output captures are read back and compared with references computed here (per port, per
+//! flow order, rewritten bytes, aggregated sums, partial Results of stragglers, the exact
+//! dropped packets and their reasons); pcapng input enters on one port per interface; bad
+//! captures give clear errors; the CLI writes what it reports.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,10 +17,17 @@ use pcap_file::pcapng::blocks::interface_description::{
 use pcap_file::pcapng::blocks::simple_packet::SimplePacketBlock;
 use pcap_file::pcapng::{Block, PcapNgWriter};
 use pcap_file::DataLink;
+use pfemu::bench::rng::SplitMix64;
 use pfemu::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
+use pfemu::fpisa::{Acc, Format, Variant};
 use pfemu::microcode::filter::DEFAULT_OUT_PORT;
 use pfemu::microcode::l3fwd::{udp_frame, write_udp_frame, RouteTable};
-use pfemu::replay::{replay_file, ReplayConfig, ReplayError, ReplayProgram, Routes, Timing};
+use pfemu::microcode::trio_ml::{wire, TrioMlConfig};
+use pfemu::replay::{
+    replay_file, AggregationReplay, ReplayConfig, ReplayError, ReplayProgram, ReplayReport, Routes,
+    Timing,
+};
+use pfemu::serve::{Aggregation, JobSpec};
 
 /// A fresh directory under the target dir for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -498,6 +506,474 @@ fn cli_replays_a_capture_and_reports_json() {
         stderr.contains("Cargo.toml") && stderr.contains("not a pcap"),
         "{stderr}"
     );
+}
+
+// ----- aggregation: Trio-ML and FPISA --------------------------------------------------------
+
+/// A frame of job `job`, block `block`, generation `gen` from source `src` (Figure 7), from
+/// the worker's own addresses to the PFE (10.0.0.254, UDP 12000).
+fn agg_frame(job: u8, block: u32, gen: u16, src: u8, grads: &[i32]) -> Vec<u8> {
+    wire::agg_packet(&wire::AggPacket {
+        endpoints: wire::Endpoints {
+            src_mac: [2, 0, 0, 0, job, src],
+            dst_mac: [2, 0, 0, 0, 0, 0xFE],
+            src_addr: Ipv4Addr::new(10, 0, job, src + 1),
+            dst_addr: TrioMlConfig::default().local_addr,
+            src_port: wire::DEFAULT_UDP_PORT,
+            dst_port: wire::DEFAULT_UDP_PORT,
+        },
+        hdr: wire::TrioMlHdrFields {
+            job_id: job,
+            block_id: block,
+            src_id: src,
+            gen_id: gen,
+            grad_cnt: grads.len() as u16,
+            ..Default::default()
+        },
+        gradients: grads,
+    })
+}
+
+/// One expected Result: sources in it, degraded or not, its sums (gradient words).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Expected {
+    src_cnt: u8,
+    degraded: bool,
+    sums: Vec<i32>,
+}
+
+/// The Results of a port's capture, by (job, block, generation).
+fn results_of(path: &Path) -> BTreeMap<(u8, u32, u16), Expected> {
+    let mut out = BTreeMap::new();
+    for f in frames_of(path) {
+        let (h, g) = wire::parse(&f).expect("a Result is a Trio-ML frame");
+        let r = Expected {
+            src_cnt: h.src_cnt,
+            degraded: h.degraded,
+            sums: wire::gradients(g),
+        };
+        assert_eq!(
+            h.age_op != 0,
+            h.degraded,
+            "age_op and degraded agree (no lower level)"
+        );
+        assert!(
+            out.insert((h.job_id, h.block_id, h.gen_id), r).is_none(),
+            "one Result per block"
+        );
+    }
+    out
+}
+
+/// Traffic of the jobs of an aggregation test: frames in capture order, the Results they
+/// must produce per job, and the packets that must be dropped (index, reason).
+#[derive(Default)]
+struct AggCapture {
+    frames: Vec<Vec<u8>>,
+    results: BTreeMap<u8, BTreeMap<(u8, u32, u16), Expected>>,
+    drops: Vec<(u64, &'static str)>,
+    /// Kept Results sent back to a retransmission, on ingress port 0.
+    answered: BTreeMap<(u8, u32, u16), Expected>,
+}
+
+impl AggCapture {
+    /// Adds chunk `chunk` of a job whose workers send `window` block ids round-robin
+    /// (block `chunk % window`, generation `chunk / window`): one frame per source in
+    /// `sources` (the sources of the job that send it: `all` of them unless one is missing),
+    /// each with its gradient words from `grads(src)`; `sum` folds the words of one
+    /// gradient over the sources present into the expected Result's word.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk(
+        &mut self,
+        job: u8,
+        window: u32,
+        chunk: u32,
+        all: &[u8],
+        sending: &[u8],
+        grads: impl Fn(u8) -> Vec<i32>,
+        sum: impl Fn(&[Vec<i32>], usize) -> i32,
+    ) {
+        let (block, gen) = (chunk % window, (chunk / window) as u16);
+        let vectors: Vec<Vec<i32>> = sending.iter().map(|&s| grads(s)).collect();
+        for (&s, v) in sending.iter().zip(&vectors) {
+            self.frames.push(agg_frame(job, block, gen, s, v));
+        }
+        let sums = (0..vectors[0].len()).map(|i| sum(&vectors, i)).collect();
+        self.results.entry(job).or_default().insert(
+            (job, block, gen),
+            Expected {
+                src_cnt: sending.len() as u8,
+                degraded: sending.len() < all.len(),
+                sums,
+            },
+        );
+    }
+
+    /// Adds a frame the program must drop for `reason`.
+    fn bad(&mut self, frame: Vec<u8>, reason: &'static str) {
+        self.drops.push((self.frames.len() as u64, reason));
+        self.frames.push(frame);
+    }
+
+    fn aggregated(&self) -> u64 {
+        (self.frames.len() - self.drops.len()) as u64
+    }
+
+    fn results(&self) -> u64 {
+        self.results.values().map(|r| r.len() as u64).sum::<u64>() + self.answered.len() as u64
+    }
+}
+
+fn wrapping_sum(v: &[Vec<i32>], i: usize) -> i32 {
+    v.iter().fold(0i32, |a, g| a.wrapping_add(g[i]))
+}
+
+/// Random gradient words over the whole `i32` range, so sums wrap.
+fn random_words(seed: u64, n: usize) -> Vec<i32> {
+    let mut r = SplitMix64::new(seed);
+    (0..n).map(|_| r.next_u64() as i32).collect()
+}
+
+fn trio_ml_capture() -> AggCapture {
+    let mut c = AggCapture::default();
+    let job1: Vec<u8> = (0..4).collect();
+    let job2: Vec<u8> = vec![3, 4];
+    // Job 1: 42 chunks of 50 gradients over 4 block ids (generations 0 to 10); job 2 (sources
+    // 3 and 4): 3 chunks of 20, interleaved. The bad packets come in between.
+    for chunk in 0..42u32 {
+        c.chunk(
+            1,
+            4,
+            chunk,
+            &job1,
+            &job1,
+            |s| random_words(u64::from(chunk) << 8 | u64::from(s), 50),
+            wrapping_sum,
+        );
+        if chunk < 3 {
+            c.chunk(
+                2,
+                64,
+                chunk,
+                &job2,
+                &job2,
+                |s| random_words(1 << 20 | u64::from(chunk) << 8 | u64::from(s), 20),
+                wrapping_sum,
+            );
+        }
+        match chunk {
+            1 => c.bad(agg_frame(1, 1, 0, 7, &[1; 50]), "unknown_source"),
+            2 => c.bad(agg_frame(9, 0, 0, 0, &[1; 50]), "unknown_job"),
+            4 => {
+                // grad_cnt says 50, the frame carries 49.
+                let mut f = agg_frame(1, 0, 1, 0, &[1; 49]);
+                let mut h = wire::TrioMlHdr::new_checked(&mut f[wire::TRIO_ML_HDR_AT..]).unwrap();
+                h.set_grad_cnt(50);
+                c.bad(f, "bad_length");
+            }
+            6 => {
+                let mut arp = udp_frame([10, 0, 0, 254], 64, 64);
+                arp[12..14].copy_from_slice(&[0x08, 0x06]);
+                c.bad(arp, "not_ipv4");
+            }
+            8 => c.bad(udp_frame([10, 9, 9, 9], 100, 64), "no_route"),
+            _ => {}
+        }
+    }
+    // Worker 0 sends its last chunk again (block 1, generation 10): the block is finished,
+    // so the kept Result answers it on the port it came in on.
+    c.bad(
+        agg_frame(1, 1, 10, 0, &random_words(41 << 8, 50)),
+        "retransmit_answered",
+    );
+    let kept = c.results[&1][&(1, 1, 10)].clone();
+    c.answered.insert((1, 1, 10), kept);
+    c
+}
+
+/// An aggregation program with the default window (64, so 128 slots per job: an as-fast
+/// replay never runs a job out of slots, though it ignores the workers' windows).
+fn aggregation(aggregation: Aggregation, jobs: &[&str], block_exp_ms: u8) -> ReplayProgram {
+    ReplayProgram::Aggregation(AggregationReplay {
+        block_exp_ms,
+        ..AggregationReplay::new(
+            aggregation,
+            jobs.iter()
+                .map(|j| j.parse::<JobSpec>().expect("job"))
+                .collect(),
+        )
+    })
+}
+
+/// Checks a replay's Results (one capture per job port) and counters against `c`.
+fn check_aggregation(c: &AggCapture, r: &ReplayReport, out: &Path) {
+    for (job, want) in &c.results {
+        let path = out.join(format!("port{job}.pcap"));
+        assert_eq!(&results_of(&path), want, "job {job}'s Results");
+        assert_eq!(r.packets_out_by_port[&u16::from(*job)], want.len() as u64);
+    }
+    if !c.answered.is_empty() {
+        assert_eq!(results_of(&out.join("port0.pcap")), c.answered, "answers");
+    }
+    assert_eq!(r.packets_in, c.frames.len() as u64);
+    assert_eq!(
+        (r.forwarded, r.consumed, r.dropped, r.created, r.open_blocks),
+        (0, c.aggregated(), c.drops.len() as u64, c.results(), 0)
+    );
+    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for &(_, reason) in &c.drops {
+        *reasons.entry(reason.to_string()).or_default() += 1;
+    }
+    assert_eq!(r.dropped_by_reason, reasons);
+}
+
+#[test]
+fn trio_ml_replay_writes_each_jobs_results_with_exact_sums_and_names_the_bad_packets() {
+    let dir = scratch("trio-ml");
+    let c = trio_ml_capture();
+    let input = dir.join("in.pcap");
+    write_capture(&input, &c.frames, None);
+    // A block timeout far beyond the time a burst takes, so every complete block completes.
+    let cfg = ReplayConfig {
+        program: aggregation(Aggregation::TrioMl, &["1:4", "2:3..5"], 255),
+        ppe_threads: 2,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("fast");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    assert_eq!(r.program, "trio-ml");
+    assert_eq!(
+        r.files,
+        ["port0.pcap", "port1.pcap", "port2.pcap"].map(|f| out.join(f))
+    );
+    check_aggregation(&c, &r, &out);
+    tshark_reads(&r.files);
+
+    // --drops: the same Results, and exactly the bad packets, as captured.
+    let cfg = ReplayConfig {
+        write_drops: true,
+        ..cfg
+    };
+    let out = dir.join("drops");
+    let r = replay_file(&cfg, &input, &out).expect("replay with drops");
+    check_aggregation(&c, &r, &out);
+    let got: Vec<(u64, u16, &str)> = r
+        .drops
+        .iter()
+        .map(|d| (d.index, d.port, d.reason.as_str()))
+        .collect();
+    let want: Vec<(u64, u16, &str)> = c.drops.iter().map(|&(i, why)| (i, 0, why)).collect();
+    assert_eq!(got, want);
+    let dropped = frames_of(&out.join("dropped.pcap"));
+    let want: Vec<Vec<u8>> = c
+        .drops
+        .iter()
+        .map(|&(i, _)| c.frames[i as usize].clone())
+        .collect();
+    assert_eq!(dropped, want);
+    tshark_reads(&r.files);
+}
+
+/// FP32 gradients through FPISA, checked bit for bit against `pfemu::fpisa`'s accumulator
+/// (in capture order) and, the values being integers of few bits, against exact sums.
+#[test]
+fn fpisa_replay_sums_match_the_fpisa_reference_bit_for_bit() {
+    let dir = scratch("fpisa");
+    for (variant, name) in [(Variant::Full, "fpisa"), (Variant::Approx, "fpisa-approx")] {
+        let workers: Vec<u8> = (0..4).collect();
+        let mut c = AggCapture::default();
+        for chunk in 0..6u32 {
+            let grads = |s: u8| -> Vec<i32> {
+                let mut r = SplitMix64::new(u64::from(chunk) << 8 | u64::from(s));
+                (0..64)
+                    .map(|_| {
+                        let v = match variant {
+                            // Integers in -1024..=1024: exact in FPISA's full variant.
+                            Variant::Full => r.below(2049) as f32 - 1024.0,
+                            // One binade, +-[2^20, 2^21): FPISA-A never shifts, so exact.
+                            Variant::Approx => {
+                                let m = ((1u64 << 20) + r.below(1 << 20)) as f32;
+                                if r.next_u64() & 1 == 0 {
+                                    m
+                                } else {
+                                    -m
+                                }
+                            }
+                        };
+                        v.to_bits() as i32
+                    })
+                    .collect()
+            };
+            c.chunk(1, 4, chunk, &workers, &workers, grads, |v, i| {
+                let mut acc = Acc::ZERO;
+                let mut exact = 0f64;
+                for g in v {
+                    acc.add_bits(g[i] as u32, Format::Fp32, variant);
+                    exact += f64::from(f32::from_bits(g[i] as u32));
+                }
+                let bits = acc.value(Format::Fp32);
+                assert_eq!(f32::from_bits(bits), exact as f32, "the reference is exact");
+                bits as i32
+            });
+        }
+        let input = dir.join(format!("{name}.pcap"));
+        write_capture(&input, &c.frames, None);
+        let cfg = ReplayConfig {
+            program: aggregation(Aggregation::Fpisa(variant), &["1:4"], 255),
+            ppe_threads: 2,
+            ..ReplayConfig::default()
+        };
+        let out = dir.join(name);
+        let r = replay_file(&cfg, &input, &out).expect("replay");
+        assert_eq!(r.program, name);
+        check_aggregation(&c, &r, &out);
+        tshark_reads(&r.files);
+    }
+}
+
+#[test]
+fn a_block_missing_a_worker_times_out_and_its_partial_result_is_written() {
+    let dir = scratch("straggler");
+    let workers: Vec<u8> = (0..4).collect();
+    let mut c = AggCapture::default();
+    for chunk in 0..3u32 {
+        // Worker 2 sends nothing for chunk 1.
+        let sending: Vec<u8> = if chunk == 1 {
+            vec![0, 1, 3]
+        } else {
+            workers.clone()
+        };
+        c.chunk(
+            1,
+            4,
+            chunk,
+            &workers,
+            &sending,
+            |s| (0..30).map(|i| i * 10 + i32::from(s) - 100).collect(),
+            wrapping_sum,
+        );
+    }
+    let input = dir.join("in.pcap");
+    write_capture(&input, &c.frames, None);
+    for (write_drops, out) in [(false, "fast"), (true, "drops")] {
+        let cfg = ReplayConfig {
+            program: aggregation(Aggregation::TrioMl, &["1:4"], 50),
+            ppe_threads: 2,
+            write_drops,
+            ..ReplayConfig::default()
+        };
+        let out = dir.join(out);
+        let r = replay_file(&cfg, &input, &out).expect("replay");
+        // Two full Results and the partial one: 3 sources, degraded, their sums.
+        check_aggregation(&c, &r, &out);
+        assert!(r.drops.is_empty());
+        let partial = results_of(&out.join("port1.pcap"))[&(1, 1, 0)].clone();
+        assert_eq!((partial.src_cnt, partial.degraded), (3, true));
+        // It left at least block_exp after the replay started (on the capture's timeline).
+        let ts = read_capture(&out.join("port1.pcap"))
+            .into_iter()
+            .find(|(_, _, f)| wire::parse(f).is_ok_and(|(h, _)| h.block_id == 1))
+            .map(|(ts, _, _)| ts)
+            .expect("the partial Result");
+        assert!(
+            ts >= Duration::from_secs(1000) + Duration::from_millis(50),
+            "{ts:?}"
+        );
+        assert!(
+            r.elapsed_s >= 0.05,
+            "waited for the timeout: {}",
+            r.elapsed_s
+        );
+        tshark_reads(&r.files);
+    }
+}
+
+#[test]
+fn aggregation_settings_are_checked_and_named() {
+    let dir = scratch("agg-config");
+    let input = dir.join("in.pcap");
+    write_capture(&input, &[agg_frame(1, 0, 0, 0, &[1])], None);
+    let bad = |program: ReplayProgram, setting: &str| {
+        let cfg = ReplayConfig {
+            program,
+            ..ReplayConfig::default()
+        };
+        let e = replay_file(&cfg, &input, &dir.join("out")).expect_err(setting);
+        assert!(e.to_string().contains(&format!("`{setting}`")), "{e}");
+    };
+    let with = |f: &dyn Fn(&mut AggregationReplay)| {
+        let mut a = AggregationReplay::new(Aggregation::TrioMl, vec!["1:4".parse().unwrap()]);
+        f(&mut a);
+        ReplayProgram::Aggregation(a)
+    };
+    bad(with(&|a| a.jobs.clear()), "jobs");
+    bad(with(&|a| a.jobs.push("1:2".parse().unwrap())), "jobs");
+    bad(with(&|a| a.window = 0), "window");
+    bad(with(&|a| a.window = 2048), "window");
+    bad(with(&|a| a.block_exp_ms = 0), "block_exp_ms");
+    bad(with(&|a| a.block_grad_max = 4096), "block_grad_max");
+}
+
+#[test]
+fn cli_replays_trio_ml_jobs_and_reports_json() {
+    let dir = scratch("cli-trio-ml");
+    let c = trio_ml_capture();
+    let input = dir.join("in.pcap");
+    write_capture(&input, &c.frames, None);
+    let out = dir.join("out");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pfemu"))
+            .args(["replay", "--pcap"])
+            .arg(&input)
+            .arg("--out")
+            .arg(&out)
+            .args(args)
+            .output()
+            .expect("run pfemu")
+    };
+    let o = run(&[
+        "--program",
+        "trio-ml",
+        "--job",
+        "1:4",
+        "--job",
+        "2:3..5",
+        "--block-exp-ms",
+        "255",
+        "--window",
+        "16",
+        "--ppe-threads",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        o.status.success(),
+        "pfemu replay: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["program"], "trio-ml");
+    assert_eq!(v["packets_in"], c.frames.len() as u64);
+    assert_eq!(v["consumed"], c.aggregated());
+    assert_eq!(v["dropped"], c.drops.len() as u64);
+    assert_eq!(v["created"], c.results());
+    assert_eq!(v["open_blocks"], 0);
+    assert_eq!(v["packets_out_by_port"]["1"], c.results[&1].len() as u64);
+    assert_eq!(v["dropped_by_reason"]["unknown_source"], 1);
+    assert_eq!(results_of(&out.join("port1.pcap")), c.results[&1]);
+    assert_eq!(results_of(&out.join("port2.pcap")), c.results[&2]);
+
+    // An aggregation program without jobs, and jobs without one: errors naming `--job`.
+    for args in [
+        &["--program", "trio-ml"][..],
+        &["--program", "fpisa"][..],
+        &["--job", "1:4"][..],
+    ] {
+        let o = run(args);
+        assert!(!o.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("`--job`"), "{args:?}: {stderr}");
+    }
 }
 
 // ----- pcapng input ----------------------------------------------------------------------------

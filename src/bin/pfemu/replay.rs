@@ -5,8 +5,10 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
+use pfemu::fpisa::Variant;
 use pfemu::pfe::default_ppe_threads;
-use pfemu::replay::{self, ReplayConfig, ReplayProgram, Routes, Timing};
+use pfemu::replay::{self, AggregationReplay, ReplayConfig, ReplayProgram, Routes, Timing};
+use pfemu::serve::{Aggregation, JobSpec};
 
 use super::CliResult;
 
@@ -15,6 +17,7 @@ pub const HELP: &str = "Examples:\n  \
     pfemu replay --pcap in.pcap --out out/\n  \
     pfemu replay --pcap in.pcapng --program l3fwd --route-file routes.txt --drops --out out/\n  \
     pfemu replay --pcap in.pcap --timing recorded --speed 10 --json > report.json\n  \
+    pfemu replay --pcap workers.pcap --program trio-ml --job 1:4 --out out/   # Results in out/port1.pcap\n  \
     tshark -r out/port1.pcap\n\n\
     Reads a classic pcap or a pcapng capture (link type Ethernet), checks all of it first, \
     then injects every packet: a pcap capture's on --port, a pcapng capture's interface i \
@@ -31,7 +34,14 @@ pub const HELP: &str = "Examples:\n  \
     summary (or --json) lists each one's index in the capture (0-based), ingress port and \
     drop reason.\n\n\
     Route files for l3fwd hold one `A.B.C.D/LEN PORT` per line, `#` comments. Without one, \
-    --routes random routes are generated, which real captures mostly miss (no_route).";
+    --routes random routes are generated, which real captures mostly miss (no_route).\n\n\
+    trio-ml, fpisa and fpisa-approx aggregate the capture's Trio-ML packets (Ethernet + \
+    IPv4 + UDP to port 12000 + the Trio-ML header + gradients, to 10.0.0.254) for the \
+    --job jobs, set up as `pfemu serve` sets them up; job J's Results leave on port J \
+    (OUT/portJ.pcap). Aggregated packets are consumed, not dropped. The straggler scan \
+    runs meanwhile: a block missing a source gets a partial Result --block-exp-ms after \
+    its last packet, and after the last packet the replay waits until every open block \
+    has timed out, so those partial Results are written too.";
 
 /// Program choices of `pfemu replay`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +50,24 @@ pub enum ReplayProgramArg {
     Filter,
     /// IPv4 forwarding: LPM lookup, TTL - 1, MAC rewrite.
     L3fwd,
+    /// Trio-ML: 32-bit integer gradients.
+    TrioMl,
+    /// FPISA (full variant): FP32 gradients.
+    Fpisa,
+    /// FPISA-A (the approximate variant): FP32 gradients.
+    FpisaApprox,
+}
+
+impl ReplayProgramArg {
+    /// The aggregation it runs, for the aggregation programs.
+    fn aggregation(self) -> Option<Aggregation> {
+        match self {
+            ReplayProgramArg::Filter | ReplayProgramArg::L3fwd => None,
+            ReplayProgramArg::TrioMl => Some(Aggregation::TrioMl),
+            ReplayProgramArg::Fpisa => Some(Aggregation::Fpisa(Variant::Full)),
+            ReplayProgramArg::FpisaApprox => Some(Aggregation::Fpisa(Variant::Approx)),
+        }
+    }
 }
 
 /// Timing choices of `pfemu replay`.
@@ -78,6 +106,21 @@ pub struct ReplayArgs {
     /// --port + i).
     #[arg(long, default_value_t = 0)]
     port: u16,
+    /// trio-ml, fpisa: a job, JOB:N (sources 0..N) or JOB:FIRST..END; repeatable, at least
+    /// one. Job J's Results leave on port J.
+    #[arg(long = "job", value_name = "JOB:N")]
+    jobs: Vec<JobSpec>,
+    /// trio-ml, fpisa: block timeout of every job, in milliseconds (1..=255; default 20):
+    /// a block missing a source this long after its last packet gets a partial Result.
+    #[arg(long)]
+    block_exp_ms: Option<u8>,
+    /// trio-ml, fpisa: the largest worker window (each job gets 2 * window block slots;
+    /// default 64).
+    #[arg(long)]
+    window: Option<usize>,
+    /// trio-ml, fpisa: most gradients per packet (1..=4095; default 1024).
+    #[arg(long)]
+    block_grad_max: Option<u16>,
     /// Directory for the output captures (created if missing).
     #[arg(long, value_name = "DIR", default_value = "replay-out")]
     out: PathBuf,
@@ -99,9 +142,46 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
     if a.program != ReplayProgramArg::L3fwd && a.route_file.is_some() {
         return Err("invalid option `--route-file`: applies to `--program l3fwd` only".into());
     }
-    let program = match a.program {
-        ReplayProgramArg::Filter => ReplayProgram::Filter,
-        ReplayProgramArg::L3fwd => ReplayProgram::L3fwd(match &a.route_file {
+    let aggregation = a.program.aggregation();
+    if aggregation.is_none() {
+        for (given, flag) in [
+            (!a.jobs.is_empty(), "--job"),
+            (a.block_exp_ms.is_some(), "--block-exp-ms"),
+            (a.window.is_some(), "--window"),
+            (a.block_grad_max.is_some(), "--block-grad-max"),
+        ] {
+            if given {
+                return Err(format!(
+                    "invalid option `{flag}`: applies to `--program trio-ml`, `fpisa` and \
+                     `fpisa-approx` only"
+                )
+                .into());
+            }
+        }
+    }
+    let program = match (a.program, aggregation) {
+        (_, Some(aggregation)) => {
+            if a.jobs.is_empty() {
+                return Err(format!(
+                    "missing option `--job`: `--program {}` needs at least one job, e.g. \
+                     `--job 1:4` (job 1, sources 0..4; its Results go to port1.pcap)",
+                    a.program
+                        .to_possible_value()
+                        .map_or("?".into(), |v| v.get_name().to_string())
+                )
+                .into());
+            }
+            let d = AggregationReplay::default();
+            ReplayProgram::Aggregation(AggregationReplay {
+                aggregation,
+                jobs: a.jobs.clone(),
+                block_exp_ms: a.block_exp_ms.unwrap_or(d.block_exp_ms),
+                window: a.window.unwrap_or(d.window),
+                block_grad_max: a.block_grad_max.unwrap_or(d.block_grad_max),
+                ..d
+            })
+        }
+        (ReplayProgramArg::L3fwd, None) => ReplayProgram::L3fwd(match &a.route_file {
             Some(f) => Routes::File(f.clone()),
             None => Routes::Generated {
                 count: a.routes,
@@ -109,6 +189,7 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
                 seed: 1,
             },
         }),
+        (_, None) => ReplayProgram::Filter,
     };
     let cfg = ReplayConfig {
         program,
@@ -148,12 +229,22 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
     for (port, n) in &r.packets_out_by_port {
         println!("  port {port:>4}: {n} frames out");
     }
-    if r.consumed > 0 {
-        println!("  consumed: {}", r.consumed);
+    println!("  forwarded: {}", r.forwarded);
+    if r.consumed > 0 || r.created > 0 {
+        println!(
+            "  consumed: {} (aggregated; {} Results created)",
+            r.consumed, r.created
+        );
+    }
+    if r.open_blocks > 0 {
+        println!(
+            "  WARNING: {} blocks never finished (no Result left for them)",
+            r.open_blocks
+        );
     }
     println!("  dropped: {}", r.dropped);
     for (reason, n) in &r.dropped_by_reason {
-        println!("    {reason:<16} {n}");
+        println!("    {reason:<20} {n}");
     }
     if a.drops {
         for d in r.drops.iter().take(20) {
