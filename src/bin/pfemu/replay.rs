@@ -41,7 +41,8 @@ pub const HELP: &str = "Examples:\n  \
     (OUT/portJ.pcap). Aggregated packets are consumed, not dropped. The straggler scan \
     runs meanwhile: a block missing a source gets a partial Result --block-exp-ms after \
     its last packet, and after the last packet the replay waits until every open block \
-    has timed out, so those partial Results are written too.";
+    has timed out, so those partial Results are written too. (tshark guesses LLC for UDP \
+    port 12000; `tshark -d udp.port==12000,data` shows the Trio-ML bytes as data.)";
 
 /// Program choices of `pfemu replay`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
