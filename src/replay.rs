@@ -21,8 +21,8 @@
 //!   sees the captured bytes only (so e.g. l3fwd may drop them as `bad_length`).
 //! - **Ingress ports.** Classic pcap records no interface, so every packet enters on
 //!   [`ReplayConfig::port`] (0 by default). In a pcapng capture, a packet of interface `i`
-//!   (the index of its Interface Description Block in its section, as tshark's
-//!   `frame.interface_id`) enters on port [`ReplayConfig::port`]` + i`;
+//!   (the index of its Interface Description Block in its section; in a one-section
+//!   capture, tshark's `frame.interface_id`) enters on port [`ReplayConfig::port`]` + i`;
 //!   [`ReplayReport::packets_in_by_port`] counts them.
 //!
 //! pcapng details: Enhanced Packet Blocks are timed at their interface's resolution
@@ -30,9 +30,9 @@
 //! `if_tsoffset` seconds. Simple Packet Blocks belong to interface 0, carry
 //! `min(original length, the interface's snap length)` bytes and no timestamp: they take
 //! the timestamp of the packet before them (the first timestamped packet's, before it).
-//! Interface ids count from 0 again in each section, like tshark's. The obsolete Packet
-//! Block is refused (rewrite the file with `editcap`); blocks that carry no packet (name
-//! resolution, interface statistics, ...) are skipped.
+//! Interface ids count from 0 again in each section, as pcapng defines them. The obsolete
+//! Packet Block is refused (rewrite the file with `editcap`); blocks that carry no packet
+//! (name resolution, interface statistics, ...) are skipped.
 //!
 //! # Timing
 //!
