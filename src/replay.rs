@@ -1,23 +1,38 @@
-//! Replay a pcap capture through the PFE and write what leaves it as pcap captures.
+//! Replay a pcap or pcapng capture through the PFE and write what leaves it as pcap
+//! captures.
 //!
-//! [`replay_file`] reads a classic pcap capture (link type Ethernet), runs every packet
-//! through a shipped program ([`ReplayProgram`]) on a running [`Pfe`], and writes
-//! `OUT/port<N>.pcap` for every port that sent anything and, when asked
-//! ([`ReplayConfig::write_drops`]), `OUT/dropped.pcap`. [`replay`] does the same with
-//! writers of the caller's choice (in memory, a socket, ...). `pfemu replay` is the CLI.
+//! [`replay_file`] reads a capture (classic pcap or pcapng, link type Ethernet), runs every
+//! packet through a shipped program ([`ReplayProgram`]: the filter, l3fwd, or Trio-ML /
+//! FPISA aggregation) on a running [`Pfe`], and writes `OUT/port<N>.pcap` for every port
+//! that sent anything and, when asked ([`ReplayConfig::write_drops`]), `OUT/dropped.pcap`.
+//! [`replay`] does the same with writers of the caller's choice (in memory, a socket, ...).
+//! `pfemu replay` is the CLI.
 //!
 //! # Input
 //!
-//! - Classic pcap only (microsecond or nanosecond timestamps, either byte order). A
-//!   pcapng capture is refused with a hint (`editcap -F pcap in.pcapng out.pcap`).
-//! - Link type Ethernet (1) only; any other is refused, naming the link type.
+//! - Classic pcap (microsecond or nanosecond timestamps, either byte order) or pcapng
+//!   (either byte order), told apart by the file's magic number.
+//! - Link type Ethernet (1) only; any other is refused, naming the link type (and, in a
+//!   pcapng capture, the interface).
 //! - The whole capture is read and checked **before** the engine starts, so a bad or
 //!   truncated file fails with nothing written; the capture must fit in memory.
 //! - Packets captured shorter than they were on the wire (`caplen < len`, a snap length)
 //!   are counted ([`ReplayReport::truncated_in`]) and replayed **as captured**: the program
 //!   sees the captured bytes only (so e.g. l3fwd may drop them as `bad_length`).
-//! - Classic pcap records no interface, so every packet enters on one ingress port
-//!   ([`ReplayConfig::port`], 0 by default).
+//! - **Ingress ports.** Classic pcap records no interface, so every packet enters on
+//!   [`ReplayConfig::port`] (0 by default). In a pcapng capture, a packet of interface `i`
+//!   (the index of its Interface Description Block in its section; in a one-section
+//!   capture, tshark's `frame.interface_id`) enters on port [`ReplayConfig::port`]` + i`;
+//!   [`ReplayReport::packets_in_by_port`] counts them.
+//!
+//! pcapng details: Enhanced Packet Blocks are timed at their interface's resolution
+//! (`if_tsresol`: `10^-n` or `2^-n` seconds, microseconds when absent) plus its
+//! `if_tsoffset` seconds. Simple Packet Blocks belong to interface 0, carry
+//! `min(original length, the interface's snap length)` bytes and no timestamp: they take
+//! the timestamp of the packet before them (the first timestamped packet's, before it).
+//! Interface ids count from 0 again in each section, as pcapng defines them. The obsolete
+//! Packet Block is refused (rewrite the file with `editcap`); blocks that carry no packet
+//! (name resolution, interface statistics, ...) are skipped.
 //!
 //! # Timing
 //!
@@ -40,6 +55,50 @@
 //! latency through the emulator). A rewritten frame cannot be matched to its input in
 //! general, so input timestamps are not carried over.
 //!
+//! # Aggregation (Trio-ML and FPISA)
+//!
+//! [`ReplayProgram::Aggregation`] installs Trio-ML ([`crate::microcode::trio_ml`]) with
+//! 32-bit integer lanes, or FPISA's FP32 lanes, and the jobs of [`AggregationReplay`]
+//! (set up as `pfemu serve` sets them up: `2 * window` block slots per job, the block
+//! timeout, at most `block_grad_max` gradients per packet). Aggregation packets are
+//! Figure 7's frames (Ethernet + IPv4 + UDP to port 12000 + the 12-byte Trio-ML header +
+//! the gradients) sent to the PFE's address 10.0.0.254; [`crate::bench::trio_ml::generate`]
+//! and [`crate::microcode::trio_ml::host::Worker`] make such frames. Each job's Results
+//! leave on port `job_id`, so they land in `port<job_id>.pcap`; a kept Result answering a
+//! retransmission (or a late source) leaves on the port the request came in on.
+//!
+//! Aggregation packets are *consumed* (counted in [`ReplayReport::consumed`]), not
+//! forwarded and not dropped: a Result is a new frame (counted in
+//! [`ReplayReport::created`]). Packets the program refuses are dropped with its reasons
+//! (`unknown_source`, `unknown_job`, `bad_length`, `duplicate`, `late`, ...; see the
+//! Trio-ML module docs); a retransmission answered with a kept Result counts as dropped
+//! (`retransmit_answered`), its answer as created.
+//!
+//! **Order.** A worker sends a block id's next generation only once the previous one's
+//! Result came back, and retransmits only what went unanswered, so in the capture a
+//! block's generations follow each other. PPE threads take packets of different flows
+//! (workers) in any order, so an as-fast replay could let a later generation overtake an
+//! earlier one (which would then be dropped as `stale_gen`). The replay keeps that order:
+//! a packet that starts another generation of a block id, or repeats a source of it, since
+//! the engine last drained waits for the engine to drain first (about once per window of
+//! packets in a worker's capture). Within one generation the sources' packets are still
+//! added in any order: exact for integers, and for FPISA whenever the sums are exact, but
+//! FPISA-A's result may depend on the order (`--ppe-threads 1` keeps the capture's).
+//!
+//! The straggler scan runs on its timer threads during the replay, on the wall clock: a
+//! block that no packet touched for its job's `block_exp_ms` gets a partial Result
+//! (`degraded`, `age_op = 1`, `src_cnt` = the sources that made it). **After the last
+//! injection the replay keeps the engine running until every block is finished** - every
+//! block still open then is missing a source, and times out between `block_exp_ms` and
+//! `block_exp_ms` plus a scan period (1 ms) after its last packet - and only then drains
+//! and shuts the engine down, so every partial Result is written too. It gives up when
+//! the number of open blocks has not gone down for `block_exp_ms` + 1 s (a block left open
+//! by a faulted thread never finishes) and reports those blocks in
+//! [`ReplayReport::open_blocks`]. Because timeouts follow the wall clock, a block whose
+//! packets reach the engine more than `block_exp_ms` apart times out even when every
+//! source is in the capture: with [`Timing::Recorded`] that follows the capture's own
+//! gaps (divided by the speed), and with [`Timing::AsFast`] it needs a stall that long.
+//!
 //! # Dropped packets
 //!
 //! The engine counts drops by reason but does not hand dropped frames out, and programs
@@ -49,33 +108,44 @@
 //! the difference of the engine's counters then says what became of that packet (left,
 //! consumed, or dropped and why). A dropped packet is written to `dropped.pcap` as it was
 //! captured (input timestamp and length), and listed in [`ReplayReport::drops`] with its
-//! index in the capture and the drop reason. This is much slower than a normal replay and
-//! keeps only one packet in flight, so use it to debug a program, not to measure it.
+//! index in the capture, its ingress port and the drop reason. This is much slower than a
+//! normal replay and keeps only one packet in flight, so use it to debug a program, not to
+//! measure it. It works for every program: an aggregation packet that does not complete a
+//! block is consumed, not dropped, so it is not listed.
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use pfemu::replay::{replay_file, ReplayConfig, ReplayProgram, Timing};
+//! use pfemu::replay::{replay_file, AggregationReplay, ReplayConfig, ReplayProgram};
+//! use pfemu::serve::{Aggregation, JobSpec};
 //!
+//! // Job 1 with sources 0..4; its Results go to out/port1.pcap.
+//! let job: JobSpec = "1:4".parse()?;
 //! let cfg = ReplayConfig {
-//!     program: ReplayProgram::Filter,
-//!     timing: Timing::AsFast,
+//!     program: ReplayProgram::Aggregation(AggregationReplay::new(Aggregation::TrioMl, vec![job])),
 //!     write_drops: true,
 //!     ..ReplayConfig::default()
 //! };
-//! let report = replay_file(&cfg, Path::new("in.pcap"), Path::new("out"))?;
-//! println!("{} in, {:?} out by port", report.packets_in, report.packets_out_by_port);
-//! # Ok::<(), pfemu::replay::ReplayError>(())
+//! let report = replay_file(&cfg, Path::new("in.pcapng"), Path::new("out"))?;
+//! println!(
+//!     "{} in: {} consumed, {} dropped; {} Results out by port {:?}",
+//!     report.packets_in, report.consumed, report.dropped, report.created,
+//!     report.packets_out_by_port
+//! );
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Read, Write};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
+use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use serde::Serialize;
 
@@ -83,8 +153,11 @@ use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::Filter;
 use crate::microcode::l3fwd::{Dir248, L3fwd, RouteTable};
-use crate::packet::Port;
+use crate::microcode::trio_ml::wire::{self, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT, UDP_AT};
+use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig, DEFAULT_HASH_CAPACITY};
+use crate::packet::{Dest, Port};
 use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, Stats, DEFAULT_PORTS};
+use crate::serve::{Aggregation, JobSpec};
 
 /// Snap length of the captures written (tcpdump's largest).
 pub const OUT_SNAPLEN: u32 = 262_144;
@@ -92,6 +165,8 @@ pub const OUT_SNAPLEN: u32 = 262_144;
 pub const MAX_RECORD_BYTES: u32 = 262_144;
 /// Frames per burst in [`Timing::AsFast`] replays.
 const BURST: usize = 1024;
+/// Most ports an engine has.
+const MAX_PORTS: usize = 4096;
 
 /// The program a capture is replayed through.
 #[derive(Clone, Debug)]
@@ -101,6 +176,9 @@ pub enum ReplayProgram {
     Filter,
     /// IPv4 forwarding ([`crate::microcode::l3fwd`]) with these routes.
     L3fwd(Routes),
+    /// Trio-ML or FPISA aggregation ([`crate::microcode::trio_ml`]) of these jobs; each
+    /// job's Results leave on port `job_id` (see the module docs).
+    Aggregation(AggregationReplay),
 }
 
 impl ReplayProgram {
@@ -109,6 +187,58 @@ impl ReplayProgram {
         match self {
             ReplayProgram::Filter => "filter",
             ReplayProgram::L3fwd(_) => "l3fwd",
+            ReplayProgram::Aggregation(a) => match a.aggregation {
+                Aggregation::TrioMl => "trio-ml",
+                Aggregation::Fpisa(crate::fpisa::Variant::Full) => "fpisa",
+                Aggregation::Fpisa(crate::fpisa::Variant::Approx) => "fpisa-approx",
+            },
+        }
+    }
+}
+
+/// The aggregation jobs of a replay and how they are set up (as `pfemu serve` sets them
+/// up; see [`crate::serve::ServeConfig`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AggregationReplay {
+    /// Integer (Trio-ML) or floating-point (FPISA, either variant) gradients.
+    pub aggregation: Aggregation,
+    /// The jobs (at least one): job `job_id` with its sources; its Results leave on port
+    /// `job_id`.
+    pub jobs: Vec<JobSpec>,
+    /// Block timeout of every job, in milliseconds (1..=255): a block that no packet
+    /// touched for this long gets a partial Result.
+    pub block_exp_ms: u8,
+    /// The largest worker window (block ids a worker has in flight, 1..=2047): every job
+    /// gets `2 * window` block slots.
+    pub window: usize,
+    /// Most gradients per packet (1..=4095).
+    pub block_grad_max: u16,
+    /// Timer threads sharing the straggler scan (1 ms per whole scan).
+    pub timers: u32,
+}
+
+impl AggregationReplay {
+    /// `jobs` aggregated as `aggregation`, with the defaults of the other settings.
+    pub fn new(aggregation: Aggregation, jobs: Vec<JobSpec>) -> Self {
+        AggregationReplay {
+            aggregation,
+            jobs,
+            ..AggregationReplay::default()
+        }
+    }
+}
+
+impl Default for AggregationReplay {
+    /// Trio-ML, no jobs (give some), a 20 ms block timeout, window 64, 1024 gradients per
+    /// packet, 4 timers.
+    fn default() -> Self {
+        AggregationReplay {
+            aggregation: Aggregation::TrioMl,
+            jobs: Vec::new(),
+            block_exp_ms: 20,
+            window: 64,
+            block_grad_max: 1024,
+            timers: 4,
         }
     }
 }
@@ -154,7 +284,9 @@ pub struct ReplayConfig {
     pub timing: Timing,
     /// PPE threads.
     pub ppe_threads: usize,
-    /// Ingress port of every packet (classic pcap records none).
+    /// Ingress port of every packet of a classic pcap capture (which records no
+    /// interface); in a pcapng capture, the port of interface 0 (interface `i` enters on
+    /// `port + i`).
     pub port: Port,
     /// Find the dropped packets exactly (one packet in flight at a time; see the module
     /// documentation) and write them to `dropped.pcap`.
@@ -180,6 +312,8 @@ impl Default for ReplayConfig {
 pub struct DroppedPacket {
     /// Index of the packet in the input capture (0-based; tshark numbers frames from 1).
     pub index: u64,
+    /// The port it entered on.
+    pub port: Port,
     /// Why it was dropped, as in [`Stats::dropped_by_reason`].
     pub reason: String,
 }
@@ -189,26 +323,41 @@ pub struct DroppedPacket {
 pub struct ReplayReport {
     /// The program's name.
     pub program: String,
+    /// The input's format: `pcap` or `pcapng`.
+    pub format: String,
     /// Packets read from the capture and injected.
     pub packets_in: u64,
+    /// Packets injected per ingress port (see [`ReplayConfig::port`]).
+    pub packets_in_by_port: BTreeMap<Port, u64>,
     /// Bytes injected (as captured).
     pub bytes_in: u64,
     /// Packets captured shorter than they were on the wire (replayed as captured).
     pub truncated_in: u64,
-    /// Frames written per egress port (ports that sent nothing are absent).
+    /// Frames written per egress port (ports that sent nothing are absent): forwarded
+    /// input packets and created frames.
     pub packets_out_by_port: BTreeMap<Port, u64>,
-    /// Input packets a program consumed.
+    /// Input packets that left the engine (forwarded, or multicast once per packet).
+    pub forwarded: u64,
+    /// Input packets the program consumed (aggregation packets, added to a block).
     pub consumed: u64,
-    /// Input packets dropped.
+    /// Input packets dropped. `packets_in == forwarded + consumed + dropped`.
     pub dropped: u64,
     /// Drops by reason.
     pub dropped_by_reason: BTreeMap<String, u64>,
+    /// Frames the program created (aggregation Results), counted in
+    /// `packets_out_by_port` too.
+    pub created: u64,
+    /// Aggregation blocks still open when the replay stopped waiting for them after the
+    /// last injection (see the module docs): their packets were consumed, but no Result
+    /// left. 0 for the other programs, and for every aggregation replay short of a fault.
+    pub open_blocks: u64,
     /// Every dropped packet and its reason, in capture order (with
     /// [`ReplayConfig::write_drops`] only; empty otherwise).
     pub drops: Vec<DroppedPacket>,
     /// The files written, sorted ([`replay_file`] only; [`replay`] leaves it empty).
     pub files: Vec<PathBuf>,
-    /// Seconds from the first injection until the engine drained.
+    /// Seconds from the first injection until the engine drained (with aggregation, this
+    /// includes the wait for the open blocks' timeouts).
     pub elapsed_s: f64,
     /// The engine's final counters.
     pub stats: Stats,
@@ -250,11 +399,14 @@ pub enum ReplayError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The capture's link type is not Ethernet.
+    /// The capture's (or, in a pcapng capture, an interface's) link type is not Ethernet.
     LinkType {
         /// The capture.
         file: String,
-        /// The link type, as the pcap header gives it.
+        /// The pcapng interface (its index in its section, and its `if_name` if it has
+        /// one); `None` for a classic pcap capture.
+        interface: Option<(u32, Option<String>)>,
+        /// The link type, as the pcap header or the Interface Description Block gives it.
         link_type: u32,
         /// Its name.
         name: String,
@@ -277,12 +429,28 @@ impl fmt::Display for ReplayError {
             ReplayError::Capture { file, reason } => write!(f, "capture {file}: {reason}"),
             ReplayError::LinkType {
                 file,
+                interface: None,
                 link_type,
                 name,
             } => write!(
                 f,
                 "capture {file} has link type {link_type} ({name}); replay needs Ethernet (1)"
             ),
+            ReplayError::LinkType {
+                file,
+                interface: Some((i, if_name)),
+                link_type,
+                name,
+            } => {
+                write!(f, "capture {file}: interface {i}")?;
+                if let Some(n) = if_name {
+                    write!(f, " ({n})")?;
+                }
+                write!(
+                    f,
+                    " has link type {link_type} ({name}) and packets; replay needs Ethernet (1)"
+                )
+            }
             ReplayError::Config(e) => e.fmt(f),
             ReplayError::Write { output, reason } => {
                 write!(f, "cannot write output capture {output}: {reason}")
@@ -314,11 +482,20 @@ impl From<ConfigError> for ReplayError {
 struct InPacket {
     ts: Duration,
     orig_len: u32,
+    /// Its pcapng interface (0 in a classic pcap capture): the ingress port's offset.
+    interface: u32,
     data: Vec<u8>,
 }
 
-/// Reads and checks a whole classic pcap capture; `file` names it in errors.
-fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+/// A whole input capture.
+struct Capture {
+    /// `pcap` or `pcapng`.
+    format: &'static str,
+    packets: Vec<InPacket>,
+}
+
+/// Reads and checks a whole capture (classic pcap or pcapng); `file` names it in errors.
+fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Capture, ReplayError> {
     let capture_err = |reason: String| ReplayError::Capture {
         file: file.to_string(),
         reason,
@@ -347,36 +524,70 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repl
             "only {got} bytes long: not a pcap capture (the file header alone is 24 bytes)"
         )));
     }
+    let input = io::Cursor::new(magic).chain(input);
     match u32::from_be_bytes(magic) {
-        0xA1B2_C3D4 | 0xA1B2_3C4D | 0xD4C3_B2A1 | 0x4D3C_B2A1 => {}
-        0x0A0D_0D0A => {
-            return Err(capture_err(
-                "is a pcapng capture; replay reads classic pcap (convert it with \
-                 `editcap -F pcap IN.pcapng OUT.pcap` or `tshark -F pcap -r IN -w OUT`)"
-                    .into(),
-            ))
-        }
-        m => {
-            return Err(capture_err(format!(
-                "not a pcap capture (magic number 0x{m:08x}; pcap starts with a1b2c3d4, \
-                 a1b23c4d or their byte swaps)"
-            )))
-        }
+        0xA1B2_C3D4 | 0xA1B2_3C4D | 0xD4C3_B2A1 | 0x4D3C_B2A1 => Ok(Capture {
+            format: "pcap",
+            packets: read_pcap(input, file)?,
+        }),
+        0x0A0D_0D0A => Ok(Capture {
+            format: "pcapng",
+            packets: read_pcapng(input, file)?,
+        }),
+        m => Err(capture_err(format!(
+            "not a pcap capture (magic number 0x{m:08x}; pcap starts with a1b2c3d4, \
+             a1b23c4d or their byte swaps, pcapng with 0a0d0d0a)"
+        ))),
     }
-    let mut reader = PcapReader::new(io::Cursor::new(magic).chain(input)).map_err(|e| match e {
+}
+
+/// The error of a failed read of a capture's record `what` (e.g. "packet record 3").
+fn record_err(file: &str, e: PcapError, what: impl FnOnce() -> String) -> ReplayError {
+    match e {
         PcapError::IoError(ref io) if io.kind() == io::ErrorKind::UnexpectedEof => {
-            capture_err("truncated: the file ends inside its 24-byte header".into())
+            ReplayError::Capture {
+                file: file.to_string(),
+                reason: format!("truncated: the file ends inside {}", what()),
+            }
         }
         PcapError::IoError(source) => ReplayError::Read {
             file: file.to_string(),
             source,
         },
-        other => capture_err(format!("invalid file header: {other}")),
-    })?;
+        other => ReplayError::Capture {
+            file: file.to_string(),
+            reason: format!("{}: {other}", what()),
+        },
+    }
+}
+
+/// Checks a record's captured length; `n` is its packet number (1-based).
+fn check_record_len(file: &str, n: usize, len: usize) -> Result<(), ReplayError> {
+    if len > MAX_RECORD_BYTES as usize {
+        return Err(ReplayError::Capture {
+            file: file.to_string(),
+            reason: format!(
+                "packet record {n} claims {len} captured bytes (at most {MAX_RECORD_BYTES}): \
+                 the file is corrupt"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Reads the packets of a classic pcap capture.
+fn read_pcap<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+    let capture_err = |reason: String| ReplayError::Capture {
+        file: file.to_string(),
+        reason,
+    };
+    let mut reader =
+        PcapReader::new(input).map_err(|e| record_err(file, e, || "its 24-byte header".into()))?;
     let header = reader.header();
     if header.datalink != DataLink::ETHERNET {
         return Err(ReplayError::LinkType {
             file: file.to_string(),
+            interface: None,
             link_type: u32::from(header.datalink),
             name: format!("{:?}", header.datalink),
         });
@@ -387,28 +598,12 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repl
     // captures with a snap length have; the checks that matter are made here.
     while let Some(rec) = reader.next_raw_packet() {
         let n = packets.len();
-        let rec = rec.map_err(|e| match e {
-            PcapError::IoError(ref io) if io.kind() == io::ErrorKind::UnexpectedEof => {
-                capture_err(format!(
-                    "truncated: the file ends inside packet record {} (after {n} complete \
-                     packets)",
-                    n + 1
-                ))
-            }
-            PcapError::IoError(source) => ReplayError::Read {
-                file: file.to_string(),
-                source,
-            },
-            other => capture_err(format!("packet record {}: {other}", n + 1)),
+        let rec = rec.map_err(|e| {
+            record_err(file, e, || {
+                format!("packet record {} (after {n} complete packets)", n + 1)
+            })
         })?;
-        if rec.incl_len > MAX_RECORD_BYTES {
-            return Err(capture_err(format!(
-                "packet record {} claims {} captured bytes (at most {MAX_RECORD_BYTES}): \
-                 the file is corrupt",
-                n + 1,
-                rec.incl_len
-            )));
-        }
+        check_record_len(file, n + 1, rec.incl_len as usize)?;
         let frac_ns = if nanos {
             Some(rec.ts_frac)
         } else {
@@ -425,7 +620,174 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repl
         packets.push(InPacket {
             ts: Duration::new(u64::from(rec.ts_sec), frac_ns),
             orig_len: rec.orig_len.max(rec.incl_len),
+            interface: 0,
             data: rec.data.into_owned(),
+        });
+    }
+    Ok(packets)
+}
+
+/// A pcapng interface, as its Interface Description Block describes it.
+struct Interface {
+    link_type: DataLink,
+    snaplen: u32,
+    /// `if_tsresol` (6, microseconds, when absent).
+    tsresol: u8,
+    /// `if_tsoffset`, seconds (a signed 64-bit number in the file).
+    tsoffset: i64,
+    name: Option<String>,
+}
+
+/// The time `units` ticks of a pcapng timestamp at resolution `tsresol` stand for: bit 7
+/// clear, ticks of `10^-n` s; set, of `2^-n` s (`n` the low 7 bits). Truncated to whole
+/// nanoseconds (0 for resolutions too fine to count a 64-bit tick count in them).
+fn pcapng_time(units: u64, tsresol: u8) -> Duration {
+    let n = u32::from(tsresol & 0x7F);
+    let per_sec = if tsresol & 0x80 == 0 {
+        10u128.checked_pow(n)
+    } else {
+        1u128.checked_shl(n)
+    };
+    let Some(per_sec) = per_sec else {
+        return Duration::ZERO;
+    };
+    let units = u128::from(units);
+    // `units / per_sec <= units` fits u64; the fraction is below one second.
+    Duration::new(
+        (units / per_sec) as u64,
+        (units % per_sec * 1_000_000_000 / per_sec) as u32,
+    )
+}
+
+/// Reads the packets of a pcapng capture (see the module docs).
+fn read_pcapng<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+    let capture_err = |reason: String| ReplayError::Capture {
+        file: file.to_string(),
+        reason,
+    };
+    let mut reader = PcapNgReader::new(input).map_err(|e| {
+        record_err(file, e, || {
+            "its first pcapng block (the Section Header Block)".into()
+        })
+    })?;
+    let mut interfaces: Vec<Interface> = Vec::new();
+    let mut packets: Vec<InPacket> = Vec::new();
+    // Simple Packet Blocks have no timestamp: the indices of those waiting for one.
+    let mut untimed: Vec<usize> = Vec::new();
+    let mut blocks = 1usize;
+    while let Some(block) = reader.next_block() {
+        blocks += 1;
+        let n = packets.len();
+        let block = block.map_err(|e| {
+            record_err(file, e, || {
+                format!("pcapng block {blocks} (after {n} complete packets)")
+            })
+        })?;
+        let (interface, ts, orig_len, data) = match block {
+            Block::SectionHeader(_) => {
+                interfaces.clear();
+                continue;
+            }
+            Block::InterfaceDescription(idb) => {
+                let mut i = Interface {
+                    link_type: idb.linktype,
+                    snaplen: idb.snaplen,
+                    tsresol: 6,
+                    tsoffset: 0,
+                    name: None,
+                };
+                for opt in &idb.options {
+                    match opt {
+                        InterfaceDescriptionOption::IfTsResol(r) => i.tsresol = *r,
+                        InterfaceDescriptionOption::IfTsOffset(o) => i.tsoffset = *o as i64,
+                        InterfaceDescriptionOption::IfName(s) => i.name = Some(s.to_string()),
+                        _ => {}
+                    }
+                }
+                interfaces.push(i);
+                continue;
+            }
+            Block::EnhancedPacket(epb) => {
+                // pcap-file reads the 64-bit tick count as nanoseconds whatever the
+                // interface's resolution; undo that and apply the resolution here.
+                let units = u64::try_from(epb.timestamp.as_nanos()).unwrap_or(u64::MAX);
+                (
+                    epb.interface_id,
+                    Some(units),
+                    epb.original_len,
+                    epb.data.into_owned(),
+                )
+            }
+            Block::SimplePacket(spb) => {
+                let snaplen = interfaces.first().map_or(0, |i| i.snaplen);
+                let mut data = spb.data.into_owned();
+                // The block's data is padded to 4 bytes: keep the captured length only.
+                let caplen = if snaplen == 0 {
+                    spb.original_len
+                } else {
+                    spb.original_len.min(snaplen)
+                };
+                data.truncate(caplen as usize);
+                (0, None, spb.original_len, data)
+            }
+            Block::Packet(_) => {
+                return Err(capture_err(format!(
+                    "block {blocks} is an obsolete Packet Block, which replay does not read \
+                     (rewrite the file with `editcap IN OUT.pcapng`)"
+                )))
+            }
+            // Name resolution, interface statistics, journal entries, unknown blocks: no
+            // packets.
+            _ => continue,
+        };
+        check_record_len(file, n + 1, data.len())?;
+        let Some(iface) = interfaces.get(interface as usize) else {
+            return Err(capture_err(format!(
+                "packet record {} (block {blocks}) is on interface {interface}, but the \
+                 section describes {} interfaces",
+                n + 1,
+                interfaces.len()
+            )));
+        };
+        if iface.link_type != DataLink::ETHERNET {
+            return Err(ReplayError::LinkType {
+                file: file.to_string(),
+                interface: Some((interface, iface.name.clone())),
+                link_type: u32::from(iface.link_type),
+                name: format!("{:?}", iface.link_type),
+            });
+        }
+        let ts = match ts {
+            Some(units) => {
+                let t = pcapng_time(units, iface.tsresol);
+                let secs = i128::from(t.as_secs()) + i128::from(iface.tsoffset);
+                let Ok(secs) = u64::try_from(secs) else {
+                    return Err(capture_err(format!(
+                        "packet record {}: its timestamp plus interface {interface}'s \
+                         if_tsoffset ({} s) is before 1970",
+                        n + 1,
+                        iface.tsoffset
+                    )));
+                };
+                let t = Duration::new(secs, t.subsec_nanos());
+                for i in untimed.drain(..) {
+                    packets[i].ts = t;
+                }
+                t
+            }
+            None => match packets.last() {
+                Some(p) if untimed.is_empty() => p.ts,
+                _ => {
+                    untimed.push(n);
+                    Duration::ZERO
+                }
+            },
+        };
+        packets.push(InPacket {
+            ts,
+            orig_len: orig_len.max(data.len() as u32),
+            interface,
+            data,
         });
     }
     Ok(packets)
@@ -519,15 +881,32 @@ impl Sink for PcapSink {
 
 // ----- the replay --------------------------------------------------------------------------
 
-/// Builds the program's engine around `sink` (not started).
-fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>) -> Result<Pfe, ReplayError> {
+/// A built engine, and the aggregation program's control plane when it runs one.
+struct Engine {
+    pfe: Pfe,
+    /// The aggregation program and its setup, to wait for its open blocks at the end.
+    aggregation: Option<(TrioMl, AggregationReplay)>,
+}
+
+/// Builds the program's engine around `sink` (not started), with at least `ports` ports
+/// (so frames can leave on every ingress port: aggregation answers retransmissions there).
+fn build_engine(
+    cfg: &ReplayConfig,
+    sink: Arc<PcapSink>,
+    ports: usize,
+) -> Result<Engine, ReplayError> {
     let builder = Pfe::builder().ppe_threads(cfg.ppe_threads).sink(sink);
+    let ports = ports.max(DEFAULT_PORTS);
     let pfe = match &cfg.program {
         ReplayProgram::Filter => {
             let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
             let filter = Filter::install(&mem)
                 .map_err(|e| ConfigError::new("program", format!("installing filter: {e}")))?;
-            builder.program(filter.program()).memory(mem).build()?
+            builder
+                .program(filter.program())
+                .memory(mem)
+                .ports(ports)
+                .build()?
         }
         ReplayProgram::L3fwd(routes) => {
             let table = match routes {
@@ -549,7 +928,7 @@ fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>) -> Result<Pfe, ReplayEr
                 .map(|nh| usize::from(nh.port) + 1)
                 .max()
                 .unwrap_or(0)
-                .max(DEFAULT_PORTS);
+                .max(ports);
             let dir =
                 Dir248::build(&table).map_err(|e| ConfigError::new("routes", e.to_string()))?;
             let defaults = MemConfig::default();
@@ -570,8 +949,193 @@ fn build_engine(cfg: &ReplayConfig, sink: Arc<PcapSink>) -> Result<Pfe, ReplayEr
                 .ports(ports)
                 .build()?
         }
+        ReplayProgram::Aggregation(a) => {
+            let (pfe, trio) = build_aggregation(a, builder, ports)?;
+            return Ok(Engine {
+                pfe,
+                aggregation: Some((trio, a.clone())),
+            });
+        }
     };
-    Ok(pfe)
+    Ok(Engine {
+        pfe,
+        aggregation: None,
+    })
+}
+
+/// Installs Trio-ML (integer or FPISA lanes) with the jobs of `a`, as `pfemu serve` does.
+fn build_aggregation(
+    a: &AggregationReplay,
+    builder: crate::pfe::PfeBuilder,
+    ports: usize,
+) -> Result<(Pfe, TrioMl), ReplayError> {
+    if a.jobs.is_empty() {
+        return Err(ConfigError::new(
+            "jobs",
+            "no aggregation jobs: give at least one as JOB:N (sources 0..N) or \
+             JOB:FIRST..END, e.g. 1:4 (`--job 1:4`)",
+        )
+        .into());
+    }
+    if !(1..=2047).contains(&a.window) {
+        return Err(ConfigError::new(
+            "window",
+            format!(
+                "{} is not in 1..=2047 (each job gets 2 * window block slots, at most 4095)",
+                a.window
+            ),
+        )
+        .into());
+    }
+    if !(1..=MAX_GRAD_CNT).contains(&a.block_grad_max) {
+        return Err(ConfigError::new(
+            "block_grad_max",
+            format!("{} is not in 1..={MAX_GRAD_CNT}", a.block_grad_max),
+        )
+        .into());
+    }
+    if a.block_exp_ms == 0 {
+        return Err(ConfigError::new("block_exp_ms", "0 ms; accepted 1..=255").into());
+    }
+    let slots = 2 * a.window;
+    let lanes = match a.aggregation {
+        Aggregation::TrioMl => Lanes::Int32,
+        Aggregation::Fpisa(v) => Lanes::Fpisa(v),
+    };
+    let tcfg = TrioMlConfig {
+        lanes,
+        timers: a.timers,
+        // Room for every slot of every job (a full table refuses blocks as `table_full`).
+        hash_capacity: (slots * a.jobs.len()).max(DEFAULT_HASH_CAPACITY),
+        ..TrioMlConfig::default()
+    };
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+    let trio = TrioMl::install(&mem, tcfg.clone()).map_err(|e| match e {
+        crate::microcode::trio_ml::TrioMlError::Config(c) => ReplayError::Config(c),
+        e => ConfigError::new("program", format!("installing Trio-ML: {e}")).into(),
+    })?;
+    let mut seen = [false; 256];
+    for j in &a.jobs {
+        if std::mem::replace(&mut seen[usize::from(j.job_id)], true) {
+            return Err(
+                ConfigError::new("jobs", format!("job {} is given twice", j.job_id)).into(),
+            );
+        }
+        trio.add_job(&JobConfig {
+            job_id: j.job_id,
+            sources: (0..j.sources).map(|s| j.first_src + s).collect(),
+            block_cnt_max: slots as u16,
+            block_grad_max: a.block_grad_max,
+            block_exp_ms: a.block_exp_ms,
+            out_src_addr: tcfg.local_addr,
+            out_dst_addr: Ipv4Addr::new(239, 0, 0, j.job_id),
+            out_dest: Dest::Port(u16::from(j.job_id)),
+        })
+        .map_err(|e| match e {
+            crate::microcode::trio_ml::TrioMlError::Config(c) => ReplayError::Config(c),
+            e => ConfigError::new("jobs", format!("job {}: {e}", j.job_id)).into(),
+        })?;
+    }
+    let max_job = a.jobs.iter().map(|j| usize::from(j.job_id) + 1).max();
+    let timers = trio.timer_specs()?;
+    let pfe = builder
+        .program(trio.program())
+        .memory(mem)
+        .ports(ports.max(max_job.unwrap_or(0)))
+        .max_frame_bytes(HEADERS_LEN + usize::from(MAX_GRAD_CNT) * GRAD_BYTES)
+        .timers(timers)
+        .build()?;
+    Ok((pfe, trio))
+}
+
+/// Keeps an aggregation replay in the order the protocol guarantees. A worker sends a block
+/// id's next generation only after the Result of the previous one came back, and a
+/// retransmission only after the first copy went unanswered; PPE threads take packets of
+/// different flows (workers) in any order, so a replay injecting as fast as it can could
+/// let a later generation overtake an earlier one (which then drops as `stale_gen`). So a
+/// packet that starts another generation of a block id, or repeats a source of it, since
+/// the engine last drained waits until it has drained.
+struct GenerationBarrier {
+    udp_port: u16,
+    /// Per (job, block id): the generation, and the sources seen, since the last drain.
+    since_drain: HashMap<(u8, u32), (u16, [u64; 4])>,
+}
+
+impl GenerationBarrier {
+    fn new(udp_port: u16) -> Self {
+        GenerationBarrier {
+            udp_port,
+            since_drain: HashMap::new(),
+        }
+    }
+
+    /// Whether `frame` must wait until the engine drained (the caller drains, then injects
+    /// it); counts it as injected either way.
+    fn must_wait(&mut self, frame: &[u8]) -> bool {
+        let Ok((h, _)) = wire::parse(frame) else {
+            return false;
+        };
+        if frame[UDP_AT + 2..UDP_AT + 4] != self.udp_port.to_be_bytes() {
+            return false;
+        }
+        let (word, bit) = (usize::from(h.src_id / 64), 1u64 << (h.src_id % 64));
+        let key = (h.job_id, h.block_id);
+        match self.since_drain.get_mut(&key) {
+            Some((gen, mask)) if *gen == h.gen_id && mask[word] & bit == 0 => {
+                mask[word] |= bit;
+                false
+            }
+            Some(_) => {
+                self.since_drain.clear();
+                self.since_drain
+                    .insert(key, (h.gen_id, new_mask(word, bit)));
+                true
+            }
+            None => {
+                self.since_drain
+                    .insert(key, (h.gen_id, new_mask(word, bit)));
+                false
+            }
+        }
+    }
+}
+
+fn new_mask(word: usize, bit: u64) -> [u64; 4] {
+    let mut m = [0; 4];
+    m[word] = bit;
+    m
+}
+
+/// After the last injection: keeps the aggregation engine running until no block is
+/// open (each times out `block_exp_ms` after its last packet and sends its partial
+/// Result), or until their number has not gone down for `block_exp_ms` + 1 s. Returns the
+/// blocks still open.
+fn wait_for_open_blocks(
+    pfe: &Pfe,
+    trio: &TrioMl,
+    a: &AggregationReplay,
+) -> Result<u64, ReplayError> {
+    let scan = Duration::from_nanos(trio.config().scan_period_ns);
+    let patience = Duration::from_millis(u64::from(a.block_exp_ms)) + Duration::from_secs(1);
+    let mut fewest = u64::MAX;
+    let mut progress = Instant::now();
+    loop {
+        pfe.drain();
+        let open = trio
+            .active_blocks()
+            .map_err(|e| engine_err(format!("reading the open blocks: {e}")))?
+            .len() as u64;
+        if open == 0 {
+            return Ok(0);
+        }
+        if open < fewest {
+            fewest = open;
+            progress = Instant::now();
+        } else if progress.elapsed() > patience {
+            return Ok(open);
+        }
+        std::thread::sleep(scan);
+    }
 }
 
 /// The engine stopped under the replay (it does not, short of a bug).
@@ -602,7 +1166,40 @@ pub fn replay<R: Read>(
             speed
         }
     };
-    let packets = read_capture(input, name)?;
+    let Capture { format, packets } = read_capture(input, name)?;
+    // Interface `i` enters on `cfg.port + i`.
+    let ports: Vec<Port> = packets
+        .iter()
+        .map(|p| {
+            u32::from(cfg.port)
+                .checked_add(p.interface)
+                .and_then(|n| Port::try_from(n).ok())
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "port",
+                        format!(
+                            "{} + interface {} of the capture is beyond the largest port, {}",
+                            cfg.port,
+                            p.interface,
+                            Port::MAX
+                        ),
+                    )
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    let ports_needed = ports.iter().map(|&p| usize::from(p) + 1).max().unwrap_or(0);
+    if matches!(cfg.program, ReplayProgram::Aggregation(_)) && ports_needed > MAX_PORTS {
+        // Kept Results answering a retransmission leave on the ingress port.
+        return Err(ConfigError::new(
+            "port",
+            format!(
+                "packets enter on port {}, but the engine has at most {MAX_PORTS} ports and \
+                 aggregation answers retransmissions on the ingress port",
+                ports_needed - 1
+            ),
+        )
+        .into());
+    }
     let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
     let sink = Arc::new(PcapSink {
         outputs: Mutex::new(Outputs {
@@ -615,12 +1212,21 @@ pub fn replay<R: Read>(
         base,
         scale: speed,
     });
-    let mut pfe = build_engine(cfg, sink.clone())?;
+    let Engine {
+        mut pfe,
+        aggregation,
+    } = build_engine(cfg, sink.clone(), ports_needed.min(MAX_PORTS))?;
     pfe.start().map_err(engine_err)?;
 
+    let mut packets_in_by_port = BTreeMap::new();
+    for &p in &ports {
+        *packets_in_by_port.entry(p).or_insert(0) += 1;
+    }
     let mut report = ReplayReport {
         program: cfg.program.name().to_string(),
+        format: format.to_string(),
         packets_in: packets.len() as u64,
+        packets_in_by_port,
         bytes_in: packets.iter().map(|p| p.data.len() as u64).sum(),
         truncated_in: packets
             .iter()
@@ -628,7 +1234,6 @@ pub fn replay<R: Read>(
             .count() as u64,
         ..ReplayReport::default()
     };
-    let port = cfg.port;
     let start = Instant::now();
     sink.outputs.lock().start = start;
     // When packet `i` is due, relative to `start`.
@@ -645,23 +1250,65 @@ pub fn replay<R: Read>(
         }
     };
 
+    // Aggregation keeps each block's generations in capture order (see the module docs).
+    let mut barrier = aggregation
+        .as_ref()
+        .map(|(trio, _)| GenerationBarrier::new(trio.config().udp_port));
+    let mut must_wait = |p: &InPacket| barrier.as_mut().is_some_and(|b| b.must_wait(&p.data));
     let result = if cfg.write_drops {
-        replay_one_by_one(&pfe, &sink, &packets, port, &mut report, |p| {
+        // One packet at a time: in capture order already.
+        replay_one_by_one(&pfe, &sink, &packets, &ports, &mut report, |p| {
             wait_until(due(p))
         })
     } else {
         match cfg.timing {
-            Timing::AsFast => packets.chunks(BURST).try_for_each(|chunk| {
-                pfe.inject_burst(chunk.iter().map(|p| (port, p.data.as_slice())))
+            Timing::AsFast => {
+                let inject = |range: std::ops::Range<usize>| {
+                    pfe.inject_burst(
+                        ports[range.clone()]
+                            .iter()
+                            .zip(&packets[range])
+                            .map(|(&port, p)| (port, p.data.as_slice())),
+                    )
                     .map(|_| ())
                     .map_err(engine_err)
-            }),
-            Timing::Recorded { .. } => packets.iter().try_for_each(|p| {
+                };
+                // Bursts of up to BURST frames, cut where a packet must wait.
+                let mut from = 0;
+                let mut result = Ok(());
+                for (i, p) in packets.iter().enumerate() {
+                    let wait = must_wait(p);
+                    if wait || i - from == BURST {
+                        result = inject(from..i);
+                        if result.is_err() {
+                            break;
+                        }
+                        if wait {
+                            pfe.drain();
+                        }
+                        from = i;
+                    }
+                }
+                result.and_then(|()| inject(from..packets.len()))
+            }
+            Timing::Recorded { .. } => packets.iter().zip(&ports).try_for_each(|(p, &port)| {
                 wait_until(due(p));
+                if must_wait(p) {
+                    pfe.drain();
+                }
                 pfe.inject_frame(port, &p.data).map_err(engine_err)
             }),
         }
     };
+    // Aggregation: every block still open is waiting for a source that will not come; let
+    // the straggler scan time it out, so its partial Result is written too.
+    let result = result.and_then(|()| match &aggregation {
+        Some((trio, a)) => {
+            report.open_blocks = wait_for_open_blocks(&pfe, trio, a)?;
+            Ok(())
+        }
+        None => Ok(()),
+    });
     pfe.drain();
     report.elapsed_s = start.elapsed().as_secs_f64();
     let stats = pfe.shutdown();
@@ -682,8 +1329,10 @@ pub fn replay<R: Read>(
             .flush()
             .map_err(|e| write_err(Output::Dropped, e))?;
     }
+    report.forwarded = stats.packets_out;
     report.consumed = stats.consumed;
     report.dropped = stats.dropped;
+    report.created = stats.created;
     report.dropped_by_reason = stats.dropped_by_reason.clone();
     report.stats = stats;
     Ok(report)
@@ -694,12 +1343,12 @@ fn replay_one_by_one(
     pfe: &Pfe,
     sink: &PcapSink,
     packets: &[InPacket],
-    port: Port,
+    ports: &[Port],
     report: &mut ReplayReport,
     mut wait: impl FnMut(&InPacket),
 ) -> Result<(), ReplayError> {
     let mut before = pfe.stats();
-    for (i, p) in packets.iter().enumerate() {
+    for (i, (p, &port)) in packets.iter().zip(ports).enumerate() {
         wait(p);
         pfe.inject_frame(port, &p.data).map_err(engine_err)?;
         pfe.drain();
@@ -714,6 +1363,7 @@ fn replay_one_by_one(
                 .join("+");
             report.drops.push(DroppedPacket {
                 index: i as u64,
+                port,
                 reason,
             });
             let mut o = sink.outputs.lock();
@@ -790,4 +1440,27 @@ fn remove_stale_outputs(dir: &Path) -> Result<(), ReplayError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcapng_timestamps_follow_if_tsresol() {
+        let s = Duration::from_secs_f64;
+        // Absent: microseconds (the default the reader passes).
+        assert_eq!(pcapng_time(1_500_000, 6), s(1.5));
+        assert_eq!(pcapng_time(1_500_000_001, 9), Duration::new(1, 500_000_001));
+        assert_eq!(pcapng_time(15, 1), s(1.5));
+        assert_eq!(pcapng_time(7, 0), s(7.0));
+        // Powers of two: 2^-1 and 2^-10 s.
+        assert_eq!(pcapng_time(3, 0x81), s(1.5));
+        assert_eq!(pcapng_time(1024 + 512, 0x8A), s(1.5));
+        // Finer than nanoseconds: truncated.
+        assert_eq!(pcapng_time(1_999, 12), Duration::from_nanos(1));
+        assert_eq!(pcapng_time(u64::MAX, 0x80 | 127), Duration::ZERO);
+        assert_eq!(pcapng_time(u64::MAX, 127), Duration::ZERO);
+        assert_eq!(pcapng_time(u64::MAX, 0), Duration::from_secs(u64::MAX));
+    }
 }

@@ -1,18 +1,33 @@
-//! pcap replay: captures built here go through the filter and l3fwd, and the output
-//! captures are read back and compared with references computed here (per port, per flow
-//! order, rewritten bytes, the exact dropped packets and their reasons); bad captures give
-//! clear errors; the CLI writes what it reports.
+//! pcap replay: captures built here go through the filter, l3fwd, Trio-ML and FPISA, and the
+//! output captures are read back and compared with references computed here (per port, per
+//! flow order, rewritten bytes, aggregated sums, partial Results of stragglers, the exact
+//! dropped packets and their reasons); pcapng input enters on one port per interface; bad
+//! captures give clear errors; the CLI writes what it reports.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::blocks::simple_packet::SimplePacketBlock;
+use pcap_file::pcapng::{Block, PcapNgWriter};
 use pcap_file::DataLink;
+use pfemu::bench::rng::SplitMix64;
 use pfemu::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
+use pfemu::fpisa::{Acc, Format, Variant};
 use pfemu::microcode::filter::DEFAULT_OUT_PORT;
 use pfemu::microcode::l3fwd::{udp_frame, write_udp_frame, RouteTable};
-use pfemu::replay::{replay_file, ReplayConfig, ReplayError, ReplayProgram, Routes, Timing};
+use pfemu::microcode::trio_ml::{wire, TrioMlConfig};
+use pfemu::replay::{
+    replay_file, AggregationReplay, ReplayConfig, ReplayError, ReplayProgram, ReplayReport, Routes,
+    Timing,
+};
+use pfemu::serve::{Aggregation, JobSpec};
 
 /// A fresh directory under the target dir for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -67,13 +82,10 @@ fn by_flow(frames: &[Vec<u8>]) -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
     m
 }
 
-/// Runs `tshark -r` on every file if tshark is installed.
+/// Runs `tshark -r` on every file if tshark is installed: it must read each without an
+/// error and decode every frame in it (one summary line per frame).
 fn tshark_reads(files: &[PathBuf]) {
-    let have = std::process::Command::new("which")
-        .arg("tshark")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
+    if !have("tshark") {
         println!("skipped: tshark not installed");
         return;
     }
@@ -88,6 +100,12 @@ fn tshark_reads(files: &[PathBuf]) {
             "tshark -r {}: {}",
             f.display(),
             String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().count(),
+            read_capture(f).len(),
+            "tshark -r {}: one line per frame",
+            f.display()
         );
     }
 }
@@ -396,7 +414,10 @@ fn bad_captures_fail_with_clear_errors() {
     let e = err("empty.pcap", b"");
     assert!(e.to_string().contains("empty"), "{e}");
     let e = err("ng.pcap", &[0x0A, 0x0D, 0x0D, 0x0A, 0, 0, 0, 0]);
-    assert!(e.to_string().contains("pcapng"), "{e}");
+    assert!(
+        e.to_string().contains("pcapng") && e.to_string().contains("truncated"),
+        "{e}"
+    );
 
     // A good capture cut short: in its header, and in a packet record.
     let good = dir.join("good.pcap");
@@ -484,5 +505,757 @@ fn cli_replays_a_capture_and_reports_json() {
     assert!(
         stderr.contains("Cargo.toml") && stderr.contains("not a pcap"),
         "{stderr}"
+    );
+}
+
+// ----- aggregation: Trio-ML and FPISA --------------------------------------------------------
+
+/// A frame of job `job`, block `block`, generation `gen` from source `src` (Figure 7), from
+/// the worker's own addresses to the PFE (10.0.0.254, UDP 12000).
+fn agg_frame(job: u8, block: u32, gen: u16, src: u8, grads: &[i32]) -> Vec<u8> {
+    wire::agg_packet(&wire::AggPacket {
+        endpoints: wire::Endpoints {
+            src_mac: [2, 0, 0, 0, job, src],
+            dst_mac: [2, 0, 0, 0, 0, 0xFE],
+            src_addr: Ipv4Addr::new(10, 0, job, src + 1),
+            dst_addr: TrioMlConfig::default().local_addr,
+            src_port: wire::DEFAULT_UDP_PORT,
+            dst_port: wire::DEFAULT_UDP_PORT,
+        },
+        hdr: wire::TrioMlHdrFields {
+            job_id: job,
+            block_id: block,
+            src_id: src,
+            gen_id: gen,
+            grad_cnt: grads.len() as u16,
+            ..Default::default()
+        },
+        gradients: grads,
+    })
+}
+
+/// One expected Result: sources in it, degraded or not, its sums (gradient words).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Expected {
+    src_cnt: u8,
+    degraded: bool,
+    sums: Vec<i32>,
+}
+
+/// The Results of a port's capture, by (job, block, generation).
+fn results_of(path: &Path) -> BTreeMap<(u8, u32, u16), Expected> {
+    let mut out = BTreeMap::new();
+    for f in frames_of(path) {
+        let (h, g) = wire::parse(&f).expect("a Result is a Trio-ML frame");
+        let r = Expected {
+            src_cnt: h.src_cnt,
+            degraded: h.degraded,
+            sums: wire::gradients(g),
+        };
+        assert_eq!(
+            h.age_op != 0,
+            h.degraded,
+            "age_op and degraded agree (no lower level)"
+        );
+        assert!(
+            out.insert((h.job_id, h.block_id, h.gen_id), r).is_none(),
+            "one Result per block"
+        );
+    }
+    out
+}
+
+/// Traffic of the jobs of an aggregation test: frames in capture order, the Results they
+/// must produce per job, and the packets that must be dropped (index, reason).
+#[derive(Default)]
+struct AggCapture {
+    frames: Vec<Vec<u8>>,
+    results: BTreeMap<u8, BTreeMap<(u8, u32, u16), Expected>>,
+    drops: Vec<(u64, &'static str)>,
+    /// Kept Results sent back to a retransmission, on ingress port 0.
+    answered: BTreeMap<(u8, u32, u16), Expected>,
+}
+
+impl AggCapture {
+    /// Adds chunk `chunk` of a job whose workers send `window` block ids round-robin
+    /// (block `chunk % window`, generation `chunk / window`): one frame per source in
+    /// `sources` (the sources of the job that send it: `all` of them unless one is missing),
+    /// each with its gradient words from `grads(src)`; `sum` folds the words of one
+    /// gradient over the sources present into the expected Result's word.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk(
+        &mut self,
+        job: u8,
+        window: u32,
+        chunk: u32,
+        all: &[u8],
+        sending: &[u8],
+        grads: impl Fn(u8) -> Vec<i32>,
+        sum: impl Fn(&[Vec<i32>], usize) -> i32,
+    ) {
+        let (block, gen) = (chunk % window, (chunk / window) as u16);
+        let vectors: Vec<Vec<i32>> = sending.iter().map(|&s| grads(s)).collect();
+        for (&s, v) in sending.iter().zip(&vectors) {
+            self.frames.push(agg_frame(job, block, gen, s, v));
+        }
+        let sums = (0..vectors[0].len()).map(|i| sum(&vectors, i)).collect();
+        self.results.entry(job).or_default().insert(
+            (job, block, gen),
+            Expected {
+                src_cnt: sending.len() as u8,
+                degraded: sending.len() < all.len(),
+                sums,
+            },
+        );
+    }
+
+    /// Adds a frame the program must drop for `reason`.
+    fn bad(&mut self, frame: Vec<u8>, reason: &'static str) {
+        self.drops.push((self.frames.len() as u64, reason));
+        self.frames.push(frame);
+    }
+
+    fn aggregated(&self) -> u64 {
+        (self.frames.len() - self.drops.len()) as u64
+    }
+
+    fn results(&self) -> u64 {
+        self.results.values().map(|r| r.len() as u64).sum::<u64>() + self.answered.len() as u64
+    }
+}
+
+fn wrapping_sum(v: &[Vec<i32>], i: usize) -> i32 {
+    v.iter().fold(0i32, |a, g| a.wrapping_add(g[i]))
+}
+
+/// Random gradient words over the whole `i32` range, so sums wrap.
+fn random_words(seed: u64, n: usize) -> Vec<i32> {
+    let mut r = SplitMix64::new(seed);
+    (0..n).map(|_| r.next_u64() as i32).collect()
+}
+
+fn trio_ml_capture() -> AggCapture {
+    let mut c = AggCapture::default();
+    let job1: Vec<u8> = (0..4).collect();
+    let job2: Vec<u8> = vec![3, 4];
+    // Job 1: 42 chunks of 50 gradients over 4 block ids (generations 0 to 10); job 2 (sources
+    // 3 and 4): 3 chunks of 20, interleaved. The bad packets come in between.
+    for chunk in 0..42u32 {
+        c.chunk(
+            1,
+            4,
+            chunk,
+            &job1,
+            &job1,
+            |s| random_words(u64::from(chunk) << 8 | u64::from(s), 50),
+            wrapping_sum,
+        );
+        if chunk < 3 {
+            c.chunk(
+                2,
+                64,
+                chunk,
+                &job2,
+                &job2,
+                |s| random_words(1 << 20 | u64::from(chunk) << 8 | u64::from(s), 20),
+                wrapping_sum,
+            );
+        }
+        match chunk {
+            1 => c.bad(agg_frame(1, 1, 0, 7, &[1; 50]), "unknown_source"),
+            2 => c.bad(agg_frame(9, 0, 0, 0, &[1; 50]), "unknown_job"),
+            4 => {
+                // grad_cnt says 50, the frame carries 49.
+                let mut f = agg_frame(1, 0, 1, 0, &[1; 49]);
+                let mut h = wire::TrioMlHdr::new_checked(&mut f[wire::TRIO_ML_HDR_AT..]).unwrap();
+                h.set_grad_cnt(50);
+                c.bad(f, "bad_length");
+            }
+            6 => {
+                let mut arp = udp_frame([10, 0, 0, 254], 64, 64);
+                arp[12..14].copy_from_slice(&[0x08, 0x06]);
+                c.bad(arp, "not_ipv4");
+            }
+            8 => c.bad(udp_frame([10, 9, 9, 9], 100, 64), "no_route"),
+            _ => {}
+        }
+    }
+    // Worker 0 sends its last chunk again (block 1, generation 10): the block is finished,
+    // so the kept Result answers it on the port it came in on.
+    c.bad(
+        agg_frame(1, 1, 10, 0, &random_words(41 << 8, 50)),
+        "retransmit_answered",
+    );
+    let kept = c.results[&1][&(1, 1, 10)].clone();
+    c.answered.insert((1, 1, 10), kept);
+    c
+}
+
+/// An aggregation program with the default window (64, so 128 slots per job: an as-fast
+/// replay never runs a job out of slots, though it ignores the workers' windows).
+fn aggregation(aggregation: Aggregation, jobs: &[&str], block_exp_ms: u8) -> ReplayProgram {
+    ReplayProgram::Aggregation(AggregationReplay {
+        block_exp_ms,
+        ..AggregationReplay::new(
+            aggregation,
+            jobs.iter()
+                .map(|j| j.parse::<JobSpec>().expect("job"))
+                .collect(),
+        )
+    })
+}
+
+/// Checks a replay's Results (one capture per job port) and counters against `c`.
+fn check_aggregation(c: &AggCapture, r: &ReplayReport, out: &Path) {
+    for (job, want) in &c.results {
+        let path = out.join(format!("port{job}.pcap"));
+        assert_eq!(&results_of(&path), want, "job {job}'s Results");
+        assert_eq!(r.packets_out_by_port[&u16::from(*job)], want.len() as u64);
+    }
+    if !c.answered.is_empty() {
+        assert_eq!(results_of(&out.join("port0.pcap")), c.answered, "answers");
+    }
+    assert_eq!(r.packets_in, c.frames.len() as u64);
+    assert_eq!(
+        (r.forwarded, r.consumed, r.dropped, r.created, r.open_blocks),
+        (0, c.aggregated(), c.drops.len() as u64, c.results(), 0)
+    );
+    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for &(_, reason) in &c.drops {
+        *reasons.entry(reason.to_string()).or_default() += 1;
+    }
+    assert_eq!(r.dropped_by_reason, reasons);
+}
+
+#[test]
+fn trio_ml_replay_writes_each_jobs_results_with_exact_sums_and_names_the_bad_packets() {
+    let dir = scratch("trio-ml");
+    let c = trio_ml_capture();
+    let input = dir.join("in.pcap");
+    write_capture(&input, &c.frames, None);
+    // A block timeout far beyond the time a burst takes, so every complete block completes.
+    let cfg = ReplayConfig {
+        program: aggregation(Aggregation::TrioMl, &["1:4", "2:3..5"], 255),
+        ppe_threads: 2,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("fast");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    assert_eq!(r.program, "trio-ml");
+    assert_eq!(
+        r.files,
+        ["port0.pcap", "port1.pcap", "port2.pcap"].map(|f| out.join(f))
+    );
+    check_aggregation(&c, &r, &out);
+    tshark_reads(&r.files);
+
+    // --drops: the same Results, and exactly the bad packets, as captured.
+    let cfg = ReplayConfig {
+        write_drops: true,
+        ..cfg
+    };
+    let out = dir.join("drops");
+    let r = replay_file(&cfg, &input, &out).expect("replay with drops");
+    check_aggregation(&c, &r, &out);
+    let got: Vec<(u64, u16, &str)> = r
+        .drops
+        .iter()
+        .map(|d| (d.index, d.port, d.reason.as_str()))
+        .collect();
+    let want: Vec<(u64, u16, &str)> = c.drops.iter().map(|&(i, why)| (i, 0, why)).collect();
+    assert_eq!(got, want);
+    let dropped = frames_of(&out.join("dropped.pcap"));
+    let want: Vec<Vec<u8>> = c
+        .drops
+        .iter()
+        .map(|&(i, _)| c.frames[i as usize].clone())
+        .collect();
+    assert_eq!(dropped, want);
+    tshark_reads(&r.files);
+}
+
+/// FP32 gradients through FPISA, checked bit for bit against `pfemu::fpisa`'s accumulator
+/// (in capture order) and, the values being integers of few bits, against exact sums.
+#[test]
+fn fpisa_replay_sums_match_the_fpisa_reference_bit_for_bit() {
+    let dir = scratch("fpisa");
+    for (variant, name) in [(Variant::Full, "fpisa"), (Variant::Approx, "fpisa-approx")] {
+        let workers: Vec<u8> = (0..4).collect();
+        let mut c = AggCapture::default();
+        for chunk in 0..6u32 {
+            let grads = |s: u8| -> Vec<i32> {
+                let mut r = SplitMix64::new(u64::from(chunk) << 8 | u64::from(s));
+                (0..64)
+                    .map(|_| {
+                        let v = match variant {
+                            // Integers in -1024..=1024: exact in FPISA's full variant.
+                            Variant::Full => r.below(2049) as f32 - 1024.0,
+                            // One binade, +-[2^20, 2^21): FPISA-A never shifts, so exact.
+                            Variant::Approx => {
+                                let m = ((1u64 << 20) + r.below(1 << 20)) as f32;
+                                if r.next_u64() & 1 == 0 {
+                                    m
+                                } else {
+                                    -m
+                                }
+                            }
+                        };
+                        v.to_bits() as i32
+                    })
+                    .collect()
+            };
+            c.chunk(1, 4, chunk, &workers, &workers, grads, |v, i| {
+                let mut acc = Acc::ZERO;
+                let mut exact = 0f64;
+                for g in v {
+                    acc.add_bits(g[i] as u32, Format::Fp32, variant);
+                    exact += f64::from(f32::from_bits(g[i] as u32));
+                }
+                let bits = acc.value(Format::Fp32);
+                assert_eq!(f32::from_bits(bits), exact as f32, "the reference is exact");
+                bits as i32
+            });
+        }
+        let input = dir.join(format!("{name}.pcap"));
+        write_capture(&input, &c.frames, None);
+        let cfg = ReplayConfig {
+            program: aggregation(Aggregation::Fpisa(variant), &["1:4"], 255),
+            ppe_threads: 2,
+            ..ReplayConfig::default()
+        };
+        let out = dir.join(name);
+        let r = replay_file(&cfg, &input, &out).expect("replay");
+        assert_eq!(r.program, name);
+        check_aggregation(&c, &r, &out);
+        tshark_reads(&r.files);
+    }
+}
+
+#[test]
+fn a_block_missing_a_worker_times_out_and_its_partial_result_is_written() {
+    let dir = scratch("straggler");
+    let workers: Vec<u8> = (0..4).collect();
+    let mut c = AggCapture::default();
+    for chunk in 0..3u32 {
+        // Worker 2 sends nothing for chunk 1.
+        let sending: Vec<u8> = if chunk == 1 {
+            vec![0, 1, 3]
+        } else {
+            workers.clone()
+        };
+        c.chunk(
+            1,
+            4,
+            chunk,
+            &workers,
+            &sending,
+            |s| (0..30).map(|i| i * 10 + i32::from(s) - 100).collect(),
+            wrapping_sum,
+        );
+    }
+    let input = dir.join("in.pcap");
+    write_capture(&input, &c.frames, None);
+    for (write_drops, out) in [(false, "fast"), (true, "drops")] {
+        let cfg = ReplayConfig {
+            program: aggregation(Aggregation::TrioMl, &["1:4"], 50),
+            ppe_threads: 2,
+            write_drops,
+            ..ReplayConfig::default()
+        };
+        let out = dir.join(out);
+        let r = replay_file(&cfg, &input, &out).expect("replay");
+        // Two full Results and the partial one: 3 sources, degraded, their sums.
+        check_aggregation(&c, &r, &out);
+        assert!(r.drops.is_empty());
+        let partial = results_of(&out.join("port1.pcap"))[&(1, 1, 0)].clone();
+        assert_eq!((partial.src_cnt, partial.degraded), (3, true));
+        // It left at least block_exp after the replay started (on the capture's timeline).
+        let ts = read_capture(&out.join("port1.pcap"))
+            .into_iter()
+            .find(|(_, _, f)| wire::parse(f).is_ok_and(|(h, _)| h.block_id == 1))
+            .map(|(ts, _, _)| ts)
+            .expect("the partial Result");
+        assert!(
+            ts >= Duration::from_secs(1000) + Duration::from_millis(50),
+            "{ts:?}"
+        );
+        assert!(
+            r.elapsed_s >= 0.05,
+            "waited for the timeout: {}",
+            r.elapsed_s
+        );
+        tshark_reads(&r.files);
+    }
+}
+
+#[test]
+fn aggregation_settings_are_checked_and_named() {
+    let dir = scratch("agg-config");
+    let input = dir.join("in.pcap");
+    write_capture(&input, &[agg_frame(1, 0, 0, 0, &[1])], None);
+    let bad = |program: ReplayProgram, setting: &str| {
+        let cfg = ReplayConfig {
+            program,
+            ..ReplayConfig::default()
+        };
+        let e = replay_file(&cfg, &input, &dir.join("out")).expect_err(setting);
+        assert!(e.to_string().contains(&format!("`{setting}`")), "{e}");
+    };
+    let with = |f: &dyn Fn(&mut AggregationReplay)| {
+        let mut a = AggregationReplay::new(Aggregation::TrioMl, vec!["1:4".parse().unwrap()]);
+        f(&mut a);
+        ReplayProgram::Aggregation(a)
+    };
+    bad(with(&|a| a.jobs.clear()), "jobs");
+    bad(with(&|a| a.jobs.push("1:2".parse().unwrap())), "jobs");
+    bad(with(&|a| a.window = 0), "window");
+    bad(with(&|a| a.window = 2048), "window");
+    bad(with(&|a| a.block_exp_ms = 0), "block_exp_ms");
+    bad(with(&|a| a.block_grad_max = 4096), "block_grad_max");
+}
+
+#[test]
+fn cli_replays_trio_ml_jobs_and_reports_json() {
+    let dir = scratch("cli-trio-ml");
+    let c = trio_ml_capture();
+    let input = dir.join("in.pcap");
+    write_capture(&input, &c.frames, None);
+    let out = dir.join("out");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pfemu"))
+            .args(["replay", "--pcap"])
+            .arg(&input)
+            .arg("--out")
+            .arg(&out)
+            .args(args)
+            .output()
+            .expect("run pfemu")
+    };
+    let o = run(&[
+        "--program",
+        "trio-ml",
+        "--job",
+        "1:4",
+        "--job",
+        "2:3..5",
+        "--block-exp-ms",
+        "255",
+        "--window",
+        "16",
+        "--ppe-threads",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        o.status.success(),
+        "pfemu replay: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["program"], "trio-ml");
+    assert_eq!(v["packets_in"], c.frames.len() as u64);
+    assert_eq!(v["consumed"], c.aggregated());
+    assert_eq!(v["dropped"], c.drops.len() as u64);
+    assert_eq!(v["created"], c.results());
+    assert_eq!(v["open_blocks"], 0);
+    assert_eq!(v["packets_out_by_port"]["1"], c.results[&1].len() as u64);
+    assert_eq!(v["dropped_by_reason"]["unknown_source"], 1);
+    assert_eq!(results_of(&out.join("port1.pcap")), c.results[&1]);
+    assert_eq!(results_of(&out.join("port2.pcap")), c.results[&2]);
+
+    // An aggregation program without jobs, and jobs without one: errors naming `--job`.
+    for args in [
+        &["--program", "trio-ml"][..],
+        &["--program", "fpisa"][..],
+        &["--job", "1:4"][..],
+    ] {
+        let o = run(args);
+        assert!(!o.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("`--job`"), "{args:?}: {stderr}");
+    }
+}
+
+// ----- pcapng input ----------------------------------------------------------------------------
+
+/// A pcapng interface for the writer: Ethernet, with `if_tsresol` when given and `if_name`.
+fn idb(link: DataLink, tsresol: Option<u8>, name: &str) -> Block<'static> {
+    let mut options = vec![InterfaceDescriptionOption::IfName(name.to_string().into())];
+    if let Some(r) = tsresol {
+        options.push(InterfaceDescriptionOption::IfTsResol(r));
+    }
+    Block::InterfaceDescription(InterfaceDescriptionBlock {
+        linktype: link,
+        snaplen: 0,
+        options,
+    })
+}
+
+/// An Enhanced Packet Block of `interface` whose timestamp field holds `ticks` (pcap-file
+/// writes a `Duration`'s nanoseconds there, whatever the interface's resolution).
+fn epb(interface: u32, ticks: u64, data: &[u8]) -> Block<'_> {
+    Block::EnhancedPacket(EnhancedPacketBlock {
+        interface_id: interface,
+        timestamp: Duration::from_nanos(ticks),
+        original_len: data.len() as u32,
+        data: data.into(),
+        options: vec![],
+    })
+}
+
+#[test]
+fn pcapng_interfaces_enter_on_consecutive_ports_at_their_own_timestamp_resolution() {
+    let dir = scratch("pcapng");
+    // Interface 0 counts nanoseconds (if_tsresol 9), interface 1 microseconds (no option).
+    let t0 = Duration::new(1_700_000_000, 123_456_789);
+    let ipv4 = |i: u8| udp_frame([10, 0, 0, i], 100 + usize::from(i), 64);
+    let non_ip = |i: u8, len: usize| {
+        let mut f = udp_frame([10, 0, 0, i], len, 64);
+        f[12..14].copy_from_slice(&[0x86, 0xDD]);
+        f
+    };
+    // (interface, time after t0 in us, frame)
+    let packets: Vec<(u32, u64, Vec<u8>)> = vec![
+        (0, 0, ipv4(1)),
+        (1, 10, ipv4(2)),
+        (1, 20, non_ip(3, 80)),
+        (0, 30, non_ip(4, 90)),
+        (0, 40, ipv4(5)),
+        (1, 50, ipv4(6)),
+    ];
+    let mut w = PcapNgWriter::new(Vec::new()).expect("pcapng writer");
+    w.write_block(&idb(DataLink::ETHERNET, Some(9), "eth0"))
+        .expect("idb");
+    w.write_block(&idb(DataLink::ETHERNET, None, "eth1"))
+        .expect("idb");
+    for (iface, us, f) in &packets {
+        let t = t0 + Duration::from_micros(*us);
+        let ticks = if *iface == 0 {
+            t.as_nanos() as u64
+        } else {
+            t.as_micros() as u64
+        };
+        w.write_block(&epb(*iface, ticks, f)).expect("epb");
+    }
+    // A Simple Packet Block (interface 0, no timestamp) of 61 bytes: padded to 64 in the file.
+    let spb = non_ip(7, 61);
+    w.write_block(&Block::SimplePacket(SimplePacketBlock {
+        original_len: 61,
+        data: spb.clone().into(),
+    }))
+    .expect("spb");
+    let input = dir.join("in.pcapng");
+    std::fs::write(&input, w.into_inner()).expect("write");
+
+    let cfg = ReplayConfig {
+        ppe_threads: 1,
+        port: 5,
+        write_drops: true,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("out");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    assert_eq!(r.format, "pcapng");
+    assert_eq!(r.packets_in, 7);
+    assert_eq!(r.packets_in_by_port, BTreeMap::from([(5, 4), (6, 3)]));
+    // The filter forwards the IPv4 frames on port 1, in order, and drops the others.
+    assert_eq!(
+        frames_of(&out.join("port1.pcap")),
+        vec![ipv4(1), ipv4(2), ipv4(5), ipv4(6)]
+    );
+    let got: Vec<(u64, u16, &str)> = r
+        .drops
+        .iter()
+        .map(|d| (d.index, d.port, d.reason.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(2, 6, "non_ip"), (3, 5, "non_ip"), (6, 5, "non_ip")]
+    );
+    // Dropped packets keep their input timestamps: microsecond and nanosecond interfaces
+    // alike, and the untimed Simple Packet Block takes the one before it. Its padding is
+    // not part of the packet.
+    let dropped = read_capture(&out.join("dropped.pcap"));
+    let want: Vec<(Duration, u32, Vec<u8>)> = vec![
+        (Duration::new(1_700_000_000, 123_476_000), 80, non_ip(3, 80)),
+        (t0 + Duration::from_micros(30), 90, non_ip(4, 90)),
+        // The packet before it is interface 1's at t0 + 50 us, read in microseconds.
+        (Duration::new(1_700_000_000, 123_506_000), 61, spb),
+    ];
+    assert_eq!(dropped, want);
+    tshark_reads(&r.files);
+
+    // A non-Ethernet interface is refused when a packet arrives on it, naming it.
+    let mut w = PcapNgWriter::new(Vec::new()).expect("pcapng writer");
+    w.write_block(&idb(DataLink::ETHERNET, None, "eth0"))
+        .expect("idb");
+    w.write_block(&idb(DataLink::RAW, None, "tun0"))
+        .expect("idb");
+    w.write_block(&epb(0, 1, &ipv4(1))).expect("epb");
+    w.write_block(&epb(1, 2, &[0x45; 20])).expect("epb");
+    let raw = dir.join("raw.pcapng");
+    std::fs::write(&raw, w.into_inner()).expect("write");
+    let e = replay_file(&ReplayConfig::default(), &raw, &dir.join("raw")).unwrap_err();
+    assert!(matches!(e, ReplayError::LinkType { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("interface 1 (tun0)")
+            && msg.contains("Ethernet")
+            && msg.contains("raw.pcapng"),
+        "{msg}"
+    );
+
+    // A capture cut inside a block.
+    let bytes = std::fs::read(&input).expect("read");
+    let cut = dir.join("cut.pcapng");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).expect("write");
+    let e = replay_file(&ReplayConfig::default(), &cut, &dir.join("cut")).unwrap_err();
+    assert!(
+        e.to_string().contains("truncated") && e.to_string().contains("pcapng block"),
+        "{e}"
+    );
+}
+
+/// Whether a Wireshark command-line tool is installed.
+fn have(tool: &str) -> bool {
+    std::process::Command::new("which")
+        .arg(tool)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A pcapng written by Wireshark's own tools (mergecap: one interface per input file, at
+/// each file's timestamp resolution) enters on the ports and at the times tshark reads.
+#[test]
+fn pcapng_from_mergecap_matches_tshark_interfaces_and_times() {
+    if !have("mergecap") || !have("tshark") {
+        println!("skipped: mergecap or tshark not installed");
+        return;
+    }
+    let dir = scratch("mergecap");
+    // Two classic captures of non-IP frames (all dropped by the filter, so --drops lists
+    // each with its port and writes its input timestamp): microseconds and nanoseconds.
+    let frames = |first: u8, n: u8| -> Vec<Vec<u8>> {
+        (first..first + n)
+            .map(|i| {
+                let mut f = udp_frame([10, 0, 0, i], 60 + usize::from(i), 64);
+                f[12..14].copy_from_slice(&[0x86, 0xDD]);
+                f
+            })
+            .collect()
+    };
+    let (a, b) = (frames(0, 5), frames(10, 4));
+    let write = |path: &Path, frames: &[Vec<u8>], nanos: bool, t0: Duration, step: Duration| {
+        let mut w = PcapWriter::with_header(
+            Vec::new(),
+            PcapHeader {
+                ts_resolution: if nanos {
+                    pcap_file::TsResolution::NanoSecond
+                } else {
+                    pcap_file::TsResolution::MicroSecond
+                },
+                ..PcapHeader::default()
+            },
+        )
+        .expect("writer");
+        for (i, f) in frames.iter().enumerate() {
+            let ts = t0 + step * i as u32;
+            w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+                .expect("write");
+        }
+        std::fs::write(path, w.into_writer()).expect("write");
+    };
+    let t0 = Duration::new(1_600_000_000, 0);
+    write(
+        &dir.join("a.pcap"),
+        &a,
+        false,
+        t0 + Duration::from_micros(7),
+        Duration::from_micros(1000),
+    );
+    write(
+        &dir.join("b.pcap"),
+        &b,
+        true,
+        t0 + Duration::from_nanos(500_123),
+        Duration::from_nanos(1_000_001),
+    );
+    let merged = dir.join("merged.pcapng");
+    let o = std::process::Command::new("mergecap")
+        .args(["-I", "none", "-F", "pcapng", "-w"])
+        .arg(&merged)
+        .arg(dir.join("a.pcap"))
+        .arg(dir.join("b.pcap"))
+        .output()
+        .expect("run mergecap");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let cfg = ReplayConfig {
+        port: 3,
+        write_drops: true,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("out");
+    let r = replay_file(&cfg, &merged, &out).expect("replay");
+    assert_eq!(r.format, "pcapng");
+    assert_eq!(r.packets_in_by_port, BTreeMap::from([(3, 5), (4, 4)]));
+    // tshark's view of the same file: interface and time of every frame, in order.
+    let o = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&merged)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.interface_id",
+            "-e",
+            "frame.time_epoch",
+        ])
+        .output()
+        .expect("run tshark");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tshark: Vec<(u16, String)> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let (i, t) = l.split_once('\t').expect("two fields");
+            (3 + i.parse::<u16>().expect("interface id"), t.to_string())
+        })
+        .collect();
+    assert_eq!(tshark.len(), 9);
+    let ports: Vec<u16> = r.drops.iter().map(|d| d.port).collect();
+    assert_eq!(
+        ports,
+        tshark.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        "ports"
+    );
+    let dropped = read_capture(&out.join("dropped.pcap"));
+    let times: Vec<String> = dropped
+        .iter()
+        .map(|(ts, _, _)| format!("{}.{:09}", ts.as_secs(), ts.subsec_nanos()))
+        .collect();
+    assert_eq!(
+        times,
+        tshark.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+        "times"
+    );
+    // And the bytes are the inputs', merged in time order.
+    let mut want: Vec<(Duration, Vec<u8>)> = a
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (t0 + Duration::from_micros(7 + 1000 * i as u64), f.clone()))
+        .chain(b.iter().enumerate().map(|(i, f)| {
+            (
+                t0 + Duration::from_nanos(500_123 + 1_000_001 * i as u64),
+                f.clone(),
+            )
+        }))
+        .collect();
+    want.sort();
+    assert_eq!(
+        dropped
+            .into_iter()
+            .map(|(ts, _, f)| (ts, f))
+            .collect::<Vec<_>>(),
+        want
     );
 }

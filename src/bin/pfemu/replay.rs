@@ -1,34 +1,48 @@
-//! `pfemu replay`: run a pcap capture through the PFE and write each port's egress (and
-//! optionally the dropped packets) as pcap captures.
+//! `pfemu replay`: run a pcap or pcapng capture through the PFE and write each port's
+//! egress (and optionally the dropped packets) as pcap captures.
 
 use std::path::PathBuf;
 
 use clap::ValueEnum;
 
+use pfemu::fpisa::Variant;
 use pfemu::pfe::default_ppe_threads;
-use pfemu::replay::{self, ReplayConfig, ReplayProgram, Routes, Timing};
+use pfemu::replay::{self, AggregationReplay, ReplayConfig, ReplayProgram, Routes, Timing};
+use pfemu::serve::{Aggregation, JobSpec};
 
 use super::CliResult;
 
 /// The `--help` epilogue.
 pub const HELP: &str = "Examples:\n  \
     pfemu replay --pcap in.pcap --out out/\n  \
-    pfemu replay --pcap in.pcap --program l3fwd --route-file routes.txt --drops --out out/\n  \
+    pfemu replay --pcap in.pcapng --program l3fwd --route-file routes.txt --drops --out out/\n  \
     pfemu replay --pcap in.pcap --timing recorded --speed 10 --json > report.json\n  \
+    pfemu replay --pcap workers.pcap --program trio-ml --job 1:4 --out out/   # Results in out/port1.pcap\n  \
     tshark -r out/port1.pcap\n\n\
-    Reads a classic pcap capture (link type Ethernet; convert pcapng with `editcap -F pcap`), \
-    checks all of it first, then injects every packet on --port. Writes OUT/port<N>.pcap for \
-    every port that sent anything, in the order frames left that port, with egress \
-    timestamps on the capture's timeline (first input timestamp + time since the first \
-    injection, times --speed with --timing recorded); nanosecond pcap, link type Ethernet. \
-    Packets captured shorter than on the wire are replayed as captured (and counted). \
-    Earlier port<N>.pcap and dropped.pcap files in OUT are removed first.\n\n\
+    Reads a classic pcap or a pcapng capture (link type Ethernet), checks all of it first, \
+    then injects every packet: a pcap capture's on --port, a pcapng capture's interface i \
+    on --port + i (pcapng timestamps at each interface's if_tsresol, microseconds when \
+    absent). Writes OUT/port<N>.pcap for every port that sent anything, in the order frames \
+    left that port, with egress timestamps on the capture's timeline (first input timestamp \
+    + time since the first injection, times --speed with --timing recorded); nanosecond \
+    pcap, link type Ethernet. Packets captured shorter than on the wire are replayed as \
+    captured (and counted). Earlier port<N>.pcap and dropped.pcap files in OUT are removed \
+    first.\n\n\
     --drops finds each dropped packet exactly by injecting one packet at a time and reading \
     the engine's counters after it drained (slow: for debugging a program, not measuring \
     it), and writes them as captured, with their input timestamps, to OUT/dropped.pcap; the \
-    summary (or --json) lists each one's index in the capture (0-based) and drop reason.\n\n\
+    summary (or --json) lists each one's index in the capture (0-based), ingress port and \
+    drop reason.\n\n\
     Route files for l3fwd hold one `A.B.C.D/LEN PORT` per line, `#` comments. Without one, \
-    --routes random routes are generated, which real captures mostly miss (no_route).";
+    --routes random routes are generated, which real captures mostly miss (no_route).\n\n\
+    trio-ml, fpisa and fpisa-approx aggregate the capture's Trio-ML packets (Ethernet + \
+    IPv4 + UDP to port 12000 + the Trio-ML header + gradients, to 10.0.0.254) for the \
+    --job jobs, set up as `pfemu serve` sets them up; job J's Results leave on port J \
+    (OUT/portJ.pcap). Aggregated packets are consumed, not dropped. The straggler scan \
+    runs meanwhile: a block missing a source gets a partial Result --block-exp-ms after \
+    its last packet, and after the last packet the replay waits until every open block \
+    has timed out, so those partial Results are written too. (tshark guesses LLC for UDP \
+    port 12000; `tshark -d udp.port==12000,data` shows the Trio-ML bytes as data.)";
 
 /// Program choices of `pfemu replay`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +51,24 @@ pub enum ReplayProgramArg {
     Filter,
     /// IPv4 forwarding: LPM lookup, TTL - 1, MAC rewrite.
     L3fwd,
+    /// Trio-ML: 32-bit integer gradients.
+    TrioMl,
+    /// FPISA (full variant): FP32 gradients.
+    Fpisa,
+    /// FPISA-A (the approximate variant): FP32 gradients.
+    FpisaApprox,
+}
+
+impl ReplayProgramArg {
+    /// The aggregation it runs, for the aggregation programs.
+    fn aggregation(self) -> Option<Aggregation> {
+        match self {
+            ReplayProgramArg::Filter | ReplayProgramArg::L3fwd => None,
+            ReplayProgramArg::TrioMl => Some(Aggregation::TrioMl),
+            ReplayProgramArg::Fpisa => Some(Aggregation::Fpisa(Variant::Full)),
+            ReplayProgramArg::FpisaApprox => Some(Aggregation::Fpisa(Variant::Approx)),
+        }
+    }
 }
 
 /// Timing choices of `pfemu replay`.
@@ -50,7 +82,7 @@ pub enum TimingArg {
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
-    /// The capture to replay (classic pcap, Ethernet).
+    /// The capture to replay (classic pcap or pcapng, Ethernet).
     #[arg(long, value_name = "FILE")]
     pcap: PathBuf,
     /// The program to run.
@@ -71,9 +103,25 @@ pub struct ReplayArgs {
     /// Speed-up factor of --timing recorded (2 = twice as fast as recorded).
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
-    /// Ingress port of every packet.
+    /// Ingress port of every packet (pcapng: of interface 0; interface i enters on
+    /// --port + i).
     #[arg(long, default_value_t = 0)]
     port: u16,
+    /// trio-ml, fpisa: a job, JOB:N (sources 0..N) or JOB:FIRST..END; repeatable, at least
+    /// one. Job J's Results leave on port J.
+    #[arg(long = "job", value_name = "JOB:N")]
+    jobs: Vec<JobSpec>,
+    /// trio-ml, fpisa: block timeout of every job, in milliseconds (1..=255; default 20):
+    /// a block missing a source this long after its last packet gets a partial Result.
+    #[arg(long)]
+    block_exp_ms: Option<u8>,
+    /// trio-ml, fpisa: the largest worker window (each job gets 2 * window block slots;
+    /// default 64).
+    #[arg(long)]
+    window: Option<usize>,
+    /// trio-ml, fpisa: most gradients per packet (1..=4095; default 1024).
+    #[arg(long)]
+    block_grad_max: Option<u16>,
     /// Directory for the output captures (created if missing).
     #[arg(long, value_name = "DIR", default_value = "replay-out")]
     out: PathBuf,
@@ -95,9 +143,46 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
     if a.program != ReplayProgramArg::L3fwd && a.route_file.is_some() {
         return Err("invalid option `--route-file`: applies to `--program l3fwd` only".into());
     }
-    let program = match a.program {
-        ReplayProgramArg::Filter => ReplayProgram::Filter,
-        ReplayProgramArg::L3fwd => ReplayProgram::L3fwd(match &a.route_file {
+    let aggregation = a.program.aggregation();
+    if aggregation.is_none() {
+        for (given, flag) in [
+            (!a.jobs.is_empty(), "--job"),
+            (a.block_exp_ms.is_some(), "--block-exp-ms"),
+            (a.window.is_some(), "--window"),
+            (a.block_grad_max.is_some(), "--block-grad-max"),
+        ] {
+            if given {
+                return Err(format!(
+                    "invalid option `{flag}`: applies to `--program trio-ml`, `fpisa` and \
+                     `fpisa-approx` only"
+                )
+                .into());
+            }
+        }
+    }
+    let program = match (a.program, aggregation) {
+        (_, Some(aggregation)) => {
+            if a.jobs.is_empty() {
+                return Err(format!(
+                    "missing option `--job`: `--program {}` needs at least one job, e.g. \
+                     `--job 1:4` (job 1, sources 0..4; its Results go to port1.pcap)",
+                    a.program
+                        .to_possible_value()
+                        .map_or("?".into(), |v| v.get_name().to_string())
+                )
+                .into());
+            }
+            let d = AggregationReplay::default();
+            ReplayProgram::Aggregation(AggregationReplay {
+                aggregation,
+                jobs: a.jobs.clone(),
+                block_exp_ms: a.block_exp_ms.unwrap_or(d.block_exp_ms),
+                window: a.window.unwrap_or(d.window),
+                block_grad_max: a.block_grad_max.unwrap_or(d.block_grad_max),
+                ..d
+            })
+        }
+        (ReplayProgramArg::L3fwd, None) => ReplayProgram::L3fwd(match &a.route_file {
             Some(f) => Routes::File(f.clone()),
             None => Routes::Generated {
                 count: a.routes,
@@ -105,6 +190,7 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
                 seed: 1,
             },
         }),
+        (_, None) => ReplayProgram::Filter,
     };
     let cfg = ReplayConfig {
         program,
@@ -122,8 +208,9 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
         return Ok(());
     }
     println!(
-        "replay of {} through {} ({} PPE threads): {} packets in ({} bytes{}) in {:.3} s",
+        "replay of {} ({}) through {} ({} PPE threads): {} packets in ({} bytes{}) in {:.3} s",
         a.pcap.display(),
+        r.format,
         r.program,
         cfg.ppe_threads,
         r.packets_in,
@@ -135,19 +222,34 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
         },
         r.elapsed_s
     );
+    if r.packets_in_by_port.len() > 1 {
+        for (port, n) in &r.packets_in_by_port {
+            println!("  port {port:>4}: {n} packets in");
+        }
+    }
     for (port, n) in &r.packets_out_by_port {
         println!("  port {port:>4}: {n} frames out");
     }
-    if r.consumed > 0 {
-        println!("  consumed: {}", r.consumed);
+    println!("  forwarded: {}", r.forwarded);
+    if r.consumed > 0 || r.created > 0 {
+        println!(
+            "  consumed: {} (aggregated; {} Results created)",
+            r.consumed, r.created
+        );
+    }
+    if r.open_blocks > 0 {
+        println!(
+            "  WARNING: {} blocks never finished (no Result left for them)",
+            r.open_blocks
+        );
     }
     println!("  dropped: {}", r.dropped);
     for (reason, n) in &r.dropped_by_reason {
-        println!("    {reason:<16} {n}");
+        println!("    {reason:<20} {n}");
     }
     if a.drops {
         for d in r.drops.iter().take(20) {
-            println!("    packet {:>8}: {}", d.index, d.reason);
+            println!("    packet {:>8} (port {}): {}", d.index, d.port, d.reason);
         }
         if r.drops.len() > 20 {
             println!("    ... and {} more (see --json)", r.drops.len() - 20);
