@@ -58,9 +58,9 @@
 //! # Aggregation (Trio-ML and FPISA)
 //!
 //! [`ReplayProgram::Aggregation`] installs Trio-ML ([`crate::microcode::trio_ml`]) with
-//! 32-bit integer lanes, or FPISA's FP32 lanes, and the jobs of [`AggregationReplay`]
-//! (set up as `pfemu serve` sets them up: `2 * window` block slots per job, the block
-//! timeout, at most `block_grad_max` gradients per packet). Aggregation packets are
+//! 32-bit integer lanes, or FPISA's FP32 lanes, and the jobs of an [`AggregationSetup`],
+//! as `pfemu serve` does ([`AggregationSetup::install`]: `2 * window` block slots per job,
+//! the block timeout, at most `block_grad_max` gradients per packet). Aggregation packets are
 //! Figure 7's frames (Ethernet + IPv4 + UDP to port 12000 + the 12-byte Trio-ML header +
 //! the gradients) sent to the PFE's address 10.0.0.254; [`crate::bench::trio_ml::generate`]
 //! and [`crate::microcode::trio_ml::host::Worker`] make such frames. Each job's Results
@@ -115,13 +115,13 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use pfemu::replay::{replay_file, AggregationReplay, ReplayConfig, ReplayProgram};
-//! use pfemu::serve::{Aggregation, JobSpec};
+//! use pfemu::replay::{replay_file, ReplayConfig, ReplayProgram};
+//! use pfemu::serve::{Aggregation, AggregationSetup, JobSpec};
 //!
 //! // Job 1 with sources 0..4; its Results go to out/port1.pcap.
 //! let job: JobSpec = "1:4".parse()?;
 //! let cfg = ReplayConfig {
-//!     program: ReplayProgram::Aggregation(AggregationReplay::new(Aggregation::TrioMl, vec![job])),
+//!     program: ReplayProgram::Aggregation(AggregationSetup::new(Aggregation::TrioMl, vec![job])),
 //!     write_drops: true,
 //!     ..ReplayConfig::default()
 //! };
@@ -137,7 +137,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -154,10 +153,10 @@ use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::Filter;
 use crate::microcode::l3fwd::{Dir248, L3fwd, RouteTable};
 use crate::microcode::trio_ml::wire::{self, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT, UDP_AT};
-use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig, DEFAULT_HASH_CAPACITY};
-use crate::packet::{Dest, Port};
+use crate::microcode::trio_ml::{TrioMl, TrioMlConfig};
+use crate::packet::Port;
 use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, Stats, DEFAULT_PORTS};
-use crate::serve::{Aggregation, JobSpec};
+use crate::serve::{Aggregation, AggregationSetup};
 
 /// Snap length of the captures written (tcpdump's largest).
 pub const OUT_SNAPLEN: u32 = 262_144;
@@ -178,7 +177,7 @@ pub enum ReplayProgram {
     L3fwd(Routes),
     /// Trio-ML or FPISA aggregation ([`crate::microcode::trio_ml`]) of these jobs; each
     /// job's Results leave on port `job_id` (see the module docs).
-    Aggregation(AggregationReplay),
+    Aggregation(AggregationSetup),
 }
 
 impl ReplayProgram {
@@ -192,53 +191,6 @@ impl ReplayProgram {
                 Aggregation::Fpisa(crate::fpisa::Variant::Full) => "fpisa",
                 Aggregation::Fpisa(crate::fpisa::Variant::Approx) => "fpisa-approx",
             },
-        }
-    }
-}
-
-/// The aggregation jobs of a replay and how they are set up (as `pfemu serve` sets them
-/// up; see [`crate::serve::ServeConfig`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AggregationReplay {
-    /// Integer (Trio-ML) or floating-point (FPISA, either variant) gradients.
-    pub aggregation: Aggregation,
-    /// The jobs (at least one): job `job_id` with its sources; its Results leave on port
-    /// `job_id`.
-    pub jobs: Vec<JobSpec>,
-    /// Block timeout of every job, in milliseconds (1..=255): a block that no packet
-    /// touched for this long gets a partial Result.
-    pub block_exp_ms: u8,
-    /// The largest worker window (block ids a worker has in flight, 1..=2047): every job
-    /// gets `2 * window` block slots.
-    pub window: usize,
-    /// Most gradients per packet (1..=4095).
-    pub block_grad_max: u16,
-    /// Timer threads sharing the straggler scan (1 ms per whole scan).
-    pub timers: u32,
-}
-
-impl AggregationReplay {
-    /// `jobs` aggregated as `aggregation`, with the defaults of the other settings.
-    pub fn new(aggregation: Aggregation, jobs: Vec<JobSpec>) -> Self {
-        AggregationReplay {
-            aggregation,
-            jobs,
-            ..AggregationReplay::default()
-        }
-    }
-}
-
-impl Default for AggregationReplay {
-    /// Trio-ML, no jobs (give some), a 20 ms block timeout, window 64, 1024 gradients per
-    /// packet, 4 timers.
-    fn default() -> Self {
-        AggregationReplay {
-            aggregation: Aggregation::TrioMl,
-            jobs: Vec::new(),
-            block_exp_ms: 20,
-            window: 64,
-            block_grad_max: 1024,
-            timers: 4,
         }
     }
 }
@@ -885,7 +837,7 @@ impl Sink for PcapSink {
 struct Engine {
     pfe: Pfe,
     /// The aggregation program and its setup, to wait for its open blocks at the end.
-    aggregation: Option<(TrioMl, AggregationReplay)>,
+    aggregation: Option<(TrioMl, AggregationSetup)>,
 }
 
 /// Builds the program's engine around `sink` (not started), with at least `ports` ports
@@ -965,83 +917,17 @@ fn build_engine(
 
 /// Installs Trio-ML (integer or FPISA lanes) with the jobs of `a`, as `pfemu serve` does.
 fn build_aggregation(
-    a: &AggregationReplay,
+    a: &AggregationSetup,
     builder: crate::pfe::PfeBuilder,
     ports: usize,
 ) -> Result<(Pfe, TrioMl), ReplayError> {
-    if a.jobs.is_empty() {
-        return Err(ConfigError::new(
-            "jobs",
-            "no aggregation jobs: give at least one as JOB:N (sources 0..N) or \
-             JOB:FIRST..END, e.g. 1:4 (`--job 1:4`)",
-        )
-        .into());
-    }
-    if !(1..=2047).contains(&a.window) {
-        return Err(ConfigError::new(
-            "window",
-            format!(
-                "{} is not in 1..=2047 (each job gets 2 * window block slots, at most 4095)",
-                a.window
-            ),
-        )
-        .into());
-    }
-    if !(1..=MAX_GRAD_CNT).contains(&a.block_grad_max) {
-        return Err(ConfigError::new(
-            "block_grad_max",
-            format!("{} is not in 1..={MAX_GRAD_CNT}", a.block_grad_max),
-        )
-        .into());
-    }
-    if a.block_exp_ms == 0 {
-        return Err(ConfigError::new("block_exp_ms", "0 ms; accepted 1..=255").into());
-    }
-    let slots = 2 * a.window;
-    let lanes = match a.aggregation {
-        Aggregation::TrioMl => Lanes::Int32,
-        Aggregation::Fpisa(v) => Lanes::Fpisa(v),
-    };
-    let tcfg = TrioMlConfig {
-        lanes,
-        timers: a.timers,
-        // Room for every slot of every job (a full table refuses blocks as `table_full`).
-        hash_capacity: (slots * a.jobs.len()).max(DEFAULT_HASH_CAPACITY),
-        ..TrioMlConfig::default()
-    };
     let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
-    let trio = TrioMl::install(&mem, tcfg.clone()).map_err(|e| match e {
-        crate::microcode::trio_ml::TrioMlError::Config(c) => ReplayError::Config(c),
-        e => ConfigError::new("program", format!("installing Trio-ML: {e}")).into(),
-    })?;
-    let mut seen = [false; 256];
-    for j in &a.jobs {
-        if std::mem::replace(&mut seen[usize::from(j.job_id)], true) {
-            return Err(
-                ConfigError::new("jobs", format!("job {} is given twice", j.job_id)).into(),
-            );
-        }
-        trio.add_job(&JobConfig {
-            job_id: j.job_id,
-            sources: (0..j.sources).map(|s| j.first_src + s).collect(),
-            block_cnt_max: slots as u16,
-            block_grad_max: a.block_grad_max,
-            block_exp_ms: a.block_exp_ms,
-            out_src_addr: tcfg.local_addr,
-            out_dst_addr: Ipv4Addr::new(239, 0, 0, j.job_id),
-            out_dest: Dest::Port(u16::from(j.job_id)),
-        })
-        .map_err(|e| match e {
-            crate::microcode::trio_ml::TrioMlError::Config(c) => ReplayError::Config(c),
-            e => ConfigError::new("jobs", format!("job {}: {e}", j.job_id)).into(),
-        })?;
-    }
-    let max_job = a.jobs.iter().map(|j| usize::from(j.job_id) + 1).max();
+    let trio = a.install(&mem, TrioMlConfig::default().local_addr)?;
     let timers = trio.timer_specs()?;
     let pfe = builder
         .program(trio.program())
         .memory(mem)
-        .ports(ports.max(max_job.unwrap_or(0)))
+        .ports(ports.max(a.job_ports()))
         .max_frame_bytes(HEADERS_LEN + usize::from(MAX_GRAD_CNT) * GRAD_BYTES)
         .timers(timers)
         .build()?;
@@ -1113,7 +999,7 @@ fn new_mask(word: usize, bit: u64) -> [u64; 4] {
 fn wait_for_open_blocks(
     pfe: &Pfe,
     trio: &TrioMl,
-    a: &AggregationReplay,
+    a: &AggregationSetup,
 ) -> Result<u64, ReplayError> {
     let scan = Duration::from_nanos(trio.config().scan_period_ns);
     let patience = Duration::from_millis(u64::from(a.block_exp_ms)) + Duration::from_secs(1);

@@ -46,11 +46,11 @@
 //! Nothing the server keeps grows with what it receives: the members are fixed by the jobs,
 //! a job's blocks by its slots (`2 * window`; a flood of new block ids beyond them is
 //! dropped as `block_cnt_max`, and blocks nobody completes time out after
-//! [`ServeConfig::block_exp_ms`]), and the engine's memory is allocated when it starts.
+//! [`AggregationSetup::block_exp_ms`]), and the engine's memory is allocated when it starts.
 //!
 //! A finished block keeps its Result in its slot (for sources that lost it) until the next
 //! generation of the same block id finishes, or until nobody asked for it during
-//! [`ServeConfig::keep_result_ms`]. So a member that floods new block ids fills its job's
+//! [`AggregationSetup::keep_result_ms`]. So a member that floods new block ids fills its job's
 //! slots for that long at most; the job then takes new blocks again. Sources are not
 //! authenticated: a member's datagrams are trusted.
 //!
@@ -88,9 +88,12 @@ use crate::microcode::trio_ml::wire::{
     self, Endpoints, TrioMlHdr, TrioMlHdrFields, GRADS_AT, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT,
     TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN,
 };
-use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
+use crate::microcode::trio_ml::{
+    JobConfig, Lanes, TrioMl, TrioMlConfig, TrioMlError, DEFAULT_HASH_CAPACITY,
+};
 use crate::packet::{Dest, Port};
 use crate::pfe::{Frames, Pfe, Sink, Stats};
+use crate::ConfigError;
 
 /// Ingress port of member 0; ports `0..256` are job ports (egress port `job_id`).
 pub const PEER_PORT_BASE: u16 = 257;
@@ -160,29 +163,163 @@ impl std::str::FromStr for JobSpec {
     }
 }
 
+/// An aggregation program and its jobs, set up alike by a [`Server`] (`pfemu serve`) and
+/// by a replay ([`crate::replay`], `pfemu replay --program trio-ml`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AggregationSetup {
+    /// Integer (Trio-ML) or floating-point (FPISA, either variant) gradients.
+    pub aggregation: Aggregation,
+    /// The jobs (at least one): job `job_id` with its sources; its Results leave on port
+    /// `job_id`.
+    pub jobs: Vec<JobSpec>,
+    /// Block timeout of every job, in milliseconds (1..=255): a block that no packet
+    /// touched for this long gets a partial Result.
+    pub block_exp_ms: u8,
+    /// A kept Result nobody asked for during this long is dropped and its slot freed, in
+    /// milliseconds (0: kept until the next generation of its block id replaces it; at
+    /// most 1000 s). Make it longer than the workers' retransmission timeout.
+    pub keep_result_ms: u32,
+    /// The largest worker window (block ids a worker has in flight, 1..=2047): every job
+    /// gets `2 * window` block slots.
+    pub window: usize,
+    /// Most gradients per packet (1..=4095).
+    pub block_grad_max: u16,
+    /// Timer threads sharing the straggler scan (1 ms per whole scan).
+    pub timers: u32,
+}
+
+impl Default for AggregationSetup {
+    /// Trio-ML, no jobs (give some), a 20 ms block timeout, Results kept 1 s, window 64,
+    /// 1024 gradients per packet, 4 timers.
+    fn default() -> Self {
+        AggregationSetup {
+            aggregation: Aggregation::TrioMl,
+            jobs: Vec::new(),
+            block_exp_ms: 20,
+            keep_result_ms: 1000,
+            window: 64,
+            block_grad_max: 1024,
+            timers: 4,
+        }
+    }
+}
+
+impl AggregationSetup {
+    /// `jobs` aggregated as `aggregation`, with the defaults of the other settings.
+    pub fn new(aggregation: Aggregation, jobs: Vec<JobSpec>) -> Self {
+        AggregationSetup {
+            aggregation,
+            jobs,
+            ..AggregationSetup::default()
+        }
+    }
+
+    /// Sources over all jobs.
+    pub fn sources(&self) -> usize {
+        self.jobs.iter().map(|j| usize::from(j.sources)).sum()
+    }
+
+    /// The largest job id plus one (0 without jobs): the ports the jobs' Results need.
+    pub fn job_ports(&self) -> usize {
+        self.jobs
+            .iter()
+            .map(|j| usize::from(j.job_id) + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Checks the settings and installs the program in `mem` with every job: `2 * window`
+    /// slots each, Results from `out_src_addr` (its low byte is their `src_id`) to
+    /// `239.0.0.<job_id>`, out of port `job_id`. The refusal names the setting.
+    pub fn install(
+        &self,
+        mem: &Arc<SharedMemory>,
+        out_src_addr: Ipv4Addr,
+    ) -> Result<TrioMl, ConfigError> {
+        if self.jobs.is_empty() {
+            return Err(ConfigError::new(
+                "jobs",
+                "no aggregation jobs: give at least one as JOB:N (sources 0..N) or \
+                 JOB:FIRST..END, e.g. 1:4 (`--job 1:4`)",
+            ));
+        }
+        if !(1..=2047).contains(&self.window) {
+            return Err(ConfigError::new(
+                "window",
+                format!(
+                    "{} is not in 1..=2047 (each job gets 2 * window block slots, at most 4095)",
+                    self.window
+                ),
+            ));
+        }
+        if !(1..=MAX_GRAD_CNT).contains(&self.block_grad_max) {
+            return Err(ConfigError::new(
+                "block_grad_max",
+                format!("{} is not in 1..={MAX_GRAD_CNT}", self.block_grad_max),
+            ));
+        }
+        if self.block_exp_ms == 0 {
+            return Err(ConfigError::new("block_exp_ms", "0 ms; accepted 1..=255"));
+        }
+        if self.keep_result_ms > 1_000_000 {
+            return Err(ConfigError::new(
+                "keep_result_ms",
+                format!("{} ms is more than 1000 s", self.keep_result_ms),
+            ));
+        }
+        let slots = 2 * self.window;
+        let tcfg = TrioMlConfig {
+            lanes: match self.aggregation {
+                Aggregation::TrioMl => Lanes::Int32,
+                Aggregation::Fpisa(v) => Lanes::Fpisa(v),
+            },
+            timers: self.timers,
+            keep_result_ns: u64::from(self.keep_result_ms) * 1_000_000,
+            // Room for every slot of every job (a full table refuses blocks as
+            // `table_full`).
+            hash_capacity: (slots * self.jobs.len()).max(DEFAULT_HASH_CAPACITY),
+            ..TrioMlConfig::default()
+        };
+        let trio = TrioMl::install(mem, tcfg).map_err(|e| match e {
+            TrioMlError::Config(c) => c,
+            e => ConfigError::new("aggregation", format!("installing the program: {e}")),
+        })?;
+        let mut seen = [false; 256];
+        for j in &self.jobs {
+            if std::mem::replace(&mut seen[usize::from(j.job_id)], true) {
+                return Err(ConfigError::new(
+                    "jobs",
+                    format!("job {} is given twice", j.job_id),
+                ));
+            }
+            trio.add_job(&JobConfig {
+                job_id: j.job_id,
+                sources: (0..j.sources).map(|s| j.first_src + s).collect(),
+                block_cnt_max: slots as u16,
+                block_grad_max: self.block_grad_max,
+                block_exp_ms: self.block_exp_ms,
+                out_src_addr,
+                out_dst_addr: Ipv4Addr::new(239, 0, 0, j.job_id),
+                out_dest: Dest::Port(u16::from(j.job_id)),
+            })
+            .map_err(|e| match e {
+                TrioMlError::Config(c) => c,
+                e => ConfigError::new("jobs", format!("job {}: {e}", j.job_id)),
+            })?;
+        }
+        Ok(trio)
+    }
+}
+
 /// How a [`Server`] is set up.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     /// Where to listen.
     pub listen: SocketAddr,
-    /// Integer (Trio-ML) or floating-point (FPISA) gradients.
-    pub aggregation: Aggregation,
-    /// The jobs.
-    pub jobs: Vec<JobSpec>,
-    /// Block timeout of every job, in milliseconds.
-    pub block_exp_ms: u8,
-    /// A kept Result nobody asked for during this long is dropped and its slot freed, in
-    /// milliseconds (0: kept until the next generation of its block id replaces it). Make
-    /// it longer than the workers' retransmission timeout.
-    pub keep_result_ms: u32,
-    /// The largest worker window: every job gets `2 * window` slots.
-    pub window: usize,
-    /// Most gradients per packet.
-    pub block_grad_max: u16,
+    /// The aggregation program and its jobs.
+    pub setup: AggregationSetup,
     /// PPE threads of the engine.
     pub ppe_threads: usize,
-    /// Timer threads of the straggler scan (per 1 ms scan period).
-    pub timers: u32,
     /// Send Results to this aggregator instead of the job's members (see the module docs).
     pub upstream: Option<SocketAddr>,
     /// This aggregator's source id in the upper job (the Results' `src_id`).
@@ -198,20 +335,13 @@ pub struct ServeConfig {
 pub const DEFAULT_RECV_BUFFER_BYTES: usize = 4 << 20;
 
 impl Default for ServeConfig {
-    /// 127.0.0.1:12000, Trio-ML, no jobs, a 20 ms timeout, Results kept 1 s, window 64,
-    /// 1024 gradients per packet, 4 PPE threads, 4 timers, no upstream, a 4 MiB receive
-    /// buffer.
+    /// 127.0.0.1:12000, the default [`AggregationSetup`] (Trio-ML; give jobs), 4 PPE
+    /// threads, no upstream, a 4 MiB receive buffer.
     fn default() -> Self {
         ServeConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, wire::DEFAULT_UDP_PORT)),
-            aggregation: Aggregation::TrioMl,
-            jobs: Vec::new(),
-            block_exp_ms: 20,
-            keep_result_ms: 1000,
-            window: 64,
-            block_grad_max: 1024,
+            setup: AggregationSetup::default(),
             ppe_threads: 4,
-            timers: 4,
             upstream: None,
             upstream_src: 0,
             recv_buffer_bytes: DEFAULT_RECV_BUFFER_BYTES,
@@ -266,6 +396,15 @@ impl fmt::Display for ServeError {
 }
 
 impl std::error::Error for ServeError {}
+
+impl From<ConfigError> for ServeError {
+    fn from(e: ConfigError) -> Self {
+        ServeError::Config {
+            setting: e.setting,
+            reason: e.reason,
+        }
+    }
+}
 
 impl From<HostError> for ServeError {
     fn from(e: HostError) -> Self {
@@ -650,66 +789,24 @@ impl fmt::Debug for Server {
 impl Server {
     /// Binds the socket, installs the program with the jobs and starts the engine.
     pub fn bind(cfg: &ServeConfig) -> Result<Server, ServeError> {
-        let bad = |setting, reason: String| ServeError::Config { setting, reason };
-        if cfg.jobs.is_empty() {
-            return Err(bad("job", "no jobs configured (e.g. --job 1:4)".into()));
-        }
-        if !(1..=2047).contains(&cfg.window) {
-            return Err(bad(
-                "window",
-                format!(
-                    "{} is not in 1..=2047 (each job gets 2 * window slots, at most 4095)",
-                    cfg.window
-                ),
-            ));
-        }
-        if cfg.keep_result_ms > 1_000_000 {
-            return Err(bad(
-                "keep_result_ms",
-                format!("{} ms is more than 1000 s", cfg.keep_result_ms),
-            ));
-        }
-        let members: usize = cfg.jobs.iter().map(|j| usize::from(j.sources)).sum();
+        let members = cfg.setup.sources();
         let max_members = usize::from(u16::MAX - PEER_PORT_BASE) + 1;
         if members > max_members {
-            return Err(bad(
-                "job",
-                format!(
+            return Err(ServeError::Config {
+                setting: "jobs",
+                reason: format!(
                     "{members} sources over all jobs; at most {max_members} (one ingress port each)"
                 ),
-            ));
+            });
         }
-        let lanes = match cfg.aggregation {
-            Aggregation::TrioMl => Lanes::Int32,
-            Aggregation::Fpisa(v) => Lanes::Fpisa(v),
-        };
-        let tcfg = TrioMlConfig {
-            lanes,
-            timers: cfg.timers,
-            keep_result_ns: u64::from(cfg.keep_result_ms) * 1_000_000,
-            ..TrioMlConfig::default()
-        };
         let eng = |e: &dyn fmt::Display| ServeError::Engine(e.to_string());
         let mem = Arc::new(SharedMemory::new(&MemConfig::default()).map_err(|e| eng(&e))?);
-        let trio = TrioMl::install(&mem, tcfg).map_err(|e| eng(&e))?;
+        let trio = cfg
+            .setup
+            .install(&mem, Ipv4Addr::new(10, 0, 0, cfg.upstream_src))?;
         let mut jobs = [false; 256];
-        for j in &cfg.jobs {
-            if jobs[usize::from(j.job_id)] {
-                return Err(bad("job", format!("job {} is given twice", j.job_id)));
-            }
+        for j in &cfg.setup.jobs {
             jobs[usize::from(j.job_id)] = true;
-            let sources: Vec<u8> = (0..j.sources).map(|s| j.first_src + s).collect();
-            trio.add_job(&JobConfig {
-                job_id: j.job_id,
-                sources,
-                block_cnt_max: (2 * cfg.window) as u16,
-                block_grad_max: cfg.block_grad_max,
-                block_exp_ms: cfg.block_exp_ms,
-                out_src_addr: Ipv4Addr::new(10, 0, 0, cfg.upstream_src),
-                out_dst_addr: Ipv4Addr::new(239, 0, 0, j.job_id),
-                out_dest: Dest::Port(u16::from(j.job_id)),
-            })
-            .map_err(|e| eng(&e))?;
         }
         let socket =
             bind_udp(cfg.listen, cfg.recv_buffer_bytes).map_err(io_err("binding --listen"))?;
@@ -720,7 +817,7 @@ impl Server {
             socket: socket
                 .try_clone()
                 .map_err(io_err("cloning the socket for the sink"))?,
-            peers: RwLock::new(Peers::new(&cfg.jobs)),
+            peers: RwLock::new(Peers::new(&cfg.setup.jobs)),
             counters: Counters::default(),
             upstream: cfg.upstream,
         });
@@ -835,7 +932,7 @@ impl Server {
     /// timeout and 50 ms more); returns the blocks still open after that.
     fn wait_for_open_blocks(&self) -> u64 {
         let deadline =
-            Instant::now() + Duration::from_millis(2 * u64::from(self.cfg.block_exp_ms) + 50);
+            Instant::now() + Duration::from_millis(2 * u64::from(self.cfg.setup.block_exp_ms) + 50);
         loop {
             let open = self.open_blocks();
             if open == 0 || Instant::now() >= deadline {

@@ -24,10 +24,9 @@ use pfemu::microcode::filter::DEFAULT_OUT_PORT;
 use pfemu::microcode::l3fwd::{udp_frame, write_udp_frame, RouteTable};
 use pfemu::microcode::trio_ml::{wire, TrioMlConfig};
 use pfemu::replay::{
-    replay_file, AggregationReplay, ReplayConfig, ReplayError, ReplayProgram, ReplayReport, Routes,
-    Timing,
+    replay_file, ReplayConfig, ReplayError, ReplayProgram, ReplayReport, Routes, Timing,
 };
-use pfemu::serve::{Aggregation, JobSpec};
+use pfemu::serve::{Aggregation, AggregationSetup, JobSpec};
 
 /// A fresh directory under the target dir for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -694,9 +693,9 @@ fn trio_ml_capture() -> AggCapture {
 /// An aggregation program with the default window (64, so 128 slots per job: an as-fast
 /// replay never runs a job out of slots, though it ignores the workers' windows).
 fn aggregation(aggregation: Aggregation, jobs: &[&str], block_exp_ms: u8) -> ReplayProgram {
-    ReplayProgram::Aggregation(AggregationReplay {
+    ReplayProgram::Aggregation(AggregationSetup {
         block_exp_ms,
-        ..AggregationReplay::new(
+        ..AggregationSetup::new(
             aggregation,
             jobs.iter()
                 .map(|j| j.parse::<JobSpec>().expect("job"))
@@ -901,8 +900,8 @@ fn aggregation_settings_are_checked_and_named() {
         let e = replay_file(&cfg, &input, &dir.join("out")).expect_err(setting);
         assert!(e.to_string().contains(&format!("`{setting}`")), "{e}");
     };
-    let with = |f: &dyn Fn(&mut AggregationReplay)| {
-        let mut a = AggregationReplay::new(Aggregation::TrioMl, vec!["1:4".parse().unwrap()]);
+    let with = |f: &dyn Fn(&mut AggregationSetup)| {
+        let mut a = AggregationSetup::new(Aggregation::TrioMl, vec!["1:4".parse().unwrap()]);
         f(&mut a);
         ReplayProgram::Aggregation(a)
     };

@@ -11,8 +11,8 @@ use pfemu::microcode::trio_ml::host::Worker;
 use pfemu::microcode::trio_ml::wire::{self, TrioMlHdr, TrioMlHdrFields, TRIO_ML_HDR_LEN};
 use pfemu::pfe::Stats;
 use pfemu::serve::{
-    self, Aggregation, ClientConfig, ClientReport, JobSpec, Monitor, RunLimits, ServeConfig,
-    ServeReport, Server, StopHandle,
+    self, Aggregation, AggregationSetup, ClientConfig, ClientReport, JobSpec, Monitor, RunLimits,
+    ServeConfig, ServeReport, Server, StopHandle,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_pfemu");
@@ -121,11 +121,23 @@ fn recv_within(s: &UdpSocket, wait: Duration) -> Option<Vec<u8>> {
 }
 
 fn config(aggregation: Aggregation, jobs: &[&str]) -> ServeConfig {
-    ServeConfig {
-        aggregation,
-        jobs: jobs.iter().map(|j| job(j)).collect(),
+    config_with(aggregation, jobs, |_| {})
+}
+
+/// [`config`], with changes to its aggregation setup.
+fn config_with(
+    aggregation: Aggregation,
+    jobs: &[&str],
+    change: impl FnOnce(&mut AggregationSetup),
+) -> ServeConfig {
+    let mut setup = AggregationSetup {
         // Long enough that a worker thread delayed by a loaded machine is not left out.
         block_exp_ms: 255,
+        ..AggregationSetup::new(aggregation, jobs.iter().map(|j| job(j)).collect())
+    };
+    change(&mut setup);
+    ServeConfig {
+        setup,
         ppe_threads: 2,
         ..ServeConfig::default()
     }
@@ -261,10 +273,9 @@ fn dropped_packets_are_retransmitted_and_sums_stay_exact() {
 
 #[test]
 fn a_slow_worker_is_left_out_and_answered_with_the_partial_result() {
-    let (addr, stop, h) = start(ServeConfig {
-        block_exp_ms: 30,
-        ..config(Aggregation::TrioMl, &["1:4"])
-    });
+    let (addr, stop, h) = start(config_with(Aggregation::TrioMl, &["1:4"], |s| {
+        s.block_exp_ms = 30
+    }));
     // 8 chunks of 256 in a window of 8: one generation, so the kept partial Results are
     // still there when the slow worker comes.
     let n = 2048;
@@ -307,10 +318,9 @@ fn a_slow_worker_is_left_out_and_answered_with_the_partial_result() {
 /// still aggregates exactly afterwards.
 #[test]
 fn bad_datagrams_are_dropped_and_counted() {
-    let (addr, stop, m, h) = start_monitored(ServeConfig {
-        block_grad_max: 256,
-        ..config(Aggregation::TrioMl, &["1:1"])
-    });
+    let (addr, stop, m, h) = start_monitored(config_with(Aggregation::TrioMl, &["1:1"], |s| {
+        s.block_grad_max = 256
+    }));
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
     // Empty, and shorter than the header.
@@ -370,12 +380,12 @@ fn bad_datagrams_are_dropped_and_counted() {
 fn a_flood_of_new_block_ids_is_capped_and_other_jobs_still_aggregate() {
     // 16 slots per job: the workers below (window 8) need two per block id.
     let window = 8;
-    let (addr, stop, m, h) = start_monitored(ServeConfig {
-        window,
-        block_exp_ms: 100,
-        keep_result_ms: 100,
-        ..config(Aggregation::TrioMl, &["1:2", "2:2"])
-    });
+    let (addr, stop, m, h) =
+        start_monitored(config_with(Aggregation::TrioMl, &["1:2", "2:2"], |s| {
+            s.window = window;
+            s.block_exp_ms = 100;
+            s.keep_result_ms = 100;
+        }));
     let slots = 2 * window as u16;
     let flood = 20_000u32;
     let flooder = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -118,8 +118,8 @@ enum Command {
         rate) and reports the engine's ingress-to-egress latency percentiles. Writes \
         DIR/latency_<size>.csv and .svg (--out).")]
     Latency(Box<lab::LatencyArgs>),
-    /// Replay a pcap capture through the PFE; write each port's egress (and optionally the
-    /// dropped packets) as pcap captures.
+    /// Replay a pcap or pcapng capture through any shipped program; write each port's
+    /// egress (and optionally the dropped packets) as pcap captures.
     #[command(after_help = replay::HELP)]
     Replay(Box<replay::ReplayArgs>),
     /// Serve Trio-ML/FPISA aggregation over UDP to real worker processes.

@@ -7,8 +7,8 @@ use clap::ValueEnum;
 
 use pfemu::fpisa::Variant;
 use pfemu::pfe::default_ppe_threads;
-use pfemu::replay::{self, AggregationReplay, ReplayConfig, ReplayProgram, Routes, Timing};
-use pfemu::serve::{Aggregation, JobSpec};
+use pfemu::replay::{self, ReplayConfig, ReplayProgram, Routes, Timing};
+use pfemu::serve::{Aggregation, AggregationSetup, JobSpec};
 
 use super::CliResult;
 
@@ -172,8 +172,8 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
                 )
                 .into());
             }
-            let d = AggregationReplay::default();
-            ReplayProgram::Aggregation(AggregationReplay {
+            let d = AggregationSetup::default();
+            ReplayProgram::Aggregation(AggregationSetup {
                 aggregation,
                 jobs: a.jobs.clone(),
                 block_exp_ms: a.block_exp_ms.unwrap_or(d.block_exp_ms),

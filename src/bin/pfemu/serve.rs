@@ -10,7 +10,9 @@ use serde_json::json;
 
 use pfemu::fpisa::Variant;
 use pfemu::microcode::trio_ml::host::Worker;
-use pfemu::serve::{self, Aggregation, ClientConfig, JobSpec, RunLimits, ServeConfig, Server};
+use pfemu::serve::{
+    self, Aggregation, AggregationSetup, ClientConfig, JobSpec, RunLimits, ServeConfig, Server,
+};
 
 use super::CliResult;
 
@@ -136,21 +138,23 @@ pub struct WorkerArgs {
 pub fn serve(a: &ServeArgs) -> CliResult {
     let cfg = ServeConfig {
         listen: a.listen,
-        aggregation: match a.program {
-            ServeProgram::TrioMl => Aggregation::TrioMl,
-            ServeProgram::Fpisa => Aggregation::Fpisa(Variant::Full),
-            ServeProgram::FpisaApprox => Aggregation::Fpisa(Variant::Approx),
+        setup: AggregationSetup {
+            aggregation: match a.program {
+                ServeProgram::TrioMl => Aggregation::TrioMl,
+                ServeProgram::Fpisa => Aggregation::Fpisa(Variant::Full),
+                ServeProgram::FpisaApprox => Aggregation::Fpisa(Variant::Approx),
+            },
+            jobs: a.jobs.clone(),
+            block_exp_ms: a.block_exp_ms,
+            keep_result_ms: a.keep_result_ms,
+            window: a.window,
+            block_grad_max: a.block_grad_max,
+            ..AggregationSetup::default()
         },
-        jobs: a.jobs.clone(),
-        block_exp_ms: a.block_exp_ms,
-        keep_result_ms: a.keep_result_ms,
-        window: a.window,
-        block_grad_max: a.block_grad_max,
         ppe_threads: a.ppe_threads,
         upstream: a.upstream,
         upstream_src: a.upstream_src,
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
-        ..ServeConfig::default()
     };
     if let Some(s) = a.seconds {
         if !(s.is_finite() && s > 0.0) {
