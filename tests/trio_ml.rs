@@ -597,7 +597,9 @@ fn results_sent_again_while_kept_results_expire_are_never_another_blocks() {
     assert!(results > 0);
     // Slots were freed by expiry and taken again: more blocks than slots were created.
     assert!(trio.job_state(1).unwrap().block_total_cnt > 16);
-    assert_eq!(stats.timer_faults, 0);
+    // Packets waiting for a block another one is creating (and that its PPE thread,
+    // preempted by the OS, is slow to publish) wait without running out of instructions.
+    assert!(stats.faults.is_empty(), "{:?}", stats.faults);
     assert!(stats.drops("retransmit_answered") > 0);
 }
 

@@ -103,6 +103,14 @@ const R_PKT_DEGRADED: usize = 29;
 /// sets [`ANSWER_EXPIRED`] instead of sending when the Result stopped being kept.
 const R_ANSWER: usize = 30;
 
+/// Looks at a block another packet is creating (see `lookup_block`).
+const R_WAITS: usize = 31;
+/// The first looks at a block being created yield the core; later ones sleep.
+const YIELDS_BEFORE_SLEEP: u64 = 64;
+/// The sleep between later looks, in microseconds: with the default instruction budget a
+/// packet waits about 0.5 s for a descheduled creator before it faults.
+const PENDING_SLEEP_US: u64 = 50;
+
 /// [`R_ANSWER`]: sending a kept Result again.
 const ANSWER_SENDING: u64 = 1;
 /// [`R_ANSWER`]: the kept Result expired (or was replaced) while it was being built.
@@ -448,8 +456,16 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         Ok(match t.hash_lookup(&active, &key)? {
             Some(PENDING) => {
                 // Another packet of the block is creating it: let the creator run (it may
-                // share this core), then look again and join the record it publishes.
-                std::thread::yield_now();
+                // share this core), then look again and join the record it publishes. A
+                // creator the host OS descheduled can stay off its core for milliseconds
+                // (more PPE threads than cores), so after some yields the wait sleeps, and
+                // its instructions do not run out (each look is one) before it comes back.
+                t.r[R_WAITS] += 1;
+                if t.r[R_WAITS] <= YIELDS_BEFORE_SLEEP {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(PENDING_SLEEP_US));
+                }
                 Goto(lookup_block)
             }
             Some(rec) if rec & FINISHED != 0 => {
