@@ -992,38 +992,6 @@ fn new_mask(word: usize, bit: u64) -> [u64; 4] {
     m
 }
 
-/// After the last injection: keeps the aggregation engine running until no block is
-/// open (each times out `block_exp_ms` after its last packet and sends its partial
-/// Result), or until their number has not gone down for `block_exp_ms` + 1 s. Returns the
-/// blocks still open.
-fn wait_for_open_blocks(
-    pfe: &Pfe,
-    trio: &TrioMl,
-    a: &AggregationSetup,
-) -> Result<u64, ReplayError> {
-    let scan = Duration::from_nanos(trio.config().scan_period_ns);
-    let patience = Duration::from_millis(u64::from(a.block_exp_ms)) + Duration::from_secs(1);
-    let mut fewest = u64::MAX;
-    let mut progress = Instant::now();
-    loop {
-        pfe.drain();
-        let open = trio
-            .active_blocks()
-            .map_err(|e| engine_err(format!("reading the open blocks: {e}")))?
-            .len() as u64;
-        if open == 0 {
-            return Ok(0);
-        }
-        if open < fewest {
-            fewest = open;
-            progress = Instant::now();
-        } else if progress.elapsed() > patience {
-            return Ok(open);
-        }
-        std::thread::sleep(scan);
-    }
-}
-
 /// The engine stopped under the replay (it does not, short of a bug).
 fn engine_err(e: impl fmt::Display) -> ReplayError {
     ReplayError::Config(ConfigError::new("engine", e.to_string()))
@@ -1190,7 +1158,12 @@ pub fn replay<R: Read>(
     // the straggler scan time it out, so its partial Result is written too.
     let result = result.and_then(|()| match &aggregation {
         Some((trio, a)) => {
-            report.open_blocks = wait_for_open_blocks(&pfe, trio, a)?;
+            // Every block still open is missing a source: let it time out.
+            let patience =
+                Duration::from_millis(u64::from(a.block_exp_ms)) + Duration::from_secs(1);
+            report.open_blocks = trio
+                .finish_open_blocks(&pfe, patience)
+                .map_err(|e| engine_err(format!("reading the open blocks: {e}")))?;
             Ok(())
         }
         None => Ok(()),

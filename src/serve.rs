@@ -58,7 +58,8 @@
 //!
 //! [`StopHandle::stop`] (SIGINT or SIGTERM in `pfemu serve`) stops the receive loop, then
 //! the server waits for the blocks still open to time out, so their partial Results go out
-//! like any other (at most about twice the block timeout), and shuts the engine down after
+//! like any other (about one block timeout; [`TrioMl::finish_open_blocks`] gives up when
+//! none has finished for twice the timeout and 0.5 s more), and shuts the engine down after
 //! it drained: no Result the engine built or owes is lost.
 //!
 //! # Clients
@@ -511,39 +512,34 @@ impl JobMembers {
     }
 }
 
+/// Per job id: its members, if the job is configured here.
+fn job_members(specs: &[JobSpec]) -> [Option<JobMembers>; 256] {
+    let mut jobs = [None; 256];
+    let mut first = 0u32;
+    for j in specs {
+        jobs[usize::from(j.job_id)] = Some(JobMembers {
+            first,
+            first_src: j.first_src,
+            sources: j.sources,
+        });
+        first += u32::from(j.sources);
+    }
+    jobs
+}
+
 /// Where members are: fixed in size by the configuration.
 struct Peers {
-    /// Per job id: its members, if the job is configured here.
-    jobs: [Option<JobMembers>; 256],
     /// Per member: the address it last sent from.
     addrs: Vec<Option<SocketAddr>>,
     /// Per job id: the distinct addresses of its members (the fan-out list).
     fanout: Vec<Vec<SocketAddr>>,
 }
 
-impl Peers {
-    fn new(specs: &[JobSpec]) -> Peers {
-        let mut jobs = [None; 256];
-        let mut first = 0u32;
-        for j in specs {
-            jobs[usize::from(j.job_id)] = Some(JobMembers {
-                first,
-                first_src: j.first_src,
-                sources: j.sources,
-            });
-            first += u32::from(j.sources);
-        }
-        Peers {
-            jobs,
-            addrs: vec![None; first as usize],
-            fanout: vec![Vec::new(); 256],
-        }
-    }
-}
-
 /// State shared by the receive loop and the egress sink (PPE threads).
 struct Shared {
     socket: UdpSocket,
+    /// Per job id: its members, if the job is configured here (fixed).
+    jobs: [Option<JobMembers>; 256],
     peers: RwLock<Peers>,
     counters: Counters,
     upstream: Option<SocketAddr>,
@@ -600,15 +596,11 @@ impl Shared {
     /// The member index of `(job_id, src_id)` after remembering that it sent from `from`;
     /// `None` for a source outside the job (or a job not configured here).
     fn learn(&self, from: SocketAddr, job_id: u8, src_id: u8) -> Option<u32> {
-        let (i, job) = {
-            let p = self.peers.read();
-            let job = p.jobs[usize::from(job_id)]?;
-            let i = job.member(src_id)?;
-            if p.addrs[i as usize] == Some(from) {
-                return Some(i);
-            }
-            (i, job)
-        };
+        let job = self.jobs[usize::from(job_id)]?;
+        let i = job.member(src_id)?;
+        if self.peers.read().addrs[i as usize] == Some(from) {
+            return Some(i);
+        }
         let mut p = self.peers.write();
         if p.addrs[i as usize].replace(from).is_some_and(|a| a != from) {
             bump(&self.counters.readdressed, 1);
@@ -774,7 +766,6 @@ pub struct Server {
     stop: Arc<AtomicBool>,
     cfg: ServeConfig,
     trio: TrioMl,
-    jobs: [bool; 256],
 }
 
 impl fmt::Debug for Server {
@@ -804,10 +795,6 @@ impl Server {
         let trio = cfg
             .setup
             .install(&mem, Ipv4Addr::new(10, 0, 0, cfg.upstream_src))?;
-        let mut jobs = [false; 256];
-        for j in &cfg.setup.jobs {
-            jobs[usize::from(j.job_id)] = true;
-        }
         let socket =
             bind_udp(cfg.listen, cfg.recv_buffer_bytes).map_err(io_err("binding --listen"))?;
         socket
@@ -817,7 +804,11 @@ impl Server {
             socket: socket
                 .try_clone()
                 .map_err(io_err("cloning the socket for the sink"))?,
-            peers: RwLock::new(Peers::new(&cfg.setup.jobs)),
+            jobs: job_members(&cfg.setup.jobs),
+            peers: RwLock::new(Peers {
+                addrs: vec![None; members],
+                fanout: vec![Vec::new(); 256],
+            }),
             counters: Counters::default(),
             upstream: cfg.upstream,
         });
@@ -839,7 +830,6 @@ impl Server {
             stop: Arc::new(AtomicBool::new(false)),
             cfg: cfg.clone(),
             trio,
-            jobs,
         })
     }
 
@@ -911,7 +901,13 @@ impl Server {
             self.on_datagram(&buf[..n], from, &mut frame);
         }
         let open_blocks_at_stop = self.open_blocks();
-        let open_blocks_left = self.wait_for_open_blocks();
+        // The open blocks time out and send their partial Results (a starved timer scan
+        // ages them slower than the clock: the wait goes on while they keep finishing).
+        let patience = Duration::from_millis(2 * u64::from(self.cfg.setup.block_exp_ms) + 500);
+        let open_blocks_left = self
+            .trio
+            .finish_open_blocks(&self.pfe, patience)
+            .unwrap_or(open_blocks_at_stop);
         let engine = self.pfe.shutdown();
         ServeReport {
             elapsed_s: start.elapsed().as_secs_f64(),
@@ -927,21 +923,6 @@ impl Server {
         self.trio.active_blocks().map_or(0, |b| b.len() as u64)
     }
 
-    /// Lets the engine run until every open block has timed out and sent its partial Result
-    /// (each times out within its timeout plus a scan period; this waits at most twice the
-    /// timeout and 50 ms more); returns the blocks still open after that.
-    fn wait_for_open_blocks(&self) -> u64 {
-        let deadline =
-            Instant::now() + Duration::from_millis(2 * u64::from(self.cfg.setup.block_exp_ms) + 50);
-        loop {
-            let open = self.open_blocks();
-            if open == 0 || Instant::now() >= deadline {
-                return open;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
     fn on_datagram(&self, payload: &[u8], from: SocketAddr, frame: &mut Vec<u8>) {
         let c = &self.shared.counters;
         bump(&c.datagrams_in, 1);
@@ -955,7 +936,7 @@ impl Server {
             bump(&c.upstream_results_in, 1);
             return self.shared.fan_out(hdr.job_id, payload);
         }
-        if !self.jobs[usize::from(hdr.job_id)] {
+        if self.shared.jobs[usize::from(hdr.job_id)].is_none() {
             return bump(&c.dropped_unknown_job, 1);
         }
         let member = self.shared.learn(from, hdr.job_id, hdr.src_id);

@@ -183,6 +183,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -190,6 +191,7 @@ use crate::error::ConfigError;
 use crate::mem::hash::{HashError, HashTable, Inserted, DEFAULT_HASH_SHARDS};
 use crate::mem::{Addr, AllocError, MemFault, Region, SharedMemory, LINE_WORDS};
 use crate::packet::Dest;
+use crate::pfe::Pfe;
 use crate::program::Program;
 use crate::timer::TimerSpec;
 
@@ -839,6 +841,32 @@ impl TrioMl {
             out.extend(self.slots(*id, entry)?.into_iter().map(|(_, b)| b));
         }
         Ok(out)
+    }
+
+    /// Lets the engine running this program (`pfe`, its timers started) finish every open
+    /// block: each times out `block_exp` after its last packet and sends its partial
+    /// Result. Waits until no block is open, or until their number has not gone down for
+    /// `patience` (a block left open by a faulted thread never finishes; timers starved
+    /// on a loaded machine age blocks slower than the clock, so leave room); returns the
+    /// blocks still open. For a graceful stop: stop injecting, call this, then shut down.
+    pub fn finish_open_blocks(&self, pfe: &Pfe, patience: Duration) -> Result<u64, TrioMlError> {
+        let scan = Duration::from_nanos(self.inner.cfg.scan_period_ns);
+        let mut fewest = u64::MAX;
+        let mut progress = Instant::now();
+        loop {
+            pfe.drain();
+            let open = self.active_blocks()?.len() as u64;
+            if open == 0 {
+                return Ok(0);
+            }
+            if open < fewest {
+                fewest = open;
+                progress = Instant::now();
+            } else if progress.elapsed() > patience {
+                return Ok(open);
+            }
+            std::thread::sleep(scan);
+        }
     }
 
     /// Blocks being aggregated (in a slot, not a kept Result), by job and slot.
