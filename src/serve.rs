@@ -164,6 +164,51 @@ impl std::str::FromStr for JobSpec {
     }
 }
 
+impl JobSpec {
+    /// The jobs of a jobs file's text: one `JOB:N` or `JOB:FIRST..END` per line (as
+    /// `--job` takes them); `#` starts a comment and blank lines are skipped. An error
+    /// names the line.
+    ///
+    /// ```
+    /// use pfemu::serve::JobSpec;
+    ///
+    /// let jobs = JobSpec::parse_list("# two jobs\n1:4\n2:8..12   # sources 8 to 11\n")?;
+    /// assert_eq!(jobs, ["1:4".parse()?, "2:8..12".parse()?]);
+    /// assert!(JobSpec::parse_list("1:4\n2:\n").unwrap_err().to_string().contains("line 2"));
+    /// # Ok::<(), pfemu::serve::ServeError>(())
+    /// ```
+    pub fn parse_list(text: &str) -> Result<Vec<JobSpec>, ServeError> {
+        let mut jobs = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            jobs.push(line.parse().map_err(|e| ServeError::Config {
+                setting: "jobs_file",
+                reason: format!("line {}: {e}", n + 1),
+            })?);
+        }
+        Ok(jobs)
+    }
+
+    /// The jobs of the jobs file at `path` ([`JobSpec::parse_list`]).
+    pub fn read_list(path: &std::path::Path) -> Result<Vec<JobSpec>, ServeError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ServeError::Config {
+            setting: "jobs_file",
+            reason: format!("reading {}: {e}", path.display()),
+        })?;
+        let jobs = JobSpec::parse_list(&text)?;
+        if jobs.is_empty() {
+            return Err(ServeError::Config {
+                setting: "jobs_file",
+                reason: format!("{} lists no job", path.display()),
+            });
+        }
+        Ok(jobs)
+    }
+}
+
 /// An aggregation program and its jobs, set up alike by a [`Server`] (`pfemu serve`) and
 /// by a replay ([`crate::replay`], `pfemu replay --program trio-ml`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -930,13 +930,16 @@ fn cli_replays_trio_ml_jobs_and_reports_json() {
             .output()
             .expect("run pfemu")
     };
+    // Job 2 comes from a jobs file.
+    let jobs = dir.join("jobs.txt");
+    std::fs::write(&jobs, "2:3..5  # the second job\n").unwrap();
     let o = run(&[
         "--program",
         "trio-ml",
         "--job",
         "1:4",
-        "--job",
-        "2:3..5",
+        "--jobs-file",
+        jobs.to_str().unwrap(),
         "--block-exp-ms",
         "255",
         "--window",

@@ -695,6 +695,45 @@ fn four_worker_processes_through_the_serve_binary() {
     }
 }
 
+/// `--jobs-file` configures the server's jobs (with `--job` ones), and a bad line is
+/// refused with its number.
+#[test]
+fn a_jobs_file_configures_the_servers_jobs() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let file = dir.join("serve-jobs.txt");
+    std::fs::write(
+        &file,
+        "# job 1: the four workers below\n1:4\n\n3:10..12  # another\n",
+    )
+    .unwrap();
+    let (server, addr) = spawn_server(&["--jobs-file", file.to_str().unwrap(), "--job", "2:1"]);
+    for w in worker_processes(addr, &[]) {
+        assert_eq!(w["exact"], true, "{w}");
+    }
+    let rep = server_report(server);
+    // Members: 4 (job 1) heard; jobs 2 and 3 configured (a datagram of job 3 would be
+    // injected, not dropped as unknown).
+    assert_eq!(rep["front_end"]["peers"], 4, "{rep}");
+
+    let bad = dir.join("serve-jobs-bad.txt");
+    std::fs::write(&bad, "1:4\n2:0..0\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--jobs-file"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("jobs_file") && err.contains("line 2"), "{err}");
+    // No --job and no --jobs-file: clap says what is missing.
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--job"));
+}
+
 #[test]
 fn a_two_level_tree_gives_the_flat_sums() {
     // The upper aggregator's job 1 has two sources: the two lower aggregators.

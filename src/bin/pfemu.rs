@@ -125,7 +125,8 @@ enum Command {
     /// Serve Trio-ML/FPISA aggregation over UDP to real worker processes.
     #[command(after_help = "Examples:\n  \
         pfemu serve --listen 127.0.0.1:12000 --job 1:4\n  \
-        pfemu serve --program fpisa --job 1:4 --job 2:8 --block-exp-ms 50 --idle-exit-ms 2000\n\n\
+        pfemu serve --program fpisa --job 1:4 --job 2:8 --block-exp-ms 50 --idle-exit-ms 2000\n  \
+        pfemu serve --jobs-file jobs.txt   # one JOB:N or JOB:FIRST..END per line, # comments\n\n\
         Each datagram's UDP payload is the 12-byte Trio-ML header and the gradients. Results go \
         back to the job's members (each source at the address it last sent from), or with \
         --upstream to the next aggregator. Datagrams that are not aggregation packets, of jobs \

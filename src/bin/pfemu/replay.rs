@@ -111,6 +111,10 @@ pub struct ReplayArgs {
     /// one. Job J's Results leave on port J.
     #[arg(long = "job", value_name = "JOB:N")]
     jobs: Vec<JobSpec>,
+    /// trio-ml, fpisa: more jobs, from a file: one JOB:N or JOB:FIRST..END per line, `#`
+    /// comments.
+    #[arg(long, value_name = "FILE")]
+    jobs_file: Option<PathBuf>,
     /// trio-ml, fpisa: block timeout of every job, in milliseconds (1..=255; default 20):
     /// a block missing a source this long after its last packet gets a partial Result.
     #[arg(long)]
@@ -147,6 +151,7 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
     if aggregation.is_none() {
         for (given, flag) in [
             (!a.jobs.is_empty(), "--job"),
+            (a.jobs_file.is_some(), "--jobs-file"),
             (a.block_exp_ms.is_some(), "--block-exp-ms"),
             (a.window.is_some(), "--window"),
             (a.block_grad_max.is_some(), "--block-grad-max"),
@@ -162,10 +167,12 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
     }
     let program = match (a.program, aggregation) {
         (_, Some(aggregation)) => {
-            if a.jobs.is_empty() {
+            let jobs = super::serve::jobs_of(&a.jobs, a.jobs_file.as_deref())?;
+            if jobs.is_empty() {
                 return Err(format!(
                     "missing option `--job`: `--program {}` needs at least one job, e.g. \
-                     `--job 1:4` (job 1, sources 0..4; its Results go to port1.pcap)",
+                     `--job 1:4` (job 1, sources 0..4; its Results go to port1.pcap), or \
+                     `--jobs-file`",
                     a.program
                         .to_possible_value()
                         .map_or("?".into(), |v| v.get_name().to_string())
@@ -175,7 +182,7 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
             let d = AggregationSetup::default();
             ReplayProgram::Aggregation(AggregationSetup {
                 aggregation,
-                jobs: a.jobs.clone(),
+                jobs,
                 block_exp_ms: a.block_exp_ms.unwrap_or(d.block_exp_ms),
                 window: a.window.unwrap_or(d.window),
                 block_grad_max: a.block_grad_max.unwrap_or(d.block_grad_max),

@@ -38,8 +38,11 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:12000")]
     pub listen: SocketAddr,
     /// A job: JOB:N (sources 0..N) or JOB:FIRST..END; repeatable.
-    #[arg(long = "job", required = true)]
+    #[arg(long = "job", required_unless_present = "jobs_file")]
     pub jobs: Vec<JobSpec>,
+    /// More jobs, from a file: one JOB:N or JOB:FIRST..END per line, `#` comments.
+    #[arg(long, value_name = "FILE")]
+    pub jobs_file: Option<PathBuf>,
     /// Block timeout of every job, in milliseconds (1..=255): a worker process that starts
     /// later than this after the others is left out (partial Results).
     #[arg(long, default_value_t = 200)]
@@ -144,7 +147,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
                 ServeProgram::Fpisa => Aggregation::Fpisa(Variant::Full),
                 ServeProgram::FpisaApprox => Aggregation::Fpisa(Variant::Approx),
             },
-            jobs: a.jobs.clone(),
+            jobs: jobs_of(&a.jobs, a.jobs_file.as_deref())?,
             block_exp_ms: a.block_exp_ms,
             keep_result_ms: a.keep_result_ms,
             window: a.window,
@@ -233,6 +236,18 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// The jobs given with `--job`, then those of `--jobs-file`.
+pub fn jobs_of(
+    flags: &[JobSpec],
+    file: Option<&std::path::Path>,
+) -> Result<Vec<JobSpec>, Box<dyn std::error::Error>> {
+    let mut jobs = flags.to_vec();
+    if let Some(path) = file {
+        jobs.extend(JobSpec::read_list(path)?);
+    }
+    Ok(jobs)
 }
 
 fn read_vector(path: &PathBuf) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
