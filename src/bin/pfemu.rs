@@ -130,7 +130,7 @@ enum Command {
         Each datagram's UDP payload is the 12-byte Trio-ML header and the gradients. Results go \
         back to the job's members (each source at the address it last sent from), or with \
         --upstream to the next aggregator. Datagrams that are not aggregation packets, of jobs \
-        not given with --job, or of sources outside their job are dropped and counted; a flood \
+        not configured, or of sources outside their job are dropped and counted; a flood \
         of new blocks is capped at the job's 2 * --window slots. Prints `listening ADDR` first; \
         stops on --seconds, --idle-exit-ms, SIGINT or SIGTERM: it waits for the open blocks to \
         time out (their partial Results go out), drains the engine (no Result in flight is \
