@@ -690,15 +690,13 @@ fn filter_bench_verifies_any_mix() {
         ..Default::default()
     });
     let cfg = FilterBenchConfig {
-        ppe_threads: 2,
+        engine: pfemu::bench::EngineSettings {
+            ppe_threads: 2,
+            ..Default::default()
+        },
         packets: 7_500,
         size: 64,
         flows: 256,
-        reorder: true,
-        batch_size: pfemu::pfe::DEFAULT_BATCH_SIZE,
-        capacity: pfemu::pfe::DEFAULT_CAPACITY,
-        reorder_contexts: pfemu::pfe::DEFAULT_REORDER_CONTEXTS,
-        pin: false,
         seed: 4,
         ..FilterBenchConfig::default()
     };

@@ -19,55 +19,40 @@ use crate::microcode::filter::{Filter, FilterCounts};
 use crate::pfe::{CountingSink, Pfe};
 use crate::ConfigError;
 
+use super::EngineSettings;
+
 /// Most distinct frames generated for one run; longer runs replay them.
 pub const POOL_MAX: usize = 1 << 20;
 
 /// One benchmark configuration.
 #[derive(Clone, Debug, Serialize)]
 pub struct FilterBenchConfig {
-    /// PPE threads.
-    pub ppe_threads: usize,
+    /// The engine.
+    #[serde(flatten)]
+    pub engine: EngineSettings,
     /// Frames offered.
     pub packets: u64,
     /// Frame size in bytes.
     pub size: usize,
     /// Distinct flows.
     pub flows: u32,
-    /// Per-flow reordering.
-    pub reorder: bool,
-    /// Packets per dispatch batch.
-    pub batch_size: usize,
-    /// In-flight capacity.
-    pub capacity: usize,
-    /// Reorder contexts flows are folded into.
-    pub reorder_contexts: usize,
-    /// Pin PPE threads to cores.
-    pub pin: bool,
     /// Traffic seed.
     pub seed: u64,
     /// Offer frames for this many seconds instead of `packets` frames.
     pub duration_s: Option<f64>,
-    /// Measure ingress-to-egress latency (two clock reads per batch).
-    pub latency: bool,
 }
 
 impl Default for FilterBenchConfig {
-    /// 10M 64-byte frames over 1024 flows, PPE threads = cores, reordering on, the engine's
-    /// default batch size, capacity and reorder contexts, latency measured.
+    /// 10M 64-byte frames over 1024 flows, the default [`EngineSettings`] (PPE threads =
+    /// cores, reordering on, latency measured).
     fn default() -> Self {
         FilterBenchConfig {
-            ppe_threads: crate::pfe::default_ppe_threads(),
+            engine: EngineSettings::default(),
             packets: 10_000_000,
             size: 64,
             flows: 1024,
-            reorder: true,
-            batch_size: crate::pfe::DEFAULT_BATCH_SIZE,
-            capacity: crate::pfe::DEFAULT_CAPACITY,
-            reorder_contexts: crate::pfe::DEFAULT_REORDER_CONTEXTS,
-            pin: false,
             seed: 1,
             duration_s: None,
-            latency: true,
         }
     }
 }
@@ -165,16 +150,11 @@ pub fn run_with_progress(
     })?);
     let filter = Filter::install(&mem).map_err(|e| ConfigError::new("memory", e.to_string()))?;
     let sink = Arc::new(CountingSink::new(4));
-    let mut pfe = Pfe::builder()
+    let mut pfe = cfg
+        .engine
+        .apply(Pfe::builder())
         .program(filter.program())
         .memory(mem)
-        .ppe_threads(cfg.ppe_threads)
-        .reorder(cfg.reorder)
-        .batch_size(cfg.batch_size)
-        .capacity(cfg.capacity)
-        .reorder_contexts(cfg.reorder_contexts)
-        .pin_threads(cfg.pin)
-        .latency(cfg.latency)
         .sink(sink.clone())
         .build()?;
     pfe.start()
@@ -238,7 +218,7 @@ pub fn run_with_progress(
     let processed = stats.processed().max(1) as f64;
     Ok(FilterBenchReport {
         config: cfg.clone(),
-        ppe_threads: cfg.ppe_threads,
+        ppe_threads: cfg.engine.ppe_threads,
         packets_in: stats.packets_in,
         packets_out: stats.packets_out,
         dropped_total: stats.dropped,

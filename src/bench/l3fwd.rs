@@ -40,14 +40,13 @@ use serde::Serialize;
 
 use super::report::{RunLength, Summary};
 use super::rng::SplitMix64;
+use super::EngineSettings;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::l3fwd::{
     check_ipv4, rewrite_head, write_udp_frame, Dir248, L3fwd, RouteTable, DROP_REASONS, ENTRY_TBL8,
 };
 use crate::packet::{Port, DEFAULT_HEAD_BYTES};
-use crate::pfe::{
-    CountingSink, Pfe, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
-};
+use crate::pfe::{CountingSink, Pfe};
 use crate::wire::{Ipv4, ETHERTYPE_ARP};
 use crate::ConfigError;
 
@@ -82,30 +81,18 @@ pub struct L3fwdBenchConfig {
     pub flows: u32,
     /// Percent of frames made invalid (0 to 100), one drop class after another.
     pub invalid_percent: u32,
-    /// PPE threads.
-    pub ppe_threads: usize,
-    /// Per-flow reordering.
-    pub reorder: bool,
-    /// Packets per dispatch batch.
-    pub batch_size: usize,
-    /// In-flight capacity.
-    pub capacity: usize,
-    /// Reorder contexts flows are folded into.
-    pub reorder_contexts: usize,
-    /// Pin PPE threads to cores.
-    pub pin: bool,
+    /// The engine.
+    #[serde(flatten)]
+    pub engine: EngineSettings,
     /// Seed of the routes and the traffic.
     pub seed: u64,
-    /// Measure ingress-to-egress latency (two clock reads per batch).
-    pub latency: bool,
     /// Offer frames for this many seconds instead of `packets` frames.
     pub duration_s: Option<f64>,
 }
 
 impl Default for L3fwdBenchConfig {
     /// 10 000 000 frames of 64 bytes, 100 000 generated routes over 16 ports, 1024 flows,
-    /// no invalid frames, 2 PPE threads, reordering on, the engine's default batch,
-    /// capacity and reorder contexts, seed 1, latency measured.
+    /// no invalid frames, seed 1, the default [`EngineSettings`] with 2 PPE threads.
     fn default() -> Self {
         L3fwdBenchConfig {
             packets: 10_000_000,
@@ -115,14 +102,11 @@ impl Default for L3fwdBenchConfig {
             ports: 16,
             flows: 1024,
             invalid_percent: 0,
-            ppe_threads: 2,
-            reorder: true,
-            batch_size: DEFAULT_BATCH_SIZE,
-            capacity: DEFAULT_CAPACITY,
-            reorder_contexts: DEFAULT_REORDER_CONTEXTS,
-            pin: false,
+            engine: EngineSettings {
+                ppe_threads: 2,
+                ..EngineSettings::default()
+            },
             seed: 1,
-            latency: true,
             duration_s: None,
         }
     }
@@ -492,17 +476,12 @@ pub fn run_with_progress(
     let l3fwd = L3fwd::install_table(&mem, &w.table)
         .map_err(|e| ConfigError::new("memory", e.to_string()))?;
     let sink = Arc::new(CountingSink::new(usize::from(w.ports)));
-    let mut pfe = Pfe::builder()
+    let mut pfe = cfg
+        .engine
+        .apply(Pfe::builder())
         .program(l3fwd.program())
         .memory(mem)
         .ports(usize::from(w.ports))
-        .ppe_threads(cfg.ppe_threads)
-        .reorder(cfg.reorder)
-        .batch_size(cfg.batch_size)
-        .capacity(cfg.capacity)
-        .reorder_contexts(cfg.reorder_contexts)
-        .pin_threads(cfg.pin)
-        .latency(cfg.latency)
         .sink(sink.clone())
         .build()?;
     pfe.start()
@@ -566,7 +545,7 @@ pub fn run_with_progress(
         routes: w.routes.len(),
         route_lengths: w.routes.length_histogram(),
         tbl8_groups: w.table.tbl8_groups(),
-        ppe_threads: cfg.ppe_threads,
+        ppe_threads: cfg.engine.ppe_threads,
         packets_in: stats.packets_in,
         packets_out: stats.packets_out,
         dropped_total: stats.dropped,

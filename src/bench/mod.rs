@@ -11,6 +11,9 @@ pub mod linerate_pfe;
 pub mod plot;
 pub mod report;
 pub mod rng;
+pub mod settings;
 pub mod timers;
 pub mod traffic;
 pub mod trio_ml;
+
+pub use settings::EngineSettings;

@@ -18,6 +18,7 @@ use pfemu::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::bench::fpisa_accuracy::{self, AccuracyConfig};
 use pfemu::bench::timers::{self, TimerBenchConfig};
 use pfemu::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
+use pfemu::bench::EngineSettings;
 use pfemu::pfe::{
     default_ppe_threads, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
 };
@@ -1136,23 +1137,21 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
 
 fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
     let cfg = FilterBenchConfig {
-        ppe_threads: ppe_threads.unwrap_or_else(default_ppe_threads),
+        engine: EngineSettings {
+            ppe_threads: ppe_threads.unwrap_or_else(default_ppe_threads),
+            latency: !traffic.no_latency,
+            ..EngineSettings::default()
+        },
         packets: traffic.packets,
         size: traffic.size,
         flows: traffic.flows,
-        reorder: true,
-        batch_size: DEFAULT_BATCH_SIZE,
-        capacity: DEFAULT_CAPACITY,
-        reorder_contexts: DEFAULT_REORDER_CONTEXTS,
-        pin: false,
         seed: traffic.seed,
         duration_s: traffic.duration,
-        latency: !traffic.no_latency,
     };
     println!(
         "pfemu: the packet filter (Trio paper §3.2) on {} generated {}-byte frames \
          (90% IPv4, 5% IPv4 with options, 5% non-IP) over {} flows, {} PPE threads, reordering on\n",
-        cfg.packets, cfg.size, cfg.flows, cfg.ppe_threads
+        cfg.packets, cfg.size, cfg.flows, cfg.engine.ppe_threads
     );
     let r = filter::run(&cfg)?;
     print_summary(&r);
@@ -1221,18 +1220,20 @@ fn bench_filter(
     for &t in &threads {
         for &r in reorders {
             configs.push(FilterBenchConfig {
-                ppe_threads: t,
+                engine: EngineSettings {
+                    ppe_threads: t,
+                    reorder: r,
+                    batch_size: batch,
+                    capacity,
+                    reorder_contexts,
+                    pin,
+                    latency: !traffic.no_latency,
+                },
                 packets: traffic.packets,
                 size: traffic.size,
                 flows: traffic.flows,
-                reorder: r,
-                batch_size: batch,
-                capacity,
-                reorder_contexts,
-                pin,
                 seed: traffic.seed,
                 duration_s: traffic.duration,
-                latency: !traffic.no_latency,
             });
         }
     }
@@ -1262,8 +1263,8 @@ fn bench_filter(
                     "run {}/{}: {} PPE threads, reorder {}: {:.2} Mpps{}",
                     run + 1,
                     runs,
-                    cfg.ppe_threads,
-                    if cfg.reorder { "on" } else { "off" },
+                    cfg.engine.ppe_threads,
+                    if cfg.engine.reorder { "on" } else { "off" },
                     r.mpps,
                     if r.verified {
                         ""
@@ -1319,7 +1320,7 @@ fn bench_filter(
             println!(
                 "{:>12} {:>8} {:>10.2} {:>10.2} {:>9.2} {:>8.2}x",
                 r.ppe_threads,
-                if r.config.reorder { "on" } else { "off" },
+                if r.config.engine.reorder { "on" } else { "off" },
                 r.mpps,
                 r.gbps,
                 r.instructions_per_packet,

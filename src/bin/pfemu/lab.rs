@@ -12,6 +12,7 @@ use pfemu::bench::linerate::{
 };
 use pfemu::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
 use pfemu::bench::report::Progress;
+use pfemu::bench::EngineSettings;
 use pfemu::pfe::default_ppe_threads;
 
 use super::CliResult;
@@ -74,12 +75,14 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
         ports: a.ports,
         flows: a.flows,
         invalid_percent: a.invalid_percent,
-        ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
-        reorder: !a.no_reorder,
+        engine: EngineSettings {
+            ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
+            reorder: !a.no_reorder,
+            latency: !a.no_latency,
+            ..EngineSettings::default()
+        },
         seed: a.seed,
-        latency: !a.no_latency,
         duration_s: a.duration,
-        ..L3fwdBenchConfig::default()
     };
     let workload = l3fwd::prepare(&cfg)?;
     let mut runs: Vec<L3fwdBenchReport> = Vec::new();
@@ -114,7 +117,7 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
     } else {
         println!(
             "\nl3fwd: {} routes ({} tbl8 groups), {}-byte frames, {} PPE threads, median of {}:\n",
-            r.routes, r.tbl8_groups, cfg.size, cfg.ppe_threads, a.runs
+            r.routes, r.tbl8_groups, cfg.size, cfg.engine.ppe_threads, a.runs
         );
         r.summary.print();
         println!(
