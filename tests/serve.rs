@@ -153,6 +153,21 @@ struct Run {
     retransmit: Option<Duration>,
 }
 
+impl Run {
+    /// Integer gradients, no packets dropped, a 200 ms retransmission timeout.
+    fn ints(job: u8, sources: &[u8], gradients: usize, seed: u64) -> Run {
+        Run {
+            fpisa: false,
+            job,
+            sources: sources.to_vec(),
+            gradients,
+            seed,
+            drop_every: None,
+            retransmit: Some(Duration::from_millis(200)),
+        }
+    }
+}
+
 /// Runs one worker thread per source through the server at `addr`.
 fn run_workers(addr: SocketAddr, r: &Run) -> Vec<(Worker, ClientReport)> {
     std::thread::scope(|s| {
@@ -202,15 +217,7 @@ fn check_exact(r: &Run, done: &[(Worker, ClientReport)]) {
 #[test]
 fn four_library_workers_get_exact_integer_sums() {
     let (addr, stop, h) = start(config(Aggregation::TrioMl, &["1:4"]));
-    let r = Run {
-        fpisa: false,
-        job: 1,
-        sources: vec![0, 1, 2, 3],
-        gradients: 50_000,
-        seed: 7,
-        drop_every: None,
-        retransmit: Some(Duration::from_millis(200)),
-    };
+    let r = Run::ints(1, &[0, 1, 2, 3], 50_000, 7);
     let done = run_workers(addr, &r);
     check_exact(&r, &done);
     stop.stop();
@@ -230,12 +237,7 @@ fn four_library_workers_get_exact_fpisa_sums() {
     let (addr, stop, h) = start(config(Aggregation::Fpisa(Variant::Full), &["3:4"]));
     let r = Run {
         fpisa: true,
-        job: 3,
-        sources: vec![0, 1, 2, 3],
-        gradients: 20_000,
-        seed: 11,
-        drop_every: None,
-        retransmit: Some(Duration::from_millis(200)),
+        ..Run::ints(3, &[0, 1, 2, 3], 20_000, 11)
     };
     let done = run_workers(addr, &r);
     check_exact(&r, &done);
@@ -341,15 +343,7 @@ fn bad_datagrams_are_dropped_and_counted() {
     // never uses (its packets may reach the engine first).
     send_paced(&s, &datagram(1, 0, 1000, &[1; 300]), addr, &m);
     // The server still works.
-    let r = Run {
-        fpisa: false,
-        job: 1,
-        sources: vec![0],
-        gradients: 1000,
-        seed: 1,
-        drop_every: None,
-        retransmit: Some(Duration::from_millis(200)),
-    };
+    let r = Run::ints(1, &[0], 1000, 1);
     let done = run_workers(addr, &r);
     check_exact(&r, &done);
     stop.stop();
@@ -566,15 +560,7 @@ fn random_datagrams_are_all_accounted_for() {
         }
     }
     wait_received(&m, n);
-    let r = Run {
-        fpisa: false,
-        job: 5,
-        sources: vec![0],
-        gradients: 3000,
-        seed: 5,
-        drop_every: None,
-        retransmit: Some(Duration::from_millis(200)),
-    };
+    let r = Run::ints(5, &[0], 3000, 5);
     check_exact(&r, &run_workers(addr, &r));
     stop.stop();
     let rep = h.join().unwrap();
