@@ -626,17 +626,22 @@ fn spawn_server(args: &[&str]) -> (Child, SocketAddr) {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let addr = listening_addr(&mut child);
+    (child, addr)
+}
+
+/// The address a `pfemu serve` child prints on its first line (`listening ADDR`).
+fn listening_addr(child: &mut Child) -> SocketAddr {
     let mut first = String::new();
     BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut first)
         .unwrap();
-    let addr = first
+    first
         .trim()
         .strip_prefix("listening ")
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .parse()
-        .unwrap();
-    (child, addr)
+        .unwrap()
 }
 
 fn server_report(child: Child) -> serde_json::Value {
@@ -796,16 +801,7 @@ fn a_signal_stops_the_server_gracefully_with_its_report() {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr: SocketAddr = first
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap()
-            .parse()
-            .unwrap();
+        let addr = listening_addr(&mut child);
         for w in worker_processes(addr, &[]) {
             assert_eq!(w["exact"], true, "{w}");
         }
