@@ -1196,6 +1196,14 @@ impl<'a> Thread<'a> {
         Ok(table.lookup(key)?)
     }
 
+    /// Looks `key` up in a hash table without marking it referenced: for a look that must
+    /// not keep a record alive (a scan that ages records by their REF flags would otherwise
+    /// never see it idle). Counted as a lookup.
+    pub fn hash_peek(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashLookup);
+        Ok(table.peek(key)?)
+    }
+
     /// Creates a record unless one with `key` exists (then its value comes back as
     /// [`Inserted::Existing`]). A full table is an `Err` the program can handle (for example
     /// by dropping the packet with a counted reason); `?` turns it into a fault.

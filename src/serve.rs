@@ -619,8 +619,12 @@ impl Shared {
             return;
         };
         let payload = &frame[TRIO_ML_HDR_AT..GRADS_AT + grads.len()];
-        if let Some(up) = self.upstream {
-            self.send(payload, up);
+        if let (Some(up), false) = (self.upstream, hdr.ctl) {
+            // Runs are this server's and its members': the job above sees this server as
+            // one source that never joins, so the Result goes up without a run id.
+            let mut up_payload = payload.to_vec();
+            TrioMlHdr::new_unchecked(&mut up_payload[..TRIO_ML_HDR_LEN]).set_run_id(0);
+            self.send(&up_payload, up);
         } else if port >= PEER_PORT_BASE {
             let to = self
                 .peers
@@ -1037,6 +1041,10 @@ pub struct ClientConfig {
     /// default buffer (about 200 KB) overflows, which costs a retransmission timeout per
     /// lost Result.
     pub recv_buffer_bytes: usize,
+    /// Join the job's run before sending gradients ([`wire::Control`]), so that a new run
+    /// of the job is never answered with an earlier run's kept Results. `false` speaks
+    /// the paper's header alone (fine for a single run of the job).
+    pub join: bool,
 }
 
 impl ClientConfig {
@@ -1054,6 +1062,7 @@ impl ClientConfig {
             give_up_after: Duration::from_secs(10),
             drop_every: None,
             recv_buffer_bytes: DEFAULT_RECV_BUFFER_BYTES,
+            join: true,
         }
     }
 }
@@ -1073,6 +1082,8 @@ pub struct ClientReport {
     pub dropped_by_injector: u64,
     /// Datagrams received that were not aggregation packets.
     pub bad_datagrams: u64,
+    /// The run the worker joined (0: it did not join; see [`ClientConfig::join`]).
+    pub run_id: u8,
 }
 
 /// Runs `worker`'s allreduce through the server: sends what [`Worker::poll`] gives (UDP
@@ -1102,6 +1113,9 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
     let mut sent = 0u64;
     let mut dropped = 0u64;
     let mut bad = 0u64;
+    if cfg.join {
+        join(cfg, &socket, worker, tick, &mut buf, &mut frame, &mut bad)?;
+    }
     let mut last_progress = Instant::now();
     while !worker.is_done() {
         worker.poll(now(), &mut out);
@@ -1122,6 +1136,7 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
                     match worker.on_frame_at(&frame, now()) {
                         Ok(Received::Result { .. }) => last_progress = Instant::now(),
                         Ok(Received::Ignored) => {}
+                        Err(e @ HostError::Superseded { .. }) => return Err(e.into()),
                         Err(_) => bad += 1,
                     }
                 }
@@ -1152,7 +1167,79 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         stats: worker.stats(),
         dropped_by_injector: dropped,
         bad_datagrams: bad,
+        run_id: worker.run_id(),
     })
+}
+
+/// Joins `worker`'s job's run through `socket` (connected to the server): sends a Join
+/// with a fresh random nonce every `tick * 20` until the server answers it, or gives up
+/// after `cfg.give_up_after`.
+fn join(
+    cfg: &ClientConfig,
+    socket: &UdpSocket,
+    worker: &mut Worker,
+    tick: Duration,
+    buf: &mut [u8],
+    frame: &mut Vec<u8>,
+    bad: &mut u64,
+) -> Result<u8, ServeError> {
+    let nonce = random_nonce();
+    let join = worker.join_frame(nonce);
+    let ep = worker.config().endpoints;
+    let start = Instant::now();
+    let resend = tick * 20;
+    let mut sent_at: Option<Instant> = None;
+    loop {
+        if sent_at.map_or(true, |t| t.elapsed() >= resend) {
+            // Errors (e.g. the server not up yet) are recovered by sending again.
+            let _ = socket.send(&join[TRIO_ML_HDR_AT..]);
+            sent_at = Some(Instant::now());
+        }
+        match socket.recv(buf) {
+            Ok(n) => match frame_of(&buf[..n], &ep, frame) {
+                Ok(_) => {
+                    if let Some(run) = worker.take_joined(frame, nonce) {
+                        return Ok(run);
+                    }
+                }
+                Err(_) => *bad += 1,
+            },
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => std::thread::sleep(tick),
+        }
+        if start.elapsed() > cfg.give_up_after {
+            return Err(ServeError::Config {
+                setting: "server",
+                reason: format!(
+                    "no answer to the Join of job {} source {} from {} within {:?}: is                      `pfemu serve` running there with the job?",
+                    worker.config().job_id,
+                    worker.config().src_id,
+                    cfg.server,
+                    cfg.give_up_after
+                ),
+            });
+        }
+    }
+}
+
+/// A nonce that differs between processes and calls: std's randomly keyed hasher over the
+/// time, the process id and a counter.
+fn random_nonce() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() as u32
 }
 
 /// A worker configuration for the UDP client: job, source, gradients per packet, window,

@@ -135,6 +135,7 @@ fn frame_strategy() -> impl Strategy<Value = (u16, Vec<u8>)> {
                         src_cnt: 0,
                         gen_id,
                         grad_cnt: grads.len() as u16,
+                        ..Default::default()
                     },
                     gradients: &grads,
                 });

@@ -64,6 +64,7 @@ fn datagram_gen(job_id: u8, src_id: u8, block_id: u32, gen_id: u16, grads: &[i32
         src_cnt: 0,
         gen_id,
         grad_cnt: grads.len() as u16,
+        ..Default::default()
     };
     fields.write(&mut TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]));
     for (i, g) in grads.iter().enumerate() {

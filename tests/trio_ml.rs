@@ -115,6 +115,7 @@ fn expected_result(
             src_cnt,
             gen_id: gen,
             grad_cnt: sums.len() as u16,
+            ..Default::default()
         },
         gradients: sums,
     })

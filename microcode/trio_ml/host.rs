@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::wire::{self, AggPacket, Endpoints, TrioMlHdrFields, MAX_GRAD_CNT};
+use super::wire::{self, AggPacket, Control, Endpoints, TrioMlHdrFields, MAX_GRAD_CNT};
 use crate::bench::rng::SplitMix64;
 use crate::packet::Port;
 use crate::wire::WireError;
@@ -79,6 +79,19 @@ pub enum HostError {
         /// Chunks still without a result.
         missing: usize,
     },
+    /// The aggregator answered this worker's gradients with [`Control::Superseded`]: the
+    /// job has moved on to another run (a member joined again, e.g. after a restart), so
+    /// this run's sums can no longer be completed.
+    Superseded {
+        /// The job.
+        job_id: u8,
+        /// The run this worker joined.
+        run_id: u8,
+        /// The job's run now.
+        current: u8,
+        /// Chunks still without a result.
+        missing: usize,
+    },
 }
 
 impl std::fmt::Display for HostError {
@@ -89,6 +102,17 @@ impl std::fmt::Display for HostError {
             HostError::TimedOut { missing } => {
                 write!(f, "gave up waiting: {missing} chunks without a result")
             }
+            HostError::Superseded {
+                job_id,
+                run_id,
+                current,
+                missing,
+            } => write!(
+                f,
+                "job {job_id} moved on from run {run_id} to run {current} (a member of the job \
+                 joined again, e.g. after a restart): this run stops with {missing} chunks \
+                 without a result"
+            ),
         }
     }
 }
@@ -201,6 +225,9 @@ pub struct Worker {
     latencies: Vec<u64>,
     /// When the last result arrived (with [`Worker::on_frame_at`]).
     finished_ns: Option<u64>,
+    /// The run this worker joined ([`Worker::take_joined`]); 0: none, the paper's header
+    /// alone.
+    run_id: u8,
 }
 
 impl Worker {
@@ -233,6 +260,7 @@ impl Worker {
             stats: WorkerStats::default(),
             latencies: Vec::new(),
             finished_ns: None,
+            run_id: 0,
             cfg,
             values,
         })
@@ -281,6 +309,35 @@ impl Worker {
             .wrapping_add(self.chunks().div_ceil(self.cfg.window) as u16)
     }
 
+    /// The Join frame of this worker ([`Control::Join`]): send it before any gradients,
+    /// and again while no answer comes. `nonce` must differ from the one any earlier
+    /// process of this source joined with (take it at random), else the aggregator takes
+    /// the Join for a repeat and answers with the old run.
+    pub fn join_frame(&self, nonce: u32) -> Vec<u8> {
+        wire::join_packet(self.cfg.endpoints, self.cfg.job_id, self.cfg.src_id, nonce)
+    }
+
+    /// Takes the aggregator's answer to [`Worker::join_frame`]: when `frame` is the
+    /// [`Control::Joined`] of this worker's Join with `nonce`, this worker joins that run
+    /// (its packets carry the run id, Results of other runs are ignored) and the run id
+    /// comes back. Anything else gives `None`. Call it before the first [`Worker::poll`].
+    pub fn take_joined(&mut self, frame: &[u8], nonce: u32) -> Option<u8> {
+        let (hdr, _) = wire::parse(frame).ok()?;
+        let mine = hdr.job_id == self.cfg.job_id && hdr.src_id == self.cfg.src_id;
+        match Control::of(&hdr) {
+            Some(Control::Joined { run_id, nonce: n }) if mine && n == nonce && run_id != 0 => {
+                self.run_id = run_id;
+                Some(run_id)
+            }
+            _ => None,
+        }
+    }
+
+    /// The run this worker joined (0: none; its packets carry the paper's header alone).
+    pub fn run_id(&self) -> u8 {
+        self.run_id
+    }
+
     fn packet(&self, c: usize) -> Vec<u8> {
         let g = self.cfg.grads_per_packet;
         let (block_id, gen_id) = self.block_of(c);
@@ -294,6 +351,7 @@ impl Worker {
                 gen_id,
                 grad_cnt: values.len() as u16,
                 final_block: c + 1 == self.chunks(),
+                run_id: self.run_id,
                 ..TrioMlHdrFields::default()
             },
             gradients: values,
@@ -335,7 +393,9 @@ impl Worker {
     }
 
     /// Takes a frame from the aggregator. A Result for an outstanding chunk is stored and
-    /// frees its slot; anything else this worker does not need is ignored.
+    /// frees its slot; anything else this worker does not need is ignored (Results of
+    /// another run than the one it joined among them). A [`Control::Superseded`] for this
+    /// worker's job, once it joined a run, is [`HostError::Superseded`].
     pub fn on_frame(&mut self, frame: &[u8]) -> Result<Received, HostError> {
         self.take(frame, None)
     }
@@ -359,7 +419,23 @@ impl Worker {
 
     fn take(&mut self, frame: &[u8], now_ns: Option<u64>) -> Result<Received, HostError> {
         let (hdr, grads) = wire::parse(frame)?;
-        if hdr.job_id != self.cfg.job_id || hdr.block_id as usize >= self.cfg.window {
+        if hdr.ctl {
+            let joined = hdr.job_id == self.cfg.job_id && self.run_id != 0;
+            if let (Some(Control::Superseded { run_id }), true) = (Control::of(&hdr), joined) {
+                return Err(HostError::Superseded {
+                    job_id: hdr.job_id,
+                    run_id: self.run_id,
+                    current: run_id,
+                    missing: self.missing(),
+                });
+            }
+            self.stats.ignored += 1;
+            return Ok(Received::Ignored);
+        }
+        // A Result of another run (a Result going down from the top of a hierarchy carries
+        // none, run 0).
+        let other_run = hdr.run_id != 0 && hdr.run_id != self.run_id;
+        if other_run || hdr.job_id != self.cfg.job_id || hdr.block_id as usize >= self.cfg.window {
             self.stats.ignored += 1;
             return Ok(Received::Ignored);
         }

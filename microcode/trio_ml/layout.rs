@@ -57,6 +57,39 @@ pub(super) const JOB_W_SRC_CNT: u64 = 3;
 /// Shift of `src_cnt` in [`JOB_W_SRC_CNT`].
 pub(super) const JOB_SRC_CNT_SHIFT: u32 = 48;
 
+/// Word 3 of the job record: byte 24 (bits 56..64, in the padding before `src_cnt`) is the
+/// job's run state: the current run id in bits 56..60 (0 until a worker joins) and the
+/// lock of the Join handler in bit 63.
+pub(super) const JOB_W_RUN: u64 = 3;
+/// Shift of the current run id in [`JOB_W_RUN`].
+pub(super) const JOB_RUN_SHIFT: u32 = 56;
+/// Mask of the current run id in [`JOB_W_RUN`].
+pub(super) const JOB_RUN_MASK: u64 = 0xF << JOB_RUN_SHIFT;
+/// The Join handler's lock in [`JOB_W_RUN`].
+pub(super) const JOB_RUN_LOCK: u64 = 1 << 63;
+/// Byte of the job line holding the run state.
+pub(super) const JOB_RUN_AT: usize = 24;
+
+/// The job's current run id from word [`JOB_W_RUN`] (0: nobody joined yet).
+pub(super) fn job_run(w3: u64) -> u8 {
+    ((w3 & JOB_RUN_MASK) >> JOB_RUN_SHIFT) as u8
+}
+
+/// The run after `run`: 1 to 15, round (0, no run yet, is followed by 1).
+pub(super) fn next_run(run: u8) -> u8 {
+    run % super::wire::MAX_RUN_ID + 1
+}
+
+/// A source's join word (see [`JobLayout::runs`]): the run it joined and its nonce.
+pub(super) fn join_word(run: u8, nonce: u32) -> u64 {
+    u64::from(run) << 32 | u64::from(nonce)
+}
+
+/// `(run, nonce)` of a [`join_word`].
+pub(super) fn parse_join_word(w: u64) -> (u8, u32) {
+    ((w >> 32) as u8, w as u32)
+}
+
 /// 32-bit lane delta adding 1 to `block_curr_cnt` (lane 0 of word 0, bits 16..32).
 pub(super) const CURR_CNT_INC: u32 = 1 << 16;
 /// 32-bit lane delta subtracting 1 from `block_curr_cnt` (`-(1 << 16)` modulo 2^32; the
@@ -108,6 +141,14 @@ pub(super) const RCVD_CNT_LANE_SHIFT: u32 = 16;
 pub(super) const CONTRIB_LANE_SHIFT: u32 = 24;
 /// Byte of the block record holding the contributors.
 pub(super) const CONTRIB_AT: usize = 24;
+/// Word 2 of the block record: byte 18 (bits 40..48, in the padding before `grad_cnt`)
+/// holds the block's run id (0: a client of the paper's header alone).
+pub(super) const BLOCK_W_RUN: u64 = 2;
+/// Shift of the run id in [`BLOCK_W_RUN`].
+pub(super) const BLOCK_RUN_SHIFT: u32 = 40;
+/// Byte of the block record holding the run id.
+pub(super) const BLOCK_RUN_AT: usize = 18;
+
 /// Byte of the block's line where its key is kept, after the 58-byte record: bytes 58..62
 /// hold the block id and bytes 62..64 the generation (word 7, bits 16..48 and 0..16), so
 /// the control plane and the Result builder can tell which block a slot holds.
@@ -184,13 +225,17 @@ impl Lanes {
     }
 }
 
-/// A job's region: its record (one line), its slot bitmap (`ceil(block_cnt_max / 64)`
+/// A job's region: its record (one line), its sources' join words (one word per source id,
+/// [`JOIN_WORDS`]), its slot bitmap (`ceil(block_cnt_max / 64)`
 /// words, rounded up to whole lines), then `block_cnt_max` slots, each a block record line
 /// followed by an aggregation buffer of `block_grad_max` gradients rounded up to 64 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct JobLayout {
     /// The job record.
     pub record: Addr,
+    /// The join words: word `s` is source `s`'s [`join_word`], the run it last joined and
+    /// the nonce it joined with.
+    pub runs: Addr,
     /// The first word of the slot bitmap (bit `k % 64` of word `k / 64` = slot `k` in use).
     pub bitmap: Addr,
     /// Slots in the pool.
@@ -201,12 +246,22 @@ pub(super) struct JobLayout {
     pub slot0: Addr,
 }
 
+/// Words of the join words: one per source id (whole lines).
+pub(super) const JOIN_WORDS: u64 = 256;
+
 impl JobLayout {
+    /// The join word of source `src` of the job whose record is at `record`.
+    pub fn join_word_of(record: Addr, src: u8) -> Addr {
+        record + LINE_WORDS + u64::from(src)
+    }
+
     /// The layout of a job region starting at `record`.
     pub fn new(record: Addr, block_cnt_max: u32, block_grad_max: u32, lanes: Lanes) -> JobLayout {
-        let bitmap = record + LINE_WORDS;
+        let runs = record + LINE_WORDS;
+        let bitmap = runs + JOIN_WORDS;
         JobLayout {
             record,
+            runs,
             bitmap,
             slots: block_cnt_max,
             slot_words: LINE_WORDS + Self::buffer_words(block_grad_max, lanes),
@@ -270,22 +325,27 @@ impl JobLayout {
 
 // ----- hash keys and values -----------------------------------------------------------------
 
-/// Key of an active block record: `job_id`, `block_id` (big-endian), `gen_id` (big-endian).
-/// The paper keys blocks by job and block id; the generation is added so that consecutive
-/// uses of a block id are separate records.
-pub(super) fn block_key(job: u8, block: u32, gen: u16) -> [u8; 7] {
+/// Bytes of a [`block_key`].
+pub(super) const BLOCK_KEY_BYTES: usize = 8;
+
+/// Key of an active block record: `job_id`, `run_id`, `block_id` (big-endian), `gen_id`
+/// (big-endian). The paper keys blocks by job and block id; the generation is added so
+/// that consecutive uses of a block id are separate records, and the run so that a job's
+/// new run never joins a block of an earlier one.
+pub(super) fn block_key(job: u8, run: u8, block: u32, gen: u16) -> [u8; BLOCK_KEY_BYTES] {
     let b = block.to_be_bytes();
     let g = gen.to_be_bytes();
-    [job, b[0], b[1], b[2], b[3], g[0], g[1]]
+    [job, run, b[0], b[1], b[2], b[3], g[0], g[1]]
 }
 
-/// `(job, block, gen)` of a [`block_key`].
-pub(super) fn parse_block_key(key: &[u8]) -> Option<(u8, u32, u16)> {
-    let k: &[u8; 7] = key.try_into().ok()?;
+/// `(job, run, block, gen)` of a [`block_key`].
+pub(super) fn parse_block_key(key: &[u8]) -> Option<(u8, u8, u32, u16)> {
+    let k: &[u8; BLOCK_KEY_BYTES] = key.try_into().ok()?;
     Some((
         k[0],
-        u32::from_be_bytes([k[1], k[2], k[3], k[4]]),
-        u16::from_be_bytes([k[5], k[6]]),
+        k[1],
+        u32::from_be_bytes([k[2], k[3], k[4], k[5]]),
+        u16::from_be_bytes([k[6], k[7]]),
     ))
 }
 
@@ -386,25 +446,31 @@ mod tests {
     #[test]
     fn job_layout() {
         let l = JobLayout::new(DRAM_BASE, 100, 17, Lanes::Int32);
-        assert_eq!(l.bitmap, DRAM_BASE + 8);
+        assert_eq!(l.runs, DRAM_BASE + 8);
+        assert_eq!(JobLayout::join_word_of(DRAM_BASE, 255), DRAM_BASE + 8 + 255);
+        let bitmap = DRAM_BASE + 8 + 256;
+        assert_eq!(l.bitmap, bitmap);
         assert_eq!(JobLayout::bitmap_words(100), 2);
-        assert_eq!(l.slot0, DRAM_BASE + 16);
+        assert_eq!(l.slot0, bitmap + 8);
         // 17 gradients = 68 bytes -> 2 lines.
         assert_eq!(l.slot_words, 8 + 16);
-        assert_eq!(l.slot(1), DRAM_BASE + 16 + 24);
-        assert_eq!(l.buffer(0, 1), DRAM_BASE + 16 + 24 + 8);
+        assert_eq!(l.slot(1), bitmap + 8 + 24);
+        assert_eq!(l.buffer(0, 1), bitmap + 8 + 24 + 8);
         assert_eq!(l.buffer(paddr(ACC_BASE + 64), 2), ACC_BASE + 64 + 2 * 16);
         assert_eq!(l.slot_of(l.slot(99)), Some(99));
         assert_eq!(l.slot_of(l.slot(100)), None);
         assert_eq!(l.slot_of(l.slot(3) + 8), None);
-        assert_eq!(l.slot_bit(70), (DRAM_BASE + 9, 1 << 6));
+        assert_eq!(l.slot_bit(70), (bitmap + 1, 1 << 6));
         assert_eq!(l.valid_bits(0), u64::MAX);
         assert_eq!(l.valid_bits(1), (1 << 36) - 1);
-        assert_eq!(JobLayout::words(100, 17, Lanes::Int32), 16 + 100 * 24);
-        assert_eq!(JobLayout::words(64, 16, Lanes::Int32), 8 + 8 + 64 * 16);
+        assert_eq!(JobLayout::words(100, 17, Lanes::Int32), 16 + 256 + 100 * 24);
+        assert_eq!(
+            JobLayout::words(64, 16, Lanes::Int32),
+            8 + 256 + 8 + 64 * 16
+        );
         // FPISA: one 8-byte accumulator word per gradient.
         let fp = Lanes::Fpisa(crate::fpisa::Variant::Full);
-        assert_eq!(JobLayout::words(100, 17, fp), 16 + 100 * (8 + 24));
+        assert_eq!(JobLayout::words(100, 17, fp), 16 + 256 + 100 * (8 + 24));
         assert_eq!((Lanes::Int32.chunk_words(), fp.chunk_words()), (8, 16));
     }
 
@@ -417,11 +483,17 @@ mod tests {
 
     #[test]
     fn keys_and_generations() {
-        assert_eq!(block_key(1, 0x0203_0405, 0x0607), [1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(
-            parse_block_key(&[1, 2, 3, 4, 5, 6, 7]),
-            Some((1, 0x0203_0405, 0x0607))
+            block_key(1, 9, 0x0203_0405, 0x0607),
+            [1, 9, 2, 3, 4, 5, 6, 7]
         );
+        assert_eq!(
+            parse_block_key(&[1, 9, 2, 3, 4, 5, 6, 7]),
+            Some((1, 9, 0x0203_0405, 0x0607))
+        );
+        assert_eq!((next_run(0), next_run(1), next_run(15)), (1, 2, 1));
+        assert_eq!(parse_join_word(join_word(7, 0xDEAD_BEEF)), (7, 0xDEAD_BEEF));
+        assert_eq!(job_run(0x8500_0000_0000_0000), 5);
         assert_eq!(parse_block_key(&[1]), None);
         assert_eq!(kept_key(9, 1), [9, 0, 0, 0, 1]);
         let v = kept_value(0xBEEF, DRAM_BASE + 64);

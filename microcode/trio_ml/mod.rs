@@ -336,6 +336,8 @@ pub struct JobState {
     pub sources: Vec<u8>,
     /// Slots set in the job's bitmap (equals `block_curr_cnt` when no packet is in flight).
     pub slots_in_use: u32,
+    /// The job's current run ([`wire::Control`]): 0 until a worker joins, then 1 to 15.
+    pub run_id: u8,
 }
 
 /// A block in a job's slot, as the control plane reads it back.
@@ -347,6 +349,8 @@ pub struct BlockState {
     pub block_id: u32,
     /// The generation.
     pub gen_id: u16,
+    /// The run the block belongs to (0: sent with the paper's header alone).
+    pub run_id: u8,
     /// Gradients in the block.
     pub grad_cnt: u16,
     /// Sources summed so far.
@@ -661,6 +665,9 @@ impl TrioMl {
         j.set_src_mask_3(masks[3]);
         line[layout::JOB_BUFS_AT..layout::JOB_BUFS_AT + 4].copy_from_slice(&bufs.to_be_bytes());
         mem.write(record, &line)?;
+        for w in 0..layout::JOIN_WORDS {
+            mem.write_u64(layout.runs + w, 0)?;
+        }
         for w in 0..JobLayout::bitmap_words(cnt_max) {
             mem.write_u64(layout.bitmap + w, 0)?;
         }
@@ -687,7 +694,8 @@ impl TrioMl {
         t.jobs.delete(&job_key(job_id))?;
         for block in self.slots(job_id, entry)? {
             let (rec, b) = block;
-            t.active.delete(&block_key(job_id, b.block_id, b.gen_id))?;
+            t.active
+                .delete(&block_key(job_id, b.run_id, b.block_id, b.gen_id))?;
             let key = kept_key(job_id, b.block_id);
             if t.kept
                 .peek(&key)?
@@ -769,6 +777,7 @@ impl TrioMl {
             src_cnt: j.src_cnt(),
             sources: sources_of(masks),
             slots_in_use,
+            run_id: line[layout::JOB_RUN_AT] & wire::MAX_RUN_ID,
         })
     }
 
@@ -818,6 +827,7 @@ impl TrioMl {
             job_id,
             block_id,
             gen_id,
+            run_id: line[layout::BLOCK_RUN_AT] & wire::MAX_RUN_ID,
             grad_cnt,
             rcvd_cnt: b.rcvd_cnt(),
             received: sources_of([

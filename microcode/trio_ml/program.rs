@@ -52,8 +52,17 @@ use crate::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
 use crate::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
 
 // ----- registers ----------------------------------------------------------------------------
-// The paper's intermediate registers ir0..ir7 are left free; Trio-ML's state lives in r8..
+// The paper's intermediate registers ir0..ir3 are left free; Trio-ML's state lives in r4..
 
+/// Set when a finishing block belongs to a run that is no longer its job's: it is freed
+/// without a Result (nobody of that run is left to want it).
+const R_SILENT: usize = 4;
+/// The run id a control reply carries.
+const R_REPLY_RUN: usize = 5;
+/// The opcode of the control reply being built ([`CTL_JOINED`] or [`CTL_SUPERSEDED`]).
+const R_CTL_OP: usize = 6;
+/// The packet's `run_id` (the block's, while a block is finished).
+const R_RUN: usize = 7;
 /// The packet's `job_id`.
 const R_JOB_ID: usize = 8;
 /// The packet's `block_id`.
@@ -189,6 +198,9 @@ struct Reasons {
     retransmit_answered: DropReason,
     stale_gen: DropReason,
     result_expired: DropReason,
+    stale_run: DropReason,
+    join_answered: DropReason,
+    bad_control: DropReason,
 }
 
 impl Reasons {
@@ -208,6 +220,9 @@ impl Reasons {
             retransmit_answered: p.drop_reason("retransmit_answered"),
             stale_gen: p.drop_reason("stale_gen"),
             result_expired: p.drop_reason("result_expired"),
+            stale_run: p.drop_reason("stale_run"),
+            join_answered: p.drop_reason("join_answered"),
+            bad_control: p.drop_reason("bad_control"),
         }
     }
 }
@@ -305,6 +320,40 @@ fn claim_free_slot(t: &mut Thread<'_>, l: &JobLayout, home: u32) -> Result<Optio
     Ok(None)
 }
 
+/// The run id of the block record at `rec`.
+fn run_of(t: &mut Thread<'_>, rec: Addr) -> Result<u8, Fault> {
+    Ok((t.read_u64(rec + BLOCK_W_RUN)? >> BLOCK_RUN_SHIFT) as u8 & MAX_RUN_ID)
+}
+
+/// Waits a little for another thread that holds something this one needs for a few XTXNs
+/// (a block being created, the Join lock): the first looks yield the core (the other
+/// thread may share it), later ones sleep, so a holder the host OS descheduled (more PPE
+/// threads than cores) is waited for without running out of instructions.
+fn wait_for_other_thread(t: &mut Thread<'_>) {
+    t.r[R_WAITS] += 1;
+    if t.r[R_WAITS] <= YIELDS_BEFORE_SLEEP {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(PENDING_SLEEP_US));
+    }
+}
+
+/// The Join decision, under the job's Join lock: the run source `src` of the job at `job`
+/// joins with `nonce`, given the job's run word `w3` before the lock. A source that joined
+/// the current run before with another nonce restarted: the job moves on to the next run.
+fn decide_join(t: &mut Thread<'_>, job: Addr, w3: u64, src: u8, nonce: u32) -> Result<u8, Fault> {
+    let at = JobLayout::join_word_of(job, src);
+    let current = job_run(w3);
+    let (joined, their_nonce) = parse_join_word(t.read_u64(at)?);
+    let run = if current == 0 || (joined == current && their_nonce != nonce) {
+        next_run(current)
+    } else {
+        current
+    };
+    t.write_u64(at, join_word(run, nonce))?;
+    Ok(run)
+}
+
 /// Counts a created block in `block_total_cnt`, which straddles words 0 and 1: a 32-bit
 /// add of 1 to its low half (the top 16 bits of word 1); when that half wraps, the carry is
 /// added to the high half (the low 16 bits of word 0) with a second add; and when the whole
@@ -367,6 +416,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         ]);
     let [scan_blocks, close_aged, scan_kept, free_expired] =
         p.labels(["scan_blocks", "close_aged", "scan_kept", "free_expired"]);
+    let [join_run, superseded, control_reply] =
+        p.labels(["join_run", "superseded", "control_reply"]);
     // The finishing subroutine starts at keep_result; the Result builder at result_headers.
     let finish_block = keep_result;
     let build_result = result_headers;
@@ -415,6 +466,20 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         };
         let h = TrioMlHdrFields::read(&hdr);
         let n = usize::from(h.grad_cnt);
+        if h.ctl {
+            // A control message: the header alone. Workers send only Joins.
+            let whole = n == 0
+                && udp_len == UDP_LEN + TRIO_ML_HDR_LEN
+                && ip_total == IPV4_LEN + udp_len
+                && UDP_AT + udp_len <= t.pkt_len();
+            if !whole || h.age_op != CTL_JOIN {
+                return drop_as(r.bad_control);
+            }
+            t.r[R_JOB_ID] = u64::from(h.job_id);
+            t.r[R_BLOCK_ID] = u64::from(h.block_id);
+            t.r[R_SRC_ID] = u64::from(h.src_id);
+            return Ok(Goto(join_run));
+        }
         let consistent = n >= 1
             && udp_len == UDP_LEN + TRIO_ML_HDR_LEN + n * GRAD_BYTES
             && ip_total == IPV4_LEN + udp_len
@@ -429,6 +494,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         t.r[R_GRAD_CNT] = n as u64;
         t.r[R_CONTRIB] = u64::from(h.src_cnt.max(1));
         t.r[R_PKT_DEGRADED] = u64::from(h.degraded);
+        t.r[R_RUN] = u64::from(h.run_id);
         Ok(Goto(lookup_block))
     });
 
@@ -450,22 +516,15 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     p.instr(lookup_block, move |t| {
         let key = block_key(
             t.r[R_JOB_ID] as u8,
+            t.r[R_RUN] as u8,
             t.r[R_BLOCK_ID] as u32,
             t.r[R_GEN_ID] as u16,
         );
         Ok(match t.hash_lookup(&active, &key)? {
             Some(PENDING) => {
-                // Another packet of the block is creating it: let the creator run (it may
-                // share this core), then look again and join the record it publishes. A
-                // creator the host OS descheduled can stay off its core for milliseconds
-                // (more PPE threads than cores), so after some yields the wait sleeps, and
-                // its instructions do not run out (each look is one) before it comes back.
-                t.r[R_WAITS] += 1;
-                if t.r[R_WAITS] <= YIELDS_BEFORE_SLEEP {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(std::time::Duration::from_micros(PENDING_SLEEP_US));
-                }
+                // Another packet of the block is creating it: let the creator run, then
+                // look again and join the record it publishes.
+                wait_for_other_thread(t);
                 Goto(lookup_block)
             }
             Some(rec) if rec & FINISHED != 0 => {
@@ -491,9 +550,17 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             t.r[R_GEN_ID] as u16,
         );
         let closing = t.r[R_CLOSING] != 0;
-        let kept_gen = t
-            .hash_lookup(&kept, &kept_key(job, block))?
-            .map(parse_kept_value);
+        // A peek: only a Result sent again counts as asked for (emit_result's check looks
+        // it up), so one that only stale packets look at still expires.
+        let kept_gen = match t.hash_peek(&kept, &kept_key(job, block))? {
+            // A kept Result of another run is no answer to this one (and no newer
+            // generation of it): for this run the block id is free.
+            Some(v) => {
+                let (kgen, rec) = parse_kept_value(v);
+                (run_of(t, rec)? == t.r[R_RUN] as u8).then_some((kgen, rec))
+            }
+            None => None,
+        };
         Ok(match kept_gen {
             Some((kgen, rec)) if kgen == gen => {
                 t.r[R_BLK] = rec;
@@ -564,6 +631,12 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         if !member {
             return drop_as(r.unknown_source);
         }
+        let current = t.lm_bytes(LM_SCRATCH + JOB_RUN_AT, 1)?[0] & MAX_RUN_ID;
+        let run = t.r[R_RUN] as u8;
+        if run != 0 && run != current {
+            t.r[R_REPLY_RUN] = u64::from(current);
+            return Ok(Goto(superseded));
+        }
         if t.r[R_GRAD_CNT] > u64::from(grad_max) {
             return drop_as(r.block_grad_max);
         }
@@ -584,6 +657,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     p.instr(claim_slot, move |t| {
         let key = block_key(
             t.r[R_JOB_ID] as u8,
+            t.r[R_RUN] as u8,
             t.r[R_BLOCK_ID] as u32,
             t.r[R_GEN_ID] as u16,
         );
@@ -637,6 +711,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             t.r[R_SRC_ID] as u8,
         );
         let (exp, grad_cnt, now) = (t.r[R_EXP] as u8, t.r[R_GRAD_CNT] as u16, t.now_ns());
+        let run = t.r[R_RUN] as u8;
         let line = t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?;
         line.fill(0);
         let mut b = BlockCtx::new_checked(&mut *line)?;
@@ -656,11 +731,12 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         }
         // The creator is in flight (the gate's IN_FLIGHT, bytes 22-23, is 1) ...
         line[22..24].copy_from_slice(&1u16.to_be_bytes());
-        // ... and the line names its block, after the record.
+        // ... the record names its run, and the line its block, after the record.
+        line[BLOCK_RUN_AT] = run;
         line[BLOCK_KEY_AT..BLOCK_KEY_AT + 4].copy_from_slice(&block.to_be_bytes());
         line[BLOCK_KEY_AT + 4..BLOCK_KEY_AT + 6].copy_from_slice(&gen.to_be_bytes());
         t.mem_write(rec, LM_SCRATCH, LINE_BYTES)?;
-        let key = block_key(t.r[R_JOB_ID] as u8, block, gen);
+        let key = block_key(t.r[R_JOB_ID] as u8, run, block, gen);
         // Publish the record under the key this thread claimed.
         t.hash_update(&active, &key, rec)?;
         count_block(t, job)?;
@@ -684,7 +760,14 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         if (w2 >> BLOCK_GRAD_CNT_SHIFT) & 0xFFF != t.r[R_GRAD_CNT] {
             return drop_as(r.grad_cnt_mismatch);
         }
-        t.r[R_SRC_CNT] = (t.read_u64(job + JOB_W_SRC_CNT)? >> JOB_SRC_CNT_SHIFT) & 0xFF;
+        // The run state shares the word with src_cnt.
+        let w3 = t.read_u64(job + JOB_W_SRC_CNT)?;
+        t.r[R_SRC_CNT] = (w3 >> JOB_SRC_CNT_SHIFT) & 0xFF;
+        let run = t.r[R_RUN] as u8;
+        if run != 0 && run != job_run(w3) {
+            t.r[R_REPLY_RUN] = u64::from(job_run(w3));
+            return Ok(Goto(superseded));
+        }
         Ok(Goto(join_block))
     });
 
@@ -827,13 +910,26 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     p.instr(keep_result, move |t| {
         let rec = t.r[R_BLK];
         let gen = t.r[R_GEN_ID] as u16;
-        t.r[R_JOB] = job_of(t, rec)?;
+        let job = job_of(t, rec)?;
+        t.r[R_JOB] = job;
         t.r[R_FREE] = 0;
+        t.r[R_SILENT] = 0;
+        let run = t.r[R_RUN] as u8;
+        if run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?) {
+            // A block of a run the job has left (it aged out after a source started a new
+            // run): nobody of its run is left to want it. Freed without a Result.
+            t.r[R_FREE] = rec;
+            t.r[R_SILENT] = 1;
+            return Ok(Goto(release_block));
+        }
         let key = kept_key(t.r[R_JOB_ID] as u8, t.r[R_BLOCK_ID] as u32);
         let value = kept_value(gen, rec);
         match t.hash_insert(&kept, &key, value) {
             Ok(Inserted::New) => {}
-            Ok(Inserted::Existing(old)) if gen_newer(parse_kept_value(old).0, gen) => {
+            Ok(Inserted::Existing(old))
+                if gen_newer(parse_kept_value(old).0, gen)
+                    && run_of(t, parse_kept_value(old).1)? == run =>
+            {
                 // A newer generation finished first (hosts ran ahead): send, do not keep.
                 t.r[R_FREE] = rec;
             }
@@ -855,6 +951,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let rec = t.r[R_BLK];
         let key = block_key(
             t.r[R_JOB_ID] as u8,
+            t.r[R_RUN] as u8,
             t.r[R_BLOCK_ID] as u32,
             t.r[R_GEN_ID] as u16,
         );
@@ -878,12 +975,16 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     p.instr(free_replaced, move |t| {
         let old = t.r[R_FREE];
         if old == t.r[R_BLK] {
+            if t.r[R_SILENT] != 0 {
+                return Ok(Goto(free_own));
+            }
             return Ok(Call(build_result, free_own));
         }
         if old != 0 {
             let key = t.read_u64(old + BLOCK_KEY_WORD)?;
             let (block, gen) = ((key >> 16) as u32, key as u16);
-            t.hash_delete(&active, &block_key(t.r[R_JOB_ID] as u8, block, gen))?;
+            let run = run_of(t, old)?;
+            t.hash_delete(&active, &block_key(t.r[R_JOB_ID] as u8, run, block, gen))?;
             free_slot(t, t.r[R_JOB], old, lanes)?;
         }
         // build_result returns to finish_block's caller.
@@ -913,6 +1014,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 .expect("one word"),
         );
         let lower_partial = gate & GATE_DEGRADED != 0;
+        let run = rec_bytes[BLOCK_RUN_AT] & MAX_RUN_ID;
         let key = t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, 6)?;
         let block = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
         let gen = u16::from_be_bytes([key[4], key[5]]);
@@ -925,6 +1027,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             j.src_cnt(),
         );
         let partial = rcvd_cnt < src_cnt;
+        let out_dst = Ipv4Addr::from(out_dst);
         let hdr = TrioMlHdrFields {
             job_id: t.r[R_JOB_ID] as u8,
             block_id: block,
@@ -935,8 +1038,11 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             src_cnt: contributors,
             gen_id: gen,
             grad_cnt,
+            ctl: false,
+            // The run is this aggregator's and its members': a Result going up a
+            // hierarchy (to a unicast address, the next aggregator) carries none.
+            run_id: if out_dst.is_multicast() { run } else { 0 },
         };
-        let out_dst = Ipv4Addr::from(out_dst);
         let ep = Endpoints {
             src_mac: local_mac,
             dst_mac: if out_dst.is_multicast() {
@@ -1026,7 +1132,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let Some(launch) = t.timer().copied() else {
             return Ok(Done(Verdict::Consume));
         };
-        let mut visited: Vec<([u8; 7], Addr, bool)> = Vec::new();
+        let mut visited: Vec<([u8; BLOCK_KEY_BYTES], Addr, bool)> = Vec::new();
         t.hash_scan(
             &active,
             launch.slice as usize,
@@ -1055,8 +1161,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             if !referenced && idle_ns >= u64::from(exp) * NS_PER_MS && aged < MAX_AGED_PER_SCAN {
                 let entry = LM_AGED + aged * AGED_ENTRY_BYTES;
                 let e = t.lm_bytes_mut(entry, AGED_ENTRY_BYTES)?;
-                e[..7].copy_from_slice(&key);
-                e[8..].copy_from_slice(&rec.to_be_bytes());
+                e[..BLOCK_KEY_BYTES].copy_from_slice(&key);
+                e[BLOCK_KEY_BYTES..].copy_from_slice(&rec.to_be_bytes());
                 aged += 1;
             }
         }
@@ -1075,9 +1181,11 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         }
         t.r[R_AGED_I] += 1;
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
-        let (job, block, gen) = parse_block_key(&e[..7]).expect("a 7-byte key");
-        let rec = u64::from_be_bytes(e[8..16].try_into().expect("8 bytes"));
+        let (job, run, block, gen) =
+            parse_block_key(&e[..BLOCK_KEY_BYTES]).expect("a whole block key");
+        let rec = u64::from_be_bytes(e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"));
         t.r[R_JOB_ID] = u64::from(job);
+        t.r[R_RUN] = u64::from(run);
         t.r[R_BLOCK_ID] = u64::from(block);
         t.r[R_GEN_ID] = u64::from(gen);
         t.r[R_BLK] = rec;
@@ -1146,10 +1254,92 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let (job_id, block) = parse_kept_key(e[..5].try_into().expect("5 bytes"));
         let v = u64::from_be_bytes(e[8..16].try_into().expect("8 bytes"));
         let (gen, rec) = parse_kept_value(v);
-        t.hash_delete(&active, &block_key(job_id, block, gen))?;
+        let run = run_of(t, rec)?;
+        t.hash_delete(&active, &block_key(job_id, run, block, gen))?;
         let job = job_of(t, rec)?;
         free_slot(t, job, rec, lanes)?;
         Ok(Goto(free_expired))
+    });
+
+    // The run protocol (wire::Control). join_run: a source of the job joins its run, under
+    // the job's Join lock (one bit of the run word, held for two XTXNs): see decide_join.
+    let jobs = tables.jobs.clone();
+    p.instr(join_run, move |t| {
+        let Some(job) = t.hash_lookup(&jobs, &job_key(t.r[R_JOB_ID] as u8))? else {
+            return drop_as(r.unknown_job);
+        };
+        let src = t.r[R_SRC_ID] as u8;
+        let (word, _) = source_bit(src);
+        if !mask_has(t.read_u64(job + word as u64)?, src) {
+            return drop_as(r.unknown_source);
+        }
+        let w3 = t.fetch_or(job + JOB_W_RUN, JOB_RUN_LOCK)?;
+        if w3 & JOB_RUN_LOCK != 0 {
+            // Another Join of the job holds the lock.
+            wait_for_other_thread(t);
+            return Ok(Goto(join_run));
+        }
+        let run = match decide_join(t, job, w3, src, t.r[R_BLOCK_ID] as u32) {
+            Ok(run) => run,
+            Err(fault) => {
+                t.fetch_clear(job + JOB_W_RUN, JOB_RUN_LOCK)?;
+                return Err(fault);
+            }
+        };
+        // Publish the run and release the lock in one XTXN.
+        t.masked_write(
+            job + JOB_W_RUN,
+            u64::from(run) << JOB_RUN_SHIFT,
+            JOB_RUN_MASK | JOB_RUN_LOCK,
+        )?;
+        t.r[R_REPLY_RUN] = u64::from(run);
+        t.r[R_CTL_OP] = u64::from(CTL_JOINED);
+        Ok(Goto(control_reply))
+    });
+    // Gradients of a run the job has left: tell their worker which run is current.
+    p.instr(superseded, move |t| {
+        t.r[R_CTL_OP] = u64::from(CTL_SUPERSEDED);
+        Ok(Goto(control_reply))
+    });
+    // A control reply to the packet's sender, out of the port it came from.
+    p.instr(control_reply, move |t| {
+        let head = t.head(0)?;
+        let from_mac = Ether::new_checked(head)?.smac().to_be_bytes();
+        let from_addr = Ipv4::new_checked(&head[IPV4_AT..])?.src_addr();
+        let from_port = Udp::new_checked(&head[UDP_AT..])?.src_port();
+        let op = t.r[R_CTL_OP] as u8;
+        let run_id = t.r[R_REPLY_RUN] as u8;
+        let control = if op == CTL_JOINED {
+            Control::Joined {
+                run_id,
+                nonce: t.r[R_BLOCK_ID] as u32,
+            }
+        } else {
+            Control::Superseded { run_id }
+        };
+        let ep = Endpoints {
+            src_mac: local_mac,
+            dst_mac: [
+                from_mac[2],
+                from_mac[3],
+                from_mac[4],
+                from_mac[5],
+                from_mac[6],
+                from_mac[7],
+            ],
+            src_addr: Ipv4Addr::from(local_addr),
+            dst_addr: from_addr,
+            src_port: udp_port,
+            dst_port: from_port,
+        };
+        let hdr = control.header(t.r[R_JOB_ID] as u8, t.r[R_SRC_ID] as u8);
+        write_headers(t.lm_bytes_mut(LM_RESULT_HDR, HEADERS_LEN)?, &ep, &hdr, 0);
+        t.emit(Dest::Port(t.port()), LM_RESULT_HDR, HEADERS_LEN)?;
+        drop_as(if op == CTL_JOINED {
+            r.join_answered
+        } else {
+            r.stale_run
+        })
     });
 
     p.entry(Entry::Packet, parse);

@@ -51,14 +51,20 @@ crate::header! {
         r#final: 1,
         /// The aggregation is partial (not every source contributed).
         degraded: 1,
-        _: 2,
+        /// pfemu's extension, in the first padding bit: the packet is a control message
+        /// of the run protocol ([`Control`]), not gradients; `age_op` holds its opcode.
+        ctl: 1,
+        _: 1,
         /// Source id of the packet.
         src_id: 8,
         /// Number of sources contributing (in a Result).
         src_cnt: 8,
         /// Generation id: which use of the block id this is.
         gen_id: 16,
-        _: 4,
+        /// pfemu's extension, in the padding before `grad_cnt`: the run of the job this
+        /// packet belongs to, as the aggregator assigned it ([`Control::Joined`]); 0 for a
+        /// client that speaks the paper's header alone.
+        run_id: 4,
         /// Number of gradients that follow.
         grad_cnt: 12,
     }
@@ -189,6 +195,10 @@ pub struct TrioMlHdrFields {
     pub gen_id: u16,
     /// Number of gradients (12 bits).
     pub grad_cnt: u16,
+    /// A control message of the run protocol (pfemu's extension; see [`Control`]).
+    pub ctl: bool,
+    /// The run this packet belongs to (4 bits; 0: none, the paper's header alone).
+    pub run_id: u8,
 }
 
 impl TrioMlHdrFields {
@@ -204,6 +214,8 @@ impl TrioMlHdrFields {
             src_cnt: h.src_cnt(),
             gen_id: h.gen_id(),
             grad_cnt: h.grad_cnt(),
+            ctl: h.ctl(),
+            run_id: h.run_id(),
         }
     }
 
@@ -219,7 +231,103 @@ impl TrioMlHdrFields {
         h.set_src_cnt(self.src_cnt);
         h.set_gen_id(self.gen_id);
         h.set_grad_cnt(self.grad_cnt);
+        h.set_ctl(self.ctl);
+        h.set_run_id(self.run_id);
     }
+}
+
+/// Largest run id (`run_id` is 4 bits; 0 means no run).
+pub const MAX_RUN_ID: u8 = 15;
+
+/// Control opcode (in `age_op` of a `ctl` packet): a worker asks to join its job's run.
+pub const CTL_JOIN: u8 = 1;
+/// Control opcode: the aggregator's answer to [`CTL_JOIN`].
+pub const CTL_JOINED: u8 = 2;
+/// Control opcode: the aggregator's answer to gradients of a run that is no longer the
+/// job's current run.
+pub const CTL_SUPERSEDED: u8 = 3;
+
+/// A control message of pfemu's run protocol, carried in a Trio-ML header with `ctl` set
+/// and no gradients.
+///
+/// The paper's header cannot tell a job's new run from a retransmission of the last one:
+/// both send block ids from 0 and generations from `first_gen`, so an aggregator that keeps
+/// finished Results for loss recovery would answer the new run's first blocks with the old
+/// run's sums. So a worker *joins* before it sends gradients: it sends [`Control::Join`]
+/// with a nonce of its own (random per process), and the aggregator answers
+/// [`Control::Joined`] with the job's current run id, which the worker then puts in every
+/// packet's `run_id`. The aggregator keys blocks and kept Results by run, and starts a new
+/// run (the next run id, 1 to 15 round) when a source that has joined the current run
+/// joins again with another nonce: that source restarted, so a new run began. A repeated
+/// Join with the same nonce (its answer was lost) is answered with the same run. Gradients
+/// of a run that is no longer current are dropped (`stale_run`) and answered with
+/// [`Control::Superseded`], so their worker stops with a clear error instead of waiting.
+/// Packets with `run_id` 0 (clients that speak the paper's header alone) are aggregated as
+/// before, in a run of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Worker to aggregator: source `src_id` of job `job_id` joins the job's run.
+    Join {
+        /// This worker's nonce (carried in `block_id`).
+        nonce: u32,
+    },
+    /// Aggregator to worker: put `run_id` in every packet.
+    Joined {
+        /// The job's current run.
+        run_id: u8,
+        /// The nonce of the Join answered.
+        nonce: u32,
+    },
+    /// Aggregator to worker: the job has moved on to run `run_id`.
+    Superseded {
+        /// The job's current run.
+        run_id: u8,
+    },
+}
+
+impl Control {
+    /// The control message a header carries, if it is one (`ctl` set, a known opcode).
+    pub fn of(h: &TrioMlHdrFields) -> Option<Control> {
+        if !h.ctl {
+            return None;
+        }
+        match h.age_op {
+            CTL_JOIN => Some(Control::Join { nonce: h.block_id }),
+            CTL_JOINED => Some(Control::Joined {
+                run_id: h.run_id,
+                nonce: h.block_id,
+            }),
+            CTL_SUPERSEDED => Some(Control::Superseded { run_id: h.run_id }),
+            _ => None,
+        }
+    }
+
+    /// The header of this message from source `src_id` of job `job_id` (no gradients).
+    pub fn header(self, job_id: u8, src_id: u8) -> TrioMlHdrFields {
+        let (age_op, block_id, run_id) = match self {
+            Control::Join { nonce } => (CTL_JOIN, nonce, 0),
+            Control::Joined { run_id, nonce } => (CTL_JOINED, nonce, run_id),
+            Control::Superseded { run_id } => (CTL_SUPERSEDED, 0, run_id),
+        };
+        TrioMlHdrFields {
+            job_id,
+            block_id,
+            age_op,
+            src_id,
+            ctl: true,
+            run_id,
+            ..TrioMlHdrFields::default()
+        }
+    }
+}
+
+/// A Join frame ([`Control::Join`]) from source `src_id` of job `job_id`.
+pub fn join_packet(endpoints: Endpoints, job_id: u8, src_id: u8, nonce: u32) -> Vec<u8> {
+    agg_packet(&AggPacket {
+        endpoints,
+        hdr: Control::Join { nonce }.header(job_id, src_id),
+        gradients: &[],
+    })
 }
 
 /// The addresses and ports of an aggregation or Result packet.
@@ -377,17 +485,48 @@ mod tests {
             src_cnt: 0x05,
             gen_id: 0xBEEF,
             grad_cnt: 0xABC,
+            ctl: true,
+            run_id: 0x5,
         };
         let mut buf = [0xFFu8; 12];
         f.write(&mut TrioMlHdr::new_checked(&mut buf[..]).unwrap());
-        // byte 5: age_op 1011 | final 1 | degraded 1 | pad 00 = 0xBC;
-        // bytes 10-11: pad 0000 | grad_cnt 1010 1011 1100.
+        // byte 5: age_op 1011 | final 1 | degraded 1 | ctl 1 | pad 0 = 0xBE;
+        // bytes 10-11: run_id 0101 | grad_cnt 1010 1011 1100.
         assert_eq!(
             buf,
-            [0x12, 0x34, 0x56, 0x78, 0x9A, 0xBC, 0xCD, 0x05, 0xBE, 0xEF, 0x0A, 0xBC]
+            [0x12, 0x34, 0x56, 0x78, 0x9A, 0xBE, 0xCD, 0x05, 0xBE, 0xEF, 0x5A, 0xBC]
         );
         let back = TrioMlHdrFields::read(&TrioMlHdr::new_checked(&buf[..]).unwrap());
         assert_eq!(back, f);
+        // The paper's header alone: both extensions read as zero.
+        buf[5] &= !0x02;
+        buf[10] &= 0x0F;
+        let paper = TrioMlHdrFields::read(&TrioMlHdr::new_checked(&buf[..]).unwrap());
+        assert_eq!((paper.ctl, paper.run_id), (false, 0));
+    }
+
+    #[test]
+    fn control_messages_round_trip_through_the_header() {
+        for c in [
+            Control::Join { nonce: 0xDEAD_BEEF },
+            Control::Joined {
+                run_id: 7,
+                nonce: 0x0102_0304,
+            },
+            Control::Superseded { run_id: 15 },
+        ] {
+            let h = c.header(3, 9);
+            assert_eq!((h.job_id, h.src_id, h.grad_cnt), (3, 9, 0));
+            assert_eq!(Control::of(&h), Some(c));
+        }
+        let data = TrioMlHdrFields::default();
+        assert_eq!(Control::of(&data), None);
+        let unknown = TrioMlHdrFields {
+            ctl: true,
+            age_op: 9,
+            ..data
+        };
+        assert_eq!(Control::of(&unknown), None);
     }
 
     /// Every field of the job record set to a distinct value; the bytes written by hand.

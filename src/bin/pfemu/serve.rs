@@ -132,6 +132,11 @@ pub struct WorkerArgs {
     /// Fault injection: drop every N-th packet this worker sends.
     #[arg(long)]
     pub drop_every: Option<u64>,
+    /// Do not join the job's run first: speak the paper's header alone. A worker that joins
+    /// (the default) is never answered with Results kept from an earlier run of the job;
+    /// one that does not is fine for a job's single run (see the README's run protocol).
+    #[arg(long)]
+    pub no_join: bool,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -287,6 +292,7 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
         give_up_after: Duration::from_secs_f64(a.give_up_s),
         drop_every: a.drop_every,
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
+        join: !a.no_join,
         ..ClientConfig::new(a.server)
     };
     let t0 = Instant::now();
@@ -294,28 +300,36 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
     let wall = t0.elapsed().as_secs_f64();
     let degraded_chunks = w.degraded().iter().filter(|&&d| d).count();
     let src_cnt_min = w.src_counts().iter().copied().min().unwrap_or(0);
-    // Check the chunks every worker contributed to (with seeded vectors).
-    let (checked, mismatches) = if file.is_none() {
+    // Check the chunks every worker contributed to (with seeded vectors): their sums are
+    // known. `compared` counts the gradients actually compared.
+    let (checked, compared, mismatches) = if file.is_none() {
         let sources: Vec<u8> = (0..a.workers).collect();
         let g = a.grads_per_packet;
         let full = |i: usize| !w.degraded()[i / g] && w.src_counts()[i / g] == a.workers;
-        let mut mismatches = 0usize;
+        let (mut compared, mut mismatches) = (0usize, 0usize);
+        let mut tally = |i: usize, differs: bool| {
+            if full(i) {
+                compared += 1;
+                mismatches += usize::from(differs);
+            }
+        };
         if a.fpisa {
             let want = serve::expected_float_sums(a.seed, &sources, a.gradients);
             for (i, (got, want)) in w.float_sums().iter().zip(&want).enumerate() {
-                mismatches += usize::from(full(i) && got != want);
+                tally(i, got != want);
             }
         } else {
             let want = serve::expected_int_sums(a.seed, &sources, a.gradients);
             for (i, (got, want)) in w.sums().iter().zip(&want).enumerate() {
-                mismatches += usize::from(full(i) && got != want);
+                tally(i, got != want);
             }
         }
-        (true, mismatches)
+        (true, compared, mismatches)
     } else {
-        (false, 0)
+        (false, 0, 0)
     };
-    let exact = checked && mismatches == 0 && degraded_chunks == 0;
+    let total = w.sums().len();
+    let exact = checked && compared == total && mismatches == 0;
     if a.json {
         let sums_head: Vec<String> = if a.fpisa {
             w.float_sums()
@@ -336,6 +350,7 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
                 "degraded_chunks": degraded_chunks,
                 "src_cnt_min": src_cnt_min,
                 "checked": checked,
+                "compared": compared,
                 "mismatches": mismatches,
                 "exact": exact,
                 "sums_head": sums_head,
@@ -358,17 +373,18 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
         );
         if checked {
             println!(
-                "sums: {} (checked against {} workers, {} mismatches, min src_cnt {})",
-                if exact {
-                    "exact"
-                } else if mismatches == 0 {
-                    "partial (degraded chunks), the full ones exact"
-                } else {
+                "sums: {} ({compared} of {total} gradients checked against the sums of \
+                 {} workers, {mismatches} mismatches, min src_cnt {src_cnt_min})",
+                if mismatches > 0 {
                     "NOT exact"
+                } else if compared == 0 {
+                    "NOT checked"
+                } else if exact {
+                    "exact"
+                } else {
+                    "partial (degraded chunks), the full ones exact"
                 },
                 a.workers,
-                mismatches,
-                src_cnt_min
             );
         } else if a.fpisa {
             println!("sums: {:?}", w.float_sums());
@@ -378,6 +394,16 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
     }
     if checked && mismatches > 0 {
         return Err(format!("{mismatches} sums differ from the expected ones").into());
+    }
+    if checked && compared == 0 {
+        return Err(format!(
+            "no sum was checked: the expected sums are those of --workers {} sources, and no \
+             Result counted that many (min src_cnt {src_cnt_min}, {degraded_chunks} of {} \
+             chunks degraded); give --workers the job's number of sources",
+            a.workers,
+            w.chunks()
+        )
+        .into());
     }
     Ok(())
 }
