@@ -152,6 +152,8 @@ struct Run {
     seed: u64,
     drop_every: Option<u64>,
     retransmit: Option<Duration>,
+    /// Join the job's run first (`ClientConfig::join`).
+    join: bool,
 }
 
 impl Run {
@@ -165,6 +167,7 @@ impl Run {
             seed,
             drop_every: None,
             retransmit: Some(Duration::from_millis(200)),
+            join: true,
         }
     }
 }
@@ -187,6 +190,7 @@ fn run_workers(addr: SocketAddr, r: &Run) -> Vec<(Worker, ClientReport)> {
                     let ccfg = ClientConfig {
                         give_up_after: Duration::from_secs(30),
                         drop_every: r.drop_every,
+                        join: r.join,
                         ..ClientConfig::new(addr)
                     };
                     let rep = serve::allreduce(&ccfg, &mut w).unwrap();
@@ -233,6 +237,34 @@ fn four_library_workers_get_exact_integer_sums() {
     assert!(rep.engine.is_conserved());
 }
 
+/// The job run again and again by new workers with other vectors, as after restarts: each
+/// run gets its own sums at once. Runs of 8 chunks end at generation 0, so the next run's
+/// blocks are the kept ones' (once answered with the last run's sums); runs of 196 chunks
+/// end at generation 24, ahead of the next run's (once refused as stale until expiry).
+#[test]
+fn a_job_run_again_gets_its_own_sums_never_the_last_runs() {
+    let (addr, stop, h) = start(config(Aggregation::TrioMl, &["1:2"]));
+    let mut runs = Vec::new();
+    for (seed, gradients) in [(1, 2048), (2, 2048), (3, 50_000), (4, 50_000), (5, 2048)] {
+        let r = Run::ints(1, &[0, 1], gradients, seed);
+        let done = run_workers(addr, &r);
+        check_exact(&r, &done);
+        let ids: Vec<u8> = done.iter().map(|(_, rep)| rep.run_id).collect();
+        assert!(ids[0] != 0 && ids.iter().all(|&i| i == ids[0]), "{ids:?}");
+        runs.push(ids[0]);
+    }
+    // Every run a new one.
+    assert!(runs.windows(2).all(|w| w[0] != w[1]), "{runs:?}");
+    stop.stop();
+    let rep = h.join().unwrap();
+    let d = &rep.engine.dropped_by_reason;
+    assert_eq!(d.get("join_answered").copied(), Some(10), "{d:?}");
+    for reason in ["stale_gen", "stale_run", "block_cnt_max"] {
+        assert_eq!(d.get(reason).copied().unwrap_or(0), 0, "{reason}: {d:?}");
+    }
+    assert!(rep.engine.is_conserved());
+}
+
 #[test]
 fn four_library_workers_get_exact_fpisa_sums() {
     let (addr, stop, h) = start(config(Aggregation::Fpisa(Variant::Full), &["3:4"]));
@@ -255,12 +287,9 @@ fn dropped_packets_are_retransmitted_and_sums_stay_exact() {
         let (addr, stop, h) = start(config(aggregation, &["1:4"]));
         let r = Run {
             fpisa,
-            job: 1,
-            sources: vec![0, 1, 2, 3],
-            gradients: 20_000,
-            seed: 3,
             drop_every: Some(7),
             retransmit: Some(Duration::from_millis(20)),
+            ..Run::ints(1, &[0, 1, 2, 3], 20_000, 3)
         };
         let done = run_workers(addr, &r);
         check_exact(&r, &done);
@@ -283,13 +312,8 @@ fn a_slow_worker_is_left_out_and_answered_with_the_partial_result() {
     // still there when the slow worker comes.
     let n = 2048;
     let on_time = Run {
-        fpisa: false,
-        job: 1,
-        sources: vec![0, 1, 2],
-        gradients: n,
-        seed: 5,
-        drop_every: None,
         retransmit: Some(Duration::from_millis(500)),
+        ..Run::ints(1, &[0, 1, 2], n, 5)
     };
     let done = run_workers(addr, &on_time);
     let want = serve::expected_int_sums(5, &[0, 1, 2], n);
@@ -386,13 +410,8 @@ fn a_flood_of_new_block_ids_is_capped_and_other_jobs_still_aggregate() {
     let flooder = UdpSocket::bind("127.0.0.1:0").unwrap();
     let peak = std::sync::atomic::AtomicU32::new(0);
     let r = Run {
-        fpisa: false,
-        job: 2,
-        sources: vec![0, 1],
-        gradients: 20_000,
-        seed: 3,
-        drop_every: None,
         retransmit: Some(Duration::from_millis(100)),
+        ..Run::ints(2, &[0, 1], 20_000, 3)
     };
     let flooding = std::sync::atomic::AtomicBool::new(true);
     std::thread::scope(|sc| {

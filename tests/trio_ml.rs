@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::Rng;
-use pfemu::microcode::trio_ml::wire::{self, AggPacket, Endpoints, JobCtx, TrioMlHdrFields};
+use pfemu::microcode::trio_ml::wire::{
+    self, AggPacket, Control, Endpoints, JobCtx, TrioMlHdrFields,
+};
 use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TrioMlError, TIMER_ENTRY};
 use pfemu::prelude::*;
 use pfemu::program::{Harness, HarnessOutcome};
@@ -1394,4 +1396,217 @@ fn a_partial_result_from_below_stays_partial_above_and_src_cnt_counts_servers() 
     let (h, g) = wire::parse(&out[0].1).unwrap();
     assert_eq!((h.src_cnt, h.degraded, h.age_op), (4, true, 0));
     assert_eq!(wire::gradients(g), [55, 66]);
+}
+
+// ----- runs (wire::Control): a job's new run is never answered with an earlier run's Results
+
+/// Source `src` joins job `job`'s run with `nonce`; the run id the aggregator answers.
+fn join(s: &mut Setup, job: u8, src: u8, nonce: u32) -> u8 {
+    let ep = Endpoints {
+        src_mac: [2, 0, 0, 0, 1, src],
+        dst_mac: config().local_mac,
+        src_addr: Ipv4Addr::new(10, 0, 1, src),
+        dst_addr: LOCAL,
+        src_port: 40000 + u16::from(src),
+        dst_port: 12000,
+    };
+    let (reason, created) = s.dropped(u16::from(src), &wire::join_packet(ep, job, src, nonce));
+    assert_eq!(reason, "join_answered");
+    assert_eq!(created.len(), 1, "one answer, to the sender");
+    assert_eq!(created[0].0, Dest::Port(u16::from(src)));
+    let (h, grads) = wire::parse(&created[0].1).unwrap();
+    assert!(grads.is_empty());
+    let ip = Ipv4::new_checked(&created[0].1[14..]).unwrap();
+    assert_eq!((ip.src_addr(), ip.dst_addr()), (LOCAL, ep.src_addr));
+    assert_eq!((h.job_id, h.src_id), (job, src));
+    match Control::of(&h) {
+        Some(Control::Joined { run_id, nonce: n }) if n == nonce => run_id,
+        other => panic!("expected Joined for nonce {nonce:#x}, got {other:?}"),
+    }
+}
+
+/// [`packet`] of run `run`.
+fn packet_in(run: u8, job: u8, block: u32, gen: u16, src: u8, grads: &[i32]) -> Vec<u8> {
+    let mut f = packet(job, block, gen, src, grads);
+    wire::TrioMlHdr::new_unchecked(&mut f[wire::TRIO_ML_HDR_AT..]).set_run_id(run);
+    f
+}
+
+/// The one Result among `created`: its header and sums.
+fn result_of(created: &[(Dest, Vec<u8>)]) -> (TrioMlHdrFields, Vec<i32>) {
+    assert_eq!(created.len(), 1, "one Result");
+    let (h, g) = wire::parse(&created[0].1).unwrap();
+    (h, wire::gradients(g))
+}
+
+#[test]
+fn a_new_run_of_a_job_is_never_answered_with_the_last_runs_results() {
+    let mut s = Setup::new(config(), &[job(1, &[0, 1])]);
+    assert_eq!(s.trio.job_state(1).unwrap().run_id, 0);
+    assert_eq!(join(&mut s, 1, 0, 0xA0), 1);
+    assert_eq!(join(&mut s, 1, 1, 0xB0), 1);
+    // A Join repeated with its nonce (the answer was lost) stays in the run.
+    assert_eq!(join(&mut s, 1, 0, 0xA0), 1);
+    assert!(s.consumed(0, &packet_in(1, 1, 0, 0, 0, &[1, 2])).is_empty());
+    let (h, sums) = result_of(&s.consumed(1, &packet_in(1, 1, 0, 0, 1, &[10, 20])));
+    assert_eq!((sums, h.run_id, h.src_cnt), (vec![11, 22], 1, 2));
+
+    // Both workers restart (new processes, new nonces) and send block 0, generation 0
+    // again with other gradients: a new run, aggregated afresh.
+    assert_eq!(join(&mut s, 1, 1, 0xB1), 2);
+    assert_eq!(join(&mut s, 1, 0, 0xA1), 2);
+    assert_eq!(s.trio.job_state(1).unwrap().run_id, 2);
+    assert!(s.consumed(0, &packet_in(2, 1, 0, 0, 0, &[5, 5])).is_empty());
+    let (h, sums) = result_of(&s.consumed(1, &packet_in(2, 1, 0, 0, 1, &[1, 1])));
+    assert_eq!(
+        (sums, h.run_id, h.src_cnt, h.degraded),
+        (vec![6, 6], 2, 2, false)
+    );
+    // A retransmission of the new run gets the new run's Result.
+    let (reason, created) = s.dropped(0, &packet_in(2, 1, 0, 0, 0, &[5, 5]));
+    assert_eq!(reason, "retransmit_answered");
+    assert_eq!(result_of(&created).1, [6, 6]);
+}
+
+#[test]
+fn a_restarted_run_starts_at_once_even_behind_the_last_runs_generations() {
+    let mut j = job(1, &[0]);
+    j.block_cnt_max = 2;
+    let mut s = Setup::new(config(), &[j]);
+    assert_eq!(join(&mut s, 1, 0, 1), 1);
+    for gen in 0..4u16 {
+        let (h, _) = result_of(&s.consumed(0, &packet_in(1, 1, 0, gen, 0, &[7])));
+        assert_eq!((h.gen_id, h.run_id), (gen, 1));
+    }
+    // The restart begins at generation 0 again: not stale, and the kept Result of run 1
+    // gives its slot up as run 2's block 0 finishes.
+    assert_eq!(join(&mut s, 1, 0, 2), 2);
+    for gen in 0..4u16 {
+        let (h, sums) = result_of(&s.consumed(0, &packet_in(2, 1, 0, gen, 0, &[i32::from(gen)])));
+        assert_eq!((h.gen_id, h.run_id, sums), (gen, 2, vec![i32::from(gen)]));
+    }
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!((st.block_curr_cnt, st.slots_in_use), (1, 1));
+}
+
+#[test]
+fn gradients_of_a_superseded_run_are_refused_and_told_the_current_run() {
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS,
+        timers: 4,
+        hash_shards: 16,
+        ..config()
+    };
+    let mut j = job(1, &[0, 1]);
+    j.block_exp_ms = 3;
+    let mut s = Setup::new(cfg, &[j]);
+    assert_eq!(join(&mut s, 1, 0, 0xA0), 1);
+    assert_eq!(join(&mut s, 1, 1, 0xB0), 1);
+    // Run 1 leaves block 5 open (source 1 never sends it) ...
+    assert!(s.consumed(0, &packet_in(1, 1, 5, 0, 0, &[1])).is_empty());
+    // ... when source 0 restarts: run 2.
+    assert_eq!(join(&mut s, 1, 0, 0xA1), 2);
+    let superseded = |(reason, created): (&str, Vec<(Dest, Vec<u8>)>)| {
+        assert_eq!(reason, "stale_run");
+        assert_eq!(created.len(), 1);
+        assert_eq!(created[0].0, Dest::Port(1));
+        Control::of(&wire::parse(&created[0].1).unwrap().0)
+    };
+    // Source 1, still in run 1: refused for an open block of run 1 and for a new block.
+    assert_eq!(
+        superseded(s.dropped(1, &packet_in(1, 1, 5, 0, 1, &[2]))),
+        Some(Control::Superseded { run_id: 2 })
+    );
+    assert_eq!(
+        superseded(s.dropped(1, &packet_in(1, 1, 6, 0, 1, &[2]))),
+        Some(Control::Superseded { run_id: 2 })
+    );
+    // Run 1's open block ages out without a Result (nobody of run 1 is left to want it)
+    // and frees its slot.
+    assert_eq!(s.trio.job_state(1).unwrap().block_curr_cnt, 1);
+    for now in 1..=6 {
+        assert!(s.scan(now * MS).is_empty(), "no Result of the old run");
+    }
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!((st.block_curr_cnt, st.slots_in_use), (0, 0));
+    assert_eq!(s.trio.active_records(), 0);
+    // A source that joins the current run afresh (not a restart within it) joins run 2.
+    assert_eq!(join(&mut s, 1, 1, 0xB0), 2);
+    assert!(s.consumed(1, &packet_in(2, 1, 5, 0, 1, &[2])).is_empty());
+    let (h, sums) = result_of(&s.consumed(0, &packet_in(2, 1, 5, 0, 0, &[1])));
+    assert_eq!((h.run_id, sums), (2, vec![3]));
+}
+
+#[test]
+fn joins_are_checked_and_bad_control_messages_counted() {
+    let mut s = Setup::new(config(), &[job(1, &[0, 1])]);
+    let ep = Endpoints {
+        src_mac: [2, 0, 0, 0, 1, 9],
+        dst_mac: config().local_mac,
+        src_addr: Ipv4Addr::new(10, 0, 1, 9),
+        dst_addr: LOCAL,
+        src_port: 40009,
+        dst_port: 12000,
+    };
+    assert_eq!(
+        s.dropped(0, &wire::join_packet(ep, 2, 0, 1)).0,
+        "unknown_job"
+    );
+    assert_eq!(
+        s.dropped(0, &wire::join_packet(ep, 1, 9, 1)).0,
+        "unknown_source"
+    );
+    // A Joined sent to the aggregator, and a Join with gradients after it.
+    let joined = wire::agg_packet(&AggPacket {
+        endpoints: ep,
+        hdr: Control::Joined {
+            run_id: 3,
+            nonce: 1,
+        }
+        .header(1, 0),
+        gradients: &[],
+    });
+    assert_eq!(s.dropped(0, &joined).0, "bad_control");
+    let with_grads = wire::agg_packet(&AggPacket {
+        endpoints: ep,
+        hdr: TrioMlHdrFields {
+            grad_cnt: 1,
+            ..Control::Join { nonce: 1 }.header(1, 0)
+        },
+        gradients: &[1],
+    });
+    assert_eq!(s.dropped(0, &with_grads).0, "bad_control");
+    assert_eq!(s.trio.job_state(1).unwrap().run_id, 0);
+}
+
+/// A client of the paper's header alone asking again and again for an old generation (a
+/// restarted run of such clients) must not keep the old kept Result alive: it expires
+/// like one nobody asks for, and the block id is free again.
+#[test]
+fn a_kept_result_only_stale_generations_ask_for_still_expires() {
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS,
+        timers: 4,
+        hash_shards: 16,
+        // Kept scans every 16 ms: 40 ms is 3 of them without a request.
+        keep_result_ns: 40 * MS,
+        ..config()
+    };
+    let mut s = Setup::new(cfg, &[job(1, &[0])]);
+    for gen in 0..3u16 {
+        assert_eq!(s.consumed(0, &packet(1, 7, gen, 0, &[1])).len(), 1);
+    }
+    for k in 1..=4u64 {
+        assert!(s.scan(k * 16 * MS).is_empty());
+        let kept = s.trio.kept_results().unwrap().len();
+        if k < 4 {
+            assert_eq!(kept, 1, "after kept scan {k}");
+            assert_eq!(s.dropped(0, &packet(1, 7, 0, 0, &[1])).0, "stale_gen");
+        } else {
+            assert_eq!(kept, 0, "after kept scan {k}: expired");
+        }
+    }
+    // Generation 0 starts afresh.
+    let (h, sums) = result_of(&s.consumed(0, &packet(1, 7, 0, 0, &[4])));
+    assert_eq!((h.gen_id, sums), (0, vec![4]));
 }
