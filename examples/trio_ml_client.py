@@ -11,11 +11,19 @@ gradients, big-endian:
 
     byte 0      job_id
     bytes 1-4   block_id
-    byte 5      age_op (4 bits) | final (1) | degraded (1) | 2 unused bits
+    byte 5      age_op (4 bits) | final (1) | degraded (1) | ctl (1) | 1 unused bit
     byte 6      src_id
     byte 7      src_cnt (0 in a worker's packet; the sources summed in a Result)
     bytes 8-9   gen_id
-    bytes 10-11 4 unused bits | grad_cnt (12 bits)
+    bytes 10-11 run_id (4 bits) | grad_cnt (12 bits)
+
+`ctl` and `run_id` are pfemu's run protocol, in the paper's padding (README, "Runs"): before
+its gradients the worker sends a Join (ctl 1, age_op 1, block_id a random nonce, no
+gradients) until the aggregator answers Joined (age_op 2, the nonce, the job's run id); then
+every packet carries the run id, and Results of another run are ignored. So a restarted job
+never takes the sums kept from its last run. An answer Superseded (age_op 3) means another
+worker of the job started a new run: this one stops. `--no-join` speaks the paper's header
+alone (fine for a job's single run).
 
 Chunk c of the vector goes out as block c % window, generation c // window; the next chunk of
 a block waits for that block's Result. A chunk without a Result in --retransmit-ms is sent
@@ -23,6 +31,7 @@ again (the aggregator answers a repeated chunk with the kept Result).
 """
 
 import argparse
+import os
 import socket
 import struct
 import sys
@@ -31,8 +40,34 @@ import time
 HDR = struct.Struct("!BIBBBHH")
 
 
-def header(job, block, final, src, gen, count):
-    return HDR.pack(job, block, 0x08 if final else 0, src, 0, gen, count & 0x0FFF)
+CTL = 0x02
+JOIN, JOINED, SUPERSEDED = 1, 2, 3
+
+
+def header(job, block, final, src, gen, count, run=0):
+    return HDR.pack(job, block, 0x08 if final else 0, src, 0, gen, run << 12 | count & 0x0FFF)
+
+
+def join(sock, job, src, give_up_s):
+    """Joins the job's run; returns the run id (None if the server never answers)."""
+    nonce = int.from_bytes(os.urandom(4), "big")
+    request = HDR.pack(job, nonce, JOIN << 4 | CTL, src, 0, 0, 0)
+    sent = None
+    start = time.monotonic()
+    while time.monotonic() - start < give_up_s:
+        if sent is None or time.monotonic() - sent > 0.1:
+            sock.send(request)
+            sent = time.monotonic()
+        try:
+            data = sock.recv(65536)
+        except (socket.timeout, ConnectionRefusedError):
+            continue
+        if len(data) != HDR.size:
+            continue
+        j, n, flags, s, _cnt, _gen, word = HDR.unpack(data)
+        if (j, n, s, flags & CTL, flags >> 4) == (job, nonce, src, CTL, JOINED):
+            return word >> 12
+    return None
 
 
 def main():
@@ -45,6 +80,7 @@ def main():
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--retransmit-ms", type=float, default=100.0)
     ap.add_argument("--give-up-s", type=float, default=10.0)
+    ap.add_argument("--no-join", action="store_true", help="speak the paper's header alone")
     a = ap.parse_args()
 
     host, port = a.server.rsplit(":", 1)
@@ -57,10 +93,16 @@ def main():
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.connect((host, int(port)))
     sock.settimeout(0.01)
+    run = 0
+    if not a.no_join:
+        run = join(sock, a.job, a.src, a.give_up_s)
+        if run is None:
+            print("gave up: no answer to the Join from %s" % a.server, file=sys.stderr)
+            return 1
 
     def packet(c):
         block, gen = c % a.window, (c // a.window) & 0xFFFF
-        hdr = header(a.job, block, c + 1 == len(chunks), a.src, gen, len(chunks[c]))
+        hdr = header(a.job, block, c + 1 == len(chunks), a.src, gen, len(chunks[c]), run)
         return hdr + struct.pack("!%di" % len(chunks[c]), *chunks[c])
 
     slots = {}  # block id -> (chunk, last send time)
@@ -81,10 +123,17 @@ def main():
         except (socket.timeout, ConnectionRefusedError):
             data = None
         if data and len(data) >= HDR.size:
-            job, block, _flags, _src, cnt, gen, gcnt = HDR.unpack_from(data)
-            gcnt &= 0x0FFF
+            job, block, flags, _src, cnt, gen, word = HDR.unpack_from(data)
+            gcnt, result_run = word & 0x0FFF, word >> 12
+            if flags & CTL:
+                if job == a.job and flags >> 4 == SUPERSEDED and run:
+                    print("job %d moved on to run %d: this run stops" % (job, result_run),
+                          file=sys.stderr)
+                    return 1
+                continue
             slot = slots.get(block)
-            if job == a.job and slot and len(data) == HDR.size + 4 * gcnt:
+            ours = result_run in (0, run)
+            if job == a.job and ours and slot and len(data) == HDR.size + 4 * gcnt:
                 c = slot[0]
                 if gen == (c // a.window) & 0xFFFF and gcnt == len(chunks[c]):
                     sums[c] = list(struct.unpack_from("!%di" % gcnt, data, HDR.size))

@@ -785,28 +785,37 @@ fn the_python_client_gets_its_sums() {
     }
     let (server, addr) = spawn_server(&["--job", "5:1"]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/trio_ml_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(["--server", &addr.to_string(), "--job", "5", "--src", "0"])
-        .args(["--count", "3000"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Two runs that join (the second a new run of the job), then one of the paper's header
+    // alone.
+    for extra in [&[][..], &[], &["--no-join"]] {
+        let out = Command::new("python3")
+            .arg(script)
+            .args(["--server", &addr.to_string(), "--job", "5", "--src", "0"])
+            .args(["--count", "3000"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let sums: Vec<i64> = text
+            .lines()
+            .find_map(|l| l.strip_prefix("sums "))
+            .unwrap()
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(sums, (0..3000).map(|i| i - 1500).collect::<Vec<i64>>());
+        assert!(text.contains("src_cnt 1 1"));
+    }
+    let report = server_report(server);
+    assert_eq!(
+        report["engine"]["dropped_by_reason"]["join_answered"], 2,
+        "{report}"
     );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let sums: Vec<i64> = text
-        .lines()
-        .find_map(|l| l.strip_prefix("sums "))
-        .unwrap()
-        .split_whitespace()
-        .map(|v| v.parse().unwrap())
-        .collect();
-    assert_eq!(sums, (0..3000).map(|i| i - 1500).collect::<Vec<i64>>());
-    assert!(text.contains("src_cnt 1 1"));
-    server_report(server);
 }
 
 /// SIGTERM and SIGINT stop `pfemu serve` gracefully: it exits with success and prints the
