@@ -634,6 +634,18 @@ impl Program {
 
     /// Runs the thread from `entry` to completion (or a fault), counting instructions.
     pub(crate) fn run(&self, entry: Entry, t: &mut Thread<'_>, budget: u32) -> RunOutcome {
+        self.run_observed(entry, t, budget, |_| {})
+    }
+
+    /// [`Program::run`], calling `before` with each instruction's label before it runs.
+    #[inline]
+    fn run_observed(
+        &self,
+        entry: Entry,
+        t: &mut Thread<'_>,
+        budget: u32,
+        mut before: impl FnMut(Label),
+    ) -> RunOutcome {
         let Some(start) = self.entry_label(entry) else {
             return RunOutcome {
                 result: Err(FaultDetail::NoEntry.into()),
@@ -651,6 +663,7 @@ impl Program {
                     return Err(FaultDetail::InstructionBudget(budget).into());
                 }
                 executed += 1;
+                before(Label(pc as u32));
                 match (instrs[pc])(t)?.step() {
                     Step::Goto(l) => pc = l.0 as usize,
                     Step::Call(l, ret) => {
@@ -1366,11 +1379,29 @@ impl Harness {
 
     /// Runs `program` from its packet entry on `frame`, arriving on `port`.
     pub fn run(&mut self, program: &Program, port: Port, frame: &[u8]) -> HarnessOutcome {
+        self.run_observed(program, port, frame, |_| {})
+    }
+
+    /// [`Harness::run`], calling `before` with the name of each instruction's label just
+    /// before the instruction runs. A test can block in `before` to hold the thread at a
+    /// chosen instruction while other threads run, and so replay an interleaving of
+    /// run-to-completion threads deterministically (a PPE thread the host OS deschedules
+    /// between two instructions).
+    pub fn run_observed(
+        &mut self,
+        program: &Program,
+        port: Port,
+        frame: &[u8],
+        mut before: impl FnMut(&str),
+    ) -> HarnessOutcome {
         self.out.clear();
         let meta = self.core.load(port, frame, self.head_bytes, self.now_ns);
         let tail = meta.tail;
         let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
-        let run = program.run(Entry::Packet, &mut t, self.budget);
+        let names = program.instruction_names();
+        let run = program.run_observed(Entry::Packet, &mut t, self.budget, |l| {
+            before(&names[l.0 as usize])
+        });
         let (hs, hl, _) = t.head_window();
         self.finish(run, Some((hs, hl, tail)))
     }

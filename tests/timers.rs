@@ -5,6 +5,7 @@ mod common;
 
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pfemu::prelude::*;
@@ -14,6 +15,37 @@ use pfemu::timer::{Launch, ManualClock, TimerSpec};
 use common::udp_frame;
 
 const MS: u64 = 1_000_000;
+
+/// How long a test waits for something the engine must do before it fails: a deadline
+/// for a hang, never a measure of speed (the waits normally end in microseconds).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waits until `done()` holds, yielding in between; fails the test naming `what` if it
+/// does not within [`PATIENCE`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {PATIENCE:?} waiting until {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Runs `f` on a thread of its own and returns its result, failing the test naming `what`
+/// if it does not return within [`PATIENCE`] (a hang fails instead of hanging the run).
+fn within_patience<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(PATIENCE) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} did not return within {PATIENCE:?}"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
+    }
+}
 
 /// One timer at entry 0, owning the whole work (slice 0 of 1).
 fn one_timer(period_ns: u64, phase_ns: u64) -> TimerSpec {
@@ -279,6 +311,44 @@ fn a_faulting_timer_thread_is_counted_and_the_timers_go_on() {
     // The faulting threads' packets were abandoned with them.
     assert_eq!(sink.packets(1), 3 + 1);
     assert!(stats.is_conserved());
+}
+
+/// Shutdown stops every launch, including those the PPE threads make between batches.
+/// Each timer thread moves the clock a period on, so after every run both timers are due
+/// again; with one PPE thread and two timers there is always a launch queued while the
+/// other runs, so a launch is in flight at every moment the PPE thread keeps launching.
+/// Shutdown must still return.
+#[test]
+fn shutdown_returns_while_timer_threads_keep_the_timers_due() {
+    let clock = Arc::new(ManualClock::new());
+    let mut p = Program::builder("clock_mover");
+    let [pkt, tick] = p.labels(["packet", "tick"]);
+    p.instr(pkt, |_| Ok(Done(Verdict::Forward(1))));
+    {
+        let clock = clock.clone();
+        p.instr(tick, move |_| {
+            clock.advance(MS);
+            Ok(Done(Verdict::Consume))
+        });
+    }
+    p.entry(Entry::Packet, pkt);
+    p.entry(Entry::Timer(0), tick);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(1)
+        .mem_config(small_mem())
+        .timers([one_timer(MS, 0), one_timer(MS, 0)])
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    // The PPE thread is launching the timers itself by now (the clock moves only as they run).
+    wait_until("the timers ran 100 times", || pfe.stats().timer_runs >= 100);
+    let stats = within_patience("Pfe::shutdown", move || pfe.shutdown());
+    assert_eq!(
+        stats.timer_runs, stats.timer_launches,
+        "every launch made ran"
+    );
 }
 
 #[test]

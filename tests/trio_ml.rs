@@ -24,6 +24,9 @@ const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
 const OUT_SRC: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 77);
 const GROUP_ADDR: Ipv4Addr = Ipv4Addr::new(239, 1, 2, 3);
 const MS: u64 = 1_000_000;
+/// How long a test waits for progress before it fails: a deadline for a hang, never a
+/// measure of speed.
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn config() -> TrioMlConfig {
     TrioMlConfig {
@@ -545,14 +548,23 @@ fn kept_results_nobody_asks_for_expire_and_free_their_slots() {
 /// Sources keep asking for kept Results of many block ids while the timers expire them
 /// and new blocks take their slots: every Result sent carries its own block's sums, never
 /// those of a block that took the slot meanwhile.
+///
+/// The engine runs on a manual clock that moves one scan period per burst of packets, so
+/// the timers run while the bursts are processed, and as many kept scans happen however
+/// fast the machine is. Before each kept scan the test settles the timers (so no launch is
+/// still running and none is skipped as an overrun), sets the clock to the kept scan, and
+/// settles again: each kept scan runs, and frees the Results nobody asked for since the
+/// last one.
 #[test]
 fn results_sent_again_while_kept_results_expire_are_never_another_blocks() {
+    const PERIOD: u64 = MS / 4;
+    const KEPT_SCANS: u64 = 16;
     let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
     let cfg = TrioMlConfig {
-        scan_period_ns: MS / 4,
+        scan_period_ns: PERIOD,
         timers: 4,
         hash_shards: 16,
-        // One kept scan (every 4 ms) without a request.
+        // One kept scan (every 16 periods, 4 ms) without a request.
         keep_result_ns: 1,
         ..config()
     };
@@ -562,12 +574,14 @@ fn results_sent_again_while_kept_results_expire_are_never_another_blocks() {
     j.block_grad_max = 64;
     j.out_dest = Dest::Port(1);
     trio.add_job(&j).unwrap();
+    let clock = Arc::new(pfemu::timer::ManualClock::new());
     let (sink, rx) = ChannelSink::new();
     let mut pfe = Pfe::builder()
         .program(trio.program())
         .memory(mem)
         .ppe_threads(16)
         .timers(trio.timer_specs().unwrap())
+        .clock(clock.clone())
         .sink(Arc::new(sink))
         .build()
         .unwrap();
@@ -577,9 +591,17 @@ fn results_sent_again_while_kept_results_expire_are_never_another_blocks() {
     let frames: Vec<Vec<u8>> = (0..1024u32)
         .map(|b| packet(1, b, 0, 0, &[b as i32; 64]))
         .collect();
-    let t0 = std::time::Instant::now();
     let mut results = 0u64;
-    while t0.elapsed() < std::time::Duration::from_millis(400) {
+    for period in 0..KEPT_SCANS * pfemu::microcode::trio_ml::KEPT_SCAN_EVERY {
+        // The 4 staggered timers' launches of this period are due from here on.
+        let at = period * PERIOD + 3 * PERIOD / 4;
+        if period % pfemu::microcode::trio_ml::KEPT_SCAN_EVERY == 0 {
+            pfe.settle_timers();
+            clock.set(at);
+            pfe.settle_timers();
+        } else {
+            clock.set(at);
+        }
         let burst: Vec<&[u8]> = (0..64)
             .map(|_| frames[rng.below(1024) as usize].as_slice())
             .collect();
@@ -599,7 +621,8 @@ fn results_sent_again_while_kept_results_expire_are_never_another_blocks() {
     assert!(stats.is_conserved());
     assert!(results > 0);
     // Slots were freed by expiry and taken again: more blocks than slots were created.
-    assert!(trio.job_state(1).unwrap().block_total_cnt > 16);
+    let created = trio.job_state(1).unwrap().block_total_cnt;
+    assert!(created > 16, "{created} blocks created in 16 slots");
     // Packets waiting for a block another one is creating (and that its PPE thread,
     // preempted by the OS, is slow to publish) wait without running out of instructions.
     assert!(stats.faults.is_empty(), "{:?}", stats.faults);
@@ -786,17 +809,29 @@ fn configuration_is_validated() {
 /// sources in it: every Result must have equal lanes (never read while a source was still
 /// adding), name `src_cnt` distinct sources that sent the block, and each aggregated
 /// packet must be in exactly one Result.
+/// Timer threads age blocks out while four threads add to them: every Result is exact,
+/// each block has one Result, and each aggregated packet is in exactly one.
+///
+/// The scan's clock advances with the adders' work, one scan period per
+/// [`PACKETS_PER_SCAN`] packets they have run, never with the machine's speed: however the
+/// threads are scheduled, the run spans at most `total / PACKETS_PER_SCAN` periods and 16
+/// more, far less than `keep_result_ns`. So kept Results never expire here (one that
+/// expired would take its block's finished marker with it, and a late packet of the block
+/// would start it again: a second Result).
 #[test]
 fn partial_results_race_with_adders_and_stay_exact() {
     const SOURCES: u8 = 8;
     const BLOCKS: u32 = 300;
     const GRADS: usize = 40;
+    /// Adder packets per scan period (1 ms): blocks age out while late adders still add.
+    const PACKETS_PER_SCAN: u64 = 8;
     let cfg = TrioMlConfig {
         scan_period_ns: MS,
         timers: 8,
         hash_shards: 64,
         ..config()
     };
+    let keep_result_ns = cfg.keep_result_ns;
     let mut j = job(1, &(0..SOURCES).collect::<Vec<u8>>());
     j.block_exp_ms = 1;
     j.block_cnt_max = 512;
@@ -827,13 +862,16 @@ fn partial_results_race_with_adders_and_stay_exact() {
     let outputs = Mutex::new(Vec::new());
     let reasons = Mutex::new(BTreeMap::<String, u64>::new());
     let consumed = std::sync::atomic::AtomicU64::new(0);
+    // Packets the adders have run: what the scan's clock follows.
+    let processed = std::sync::atomic::AtomicU64::new(0);
     let adders_done = AtomicBool::new(false);
-    std::thread::scope(|sc| {
+    let end_ns = std::thread::scope(|sc| {
         let adders: Vec<_> = work
             .iter()
             .map(|frames| {
                 let (mem, program) = (mem.clone(), program.clone());
                 let (outputs, reasons, consumed) = (&outputs, &reasons, &consumed);
+                let processed = &processed;
                 sc.spawn(move || {
                     let mut h = Harness::new(mem);
                     for (src, f) in frames {
@@ -852,18 +890,40 @@ fn partial_results_race_with_adders_and_stay_exact() {
                             other => panic!("{other:?}"),
                         }
                         outputs.lock().unwrap().extend(out.created);
+                        processed.fetch_add(1, Ordering::Release);
                     }
                 })
             })
             .collect();
         let timer = {
             let (mem, program, trio) = (mem.clone(), program.clone(), trio.clone());
-            let (outputs, adders_done) = (&outputs, &adders_done);
+            let (outputs, adders_done, processed) = (&outputs, &adders_done, &processed);
             sc.spawn(move || {
                 let mut h = Harness::new(mem);
                 let mut now = 0;
+                let mut after_adders = 0;
+                let deadline = std::time::Instant::now() + PATIENCE;
                 loop {
                     let finished = adders_done.load(Ordering::Acquire);
+                    if !finished && now / MS >= processed.load(Ordering::Acquire) / PACKETS_PER_SCAN
+                    {
+                        // The next period begins when the adders have done its work.
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "the adders made no progress for {PATIENCE:?}"
+                        );
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    if finished {
+                        // Every open block ages out within a few periods once nobody adds.
+                        after_adders += 1;
+                        assert!(
+                            after_adders <= 16,
+                            "blocks still open 16 scan periods after the adders finished: {:?}",
+                            trio.active_blocks().unwrap()
+                        );
+                    }
                     now += MS;
                     h.set_now(now);
                     for slice in 0..8 {
@@ -882,7 +942,7 @@ fn partial_results_race_with_adders_and_stay_exact() {
                         outputs.lock().unwrap().extend(out.created);
                     }
                     if finished && trio.active_blocks().unwrap().is_empty() {
-                        break;
+                        break now;
                     }
                 }
             })
@@ -891,8 +951,12 @@ fn partial_results_race_with_adders_and_stay_exact() {
             a.join().unwrap();
         }
         adders_done.store(true, Ordering::Release);
-        timer.join().unwrap();
+        timer.join().unwrap()
     });
+    assert!(
+        end_ns < keep_result_ns,
+        "the run spanned {end_ns} ns of scans: kept Results may have expired"
+    );
 
     let outputs = outputs.into_inner().unwrap();
     let reasons = reasons.into_inner().unwrap();

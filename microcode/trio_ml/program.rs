@@ -653,16 +653,34 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // Claim the block's key (PENDING), so exactly one of the packets racing to create the
     // block goes on; then count the slot in block_curr_cnt (refused at block_cnt_max) and
     // take one from the job's pool, probing from the block id's home slot.
+    // The key being free is not enough: this packet found neither the block nor its kept
+    // Result some instructions ago, and meanwhile the block may have been created,
+    // finished, and replaced by its next generation, which deleted its finished marker (and
+    // kept its own Result first). So the kept Result is looked at again once the key is
+    // ours: a generation kept already (or a newer one) means the block is done, and the
+    // packet is answered or dropped as stale instead of starting it again.
     let active = tables.active.clone();
+    let kept = tables.kept.clone();
     p.instr(claim_slot, move |t| {
-        let key = block_key(
+        let (job_id, block, gen) = (
             t.r[R_JOB_ID] as u8,
             t.r[R_RUN] as u8,
             t.r[R_BLOCK_ID] as u32,
             t.r[R_GEN_ID] as u16,
         );
+        let key = block_key(job_id, block, gen);
         match t.hash_insert(&active, &key, PENDING) {
-            Ok(Inserted::New) => {}
+            Ok(Inserted::New) => {
+                let done = t
+                    .hash_lookup(&kept, &kept_key(job_id, block))?
+                    .map(parse_kept_value)
+                    .is_some_and(|(kgen, _)| kgen == gen || gen_newer(kgen, gen));
+                if done {
+                    // Nobody can have joined a PENDING key: giving it back is safe.
+                    t.hash_delete(&active, &key)?;
+                    return Ok(Goto(lookup_result));
+                }
+            }
             // Another packet created the block first (or is creating it): join it.
             Ok(Inserted::Existing(_)) => return Ok(Goto(lookup_block)),
             Err(HashError::Full { .. }) => return drop_as(r.table_full),

@@ -12,6 +12,13 @@
 //! (it could not run before one of them finished its batch anyway), nor for a PPE thread
 //! while they are idle.
 //!
+//! Stopping stops every launch, not only the launcher's: [`TimerState::stop`] sets the stop
+//! flag under the lock every launch is made under, and whoever launches checks the flag
+//! under that lock. So once `stop` returns no launch is made by anyone, and the launches
+//! already made are the last that [`TimerState::wait_idle`] waits for (a PPE thread that
+//! kept launching due timers between batches would otherwise keep it waiting for ever,
+//! as soon as timers come due faster than one PPE thread runs them).
+//!
 //! A timer has at most one launch outstanding (queued or running). When a launch comes due
 //! while the previous one has not finished, it is skipped and counted as an overrun, so a
 //! slow timer thread never piles launches up behind it; periods nobody launched (the
@@ -117,6 +124,10 @@ impl TimerState {
         let Some(mut guard) = self.set.try_lock() else {
             return;
         };
+        // Under the lock `stop` takes: once it has returned, nobody launches.
+        if self.stop.load(Ordering::Relaxed) {
+            return;
+        }
         let (set, due) = &mut *guard;
         set.due(now, due);
         for launch in due.drain(..) {
@@ -142,8 +153,18 @@ impl TimerState {
         }
     }
 
+    /// Stops every launch, by the launcher thread and by the PPE threads alike: when this
+    /// returns, no launch is being made and none will be; those made before finish as
+    /// usual ([`TimerState::wait_idle`]).
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
+        {
+            // Taking the lock waits for a launch being made; the flag, set under it, is
+            // seen by every later one.
+            let _launching = self.set.lock();
+            self.stop.store(true, Ordering::Relaxed);
+            // Nothing is due any more: the PPE threads' test between batches stays cheap.
+            self.next_due.store(u64::MAX, Ordering::Release);
+        }
         self.launcher.unpark();
     }
 
@@ -170,7 +191,7 @@ pub(crate) fn run(shared: Arc<Shared>, parker: Parker) {
         .as_ref()
         .expect("the launcher runs only when timers are configured");
     let clock = &*shared.clock;
-    while !st.stop.load(Ordering::Acquire) {
+    while !st.stop.load(Ordering::Relaxed) {
         st.poll(&shared.dispatch, clock.now_ns());
         let next = st.next_due();
         if next == u64::MAX {
@@ -227,6 +248,29 @@ mod tests {
             [pop().scheduled_ns, pop().scheduled_ns],
             [15, 20],
             "in order of schedule"
+        );
+    }
+
+    #[test]
+    fn after_stop_nobody_launches_what_is_due() {
+        let set = TimerSet::new(TimerSpec::staggered(0, 2, 10, 0).unwrap()).unwrap();
+        let launcher = Parker::new();
+        let st = TimerState::new(set, launcher.unparker().clone());
+        let (dispatch, _parkers) = Dispatch::new(1, 1, 4, 2, None);
+        st.poll(&dispatch, 0);
+        assert_eq!(st.counts().launches, 1);
+        st.stop();
+        assert_eq!(
+            st.next_due(),
+            u64::MAX,
+            "nothing is due for a PPE thread's test"
+        );
+        // A PPE thread between batches, long after both timers came due.
+        st.launch_due(&dispatch, 1_000);
+        assert_eq!(
+            st.counts().launches,
+            1,
+            "a stopped timer state launches nothing"
         );
     }
 }

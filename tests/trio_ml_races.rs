@@ -1,0 +1,166 @@
+//! Trio-ML under interleavings replayed deterministically: a packet thread is held before a
+//! chosen instruction ([`Harness::run_observed`]) while other threads run, as a PPE thread
+//! the host OS deschedules between two instructions would be.
+
+use std::net::Ipv4Addr;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pfemu::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
+use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TIMER_ENTRY};
+use pfemu::prelude::*;
+use pfemu::program::Harness;
+use pfemu::timer::Launch;
+
+const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
+const MS: u64 = 1_000_000;
+/// How long the test waits for the held thread to reach its instruction or to finish: a
+/// deadline for a hang, not a measure of speed.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn packet(block: u32, gen: u16, src: u8) -> Vec<u8> {
+    wire::agg_packet(&AggPacket {
+        endpoints: Endpoints {
+            src_mac: [2, 0, 0, 0, 1, src],
+            dst_mac: TrioMlConfig::default().local_mac,
+            src_addr: Ipv4Addr::new(10, 0, 1, src),
+            dst_addr: LOCAL,
+            src_port: 40000 + u16::from(src),
+            dst_port: wire::DEFAULT_UDP_PORT,
+        },
+        hdr: TrioMlHdrFields {
+            job_id: 1,
+            block_id: block,
+            gen_id: gen,
+            src_id: src,
+            grad_cnt: 4,
+            ..Default::default()
+        },
+        gradients: &[i32::from(src) + 1; 4],
+    })
+}
+
+/// One scan period at `now` (one timer owning the whole table); the packets it created.
+fn scan(h: &mut Harness, program: &Program, now: u64) -> Vec<(Dest, Vec<u8>)> {
+    h.set_now(now);
+    let out = h.run_timer(
+        program,
+        Launch {
+            timer: 0,
+            entry: TIMER_ENTRY,
+            slice: 0,
+            slices: 1,
+            scheduled_ns: now,
+            missed: 0,
+        },
+    );
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    out.created
+}
+
+/// `(block, gen, src_cnt)` of each Result sent to the job's group.
+fn group_results(created: &[(Dest, Vec<u8>)]) -> Vec<(u32, u16, u8)> {
+    created
+        .iter()
+        .filter(|(d, _)| *d == Dest::Group(1))
+        .map(|(_, f)| {
+            let (h, _) = wire::parse(f).unwrap();
+            (h.block_id, h.gen_id, h.src_cnt)
+        })
+        .collect()
+}
+
+/// A packet that found no block and no kept Result, and is descheduled before it claims
+/// the block's key, must not create the block after the block was created by another
+/// packet, aged out, and replaced by its next generation (which deleted its finished
+/// marker): that would send the block's Result to the group a second time.
+///
+/// The interleaving: source 1's generation-0 packet looks block 5 up (nothing yet), then
+/// is held before `claim_slot`. Source 0 creates generation 0; it ages out (a partial
+/// Result, source 1 missing); both sources, having that Result, finish generation 1,
+/// which replaces generation 0's kept Result and deletes its finished marker. Then the
+/// held packet goes on: it is a stale generation.
+#[test]
+fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let trio = TrioMl::install(
+        &mem,
+        TrioMlConfig {
+            local_addr: LOCAL,
+            scan_period_ns: MS,
+            timers: 1,
+            hash_shards: 16,
+            ..TrioMlConfig::default()
+        },
+    )
+    .unwrap();
+    trio.add_job(&JobConfig {
+        job_id: 1,
+        sources: vec![0, 1],
+        block_exp_ms: 1,
+        block_cnt_max: 4,
+        out_dest: Dest::Group(1),
+        ..JobConfig::default()
+    })
+    .unwrap();
+    let program = trio.program();
+
+    let (at_claim_tx, at_claim) = mpsc::channel::<()>();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let held = {
+        let (mem, program) = (mem.clone(), program.clone());
+        std::thread::spawn(move || {
+            let mut h = Harness::new(mem);
+            let mut held = false;
+            h.run_observed(&program, 1, &packet(5, 0, 1), |label| {
+                if label == "claim_slot" && !held {
+                    held = true;
+                    at_claim_tx.send(()).unwrap();
+                    go_rx
+                        .recv_timeout(PATIENCE)
+                        .expect("the test lets the packet go on");
+                }
+            })
+        })
+    };
+    at_claim
+        .recv_timeout(PATIENCE)
+        .expect("the held packet reaches claim_slot");
+
+    let mut h = Harness::new(mem.clone());
+    let mut sent = Vec::new();
+    let out = h.run(&program, 0, &packet(5, 0, 0));
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    // Referenced at the first scan, idle for 1 ms at the second: a partial Result.
+    for now in [MS, 2 * MS] {
+        sent.extend(scan(&mut h, &program, now));
+    }
+    assert_eq!(group_results(&sent), [(5, 0, 1)], "generation 0 aged out");
+    for src in [0u8, 1] {
+        sent.extend(h.run(&program, src.into(), &packet(5, 1, src)).created);
+    }
+    assert_eq!(group_results(&sent), [(5, 0, 1), (5, 1, 2)]);
+
+    go.send(()).unwrap();
+    let out = held.join().expect("the held packet's thread");
+    let verdict = match out.result {
+        Ok(Verdict::Drop(r)) => program.drop_reason_name(r),
+        Ok(Verdict::Consume) => "consumed (it created the block again)",
+        ref other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        verdict, "stale_gen",
+        "a packet of a replaced generation is stale"
+    );
+    sent.extend(out.created);
+    for now in [3 * MS, 4 * MS, 5 * MS] {
+        sent.extend(scan(&mut h, &program, now));
+    }
+    assert_eq!(
+        group_results(&sent),
+        [(5, 0, 1), (5, 1, 2)],
+        "one Result per block and generation"
+    );
+    assert!(trio.active_blocks().unwrap().is_empty());
+}
