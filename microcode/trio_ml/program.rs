@@ -662,19 +662,24 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     let active = tables.active.clone();
     let kept = tables.kept.clone();
     p.instr(claim_slot, move |t| {
-        let (job_id, block, gen) = (
+        let (job_id, run, block, gen) = (
             t.r[R_JOB_ID] as u8,
             t.r[R_RUN] as u8,
             t.r[R_BLOCK_ID] as u32,
             t.r[R_GEN_ID] as u16,
         );
-        let key = block_key(job_id, block, gen);
+        let key = block_key(job_id, run, block, gen);
         match t.hash_insert(&active, &key, PENDING) {
             Ok(Inserted::New) => {
-                let done = t
-                    .hash_lookup(&kept, &kept_key(job_id, block))?
-                    .map(parse_kept_value)
-                    .is_some_and(|(kgen, _)| kgen == gen || gen_newer(kgen, gen));
+                // A peek, as in lookup_result; a kept Result of another run is not this
+                // block's.
+                let done = match t.hash_peek(&kept, &kept_key(job_id, block))? {
+                    Some(v) => {
+                        let (kgen, rec) = parse_kept_value(v);
+                        (kgen == gen || gen_newer(kgen, gen)) && run_of(t, rec)? == run
+                    }
+                    None => false,
+                };
                 if done {
                     // Nobody can have joined a PENDING key: giving it back is safe.
                     t.hash_delete(&active, &key)?;
