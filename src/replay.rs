@@ -59,7 +59,7 @@
 //!
 //! [`ReplayProgram::Aggregation`] installs Trio-ML ([`crate::microcode::trio_ml`]) with
 //! 32-bit integer lanes, or FPISA's FP32 lanes, and the jobs of an [`AggregationSetup`],
-//! as `pfemu serve` does ([`AggregationSetup::install`]: `2 * window` block slots per job,
+//! as `pfemu serve` does ([`AggregationSetup::install`]: [`AggregationSetup::slots`] block slots per job,
 //! the block timeout, at most `block_grad_max` gradients per packet). Aggregation packets are
 //! Figure 7's frames (Ethernet + IPv4 + UDP to port 12000 + the 12-byte Trio-ML header +
 //! the gradients) sent to the PFE's address 10.0.0.254; [`crate::bench::trio_ml::generate`]
@@ -921,7 +921,7 @@ fn build_aggregation(
     builder: crate::pfe::PfeBuilder,
     ports: usize,
 ) -> Result<(Pfe, TrioMl), ReplayError> {
-    let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+    let mem = Arc::new(SharedMemory::new(&a.mem_config())?);
     let trio = a.install(&mem, TrioMlConfig::default().local_addr)?;
     let timers = trio.timer_specs()?;
     let pfe = builder

@@ -44,7 +44,7 @@
 //! # Bounded state
 //!
 //! Nothing the server keeps grows with what it receives: the members are fixed by the jobs,
-//! a job's blocks by its slots (`2 * window`; a flood of new block ids beyond them is
+//! a job's blocks by its slots ([`AggregationSetup::slots`]; a flood of new block ids beyond them is
 //! dropped as `block_cnt_max`, and blocks nobody completes time out after
 //! [`AggregationSetup::block_exp_ms`]), and the engine's memory is allocated when it starts.
 //!
@@ -226,8 +226,14 @@ pub struct AggregationSetup {
     /// most 1000 s). Make it longer than the workers' retransmission timeout.
     pub keep_result_ms: u32,
     /// The largest worker window (block ids a worker has in flight, 1..=2047): every job
-    /// gets `2 * window` block slots.
+    /// needs at least `2 * window` block slots (a block id's kept Result and its next
+    /// generation).
     pub window: usize,
+    /// Block slots per job (`block_cnt_max`: active blocks and kept Results, 1..=4095, at
+    /// least `2 * window`). `None`: the paper's 4095 (its 12-bit field) where memory allows
+    /// ([`SLOT_MEMORY_BYTES`] over all jobs), never fewer than `2 * window`. See
+    /// [`AggregationSetup::slots`].
+    pub block_cnt_max: Option<u16>,
     /// Most gradients per packet (1..=4095).
     pub block_grad_max: u16,
     /// Timer threads sharing the straggler scan (1 ms per whole scan).
@@ -244,11 +250,16 @@ impl Default for AggregationSetup {
             block_exp_ms: 20,
             keep_result_ms: 1000,
             window: 64,
+            block_cnt_max: None,
             block_grad_max: 1024,
             timers: 4,
         }
     }
 }
+
+/// Memory the jobs' block slots may take together when [`AggregationSetup::block_cnt_max`]
+/// is not given (1 GiB): each job gets the paper's 4095 slots, or as many as fit.
+pub const SLOT_MEMORY_BYTES: u64 = 1 << 30;
 
 impl AggregationSetup {
     /// `jobs` aggregated as `aggregation`, with the defaults of the other settings.
@@ -257,6 +268,48 @@ impl AggregationSetup {
             aggregation,
             jobs,
             ..AggregationSetup::default()
+        }
+    }
+
+    /// Block slots per job: [`AggregationSetup::block_cnt_max`], or the paper's 4095 where
+    /// [`SLOT_MEMORY_BYTES`] holds them for every job, never fewer than `2 * window`.
+    pub fn slots(&self) -> u16 {
+        if let Some(n) = self.block_cnt_max {
+            return n;
+        }
+        let jobs = self.jobs.len().max(1) as u64;
+        let fit = SLOT_MEMORY_BYTES / (jobs * self.slot_bytes());
+        (fit.min(4095) as u16).max((2 * self.window).min(4095) as u16)
+    }
+
+    /// Bytes of one block slot: its record line, and its buffer twice over (the job's
+    /// region keeps room for it beside the record; the accumulator region holds it when
+    /// there is room).
+    fn slot_bytes(&self) -> u64 {
+        let per_grad = match self.aggregation {
+            Aggregation::TrioMl => 4,
+            Aggregation::Fpisa(_) => 8,
+        };
+        let buffer = (u64::from(self.block_grad_max) * per_grad).next_multiple_of(64);
+        64 + 2 * buffer
+    }
+
+    /// Shared memory sized for the jobs' regions ([`MemConfig::default`], grown to hold
+    /// every job's slots, buffers and records).
+    pub fn mem_config(&self) -> MemConfig {
+        let d = MemConfig::default();
+        let jobs = self.jobs.len() as u64;
+        let buffer = (self.slot_bytes() - 64) / 2;
+        let slots = u64::from(self.slots());
+        // Record, join words and bitmap: under 3 KiB a job; the tables and routes live in
+        // SRAM.
+        let regions = jobs * (4096 + slots * (64 + buffer));
+        MemConfig {
+            dram_bytes: d.dram_bytes.max((regions + (8 << 20)).next_multiple_of(64)),
+            acc_bytes: d
+                .acc_bytes
+                .max((jobs * slots * buffer + (1 << 20)).next_multiple_of(64)),
+            ..d
         }
     }
 
@@ -274,8 +327,9 @@ impl AggregationSetup {
             .unwrap_or(0)
     }
 
-    /// Checks the settings and installs the program in `mem` with every job: `2 * window`
-    /// slots each, Results from `out_src_addr` (its low byte is their `src_id`) to
+    /// Checks the settings and installs the program in `mem` (sized by
+    /// [`AggregationSetup::mem_config`]) with every job: [`AggregationSetup::slots`] slots
+    /// each, Results from `out_src_addr` (its low byte is their `src_id`) to
     /// `239.0.0.<job_id>`, out of port `job_id`. The refusal names the setting.
     pub fn install(
         &self,
@@ -293,10 +347,22 @@ impl AggregationSetup {
             return Err(ConfigError::new(
                 "window",
                 format!(
-                    "{} is not in 1..=2047 (each job gets 2 * window block slots, at most 4095)",
+                    "{} is not in 1..=2047 (each job needs 2 * window block slots, at most 4095)",
                     self.window
                 ),
             ));
+        }
+        if let Some(n) = self.block_cnt_max {
+            if !(1..=4095).contains(&n) || usize::from(n) < 2 * self.window {
+                return Err(ConfigError::new(
+                    "block_cnt_max",
+                    format!(
+                        "{n} is not in {}..=4095: a job needs 2 * window block slots (window {})",
+                        2 * self.window,
+                        self.window
+                    ),
+                ));
+            }
         }
         if !(1..=MAX_GRAD_CNT).contains(&self.block_grad_max) {
             return Err(ConfigError::new(
@@ -313,7 +379,7 @@ impl AggregationSetup {
                 format!("{} ms is more than 1000 s", self.keep_result_ms),
             ));
         }
-        let slots = 2 * self.window;
+        let slots = usize::from(self.slots());
         let tcfg = TrioMlConfig {
             lanes: match self.aggregation {
                 Aggregation::TrioMl => Lanes::Int32,
@@ -375,6 +441,10 @@ pub struct ServeConfig {
     /// [`ServeStats::recv_buffer_bytes`]. Workers' windows of packets arrive in bursts, and
     /// the default buffer (about 200 KB) overflows with four workers of window 16.
     pub recv_buffer_bytes: usize,
+    /// Print a warning to standard error while the server runs when blocks are refused
+    /// because a job's slots are full (at most once a second; [`ServeReport::warnings`]
+    /// has the total either way).
+    pub log_warnings: bool,
 }
 
 /// Default [`ServeConfig::recv_buffer_bytes`]: 4 MiB.
@@ -391,6 +461,7 @@ impl Default for ServeConfig {
             upstream: None,
             upstream_src: 0,
             recv_buffer_bytes: DEFAULT_RECV_BUFFER_BYTES,
+            log_warnings: false,
         }
     }
 }
@@ -767,6 +838,43 @@ pub struct ServeReport {
     /// Of those, blocks still open when the engine stopped (their sources get no Result): 0
     /// unless a timeout scan could not keep up.
     pub open_blocks_left: u64,
+    /// What the operator should know: e.g. blocks refused because a job's slots were full.
+    pub warnings: Vec<String>,
+}
+
+/// The warning for `n` blocks refused as `block_cnt_max` (a job's slots full), naming the
+/// option that raises the limit.
+pub fn slots_full_warning(n: u64, slots: u16) -> String {
+    format!(
+        "{n} packets dropped as block_cnt_max: a job had all its {slots} block slots in use \
+         (clients with more blocks in flight than half of them, or block ids that are never \
+         completed); raise --block-cnt-max (at most 4095) or lower the clients' window"
+    )
+}
+
+/// Logs blocks refused as `block_cnt_max` while the server runs: at most once a second, to
+/// standard error, when the count went up.
+#[derive(Default)]
+struct SlotsFullLog {
+    checked: Option<Instant>,
+    logged: u64,
+}
+
+impl SlotsFullLog {
+    fn check(&mut self, pfe: &Pfe, slots: u16) {
+        if self
+            .checked
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.checked = Some(Instant::now());
+        let n = pfe.stats().drops("block_cnt_max");
+        if n > self.logged {
+            eprintln!("pfemu serve: warning: {}", slots_full_warning(n, slots));
+            self.logged = n;
+        }
+    }
 }
 
 /// Stops a running [`Server`] from another thread (or a signal handler's thread).
@@ -840,7 +948,7 @@ impl Server {
             });
         }
         let eng = |e: &dyn fmt::Display| ServeError::Engine(e.to_string());
-        let mem = Arc::new(SharedMemory::new(&MemConfig::default()).map_err(|e| eng(&e))?);
+        let mem = Arc::new(SharedMemory::new(&cfg.setup.mem_config()).map_err(|e| eng(&e))?);
         let trio = cfg
             .setup
             .install(&mem, Ipv4Addr::new(10, 0, 0, cfg.upstream_src))?;
@@ -921,7 +1029,12 @@ impl Server {
         let mut buf = vec![0u8; 65_536];
         let mut frame = Vec::with_capacity(HEADERS_LEN + MAX_PAYLOAD);
         let c = &self.shared.counters;
+        let slots = self.cfg.setup.slots();
+        let mut refused = SlotsFullLog::default();
         loop {
+            if self.cfg.log_warnings {
+                refused.check(&self.pfe, slots);
+            }
             if self.stop.load(Ordering::Acquire)
                 || limits.duration.is_some_and(|d| start.elapsed() >= d)
                 || matches!((limits.idle_exit, last), (Some(d), Some(t)) if t.elapsed() >= d)
@@ -958,12 +1071,18 @@ impl Server {
             .finish_open_blocks(&self.pfe, patience)
             .unwrap_or(open_blocks_at_stop);
         let engine = self.pfe.shutdown();
+        let mut warnings = Vec::new();
+        let full = engine.drops("block_cnt_max");
+        if full > 0 {
+            warnings.push(slots_full_warning(full, slots));
+        }
         ServeReport {
             elapsed_s: start.elapsed().as_secs_f64(),
             front_end: self.shared.stats(),
             engine,
             open_blocks_at_stop,
             open_blocks_left,
+            warnings,
         }
     }
 

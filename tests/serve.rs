@@ -265,6 +265,84 @@ fn a_job_run_again_gets_its_own_sums_never_the_last_runs() {
     assert!(rep.engine.is_conserved());
 }
 
+/// A client written from the paper's Figures 7-8 sends its blocks without a window: with
+/// the default settings a job takes the paper's 4095 blocks at once, so 200 blocks in
+/// flight all get their Results.
+#[test]
+fn a_client_without_a_window_gets_every_result_of_200_blocks_in_flight() {
+    let (addr, stop, m, h) = start_monitored(config(Aggregation::TrioMl, &["1:1"]));
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // 200 Results at once: the default buffer (about 208 KiB, each datagram counting its
+    // bytes and about 1 KiB of the kernel's) holds some 160 of them (the README says so).
+    socket2::SockRef::from(&client)
+        .set_recv_buffer_size(4 << 20)
+        .unwrap();
+    for b in 0..200u32 {
+        // Paced only so that the kernel's buffers lose nothing; nothing waits for Results.
+        send_paced(&client, &datagram(1, 0, b, &[b as i32; 64]), addr, &m);
+    }
+    let mut got = std::collections::BTreeSet::new();
+    let mut buf = vec![0u8; 65_536];
+    while got.len() < 200 {
+        let n = client.recv(&mut buf).unwrap_or_else(|e| {
+            panic!(
+                "{} of 200 Results, then none within 10 s ({e}): {:?}",
+                got.len(),
+                m.stats()
+            )
+        });
+        let hdr = serve::datagram_header(&buf[..n]).unwrap();
+        assert_eq!(
+            &buf[TRIO_ML_HDR_LEN..TRIO_ML_HDR_LEN + 4],
+            &hdr.block_id.to_be_bytes()
+        );
+        got.insert(hdr.block_id);
+    }
+    stop.stop();
+    let rep = h.join().unwrap();
+    assert_eq!(rep.engine.drops("block_cnt_max"), 0);
+    assert!(rep.warnings.is_empty(), "{:?}", rep.warnings);
+}
+
+/// Blocks refused because a job's slots are full are reported with the option that raises
+/// the limit.
+#[test]
+fn full_slots_are_reported_with_the_option_that_raises_them() {
+    let (addr, stop, m, h) = start_monitored(config_with(Aggregation::TrioMl, &["1:2"], |s| {
+        s.window = 2;
+        s.block_cnt_max = Some(4);
+    }));
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Source 0 alone opens six blocks: four fit, two are refused.
+    for b in 0..6u32 {
+        send_paced(&client, &datagram(1, 0, b, &[1]), addr, &m);
+    }
+    stop.stop();
+    let rep = h.join().unwrap();
+    assert_eq!(rep.engine.drops("block_cnt_max"), 2);
+    assert_eq!(rep.warnings.len(), 1, "{:?}", rep.warnings);
+    assert!(
+        rep.warnings[0].contains("--block-cnt-max"),
+        "{}",
+        rep.warnings[0]
+    );
+    assert!(
+        rep.warnings[0].starts_with("2 packets"),
+        "{}",
+        rep.warnings[0]
+    );
+    // Settings that cannot hold a window are refused by name.
+    let err = serve::Server::bind(&config_with(Aggregation::TrioMl, &["1:2"], |s| {
+        s.window = 8;
+        s.block_cnt_max = Some(15);
+    }))
+    .unwrap_err();
+    assert!(err.to_string().contains("block_cnt_max"), "{err}");
+}
+
 #[test]
 fn four_library_workers_get_exact_fpisa_sums() {
     let (addr, stop, h) = start(config(Aggregation::Fpisa(Variant::Full), &["3:4"]));
@@ -402,6 +480,7 @@ fn a_flood_of_new_block_ids_is_capped_and_other_jobs_still_aggregate() {
     let (addr, stop, m, h) =
         start_monitored(config_with(Aggregation::TrioMl, &["1:2", "2:2"], |s| {
             s.window = window;
+            s.block_cnt_max = Some(2 * window as u16);
             s.block_exp_ms = 100;
             s.keep_result_ms = 100;
         }));

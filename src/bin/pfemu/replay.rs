@@ -119,10 +119,14 @@ pub struct ReplayArgs {
     /// a block missing a source this long after its last packet gets a partial Result.
     #[arg(long)]
     block_exp_ms: Option<u8>,
-    /// trio-ml, fpisa: the largest worker window (each job gets 2 * window block slots;
+    /// trio-ml, fpisa: the largest worker window (each job needs 2 * window block slots;
     /// default 64).
     #[arg(long)]
     window: Option<usize>,
+    /// trio-ml, fpisa: block slots per job (block_cnt_max, 1..=4095, at least 2 * window;
+    /// default: the paper's 4095 where 1 GiB holds them for every job).
+    #[arg(long)]
+    block_cnt_max: Option<u16>,
     /// trio-ml, fpisa: most gradients per packet (1..=4095; default 1024).
     #[arg(long)]
     block_grad_max: Option<u16>,
@@ -154,6 +158,7 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
             (a.jobs_file.is_some(), "--jobs-file"),
             (a.block_exp_ms.is_some(), "--block-exp-ms"),
             (a.window.is_some(), "--window"),
+            (a.block_cnt_max.is_some(), "--block-cnt-max"),
             (a.block_grad_max.is_some(), "--block-grad-max"),
         ] {
             if given {
@@ -185,6 +190,7 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
                 jobs,
                 block_exp_ms: a.block_exp_ms.unwrap_or(d.block_exp_ms),
                 window: a.window.unwrap_or(d.window),
+                block_cnt_max: a.block_cnt_max,
                 block_grad_max: a.block_grad_max.unwrap_or(d.block_grad_max),
                 ..d
             })

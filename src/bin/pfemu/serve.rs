@@ -52,9 +52,16 @@ pub struct ServeArgs {
     /// workers' --retransmit-ms.
     #[arg(long, default_value_t = 1000)]
     pub keep_result_ms: u32,
-    /// The largest worker window (each job gets 2 * window block slots).
+    /// The largest worker window: each job needs 2 * window block slots (a block id's kept
+    /// Result and its next generation).
     #[arg(long, default_value_t = 64)]
     pub window: usize,
+    /// Block slots per job (block_cnt_max, 1..=4095, at least 2 * --window): the blocks a
+    /// job's clients may have in flight, kept Results included. Default: the paper's 4095
+    /// where 1 GiB holds them for every job. Blocks past it are dropped (block_cnt_max,
+    /// with a warning on standard error).
+    #[arg(long)]
+    pub block_cnt_max: Option<u16>,
     /// Most gradients per packet (1..=4095).
     #[arg(long, default_value_t = 1024)]
     pub block_grad_max: u16,
@@ -156,6 +163,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
             block_exp_ms: a.block_exp_ms,
             keep_result_ms: a.keep_result_ms,
             window: a.window,
+            block_cnt_max: a.block_cnt_max,
             block_grad_max: a.block_grad_max,
             ..AggregationSetup::default()
         },
@@ -163,6 +171,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         upstream: a.upstream,
         upstream_src: a.upstream_src,
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
+        log_warnings: true,
     };
     if let Some(s) = a.seconds {
         if !(s.is_finite() && s > 0.0) {
@@ -197,6 +206,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
                 "engine": report.engine,
                 "open_blocks_at_stop": report.open_blocks_at_stop,
                 "open_blocks_left": report.open_blocks_left,
+                "warnings": report.warnings,
                 "cpu_user_s": cpu.map(|c| c.0),
                 "cpu_system_s": cpu.map(|c| c.1),
             })
@@ -238,6 +248,9 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         );
         if let Some((u, s)) = cpu {
             println!("cpu: {u:.2} s user, {s:.2} s system");
+        }
+        for w in &report.warnings {
+            println!("warning: {w}");
         }
     }
     Ok(())
