@@ -83,8 +83,9 @@
 //!   add. The thread waits for them (`Thread::wait_posted`) before it counts its source, so
 //!   a block is never counted complete before every counted source's gradients landed.
 //! - **Block records** (Figure 18) live in slots and are found through the `active` hash
-//!   table, keyed `[job_id, block_id, gen_id]` (7 bytes): the paper keys by job and block
-//!   id; the generation is added so consecutive uses of a block id are separate records.
+//!   table, keyed `[job_id, run_id, block_id, gen_id]` (8 bytes): the paper keys by job and
+//!   block id; the generation is added so consecutive uses of a block id are separate
+//!   records, and the run (below) so a job's new run never joins an earlier run's block.
 //!   The value is the record's word address. The timer threads scan this table. A block
 //!   is created by whichever of its packets first inserts its key (with a *pending*
 //!   value): only that thread counts a slot against `block_cnt_max`; packets racing it
@@ -108,6 +109,15 @@
 //!   just after it finished, and so start a second block and a second Result; with the
 //!   marker, a packet of a finished block always finds the marker (then the kept Result).
 //!   Timers skip markers.
+//! - **Runs** ([`wire::Control`]): a job's current run id is byte 24 of its record (bits
+//!   56..60 of word 3, beside `src_cnt`; bit 63 is the Join handler's lock), and after the
+//!   record each source id has a *join word*: the run it last joined and its nonce. A Join
+//!   from a source that joined the current run with another nonce starts the next run. A
+//!   block's run is byte 18 of its record. A kept Result of another run than a packet's is
+//!   no answer to it (the block id is free for that run), and is replaced when that run's
+//!   block finishes; a block of a run its job has left is freed without a Result when it
+//!   finishes (it ages out). Gradients of such a run are dropped as `stale_run` and
+//!   answered with [`wire::Control::Superseded`]. Run 0 is the paper's header alone.
 //! - **Routes** for standard forwarding: the `routes` table, key the IPv4 destination.
 //!
 //! `block_curr_cnt` counts the job's slots in use (active blocks and kept Results) and
@@ -154,7 +164,10 @@
 //! the block); `late` (a source that missed an aged-out block; answered with the kept
 //! partial Result when there is one), `retransmit_answered` (a source asks again for a
 //! finished block: answered with the kept Result), `stale_gen` (a generation older than the
-//! kept one), `result_expired` (a kept Result expired while it was being sent again).
+//! kept one), `result_expired` (a kept Result expired while it was being sent again),
+//! `stale_run` (gradients of a run the job has left; answered Superseded), `join_answered`
+//! (a Join, answered with the run), `bad_control` (a control message that is not a Join
+//! with no gradients).
 //! Aggregated packets are consumed.
 //!
 //! # Timer threads
