@@ -26,6 +26,10 @@
 //! build_result (subroutine): result_headers -> result_tail (256 B per instruction)
 //!                            -> emit_result
 //!
+//! runs: parse --a Join (ctl)--> join_run (under the job's Join lock) --> control_reply
+//!       (Joined, to the sender); create_block / check_source --gradients of a run the job
+//!       has left--> superseded --> control_reply (Superseded)
+//!
 //! timer: scan_blocks (age every block of the slice) -> close_aged (one aged block per
 //!        instruction; the thread that takes it calls finish_block)
 //!        -> scan_kept (every KEPT_SCAN_EVERY periods: age the slice's kept Results, take
