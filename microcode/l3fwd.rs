@@ -122,6 +122,9 @@ pub const TBL8_GROUP_WORDS: u64 = (TBL8_GROUP_ENTRIES / ENTRIES_PER_WORD) as u64
 pub const ENTRY_TBL8: u16 = 0x8000;
 /// Most tbl8 groups (a 15-bit group index).
 pub const MAX_TBL8_GROUPS: usize = 1 << 15;
+/// Most routes [`RouteTable::generate`] draws: about 5% are longer than /24 and need a tbl8
+/// group each, so this keeps them below [`MAX_TBL8_GROUPS`] with a margin.
+pub const MAX_GENERATED_ROUTES: usize = 600_000;
 /// Most next hops (entries `1..=0x7FFF` name next hops `0..0x7FFF`).
 pub const MAX_NEXT_HOPS: usize = (1 << 15) - 1;
 /// Words one next hop takes in SRAM.
@@ -432,6 +435,7 @@ impl RouteTable {
     /// `seed`: about 60% /24, 35% /16 to /23 and 5% /25 to /32, prefixes in
     /// `1.0.0.0`-`223.255.255.255` outside `127.0.0.0/8`. Deterministic.
     pub fn generate(n: usize, ports: u16, seed: u64) -> Result<RouteTable, L3fwdError> {
+        Self::check_generated_count(n)?;
         if ports == 0 {
             return Err(L3fwdError::BadRoute("routes need at least one port".into()));
         }
@@ -470,6 +474,21 @@ impl RouteTable {
             t.insert(addr, len, nh)?;
         }
         Ok(t)
+    }
+
+    /// Refuses a count [`RouteTable::generate`] cannot fit in a DIR-24-8 table: about 5% of
+    /// generated routes are longer than /24, nearly each in its own /24, which needs one of
+    /// the [`MAX_TBL8_GROUPS`] tbl8 groups; so at most [`MAX_GENERATED_ROUTES`]. (Checked
+    /// before drawing anything: drawing that many would take minutes, then fail.)
+    pub fn check_generated_count(n: usize) -> Result<(), L3fwdError> {
+        if n > MAX_GENERATED_ROUTES {
+            return Err(L3fwdError::BadRoute(format!(
+                "{n} generated routes cannot fit the DIR-24-8 table's tbl8 memory (about 5% \
+                 of them are longer than /24 and each needs one of its {MAX_TBL8_GROUPS} tbl8 \
+                 groups); at most {MAX_GENERATED_ROUTES} (or load a route file)"
+            )));
+        }
+        Ok(())
     }
 
     /// Number of routes.

@@ -27,6 +27,8 @@
 //!   BF16), into exponent + mantissa accumulators that fit one memory word each.
 //! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats,
 //!   timer threads, and a [`pfe::Chassis`] of PFEs joined by links.
+//! - [`duration`] and [`limits`]: what input may ask for: durations given as float
+//!   seconds, and sizes checked against the memory available.
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
 //!   replaceable clock ([`timer::ManualClock`] for deterministic tests).
 //! - [`microcode`]: the shipped programs, written against the public API only: the paper's
@@ -74,8 +76,10 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod duration;
 pub mod error;
 pub mod fpisa;
+pub mod limits;
 pub mod mem;
 pub mod packet;
 pub mod pfe;

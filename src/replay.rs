@@ -37,7 +37,8 @@
 //! # Timing
 //!
 //! - [`Timing::AsFast`]: frames are injected in bursts as fast as the engine takes them.
-//! - [`Timing::Recorded`]: frame `i` is injected `(ts_i - ts_0) / speed` after the first,
+//! - [`Timing::Recorded`]: frame `i` is injected `(ts_i - ts_0) / speed` after the first
+//!   (a schedule longer than [`crate::duration::MAX_SECS`] is refused as a `speed` error),
 //!   the thread sleeping in between (so precision is the OS's sleep granularity, some tens
 //!   of microseconds); a capture whose timestamps go backwards injects such frames at once.
 //!
@@ -53,7 +54,9 @@
 //! injection (times `speed` with [`Timing::Recorded`], so at any speed an output frame
 //! lines up with the inputs around it; at speed 1 its timestamp minus its input's is the
 //! latency through the emulator). A rewritten frame cannot be matched to its input in
-//! general, so input timestamps are not carried over.
+//! general, so input timestamps are not carried over. pcap timestamps end in 2106 (32-bit
+//! seconds): input timestamps past that are refused when the capture is read, and egress
+//! timestamps that a huge `speed` would push past it are clamped to its last nanosecond.
 //!
 //! # Aggregation (Trio-ML and FPISA)
 //!
@@ -721,6 +724,17 @@ fn read_pcapng<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayErr
                         iface.tsoffset
                     )));
                 };
+                if secs > u64::from(u32::MAX) {
+                    // Checked here, once: every output (and dropped.pcap, which keeps input
+                    // timestamps) is classic pcap, whose seconds are 32 bits.
+                    return Err(capture_err(format!(
+                        "packet record {}: its timestamp, {secs} s after 1970, is past \
+                         2106-02-07 06:28:15 UTC ({} s), the last time a pcap capture can \
+                         hold",
+                        n + 1,
+                        u32::MAX
+                    )));
+                }
                 let t = Duration::new(secs, t.subsec_nanos());
                 for i in untimed.drain(..) {
                     packets[i].ts = t;
@@ -802,7 +816,7 @@ impl Sink for PcapSink {
         if o.error.is_some() {
             return;
         }
-        let ts = self.base + o.start.elapsed().mul_f64(self.scale);
+        let ts = egress_ts(self.base, o.start.elapsed(), self.scale);
         if !o.ports.contains_key(&port) {
             match o.open(Output::Port(port)) {
                 Ok(w) => {
@@ -829,6 +843,18 @@ impl Sink for PcapSink {
             o.error = failed;
         }
     }
+}
+
+/// The last time a pcap capture can hold: 2^32 - 1 s after 1970 (2106-02-07 06:28:15 UTC)
+/// and 999 999 999 ns.
+const LAST_PCAP_TS: Duration = Duration::new(u32::MAX as u64, 999_999_999);
+
+/// The timestamp of a frame leaving `elapsed` after the first injection: `base` plus the
+/// elapsed time times `scale` on the capture's timeline, clamped to [`LAST_PCAP_TS`] (a huge
+/// speed-up would pass it at once).
+fn egress_ts(base: Duration, elapsed: Duration, scale: f64) -> Duration {
+    let since = Duration::try_from_secs_f64(elapsed.as_secs_f64() * scale).unwrap_or(Duration::MAX);
+    base.saturating_add(since).min(LAST_PCAP_TS)
 }
 
 // ----- the replay --------------------------------------------------------------------------
@@ -1055,6 +1081,28 @@ pub fn replay<R: Read>(
         .into());
     }
     let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
+    if let Timing::Recorded { speed } = cfg.timing {
+        // The last injection is due (longest gap) / speed after the first: refuse a schedule
+        // no `Duration` (or no one) can wait for, before anything starts.
+        let gap = packets
+            .iter()
+            .map(|p| p.ts.saturating_sub(base))
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let secs = gap.as_secs_f64() / speed;
+        if secs > crate::duration::MAX_SECS {
+            return Err(ConfigError::new(
+                "speed",
+                format!(
+                    "at speed {speed} the capture's {} s would take {secs:e} s to replay, too \
+                     long (at most {} s)",
+                    gap.as_secs_f64(),
+                    crate::duration::MAX_SECS
+                ),
+            )
+            .into());
+        }
+    }
     let sink = Arc::new(PcapSink {
         outputs: Mutex::new(Outputs {
             open,
@@ -1093,7 +1141,11 @@ pub fn replay<R: Read>(
     // When packet `i` is due, relative to `start`.
     let due = |p: &InPacket| match cfg.timing {
         Timing::AsFast => None,
-        Timing::Recorded { .. } => Some(p.ts.saturating_sub(base).div_f64(speed)),
+        // At most MAX_SECS (checked above): the conversion cannot fail.
+        Timing::Recorded { .. } => Some(
+            Duration::try_from_secs_f64(p.ts.saturating_sub(base).as_secs_f64() / speed)
+                .unwrap_or(Duration::MAX),
+        ),
     };
     let wait_until = |at: Option<Duration>| {
         if let Some(at) = at {

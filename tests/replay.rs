@@ -1261,3 +1261,96 @@ fn pcapng_from_mergecap_matches_tshark_interfaces_and_times() {
         want
     );
 }
+
+// ----- timestamps and speeds at the edges (issue 13) --------------------------------------------
+
+/// Runs `f` on its own thread and waits for it until a deadline: a replay that hangs fails
+/// the test, naming `what`, instead of hanging it.
+fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{what} did not finish within 120 s ({e}): it hangs"))
+}
+
+/// A recorded replay whose schedule does not fit a `Duration` (a gap of 2^32 - 1 s at
+/// speed 1e-10) is refused up front, naming `speed`; it used to panic in `div_f64`.
+#[test]
+fn a_recorded_schedule_too_long_for_the_speed_is_refused() {
+    let dir = scratch("slow-speed");
+    let frames: Vec<Vec<u8>> = (0..2).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+    let input = dir.join("in.pcap");
+    let times = [Duration::ZERO, Duration::from_secs(u64::from(u32::MAX))];
+    write_capture(&input, &frames, Some(&times));
+    let cfg = ReplayConfig {
+        timing: Timing::Recorded { speed: 1e-10 },
+        ppe_threads: 1,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("out");
+    let e = within("a replay at speed 1e-10", move || {
+        replay_file(&cfg, &input, &out)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .unwrap_err();
+    assert!(e.contains("`speed`") && e.contains("too long"), "{e}");
+    assert!(!dir.join("out/port1.pcap").exists(), "nothing written");
+}
+
+/// At a huge speed the egress timestamps (first input + wall time x speed) would pass the
+/// last time a pcap capture can hold: they are clamped to it. This used to panic in
+/// `mul_f64` on a PPE thread (in the sink) and hang the replay.
+#[test]
+fn a_huge_speed_clamps_egress_timestamps_and_never_hangs() {
+    for drops in [false, true] {
+        let dir = scratch(&format!("fast-speed-{drops}"));
+        let frames: Vec<Vec<u8>> = (0..3).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+        let input = dir.join("in.pcap");
+        write_capture(&input, &frames, None);
+        let cfg = ReplayConfig {
+            timing: Timing::Recorded { speed: 1e300 },
+            ppe_threads: 1,
+            write_drops: drops,
+            ..ReplayConfig::default()
+        };
+        let out = dir.join("out");
+        let r = within("a replay at speed 1e300", move || {
+            replay_file(&cfg, &input, &out).map_err(|e| e.to_string())
+        })
+        .expect("replay");
+        assert_eq!(r.forwarded, 3);
+        assert_eq!(r.dropped, 0, "{:?}", r.dropped_by_reason);
+        let last = Duration::new(u64::from(u32::MAX), 999_999_999);
+        for (ts, _, _) in read_capture(&dir.join("out/port1.pcap")) {
+            assert!(ts <= last, "{ts:?}");
+        }
+    }
+}
+
+/// pcapng timestamps past the last one a pcap output can hold (2106-02-07, 2^32 s after
+/// 1970) are refused when the capture is read, with nothing written; they used to pass and
+/// fail when the output was written.
+#[test]
+fn pcapng_timestamps_past_2106_are_refused_on_input() {
+    let dir = scratch("pcapng-2106");
+    let frame = udp_frame([10, 0, 0, 1], 64, 64);
+    let mut w = PcapNgWriter::new(Vec::new()).expect("pcapng writer");
+    w.write_block(&idb(DataLink::ETHERNET, Some(0), "eth0"))
+        .expect("idb");
+    // Resolution 1 s: ticks are seconds.
+    w.write_block(&epb(0, 1_000, &frame)).expect("epb");
+    w.write_block(&epb(0, 1 << 32, &frame)).expect("epb");
+    let input = dir.join("in.pcapng");
+    std::fs::write(&input, w.into_inner()).expect("write");
+    let e = replay_file(&ReplayConfig::default(), &input, &dir.join("out")).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ReplayError::Capture { .. }), "{msg}");
+    assert!(
+        msg.contains("packet record 2") && msg.contains("2106"),
+        "{msg}"
+    );
+    assert!(!dir.join("out/port1.pcap").exists(), "nothing written");
+}

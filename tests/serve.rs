@@ -722,19 +722,20 @@ fn spawn_server(args: &[&str]) -> (Child, SocketAddr) {
         ])
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let addr = listening_addr(&mut child);
     (child, addr)
 }
 
-/// The address a `pfemu serve` child prints on its first line (`listening ADDR`).
+/// The address a `pfemu serve --json` child prints on its first line of standard error
+/// (`listening ADDR`); the rest of its standard error is copied to the test's.
 fn listening_addr(child: &mut Child) -> SocketAddr {
+    let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    err.read_line(&mut first).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::stderr()));
     first
         .trim()
         .strip_prefix("listening ")
@@ -906,7 +907,7 @@ fn a_signal_stops_the_server_gracefully_with_its_report() {
         let mut child = Command::new(BIN)
             .args(["serve", "--listen", "127.0.0.1:0", "--json", "--job", "1:4"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let addr = listening_addr(&mut child);

@@ -110,17 +110,37 @@ fn gradients(w: u8, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Memory the demo takes per gradient of one worker's vector, about: the FP32 vector, its
+/// scaled integers, the copy each round hands the worker, the worker's sums and the checks.
+pub const BYTES_PER_GRADIENT: u64 = 32;
+
 /// Runs the demo.
 pub fn run(cfg: &DemoConfig) -> Result<DemoReport, Box<dyn std::error::Error>> {
     let n = cfg.workers;
+    crate::limits::check_fits(
+        "gradients",
+        (cfg.gradients as u64).saturating_mul(u64::from(n)),
+        "gradients (over all workers)",
+        BYTES_PER_GRADIENT,
+    )?;
+    let too_big = |setting: &'static str, v: usize| {
+        crate::ConfigError::new(setting, format!("{v} is too large; at most {}", u16::MAX))
+    };
+    let block_cnt_max = cfg
+        .window
+        .checked_mul(2)
+        .and_then(|w| u16::try_from(w).ok())
+        .ok_or_else(|| too_big("window", cfg.window))?;
+    let block_grad_max = u16::try_from(cfg.grads_per_packet)
+        .map_err(|_| too_big("grads_per_packet", cfg.grads_per_packet))?;
     let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
     let trio = TrioMl::install(&mem, TrioMlConfig::default())?;
     let sources: Vec<u8> = (0..n).collect();
     trio.add_job(&JobConfig {
         job_id: 1,
         sources: sources.clone(),
-        block_cnt_max: (2 * cfg.window) as u16,
-        block_grad_max: cfg.grads_per_packet as u16,
+        block_cnt_max,
+        block_grad_max,
         block_exp_ms: cfg.block_exp_ms,
         out_dest: Dest::Group(0),
         ..JobConfig::default()

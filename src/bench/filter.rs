@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -23,6 +23,9 @@ use super::EngineSettings;
 
 /// Most distinct frames generated for one run; longer runs replay them.
 pub const POOL_MAX: usize = 1 << 20;
+
+/// Most frames the plain loop runs over ([`plain_loop_mpps`]).
+pub const PLAIN_LOOP_MAX: u64 = 1 << 24;
 
 /// One benchmark configuration.
 #[derive(Clone, Debug, Serialize)]
@@ -58,12 +61,13 @@ impl Default for FilterBenchConfig {
 }
 
 impl FilterBenchConfig {
-    /// How long a run goes on.
-    pub fn length(&self) -> RunLength {
-        match self.duration_s {
-            Some(s) => RunLength::Duration(Duration::from_secs_f64(s.max(0.0))),
+    /// How long a run goes on; refuses a `duration_s` that is not a positive number of
+    /// seconds up to [`crate::duration::MAX_SECS`].
+    pub fn length(&self) -> Result<RunLength, ConfigError> {
+        Ok(match self.duration_s {
+            Some(s) => RunLength::Duration(crate::duration::secs_setting("duration", s)?),
             None => RunLength::Packets(self.packets),
-        }
+        })
     }
 }
 
@@ -109,12 +113,7 @@ pub fn run(cfg: &FilterBenchConfig) -> Result<FilterBenchReport, ConfigError> {
     if cfg.packets == 0 {
         return Err(ConfigError::new("packets", "must be at least 1"));
     }
-    if cfg.duration_s.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
-        return Err(ConfigError::new(
-            "duration",
-            "must be a positive number of seconds",
-        ));
-    }
+    cfg.length()?;
     let pool = (cfg.packets as usize).min(POOL_MAX);
     let spec = TrafficSpec {
         packets: pool,
@@ -144,6 +143,13 @@ pub fn run_with_progress(
     traffic: &Traffic,
     mut progress: impl FnMut(f64, u64),
 ) -> Result<FilterBenchReport, ConfigError> {
+    let length = cfg.length()?;
+    if cfg.packets == 0 {
+        return Err(ConfigError::new("packets", "must be at least 1"));
+    }
+    if traffic.is_empty() {
+        return Err(ConfigError::new("traffic", "no frames to replay"));
+    }
     let mem = Arc::new(SharedMemory::new(&MemConfig {
         dram_bytes: 0,
         ..MemConfig::default()
@@ -161,7 +167,6 @@ pub fn run_with_progress(
         .map_err(|e| ConfigError::new("start", e.to_string()))?;
 
     let n = traffic.len() as u64;
-    let length = cfg.length();
     let start = Instant::now();
     let mut offered = 0u64;
     while !length.done(start, offered) {
@@ -239,9 +244,11 @@ pub fn run_with_progress(
 /// The plain loop: the filter's work on the same frames, one thread, no engine: read the
 /// EtherType, and for IPv4 the version and header length; count the non-IP and IP-options
 /// frames (packets and bytes) and the frames forwarded. Returns million frames per second
-/// over `packets` frames of `traffic`, replayed (at least a million, for a stable figure).
+/// over `packets` frames of `traffic`, replayed (at least a million, for a stable figure,
+/// and at most [`PLAIN_LOOP_MAX`]: a rate needs no more, and a long run's plain loop would
+/// otherwise take half as long again, with no output).
 pub fn plain_loop_mpps(traffic: &Traffic, packets: u64) -> f64 {
-    let packets = packets.max(1 << 20);
+    let packets = packets.clamp(1 << 20, PLAIN_LOOP_MAX);
     let mut counters = [[0u64; 2]; 2];
     let mut forwarded = 0u64;
     let start = Instant::now();

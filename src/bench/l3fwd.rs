@@ -142,6 +142,9 @@ impl L3fwdBenchConfig {
                 format!("must be in 1..={MAX_FLOWS}, got {}", self.flows),
             ));
         }
+        if let Some(s) = self.duration_s {
+            crate::duration::secs_setting("duration", s)?;
+        }
         if self.invalid_percent > 100 {
             return Err(ConfigError::new(
                 "invalid_percent",
@@ -449,14 +452,8 @@ pub fn run_with_progress(
     mut progress: impl FnMut(f64, u64),
 ) -> Result<L3fwdBenchReport, ConfigError> {
     cfg.validate()?;
-    if cfg.duration_s.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
-        return Err(ConfigError::new(
-            "duration",
-            "must be a positive number of seconds",
-        ));
-    }
     let length = match cfg.duration_s {
-        Some(s) => RunLength::Duration(std::time::Duration::from_secs_f64(s)),
+        Some(s) => RunLength::Duration(crate::duration::secs_setting("duration", s)?),
         None => RunLength::Packets(cfg.packets),
     };
 

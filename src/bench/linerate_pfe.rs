@@ -124,7 +124,7 @@ impl PfeDevice {
             .ports(ports)
             .ppe_threads(cfg.ppe_threads)
             .latency(true)
-            .sink(Arc::new(CountingSink::new(4)))
+            .sink(Arc::new(CountingSink::new(ports)))
             .build()?;
         pfe.start()
             .map_err(|e| ConfigError::new("start", e.to_string()))?;

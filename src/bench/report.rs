@@ -265,6 +265,19 @@ impl Progress {
         Progress { bar }
     }
 
+    /// A spinner on standard error for work of unknown length (e.g. building a table), with
+    /// `label`; hidden when `quiet` or when standard error is not a terminal.
+    pub fn spinner(label: &str, quiet: bool) -> Progress {
+        use std::io::IsTerminal;
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_message(label.to_string());
+            bar.enable_steady_tick(std::time::Duration::from_millis(100));
+            bar
+        });
+        Progress { bar }
+    }
+
     /// Moves the bar to `fraction` (0..=1) with a message (e.g. the packets so far).
     pub fn set(&self, fraction: f64, msg: impl Into<std::borrow::Cow<'static, str>>) {
         if let Some(b) = &self.bar {

@@ -132,7 +132,8 @@ enum Command {
         back to the job's members (each source at the address it last sent from), or with \
         --upstream to the next aggregator. Datagrams that are not aggregation packets, of jobs \
         not configured, or of sources outside their job are dropped and counted; a flood \
-        of new blocks is capped at the job's 2 * --window slots. Prints `listening ADDR` first; \
+        of new blocks is capped at the job's 2 * --window slots. Prints `listening ADDR` first \
+        (on standard error with --json, so `--json > serve.json` is one JSON object); \
         stops on --seconds, --idle-exit-ms, SIGINT or SIGTERM: it waits for the open blocks to \
         time out (their partial Results go out), drains the engine (no Result in flight is \
         lost), and prints the final counters.")]
@@ -277,7 +278,7 @@ struct ExperimentArgs {
     timers: Option<u32>,
     /// fig13-fig16: time between two visits of a block by the scan, in ms [default: 1;
     /// fig14: 0.5].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_millis)]
     scan_period_ms: Option<f64>,
     /// fig15, fig16: do not run the straggler-scan timer threads.
     #[arg(long)]
@@ -402,7 +403,8 @@ struct TrioMlArgs {
     #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_TIMERS)]
     timers: u32,
     /// Time between two visits of a block by the scan, in milliseconds.
-    #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS as f64 / 1e6)]
+    #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS as f64 / 1e6,
+          value_parser = parse_millis)]
     scan_period_ms: f64,
     /// Runs of each configuration; the report gives the median.
     #[arg(long, default_value_t = 1)]
@@ -451,10 +453,10 @@ struct TimerArgs {
     #[arg(long, default_value_t = 100)]
     timers: u32,
     /// Each timer's period in milliseconds (launches come every period / timers).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = parse_millis)]
     period_ms: f64,
     /// Seconds to run.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = parse_secs)]
     seconds: f64,
     /// PPE threads (default: available cores).
     #[arg(long)]
@@ -482,7 +484,7 @@ struct TrafficArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Offer frames for this many seconds instead of --packets frames.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_secs)]
     duration: Option<f64>,
     /// Do not measure latency (saves two clock reads per batch).
     #[arg(long)]
@@ -497,6 +499,38 @@ struct TrafficArgs {
     /// Protocol mix in percent, e.g. `ipv4=90,ipv4opt=5,ipv6=0,nonip=5` (the default).
     #[arg(long)]
     mix: Option<pfemu::bench::traffic::Mix>,
+}
+
+impl TrafficArgs {
+    /// The generator's pool: the traffic replayed until the run ends.
+    fn spec(&self) -> pfemu::bench::traffic::TrafficSpec {
+        pfemu::bench::traffic::TrafficSpec {
+            packets: usize::try_from(self.packets)
+                .unwrap_or(usize::MAX)
+                .min(filter::POOL_MAX),
+            frame_size: self.size,
+            sizes: self.sizes.clone(),
+            flows: self.flows,
+            flow_dist: self.flow_dist,
+            mix: self.mix.unwrap_or_default(),
+            seed: self.seed,
+            ..Default::default()
+        }
+    }
+
+    /// What a run offers, for headings: the frame sizes, the flows, and the packets or the
+    /// duration per run.
+    fn describe(&self) -> String {
+        let frames = match &self.sizes {
+            Some(sizes) => format!("{sizes} frames"),
+            None => format!("{}-byte frames", self.size),
+        };
+        let length = match self.duration {
+            Some(s) => format!("{s} s per run"),
+            None => format!("{} packets per run", self.packets),
+        };
+        format!("{frames}, {} flows, {length}", self.flows)
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -587,6 +621,28 @@ fn main() -> ExitCode {
 
 pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
 
+/// clap's parser of every option given in seconds as a float: a positive, finite number up
+/// to [`pfemu::duration::MAX_SECS`] (anything else is refused where it enters, and clap's
+/// error names the option).
+pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    pfemu::duration::secs(v).map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// [`parse_secs`] for options given in milliseconds.
+pub(crate) fn parse_millis(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of milliseconds"))?;
+    pfemu::duration::millis(v).map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
 /// Refuses options that do not apply to the chosen experiment (for `all`: to none of its
 /// four).
 fn check_applicable(a: &ExperimentArgs) -> CliResult {
@@ -648,13 +704,13 @@ fn check_applicable(a: &ExperimentArgs) -> CliResult {
 
 fn scan_period_ns(a: &ExperimentArgs) -> u64 {
     a.scan_period_ms
-        .map_or(pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS, |m| {
-            if m.is_finite() && m > 0.0 {
-                (m * 1e6) as u64
-            } else {
-                0
-            }
-        })
+        .map_or(pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS, ms_to_ns)
+}
+
+/// Nanoseconds of a millisecond option clap checked (`parse_millis`: positive, at most
+/// 10^9 s, so the count fits); 0, which every consumer refuses, if it was not.
+fn ms_to_ns(ms: f64) -> u64 {
+    pfemu::duration::millis(ms).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn experiment(a: &ExperimentArgs) -> CliResult {
@@ -815,7 +871,7 @@ fn trio_ml_bench_config(a: &TrioMlArgs, ppe_threads: usize) -> TrioMlBenchConfig
         capacity: a.capacity,
         timers: !a.no_timers,
         scan_timers: a.timers,
-        scan_period_ns: (a.scan_period_ms * 1e6) as u64,
+        scan_period_ns: ms_to_ns(a.scan_period_ms),
         seed: 1,
         lanes: pfemu::microcode::trio_ml::Lanes::Int32,
     }
@@ -991,16 +1047,14 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
 }
 
 fn bench_timers(a: &TimerArgs) -> CliResult {
-    if !(a.period_ms > 0.0 && a.period_ms.is_finite()) {
-        return Err("invalid option `--period-ms`: must be a positive number".into());
-    }
-    if !(a.seconds > 0.0 && a.seconds.is_finite()) {
-        return Err("invalid option `--seconds`: must be a positive number".into());
-    }
+    // Checked by clap (`parse_millis`, `parse_secs`): positive and at most 10^9 s, so the
+    // nanoseconds and milliseconds fit.
+    let period = pfemu::duration::millis(a.period_ms)?;
+    let duration = pfemu::duration::secs(a.seconds)?;
     let cfg = TimerBenchConfig {
         timers: a.timers,
-        period_ns: (a.period_ms * 1e6) as u64,
-        duration_ms: (a.seconds * 1e3) as u64,
+        period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+        duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
         ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
         load: a.load,
     };
@@ -1044,6 +1098,12 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
     if cfg.gradients == 0 {
         return Err("invalid option `--gradients`: must be at least 1".into());
     }
+    pfemu::limits::check_fits(
+        "--gradients",
+        (cfg.gradients as u64).saturating_mul(u64::from(cfg.workers)),
+        "gradients (over all workers)",
+        pfemu::bench::demo::BYTES_PER_GRADIENT,
+    )?;
     if cfg.block_exp_ms == 0 {
         return Err("invalid option `--block-exp-ms`: must be 1..=255".into());
     }
@@ -1148,12 +1208,21 @@ fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
         seed: traffic.seed,
         duration_s: traffic.duration,
     };
+    let mix = traffic.mix.unwrap_or_default();
     println!(
-        "pfemu: the packet filter (Trio paper §3.2) on {} generated {}-byte frames \
-         (90% IPv4, 5% IPv4 with options, 5% non-IP) over {} flows, {} PPE threads, reordering on\n",
-        cfg.packets, cfg.size, cfg.flows, cfg.engine.ppe_threads
+        "pfemu: the packet filter (Trio paper §3.2) on generated traffic: {} ({}% IPv4, {}% \
+         IPv4 with options, {}% IPv6, {}% non-IP), {} PPE threads, reordering on\n",
+        traffic.describe(),
+        mix.ipv4,
+        mix.ipv4_options,
+        mix.ipv6,
+        mix.non_ip,
+        cfg.engine.ppe_threads
     );
-    let r = filter::run(&cfg)?;
+    let generated = pfemu::bench::traffic::Traffic::generate(&traffic.spec())?;
+    let bar = pfemu::bench::report::Progress::new("run", false);
+    let r = filter::run_with_progress(&cfg, &generated, |f, n| bar.set(f, format!("{n} frames")))?;
+    bar.finish();
     print_summary(&r);
     println!();
     r.summary.print();
@@ -1237,18 +1306,7 @@ fn bench_filter(
             });
         }
     }
-    let pool = (traffic.packets as usize).min(filter::POOL_MAX);
-    let spec = pfemu::bench::traffic::TrafficSpec {
-        packets: pool,
-        frame_size: traffic.size,
-        sizes: traffic.sizes.clone(),
-        flows: traffic.flows,
-        flow_dist: traffic.flow_dist,
-        mix: traffic.mix.unwrap_or_default(),
-        seed: traffic.seed,
-        ..Default::default()
-    };
-    let generated = pfemu::bench::traffic::Traffic::generate(&spec)?;
+    let generated = pfemu::bench::traffic::Traffic::generate(&traffic.spec())?;
     // Interleave configurations run by run, so drifts of a shared machine hit all alike.
     let mut results: Vec<Vec<FilterBenchReport>> = vec![Vec::new(); configs.len()];
     for run in 0..runs {
@@ -1307,10 +1365,7 @@ fn bench_filter(
             );
         }
     } else {
-        println!(
-            "\nfilter, {}-byte frames, {} flows, {} packets per run, median of {runs}:",
-            traffic.size, traffic.flows, traffic.packets
-        );
+        println!("\nfilter, {}, median of {runs}:", traffic.describe());
         println!(
             "{:>12} {:>8} {:>10} {:>10} {:>9} {:>9}",
             "ppe_threads", "reorder", "Mpps", "Gbit/s", "instr/pkt", "vs first"

@@ -36,6 +36,8 @@ pub(crate) struct Completion {
     pub seq: u32,
     pub outs_start: u32,
     pub outs_end: u32,
+    /// The packet left (forwarded or multicast): `outs_start` is its own frame.
+    pub own: bool,
 }
 
 impl Slot {

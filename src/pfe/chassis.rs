@@ -182,7 +182,8 @@ impl ChassisBuilder {
                     ),
                 ));
             }
-            pfe.start().expect("a new engine starts");
+            pfe.start()
+                .map_err(|e| ConfigError::new("ppe_threads", e.to_string()))?;
             names.push(name);
             built.push(Arc::new(pfe));
         }
@@ -191,14 +192,22 @@ impl ChassisBuilder {
         let mut threads = Vec::new();
         for (rx, pending, to, to_port) in forwarders {
             let far = built[to].clone();
-            let stop = stop.clone();
+            let stop_link = stop.clone();
             links.push(pending.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("pfemu-link-{to}.{to_port}"))
-                    .spawn(move || forward(rx, &far, to_port, &pending, &stop))
-                    .expect("spawning a link forwarder"),
-            );
+            let spawned = std::thread::Builder::new()
+                .name(format!("pfemu-link-{to}.{to_port}"))
+                .spawn(move || forward(rx, &far, to_port, &pending, &stop_link));
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    // Stop the forwarders already started; the PFEs stop when dropped.
+                    stop_forwarders(&stop, threads);
+                    return Err(ConfigError::new(
+                        "link",
+                        format!("cannot spawn the forwarder of link {to}.{to_port}: {e}"),
+                    ));
+                }
+            }
         }
         Ok(Chassis {
             names,
@@ -207,6 +216,15 @@ impl ChassisBuilder {
             threads,
             stop,
         })
+    }
+}
+
+/// Stops and joins link forwarders (a forwarder exits once `stop` is set and its link is
+/// idle).
+fn stop_forwarders(stop: &AtomicBool, threads: Vec<JoinHandle<()>>) {
+    stop.store(true, Ordering::Release);
+    for h in threads {
+        let _ = h.join();
     }
 }
 

@@ -4,11 +4,13 @@
 //! port's queue); at the end of each released batch every non-empty queue is handed to the
 //! sink as one [`Frames`] burst, in order.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_channel::{Receiver, Sender};
 use crossbeam_utils::CachePadded;
 
+use super::contain::PanicLog;
 use crate::packet::{Dest, Packet, Port};
 
 /// Where one frame of a burst is: buffer `src` of the burst's sources, `len` bytes at `off`.
@@ -17,6 +19,32 @@ pub(crate) struct Span {
     pub src: u32,
     pub off: u32,
     pub len: u32,
+    /// Whether the frame stands for an ingress packet (set by [`PortQueues::push`]), so a
+    /// sink that panics on it drops that packet.
+    pub own: Own,
+}
+
+impl Span {
+    /// A span of no ingress packet's own (until [`PortQueues::push`] says otherwise).
+    pub fn new(src: u32, off: u32, len: u32) -> Span {
+        Span {
+            src,
+            off,
+            len,
+            own: Own::No,
+        }
+    }
+}
+
+/// Which ingress packet, if any, a queued frame stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Own {
+    /// A created packet, or a multicast copy past the first.
+    No,
+    /// A forwarded packet.
+    Forwarded,
+    /// A multicast packet (its copy to the group's first port).
+    Multicast,
 }
 
 /// A burst of frames leaving one port, in order. The frames are read where the engine
@@ -62,9 +90,20 @@ impl<'a> Frames<'a> {
 
 /// Receives the frames leaving the engine. Called from PPE threads; with reordering on,
 /// calls are serialised and each port's frames arrive in flow order.
+///
+/// A panic in `deliver` is caught: the burst's frames are lost, the ingress packets among
+/// them are counted as dropped (`sink_panic`), and the panic is reported in
+/// [`crate::pfe::Stats::callback_panics`]; the engine goes on.
 pub trait Sink: Send + Sync {
     /// Takes a burst of frames leaving `port`.
     fn deliver(&self, port: Port, frames: Frames<'_>);
+
+    /// The ports `0..n` this sink has, if it has a fixed number: an engine built with it
+    /// has no more ports (see [`crate::pfe::PfeBuilder::ports`]), so a packet sent to
+    /// another port is dropped as `no_such_port`. `None` (the default): any port.
+    fn ports(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Throws frames away (they are still counted in the engine's egress stats).
@@ -82,7 +121,8 @@ pub struct CountingSink {
 }
 
 impl CountingSink {
-    /// A counter for ports `0..ports`; frames to higher ports count on the last one.
+    /// A counter for ports `0..ports` (at least one). An engine built with it has these
+    /// ports only ([`Sink::ports`]): packets sent to others are dropped as `no_such_port`.
     pub fn new(ports: usize) -> Self {
         CountingSink {
             ports: (0..ports.max(1))
@@ -128,6 +168,10 @@ impl Sink for CountingSink {
         slot[0].fetch_add(frames.len() as u64, Ordering::Relaxed);
         slot[1].fetch_add(frames.total_bytes(), Ordering::Relaxed);
     }
+
+    fn ports(&self) -> Option<usize> {
+        Some(self.ports.len())
+    }
 }
 
 /// Sends every frame as an owned [`Packet`] down a channel (one allocation per frame: for
@@ -169,9 +213,14 @@ impl<F: Fn(Port, &[u8]) + Send + Sync> Sink for FnSink<F> {
     }
 }
 
-/// Per-port transmit counters (frames, bytes), published per burst.
+/// Per-port transmit counters (frames, bytes), published per burst, and what sinks that
+/// panicked lost.
 pub(crate) struct TxCounters {
     ports: Box<[CachePadded<[AtomicU64; 2]>]>,
+    /// Ingress packets lost in a panicking sink: forwarded, multicast.
+    lost: [AtomicU64; 2],
+    /// The sinks' panics.
+    pub sink_panics: PanicLog,
 }
 
 impl TxCounters {
@@ -180,7 +229,17 @@ impl TxCounters {
             ports: (0..ports)
                 .map(|_| CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]))
                 .collect(),
+            lost: [AtomicU64::new(0), AtomicU64::new(0)],
+            sink_panics: PanicLog::default(),
         }
+    }
+
+    /// Ingress packets a panicking sink lost: (forwarded, multicast).
+    pub fn lost(&self) -> (u64, u64) {
+        (
+            self.lost[0].load(Ordering::Relaxed),
+            self.lost[1].load(Ordering::Relaxed),
+        )
     }
 
     pub fn per_port(&self) -> Vec<(u64, u64)> {
@@ -207,14 +266,23 @@ impl PortQueues {
     }
 
     /// Queues a frame for its destination (already validated against the port and group
-    /// tables by the PPE thread).
+    /// tables by the PPE thread); `own` when it is an ingress packet's own frame (not a
+    /// created one).
     #[inline]
-    pub fn push(&mut self, dest: Dest, span: Span, groups: &[Vec<Port>]) {
+    pub fn push(&mut self, dest: Dest, span: Span, own: bool, groups: &[Vec<Port>]) {
         match dest {
-            Dest::Port(p) => self.push_port(p, span),
+            Dest::Port(p) => {
+                let own = if own { Own::Forwarded } else { Own::No };
+                self.push_port(p, Span { own, ..span })
+            }
             Dest::Group(g) => {
-                for &p in &groups[g as usize] {
-                    self.push_port(p, span);
+                for (i, &p) in groups[g as usize].iter().enumerate() {
+                    let own = if own && i == 0 {
+                        Own::Multicast
+                    } else {
+                        Own::No
+                    };
+                    self.push_port(p, Span { own, ..span });
                 }
             }
         }
@@ -234,10 +302,24 @@ impl PortQueues {
         for port in self.dirty.drain(..) {
             let q = &mut self.queues[port as usize];
             let frames = Frames { sources, spans: q };
-            let c = &tx.ports[port as usize];
-            c[0].fetch_add(frames.len() as u64, Ordering::Relaxed);
-            c[1].fetch_add(frames.total_bytes(), Ordering::Relaxed);
-            sink.deliver(port, frames);
+            // A sink's panic must not kill this thread: that would strand everything in
+            // flight (see `pfe::contain`).
+            match catch_unwind(AssertUnwindSafe(|| sink.deliver(port, frames))) {
+                Ok(()) => {
+                    let c = &tx.ports[port as usize];
+                    c[0].fetch_add(frames.len() as u64, Ordering::Relaxed);
+                    c[1].fetch_add(frames.total_bytes(), Ordering::Relaxed);
+                }
+                Err(payload) => {
+                    tx.sink_panics.record(payload.as_ref());
+                    for (own, lost) in
+                        [(Own::Forwarded, &tx.lost[0]), (Own::Multicast, &tx.lost[1])]
+                    {
+                        let n = q.iter().filter(|s| s.own == own).count() as u64;
+                        lost.fetch_add(n, Ordering::Relaxed);
+                    }
+                }
+            }
             q.clear();
         }
     }

@@ -14,6 +14,7 @@
 
 mod batch;
 pub mod chassis;
+mod contain;
 mod dispatch;
 pub mod egress;
 mod ingress;
@@ -22,6 +23,8 @@ mod latency;
 mod loom_tests;
 mod ppe;
 mod reorder;
+#[cfg(test)]
+mod start_tests;
 mod stats;
 mod timers;
 
@@ -42,12 +45,16 @@ pub use latency::LatencyStats;
 pub use stats::Stats;
 
 use self::batch::{Batch, Slot};
+use self::contain::{GuardedClock, PanicLog};
 use self::dispatch::Dispatch;
 use self::egress::TxCounters;
 use self::ingress::IngressState;
 use self::latency::LatencyRecorder;
 use self::reorder::ReorderStage;
-use self::stats::{WorkerStats, DROP_OVERSIZE, DROP_RUNT, DROP_RX_FULL, ENGINE_DROP_REASONS};
+use self::stats::{
+    WorkerStats, DROP_CLASSIFIER_PANIC, DROP_OVERSIZE, DROP_RUNT, DROP_RX_FULL, DROP_SINK_PANIC,
+    ENGINE_DROP_REASONS,
+};
 use self::timers::TimerState;
 use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
@@ -62,6 +69,8 @@ use crate::timer::{Clock, SystemClock, TimerSet, TimerSpec};
 pub const MAX_PPE_THREADS: usize = 4096;
 /// Default packets per dispatch batch.
 pub const DEFAULT_BATCH_SIZE: usize = 32;
+/// Largest in-flight capacity, in packets.
+pub const MAX_CAPACITY: usize = 1 << 20;
 /// Default in-flight capacity, in packets.
 pub const DEFAULT_CAPACITY: usize = 16_384;
 /// Default number of reorder contexts.
@@ -107,6 +116,8 @@ pub struct PfeBuilder {
     program: Option<Program>,
     cfg: Config,
     ppe_threads: Option<usize>,
+    /// Ports asked for with [`PfeBuilder::ports`] (else the default, or the sink's).
+    ports: Option<usize>,
     groups: Vec<(GroupId, Vec<Port>)>,
     mem_config: MemConfig,
     memory: Option<Arc<SharedMemory>>,
@@ -150,6 +161,7 @@ impl PfeBuilder {
                 latency: false,
             },
             ppe_threads: None,
+            ports: None,
             groups: Vec::new(),
             mem_config: MemConfig::default(),
             memory: None,
@@ -188,8 +200,8 @@ impl PfeBuilder {
         self
     }
 
-    /// Packets in flight at most; a full engine blocks [`Pfe::inject`] and hands packets
-    /// back from [`Pfe::try_inject`] (default 16384).
+    /// Packets in flight at most, `batch_size` to [`MAX_CAPACITY`]; a full engine blocks
+    /// [`Pfe::inject`] and hands packets back from [`Pfe::try_inject`] (default 16384).
     pub fn capacity(mut self, n: usize) -> Self {
         self.cfg.capacity = n;
         self
@@ -213,9 +225,10 @@ impl PfeBuilder {
         self
     }
 
-    /// Egress ports `0..n`, 1 to 4096 (default 64).
+    /// Egress ports `0..n`, 1 to 4096 (default 64, or fewer when the sink has fewer:
+    /// [`Sink::ports`]; more than the sink has is refused).
     pub fn ports(mut self, n: usize) -> Self {
-        self.cfg.ports = n;
+        self.ports = Some(n);
         self
     }
 
@@ -288,6 +301,7 @@ impl PfeBuilder {
             program,
             mut cfg,
             ppe_threads,
+            ports,
             groups,
             mem_config,
             memory,
@@ -324,14 +338,12 @@ impl PfeBuilder {
                 format!("{} is out of range; accepted 1..=1024", cfg.batch_size),
             ));
         }
-        if cfg.capacity < cfg.batch_size || cfg.capacity > 1 << 20 {
+        if cfg.capacity < cfg.batch_size || cfg.capacity > MAX_CAPACITY {
             return Err(ConfigError::new(
                 "capacity",
                 format!(
-                    "{} is out of range; accepted batch_size ({})..={}",
-                    cfg.capacity,
-                    cfg.batch_size,
-                    1 << 24
+                    "{} is out of range; accepted batch_size ({})..={MAX_CAPACITY}",
+                    cfg.capacity, cfg.batch_size,
                 ),
             ));
         }
@@ -345,6 +357,17 @@ impl PfeBuilder {
                 ),
             ));
         }
+        cfg.ports = match (ports, sink.ports()) {
+            (Some(n), Some(has)) if n > has => {
+                return Err(ConfigError::new(
+                    "ports",
+                    format!("{n} ports asked for, but the sink has only {has} (ports 0..{has})"),
+                ))
+            }
+            (Some(n), _) => n,
+            (None, Some(has)) => DEFAULT_PORTS.min(has),
+            (None, None) => DEFAULT_PORTS,
+        };
         if !(1..=4096).contains(&cfg.ports) {
             return Err(ConfigError::new(
                 "ports",
@@ -425,6 +448,7 @@ impl PfeBuilder {
             cfg.timers.len(),
             launcher_unparker.clone(),
         );
+        let clock_panics = Arc::new(PanicLog::default());
         let max_batches = cfg.capacity.div_ceil(cfg.batch_size) + cfg.ppe_threads + 4;
         let shared = Shared {
             dispatch,
@@ -449,7 +473,13 @@ impl PfeBuilder {
                 .map(|_| CachePadded::new(Mutex::new(WorkerStats::new(drop_reason_names.len()))))
                 .collect(),
             drop_reason_names,
-            clock: clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
+            clock: match clock {
+                // A user's clock may panic: contain it (see `contain`).
+                Some(c) => Arc::new(GuardedClock::new(c, Arc::clone(&clock_panics))),
+                None => Arc::new(SystemClock::new()),
+            },
+            clock_panics,
+            classifier_panics: PanicLog::default(),
             timers: launcher_unparker.map(|u| TimerState::new(timer_set, u)),
             state: AtomicU8::new(STATE_BUILT),
             program,
@@ -562,6 +592,10 @@ pub(crate) struct Shared {
     pub drop_reason_names: Vec<String>,
     /// Where time comes from, for timers and programs.
     pub clock: Arc<dyn Clock>,
+    /// Panics of a user's clock, caught by its `GuardedClock`.
+    pub clock_panics: Arc<PanicLog>,
+    /// Panics of a custom flow classifier, caught at ingress (each drops its frame).
+    pub classifier_panics: PanicLog,
     /// Timer bookkeeping (`None` without timers).
     pub timers: Option<TimerState>,
     pub state: AtomicU8,
@@ -624,6 +658,58 @@ impl fmt::Display for TryInjectError {
 
 impl std::error::Error for TryInjectError {}
 
+/// Makes one of the engine's threads: [`std::thread::Builder::spawn`], or a test's stand-in.
+type SpawnFn<'a> = dyn FnMut(std::thread::Builder, Box<dyn FnOnce() + Send>) -> std::io::Result<JoinHandle<()>>
+    + 'a;
+
+/// Why [`Pfe::start`] failed.
+#[derive(Debug)]
+pub enum StartError {
+    /// The engine was shut down; an engine cannot be restarted.
+    Stopped,
+    /// The operating system refused a thread (memory for its stack, a limit on threads or
+    /// processes). The threads already started were stopped and joined, and the engine is
+    /// shut down.
+    Spawn {
+        /// The thread that could not be spawned (`pfemu-ppe-N` or `pfemu-timers`).
+        thread: String,
+        /// PPE threads that had started.
+        started: usize,
+        /// PPE threads the engine is configured with.
+        ppe_threads: usize,
+        /// The operating system's error.
+        reason: std::io::Error,
+    },
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Stopped => f.write_str("the engine was shut down and cannot be restarted"),
+            StartError::Spawn {
+                thread,
+                started,
+                ppe_threads,
+                reason,
+            } => write!(
+                f,
+                "cannot spawn thread {thread}: {reason}; {started} of {ppe_threads} PPE threads \
+                 had started (stopped again; fewer `ppe_threads`, or more memory or a higher \
+                 thread limit, would let it start)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Spawn { reason, .. } => Some(reason),
+            StartError::Stopped => None,
+        }
+    }
+}
+
 /// A Packet Forwarding Engine. Share it between injecting threads with an `Arc`: every
 /// method but [`Pfe::start`] and [`Pfe::shutdown`] takes `&self`.
 pub struct Pfe {
@@ -684,10 +770,15 @@ impl Pfe {
 
     /// Spawns the PPE threads. Starting a running engine does nothing; a shut-down engine
     /// cannot be restarted.
-    pub fn start(&mut self) -> Result<(), InjectError> {
+    pub fn start(&mut self) -> Result<(), StartError> {
+        self.start_with(&mut |builder, body| builder.spawn(body))
+    }
+
+    /// [`Pfe::start`] with the threads made by `spawn` (tests inject failures here).
+    fn start_with(&mut self, spawn: &mut SpawnFn<'_>) -> Result<(), StartError> {
         match self.shared.state.load(Ordering::Acquire) {
             STATE_RUNNING => return Ok(()),
-            STATE_STOPPED => return Err(InjectError::NotRunning),
+            STATE_STOPPED => return Err(StartError::Stopped),
             _ => {}
         }
         let cores = if self.shared.cfg.pin_threads {
@@ -704,23 +795,49 @@ impl Pfe {
             } else {
                 Some(cores[me % cores.len()])
             };
-            let handle = std::thread::Builder::new()
+            let builder = std::thread::Builder::new()
                 .name(format!("pfemu-ppe-{me}"))
-                .stack_size(512 * 1024)
-                .spawn(move || ppe::run(shared, me, parker, pin))
-                .expect("spawning a PPE thread");
-            workers.push(handle);
+                .stack_size(512 * 1024);
+            match spawn(builder, Box::new(move || ppe::run(shared, me, parker, pin))) {
+                Ok(handle) => workers.push(handle),
+                Err(reason) => {
+                    drop(workers);
+                    return Err(self.abort_start(format!("pfemu-ppe-{me}"), me, reason));
+                }
+            }
         }
-        if let Some(parker) = self.launcher_parker.lock().take() {
+        drop(workers);
+        let launcher_parker = self.launcher_parker.lock().take();
+        if let Some(parker) = launcher_parker {
             let shared = Arc::clone(&self.shared);
-            let handle = std::thread::Builder::new()
-                .name("pfemu-timers".into())
-                .spawn(move || timers::run(shared, parker))
-                .expect("spawning the timer launcher");
-            *self.launcher.lock() = Some(handle);
+            let builder = std::thread::Builder::new().name("pfemu-timers".into());
+            match spawn(builder, Box::new(move || timers::run(shared, parker))) {
+                Ok(handle) => *self.launcher.lock() = Some(handle),
+                Err(reason) => {
+                    let started = self.shared.cfg.ppe_threads;
+                    return Err(self.abort_start("pfemu-timers".into(), started, reason));
+                }
+            }
         }
         self.shared.state.store(STATE_RUNNING, Ordering::Release);
         Ok(())
+    }
+
+    /// Stops the threads a failed [`Pfe::start_with`] started (nothing was injected, so
+    /// they only wait for work) and shuts the engine down; returns the error to report.
+    fn abort_start(
+        &mut self,
+        thread: String,
+        started: usize,
+        reason: std::io::Error,
+    ) -> StartError {
+        self.stop();
+        StartError::Spawn {
+            thread,
+            started,
+            ppe_threads: self.shared.cfg.ppe_threads,
+            reason,
+        }
     }
 
     /// The validated configuration.
@@ -853,7 +970,7 @@ impl Pfe {
                 .pool
                 .pop()
                 .unwrap_or_else(|| Box::new(Batch::with_capacity(bs)));
-            let (mut seen, mut runts, mut oversize) = (0u64, 0u64, 0u64);
+            let (mut seen, mut runts, mut oversize, mut unclassified) = (0u64, 0u64, 0u64, 0u64);
             for (port, frame) in frames.by_ref() {
                 seen += 1;
                 let bytes = frame.bytes();
@@ -865,7 +982,23 @@ impl Pfe {
                     oversize += 1;
                     continue;
                 }
-                let ctx = (sh.cfg.classifier.flow_key(port, bytes) & mask) as u32;
+                let key = match &sh.cfg.classifier {
+                    // A user's function may panic: drop the frame (see `contain`).
+                    FlowClassifier::Custom(f) => {
+                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            f(port, bytes)
+                        })) {
+                            Ok(k) => k,
+                            Err(payload) => {
+                                sh.classifier_panics.record(payload.as_ref());
+                                unclassified += 1;
+                                continue;
+                            }
+                        }
+                    }
+                    c => c.flow_key(port, bytes),
+                };
+                let ctx = (key & mask) as u32;
                 let len = bytes.len() as u32;
                 let (off, shared) = frame.store(&mut batch);
                 batch.slots.push(Slot {
@@ -906,7 +1039,7 @@ impl Pfe {
                 c[DROP_RX_FULL + 1].fetch_add(no_room, Ordering::Relaxed);
             }
             taken += match admit {
-                Admit::Offer => seen - runts - oversize - no_room,
+                Admit::Offer => seen - runts - oversize - unclassified - no_room,
                 Admit::Wait | Admit::AllOrNone => seen,
             };
             if n == no_room {
@@ -1060,6 +1193,12 @@ impl Pfe {
         total.drops[DROP_RUNT] += c[DROP_RUNT + 1].load(Ordering::Relaxed);
         total.drops[DROP_OVERSIZE] += c[DROP_OVERSIZE + 1].load(Ordering::Relaxed);
         total.drops[DROP_RX_FULL] += c[DROP_RX_FULL + 1].load(Ordering::Relaxed);
+        total.drops[DROP_CLASSIFIER_PANIC] += sh.classifier_panics.count();
+        // Packets a panicking sink lost left the PPE threads as forwarded or multicast.
+        let (lost_fwd, lost_mc) = sh.tx.lost();
+        total.forwarded -= lost_fwd.min(total.forwarded);
+        total.multicast -= lost_mc.min(total.multicast);
+        total.drops[DROP_SINK_PANIC] += lost_fwd + lost_mc;
         let mut s = Stats {
             packets_in: c[0].load(Ordering::Relaxed),
             packets_out: total.forwarded + total.multicast,
@@ -1082,6 +1221,15 @@ impl Pfe {
             latency: sh.latency.as_ref().map(|l| LatencyStats::of(&l.snapshot())),
             ..Stats::default()
         };
+        for (name, log) in [
+            ("sink", &sh.tx.sink_panics),
+            ("clock", &*sh.clock_panics),
+            ("classifier", &sh.classifier_panics),
+        ] {
+            if let Some(p) = log.snapshot() {
+                s.callback_panics.insert(name.to_string(), p);
+            }
+        }
         if let Some(t) = &sh.timers {
             let c = t.counts();
             s.timer_launches = c.launches;

@@ -121,12 +121,12 @@ fn run_timer(
     for r in &out.recs {
         st.created += 1;
         if dest_exists(shared, r.dest) {
-            let span = Span {
-                src: r.src,
-                off: r.off,
-                len: r.len,
-            };
-            queues.push(r.dest, span, &shared.groups);
+            queues.push(
+                r.dest,
+                Span::new(r.src, r.off, r.len),
+                false,
+                &shared.groups,
+            );
         } else {
             st.created_invalid += 1;
         }
@@ -151,16 +151,12 @@ fn retire(shared: &Shared, mut batch: Box<Batch>, released: u64) {
 }
 
 fn release_unordered(shared: &Shared, batch: &Batch, queues: &mut PortQueues) -> u64 {
-    for r in &batch.out.recs {
-        queues.push(
-            r.dest,
-            Span {
-                src: r.src,
-                off: r.off,
-                len: r.len,
-            },
-            &shared.groups,
-        );
+    for c in &batch.done {
+        let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
+        for (i, r) in recs.iter().enumerate() {
+            let span = Span::new(r.src, r.off, r.len);
+            queues.push(r.dest, span, c.own && i == 0, &shared.groups);
+        }
     }
     queues.flush(
         &[&batch.frames, &batch.out.bytes],
@@ -238,8 +234,10 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
                 None
             }
         };
+        let mut left = false;
         if let Some(dest) = own_dest {
             if dest_exists(shared, dest) {
+                left = true;
                 // Unload the (possibly rewritten) head and rejoin it with the tail: in place
                 // in the packet buffer when the head kept its place and size, the tail was
                 // not replaced and the frame was copied in (a shared frame is never written),
@@ -279,6 +277,7 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
             seq: s.seq,
             outs_start: outs_start as u32,
             outs_end: out.recs.len() as u32,
+            own: left,
         });
     }
     for (a, b) in st.xtxns.iter_mut().zip(core.xtxns.iter_mut()) {

@@ -30,6 +30,8 @@ use crate::sync::{fence, AtomicU64, Mutex, Ordering, SegQueue};
 struct Held {
     bytes: Vec<u8>,
     recs: Vec<(Dest, u32, u32)>,
+    /// The packet left: `recs[0]` is its own frame.
+    own: bool,
     ingress_ns: u64,
 }
 
@@ -155,6 +157,7 @@ impl ReorderEngine {
                         .extend_from_slice(&src[r.off as usize..(r.off + r.len) as usize]);
                     h.recs.push((r.dest, off, r.len));
                 }
+                h.own = c.own;
                 h.ingress_ns = batch.ingress_ns;
                 self.held.insert((c.ctx, c.seq), h);
                 held += 1;
@@ -163,16 +166,9 @@ impl ReorderEngine {
             *next = next.wrapping_add(1);
             released += 1;
             leaving += u64::from(!recs.is_empty());
-            for r in recs {
-                self.queues.push(
-                    r.dest,
-                    Span {
-                        src: r.src,
-                        off: r.off,
-                        len: r.len,
-                    },
-                    groups,
-                );
+            for (i, r) in recs.iter().enumerate() {
+                let span = Span::new(r.src, r.off, r.len);
+                self.queues.push(r.dest, span, c.own && i == 0, groups);
             }
             if !self.held.is_empty() {
                 released += self.release_held(c.ctx, groups);
@@ -209,8 +205,9 @@ impl ReorderEngine {
                 return released;
             };
             let src = SRC_HELD_BASE + self.releasing.len() as u32;
-            for &(dest, off, len) in &h.recs {
-                self.queues.push(dest, Span { src, off, len }, groups);
+            for (i, &(dest, off, len)) in h.recs.iter().enumerate() {
+                self.queues
+                    .push(dest, Span::new(src, off, len), h.own && i == 0, groups);
             }
             self.releasing.push(h);
             self.next[ctx as usize] = seq.wrapping_add(1);

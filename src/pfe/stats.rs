@@ -11,19 +11,24 @@ use crate::program::FaultKind;
 
 /// Drop reasons the engine itself uses, ahead of the program's own and the fault reasons.
 /// `rx_full`: offered with [`crate::pfe::Pfe::offer_burst`] while the engine was full (a
-/// NIC's receive ring overflowing).
-pub(crate) const ENGINE_DROP_REASONS: [&str; 5] = [
+/// NIC's receive ring overflowing). `classifier_panic`, `sink_panic`: a callback panicked on
+/// the packet (see `pfe::contain`).
+pub(crate) const ENGINE_DROP_REASONS: [&str; 7] = [
     "runt",
     "oversize",
     "rx_full",
     "no_such_port",
     "no_such_group",
+    "classifier_panic",
+    "sink_panic",
 ];
 pub(crate) const DROP_RUNT: usize = 0;
 pub(crate) const DROP_OVERSIZE: usize = 1;
 pub(crate) const DROP_RX_FULL: usize = 2;
 pub(crate) const DROP_NO_SUCH_PORT: usize = 3;
 pub(crate) const DROP_NO_SUCH_GROUP: usize = 4;
+pub(crate) const DROP_CLASSIFIER_PANIC: usize = 5;
+pub(crate) const DROP_SINK_PANIC: usize = 6;
 /// Index of the first fault drop reason; program reasons follow the fault reasons.
 pub(crate) const DROP_FAULT_BASE: usize = ENGINE_DROP_REASONS.len();
 pub(crate) const DROP_PROGRAM_BASE: usize = DROP_FAULT_BASE + FaultKind::COUNT;
@@ -173,6 +178,11 @@ pub struct Stats {
     /// Ingress-to-egress latency of the packets that left, when the engine measures it
     /// ([`crate::pfe::PfeBuilder::latency`]; since the last [`crate::pfe::Pfe::reset_latency`]).
     pub latency: Option<LatencyStats>,
+    /// Panics the engine caught in callbacks it runs: `sink` (a [`crate::pfe::Sink`]'s
+    /// `deliver`), `clock` (a [`crate::timer::Clock`]), `classifier` (a
+    /// [`crate::pfe::FlowClassifier::Custom`] function): how many, and the first one's
+    /// message. Panics in program closures are faults (`faults`, `fault_panic`) instead.
+    pub callback_panics: BTreeMap<String, (u64, String)>,
 }
 
 impl Stats {

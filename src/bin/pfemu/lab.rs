@@ -23,7 +23,7 @@ pub struct L3fwdArgs {
     #[arg(long, default_value_t = 10_000_000)]
     packets: u64,
     /// Offer frames for this many seconds instead of --packets frames.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = super::parse_secs)]
     duration: Option<f64>,
     /// Frame size in bytes (64..=9216).
     #[arg(long, default_value_t = 64)]
@@ -84,7 +84,17 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
         seed: a.seed,
         duration_s: a.duration,
     };
-    let workload = l3fwd::prepare(&cfg)?;
+    if a.route_file.is_none() {
+        pfemu::microcode::l3fwd::RouteTable::check_generated_count(a.routes)
+            .map_err(|e| format!("invalid option `--routes`: {e}"))?;
+    }
+    let spinner = Progress::spinner(
+        "generating the routes, the DIR-24-8 table and the traffic",
+        a.json,
+    );
+    let workload = l3fwd::prepare(&cfg);
+    spinner.finish();
+    let workload = workload?;
     let mut runs: Vec<L3fwdBenchReport> = Vec::new();
     for run in 0..a.runs {
         let bar = Progress::new(&format!("run {}/{}", run + 1, a.runs), a.json);
@@ -175,6 +185,10 @@ pub struct DeviceArgs {
 
 impl DeviceArgs {
     fn device(&self) -> Result<PfeDevice, Box<dyn std::error::Error>> {
+        if self.program == DeviceArg::L3fwd {
+            pfemu::microcode::l3fwd::RouteTable::check_generated_count(self.routes)
+                .map_err(|e| format!("invalid option `--routes`: {e}"))?;
+        }
         Ok(PfeDevice::new(PfeDeviceConfig {
             program: match self.program {
                 DeviceArg::Filter => DeviceProgram::Filter,

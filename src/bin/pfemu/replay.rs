@@ -195,6 +195,15 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
                 ..d
             })
         }
+        (ReplayProgramArg::L3fwd, None) if a.route_file.is_none() => {
+            pfemu::microcode::l3fwd::RouteTable::check_generated_count(a.routes)
+                .map_err(|e| format!("invalid option `--routes`: {e}"))?;
+            ReplayProgram::L3fwd(Routes::Generated {
+                count: a.routes,
+                ports: a.route_ports,
+                seed: 1,
+            })
+        }
         (ReplayProgramArg::L3fwd, None) => ReplayProgram::L3fwd(match &a.route_file {
             Some(f) => Routes::File(f.clone()),
             None => Routes::Generated {

@@ -70,7 +70,7 @@ pub struct ServeArgs {
     pub ppe_threads: usize,
     /// Stop after this many seconds (default: run until --idle-exit-ms, SIGINT or SIGTERM;
     /// each stops gracefully and prints the final report).
-    #[arg(long)]
+    #[arg(long, value_parser = super::parse_secs)]
     pub seconds: Option<f64>,
     /// Stop after this long without a datagram, once one has arrived.
     #[arg(long)]
@@ -85,7 +85,8 @@ pub struct ServeArgs {
     /// net.core.rmem_max; 0 keeps the system's default).
     #[arg(long, default_value_t = 4096)]
     pub recv_buffer_kb: usize,
-    /// Print the final report as JSON.
+    /// Print the final report as one JSON object (the `listening` line then goes to
+    /// standard error).
     #[arg(long)]
     pub json: bool,
 }
@@ -134,7 +135,7 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 50)]
     pub retransmit_ms: u64,
     /// Give up after this many seconds without a Result.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = super::parse_secs)]
     pub give_up_s: f64,
     /// Fault injection: drop every N-th packet this worker sends.
     #[arg(long)]
@@ -173,11 +174,12 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
         log_warnings: true,
     };
-    if let Some(s) = a.seconds {
-        if !(s.is_finite() && s > 0.0) {
-            return Err(format!("invalid `--seconds`: {s} is not a positive number").into());
-        }
-    }
+    // Checked by clap (`parse_secs`); converted before binding, so nothing can fail later.
+    let duration = a
+        .seconds
+        .map(pfemu::duration::secs)
+        .transpose()
+        .map_err(|e| format!("invalid option `--seconds`: {e}"))?;
     let server = Server::bind(&cfg)?;
     // SIGINT / SIGTERM stop the server the graceful way: the engine drains, every Result in
     // flight goes out, and the final report is printed.
@@ -185,11 +187,16 @@ pub fn serve(a: &ServeArgs) -> CliResult {
     ctrlc::set_handler(move || stop.stop())
         .map_err(|e| format!("cannot install the SIGINT/SIGTERM handler: {e}"))?;
     let addr = server.local_addr()?;
-    // The first line is the address, so a script (or a test) can read the port.
-    println!("listening {addr}");
+    // The first line is the address, so a script (or a test) can read the port; with
+    // --json it goes to standard error, so standard output is one JSON object.
+    if a.json {
+        eprintln!("listening {addr}");
+    } else {
+        println!("listening {addr}");
+    }
     let cpu0 = serve::process_cpu_times();
     let report = server.run(RunLimits {
-        duration: a.seconds.map(Duration::from_secs_f64),
+        duration,
         idle_exit: a.idle_exit_ms.map(Duration::from_millis),
     });
     let cpu = match (cpu0, serve::process_cpu_times()) {
@@ -285,24 +292,59 @@ fn read_vector(path: &PathBuf) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     Ok(v)
 }
 
+/// The `--vector` values as Trio-ML's 32-bit integer gradients (rounded); one that does
+/// not fit is refused rather than saturated.
+fn ints_of(v: &[f64]) -> Result<Vec<i32>, String> {
+    v.iter()
+        .map(|&x| {
+            let r = x.round();
+            if (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&r) {
+                Ok(r as i32)
+            } else {
+                Err(format!(
+                    "invalid `--vector`: {x} does not fit a 32-bit integer gradient"
+                ))
+            }
+        })
+        .collect()
+}
+
+/// The `--vector` values as FP32 gradients; one beyond FP32's range is refused rather than
+/// made infinite.
+fn floats_of(v: &[f64]) -> Result<Vec<f32>, String> {
+    v.iter()
+        .map(|&x| {
+            let f = x as f32;
+            if f.is_finite() {
+                Ok(f)
+            } else {
+                Err(format!(
+                    "invalid `--vector`: {x} does not fit an FP32 gradient"
+                ))
+            }
+        })
+        .collect()
+}
+
 /// `pfemu worker`.
 pub fn worker(a: &WorkerArgs) -> CliResult {
     let retransmit = (a.retransmit_ms > 0).then(|| Duration::from_millis(a.retransmit_ms));
     let wcfg = serve::worker_config(a.job, a.src, a.grads_per_packet, a.window, retransmit);
+    if a.vector.is_none() {
+        // The vector, its scaled copy, the sums and the expected sums.
+        pfemu::limits::check_fits("--gradients", a.gradients as u64, "gradients", 32)?;
+    }
     let file = a.vector.as_ref().map(read_vector).transpose()?;
     let mut w = match (&file, a.fpisa) {
-        (Some(v), false) => Worker::new(wcfg, v.iter().map(|&x| x.round() as i32).collect())?,
-        (Some(v), true) => {
-            Worker::from_f32(wcfg, &v.iter().map(|&x| x as f32).collect::<Vec<_>>())?
-        }
+        (Some(v), false) => Worker::new(wcfg, ints_of(v)?)?,
+        (Some(v), true) => Worker::from_f32(wcfg, &floats_of(v)?)?,
         (None, false) => Worker::new(wcfg, serve::seeded_ints(a.seed, a.src, a.gradients))?,
         (None, true) => Worker::from_f32(wcfg, &serve::seeded_floats(a.seed, a.src, a.gradients))?,
     };
-    if !(a.give_up_s.is_finite() && a.give_up_s > 0.0) {
-        return Err(format!("invalid `--give-up-s`: {} is not positive", a.give_up_s).into());
-    }
+    let give_up_after = pfemu::duration::secs(a.give_up_s)
+        .map_err(|e| format!("invalid option `--give-up-s`: {e}"))?;
     let ccfg = ClientConfig {
-        give_up_after: Duration::from_secs_f64(a.give_up_s),
+        give_up_after,
         drop_every: a.drop_every,
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
         join: !a.no_join,

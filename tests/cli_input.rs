@@ -1,0 +1,255 @@
+//! What the command line refuses, and how: every option that comes from the user is checked
+//! where it enters, with an error that names it, and nothing it is given makes pfemu panic
+//! or hang (issue 13).
+
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pfemu");
+
+/// How long a refused command may take: they all fail before any real work.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Waits for `child` until `deadline`, reading its output meanwhile; a child still running
+/// then is killed and the test fails, naming `what`.
+fn wait_within(mut child: Child, deadline: Duration, what: &str) -> Output {
+    let take = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = take(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = take(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`pfemu {what}` did not exit within {deadline:?}: it hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// Runs `pfemu ARGS` to completion (within [`DEADLINE`]).
+fn pfemu(args: &[&str]) -> Output {
+    let child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pfemu");
+    wait_within(child, DEADLINE, &args.join(" "))
+}
+
+/// `pfemu ARGS` fails (exit status 2) with an error naming `option`, without a panic.
+fn refused(args: &[&str], option: &str) -> String {
+    let o = pfemu(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        !err.contains("panicked"),
+        "`pfemu {}` panicked:\n{err}",
+        args.join(" ")
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "`pfemu {}` should fail: {err}",
+        args.join(" ")
+    );
+    assert!(
+        err.contains(option),
+        "`pfemu {}`: the error does not name {option}:\n{err}",
+        args.join(" ")
+    );
+    err
+}
+
+/// Durations given in seconds as floats: too large, zero, negative, NaN and infinite values
+/// are refused where they enter, naming the option (they used to panic in
+/// `Duration::from_secs_f64`, or print `NaNx` for `--duration 0`).
+#[test]
+fn float_durations_out_of_range_are_refused_naming_the_option() {
+    let commands: [(&[&str], &str); 6] = [
+        (&["bench", "filter", "--packets", "1000"], "--duration"),
+        (&["bench", "l3fwd", "--routes", "100"], "--duration"),
+        (&["run", "filter", "--packets", "1000"], "--duration"),
+        (
+            &["serve", "--listen", "127.0.0.1:0", "--job", "1:1"],
+            "--seconds",
+        ),
+        (
+            &["worker", "--server", "127.0.0.1:9", "--src", "0"],
+            "--give-up-s",
+        ),
+        (&["bench", "timers"], "--seconds"),
+    ];
+    for (base, option) in commands {
+        for value in ["1e300", "0", "-1", "NaN", "inf"] {
+            let arg = format!("{option}={value}");
+            let mut args = base.to_vec();
+            args.push(&arg);
+            let err = refused(&args, option);
+            if value == "1e300" {
+                assert!(err.contains("too large"), "{err}");
+            }
+        }
+    }
+    // Milliseconds as floats, likewise.
+    let out = std::env::temp_dir().join(format!("pfemu-cli-input-{}", std::process::id()));
+    let out = out.to_str().expect("a UTF-8 temp dir");
+    let all: &[&str] = &["1e300", "0", "-1", "NaN", "inf"];
+    for (base, option, values) in [
+        (&["bench", "timers"][..], "--period-ms", all),
+        (&["bench", "trio-ml"][..], "--scan-period-ms", all),
+        (
+            &["experiment", "fig14", "--out", out][..],
+            "--scan-period-ms",
+            all,
+        ),
+        // No compute at all is a valid emulated training.
+        (
+            &["experiment", "fig13", "--out", out][..],
+            "--compute-ms",
+            &["1e300", "-1", "NaN", "inf"][..],
+        ),
+    ] {
+        for value in values {
+            let arg = format!("{option}={value}");
+            let mut args = base.to_vec();
+            args.push(&arg);
+            refused(&args, option);
+        }
+    }
+    let _ = std::fs::remove_dir_all(out);
+}
+
+/// Sizes that cannot fit in memory are refused before anything is allocated, naming the
+/// option (`demo --gradients 1000000000` used to abort on allocation, `bench l3fwd --routes
+/// 100000000` to run for minutes).
+#[test]
+fn what_cannot_fit_in_memory_is_refused_naming_the_option() {
+    for (args, option) in [
+        (&["demo", "--gradients", "1000000000000"][..], "--gradients"),
+        (
+            &["bench", "l3fwd", "--routes", "100000000000"][..],
+            "--routes",
+        ),
+        (
+            &[
+                "worker",
+                "--server",
+                "127.0.0.1:9",
+                "--src",
+                "0",
+                "--gradients",
+                "1000000000000",
+            ][..],
+            "--gradients",
+        ),
+    ] {
+        let err = refused(args, option);
+        assert!(err.contains("memory"), "{err}");
+    }
+}
+
+/// `bench filter`'s heading says what was run: the sizes given (`imix`), and a duration
+/// instead of a packet count when the run is timed.
+#[test]
+fn bench_filter_heading_describes_the_run() {
+    let o = pfemu(&[
+        "bench",
+        "filter",
+        "--packets",
+        "3000",
+        "--sizes",
+        "imix",
+        "--ppe-threads",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let heading = text
+        .lines()
+        .find(|l| l.starts_with("filter,"))
+        .unwrap_or_else(|| panic!("no heading in\n{text}"));
+    assert!(heading.contains("imix"), "{heading}");
+    assert!(!heading.contains("64-byte"), "{heading}");
+    assert!(heading.contains("3000 packets per run"), "{heading}");
+
+    let o = pfemu(&[
+        "bench",
+        "filter",
+        "--duration",
+        "0.05",
+        "--ppe-threads",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let heading = text
+        .lines()
+        .find(|l| l.starts_with("filter,"))
+        .unwrap_or_else(|| panic!("no heading in\n{text}"));
+    assert!(heading.contains("64-byte"), "{heading}");
+    assert!(heading.contains("0.05 s per run"), "{heading}");
+    assert!(!heading.contains("10000000"), "{heading}");
+    assert!(!text.contains("NaN"), "{text}");
+}
+
+/// `pfemu serve --json > serve.json` writes one JSON object: the `listening` line goes to
+/// standard error with `--json`.
+#[test]
+fn serve_json_writes_only_json_on_stdout() {
+    let child = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--job",
+            "1:1",
+            "--seconds",
+            "0.1",
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pfemu serve");
+    let o = wait_within(child, DEADLINE, "serve --json");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.starts_with("listening 127.0.0.1:"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}):\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    });
+    assert!(v["engine"].is_object(), "{v}");
+}
