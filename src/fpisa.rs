@@ -154,6 +154,9 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
+#[cfg(test)]
+pub(crate) mod paper;
+
 /// Bit position of the explicit leading one in an accumulator mantissa (Figure 3).
 pub const POINT: u32 = 23;
 
