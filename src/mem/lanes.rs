@@ -199,26 +199,30 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
     use crate::fpisa::{Acc, HEADROOM, MAN_LIMIT};
     const FLAG_OVERFLOW: u32 = (Acc::OVERFLOW as u32) << 8;
     let plain = fp32_plain(bits);
-    // The incoming value: exponent (FP32's bias is the accumulator's) and signed
-    // significand with the leading one at bit 23; 0 for a zero.
+    // The incoming value as MAU0/MAU1 leave it: exponent (FP32's bias is the
+    // accumulator's), the sign bit, and the unsigned magnitude with the leading one at bit
+    // 23 (0 for a zero).
     let e_x = ((bits >> 23) & 0xFF) as i32;
-    let sig = ((bits & 0x7F_FFFF) | 0x80_0000) as i32;
     let nonzero = bits & 0x7FFF_FFFF != 0;
-    let m_x = if !nonzero {
-        0
-    } else if bits >> 31 != 0 {
-        -sig
+    let magnitude = if nonzero {
+        ((bits & 0x7F_FFFF) | 0x80_0000) as i32
     } else {
-        sig
+        0
     };
+    // MAU4 adds or subtracts by the sign bit: `signed` negates where it is set (all ones
+    // in `negative`), without a branch.
+    let negative = (bits as i32) >> 31;
+    let signed = |v: i32| (v ^ negative) - negative;
+    let m_x = signed(magnitude);
     let m_a = lo as i32;
     let e_a = (hi & 0xFF) as i32;
     let d = e_x - e_a;
-    // The smaller side is shifted right: the incoming one in both variants, the stored one
-    // only by Full (the shift-and-add unit), which then takes the incoming exponent. FPISA-A
-    // instead shifts a larger incoming mantissa left within the headroom, or overwrites past
-    // it.
-    let x_right = m_x >> (-d).clamp(0, 31);
+    // The smaller side is shifted right: the incoming one in both variants, as a magnitude
+    // (MAU3, so it truncates), the stored one only by Full (the shift-and-add unit, MAU4:
+    // two's complement, so it floors), which then takes the incoming exponent. FPISA-A
+    // instead shifts a larger incoming mantissa left within the headroom (exact), or
+    // overwrites past it.
+    let x_right = signed(magnitude >> (-d).clamp(0, 31));
     let ahead = d > 0;
     let headroom = d <= HEADROOM as i32;
     let (a, x, exp) = if !APPROX {
@@ -304,24 +308,20 @@ fn fp32_value(lo: u32, hi: u32) -> u32 {
     let flags = (hi >> 8) as u8;
     // The finite part. i32::MIN reads as -(2^31 - 1), as in `Acc::value`.
     let man = (lo as i32).max(-MAN_LIMIT);
+    // MAU5: sign and magnitude.
     let negative = man < 0;
     let magnitude = man.unsigned_abs();
-    // MAU5/MAU6: the leading one's distance from bit POINT, as the LPM table gives it
+    // MAU6: the leading one's distance from bit POINT, as the LPM table gives it
     // (`leading_one_shift`); FP32's 23 fraction bits are the accumulator's POINT, so that
-    // shift is all the renormalization takes.
+    // shift of the magnitude (truncating it) is all the renormalization takes.
     let shift = 31 - magnitude.leading_zeros() as i32 - POINT as i32;
-    let q = if shift >= 0 {
-        man >> shift.min(31)
+    let significand = if shift >= 0 {
+        magnitude >> shift.min(31)
     } else {
-        man << (-shift).min(31)
+        magnitude << (-shift).min(31)
     };
     // MAU7: FP32's bias is the accumulator's.
-    let mut exp = (hi & 0xFF) as i32 + shift;
-    let mut significand = q.unsigned_abs();
-    // Flooring a negative value can carry into the next power of two.
-    let carry = significand >> (POINT + 1) != 0;
-    significand >>= u32::from(carry);
-    exp += i32::from(carry);
+    let exp = (hi & 0xFF) as i32 + shift;
     // MAU8: assemble, with exponent overflow to infinity and underflow to zero.
     let sign = if negative { SIGN } else { 0 };
     let finite = if exp >= 0xFF {
