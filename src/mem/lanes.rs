@@ -266,34 +266,40 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
     } else {
         0
     };
-    // MAU4 adds or subtracts by the sign bit: `signed` negates where it is set (all ones
-    // in `negative`), without a branch.
-    let negative = (bits as i32) >> 31;
-    let signed = |v: i32| (v ^ negative) - negative;
-    let m_x = signed(magnitude);
     let m_a = lo as i32;
     let e_a = (hi & 0xFF) as i32;
+    let empty = m_a == 0;
     let d = e_x - e_a;
-    // The smaller side is shifted right: the incoming one in both variants, as a magnitude
-    // (MAU3, so it truncates), the stored one only by Full (the shift-and-add unit, MAU4:
+    // MAU2/MAU3: the smaller side is shifted right: the incoming one in both variants, as a
+    // magnitude (so it truncates), the stored one only by Full (the shift-and-add unit, MAU4:
     // two's complement, so it floors), which then takes the incoming exponent. FPISA-A
-    // instead shifts a larger incoming mantissa left within the headroom (exact), or
-    // overwrites past it.
-    let x_right = signed(magnitude >> (-d).clamp(0, 31));
+    // instead shifts a larger incoming magnitude left within the headroom (exact), or
+    // overwrites past it. An empty accumulator takes the incoming value as it is (its
+    // mantissa is 0, so every case but the exponent's already gives that sum).
     let ahead = d > 0;
     let headroom = d <= HEADROOM as i32;
-    let (a, x, exp) = if !APPROX {
-        (m_a >> d.clamp(0, 31), x_right, e_a.max(e_x))
+    let right = magnitude >> (-d).clamp(0, 31);
+    let (a, x_mag, exp) = if !APPROX {
+        (m_a >> d.clamp(0, 31), right, e_a.max(e_x))
     } else if !ahead {
-        (m_a, x_right, e_a)
+        (m_a, right, e_a)
     } else if headroom {
-        (m_a, m_x << d.min(HEADROOM as i32), e_a)
+        (m_a, magnitude << d.min(HEADROOM as i32), e_a)
     } else {
-        (0, m_x, e_x)
+        (0, magnitude, e_x)
     };
+    let (x_mag, exp) = if empty {
+        (magnitude, e_x)
+    } else {
+        (x_mag, exp)
+    };
+    // MAU4 adds or subtracts by the sign bit: negating where it is set (all ones in
+    // `negative`) without a branch, then adding.
+    let negative = (bits as i32) >> 31;
+    let x = (x_mag ^ negative) - negative;
     let sum = a.wrapping_add(x);
     let wrapped = (a ^ sum) & (x ^ sum) < 0;
-    let sat = if wrapped {
+    let man = if wrapped {
         if a < 0 {
             -MAN_LIMIT
         } else {
@@ -302,7 +308,6 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
     } else {
         sum.max(-MAN_LIMIT)
     };
-    let empty = m_a == 0;
     let added = nonzero && plain;
     let counted = !empty && added;
     let overflow = counted && (wrapped || sum == i32::MIN);
@@ -310,7 +315,6 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
         | u32::from(APPROX && counted && ahead && headroom) << 1
         | u32::from(overflow) << 2
         | u32::from(!plain) << 3;
-    let (man, exp) = if empty { (m_x, e_x) } else { (sat, exp) };
     // The flags are kept (the overflow flag added); the bits above them are cleared.
     let new_hi = (hi & 0xFF00) | exp as u32 | if overflow { FLAG_OVERFLOW } else { 0 };
     if added {
