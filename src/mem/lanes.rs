@@ -267,15 +267,16 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
         0
     };
     let m_a = lo as i32;
-    let e_a = (hi & 0xFF) as i32;
     let empty = m_a == 0;
+    // An empty accumulator holds zero at no exponent in particular: aligned at the
+    // incoming exponent, nothing is shifted and the sum is the incoming value.
+    let e_a = if empty { e_x } else { (hi & 0xFF) as i32 };
     let d = e_x - e_a;
     // MAU2/MAU3: the smaller side is shifted right: the incoming one in both variants, as a
     // magnitude (so it truncates), the stored one only by Full (the shift-and-add unit, MAU4:
     // two's complement, so it floors), which then takes the incoming exponent. FPISA-A
     // instead shifts a larger incoming magnitude left within the headroom (exact), or
-    // overwrites past it. An empty accumulator takes the incoming value as it is (its
-    // mantissa is 0, so every case but the exponent's already gives that sum).
+    // overwrites past it.
     let ahead = d > 0;
     let headroom = d <= HEADROOM as i32;
     let right = magnitude >> (-d).clamp(0, 31);
@@ -288,15 +289,8 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
     } else {
         (0, magnitude, e_x)
     };
-    let (x_mag, exp) = if empty {
-        (magnitude, e_x)
-    } else {
-        (x_mag, exp)
-    };
-    // MAU4 adds or subtracts by the sign bit: negating where it is set (all ones in
-    // `negative`) without a branch, then adding.
-    let negative = (bits as i32) >> 31;
-    let x = (x_mag ^ negative) - negative;
+    // MAU4 adds or subtracts by the sign bit.
+    let x = if bits >> 31 != 0 { -x_mag } else { x_mag };
     let sum = a.wrapping_add(x);
     let wrapped = (a ^ sum) & (x ^ sum) < 0;
     let man = if wrapped {
