@@ -42,55 +42,71 @@
 //!
 //! # Addition: the two variants
 //!
-//! Let `d = incoming.exp - stored.exp`. In both variants an empty accumulator (mantissa 0,
-//! whatever its exponent: it holds the value zero) simply takes the incoming value; that is
-//! exact and is not an event.
+//! The incoming value is decomposed as the paper's MAU0 and MAU1 leave it: a sign bit and an
+//! unsigned magnitude with the implied 1 (held as a signed `Decomposed::man` for convenience;
+//! the alignment takes its magnitude apart again). Let `d = incoming.exp - stored.exp`. In
+//! both variants an empty accumulator (mantissa 0, whatever its exponent: it holds the value
+//! zero) simply takes the incoming value; that is exact and is not an event (the paper does
+//! not say what exponent an empty register has).
 //!
 //! * [`Variant::Full`] is the paper's FPISA with the proposed read-shift-add-write memory unit
 //!   (§4.2): the mantissa with the smaller exponent is right-shifted by `|d|`, whether it is the
-//!   incoming or the stored one, the stored exponent becomes the larger of the two, and the
-//!   mantissas are added.
+//!   incoming (MAU3: its magnitude) or the stored one (MAU4: the two's-complement register),
+//!   the stored exponent becomes the larger of the two, and MAU4 adds the incoming magnitude
+//!   or subtracts it, by its sign bit.
 //! * [`Variant::Approx`] is FPISA-A (§4.3), which never shifts the stored mantissa: if `d <= 0`
-//!   the incoming mantissa is right-shifted by `-d`; if `0 < d <= 7` it is left-shifted by `d`
+//!   the incoming magnitude is right-shifted by `-d`; if `0 < d <= 7` it is left-shifted by `d`
 //!   into the headroom and the stored exponent is kept (a *left-shift event*); if `d > 7` the
 //!   stored value is replaced by the incoming one (an *overwrite event*, which discards the
 //!   stored sum).
 //!
 //! [`Acc::add`] reports events in [`Events`] so callers can count them.
 //!
-//! # Rounding: toward negative infinity, everywhere
+//! # Rounding: the paper's dataflow, bit for bit
 //!
-//! Bits are lost in two places, and both use an arithmetic right shift of the two's-complement
-//! value, i.e. `floor`, so every lost bit rounds toward negative infinity (§3.3: "no guard
-//! digits and two's-complement representation provide round-toward-negative-infinity"):
+//! Bits are lost by right shifts in three places, each done on the operand the paper's
+//! pipeline shifts, so each rounds the way that operand's representation does:
 //!
-//! 1. Alignment (`add`): the right-shifted mantissa loses its low bits, `floor(m / 2^k)`.
-//!    A negative value shifted past all its bits becomes `-1`, not `0`.
-//! 2. Narrowing (`value`): the leading one of the magnitude is found with the LPM table
-//!    ([`renorm_shift`]), which gives the shift placing it at bit 23; `value` adds
-//!    `23 - man_bits` for the output format and applies that shift **to the two's-complement
-//!    mantissa** (floor), then converts to sign and magnitude. The paper's MAU5 converts to
-//!    sign-magnitude *before* MAU6 shifts; shifting the magnitude would truncate toward zero
-//!    and mix two rounding modes, so we shift first and keep one mode for all three formats.
-//!    Flooring a negative value can carry into the next power of two (`-(2 - 2^-23)` read as
-//!    FP16 is `-2.0`); `value` then shifts once more (exactly) and increments the exponent.
+//! 1. Alignment of the incoming value (`add`, both variants; MAU3): §3.2, "The right shift
+//!    itself is performed for the metadata value by MAU3", and the metadata mantissa is the
+//!    unsigned field MAU1 added the implied 1 to ("Depending on the sign bit, it either adds
+//!    or subtracts the shifted mantissa value", MAU4). The magnitude is truncated: the value
+//!    rounds **toward zero**, `sign * floor(|m| / 2^k)`; a value of either sign shifted past
+//!    all its bits adds nothing.
+//! 2. Alignment of the stored value (`add`, Full only, when the incoming exponent is larger;
+//!    MAU4): the register holds the mantissa "in two's-complement signed representation"
+//!    (§3.1), and nothing in §3.2 converts it before MAU4 shifts it, so the shift is
+//!    arithmetic: **toward negative infinity**, `floor(m / 2^k)`; a negative sum shifted past
+//!    all its bits becomes `-1` unit. This is the case §3.3 describes: "The combination of no
+//!    guard digits and two's-complement representation provide round-toward-negative-infinity
+//!    semantics." FPISA-A never shifts the stored value (§4.3): its left shifts of the
+//!    incoming value are exact, and an overwrite stores the incoming value as it is.
+//! 3. Narrowing (`value`; MAU5, MAU6): "The aggregated mantissa is first converted from its
+//!    two's complement signed representation to unsigned value and sign (MAU5). FPISA then
+//!    counts the number of leading zeros and shifts the mantissa value accordingly" (MAU6).
+//!    The LPM table ([`renorm_shift`]) gives the shift placing the leading one at bit 23;
+//!    `value` adds `23 - man_bits` for the output format and shifts the **magnitude** by the
+//!    sum: the result is truncated **toward zero**, in every format, and never carries into
+//!    the next binade.
 //!
-//! Unless an FPISA-A overwrite or an overflow intervenes, the result is therefore never above
-//! the exact sum of the decomposed inputs.
+//! So §3.3's sentence holds for sums of positive values; a negative incoming value and a
+//! negative sum read out round toward zero instead, as the dataflow the paper draws does.
 //!
 //! # Error bound (Full)
 //!
 //! Write `u(E) = 2^(E - 150)` for one unit of the accumulator mantissa at exponent `E` (for an
 //! FP32 input that is exactly its ulp). Adding `x` to a non-empty accumulator is exact except
 //! for the alignment shift, which loses less than one unit at the larger of the two exponents,
-//! itself at most `E_max`, the largest input exponent. The first nonzero input is taken exactly.
-//! Narrowing loses less than one ulp of the output (in the output format, at the output's
-//! exponent). So for `N` inputs with exact sum `S` (subnormal inputs counted as zero), with no
+//! itself at most `E_max`, the largest input exponent; the loss is toward zero for a shifted
+//! incoming value and toward negative infinity for a shifted stored one, so it can have either
+//! sign. The first nonzero input is taken exactly. Narrowing truncates the magnitude: it loses
+//! less than one ulp of the output (in the output format, at the output's exponent), toward
+//! zero. So for `N` inputs with exact sum `S` (subnormal inputs counted as zero), with no
 //! overflow and the result in range:
 //!
 //! ```text
-//! 0 <= S - acc          < (N - 1) * u(E_max)
-//! 0 <= S - value(fmt)   < (N - 1) * u(E_max) + ulp_fmt(value(fmt))
+//! |S - acc|        < (N - 1) * u(E_max)
+//! |S - value(fmt)| < (N - 1) * u(E_max) + ulp_fmt(value(fmt)),   |value(fmt)| <= |acc|
 //! ```
 //!
 //! For FP16 inputs `u(E_max)` is `2^-13` of an FP16 ulp, for BF16 `2^-16` of a BF16 ulp.
@@ -101,9 +117,9 @@
 //! For [`Variant::Approx`], inputs with an exponent equal to or above the accumulator's (by at
 //! most 7, left-shifted) are added exactly, and each input right-shifted into a non-empty
 //! accumulator loses less than one unit at the accumulator's exponent at the time (which only
-//! an overwrite or an empty accumulator changes). An overwrite adds the discarded sum `A` to
-//! the error: `|A| < |x|` for the incoming `x` that overwrote it, and `|A| < 2^-7 |x|` if `A`
-//! had not grown into the headroom.
+//! an overwrite or an empty accumulator changes), toward zero. An overwrite adds the
+//! discarded sum `A` to the error: `|A| < |x|` for the incoming `x` that overwrote it, and
+//! `|A| < 2^-7 |x|` if `A` had not grown into the headroom.
 //!
 //! # Special values and overflow
 //!
@@ -118,13 +134,31 @@
 //! | exponent above the format's range after renormalization | none | ±Inf |
 //! | exponent below the format's normal range | none | ±0 (sign kept, flush to zero) |
 //!
-//! NaN takes precedence over infinities, which take precedence over the finite sum. With
-//! 7 bits of headroom, 128 additions of the largest mantissa (`0x00FF_FFFF`) at one exponent
-//! fit; the 129th overflows (§3.3). An overflowed accumulator still reads as a finite number;
-//! the [`Acc::OVERFLOW`] flag is how the caller learns it is wrong, and handles it in an
-//! application-specific way, as the paper suggests. Exponent overflow on output gives ±Inf in
-//! both signs (rather than IEEE round-toward-negative's largest finite for positive overflow)
-//! so that an out-of-range result is never mistaken for a finite one.
+//! NaN takes precedence over infinities, which take precedence over the finite sum. Exponent
+//! overflow on output gives ±Inf in both signs so that an out-of-range result is never
+//! mistaken for a finite one.
+//!
+//! ## Overflow of the mantissa
+//!
+//! With 7 bits of headroom, 128 additions of the largest mantissa (`0x00FF_FFFF`) at one
+//! exponent fit; the 129th overflows (§3.3). The paper leaves the rest to the implementation:
+//! "If overflow occurs, it can be detected and signaled to the user, who can handle it in an
+//! application-specific way." Here an addition whose mantissa sum leaves `±(2^31 - 1)`:
+//!
+//! * stores the saturated mantissa `±(2^31 - 1)` ([`MAN_LIMIT`]) with the sum's sign, at the
+//!   exponent the alignment chose (the range is symmetric, so both signs saturate alike);
+//! * sets the sticky [`Acc::OVERFLOW`] flag, which no later addition clears (also when the
+//!   sum comes back in range), and reports [`Events::overflow`] for that addition (each
+//!   addition that goes past the limit again reports it again); the RMW engine counts these
+//!   ([`crate::mem::FpisaCounts::overflows`]) and the FPISA aggregation program adds them to
+//!   its overflow counter ([`crate::microcode::trio_ml::TrioMl::fpisa_events`]);
+//! * reads out as a **finite** number: [`Acc::value`] renormalizes the saturated mantissa
+//!   like any other, i.e. `±(2^31 - 1) * 2^(exp - 150)` with the magnitude truncated to the
+//!   output format, `±(2^8 - 2^-16) * 2^(exp - 127)` in FP32 (at exponent 127, `±255.99998`,
+//!   bits `0x437F_FFFF` / `0xC37F_FFFF`), or ±Inf if that exceeds the format's range. The
+//!   value carries no mark of the overflow; the flag (in the word, and in the counts) is how
+//!   the caller learns the sum is wrong. A Result built by [`fp32_values_be`] carries the
+//!   saturated values; only the counters tell.
 //!
 //! # Memory word
 //!
@@ -153,6 +187,9 @@
 
 use std::fmt;
 use std::net::Ipv4Addr;
+
+#[cfg(test)]
+pub(crate) mod paper;
 
 /// Bit position of the explicit leading one in an accumulator mantissa (Figure 3).
 pub const POINT: u32 = 23;
@@ -355,7 +392,7 @@ pub struct Acc {
     /// Exponent, biased by [`ACC_BIAS`]: the exponent of the last alignment.
     pub exp: u8,
     /// Mantissa, unit `2^(exp - 150)`; within `±`[`MAN_LIMIT`] (`add` never stores
-    /// `i32::MIN`; `value` reads it as `-MAN_LIMIT`, which gives the same bits).
+    /// `i32::MIN`; `value` reads it as `-MAN_LIMIT`).
     pub man: i32,
     /// Sticky flags: [`Acc::OVERFLOW`], [`Acc::NAN`], [`Acc::POS_INF`], [`Acc::NEG_INF`],
     /// [`Acc::SUBNORMAL`].
@@ -365,12 +402,15 @@ pub struct Acc {
 /// The operands after alignment, before the add (MAU2 to MAU4 of Figure 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Aligned {
-    /// The exponent the sum is stored with.
+    /// The exponent the sum is stored with (MAU2).
     exp: u8,
-    /// The stored mantissa, shifted (Full) or dropped (FPISA-A overwrite).
+    /// The stored two's-complement mantissa, shifted right arithmetically (Full, MAU4) or
+    /// dropped (FPISA-A overwrite).
     stored: i64,
-    /// The incoming mantissa, shifted.
-    incoming: i64,
+    /// The incoming mantissa's magnitude (MAU1's unsigned value), shifted (MAU3).
+    incoming: u32,
+    /// The incoming sign bit: MAU4 subtracts `incoming` instead of adding it.
+    negative: bool,
     /// Overwrite or left-shift events.
     events: Events,
 }
@@ -382,46 +422,44 @@ fn asr(v: i64, n: u32) -> i64 {
     v >> n.min(63)
 }
 
-/// Aligns a non-empty stored value and a nonzero incoming one.
+/// Aligns a non-empty stored value and a nonzero incoming one: MAU2 compares the exponents,
+/// MAU3 shifts the incoming magnitude, MAU4 (Full) shifts the stored two's-complement value.
 #[inline]
 fn align(exp: u8, man: i32, x: Decomposed, variant: Variant) -> Aligned {
     let d = i32::from(x.exp) - i32::from(exp);
-    let (stored, incoming) = (i64::from(man), i64::from(x.man));
+    let stored = i64::from(man);
+    // MAU1's metadata: sign bit and unsigned magnitude (below 2^24).
+    let (negative, magnitude) = (x.man < 0, x.man.unsigned_abs());
+    let aligned = |exp, stored, incoming, events| Aligned {
+        exp,
+        stored,
+        incoming,
+        negative,
+        events,
+    };
     if d <= 0 {
-        // Both variants: the incoming value is the smaller, shift it right.
-        return Aligned {
-            exp,
-            stored,
-            incoming: asr(incoming, d.unsigned_abs()),
-            events: Events::NONE,
-        };
+        // Both variants: the incoming value is the smaller; MAU3 shifts its magnitude right,
+        // which truncates it (a 24-bit magnitude shifted by 31 is 0).
+        let incoming = magnitude >> d.unsigned_abs().min(31);
+        return aligned(exp, stored, incoming, Events::NONE);
     }
     let d = d as u32;
     match variant {
-        Variant::Full => Aligned {
-            exp: x.exp,
-            stored: asr(stored, d),
-            incoming,
-            events: Events::NONE,
-        },
-        Variant::Approx if d <= HEADROOM => Aligned {
-            exp,
-            stored,
-            incoming: incoming << d,
-            events: Events {
+        Variant::Full => aligned(x.exp, asr(stored, d), magnitude, Events::NONE),
+        Variant::Approx if d <= HEADROOM => {
+            let events = Events {
                 left_shift: true,
                 ..Events::NONE
-            },
-        },
-        Variant::Approx => Aligned {
-            exp: x.exp,
-            stored: 0,
-            incoming,
-            events: Events {
+            };
+            aligned(exp, stored, magnitude << d, events)
+        }
+        Variant::Approx => {
+            let events = Events {
                 overwrite: true,
                 ..Events::NONE
-            },
-        },
+            };
+            aligned(x.exp, 0, magnitude, events)
+        }
     }
 }
 
@@ -489,7 +527,13 @@ impl Acc {
         }
         let a = align(self.exp, self.man, x, variant);
         let mut events = a.events;
-        let sum = a.stored + a.incoming;
+        // MAU4: add or subtract by the sign bit.
+        let incoming = i64::from(a.incoming);
+        let sum = if a.negative {
+            a.stored - incoming
+        } else {
+            a.stored + incoming
+        };
         let limit = i64::from(MAN_LIMIT);
         self.exp = a.exp;
         self.man = if sum > limit {
@@ -529,7 +573,7 @@ impl Acc {
     }
 
     /// The accumulated value in `fmt` (for 16-bit formats in the low bits): renormalized with
-    /// the LPM table, rounded toward negative infinity, assembled (the paper's MAU5 to MAU8).
+    /// the LPM table, the magnitude truncated (toward zero), assembled (the paper's MAU5 to MAU8).
     /// Any format can be read, whatever formats were added. The stored value is not changed.
     /// Specials, exponent overflow (±Inf) and underflow (±0) follow the module docs.
     #[inline]
@@ -547,30 +591,24 @@ impl Acc {
         if self.man == 0 {
             return 0;
         }
-        // i32::MIN's magnitude needs bit 31, which the table does not cover. Reading it as
-        // -(2^31 - 1) gives the same bits: the narrowing shift is at least 7 and
-        // floor(-(2^31 - 1) / 2^r) = -2^(31 - r) for every r >= 1.
+        // i32::MIN's magnitude needs bit 31, which the table does not cover; it reads as
+        // -(2^31 - 1) (`add` never stores it).
         let man = self.man.max(-MAN_LIMIT);
-        // MAU5: sign and magnitude, used to find the leading one.
+        // MAU5: sign and magnitude.
         let negative = man < 0;
-        let shift = leading_one_shift(man.unsigned_abs());
-        // MAU6: one shift puts the leading one at bit `m` of the output significand; done on
-        // the two's-complement value, so it floors.
+        let magnitude = man.unsigned_abs();
+        // MAU6: the LPM shift puts the leading one at bit POINT, and narrowing to `fmt` moves
+        // it on to bit `m`: one shift of the magnitude, which truncates (toward zero).
+        let shift = leading_one_shift(magnitude);
         let m = fmt.man_bits();
         let right = shift + (POINT - m) as i32;
-        let q = if right >= 0 {
-            asr(i64::from(man), right as u32)
+        let significand = if right >= 0 {
+            magnitude >> right
         } else {
-            i64::from(man) << right.unsigned_abs()
+            magnitude << right.unsigned_abs()
         };
         // MAU7: the exponent, re-biased to the output format.
-        let mut exp = i32::from(self.exp) + shift - ACC_BIAS + fmt.bias();
-        let mut significand = q.unsigned_abs();
-        if significand >> (m + 1) != 0 {
-            // Flooring a negative value carried into the next power of two.
-            significand >>= 1;
-            exp += 1;
-        }
+        let exp = i32::from(self.exp) + shift - ACC_BIAS + fmt.bias();
         // MAU8: assemble.
         let sign = if negative { fmt.sign_bit() } else { 0 };
         if exp >= fmt.exp_field_max() as i32 {
@@ -579,7 +617,7 @@ impl Acc {
         if exp <= 0 {
             return sign;
         }
-        sign | ((exp as u32) << m) | (significand as u32 & ((1 << m) - 1))
+        sign | ((exp as u32) << m) | (significand & ((1 << m) - 1))
     }
 }
 
@@ -751,8 +789,8 @@ mod tests {
         2f64.powi(e - fmt.bias() - fmt.man_bits() as i32)
     }
 
-    /// Checks the narrowing of `acc` to `fmt` against the exact value: floor to one ulp, or a
-    /// flush to zero below the normal range.
+    /// Checks the narrowing of `acc` to `fmt` against the exact value: the magnitude truncated
+    /// (toward zero) to one ulp, or a flush to zero below the normal range.
     fn check_narrowing(acc: Acc, fmt: Format) -> Result<(), TestCaseError> {
         let a = exact(acc);
         let out = acc.value(fmt);
@@ -763,7 +801,9 @@ mod tests {
         } else {
             prop_assert!(v.is_finite());
             prop_assert!(
-                a - v >= 0.0 && a - v < ulp(out, fmt),
+                v.signum() == a.signum()
+                    && a.abs() - v.abs() >= 0.0
+                    && a.abs() - v.abs() < ulp(out, fmt),
                 "{a} -> {v} in {fmt:?}"
             );
         }
@@ -941,7 +981,7 @@ mod tests {
                 assert_eq!(acc.man, sign * MAN_LIMIT);
                 assert_eq!(acc.flags, Acc::OVERFLOW);
                 // The saturated value reads as a finite number; the flag stays set.
-                let expect = if sign > 0 { 0x437F_FFFF } else { 0xC380_0000 };
+                let expect = if sign > 0 { 0x437F_FFFF } else { 0xC37F_FFFF };
                 assert_eq!(acc.value(Format::Fp32), expect);
                 // Pushing past the limit again is reported again; coming back is not, and the
                 // flag stays set.
@@ -995,7 +1035,7 @@ mod tests {
             man: i32::MIN,
             flags: 0,
         };
-        assert_eq!(f32::from_bits(min.value(Format::Fp32)), -256.0);
+        assert_eq!(min.value(Format::Fp32), 0xC37F_FFFF, "-(256 - 2^-16)");
     }
 
     #[test]
@@ -1048,37 +1088,55 @@ mod tests {
         }
     }
 
+    /// Where bits are lost (see the module docs): MAU3's shift of the incoming magnitude and
+    /// MAU6's shift of the sum's magnitude truncate toward zero; MAU4's shift of the stored
+    /// two's-complement mantissa floors.
     #[test]
-    fn right_shifts_round_toward_negative_infinity() {
+    fn shifts_round_as_the_papers_dataflow_does() {
         let tiny = 2f32.powi(-24).to_bits();
-        // Alignment: +2^-24 is shifted out of 1.0's last place and lost ...
+        // Alignment: +2^-24 is shifted out of 1.0's last place and lost, and so is -2^-24.
         assert_eq!(sum32(&[ONE, tiny], Variant::Full).value(Format::Fp32), ONE);
-        // ... while -2^-24 floors to -1 unit: -(1 + 2^-23).
         let neg = sum32(&[ONE | 0x8000_0000, tiny | 0x8000_0000], Variant::Full);
-        assert_eq!(neg.man, -0x0080_0001);
-        assert_eq!(neg.value(Format::Fp32), 0xBF80_0001);
-        // A negative value shifted past all its bits is -1 unit, not 0.
-        let neg_tiny = 2f32.powi(-100).to_bits() | 0x8000_0000;
-        assert_eq!(sum32(&[ONE, neg_tiny], Variant::Full).man, 0x007F_FFFF);
+        assert_eq!(neg.man, -0x0080_0000);
+        assert_eq!(neg.value(Format::Fp32), 0xBF80_0000);
+        // A stored value shifted by a larger arrival floors: -2^-24 stored, then 1.0 arrives,
+        // 24 binades up: -0x800000 >> 24 is -1 unit.
+        let acc = sum32(&[tiny | 0x8000_0000, ONE], Variant::Full);
+        assert_eq!((acc.exp, acc.man), (127, 0x007F_FFFF));
+        let acc = sum32(&[tiny, ONE], Variant::Full);
+        assert_eq!((acc.exp, acc.man), (127, 0x0080_0000));
 
-        // Narrowing: 1 + 2^-11 is between two FP16 (and BF16) values.
+        // Narrowing: 1 + 2^-11 is between two FP16 (and BF16) values; both signs truncate.
         let x = 0x3F80_1000;
         assert_eq!(f32::from_bits(x), 1.0 + 2f32.powi(-11));
         let pos = sum32(&[x], Variant::Full);
         let neg = sum32(&[x | 0x8000_0000], Variant::Full);
         assert_eq!(pos.value(Format::Fp16), 0x3C00);
-        assert_eq!(neg.value(Format::Fp16), 0xBC01);
+        assert_eq!(neg.value(Format::Fp16), 0xBC00);
         assert_eq!(pos.value(Format::Bf16), 0x3F80);
-        assert_eq!(neg.value(Format::Bf16), 0xBF81);
+        assert_eq!(neg.value(Format::Bf16), 0xBF80);
 
-        // Narrowing a negative value can carry into the next binade: -(2 - 2^-23) -> -2.
+        // Truncating a magnitude never carries into the next binade: -(2 - 2^-23) stays in
+        // its own.
         let pos = sum32(&[0x3FFF_FFFF], Variant::Full);
         let neg = sum32(&[0xBFFF_FFFF], Variant::Full);
         assert_eq!(pos.value(Format::Fp16), 0x3FFF);
-        assert_eq!(neg.value(Format::Fp16), 0xC000);
+        assert_eq!(neg.value(Format::Fp16), 0xBFFF);
         assert_eq!(pos.value(Format::Bf16), 0x3FFF);
-        assert_eq!(neg.value(Format::Bf16), 0xC000);
+        assert_eq!(neg.value(Format::Bf16), 0xBFFF);
         assert_eq!(neg.value(Format::Fp32), 0xBFFF_FFFF);
+        // A sum in the headroom loses its low bits on the way out, by magnitude too:
+        // -(1 + 2^-23) twice is -0x1000002 units, read as -(2 + 2^-22).
+        let neg = sum32(&[0xBF80_0001, 0xBF80_0001], Variant::Full);
+        assert_eq!(neg.man, -0x0100_0002);
+        assert_eq!(neg.value(Format::Fp32), 0xC000_0001);
+        let neg = sum32(&[0xBF80_0001, 0xBF80_0002], Variant::Full);
+        assert_eq!(neg.man, -0x0100_0003);
+        assert_eq!(
+            neg.value(Format::Fp32),
+            0xC000_0001,
+            "the odd last bit truncated"
+        );
     }
 
     #[test]
@@ -1106,10 +1164,10 @@ mod tests {
         assert_eq!(small.value(Format::Fp16), 0x0000);
         let small = sum32(&[2f32.powi(-20).to_bits() | 0x8000_0000], Variant::Full);
         assert_eq!(small.value(Format::Fp16), 0x8000);
-        // The floor's carry can lift a value just below the range into it.
+        // Truncation never lifts a value just below the range into it.
         let just_below = sum32(&[0xB87F_FFFF], Variant::Full); // -(2^-14 - 2^-38)
-        assert_eq!(just_below.value(Format::Fp16), 0x8400); // -2^-14
-                                                            // An FP32 sum below FP32's normal range flushes too.
+        assert_eq!(just_below.value(Format::Fp16), 0x8000);
+        // An FP32 sum below FP32's normal range flushes too.
         let mut acc = sum32(&[0x0100_0000], Variant::Full); // 2^-125
         acc.add_bits(0x8180_0000, Format::Fp32, Variant::Full); // -2^-124
         assert_eq!(acc.value(Format::Fp32), 0x8100_0000); // -2^-125, still normal
@@ -1218,6 +1276,105 @@ mod tests {
         }
     }
 
+    /// Issue 13 item 9: a negative incoming value that needs a right shift. MAU3 shifts the
+    /// metadata mantissa as an unsigned magnitude, so its lost bits are truncated toward
+    /// zero; MAU4 then subtracts it. `1.0 + -(1 + 2^-23) * 2^-1`: the magnitude `0x800001`
+    /// shifted right by 1 is `0x400000`, and the sum is exactly 0.5 (an arithmetic shift of
+    /// `-0x800001` would floor to `-0x400001` and give `0.5 - 2^-24`).
+    #[test]
+    fn a_negative_incoming_value_is_shifted_as_a_magnitude() {
+        let x = 0xBF00_0001; // -(1 + 2^-23) * 2^-1
+        for variant in [Variant::Full, Variant::Approx] {
+            let acc = sum32(&[ONE, x], variant);
+            assert_eq!((acc.exp, acc.man), (127, 0x0040_0000), "{variant:?}");
+            assert_eq!(acc.value(Format::Fp32), 0.5f32.to_bits());
+            let mut reg = paper::Register::default();
+            for b in [ONE, x] {
+                paper::add(&mut reg, b, paper_variant(variant));
+            }
+            assert_eq!((reg.exp, reg.man), (acc.exp, acc.man));
+        }
+        // A negative value shifted past all its bits is lost, like a positive one.
+        let neg_tiny = 2f32.powi(-100).to_bits() | 0x8000_0000;
+        assert_eq!(sum32(&[ONE, neg_tiny], Variant::Full).man, 0x0080_0000);
+    }
+
+    /// The other direction (Full only): the incoming exponent is larger, so MAU4 shifts the
+    /// stored mantissa, a two's-complement register, arithmetically: it floors.
+    /// `-(1 + 3 * 2^-23) + 2.0`: `-0x800003 >> 1 = -0x400002`, plus `0x800000` is `0x3FFFFE`
+    /// at exponent 128, `1 - 2^-21`, below the exact `1 - 3 * 2^-23`.
+    #[test]
+    fn a_negative_stored_value_is_shifted_arithmetically() {
+        let stored = 0xBF80_0003; // -(1 + 3 * 2^-23)
+        let acc = sum32(&[stored, 2f32.to_bits()], Variant::Full);
+        assert_eq!((acc.exp, acc.man), (128, 0x0080_0000 - 0x0040_0002));
+        assert_eq!(
+            f64::from(f32::from_bits(acc.value(Format::Fp32))),
+            1.0 - 2f64.powi(-21)
+        );
+        // FPISA-A never shifts the stored value: 2.0 is left-shifted by 1 instead, exactly.
+        let acc = sum32(&[stored, 2f32.to_bits()], Variant::Approx);
+        assert_eq!((acc.exp, acc.man), (127, 0x0100_0000 - 0x0080_0003));
+        assert_eq!(
+            f64::from(f32::from_bits(acc.value(Format::Fp32))),
+            1.0 - 3.0 * 2f64.powi(-23)
+        );
+    }
+
+    fn paper_variant(v: Variant) -> paper::Variant {
+        match v {
+            Variant::Full => paper::Variant::Full,
+            Variant::Approx => paper::Variant::Approx,
+        }
+    }
+
+    /// Gradient-like FP32 lanes: either sign, exponents in `lo..=hi`, now and then zero.
+    fn gradient_lanes(lo: u32, hi: u32, n: usize) -> impl Strategy<Value = Vec<u32>> {
+        proptest::collection::vec(
+            (any::<bool>(), lo..=hi, 0..1u32 << 23, 0..16u8).prop_map(|(neg, e, f, z)| {
+                let sign = u32::from(neg) << 31;
+                if z == 0 {
+                    sign
+                } else {
+                    sign | (e << 23) | f
+                }
+            }),
+            1..=n,
+        )
+    }
+
+    proptest! {
+        /// `Acc::add` and `Acc::value` are the paper's dataflow (`paper.rs`, written from the
+        /// paper alone), bit for bit and event for event, after every addition: from an
+        /// empty accumulator or any valid one, with incoming values that are right-shifted
+        /// (both signs), shift the stored value (both signs, Full), are left-shifted or
+        /// overwrite (FPISA-A), overflow.
+        #[test]
+        fn acc_is_the_papers_dataflow(
+            start in prop_oneof![
+                Just((0u8, 0i32)),
+                (100u8..=160, -MAN_LIMIT..=MAN_LIMIT),
+                (100u8..=160, -0x0100_0000..=0x0100_0000i32),
+            ],
+            values in (0u32..=30).prop_flat_map(|span| gradient_lanes(115, 115 + span, 64)),
+            approx in any::<bool>(),
+        ) {
+            let variant = if approx { Variant::Approx } else { Variant::Full };
+            let mut acc = Acc { exp: start.0, man: start.1, flags: 0 };
+            let mut reg = paper::Register { exp: start.0, man: start.1 };
+            for &b in &values {
+                let e = acc.add_bits(b, Format::Fp32, variant);
+                let o = paper::add(&mut reg, b, paper_variant(variant));
+                prop_assert_eq!((acc.exp, acc.man), (reg.exp, reg.man), "adding {:#010x}", b);
+                prop_assert_eq!(
+                    (e.overwrite, e.left_shift, e.overflow),
+                    (o.overwrite, o.left_shift, o.overflow)
+                );
+                prop_assert_eq!(acc.value(Format::Fp32), paper::read(reg));
+            }
+        }
+    }
+
     /// A vector of FP32 values with exponents in `lo..=hi` (FP32-biased), either sign.
     fn fp32_values(lo: u32, hi: u32, n: usize) -> impl Strategy<Value = Vec<u32>> {
         proptest::collection::vec(
@@ -1307,14 +1464,14 @@ mod tests {
             let e_max = values.iter().map(|&b| (b >> 23) & 0xFF).max().unwrap() as i32;
             let bound = (values.len() - 1) as f64 * 2f64.powi(e_max - 150);
             let err = exact_sum - exact(acc);
-            prop_assert!(err >= 0.0 && (err == 0.0 || err < bound),
-                "S - acc = {} not in [0, {})", err, bound);
+            prop_assert!(err == 0.0 || err.abs() < bound,
+                "S - acc = {} not in (-{}, {})", err, bound, bound);
             for fmt in [Format::Fp32, Format::Bf16] {
                 check_narrowing(acc, fmt)?;
                 let out = acc.value(fmt);
                 let v = to_f64(out, fmt);
                 if v != 0.0 {
-                    prop_assert!(exact_sum - v >= 0.0 && exact_sum - v < bound + ulp(out, fmt));
+                    prop_assert!((exact_sum - v).abs() < bound + ulp(out, fmt));
                 }
             }
         }
@@ -1336,7 +1493,7 @@ mod tests {
             let e_max = values.iter().map(|&b| (b >> 10) & 0x1F).max().unwrap() as i32 + 112;
             let bound = (values.len() - 1) as f64 * 2f64.powi(e_max - 150);
             let err = exact_sum - exact(acc);
-            prop_assert!(err >= 0.0 && (err == 0.0 || err < bound));
+            prop_assert!(err == 0.0 || err.abs() < bound);
             check_narrowing(acc, Format::Fp16)?;
             check_narrowing(acc, Format::Fp32)?;
         }
@@ -1426,7 +1583,7 @@ mod tests {
             }
             if overwrites == 0 && !overflowed {
                 let err = exact_sum - units(acc.exp, acc.man);
-                prop_assert!(err >= 0 && (err == 0 || err < bound), "{} vs {}", err, bound);
+                prop_assert!(err == 0 || err.abs() < bound, "{} vs {}", err, bound);
             }
         }
 

@@ -10,7 +10,10 @@
 //! paper proposes, which may shift the stored mantissa), 16 lanes per XTXN, posted and merged
 //! per packet like Trio-ML's vector adds. When a block completes (or its stragglers are given
 //! up on), the Result builder reads the sums and renormalizes each into FP32 (the paper's
-//! egress step, MAU5 to MAU8), so the Result carries floats again.
+//! egress step, MAU5 to MAU8), so the Result carries floats again. A sum whose mantissa
+//! overflowed the headroom is carried as its saturated, finite value (see
+//! [`crate::fpisa`], "Overflow of the mantissa"); the overflow shows only in the program's
+//! counter ([`TrioMl::fpisa_events`]).
 //!
 //! Everything else is Trio-ML's, unchanged: jobs and their source masks, blocks and windows,
 //! generations and loss recovery, the timer threads' straggler scan and partial Results. So

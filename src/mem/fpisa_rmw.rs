@@ -6,7 +6,10 @@
 //! the operation goes here: each accumulator is one 8-byte word in [`crate::fpisa::Acc`]'s
 //! layout (exponent, 32-bit two's-complement mantissa, sticky flags), and an add decomposes
 //! the incoming value, aligns, adds and stores it as one atomic update of the word, in either
-//! variant ([`Variant::Full`] or FPISA-A, [`Variant::Approx`]).
+//! variant ([`Variant::Full`] or FPISA-A, [`Variant::Approx`]). The arithmetic is
+//! [`Acc::add`]'s (the paper's dataflow bit for bit, rounding included: see
+//! [`crate::fpisa`]), per word or in the vectorised kernel of `lanes.rs`, which tests compare
+//! with it and with a reference written from the paper.
 //!
 //! Atomicity is per word, as for the other vector operations: in SRAM and DRAM a word's
 //! update is a compare-and-swap loop; in the accumulator region it is done under the word's

@@ -11,8 +11,9 @@
 //! bytes, where SSE2 needs a dozen instructions per 16; variable shifts per lane, which
 //! FPISA's alignment needs) and with AVX-512 (16 lanes to a register, masks, and a vector
 //! count of leading zeros for the renormalization). One is picked at run time from the CPU's
-//! features; other architectures get the baseline build. `cargo bench --bench rmw -- fpisa`
-//! measures the FPISA kernels.
+//! features; other architectures get the baseline build (the tests cap the choice per
+//! thread, so they run every build the CPU has). `cargo bench --bench rmw -- fpisa` measures
+//! the FPISA kernels.
 //!
 //! The one `unsafe` here is the call of the AVX2 or AVX-512 build, made only after the
 //! run-time check that the CPU has the features it was compiled for (the standard library's
@@ -34,6 +35,60 @@ fn be_word(b: &[u8]) -> u64 {
     u64::from_be_bytes(b.try_into().expect("8 bytes"))
 }
 
+/// The builds of a kernel, in the order the dispatch prefers them (last first).
+#[cfg_attr(not(test), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Isa {
+    /// The baseline `x86_64` instruction set (or another architecture's).
+    Baseline,
+    /// AVX2 and LZCNT.
+    Avx2,
+    /// AVX-512 F, VL, BW, DQ and CD.
+    Avx512,
+}
+
+/// Whether the dispatch may pick the `isa` build: always, outside tests.
+#[cfg(not(test))]
+#[inline(always)]
+fn isa_allowed(_: Isa) -> bool {
+    true
+}
+
+#[cfg(test)]
+use test_isa::allowed as isa_allowed;
+
+/// Tests run every build of a kernel on one CPU by capping, per thread, the builds the
+/// dispatch may pick ([`test_isa::capped`]).
+#[cfg(test)]
+pub(crate) mod test_isa {
+    use super::Isa;
+    use std::cell::Cell;
+
+    /// Every build, baseline first.
+    pub(crate) const ALL: [Isa; 3] = [Isa::Baseline, Isa::Avx2, Isa::Avx512];
+
+    thread_local! {
+        static CAP: Cell<Isa> = const { Cell::new(Isa::Avx512) };
+    }
+
+    pub(crate) fn allowed(isa: Isa) -> bool {
+        CAP.with(|c| isa <= c.get())
+    }
+
+    /// Runs `f` with the kernels called on this thread limited to `cap` and the builds
+    /// below it (where the CPU has `cap`'s features; else the best it has below).
+    pub(crate) fn capped<R>(cap: Isa, f: impl FnOnce() -> R) -> R {
+        struct Restore(Isa);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CAP.with(|c| c.set(self.0));
+            }
+        }
+        let _restore = Restore(CAP.with(|c| c.replace(cap)));
+        f()
+    }
+}
+
 /// Defines `$name` as a safe function running `$body` compiled with AVX-512 (F, VL, BW, DQ,
 /// CD) or else AVX2 (with LZCNT) when the CPU has them (checked at run time, the answer
 /// cached by the standard library), and for the baseline instruction set otherwise.
@@ -53,7 +108,8 @@ macro_rules! with_avx2 {
                 fn avx2($($arg: $ty),*) $(-> $ret)? {
                     kernel($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f")
+                if isa_allowed(Isa::Avx512)
+                    && std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512vl")
                     && std::arch::is_x86_feature_detected!("avx512bw")
                     && std::arch::is_x86_feature_detected!("avx512dq")
@@ -62,7 +118,8 @@ macro_rules! with_avx2 {
                     // SAFETY: `avx512` only needs those AVX-512 subsets, checked just above.
                     return unsafe { avx512($($arg),*) };
                 }
-                if std::arch::is_x86_feature_detected!("avx2")
+                if isa_allowed(Isa::Avx2)
+                    && std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("lzcnt")
                 {
                     // SAFETY: `avx2` only needs the CPU to support AVX2 and LZCNT, checked
@@ -199,40 +256,44 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
     use crate::fpisa::{Acc, HEADROOM, MAN_LIMIT};
     const FLAG_OVERFLOW: u32 = (Acc::OVERFLOW as u32) << 8;
     let plain = fp32_plain(bits);
-    // The incoming value: exponent (FP32's bias is the accumulator's) and signed
-    // significand with the leading one at bit 23; 0 for a zero.
+    // The incoming value as MAU0/MAU1 leave it: exponent (FP32's bias is the
+    // accumulator's), the sign bit, and the unsigned magnitude with the leading one at bit
+    // 23 (0 for a zero).
     let e_x = ((bits >> 23) & 0xFF) as i32;
-    let sig = ((bits & 0x7F_FFFF) | 0x80_0000) as i32;
     let nonzero = bits & 0x7FFF_FFFF != 0;
-    let m_x = if !nonzero {
-        0
-    } else if bits >> 31 != 0 {
-        -sig
+    let magnitude = if nonzero {
+        ((bits & 0x7F_FFFF) | 0x80_0000) as i32
     } else {
-        sig
+        0
     };
     let m_a = lo as i32;
-    let e_a = (hi & 0xFF) as i32;
+    let empty = m_a == 0;
+    // An empty accumulator holds zero at no exponent in particular: aligned at the
+    // incoming exponent, nothing is shifted and the sum is the incoming value.
+    let e_a = if empty { e_x } else { (hi & 0xFF) as i32 };
     let d = e_x - e_a;
-    // The smaller side is shifted right: the incoming one in both variants, the stored one
-    // only by Full (the shift-and-add unit), which then takes the incoming exponent. FPISA-A
-    // instead shifts a larger incoming mantissa left within the headroom, or overwrites past
-    // it.
-    let x_right = m_x >> (-d).clamp(0, 31);
+    // MAU2/MAU3: the smaller side is shifted right: the incoming one in both variants, as a
+    // magnitude (so it truncates), the stored one only by Full (the shift-and-add unit, MAU4:
+    // two's complement, so it floors), which then takes the incoming exponent. FPISA-A
+    // instead shifts a larger incoming magnitude left within the headroom (exact), or
+    // overwrites past it.
     let ahead = d > 0;
     let headroom = d <= HEADROOM as i32;
-    let (a, x, exp) = if !APPROX {
-        (m_a >> d.clamp(0, 31), x_right, e_a.max(e_x))
+    let right = magnitude >> (-d).clamp(0, 31);
+    let (a, x_mag, exp) = if !APPROX {
+        (m_a >> d.clamp(0, 31), right, e_a.max(e_x))
     } else if !ahead {
-        (m_a, x_right, e_a)
+        (m_a, right, e_a)
     } else if headroom {
-        (m_a, m_x << d.min(HEADROOM as i32), e_a)
+        (m_a, magnitude << d.min(HEADROOM as i32), e_a)
     } else {
-        (0, m_x, e_x)
+        (0, magnitude, e_x)
     };
+    // MAU4 adds or subtracts by the sign bit.
+    let x = if bits >> 31 != 0 { -x_mag } else { x_mag };
     let sum = a.wrapping_add(x);
     let wrapped = (a ^ sum) & (x ^ sum) < 0;
-    let sat = if wrapped {
+    let man = if wrapped {
         if a < 0 {
             -MAN_LIMIT
         } else {
@@ -241,7 +302,6 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
     } else {
         sum.max(-MAN_LIMIT)
     };
-    let empty = m_a == 0;
     let added = nonzero && plain;
     let counted = !empty && added;
     let overflow = counted && (wrapped || sum == i32::MIN);
@@ -249,7 +309,6 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
         | u32::from(APPROX && counted && ahead && headroom) << 1
         | u32::from(overflow) << 2
         | u32::from(!plain) << 3;
-    let (man, exp) = if empty { (m_x, e_x) } else { (sat, exp) };
     // The flags are kept (the overflow flag added); the bits above them are cleared.
     let new_hi = (hi & 0xFF00) | exp as u32 | if overflow { FLAG_OVERFLOW } else { 0 };
     if added {
@@ -304,24 +363,20 @@ fn fp32_value(lo: u32, hi: u32) -> u32 {
     let flags = (hi >> 8) as u8;
     // The finite part. i32::MIN reads as -(2^31 - 1), as in `Acc::value`.
     let man = (lo as i32).max(-MAN_LIMIT);
+    // MAU5: sign and magnitude.
     let negative = man < 0;
     let magnitude = man.unsigned_abs();
-    // MAU5/MAU6: the leading one's distance from bit POINT, as the LPM table gives it
+    // MAU6: the leading one's distance from bit POINT, as the LPM table gives it
     // (`leading_one_shift`); FP32's 23 fraction bits are the accumulator's POINT, so that
-    // shift is all the renormalization takes.
+    // shift of the magnitude (truncating it) is all the renormalization takes.
     let shift = 31 - magnitude.leading_zeros() as i32 - POINT as i32;
-    let q = if shift >= 0 {
-        man >> shift.min(31)
+    let significand = if shift >= 0 {
+        magnitude >> shift.min(31)
     } else {
-        man << (-shift).min(31)
+        magnitude << (-shift).min(31)
     };
     // MAU7: FP32's bias is the accumulator's.
-    let mut exp = (hi & 0xFF) as i32 + shift;
-    let mut significand = q.unsigned_abs();
-    // Flooring a negative value can carry into the next power of two.
-    let carry = significand >> (POINT + 1) != 0;
-    significand >>= u32::from(carry);
-    exp += i32::from(carry);
+    let exp = (hi & 0xFF) as i32 + shift;
     // MAU8: assemble, with exponent overflow to infinity and underflow to zero.
     let sign = if negative { SIGN } else { 0 };
     let finite = if exp >= 0xFF {
@@ -347,7 +402,9 @@ fn fp32_value(lo: u32, hi: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use super::test_isa::{capped, ALL};
     use super::*;
+    use crate::fpisa::paper;
     use proptest::prelude::*;
 
     /// The lanes of a word, lane 0 first, added one by one: the definition the kernels must
@@ -368,16 +425,21 @@ mod tests {
             let be: Vec<u8> = deltas.iter().flat_map(|d| d.to_be_bytes()).collect();
             let expect: Vec<u64> = words.iter().zip(&deltas).map(|(&w, &d)| lanes_added(w, d)).collect();
 
-            let mut back = vec![0; be.len()];
-            packed_to_be(&mut back, &deltas);
-            prop_assert_eq!(&back, &be);
+            for isa in ALL {
+                capped(isa, || {
+                    let mut back = vec![0; be.len()];
+                    packed_to_be(&mut back, &deltas);
+                    prop_assert_eq!(&back, &be, "{:?}", isa);
 
-            let mut a = words.clone();
-            add_packed_slice(&mut a, &deltas);
-            prop_assert_eq!(&a, &expect);
-            let mut b = words.clone();
-            add_be_slice(&mut b, &be);
-            prop_assert_eq!(&b, &expect);
+                    let mut a = words.clone();
+                    add_packed_slice(&mut a, &deltas);
+                    prop_assert_eq!(&a, &expect, "{:?}", isa);
+                    let mut b = words.clone();
+                    add_be_slice(&mut b, &be);
+                    prop_assert_eq!(&b, &expect, "{:?}", isa);
+                    Ok(())
+                })?;
+            }
         }
     }
 
@@ -388,10 +450,55 @@ mod tests {
         assert_eq!(w, [0, 0x8000_0000_0000_0000]);
     }
 
+    /// `fpisa_fp32_be` of `src` into a copy of `words` with every build (see
+    /// [`test_isa`]): each build's words and events, which must all agree.
+    fn fpisa_every_build(
+        words: &[u64],
+        src: &[u8],
+        approx: bool,
+    ) -> Result<(Vec<u64>, [u64; 3], bool), TestCaseError> {
+        let runs: Vec<_> = ALL
+            .iter()
+            .map(|&isa| {
+                capped(isa, || {
+                    let mut w = words.to_vec();
+                    let mut events = [0u64; 3];
+                    let specials = fpisa_fp32_be(&mut w, src, approx, &mut events);
+                    (w, events, specials)
+                })
+            })
+            .collect();
+        for (isa, run) in ALL.iter().zip(&runs) {
+            prop_assert_eq!(run, &runs[0], "{:?} and {:?} differ", isa, ALL[0]);
+        }
+        Ok(runs[0].clone())
+    }
+
+    /// `fpisa_fp32_values_be` with every build, checked to agree.
+    fn values_every_build(src: &[u8]) -> Result<Vec<u8>, TestCaseError> {
+        let runs: Vec<Vec<u8>> = ALL
+            .iter()
+            .map(|&isa| {
+                capped(isa, || {
+                    let mut got = vec![0u8; src.len() / 2];
+                    fpisa_fp32_values_be(&mut got, src);
+                    got
+                })
+            })
+            .collect();
+        for (isa, run) in ALL.iter().zip(&runs) {
+            prop_assert_eq!(run, &runs[0], "{:?} and {:?} differ", isa, ALL[0]);
+        }
+        Ok(runs[0].clone())
+    }
+
     proptest! {
         /// The branch-free kernel is `Acc::add`, bit for bit and event for event, on every
         /// accumulator the engine can hold and every normal or zero FP32 lane; it leaves
-        /// the words of special lanes alone and says that there were some.
+        /// the words of special lanes alone and says that there were some. Accumulators and
+        /// lanes take either sign and lanes come within 9 binades of the accumulator, so
+        /// negative lanes are shifted right (MAU3), and shift negative stored values
+        /// (Full) or are shifted left (FPISA-A), in most cases. Every build.
         #[test]
         fn the_fp32_kernel_is_acc_add(
             cases in proptest::collection::vec(
@@ -434,15 +541,15 @@ mod tests {
                 words.push(acc.to_word());
                 src.extend_from_slice(&bits.to_be_bytes());
             }
-            let mut events = [0u64; 3];
-            let specials = fpisa_fp32_be(&mut words, &src, approx, &mut events);
+            let (words, events, specials) = fpisa_every_build(&words, &src, approx)?;
             prop_assert_eq!(words, want);
             prop_assert_eq!(events, want_events);
             prop_assert_eq!(specials, any_special);
         }
 
         /// The bulk renormalization is `Acc::value` in FP32, bit for bit, on any word: every
-        /// flag combination, exponents that overflow or underflow FP32, i32::MIN.
+        /// flag combination, exponents that overflow or underflow FP32, i32::MIN; both
+        /// signs. Every build.
         #[test]
         fn the_fp32_values_kernel_is_acc_value(
             cases in proptest::collection::vec((any::<i32>(), any::<u8>(), any::<u8>(), 0u32..6), 1..80),
@@ -462,10 +569,126 @@ mod tests {
                 src.extend_from_slice(&word.to_be_bytes());
                 want.extend_from_slice(&Acc::from_word(word).value(Format::Fp32).to_be_bytes());
             }
-            let mut got = vec![0u8; want.len()];
-            fpisa_fp32_values_be(&mut got, &src);
-            prop_assert_eq!(got, want);
+            prop_assert_eq!(values_every_build(&src)?, want);
         }
+
+        /// The kernels against the paper's dataflow directly (`crate::fpisa::paper`, written
+        /// from the paper alone), every build: rounds of gradient-like FP32 lanes (either
+        /// sign, 31 binades, some zeros) added into words that start empty or hold any
+        /// valid register, then read as FP32. After each round every word is the paper's
+        /// register (the overflow flag set once the paper's MAU4 overflowed) and the events
+        /// are the paper's.
+        #[test]
+        fn the_fp32_kernels_are_the_papers_dataflow(
+            starts in proptest::collection::vec(
+                prop_oneof![Just((0u8, 0i32)), (100u8..=160, -i32::MAX..=i32::MAX)], 1..40),
+            rounds in proptest::collection::vec(
+                proptest::collection::vec((any::<bool>(), 115u32..=145, 0..1u32 << 23, 0..16u8), 40),
+                1..12),
+            approx in any::<bool>(),
+        ) {
+            use crate::fpisa::Acc;
+            let variant = if approx { paper::Variant::Approx } else { paper::Variant::Full };
+            let mut regs: Vec<paper::Register> =
+                starts.iter().map(|&(exp, man)| paper::Register { exp, man }).collect();
+            let mut flagged = vec![false; regs.len()];
+            let mut words: Vec<u64> = starts
+                .iter()
+                .map(|&(exp, man)| Acc { exp, man, flags: 0 }.to_word())
+                .collect();
+            for round in &rounds {
+                let bits: Vec<u32> = round[..regs.len()]
+                    .iter()
+                    .map(|&(neg, e, f, z)| {
+                        let sign = u32::from(neg) << 31;
+                        if z == 0 { sign } else { sign | (e << 23) | f }
+                    })
+                    .collect();
+                let src: Vec<u8> = bits.iter().flat_map(|b| b.to_be_bytes()).collect();
+                let mut want_events = [0u64; 3];
+                for ((reg, flag), &b) in regs.iter_mut().zip(&mut flagged).zip(&bits) {
+                    let o = paper::add(reg, b, variant);
+                    want_events[0] += u64::from(o.overwrite);
+                    want_events[1] += u64::from(o.left_shift);
+                    want_events[2] += u64::from(o.overflow);
+                    *flag |= o.overflow;
+                }
+                let (after, events, specials) = fpisa_every_build(&words, &src, approx)?;
+                prop_assert!(!specials);
+                prop_assert_eq!(events, want_events);
+                for (i, (&w, reg)) in after.iter().zip(&regs).enumerate() {
+                    let acc = Acc::from_word(w);
+                    prop_assert_eq!((acc.exp, acc.man), (reg.exp, reg.man), "lane {}", i);
+                    let flags = if flagged[i] { Acc::OVERFLOW } else { 0 };
+                    prop_assert_eq!(acc.flags, flags, "lane {}", i);
+                }
+                words = after;
+            }
+            let be: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+            let want: Vec<u8> = regs.iter().flat_map(|&r| paper::read(r).to_be_bytes()).collect();
+            prop_assert_eq!(values_every_build(&be)?, want);
+        }
+    }
+
+    /// Negative lanes that need a shift, in both directions, in every build, against
+    /// `Acc::add` and the paper: a grid of accumulators (both signs, odd low bits) and lanes
+    /// (both signs, odd low bits) 1 to 30 binades below or above them, both variants.
+    #[test]
+    fn negative_lanes_needing_shifts_in_both_directions() {
+        use crate::fpisa::{Acc, Format, Variant};
+        let (mut words, mut src) = (Vec::new(), Vec::new());
+        let mut cases = Vec::new();
+        for acc_man in [
+            0x00C0_0001,
+            -0x00C0_0001,
+            0x0123_4567,
+            -0x0123_4567,
+            -0x0080_0000,
+        ] {
+            for gap in (-30..=30i32).filter(|&g| g != 0) {
+                for lane_sign in [0u32, 0x8000_0000] {
+                    let acc = Acc {
+                        exp: 130,
+                        man: acc_man,
+                        flags: 0,
+                    };
+                    let bits = lane_sign | ((130 + gap) as u32) << 23 | 0x0055_5555;
+                    words.push(acc.to_word());
+                    src.extend_from_slice(&bits.to_be_bytes());
+                    cases.push((acc, bits));
+                }
+            }
+        }
+        let mut lost = [0, 0];
+        for (approx, variant, pv) in [
+            (false, Variant::Full, paper::Variant::Full),
+            (true, Variant::Approx, paper::Variant::Approx),
+        ] {
+            let (got, _, _) = fpisa_every_build(&words, &src, approx).unwrap();
+            for (&(acc, bits), &w) in cases.iter().zip(&got) {
+                let mut a = acc;
+                a.add_bits(bits, Format::Fp32, variant);
+                let mut reg = paper::Register {
+                    exp: acc.exp,
+                    man: acc.man,
+                };
+                paper::add(&mut reg, bits, pv);
+                assert_eq!(w, a.to_word(), "{variant:?} {acc:?} + {bits:#010x}");
+                assert_eq!(
+                    (a.exp, a.man),
+                    (reg.exp, reg.man),
+                    "{variant:?} {bits:#010x}"
+                );
+                // Lanes that lose bits to the shift, by sign: the case this test is for.
+                let below = (bits >> 23) & 0xFF < 130;
+                if below && bits >> 31 != 0 {
+                    lost[0] += 1;
+                } else if !below && acc.man < 0 && !approx {
+                    lost[1] += 1;
+                }
+            }
+        }
+        assert!(lost[0] > 100 && lost[1] > 100, "{lost:?}");
     }
 
     /// Sums landing on and around the saturation limits (too rare for random inputs): the
