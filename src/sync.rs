@@ -1,11 +1,13 @@
 //! The synchronisation types of the hand-written protocols (dispatch's idle/wake protocol,
-//! the reorder engine's flat combining), in one place so the loom model checker can stand in
+//! the reorder engine's flat combining, the injectors' wait for room), in one place so the loom model checker can stand in
 //! for them (the way tokio's `loom` module does).
 //!
 //! - Normally these are plain re-exports: `std` atomics, `crossbeam` queues, parkers,
-//!   backoff and padding, `parking_lot`'s mutex, `std`'s clock. Nothing is wrapped.
+//!   backoff and padding, `parking_lot`'s mutex and condition variable, `std`'s clock.
+//!   Nothing is wrapped.
 //! - Under `--cfg loom` they are loom's atomics and loom-backed stand-ins with the same
-//!   methods, so `src/pfe/loom_tests.rs` checks the real `Dispatch` and `ReorderStage` code
+//!   methods, so `src/pfe/loom_tests.rs` checks the real `Dispatch`, `ReorderStage` and
+//!   `RoomWait` code
 //!   under every interleaving loom explores:
 //!
 //! ```text
@@ -23,7 +25,7 @@ mod real {
     pub(crate) use crossbeam_queue::{ArrayQueue, SegQueue};
     pub(crate) use crossbeam_utils::sync::{Parker, Unparker};
     pub(crate) use crossbeam_utils::{Backoff, CachePadded};
-    pub(crate) use parking_lot::Mutex;
+    pub(crate) use parking_lot::{Condvar, Mutex};
     pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::time::Instant;
 }
@@ -59,7 +61,7 @@ mod model {
 
         pub fn lock(&self) -> MutexGuard<'_, T> {
             MutexGuard {
-                guard: self.0.lock().unwrap_or_else(|e| e.into_inner()),
+                guard: Some(self.0.lock().unwrap_or_else(|e| e.into_inner())),
                 mutex: &self.0,
             }
         }
@@ -67,14 +69,15 @@ mod model {
         pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
             let guard = self.0.try_lock().ok()?;
             Some(MutexGuard {
-                guard,
+                guard: Some(guard),
                 mutex: &self.0,
             })
         }
     }
 
     pub(crate) struct MutexGuard<'a, T> {
-        guard: loom::sync::MutexGuard<'a, T>,
+        /// Always `Some`, but while [`Condvar::wait_for`] has handed it to loom.
+        guard: Option<loom::sync::MutexGuard<'a, T>>,
         mutex: &'a loom::sync::Mutex<T>,
     }
 
@@ -82,13 +85,13 @@ mod model {
         type Target = T;
 
         fn deref(&self) -> &T {
-            &self.guard
+            self.guard.as_ref().expect("the guard is held")
         }
     }
 
     impl<T> DerefMut for MutexGuard<'_, T> {
         fn deref_mut(&mut self) -> &mut T {
-            &mut self.guard
+            self.guard.as_mut().expect("the guard is held")
         }
     }
 
@@ -102,6 +105,29 @@ mod model {
         /// and is a scheduling point on this mutex.
         fn drop(&mut self) {
             let _ = self.mutex.try_lock();
+        }
+    }
+
+    /// `parking_lot::Condvar`'s API over `loom::sync::Condvar`.
+    pub(crate) struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub fn new() -> Self {
+            Condvar(loom::sync::Condvar::new())
+        }
+
+        /// Waits for a notification; the timeout is not modelled. A protocol that waits
+        /// with a timeout only to look at other things now and then (as `RoomWait` does)
+        /// must never need it to learn what it waits for, and this makes the model check
+        /// exactly that: a wake-up the protocol loses leaves the waiter blocked for ever,
+        /// which loom reports as a deadlock (where a timeout would have hidden it).
+        pub fn wait_for<T>(&self, guard: &mut MutexGuard<'_, T>, _timeout: Duration) {
+            let held = guard.guard.take().expect("the guard is held");
+            guard.guard = Some(self.0.wait(held).unwrap_or_else(|e| e.into_inner()));
+        }
+
+        pub fn notify_all(&self) {
+            self.0.notify_all();
         }
     }
 

@@ -69,7 +69,20 @@ fn a_full_engine_hands_packets_back_and_inject_waits() {
     let pfe = Arc::new(pfe);
     let p2 = pfe.clone();
     let blocked = std::thread::spawn(move || p2.inject(Packet::new(0, udp_frame(1, 100, 64))));
-    std::thread::sleep(Duration::from_millis(20));
+    // The injector found no room and waits for it: nothing can leave while the gate is
+    // shut, so it is still waiting, and took nothing.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pfe.injectors_waiting() == 0 {
+        if blocked.is_finished() {
+            panic!("inject returned on a full engine: {:?}", blocked.join());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "inject neither returned nor waited for room within 30 s"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(pfe.in_flight(), 16, "the waiting injector took no room");
     assert!(
         !blocked.is_finished(),
         "inject must wait while the engine is full"
@@ -77,6 +90,7 @@ fn a_full_engine_hands_packets_back_and_inject_waits() {
     gate.store(true, Ordering::Release);
     blocked.join().unwrap().unwrap();
     pfe.drain();
+    assert_eq!(pfe.injectors_waiting(), 0);
     assert_eq!(sink.total_packets(), 17);
     let stats = pfe.stats();
     assert_eq!(stats.packets_in, 17);

@@ -178,7 +178,10 @@ fn a_timer_launch_runs_ahead_of_queued_packets() {
             if seq == 0 {
                 // The first packet holds the only PPE thread until the test says go.
                 busy_tx.lock().send(()).unwrap();
-                go_rx.lock().recv().unwrap();
+                go_rx
+                    .lock()
+                    .recv_timeout(PATIENCE)
+                    .expect("the test lets packet 0 go on");
             }
             log.lock().push(format!("packet {seq}"));
             Ok(Done(Verdict::Forward(1)))
@@ -208,11 +211,11 @@ fn a_timer_launch_runs_ahead_of_queued_packets() {
     }
     // Packets 1..3 are queued behind packet 0, which holds the thread; now the timer
     // comes due.
-    busy_rx.recv().unwrap();
+    busy_rx
+        .recv_timeout(PATIENCE)
+        .expect("packet 0 holds the PPE thread");
     clock.set(MS);
-    while pfe.stats().timer_launches == 0 {
-        std::thread::yield_now();
-    }
+    wait_until("the timer is launched", || pfe.stats().timer_launches > 0);
     go_tx.send(()).unwrap();
     pfe.settle_timers();
     let stats = pfe.shutdown();
@@ -232,7 +235,10 @@ fn a_busy_timer_is_not_launched_again_and_the_skip_is_counted() {
     let [pkt, tick] = p.labels(["packet", "tick"]);
     p.instr(pkt, |_| Ok(Done(Verdict::Forward(1))));
     p.instr(tick, move |_| {
-        go_rx.lock().recv().unwrap();
+        go_rx
+            .lock()
+            .recv_timeout(PATIENCE)
+            .expect("the test lets the timer thread finish");
         Ok(Done(Verdict::Consume))
     });
     p.entry(Entry::Packet, pkt);
@@ -246,20 +252,18 @@ fn a_busy_timer_is_not_launched_again_and_the_skip_is_counted() {
         .build()
         .unwrap();
     pfe.start().unwrap();
-    while pfe.stats().timer_launches == 0 {
-        std::thread::yield_now();
-    }
+    wait_until("the timer is launched", || pfe.stats().timer_launches > 0);
     // The first thread is still running when the next three periods come due.
     for k in 1..=3 {
         clock.set(k * MS);
-        while pfe.stats().timer_overruns < k {
-            std::thread::yield_now();
-        }
+        wait_until(&format!("{k} overruns are counted"), || {
+            pfe.stats().timer_overruns >= k
+        });
     }
     go_tx.send(()).unwrap();
-    while pfe.stats().timer_runs < 1 {
-        std::thread::yield_now();
-    }
+    wait_until("the first timer thread finishes", || {
+        pfe.stats().timer_runs >= 1
+    });
     clock.set(4 * MS);
     go_tx.send(()).unwrap();
     pfe.settle_timers();
@@ -390,9 +394,9 @@ fn real_clock_timers_fire_and_shut_down_cleanly() {
     let frames: Vec<Vec<u8>> = (0..2000).map(|i| udp_frame(i as u16, i, 64)).collect();
     pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
         .unwrap();
-    while pfe.stats().timer_runs < 20 {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    wait_until("the timers ran 20 times on the real clock", || {
+        pfe.stats().timer_runs >= 20
+    });
     let mem = pfe.memory().clone();
     let stats = pfe.shutdown();
     assert!(stats.is_conserved());

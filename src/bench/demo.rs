@@ -3,12 +3,14 @@
 //! threads give up on, so the others get a partial result (`degraded`, `src_cnt` 3) after
 //! the block timeout instead of waiting. Every sum is checked.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use super::rng::SplitMix64;
+use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::host::{
     port_channels, run_workers, Attached, DriveOptions, Scaling, Worker, WorkerConfig,
@@ -16,6 +18,7 @@ use crate::microcode::trio_ml::host::{
 use crate::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
 use crate::packet::Dest;
 use crate::pfe::{Pfe, Stats};
+use crate::timer::ManualClock;
 
 /// The demo's settings.
 #[derive(Clone, Debug, Serialize)]
@@ -34,6 +37,13 @@ pub struct DemoConfig {
     pub straggle_ms: u64,
     /// PPE threads.
     pub ppe_threads: usize,
+    /// Move the engine's clock with the demo's progress instead of running on the real
+    /// clock, so that nothing depends on how fast the machine is (for tests): in round 1
+    /// the clock stands still (no block can time out), and in round 2 the block timeout
+    /// passes once every on-time worker has sent all its packets, and the straggler sends
+    /// once the others have their partial results (`straggle_ms` is not used). Needs a
+    /// `window` of at least the packets per worker.
+    pub manual_clock: bool,
 }
 
 impl Default for DemoConfig {
@@ -48,6 +58,7 @@ impl Default for DemoConfig {
             block_exp_ms: 20,
             straggle_ms: 200,
             ppe_threads: 64,
+            manual_clock: false,
         }
     }
 }
@@ -114,6 +125,29 @@ fn gradients(w: u8, n: usize) -> Vec<f32> {
 /// scaled integers, the copy each round hands the worker, the worker's sums and the checks.
 pub const BYTES_PER_GRADIENT: u64 = 32;
 
+/// With a manual clock: once `all_sent()` (every on-time packet is in; given up on after
+/// the workers' own patience), lets the engine finish them, then moves the clock on one
+/// scan period at a time, each run to completion, until a block left since then has timed
+/// out (`block_exp_ms`, and two periods for the scan to see it idle).
+fn time_out_blocks(
+    pfe: &Pfe,
+    clock: &ManualClock,
+    scan_period_ns: u64,
+    block_exp_ms: u8,
+    all_sent: impl Fn() -> bool,
+) {
+    let give_up = Instant::now() + DriveOptions::default().give_up_after;
+    while !all_sent() && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    pfe.drain();
+    let periods = (u64::from(block_exp_ms) * 1_000_000).div_ceil(scan_period_ns) + 2;
+    for _ in 0..periods {
+        clock.advance(scan_period_ns);
+        pfe.settle_timers();
+    }
+}
+
 /// Runs the demo.
 pub fn run(cfg: &DemoConfig) -> Result<DemoReport, Box<dyn std::error::Error>> {
     let n = cfg.workers;
@@ -145,16 +179,33 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, Box<dyn std::error::Error>> {
         out_dest: Dest::Group(0),
         ..JobConfig::default()
     })?;
+    let chunks = cfg.gradients.div_ceil(cfg.grads_per_packet) as u64;
+    if cfg.manual_clock && (cfg.window as u64) < chunks {
+        return Err(ConfigError::new(
+            "window",
+            format!(
+                "{} is less than the {chunks} packets per worker, which the manual clock \
+                 needs in flight at once",
+                cfg.window
+            ),
+        )
+        .into());
+    }
+    let clock = cfg.manual_clock.then(|| Arc::new(ManualClock::new()));
     let (sink, rxs) = port_channels(usize::from(n));
-    let mut pfe = Pfe::builder()
+    let mut builder = Pfe::builder()
         .program(trio.program())
         .ppe_threads(cfg.ppe_threads)
         .memory(mem)
         .multicast_group(0, sources.iter().map(|&s| u16::from(s)).collect::<Vec<_>>())
         .timers(trio.timer_specs()?)
-        .sink(Arc::new(sink))
-        .build()?;
+        .sink(Arc::new(sink));
+    if let Some(c) = &clock {
+        builder = builder.clock(c.clone());
+    }
+    let mut pfe = builder.build()?;
     pfe.start()?;
+    let scan_period_ns = trio.config().scan_period_ns;
 
     let vectors: Vec<Vec<f32>> = (0..n).map(|w| gradients(w, cfg.gradients)).collect();
     let max_abs = vectors.iter().flatten().fold(0f32, |m, g| m.max(g.abs()));
@@ -185,10 +236,20 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, Box<dyn std::error::Error>> {
                 .collect::<Result<_, crate::microcode::trio_ml::host::HostError>>()?;
             let start = Instant::now();
             let pfe = &pfe;
+            let on_time_sent = AtomicU64::new(0);
+            let timed_out = Once::new();
             let inject = |p: u16, f: &[u8]| {
-                if Some(p as u8) == straggler
-                    && start.elapsed() < Duration::from_millis(cfg.straggle_ms)
-                {
+                if Some(p as u8) != straggler {
+                    on_time_sent.fetch_add(1, Ordering::Relaxed);
+                } else if let Some(clock) = &clock {
+                    // The straggler's first packet waits until the others' blocks timed out.
+                    timed_out.call_once(|| {
+                        let on_time = u64::from(n - 1) * chunks;
+                        time_out_blocks(pfe, clock, scan_period_ns, cfg.block_exp_ms, || {
+                            on_time_sent.load(Ordering::Relaxed) >= on_time
+                        })
+                    });
+                } else if start.elapsed() < Duration::from_millis(cfg.straggle_ms) {
                     // The straggler is still computing: its packets wait until it is done.
                     std::thread::sleep(Duration::from_millis(cfg.straggle_ms) - start.elapsed());
                 }

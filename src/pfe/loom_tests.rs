@@ -1,5 +1,5 @@
-//! Loom models of the two hand-written protocols, run on the real [`Dispatch`] and
-//! [`ReorderStage::finish`] code with `crate::sync` backed by loom:
+//! Loom models of the hand-written protocols, run on the real [`Dispatch`],
+//! [`ReorderStage::finish`] and [`RoomWait`] code with `crate::sync` backed by loom:
 //!
 //! ```text
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib loom_tests
@@ -21,13 +21,20 @@
 //!
 //! - `Dispatch::pop`'s last look before parking without the timer queue (only batches):
 //!   the timer model deadlocks on a stranded launch.
+//! - `RoomWait::wait` without its fence between registering in `waiting` and looking at
+//!   the in-flight count, `RoomWait::release` without its fence between the decrement and
+//!   reading `waiting`, or `RoomWait::wait` waiting without its second look under the
+//!   lock: a lost wake-up (the releaser saw nobody waiting, or notified before the wait
+//!   began, while the waiter saw no room and waited); every `room_` model deadlocks on it.
+//!   (The real wait has a 1 ms timeout that turns this into a stall; the model's condition
+//!   variable has none, see `crate::sync`.)
 //!
 //! Most dispatch models close after a drain, as `Pfe::stop` does; one closes right after
 //! pushing. That model found a real bug: a consumer that gave up spinning just before the
 //! push saw `closed` and returned `Popped::Closed` without another look at the queue,
 //! stranding the batch. `pop` now takes a last look when it sees the close.
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
@@ -35,6 +42,7 @@ use super::batch::Batch;
 use super::dispatch::{Dispatch, Popped};
 use super::egress::{Discard, TxCounters};
 use super::reorder::ReorderStage;
+use super::room::RoomWait;
 use crate::timer::Launch;
 
 /// Runs `f` under every interleaving with at most `preemptions` preemptions (`None`: any
@@ -238,4 +246,57 @@ fn finish_two_threads() {
 #[test]
 fn finish_three_threads() {
     finish_model(3, Some(4));
+}
+
+/// An engine of capacity 4 is full; `waiters` injectors wait for room for one packet (to
+/// 3 in flight, where a release wakes them: a quarter free), while the model's main thread
+/// releases `releases` packets one at a time, as PPE threads retiring batches do. Every
+/// waiter must wake: a lost wake-up leaves one blocked for ever, a deadlock (the model's
+/// wait has no timeout).
+fn room_model(waiters: usize, releases: u64, preemptions: Option<usize>) {
+    check(preemptions, move || {
+        const CAPACITY: u64 = 4;
+        let room = Arc::new(RoomWait::new(CAPACITY));
+        let in_flight = Arc::new(AtomicU64::new(CAPACITY));
+        let resume_at = CAPACITY - (CAPACITY / 4).max(1);
+        // No work is ever queued: the stall checks between waits wake nobody.
+        let (dispatch, _parkers) = Dispatch::new(1, 1, 1, 0, None);
+        let dispatch = Arc::new(dispatch);
+        let threads: Vec<_> = (0..waiters)
+            .map(|_| {
+                let (room, in_flight) = (room.clone(), in_flight.clone());
+                let dispatch = dispatch.clone();
+                thread::spawn(move || {
+                    room.wait(&in_flight, resume_at, || Some(&*dispatch));
+                    assert!(in_flight.load(Ordering::Relaxed) <= resume_at);
+                })
+            })
+            .collect();
+        for _ in 0..releases {
+            room.release(&in_flight, 1);
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(room.waiting(), 0);
+    });
+}
+
+/// One waiter, one release: every interleaving.
+#[test]
+fn room_one_waiter_one_release() {
+    room_model(1, 1, None);
+}
+
+/// Two waiters woken by one notification.
+#[test]
+fn room_two_waiters_one_release() {
+    room_model(2, 1, Some(3));
+}
+
+/// Two releases, the first of which already frees the room: the second finds the waiter
+/// gone or still waking.
+#[test]
+fn room_one_waiter_two_releases() {
+    room_model(1, 2, Some(3));
 }

@@ -23,6 +23,7 @@ mod latency;
 mod loom_tests;
 mod ppe;
 mod reorder;
+mod room;
 #[cfg(test)]
 mod start_tests;
 mod stats;
@@ -51,6 +52,7 @@ use self::egress::TxCounters;
 use self::ingress::IngressState;
 use self::latency::LatencyRecorder;
 use self::reorder::ReorderStage;
+use self::room::RoomWait;
 use self::stats::{
     WorkerStats, DROP_CLASSIFIER_PANIC, DROP_OVERSIZE, DROP_RUNT, DROP_RX_FULL, DROP_SINK_PANIC,
     ENGINE_DROP_REASONS,
@@ -62,7 +64,7 @@ use crate::packet::{GroupId, Packet, Port, DEFAULT_HEAD_BYTES, MIN_FRAME_BYTES};
 use crate::program::{
     FaultKind, Program, DEFAULT_HEAD_OFFSET, DEFAULT_INSTRUCTION_BUDGET, LOCAL_MEMORY_BYTES,
 };
-use crate::sync::Parker;
+use crate::sync::{self, Parker};
 use crate::timer::{Clock, SystemClock, TimerSet, TimerSpec};
 
 /// Most PPE threads an engine may have.
@@ -453,7 +455,7 @@ impl PfeBuilder {
         let shared = Shared {
             dispatch,
             pool: ArrayQueue::new(max_batches.min(cfg.capacity + 4)),
-            in_flight: CachePadded::new(AtomicU64::new(0)),
+            in_flight: sync::CachePadded::new(sync::AtomicU64::new(0)),
             room: RoomWait::new(cfg.capacity as u64),
             ingress: Mutex::new(IngressState {
                 next_seq: vec![0; cfg.reorder_contexts],
@@ -496,73 +498,6 @@ impl PfeBuilder {
     }
 }
 
-/// Injectors waiting for in-flight room, and how the PPE threads wake them.
-///
-/// A waiter registers in `waiting`, then re-reads the in-flight count under `lock` before
-/// it waits on `cv`; a PPE thread that releases packets reads `waiting` after its decrement
-/// and, when someone waits and enough room is free, notifies under `lock`. The count's
-/// decrement and `waiting`'s increment are both `SeqCst`, followed by `SeqCst` reads of the
-/// other (a Dekker pattern): either the waiter sees the room, or the releaser sees the
-/// waiter, and the lock keeps the notification from falling between the waiter's last look
-/// and its wait.
-pub(crate) struct RoomWait {
-    waiting: AtomicU64,
-    lock: Mutex<()>,
-    cv: parking_lot::Condvar,
-    /// Room from which waiters are woken: a quarter of the capacity free.
-    wake_at: u64,
-}
-
-impl RoomWait {
-    /// Waiters wait at most this long between looks at a stalled engine.
-    const STALL_LOOK: Duration = Duration::from_millis(1);
-
-    fn new(capacity: u64) -> Self {
-        RoomWait {
-            waiting: AtomicU64::new(0),
-            lock: Mutex::new(()),
-            cv: parking_lot::Condvar::new(),
-            wake_at: capacity - capacity / 4,
-        }
-    }
-
-    /// Sleeps until `in_flight` is at most `resume_at`, or `engine()` says the engine
-    /// stopped (`None`); checks the engine for a stall (see `Dispatch::check_stall`)
-    /// between waits.
-    fn wait<'d>(
-        &self,
-        in_flight: &AtomicU64,
-        resume_at: u64,
-        engine: impl Fn() -> Option<&'d Dispatch>,
-    ) {
-        let Some(dispatch) = engine() else { return };
-        let mut watch = dispatch.stall_watch();
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        while in_flight.load(Ordering::SeqCst) > resume_at {
-            let Some(dispatch) = engine() else { break };
-            {
-                let mut guard = self.lock.lock();
-                if in_flight.load(Ordering::SeqCst) > resume_at {
-                    self.cv.wait_for(&mut guard, Self::STALL_LOOK);
-                }
-            }
-            dispatch.check_stall(&mut watch);
-        }
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Releases `released` packets from `in_flight`, waking the waiters once enough room is
-    /// free.
-    #[inline]
-    pub(crate) fn release(&self, in_flight: &AtomicU64, released: u64) {
-        let now = in_flight.fetch_sub(released, Ordering::SeqCst) - released;
-        if now <= self.wake_at && self.waiting.load(Ordering::SeqCst) > 0 {
-            let _guard = self.lock.lock();
-            self.cv.notify_all();
-        }
-    }
-}
-
 const STATE_BUILT: u8 = 0;
 const STATE_RUNNING: u8 = 1;
 const STATE_STOPPED: u8 = 2;
@@ -576,7 +511,7 @@ pub(crate) struct Shared {
     /// Empty batches for ingress to fill.
     pub pool: ArrayQueue<Box<Batch>>,
     /// Ingress packets accepted and not yet released.
-    pub in_flight: CachePadded<AtomicU64>,
+    pub in_flight: sync::CachePadded<sync::AtomicU64>,
     /// Injectors waiting for in-flight room.
     pub room: RoomWait,
     pub ingress: Mutex<IngressState>,
@@ -1125,6 +1060,12 @@ impl Pfe {
     /// Packets accepted and not yet released.
     pub fn in_flight(&self) -> u64 {
         self.shared.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Injecting threads waiting for in-flight room right now ([`Pfe::inject`] and the
+    /// other waiting calls, on a full engine).
+    pub fn injectors_waiting(&self) -> u64 {
+        self.shared.room.waiting()
     }
 
     /// Waits until nothing is in flight: every accepted packet has been released or
