@@ -1247,26 +1247,17 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
             // Errors (e.g. the server not up yet) are recovered by retransmission.
             let _ = socket.send(&f[TRIO_ML_HDR_AT..]);
         }
-        match socket.recv(&mut buf) {
-            Ok(n) => {
-                if frame_of(&buf[..n], &ep, &mut frame).is_err() {
-                    bad += 1;
-                } else {
-                    match worker.on_frame_at(&frame, now()) {
-                        Ok(Received::Result { .. }) => last_progress = Instant::now(),
-                        Ok(Received::Ignored) => {}
-                        Err(e @ HostError::Superseded { .. }) => return Err(e.into()),
-                        Err(_) => bad += 1,
-                    }
+        if let Some(n) = recv_or_pause(&socket, &mut buf, tick) {
+            if frame_of(&buf[..n], &ep, &mut frame).is_err() {
+                bad += 1;
+            } else {
+                match worker.on_frame_at(&frame, now()) {
+                    Ok(Received::Result { .. }) => last_progress = Instant::now(),
+                    Ok(Received::Ignored) => {}
+                    Err(e @ HostError::Superseded { .. }) => return Err(e.into()),
+                    Err(_) => bad += 1,
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) => {}
-            // Connection refused (nothing listening yet) and the like: keep trying.
-            Err(_) => std::thread::sleep(tick),
         }
         if last_progress.elapsed() > cfg.give_up_after {
             return Err(HostError::TimedOut {
@@ -1314,21 +1305,15 @@ fn join(
             let _ = socket.send(&join[TRIO_ML_HDR_AT..]);
             sent_at = Some(Instant::now());
         }
-        match socket.recv(buf) {
-            Ok(n) => match frame_of(&buf[..n], &ep, frame) {
+        if let Some(n) = recv_or_pause(socket, buf, tick) {
+            match frame_of(&buf[..n], &ep, frame) {
                 Ok(_) => {
                     if let Some(run) = worker.take_joined(frame, nonce) {
                         return Ok(run);
                     }
                 }
                 Err(_) => *bad += 1,
-            },
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => std::thread::sleep(tick),
+            }
         }
         if start.elapsed() > cfg.give_up_after {
             return Err(ServeError::Config {
@@ -1341,6 +1326,27 @@ fn join(
                     cfg.give_up_after
                 ),
             });
+        }
+    }
+}
+
+/// One datagram from `socket` within its read timeout: `None` after the timeout, or after a
+/// pause of `tick` on another error (connection refused while nothing listens yet, and the
+/// like: the caller keeps trying).
+fn recv_or_pause(socket: &UdpSocket, buf: &mut [u8], tick: Duration) -> Option<usize> {
+    match socket.recv(buf) {
+        Ok(n) => Some(n),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            None
+        }
+        Err(_) => {
+            std::thread::sleep(tick);
+            None
         }
     }
 }
