@@ -191,12 +191,7 @@ fn bench_filter_heading_describes_the_run() {
         "--ppe-threads",
         "1",
     ]);
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let heading = text
-        .lines()
-        .find(|l| l.starts_with("filter,"))
-        .unwrap_or_else(|| panic!("no heading in\n{text}"));
+    let heading = filter_heading(&o);
     assert!(heading.contains("imix"), "{heading}");
     assert!(!heading.contains("64-byte"), "{heading}");
     assert!(heading.contains("3000 packets per run"), "{heading}");
@@ -209,15 +204,11 @@ fn bench_filter_heading_describes_the_run() {
         "--ppe-threads",
         "1",
     ]);
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let heading = text
-        .lines()
-        .find(|l| l.starts_with("filter,"))
-        .unwrap_or_else(|| panic!("no heading in\n{text}"));
+    let heading = filter_heading(&o);
     assert!(heading.contains("64-byte"), "{heading}");
     assert!(heading.contains("0.05 s per run"), "{heading}");
     assert!(!heading.contains("10000000"), "{heading}");
+    let text = String::from_utf8_lossy(&o.stdout);
     assert!(!text.contains("NaN"), "{text}");
 }
 
@@ -252,4 +243,14 @@ fn serve_json_writes_only_json_on_stdout() {
         )
     });
     assert!(v["engine"].is_object(), "{v}");
+}
+
+/// The heading line of a successful `pfemu bench filter` run.
+fn filter_heading(o: &Output) -> String {
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    text.lines()
+        .find(|l| l.starts_with("filter,"))
+        .unwrap_or_else(|| panic!("no heading in\n{text}"))
+        .to_string()
 }

@@ -66,10 +66,7 @@ fn a_panicking_sink_drops_its_packets_with_a_reason_and_never_hangs() {
                 .build()
                 .unwrap();
             pfe.start().unwrap();
-            for i in 0..1000u32 {
-                pfe.inject(Packet::new(0, udp_frame((i % 2) as u16, i, 64)))
-                    .unwrap();
-            }
+            inject_two_flows(&pfe, 1000);
             pfe.drain();
             // The PPE threads are alive: more packets go through.
             for i in 0..100u32 {
@@ -146,10 +143,7 @@ fn a_panicking_classifier_drops_the_packet_with_a_reason() {
             .build()
             .unwrap();
         pfe.start().unwrap();
-        for i in 0..1000u32 {
-            pfe.inject(Packet::new(0, udp_frame((i % 2) as u16, i, 64)))
-                .unwrap();
-        }
+        inject_two_flows(&pfe, 1000);
         pfe.drain();
         pfe.shutdown()
     });
@@ -204,4 +198,12 @@ fn the_capacity_error_states_the_limit_it_checks() {
     assert!(e.reason.contains(&(1usize << 20).to_string()), "{e}");
     assert!(!e.reason.contains(&(1usize << 24).to_string()), "{e}");
     assert!(builder().capacity(1 << 20).build().is_ok());
+}
+
+/// Injects `n` UDP frames alternating between flows 0 and 1.
+fn inject_two_flows(pfe: &Pfe, n: u32) {
+    for i in 0..n {
+        pfe.inject(Packet::new(0, udp_frame((i % 2) as u16, i, 64)))
+            .unwrap();
+    }
 }
