@@ -150,7 +150,7 @@
 //! * sets the sticky [`Acc::OVERFLOW`] flag, which no later addition clears (also when the
 //!   sum comes back in range), and reports [`Events::overflow`] for that addition (each
 //!   addition that goes past the limit again reports it again); the RMW engine counts these
-//!   ([`crate::mem::FpisaCounts::overflows`]) and the FPISA aggregation program adds them to
+//!   ([`FpisaCounts::overflows`]) and the FPISA aggregation program adds them to
 //!   its overflow counter ([`crate::microcode::trio_ml::TrioMl::fpisa_events`]);
 //! * reads out as a **finite** number: [`Acc::value`] renormalizes the saturated mantissa
 //!   like any other, i.e. `±(2^31 - 1) * 2^(exp - 150)` with the magnitude truncated to the
@@ -188,6 +188,7 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
+pub(crate) mod lanes;
 #[cfg(test)]
 pub(crate) mod paper;
 
@@ -688,6 +689,38 @@ const fn build_lpm_table() -> [LpmEntry; 32] {
     table
 }
 
+/// What the additions of one request did, lane by lane, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FpisaCounts {
+    /// Additions made.
+    pub adds: u64,
+    /// FPISA-A overwrites (the incoming value replaced the stored one).
+    pub overwrites: u64,
+    /// FPISA-A left shifts of the incoming mantissa into the headroom.
+    pub left_shifts: u64,
+    /// Additions that overflowed the headroom (the accumulator saturated and flagged it).
+    pub overflows: u64,
+}
+
+impl FpisaCounts {
+    /// Counts one addition's events.
+    #[inline]
+    pub fn record(&mut self, e: Events) {
+        self.adds += 1;
+        self.overwrites += u64::from(e.overwrite);
+        self.left_shifts += u64::from(e.left_shift);
+        self.overflows += u64::from(e.overflow);
+    }
+
+    /// Adds another request's counts.
+    pub fn merge(&mut self, o: &FpisaCounts) {
+        self.adds += o.adds;
+        self.overwrites += o.overwrites;
+        self.left_shifts += o.left_shifts;
+        self.overflows += o.overflows;
+    }
+}
+
 /// [`Acc::add_bits`] of FP32 lanes in bulk: lane `i` of `src` (network order, 4 bytes each)
 /// is added to the accumulator word `words[i]` ([`Acc::to_word`]'s layout), in `variant`;
 /// returns the additions' events. The RMW engine's shift-and-add of
@@ -696,10 +729,10 @@ const fn build_lpm_table() -> [LpmEntry; 32] {
 ///
 /// # Panics
 /// If `src.len() != 4 * words.len()`.
-pub fn add_fp32_be(words: &mut [u64], src: &[u8], variant: Variant) -> crate::mem::FpisaCounts {
+pub fn add_fp32_be(words: &mut [u64], src: &[u8], variant: Variant) -> FpisaCounts {
     assert_eq!(src.len(), 4 * words.len(), "4 bytes per FP32 lane");
-    let mut counts = crate::mem::FpisaCounts::default();
-    crate::mem::add_fp32_words(words, src, variant, &mut counts);
+    let mut counts = FpisaCounts::default();
+    lanes::add_fp32_words(words, src, variant, &mut counts);
     counts
 }
 
@@ -712,7 +745,7 @@ pub fn add_fp32_be(words: &mut [u64], src: &[u8], variant: Variant) -> crate::me
 /// If `src.len() != 2 * dst.len()` or `dst.len()` is not a multiple of 4.
 pub fn fp32_values_be(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len() % 4, 0, "4 bytes per FP32 lane");
-    crate::mem::fpisa_fp32_values_be(dst, src);
+    lanes::fpisa_fp32_values_be(dst, src);
 }
 
 /// [`renorm_shift`] computed with the CPU's count of leading zeros, as [`Acc::value`] uses it:

@@ -79,6 +79,7 @@ pub mod bench;
 pub mod duration;
 pub mod error;
 pub mod fpisa;
+mod isa;
 pub mod limits;
 pub mod mem;
 pub mod packet;

@@ -1162,7 +1162,7 @@ impl<'a> Thread<'a> {
         len: usize,
         fmt: crate::fpisa::Format,
         variant: crate::fpisa::Variant,
-    ) -> Result<crate::mem::FpisaCounts, Fault> {
+    ) -> Result<crate::fpisa::FpisaCounts, Fault> {
         let range = lm_range(lm_offset, len)?;
         let counts = self
             .mem
@@ -1197,7 +1197,7 @@ impl<'a> Thread<'a> {
 
     /// The events of this thread's posted FPISA adds applied since the last call (after
     /// [`Thread::wait_posted`], all of them so far).
-    pub fn take_fpisa_events(&mut self) -> crate::mem::FpisaCounts {
+    pub fn take_fpisa_events(&mut self) -> crate::fpisa::FpisaCounts {
         self.core.posted.take_fpisa_counts()
     }
 

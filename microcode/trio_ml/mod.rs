@@ -549,12 +549,12 @@ impl TrioMl {
     /// FPISA lanes: the additions' events so far (FPISA-A overwrites and left shifts,
     /// headroom overflows), from the program's counters (`adds` is not counted: 0); all
     /// zero with integer lanes.
-    pub fn fpisa_events(&self) -> Result<crate::mem::FpisaCounts, MemFault> {
+    pub fn fpisa_events(&self) -> Result<crate::fpisa::FpisaCounts, MemFault> {
         let Some(at) = self.inner.tables.fpisa_events else {
-            return Ok(crate::mem::FpisaCounts::default());
+            return Ok(crate::fpisa::FpisaCounts::default());
         };
         let mem = &self.inner.mem;
-        Ok(crate::mem::FpisaCounts {
+        Ok(crate::fpisa::FpisaCounts {
             adds: 0,
             overwrites: mem.counter_read(at)?.0,
             left_shifts: mem.counter_read(at + 2)?.0,

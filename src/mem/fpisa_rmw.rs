@@ -8,7 +8,7 @@
 //! the incoming value, aligns, adds and stores it as one atomic update of the word, in either
 //! variant ([`Variant::Full`] or FPISA-A, [`Variant::Approx`]). The arithmetic is
 //! [`Acc::add`]'s (the paper's dataflow bit for bit, rounding included: see
-//! [`crate::fpisa`]), per word or in the vectorised kernel of `lanes.rs`, which tests compare
+//! [`crate::fpisa`]), per word or in the vectorised kernel of `fpisa/lanes.rs`, which tests compare
 //! with it and with a reference written from the paper.
 //!
 //! Atomicity is per word, as for the other vector operations: in SRAM and DRAM a word's
@@ -19,45 +19,13 @@
 //! exact at the accumulator's precision (integer-valued gradients of a narrow range, say).
 
 use super::bank::update;
-use super::lanes::{fp32_plain, fpisa_fp32_be};
 use super::{Addr, MemFault, SharedMemory};
-use crate::fpisa::{self, Acc, Decomposed, Events, Format, Variant};
+use crate::fpisa::lanes::add_fp32_words;
+use crate::fpisa::{self, Acc, Decomposed, Events, Format, FpisaCounts, Variant};
 
 /// Most lanes one [`SharedMemory::fpisa_add_lanes`] or [`SharedMemory::fpisa_add_be`] request
 /// carries: 1024 (a 1024-gradient packet; 8 KB of accumulator words).
 pub const MAX_FPISA_LANES: usize = 1024;
-
-/// What the additions of one request did, lane by lane, counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FpisaCounts {
-    /// Additions made.
-    pub adds: u64,
-    /// FPISA-A overwrites (the incoming value replaced the stored one).
-    pub overwrites: u64,
-    /// FPISA-A left shifts of the incoming mantissa into the headroom.
-    pub left_shifts: u64,
-    /// Additions that overflowed the headroom (the accumulator saturated and flagged it).
-    pub overflows: u64,
-}
-
-impl FpisaCounts {
-    /// Counts one addition's events.
-    #[inline]
-    pub fn record(&mut self, e: Events) {
-        self.adds += 1;
-        self.overwrites += u64::from(e.overwrite);
-        self.left_shifts += u64::from(e.left_shift);
-        self.overflows += u64::from(e.overflow);
-    }
-
-    /// Adds another request's counts.
-    pub fn merge(&mut self, o: &FpisaCounts) {
-        self.adds += o.adds;
-        self.overwrites += o.overwrites;
-        self.left_shifts += o.left_shifts;
-        self.overflows += o.overflows;
-    }
-}
 
 /// Bytes of one lane of `fmt` in a packet.
 fn lane_bytes(fmt: Format) -> usize {
@@ -218,36 +186,6 @@ impl SharedMemory {
     pub fn fpisa_read(&self, addr: Addr) -> Result<Acc, MemFault> {
         Ok(Acc::from_word(self.read_u64(addr)?))
     }
-}
-
-/// FPISA's shift-and-add of the FP32 lanes of `src` (network order) into the accumulator
-/// words `words` (`src.len() == 4 * words.len()`), counting into `counts`: the vectorised
-/// kernel, then the rare special lanes (subnormals, infinities, NaNs) it leaves alone, one by
-/// one. Exactly [`Acc::add_bits`] per lane.
-pub(crate) fn add_fp32_words(
-    words: &mut [u64],
-    src: &[u8],
-    variant: Variant,
-    counts: &mut FpisaCounts,
-) {
-    let mut events = [0u64; 3];
-    if fpisa_fp32_be(words, src, variant == Variant::Approx, &mut events) {
-        for (w, lane) in words.iter_mut().zip(src.chunks_exact(4)) {
-            let bits = u32::from_be_bytes([lane[0], lane[1], lane[2], lane[3]]);
-            if !fp32_plain(bits) {
-                let mut acc = Acc::from_word(*w);
-                let e = acc.add_bits(bits, Format::Fp32, variant);
-                *w = acc.to_word();
-                events[0] += u64::from(e.overwrite);
-                events[1] += u64::from(e.left_shift);
-                events[2] += u64::from(e.overflow);
-            }
-        }
-    }
-    counts.adds += words.len() as u64;
-    counts.overwrites += events[0];
-    counts.left_shifts += events[1];
-    counts.overflows += events[2];
 }
 
 fn check_lanes(n: usize) -> Result<(), MemFault> {

@@ -123,9 +123,7 @@ use crate::error::ConfigError;
 
 pub use alloc::{AllocError, Allocation};
 pub use bank::SharedMemory;
-pub(crate) use fpisa_rmw::add_fp32_words;
-pub use fpisa_rmw::{FpisaCounts, MAX_FPISA_LANES};
-pub(crate) use lanes::fpisa_fp32_values_be;
+pub use fpisa_rmw::MAX_FPISA_LANES;
 pub use policer::{Color, PolicerConfig, PolicerState, POLICER_WORDS};
 pub use posted::PostedOps;
 

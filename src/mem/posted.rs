@@ -1,10 +1,9 @@
 //! Posted (asynchronous) XTXNs: a PPE thread's fire-and-forget buffer.
 
 use super::{
-    Addr, FpisaCounts, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_FPISA_LANES,
-    MAX_VADD_BYTES, WORD_BYTES,
+    Addr, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_FPISA_LANES, MAX_VADD_BYTES, WORD_BYTES,
 };
-use crate::fpisa::{Format, Variant};
+use crate::fpisa::{Format, FpisaCounts, Variant};
 
 /// `(addr, packets, bytes)` of a counter addition.
 pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
