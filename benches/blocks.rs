@@ -47,12 +47,12 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use pfemu::bench::rng::SplitMix64;
-use pfemu::bench::traffic::{FlowDist, Mix, Traffic, TrafficSpec, Zipf};
+use pfemu::lab::bench::traffic::{FlowDist, Mix, Traffic, TrafficSpec, Zipf};
 use pfemu::microcode::filter::Filter;
 use pfemu::microcode::l3fwd::{mask, write_udp_frame, Dir248, L3fwd, RouteTable};
 use pfemu::prelude::*;
 use pfemu::program::Harness;
+use pfemu::rng::SplitMix64;
 
 /// Times one frame is run through a [`Harness`] per iteration.
 const HARNESS_REPEAT: usize = 256;
@@ -139,7 +139,7 @@ fn program_chain(c: &mut Criterion) {
         assert_eq!(out.instructions as usize, n);
         g.throughput(Throughput::Elements((n * HARNESS_REPEAT) as u64));
         g.bench_function(n.to_string(), |b| {
-            b.iter(|| h.run_all(&prog, std::iter::repeat(frame).take(HARNESS_REPEAT)))
+            b.iter(|| h.run_all(&prog, std::iter::repeat_n(frame, HARNESS_REPEAT)))
         });
     }
     g.finish();
@@ -169,7 +169,7 @@ fn xtxn(c: &mut Criterion) {
     g.throughput(Throughput::Elements(HARNESS_REPEAT as u64));
     for (name, prog) in [("none", &none), ("read_u64", &read)] {
         g.bench_function(name, |b| {
-            b.iter(|| h.run_all(prog, std::iter::repeat(frame).take(HARNESS_REPEAT)))
+            b.iter(|| h.run_all(prog, std::iter::repeat_n(frame, HARNESS_REPEAT)))
         });
     }
     g.finish();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use pfemu::bench::traffic::{Traffic, TrafficSpec};
+use pfemu::lab::bench::traffic::{Traffic, TrafficSpec};
 use pfemu::microcode::filter::Filter;
 use pfemu::pfe::FlowClassifier;
 use pfemu::prelude::*;

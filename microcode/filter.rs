@@ -14,11 +14,11 @@
 //! Counter layout (Figure 6): the non-IP counter at `DROP_CNT_BASE` (packets, then bytes),
 //! the IP-options counter at `DROP_CNT_BASE + 2`; addresses are in 8-byte words.
 
-use crate::mem::{Addr, AllocError, MemFault, Op, Region, SharedMemory};
-use crate::packet::Port;
-use crate::prelude::*;
-use crate::program::ProgramBuilder;
-use crate::wire::{Ether, Ipv4, ETHERTYPE_IPV4};
+use pfemu::mem::{Addr, AllocError, MemFault, Op, Region, SharedMemory};
+use pfemu::packet::Port;
+use pfemu::prelude::*;
+use pfemu::program::ProgramBuilder;
+use pfemu::wire::{Ether, Ipv4, ETHERTYPE_IPV4};
 
 /// Name of the filter's counter region in the shared-memory allocator.
 pub const COUNTER_REGION: &str = "filter.drop_counters";
@@ -28,7 +28,8 @@ pub const COUNTER_WORDS: u64 = 4;
 pub const DEFAULT_OUT_PORT: Port = 1;
 
 /// The filter's counters, as (packets, bytes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FilterCounts {
     /// Non-IP packets dropped (counter at `DROP_CNT_BASE`).
     pub non_ip: (u64, u64),

@@ -94,12 +94,12 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 
-use crate::bench::rng::SplitMix64;
-use crate::mem::{Addr, AllocError, MemFault, Region, SharedMemory, WORD_BYTES};
-use crate::packet::Port;
-use crate::prelude::*;
-use crate::program::ProgramBuilder;
-use crate::wire::{checksum_update16, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
+use pfemu::mem::{Addr, AllocError, MemFault, Region, SharedMemory, WORD_BYTES};
+use pfemu::packet::Port;
+use pfemu::prelude::*;
+use pfemu::program::ProgramBuilder;
+use pfemu::rng::SplitMix64;
+use pfemu::wire::{checksum_update16, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
 
 /// Name of the tbl24 region in the shared-memory allocator.
 pub const TBL24_REGION: &str = "l3fwd.tbl24";
@@ -226,7 +226,8 @@ impl From<MemFault> for L3fwdError {
 // ----- routes ------------------------------------------------------------------------------
 
 /// Where a route sends packets: the egress port and the MAC addresses of the rewrite.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct NextHop {
     /// Egress port.
     pub port: Port,
@@ -936,7 +937,7 @@ const MAC_MASK: u64 = (1 << 48) - 1;
 /// Whether an IPv4 header (`header.len()` a multiple of 4, the whole `ihl * 4` bytes)
 /// carries a correct checksum: the ones-complement sum of its 16-bit words, taken 32 bits
 /// at a time and folded (RFC 1071 section 2(B)), is `0xFFFF`. The same answer as
-/// [`checksum`](crate::wire::checksum)`(header) == 0`, in fewer steps.
+/// [`checksum`](pfemu::wire::checksum)`(header) == 0`, in fewer steps.
 ///
 /// ```
 /// let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 1], 64, 64);
@@ -1003,7 +1004,7 @@ pub fn write_udp_frame(frame: &mut [u8], dst: u32, src: u32, src_port: u16, ttl:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::checksum;
+    use pfemu::wire::checksum;
 
     #[test]
     fn mask_and_contains() {

@@ -353,6 +353,11 @@ pub fn decompose(bits: u32, fmt: Format) -> Decomposed {
 
 /// Which addition algorithm [`Acc::add`] runs (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum Variant {
     /// FPISA with a read-shift-add-write memory unit: the smaller operand is right-shifted,
     /// stored or incoming.

@@ -18,24 +18,42 @@
 //!          --> a timer thread at the program's timer entry on any PPE thread [timer]
 //! ```
 //!
+//! The engine, lowest layer first; each module depends only on those above it:
+//!
+//! - [`error`], [`duration`], [`limits`], [`rng`]: configuration errors, durations given as
+//!   float seconds, sizes checked against the memory available, and the one seeded
+//!   pseudo-random generator.
 //! - [`wire`]: header views generated from Microcode-style bit-field structs.
 //! - [`packet`]: frames, ports, destinations.
-//! - [`program`]: the program model: labelled instructions, registers, local memory, faults.
-//! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
-//!   XTXNs, and the hash engine ([`mem::hash`]).
 //! - [`fpisa`]: FPISA floating-point addition with integer shifts and adds (FP32, FP16,
 //!   BF16), into exponent + mantissa accumulators that fit one memory word each.
-//! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats,
-//!   timer threads, and a [`pfe::Chassis`] of PFEs joined by links.
-//! - [`duration`] and [`limits`]: what input may ask for: durations given as float
-//!   seconds, and sizes checked against the memory available.
+//! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
+//!   XTXNs, and the hash engine ([`mem::hash`]).
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
 //!   replaceable clock ([`timer::ManualClock`] for deterministic tests).
-//! - [`microcode`]: the shipped programs, written against the public API only: the paper's
-//!   packet filter and Trio-ML (in-network aggregation with straggler mitigation, and its
-//!   end-host library).
-//! - [`bench`](mod@bench): traffic generation, the benchmarks behind `pfemu bench`, the
-//!   Trio-ML demo and the experiments behind `pfemu experiment`.
+//! - [`program`]: the program model: labelled instructions, registers, local memory, faults.
+//! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats,
+//!   timer threads, and a [`pfe::Chassis`] of PFEs joined by links.
+//!
+//! On the engine:
+//!
+//! - [`microcode`]: the shipped programs, written against the public API only (CI compiles
+//!   them as a crate of their own, `microcode/Cargo.toml`, as a user's program would be): the
+//!   paper's packet filter, l3fwd, Trio-ML (in-network aggregation with straggler mitigation,
+//!   and its end-host library) and FPISA aggregation.
+//! - `lab` (the default feature `lab`): traffic generation, the benchmarks behind
+//!   `pfemu bench`, the experiments behind `pfemu experiment`, plots, replay of captures and
+//!   the UDP front end behind `pfemu serve`, and the `pfemu` command itself.
+//!
+//! ## Features
+//!
+//! - `lab` (default): the lab and the `pfemu` binary, with their dependencies (clap, plotters,
+//!   indicatif, pcap-file, socket2, ctrlc, serde_json). An embedder that only runs a `Pfe`
+//!   turns it off: `pfemu = { version = "0.1", default-features = false }` builds the engine
+//!   and the shipped programs with crossbeam, parking_lot, core_affinity, hashbrown, paste and
+//!   hdrhistogram alone.
+//! - `serde` (on with `lab`): `Serialize` for the engine's reports ([`Stats`] and the
+//!   programs' counters).
 //!
 //! ## Embedding
 //!
@@ -75,7 +93,6 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod duration;
 pub mod error;
 pub mod fpisa;
@@ -85,14 +102,20 @@ pub mod mem;
 pub mod packet;
 pub mod pfe;
 pub mod program;
-pub mod replay;
-pub mod serve;
+pub mod rng;
 pub(crate) mod sync;
 pub mod timer;
 pub mod wire;
 
 #[path = "../microcode/mod.rs"]
 pub mod microcode;
+
+#[cfg(feature = "lab")]
+pub mod lab;
+
+// The shipped programs name the engine `pfemu::...`, as a user's program does, so that the same
+// files compile inside this crate and as a crate of their own against the public API alone.
+extern crate self as pfemu;
 
 pub use error::ConfigError;
 pub use packet::{Dest, GroupId, Packet, Port};
@@ -114,6 +137,6 @@ pub mod prelude {
 }
 
 /// The README's examples, compiled and run as doc tests.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "lab"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

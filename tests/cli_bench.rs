@@ -1,6 +1,8 @@
 //! `pfemu bench l3fwd`, `pfemu linerate` and `pfemu latency` from the command line: small
 //! runs that check the report's shape and the files, not the speed.
 
+#![cfg(feature = "lab")]
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -2,6 +2,8 @@
 //! where it enters, with an error that names it, and nothing it is given makes pfemu panic
 //! or hang (issue 13).
 
+#![cfg(feature = "lab")]
+
 use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! The default job: the Trio-ML demo's checks hold on a small configuration.
 
-use pfemu::bench::demo::{run, DemoConfig};
+#![cfg(feature = "lab")]
+
+use pfemu::lab::bench::demo::{run, DemoConfig};
 
 /// On a manual clock that moves with the demo's progress, not with the machine's speed: no
 /// on-time worker can be late for the timeout, and the straggler is always late.

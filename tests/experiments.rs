@@ -3,10 +3,12 @@
 //! Results are partial without the straggler, and fig13's straggler-aware mode gives up on
 //! stragglers while wait-for-all never does. Nothing here asserts on timing.
 
+#![cfg(feature = "lab")]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pfemu::bench::experiments::{
+use pfemu::lab::bench::experiments::{
     self, ExperimentError, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure,
 };
 

@@ -1,8 +1,10 @@
 //! The paper's filter on a mixed trace: exact counter values for each class.
 
+#![cfg(feature = "lab")]
+
 use std::sync::Arc;
 
-use pfemu::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
+use pfemu::lab::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
 use pfemu::microcode::filter::Filter;
 use pfemu::prelude::*;
 

@@ -3,6 +3,8 @@
 //! bound otherwise, partial results dividing by the senders, and FPISA-A's events counted.
 //! And every public form of the arithmetic against a reference written from the paper alone.
 
+#![cfg(feature = "lab")]
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -226,8 +228,8 @@ fn fpisa_a_counts_its_overwrites_and_left_shifts() {
 /// comparison.
 #[test]
 fn the_fpisa_bench_checks_its_results_and_reports_trio_mls_fields() {
-    use pfemu::bench::fpisa::{run, FpisaBenchConfig};
-    use pfemu::bench::trio_ml::TrioMlBenchConfig;
+    use pfemu::lab::bench::fpisa::{run, FpisaBenchConfig};
+    use pfemu::lab::bench::trio_ml::TrioMlBenchConfig;
     let base = TrioMlBenchConfig {
         workers: 3,
         grads: 300,
@@ -275,8 +277,8 @@ fn the_fpisa_bench_checks_its_results_and_reports_trio_mls_fields() {
 /// its ports for the frames, and the engine's shift-and-add takes the packet in pieces.
 #[test]
 fn the_fpisa_bench_runs_the_largest_block() {
-    use pfemu::bench::fpisa::{run, FpisaBenchConfig};
-    use pfemu::bench::trio_ml::TrioMlBenchConfig;
+    use pfemu::lab::bench::fpisa::{run, FpisaBenchConfig};
+    use pfemu::lab::bench::trio_ml::TrioMlBenchConfig;
     let r = run(
         &FpisaBenchConfig {
             base: TrioMlBenchConfig {

@@ -3,14 +3,16 @@
 //! FPISA-A equal to FPISA where it has no events, events counted and shared correctly, the
 //! CSV and SVG written, and the CLI's options.
 
+#![cfg(feature = "lab")]
+
 use std::path::PathBuf;
 use std::process::Command;
 
-use pfemu::bench::experiments::{self, ExperimentError, Figure};
-use pfemu::bench::fpisa_accuracy::{
+use pfemu::fpisa::{decompose, Acc, Class, Format, Variant};
+use pfemu::lab::bench::experiments::{self, ExperimentError, Figure};
+use pfemu::lab::bench::fpisa_accuracy::{
     fpisa_accuracy, gradients, measure, sum_lanes, AccuracyConfig, Method, CSV_HEADER,
 };
-use pfemu::fpisa::{decompose, Acc, Class, Format, Variant};
 
 fn small(workers: &[usize], lanes: usize) -> AccuracyConfig {
     AccuracyConfig {
@@ -97,7 +99,7 @@ fn fpisa_a_equals_fpisa_where_it_has_no_events() {
     // Positive values of one exponent: the sum only grows, so no arrival is ever larger
     // than the stored exponent: no left shift, no overwrite, and the same bits as Full.
     let w = 16;
-    let mut rng = pfemu::bench::rng::SplitMix64::new(9);
+    let mut rng = pfemu::rng::SplitMix64::new(9);
     let values: Vec<Vec<f32>> = (0..w)
         .map(|_| {
             (0..5000)

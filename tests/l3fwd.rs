@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use pfemu::bench::rng::SplitMix64;
 use pfemu::microcode::l3fwd::{
     mask, udp_frame, write_udp_frame, Dir248, L3fwd, L3fwdError, NextHop, RouteTable, DROP_REASONS,
 };
 use pfemu::prelude::*;
 use pfemu::program::Harness;
+use pfemu::rng::SplitMix64;
 use pfemu::wire::{checksum, Ipv4};
 use proptest::prelude::*;
 

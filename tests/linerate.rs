@@ -2,10 +2,12 @@
 //! that carries at most `C` frames per second and drops the rest (deterministic, no sleeping:
 //! a trial's counts are computed, not timed). Nothing here asserts on timing.
 
+#![cfg(feature = "lab")]
+
 use std::path::PathBuf;
 use std::time::Duration;
 
-use pfemu::bench::linerate::{
+use pfemu::lab::bench::linerate::{
     default_loads, latency_sweep, line_rate_pps, search, search_size, Device, DeviceError,
     InitialRate, LatencyReport, LatencySummary, LinerateConfig, LinerateError, LinerateReport,
     Progress, Trial, RFC2544_SIZES,
@@ -604,7 +606,7 @@ fn bad_settings_are_refused_by_name() {
     .unwrap_err();
     assert!(e.to_string().contains("`resolution`"), "{e}");
     // Every standard line rate is fine with the defaults.
-    for gbps in pfemu::bench::linerate::STANDARD_LINE_RATES_GBPS {
+    for gbps in pfemu::lab::bench::linerate::STANDARD_LINE_RATES_GBPS {
         LinerateConfig {
             line_rate_gbps: gbps,
             ..d()
@@ -684,7 +686,7 @@ fn a_device_error_names_the_trial() {
 /// by doubling steps, and finds the new capacity within the trial budget.
 #[test]
 fn a_capacity_that_drops_midway_is_followed() {
-    use pfemu::bench::linerate::{search, Device, DeviceError, LinerateConfig, Trial};
+    use pfemu::lab::bench::linerate::{search, Device, DeviceError, LinerateConfig, Trial};
     use std::time::Duration;
     struct Dropping {
         trials: u32,

@@ -4,6 +4,8 @@
 //! dropped packets and their reasons); pcapng input enters on one port per interface; bad
 //! captures give clear errors; the CLI writes what it reports.
 
+#![cfg(feature = "lab")]
+
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -17,16 +19,16 @@ use pcap_file::pcapng::blocks::interface_description::{
 use pcap_file::pcapng::blocks::simple_packet::SimplePacketBlock;
 use pcap_file::pcapng::{Block, PcapNgWriter};
 use pcap_file::DataLink;
-use pfemu::bench::rng::SplitMix64;
-use pfemu::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
 use pfemu::fpisa::{Acc, Format, Variant};
+use pfemu::lab::aggregation::{Aggregation, AggregationSetup, JobSpec};
+use pfemu::lab::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
+use pfemu::lab::replay::{
+    replay_file, ReplayConfig, ReplayError, ReplayProgram, ReplayReport, Routes, Timing,
+};
 use pfemu::microcode::filter::DEFAULT_OUT_PORT;
 use pfemu::microcode::l3fwd::{udp_frame, write_udp_frame, RouteTable};
 use pfemu::microcode::trio_ml::{wire, TrioMlConfig};
-use pfemu::replay::{
-    replay_file, ReplayConfig, ReplayError, ReplayProgram, ReplayReport, Routes, Timing,
-};
-use pfemu::serve::{Aggregation, AggregationSetup, JobSpec};
+use pfemu::rng::SplitMix64;
 
 /// A fresh directory under the target dir for one test.
 fn scratch(name: &str) -> PathBuf {

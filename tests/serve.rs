@@ -1,4 +1,6 @@
-//! `pfemu::serve` and `pfemu serve` / `pfemu worker`: real UDP sockets on loopback.
+//! `pfemu::lab::serve` and `pfemu serve` / `pfemu worker`: real UDP sockets on loopback.
+
+#![cfg(feature = "lab")]
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
@@ -7,13 +9,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pfemu::fpisa::Variant;
+use pfemu::lab::aggregation::{Aggregation, AggregationSetup, JobSpec};
+use pfemu::lab::serve::{
+    self, ClientConfig, ClientReport, Monitor, RunLimits, ServeConfig, ServeReport, Server,
+    StopHandle,
+};
 use pfemu::microcode::trio_ml::host::Worker;
 use pfemu::microcode::trio_ml::wire::{self, TrioMlHdr, TrioMlHdrFields, TRIO_ML_HDR_LEN};
 use pfemu::pfe::Stats;
-use pfemu::serve::{
-    self, Aggregation, AggregationSetup, ClientConfig, ClientReport, JobSpec, Monitor, RunLimits,
-    ServeConfig, ServeReport, Server, StopHandle,
-};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pfemu");
 

@@ -1,15 +1,17 @@
 //! The traffic generator: sizes, flow distributions, protocol mix, rate arithmetic, pacing
 //! schedule and text forms. Every check is on counts or bytes, never on wall-clock time.
 
+#![cfg(feature = "lab")]
+
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
 
-use pfemu::bench::filter::{run_on, FilterBenchConfig};
-use pfemu::bench::rng::SplitMix64;
-use pfemu::bench::traffic::{
+use pfemu::lab::bench::filter::{run_on, FilterBenchConfig};
+use pfemu::lab::bench::traffic::{
     gbps_l2_of, gbps_of, line_rate_pps, FlowDist, FlowKey, FrameClass, FrameSizes, Mix, Pacer,
     Rate, Traffic, TrafficSpec, Zipf, IMIX_PATTERN, L1_OVERHEAD_BYTES, MAX_FLOWS,
 };
+use pfemu::rng::SplitMix64;
 use pfemu::wire::{checksum, Ether, Ipv4, Udp, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_UDP};
 
 fn fnv(t: &Traffic) -> u64 {
@@ -690,7 +692,7 @@ fn filter_bench_verifies_any_mix() {
         ..Default::default()
     });
     let cfg = FilterBenchConfig {
-        engine: pfemu::bench::EngineSettings {
+        engine: pfemu::lab::bench::EngineSettings {
             ppe_threads: 2,
             ..Default::default()
         },

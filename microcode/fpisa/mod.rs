@@ -5,14 +5,14 @@
 //! (SwitchML's 256 per packet by default here, up to 1024 as in the Trio-ML runs): no scaling
 //! to integers and back at the hosts. For each gradient the PFE keeps an FPISA accumulator, an
 //! 8-bit exponent and a 32-bit two's-complement mantissa in one word of accumulator memory
-//! ([`crate::fpisa::Acc`]). The packet's floats are added into the block's accumulators by the
-//! RMW engines' shift-and-add ([`crate::mem::SharedMemory::fpisa_add_be`]: the memory unit the
+//! ([`pfemu::fpisa::Acc`]). The packet's floats are added into the block's accumulators by the
+//! RMW engines' shift-and-add ([`pfemu::mem::SharedMemory::fpisa_add_be`]: the memory unit the
 //! paper proposes, which may shift the stored mantissa), 16 lanes per XTXN, posted and merged
 //! per packet like Trio-ML's vector adds. When a block completes (or its stragglers are given
 //! up on), the Result builder reads the sums and renormalizes each into FP32 (the paper's
 //! egress step, MAU5 to MAU8), so the Result carries floats again. A sum whose mantissa
 //! overflowed the headroom is carried as its saturated, finite value (see
-//! [`crate::fpisa`], "Overflow of the mantissa"); the overflow shows only in the program's
+//! [`pfemu::fpisa`], "Overflow of the mantissa"); the overflow shows only in the program's
 //! counter ([`TrioMl::fpisa_events`]).
 //!
 //! Everything else is Trio-ML's, unchanged: jobs and their source masks, blocks and windows,
@@ -67,11 +67,11 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use crate::fpisa::{self, Format, Variant};
-use crate::mem::{Addr, Op, SharedMemory};
 use crate::microcode::trio_ml::host::{HostError, Worker, WorkerConfig};
 use crate::microcode::trio_ml::{Lanes, TrioMl, TrioMlConfig, TrioMlError};
-use crate::program::{Fault, Thread};
+use pfemu::fpisa::{self, Format, Variant};
+use pfemu::mem::{Addr, Op, SharedMemory};
+use pfemu::program::{Fault, Thread};
 
 /// Gradients per packet of [`worker_config`]: SwitchML's 256 (1 KB of FP32).
 pub const DEFAULT_GRADS_PER_PACKET: usize = 256;

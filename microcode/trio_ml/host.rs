@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::wire::{self, AggPacket, Control, Endpoints, TrioMlHdrFields, MAX_GRAD_CNT};
-use crate::bench::rng::SplitMix64;
-use crate::packet::Port;
-use crate::wire::WireError;
+use pfemu::packet::Port;
+use pfemu::rng::SplitMix64;
+use pfemu::wire::WireError;
 
 /// Converts between `f32` gradients and the integers the aggregator adds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -172,7 +172,8 @@ impl WorkerConfig {
 }
 
 /// What a worker counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct WorkerStats {
     /// Packets sent, retransmissions included.
     pub sent: u64,
@@ -699,8 +700,8 @@ pub struct PortChannels {
     txs: Vec<crossbeam_channel::Sender<Vec<u8>>>,
 }
 
-impl crate::pfe::Sink for PortChannels {
-    fn deliver(&self, port: Port, frames: crate::pfe::Frames<'_>) {
+impl pfemu::pfe::Sink for PortChannels {
+    fn deliver(&self, port: Port, frames: pfemu::pfe::Frames<'_>) {
         if let Some(tx) = self.txs.get(usize::from(port)) {
             for f in frames.iter() {
                 let _ = tx.send(f.to_vec());

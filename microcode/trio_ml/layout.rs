@@ -3,7 +3,7 @@
 //!
 //! Shared by the control plane (`TrioMl`) and the program, so both agree by construction.
 
-use crate::mem::{Addr, ACC_BASE, DRAM_BASE, LINE_WORDS};
+use pfemu::mem::{Addr, ACC_BASE, DRAM_BASE, LINE_WORDS};
 
 // ----- 32-bit record addresses --------------------------------------------------------------
 
@@ -193,20 +193,14 @@ pub(super) const GATE_LEAVE: u32 = u32::MAX;
 /// (the RMW engine's lane-wise vector add, two lanes per buffer word), or FPISA's IEEE FP32
 /// values (each lane its own accumulator word, added with the engine's shift-and-add; the
 /// Result is renormalized as it is built). Packets carry 4 bytes per gradient either way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum Lanes {
     /// Trio-ML's 32-bit integer gradients.
     #[default]
     Int32,
     /// FPISA: FP32 gradients, added with the shift-and-add in the given variant.
-    Fpisa(#[serde(serialize_with = "variant_name")] crate::fpisa::Variant),
-}
-
-fn variant_name<S: serde::Serializer>(v: &crate::fpisa::Variant, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(match v {
-        crate::fpisa::Variant::Full => "full",
-        crate::fpisa::Variant::Approx => "approx",
-    })
+    Fpisa(pfemu::fpisa::Variant),
 }
 
 impl Lanes {
@@ -469,7 +463,7 @@ mod tests {
             8 + 256 + 8 + 64 * 16
         );
         // FPISA: one 8-byte accumulator word per gradient.
-        let fp = Lanes::Fpisa(crate::fpisa::Variant::Full);
+        let fp = Lanes::Fpisa(pfemu::fpisa::Variant::Full);
         assert_eq!(JobLayout::words(100, 17, fp), 16 + 256 + 100 * (8 + 24));
         assert_eq!((Lanes::Int32.chunk_words(), fp.chunk_words()), (8, 16));
     }

@@ -11,7 +11,7 @@
 //! With [`TrioMlConfig::lanes`] set to [`Lanes::Fpisa`], the same program aggregates FP32
 //! gradients instead (FPISA, NSDI 2022): the packets carry native floats in network byte
 //! order (no scaling step at the hosts), each gradient's sum is an FPISA accumulator word
-//! that the RMW engine's shift-and-add updates ([`crate::mem::SharedMemory::fpisa_add_be`]),
+//! that the RMW engine's shift-and-add updates ([`pfemu::mem::SharedMemory::fpisa_add_be`]),
 //! and the Result builder renormalizes every sum into FP32. Jobs, blocks, windows, loss
 //! recovery and straggler mitigation are unchanged; FPISA-A's overwrites and left shifts are
 //! counted ([`TrioMl::fpisa_events`]). [`crate::microcode::fpisa`] holds the FPISA-specific
@@ -200,13 +200,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::error::ConfigError;
-use crate::mem::hash::{HashError, HashTable, Inserted, DEFAULT_HASH_SHARDS};
-use crate::mem::{Addr, AllocError, MemFault, Region, SharedMemory, LINE_WORDS};
-use crate::packet::Dest;
-use crate::pfe::Pfe;
-use crate::program::Program;
-use crate::timer::TimerSpec;
+use pfemu::error::ConfigError;
+use pfemu::mem::hash::{HashError, HashTable, Inserted, DEFAULT_HASH_SHARDS};
+use pfemu::mem::{Addr, AllocError, MemFault, Region, SharedMemory, LINE_WORDS};
+use pfemu::packet::Dest;
+use pfemu::pfe::Pfe;
+use pfemu::program::Program;
+use pfemu::timer::TimerSpec;
 
 pub use layout::Lanes;
 use layout::{
@@ -549,12 +549,12 @@ impl TrioMl {
     /// FPISA lanes: the additions' events so far (FPISA-A overwrites and left shifts,
     /// headroom overflows), from the program's counters (`adds` is not counted: 0); all
     /// zero with integer lanes.
-    pub fn fpisa_events(&self) -> Result<crate::fpisa::FpisaCounts, MemFault> {
+    pub fn fpisa_events(&self) -> Result<pfemu::fpisa::FpisaCounts, MemFault> {
         let Some(at) = self.inner.tables.fpisa_events else {
-            return Ok(crate::fpisa::FpisaCounts::default());
+            return Ok(pfemu::fpisa::FpisaCounts::default());
         };
         let mem = &self.inner.mem;
-        Ok(crate::fpisa::FpisaCounts {
+        Ok(pfemu::fpisa::FpisaCounts {
             adds: 0,
             overwrites: mem.counter_read(at)?.0,
             left_shifts: mem.counter_read(at + 2)?.0,

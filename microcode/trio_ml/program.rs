@@ -48,12 +48,12 @@ use std::net::Ipv4Addr;
 use super::layout::*;
 use super::wire::*;
 use super::{Tables, TrioMlConfig};
-use crate::mem::hash::{HashError, Inserted, ScanAction};
-use crate::mem::{Addr, MAX_VADD_BYTES};
 use crate::microcode::fpisa;
-use crate::prelude::*;
-use crate::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
-use crate::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
+use pfemu::mem::hash::{HashError, Inserted, ScanAction};
+use pfemu::mem::{Addr, MAX_VADD_BYTES};
+use pfemu::prelude::*;
+use pfemu::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
+use pfemu::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
 
 // ----- registers ----------------------------------------------------------------------------
 // The paper's intermediate registers ir0..ir3 are left free; Trio-ML's state lives in r4..

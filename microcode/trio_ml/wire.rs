@@ -1,5 +1,5 @@
 //! Trio-ML on the wire and in memory: the packet header (Figure 8), the job and block
-//! records (Figures 17 and 18) as [`header!`](crate::header) views, and the packet builder
+//! records (Figures 17 and 18) as [`header!`](pfemu::header) views, and the packet builder
 //! and parser the hosts use.
 //!
 //! An aggregation packet (Figure 7) is Ethernet (14 bytes) + IPv4 without options (20) +
@@ -9,8 +9,8 @@
 
 use std::net::Ipv4Addr;
 
-use crate::packet::Dest;
-use crate::wire::{Ether, Ipv4, Udp, WireError, ETHERTYPE_IPV4, IPPROTO_UDP};
+use pfemu::packet::Dest;
+use pfemu::wire::{Ether, Ipv4, Udp, WireError, ETHERTYPE_IPV4, IPPROTO_UDP};
 
 /// The UDP destination port of aggregation packets unless configured otherwise (the
 /// paper's example).
@@ -38,7 +38,7 @@ pub const MAX_GRAD_CNT: u16 = 4095;
 /// TTL of the Result packets the aggregator creates.
 pub const RESULT_TTL: u8 = 64;
 
-crate::header! {
+pfemu::header! {
     /// The Trio-ML header, `trio_ml_hdr_t` of Figure 8 (12 bytes).
     pub struct TrioMlHdr {
         /// Aggregation job id.
@@ -70,7 +70,7 @@ crate::header! {
     }
 }
 
-crate::header! {
+pfemu::header! {
     /// The job record, `trio_ml_job_ctx_t` of Figure 17 (58 bytes).
     pub struct JobCtx {
         /// Slots in use: active blocks plus kept results.
@@ -103,7 +103,7 @@ crate::header! {
     }
 }
 
-crate::header! {
+pfemu::header! {
     /// The block record, `trio_ml_block_ctx_t` of Figure 18 (58 bytes).
     pub struct BlockCtx {
         /// Block timeout, in milliseconds (copied from the job).

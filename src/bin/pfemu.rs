@@ -12,13 +12,15 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
-use pfemu::bench::demo::DemoConfig;
-use pfemu::bench::experiments::{self, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure};
-use pfemu::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
-use pfemu::bench::fpisa_accuracy::{self, AccuracyConfig};
-use pfemu::bench::timers::{self, TimerBenchConfig};
-use pfemu::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
-use pfemu::bench::EngineSettings;
+use pfemu::lab::bench::demo::DemoConfig;
+use pfemu::lab::bench::experiments::{
+    self, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure,
+};
+use pfemu::lab::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
+use pfemu::lab::bench::fpisa_accuracy::{self, AccuracyConfig};
+use pfemu::lab::bench::timers::{self, TimerBenchConfig};
+use pfemu::lab::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
+use pfemu::lab::bench::EngineSettings;
 use pfemu::pfe::{
     default_ppe_threads, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
 };
@@ -492,19 +494,19 @@ struct TrafficArgs {
     /// Frame sizes instead of --size: a list cycled in order (`64,594,1518`) or `imix`
     /// (64, 594 and 1518 bytes, 7:4:1).
     #[arg(long)]
-    sizes: Option<pfemu::bench::traffic::FrameSizes>,
+    sizes: Option<pfemu::lab::bench::traffic::FrameSizes>,
     /// How packets pick their flow: `uniform` or `zipf[:S]` (exponent S, default 1).
     #[arg(long, default_value = "uniform")]
-    flow_dist: pfemu::bench::traffic::FlowDist,
+    flow_dist: pfemu::lab::bench::traffic::FlowDist,
     /// Protocol mix in percent, e.g. `ipv4=90,ipv4opt=5,ipv6=0,nonip=5` (the default).
     #[arg(long)]
-    mix: Option<pfemu::bench::traffic::Mix>,
+    mix: Option<pfemu::lab::bench::traffic::Mix>,
 }
 
 impl TrafficArgs {
     /// The generator's pool: the traffic replayed until the run ends.
-    fn spec(&self) -> pfemu::bench::traffic::TrafficSpec {
-        pfemu::bench::traffic::TrafficSpec {
+    fn spec(&self) -> pfemu::lab::bench::traffic::TrafficSpec {
+        pfemu::lab::bench::traffic::TrafficSpec {
             packets: usize::try_from(self.packets)
                 .unwrap_or(usize::MAX)
                 .min(filter::POOL_MAX),
@@ -887,7 +889,7 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
         .first()
         .copied()
         .unwrap_or_else(default_ppe_threads);
-    let cfg = pfemu::bench::fpisa::FpisaBenchConfig {
+    let cfg = pfemu::lab::bench::fpisa::FpisaBenchConfig {
         base: trio_ml_bench_config(t, ppe_threads),
         variant: match a.variant {
             FpisaVariant::Full => pfemu::fpisa::Variant::Full,
@@ -896,7 +898,7 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
         runs: t.runs,
     };
     let json_out = t.json;
-    let r = pfemu::bench::fpisa::run(&cfg, |run, kind, r| {
+    let r = pfemu::lab::bench::fpisa::run(&cfg, |run, kind, r| {
         if !json_out {
             eprintln!(
                 "run {}/{}: {kind:>7}: {:.3} G gradients/s ({:.2}x of its plain loop){}",
@@ -1102,7 +1104,7 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
         "--gradients",
         (cfg.gradients as u64).saturating_mul(u64::from(cfg.workers)),
         "gradients (over all workers)",
-        pfemu::bench::demo::BYTES_PER_GRADIENT,
+        pfemu::lab::bench::demo::BYTES_PER_GRADIENT,
     )?;
     if cfg.block_exp_ms == 0 {
         return Err("invalid option `--block-exp-ms`: must be 1..=255".into());
@@ -1128,11 +1130,11 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
             cfg.block_exp_ms
         );
     }
-    let r = pfemu::bench::demo::run(cfg)?;
+    let r = pfemu::lab::bench::demo::run(cfg)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        let show = |name: &str, x: &pfemu::bench::demo::RoundReport| {
+        let show = |name: &str, x: &pfemu::lab::bench::demo::RoundReport| {
             println!("{name}");
             println!(
                 "  results per worker {:>8}   partial (degraded) {:>6}   src_cnt {:?}",
@@ -1219,8 +1221,8 @@ fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
         mix.non_ip,
         cfg.engine.ppe_threads
     );
-    let generated = pfemu::bench::traffic::Traffic::generate(&traffic.spec())?;
-    let bar = pfemu::bench::report::Progress::new("run", false);
+    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec())?;
+    let bar = pfemu::lab::bench::report::Progress::new("run", false);
     let r = filter::run_with_progress(&cfg, &generated, |f, n| bar.set(f, format!("{n} frames")))?;
     bar.finish();
     print_summary(&r);
@@ -1306,12 +1308,13 @@ fn bench_filter(
             });
         }
     }
-    let generated = pfemu::bench::traffic::Traffic::generate(&traffic.spec())?;
+    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec())?;
     // Interleave configurations run by run, so drifts of a shared machine hit all alike.
     let mut results: Vec<Vec<FilterBenchReport>> = vec![Vec::new(); configs.len()];
     for run in 0..runs {
         for (i, cfg) in configs.iter().enumerate() {
-            let bar = pfemu::bench::report::Progress::new(&format!("run {}/{runs}", run + 1), json);
+            let bar =
+                pfemu::lab::bench::report::Progress::new(&format!("run {}/{runs}", run + 1), json);
             let r = filter::run_with_progress(cfg, &generated, |f, n| {
                 bar.set(f, format!("{n} frames"))
             })?;

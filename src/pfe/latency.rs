@@ -14,7 +14,6 @@
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
-use serde::Serialize;
 
 /// Largest latency recorded (an hour); longer ones are clamped to it.
 const MAX_NS: u64 = 3_600_000_000_000;
@@ -67,7 +66,8 @@ impl LatencyRecorder {
 }
 
 /// A summary of ingress-to-egress latencies, in nanoseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LatencyStats {
     /// Packets timed.
     pub count: u64,

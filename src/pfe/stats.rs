@@ -3,8 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use super::latency::LatencyStats;
 use crate::mem::XtxnKind;
 use crate::program::FaultKind;
@@ -125,7 +123,8 @@ impl WorkerStats {
 /// `consumed`, `dropped`, or is still `in_flight`; [`Stats::is_conserved`] checks
 /// `packets_in == packets_out + consumed + dropped + in_flight`, which holds exactly once
 /// the engine is drained (counters of a running engine are read one after another).
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Stats {
     /// Frames injected (including those dropped at ingress).
     pub packets_in: u64,

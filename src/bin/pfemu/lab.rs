@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
-use pfemu::bench::l3fwd::{self, L3fwdBenchConfig, L3fwdBenchReport};
-use pfemu::bench::linerate::{
+use pfemu::lab::bench::l3fwd::{self, L3fwdBenchConfig, L3fwdBenchReport};
+use pfemu::lab::bench::linerate::{
     self, InitialRate, LatencyReport, LinerateConfig, Progress as SearchProgress,
 };
-use pfemu::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
-use pfemu::bench::report::Progress;
-use pfemu::bench::EngineSettings;
+use pfemu::lab::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
+use pfemu::lab::bench::report::Progress;
+use pfemu::lab::bench::EngineSettings;
 use pfemu::pfe::default_ppe_threads;
 
 use super::CliResult;

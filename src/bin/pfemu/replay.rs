@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 
 use pfemu::fpisa::Variant;
+use pfemu::lab::aggregation::{Aggregation, AggregationSetup, JobSpec};
+use pfemu::lab::replay::{self, ReplayConfig, ReplayProgram, Routes, Timing};
 use pfemu::pfe::default_ppe_threads;
-use pfemu::replay::{self, ReplayConfig, ReplayProgram, Routes, Timing};
-use pfemu::serve::{Aggregation, AggregationSetup, JobSpec};
 
 use super::CliResult;
 

@@ -1,5 +1,5 @@
 //! `pfemu serve` (a UDP front end to an aggregating engine) and `pfemu worker` (a real
-//! end host that allreduces a vector through it). See `pfemu::serve`.
+//! end host that allreduces a vector through it). See `pfemu::lab::serve`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,10 +9,9 @@ use clap::ValueEnum;
 use serde_json::json;
 
 use pfemu::fpisa::Variant;
+use pfemu::lab::aggregation::{Aggregation, AggregationSetup, JobSpec};
+use pfemu::lab::serve::{self, ClientConfig, RunLimits, ServeConfig, Server};
 use pfemu::microcode::trio_ml::host::Worker;
-use pfemu::serve::{
-    self, Aggregation, AggregationSetup, ClientConfig, JobSpec, RunLimits, ServeConfig, Server,
-};
 
 use super::CliResult;
 

@@ -61,7 +61,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use pfemu::bench::linerate::*;
+//! use pfemu::lab::bench::linerate::*;
 //!
 //! /// Carries up to 2 Mpps of any size and drops the rest (a real device runs the trial).
 //! struct TwoMpps;

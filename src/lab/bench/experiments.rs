@@ -31,7 +31,6 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Serialize;
 
 use super::plot::{self, Chart, DualChart, Series};
-use super::rng::{mix, SplitMix64};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::host::{
     drive, port_channels, DriveOptions, HostError, Received, Worker, WorkerConfig,
@@ -41,6 +40,7 @@ use crate::microcode::trio_ml::{
 };
 use crate::packet::{Dest, Port};
 use crate::pfe::{default_ppe_threads, Pfe, Stats};
+use crate::rng::{mix, SplitMix64};
 
 /// The job id every experiment uses.
 const JOB: u8 = 1;

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::rng::SplitMix64;
 use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::host::{
@@ -18,6 +17,7 @@ use crate::microcode::trio_ml::host::{
 use crate::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
 use crate::packet::Dest;
 use crate::pfe::{Pfe, Stats};
+use crate::rng::SplitMix64;
 use crate::timer::ManualClock;
 
 /// The demo's settings.

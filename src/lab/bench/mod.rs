@@ -10,7 +10,6 @@ pub mod linerate;
 pub mod linerate_pfe;
 pub mod plot;
 pub mod report;
-pub mod rng;
 pub mod settings;
 pub mod timers;
 pub mod traffic;

@@ -1,6 +1,6 @@
-//! The one pseudo-random generator of the harness: splitmix64 (Steele, Lea & Flood), tiny,
-//! fast, seedable and good enough for workloads, gradients, straggle schedules and fault
-//! injection. The same seed always gives the same sequence.
+//! The one pseudo-random generator of pfemu: splitmix64 (Steele, Lea & Flood), tiny,
+//! fast, seedable and good enough for workloads, gradients, straggle schedules, fault
+//! injection and the simulations. The same seed always gives the same sequence.
 
 /// splitmix64's output function: spreads every input bit over the result.
 pub fn mix(mut z: u64) -> u64 {

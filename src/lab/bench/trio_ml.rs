@@ -17,13 +17,13 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::report::Summary;
-use super::rng::SplitMix64;
 use crate::fpisa;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
 use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
 use crate::packet::{Dest, Port};
 use crate::pfe::{FnSink, Pfe};
+use crate::rng::SplitMix64;
 use crate::ConfigError;
 
 /// Byte offset of `gen_id` in an aggregation frame.

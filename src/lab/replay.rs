@@ -65,7 +65,7 @@
 //! as `pfemu serve` does ([`AggregationSetup::install`]: [`AggregationSetup::slots`] block slots per job,
 //! the block timeout, at most `block_grad_max` gradients per packet). Aggregation packets are
 //! Figure 7's frames (Ethernet + IPv4 + UDP to port 12000 + the 12-byte Trio-ML header +
-//! the gradients) sent to the PFE's address 10.0.0.254; [`crate::bench::trio_ml::generate`]
+//! the gradients) sent to the PFE's address 10.0.0.254; [`crate::lab::bench::trio_ml::generate`]
 //! and [`crate::microcode::trio_ml::host::Worker`] make such frames. Each job's Results
 //! leave on port `job_id`, so they land in `port<job_id>.pcap`; a kept Result answering a
 //! retransmission (or a late source) leaves on the port the request came in on.
@@ -118,8 +118,8 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use pfemu::replay::{replay_file, ReplayConfig, ReplayProgram};
-//! use pfemu::serve::{Aggregation, AggregationSetup, JobSpec};
+//! use pfemu::lab::replay::{replay_file, ReplayConfig, ReplayProgram};
+//! use pfemu::lab::aggregation::{Aggregation, AggregationSetup, JobSpec};
 //!
 //! // Job 1 with sources 0..4; its Results go to out/port1.pcap.
 //! let job: JobSpec = "1:4".parse()?;
@@ -152,6 +152,7 @@ use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use serde::Serialize;
 
 use crate::error::ConfigError;
+use crate::lab::aggregation::{Aggregation, AggregationSetup};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::Filter;
 use crate::microcode::l3fwd::{Dir248, L3fwd, RouteTable};
@@ -159,7 +160,6 @@ use crate::microcode::trio_ml::wire::{self, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CN
 use crate::microcode::trio_ml::{TrioMl, TrioMlConfig};
 use crate::packet::Port;
 use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, Stats, DEFAULT_PORTS};
-use crate::serve::{Aggregation, AggregationSetup};
 
 /// Snap length of the captures written (tcpdump's largest).
 pub const OUT_SNAPLEN: u32 = 262_144;

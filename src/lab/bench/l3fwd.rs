@@ -22,7 +22,7 @@
 //! and the drops per reason of both the emulator and the plain loop equal the expectation.
 //!
 //! ```no_run
-//! use pfemu::bench::l3fwd::{run, L3fwdBenchConfig};
+//! use pfemu::lab::bench::l3fwd::{run, L3fwdBenchConfig};
 //!
 //! let report = run(&L3fwdBenchConfig::default())?;
 //! println!("{:.1} Mpps ({:.2} of the plain loop)", report.mpps, report.ratio_to_baseline);
@@ -39,7 +39,6 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::report::{RunLength, Summary};
-use super::rng::SplitMix64;
 use super::EngineSettings;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::l3fwd::{
@@ -47,6 +46,7 @@ use crate::microcode::l3fwd::{
 };
 use crate::packet::{Port, DEFAULT_HEAD_BYTES};
 use crate::pfe::{CountingSink, Pfe};
+use crate::rng::SplitMix64;
 use crate::wire::{Ipv4, ETHERTYPE_ARP};
 use crate::ConfigError;
 

@@ -65,8 +65,8 @@ use serde::Serialize;
 
 use super::experiments::{ExperimentError, Figure};
 use super::plot::{self, LogChart, Series};
-use super::rng::{mix, SplitMix64};
 use crate::fpisa::{decompose, Acc, Class, Format, FpisaCounts, Variant};
+use crate::rng::{mix, SplitMix64};
 
 /// Most workers a sum may have: the headroom's 7 bits hold 128 aligned mantissas, so Full
 /// cannot overflow up to here.

@@ -53,8 +53,8 @@
 //! # Aggregation traffic
 //!
 //! Trio-ML and FPISA frames from N simulated workers (every worker's packets of a window
-//! of blocks, integer or FP32 gradients) come from [`crate::bench::trio_ml::generate`], with
-//! [`crate::bench::trio_ml::TrioMlBenchConfig::lanes`] choosing the kind; the end hosts of
+//! of blocks, integer or FP32 gradients) come from [`crate::lab::bench::trio_ml::generate`], with
+//! [`crate::lab::bench::trio_ml::TrioMlBenchConfig::lanes`] choosing the kind; the end hosts of
 //! [`crate::microcode::trio_ml::host`] generate the same wire format live.
 //!
 //! # Parsing
@@ -75,7 +75,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use super::rng::SplitMix64;
+use crate::rng::SplitMix64;
 use crate::wire::{
     checksum, Ether, Ipv4, Udp, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_UDP,
 };

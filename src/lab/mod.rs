@@ -1,0 +1,15 @@
+//! The lab around the engine: what `pfemu`'s command runs, and what its tests and benchmarks
+//! use. Behind the default feature `lab`, so that an embedder who only wants a `Pfe` does not
+//! build it or its dependencies.
+//!
+//! - [`bench`](mod@bench): the traffic generator, the benchmarks behind `pfemu bench`, the Trio-ML demo,
+//!   the experiments behind `pfemu experiment`, plots and reports.
+//! - [`aggregation`]: a PFE set up with aggregation jobs (Trio-ML or FPISA), as `serve` and
+//!   `replay` both run it.
+//! - [`replay`]: capture files through a PFE (`pfemu replay`).
+//! - [`serve`]: the UDP front end for real end hosts (`pfemu serve`, `pfemu worker`).
+
+pub mod aggregation;
+pub mod bench;
+pub mod replay;
+pub mod serve;
