@@ -869,23 +869,41 @@ impl TrioMl {
     /// Lets the engine running this program (`pfe`, its timers started) finish every open
     /// block: each times out `block_exp` after its last packet and sends its partial
     /// Result. Waits until no block is open, or until their number has not gone down for
-    /// `patience` (a block left open by a faulted thread never finishes; timers starved
-    /// on a loaded machine age blocks slower than the clock, so leave room); returns the
-    /// blocks still open. For a graceful stop: stop injecting, call this, then shut down.
+    /// `patience` (a block left open by a faulted thread never finishes); returns the blocks
+    /// still open. For a graceful stop: stop injecting, call this, then shut down.
+    ///
+    /// `patience` is counted in the timers' scans that ran (`patience / scan_period_ns` whole
+    /// scans), not in wall time: blocks age by scans, and a loaded machine that starves the
+    /// timer threads runs fewer scans than the clock allows, so it is waited for rather than
+    /// given up on. Only if no timer runs at all for `10 * patience + 10 s` of wall time (the
+    /// engine's timers are not running) does the wait end early.
     pub fn finish_open_blocks(&self, pfe: &Pfe, patience: Duration) -> Result<u64, TrioMlError> {
         let scan = Duration::from_nanos(self.inner.cfg.scan_period_ns);
+        let runs_per_scan = u64::from(self.inner.cfg.timers.max(1));
+        let patience_runs = (patience.as_nanos() / scan.as_nanos().max(1))
+            .saturating_mul(u128::from(runs_per_scan))
+            .min(u128::from(u64::MAX)) as u64;
+        let stalled = patience
+            .saturating_mul(10)
+            .saturating_add(Duration::from_secs(10));
         let mut fewest = u64::MAX;
-        let mut progress = Instant::now();
+        let mut runs_at_progress = 0;
+        let (mut last_runs, mut last_run_seen) = (0, Instant::now());
         loop {
             pfe.drain();
             let open = self.active_blocks()?.len() as u64;
             if open == 0 {
                 return Ok(0);
             }
+            let runs = pfe.stats().timer_runs;
+            if runs != last_runs {
+                (last_runs, last_run_seen) = (runs, Instant::now());
+            }
             if open < fewest {
-                fewest = open;
-                progress = Instant::now();
-            } else if progress.elapsed() > patience {
+                (fewest, runs_at_progress) = (open, runs);
+            } else if runs.saturating_sub(runs_at_progress) > patience_runs
+                || last_run_seen.elapsed() > stalled
+            {
                 return Ok(open);
             }
             std::thread::sleep(scan);

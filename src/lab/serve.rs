@@ -59,7 +59,8 @@
 //! [`StopHandle::stop`] (SIGINT or SIGTERM in `pfemu serve`) stops the receive loop, then
 //! the server waits for the blocks still open to time out, so their partial Results go out
 //! like any other (about one block timeout; [`TrioMl::finish_open_blocks`] gives up when
-//! none has finished for twice the timeout and 0.5 s more), and shuts the engine down after
+//! none has finished for twice the timeout and 0.5 s more, counted in the timers' scans so
+//! that a loaded machine is waited for), and shuts the engine down after
 //! it drained: no Result the engine built or owes is lost.
 //!
 //! # Clients
@@ -744,7 +745,7 @@ impl Server {
         }
         let open_blocks_at_stop = self.open_blocks();
         // The open blocks time out and send their partial Results (a starved timer scan
-        // ages them slower than the clock: the wait goes on while they keep finishing).
+        // ages them slower than the clock: the patience counts scans, not time).
         let patience = Duration::from_millis(2 * u64::from(self.cfg.setup.block_exp_ms) + 500);
         let open_blocks_left = self
             .trio
