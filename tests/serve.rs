@@ -931,3 +931,46 @@ fn a_signal_stops_the_server_gracefully_with_its_report() {
         assert!(rep["front_end"]["recv_buffer_bytes"].as_u64().unwrap() > 0);
     }
 }
+
+/// A job run again through a two-level tree, as after restarts: each first-level server
+/// joins a new run of the job above when its members start one, so neither level answers a
+/// new run with the last run's sums. (With the first-level servers sending Results up with
+/// no run, the top level answered the second run's blocks with the first run's kept
+/// Results.)
+#[test]
+fn a_job_run_again_through_a_tree_gets_its_own_sums() {
+    let (up, up_stop, up_h) = start(config(Aggregation::TrioMl, &["1:2"]));
+    let lower = |jobs: &str, src: u8| ServeConfig {
+        upstream: Some(up),
+        upstream_src: src,
+        ..config(Aggregation::TrioMl, &[jobs])
+    };
+    let (a, a_stop, a_h) = start(lower("1:0..2", 0));
+    let (b, b_stop, b_h) = start(lower("1:2..4", 1));
+    for (seed, gradients) in [(1, 2048), (2, 2048), (3, 50_000), (4, 2048)] {
+        let all = Run::ints(1, &[0, 1, 2, 3], gradients, seed);
+        let done: Vec<_> = std::thread::scope(|s| {
+            let at_a = s.spawn(|| run_workers(a, &Run::ints(1, &[0, 1], gradients, seed)));
+            let at_b = s.spawn(|| run_workers(b, &Run::ints(1, &[2, 3], gradients, seed)));
+            let mut done = at_a.join().unwrap();
+            done.extend(at_b.join().unwrap());
+            done
+        });
+        check_exact(&all, &done);
+    }
+    for (stop, h) in [(a_stop, a_h), (b_stop, b_h)] {
+        stop.stop();
+        let rep = h.join().unwrap();
+        let f = &rep.front_end;
+        assert_eq!(f.unaccounted(), 0, "{f:?}");
+        // One Join upstream per run at least (more only where one was sent again).
+        assert!(f.upstream_control_in >= 4, "{f:?}");
+        assert_eq!(f.results_held_over, 0, "{f:?}");
+        assert!(rep.engine.is_conserved());
+    }
+    up_stop.stop();
+    let rep = up_h.join().unwrap();
+    let d = &rep.engine.dropped_by_reason;
+    assert!(d.get("join_answered").copied().unwrap_or(0) >= 8, "{d:?}");
+    assert!(rep.engine.is_conserved());
+}

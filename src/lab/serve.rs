@@ -34,6 +34,17 @@
 //!   members of the job with the same id. A worker's retransmission is answered by this
 //!   level's kept Result, which then goes upstream again, where it asks the upper level for
 //!   its kept Result, which comes back down to every member.
+//! - **Runs in a tree.** A first-level server takes part in the run protocol upstream on
+//!   behalf of its members: when a member's Join starts a new run of a job here (a Joined
+//!   with a new run id leaves the engine), the server sends a Join of its own to the
+//!   upstream aggregator and holds that job's Results (up to [`MAX_HELD_RESULTS`]) until the
+//!   Joined comes back, sending the Join again every 100 ms while it does not. Results go up
+//!   in the run the upstream aggregator gave it; Results of a run the job here has left are
+//!   not sent ([`ServeStats::results_of_left_runs`]); Results from above are fanned out only
+//!   if they are of that run ([`ServeStats::upstream_stale_in`] counts the others), with the
+//!   job's run here in their header. So a job restarted through a tree is never answered
+//!   with the last run's sums at either level. Members that never join (run 0) keep the
+//!   server out of the protocol upstream too, as before.
 //!
 //! Datagrams that are not aggregation packets are dropped and counted in [`ServeStats`]:
 //! shorter than the header, a length that is not the header plus `grad_cnt` gradients, or a
@@ -79,15 +90,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 use crate::lab::aggregation::{AggregationSetup, JobSpec};
 use crate::mem::SharedMemory;
 use crate::microcode::trio_ml::host::{HostError, Received, Worker, WorkerConfig, WorkerStats};
 use crate::microcode::trio_ml::wire::{
-    self, Endpoints, TrioMlHdr, TrioMlHdrFields, GRADS_AT, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT,
-    TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN,
+    self, Control, Endpoints, TrioMlHdr, TrioMlHdrFields, GRADS_AT, GRAD_BYTES, HEADERS_LEN,
+    MAX_GRAD_CNT, TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN,
 };
 use crate::microcode::trio_ml::{TrioMl, TrioMlConfig};
 use crate::packet::Port;
@@ -238,6 +249,15 @@ pub struct ServeStats {
     pub not_injected: u64,
     /// Results from the upstream aggregator fanned out to members.
     pub upstream_results_in: u64,
+    /// Run-protocol answers from the upstream aggregator (Joined, Superseded).
+    pub upstream_control_in: u64,
+    /// Results from the upstream aggregator of a run this server is no longer in, dropped.
+    pub upstream_stale_in: u64,
+    /// Results of a run the job here has left, not sent upstream (a first-level server).
+    pub results_of_left_runs: u64,
+    /// Results dropped because more than [`MAX_HELD_RESULTS`] waited for the upstream
+    /// aggregator's answer to a Join.
+    pub results_held_over: u64,
     /// Result frames that left the engine.
     pub results: u64,
     /// Datagrams sent (a fanned-out Result counts once per member).
@@ -264,6 +284,8 @@ impl ServeStats {
             - i128::from(self.dropped_bad_length)
             - i128::from(self.dropped_unknown_job)
             - i128::from(self.upstream_results_in)
+            - i128::from(self.upstream_control_in)
+            - i128::from(self.upstream_stale_in)
             - i128::from(self.injected)
             - i128::from(self.not_injected)
     }
@@ -281,6 +303,10 @@ struct Counters {
     not_injected: AtomicU64,
     readdressed: AtomicU64,
     upstream_results_in: AtomicU64,
+    upstream_control_in: AtomicU64,
+    upstream_stale_in: AtomicU64,
+    results_of_left_runs: AtomicU64,
+    results_held_over: AtomicU64,
     results: AtomicU64,
     datagrams_out: AtomicU64,
     bytes_out: AtomicU64,
@@ -340,6 +366,33 @@ struct Shared {
     peers: RwLock<Peers>,
     counters: Counters,
     upstream: Option<SocketAddr>,
+    /// This server's source id in the job above.
+    upstream_src: u8,
+    /// Per job id: this server's run at the upstream aggregator (a first-level server).
+    up_runs: Mutex<Vec<UpstreamRun>>,
+}
+
+/// Results a first-level server holds per job while its Join upstream is unanswered: one
+/// window of the paper's `block_cnt_max` (4095 blocks); more are dropped, counted in
+/// [`ServeStats::results_held_over`].
+pub const MAX_HELD_RESULTS: usize = 4095;
+
+/// How often a first-level server sends an unanswered Join upstream again.
+const UPSTREAM_JOIN_RESEND: Duration = Duration::from_millis(100);
+
+/// One job's run at the upstream aggregator, as a first-level server keeps it (see the
+/// module docs, *Runs in a tree*).
+#[derive(Debug, Default)]
+struct UpstreamRun {
+    /// The job's run here, as the last Joined leaving the engine gave it (0: no member has
+    /// joined, or old clients that speak the paper's header alone).
+    local: u8,
+    /// The run the upstream aggregator gave this server for `local` (0: not joined there).
+    up: u8,
+    /// The nonce of a Join sent upstream and not answered yet, and when it was last sent.
+    pending: Option<(u32, Instant)>,
+    /// Results of run `local` waiting for that answer.
+    held: Vec<Vec<u8>>,
 }
 
 impl Shared {
@@ -364,6 +417,99 @@ impl Shared {
         }
     }
 
+    /// A Result of this first-level server's job goes up as one source of the job above, in
+    /// the run the upstream aggregator gave it; held while that run is being joined, and not
+    /// sent at all if it belongs to a run the job here has left.
+    fn send_upstream(&self, hdr: &TrioMlHdrFields, payload: &[u8], up: SocketAddr) {
+        let mut runs = self.up_runs.lock();
+        let run = &mut runs[usize::from(hdr.job_id)];
+        if hdr.run_id != run.local {
+            return bump(&self.counters.results_of_left_runs, 1);
+        }
+        let mut out = payload.to_vec();
+        if run.pending.is_some() {
+            if run.held.len() >= MAX_HELD_RESULTS {
+                return bump(&self.counters.results_held_over, 1);
+            }
+            return run.held.push(out);
+        }
+        TrioMlHdr::new_unchecked(&mut out[..TRIO_ML_HDR_LEN]).set_run_id(run.up);
+        drop(runs);
+        self.send(&out, up);
+    }
+
+    /// A member joined run `run_id` of job `job_id` here: when that is a new run, this server
+    /// joins a new run of the job above too, so the upstream aggregator never answers the
+    /// new run's Results with the last run's.
+    fn local_run(&self, job_id: u8, run_id: u8, up: SocketAddr) {
+        let mut runs = self.up_runs.lock();
+        let run = &mut runs[usize::from(job_id)];
+        if run.local == run_id {
+            return;
+        }
+        // The held Results belong to the run just left.
+        bump(&self.counters.results_of_left_runs, run.held.len() as u64);
+        let nonce = random_nonce();
+        *run = UpstreamRun {
+            local: run_id,
+            up: 0,
+            pending: Some((nonce, Instant::now())),
+            held: Vec::new(),
+        };
+        drop(runs);
+        self.send(&upstream_join(job_id, self.upstream_src, nonce), up);
+    }
+
+    /// Sends again the Joins upstream that are still unanswered after
+    /// [`UPSTREAM_JOIN_RESEND`] (datagrams get lost).
+    fn resend_upstream_joins(&self, up: SocketAddr) {
+        let mut again = Vec::new();
+        for (job_id, run) in self.up_runs.lock().iter_mut().enumerate() {
+            if let Some((nonce, sent)) = &mut run.pending {
+                if sent.elapsed() >= UPSTREAM_JOIN_RESEND {
+                    *sent = Instant::now();
+                    again.push((job_id as u8, *nonce));
+                }
+            }
+        }
+        for (job_id, nonce) in again {
+            self.send(&upstream_join(job_id, self.upstream_src, nonce), up);
+        }
+    }
+
+    /// A datagram from the upstream aggregator: a run-protocol answer, or a Result of the job
+    /// above for the local members, in this job's run here.
+    fn on_upstream_datagram(&self, hdr: &TrioMlHdrFields, payload: &[u8], up: SocketAddr) {
+        let c = &self.counters;
+        let mut runs = self.up_runs.lock();
+        let run = &mut runs[usize::from(hdr.job_id)];
+        match Control::of(hdr) {
+            Some(Control::Joined { run_id, nonce }) => {
+                bump(&c.upstream_control_in, 1);
+                if run.pending.is_some_and(|(n, _)| n == nonce) {
+                    run.pending = None;
+                    run.up = run_id;
+                    let held = std::mem::take(&mut run.held);
+                    drop(runs);
+                    for mut r in held {
+                        TrioMlHdr::new_unchecked(&mut r[..TRIO_ML_HDR_LEN]).set_run_id(run_id);
+                        self.send(&r, up);
+                    }
+                }
+            }
+            Some(_) => bump(&c.upstream_control_in, 1),
+            None if hdr.ctl || hdr.run_id != run.up => bump(&c.upstream_stale_in, 1),
+            None => {
+                let local = run.local;
+                drop(runs);
+                bump(&c.upstream_results_in, 1);
+                let mut down = payload.to_vec();
+                TrioMlHdr::new_unchecked(&mut down[..TRIO_ML_HDR_LEN]).set_run_id(local);
+                self.fan_out(hdr.job_id, &down);
+            }
+        }
+    }
+
     fn egress(&self, port: Port, frame: &[u8]) {
         bump(&self.counters.results, 1);
         let Ok((hdr, grads)) = wire::parse(frame) else {
@@ -371,13 +517,15 @@ impl Shared {
             return;
         };
         let payload = &frame[TRIO_ML_HDR_AT..GRADS_AT + grads.len()];
-        if let (Some(up), false) = (self.upstream, hdr.ctl) {
-            // Runs are this server's and its members': the job above sees this server as
-            // one source that never joins, so the Result goes up without a run id.
-            let mut up_payload = payload.to_vec();
-            TrioMlHdr::new_unchecked(&mut up_payload[..TRIO_ML_HDR_LEN]).set_run_id(0);
-            self.send(&up_payload, up);
-        } else if port >= PEER_PORT_BASE {
+        if let Some(up) = self.upstream {
+            if !hdr.ctl {
+                return self.send_upstream(&hdr, payload, up);
+            }
+            if let Some(Control::Joined { run_id, .. }) = Control::of(&hdr) {
+                self.local_run(hdr.job_id, run_id, up);
+            }
+        }
+        if port >= PEER_PORT_BASE {
             let to = self
                 .peers
                 .read()
@@ -427,6 +575,10 @@ impl Shared {
             strangers: l(&c.strangers),
             not_injected: l(&c.not_injected),
             upstream_results_in: l(&c.upstream_results_in),
+            upstream_control_in: l(&c.upstream_control_in),
+            upstream_stale_in: l(&c.upstream_stale_in),
+            results_of_left_runs: l(&c.results_of_left_runs),
+            results_held_over: l(&c.results_held_over),
             results: l(&c.results),
             datagrams_out: l(&c.datagrams_out),
             bytes_out: l(&c.bytes_out),
@@ -649,6 +801,8 @@ impl Server {
             }),
             counters: Counters::default(),
             upstream: cfg.upstream,
+            upstream_src: cfg.upstream_src,
+            up_runs: Mutex::new((0..256).map(|_| UpstreamRun::default()).collect()),
         });
         let mut pfe = Pfe::builder()
             .program(trio.program())
@@ -716,6 +870,9 @@ impl Server {
             if self.cfg.log_warnings {
                 refused.check(&self.pfe, slots);
             }
+            if let Some(up) = self.shared.upstream {
+                self.shared.resend_upstream_joins(up);
+            }
             if self.stop.load(Ordering::Acquire)
                 || limits.duration.is_some_and(|d| start.elapsed() >= d)
                 || matches!((limits.idle_exit, last), (Some(d), Some(t)) if t.elapsed() >= d)
@@ -781,9 +938,8 @@ impl Server {
             Err(DatagramError::Short) => return bump(&c.dropped_short, 1),
             Err(DatagramError::BadLength) => return bump(&c.dropped_bad_length, 1),
         };
-        if self.shared.upstream == Some(from) {
-            bump(&c.upstream_results_in, 1);
-            return self.shared.fan_out(hdr.job_id, payload);
+        if let Some(up) = self.shared.upstream.filter(|&up| up == from) {
+            return self.shared.on_upstream_datagram(&hdr, payload, up);
         }
         if self.shared.jobs[usize::from(hdr.job_id)].is_none() {
             return bump(&c.dropped_unknown_job, 1);
@@ -1034,6 +1190,20 @@ fn recv_or_pause(socket: &UdpSocket, buf: &mut [u8], tick: Duration) -> Option<u
 
 /// A nonce that differs between processes and calls: std's randomly keyed hasher over the
 /// time, the process id and a counter.
+/// The payload of a Join of job `job_id` from source `src_id` (a first-level server joining
+/// the job above).
+fn upstream_join(job_id: u8, src_id: u8, nonce: u32) -> Vec<u8> {
+    let ep = Endpoints {
+        src_mac: [0; 6],
+        dst_mac: [0; 6],
+        src_addr: Ipv4Addr::UNSPECIFIED,
+        dst_addr: Ipv4Addr::UNSPECIFIED,
+        src_port: 0,
+        dst_port: 0,
+    };
+    wire::join_packet(ep, job_id, src_id, nonce)[TRIO_ML_HDR_AT..].to_vec()
+}
+
 fn random_nonce() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     static CALLS: AtomicU64 = AtomicU64::new(0);
