@@ -256,3 +256,53 @@ fn filter_heading(o: &Output) -> String {
         .unwrap_or_else(|| panic!("no heading in\n{text}"))
         .to_string()
 }
+
+/// Errors of `pfemu serve` and `pfemu worker` name the option the user typed, never the
+/// library field behind it (`block_grad_max` for `--block-grad-max`, "invalid `values`:
+/// nothing to aggregate" for `worker --gradients 0`; issue 14).
+#[test]
+fn serve_and_worker_errors_name_the_option_typed() {
+    let serve = ["serve", "--listen", "127.0.0.1:0", "--job", "1:1"];
+    let worker = ["worker", "--server", "127.0.0.1:9", "--src", "0"];
+    let cases: [(&[&str], &[&str], &str, &str); 9] = [
+        (
+            &serve,
+            &["--block-grad-max", "5000"],
+            "--block-grad-max",
+            "block_grad_max",
+        ),
+        (&serve, &["--window", "0"], "--window", "window"),
+        (
+            &serve,
+            &["--block-exp-ms", "0"],
+            "--block-exp-ms",
+            "block_exp_ms",
+        ),
+        (
+            &serve,
+            &["--keep-result-ms", "2000000"],
+            "--keep-result-ms",
+            "keep_result_ms",
+        ),
+        (
+            &serve,
+            &["--block-cnt-max", "10"],
+            "--block-cnt-max",
+            "block_cnt_max",
+        ),
+        (&serve, &["--job", "1:2"], "--job", "jobs"),
+        (&worker, &["--gradients", "0"], "--gradients", "values"),
+        (
+            &worker,
+            &["--grads-per-packet", "0"],
+            "--grads-per-packet",
+            "grads_per_packet",
+        ),
+        (&worker, &["--window", "0"], "--window", "window"),
+    ];
+    for (base, extra, option, field) in cases {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let err = refused(&args, &format!("invalid option `{option}`"));
+        assert!(!err.contains(&format!("`{field}`")), "{err}");
+    }
+}

@@ -117,6 +117,9 @@ pub struct ReplayArgs {
     jobs_file: Option<PathBuf>,
     /// trio-ml, fpisa: block timeout of every job, in milliseconds (1..=255; default 20):
     /// a block missing a source this long after its last packet gets a partial Result.
+    /// Shorter than `pfemu serve`'s 200: a capture replays without the start-up gaps of
+    /// worker processes, and the replay waits this long after its last packet for the
+    /// partial Results (raise it for `--timing recorded` captures with longer gaps).
     #[arg(long)]
     block_exp_ms: Option<u8>,
     /// trio-ml, fpisa: the largest worker window (each job needs 2 * window block slots;
@@ -224,7 +227,10 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
         port: a.port,
         write_drops: a.drops,
     };
-    let r = replay::replay_file(&cfg, &a.pcap, &a.out)?;
+    let r = replay::replay_file(&cfg, &a.pcap, &a.out).map_err(|e| match e {
+        replay::ReplayError::Config(c) => super::serve::config_error(c),
+        e => Box::new(e),
+    })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
