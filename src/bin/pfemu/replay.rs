@@ -13,11 +13,11 @@ use pfemu::pfe::default_ppe_threads;
 use super::CliResult;
 
 /// The `--help` epilogue.
-pub const HELP: &str = "Examples:\n  \
-    pfemu replay --pcap in.pcap --out out/\n  \
-    pfemu replay --pcap in.pcapng --program l3fwd --route-file routes.txt --drops --out out/\n  \
+pub const HELP: &str = "Examples (the samples are in the repository's examples/captures):\n  \
+    pfemu replay --pcap examples/captures/filter-mix.pcap --out out/ --drops\n  \
+    pfemu replay --pcap examples/captures/l3fwd.pcap --program l3fwd --route-file examples/captures/l3fwd-routes.txt --out out/\n  \
+    pfemu replay --pcap examples/captures/trio-ml-workers.pcapng --program trio-ml --job 1:4 --out out/   # Results in out/port1.pcap\n  \
     pfemu replay --pcap in.pcap --timing recorded --speed 10 --json > report.json\n  \
-    pfemu replay --pcap workers.pcap --program trio-ml --job 1:4 --out out/   # Results in out/port1.pcap\n  \
     tshark -r out/port1.pcap\n\n\
     Reads a classic pcap or a pcapng capture (link type Ethernet), checks all of it first, \
     then injects every packet: a pcap capture's on --port, a pcapng capture's interface i \
