@@ -264,7 +264,13 @@ fn filter_heading(o: &Output) -> String {
 fn serve_and_worker_errors_name_the_option_typed() {
     let serve = ["serve", "--listen", "127.0.0.1:0", "--job", "1:1"];
     let worker = ["worker", "--server", "127.0.0.1:9", "--src", "0"];
-    let cases: [(&[&str], &[&str], &str, &str); 9] = [
+    let cases: [(&[&str], &[&str], &str, &str); 10] = [
+        (
+            &serve,
+            &["--ppe-threads", "0"],
+            "--ppe-threads",
+            "ppe_threads",
+        ),
         (
             &serve,
             &["--block-grad-max", "5000"],
@@ -339,6 +345,7 @@ fn replay_errors_name_the_option_typed() {
             "--speed",
             "speed",
         ),
+        (&["--ppe-threads", "0"], "--ppe-threads", "ppe_threads"),
     ] {
         let args: Vec<&str> = trio.iter().chain(extra).copied().collect();
         let err = refused(&args, &format!("invalid option `{option}`"));
@@ -359,6 +366,18 @@ fn replay_errors_name_the_option_typed() {
         ];
         refused(&args, "invalid option `--route-file`")
     };
+    let args = [
+        "replay",
+        "--pcap",
+        "examples/captures/l3fwd.pcap",
+        "--program",
+        "l3fwd",
+        "--route-ports",
+        "0",
+        "--out",
+        out,
+    ];
+    refused(&args, "invalid option `--route-ports`");
     let missing = dir.join("no-such-routes.txt");
     let err = l3fwd(missing.to_str().expect("UTF-8"));
     assert!(

@@ -780,8 +780,8 @@ impl Server {
             .max_frame_bytes(HEADERS_LEN + MAX_PAYLOAD)
             .timers(trio.timer_specs().map_err(|e| eng(&e))?)
             .sink(Arc::new(UdpSink(shared.clone())))
-            .build()
-            .map_err(|e| eng(&e))?;
+            // A refused setting (`ppe_threads`) stays named.
+            .build()?;
         pfe.start().map_err(|e| eng(&e))?;
         Ok(Server {
             socket,

@@ -198,6 +198,13 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
                 ..d
             })
         }
+        (ReplayProgramArg::L3fwd, None) if a.route_file.is_none() && a.route_ports == 0 => {
+            return Err(
+                "invalid option `--route-ports`: 0; generated routes need at least \
+                        one egress port"
+                    .into(),
+            );
+        }
         (ReplayProgramArg::L3fwd, None) if a.route_file.is_none() => {
             pfemu::microcode::l3fwd::RouteTable::check_generated_count(a.routes)
                 .map_err(|e| format!("invalid option `--routes`: {e}"))?;

@@ -324,6 +324,7 @@ pub fn option_of(setting: &str) -> Option<&'static str> {
         "speed" => "--speed",
         "port" => "--port",
         "server" => "--server",
+        "ppe_threads" => "--ppe-threads",
         _ => return None,
     })
 }
