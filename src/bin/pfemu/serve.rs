@@ -40,7 +40,11 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:12000", value_parser = parse_addr)]
     pub listen: SocketAddr,
     /// A job: JOB:N (sources 0..N) or JOB:FIRST..END; repeatable.
-    #[arg(long = "job", required_unless_present = "jobs_file")]
+    #[arg(
+        long = "job",
+        value_name = "JOB:N",
+        required_unless_present = "jobs_file"
+    )]
     pub jobs: Vec<JobSpec>,
     /// More jobs, from a file: one JOB:N or JOB:FIRST..END per line, `#` comments.
     #[arg(long, value_name = "FILE")]
