@@ -327,7 +327,6 @@ pub fn option_of(setting: &str) -> Option<&'static str> {
         "route_file" => "--route-file",
         "speed" => "--speed",
         "port" => "--port",
-        "server" => "--server",
         "ppe_threads" => "--ppe-threads",
         _ => return None,
     })
