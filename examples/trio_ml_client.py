@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """One Trio-ML worker over UDP, Python standard library only.
 
-Sends a vector of 32-bit integers to `pfemu serve` and prints the sums it gets back.
+Sends a vector of 32-bit integers to `pfemu serve` and prints a verdict on the sums it gets
+back: every worker of the job sends the same vector (value i - count/2 at index i), so a
+Result of src_cnt sources must hold src_cnt times each value. `--verbose` prints the sums too.
 
     pfemu serve --listen 127.0.0.1:12000 --job 1:1 &
     python3 examples/trio_ml_client.py --server 127.0.0.1:12000 --job 1 --src 0 --count 3000
@@ -81,7 +83,10 @@ def main():
     ap.add_argument("--retransmit-ms", type=float, default=100.0)
     ap.add_argument("--give-up-s", type=float, default=10.0)
     ap.add_argument("--no-join", action="store_true", help="speak the paper's header alone")
+    ap.add_argument("--verbose", action="store_true", help="print every sum too")
     a = ap.parse_args()
+    if a.count < 1 or not 1 <= a.per_packet <= 4095:
+        ap.error("--count must be at least 1 and --per-packet in 1..4095")
 
     host, port = a.server.rsplit(":", 1)
     values = [i - a.count // 2 for i in range(a.count)]
@@ -145,10 +150,27 @@ def main():
             print("gave up: %d chunks without a result" % (len(chunks) - done), file=sys.stderr)
             return 1
 
-    flat = [v for chunk in sums for v in chunk]
+    # Every worker sends the same vector, so each sum is src_cnt times the value sent.
+    wrong = sum(
+        1
+        for c, chunk in enumerate(sums)
+        for v, s in zip(chunks[c], chunk)
+        if s != wrap32(src_cnt[c] * v)
+    )
     print("src_cnt", min(src_cnt), max(src_cnt))
-    print("sums", " ".join(str(v) for v in flat))
-    return 0
+    if a.verbose:
+        print("sums", " ".join(str(v) for chunk in sums for v in chunk))
+    print(
+        "verdict: %s: %d of %d sums are src_cnt x the values sent (%d chunks, src_cnt %d to %d)"
+        % ("exact" if wrong == 0 else "NOT exact", a.count - wrong, a.count, len(chunks),
+           min(src_cnt), max(src_cnt))
+    )
+    return 0 if wrong == 0 else 2
+
+
+def wrap32(v):
+    """v as the aggregator's 32-bit two's-complement sum holds it."""
+    return (v + 2**31) % 2**32 - 2**31
 
 
 if __name__ == "__main__":

@@ -256,3 +256,137 @@ fn filter_heading(o: &Output) -> String {
         .unwrap_or_else(|| panic!("no heading in\n{text}"))
         .to_string()
 }
+
+/// Errors of `pfemu serve` and `pfemu worker` name the option the user typed, never the
+/// library field behind it (`block_grad_max` for `--block-grad-max`, "invalid `values`:
+/// nothing to aggregate" for `worker --gradients 0`; issue 14).
+#[test]
+fn serve_and_worker_errors_name_the_option_typed() {
+    let serve = ["serve", "--listen", "127.0.0.1:0", "--job", "1:1"];
+    let worker = ["worker", "--server", "127.0.0.1:9", "--src", "0"];
+    let cases: [(&[&str], &[&str], &str, &str); 10] = [
+        (
+            &serve,
+            &["--ppe-threads", "0"],
+            "--ppe-threads",
+            "ppe_threads",
+        ),
+        (
+            &serve,
+            &["--block-grad-max", "5000"],
+            "--block-grad-max",
+            "block_grad_max",
+        ),
+        (&serve, &["--window", "0"], "--window", "window"),
+        (
+            &serve,
+            &["--block-exp-ms", "0"],
+            "--block-exp-ms",
+            "block_exp_ms",
+        ),
+        (
+            &serve,
+            &["--keep-result-ms", "2000000"],
+            "--keep-result-ms",
+            "keep_result_ms",
+        ),
+        (
+            &serve,
+            &["--block-cnt-max", "10"],
+            "--block-cnt-max",
+            "block_cnt_max",
+        ),
+        (&serve, &["--job", "1:2"], "--job", "jobs"),
+        (&worker, &["--gradients", "0"], "--gradients", "values"),
+        (
+            &worker,
+            &["--grads-per-packet", "0"],
+            "--grads-per-packet",
+            "grads_per_packet",
+        ),
+        (&worker, &["--window", "0"], "--window", "window"),
+    ];
+    for (base, extra, option, field) in cases {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let err = refused(&args, &format!("invalid option `{option}`"));
+        assert!(!err.contains(&format!("`{field}`")), "{err}");
+    }
+}
+
+/// Errors of `pfemu replay` name the option typed too, and a route file's lines count from
+/// 1: a file that cannot be read names no line ("route file line 0" before; issue 14).
+#[test]
+fn replay_errors_name_the_option_typed() {
+    let dir = std::env::temp_dir().join(format!("pfemu-cli-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let out = dir.join("out");
+    let out = out.to_str().expect("a UTF-8 temp dir");
+    let trio = [
+        "replay",
+        "--pcap",
+        "examples/captures/trio-ml-workers.pcapng",
+        "--program",
+        "trio-ml",
+        "--job",
+        "1:4",
+        "--out",
+        out,
+    ];
+    for (extra, option, field) in [
+        (
+            &["--block-grad-max", "5000"][..],
+            "--block-grad-max",
+            "block_grad_max",
+        ),
+        (&["--window", "0"], "--window", "window"),
+        (&["--block-exp-ms", "0"], "--block-exp-ms", "block_exp_ms"),
+        (
+            &["--timing", "recorded", "--speed", "0"],
+            "--speed",
+            "speed",
+        ),
+        (&["--ppe-threads", "0"], "--ppe-threads", "ppe_threads"),
+    ] {
+        let args: Vec<&str> = trio.iter().chain(extra).copied().collect();
+        let err = refused(&args, &format!("invalid option `{option}`"));
+        assert!(!err.contains(&format!("`{field}`")), "{err}");
+    }
+
+    let l3fwd = |routes: &str| {
+        let args = [
+            "replay",
+            "--pcap",
+            "examples/captures/l3fwd.pcap",
+            "--program",
+            "l3fwd",
+            "--route-file",
+            routes,
+            "--out",
+            out,
+        ];
+        refused(&args, "invalid option `--route-file`")
+    };
+    let args = [
+        "replay",
+        "--pcap",
+        "examples/captures/l3fwd.pcap",
+        "--program",
+        "l3fwd",
+        "--route-ports",
+        "0",
+        "--out",
+        out,
+    ];
+    refused(&args, "invalid option `--route-ports`");
+    let missing = dir.join("no-such-routes.txt");
+    let err = l3fwd(missing.to_str().expect("UTF-8"));
+    assert!(
+        err.contains("cannot read") && !err.contains("line 0"),
+        "{err}"
+    );
+    let bad = dir.join("bad-routes.txt");
+    std::fs::write(&bad, "10.0.0.0/33 1\n").expect("write routes");
+    let err = l3fwd(bad.to_str().expect("UTF-8"));
+    assert!(err.contains("route file line 1:"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1356,3 +1356,223 @@ fn pcapng_timestamps_past_2106_are_refused_on_input() {
     );
     assert!(!dir.join("out/port1.pcap").exists(), "nothing written");
 }
+
+// ----- the sample captures the README replays -----------------------------------------------
+
+/// Where the sample captures are shipped.
+const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/captures");
+
+/// The l3fwd sample's route file.
+const SAMPLE_ROUTES: &str =
+    "# l3fwd routes for l3fwd.pcap: A.B.C.D/LEN PORT, longest prefix wins\n\
+    10.0.0.0/8 1\n10.1.0.0/16 2\n10.1.2.128/25 3\n192.168.0.0/16 4\n";
+
+/// The filter sample: 100 frames of 64 bytes from the traffic generator, a mix the filter
+/// forwards (plain IPv4) and drops (IPv4 with options, IPv6, not IP).
+fn sample_filter_traffic() -> Traffic {
+    Traffic::generate(&TrafficSpec {
+        packets: 100,
+        frame_size: 64,
+        flows: 16,
+        mix: Mix {
+            ipv4: 70,
+            ipv4_options: 10,
+            ipv6: 10,
+            non_ip: 10,
+        },
+        seed: 14,
+        ..TrafficSpec::default()
+    })
+    .expect("traffic")
+}
+
+/// Gradient `i` of chunk `c` of worker `w` in the Trio-ML sample: small numbers whose sums
+/// read easily (the sum over the four workers is 10x worker 0's).
+fn sample_gradient(w: u8, c: u32, i: usize) -> i32 {
+    (c as i32 * 64 + i as i32 - 100) * (i32::from(w) + 1)
+}
+
+/// Expected Results by (job, block, generation).
+type ResultsByBlock = BTreeMap<(u8, u32, u16), Expected>;
+
+/// The Trio-ML sample: four workers of job 1 (sources 0-3), each captured on its own
+/// pcapng interface (so each enters on its own port), six chunks of 64 gradients over a
+/// window of 4 block ids; worker 3 never sends its last chunk, so that block ends in a
+/// partial Result after the block timeout. Returns the capture and its expected Results.
+fn sample_trio_ml() -> (Vec<u8>, ResultsByBlock) {
+    let t0 = Duration::from_secs(1_700_000_000);
+    let mut w = PcapNgWriter::new(Vec::new()).expect("pcapng writer");
+    for worker in 0..4 {
+        w.write_block(&idb(
+            DataLink::ETHERNET,
+            Some(9),
+            &format!("worker{worker}"),
+        ))
+        .expect("idb");
+    }
+    let mut expected = BTreeMap::new();
+    for c in 0..6u32 {
+        let (block, gen) = (c % 4, (c / 4) as u16);
+        let sending: Vec<u8> = (0..4).filter(|&s| !(s == 3 && c == 5)).collect();
+        let mut vectors = Vec::new();
+        for &s in &sending {
+            let grads: Vec<i32> = (0..64).map(|i| sample_gradient(s, c, i)).collect();
+            let frame = agg_frame(1, block, gen, s, &grads);
+            let t =
+                t0 + Duration::from_millis(u64::from(c)) + Duration::from_micros(u64::from(s) * 10);
+            w.write_block(&epb(u32::from(s), t.as_nanos() as u64, &frame))
+                .expect("epb");
+            vectors.push(grads);
+        }
+        expected.insert(
+            (1, block, gen),
+            Expected {
+                src_cnt: sending.len() as u8,
+                degraded: sending.len() < 4,
+                sums: (0..64).map(|i| wrapping_sum(&vectors, i)).collect(),
+            },
+        );
+    }
+    (w.into_inner(), expected)
+}
+
+/// The pcap bytes of `frames` as [`write_capture`] writes them.
+fn capture_bytes(frames: &[Vec<u8>]) -> Vec<u8> {
+    let dir = scratch("sample-bytes");
+    let p = dir.join("c.pcap");
+    write_capture(&p, frames, None);
+    std::fs::read(&p).expect("read")
+}
+
+/// Every sample file: (name, bytes), as the generators above write them.
+fn sample_files() -> Vec<(&'static str, Vec<u8>)> {
+    let filter: Vec<Vec<u8>> = sample_filter_traffic().iter().map(<[u8]>::to_vec).collect();
+    vec![
+        ("filter-mix.pcap", capture_bytes(&filter)),
+        ("l3fwd.pcap", capture_bytes(&l3fwd_frames(60))),
+        ("l3fwd-routes.txt", SAMPLE_ROUTES.as_bytes().to_vec()),
+        ("trio-ml-workers.pcapng", sample_trio_ml().0),
+    ]
+}
+
+/// The samples in `examples/captures` are what the generators write (run with
+/// `PFEMU_WRITE_SAMPLES=1` to write them again after a generator changed), and each replays
+/// as the README says: the filter forwards the plain IPv4 frames on port 1, l3fwd matches
+/// its reference per port, and job 1's Results (one partial: worker 3 misses the last
+/// chunk) land in port1.pcap with exact sums.
+#[test]
+fn sample_captures_are_the_generators_and_replay_as_documented() {
+    let dir = Path::new(SAMPLES);
+    if std::env::var_os("PFEMU_WRITE_SAMPLES").is_some() {
+        std::fs::create_dir_all(dir).expect("samples dir");
+        for (name, bytes) in sample_files() {
+            std::fs::write(dir.join(name), bytes).expect("write sample");
+        }
+    }
+    for (name, bytes) in sample_files() {
+        let shipped = std::fs::read(dir.join(name))
+            .unwrap_or_else(|e| panic!("examples/captures/{name}: {e}"));
+        assert!(
+            shipped == bytes,
+            "examples/captures/{name} is not what the generator writes now: run \
+             `PFEMU_WRITE_SAMPLES=1 cargo test --test replay sample_captures` to write it again"
+        );
+    }
+    let out = scratch("samples");
+
+    let traffic = sample_filter_traffic();
+    let r = replay_file(
+        &ReplayConfig::default(),
+        &dir.join("filter-mix.pcap"),
+        &out.join("filter"),
+    )
+    .expect("filter sample");
+    let plain = traffic.count(FrameClass::Ipv4).0;
+    assert!(plain > 0 && plain < 100, "a mix: {plain} plain IPv4");
+    assert_eq!(
+        r.packets_out_by_port.get(&DEFAULT_OUT_PORT).copied(),
+        Some(plain)
+    );
+    assert_eq!(r.dropped, 100 - plain);
+
+    let routes: RouteTable = SAMPLE_ROUTES.parse().expect("routes");
+    let cfg = ReplayConfig {
+        program: ReplayProgram::L3fwd(Routes::File(dir.join("l3fwd-routes.txt"))),
+        ..ReplayConfig::default()
+    };
+    let r = replay_file(&cfg, &dir.join("l3fwd.pcap"), &out.join("l3fwd")).expect("l3fwd sample");
+    let mut want: BTreeMap<u16, u64> = BTreeMap::new();
+    for f in l3fwd_frames(60) {
+        if let Ok((port, _)) = l3fwd_reference(&routes, &f) {
+            *want.entry(port).or_default() += 1;
+        }
+    }
+    assert_eq!(r.packets_out_by_port, want);
+    assert!(r.dropped > 0, "the sample shows drops too");
+
+    let cfg = ReplayConfig {
+        // The longest timeout: only a stall that long could split a full block.
+        program: aggregation(Aggregation::TrioMl, &["1:4"], 255),
+        ..ReplayConfig::default()
+    };
+    let trio_out = out.join("trio-ml");
+    let r =
+        replay_file(&cfg, &dir.join("trio-ml-workers.pcapng"), &trio_out).expect("trio-ml sample");
+    assert_eq!(r.packets_in, 23);
+    assert_eq!(r.open_blocks, 0);
+    let want = sample_trio_ml().1;
+    assert_eq!(want.values().filter(|e| e.degraded).count(), 1);
+    assert_eq!(results_of(&trio_out.join("port1.pcap")), want);
+}
+
+/// Each `pfemu replay` command of the README runs as written, from the repository's root
+/// (a copy of `examples/captures` in a scratch directory), and writes captures.
+#[test]
+fn readme_replay_commands_run_as_written() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let commands: Vec<Vec<&str>> = readme
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("cargo run --release -- replay "))
+        .map(|l| {
+            l.split(" #")
+                .next()
+                .unwrap_or(l)
+                .split_whitespace()
+                .collect()
+        })
+        .collect();
+    assert!(
+        commands.len() >= 3,
+        "the README replays its samples: {commands:?}"
+    );
+    let root = scratch("readme");
+    let samples = root.join("examples/captures");
+    std::fs::create_dir_all(&samples).expect("samples dir");
+    for e in std::fs::read_dir(SAMPLES).expect("examples/captures") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), samples.join(e.file_name())).expect("copy sample");
+    }
+    for args in commands {
+        let out_dir = root.join("replay-out");
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_pfemu"))
+            .arg("replay")
+            .args(&args)
+            .current_dir(&root)
+            .output()
+            .expect("run pfemu");
+        assert!(
+            o.status.success(),
+            "pfemu replay {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let written = std::fs::read_dir(&out_dir).map(|d| d.count()).unwrap_or(0);
+        assert!(
+            written > 0,
+            "pfemu replay {}: nothing written",
+            args.join(" ")
+        );
+    }
+}

@@ -818,7 +818,11 @@ fn a_jobs_file_configures_the_servers_jobs() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("jobs_file") && err.contains("line 2"), "{err}");
+    // Named by the option typed (issue 14), no longer by the library's `jobs_file`.
+    assert!(
+        err.contains("`--jobs-file`") && err.contains("line 2"),
+        "{err}"
+    );
     // No --job and no --jobs-file: clap says what is missing.
     let out = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
@@ -869,8 +873,12 @@ fn the_python_client_gets_its_sums() {
     let (server, addr) = spawn_server(&["--job", "5:1"]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/trio_ml_client.py");
     // Two runs that join (the second a new run of the job), then one of the paper's header
-    // alone.
-    for extra in [&[][..], &[], &["--no-join"]] {
+    // alone. `--verbose` prints the sums after the verdict.
+    for extra in [
+        &["--verbose"][..],
+        &["--verbose"],
+        &["--no-join", "--verbose"],
+    ] {
         let out = Command::new("python3")
             .arg(script)
             .args(["--server", &addr.to_string(), "--job", "5", "--src", "0"])
@@ -893,12 +901,50 @@ fn the_python_client_gets_its_sums() {
             .collect();
         assert_eq!(sums, (0..3000).map(|i| i - 1500).collect::<Vec<i64>>());
         assert!(text.contains("src_cnt 1 1"));
+        assert!(text.contains("verdict: exact: 3000 of 3000 sums"), "{text}");
     }
     let report = server_report(server);
     assert_eq!(
         report["engine"]["dropped_by_reason"]["join_answered"], 2,
         "{report}"
     );
+}
+
+/// The Python client prints a verdict (exact or not, with counts), not 3,000 sums; the sums
+/// only with `--verbose`.
+#[test]
+fn the_python_client_prints_a_verdict_not_the_sums() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: python3 is not available");
+        return;
+    }
+    let (server, addr) = spawn_server(&["--job", "2:2"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/trio_ml_client.py");
+    let kids: Vec<Child> = (0..2)
+        .map(|src| {
+            Command::new("python3")
+                .arg(script)
+                .args(["--server", &addr.to_string(), "--job", "2"])
+                .args(["--src", &src.to_string(), "--count", "3000"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{text}");
+        assert!(
+            text.contains("verdict: exact: 3000 of 3000 sums are src_cnt x the values sent"),
+            "{text}"
+        );
+        // (A client that starts later than the block timeout makes some sums partial:
+        // still src_cnt x the values, so still exact.)
+        assert!(!text.lines().any(|l| l.starts_with("sums")), "{text}");
+        assert!(text.lines().count() <= 2, "{text}");
+    }
+    server_report(server);
 }
 
 /// SIGTERM and SIGINT stop `pfemu serve` gracefully: it exits with success and prints the
@@ -973,4 +1019,179 @@ fn a_job_run_again_through_a_tree_gets_its_own_sums() {
     let d = &rep.engine.dropped_by_reason;
     assert!(d.get("join_answered").copied().unwrap_or(0) >= 8, "{d:?}");
     assert!(rep.engine.is_conserved());
+}
+
+/// `pfemu worker` as a child process with `args`, to completion.
+fn worker_process(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("worker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// `--server localhost:PORT` resolves the name (issue 14); an address that names nothing is
+/// refused naming `--server`, with the form expected.
+#[test]
+fn a_worker_reaches_the_server_by_name() {
+    let (server, addr) = spawn_server(&["--job", "1:1"]);
+    let by_name = format!("localhost:{}", addr.port());
+    let out = worker_process(&[
+        "--server",
+        &by_name,
+        "--src",
+        "0",
+        "--workers",
+        "1",
+        "--gradients",
+        "5000",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let w: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(w["exact"], true, "{w}");
+    server_report(server);
+
+    for bad in ["no-such-host.invalid:12000", "localhost"] {
+        let out = worker_process(&["--server", bad, "--src", "0"]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--server") && err.contains("cannot resolve") && err.contains("HOST:PORT"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+/// A client that gets nothing back says so, and tells "nothing came back at all" (is the
+/// server there?) from "datagrams came back, but no answer" (issue 14).
+#[test]
+fn a_worker_that_gets_no_result_says_whether_anything_answered() {
+    let give_up = Duration::from_millis(300);
+    let worker = || Worker::new(serve::worker_config(1, 0, 64, 4, None), vec![1; 256]).unwrap();
+    let cfg = |server: SocketAddr, join: bool| ClientConfig {
+        give_up_after: give_up,
+        join,
+        ..ClientConfig::new(server)
+    };
+    let no_progress = |e: serve::ServeError| match e {
+        serve::ServeError::NoProgress(p) => p,
+        e => panic!("not NoProgress: {e}"),
+    };
+
+    // A socket that never answers, joining or not.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    for join in [true, false] {
+        let e = serve::allreduce(&cfg(silent_addr, join), &mut worker()).unwrap_err();
+        let msg = e.to_string();
+        let p = no_progress(e);
+        assert_eq!((p.datagrams, p.joining), (0, join), "{msg}");
+        assert!(
+            msg.contains(&format!("no datagram came back from {silent_addr}"))
+                && msg.contains("is `pfemu serve` running there"),
+            "{msg}"
+        );
+    }
+
+    // A socket that echoes every datagram: something answers, but never the Join.
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let echo_addr = echo.local_addr().unwrap();
+    echo.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let echoing = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok((n, from)) = echo.recv_from(&mut buf) {
+                    let _ = echo.send_to(&buf[..n], from);
+                }
+            }
+        })
+    };
+    let e = serve::allreduce(&cfg(echo_addr, true), &mut worker()).unwrap_err();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    echoing.join().unwrap();
+    let msg = e.to_string();
+    let p = no_progress(e);
+    assert!(p.datagrams > 0 && p.joining, "{msg}");
+    assert!(msg.contains("none answered the Join"), "{msg}");
+
+    // Nothing listens: loopback refuses the datagrams.
+    let closed_addr = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let e = serve::allreduce(&cfg(closed_addr, true), &mut worker()).unwrap_err();
+    let msg = e.to_string();
+    assert_eq!(no_progress(e).datagrams, 0, "{msg}");
+    assert!(
+        msg.contains(&format!("nothing listens on {closed_addr}"))
+            || msg.contains("no datagram came back"),
+        "{msg}"
+    );
+
+    // The command says the same.
+    let out = worker_process(&[
+        "--server",
+        &silent_addr.to_string(),
+        "--src",
+        "0",
+        "--give-up-s",
+        "0.3",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no datagram came back from"), "{err}");
+}
+
+/// A worker of the other lane type than the server's program is told which program the
+/// server runs and which flag fixes it, not "99,923 sums differ" (issue 14). Two workers:
+/// one float's bits summed as an integer are still that float.
+#[test]
+fn a_worker_against_the_other_program_is_named() {
+    for (program, worker_flags, fix) in [
+        ("fpisa", &[][..], "run the worker with --fpisa"),
+        (
+            "trio-ml",
+            &["--fpisa"][..],
+            "run the worker without --fpisa",
+        ),
+    ] {
+        let (server, addr) = spawn_server(&["--program", program, "--job", "1:2"]);
+        let kids: Vec<Child> = (0..2)
+            .map(|src| {
+                Command::new(BIN)
+                    .arg("worker")
+                    .args(["--server", &addr.to_string(), "--src", &src.to_string()])
+                    .args(["--workers", "2", "--gradients", "3000"])
+                    .args(worker_flags)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for (src, k) in kids.into_iter().enumerate() {
+            let out = k.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(2), "{program}: {err}");
+            assert!(err.contains(fix), "{program}: {err}");
+            assert!(!err.contains("sums differ"), "{program}: {err}");
+            // "1/0" no more: the job and the source are named.
+            assert!(
+                text.contains(&format!("worker: job 1, source {src}:")),
+                "{text}"
+            );
+        }
+        server_report(server);
+    }
 }

@@ -892,9 +892,19 @@ fn build_engine(
                     RouteTable::generate(*count, *ports, *seed)
                         .map_err(|e| ConfigError::new("routes", e.to_string()))?
                 }
-                Routes::File(path) => RouteTable::from_file(path).map_err(|e| {
-                    ConfigError::new("route_file", format!("{}: {e}", path.display()))
-                })?,
+                // Read here rather than with `RouteTable::from_file`, whose read error
+                // names line 0: only the parse errors have a line.
+                Routes::File(path) => {
+                    let text = std::fs::read_to_string(path).map_err(|e| {
+                        ConfigError::new(
+                            "route_file",
+                            format!("cannot read {}: {e}", path.display()),
+                        )
+                    })?;
+                    RouteTable::parse(&text).map_err(|e| {
+                        ConfigError::new("route_file", format!("{}: {e}", path.display()))
+                    })?
+                }
                 Routes::Table(t) => t.clone(),
             };
             if table.is_empty() {

@@ -79,9 +79,12 @@
 //! [`allreduce`] runs a [`Worker`] (the sans-IO host of
 //! [`host`](crate::microcode::trio_ml::host)) over a UDP socket: the UDP payloads of the
 //! frames [`Worker::poll`] gives are sent to the server, and each datagram received is
-//! wrapped into a frame again for [`Worker::on_frame_at`]. [`seeded_ints`] and
-//! [`seeded_floats`] give every worker every other worker's vector, so each can check the
-//! exact sums ([`expected_int_sums`], [`expected_float_sums`]).
+//! wrapped into a frame again for [`Worker::on_frame_at`]; a client that waits in vain says
+//! whether anything answered at all ([`NoProgress`]). [`seeded_ints`] and [`seeded_floats`]
+//! give every worker every other worker's vector, so each can check the exact sums
+//! ([`expected_int_sums`], [`expected_float_sums`], [`check_seeded_sums`], which also
+//! recognises the sums of a server running the other lane type: integers sent to FPISA,
+//! floats to Trio-ML). [`resolve`] turns `HOST:PORT` into an address, IPv4 first.
 
 use std::fmt;
 use std::io;
@@ -180,6 +183,13 @@ pub enum ServeError {
         /// Why.
         reason: String,
     },
+    /// An address (`--server`, `--listen`, `--upstream`) names no socket address.
+    Resolve {
+        /// The address as given.
+        addr: String,
+        /// Why it does not resolve.
+        reason: String,
+    },
     /// A socket operation failed.
     Io {
         /// What was being done.
@@ -189,22 +199,107 @@ pub enum ServeError {
     },
     /// The engine or the aggregation program refused its configuration.
     Engine(String),
-    /// The worker failed (bad settings, or it gave up waiting).
+    /// The worker failed (bad settings, or the job moved on to another run).
     Host(HostError),
+    /// A client waited [`ClientConfig::give_up_after`] without progress: for the answer to
+    /// its Join, or for Results. [`NoProgress::datagrams`] says whether anything answered.
+    NoProgress(NoProgress),
+}
+
+/// What a client that gave up waiting saw ([`ServeError::NoProgress`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoProgress {
+    /// The server.
+    pub server: SocketAddr,
+    /// The worker's job.
+    pub job_id: u8,
+    /// The worker's source id.
+    pub src_id: u8,
+    /// `true` while joining the job's run, `false` while waiting for Results.
+    pub joining: bool,
+    /// How long it waited without progress.
+    pub waited: Duration,
+    /// Datagrams received from the server in all (0: nothing answered at all).
+    pub datagrams: u64,
+    /// Receives that failed with "connection refused": the server's host reported that
+    /// nothing listens on the port (ICMP port unreachable).
+    pub refused: u64,
+    /// Chunks still without a Result.
+    pub missing: usize,
+}
+
+impl fmt::Display for NoProgress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let NoProgress {
+            server,
+            job_id,
+            src_id,
+            waited,
+            ..
+        } = self;
+        let waited = waited.as_secs_f64();
+        if self.datagrams == 0 && self.refused > 0 {
+            return write!(
+                f,
+                "nothing listens on {server}: its host refused the datagrams (port \
+                 unreachable) for {waited} s; start `pfemu serve --listen {server} --job \
+                 {job_id}:N` first, or give --server the address `pfemu serve` printed"
+            );
+        }
+        if self.datagrams == 0 {
+            return write!(
+                f,
+                "no datagram came back from {server} in {waited} s: is `pfemu serve` running \
+                 there, with job {job_id} and source {src_id} in its --job (e.g. --job \
+                 {job_id}:{})? It drops datagrams of other jobs and sources without an answer",
+                u16::from(*src_id) + 1
+            );
+        }
+        if self.joining {
+            write!(
+                f,
+                "{} datagrams came back from {server}, but none answered the Join of job \
+                 {job_id} source {src_id} in {waited} s: is it `pfemu serve`? (--no-join \
+                 speaks the paper's header alone, without the run protocol)",
+                self.datagrams
+            )
+        } else {
+            write!(
+                f,
+                "gave up after {waited} s without a Result: {} chunks missing, though {} \
+                 datagrams came back from {server} (is another process of job {job_id} \
+                 using source {src_id}, or the server's --window below the worker's?)",
+                self.missing, self.datagrams
+            )
+        }
+    }
 }
 
 impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ServeError::Config { setting, reason } => write!(f, "invalid `{setting}`: {reason}"),
+            ServeError::Resolve { addr, reason } => write!(
+                f,
+                "cannot resolve `{addr}`: {reason} (expected HOST:PORT, e.g. localhost:12000)"
+            ),
             ServeError::Io { what, source } => write!(f, "{what}: {source}"),
             ServeError::Engine(e) => write!(f, "engine: {e}"),
             ServeError::Host(e) => write!(f, "worker: {e}"),
+            ServeError::NoProgress(p) => write!(f, "worker: {p}"),
         }
     }
 }
 
-impl std::error::Error for ServeError {}
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Io { source, .. } => Some(source),
+            ServeError::Host(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<ConfigError> for ServeError {
     fn from(e: ConfigError) -> Self {
@@ -219,6 +314,34 @@ impl From<HostError> for ServeError {
     fn from(e: HostError) -> Self {
         ServeError::Host(e)
     }
+}
+
+/// The socket address `addr` (`HOST:PORT`, e.g. `localhost:12000` or `127.0.0.1:12000`)
+/// names: the first IPv4 address it resolves to, else the first one (IPv6).
+///
+/// ```
+/// use pfemu::lab::serve::resolve;
+///
+/// assert_eq!(resolve("127.0.0.1:12000")?.to_string(), "127.0.0.1:12000");
+/// assert!(resolve("localhost:12000")?.ip().is_loopback());
+/// assert!(resolve("localhost").is_err()); // no port
+/// # Ok::<(), pfemu::lab::serve::ServeError>(())
+/// ```
+pub fn resolve(addr: &str) -> Result<SocketAddr, ServeError> {
+    use std::net::ToSocketAddrs;
+    let bad = |reason: String| ServeError::Resolve {
+        addr: addr.to_string(),
+        reason,
+    };
+    let all: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| bad(e.to_string()))?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or_else(|| bad("it resolves to no address".into()))
 }
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> ServeError {
@@ -812,8 +935,8 @@ impl Server {
             .max_frame_bytes(HEADERS_LEN + MAX_PAYLOAD)
             .timers(trio.timer_specs().map_err(|e| eng(&e))?)
             .sink(Arc::new(UdpSink(shared.clone())))
-            .build()
-            .map_err(|e| eng(&e))?;
+            // A refused setting (`ppe_threads`) stays named.
+            .build()?;
         pfe.start().map_err(|e| eng(&e))?;
         Ok(Server {
             socket,
@@ -1044,7 +1167,9 @@ pub struct ClientReport {
 
 /// Runs `worker`'s allreduce through the server: sends what [`Worker::poll`] gives (UDP
 /// payloads only), feeds each datagram back (wrapped into a frame), retransmits as the
-/// worker's config says, until every Result has arrived.
+/// worker's config says, until every Result has arrived. Gives up with
+/// [`ServeError::NoProgress`] after [`ClientConfig::give_up_after`] without progress,
+/// saying whether anything answered at all.
 pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport, ServeError> {
     let socket =
         bind_udp(cfg.bind, cfg.recv_buffer_bytes).map_err(io_err("binding the worker's socket"))?;
@@ -1064,13 +1189,11 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
     let now = || start.elapsed().as_nanos() as u64;
     let ep = worker.config().endpoints;
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 65_536];
-    let mut frame = Vec::new();
+    let mut rx = ClientRx::new(socket, tick);
     let mut sent = 0u64;
     let mut dropped = 0u64;
-    let mut bad = 0u64;
     if cfg.join {
-        join(cfg, &socket, worker, tick, &mut buf, &mut frame, &mut bad)?;
+        join(cfg, &mut rx, worker)?;
     }
     let mut last_progress = Instant::now();
     while !worker.is_done() {
@@ -1082,25 +1205,18 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
                 continue;
             }
             // Errors (e.g. the server not up yet) are recovered by retransmission.
-            let _ = socket.send(&f[TRIO_ML_HDR_AT..]);
+            let _ = rx.socket.send(&f[TRIO_ML_HDR_AT..]);
         }
-        if let Some(n) = recv_or_pause(&socket, &mut buf, tick) {
-            if frame_of(&buf[..n], &ep, &mut frame).is_err() {
-                bad += 1;
-            } else {
-                match worker.on_frame_at(&frame, now()) {
-                    Ok(Received::Result { .. }) => last_progress = Instant::now(),
-                    Ok(Received::Ignored) => {}
-                    Err(e @ HostError::Superseded { .. }) => return Err(e.into()),
-                    Err(_) => bad += 1,
-                }
+        if rx.recv_frame(&ep) {
+            match worker.on_frame_at(&rx.frame, now()) {
+                Ok(Received::Result { .. }) => last_progress = Instant::now(),
+                Ok(Received::Ignored) => {}
+                Err(e @ HostError::Superseded { .. }) => return Err(e.into()),
+                Err(_) => rx.bad += 1,
             }
         }
         if last_progress.elapsed() > cfg.give_up_after {
-            return Err(HostError::TimedOut {
-                missing: worker.missing(),
-            }
-            .into());
+            return Err(rx.no_progress(cfg, worker, false));
         }
     }
     let elapsed_s = worker
@@ -1113,77 +1229,105 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         goodput_gbps: (gradients * 32) as f64 / elapsed_s.max(1e-9) / 1e9,
         stats: worker.stats(),
         dropped_by_injector: dropped,
-        bad_datagrams: bad,
+        bad_datagrams: rx.bad,
         run_id: worker.run_id(),
     })
 }
 
-/// Joins `worker`'s job's run through `socket` (connected to the server): sends a Join
-/// with a fresh random nonce every `tick * 20` until the server answers it, or gives up
-/// after `cfg.give_up_after`.
-fn join(
-    cfg: &ClientConfig,
-    socket: &UdpSocket,
-    worker: &mut Worker,
+/// A client's socket (connected to the server) and what came back on it.
+struct ClientRx {
+    socket: UdpSocket,
+    /// The socket's read timeout, and the pause after a failed receive.
     tick: Duration,
-    buf: &mut [u8],
-    frame: &mut Vec<u8>,
-    bad: &mut u64,
-) -> Result<u8, ServeError> {
+    buf: Vec<u8>,
+    frame: Vec<u8>,
+    /// Datagrams received.
+    datagrams: u64,
+    /// Receives refused (ICMP port unreachable: nothing listens at the server's address).
+    refused: u64,
+    /// Datagrams that were not aggregation packets, or that the worker refused.
+    bad: u64,
+}
+
+impl ClientRx {
+    fn new(socket: UdpSocket, tick: Duration) -> Self {
+        ClientRx {
+            socket,
+            tick,
+            buf: vec![0u8; 65_536],
+            frame: Vec::new(),
+            datagrams: 0,
+            refused: 0,
+            bad: 0,
+        }
+    }
+
+    /// Receives the next datagram within the read timeout into `frame`, wrapped with
+    /// addresses `ep`. `false` after the timeout, for a datagram that is not an aggregation
+    /// packet, or after a pause of `tick` on another error (connection refused while nothing
+    /// listens yet, and the like: the caller keeps trying).
+    fn recv_frame(&mut self, ep: &Endpoints) -> bool {
+        let n = match self.socket.recv(&mut self.buf) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            Err(e) => {
+                if e.kind() == io::ErrorKind::ConnectionRefused {
+                    self.refused += 1;
+                }
+                std::thread::sleep(self.tick);
+                return false;
+            }
+        };
+        self.datagrams += 1;
+        let framed = frame_of(&self.buf[..n], ep, &mut self.frame).is_ok();
+        self.bad += u64::from(!framed);
+        framed
+    }
+
+    /// The error of a client that waited `cfg.give_up_after` without progress.
+    fn no_progress(&self, cfg: &ClientConfig, worker: &Worker, joining: bool) -> ServeError {
+        ServeError::NoProgress(NoProgress {
+            server: cfg.server,
+            job_id: worker.config().job_id,
+            src_id: worker.config().src_id,
+            joining,
+            waited: cfg.give_up_after,
+            datagrams: self.datagrams,
+            refused: self.refused,
+            missing: worker.missing(),
+        })
+    }
+}
+
+/// Joins `worker`'s job's run through `rx`'s socket: sends a Join with a fresh random nonce
+/// every `tick * 20` until the server answers it, or gives up after `cfg.give_up_after`.
+fn join(cfg: &ClientConfig, rx: &mut ClientRx, worker: &mut Worker) -> Result<u8, ServeError> {
     let nonce = random_nonce();
     let join = worker.join_frame(nonce);
     let ep = worker.config().endpoints;
     let start = Instant::now();
-    let resend = tick * 20;
+    let resend = rx.tick * 20;
     let mut sent_at: Option<Instant> = None;
     loop {
         if sent_at.is_none_or(|t| t.elapsed() >= resend) {
             // Errors (e.g. the server not up yet) are recovered by sending again.
-            let _ = socket.send(&join[TRIO_ML_HDR_AT..]);
+            let _ = rx.socket.send(&join[TRIO_ML_HDR_AT..]);
             sent_at = Some(Instant::now());
         }
-        if let Some(n) = recv_or_pause(socket, buf, tick) {
-            match frame_of(&buf[..n], &ep, frame) {
-                Ok(_) => {
-                    if let Some(run) = worker.take_joined(frame, nonce) {
-                        return Ok(run);
-                    }
-                }
-                Err(_) => *bad += 1,
+        if rx.recv_frame(&ep) {
+            if let Some(run) = worker.take_joined(&rx.frame, nonce) {
+                return Ok(run);
             }
         }
         if start.elapsed() > cfg.give_up_after {
-            return Err(ServeError::Config {
-                setting: "server",
-                reason: format!(
-                    "no answer to the Join of job {} source {} from {} within {:?}: is                      `pfemu serve` running there with the job?",
-                    worker.config().job_id,
-                    worker.config().src_id,
-                    cfg.server,
-                    cfg.give_up_after
-                ),
-            });
-        }
-    }
-}
-
-/// One datagram from `socket` within its read timeout: `None` after the timeout, or after a
-/// pause of `tick` on another error (connection refused while nothing listens yet, and the
-/// like: the caller keeps trying).
-fn recv_or_pause(socket: &UdpSocket, buf: &mut [u8], tick: Duration) -> Option<usize> {
-    match socket.recv(buf) {
-        Ok(n) => Some(n),
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            None
-        }
-        Err(_) => {
-            std::thread::sleep(tick);
-            None
+            return Err(rx.no_progress(cfg, worker, true));
         }
     }
 }
@@ -1274,6 +1418,117 @@ pub fn expected_float_sums(seed: u64, sources: &[u8], n: usize) -> Vec<f32> {
     for &s in sources {
         for (a, v) in sum.iter_mut().zip(seeded_floats(seed, s, n)) {
             *a += v;
+        }
+    }
+    sum
+}
+
+/// The lane type a server aggregates, which its workers must send: `pfemu serve --program
+/// trio-ml` takes 32-bit integers, `--program fpisa` (or `fpisa-approx`) FP32 values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum LaneType {
+    /// Trio-ML: 32-bit two's-complement integers.
+    Int32,
+    /// FPISA: FP32 values.
+    Fp32,
+}
+
+impl fmt::Display for LaneType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LaneType::Int32 => "32-bit integers (Trio-ML)",
+            LaneType::Fp32 => "FP32 values (FPISA)",
+        })
+    }
+}
+
+/// How a worker's sums compare with the exact sums of the seeded vectors
+/// ([`check_seeded_sums`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SeededCheck {
+    /// Gradients compared: those of the chunks every source contributed to (neither
+    /// degraded nor with fewer sources).
+    pub compared: usize,
+    /// Of those, sums that differ from the expected ones.
+    pub mismatches: usize,
+    /// Set when sums differ and every compared one is what a server aggregating this other
+    /// lane type returns for the same packets: the worker and the server run different
+    /// programs, and nothing was lost or miscounted.
+    pub server_lanes: Option<LaneType>,
+}
+
+/// Compares `worker`'s sums (after its allreduce) with the exact sums of the vectors
+/// [`seeded_ints`] (`sent` [`LaneType::Int32`]) or [`seeded_floats`] ([`LaneType::Fp32`])
+/// give `sources` for `seed`, on the chunks every source contributed to. When sums differ,
+/// it also tells a server of the other lane type apart ([`SeededCheck::server_lanes`]):
+/// integers sent to FPISA come back as FPISA's sums of their bits read as FP32 (the
+/// seeded integers are all subnormal, flushed to zero, or NaN there, so both FPISA
+/// variants agree), and floats sent to Trio-ML as the integer sums of their bits.
+pub fn check_seeded_sums(
+    worker: &Worker,
+    seed: u64,
+    sources: &[u8],
+    sent: LaneType,
+) -> SeededCheck {
+    let got = worker.sums();
+    let n = got.len();
+    let g = worker.config().grads_per_packet;
+    let full = |i: usize| {
+        let c = i / g;
+        !worker.degraded()[c] && usize::from(worker.src_counts()[c]) == sources.len()
+    };
+    let compared: Vec<usize> = (0..n).filter(|&i| full(i)).collect();
+    let mismatches = match sent {
+        LaneType::Int32 => {
+            let want = expected_int_sums(seed, sources, n);
+            compared.iter().filter(|&&i| got[i] != want[i]).count()
+        }
+        // As floats: 0.0 and -0.0 are the same sum.
+        LaneType::Fp32 => {
+            let want = expected_float_sums(seed, sources, n);
+            let got = worker.float_sums();
+            compared.iter().filter(|&&i| got[i] != want[i]).count()
+        }
+    };
+    let server_lanes = (mismatches > 0)
+        .then(|| {
+            let (other, lanes) = match sent {
+                LaneType::Int32 => (fpisa_sums_of_int_bits(seed, sources, n), LaneType::Fp32),
+                LaneType::Fp32 => (int_sums_of_float_bits(seed, sources, n), LaneType::Int32),
+            };
+            compared
+                .iter()
+                .all(|&i| got[i] as u32 == other[i])
+                .then_some(lanes)
+        })
+        .flatten();
+    SeededCheck {
+        compared: compared.len(),
+        mismatches,
+        server_lanes,
+    }
+}
+
+/// What an FPISA server returns for the [`seeded_ints`] of `sources`: their bits summed as
+/// FP32 values (the full variant).
+fn fpisa_sums_of_int_bits(seed: u64, sources: &[u8], n: usize) -> Vec<u32> {
+    use crate::fpisa::{Acc, Format, Variant};
+    let mut acc = vec![Acc::default(); n];
+    for &s in sources {
+        for (a, v) in acc.iter_mut().zip(seeded_ints(seed, s, n)) {
+            a.add_bits(v as u32, Format::Fp32, Variant::Full);
+        }
+    }
+    acc.iter().map(|a| a.value(Format::Fp32)).collect()
+}
+
+/// What a Trio-ML server returns for the [`seeded_floats`] of `sources`: the wrapping
+/// integer sums of their bits.
+fn int_sums_of_float_bits(seed: u64, sources: &[u8], n: usize) -> Vec<u32> {
+    let mut sum = vec![0u32; n];
+    for &s in sources {
+        for (a, v) in sum.iter_mut().zip(seeded_floats(seed, s, n)) {
+            *a = a.wrapping_add(v.to_bits());
         }
     }
     sum

@@ -13,11 +13,11 @@ use pfemu::pfe::default_ppe_threads;
 use super::CliResult;
 
 /// The `--help` epilogue.
-pub const HELP: &str = "Examples:\n  \
-    pfemu replay --pcap in.pcap --out out/\n  \
-    pfemu replay --pcap in.pcapng --program l3fwd --route-file routes.txt --drops --out out/\n  \
+pub const HELP: &str = "Examples (the samples are in the repository's examples/captures):\n  \
+    pfemu replay --pcap examples/captures/filter-mix.pcap --out out/ --drops\n  \
+    pfemu replay --pcap examples/captures/l3fwd.pcap --program l3fwd --route-file examples/captures/l3fwd-routes.txt --out out/\n  \
+    pfemu replay --pcap examples/captures/trio-ml-workers.pcapng --program trio-ml --job 1:4 --out out/   # Results in out/port1.pcap\n  \
     pfemu replay --pcap in.pcap --timing recorded --speed 10 --json > report.json\n  \
-    pfemu replay --pcap workers.pcap --program trio-ml --job 1:4 --out out/   # Results in out/port1.pcap\n  \
     tshark -r out/port1.pcap\n\n\
     Reads a classic pcap or a pcapng capture (link type Ethernet), checks all of it first, \
     then injects every packet: a pcap capture's on --port, a pcapng capture's interface i \
@@ -117,6 +117,9 @@ pub struct ReplayArgs {
     jobs_file: Option<PathBuf>,
     /// trio-ml, fpisa: block timeout of every job, in milliseconds (1..=255; default 20):
     /// a block missing a source this long after its last packet gets a partial Result.
+    /// Shorter than `pfemu serve`'s 200: a capture replays without the start-up gaps of
+    /// worker processes, and the replay waits this long after its last packet for the
+    /// partial Results (raise it for `--timing recorded` captures with longer gaps).
     #[arg(long)]
     block_exp_ms: Option<u8>,
     /// trio-ml, fpisa: the largest worker window (each job needs 2 * window block slots;
@@ -195,6 +198,13 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
                 ..d
             })
         }
+        (ReplayProgramArg::L3fwd, None) if a.route_file.is_none() && a.route_ports == 0 => {
+            return Err(
+                "invalid option `--route-ports`: 0; generated routes need at least \
+                        one egress port"
+                    .into(),
+            );
+        }
         (ReplayProgramArg::L3fwd, None) if a.route_file.is_none() => {
             pfemu::microcode::l3fwd::RouteTable::check_generated_count(a.routes)
                 .map_err(|e| format!("invalid option `--routes`: {e}"))?;
@@ -224,7 +234,10 @@ pub fn replay(a: &ReplayArgs) -> CliResult {
         port: a.port,
         write_drops: a.drops,
     };
-    let r = replay::replay_file(&cfg, &a.pcap, &a.out)?;
+    let r = replay::replay_file(&cfg, &a.pcap, &a.out).map_err(|e| match e {
+        replay::ReplayError::Config(c) => super::serve::config_error(c),
+        e => Box::new(e),
+    })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());

@@ -10,8 +10,11 @@ use serde_json::json;
 
 use pfemu::fpisa::Variant;
 use pfemu::lab::aggregation::{Aggregation, AggregationSetup, JobSpec};
-use pfemu::lab::serve::{self, ClientConfig, RunLimits, ServeConfig, Server};
-use pfemu::microcode::trio_ml::host::Worker;
+use pfemu::lab::serve::{
+    self, ClientConfig, LaneType, RunLimits, SeededCheck, ServeConfig, ServeError, Server,
+};
+use pfemu::microcode::trio_ml::host::{HostError, Worker};
+use pfemu::ConfigError;
 
 use super::CliResult;
 
@@ -32,18 +35,24 @@ pub struct ServeArgs {
     /// The aggregation program.
     #[arg(long, value_enum, default_value_t = ServeProgram::TrioMl)]
     pub program: ServeProgram,
-    /// Address and UDP port to listen on (port 0: any free port; the address in use is
-    /// printed first).
-    #[arg(long, default_value = "127.0.0.1:12000")]
+    /// Address and UDP port to listen on, HOST:PORT (port 0: any free port; the address in
+    /// use is printed first).
+    #[arg(long, default_value = "127.0.0.1:12000", value_parser = parse_addr)]
     pub listen: SocketAddr,
     /// A job: JOB:N (sources 0..N) or JOB:FIRST..END; repeatable.
-    #[arg(long = "job", required_unless_present = "jobs_file")]
+    #[arg(
+        long = "job",
+        value_name = "JOB:N",
+        required_unless_present = "jobs_file"
+    )]
     pub jobs: Vec<JobSpec>,
     /// More jobs, from a file: one JOB:N or JOB:FIRST..END per line, `#` comments.
     #[arg(long, value_name = "FILE")]
     pub jobs_file: Option<PathBuf>,
     /// Block timeout of every job, in milliseconds (1..=255): a worker process that starts
-    /// later than this after the others is left out (partial Results).
+    /// later than this after the others is left out (partial Results). 200 here, 20 for
+    /// `pfemu replay`: worker processes started by hand or by a shell loop start tens of
+    /// milliseconds apart, while a capture replays without those gaps.
     #[arg(long, default_value_t = 200)]
     pub block_exp_ms: u8,
     /// Drop a kept Result (and free its slot) nobody asked for during this many
@@ -74,8 +83,9 @@ pub struct ServeArgs {
     /// Stop after this long without a datagram, once one has arrived.
     #[arg(long)]
     pub idle_exit_ms: Option<u64>,
-    /// Send Results to this aggregator (as one source of its job) instead of the members.
-    #[arg(long)]
+    /// Send Results to this aggregator, HOST:PORT (as one source of its job), instead of
+    /// the members.
+    #[arg(long, value_parser = parse_addr)]
     pub upstream: Option<SocketAddr>,
     /// This aggregator's source id in the upstream job.
     #[arg(long, default_value_t = 0)]
@@ -93,8 +103,9 @@ pub struct ServeArgs {
 /// `pfemu worker`'s options.
 #[derive(clap::Args, Debug)]
 pub struct WorkerArgs {
-    /// The server (`pfemu serve --listen`).
-    #[arg(long)]
+    /// The server (`pfemu serve --listen`), HOST:PORT, e.g. localhost:12000 (a name
+    /// resolves to its first IPv4 address, else its first IPv6 one).
+    #[arg(long, value_parser = parse_addr)]
     pub server: SocketAddr,
     /// The job id.
     #[arg(long, default_value_t = 1)]
@@ -179,13 +190,13 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         .map(pfemu::duration::secs)
         .transpose()
         .map_err(|e| format!("invalid option `--seconds`: {e}"))?;
-    let server = Server::bind(&cfg)?;
+    let server = Server::bind(&cfg).map_err(serve_error)?;
     // SIGINT / SIGTERM stop the server the graceful way: the engine drains, every Result in
     // flight goes out, and the final report is printed.
     let stop = server.stop_handle();
     ctrlc::set_handler(move || stop.stop())
         .map_err(|e| format!("cannot install the SIGINT/SIGTERM handler: {e}"))?;
-    let addr = server.local_addr()?;
+    let addr = server.local_addr().map_err(serve_error)?;
     // The first line is the address, so a script (or a test) can read the port; with
     // --json it goes to standard error, so standard output is one JSON object.
     if a.json {
@@ -269,9 +280,78 @@ pub fn jobs_of(
 ) -> Result<Vec<JobSpec>, Box<dyn std::error::Error>> {
     let mut jobs = flags.to_vec();
     if let Some(path) = file {
-        jobs.extend(JobSpec::read_list(path)?);
+        jobs.extend(JobSpec::read_list(path).map_err(config_error)?);
     }
     Ok(jobs)
+}
+
+/// clap's parser of addresses (`--listen`, `--server`, `--upstream`): HOST:PORT, a name
+/// resolved to its first IPv4 address, else its first IPv6 one ([`serve::resolve`]).
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    serve::resolve(s).map_err(|e| e.to_string())
+}
+
+/// A setting refused, named by the option the user typed (`--block-grad-max`, not the
+/// library's `block_grad_max`).
+#[derive(Debug)]
+pub struct OptionError {
+    /// The option, e.g. `--window`.
+    pub option: &'static str,
+    /// Why its value was refused.
+    pub reason: String,
+}
+
+impl std::fmt::Display for OptionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid option `{}`: {}", self.option, self.reason)
+    }
+}
+
+impl std::error::Error for OptionError {}
+
+/// The option of `pfemu serve`, `worker` or `replay` behind a library setting (the
+/// `setting` of a [`ConfigError`]); `None` for settings no option sets (the engine's).
+pub fn option_of(setting: &str) -> Option<&'static str> {
+    Some(match setting {
+        "jobs" | "job" => "--job",
+        "jobs_file" => "--jobs-file",
+        "window" => "--window",
+        "block_cnt_max" => "--block-cnt-max",
+        "block_grad_max" => "--block-grad-max",
+        "block_exp_ms" => "--block-exp-ms",
+        "keep_result_ms" => "--keep-result-ms",
+        "grads_per_packet" => "--grads-per-packet",
+        "values" => "--gradients",
+        "vector" => "--vector",
+        "routes" => "--routes",
+        "route_file" => "--route-file",
+        "speed" => "--speed",
+        "port" => "--port",
+        "ppe_threads" => "--ppe-threads",
+        _ => return None,
+    })
+}
+
+/// A refused setting as the user should read it: naming its option where it has one.
+pub fn setting_error(setting: &'static str, reason: String) -> Box<dyn std::error::Error> {
+    match option_of(setting) {
+        Some(option) => Box::new(OptionError { option, reason }),
+        None => Box::new(ConfigError::new(setting, reason)),
+    }
+}
+
+/// [`setting_error`] of a [`ConfigError`].
+pub fn config_error(e: ConfigError) -> Box<dyn std::error::Error> {
+    setting_error(e.setting, e.reason)
+}
+
+/// A [`ServeError`] as the user should read it: a refused setting names its option.
+fn serve_error(e: ServeError) -> Box<dyn std::error::Error> {
+    match e {
+        ServeError::Config { setting, reason }
+        | ServeError::Host(HostError::Config { setting, reason }) => setting_error(setting, reason),
+        e => Box::new(e),
+    }
 }
 
 fn read_vector(path: &PathBuf) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
@@ -334,12 +414,29 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
         pfemu::limits::check_fits("--gradients", a.gradients as u64, "gradients", 32)?;
     }
     let file = a.vector.as_ref().map(read_vector).transpose()?;
-    let mut w = match (&file, a.fpisa) {
-        (Some(v), false) => Worker::new(wcfg, ints_of(v)?)?,
-        (Some(v), true) => Worker::from_f32(wcfg, &floats_of(v)?)?,
-        (None, false) => Worker::new(wcfg, serve::seeded_ints(a.seed, a.src, a.gradients))?,
-        (None, true) => Worker::from_f32(wcfg, &serve::seeded_floats(a.seed, a.src, a.gradients))?,
+    let lanes = if a.fpisa {
+        LaneType::Fp32
+    } else {
+        LaneType::Int32
     };
+    let w = match (&file, lanes) {
+        (Some(v), LaneType::Int32) => Worker::new(wcfg, ints_of(v)?),
+        (Some(v), LaneType::Fp32) => Worker::from_f32(wcfg, &floats_of(v)?),
+        (None, LaneType::Int32) => {
+            Worker::new(wcfg, serve::seeded_ints(a.seed, a.src, a.gradients))
+        }
+        (None, LaneType::Fp32) => {
+            Worker::from_f32(wcfg, &serve::seeded_floats(a.seed, a.src, a.gradients))
+        }
+    };
+    let mut w = w.map_err(|e| match e {
+        // The vector comes from --gradients (seeded) or --vector.
+        HostError::Config {
+            setting: "values",
+            reason,
+        } if file.is_some() => setting_error("vector", reason),
+        e => serve_error(e.into()),
+    })?;
     let give_up_after = pfemu::duration::secs(a.give_up_s)
         .map_err(|e| format!("invalid option `--give-up-s`: {e}"))?;
     let ccfg = ClientConfig {
@@ -350,38 +447,22 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
         ..ClientConfig::new(a.server)
     };
     let t0 = Instant::now();
-    let report = serve::allreduce(&ccfg, &mut w)?;
+    let report = serve::allreduce(&ccfg, &mut w).map_err(serve_error)?;
     let wall = t0.elapsed().as_secs_f64();
     let degraded_chunks = w.degraded().iter().filter(|&&d| d).count();
     let src_cnt_min = w.src_counts().iter().copied().min().unwrap_or(0);
     // Check the chunks every worker contributed to (with seeded vectors): their sums are
-    // known. `compared` counts the gradients actually compared.
-    let (checked, compared, mismatches) = if file.is_none() {
-        let sources: Vec<u8> = (0..a.workers).collect();
-        let g = a.grads_per_packet;
-        let full = |i: usize| !w.degraded()[i / g] && w.src_counts()[i / g] == a.workers;
-        let (mut compared, mut mismatches) = (0usize, 0usize);
-        let mut tally = |i: usize, differs: bool| {
-            if full(i) {
-                compared += 1;
-                mismatches += usize::from(differs);
-            }
-        };
-        if a.fpisa {
-            let want = serve::expected_float_sums(a.seed, &sources, a.gradients);
-            for (i, (got, want)) in w.float_sums().iter().zip(&want).enumerate() {
-                tally(i, got != want);
-            }
-        } else {
-            let want = serve::expected_int_sums(a.seed, &sources, a.gradients);
-            for (i, (got, want)) in w.sums().iter().zip(&want).enumerate() {
-                tally(i, got != want);
-            }
-        }
-        (true, compared, mismatches)
-    } else {
-        (false, 0, 0)
-    };
+    // known.
+    let sources: Vec<u8> = (0..a.workers).collect();
+    let check = file
+        .is_none()
+        .then(|| serve::check_seeded_sums(&w, a.seed, &sources, lanes));
+    let SeededCheck {
+        compared,
+        mismatches,
+        server_lanes,
+    } = check.clone().unwrap_or_default();
+    let checked = check.is_some();
     let total = w.sums().len();
     let exact = checked && compared == total && mismatches == 0;
     if a.json {
@@ -406,14 +487,15 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
                 "checked": checked,
                 "compared": compared,
                 "mismatches": mismatches,
+                "server_lanes": server_lanes,
                 "exact": exact,
                 "sums_head": sums_head,
             })
         );
     } else {
         println!(
-            "worker {}/{}: {} gradients in {:.3} s = {:.3} Gbit/s; {} packets sent ({} \
-             retransmitted, {} dropped by --drop-every), {} Results ({} degraded)",
+            "worker: job {}, source {}: {} gradients in {:.3} s = {:.3} Gbit/s; {} packets \
+             sent ({} retransmitted, {} dropped by --drop-every), {} Results ({} degraded)",
             a.job,
             a.src,
             report.gradients,
@@ -429,7 +511,9 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
             println!(
                 "sums: {} ({compared} of {total} gradients checked against the sums of \
                  {} workers, {mismatches} mismatches, min src_cnt {src_cnt_min})",
-                if mismatches > 0 {
+                if server_lanes.is_some() {
+                    "NOT exact: the server runs the other program (below)"
+                } else if mismatches > 0 {
                     "NOT exact"
                 } else if compared == 0 {
                     "NOT checked"
@@ -446,7 +530,22 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
             println!("sums: {:?}", w.sums());
         }
     }
-    if checked && mismatches > 0 {
+    if let Some(server) = server_lanes {
+        return Err(format!(
+            "the server aggregates {server}, this worker sent {lanes}: run the worker {} (or \
+             the server with --program {}); every checked sum is what that program gives",
+            match server {
+                LaneType::Fp32 => "with --fpisa",
+                LaneType::Int32 => "without --fpisa",
+            },
+            match lanes {
+                LaneType::Fp32 => "fpisa",
+                LaneType::Int32 => "trio-ml",
+            }
+        )
+        .into());
+    }
+    if mismatches > 0 {
         return Err(format!("{mismatches} sums differ from the expected ones").into());
     }
     if checked && compared == 0 {
