@@ -130,9 +130,11 @@ pub mod prelude {
         ChannelSink, CountingSink, Discard, FlowClassifier, FnSink, Frames, Pfe, Sink, Stats,
     };
     pub use crate::program::{
-        Call, Done, DropReason, Entry, Fault, FaultDetail, FaultKind, Goto, InstrResult, Label,
-        Next, Program, Return, Step, Thread, Verdict, IR0, IR1, IR2, IR3, IR4, IR5, IR6, IR7,
+        Call, Done, DropReason, DropReasons, Entry, Fault, FaultDetail, FaultKind, Goto,
+        InstrResult, Label, Next, Program, Reg, Return, Step, Thread, Verdict, IR0, IR1, IR2, IR3,
+        IR4, IR5, IR6, IR7,
     };
+    pub use crate::wire::Header;
     pub use crate::ConfigError;
 }
 

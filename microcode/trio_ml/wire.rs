@@ -11,18 +11,11 @@ use std::net::Ipv4Addr;
 
 use pfemu::packet::Dest;
 use pfemu::wire::{Ether, Ipv4, Udp, WireError, ETHERTYPE_IPV4, IPPROTO_UDP};
+pub use pfemu::wire::{ETHER_LEN, IPV4_LEN, UDP_LEN};
 
 /// The UDP destination port of aggregation packets unless configured otherwise (the
 /// paper's example).
 pub const DEFAULT_UDP_PORT: u16 = 12000;
-/// Bytes of the Ethernet header.
-pub const ETHER_LEN: usize = 14;
-/// Bytes of the IPv4 header (no options).
-pub const IPV4_LEN: usize = 20;
-/// Bytes of the UDP header.
-pub const UDP_LEN: usize = 8;
-/// Bytes of the Trio-ML header.
-pub const TRIO_ML_HDR_LEN: usize = 12;
 /// Where the IPv4 header starts in the frame.
 pub const IPV4_AT: usize = ETHER_LEN;
 /// Where the UDP header starts in the frame.

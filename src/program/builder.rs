@@ -19,6 +19,9 @@ pub enum ProgramError {
     DuplicateEntry(Entry),
     /// Too many labels or drop reasons for the program's index width.
     TooLarge(&'static str),
+    /// A [`DropReasons`] enum's reason did not land at its variant's index (another drop
+    /// reason was registered before the enum): the enum must be registered first.
+    DropReasonOrder(&'static str),
 }
 
 impl fmt::Display for ProgramError {
@@ -33,6 +36,11 @@ impl fmt::Display for ProgramError {
             }
             ProgramError::DuplicateEntry(e) => write!(f, "entry point {e:?} is set twice"),
             ProgramError::TooLarge(what) => write!(f, "too many {what}"),
+            ProgramError::DropReasonOrder(r) => write!(
+                f,
+                "drop reason `{r}` is not at its enum variant's index: register the \
+                 drop_reasons! enum before any other drop reason"
+            ),
         }
     }
 }
@@ -47,6 +55,7 @@ pub struct ProgramBuilder {
     pub(super) duplicates: Vec<String>,
     pub(super) entries: Vec<(Entry, Label)>,
     pub(super) drop_reasons: Vec<&'static str>,
+    pub(super) misplaced_reasons: Vec<&'static str>,
 }
 
 impl ProgramBuilder {
@@ -93,8 +102,24 @@ impl ProgramBuilder {
         DropReason(self.drop_reasons.len() as u16 - 1)
     }
 
+    /// Registers the drop reasons of a [`drop_reasons!`](crate::drop_reasons) enum, so that
+    /// `Verdict::Drop(E::Variant.into())` is counted under the variant's name. Register it
+    /// before any other drop reason (a variant's index is its place in the table);
+    /// otherwise [`ProgramBuilder::build`] fails with [`ProgramError::DropReasonOrder`].
+    pub fn drop_reasons<E: DropReasons>(&mut self) -> &mut Self {
+        for (i, name) in E::NAMES.iter().enumerate() {
+            if self.drop_reason(name).index() != i {
+                self.misplaced_reasons.push(name);
+            }
+        }
+        self
+    }
+
     /// Resolves labels and checks the program.
     pub fn build(self) -> Result<Program, ProgramError> {
+        if let Some(r) = self.misplaced_reasons.into_iter().next() {
+            return Err(ProgramError::DropReasonOrder(r));
+        }
         if let Some(d) = self.duplicates.into_iter().next() {
             return Err(ProgramError::DuplicateLabel(d));
         }

@@ -29,6 +29,7 @@
 //! that exceeds the instruction budget, or a panic inside a closure ends the packet with a
 //! [`Fault`]; the engine drops it with the fault's reason and goes on.
 
+mod author;
 mod builder;
 mod fault;
 mod harness;
@@ -36,6 +37,7 @@ mod next;
 mod sequencer;
 mod thread;
 
+pub use author::{DropReasons, Reg, RegValue};
 pub use builder::{ProgramBuilder, ProgramError};
 pub use fault::{Fault, FaultDetail, FaultKind};
 pub use harness::{Harness, HarnessOutcome};

@@ -48,6 +48,7 @@ impl Program {
             duplicates: Vec::new(),
             entries: Vec::new(),
             drop_reasons: Vec::new(),
+            misplaced_reasons: Vec::new(),
         }
     }
 
@@ -143,6 +144,14 @@ impl Program {
                         }
                         depth -= 1;
                         pc = stack[depth] as usize;
+                    }
+                    Step::Done(Verdict::Drop(r)) if r.index() >= self.inner.drop_reasons.len() => {
+                        // A reason the program never registered has no counter to land in.
+                        return Err(FaultDetail::Panic(format!(
+                            "drop reason {} is not registered with the program",
+                            r.index()
+                        ))
+                        .into());
                     }
                     Step::Done(v) => return Ok(v),
                 }

@@ -5,6 +5,7 @@ use crate::mem::hash::{HashError, HashTable, Inserted, ScanAction};
 use crate::mem::{Addr, Color, Op, PostedOps, SharedMemory, XtxnKind};
 use crate::packet::{Dest, OutArena, Port};
 use crate::timer::Launch;
+use crate::wire::Header;
 
 use super::*;
 
@@ -121,6 +122,18 @@ impl<'a> Thread<'a> {
         }
     }
 
+    /// The value of a named register (see [`registers!`](crate::registers)).
+    #[inline(always)]
+    pub fn get<T: RegValue>(&self, reg: Reg<T>) -> T {
+        T::from_reg(self.r[reg.slot()])
+    }
+
+    /// Sets a named register (see [`registers!`](crate::registers)).
+    #[inline(always)]
+    pub fn set<T: RegValue>(&mut self, reg: Reg<T>, value: T) {
+        self.r[reg.slot()] = value.to_reg();
+    }
+
     /// Where the head ended up in local memory, and whether local memory was written.
     pub(crate) fn head_window(&self) -> (usize, usize, bool) {
         (self.meta.head_start, self.meta.head_len, self.lm_written)
@@ -221,6 +234,19 @@ impl<'a> Thread<'a> {
         self.lm_written = true;
         Ok(&mut self.core.lm
             [self.meta.head_start + offset..self.meta.head_start + self.meta.head_len])
+    }
+
+    /// The head at byte `offset` viewed as header `H`: `t.view::<Ipv4>(ETHER_LEN)?`. Faults
+    /// (like [`Thread::head`]) when the head holds fewer than `H::LEN` bytes there.
+    #[inline]
+    pub fn view<H: Header>(&self, offset: usize) -> Result<H::View<'_>, Fault> {
+        Ok(H::view(self.head(offset)?)?)
+    }
+
+    /// The head at byte `offset` viewed as header `H`, writable.
+    #[inline]
+    pub fn view_mut<H: Header>(&mut self, offset: usize) -> Result<H::ViewMut<'_>, Fault> {
+        Ok(H::view_mut(self.head_mut(offset)?)?)
     }
 
     /// Moves the start of the head: a positive `delta` strips that many bytes from the

@@ -342,16 +342,16 @@ macro_rules! __header_field_type {
     (122) => { u128 }; (123) => { u128 }; (124) => { u128 }; (125) => { u128 };
     (126) => { u128 }; (127) => { u128 }; (128) => { u128 };
     (($($e:tt)*)) => {
-        <$crate::wire::Width<{ $crate::wire::header::width($($e)*) }>
-            as $crate::wire::FieldWidth>::Type
+        <$crate::wire::__private::Width<{ $crate::wire::__private::width($($e)*) }>
+            as $crate::wire::__private::FieldWidth>::Type
     };
     ({$($e:tt)*}) => {
-        <$crate::wire::Width<{ $crate::wire::header::width($($e)*) }>
-            as $crate::wire::FieldWidth>::Type
+        <$crate::wire::__private::Width<{ $crate::wire::__private::width($($e)*) }>
+            as $crate::wire::__private::FieldWidth>::Type
     };
     ($w:tt) => {
-        <$crate::wire::Width<{ $crate::wire::header::width($w) }>
-            as $crate::wire::FieldWidth>::Type
+        <$crate::wire::__private::Width<{ $crate::wire::__private::width($w) }>
+            as $crate::wire::__private::FieldWidth>::Type
     };
 }
 
@@ -408,7 +408,7 @@ macro_rules! __header_field_type {
 ///   `LEN`), `check_len`, `into_inner`, `as_bytes` (the first `LEN` bytes) and `rest`
 ///   (the bytes after them); with `T: AsMut<[u8]>` also `as_bytes_mut` and `rest_mut`;
 /// - a getter `name()` per named field returning the smallest type holding the width
-///   (`bool`, `u8`, `u16`, `u32`, `u64`, `u128`, see [`FieldWidth`](crate::wire::FieldWidth));
+///   (`bool`, `u8`, `u16`, `u32`, `u64`, `u128`, per the width);
 /// - with `T: AsMut<[u8]>`, a setter `set_name(v)` of the same type that keeps only the
 ///   low `width` bits of `v` (the hardware truncates too).
 ///
@@ -441,8 +441,35 @@ macro_rules! header {
     ) => {
         $(#[$attr])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        $vis struct $name<T: ::core::convert::AsRef<[u8]>> {
+        $vis struct $name<T: ::core::convert::AsRef<[u8]> = &'static [u8]> {
             buffer: T,
+        }
+
+        $crate::wire::__private::paste::paste! {
+            #[doc = ::core::concat!(
+                "Bytes in a [`", ::core::stringify!($name), "`] header (its `LEN`, without ",
+                "naming the buffer type)."
+            )]
+            #[allow(dead_code)]
+            $vis const [<$name:snake:upper _LEN>]: usize = <$name>::LEN;
+        }
+
+        impl $crate::wire::Header for $name {
+            const LEN: usize = <$name>::LEN;
+            type View<'a> = $name<&'a [u8]>;
+            type ViewMut<'a> = $name<&'a mut [u8]>;
+
+            #[inline]
+            fn view(buf: &[u8]) -> ::core::result::Result<$name<&[u8]>, $crate::wire::WireError> {
+                $name::new_checked(buf)
+            }
+
+            #[inline]
+            fn view_mut(
+                buf: &mut [u8],
+            ) -> ::core::result::Result<$name<&mut [u8]>, $crate::wire::WireError> {
+                $name::new_checked(buf)
+            }
         }
 
         const _: () = ::core::assert!(
@@ -470,7 +497,7 @@ macro_rules! header {
 
             /// The named fields as `(name, bit offset, width in bits)`, in order.
             pub const FIELDS: &'static [(&'static str, usize, usize)] = &[
-                $(($crate::wire::strip_raw(::core::stringify!($f)), $off, $w)),*
+                $(($crate::wire::__private::strip_raw(::core::stringify!($f)), $off, $w)),*
             ];
 
             /// Wraps `buffer` without checking its length: accessing a field that lies
@@ -532,7 +559,7 @@ macro_rules! header {
                 )]
                 #[inline]
                 pub fn $f(&self) -> $crate::__header_field_type!($w) {
-                    <$crate::__header_field_type!($w) as $crate::wire::FieldValue>::read(
+                    <$crate::__header_field_type!($w) as $crate::wire::__private::FieldValue>::read(
                         self.buffer.as_ref(),
                         $off,
                         $w,
@@ -561,7 +588,7 @@ macro_rules! header {
                 &mut self.buffer.as_mut()[Self::LEN..]
             }
 
-            $crate::wire::__paste::paste! {$(
+            $crate::wire::__private::paste::paste! {$(
                 $(#[$fm])*
                 #[doc = ""]
                 #[doc = ::core::concat!(
@@ -574,7 +601,7 @@ macro_rules! header {
                     &mut self,
                     value: $crate::__header_field_type!($w),
                 ) {
-                    $crate::wire::FieldValue::write(value, self.buffer.as_mut(), $off, $w)
+                    $crate::wire::__private::FieldValue::write(value, self.buffer.as_mut(), $off, $w)
                 }
             )*}
         }
