@@ -238,8 +238,15 @@ macro_rules! drop_reasons {
             $($(#[$vm])* $variant),+
         }
 
+        impl $name {
+            /// The reasons' names, in variant order (the stats count each under its name).
+            #[allow(dead_code)]
+            pub const NAMES: [&'static str; [$(::core::stringify!($variant)),+].len()] =
+                [$($reason),+];
+        }
+
         impl $crate::program::DropReasons for $name {
-            const NAMES: &'static [&'static str] = &[$($reason),+];
+            const NAMES: &'static [&'static str] = &<$name>::NAMES;
         }
 
         impl ::core::convert::From<$name> for $crate::program::DropReason {
