@@ -22,6 +22,7 @@ pub use checksum::{checksum, checksum_update16};
 pub use ethernet::{
     Ether, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ETHER_LEN,
 };
+pub use header::{Field, FieldArray};
 pub use ipv4::{Ipv4, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, IPV4_LEN};
 pub use tcp::{
     Tcp, TCP_ACK, TCP_CWR, TCP_ECE, TCP_FIN, TCP_LEN, TCP_NS, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG,
