@@ -131,8 +131,8 @@ pub mod prelude {
     };
     pub use crate::program::{
         Call, Done, DropReason, DropReasons, Entry, Fault, FaultDetail, FaultKind, Goto,
-        InstrResult, Label, Next, Program, Reg, Return, Step, Thread, Verdict, IR0, IR1, IR2, IR3,
-        IR4, IR5, IR6, IR7,
+        InstrResult, Label, Next, Program, Reg, Return, Step, Thread, Verdict, Yield, IR0, IR1,
+        IR2, IR3, IR4, IR5, IR6, IR7,
     };
     pub use crate::wire::Header;
     pub use crate::ConfigError;

@@ -447,3 +447,41 @@ fn view_reads_a_header_in_the_head_and_faults_when_it_is_short() {
     let out = h.run(&program, 0, &udp_frame(0, 0, 64));
     assert_eq!(out.result.unwrap_err().kind(), FaultKind::Header);
 }
+
+#[test]
+fn yield_reruns_its_label_counts_waits_and_is_bounded_by_the_budget() {
+    pfemu::registers! {
+        LOOKS: u8,
+    }
+    let mut p = Program::builder("waiter");
+    pfemu::labels!(p => look);
+    p.instr(look, move |t| {
+        // Another thread would publish what this one waits for; here the third look finds it.
+        let looks = t.get(LOOKS) + 1;
+        t.set(LOOKS, looks);
+        Ok(if looks < 3 {
+            Yield(look)
+        } else {
+            Done(Verdict::Forward(1))
+        })
+    });
+    p.entry(Entry::Packet, look);
+    let program = p.build().unwrap();
+    assert_eq!(Yield(look).step(), Step::Yield(look));
+    let mut h =
+        pfemu::program::Harness::new(Arc::new(SharedMemory::new(&MemConfig::default()).unwrap()));
+    let out = h.run(&program, 0, &udp_frame(0, 0, 64));
+    assert_eq!(out.result, Ok(Verdict::Forward(1)));
+    assert_eq!((out.instructions, out.waits), (3, 2));
+
+    // A wait that never ends is stopped by the budget, like any runaway loop.
+    let mut p = Program::builder("forever");
+    pfemu::labels!(p => look);
+    p.instr(look, move |_t| Ok(Yield(look)));
+    p.entry(Entry::Packet, look);
+    let program = p.build().unwrap();
+    h.set_budget(100);
+    let out = h.run(&program, 0, &udp_frame(0, 0, 64));
+    assert_eq!(out.result.unwrap_err().kind(), FaultKind::InstructionBudget);
+    assert_eq!(out.waits, 100);
+}

@@ -116,14 +116,6 @@ const R_PKT_DEGRADED: usize = 29;
 /// sets [`ANSWER_EXPIRED`] instead of sending when the Result stopped being kept.
 const R_ANSWER: usize = 30;
 
-/// Looks at a block another packet is creating (see `lookup_block`).
-const R_WAITS: usize = 31;
-/// The first looks at a block being created yield the core; later ones sleep.
-const YIELDS_BEFORE_SLEEP: u64 = 64;
-/// The sleep between later looks, in microseconds: with the default instruction budget a
-/// packet waits about 0.5 s for a descheduled creator before it faults.
-const PENDING_SLEEP_US: u64 = 50;
-
 /// [`R_ANSWER`]: sending a kept Result again.
 const ANSWER_SENDING: u64 = 1;
 /// [`R_ANSWER`]: the kept Result expired (or was replaced) while it was being built.
@@ -329,19 +321,6 @@ fn run_of(t: &mut Thread<'_>, rec: Addr) -> Result<u8, Fault> {
     Ok((t.read_u64(rec + BLOCK_W_RUN)? >> BLOCK_RUN_SHIFT) as u8 & MAX_RUN_ID)
 }
 
-/// Waits a little for another thread that holds something this one needs for a few XTXNs
-/// (a block being created, the Join lock): the first looks yield the core (the other
-/// thread may share it), later ones sleep, so a holder the host OS descheduled (more PPE
-/// threads than cores) is waited for without running out of instructions.
-fn wait_for_other_thread(t: &mut Thread<'_>) {
-    t.r[R_WAITS] += 1;
-    if t.r[R_WAITS] <= YIELDS_BEFORE_SLEEP {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(PENDING_SLEEP_US));
-    }
-}
-
 /// The Join decision, under the job's Join lock: the run source `src` of the job at `job`
 /// joins with `nonce`, given the job's run word `w3` before the lock. A source that joined
 /// the current run before with another nonce restarted: the job moves on to the next run.
@@ -528,8 +507,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             Some(PENDING) => {
                 // Another packet of the block is creating it: let the creator run, then
                 // look again and join the record it publishes.
-                wait_for_other_thread(t);
-                Goto(lookup_block)
+                Yield(lookup_block)
             }
             Some(rec) if rec & FINISHED != 0 => {
                 // Finished: its Result is kept.
@@ -1303,8 +1281,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let w3 = t.fetch_or(job + JOB_W_RUN, JOB_RUN_LOCK)?;
         if w3 & JOB_RUN_LOCK != 0 {
             // Another Join of the job holds the lock.
-            wait_for_other_thread(t);
-            return Ok(Goto(join_run));
+            return Ok(Yield(join_run));
         }
         let run = match decide_join(t, job, w3, src, t.r[R_BLOCK_ID] as u32) {
             Ok(run) => run,

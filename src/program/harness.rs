@@ -15,6 +15,8 @@ pub struct HarnessOutcome {
     pub result: Result<Verdict, Fault>,
     /// Instructions executed.
     pub instructions: u32,
+    /// [`Yield`](super::Yield) steps taken (waits for other threads).
+    pub waits: u32,
     /// The packet as it would leave (head as the program left it, then the tail), when the
     /// program forwarded or multicast it.
     pub output: Option<Vec<u8>>,
@@ -150,6 +152,7 @@ impl Harness {
         HarnessOutcome {
             result: run.result,
             instructions: run.instructions,
+            waits: run.waits,
             output,
             created,
         }

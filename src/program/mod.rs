@@ -41,7 +41,7 @@ pub use author::{DropReasons, Reg, RegValue};
 pub use builder::{ProgramBuilder, ProgramError};
 pub use fault::{Fault, FaultDetail, FaultKind};
 pub use harness::{Harness, HarnessOutcome};
-pub use next::{Call, Done, Goto, Next, Return, Step, MAX_LABELS};
+pub use next::{Call, Done, Goto, Next, Return, Step, Yield, MAX_LABELS};
 pub use sequencer::Program;
 pub(crate) use sequencer::{panic_message, RunOutcome};
 pub use thread::Thread;
@@ -60,6 +60,11 @@ pub const MAX_CALL_DEPTH: usize = 8;
 pub const DEFAULT_HEAD_OFFSET: usize = 64;
 /// Default per-packet instruction budget (a runaway loop faults after this many).
 pub const DEFAULT_INSTRUCTION_BUDGET: u32 = 10_000;
+/// [`Yield`] steps of a packet that only yield the host core; later ones sleep.
+pub const YIELDS_BEFORE_SLEEP: u32 = 64;
+/// The sleep of a [`Yield`] step after the first [`YIELDS_BEFORE_SLEEP`]: with the default
+/// instruction budget a packet waits about 0.5 s for a descheduled holder before it faults.
+pub const WAIT_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Register indices with the paper's names for intermediate registers (`ir0`..`ir7`).
 pub const IR0: usize = 0;

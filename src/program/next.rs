@@ -5,7 +5,7 @@ use std::fmt;
 use super::{DropReason, Label, Verdict};
 
 /// What the sequencer does after an instruction. Build it with [`Goto`], [`Call`],
-/// [`Return`] and [`Done`]; read it with [`Next::step`].
+/// [`Return`], [`Yield`] and [`Done`]; read it with [`Next::step`].
 ///
 /// It is packed into one word so that an instruction's [`InstrResult`] comes back in two
 /// registers rather than through memory: the sequencer pays for it on every instruction.
@@ -23,6 +23,8 @@ pub enum Step {
     Return,
     /// The thread is finished with the packet.
     Done(Verdict),
+    /// Wait for another thread, then continue at the label (see [`Yield`]).
+    Yield(Label),
 }
 
 const STEP_SHIFT: u32 = 56;
@@ -30,6 +32,7 @@ const STEP_GOTO: u64 = 0;
 const STEP_CALL: u64 = 1;
 const STEP_RETURN: u64 = 2;
 const STEP_DONE: u64 = 3;
+const STEP_YIELD: u64 = 4;
 /// Labels are 28-bit so a call's two labels fit one word.
 const LABEL_BITS: u32 = 28;
 const LABEL_MASK: u64 = (1 << LABEL_BITS) - 1;
@@ -54,6 +57,19 @@ pub const fn Call(target: Label, ret: Label) -> Next {
 #[allow(non_upper_case_globals)]
 pub const Return: Next = Next(STEP_RETURN << STEP_SHIFT);
 
+/// Wait for another thread, then continue at `label`: for a thread that found something
+/// another thread holds for a few XTXNs (a record it is creating, a lock). The sequencer
+/// lets the other threads run (it yields the host core, and after
+/// [`YIELDS_BEFORE_SLEEP`](super::YIELDS_BEFORE_SLEEP) waits of the packet sleeps
+/// [`WAIT_SLEEP`](super::WAIT_SLEEP) between looks, so a holder the host descheduled is
+/// waited for) and then runs `label`, which counts as an instruction: the instruction
+/// budget bounds the wait. Programs never sleep themselves.
+#[allow(non_snake_case)]
+#[inline(always)]
+pub const fn Yield(label: Label) -> Next {
+    Next(STEP_YIELD << STEP_SHIFT | label.0 as u64)
+}
+
 /// The thread is finished with the packet.
 #[allow(non_snake_case)]
 #[inline(always)]
@@ -76,6 +92,7 @@ impl Next {
             STEP_GOTO => Step::Goto(a),
             STEP_CALL => Step::Call(a, Label((self.0 >> LABEL_BITS & LABEL_MASK) as u32)),
             STEP_RETURN => Step::Return,
+            STEP_YIELD => Step::Yield(a),
             _ => {
                 let value = self.0 as u16;
                 Step::Done(match (self.0 >> 16) & 3 {

@@ -36,6 +36,8 @@ impl fmt::Debug for Program {
 pub(crate) struct RunOutcome {
     pub result: Result<Verdict, Fault>,
     pub instructions: u32,
+    /// [`Yield`](super::Yield) steps taken.
+    pub waits: u32,
 }
 
 impl Program {
@@ -114,9 +116,11 @@ impl Program {
             return RunOutcome {
                 result: Err(FaultDetail::NoEntry.into()),
                 instructions: 0,
+                waits: 0,
             };
         };
         let mut executed = 0u32;
+        let mut waits = 0u32;
         let result = catch_unwind(AssertUnwindSafe(|| {
             let instrs = &self.inner.instrs;
             let mut pc = start.0 as usize;
@@ -154,6 +158,11 @@ impl Program {
                         .into());
                     }
                     Step::Done(v) => return Ok(v),
+                    Step::Yield(l) => {
+                        waits += 1;
+                        wait_for_others(waits);
+                        pc = l.0 as usize;
+                    }
                 }
             }
         }));
@@ -164,7 +173,21 @@ impl Program {
         RunOutcome {
             result,
             instructions: executed,
+            waits,
         }
+    }
+}
+
+/// One wait of a thread that yielded (its `waits`-th): let the other host threads run. The
+/// first waits only yield the core (the holder may share it); later ones sleep, so a
+/// holder the host OS descheduled (more PPE threads than cores) is waited for without the
+/// waiter running out of instructions.
+#[cold]
+fn wait_for_others(waits: u32) {
+    if waits <= YIELDS_BEFORE_SLEEP {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(WAIT_SLEEP);
     }
 }
 
