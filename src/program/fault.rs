@@ -10,7 +10,7 @@ use super::{LOCAL_MEMORY_BYTES, MAX_CALL_DEPTH};
 
 /// Why a program stopped abnormally. The packet is dropped under [`Fault::kind`]'s reason.
 ///
-/// The details are boxed so that an instruction's result ([`InstrResult`]) stays two words
+/// The details are boxed so that an instruction's result ([`InstrResult`](super::InstrResult)) stays two words
 /// and comes back in registers: faults are rare, instructions are not.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fault(Box<FaultDetail>);

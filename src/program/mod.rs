@@ -8,18 +8,35 @@
 //! ```
 //! use pfemu::prelude::*;
 //!
+//! pfemu::registers! {
+//!     /// The packet's length.
+//!     LEN: usize,
+//! }
+//! pfemu::drop_reasons! {
+//!     /// Why `tiny` drops a packet.
+//!     enum TinyDrop {
+//!         /// Shorter than a minimum Ethernet frame.
+//!         TooShort = "too_short",
+//!     }
+//! }
+//!
 //! let mut p = Program::builder("tiny");
-//! let [start, done] = p.labels(["start", "done"]);
-//! let too_short = p.drop_reason("too_short");
+//! p.drop_reasons::<TinyDrop>();
+//! pfemu::labels!(p => start, done);
 //! p.instr(start, move |t| {
-//!     t.r[IR0] = t.pkt_len() as u64;
-//!     Ok(if t.r[IR0] >= 64 { Goto(done) } else { Done(Verdict::Drop(too_short)) })
+//!     t.set(LEN, t.pkt_len());
+//!     Ok(if t.get(LEN) >= 64 { Goto(done) } else { Done(Verdict::Drop(TinyDrop::TooShort.into())) })
 //! });
 //! p.instr(done, |_t| Ok(Done(Verdict::Forward(1))));
 //! p.entry(Entry::Packet, start);
 //! let program = p.build().expect("every label is defined");
 //! assert_eq!(program.name(), "tiny");
 //! ```
+//!
+//! The authoring macros ([`labels!`](crate::labels), [`registers!`](crate::registers),
+//! [`drop_reasons!`](crate::drop_reasons)) name everything once; the crate's top doc has
+//! a whole program written with them. The raw forms remain: [`Thread::r`] and
+//! [`IR0`]..[`IR7`], [`ProgramBuilder::label`], [`ProgramBuilder::drop_reason`].
 //!
 //! Labels are declared first (so instructions can jump forward) and resolved to indices when
 //! the program is built; a label that is declared but never defined is a build error. Each

@@ -7,7 +7,7 @@ use super::{DropReason, Label, Verdict};
 /// What the sequencer does after an instruction. Build it with [`Goto`], [`Call`],
 /// [`Return`], [`Yield`] and [`Done`]; read it with [`Next::step`].
 ///
-/// It is packed into one word so that an instruction's [`InstrResult`] comes back in two
+/// It is packed into one word so that an instruction's [`InstrResult`](super::InstrResult) comes back in two
 /// registers rather than through memory: the sequencer pays for it on every instruction.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Next(u64);
