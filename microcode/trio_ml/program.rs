@@ -177,54 +177,48 @@ const TAIL_CHUNKS_PER_INSTR: usize = 4;
 /// Nanoseconds per millisecond (`block_exp` is in ms).
 const NS_PER_MS: u64 = 1_000_000;
 
-/// The counted reasons the program drops packets for.
-#[derive(Clone, Copy)]
-struct Reasons {
-    not_ipv4: DropReason,
-    no_route: DropReason,
-    bad_length: DropReason,
-    unknown_job: DropReason,
-    unknown_source: DropReason,
-    block_grad_max: DropReason,
-    block_cnt_max: DropReason,
-    table_full: DropReason,
-    grad_cnt_mismatch: DropReason,
-    duplicate: DropReason,
-    late: DropReason,
-    retransmit_answered: DropReason,
-    stale_gen: DropReason,
-    result_expired: DropReason,
-    stale_run: DropReason,
-    join_answered: DropReason,
-    bad_control: DropReason,
-}
-
-impl Reasons {
-    fn register(p: &mut ProgramBuilder) -> Reasons {
-        Reasons {
-            not_ipv4: p.drop_reason("not_ipv4"),
-            no_route: p.drop_reason("no_route"),
-            bad_length: p.drop_reason("bad_length"),
-            unknown_job: p.drop_reason("unknown_job"),
-            unknown_source: p.drop_reason("unknown_source"),
-            block_grad_max: p.drop_reason("block_grad_max"),
-            block_cnt_max: p.drop_reason("block_cnt_max"),
-            table_full: p.drop_reason("table_full"),
-            grad_cnt_mismatch: p.drop_reason("grad_cnt_mismatch"),
-            duplicate: p.drop_reason("duplicate"),
-            late: p.drop_reason("late"),
-            retransmit_answered: p.drop_reason("retransmit_answered"),
-            stale_gen: p.drop_reason("stale_gen"),
-            result_expired: p.drop_reason("result_expired"),
-            stale_run: p.drop_reason("stale_run"),
-            join_answered: p.drop_reason("join_answered"),
-            bad_control: p.drop_reason("bad_control"),
-        }
+pfemu::drop_reasons! {
+    /// Why Trio-ML drops (or, for the answered ones, uses up) a packet, counted by name.
+    pub enum TrioMlDrop {
+        /// Not an IPv4 frame.
+        NotIpv4 = "not_ipv4",
+        /// Forwarding: no route to the IPv4 destination.
+        NoRoute = "no_route",
+        /// The packet's lengths disagree with its `grad_cnt`.
+        BadLength = "bad_length",
+        /// No such job.
+        UnknownJob = "unknown_job",
+        /// The source is not a member of the job.
+        UnknownSource = "unknown_source",
+        /// More gradients than the job's blocks hold.
+        BlockGradMax = "block_grad_max",
+        /// The job has no free slot for a new block.
+        BlockCntMax = "block_cnt_max",
+        /// The active-block table is full.
+        TableFull = "table_full",
+        /// The packet's `grad_cnt` is not its block's.
+        GradCntMismatch = "grad_cnt_mismatch",
+        /// A source the block already added.
+        Duplicate = "duplicate",
+        /// A straggler: the block finished without it.
+        Late = "late",
+        /// A retransmission, answered with the kept Result.
+        RetransmitAnswered = "retransmit_answered",
+        /// A generation older than the kept Result's.
+        StaleGen = "stale_gen",
+        /// The kept Result expired while it was sent again.
+        ResultExpired = "result_expired",
+        /// Gradients of a run the job has left (answered with Superseded).
+        StaleRun = "stale_run",
+        /// A Join, answered with Joined.
+        JoinAnswered = "join_answered",
+        /// A malformed or unexpected control message.
+        BadControl = "bad_control",
     }
 }
 
-fn drop_as(r: DropReason) -> InstrResult {
-    Ok(Done(Verdict::Drop(r)))
+fn drop_as(r: TrioMlDrop) -> InstrResult {
+    Ok(Done(Verdict::Drop(r.into())))
 }
 
 // ----- helpers: one XTXN pattern each ------------------------------------------------------
@@ -354,57 +348,65 @@ fn count_block(t: &mut Thread<'_>, job: Addr) -> Result<(), Fault> {
     Ok(())
 }
 
-/// Builds the program for an installed Trio-ML.
+pfemu::labels!(
+    /// Every label of the program, declared once (see the diagram in the module doc).
+    struct Labels {
+        parse,
+        forward,
+        lookup_block,
+        lookup_result,
+        answer_result,
+        answered,
+        answered_late,
+        create_block,
+        claim_slot,
+        zero_buffer,
+        insert_block,
+        check_source,
+        join_block,
+        aggregate_head,
+        aggregate_tail,
+        complete_check,
+        leave_block,
+        consume,
+        drop_duplicate,
+        closing_drop,
+        keep_result,
+        release_block,
+        free_replaced,
+        free_own,
+        result_headers,
+        result_tail,
+        emit_result,
+        scan_blocks,
+        close_aged,
+        scan_kept,
+        free_expired,
+        join_run,
+        superseded,
+        control_reply,
+    }
+);
+
+/// What the instructions need of the configuration, computed once.
+#[derive(Clone, Copy)]
+struct Ctx {
+    local_addr: u32,
+    udp_port: u16,
+    local_mac: [u8; 6],
+    scan_period_ns: u64,
+    /// Kept scans a Result may go unasked before it is dropped (0: never).
+    keep_scans: u16,
+    lanes: Lanes,
+    /// The FPISA event counters (only FPISA lanes count events; integer lanes never read it).
+    events: Addr,
+}
+
+/// Builds the program for an installed Trio-ML: the phases of the workflow, in order.
 pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     let mut p = Program::builder("trio_ml");
-    let r = Reasons::register(&mut p);
-    let [parse, forward, lookup_block, lookup_result, answer_result, answered, answered_late] = p
-        .labels([
-            "parse",
-            "forward",
-            "lookup_block",
-            "lookup_result",
-            "answer_result",
-            "answered",
-            "answered_late",
-        ]);
-    let [create_block, claim_slot, zero_buffer, insert_block, check_source, join_block] =
-        p.labels([
-            "create_block",
-            "claim_slot",
-            "zero_buffer",
-            "insert_block",
-            "check_source",
-            "join_block",
-        ]);
-    let [aggregate_head, aggregate_tail, complete_check, leave_block, consume, drop_duplicate, closing_drop] =
-        p.labels([
-            "aggregate_head",
-            "aggregate_tail",
-            "complete_check",
-            "leave_block",
-            "consume",
-            "drop_duplicate",
-            "closing_drop",
-        ]);
-    let [keep_result, release_block, free_replaced, free_own, result_headers, result_tail, emit_result] =
-        p.labels([
-            "keep_result",
-            "release_block",
-            "free_replaced",
-            "free_own",
-            "result_headers",
-            "result_tail",
-            "emit_result",
-        ]);
-    let [scan_blocks, close_aged, scan_kept, free_expired] =
-        p.labels(["scan_blocks", "close_aged", "scan_kept", "free_expired"]);
-    let [join_run, superseded, control_reply] =
-        p.labels(["join_run", "superseded", "control_reply"]);
-    // The finishing subroutine starts at keep_result; the Result builder at result_headers.
-    let finish_block = keep_result;
-    let build_result = result_headers;
-
+    p.drop_reasons::<TrioMlDrop>();
+    let l = Labels::declare(&mut p);
     let local_addr = u32::from(cfg.local_addr);
     let udp_port = cfg.udp_port;
     let local_mac = cfg.local_mac;
@@ -415,37 +417,74 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         .div_ceil(scan_period_ns * super::KEPT_SCAN_EVERY)
         .min(u64::from(u16::MAX)) as u16;
     let lanes = cfg.lanes;
-    // Only FPISA lanes count events; integer lanes never read it.
     let events = tables.fpisa_events.unwrap_or(0);
+
+    let c = Ctx {
+        local_addr,
+        udp_port,
+        local_mac,
+        scan_period_ns,
+        keep_scans,
+        lanes,
+        events,
+    };
+    parse_phase(&mut p, l, &c, tables);
+    lookup_phase(&mut p, l, &c, tables);
+    create_phase(&mut p, l, &c, tables);
+    aggregate_phase(&mut p, l, &c, tables);
+    finish_phase(&mut p, l, &c, tables);
+    result_phase(&mut p, l, &c, tables);
+    timer_phase(&mut p, l, &c, tables);
+    run_phase(&mut p, l, &c, tables);
+    p.entry(Entry::Packet, l.parse);
+    p.entry(Entry::Timer(super::TIMER_ENTRY), l.scan_blocks);
+    p.build()
+        .expect("the Trio-ML program defines every label it declares")
+}
+
+/// Step 1 of Figure 10: is the packet an aggregation packet for us (or a Join)? Otherwise, step 8: standard forwarding.
+fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        parse,
+        forward,
+        lookup_block,
+        join_run,
+        ..
+    } = l;
+    let Ctx {
+        local_addr,
+        udp_port,
+        ..
+    } = *c;
 
     // 1. parse: is this an aggregation packet for us? Validate its lengths.
     p.instr(parse, move |t| {
         let head = t.head(0)?;
         let Ok(eth) = Ether::new_checked(head) else {
-            return drop_as(r.not_ipv4);
+            return drop_as(TrioMlDrop::NotIpv4);
         };
         if eth.etype() != ETHERTYPE_IPV4 {
-            return drop_as(r.not_ipv4);
+            return drop_as(TrioMlDrop::NotIpv4);
         }
         let Ok(ip) = Ipv4::new_checked(&head[IPV4_AT..]) else {
-            return drop_as(r.not_ipv4);
+            return drop_as(TrioMlDrop::NotIpv4);
         };
         if ip.ver() != 4 {
-            return drop_as(r.not_ipv4);
+            return drop_as(TrioMlDrop::NotIpv4);
         }
         if ip.ihl() != 5 || ip.proto() != IPPROTO_UDP || ip.dst() != local_addr {
             return Ok(Goto(forward));
         }
         let ip_total = usize::from(ip.total_len());
         let Ok(udp) = Udp::new_checked(&head[UDP_AT..]) else {
-            return drop_as(r.bad_length);
+            return drop_as(TrioMlDrop::BadLength);
         };
         if udp.dst_port() != udp_port {
             return Ok(Goto(forward));
         }
         let udp_len = usize::from(udp.len());
         let Ok(hdr) = TrioMlHdr::new_checked(&head[TRIO_ML_HDR_AT..]) else {
-            return drop_as(r.bad_length);
+            return drop_as(TrioMlDrop::BadLength);
         };
         let h = TrioMlHdrFields::read(&hdr);
         let n = usize::from(h.grad_cnt);
@@ -456,7 +495,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 && ip_total == IPV4_LEN + udp_len
                 && UDP_AT + udp_len <= t.pkt_len();
             if !whole || h.age_op != CTL_JOIN {
-                return drop_as(r.bad_control);
+                return drop_as(TrioMlDrop::BadControl);
             }
             t.r[R_JOB_ID] = u64::from(h.job_id);
             t.r[R_BLOCK_ID] = u64::from(h.block_id);
@@ -468,7 +507,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             && ip_total == IPV4_LEN + udp_len
             && UDP_AT + udp_len <= t.pkt_len();
         if !consistent {
-            return drop_as(r.bad_length);
+            return drop_as(TrioMlDrop::BadLength);
         }
         t.r[R_JOB_ID] = u64::from(h.job_id);
         t.r[R_BLOCK_ID] = u64::from(h.block_id);
@@ -490,9 +529,26 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 Dest::Port(port) => Done(Verdict::Forward(port)),
                 Dest::Group(g) => Done(Verdict::Multicast(g)),
             },
-            None => Done(Verdict::Drop(r.no_route)),
+            None => Done(Verdict::Drop(TrioMlDrop::NoRoute.into())),
         })
     });
+}
+
+/// Step 2: the active block of the packet, or, for a block that finished, its kept Result (loss recovery: a retransmission is answered with it).
+fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        lookup_block,
+        lookup_result,
+        answer_result,
+        answered,
+        answered_late,
+        create_block,
+        check_source,
+        closing_drop,
+        ..
+    } = l;
+    let build_result = l.result_headers;
+    let _ = c;
 
     // 2. lookup_block: the active block record of (job, block, generation).
     let active = tables.active.clone();
@@ -548,7 +604,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 t.r[R_BLK] = rec;
                 Goto(answer_result)
             }
-            Some((kgen, _)) if gen_newer(kgen, gen) => Done(Verdict::Drop(r.stale_gen)),
+            Some((kgen, _)) if gen_newer(kgen, gen) => {
+                Done(Verdict::Drop(TrioMlDrop::StaleGen.into()))
+            }
             // The block closed under us and its Result is not kept yet: it is on its way
             // to the whole job.
             _ if closing => Goto(closing_drop),
@@ -563,7 +621,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let src = t.r[R_SRC_ID] as u8;
         let (word, _) = source_bit(src);
         if !mask_has(t.read_u64(job + word as u64)?, src) {
-            return drop_as(r.unknown_source);
+            return drop_as(TrioMlDrop::UnknownSource);
         }
         let received = mask_has(t.read_u64(rec + word as u64)?, src);
         t.r[R_DEST] = u64::from(nh_addr(Dest::Port(t.port())));
@@ -575,24 +633,40 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     });
     p.instr(answered, move |t| {
         drop_as(if t.r[R_ANSWER] == ANSWER_EXPIRED {
-            r.result_expired
+            TrioMlDrop::ResultExpired
         } else {
-            r.retransmit_answered
+            TrioMlDrop::RetransmitAnswered
         })
     });
     p.instr(answered_late, move |t| {
         drop_as(if t.r[R_ANSWER] == ANSWER_EXPIRED {
-            r.result_expired
+            TrioMlDrop::ResultExpired
         } else {
-            r.late
+            TrioMlDrop::Late
         })
     });
+}
+
+/// Step 3: a new block: check the job, claim the key and a slot, zero the buffer, publish the record.
+fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        lookup_block,
+        lookup_result,
+        create_block,
+        claim_slot,
+        zero_buffer,
+        insert_block,
+        aggregate_head,
+        superseded,
+        ..
+    } = l;
+    let Ctx { lanes, .. } = *c;
 
     // 3. create_block: the job must exist, know the source and allow the gradients.
     let jobs = tables.jobs.clone();
     p.instr(create_block, move |t| {
         let Some(job) = t.hash_lookup(&jobs, &job_key(t.r[R_JOB_ID] as u8))? else {
-            return drop_as(r.unknown_job);
+            return drop_as(TrioMlDrop::UnknownJob);
         };
         t.mem_read(job, LM_SCRATCH, LINE_BYTES)?;
         let j = JobCtx::new_checked(t.lm_bytes(LM_SCRATCH, LINE_BYTES)?)?;
@@ -611,7 +685,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             j.src_cnt(),
         );
         if !member {
-            return drop_as(r.unknown_source);
+            return drop_as(TrioMlDrop::UnknownSource);
         }
         let current = t.lm_bytes(LM_SCRATCH + JOB_RUN_AT, 1)?[0] & MAX_RUN_ID;
         let run = t.r[R_RUN] as u8;
@@ -620,7 +694,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             return Ok(Goto(superseded));
         }
         if t.r[R_GRAD_CNT] > u64::from(grad_max) {
-            return drop_as(r.block_grad_max);
+            return drop_as(TrioMlDrop::BlockGradMax);
         }
         t.r[R_JOB] = job;
         t.r[R_CNT_MAX] = u64::from(cnt_max);
@@ -670,7 +744,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             }
             // Another packet created the block first (or is creating it): join it.
             Ok(Inserted::Existing(_)) => return Ok(Goto(lookup_block)),
-            Err(HashError::Full { .. }) => return drop_as(r.table_full),
+            Err(HashError::Full { .. }) => return drop_as(TrioMlDrop::TableFull),
             Err(e) => return Err(e.into()),
         }
         let job = t.r[R_JOB];
@@ -686,7 +760,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             t.fetch_add32(job + JOB_W0, 0, CURR_CNT_DEC)?;
             // Nobody can have joined a PENDING key: giving it back is safe.
             t.hash_delete(&active, &key)?;
-            return drop_as(r.block_cnt_max);
+            return drop_as(TrioMlDrop::BlockCntMax);
         };
         t.r[R_BLK] = layout.slot(k);
         t.r[R_BUF] = layout.buffer(t.r[R_BUFS] as u32, k);
@@ -747,6 +821,27 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         count_block(t, job)?;
         Ok(Goto(aggregate_head))
     });
+}
+
+/// Steps 4 to 6: check the source, join the block's gate, add the gradients (head, then tail), count the source; the last one out of a closed block finishes it.
+fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        lookup_result,
+        check_source,
+        join_block,
+        aggregate_head,
+        aggregate_tail,
+        complete_check,
+        leave_block,
+        consume,
+        drop_duplicate,
+        closing_drop,
+        superseded,
+        ..
+    } = l;
+    let finish_block = l.keep_result;
+    let Ctx { lanes, events, .. } = *c;
+    let _ = tables;
 
     // 4. check_source: a member of the job, with the block's gradient count.
     p.instr(check_source, move |t| {
@@ -760,10 +855,10 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let src = t.r[R_SRC_ID] as u8;
         let (word, _) = source_bit(src);
         if !mask_has(t.read_u64(job + word as u64)?, src) {
-            return drop_as(r.unknown_source);
+            return drop_as(TrioMlDrop::UnknownSource);
         }
         if (w2 >> BLOCK_GRAD_CNT_SHIFT) & 0xFFF != t.r[R_GRAD_CNT] {
-            return drop_as(r.grad_cnt_mismatch);
+            return drop_as(TrioMlDrop::GradCntMismatch);
         }
         // The run state shares the word with src_cnt.
         let w3 = t.read_u64(job + JOB_W_SRC_CNT)?;
@@ -898,15 +993,32 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         Ok(Goto(next))
     });
     p.instr(consume, |_t| Ok(Done(Verdict::Consume)));
-    p.instr(drop_duplicate, move |_t| drop_as(r.duplicate));
+    p.instr(drop_duplicate, move |_t| drop_as(TrioMlDrop::Duplicate));
     // Closed before we could join, and no Result kept yet: a repeat of a source the block
     // has, or a straggler the block's Result (on its way to the job) leaves out.
     p.instr(closing_drop, move |t| {
         let src = t.r[R_SRC_ID] as u8;
         let (word, _) = source_bit(src);
         let received = mask_has(t.read_u64(t.r[R_BLK] + word as u64)?, src);
-        drop_as(if received { r.duplicate } else { r.late })
+        drop_as(if received {
+            TrioMlDrop::Duplicate
+        } else {
+            TrioMlDrop::Late
+        })
     });
+}
+
+/// The `finish_block` subroutine: keep the Result, retire the block, free the replaced Result's slot, then build the Result.
+fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        keep_result,
+        release_block,
+        free_replaced,
+        free_own,
+        ..
+    } = l;
+    let build_result = l.result_headers;
+    let Ctx { lanes, .. } = *c;
 
     // finish_block, step 1: keep the Result (record and buffer stay in their slot) in the
     // kept-results table, replacing an older generation of the block id, whose slot is
@@ -999,6 +1111,22 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         free_slot(t, t.r[R_JOB], t.r[R_BLK], lanes)?;
         Ok(Return)
     });
+}
+
+/// Step 7, the `build_result` subroutine: the Result's headers, its sums 256 bytes per instruction, and the send.
+fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        result_headers,
+        result_tail,
+        emit_result,
+        ..
+    } = l;
+    let Ctx {
+        udp_port,
+        local_mac,
+        lanes,
+        ..
+    } = *c;
 
     // 7. build_result: the Result's headers, from the block and job records.
     p.instr(result_headers, move |t| {
@@ -1129,6 +1257,24 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         t.emit(nh_dest(t.r[R_DEST] as u32), LM_RESULT_HDR, HEADERS_LEN)?;
         Ok(Return)
     });
+}
+
+/// The timer threads (§5): age the blocks of the launch's slice and finish the aged ones; age the kept Results and free the expired ones.
+fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        scan_blocks,
+        close_aged,
+        scan_kept,
+        free_expired,
+        ..
+    } = l;
+    let finish_block = l.keep_result;
+    let Ctx {
+        scan_period_ns,
+        keep_scans,
+        lanes,
+        ..
+    } = *c;
 
     // Timer threads (§5): age every block record of this launch's slice of the table by
     // its REF flag, and list the blocks that aged out.
@@ -1265,18 +1411,34 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         free_slot(t, job, rec, lanes)?;
         Ok(Goto(free_expired))
     });
+}
+
+/// The run protocol ([`Control`]): a Join under the job's Join lock, and the replies.
+fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        join_run,
+        superseded,
+        control_reply,
+        ..
+    } = l;
+    let Ctx {
+        local_addr,
+        udp_port,
+        local_mac,
+        ..
+    } = *c;
 
     // The run protocol (wire::Control). join_run: a source of the job joins its run, under
     // the job's Join lock (one bit of the run word, held for two XTXNs): see decide_join.
     let jobs = tables.jobs.clone();
     p.instr(join_run, move |t| {
         let Some(job) = t.hash_lookup(&jobs, &job_key(t.r[R_JOB_ID] as u8))? else {
-            return drop_as(r.unknown_job);
+            return drop_as(TrioMlDrop::UnknownJob);
         };
         let src = t.r[R_SRC_ID] as u8;
         let (word, _) = source_bit(src);
         if !mask_has(t.read_u64(job + word as u64)?, src) {
-            return drop_as(r.unknown_source);
+            return drop_as(TrioMlDrop::UnknownSource);
         }
         let w3 = t.fetch_or(job + JOB_W_RUN, JOB_RUN_LOCK)?;
         if w3 & JOB_RUN_LOCK != 0 {
@@ -1340,14 +1502,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         write_headers(t.lm_bytes_mut(LM_RESULT_HDR, HEADERS_LEN)?, &ep, &hdr, 0);
         t.emit(Dest::Port(t.port()), LM_RESULT_HDR, HEADERS_LEN)?;
         drop_as(if op == CTL_JOINED {
-            r.join_answered
+            TrioMlDrop::JoinAnswered
         } else {
-            r.stale_run
+            TrioMlDrop::StaleRun
         })
     });
-
-    p.entry(Entry::Packet, parse);
-    p.entry(Entry::Timer(super::TIMER_ENTRY), scan_blocks);
-    p.build()
-        .expect("the Trio-ML program defines every label it declares")
 }

@@ -140,6 +140,10 @@ impl DropReason {
 /// `labels!(p => parse, check, out);` is
 /// `let [parse, check, out] = p.labels(["parse", "check", "out"]);`.
 ///
+/// A program split into functions (one per phase) declares its labels as a struct
+/// instead, `labels!(struct Labels { parse, check, out });`, and passes it around:
+/// `Labels::declare(&mut p)` declares them all, `l.parse` names one.
+///
 /// ```
 /// use pfemu::prelude::*;
 ///
@@ -149,10 +153,40 @@ impl DropReason {
 /// p.instr(second, |_t| Ok(Done(Verdict::Forward(0))));
 /// p.entry(Entry::Packet, first);
 /// assert_eq!(p.build()?.instruction_names(), ["first", "second"]);
+///
+/// pfemu::labels!(struct Phases { parse, count });
+/// let mut p = Program::builder("phases");
+/// let l = Phases::declare(&mut p);
+/// p.instr(l.parse, move |_t| Ok(Goto(l.count)));
+/// p.instr(l.count, |_t| Ok(Done(Verdict::Forward(0))));
+/// p.entry(Entry::Packet, l.parse);
+/// assert_eq!(p.build()?.instruction_names(), ["parse", "count"]);
 /// # Ok::<(), pfemu::program::ProgramError>(())
 /// ```
 #[macro_export]
 macro_rules! labels {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident { $($label:ident),+ $(,)? }
+    ) => {
+        $(#[$attr])*
+        #[derive(Clone, Copy, Debug)]
+        $vis struct $name {
+            $(
+                #[doc = ::core::concat!("Label `", ::core::stringify!($label), "`.")]
+                $vis $label: $crate::program::Label,
+            )+
+        }
+
+        impl $name {
+            /// Declares every label on the builder, in order.
+            $vis fn declare(p: &mut $crate::program::ProgramBuilder) -> Self {
+                $name {
+                    $($label: p.label(::core::stringify!($label)),)+
+                }
+            }
+        }
+    };
     ($p:expr => $($label:ident),+ $(,)?) => {
         let [$($label),+] = $p.labels([$(::core::stringify!($label)),+]);
     };
