@@ -52,84 +52,147 @@ use crate::microcode::fpisa;
 use pfemu::mem::hash::{HashError, Inserted, ScanAction};
 use pfemu::mem::{Addr, MAX_VADD_BYTES};
 use pfemu::prelude::*;
-use pfemu::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
+use pfemu::program::{ProgramBuilder, RegValue, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
 use pfemu::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
 
 // ----- registers ----------------------------------------------------------------------------
-// The paper's intermediate registers ir0..ir3 are left free; Trio-ML's state lives in r4..
 
-/// Set when a finishing block belongs to a run that is no longer its job's: it is freed
-/// without a Result (nobody of that run is left to want it).
-const R_SILENT: usize = 4;
-/// The run id a control reply carries.
-const R_REPLY_RUN: usize = 5;
-/// The opcode of the control reply being built ([`CTL_JOINED`] or [`CTL_SUPERSEDED`]).
-const R_CTL_OP: usize = 6;
-/// The packet's `run_id` (the block's, while a block is finished).
-const R_RUN: usize = 7;
-/// The packet's `job_id`.
-const R_JOB_ID: usize = 8;
-/// The packet's `block_id`.
-const R_BLOCK_ID: usize = 9;
-/// The packet's `gen_id`.
-const R_GEN_ID: usize = 10;
-/// The packet's `src_id`.
-const R_SRC_ID: usize = 11;
-/// The packet's `grad_cnt` (the block's, while a Result is built).
-const R_GRAD_CNT: usize = 12;
-/// The block record's address.
-const R_BLK: usize = 13;
-/// The job record's address.
-const R_JOB: usize = 14;
-/// The job's `src_cnt`.
-const R_SRC_CNT: usize = 15;
-/// The aggregation buffer's address.
-const R_BUF: usize = 16;
-/// Loop counter: the chunk being added or copied out.
-const R_CHUNK: usize = 17;
-/// Where the Result goes: an `out_nh_addr` value, or [`DEST_JOB`].
-const R_DEST: usize = 18;
-/// A slot to free once the Result is out (0: none).
-const R_FREE: usize = 19;
-/// Where `leave_block` continues: one of the `AFTER_*` values.
-const R_AFTER: usize = 20;
-/// Set when the block was closed before this packet could join it.
-const R_CLOSING: usize = 21;
-/// The job's `block_cnt_max` and `block_grad_max` (while creating a block).
-const R_CNT_MAX: usize = 22;
-/// See [`R_CNT_MAX`].
-const R_GRAD_MAX: usize = 23;
-/// The job's `block_exp` (while creating a block).
-const R_EXP: usize = 24;
-/// Timer: aged blocks listed in local memory, and the next one to close.
-const R_AGED_N: usize = 25;
-/// See [`R_AGED_N`].
-const R_AGED_I: usize = 26;
-/// The job's accumulator buffers (its line's `JOB_BUFS_AT` field), while creating a block.
-const R_BUFS: usize = 27;
-/// What the packet's source counts for in the Result's `src_cnt`: 1 for a server (header
-/// `src_cnt` 0), a lower aggregator's `src_cnt` for its Result.
-const R_CONTRIB: usize = 28;
-/// The packet's own `degraded` bit (a lower aggregator's partial Result).
-const R_PKT_DEGRADED: usize = 29;
-/// Set while a kept Result is sent again to one source ([`ANSWER_SENDING`]); emit_result
-/// sets [`ANSWER_EXPIRED`] instead of sending when the Result stopped being kept.
-const R_ANSWER: usize = 30;
+pfemu::registers! {
+    /// Set when a finishing block belongs to a run that is no longer its job's: it is freed
+    /// without a Result (nobody of that run is left to want it).
+    R_SILENT: bool,
+    /// The run id a control reply carries.
+    R_REPLY_RUN: u8,
+    /// The opcode of the control reply being built ([`CTL_JOINED`] or [`CTL_SUPERSEDED`]).
+    R_CTL_OP: u8,
+    /// The packet's `run_id` (the block's, while a block is finished).
+    R_RUN: u8,
+    /// The packet's `job_id`.
+    R_JOB_ID: u8,
+    /// The packet's `block_id`.
+    R_BLOCK_ID: u32,
+    /// The packet's `gen_id`.
+    R_GEN_ID: u16,
+    /// The packet's `src_id`.
+    R_SRC_ID: u8,
+    /// The packet's `grad_cnt` (the block's, while a Result is built).
+    R_GRAD_CNT: u16,
+    /// The block record's address.
+    R_BLK: Addr,
+    /// The job record's address.
+    R_JOB: Addr,
+    /// The job's `src_cnt`.
+    R_SRC_CNT: u8,
+    /// The aggregation buffer's address.
+    R_BUF: Addr,
+    /// Loop counter: the chunk being added or copied out.
+    R_CHUNK: usize,
+    /// Where the Result goes: an `out_nh_addr` value, or [`ResultDest::Job`].
+    R_DEST: ResultDest,
+    /// A slot to free once the Result is out (0: none).
+    R_FREE: Addr,
+    /// Where `leave_block` continues: an [`After`].
+    R_AFTER: After,
+    /// Set when the block was closed before this packet could join it.
+    R_CLOSING: bool,
+    /// The job's `block_cnt_max` and `block_grad_max` (while creating a block).
+    R_CNT_MAX: u32,
+    /// See [`R_CNT_MAX`].
+    R_GRAD_MAX: u32,
+    /// The job's `block_exp` (while creating a block).
+    R_EXP: u8,
+    /// Timer: aged blocks listed in local memory, and the next one to close.
+    R_AGED_N: usize,
+    /// See [`R_AGED_N`].
+    R_AGED_I: usize,
+    /// The job's accumulator buffers (its line's `JOB_BUFS_AT` field), while creating a block.
+    R_BUFS: u32,
+    /// What the packet's source counts for in the Result's `src_cnt`: 1 for a server (header
+    /// `src_cnt` 0), a lower aggregator's `src_cnt` for its Result.
+    R_CONTRIB: u8,
+    /// The packet's own `degraded` bit (a lower aggregator's partial Result).
+    R_PKT_DEGRADED: bool,
+    /// Set while a kept Result is sent again to one source ([`Answer::Sending`]); emit_result
+    /// sets [`Answer::Expired`] instead of sending when the Result stopped being kept.
+    R_ANSWER: Answer,
+}
 
-/// [`R_ANSWER`]: sending a kept Result again.
-const ANSWER_SENDING: u64 = 1;
-/// [`R_ANSWER`]: the kept Result expired (or was replaced) while it was being built.
-const ANSWER_EXPIRED: u64 = 2;
+/// Where a Result goes ([`R_DEST`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ResultDest {
+    /// Where the job says (`out_nh_addr`).
+    Job,
+    /// This `out_nh_addr` value (a port or a multicast group).
+    NextHop(u32),
+}
 
-/// [`R_DEST`]: send the Result where the job says (`out_nh_addr`).
-const DEST_JOB: u64 = u64::MAX;
+impl RegValue for ResultDest {
+    fn to_reg(self) -> u64 {
+        match self {
+            ResultDest::Job => u64::MAX,
+            ResultDest::NextHop(nh) => u64::from(nh),
+        }
+    }
+    fn from_reg(bits: u64) -> Self {
+        u32::try_from(bits).map_or(ResultDest::Job, ResultDest::NextHop)
+    }
+}
 
-/// [`R_AFTER`]: the packet was added; consume it.
-const AFTER_CONSUME: u64 = 0;
-/// [`R_AFTER`]: the packet repeated a source already added; drop it.
-const AFTER_DUPLICATE: u64 = 1;
-/// [`R_AFTER`]: the block was closed before the packet could join; look at kept results.
-const AFTER_CLOSING: u64 = 2;
+/// Where `leave_block` continues ([`R_AFTER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    /// The packet was added; consume it.
+    Consume,
+    /// The packet repeated a source already added; drop it.
+    Duplicate,
+    /// The block was closed before the packet could join; look at kept results.
+    Closing,
+}
+
+impl RegValue for After {
+    fn to_reg(self) -> u64 {
+        match self {
+            After::Consume => 0,
+            After::Duplicate => 1,
+            After::Closing => 2,
+        }
+    }
+    fn from_reg(bits: u64) -> Self {
+        match bits {
+            0 => After::Consume,
+            1 => After::Duplicate,
+            _ => After::Closing,
+        }
+    }
+}
+
+/// A kept Result being sent again ([`R_ANSWER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    /// Not an answer: the Result of a block just finished.
+    No,
+    /// Sending a kept Result again.
+    Sending,
+    /// The kept Result expired (or was replaced) while it was being built.
+    Expired,
+}
+
+impl RegValue for Answer {
+    fn to_reg(self) -> u64 {
+        match self {
+            Answer::No => 0,
+            Answer::Sending => 1,
+            Answer::Expired => 2,
+        }
+    }
+    fn from_reg(bits: u64) -> Self {
+        match bits {
+            1 => Answer::Sending,
+            2 => Answer::Expired,
+            _ => Answer::No,
+        }
+    }
+}
 
 // ----- local memory -------------------------------------------------------------------------
 // The head is loaded at offset 64 (DEFAULT_HEAD_OFFSET); the 64 bytes before it are the
@@ -497,9 +560,9 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             if !whole || h.age_op != CTL_JOIN {
                 return drop_as(TrioMlDrop::BadControl);
             }
-            t.r[R_JOB_ID] = u64::from(h.job_id);
-            t.r[R_BLOCK_ID] = u64::from(h.block_id);
-            t.r[R_SRC_ID] = u64::from(h.src_id);
+            t.set(R_JOB_ID, h.job_id);
+            t.set(R_BLOCK_ID, h.block_id);
+            t.set(R_SRC_ID, h.src_id);
             return Ok(Goto(join_run));
         }
         let consistent = n >= 1
@@ -509,14 +572,14 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         if !consistent {
             return drop_as(TrioMlDrop::BadLength);
         }
-        t.r[R_JOB_ID] = u64::from(h.job_id);
-        t.r[R_BLOCK_ID] = u64::from(h.block_id);
-        t.r[R_GEN_ID] = u64::from(h.gen_id);
-        t.r[R_SRC_ID] = u64::from(h.src_id);
-        t.r[R_GRAD_CNT] = n as u64;
-        t.r[R_CONTRIB] = u64::from(h.src_cnt.max(1));
-        t.r[R_PKT_DEGRADED] = u64::from(h.degraded);
-        t.r[R_RUN] = u64::from(h.run_id);
+        t.set(R_JOB_ID, h.job_id);
+        t.set(R_BLOCK_ID, h.block_id);
+        t.set(R_GEN_ID, h.gen_id);
+        t.set(R_SRC_ID, h.src_id);
+        t.set(R_GRAD_CNT, h.grad_cnt);
+        t.set(R_CONTRIB, h.src_cnt.max(1));
+        t.set(R_PKT_DEGRADED, h.degraded);
+        t.set(R_RUN, h.run_id);
         Ok(Goto(lookup_block))
     });
 
@@ -554,10 +617,10 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let active = tables.active.clone();
     p.instr(lookup_block, move |t| {
         let key = block_key(
-            t.r[R_JOB_ID] as u8,
-            t.r[R_RUN] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
+            t.get(R_JOB_ID),
+            t.get(R_RUN),
+            t.get(R_BLOCK_ID),
+            t.get(R_GEN_ID),
         );
         Ok(match t.hash_lookup(&active, &key)? {
             Some(PENDING) => {
@@ -567,12 +630,12 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             }
             Some(rec) if rec & FINISHED != 0 => {
                 // Finished: its Result is kept.
-                t.r[R_BLK] = rec & !FINISHED;
-                t.r[R_CLOSING] = 1;
+                t.set(R_BLK, rec & !FINISHED);
+                t.set(R_CLOSING, true);
                 Goto(lookup_result)
             }
             Some(rec) => {
-                t.r[R_BLK] = rec;
+                t.set(R_BLK, rec);
                 Goto(check_source)
             }
             None => Goto(lookup_result),
@@ -582,12 +645,8 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // Loss recovery: a block that is not active may have finished; its Result is kept.
     let kept = tables.kept.clone();
     p.instr(lookup_result, move |t| {
-        let (job, block, gen) = (
-            t.r[R_JOB_ID] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
-        );
-        let closing = t.r[R_CLOSING] != 0;
+        let (job, block, gen) = (t.get(R_JOB_ID), t.get(R_BLOCK_ID), t.get(R_GEN_ID));
+        let closing = t.get(R_CLOSING);
         // A peek: only a Result sent again counts as asked for (emit_result's check looks
         // it up), so one that only stale packets look at still expires.
         let kept_gen = match t.hash_peek(&kept, &kept_key(job, block))? {
@@ -595,13 +654,13 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             // generation of it): for this run the block id is free.
             Some(v) => {
                 let (kgen, rec) = parse_kept_value(v);
-                (run_of(t, rec)? == t.r[R_RUN] as u8).then_some((kgen, rec))
+                (run_of(t, rec)? == t.get(R_RUN)).then_some((kgen, rec))
             }
             None => None,
         };
         Ok(match kept_gen {
             Some((kgen, rec)) if kgen == gen => {
-                t.r[R_BLK] = rec;
+                t.set(R_BLK, rec);
                 Goto(answer_result)
             }
             Some((kgen, _)) if gen_newer(kgen, gen) => {
@@ -616,30 +675,30 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
     // A retransmission (or a straggler) of a finished block: send it the kept Result.
     p.instr(answer_result, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let job = job_of(t, rec)?;
-        let src = t.r[R_SRC_ID] as u8;
+        let src = t.get(R_SRC_ID);
         let (word, _) = source_bit(src);
         if !mask_has(t.read_u64(job + word as u64)?, src) {
             return drop_as(TrioMlDrop::UnknownSource);
         }
         let received = mask_has(t.read_u64(rec + word as u64)?, src);
-        t.r[R_DEST] = u64::from(nh_addr(Dest::Port(t.port())));
-        t.r[R_ANSWER] = ANSWER_SENDING;
+        t.set(R_DEST, ResultDest::NextHop(nh_addr(Dest::Port(t.port()))));
+        t.set(R_ANSWER, Answer::Sending);
         Ok(Call(
             build_result,
             if received { answered } else { answered_late },
         ))
     });
     p.instr(answered, move |t| {
-        drop_as(if t.r[R_ANSWER] == ANSWER_EXPIRED {
+        drop_as(if t.get(R_ANSWER) == Answer::Expired {
             TrioMlDrop::ResultExpired
         } else {
             TrioMlDrop::RetransmitAnswered
         })
     });
     p.instr(answered_late, move |t| {
-        drop_as(if t.r[R_ANSWER] == ANSWER_EXPIRED {
+        drop_as(if t.get(R_ANSWER) == Answer::Expired {
             TrioMlDrop::ResultExpired
         } else {
             TrioMlDrop::Late
@@ -665,12 +724,12 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // 3. create_block: the job must exist, know the source and allow the gradients.
     let jobs = tables.jobs.clone();
     p.instr(create_block, move |t| {
-        let Some(job) = t.hash_lookup(&jobs, &job_key(t.r[R_JOB_ID] as u8))? else {
+        let Some(job) = t.hash_lookup(&jobs, &job_key(t.get(R_JOB_ID)))? else {
             return drop_as(TrioMlDrop::UnknownJob);
         };
         t.mem_read(job, LM_SCRATCH, LINE_BYTES)?;
         let j = JobCtx::new_checked(t.lm_bytes(LM_SCRATCH, LINE_BYTES)?)?;
-        let src = t.r[R_SRC_ID] as u8;
+        let src = t.get(R_SRC_ID);
         let member = match src / 64 {
             0 => j.src_mask_0(),
             1 => j.src_mask_1(),
@@ -688,21 +747,24 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return drop_as(TrioMlDrop::UnknownSource);
         }
         let current = t.lm_bytes(LM_SCRATCH + JOB_RUN_AT, 1)?[0] & MAX_RUN_ID;
-        let run = t.r[R_RUN] as u8;
+        let run = t.get(R_RUN);
         if run != 0 && run != current {
-            t.r[R_REPLY_RUN] = u64::from(current);
+            t.set(R_REPLY_RUN, current);
             return Ok(Goto(superseded));
         }
-        if t.r[R_GRAD_CNT] > u64::from(grad_max) {
+        if t.get(R_GRAD_CNT) > grad_max {
             return drop_as(TrioMlDrop::BlockGradMax);
         }
-        t.r[R_JOB] = job;
-        t.r[R_CNT_MAX] = u64::from(cnt_max);
-        t.r[R_GRAD_MAX] = u64::from(grad_max);
-        t.r[R_EXP] = u64::from(exp);
-        t.r[R_SRC_CNT] = u64::from(src_cnt);
+        t.set(R_JOB, job);
+        t.set(R_CNT_MAX, u32::from(cnt_max));
+        t.set(R_GRAD_MAX, u32::from(grad_max));
+        t.set(R_EXP, exp);
+        t.set(R_SRC_CNT, src_cnt);
         let bufs = t.lm_bytes(LM_SCRATCH + JOB_BUFS_AT, 4)?;
-        t.r[R_BUFS] = u64::from(u32::from_be_bytes([bufs[0], bufs[1], bufs[2], bufs[3]]));
+        t.set(
+            R_BUFS,
+            u32::from_be_bytes([bufs[0], bufs[1], bufs[2], bufs[3]]),
+        );
         Ok(Goto(claim_slot))
     });
 
@@ -719,10 +781,10 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let kept = tables.kept.clone();
     p.instr(claim_slot, move |t| {
         let (job_id, run, block, gen) = (
-            t.r[R_JOB_ID] as u8,
-            t.r[R_RUN] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
+            t.get(R_JOB_ID),
+            t.get(R_RUN),
+            t.get(R_BLOCK_ID),
+            t.get(R_GEN_ID),
         );
         let key = block_key(job_id, run, block, gen);
         match t.hash_insert(&active, &key, PENDING) {
@@ -747,12 +809,12 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             Err(HashError::Full { .. }) => return drop_as(TrioMlDrop::TableFull),
             Err(e) => return Err(e.into()),
         }
-        let job = t.r[R_JOB];
-        let cnt_max = t.r[R_CNT_MAX] as u32;
+        let job = t.get(R_JOB);
+        let cnt_max = t.get(R_CNT_MAX);
         let in_use = t.fetch_add32(job + JOB_W0, 0, CURR_CNT_INC)? >> 16;
-        let layout = JobLayout::new(job, cnt_max, t.r[R_GRAD_MAX] as u32, lanes);
+        let layout = JobLayout::new(job, cnt_max, t.get(R_GRAD_MAX), lanes);
         let slot = if in_use < cnt_max {
-            claim_free_slot(t, &layout, t.r[R_BLOCK_ID] as u32 % cnt_max)?
+            claim_free_slot(t, &layout, t.get(R_BLOCK_ID) % cnt_max)?
         } else {
             None
         };
@@ -762,16 +824,16 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             t.hash_delete(&active, &key)?;
             return drop_as(TrioMlDrop::BlockCntMax);
         };
-        t.r[R_BLK] = layout.slot(k);
-        t.r[R_BUF] = layout.buffer(t.r[R_BUFS] as u32, k);
+        t.set(R_BLK, layout.slot(k));
+        t.set(R_BUF, layout.buffer(t.get(R_BUFS), k));
         Ok(Goto(zero_buffer))
     });
 
     // Zero the part of the buffer the block uses (whole lines, up to 4 KB per XTXN).
     p.instr(zero_buffer, move |t| {
-        let bytes =
-            (t.r[R_GRAD_CNT] * lanes.buffer_bytes()).next_multiple_of(LINE_BYTES as u64) as usize;
-        let buf = t.r[R_BUF];
+        let bytes = (u64::from(t.get(R_GRAD_CNT)) * lanes.buffer_bytes())
+            .next_multiple_of(LINE_BYTES as u64) as usize;
+        let buf = t.get(R_BUF);
         for done in (0..bytes).step_by(MAX_VADD_BYTES) {
             let n = (bytes - done).min(MAX_VADD_BYTES);
             t.mem_zero(buf + (done / 8) as u64, n)?;
@@ -783,14 +845,10 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // publish it in the hash table.
     let active = tables.active.clone();
     p.instr(insert_block, move |t| {
-        let (rec, job, buf) = (t.r[R_BLK], t.r[R_JOB], t.r[R_BUF]);
-        let (block, gen, src) = (
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
-            t.r[R_SRC_ID] as u8,
-        );
-        let (exp, grad_cnt, now) = (t.r[R_EXP] as u8, t.r[R_GRAD_CNT] as u16, t.now_ns());
-        let run = t.r[R_RUN] as u8;
+        let (rec, job, buf) = (t.get(R_BLK), t.get(R_JOB), t.get(R_BUF));
+        let (block, gen, src) = (t.get(R_BLOCK_ID), t.get(R_GEN_ID), t.get(R_SRC_ID));
+        let (exp, grad_cnt, now) = (t.get(R_EXP), t.get(R_GRAD_CNT), t.now_ns());
+        let run = t.get(R_RUN);
         let line = t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?;
         line.fill(0);
         let mut b = BlockCtx::new_checked(&mut *line)?;
@@ -815,7 +873,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         line[BLOCK_KEY_AT..BLOCK_KEY_AT + 4].copy_from_slice(&block.to_be_bytes());
         line[BLOCK_KEY_AT + 4..BLOCK_KEY_AT + 6].copy_from_slice(&gen.to_be_bytes());
         t.mem_write(rec, LM_SCRATCH, LINE_BYTES)?;
-        let key = block_key(t.r[R_JOB_ID] as u8, run, block, gen);
+        let key = block_key(t.get(R_JOB_ID), run, block, gen);
         // Publish the record under the key this thread claimed.
         t.hash_update(&active, &key, rec)?;
         count_block(t, job)?;
@@ -845,27 +903,27 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
 
     // 4. check_source: a member of the job, with the block's gradient count.
     p.instr(check_source, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let w1 = t.read_u64(rec + BLOCK_W_JOB)?;
         let w2 = t.read_u64(rec + BLOCK_W_GATE)?;
         let job = addr_of((w1 >> BLOCK_JOB_SHIFT) as u32);
         // aggr_paddr straddles words 1 (low 16 bits) and 2 (top 16 bits).
-        t.r[R_BUF] = addr_of(((w1 & 0xFFFF) << 16 | w2 >> 48) as u32);
-        t.r[R_JOB] = job;
-        let src = t.r[R_SRC_ID] as u8;
+        t.set(R_BUF, addr_of(((w1 & 0xFFFF) << 16 | w2 >> 48) as u32));
+        t.set(R_JOB, job);
+        let src = t.get(R_SRC_ID);
         let (word, _) = source_bit(src);
         if !mask_has(t.read_u64(job + word as u64)?, src) {
             return drop_as(TrioMlDrop::UnknownSource);
         }
-        if (w2 >> BLOCK_GRAD_CNT_SHIFT) & 0xFFF != t.r[R_GRAD_CNT] {
+        if (w2 >> BLOCK_GRAD_CNT_SHIFT) & 0xFFF != u64::from(t.get(R_GRAD_CNT)) {
             return drop_as(TrioMlDrop::GradCntMismatch);
         }
         // The run state shares the word with src_cnt.
         let w3 = t.read_u64(job + JOB_W_SRC_CNT)?;
-        t.r[R_SRC_CNT] = (w3 >> JOB_SRC_CNT_SHIFT) & 0xFF;
-        let run = t.r[R_RUN] as u8;
+        t.set(R_SRC_CNT, ((w3 >> JOB_SRC_CNT_SHIFT) & 0xFF) as u8);
+        let run = t.get(R_RUN);
         if run != 0 && run != job_run(w3) {
-            t.r[R_REPLY_RUN] = u64::from(job_run(w3));
+            t.set(R_REPLY_RUN, job_run(w3));
             return Ok(Goto(superseded));
         }
         Ok(Goto(join_block))
@@ -873,17 +931,17 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
 
     // Enter the block's gate, then mark the source received (once).
     p.instr(join_block, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let gate = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_ENTER)?);
         if gate & GATE_CLOSED != 0 {
-            t.r[R_AFTER] = AFTER_CLOSING;
+            t.set(R_AFTER, After::Closing);
             return Ok(Goto(leave_block));
         }
-        let src = t.r[R_SRC_ID] as u8;
+        let src = t.get(R_SRC_ID);
         let (word, bit) = source_bit(src);
         if t.fetch_or(rec + word as u64, 1 << bit)? & (1 << bit) != 0 {
             // A retransmission: never added twice.
-            t.r[R_AFTER] = AFTER_DUPLICATE;
+            t.set(R_AFTER, After::Duplicate);
             return Ok(Goto(leave_block));
         }
         Ok(Goto(aggregate_head))
@@ -892,10 +950,10 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
     // 5. aggregate_head (phase one): the 16-gradient chunks that lie wholly in the head,
     // straight from local memory.
     p.instr(aggregate_head, move |t| {
-        let n = t.r[R_GRAD_CNT] as usize;
+        let n = usize::from(t.get(R_GRAD_CNT));
         let in_head = (t.head_len().saturating_sub(GRADS_AT) / GRAD_BYTES).min(n);
         let chunks = in_head / CHUNK_GRADS;
-        let (buf, grads) = (t.r[R_BUF], t.head_offset() + GRADS_AT);
+        let (buf, grads) = (t.get(R_BUF), t.head_offset() + GRADS_AT);
         for c in 0..chunks {
             add_chunk(
                 t,
@@ -904,7 +962,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
                 grads + c * LINE_BYTES,
             )?;
         }
-        t.r[R_CHUNK] = chunks as u64;
+        t.set(R_CHUNK, chunks);
         Ok(Goto(if chunks * CHUNK_GRADS < n {
             aggregate_tail
         } else {
@@ -917,9 +975,9 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
     // 16-lane vector add, staged in the scratch line from whatever part is left in the head
     // and the rest read from the tail; a short last chunk is padded with zero lanes.
     p.instr(aggregate_tail, move |t| {
-        let n = t.r[R_GRAD_CNT] as usize;
+        let n = usize::from(t.get(R_GRAD_CNT));
         for _ in 0..TAIL_CHUNKS_PER_INSTR {
-            let c = t.r[R_CHUNK] as usize;
+            let c = t.get(R_CHUNK);
             let first = c * CHUNK_GRADS;
             let bytes = (n - first).min(CHUNK_GRADS) * GRAD_BYTES;
             let at = GRADS_AT + first * GRAD_BYTES;
@@ -940,9 +998,9 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
                     bytes - from_head,
                 )?;
             }
-            let addr = t.r[R_BUF] + (c as u64) * lanes.chunk_words();
+            let addr = t.get(R_BUF) + (c as u64) * lanes.chunk_words();
             add_chunk(t, lanes, addr, LM_SCRATCH)?;
-            t.r[R_CHUNK] += 1;
+            t.set(R_CHUNK, t.get(R_CHUNK) + 1);
             if first + CHUNK_GRADS >= n {
                 return Ok(Goto(complete_check));
             }
@@ -958,36 +1016,36 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         if let Lanes::Fpisa(_) = lanes {
             fpisa::count_events(t, events)?;
         }
-        let rec = t.r[R_BLK];
-        if t.r[R_PKT_DEGRADED] != 0 {
+        let rec = t.get(R_BLK);
+        if t.get(R_PKT_DEGRADED) {
             t.fetch_or(rec + GATE_W, GATE_DEGRADED)?;
         }
         // rcvd_cnt and the contributors in one XTXN (rcvd_cnt never carries: at most 255).
-        let contrib = (t.r[R_CONTRIB] as u32) << CONTRIB_LANE_SHIFT;
+        let contrib = (u32::from(t.get(R_CONTRIB))) << CONTRIB_LANE_SHIFT;
         let old = t.fetch_add32(rec + BLOCK_W_RCVD_CNT, 0, RCVD_CNT_INC | contrib)?;
         let rcvd = u64::from(old >> RCVD_CNT_LANE_SHIFT & 0xFF) + 1;
-        if rcvd == t.r[R_SRC_CNT] {
+        if rcvd == u64::from(t.get(R_SRC_CNT)) {
             t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
         }
-        t.r[R_AFTER] = AFTER_CONSUME;
+        t.set(R_AFTER, After::Consume);
         Ok(Goto(leave_block))
     });
 
     // Leave the gate; the last one out of a closed block finishes it.
     p.instr(leave_block, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let old = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_LEAVE)?);
-        let next = match t.r[R_AFTER] {
-            AFTER_CONSUME => consume,
-            AFTER_DUPLICATE => drop_duplicate,
-            _ => {
-                t.r[R_CLOSING] = 1;
+        let next = match t.get(R_AFTER) {
+            After::Consume => consume,
+            After::Duplicate => drop_duplicate,
+            After::Closing => {
+                t.set(R_CLOSING, true);
                 lookup_result
             }
         };
         let last_out = old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
         if last_out && take(t, rec)? {
-            t.r[R_DEST] = DEST_JOB;
+            t.set(R_DEST, ResultDest::Job);
             return Ok(Call(finish_block, next));
         }
         Ok(Goto(next))
@@ -997,9 +1055,9 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
     // Closed before we could join, and no Result kept yet: a repeat of a source the block
     // has, or a straggler the block's Result (on its way to the job) leaves out.
     p.instr(closing_drop, move |t| {
-        let src = t.r[R_SRC_ID] as u8;
+        let src = t.get(R_SRC_ID);
         let (word, _) = source_bit(src);
-        let received = mask_has(t.read_u64(t.r[R_BLK] + word as u64)?, src);
+        let received = mask_has(t.read_u64(t.get(R_BLK) + word as u64)?, src);
         drop_as(if received {
             TrioMlDrop::Duplicate
         } else {
@@ -1025,21 +1083,21 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // freed next.
     let kept = tables.kept.clone();
     p.instr(keep_result, move |t| {
-        let rec = t.r[R_BLK];
-        let gen = t.r[R_GEN_ID] as u16;
+        let rec = t.get(R_BLK);
+        let gen = t.get(R_GEN_ID);
         let job = job_of(t, rec)?;
-        t.r[R_JOB] = job;
-        t.r[R_FREE] = 0;
-        t.r[R_SILENT] = 0;
-        let run = t.r[R_RUN] as u8;
+        t.set(R_JOB, job);
+        t.set(R_FREE, 0);
+        t.set(R_SILENT, false);
+        let run = t.get(R_RUN);
         if run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?) {
             // A block of a run the job has left (it aged out after a source started a new
             // run): nobody of its run is left to want it. Freed without a Result.
-            t.r[R_FREE] = rec;
-            t.r[R_SILENT] = 1;
+            t.set(R_FREE, rec);
+            t.set(R_SILENT, true);
             return Ok(Goto(release_block));
         }
-        let key = kept_key(t.r[R_JOB_ID] as u8, t.r[R_BLOCK_ID] as u32);
+        let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
         let value = kept_value(gen, rec);
         match t.hash_insert(&kept, &key, value) {
             Ok(Inserted::New) => {}
@@ -1048,14 +1106,14 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                     && run_of(t, parse_kept_value(old).1)? == run =>
             {
                 // A newer generation finished first (hosts ran ahead): send, do not keep.
-                t.r[R_FREE] = rec;
+                t.set(R_FREE, rec);
             }
             Ok(Inserted::Existing(_)) => {
                 if let Some(old) = t.hash_update(&kept, &key, value)? {
-                    t.r[R_FREE] = parse_kept_value(old).1;
+                    t.set(R_FREE, parse_kept_value(old).1);
                 }
             }
-            Err(HashError::Full { .. }) => t.r[R_FREE] = rec,
+            Err(HashError::Full { .. }) => t.set(R_FREE, rec),
             Err(e) => return Err(e.into()),
         }
         Ok(Goto(release_block))
@@ -1065,20 +1123,20 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // marker (or goes, if its Result is not kept); build and send its Result.
     let active = tables.active.clone();
     p.instr(release_block, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let key = block_key(
-            t.r[R_JOB_ID] as u8,
-            t.r[R_RUN] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
+            t.get(R_JOB_ID),
+            t.get(R_RUN),
+            t.get(R_BLOCK_ID),
+            t.get(R_GEN_ID),
         );
-        if t.r[R_FREE] == rec {
+        if t.get(R_FREE) == rec {
             t.hash_delete(&active, &key)?;
         } else {
             t.hash_update(&active, &key, rec | FINISHED)?;
         }
-        t.r[R_DEST] = DEST_JOB;
-        t.r[R_ANSWER] = 0;
+        t.set(R_DEST, ResultDest::Job);
+        t.set(R_ANSWER, Answer::No);
         Ok(Goto(free_replaced))
     });
 
@@ -1090,9 +1148,9 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // This block's own slot, when its Result is not kept, is freed once the Result is built.
     let active = tables.active.clone();
     p.instr(free_replaced, move |t| {
-        let old = t.r[R_FREE];
-        if old == t.r[R_BLK] {
-            if t.r[R_SILENT] != 0 {
+        let old = t.get(R_FREE);
+        if old == t.get(R_BLK) {
+            if t.get(R_SILENT) {
                 return Ok(Goto(free_own));
             }
             return Ok(Call(build_result, free_own));
@@ -1101,14 +1159,14 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             let key = t.read_u64(old + BLOCK_KEY_WORD)?;
             let (block, gen) = ((key >> 16) as u32, key as u16);
             let run = run_of(t, old)?;
-            t.hash_delete(&active, &block_key(t.r[R_JOB_ID] as u8, run, block, gen))?;
-            free_slot(t, t.r[R_JOB], old, lanes)?;
+            t.hash_delete(&active, &block_key(t.get(R_JOB_ID), run, block, gen))?;
+            free_slot(t, t.get(R_JOB), old, lanes)?;
         }
         // build_result returns to finish_block's caller.
         Ok(Goto(build_result))
     });
     p.instr(free_own, move |t| {
-        free_slot(t, t.r[R_JOB], t.r[R_BLK], lanes)?;
+        free_slot(t, t.get(R_JOB), t.get(R_BLK), lanes)?;
         Ok(Return)
     });
 }
@@ -1130,7 +1188,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
     // 7. build_result: the Result's headers, from the block and job records.
     p.instr(result_headers, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         t.mem_read(rec, LM_BLOCK_REC, LINE_BYTES)?;
         let b = BlockCtx::new_checked(t.lm_bytes(LM_BLOCK_REC, LINE_BYTES)?)?;
         let (job, buf, grad_cnt, rcvd_cnt) = (
@@ -1162,7 +1220,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let partial = rcvd_cnt < src_cnt;
         let out_dst = Ipv4Addr::from(out_dst);
         let hdr = TrioMlHdrFields {
-            job_id: t.r[R_JOB_ID] as u8,
+            job_id: t.get(R_JOB_ID),
             block_id: block,
             age_op: u8::from(partial),
             final_block: false,
@@ -1195,12 +1253,12 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             &hdr,
             grad_bytes,
         );
-        if t.r[R_DEST] == DEST_JOB {
-            t.r[R_DEST] = u64::from(out_nh);
+        if t.get(R_DEST) == ResultDest::Job {
+            t.set(R_DEST, ResultDest::NextHop(out_nh));
         }
-        t.r[R_GRAD_CNT] = u64::from(grad_cnt);
-        t.r[R_BUF] = buf;
-        t.r[R_CHUNK] = 0;
+        t.set(R_GRAD_CNT, grad_cnt);
+        t.set(R_BUF, buf);
+        t.set(R_CHUNK, 0);
         t.clear_tail();
         Ok(Goto(result_tail))
     });
@@ -1211,23 +1269,23 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // into FP32 where it lands (FPISA's egress step, `fpisa::pull_fp32_sums`), so the chunk
     // still fits below LM_AGED.
     p.instr(result_tail, move |t| {
-        let total = t.r[R_GRAD_CNT] as usize * GRAD_BYTES;
-        let start = t.r[R_CHUNK] as usize * RESULT_CHUNK_BYTES;
+        let total = usize::from(t.get(R_GRAD_CNT)) * GRAD_BYTES;
+        let start = t.get(R_CHUNK) * RESULT_CHUNK_BYTES;
         let len = (total - start).min(RESULT_CHUNK_BYTES);
         match lanes {
             Lanes::Int32 => {
                 // The buffer holds whole lines (zeroed past the gradients), so the pull
                 // is too.
                 let lines = len.next_multiple_of(LINE_BYTES);
-                t.mem_read_lines(t.r[R_BUF] + (start / 8) as u64, LM_RESULT_DATA, lines)?;
+                t.mem_read_lines(t.get(R_BUF) + (start / 8) as u64, LM_RESULT_DATA, lines)?;
             }
             Lanes::Fpisa(_) => {
-                let first_word = t.r[R_BUF] + (start / GRAD_BYTES) as u64;
+                let first_word = t.get(R_BUF) + (start / GRAD_BYTES) as u64;
                 fpisa::pull_fp32_sums(t, first_word, LM_RESULT_DATA, len / GRAD_BYTES)?;
             }
         }
         t.write_tail(LM_RESULT_DATA, len)?;
-        t.r[R_CHUNK] += 1;
+        t.set(R_CHUNK, t.get(R_CHUNK) + 1);
         Ok(Goto(if start + len < total {
             result_tail
         } else {
@@ -1243,18 +1301,22 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // whole; otherwise it may hold another block's sums and is not sent.
     let kept = tables.kept.clone();
     p.instr(emit_result, move |t| {
-        if t.r[R_ANSWER] == ANSWER_SENDING {
-            let key = kept_key(t.r[R_JOB_ID] as u8, t.r[R_BLOCK_ID] as u32);
-            let want = kept_value(t.r[R_GEN_ID] as u16, t.r[R_BLK]);
+        if t.get(R_ANSWER) == Answer::Sending {
+            let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
+            let want = kept_value(t.get(R_GEN_ID), t.get(R_BLK));
             if !t
                 .hash_lookup(&kept, &key)?
                 .is_some_and(|v| same_kept(v, want))
             {
-                t.r[R_ANSWER] = ANSWER_EXPIRED;
+                t.set(R_ANSWER, Answer::Expired);
                 return Ok(Return);
             }
         }
-        t.emit(nh_dest(t.r[R_DEST] as u32), LM_RESULT_HDR, HEADERS_LEN)?;
+        // result_headers resolved the job's next hop.
+        let ResultDest::NextHop(nh) = t.get(R_DEST) else {
+            return Err(FaultDetail::Panic("a Result sent before its headers".into()).into());
+        };
+        t.emit(nh_dest(nh), LM_RESULT_HDR, HEADERS_LEN)?;
         Ok(Return)
     });
 }
@@ -1317,8 +1379,8 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 aged += 1;
             }
         }
-        t.r[R_AGED_N] = aged as u64;
-        t.r[R_AGED_I] = 0;
+        t.set(R_AGED_N, aged);
+        t.set(R_AGED_I, 0);
         Ok(Goto(close_aged))
     });
 
@@ -1326,20 +1388,20 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // thread finishes it (a partial Result: age_op = 1, degraded); otherwise the last adder
     // to leave does.
     p.instr(close_aged, move |t| {
-        let i = t.r[R_AGED_I] as usize;
-        if i == t.r[R_AGED_N] as usize {
+        let i = t.get(R_AGED_I);
+        if i == t.get(R_AGED_N) {
             return Ok(Goto(scan_kept));
         }
-        t.r[R_AGED_I] += 1;
+        t.set(R_AGED_I, t.get(R_AGED_I) + 1);
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
         let (job, run, block, gen) =
             parse_block_key(&e[..BLOCK_KEY_BYTES]).expect("a whole block key");
         let rec = u64::from_be_bytes(e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"));
-        t.r[R_JOB_ID] = u64::from(job);
-        t.r[R_RUN] = u64::from(run);
-        t.r[R_BLOCK_ID] = u64::from(block);
-        t.r[R_GEN_ID] = u64::from(gen);
-        t.r[R_BLK] = rec;
+        t.set(R_JOB_ID, job);
+        t.set(R_RUN, run);
+        t.set(R_BLOCK_ID, block);
+        t.set(R_GEN_ID, gen);
+        t.set(R_BLK, rec);
         let old = t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
         if old & GATE_CLOSED == 0 && old & GATE_IN_FLIGHT == 0 && take(t, rec)? {
             return Ok(Call(finish_block, close_aged));
@@ -1387,8 +1449,8 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             e[..5].copy_from_slice(key);
             e[8..].copy_from_slice(&v.to_be_bytes());
         }
-        t.r[R_AGED_N] = expired.len() as u64;
-        t.r[R_AGED_I] = 0;
+        t.set(R_AGED_N, expired.len());
+        t.set(R_AGED_I, 0);
         Ok(Goto(free_expired))
     });
 
@@ -1396,11 +1458,11 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // created while the marker is there, so the key is still this Result's), then its slot.
     let active = tables.active.clone();
     p.instr(free_expired, move |t| {
-        let i = t.r[R_AGED_I] as usize;
-        if i == t.r[R_AGED_N] as usize {
+        let i = t.get(R_AGED_I);
+        if i == t.get(R_AGED_N) {
             return Ok(Done(Verdict::Consume));
         }
-        t.r[R_AGED_I] += 1;
+        t.set(R_AGED_I, t.get(R_AGED_I) + 1);
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
         let (job_id, block) = parse_kept_key(e[..5].try_into().expect("5 bytes"));
         let v = u64::from_be_bytes(e[8..16].try_into().expect("8 bytes"));
@@ -1432,10 +1494,10 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // the job's Join lock (one bit of the run word, held for two XTXNs): see decide_join.
     let jobs = tables.jobs.clone();
     p.instr(join_run, move |t| {
-        let Some(job) = t.hash_lookup(&jobs, &job_key(t.r[R_JOB_ID] as u8))? else {
+        let Some(job) = t.hash_lookup(&jobs, &job_key(t.get(R_JOB_ID)))? else {
             return drop_as(TrioMlDrop::UnknownJob);
         };
-        let src = t.r[R_SRC_ID] as u8;
+        let src = t.get(R_SRC_ID);
         let (word, _) = source_bit(src);
         if !mask_has(t.read_u64(job + word as u64)?, src) {
             return drop_as(TrioMlDrop::UnknownSource);
@@ -1445,7 +1507,7 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             // Another Join of the job holds the lock.
             return Ok(Yield(join_run));
         }
-        let run = match decide_join(t, job, w3, src, t.r[R_BLOCK_ID] as u32) {
+        let run = match decide_join(t, job, w3, src, t.get(R_BLOCK_ID)) {
             Ok(run) => run,
             Err(fault) => {
                 t.fetch_clear(job + JOB_W_RUN, JOB_RUN_LOCK)?;
@@ -1458,13 +1520,13 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             u64::from(run) << JOB_RUN_SHIFT,
             JOB_RUN_MASK | JOB_RUN_LOCK,
         )?;
-        t.r[R_REPLY_RUN] = u64::from(run);
-        t.r[R_CTL_OP] = u64::from(CTL_JOINED);
+        t.set(R_REPLY_RUN, run);
+        t.set(R_CTL_OP, CTL_JOINED);
         Ok(Goto(control_reply))
     });
     // Gradients of a run the job has left: tell their worker which run is current.
     p.instr(superseded, move |t| {
-        t.r[R_CTL_OP] = u64::from(CTL_SUPERSEDED);
+        t.set(R_CTL_OP, CTL_SUPERSEDED);
         Ok(Goto(control_reply))
     });
     // A control reply to the packet's sender, out of the port it came from.
@@ -1473,12 +1535,12 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let from_mac = Ether::new_checked(head)?.smac().to_be_bytes();
         let from_addr = Ipv4::new_checked(&head[IPV4_AT..])?.src_addr();
         let from_port = Udp::new_checked(&head[UDP_AT..])?.src_port();
-        let op = t.r[R_CTL_OP] as u8;
-        let run_id = t.r[R_REPLY_RUN] as u8;
+        let op = t.get(R_CTL_OP);
+        let run_id = t.get(R_REPLY_RUN);
         let control = if op == CTL_JOINED {
             Control::Joined {
                 run_id,
-                nonce: t.r[R_BLOCK_ID] as u32,
+                nonce: t.get(R_BLOCK_ID),
             }
         } else {
             Control::Superseded { run_id }
@@ -1498,7 +1560,7 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             src_port: udp_port,
             dst_port: from_port,
         };
-        let hdr = control.header(t.r[R_JOB_ID] as u8, t.r[R_SRC_ID] as u8);
+        let hdr = control.header(t.get(R_JOB_ID), t.get(R_SRC_ID));
         write_headers(t.lm_bytes_mut(LM_RESULT_HDR, HEADERS_LEN)?, &ep, &hdr, 0);
         t.emit(Dest::Port(t.port()), LM_RESULT_HDR, HEADERS_LEN)?;
         drop_as(if op == CTL_JOINED {
