@@ -334,7 +334,7 @@ fn free_slot(t: &mut Thread<'_>, job: Addr, rec: Addr, lanes: Lanes) -> Result<(
     if let Some(k) = layout.slot_of(rec) {
         let (word, bit) = layout.slot_bit(k);
         t.fetch_clear(word, bit)?;
-        t.fetch_add32(job + JOB_W0, 0, CURR_CNT_DEC)?;
+        t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_DEC)?;
     }
     Ok(())
 }
@@ -401,11 +401,11 @@ fn decide_join(t: &mut Thread<'_>, job: Addr, w3: u64, src: u8, nonce: u32) -> R
 /// taken back with a third. Between two of these adds a reader may see the counter 65536
 /// low, or (once per 2^32 blocks) `block_exp` one high.
 fn count_block(t: &mut Thread<'_>, job: Addr) -> Result<(), Fault> {
-    let old_lo = t.fetch_add32(job + JOB_W1, 0, TOTAL_LO_INC)? >> 16;
+    let old_lo = t.fetch_add32(job + JOB_W1, TOTAL_LO_LANE, TOTAL_LO_INC)? >> TOTAL_LO_LANE_SHIFT;
     if old_lo == 0xFFFF {
-        let old_hi = t.fetch_add32(job + JOB_W0, 1, 1)? & 0xFFFF;
-        if old_hi == 0xFFFF {
-            t.fetch_add32(job + JOB_W0, 1, (1u32 << 16).wrapping_neg())?;
+        let old_hi = t.fetch_add32(job + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_INC)? & TOTAL_HI_LANE_MASK;
+        if old_hi == TOTAL_HI_LANE_MASK {
+            t.fetch_add32(job + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_CARRY_BACK)?;
         }
     }
     Ok(())
@@ -730,13 +730,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.mem_read(job, LM_SCRATCH, LINE_BYTES)?;
         let j = JobCtx::new_checked(t.lm_bytes(LM_SCRATCH, LINE_BYTES)?)?;
         let src = t.get(R_SRC_ID);
-        let member = match src / 64 {
-            0 => j.src_mask_0(),
-            1 => j.src_mask_1(),
-            2 => j.src_mask_2(),
-            _ => j.src_mask_3(),
-        } & 1 << (src % 64)
-            != 0;
+        let member = j.src_mask(usize::from(src / 64)) & 1 << (src % 64) != 0;
         let (cnt_max, grad_max, exp, src_cnt) = (
             j.block_cnt_max(),
             j.block_grad_max(),
@@ -746,7 +740,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         if !member {
             return drop_as(TrioMlDrop::UnknownSource);
         }
-        let current = t.lm_bytes(LM_SCRATCH + JOB_RUN_AT, 1)?[0] & MAX_RUN_ID;
+        let current = j.run_id();
         let run = t.get(R_RUN);
         if run != 0 && run != current {
             t.set(R_REPLY_RUN, current);
@@ -811,7 +805,8 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         }
         let job = t.get(R_JOB);
         let cnt_max = t.get(R_CNT_MAX);
-        let in_use = t.fetch_add32(job + JOB_W0, 0, CURR_CNT_INC)? >> 16;
+        let in_use =
+            t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_INC)? >> CURR_CNT_LANE_SHIFT;
         let layout = JobLayout::new(job, cnt_max, t.get(R_GRAD_MAX), lanes);
         let slot = if in_use < cnt_max {
             claim_free_slot(t, &layout, t.get(R_BLOCK_ID) % cnt_max)?
@@ -819,7 +814,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             None
         };
         let Some(k) = slot else {
-            t.fetch_add32(job + JOB_W0, 0, CURR_CNT_DEC)?;
+            t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_DEC)?;
             // Nobody can have joined a PENDING key: giving it back is safe.
             t.hash_delete(&active, &key)?;
             return drop_as(TrioMlDrop::BlockCntMax);
@@ -859,19 +854,14 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         b.set_aggr_paddr(paddr(buf));
         b.set_grad_cnt(grad_cnt);
         b.set_rcvd_cnt(0);
-        let bit = 1u64 << (src % 64);
-        match src / 64 {
-            0 => b.set_rcvd_mask_0(bit),
-            1 => b.set_rcvd_mask_1(bit),
-            2 => b.set_rcvd_mask_2(bit),
-            _ => b.set_rcvd_mask_3(bit),
-        }
-        // The creator is in flight (the gate's IN_FLIGHT, bytes 22-23, is 1) ...
-        line[22..24].copy_from_slice(&1u16.to_be_bytes());
-        // ... the record names its run, and the line its block, after the record.
-        line[BLOCK_RUN_AT] = run;
-        line[BLOCK_KEY_AT..BLOCK_KEY_AT + 4].copy_from_slice(&block.to_be_bytes());
-        line[BLOCK_KEY_AT + 4..BLOCK_KEY_AT + 6].copy_from_slice(&gen.to_be_bytes());
+        b.set_rcvd_mask(usize::from(src / 64), 1 << (src % 64));
+        // The creator is in flight; the record names its run ...
+        b.set_in_flight(1);
+        b.set_run_id(run);
+        // ... and the line its block, after the record.
+        let mut key = BlockKey::new_checked(&mut line[BLOCK_KEY_AT..])?;
+        key.set_block_id(block);
+        key.set_gen_id(gen);
         t.mem_write(rec, LM_SCRATCH, LINE_BYTES)?;
         let key = block_key(t.get(R_JOB_ID), run, block, gen);
         // Publish the record under the key this thread claimed.
@@ -915,12 +905,12 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         if !mask_has(t.read_u64(job + word as u64)?, src) {
             return drop_as(TrioMlDrop::UnknownSource);
         }
-        if (w2 >> BLOCK_GRAD_CNT_SHIFT) & 0xFFF != u64::from(t.get(R_GRAD_CNT)) {
+        if BLOCK_GRAD_CNT.get(w2) != u64::from(t.get(R_GRAD_CNT)) {
             return drop_as(TrioMlDrop::GradCntMismatch);
         }
         // The run state shares the word with src_cnt.
         let w3 = t.read_u64(job + JOB_W_SRC_CNT)?;
-        t.set(R_SRC_CNT, ((w3 >> JOB_SRC_CNT_SHIFT) & 0xFF) as u8);
+        t.set(R_SRC_CNT, job_src_cnt(w3));
         let run = t.get(R_RUN);
         if run != 0 && run != job_run(w3) {
             t.set(R_REPLY_RUN, job_run(w3));
@@ -1022,7 +1012,11 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         }
         // rcvd_cnt and the contributors in one XTXN (rcvd_cnt never carries: at most 255).
         let contrib = (u32::from(t.get(R_CONTRIB))) << CONTRIB_LANE_SHIFT;
-        let old = t.fetch_add32(rec + BLOCK_W_RCVD_CNT, 0, RCVD_CNT_INC | contrib)?;
+        let old = t.fetch_add32(
+            rec + BLOCK_W_RCVD_CNT,
+            RCVD_CNT_LANE,
+            RCVD_CNT_INC | contrib,
+        )?;
         let rcvd = u64::from(old >> RCVD_CNT_LANE_SHIFT & 0xFF) + 1;
         if rcvd == u64::from(t.get(R_SRC_CNT)) {
             t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
@@ -1197,18 +1191,10 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             b.grad_cnt(),
             b.rcvd_cnt(),
         );
-        let rec_bytes = t.lm_bytes(LM_BLOCK_REC, LINE_BYTES)?;
-        let contributors = rec_bytes[CONTRIB_AT];
-        let gate = u64::from_be_bytes(
-            rec_bytes[BLOCK_W_GATE as usize * 8..BLOCK_W_GATE as usize * 8 + 8]
-                .try_into()
-                .expect("one word"),
-        );
-        let lower_partial = gate & GATE_DEGRADED != 0;
-        let run = rec_bytes[BLOCK_RUN_AT] & MAX_RUN_ID;
-        let key = t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, 6)?;
-        let block = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
-        let gen = u16::from_be_bytes([key[4], key[5]]);
+        let (contributors, lower_partial, run) =
+            (b.contributors(), b.degraded(), b.run_id() & MAX_RUN_ID);
+        let key = BlockKey::new_checked(t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, BLOCK_KEY_LEN)?)?;
+        let (block, gen) = (key.block_id(), key.gen_id());
         t.mem_read(job, LM_JOB_REC, LINE_BYTES)?;
         let j = JobCtx::new_checked(t.lm_bytes(LM_JOB_REC, LINE_BYTES)?)?;
         let (out_src, out_dst, out_nh, src_cnt) = (
@@ -1361,13 +1347,14 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let mut aged = 0;
         for (key, rec, referenced) in visited {
             let w0 = t.read_u64(rec + BLOCK_W_AGE)?;
-            let (exp, age) = ((w0 >> BLOCK_EXP_SHIFT) as u8, (w0 >> BLOCK_AGE_SHIFT) as u8);
+            // 8-bit fields: the casts keep all of them.
+            let (exp, age) = (BLOCK_EXP.get(w0) as u8, BLOCK_AGE.get(w0) as u8);
             let new_age = if referenced { 0 } else { age.saturating_add(1) };
             if new_age != age {
                 t.masked_write(
                     rec + BLOCK_W_AGE,
-                    u64::from(new_age) << BLOCK_AGE_SHIFT,
-                    0xFF << BLOCK_AGE_SHIFT,
+                    BLOCK_AGE.place(u64::from(new_age)),
+                    BLOCK_AGE.mask(),
                 )?;
             }
             let idle_ns = u64::from(new_age) * scan_period_ns;
