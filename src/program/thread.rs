@@ -351,11 +351,6 @@ impl<'a> Thread<'a> {
         self.core.xtxns[kind.index()] += 1;
     }
 
-    /// The shared memory system, for reads outside XTXN accounting (e.g. in tests).
-    pub fn shared_memory(&self) -> &SharedMemory {
-        self.mem
-    }
-
     /// Reads 8..=64 bytes (a multiple of 8) at `addr` into local memory at `lm_offset`.
     pub fn mem_read(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
         let range = lm_range(lm_offset, len)?;
