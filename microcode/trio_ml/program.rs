@@ -36,6 +36,13 @@
 //!        the expired ones) -> free_expired (one per instruction: marker, then slot)
 //! ```
 //!
+//! Each phase is one function that defines its instructions: `parse_phase` (steps 1 and
+//! 8), `lookup_phase` (2, and loss recovery), `create_phase` and `publish_phase` (3),
+//! `join_phase` (4), `aggregate_phase` (5 and 6), `finish_phase` and `result_phase` (7),
+//! `timer_phase` (the straggler scan) and `run_phase` (the run protocol). They share the
+//! labels (`Labels`, declared once), the typed registers (`R_*`, from `registers!`) and
+//! the drop reasons ([`TrioMlDrop`]).
+//!
 //! Phase one adds the 16-gradient chunks that lie wholly in the head, straight from local
 //! memory. Gradients start at byte 54, so with a 192-byte head 34 are in it and the 35th
 //! straddles head and tail: phase two takes every remaining chunk (16 gradients, or fewer
@@ -494,6 +501,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     parse_phase(&mut p, l, &c, tables);
     lookup_phase(&mut p, l, &c, tables);
     create_phase(&mut p, l, &c, tables);
+    publish_phase(&mut p, l, &c, tables);
+    join_phase(&mut p, l, &c, tables);
     aggregate_phase(&mut p, l, &c, tables);
     finish_phase(&mut p, l, &c, tables);
     result_phase(&mut p, l, &c, tables);
@@ -706,7 +715,7 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
 }
 
-/// Step 3: a new block: check the job, claim the key and a slot, zero the buffer, publish the record.
+/// Step 3: a new block: check the job, claim the block's key and a slot from the job's pool.
 fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let Labels {
         lookup_block,
@@ -714,8 +723,6 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         create_block,
         claim_slot,
         zero_buffer,
-        insert_block,
-        aggregate_head,
         superseded,
         ..
     } = l;
@@ -823,6 +830,17 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_BUF, layout.buffer(t.get(R_BUFS), k));
         Ok(Goto(zero_buffer))
     });
+}
+
+/// Step 3, continued: zero the block's buffer and publish its record.
+fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        zero_buffer,
+        insert_block,
+        aggregate_head,
+        ..
+    } = l;
+    let Ctx { lanes, .. } = *c;
 
     // Zero the part of the buffer the block uses (whole lines, up to 4 KB per XTXN).
     p.instr(zero_buffer, move |t| {
@@ -871,24 +889,17 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
 }
 
-/// Steps 4 to 6: check the source, join the block's gate, add the gradients (head, then tail), count the source; the last one out of a closed block finishes it.
-fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+/// Step 4: check the source against the job and the block, and join the block's gate.
+fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let Labels {
-        lookup_result,
         check_source,
         join_block,
         aggregate_head,
-        aggregate_tail,
-        complete_check,
         leave_block,
-        consume,
-        drop_duplicate,
-        closing_drop,
         superseded,
         ..
     } = l;
-    let finish_block = l.keep_result;
-    let Ctx { lanes, events, .. } = *c;
+    let _ = c;
     let _ = tables;
 
     // 4. check_source: a member of the job, with the block's gradient count.
@@ -936,6 +947,24 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         }
         Ok(Goto(aggregate_head))
     });
+}
+
+/// Steps 5 and 6: add the gradients (the head's, then the tail's), count the source; the last one out of a closed block finishes it.
+fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        lookup_result,
+        aggregate_head,
+        aggregate_tail,
+        complete_check,
+        leave_block,
+        consume,
+        drop_duplicate,
+        closing_drop,
+        ..
+    } = l;
+    let finish_block = l.keep_result;
+    let Ctx { lanes, events, .. } = *c;
+    let _ = tables;
 
     // 5. aggregate_head (phase one): the 16-gradient chunks that lie wholly in the head,
     // straight from local memory.
