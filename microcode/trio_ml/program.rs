@@ -60,7 +60,7 @@ use pfemu::mem::hash::{HashError, Inserted, ScanAction};
 use pfemu::mem::{Addr, MAX_VADD_BYTES};
 use pfemu::prelude::*;
 use pfemu::program::{ProgramBuilder, RegValue, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
-use pfemu::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
+use pfemu::wire::{Ether, Field, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
 
 // ----- registers ----------------------------------------------------------------------------
 
@@ -313,9 +313,15 @@ fn add_chunk(t: &mut Thread<'_>, lanes: Lanes, addr: Addr, lm_offset: usize) -> 
 
 /// Whether source `s` is set in the four masks starting at `words` (the words of a record).
 fn mask_has(words: u64, s: u8) -> bool {
-    let (_, bit) = source_bit(s);
-    words & (1 << bit) != 0
+    source(s).get(words) != 0
 }
+
+/// Source `s`'s bit in a job's `src_mask` or a block's `rcvd_mask` (they lie at the same
+/// bits of both records).
+fn source(s: u8) -> Field {
+    BlockCtxLayout::RCVD_MASK.bit(usize::from(s))
+}
+const _: () = assert!(BlockCtxLayout::RCVD_MASK.first.bit == JobCtxLayout::SRC_MASK.first.bit);
 
 /// The job record's address, from the block record's `job_ctx_paddr`.
 fn job_of(t: &mut Thread<'_>, rec: Addr) -> Result<Addr, Fault> {
@@ -687,11 +693,11 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let rec = t.get(R_BLK);
         let job = job_of(t, rec)?;
         let src = t.get(R_SRC_ID);
-        let (word, _) = source_bit(src);
-        if !mask_has(t.read_u64(job + word as u64)?, src) {
+        let word = source(src).word();
+        if !mask_has(t.read_u64(job + word)?, src) {
             return drop_as(TrioMlDrop::UnknownSource);
         }
-        let received = mask_has(t.read_u64(rec + word as u64)?, src);
+        let received = mask_has(t.read_u64(rec + word)?, src);
         t.set(R_DEST, ResultDest::NextHop(nh_addr(Dest::Port(t.port()))));
         t.set(R_ANSWER, Answer::Sending);
         Ok(Call(
@@ -912,8 +918,8 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_BUF, addr_of(((w1 & 0xFFFF) << 16 | w2 >> 48) as u32));
         t.set(R_JOB, job);
         let src = t.get(R_SRC_ID);
-        let (word, _) = source_bit(src);
-        if !mask_has(t.read_u64(job + word as u64)?, src) {
+        let word = source(src).word();
+        if !mask_has(t.read_u64(job + word)?, src) {
             return drop_as(TrioMlDrop::UnknownSource);
         }
         if BLOCK_GRAD_CNT.get(w2) != u64::from(t.get(R_GRAD_CNT)) {
@@ -939,8 +945,8 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return Ok(Goto(leave_block));
         }
         let src = t.get(R_SRC_ID);
-        let (word, bit) = source_bit(src);
-        if t.fetch_or(rec + word as u64, 1 << bit)? & (1 << bit) != 0 {
+        let bit = source(src);
+        if t.fetch_or(rec + bit.word(), bit.mask())? & bit.mask() != 0 {
             // A retransmission: never added twice.
             t.set(R_AFTER, After::Duplicate);
             return Ok(Goto(leave_block));
@@ -1079,8 +1085,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
     // has, or a straggler the block's Result (on its way to the job) leaves out.
     p.instr(closing_drop, move |t| {
         let src = t.get(R_SRC_ID);
-        let (word, _) = source_bit(src);
-        let received = mask_has(t.read_u64(t.get(R_BLK) + word as u64)?, src);
+        let received = mask_has(t.read_u64(t.get(R_BLK) + source(src).word())?, src);
         drop_as(if received {
             TrioMlDrop::Duplicate
         } else {
@@ -1514,8 +1519,8 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return drop_as(TrioMlDrop::UnknownJob);
         };
         let src = t.get(R_SRC_ID);
-        let (word, _) = source_bit(src);
-        if !mask_has(t.read_u64(job + word as u64)?, src) {
+        let word = source(src).word();
+        if !mask_has(t.read_u64(job + word)?, src) {
             return drop_as(TrioMlDrop::UnknownSource);
         }
         let w3 = t.fetch_or(job + JOB_W_RUN, JOB_RUN_LOCK)?;
