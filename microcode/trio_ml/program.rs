@@ -537,14 +537,13 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
     // 1. parse: is this an aggregation packet for us? Validate its lengths.
     p.instr(parse, move |t| {
-        let head = t.head(0)?;
-        let Ok(eth) = Ether::new_checked(head) else {
+        let Ok(eth) = t.view::<Ether>(0) else {
             return drop_as(TrioMlDrop::NotIpv4);
         };
         if eth.etype() != ETHERTYPE_IPV4 {
             return drop_as(TrioMlDrop::NotIpv4);
         }
-        let Ok(ip) = Ipv4::new_checked(&head[IPV4_AT..]) else {
+        let Ok(ip) = t.view::<Ipv4>(IPV4_AT) else {
             return drop_as(TrioMlDrop::NotIpv4);
         };
         if ip.ver() != 4 {
@@ -554,14 +553,14 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return Ok(Goto(forward));
         }
         let ip_total = usize::from(ip.total_len());
-        let Ok(udp) = Udp::new_checked(&head[UDP_AT..]) else {
+        let Ok(udp) = t.view::<Udp>(UDP_AT) else {
             return drop_as(TrioMlDrop::BadLength);
         };
         if udp.dst_port() != udp_port {
             return Ok(Goto(forward));
         }
         let udp_len = usize::from(udp.len());
-        let Ok(hdr) = TrioMlHdr::new_checked(&head[TRIO_ML_HDR_AT..]) else {
+        let Ok(hdr) = t.view::<TrioMlHdr>(TRIO_ML_HDR_AT) else {
             return drop_as(TrioMlDrop::BadLength);
         };
         let h = TrioMlHdrFields::read(&hdr);
@@ -601,7 +600,7 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // 8. forward: standard forwarding by an exact-match route on the IPv4 destination.
     let routes = tables.routes.clone();
     p.instr(forward, move |t| {
-        let dst = Ipv4::new_checked(t.head(IPV4_AT)?)?.dst();
+        let dst = t.view::<Ipv4>(IPV4_AT)?.dst();
         Ok(match t.hash_lookup(&routes, &route_key(dst))? {
             Some(nh) => match nh_dest(nh as u32) {
                 Dest::Port(port) => Done(Verdict::Forward(port)),
@@ -1552,10 +1551,9 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
     // A control reply to the packet's sender, out of the port it came from.
     p.instr(control_reply, move |t| {
-        let head = t.head(0)?;
-        let from_mac = Ether::new_checked(head)?.smac().to_be_bytes();
-        let from_addr = Ipv4::new_checked(&head[IPV4_AT..])?.src_addr();
-        let from_port = Udp::new_checked(&head[UDP_AT..])?.src_port();
+        let from_mac = t.view::<Ether>(0)?.smac().to_be_bytes();
+        let from_addr = t.view::<Ipv4>(IPV4_AT)?.src_addr();
+        let from_port = t.view::<Udp>(UDP_AT)?.src_port();
         let op = t.get(R_CTL_OP);
         let run_id = t.get(R_REPLY_RUN);
         let control = if op == CTL_JOINED {
