@@ -6,6 +6,11 @@
 //! buffer length once, after which no accessor panics) or `new_unchecked`; getters need
 //! `T: AsRef<[u8]>` and setters `T: AsMut<[u8]>`.
 //!
+//! The macro also gives each header a length constant (`ETHER_LEN`), a [`Header`]
+//! implementation (so a program views its head with `t.view::<Ipv4>(ETHER_LEN)?`) and a
+//! `NameLayout` of [`Field`]s: where each field of a record in shared memory lies, for
+//! read-modify-write XTXNs, from the same description as the view.
+//!
 //! Provided headers: [`Ether`], [`Ipv4`], [`Udp`], [`Tcp`], plus the Internet checksum
 //! helpers [`checksum`] and [`checksum_update16`].
 
