@@ -45,6 +45,15 @@
 //! return with an empty call stack, a header that does not fit the bytes, a runaway loop
 //! that exceeds the instruction budget, or a panic inside a closure ends the packet with a
 //! [`Fault`]; the engine drops it with the fault's reason and goes on.
+//!
+//! A program never waits by itself: an instruction that finds something another thread
+//! holds for a few XTXNs (a record being created, a lock) returns [`Yield`]`(label)`, and the
+//! sequencer lets the other threads run before it runs `label` again, within the budget.
+//!
+//! The module's parts: `next` (the packed [`Next`] step), `fault` ([`Fault`] and its
+//! kinds), `builder` ([`ProgramBuilder`]), `sequencer` ([`Program`] and the loop that runs
+//! a thread through it), `thread` (the [`Thread`] context), `harness` ([`Harness`]) and
+//! `author` (the authoring macros' types: [`Reg`], [`RegValue`], [`DropReasons`]).
 
 mod author;
 mod builder;
