@@ -156,8 +156,13 @@ fn xtxn(c: &mut Criterion) {
         let mut p = Program::builder("read_u64");
         let a = p.label("a");
         p.instr(a, move |t| {
-            t.r[IR0] = t.read_u64(addr)?;
-            Ok(Done(Verdict::Forward(t.r[IR0] as Port & 1)))
+            let word = t.read_u64(addr)?;
+            t.set(WORD, word);
+            Ok(Done(Verdict::Forward(if t.get(WORD) & 1 == 1 {
+                1
+            } else {
+                0
+            })))
         });
         p.entry(Entry::Packet, a);
         p.build().unwrap()
@@ -170,6 +175,66 @@ fn xtxn(c: &mut Criterion) {
     for (name, prog) in [("none", &none), ("read_u64", &read)] {
         g.bench_function(name, |b| {
             b.iter(|| h.run_all(prog, std::iter::repeat_n(frame, HARNESS_REPEAT)))
+        });
+    }
+    g.finish();
+}
+
+pfemu::registers! {
+    /// The word `xtxn`'s read_u64 program reads.
+    WORD: u64,
+    /// A counter of the `registers` benches.
+    COUNT: u32,
+    /// A flag of the `registers` benches.
+    FLAG: bool,
+}
+
+/// A loop of `n` instructions each updating two registers, written with raw slots (`t.r`)
+/// or with typed registers (`t.get`/`t.set`): what the authoring layer costs per
+/// instruction, if anything.
+fn register_loop(n: u32, typed: bool) -> Program {
+    let mut p = Program::builder(if typed { "typed" } else { "raw" });
+    pfemu::labels!(p => step);
+    if typed {
+        p.instr(step, move |t| {
+            let count = t.get(COUNT) + 1;
+            t.set(COUNT, count);
+            t.set(FLAG, count & 1 == 1);
+            Ok(if count < n {
+                Goto(step)
+            } else {
+                Done(Verdict::Forward(0))
+            })
+        });
+    } else {
+        p.instr(step, move |t| {
+            t.r[IR1] += 1;
+            t.r[IR2] = t.r[IR1] & 1;
+            Ok(if t.r[IR1] < u64::from(n) {
+                Goto(step)
+            } else {
+                Done(Verdict::Forward(0))
+            })
+        });
+    }
+    p.entry(Entry::Packet, step);
+    p.build().unwrap()
+}
+
+fn registers(c: &mut Criterion) {
+    const N: u32 = 16;
+    let t = traffic(1, IPV4_ONLY);
+    let frame = t.frame(0);
+    let mut h = Harness::new(sram_only());
+    let mut g = c.benchmark_group("registers");
+    configure(&mut g);
+    g.throughput(Throughput::Elements(u64::from(N) * HARNESS_REPEAT as u64));
+    for typed in [false, true] {
+        let prog = register_loop(N, typed);
+        let out = h.run(&prog, 0, frame);
+        assert_eq!((out.result, out.instructions), (Ok(Verdict::Forward(0)), N));
+        g.bench_function(if typed { "typed" } else { "raw" }, |b| {
+            b.iter(|| h.run_all(&prog, std::iter::repeat_n(frame, HARNESS_REPEAT)))
         });
     }
     g.finish();
@@ -364,6 +429,7 @@ criterion_group!(
     benches,
     program_chain,
     xtxn,
+    registers,
     dispatch,
     reorder,
     l3fwd,

@@ -4,21 +4,23 @@
 //!
 //! ```text
 //! process_ether --etype == 0x0800--> process_ip --ver 4, ihl 5--> forward_packet
-//!       | ir0 = 0                         | ir0 = 1
+//!       | REASON = NonIp                  | REASON = IpOptions
 //!       +-------------> count_dropped <---+
-//!                            | CounterIncPhys(DROP_CNT_BASE + ir0 * 2, pkt_len)
+//!                            | CounterIncPhys(DROP_CNT_BASE + REASON * 2, pkt_len)
 //!                            v
 //!                       drop_packet
 //! ```
 //!
 //! Counter layout (Figure 6): the non-IP counter at `DROP_CNT_BASE` (packets, then bytes),
-//! the IP-options counter at `DROP_CNT_BASE + 2`; addresses are in 8-byte words.
+//! the IP-options counter at `DROP_CNT_BASE + 2`; addresses are in 8-byte words. The
+//! register `REASON` plays the paper's `ir0`: it holds the [`FilterDrop`] reason, whose
+//! index picks the counter.
 
 use pfemu::mem::{Addr, AllocError, MemFault, Op, Region, SharedMemory};
 use pfemu::packet::Port;
 use pfemu::prelude::*;
 use pfemu::program::ProgramBuilder;
-use pfemu::wire::{Ether, Ipv4, ETHERTYPE_IPV4};
+use pfemu::wire::{Ether, Ipv4, ETHERTYPE_IPV4, ETHER_LEN};
 
 /// Name of the filter's counter region in the shared-memory allocator.
 pub const COUNTER_REGION: &str = "filter.drop_counters";
@@ -91,35 +93,29 @@ impl Filter {
         let drop_cnt_base = self.drop_cnt_base;
         let out_port = self.out_port;
         let mut p = Program::builder("filter");
-        let [process_ether, process_ip, count_dropped, forward_packet, drop_packet] = p.labels([
-            "process_ether",
-            "process_ip",
-            "count_dropped",
-            "forward_packet",
-            "drop_packet",
-        ]);
-        let non_ip = p.drop_reason("non_ip");
-        let ip_options = p.drop_reason("ip_options");
+        p.drop_reasons::<FilterDrop>();
+        pfemu::labels!(p => process_ether, process_ip, count_dropped, forward_packet, drop_packet);
 
         p.instr(process_ether, move |t| {
-            t.r[IR0] = 0;
-            let ether = Ether::new_checked(t.head(0)?)?;
+            t.set(REASON, FilterDrop::NonIp.into());
+            let ether = t.view::<Ether>(0)?;
             if ether.etype() == ETHERTYPE_IPV4 {
                 return Ok(Goto(process_ip));
             }
             Ok(Goto(count_dropped))
         });
         p.instr(process_ip, move |t| {
-            let ipv4 = Ipv4::new_checked(t.head(Ether::<&[u8]>::LEN)?)?;
+            let ipv4 = t.view::<Ipv4>(ETHER_LEN)?;
             let plain = ipv4.ver() == 4 && ipv4.ihl() == 5;
-            t.r[IR0] = 1;
+            t.set(REASON, FilterDrop::IpOptions.into());
             if plain {
                 return Ok(Goto(forward_packet));
             }
             Ok(Goto(count_dropped))
         });
         p.instr(count_dropped, move |t| {
-            let addr = drop_cnt_base + t.r[IR0] * 2;
+            // The counters sit in reason order, two words (packets, bytes) each.
+            let addr = drop_cnt_base + t.get(REASON).index() as u64 * 2;
             // CounterIncPhys as an asynchronous XTXN: the thread does not wait for it.
             t.post(Op::CounterInc {
                 addr,
@@ -130,14 +126,23 @@ impl Filter {
         p.instr(forward_packet, move |_t| {
             Ok(Done(Verdict::Forward(out_port)))
         });
-        p.instr(drop_packet, move |t| {
-            Ok(Done(Verdict::Drop(if t.r[IR0] == 0 {
-                non_ip
-            } else {
-                ip_options
-            })))
-        });
+        p.instr(drop_packet, move |t| Ok(Done(Verdict::Drop(t.get(REASON)))));
         p.entry(Entry::Packet, process_ether);
         p
     }
+}
+
+pfemu::drop_reasons! {
+    /// Why the filter drops a packet; each has its counter (Figure 6).
+    pub enum FilterDrop {
+        /// Not IPv4 (the counter at `DROP_CNT_BASE`).
+        NonIp = "non_ip",
+        /// IPv4 with options (the counter at `DROP_CNT_BASE + 2`).
+        IpOptions = "ip_options",
+    }
+}
+
+pfemu::registers! {
+    /// Why the packet is being dropped (the paper's `ir0`); it also picks the counter.
+    REASON: DropReason,
 }

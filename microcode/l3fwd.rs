@@ -99,7 +99,9 @@ use pfemu::packet::Port;
 use pfemu::prelude::*;
 use pfemu::program::ProgramBuilder;
 use pfemu::rng::SplitMix64;
-use pfemu::wire::{checksum_update16, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
+use pfemu::wire::{
+    checksum_update16, Ether, Ipv4, Udp, ETHERTYPE_IPV4, ETHER_LEN, IPPROTO_UDP, IPV4_LEN,
+};
 
 /// Name of the tbl24 region in the shared-memory allocator.
 pub const TBL24_REGION: &str = "l3fwd.tbl24";
@@ -134,20 +136,53 @@ pub const TBL24_BYTES: u64 = TBL24_WORDS * WORD_BYTES as u64;
 
 /// Where `rewrite` reads the next hop into local memory (below the packet head).
 const SCRATCH_LM: usize = 0;
-const ETH_LEN: usize = 14;
-const IPV4_MIN: usize = 20;
 
-/// The program's drop reasons, in registration order.
-pub const DROP_REASONS: [&str; 8] = [
-    "non_ipv4",
-    "truncated",
-    "bad_version",
-    "bad_ihl",
-    "bad_length",
-    "bad_checksum",
-    "ttl_exceeded",
-    "no_route",
-];
+pfemu::drop_reasons! {
+    /// Why l3fwd drops a packet, in the order the checks run (see the module doc).
+    pub enum L3Drop {
+        /// Not an Ethernet frame carrying IPv4.
+        NonIpv4 = "non_ipv4",
+        /// The head ends inside the IPv4 header.
+        Truncated = "truncated",
+        /// The IPv4 version is not 4.
+        BadVersion = "bad_version",
+        /// The IHL is below 5.
+        BadIhl = "bad_ihl",
+        /// The total length disagrees with the header or the frame.
+        BadLength = "bad_length",
+        /// The header checksum is wrong.
+        BadChecksum = "bad_checksum",
+        /// TTL 1 or 0: the packet may not be forwarded.
+        TtlExceeded = "ttl_exceeded",
+        /// No route covers the destination.
+        NoRoute = "no_route",
+    }
+}
+
+/// The program's drop reasons, in registration order ([`L3Drop`]'s names).
+pub const DROP_REASONS: [&str; L3Drop::NAMES.len()] = L3Drop::NAMES;
+
+pfemu::header! {
+    /// A next hop in SRAM ([`NEXT_HOP_WORDS`] words), as `rewrite` reads it.
+    pub struct NextHopRec {
+        /// The egress port.
+        port: 16,
+        /// The next hop's MAC.
+        dst_mac: 48,
+        _: 16,
+        /// The egress port's own MAC.
+        src_mac: 48,
+    }
+}
+
+pfemu::registers! {
+    /// The IPv4 destination, from `parse` to `lookup_tbl8`.
+    DST: u32,
+    /// The tbl8 group of the destination's /24, from `parse` to `lookup_tbl8`.
+    GROUP: u16,
+    /// The next hop, to `rewrite`.
+    HOP: u16,
+}
 
 // ----- errors ------------------------------------------------------------------------------
 
@@ -828,92 +863,99 @@ impl L3fwd {
     pub fn builder(&self) -> ProgramBuilder {
         let (tbl24, tbl8, nh_base) = (self.tbl24, self.tbl8, self.next_hops);
         let mut p = Program::builder("l3fwd");
-        let [parse, lookup_tbl8, rewrite] = p.labels(["parse", "lookup_tbl8", "rewrite"]);
-        let reasons = DROP_REASONS.map(|r| p.drop_reason(r));
-        let no_route = reasons[NO_ROUTE];
+        p.drop_reasons::<L3Drop>();
+        pfemu::labels!(p => parse, lookup_tbl8, rewrite);
 
         // Validate Ethernet/IPv4 and read the destination's tbl24 word.
         p.instr(parse, move |t| {
-            let pkt_len = t.pkt_len();
-            let dst = match check_ipv4(t.head(0)?, pkt_len) {
+            let dst = match check_ipv4(t.head(0)?, t.pkt_len()) {
                 Ok(dst) => dst,
-                Err(reason) => return drop_as(reasons[reason]),
+                Err(reason) => return drop_as(reason),
             };
-            let word = t.read_u64(tbl24 + u64::from(dst >> 10))?;
-            let e = (word >> ((3 - (dst >> 8) % 4) * 16)) as u16;
-            t.r[IR0] = u64::from(dst);
+            let slot = u64::from(dst >> 8);
+            let e = entry_in_word(t.read_u64(tbl24 + slot / 4)?, slot);
+            t.set(DST, dst);
             if e & ENTRY_TBL8 != 0 {
-                t.r[IR1] = u64::from(e & !ENTRY_TBL8);
+                t.set(GROUP, e & !ENTRY_TBL8);
                 return Ok(Goto(lookup_tbl8));
             }
             if e == 0 {
-                return drop_as(no_route);
+                return drop_as(L3Drop::NoRoute);
             }
-            t.r[IR1] = u64::from(e - 1);
+            t.set(HOP, e - 1);
             Ok(Goto(rewrite))
         });
 
         // A route longer than /24: the entry for the low 8 bits in the /24's group.
         p.instr(lookup_tbl8, move |t| {
-            let index = t.r[IR1] * TBL8_GROUP_ENTRIES as u64 + (t.r[IR0] & 0xFF);
-            let word = t.read_u64(tbl8 + index / 4)?;
-            let e = (word >> ((3 - index % 4) * 16)) as u16;
+            let slot = u64::from(t.get(GROUP)) << 8 | u64::from(t.get(DST) & 0xFF);
+            let e = entry_in_word(t.read_u64(tbl8 + slot / 4)?, slot);
             if e == 0 {
-                return drop_as(no_route);
+                return drop_as(L3Drop::NoRoute);
             }
-            t.r[IR1] = u64::from(e - 1);
+            t.set(HOP, e - 1);
             Ok(Goto(rewrite))
         });
 
         // Read the next hop; TTL - 1 with the checksum updated (RFC 1624); MACs; forward.
         p.instr(rewrite, move |t| {
-            t.mem_read(nh_base + t.r[IR1] * NEXT_HOP_WORDS, SCRATCH_LM, 16)?;
-            let mut nh = [0u8; 16];
-            nh.copy_from_slice(t.lm_bytes(SCRATCH_LM, 16)?);
-            let h = t.head_mut(0)?;
-            rewrite_head(h, &nh[2..8], &nh[10..16]);
-            Ok(Done(Verdict::Forward(u16::from_be_bytes([nh[0], nh[1]]))))
+            let at = nh_base + u64::from(t.get(HOP)) * NEXT_HOP_WORDS;
+            t.mem_read(at, SCRATCH_LM, NEXT_HOP_REC_LEN)?;
+            let nh = NextHopRec::new_checked(t.lm_bytes(SCRATCH_LM, NEXT_HOP_REC_LEN)?)?;
+            let (port, dst_mac, src_mac) = (nh.port(), nh.dst_mac(), nh.src_mac());
+            rewrite_head(
+                t.head_mut(0)?,
+                &dst_mac.to_be_bytes()[2..],
+                &src_mac.to_be_bytes()[2..],
+            );
+            Ok(Done(Verdict::Forward(port)))
         });
         p.entry(Entry::Packet, parse);
         p
     }
 }
 
-/// Index of `no_route` in [`DROP_REASONS`].
-const NO_ROUTE: usize = 7;
+/// Entry `slot % 4` of a table word (entries are packed big-endian, four to a word).
+#[inline(always)]
+fn entry_in_word(word: u64, slot: u64) -> u16 {
+    // The shift leaves the entry in the low 16 bits; the cast keeps exactly them.
+    (word >> ((3 - slot % 4) * 16)) as u16
+}
 
 /// l3fwd's checks before the lookup, in order, on a head (`h`, from the Ethernet header) of
-/// a frame of `pkt_len` bytes: the IPv4 destination, or the index in [`DROP_REASONS`] of the
-/// first check that failed. The program runs it; so does any plain re-implementation (the
-/// benchmark's baseline loop), so both drop for the same reasons.
+/// a frame of `pkt_len` bytes: the IPv4 destination, or the reason of the first check that
+/// failed. The program runs it; so does any plain re-implementation (the benchmark's
+/// baseline loop), so both drop for the same reasons.
 #[inline]
-pub fn check_ipv4(h: &[u8], pkt_len: usize) -> Result<u32, usize> {
-    if h.len() < ETH_LEN || u16::from_be_bytes([h[12], h[13]]) != ETHERTYPE_IPV4 {
-        return Err(0); // non_ipv4
+pub fn check_ipv4(h: &[u8], pkt_len: usize) -> Result<u32, L3Drop> {
+    let Ok(eth) = Ether::new_checked(h) else {
+        return Err(L3Drop::NonIpv4);
+    };
+    if eth.etype() != ETHERTYPE_IPV4 {
+        return Err(L3Drop::NonIpv4);
     }
-    if h.len() < ETH_LEN + IPV4_MIN {
-        return Err(1); // truncated
-    }
-    let ip = Ipv4::new_unchecked(&h[ETH_LEN..]);
+    let Ok(ip) = Ipv4::new_checked(eth.rest()) else {
+        return Err(L3Drop::Truncated);
+    };
     if ip.ver() != 4 {
-        return Err(2); // bad_version
+        return Err(L3Drop::BadVersion);
     }
     let hl = ip.header_len();
-    if hl < IPV4_MIN {
-        return Err(3); // bad_ihl
+    if hl < IPV4_LEN {
+        return Err(L3Drop::BadIhl);
     }
-    if ETH_LEN + hl > h.len() {
-        return Err(1); // truncated
+    if ETHER_LEN + hl > h.len() {
+        return Err(L3Drop::Truncated);
     }
     let total = usize::from(ip.total_len());
-    if total < hl || total > pkt_len - ETH_LEN {
-        return Err(4); // bad_length
+    if total < hl || total > pkt_len - ETHER_LEN {
+        return Err(L3Drop::BadLength);
     }
-    if !header_checksum_ok(&h[ETH_LEN..ETH_LEN + hl]) {
-        return Err(5); // bad_checksum
+    if !header_checksum_ok(&h[ETHER_LEN..ETHER_LEN + hl]) {
+        return Err(L3Drop::BadChecksum);
     }
     if ip.ttl() <= 1 {
-        return Err(6); // ttl_exceeded
+        return Err(L3Drop::TtlExceeded);
     }
     Ok(ip.dst())
 }
@@ -924,7 +966,7 @@ pub fn check_ipv4(h: &[u8], pkt_len: usize) -> Result<u32, usize> {
 pub fn rewrite_head(h: &mut [u8], dst_mac: &[u8], src_mac: &[u8]) {
     h[0..6].copy_from_slice(dst_mac);
     h[6..12].copy_from_slice(src_mac);
-    let ip = &mut h[ETH_LEN..];
+    let ip = &mut h[ETHER_LEN..];
     let old = u16::from_be_bytes([ip[8], ip[9]]);
     ip[8] -= 1;
     let new = u16::from_be_bytes([ip[8], ip[9]]);
@@ -957,8 +999,8 @@ pub fn header_checksum_ok(header: &[u8]) -> bool {
 }
 
 #[inline(always)]
-fn drop_as(reason: DropReason) -> InstrResult {
-    Ok(Done(Verdict::Drop(reason)))
+fn drop_as(reason: L3Drop) -> InstrResult {
+    Ok(Done(Verdict::Drop(reason.into())))
 }
 
 /// A valid Ethernet/IPv4/UDP frame of `size` bytes (at least 42) to `dst` with TTL `ttl`,
@@ -983,10 +1025,10 @@ pub fn write_udp_frame(frame: &mut [u8], dst: u32, src: u32, src_port: u16, ttl:
     frame[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
     frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
     frame[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-    let mut ip = Ipv4::new_unchecked(&mut frame[ETH_LEN..]);
+    let mut ip = Ipv4::new_unchecked(&mut frame[ETHER_LEN..]);
     ip.set_ver(4);
     ip.set_ihl(5);
-    ip.set_total_len((size - ETH_LEN) as u16);
+    ip.set_total_len((size - ETHER_LEN) as u16);
     ip.set_df(true);
     ip.set_ttl(ttl);
     ip.set_proto(IPPROTO_UDP);
@@ -994,10 +1036,10 @@ pub fn write_udp_frame(frame: &mut [u8], dst: u32, src: u32, src_port: u16, ttl:
     ip.set_dst(dst);
     ip.set_checksum(0);
     ip.fill_checksum();
-    let mut udp = Udp::new_unchecked(&mut frame[ETH_LEN + IPV4_MIN..]);
+    let mut udp = Udp::new_unchecked(&mut frame[ETHER_LEN + IPV4_LEN..]);
     udp.set_src_port(src_port);
     udp.set_dst_port(5000);
-    udp.set_len((size - ETH_LEN - IPV4_MIN) as u16);
+    udp.set_len((size - ETHER_LEN - IPV4_LEN) as u16);
     udp.set_checksum(0);
 }
 

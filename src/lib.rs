@@ -45,6 +45,94 @@
 //!   `pfemu bench`, the experiments behind `pfemu experiment`, plots, replay of captures and
 //!   the UDP front end behind `pfemu serve`, and the `pfemu` command itself.
 //!
+//! ## Writing a program
+//!
+//! A program is labelled instructions, each a closure over the thread context that says
+//! what the sequencer does next. Everything is named once: labels with
+//! [`labels!`], registers with [`registers!`] (typed, no slot numbers), drop reasons with
+//! [`drop_reasons!`] (an enum, counted by name), headers and shared-memory records with
+//! [`header!`] (the view, its length and the word/shift/mask of every field for
+//! read-modify-write XTXNs, from one description):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use pfemu::prelude::*;
+//! use pfemu::program::Harness;
+//! use pfemu::wire::{Ether, Ipv4, ETHERTYPE_IPV4, ETHER_LEN};
+//!
+//! pfemu::header! {
+//!     /// Per-port counters in shared memory: packets, then a bit set of TTLs seen.
+//!     pub struct PortStats {
+//!         packets: 32,
+//!         _: 32,
+//!         ttl_seen: [64; 4],
+//!     }
+//! }
+//!
+//! pfemu::registers! {
+//!     /// The packet's TTL.
+//!     TTL: u8,
+//!     /// Its port's record.
+//!     RECORD: Addr,
+//! }
+//!
+//! pfemu::drop_reasons! {
+//!     /// Why the program drops a packet.
+//!     pub enum Why {
+//!         /// Not IPv4.
+//!         NotIp = "not_ip",
+//!         /// The TTL ran out.
+//!         Expired = "expired",
+//!     }
+//! }
+//!
+//! /// Words of a port's record (the records are back to back from `stats`).
+//! const RECORD_WORDS: u64 = PORT_STATS_LEN as u64 / 8;
+//!
+//! fn ttl_counter(stats: Addr) -> Program {
+//!     let mut p = Program::builder("ttl_counter");
+//!     p.drop_reasons::<Why>();
+//!     pfemu::labels!(p => parse, count);
+//!     p.instr(parse, move |t| {
+//!         if t.view::<Ether>(0)?.etype() != ETHERTYPE_IPV4 {
+//!             return Ok(Done(Verdict::Drop(Why::NotIp.into())));
+//!         }
+//!         let ttl = t.view::<Ipv4>(ETHER_LEN)?.ttl();
+//!         if ttl <= 1 {
+//!             return Ok(Done(Verdict::Drop(Why::Expired.into())));
+//!         }
+//!         t.set(TTL, ttl);
+//!         t.set(RECORD, stats + u64::from(t.port()) * RECORD_WORDS);
+//!         Ok(Goto(count))
+//!     });
+//!     p.instr(count, move |t| {
+//!         // Two RMW XTXNs on the record, at the words its layout says.
+//!         const PACKETS: pfemu::wire::Field = PortStatsLayout::PACKETS;
+//!         let rec = t.get(RECORD);
+//!         t.fetch_add32(rec + PACKETS.word(), PACKETS.lane(), 1)?;
+//!         let seen = PortStatsLayout::TTL_SEEN.bit(usize::from(t.get(TTL)));
+//!         t.fetch_or(rec + seen.word(), seen.mask())?;
+//!         Ok(Done(Verdict::Forward(1)))
+//!     });
+//!     p.entry(Entry::Packet, parse);
+//!     p.build().expect("every label is defined")
+//! }
+//!
+//! let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+//! let stats = mem.alloc("ttl_counter", Region::Sram, 4 * RECORD_WORDS)?;
+//! let program = ttl_counter(stats);
+//! let mut frame = vec![0u8; 64];
+//! frame[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+//! frame[14] = 0x45;
+//! frame[22] = 64; // TTL
+//! let mut h = Harness::new(mem.clone());
+//! assert_eq!(h.run(&program, 0, &frame).result, Ok(Verdict::Forward(1)));
+//! assert_eq!(mem.read_u64(stats)? >> 32, 1);
+//! // TTL 64 is bit 0 of `ttl_seen[1]`, the last bit of the record's word 2.
+//! assert_eq!(mem.read_u64(stats + 2)?, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! ## Features
 //!
 //! - `lab` (default): the lab and the `pfemu` binary, with their dependencies (clap, plotters,
@@ -130,9 +218,11 @@ pub mod prelude {
         ChannelSink, CountingSink, Discard, FlowClassifier, FnSink, Frames, Pfe, Sink, Stats,
     };
     pub use crate::program::{
-        Call, Done, DropReason, Entry, Fault, FaultDetail, FaultKind, Goto, InstrResult, Label,
-        Next, Program, Return, Step, Thread, Verdict, IR0, IR1, IR2, IR3, IR4, IR5, IR6, IR7,
+        Call, Done, DropReason, DropReasons, Entry, Fault, FaultDetail, FaultKind, Goto,
+        InstrResult, Label, Next, Program, Reg, Return, Step, Thread, Verdict, Yield, IR0, IR1,
+        IR2, IR3, IR4, IR5, IR6, IR7,
     };
+    pub use crate::wire::Header;
     pub use crate::ConfigError;
 }
 

@@ -326,3 +326,162 @@ fn fpisa_add_xtxn_sums_lanes_into_accumulator_words() {
         stats.dropped_by_reason
     );
 }
+
+// ----- the authoring layer --------------------------------------------------------------
+
+pfemu::registers! {
+    FLAG: bool,
+    SMALL: u8,
+    WORD: u32,
+    ADDR: Addr,
+    WHY: DropReason,
+}
+
+pfemu::drop_reasons! {
+    /// Reasons of the authoring tests.
+    enum TestDrop {
+        Short = "short",
+        Odd = "odd",
+    }
+}
+
+#[test]
+fn named_registers_take_slots_in_order_and_round_trip_their_type() {
+    assert_eq!(
+        [
+            FLAG.slot(),
+            SMALL.slot(),
+            WORD.slot(),
+            ADDR.slot(),
+            WHY.slot()
+        ],
+        [0, 1, 2, 3, 4]
+    );
+    let mut p = Program::builder("regs");
+    p.drop_reasons::<TestDrop>();
+    pfemu::labels!(p => write, check);
+    p.instr(write, move |t| {
+        t.set(FLAG, true);
+        t.set(SMALL, 0xAB);
+        t.set(WORD, u32::MAX);
+        t.set(ADDR, DRAM_BASE + 7);
+        t.set(WHY, TestDrop::Odd.into());
+        Ok(Goto(check))
+    });
+    p.instr(check, move |t| {
+        assert!(t.get(FLAG));
+        assert_eq!(t.get(SMALL), 0xAB);
+        assert_eq!(t.get(WORD), u32::MAX);
+        assert_eq!(t.get(ADDR), DRAM_BASE + 7);
+        assert_eq!(t.r[WORD.slot()], u64::from(u32::MAX));
+        Ok(Done(Verdict::Drop(t.get(WHY))))
+    });
+    p.entry(Entry::Packet, write);
+    let program = p.build().unwrap();
+    assert_eq!(program.instruction_names(), ["write", "check"]);
+    let mut h =
+        pfemu::program::Harness::new(Arc::new(SharedMemory::new(&MemConfig::default()).unwrap()));
+    let out = h.run(&program, 0, &udp_frame(0, 0, 64));
+    assert_eq!(out.result, Ok(Verdict::Drop(TestDrop::Odd.into())));
+    assert_eq!(
+        program.drop_reason_name(TestDrop::Odd.into()),
+        "odd",
+        "a variant is counted under its name"
+    );
+}
+
+#[test]
+fn drop_reason_enum_registered_after_another_reason_is_refused() {
+    let mut p = Program::builder("late");
+    p.drop_reason("first");
+    p.drop_reasons::<TestDrop>();
+    let a = p.label("a");
+    p.instr(a, |_t| Ok(Done(Verdict::Forward(0))));
+    p.entry(Entry::Packet, a);
+    assert_eq!(
+        p.build().unwrap_err(),
+        ProgramError::DropReasonOrder("short")
+    );
+
+    // Registering the same enum twice, or its names by hand in order, is harmless.
+    let mut p = Program::builder("twice");
+    p.drop_reasons::<TestDrop>();
+    p.drop_reasons::<TestDrop>();
+    p.drop_reason("odd");
+    let a = p.label("a");
+    p.instr(a, |_t| Ok(Done(Verdict::Forward(0))));
+    p.entry(Entry::Packet, a);
+    assert_eq!(p.build().unwrap().drop_reasons(), ["short", "odd"]);
+}
+
+#[test]
+fn dropping_under_an_unregistered_reason_faults_instead_of_miscounting() {
+    let mut p = Program::builder("unregistered");
+    let a = p.label("a");
+    p.instr(a, |_t| Ok(Done(Verdict::Drop(TestDrop::Odd.into()))));
+    p.entry(Entry::Packet, a);
+    let (stats, out) = run(p.build().unwrap(), &frames(3), 2);
+    assert!(out.is_empty());
+    assert_eq!(stats.faults.get(FaultKind::Panic.name()), Some(&3));
+}
+
+#[test]
+fn view_reads_a_header_in_the_head_and_faults_when_it_is_short() {
+    use pfemu::wire::{Ipv4, Udp, ETHER_LEN, IPV4_LEN, UDP_LEN};
+    assert_eq!((ETHER_LEN, IPV4_LEN, UDP_LEN), (14, 20, 8));
+    let mut p = Program::builder("view");
+    pfemu::labels!(p => read);
+    p.instr(read, |t| {
+        let ip = t.view::<Ipv4>(ETHER_LEN)?;
+        let ttl = ip.ttl();
+        let mut udp = t.view_mut::<Udp>(ETHER_LEN + IPV4_LEN)?;
+        udp.set_checksum(0xBEEF);
+        // Past the head's end: a header fault, not a panic.
+        t.view::<Udp>(t.head_len() - 1)?;
+        Ok(Done(Verdict::Forward(u16::from(ttl))))
+    });
+    p.entry(Entry::Packet, read);
+    let program = p.build().unwrap();
+    let mut h =
+        pfemu::program::Harness::new(Arc::new(SharedMemory::new(&MemConfig::default()).unwrap()));
+    let out = h.run(&program, 0, &udp_frame(0, 0, 64));
+    assert_eq!(out.result.unwrap_err().kind(), FaultKind::Header);
+}
+
+#[test]
+fn yield_reruns_its_label_counts_waits_and_is_bounded_by_the_budget() {
+    pfemu::registers! {
+        LOOKS: u8,
+    }
+    let mut p = Program::builder("waiter");
+    pfemu::labels!(p => look);
+    p.instr(look, move |t| {
+        // Another thread would publish what this one waits for; here the third look finds it.
+        let looks = t.get(LOOKS) + 1;
+        t.set(LOOKS, looks);
+        Ok(if looks < 3 {
+            Yield(look)
+        } else {
+            Done(Verdict::Forward(1))
+        })
+    });
+    p.entry(Entry::Packet, look);
+    let program = p.build().unwrap();
+    assert_eq!(Yield(look).step(), Step::Yield(look));
+    let mut h =
+        pfemu::program::Harness::new(Arc::new(SharedMemory::new(&MemConfig::default()).unwrap()));
+    let out = h.run(&program, 0, &udp_frame(0, 0, 64));
+    assert_eq!(out.result, Ok(Verdict::Forward(1)));
+    assert_eq!((out.instructions, out.waits), (3, 2));
+
+    // A wait that never ends is stopped by the budget, like any runaway loop.
+    let mut p = Program::builder("forever");
+    pfemu::labels!(p => look);
+    p.instr(look, move |_t| Ok(Yield(look)));
+    p.entry(Entry::Packet, look);
+    let program = p.build().unwrap();
+    h.set_budget(100);
+    let out = h.run(&program, 0, &udp_frame(0, 0, 64));
+    assert_eq!(out.result.unwrap_err().kind(), FaultKind::InstructionBudget);
+    assert_eq!(out.waits, 100);
+}

@@ -40,39 +40,49 @@ pub(super) fn addr_of(paddr: u32) -> Addr {
     }
 }
 
-// ----- the job record (Figure 17) -----------------------------------------------------------
+// ----- the records' fields, for RMW XTXNs --------------------------------------------------
+// Every word, shift, mask and lane below comes from the records' `header!` descriptions
+// (`JobCtx`, `BlockCtx` in `wire`), so the view and the XTXNs cannot disagree; the names
+// only say what the program does with them.
 
-/// Word 0 of the job record: `block_curr_cnt` is its top 16 bits (bits 16..32 of its
-/// high 32-bit lane), `block_cnt_max` and `block_grad_max` follow, and its low 16 bits
-/// are the high half of `block_total_cnt`.
-pub(super) const JOB_W0: u64 = 0;
+use super::wire::{BlockCtxLayout as Block, JobCtxLayout as Job, BLOCK_CTX_LEN, JOB_CTX_LEN};
+use pfemu::wire::Field;
+
+/// Word 0 of the job record: `block_curr_cnt`, `block_cnt_max`, `block_grad_max`,
+/// `block_exp` and the high half of `block_total_cnt`.
+pub(super) const JOB_W0: u64 = Job::BLOCK_CURR_CNT.word();
+/// The low half of `block_total_cnt` (the counter straddles words 0 and 1).
+const TOTAL_LO: Field = Field::new(Job::BLOCK_TOTAL_CNT.bit + 16, 16);
+/// The high half of `block_total_cnt`.
+const TOTAL_HI: Field = Field::new(Job::BLOCK_TOTAL_CNT.bit, 16);
 /// Word 1 of the job record: its top 16 bits are the low half of `block_total_cnt`.
-pub(super) const JOB_W1: u64 = 1;
-/// Bytes 58-61 of the job line (after the 58-byte record): the 32-bit address ([`paddr`]) of
-/// the job's aggregation buffers in the accumulator region, buffer `k` at `k *
-/// JobLayout::buffer_words` words from it; 0 when the buffers are in the slots.
-pub(super) const JOB_BUFS_AT: usize = 58;
-/// Word 3 of the job record: `src_cnt` is byte 25, bits 48..56.
-pub(super) const JOB_W_SRC_CNT: u64 = 3;
-/// Shift of `src_cnt` in [`JOB_W_SRC_CNT`].
-pub(super) const JOB_SRC_CNT_SHIFT: u32 = 48;
+pub(super) const JOB_W1: u64 = TOTAL_LO.word();
+/// Byte of the job line after the record: the job's buffers (`wire::JobBufs`).
+pub(super) const JOB_BUFS_AT: usize = JOB_CTX_LEN;
+/// The word of the job record holding `src_cnt`.
+pub(super) const JOB_W_SRC_CNT: u64 = Job::SRC_CNT.word();
 
-/// Word 3 of the job record: byte 24 (bits 56..64, in the padding before `src_cnt`) is the
-/// job's run state: the current run id in bits 56..60 (0 until a worker joins) and the
-/// lock of the Join handler in bit 63.
-pub(super) const JOB_W_RUN: u64 = 3;
+/// The word of the job record holding its run state (`run_lock`, `run_id`, in the padding
+/// before `src_cnt`).
+pub(super) const JOB_W_RUN: u64 = Job::RUN_ID.word();
 /// Shift of the current run id in [`JOB_W_RUN`].
-pub(super) const JOB_RUN_SHIFT: u32 = 56;
+pub(super) const JOB_RUN_SHIFT: u32 = Job::RUN_ID.shift();
 /// Mask of the current run id in [`JOB_W_RUN`].
-pub(super) const JOB_RUN_MASK: u64 = 0xF << JOB_RUN_SHIFT;
+pub(super) const JOB_RUN_MASK: u64 = Job::RUN_ID.mask();
 /// The Join handler's lock in [`JOB_W_RUN`].
-pub(super) const JOB_RUN_LOCK: u64 = 1 << 63;
-/// Byte of the job line holding the run state.
-pub(super) const JOB_RUN_AT: usize = 24;
+pub(super) const JOB_RUN_LOCK: u64 = Job::RUN_LOCK.mask();
+const _: () = assert!(Job::RUN_LOCK.word() == JOB_W_RUN);
 
 /// The job's current run id from word [`JOB_W_RUN`] (0: nobody joined yet).
 pub(super) fn job_run(w3: u64) -> u8 {
-    ((w3 & JOB_RUN_MASK) >> JOB_RUN_SHIFT) as u8
+    // A 4-bit field: the cast keeps all of it.
+    Job::RUN_ID.get(w3) as u8
+}
+
+/// The job's `src_cnt` from word [`JOB_W_SRC_CNT`].
+pub(super) fn job_src_cnt(w3: u64) -> u8 {
+    // An 8-bit field: the cast keeps all of it.
+    Job::SRC_CNT.get(w3) as u8
 }
 
 /// The run after `run`: 1 to 15, round (0, no run yet, is followed by 1).
@@ -90,75 +100,88 @@ pub(super) fn parse_join_word(w: u64) -> (u8, u32) {
     ((w >> 32) as u8, w as u32)
 }
 
-/// 32-bit lane delta adding 1 to `block_curr_cnt` (lane 0 of word 0, bits 16..32).
-pub(super) const CURR_CNT_INC: u32 = 1 << 16;
+/// The 32-bit lane of [`JOB_W0`] holding `block_curr_cnt`.
+pub(super) const CURR_CNT_LANE: u8 = Job::BLOCK_CURR_CNT.lane();
+/// Shift of `block_curr_cnt` in its lane.
+pub(super) const CURR_CNT_LANE_SHIFT: u32 = Job::BLOCK_CURR_CNT.lane_shift();
+/// 32-bit lane delta adding 1 to `block_curr_cnt`.
+pub(super) const CURR_CNT_INC: u32 = 1 << Job::BLOCK_CURR_CNT.lane_shift();
 /// 32-bit lane delta subtracting 1 from `block_curr_cnt` (`-(1 << 16)` modulo 2^32; the
 /// low 16 bits of the lane are unchanged).
 pub(super) const CURR_CNT_DEC: u32 = CURR_CNT_INC.wrapping_neg();
-/// 32-bit lane delta adding 1 to the low half of `block_total_cnt` (lane 0 of word 1).
-pub(super) const TOTAL_LO_INC: u32 = 1 << 16;
+/// The lane of [`JOB_W1`] holding the low half of `block_total_cnt`.
+pub(super) const TOTAL_LO_LANE: u8 = TOTAL_LO.lane();
+/// 32-bit lane delta adding 1 to the low half of `block_total_cnt`.
+pub(super) const TOTAL_LO_INC: u32 = 1 << TOTAL_LO.lane_shift();
+/// Shift of the low half of `block_total_cnt` in its lane.
+pub(super) const TOTAL_LO_LANE_SHIFT: u32 = TOTAL_LO.lane_shift();
+/// The lane of [`JOB_W0`] holding the high half of `block_total_cnt`.
+pub(super) const TOTAL_HI_LANE: u8 = TOTAL_HI.lane();
+/// 32-bit lane delta adding 1 to the high half of `block_total_cnt`.
+pub(super) const TOTAL_HI_INC: u32 = 1 << TOTAL_HI.lane_shift();
+/// The lane bits of the high half of `block_total_cnt`.
+pub(super) const TOTAL_HI_LANE_MASK: u32 = 0xFFFF << TOTAL_HI.lane_shift();
+/// 32-bit lane delta taking back a carry the high half of `block_total_cnt` pushed into
+/// the field above it (`block_exp`).
+pub(super) const TOTAL_HI_CARRY_BACK: u32 = (1u32 << (TOTAL_HI.lane_shift() + 16)).wrapping_neg();
+const _: () = assert!(TOTAL_HI.word() == JOB_W0 && TOTAL_HI.lane_shift() == 0);
 
 /// `(block_curr_cnt, block_cnt_max, block_grad_max, block_exp)` from word 0.
 pub(super) fn job_w0_fields(w0: u64) -> (u32, u32, u32, u8) {
+    // Fields of 16, 12, 12 and 8 bits: the casts keep all of them.
     (
-        (w0 >> 48) as u32,
-        (w0 >> 36) as u32 & 0xFFF,
-        (w0 >> 24) as u32 & 0xFFF,
-        (w0 >> 16) as u8,
+        Job::BLOCK_CURR_CNT.get(w0) as u32,
+        Job::BLOCK_CNT_MAX.get(w0) as u32,
+        Job::BLOCK_GRAD_MAX.get(w0) as u32,
+        Job::BLOCK_EXP.get(w0) as u8,
     )
 }
 
-// ----- the block record (Figure 18) and the bits Trio-ML adds in its padding ----------------
-
-/// Word 0 of the block record: `block_exp` (bits 56..64), `block_age` (48..56), then the
-/// top 48 bits of `block_start_time`.
-pub(super) const BLOCK_W_AGE: u64 = 0;
-/// Shift of `block_exp` in [`BLOCK_W_AGE`].
-pub(super) const BLOCK_EXP_SHIFT: u32 = 56;
-/// Shift of `block_age` in [`BLOCK_W_AGE`].
-pub(super) const BLOCK_AGE_SHIFT: u32 = 48;
-/// Word 1 of the block record: `job_ctx_paddr` is bits 16..48.
-pub(super) const BLOCK_W_JOB: u64 = 1;
+/// The word of the block record holding `block_exp` and `block_age`.
+pub(super) const BLOCK_W_AGE: u64 = Block::BLOCK_AGE.word();
+/// `block_exp`, in [`BLOCK_W_AGE`].
+pub(super) const BLOCK_EXP: Field = Block::BLOCK_EXP;
+/// `block_age`, in [`BLOCK_W_AGE`].
+pub(super) const BLOCK_AGE: Field = Block::BLOCK_AGE;
+const _: () = assert!(BLOCK_EXP.word() == BLOCK_W_AGE);
+/// The word of the block record holding `job_ctx_paddr`.
+pub(super) const BLOCK_W_JOB: u64 = Block::JOB_CTX_PADDR.word();
 /// Shift of `job_ctx_paddr` in [`BLOCK_W_JOB`].
-pub(super) const BLOCK_JOB_SHIFT: u32 = 16;
-/// Word 2 of the block record: `grad_cnt` is bits 16..28; the gate (below) lives in the
-/// padding around it.
-pub(super) const BLOCK_W_GATE: u64 = 2;
-/// Shift of `grad_cnt` in [`BLOCK_W_GATE`].
-pub(super) const BLOCK_GRAD_CNT_SHIFT: u32 = 16;
-/// Word 3 of the block record: `rcvd_cnt` is byte 25, bits 48..56 (bits 16..24 of the
-/// word's high 32-bit lane).
-pub(super) const BLOCK_W_RCVD_CNT: u64 = 3;
-/// 32-bit lane delta adding 1 to `rcvd_cnt` (lane 0 of word 3).
-pub(super) const RCVD_CNT_INC: u32 = 1 << 16;
-/// Shift of `rcvd_cnt` in lane 0 of [`BLOCK_W_RCVD_CNT`].
-pub(super) const RCVD_CNT_LANE_SHIFT: u32 = 16;
-/// Shift, in lane 0 of [`BLOCK_W_RCVD_CNT`], of the block's *contributors*: record byte 24
-/// (the last unused byte before `rcvd_cnt`). Each source adds its own count: a server's
-/// packet (`src_cnt` 0 in its header) counts 1, a lower aggregator's Result counts its
-/// `src_cnt`. So a top-level Result's `src_cnt` is the number of servers in the sum, and
-/// hosts divide by it, whatever the depth of the hierarchy (mod 256).
-pub(super) const CONTRIB_LANE_SHIFT: u32 = 24;
-/// Byte of the block record holding the contributors.
-pub(super) const CONTRIB_AT: usize = 24;
-/// Word 2 of the block record: byte 18 (bits 40..48, in the padding before `grad_cnt`)
-/// holds the block's run id (0: a client of the paper's header alone).
-pub(super) const BLOCK_W_RUN: u64 = 2;
+pub(super) const BLOCK_JOB_SHIFT: u32 = Block::JOB_CTX_PADDR.shift();
+/// The word of the block record holding `grad_cnt` and the gate's flags.
+pub(super) const BLOCK_W_GATE: u64 = Block::GRAD_CNT.word();
+/// `grad_cnt`, in [`BLOCK_W_GATE`].
+pub(super) const BLOCK_GRAD_CNT: Field = Block::GRAD_CNT;
+/// The word of the block record holding `rcvd_cnt` and the contributors.
+pub(super) const BLOCK_W_RCVD_CNT: u64 = Block::RCVD_CNT.word();
+/// The lane of [`BLOCK_W_RCVD_CNT`] holding `rcvd_cnt` and the contributors.
+pub(super) const RCVD_CNT_LANE: u8 = Block::RCVD_CNT.lane();
+/// 32-bit lane delta adding 1 to `rcvd_cnt`.
+pub(super) const RCVD_CNT_INC: u32 = 1 << Block::RCVD_CNT.lane_shift();
+/// Shift of `rcvd_cnt` in its lane.
+pub(super) const RCVD_CNT_LANE_SHIFT: u32 = Block::RCVD_CNT.lane_shift();
+/// Shift of the block's *contributors* in the lane of `rcvd_cnt`. Each source adds its
+/// own count: a server's packet (`src_cnt` 0 in its header) counts 1, a lower
+/// aggregator's Result counts its `src_cnt`. So a top-level Result's `src_cnt` is the
+/// number of servers in the sum, and hosts divide by it, whatever the depth of the
+/// hierarchy (mod 256).
+pub(super) const CONTRIB_LANE_SHIFT: u32 = Block::CONTRIBUTORS.lane_shift();
+const _: () = assert!(
+    Block::CONTRIBUTORS.word() == BLOCK_W_RCVD_CNT && Block::CONTRIBUTORS.lane() == RCVD_CNT_LANE
+);
+/// The word of the block record holding its run id.
+pub(super) const BLOCK_W_RUN: u64 = Block::RUN_ID.word();
 /// Shift of the run id in [`BLOCK_W_RUN`].
-pub(super) const BLOCK_RUN_SHIFT: u32 = 40;
-/// Byte of the block record holding the run id.
-pub(super) const BLOCK_RUN_AT: usize = 18;
+pub(super) const BLOCK_RUN_SHIFT: u32 = Block::RUN_ID.shift();
 
-/// Byte of the block's line where its key is kept, after the 58-byte record: bytes 58..62
-/// hold the block id and bytes 62..64 the generation (word 7, bits 16..48 and 0..16), so
-/// the control plane and the Result builder can tell which block a slot holds.
-pub(super) const BLOCK_KEY_AT: usize = 58;
-/// The word holding the key (bytes 56..64 of the line; the key is its low 48 bits).
+/// Byte of the block's line where its key is kept, after the record (`wire::BlockKey`).
+pub(super) const BLOCK_KEY_AT: usize = BLOCK_CTX_LEN;
+/// The word holding the key (the key is its low 48 bits).
 pub(super) const BLOCK_KEY_WORD: u64 = 7;
+const _: () = assert!(BLOCK_KEY_AT == 8 * BLOCK_KEY_WORD as usize + 2);
 
-// The gate: who may still add to a block, and who finishes it. Word 2, low 32-bit lane
-// (record bytes 20..24): bit 31 CLOSED, bit 30 TAKEN and bit 29 DEGRADED lie in the 20
-// unused bits before `grad_cnt`, IN_FLIGHT is bytes 22..23 (16 of the 24 unused bits before `rcvd_cnt`).
+// The gate: who may still add to a block, and who finishes it. The record's `closed`,
+// `taken`, `degraded` and `in_flight` fields, all in the low 32-bit lane of one word:
 //
 // - An adder enters with a 32-bit add of 1 to IN_FLIGHT, which returns the old gate: if it
 //   was CLOSED, the adder adds nothing and leaves (subtracts 1 again).
@@ -169,23 +192,31 @@ pub(super) const BLOCK_KEY_WORD: u64 = 7;
 //   one that finds TAKEN clear finishes the block: its sums and counts are final.
 
 /// The gate's word (see above).
-pub(super) const GATE_W: u64 = BLOCK_W_GATE;
-/// The gate's 32-bit lane in [`GATE_W`] (the low one).
-pub(super) const GATE_LANE: u8 = 1;
+pub(super) const GATE_W: u64 = Block::CLOSED.word();
+/// The gate's 32-bit lane in [`GATE_W`] (the low one, so a lane value and the word's low
+/// bits are the same: the masks below serve both).
+pub(super) const GATE_LANE: u8 = Block::CLOSED.lane();
 /// CLOSED: no adder may enter any more.
-pub(super) const GATE_CLOSED: u64 = 1 << 31;
+pub(super) const GATE_CLOSED: u64 = Block::CLOSED.mask();
 /// TAKEN: a thread has claimed the finishing of the block.
-pub(super) const GATE_TAKEN: u64 = 1 << 30;
+pub(super) const GATE_TAKEN: u64 = Block::TAKEN.mask();
 /// DEGRADED: a source's packet was itself a partial Result (a lower aggregator gave up on
 /// a straggler), so this block's Result is partial too. Sticky; set before the source is
 /// counted.
-pub(super) const GATE_DEGRADED: u64 = 1 << 29;
+pub(super) const GATE_DEGRADED: u64 = Block::DEGRADED.mask();
 /// IN_FLIGHT: adders between entering and leaving.
-pub(super) const GATE_IN_FLIGHT: u64 = 0xFFFF;
+pub(super) const GATE_IN_FLIGHT: u64 = Block::IN_FLIGHT.mask();
 /// Lane delta: one adder enters.
-pub(super) const GATE_ENTER: u32 = 1;
+pub(super) const GATE_ENTER: u32 = 1 << Block::IN_FLIGHT.lane_shift();
 /// Lane delta: one adder leaves (`-1` modulo 2^32).
-pub(super) const GATE_LEAVE: u32 = u32::MAX;
+pub(super) const GATE_LEAVE: u32 = GATE_ENTER.wrapping_neg();
+const _: () = assert!(
+    GATE_LANE == 1
+        && Block::TAKEN.word() == GATE_W
+        && Block::DEGRADED.word() == GATE_W
+        && Block::IN_FLIGHT.word() == GATE_W
+        && Block::IN_FLIGHT.lane() == GATE_LANE
+);
 
 // ----- per-job memory -----------------------------------------------------------------------
 
@@ -466,6 +497,83 @@ mod tests {
         let fp = Lanes::Fpisa(pfemu::fpisa::Variant::Full);
         assert_eq!(JobLayout::words(100, 17, fp), 16 + 256 + 100 * (8 + 24));
         assert_eq!((Lanes::Int32.chunk_words(), fp.chunk_words()), (8, 16));
+    }
+
+    /// Reads word `w` of a record line as shared memory maps it.
+    fn word(line: &[u8; 64], w: u64) -> u64 {
+        let at = usize::try_from(w).unwrap() * 8;
+        u64::from_be_bytes(line[at..at + 8].try_into().unwrap())
+    }
+
+    /// The view writes each field the program updates by XTXN; the constants find it.
+    #[test]
+    fn record_views_and_xtxn_constants_agree() {
+        use super::super::wire::{BlockCtx, BlockKey, JobBufs, JobCtx};
+        let mut line = [0u8; 64];
+        let mut j = JobCtx::new_checked(&mut line[..]).unwrap();
+        j.set_block_curr_cnt(0x1234);
+        j.set_block_cnt_max(0xABC);
+        j.set_block_grad_max(0xDEF);
+        j.set_block_exp(0x5A);
+        j.set_block_total_cnt(0x89AB_CDEF);
+        j.set_run_lock(true);
+        j.set_run_id(0x9);
+        j.set_src_cnt(0x77);
+        JobBufs::new_checked(&mut line[JOB_BUFS_AT..])
+            .unwrap()
+            .set_bufs_paddr(0xC0DE_0001);
+        let w0 = word(&line, JOB_W0);
+        assert_eq!(job_w0_fields(w0), (0x1234, 0xABC, 0xDEF, 0x5A));
+        assert_eq!((w0 >> 32) as u32 >> CURR_CNT_LANE_SHIFT, 0x1234);
+        assert_eq!(CURR_CNT_LANE, 0);
+        // block_total_cnt: high half in word 0's low lane, low half in word 1's high lane.
+        assert_eq!(w0 as u32 & TOTAL_HI_LANE_MASK, 0x89AB);
+        assert_eq!((TOTAL_HI_LANE, TOTAL_LO_LANE), (1, 0));
+        let w1 = word(&line, JOB_W1);
+        assert_eq!((w1 >> 32) as u32 >> TOTAL_LO_LANE_SHIFT, 0xCDEF);
+        let w3 = word(&line, JOB_W_RUN);
+        assert_eq!(JOB_W_SRC_CNT, JOB_W_RUN);
+        assert_eq!((job_run(w3), job_src_cnt(w3)), (0x9, 0x77));
+        assert_eq!(w3 & JOB_RUN_LOCK, JOB_RUN_LOCK);
+        assert_eq!((w3 & JOB_RUN_MASK) >> JOB_RUN_SHIFT, 0x9);
+        assert_eq!(&line[JOB_BUFS_AT..JOB_BUFS_AT + 4], &[0xC0, 0xDE, 0, 1]);
+
+        let mut line = [0u8; 64];
+        let mut b = BlockCtx::new_checked(&mut line[..]).unwrap();
+        b.set_block_exp(0x0A);
+        b.set_block_age(0x0B);
+        b.set_job_ctx_paddr(0x99AA_BBCC);
+        b.set_run_id(0x5);
+        b.set_degraded(true);
+        b.set_grad_cnt(0x123);
+        b.set_in_flight(0x0102);
+        b.set_contributors(0x33);
+        b.set_rcvd_cnt(0x42);
+        let mut key = BlockKey::new_checked(&mut line[BLOCK_KEY_AT..]).unwrap();
+        key.set_block_id(0x0102_0304);
+        key.set_gen_id(0x0506);
+        let age = word(&line, BLOCK_W_AGE);
+        assert_eq!((BLOCK_EXP.get(age), BLOCK_AGE.get(age)), (0x0A, 0x0B));
+        let w1 = word(&line, BLOCK_W_JOB);
+        assert_eq!((w1 >> BLOCK_JOB_SHIFT) as u32, 0x99AA_BBCC);
+        let gate = word(&line, GATE_W);
+        assert_eq!((BLOCK_W_GATE, BLOCK_W_RUN), (GATE_W, GATE_W));
+        assert_eq!(BLOCK_GRAD_CNT.get(gate), 0x123);
+        assert_eq!((gate >> BLOCK_RUN_SHIFT) as u8, 0x5);
+        assert_eq!(gate & GATE_DEGRADED, GATE_DEGRADED);
+        assert_eq!(gate & (GATE_CLOSED | GATE_TAKEN), 0);
+        assert_eq!(gate & GATE_IN_FLIGHT, 0x0102);
+        // The gate is the low lane: a lane value and the word's low bits agree.
+        assert_eq!(GATE_LANE, 1);
+        assert_eq!(u64::from(gate as u32) & GATE_IN_FLIGHT, 0x0102);
+        let lane = (word(&line, BLOCK_W_RCVD_CNT) >> 32) as u32;
+        assert_eq!(RCVD_CNT_LANE, 0);
+        assert_eq!(lane >> RCVD_CNT_LANE_SHIFT & 0xFF, 0x42);
+        assert_eq!(lane >> CONTRIB_LANE_SHIFT & 0xFF, 0x33);
+        assert_eq!(
+            word(&line, BLOCK_KEY_WORD) & 0xFFFF_FFFF_FFFF,
+            0x0102_0304_0506
+        );
     }
 
     #[test]

@@ -211,7 +211,6 @@ use pfemu::timer::TimerSpec;
 pub use layout::Lanes;
 use layout::{
     block_key, job_key, kept_key, kept_value, parse_kept_value, route_key, same_kept, JobLayout,
-    BLOCK_KEY_AT, GATE_CLOSED,
 };
 use wire::{BlockCtx, JobCtx};
 
@@ -672,11 +671,10 @@ impl TrioMl {
         for &s in &job.sources {
             masks[usize::from(s / 64)] |= 1 << (s % 64);
         }
-        j.set_src_mask_0(masks[0]);
-        j.set_src_mask_1(masks[1]);
-        j.set_src_mask_2(masks[2]);
-        j.set_src_mask_3(masks[3]);
-        line[layout::JOB_BUFS_AT..layout::JOB_BUFS_AT + 4].copy_from_slice(&bufs.to_be_bytes());
+        for (i, m) in masks.iter().enumerate() {
+            j.set_src_mask(i, *m);
+        }
+        wire::JobBufs::new_unchecked(&mut line[wire::JOB_CTX_LEN..]).set_bufs_paddr(bufs);
         mem.write(record, &line)?;
         for w in 0..layout::JOIN_WORDS {
             mem.write_u64(layout.runs + w, 0)?;
@@ -768,12 +766,7 @@ impl TrioMl {
         let mut line = [0u8; 64];
         mem.read(layout.record, &mut line)?;
         let j = JobCtx::new_checked(&line[..]).expect("a line holds a job record");
-        let masks = [
-            j.src_mask_0(),
-            j.src_mask_1(),
-            j.src_mask_2(),
-            j.src_mask_3(),
-        ];
+        let masks = [0, 1, 2, 3].map(|i| j.src_mask(i));
         let mut slots_in_use = 0;
         for w in 0..JobLayout::bitmap_words(layout.slots) {
             slots_in_use += mem.read_u64(layout.bitmap + w)?.count_ones();
@@ -790,7 +783,7 @@ impl TrioMl {
             src_cnt: j.src_cnt(),
             sources: sources_of(masks),
             slots_in_use,
-            run_id: line[layout::JOB_RUN_AT] & wire::MAX_RUN_ID,
+            run_id: j.run_id(),
         })
     }
 
@@ -817,9 +810,8 @@ impl TrioMl {
         let mut line = [0u8; 64];
         mem.read(rec, &mut line)?;
         let b = BlockCtx::new_checked(&line[..]).expect("a line holds a block record");
-        let key = &line[BLOCK_KEY_AT..];
-        let block_id = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
-        let gen_id = u16::from_be_bytes([key[4], key[5]]);
+        let key = wire::BlockKey::new_unchecked(&line[wire::BLOCK_CTX_LEN..]);
+        let (block_id, gen_id) = (key.block_id(), key.gen_id());
         let grad_cnt = b.grad_cnt();
         let mut sums = Vec::with_capacity(usize::from(grad_cnt));
         let buf = layout::addr_of(b.aggr_paddr());
@@ -829,7 +821,6 @@ impl TrioMl {
             sums.extend(wire::gradients(&chunk));
         }
         sums.truncate(usize::from(grad_cnt));
-        let gate = mem.read_u64(rec + layout::GATE_W)?;
         let kept = self
             .inner
             .tables
@@ -840,18 +831,13 @@ impl TrioMl {
             job_id,
             block_id,
             gen_id,
-            run_id: line[layout::BLOCK_RUN_AT] & wire::MAX_RUN_ID,
+            run_id: b.run_id() & wire::MAX_RUN_ID,
             grad_cnt,
             rcvd_cnt: b.rcvd_cnt(),
-            received: sources_of([
-                b.rcvd_mask_0(),
-                b.rcvd_mask_1(),
-                b.rcvd_mask_2(),
-                b.rcvd_mask_3(),
-            ]),
+            received: sources_of([0, 1, 2, 3].map(|i| b.rcvd_mask(i))),
             block_age: b.block_age(),
             block_start_time: b.block_start_time(),
-            closed: gate & GATE_CLOSED != 0,
+            closed: b.closed(),
             kept,
             sums,
         })

@@ -36,6 +36,13 @@
 //!        the expired ones) -> free_expired (one per instruction: marker, then slot)
 //! ```
 //!
+//! Each phase is one function that defines its instructions: `parse_phase` (steps 1 and
+//! 8), `lookup_phase` (2, and loss recovery), `create_phase` and `publish_phase` (3),
+//! `join_phase` (4), `aggregate_phase` (5 and 6), `finish_phase` and `result_phase` (7),
+//! `timer_phase` (the straggler scan) and `run_phase` (the run protocol). They share the
+//! labels (`Labels`, declared once), the typed registers (`R_*`, from `registers!`) and
+//! the drop reasons ([`TrioMlDrop`]).
+//!
 //! Phase one adds the 16-gradient chunks that lie wholly in the head, straight from local
 //! memory. Gradients start at byte 54, so with a 192-byte head 34 are in it and the 35th
 //! straddles head and tail: phase two takes every remaining chunk (16 gradients, or fewer
@@ -52,92 +59,147 @@ use crate::microcode::fpisa;
 use pfemu::mem::hash::{HashError, Inserted, ScanAction};
 use pfemu::mem::{Addr, MAX_VADD_BYTES};
 use pfemu::prelude::*;
-use pfemu::program::{ProgramBuilder, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
-use pfemu::wire::{Ether, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
+use pfemu::program::{ProgramBuilder, RegValue, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
+use pfemu::wire::{Ether, Field, Ipv4, Udp, ETHERTYPE_IPV4, IPPROTO_UDP};
 
 // ----- registers ----------------------------------------------------------------------------
-// The paper's intermediate registers ir0..ir3 are left free; Trio-ML's state lives in r4..
 
-/// Set when a finishing block belongs to a run that is no longer its job's: it is freed
-/// without a Result (nobody of that run is left to want it).
-const R_SILENT: usize = 4;
-/// The run id a control reply carries.
-const R_REPLY_RUN: usize = 5;
-/// The opcode of the control reply being built ([`CTL_JOINED`] or [`CTL_SUPERSEDED`]).
-const R_CTL_OP: usize = 6;
-/// The packet's `run_id` (the block's, while a block is finished).
-const R_RUN: usize = 7;
-/// The packet's `job_id`.
-const R_JOB_ID: usize = 8;
-/// The packet's `block_id`.
-const R_BLOCK_ID: usize = 9;
-/// The packet's `gen_id`.
-const R_GEN_ID: usize = 10;
-/// The packet's `src_id`.
-const R_SRC_ID: usize = 11;
-/// The packet's `grad_cnt` (the block's, while a Result is built).
-const R_GRAD_CNT: usize = 12;
-/// The block record's address.
-const R_BLK: usize = 13;
-/// The job record's address.
-const R_JOB: usize = 14;
-/// The job's `src_cnt`.
-const R_SRC_CNT: usize = 15;
-/// The aggregation buffer's address.
-const R_BUF: usize = 16;
-/// Loop counter: the chunk being added or copied out.
-const R_CHUNK: usize = 17;
-/// Where the Result goes: an `out_nh_addr` value, or [`DEST_JOB`].
-const R_DEST: usize = 18;
-/// A slot to free once the Result is out (0: none).
-const R_FREE: usize = 19;
-/// Where `leave_block` continues: one of the `AFTER_*` values.
-const R_AFTER: usize = 20;
-/// Set when the block was closed before this packet could join it.
-const R_CLOSING: usize = 21;
-/// The job's `block_cnt_max` and `block_grad_max` (while creating a block).
-const R_CNT_MAX: usize = 22;
-/// See [`R_CNT_MAX`].
-const R_GRAD_MAX: usize = 23;
-/// The job's `block_exp` (while creating a block).
-const R_EXP: usize = 24;
-/// Timer: aged blocks listed in local memory, and the next one to close.
-const R_AGED_N: usize = 25;
-/// See [`R_AGED_N`].
-const R_AGED_I: usize = 26;
-/// The job's accumulator buffers (its line's `JOB_BUFS_AT` field), while creating a block.
-const R_BUFS: usize = 27;
-/// What the packet's source counts for in the Result's `src_cnt`: 1 for a server (header
-/// `src_cnt` 0), a lower aggregator's `src_cnt` for its Result.
-const R_CONTRIB: usize = 28;
-/// The packet's own `degraded` bit (a lower aggregator's partial Result).
-const R_PKT_DEGRADED: usize = 29;
-/// Set while a kept Result is sent again to one source ([`ANSWER_SENDING`]); emit_result
-/// sets [`ANSWER_EXPIRED`] instead of sending when the Result stopped being kept.
-const R_ANSWER: usize = 30;
+pfemu::registers! {
+    /// Set when a finishing block belongs to a run that is no longer its job's: it is freed
+    /// without a Result (nobody of that run is left to want it).
+    R_SILENT: bool,
+    /// The run id a control reply carries.
+    R_REPLY_RUN: u8,
+    /// The opcode of the control reply being built ([`CTL_JOINED`] or [`CTL_SUPERSEDED`]).
+    R_CTL_OP: u8,
+    /// The packet's `run_id` (the block's, while a block is finished).
+    R_RUN: u8,
+    /// The packet's `job_id`.
+    R_JOB_ID: u8,
+    /// The packet's `block_id`.
+    R_BLOCK_ID: u32,
+    /// The packet's `gen_id`.
+    R_GEN_ID: u16,
+    /// The packet's `src_id`.
+    R_SRC_ID: u8,
+    /// The packet's `grad_cnt` (the block's, while a Result is built).
+    R_GRAD_CNT: u16,
+    /// The block record's address.
+    R_BLK: Addr,
+    /// The job record's address.
+    R_JOB: Addr,
+    /// The job's `src_cnt`.
+    R_SRC_CNT: u8,
+    /// The aggregation buffer's address.
+    R_BUF: Addr,
+    /// Loop counter: the chunk being added or copied out.
+    R_CHUNK: usize,
+    /// Where the Result goes: an `out_nh_addr` value, or [`ResultDest::Job`].
+    R_DEST: ResultDest,
+    /// A slot to free once the Result is out (0: none).
+    R_FREE: Addr,
+    /// Where `leave_block` continues: an [`After`].
+    R_AFTER: After,
+    /// Set when the block was closed before this packet could join it.
+    R_CLOSING: bool,
+    /// The job's `block_cnt_max` and `block_grad_max` (while creating a block).
+    R_CNT_MAX: u32,
+    /// See [`R_CNT_MAX`].
+    R_GRAD_MAX: u32,
+    /// The job's `block_exp` (while creating a block).
+    R_EXP: u8,
+    /// Timer: aged blocks listed in local memory, and the next one to close.
+    R_AGED_N: usize,
+    /// See [`R_AGED_N`].
+    R_AGED_I: usize,
+    /// The job's accumulator buffers (its line's `JOB_BUFS_AT` field), while creating a block.
+    R_BUFS: u32,
+    /// What the packet's source counts for in the Result's `src_cnt`: 1 for a server (header
+    /// `src_cnt` 0), a lower aggregator's `src_cnt` for its Result.
+    R_CONTRIB: u8,
+    /// The packet's own `degraded` bit (a lower aggregator's partial Result).
+    R_PKT_DEGRADED: bool,
+    /// Set while a kept Result is sent again to one source ([`Answer::Sending`]); emit_result
+    /// sets [`Answer::Expired`] instead of sending when the Result stopped being kept.
+    R_ANSWER: Answer,
+}
 
-/// Looks at a block another packet is creating (see `lookup_block`).
-const R_WAITS: usize = 31;
-/// The first looks at a block being created yield the core; later ones sleep.
-const YIELDS_BEFORE_SLEEP: u64 = 64;
-/// The sleep between later looks, in microseconds: with the default instruction budget a
-/// packet waits about 0.5 s for a descheduled creator before it faults.
-const PENDING_SLEEP_US: u64 = 50;
+/// Where a Result goes ([`R_DEST`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ResultDest {
+    /// Where the job says (`out_nh_addr`).
+    Job,
+    /// This `out_nh_addr` value (a port or a multicast group).
+    NextHop(u32),
+}
 
-/// [`R_ANSWER`]: sending a kept Result again.
-const ANSWER_SENDING: u64 = 1;
-/// [`R_ANSWER`]: the kept Result expired (or was replaced) while it was being built.
-const ANSWER_EXPIRED: u64 = 2;
+impl RegValue for ResultDest {
+    fn to_reg(self) -> u64 {
+        match self {
+            ResultDest::Job => u64::MAX,
+            ResultDest::NextHop(nh) => u64::from(nh),
+        }
+    }
+    fn from_reg(bits: u64) -> Self {
+        u32::try_from(bits).map_or(ResultDest::Job, ResultDest::NextHop)
+    }
+}
 
-/// [`R_DEST`]: send the Result where the job says (`out_nh_addr`).
-const DEST_JOB: u64 = u64::MAX;
+/// Where `leave_block` continues ([`R_AFTER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    /// The packet was added; consume it.
+    Consume,
+    /// The packet repeated a source already added; drop it.
+    Duplicate,
+    /// The block was closed before the packet could join; look at kept results.
+    Closing,
+}
 
-/// [`R_AFTER`]: the packet was added; consume it.
-const AFTER_CONSUME: u64 = 0;
-/// [`R_AFTER`]: the packet repeated a source already added; drop it.
-const AFTER_DUPLICATE: u64 = 1;
-/// [`R_AFTER`]: the block was closed before the packet could join; look at kept results.
-const AFTER_CLOSING: u64 = 2;
+impl RegValue for After {
+    fn to_reg(self) -> u64 {
+        match self {
+            After::Consume => 0,
+            After::Duplicate => 1,
+            After::Closing => 2,
+        }
+    }
+    fn from_reg(bits: u64) -> Self {
+        match bits {
+            0 => After::Consume,
+            1 => After::Duplicate,
+            _ => After::Closing,
+        }
+    }
+}
+
+/// A kept Result being sent again ([`R_ANSWER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    /// Not an answer: the Result of a block just finished.
+    No,
+    /// Sending a kept Result again.
+    Sending,
+    /// The kept Result expired (or was replaced) while it was being built.
+    Expired,
+}
+
+impl RegValue for Answer {
+    fn to_reg(self) -> u64 {
+        match self {
+            Answer::No => 0,
+            Answer::Sending => 1,
+            Answer::Expired => 2,
+        }
+    }
+    fn from_reg(bits: u64) -> Self {
+        match bits {
+            1 => Answer::Sending,
+            2 => Answer::Expired,
+            _ => Answer::No,
+        }
+    }
+}
 
 // ----- local memory -------------------------------------------------------------------------
 // The head is loaded at offset 64 (DEFAULT_HEAD_OFFSET); the 64 bytes before it are the
@@ -185,54 +247,48 @@ const TAIL_CHUNKS_PER_INSTR: usize = 4;
 /// Nanoseconds per millisecond (`block_exp` is in ms).
 const NS_PER_MS: u64 = 1_000_000;
 
-/// The counted reasons the program drops packets for.
-#[derive(Clone, Copy)]
-struct Reasons {
-    not_ipv4: DropReason,
-    no_route: DropReason,
-    bad_length: DropReason,
-    unknown_job: DropReason,
-    unknown_source: DropReason,
-    block_grad_max: DropReason,
-    block_cnt_max: DropReason,
-    table_full: DropReason,
-    grad_cnt_mismatch: DropReason,
-    duplicate: DropReason,
-    late: DropReason,
-    retransmit_answered: DropReason,
-    stale_gen: DropReason,
-    result_expired: DropReason,
-    stale_run: DropReason,
-    join_answered: DropReason,
-    bad_control: DropReason,
-}
-
-impl Reasons {
-    fn register(p: &mut ProgramBuilder) -> Reasons {
-        Reasons {
-            not_ipv4: p.drop_reason("not_ipv4"),
-            no_route: p.drop_reason("no_route"),
-            bad_length: p.drop_reason("bad_length"),
-            unknown_job: p.drop_reason("unknown_job"),
-            unknown_source: p.drop_reason("unknown_source"),
-            block_grad_max: p.drop_reason("block_grad_max"),
-            block_cnt_max: p.drop_reason("block_cnt_max"),
-            table_full: p.drop_reason("table_full"),
-            grad_cnt_mismatch: p.drop_reason("grad_cnt_mismatch"),
-            duplicate: p.drop_reason("duplicate"),
-            late: p.drop_reason("late"),
-            retransmit_answered: p.drop_reason("retransmit_answered"),
-            stale_gen: p.drop_reason("stale_gen"),
-            result_expired: p.drop_reason("result_expired"),
-            stale_run: p.drop_reason("stale_run"),
-            join_answered: p.drop_reason("join_answered"),
-            bad_control: p.drop_reason("bad_control"),
-        }
+pfemu::drop_reasons! {
+    /// Why Trio-ML drops (or, for the answered ones, uses up) a packet, counted by name.
+    pub enum TrioMlDrop {
+        /// Not an IPv4 frame.
+        NotIpv4 = "not_ipv4",
+        /// Forwarding: no route to the IPv4 destination.
+        NoRoute = "no_route",
+        /// The packet's lengths disagree with its `grad_cnt`.
+        BadLength = "bad_length",
+        /// No such job.
+        UnknownJob = "unknown_job",
+        /// The source is not a member of the job.
+        UnknownSource = "unknown_source",
+        /// More gradients than the job's blocks hold.
+        BlockGradMax = "block_grad_max",
+        /// The job has no free slot for a new block.
+        BlockCntMax = "block_cnt_max",
+        /// The active-block table is full.
+        TableFull = "table_full",
+        /// The packet's `grad_cnt` is not its block's.
+        GradCntMismatch = "grad_cnt_mismatch",
+        /// A source the block already added.
+        Duplicate = "duplicate",
+        /// A straggler: the block finished without it.
+        Late = "late",
+        /// A retransmission, answered with the kept Result.
+        RetransmitAnswered = "retransmit_answered",
+        /// A generation older than the kept Result's.
+        StaleGen = "stale_gen",
+        /// The kept Result expired while it was sent again.
+        ResultExpired = "result_expired",
+        /// Gradients of a run the job has left (answered with Superseded).
+        StaleRun = "stale_run",
+        /// A Join, answered with Joined.
+        JoinAnswered = "join_answered",
+        /// A malformed or unexpected control message.
+        BadControl = "bad_control",
     }
 }
 
-fn drop_as(r: DropReason) -> InstrResult {
-    Ok(Done(Verdict::Drop(r)))
+fn drop_as(r: TrioMlDrop) -> InstrResult {
+    Ok(Done(Verdict::Drop(r.into())))
 }
 
 // ----- helpers: one XTXN pattern each ------------------------------------------------------
@@ -257,9 +313,15 @@ fn add_chunk(t: &mut Thread<'_>, lanes: Lanes, addr: Addr, lm_offset: usize) -> 
 
 /// Whether source `s` is set in the four masks starting at `words` (the words of a record).
 fn mask_has(words: u64, s: u8) -> bool {
-    let (_, bit) = source_bit(s);
-    words & (1 << bit) != 0
+    source(s).get(words) != 0
 }
+
+/// Source `s`'s bit in a job's `src_mask` or a block's `rcvd_mask` (they lie at the same
+/// bits of both records).
+fn source(s: u8) -> Field {
+    BlockCtxLayout::RCVD_MASK.bit(usize::from(s))
+}
+const _: () = assert!(BlockCtxLayout::RCVD_MASK.first.bit == JobCtxLayout::SRC_MASK.first.bit);
 
 /// The job record's address, from the block record's `job_ctx_paddr`.
 fn job_of(t: &mut Thread<'_>, rec: Addr) -> Result<Addr, Fault> {
@@ -285,7 +347,7 @@ fn free_slot(t: &mut Thread<'_>, job: Addr, rec: Addr, lanes: Lanes) -> Result<(
     if let Some(k) = layout.slot_of(rec) {
         let (word, bit) = layout.slot_bit(k);
         t.fetch_clear(word, bit)?;
-        t.fetch_add32(job + JOB_W0, 0, CURR_CNT_DEC)?;
+        t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_DEC)?;
     }
     Ok(())
 }
@@ -329,19 +391,6 @@ fn run_of(t: &mut Thread<'_>, rec: Addr) -> Result<u8, Fault> {
     Ok((t.read_u64(rec + BLOCK_W_RUN)? >> BLOCK_RUN_SHIFT) as u8 & MAX_RUN_ID)
 }
 
-/// Waits a little for another thread that holds something this one needs for a few XTXNs
-/// (a block being created, the Join lock): the first looks yield the core (the other
-/// thread may share it), later ones sleep, so a holder the host OS descheduled (more PPE
-/// threads than cores) is waited for without running out of instructions.
-fn wait_for_other_thread(t: &mut Thread<'_>) {
-    t.r[R_WAITS] += 1;
-    if t.r[R_WAITS] <= YIELDS_BEFORE_SLEEP {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(PENDING_SLEEP_US));
-    }
-}
-
 /// The Join decision, under the job's Join lock: the run source `src` of the job at `job`
 /// joins with `nonce`, given the job's run word `w3` before the lock. A source that joined
 /// the current run before with another nonce restarted: the job moves on to the next run.
@@ -365,67 +414,75 @@ fn decide_join(t: &mut Thread<'_>, job: Addr, w3: u64, src: u8, nonce: u32) -> R
 /// taken back with a third. Between two of these adds a reader may see the counter 65536
 /// low, or (once per 2^32 blocks) `block_exp` one high.
 fn count_block(t: &mut Thread<'_>, job: Addr) -> Result<(), Fault> {
-    let old_lo = t.fetch_add32(job + JOB_W1, 0, TOTAL_LO_INC)? >> 16;
+    let old_lo = t.fetch_add32(job + JOB_W1, TOTAL_LO_LANE, TOTAL_LO_INC)? >> TOTAL_LO_LANE_SHIFT;
     if old_lo == 0xFFFF {
-        let old_hi = t.fetch_add32(job + JOB_W0, 1, 1)? & 0xFFFF;
-        if old_hi == 0xFFFF {
-            t.fetch_add32(job + JOB_W0, 1, (1u32 << 16).wrapping_neg())?;
+        let old_hi = t.fetch_add32(job + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_INC)? & TOTAL_HI_LANE_MASK;
+        if old_hi == TOTAL_HI_LANE_MASK {
+            t.fetch_add32(job + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_CARRY_BACK)?;
         }
     }
     Ok(())
 }
 
-/// Builds the program for an installed Trio-ML.
+pfemu::labels!(
+    /// Every label of the program, declared once (see the diagram in the module doc).
+    struct Labels {
+        parse,
+        forward,
+        lookup_block,
+        lookup_result,
+        answer_result,
+        answered,
+        answered_late,
+        create_block,
+        claim_slot,
+        zero_buffer,
+        insert_block,
+        check_source,
+        join_block,
+        aggregate_head,
+        aggregate_tail,
+        complete_check,
+        leave_block,
+        consume,
+        drop_duplicate,
+        closing_drop,
+        keep_result,
+        release_block,
+        free_replaced,
+        free_own,
+        result_headers,
+        result_tail,
+        emit_result,
+        scan_blocks,
+        close_aged,
+        scan_kept,
+        free_expired,
+        join_run,
+        superseded,
+        control_reply,
+    }
+);
+
+/// What the instructions need of the configuration, computed once.
+#[derive(Clone, Copy)]
+struct Ctx {
+    local_addr: u32,
+    udp_port: u16,
+    local_mac: [u8; 6],
+    scan_period_ns: u64,
+    /// Kept scans a Result may go unasked before it is dropped (0: never).
+    keep_scans: u16,
+    lanes: Lanes,
+    /// The FPISA event counters (only FPISA lanes count events; integer lanes never read it).
+    events: Addr,
+}
+
+/// Builds the program for an installed Trio-ML: the phases of the workflow, in order.
 pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     let mut p = Program::builder("trio_ml");
-    let r = Reasons::register(&mut p);
-    let [parse, forward, lookup_block, lookup_result, answer_result, answered, answered_late] = p
-        .labels([
-            "parse",
-            "forward",
-            "lookup_block",
-            "lookup_result",
-            "answer_result",
-            "answered",
-            "answered_late",
-        ]);
-    let [create_block, claim_slot, zero_buffer, insert_block, check_source, join_block] =
-        p.labels([
-            "create_block",
-            "claim_slot",
-            "zero_buffer",
-            "insert_block",
-            "check_source",
-            "join_block",
-        ]);
-    let [aggregate_head, aggregate_tail, complete_check, leave_block, consume, drop_duplicate, closing_drop] =
-        p.labels([
-            "aggregate_head",
-            "aggregate_tail",
-            "complete_check",
-            "leave_block",
-            "consume",
-            "drop_duplicate",
-            "closing_drop",
-        ]);
-    let [keep_result, release_block, free_replaced, free_own, result_headers, result_tail, emit_result] =
-        p.labels([
-            "keep_result",
-            "release_block",
-            "free_replaced",
-            "free_own",
-            "result_headers",
-            "result_tail",
-            "emit_result",
-        ]);
-    let [scan_blocks, close_aged, scan_kept, free_expired] =
-        p.labels(["scan_blocks", "close_aged", "scan_kept", "free_expired"]);
-    let [join_run, superseded, control_reply] =
-        p.labels(["join_run", "superseded", "control_reply"]);
-    // The finishing subroutine starts at keep_result; the Result builder at result_headers.
-    let finish_block = keep_result;
-    let build_result = result_headers;
-
+    p.drop_reasons::<TrioMlDrop>();
+    let l = Labels::declare(&mut p);
     let local_addr = u32::from(cfg.local_addr);
     let udp_port = cfg.udp_port;
     let local_mac = cfg.local_mac;
@@ -436,37 +493,75 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         .div_ceil(scan_period_ns * super::KEPT_SCAN_EVERY)
         .min(u64::from(u16::MAX)) as u16;
     let lanes = cfg.lanes;
-    // Only FPISA lanes count events; integer lanes never read it.
     let events = tables.fpisa_events.unwrap_or(0);
+
+    let c = Ctx {
+        local_addr,
+        udp_port,
+        local_mac,
+        scan_period_ns,
+        keep_scans,
+        lanes,
+        events,
+    };
+    parse_phase(&mut p, l, &c, tables);
+    lookup_phase(&mut p, l, &c, tables);
+    create_phase(&mut p, l, &c, tables);
+    publish_phase(&mut p, l, &c, tables);
+    join_phase(&mut p, l, &c, tables);
+    aggregate_phase(&mut p, l, &c, tables);
+    finish_phase(&mut p, l, &c, tables);
+    result_phase(&mut p, l, &c, tables);
+    timer_phase(&mut p, l, &c, tables);
+    run_phase(&mut p, l, &c, tables);
+    p.entry(Entry::Packet, l.parse);
+    p.entry(Entry::Timer(super::TIMER_ENTRY), l.scan_blocks);
+    p.build()
+        .expect("the Trio-ML program defines every label it declares")
+}
+
+/// Step 1 of Figure 10: is the packet an aggregation packet for us (or a Join)? Otherwise, step 8: standard forwarding.
+fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        parse,
+        forward,
+        lookup_block,
+        join_run,
+        ..
+    } = l;
+    let Ctx {
+        local_addr,
+        udp_port,
+        ..
+    } = *c;
 
     // 1. parse: is this an aggregation packet for us? Validate its lengths.
     p.instr(parse, move |t| {
-        let head = t.head(0)?;
-        let Ok(eth) = Ether::new_checked(head) else {
-            return drop_as(r.not_ipv4);
+        let Ok(eth) = t.view::<Ether>(0) else {
+            return drop_as(TrioMlDrop::NotIpv4);
         };
         if eth.etype() != ETHERTYPE_IPV4 {
-            return drop_as(r.not_ipv4);
+            return drop_as(TrioMlDrop::NotIpv4);
         }
-        let Ok(ip) = Ipv4::new_checked(&head[IPV4_AT..]) else {
-            return drop_as(r.not_ipv4);
+        let Ok(ip) = t.view::<Ipv4>(IPV4_AT) else {
+            return drop_as(TrioMlDrop::NotIpv4);
         };
         if ip.ver() != 4 {
-            return drop_as(r.not_ipv4);
+            return drop_as(TrioMlDrop::NotIpv4);
         }
         if ip.ihl() != 5 || ip.proto() != IPPROTO_UDP || ip.dst() != local_addr {
             return Ok(Goto(forward));
         }
         let ip_total = usize::from(ip.total_len());
-        let Ok(udp) = Udp::new_checked(&head[UDP_AT..]) else {
-            return drop_as(r.bad_length);
+        let Ok(udp) = t.view::<Udp>(UDP_AT) else {
+            return drop_as(TrioMlDrop::BadLength);
         };
         if udp.dst_port() != udp_port {
             return Ok(Goto(forward));
         }
         let udp_len = usize::from(udp.len());
-        let Ok(hdr) = TrioMlHdr::new_checked(&head[TRIO_ML_HDR_AT..]) else {
-            return drop_as(r.bad_length);
+        let Ok(hdr) = t.view::<TrioMlHdr>(TRIO_ML_HDR_AT) else {
+            return drop_as(TrioMlDrop::BadLength);
         };
         let h = TrioMlHdrFields::read(&hdr);
         let n = usize::from(h.grad_cnt);
@@ -477,11 +572,11 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 && ip_total == IPV4_LEN + udp_len
                 && UDP_AT + udp_len <= t.pkt_len();
             if !whole || h.age_op != CTL_JOIN {
-                return drop_as(r.bad_control);
+                return drop_as(TrioMlDrop::BadControl);
             }
-            t.r[R_JOB_ID] = u64::from(h.job_id);
-            t.r[R_BLOCK_ID] = u64::from(h.block_id);
-            t.r[R_SRC_ID] = u64::from(h.src_id);
+            t.set(R_JOB_ID, h.job_id);
+            t.set(R_BLOCK_ID, h.block_id);
+            t.set(R_SRC_ID, h.src_id);
             return Ok(Goto(join_run));
         }
         let consistent = n >= 1
@@ -489,56 +584,72 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             && ip_total == IPV4_LEN + udp_len
             && UDP_AT + udp_len <= t.pkt_len();
         if !consistent {
-            return drop_as(r.bad_length);
+            return drop_as(TrioMlDrop::BadLength);
         }
-        t.r[R_JOB_ID] = u64::from(h.job_id);
-        t.r[R_BLOCK_ID] = u64::from(h.block_id);
-        t.r[R_GEN_ID] = u64::from(h.gen_id);
-        t.r[R_SRC_ID] = u64::from(h.src_id);
-        t.r[R_GRAD_CNT] = n as u64;
-        t.r[R_CONTRIB] = u64::from(h.src_cnt.max(1));
-        t.r[R_PKT_DEGRADED] = u64::from(h.degraded);
-        t.r[R_RUN] = u64::from(h.run_id);
+        t.set(R_JOB_ID, h.job_id);
+        t.set(R_BLOCK_ID, h.block_id);
+        t.set(R_GEN_ID, h.gen_id);
+        t.set(R_SRC_ID, h.src_id);
+        t.set(R_GRAD_CNT, h.grad_cnt);
+        t.set(R_CONTRIB, h.src_cnt.max(1));
+        t.set(R_PKT_DEGRADED, h.degraded);
+        t.set(R_RUN, h.run_id);
         Ok(Goto(lookup_block))
     });
 
     // 8. forward: standard forwarding by an exact-match route on the IPv4 destination.
     let routes = tables.routes.clone();
     p.instr(forward, move |t| {
-        let dst = Ipv4::new_checked(t.head(IPV4_AT)?)?.dst();
+        let dst = t.view::<Ipv4>(IPV4_AT)?.dst();
         Ok(match t.hash_lookup(&routes, &route_key(dst))? {
             Some(nh) => match nh_dest(nh as u32) {
                 Dest::Port(port) => Done(Verdict::Forward(port)),
                 Dest::Group(g) => Done(Verdict::Multicast(g)),
             },
-            None => Done(Verdict::Drop(r.no_route)),
+            None => Done(Verdict::Drop(TrioMlDrop::NoRoute.into())),
         })
     });
+}
+
+/// Step 2: the active block of the packet, or, for a block that finished, its kept Result (loss recovery: a retransmission is answered with it).
+fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        lookup_block,
+        lookup_result,
+        answer_result,
+        answered,
+        answered_late,
+        create_block,
+        check_source,
+        closing_drop,
+        ..
+    } = l;
+    let build_result = l.result_headers;
+    let _ = c;
 
     // 2. lookup_block: the active block record of (job, block, generation).
     let active = tables.active.clone();
     p.instr(lookup_block, move |t| {
         let key = block_key(
-            t.r[R_JOB_ID] as u8,
-            t.r[R_RUN] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
+            t.get(R_JOB_ID),
+            t.get(R_RUN),
+            t.get(R_BLOCK_ID),
+            t.get(R_GEN_ID),
         );
         Ok(match t.hash_lookup(&active, &key)? {
             Some(PENDING) => {
                 // Another packet of the block is creating it: let the creator run, then
                 // look again and join the record it publishes.
-                wait_for_other_thread(t);
-                Goto(lookup_block)
+                Yield(lookup_block)
             }
             Some(rec) if rec & FINISHED != 0 => {
                 // Finished: its Result is kept.
-                t.r[R_BLK] = rec & !FINISHED;
-                t.r[R_CLOSING] = 1;
+                t.set(R_BLK, rec & !FINISHED);
+                t.set(R_CLOSING, true);
                 Goto(lookup_result)
             }
             Some(rec) => {
-                t.r[R_BLK] = rec;
+                t.set(R_BLK, rec);
                 Goto(check_source)
             }
             None => Goto(lookup_result),
@@ -548,12 +659,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // Loss recovery: a block that is not active may have finished; its Result is kept.
     let kept = tables.kept.clone();
     p.instr(lookup_result, move |t| {
-        let (job, block, gen) = (
-            t.r[R_JOB_ID] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
-        );
-        let closing = t.r[R_CLOSING] != 0;
+        let (job, block, gen) = (t.get(R_JOB_ID), t.get(R_BLOCK_ID), t.get(R_GEN_ID));
+        let closing = t.get(R_CLOSING);
         // A peek: only a Result sent again counts as asked for (emit_result's check looks
         // it up), so one that only stale packets look at still expires.
         let kept_gen = match t.hash_peek(&kept, &kept_key(job, block))? {
@@ -561,16 +668,18 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             // generation of it): for this run the block id is free.
             Some(v) => {
                 let (kgen, rec) = parse_kept_value(v);
-                (run_of(t, rec)? == t.r[R_RUN] as u8).then_some((kgen, rec))
+                (run_of(t, rec)? == t.get(R_RUN)).then_some((kgen, rec))
             }
             None => None,
         };
         Ok(match kept_gen {
             Some((kgen, rec)) if kgen == gen => {
-                t.r[R_BLK] = rec;
+                t.set(R_BLK, rec);
                 Goto(answer_result)
             }
-            Some((kgen, _)) if gen_newer(kgen, gen) => Done(Verdict::Drop(r.stale_gen)),
+            Some((kgen, _)) if gen_newer(kgen, gen) => {
+                Done(Verdict::Drop(TrioMlDrop::StaleGen.into()))
+            }
             // The block closed under us and its Result is not kept yet: it is on its way
             // to the whole job.
             _ if closing => Goto(closing_drop),
@@ -580,52 +689,60 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
 
     // A retransmission (or a straggler) of a finished block: send it the kept Result.
     p.instr(answer_result, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let job = job_of(t, rec)?;
-        let src = t.r[R_SRC_ID] as u8;
-        let (word, _) = source_bit(src);
-        if !mask_has(t.read_u64(job + word as u64)?, src) {
-            return drop_as(r.unknown_source);
+        let src = t.get(R_SRC_ID);
+        let word = source(src).word();
+        if !mask_has(t.read_u64(job + word)?, src) {
+            return drop_as(TrioMlDrop::UnknownSource);
         }
-        let received = mask_has(t.read_u64(rec + word as u64)?, src);
-        t.r[R_DEST] = u64::from(nh_addr(Dest::Port(t.port())));
-        t.r[R_ANSWER] = ANSWER_SENDING;
+        let received = mask_has(t.read_u64(rec + word)?, src);
+        t.set(R_DEST, ResultDest::NextHop(nh_addr(Dest::Port(t.port()))));
+        t.set(R_ANSWER, Answer::Sending);
         Ok(Call(
             build_result,
             if received { answered } else { answered_late },
         ))
     });
     p.instr(answered, move |t| {
-        drop_as(if t.r[R_ANSWER] == ANSWER_EXPIRED {
-            r.result_expired
+        drop_as(if t.get(R_ANSWER) == Answer::Expired {
+            TrioMlDrop::ResultExpired
         } else {
-            r.retransmit_answered
+            TrioMlDrop::RetransmitAnswered
         })
     });
     p.instr(answered_late, move |t| {
-        drop_as(if t.r[R_ANSWER] == ANSWER_EXPIRED {
-            r.result_expired
+        drop_as(if t.get(R_ANSWER) == Answer::Expired {
+            TrioMlDrop::ResultExpired
         } else {
-            r.late
+            TrioMlDrop::Late
         })
     });
+}
+
+/// Step 3: a new block: check the job, claim the block's key and a slot from the job's pool.
+fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        lookup_block,
+        lookup_result,
+        create_block,
+        claim_slot,
+        zero_buffer,
+        superseded,
+        ..
+    } = l;
+    let Ctx { lanes, .. } = *c;
 
     // 3. create_block: the job must exist, know the source and allow the gradients.
     let jobs = tables.jobs.clone();
     p.instr(create_block, move |t| {
-        let Some(job) = t.hash_lookup(&jobs, &job_key(t.r[R_JOB_ID] as u8))? else {
-            return drop_as(r.unknown_job);
+        let Some(job) = t.hash_lookup(&jobs, &job_key(t.get(R_JOB_ID)))? else {
+            return drop_as(TrioMlDrop::UnknownJob);
         };
         t.mem_read(job, LM_SCRATCH, LINE_BYTES)?;
         let j = JobCtx::new_checked(t.lm_bytes(LM_SCRATCH, LINE_BYTES)?)?;
-        let src = t.r[R_SRC_ID] as u8;
-        let member = match src / 64 {
-            0 => j.src_mask_0(),
-            1 => j.src_mask_1(),
-            2 => j.src_mask_2(),
-            _ => j.src_mask_3(),
-        } & 1 << (src % 64)
-            != 0;
+        let src = t.get(R_SRC_ID);
+        let member = j.src_mask(usize::from(src / 64)) & 1 << (src % 64) != 0;
         let (cnt_max, grad_max, exp, src_cnt) = (
             j.block_cnt_max(),
             j.block_grad_max(),
@@ -633,24 +750,27 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             j.src_cnt(),
         );
         if !member {
-            return drop_as(r.unknown_source);
+            return drop_as(TrioMlDrop::UnknownSource);
         }
-        let current = t.lm_bytes(LM_SCRATCH + JOB_RUN_AT, 1)?[0] & MAX_RUN_ID;
-        let run = t.r[R_RUN] as u8;
+        let current = j.run_id();
+        let run = t.get(R_RUN);
         if run != 0 && run != current {
-            t.r[R_REPLY_RUN] = u64::from(current);
+            t.set(R_REPLY_RUN, current);
             return Ok(Goto(superseded));
         }
-        if t.r[R_GRAD_CNT] > u64::from(grad_max) {
-            return drop_as(r.block_grad_max);
+        if t.get(R_GRAD_CNT) > grad_max {
+            return drop_as(TrioMlDrop::BlockGradMax);
         }
-        t.r[R_JOB] = job;
-        t.r[R_CNT_MAX] = u64::from(cnt_max);
-        t.r[R_GRAD_MAX] = u64::from(grad_max);
-        t.r[R_EXP] = u64::from(exp);
-        t.r[R_SRC_CNT] = u64::from(src_cnt);
+        t.set(R_JOB, job);
+        t.set(R_CNT_MAX, u32::from(cnt_max));
+        t.set(R_GRAD_MAX, u32::from(grad_max));
+        t.set(R_EXP, exp);
+        t.set(R_SRC_CNT, src_cnt);
         let bufs = t.lm_bytes(LM_SCRATCH + JOB_BUFS_AT, 4)?;
-        t.r[R_BUFS] = u64::from(u32::from_be_bytes([bufs[0], bufs[1], bufs[2], bufs[3]]));
+        t.set(
+            R_BUFS,
+            u32::from_be_bytes([bufs[0], bufs[1], bufs[2], bufs[3]]),
+        );
         Ok(Goto(claim_slot))
     });
 
@@ -667,10 +787,10 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     let kept = tables.kept.clone();
     p.instr(claim_slot, move |t| {
         let (job_id, run, block, gen) = (
-            t.r[R_JOB_ID] as u8,
-            t.r[R_RUN] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
+            t.get(R_JOB_ID),
+            t.get(R_RUN),
+            t.get(R_BLOCK_ID),
+            t.get(R_GEN_ID),
         );
         let key = block_key(job_id, run, block, gen);
         match t.hash_insert(&active, &key, PENDING) {
@@ -692,34 +812,46 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             }
             // Another packet created the block first (or is creating it): join it.
             Ok(Inserted::Existing(_)) => return Ok(Goto(lookup_block)),
-            Err(HashError::Full { .. }) => return drop_as(r.table_full),
+            Err(HashError::Full { .. }) => return drop_as(TrioMlDrop::TableFull),
             Err(e) => return Err(e.into()),
         }
-        let job = t.r[R_JOB];
-        let cnt_max = t.r[R_CNT_MAX] as u32;
-        let in_use = t.fetch_add32(job + JOB_W0, 0, CURR_CNT_INC)? >> 16;
-        let layout = JobLayout::new(job, cnt_max, t.r[R_GRAD_MAX] as u32, lanes);
+        let job = t.get(R_JOB);
+        let cnt_max = t.get(R_CNT_MAX);
+        let in_use =
+            t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_INC)? >> CURR_CNT_LANE_SHIFT;
+        let layout = JobLayout::new(job, cnt_max, t.get(R_GRAD_MAX), lanes);
         let slot = if in_use < cnt_max {
-            claim_free_slot(t, &layout, t.r[R_BLOCK_ID] as u32 % cnt_max)?
+            claim_free_slot(t, &layout, t.get(R_BLOCK_ID) % cnt_max)?
         } else {
             None
         };
         let Some(k) = slot else {
-            t.fetch_add32(job + JOB_W0, 0, CURR_CNT_DEC)?;
+            t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_DEC)?;
             // Nobody can have joined a PENDING key: giving it back is safe.
             t.hash_delete(&active, &key)?;
-            return drop_as(r.block_cnt_max);
+            return drop_as(TrioMlDrop::BlockCntMax);
         };
-        t.r[R_BLK] = layout.slot(k);
-        t.r[R_BUF] = layout.buffer(t.r[R_BUFS] as u32, k);
+        t.set(R_BLK, layout.slot(k));
+        t.set(R_BUF, layout.buffer(t.get(R_BUFS), k));
         Ok(Goto(zero_buffer))
     });
+}
+
+/// Step 3, continued: zero the block's buffer and publish its record.
+fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        zero_buffer,
+        insert_block,
+        aggregate_head,
+        ..
+    } = l;
+    let Ctx { lanes, .. } = *c;
 
     // Zero the part of the buffer the block uses (whole lines, up to 4 KB per XTXN).
     p.instr(zero_buffer, move |t| {
-        let bytes =
-            (t.r[R_GRAD_CNT] * lanes.buffer_bytes()).next_multiple_of(LINE_BYTES as u64) as usize;
-        let buf = t.r[R_BUF];
+        let bytes = (u64::from(t.get(R_GRAD_CNT)) * lanes.buffer_bytes())
+            .next_multiple_of(LINE_BYTES as u64) as usize;
+        let buf = t.get(R_BUF);
         for done in (0..bytes).step_by(MAX_VADD_BYTES) {
             let n = (bytes - done).min(MAX_VADD_BYTES);
             t.mem_zero(buf + (done / 8) as u64, n)?;
@@ -731,14 +863,10 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // publish it in the hash table.
     let active = tables.active.clone();
     p.instr(insert_block, move |t| {
-        let (rec, job, buf) = (t.r[R_BLK], t.r[R_JOB], t.r[R_BUF]);
-        let (block, gen, src) = (
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
-            t.r[R_SRC_ID] as u8,
-        );
-        let (exp, grad_cnt, now) = (t.r[R_EXP] as u8, t.r[R_GRAD_CNT] as u16, t.now_ns());
-        let run = t.r[R_RUN] as u8;
+        let (rec, job, buf) = (t.get(R_BLK), t.get(R_JOB), t.get(R_BUF));
+        let (block, gen, src) = (t.get(R_BLOCK_ID), t.get(R_GEN_ID), t.get(R_SRC_ID));
+        let (exp, grad_cnt, now) = (t.get(R_EXP), t.get(R_GRAD_CNT), t.now_ns());
+        let run = t.get(R_RUN);
         let line = t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?;
         line.fill(0);
         let mut b = BlockCtx::new_checked(&mut *line)?;
@@ -749,50 +877,59 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         b.set_aggr_paddr(paddr(buf));
         b.set_grad_cnt(grad_cnt);
         b.set_rcvd_cnt(0);
-        let bit = 1u64 << (src % 64);
-        match src / 64 {
-            0 => b.set_rcvd_mask_0(bit),
-            1 => b.set_rcvd_mask_1(bit),
-            2 => b.set_rcvd_mask_2(bit),
-            _ => b.set_rcvd_mask_3(bit),
-        }
-        // The creator is in flight (the gate's IN_FLIGHT, bytes 22-23, is 1) ...
-        line[22..24].copy_from_slice(&1u16.to_be_bytes());
-        // ... the record names its run, and the line its block, after the record.
-        line[BLOCK_RUN_AT] = run;
-        line[BLOCK_KEY_AT..BLOCK_KEY_AT + 4].copy_from_slice(&block.to_be_bytes());
-        line[BLOCK_KEY_AT + 4..BLOCK_KEY_AT + 6].copy_from_slice(&gen.to_be_bytes());
+        b.set_rcvd_mask(usize::from(src / 64), 1 << (src % 64));
+        // The creator is in flight; the record names its run ...
+        b.set_in_flight(1);
+        b.set_run_id(run);
+        // ... and the line its block, after the record.
+        let mut key = BlockKey::new_checked(&mut line[BLOCK_KEY_AT..])?;
+        key.set_block_id(block);
+        key.set_gen_id(gen);
         t.mem_write(rec, LM_SCRATCH, LINE_BYTES)?;
-        let key = block_key(t.r[R_JOB_ID] as u8, run, block, gen);
+        let key = block_key(t.get(R_JOB_ID), run, block, gen);
         // Publish the record under the key this thread claimed.
         t.hash_update(&active, &key, rec)?;
         count_block(t, job)?;
         Ok(Goto(aggregate_head))
     });
+}
+
+/// Step 4: check the source against the job and the block, and join the block's gate.
+fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        check_source,
+        join_block,
+        aggregate_head,
+        leave_block,
+        superseded,
+        ..
+    } = l;
+    let _ = c;
+    let _ = tables;
 
     // 4. check_source: a member of the job, with the block's gradient count.
     p.instr(check_source, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let w1 = t.read_u64(rec + BLOCK_W_JOB)?;
         let w2 = t.read_u64(rec + BLOCK_W_GATE)?;
         let job = addr_of((w1 >> BLOCK_JOB_SHIFT) as u32);
         // aggr_paddr straddles words 1 (low 16 bits) and 2 (top 16 bits).
-        t.r[R_BUF] = addr_of(((w1 & 0xFFFF) << 16 | w2 >> 48) as u32);
-        t.r[R_JOB] = job;
-        let src = t.r[R_SRC_ID] as u8;
-        let (word, _) = source_bit(src);
-        if !mask_has(t.read_u64(job + word as u64)?, src) {
-            return drop_as(r.unknown_source);
+        t.set(R_BUF, addr_of(((w1 & 0xFFFF) << 16 | w2 >> 48) as u32));
+        t.set(R_JOB, job);
+        let src = t.get(R_SRC_ID);
+        let word = source(src).word();
+        if !mask_has(t.read_u64(job + word)?, src) {
+            return drop_as(TrioMlDrop::UnknownSource);
         }
-        if (w2 >> BLOCK_GRAD_CNT_SHIFT) & 0xFFF != t.r[R_GRAD_CNT] {
-            return drop_as(r.grad_cnt_mismatch);
+        if BLOCK_GRAD_CNT.get(w2) != u64::from(t.get(R_GRAD_CNT)) {
+            return drop_as(TrioMlDrop::GradCntMismatch);
         }
         // The run state shares the word with src_cnt.
         let w3 = t.read_u64(job + JOB_W_SRC_CNT)?;
-        t.r[R_SRC_CNT] = (w3 >> JOB_SRC_CNT_SHIFT) & 0xFF;
-        let run = t.r[R_RUN] as u8;
+        t.set(R_SRC_CNT, job_src_cnt(w3));
+        let run = t.get(R_RUN);
         if run != 0 && run != job_run(w3) {
-            t.r[R_REPLY_RUN] = u64::from(job_run(w3));
+            t.set(R_REPLY_RUN, job_run(w3));
             return Ok(Goto(superseded));
         }
         Ok(Goto(join_block))
@@ -800,29 +937,47 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
 
     // Enter the block's gate, then mark the source received (once).
     p.instr(join_block, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let gate = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_ENTER)?);
         if gate & GATE_CLOSED != 0 {
-            t.r[R_AFTER] = AFTER_CLOSING;
+            t.set(R_AFTER, After::Closing);
             return Ok(Goto(leave_block));
         }
-        let src = t.r[R_SRC_ID] as u8;
-        let (word, bit) = source_bit(src);
-        if t.fetch_or(rec + word as u64, 1 << bit)? & (1 << bit) != 0 {
+        let src = t.get(R_SRC_ID);
+        let bit = source(src);
+        if t.fetch_or(rec + bit.word(), bit.mask())? & bit.mask() != 0 {
             // A retransmission: never added twice.
-            t.r[R_AFTER] = AFTER_DUPLICATE;
+            t.set(R_AFTER, After::Duplicate);
             return Ok(Goto(leave_block));
         }
         Ok(Goto(aggregate_head))
     });
+}
+
+/// Steps 5 and 6: add the gradients (the head's, then the tail's), count the source; the last one out of a closed block finishes it.
+fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        lookup_result,
+        aggregate_head,
+        aggregate_tail,
+        complete_check,
+        leave_block,
+        consume,
+        drop_duplicate,
+        closing_drop,
+        ..
+    } = l;
+    let finish_block = l.keep_result;
+    let Ctx { lanes, events, .. } = *c;
+    let _ = tables;
 
     // 5. aggregate_head (phase one): the 16-gradient chunks that lie wholly in the head,
     // straight from local memory.
     p.instr(aggregate_head, move |t| {
-        let n = t.r[R_GRAD_CNT] as usize;
+        let n = usize::from(t.get(R_GRAD_CNT));
         let in_head = (t.head_len().saturating_sub(GRADS_AT) / GRAD_BYTES).min(n);
         let chunks = in_head / CHUNK_GRADS;
-        let (buf, grads) = (t.r[R_BUF], t.head_offset() + GRADS_AT);
+        let (buf, grads) = (t.get(R_BUF), t.head_offset() + GRADS_AT);
         for c in 0..chunks {
             add_chunk(
                 t,
@@ -831,7 +986,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 grads + c * LINE_BYTES,
             )?;
         }
-        t.r[R_CHUNK] = chunks as u64;
+        t.set(R_CHUNK, chunks);
         Ok(Goto(if chunks * CHUNK_GRADS < n {
             aggregate_tail
         } else {
@@ -844,9 +999,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // 16-lane vector add, staged in the scratch line from whatever part is left in the head
     // and the rest read from the tail; a short last chunk is padded with zero lanes.
     p.instr(aggregate_tail, move |t| {
-        let n = t.r[R_GRAD_CNT] as usize;
+        let n = usize::from(t.get(R_GRAD_CNT));
         for _ in 0..TAIL_CHUNKS_PER_INSTR {
-            let c = t.r[R_CHUNK] as usize;
+            let c = t.get(R_CHUNK);
             let first = c * CHUNK_GRADS;
             let bytes = (n - first).min(CHUNK_GRADS) * GRAD_BYTES;
             let at = GRADS_AT + first * GRAD_BYTES;
@@ -867,9 +1022,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                     bytes - from_head,
                 )?;
             }
-            let addr = t.r[R_BUF] + (c as u64) * lanes.chunk_words();
+            let addr = t.get(R_BUF) + (c as u64) * lanes.chunk_words();
             add_chunk(t, lanes, addr, LM_SCRATCH)?;
-            t.r[R_CHUNK] += 1;
+            t.set(R_CHUNK, t.get(R_CHUNK) + 1);
             if first + CHUNK_GRADS >= n {
                 return Ok(Goto(complete_check));
             }
@@ -885,71 +1040,91 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         if let Lanes::Fpisa(_) = lanes {
             fpisa::count_events(t, events)?;
         }
-        let rec = t.r[R_BLK];
-        if t.r[R_PKT_DEGRADED] != 0 {
+        let rec = t.get(R_BLK);
+        if t.get(R_PKT_DEGRADED) {
             t.fetch_or(rec + GATE_W, GATE_DEGRADED)?;
         }
         // rcvd_cnt and the contributors in one XTXN (rcvd_cnt never carries: at most 255).
-        let contrib = (t.r[R_CONTRIB] as u32) << CONTRIB_LANE_SHIFT;
-        let old = t.fetch_add32(rec + BLOCK_W_RCVD_CNT, 0, RCVD_CNT_INC | contrib)?;
+        let contrib = (u32::from(t.get(R_CONTRIB))) << CONTRIB_LANE_SHIFT;
+        let old = t.fetch_add32(
+            rec + BLOCK_W_RCVD_CNT,
+            RCVD_CNT_LANE,
+            RCVD_CNT_INC | contrib,
+        )?;
         let rcvd = u64::from(old >> RCVD_CNT_LANE_SHIFT & 0xFF) + 1;
-        if rcvd == t.r[R_SRC_CNT] {
+        if rcvd == u64::from(t.get(R_SRC_CNT)) {
             t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
         }
-        t.r[R_AFTER] = AFTER_CONSUME;
+        t.set(R_AFTER, After::Consume);
         Ok(Goto(leave_block))
     });
 
     // Leave the gate; the last one out of a closed block finishes it.
     p.instr(leave_block, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let old = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_LEAVE)?);
-        let next = match t.r[R_AFTER] {
-            AFTER_CONSUME => consume,
-            AFTER_DUPLICATE => drop_duplicate,
-            _ => {
-                t.r[R_CLOSING] = 1;
+        let next = match t.get(R_AFTER) {
+            After::Consume => consume,
+            After::Duplicate => drop_duplicate,
+            After::Closing => {
+                t.set(R_CLOSING, true);
                 lookup_result
             }
         };
         let last_out = old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
         if last_out && take(t, rec)? {
-            t.r[R_DEST] = DEST_JOB;
+            t.set(R_DEST, ResultDest::Job);
             return Ok(Call(finish_block, next));
         }
         Ok(Goto(next))
     });
     p.instr(consume, |_t| Ok(Done(Verdict::Consume)));
-    p.instr(drop_duplicate, move |_t| drop_as(r.duplicate));
+    p.instr(drop_duplicate, move |_t| drop_as(TrioMlDrop::Duplicate));
     // Closed before we could join, and no Result kept yet: a repeat of a source the block
     // has, or a straggler the block's Result (on its way to the job) leaves out.
     p.instr(closing_drop, move |t| {
-        let src = t.r[R_SRC_ID] as u8;
-        let (word, _) = source_bit(src);
-        let received = mask_has(t.read_u64(t.r[R_BLK] + word as u64)?, src);
-        drop_as(if received { r.duplicate } else { r.late })
+        let src = t.get(R_SRC_ID);
+        let received = mask_has(t.read_u64(t.get(R_BLK) + source(src).word())?, src);
+        drop_as(if received {
+            TrioMlDrop::Duplicate
+        } else {
+            TrioMlDrop::Late
+        })
     });
+}
+
+/// The `finish_block` subroutine: keep the Result, retire the block, free the replaced Result's slot, then build the Result.
+fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        keep_result,
+        release_block,
+        free_replaced,
+        free_own,
+        ..
+    } = l;
+    let build_result = l.result_headers;
+    let Ctx { lanes, .. } = *c;
 
     // finish_block, step 1: keep the Result (record and buffer stay in their slot) in the
     // kept-results table, replacing an older generation of the block id, whose slot is
     // freed next.
     let kept = tables.kept.clone();
     p.instr(keep_result, move |t| {
-        let rec = t.r[R_BLK];
-        let gen = t.r[R_GEN_ID] as u16;
+        let rec = t.get(R_BLK);
+        let gen = t.get(R_GEN_ID);
         let job = job_of(t, rec)?;
-        t.r[R_JOB] = job;
-        t.r[R_FREE] = 0;
-        t.r[R_SILENT] = 0;
-        let run = t.r[R_RUN] as u8;
+        t.set(R_JOB, job);
+        t.set(R_FREE, 0);
+        t.set(R_SILENT, false);
+        let run = t.get(R_RUN);
         if run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?) {
             // A block of a run the job has left (it aged out after a source started a new
             // run): nobody of its run is left to want it. Freed without a Result.
-            t.r[R_FREE] = rec;
-            t.r[R_SILENT] = 1;
+            t.set(R_FREE, rec);
+            t.set(R_SILENT, true);
             return Ok(Goto(release_block));
         }
-        let key = kept_key(t.r[R_JOB_ID] as u8, t.r[R_BLOCK_ID] as u32);
+        let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
         let value = kept_value(gen, rec);
         match t.hash_insert(&kept, &key, value) {
             Ok(Inserted::New) => {}
@@ -958,14 +1133,14 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                     && run_of(t, parse_kept_value(old).1)? == run =>
             {
                 // A newer generation finished first (hosts ran ahead): send, do not keep.
-                t.r[R_FREE] = rec;
+                t.set(R_FREE, rec);
             }
             Ok(Inserted::Existing(_)) => {
                 if let Some(old) = t.hash_update(&kept, &key, value)? {
-                    t.r[R_FREE] = parse_kept_value(old).1;
+                    t.set(R_FREE, parse_kept_value(old).1);
                 }
             }
-            Err(HashError::Full { .. }) => t.r[R_FREE] = rec,
+            Err(HashError::Full { .. }) => t.set(R_FREE, rec),
             Err(e) => return Err(e.into()),
         }
         Ok(Goto(release_block))
@@ -975,20 +1150,20 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // marker (or goes, if its Result is not kept); build and send its Result.
     let active = tables.active.clone();
     p.instr(release_block, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         let key = block_key(
-            t.r[R_JOB_ID] as u8,
-            t.r[R_RUN] as u8,
-            t.r[R_BLOCK_ID] as u32,
-            t.r[R_GEN_ID] as u16,
+            t.get(R_JOB_ID),
+            t.get(R_RUN),
+            t.get(R_BLOCK_ID),
+            t.get(R_GEN_ID),
         );
-        if t.r[R_FREE] == rec {
+        if t.get(R_FREE) == rec {
             t.hash_delete(&active, &key)?;
         } else {
             t.hash_update(&active, &key, rec | FINISHED)?;
         }
-        t.r[R_DEST] = DEST_JOB;
-        t.r[R_ANSWER] = 0;
+        t.set(R_DEST, ResultDest::Job);
+        t.set(R_ANSWER, Answer::No);
         Ok(Goto(free_replaced))
     });
 
@@ -1000,9 +1175,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // This block's own slot, when its Result is not kept, is freed once the Result is built.
     let active = tables.active.clone();
     p.instr(free_replaced, move |t| {
-        let old = t.r[R_FREE];
-        if old == t.r[R_BLK] {
-            if t.r[R_SILENT] != 0 {
+        let old = t.get(R_FREE);
+        if old == t.get(R_BLK) {
+            if t.get(R_SILENT) {
                 return Ok(Goto(free_own));
             }
             return Ok(Call(build_result, free_own));
@@ -1011,20 +1186,36 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             let key = t.read_u64(old + BLOCK_KEY_WORD)?;
             let (block, gen) = ((key >> 16) as u32, key as u16);
             let run = run_of(t, old)?;
-            t.hash_delete(&active, &block_key(t.r[R_JOB_ID] as u8, run, block, gen))?;
-            free_slot(t, t.r[R_JOB], old, lanes)?;
+            t.hash_delete(&active, &block_key(t.get(R_JOB_ID), run, block, gen))?;
+            free_slot(t, t.get(R_JOB), old, lanes)?;
         }
         // build_result returns to finish_block's caller.
         Ok(Goto(build_result))
     });
     p.instr(free_own, move |t| {
-        free_slot(t, t.r[R_JOB], t.r[R_BLK], lanes)?;
+        free_slot(t, t.get(R_JOB), t.get(R_BLK), lanes)?;
         Ok(Return)
     });
+}
+
+/// Step 7, the `build_result` subroutine: the Result's headers, its sums 256 bytes per instruction, and the send.
+fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        result_headers,
+        result_tail,
+        emit_result,
+        ..
+    } = l;
+    let Ctx {
+        udp_port,
+        local_mac,
+        lanes,
+        ..
+    } = *c;
 
     // 7. build_result: the Result's headers, from the block and job records.
     p.instr(result_headers, move |t| {
-        let rec = t.r[R_BLK];
+        let rec = t.get(R_BLK);
         t.mem_read(rec, LM_BLOCK_REC, LINE_BYTES)?;
         let b = BlockCtx::new_checked(t.lm_bytes(LM_BLOCK_REC, LINE_BYTES)?)?;
         let (job, buf, grad_cnt, rcvd_cnt) = (
@@ -1033,18 +1224,10 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             b.grad_cnt(),
             b.rcvd_cnt(),
         );
-        let rec_bytes = t.lm_bytes(LM_BLOCK_REC, LINE_BYTES)?;
-        let contributors = rec_bytes[CONTRIB_AT];
-        let gate = u64::from_be_bytes(
-            rec_bytes[BLOCK_W_GATE as usize * 8..BLOCK_W_GATE as usize * 8 + 8]
-                .try_into()
-                .expect("one word"),
-        );
-        let lower_partial = gate & GATE_DEGRADED != 0;
-        let run = rec_bytes[BLOCK_RUN_AT] & MAX_RUN_ID;
-        let key = t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, 6)?;
-        let block = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
-        let gen = u16::from_be_bytes([key[4], key[5]]);
+        let (contributors, lower_partial, run) =
+            (b.contributors(), b.degraded(), b.run_id() & MAX_RUN_ID);
+        let key = BlockKey::new_checked(t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, BLOCK_KEY_LEN)?)?;
+        let (block, gen) = (key.block_id(), key.gen_id());
         t.mem_read(job, LM_JOB_REC, LINE_BYTES)?;
         let j = JobCtx::new_checked(t.lm_bytes(LM_JOB_REC, LINE_BYTES)?)?;
         let (out_src, out_dst, out_nh, src_cnt) = (
@@ -1056,7 +1239,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let partial = rcvd_cnt < src_cnt;
         let out_dst = Ipv4Addr::from(out_dst);
         let hdr = TrioMlHdrFields {
-            job_id: t.r[R_JOB_ID] as u8,
+            job_id: t.get(R_JOB_ID),
             block_id: block,
             age_op: u8::from(partial),
             final_block: false,
@@ -1089,12 +1272,12 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             &hdr,
             grad_bytes,
         );
-        if t.r[R_DEST] == DEST_JOB {
-            t.r[R_DEST] = u64::from(out_nh);
+        if t.get(R_DEST) == ResultDest::Job {
+            t.set(R_DEST, ResultDest::NextHop(out_nh));
         }
-        t.r[R_GRAD_CNT] = u64::from(grad_cnt);
-        t.r[R_BUF] = buf;
-        t.r[R_CHUNK] = 0;
+        t.set(R_GRAD_CNT, grad_cnt);
+        t.set(R_BUF, buf);
+        t.set(R_CHUNK, 0);
         t.clear_tail();
         Ok(Goto(result_tail))
     });
@@ -1105,23 +1288,23 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // into FP32 where it lands (FPISA's egress step, `fpisa::pull_fp32_sums`), so the chunk
     // still fits below LM_AGED.
     p.instr(result_tail, move |t| {
-        let total = t.r[R_GRAD_CNT] as usize * GRAD_BYTES;
-        let start = t.r[R_CHUNK] as usize * RESULT_CHUNK_BYTES;
+        let total = usize::from(t.get(R_GRAD_CNT)) * GRAD_BYTES;
+        let start = t.get(R_CHUNK) * RESULT_CHUNK_BYTES;
         let len = (total - start).min(RESULT_CHUNK_BYTES);
         match lanes {
             Lanes::Int32 => {
                 // The buffer holds whole lines (zeroed past the gradients), so the pull
                 // is too.
                 let lines = len.next_multiple_of(LINE_BYTES);
-                t.mem_read_lines(t.r[R_BUF] + (start / 8) as u64, LM_RESULT_DATA, lines)?;
+                t.mem_read_lines(t.get(R_BUF) + (start / 8) as u64, LM_RESULT_DATA, lines)?;
             }
             Lanes::Fpisa(_) => {
-                let first_word = t.r[R_BUF] + (start / GRAD_BYTES) as u64;
+                let first_word = t.get(R_BUF) + (start / GRAD_BYTES) as u64;
                 fpisa::pull_fp32_sums(t, first_word, LM_RESULT_DATA, len / GRAD_BYTES)?;
             }
         }
         t.write_tail(LM_RESULT_DATA, len)?;
-        t.r[R_CHUNK] += 1;
+        t.set(R_CHUNK, t.get(R_CHUNK) + 1);
         Ok(Goto(if start + len < total {
             result_tail
         } else {
@@ -1137,20 +1320,42 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // whole; otherwise it may hold another block's sums and is not sent.
     let kept = tables.kept.clone();
     p.instr(emit_result, move |t| {
-        if t.r[R_ANSWER] == ANSWER_SENDING {
-            let key = kept_key(t.r[R_JOB_ID] as u8, t.r[R_BLOCK_ID] as u32);
-            let want = kept_value(t.r[R_GEN_ID] as u16, t.r[R_BLK]);
+        if t.get(R_ANSWER) == Answer::Sending {
+            let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
+            let want = kept_value(t.get(R_GEN_ID), t.get(R_BLK));
             if !t
                 .hash_lookup(&kept, &key)?
                 .is_some_and(|v| same_kept(v, want))
             {
-                t.r[R_ANSWER] = ANSWER_EXPIRED;
+                t.set(R_ANSWER, Answer::Expired);
                 return Ok(Return);
             }
         }
-        t.emit(nh_dest(t.r[R_DEST] as u32), LM_RESULT_HDR, HEADERS_LEN)?;
+        // result_headers resolved the job's next hop.
+        let ResultDest::NextHop(nh) = t.get(R_DEST) else {
+            return Err(FaultDetail::Panic("a Result sent before its headers".into()).into());
+        };
+        t.emit(nh_dest(nh), LM_RESULT_HDR, HEADERS_LEN)?;
         Ok(Return)
     });
+}
+
+/// The timer threads (§5): age the blocks of the launch's slice and finish the aged ones; age the kept Results and free the expired ones.
+fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        scan_blocks,
+        close_aged,
+        scan_kept,
+        free_expired,
+        ..
+    } = l;
+    let finish_block = l.keep_result;
+    let Ctx {
+        scan_period_ns,
+        keep_scans,
+        lanes,
+        ..
+    } = *c;
 
     // Timer threads (§5): age every block record of this launch's slice of the table by
     // its REF flag, and list the blocks that aged out.
@@ -1175,13 +1380,14 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         let mut aged = 0;
         for (key, rec, referenced) in visited {
             let w0 = t.read_u64(rec + BLOCK_W_AGE)?;
-            let (exp, age) = ((w0 >> BLOCK_EXP_SHIFT) as u8, (w0 >> BLOCK_AGE_SHIFT) as u8);
+            // 8-bit fields: the casts keep all of them.
+            let (exp, age) = (BLOCK_EXP.get(w0) as u8, BLOCK_AGE.get(w0) as u8);
             let new_age = if referenced { 0 } else { age.saturating_add(1) };
             if new_age != age {
                 t.masked_write(
                     rec + BLOCK_W_AGE,
-                    u64::from(new_age) << BLOCK_AGE_SHIFT,
-                    0xFF << BLOCK_AGE_SHIFT,
+                    BLOCK_AGE.place(u64::from(new_age)),
+                    BLOCK_AGE.mask(),
                 )?;
             }
             let idle_ns = u64::from(new_age) * scan_period_ns;
@@ -1193,8 +1399,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
                 aged += 1;
             }
         }
-        t.r[R_AGED_N] = aged as u64;
-        t.r[R_AGED_I] = 0;
+        t.set(R_AGED_N, aged);
+        t.set(R_AGED_I, 0);
         Ok(Goto(close_aged))
     });
 
@@ -1202,20 +1408,20 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // thread finishes it (a partial Result: age_op = 1, degraded); otherwise the last adder
     // to leave does.
     p.instr(close_aged, move |t| {
-        let i = t.r[R_AGED_I] as usize;
-        if i == t.r[R_AGED_N] as usize {
+        let i = t.get(R_AGED_I);
+        if i == t.get(R_AGED_N) {
             return Ok(Goto(scan_kept));
         }
-        t.r[R_AGED_I] += 1;
+        t.set(R_AGED_I, t.get(R_AGED_I) + 1);
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
         let (job, run, block, gen) =
             parse_block_key(&e[..BLOCK_KEY_BYTES]).expect("a whole block key");
         let rec = u64::from_be_bytes(e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"));
-        t.r[R_JOB_ID] = u64::from(job);
-        t.r[R_RUN] = u64::from(run);
-        t.r[R_BLOCK_ID] = u64::from(block);
-        t.r[R_GEN_ID] = u64::from(gen);
-        t.r[R_BLK] = rec;
+        t.set(R_JOB_ID, job);
+        t.set(R_RUN, run);
+        t.set(R_BLOCK_ID, block);
+        t.set(R_GEN_ID, gen);
+        t.set(R_BLK, rec);
         let old = t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
         if old & GATE_CLOSED == 0 && old & GATE_IN_FLIGHT == 0 && take(t, rec)? {
             return Ok(Call(finish_block, close_aged));
@@ -1263,8 +1469,8 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             e[..5].copy_from_slice(key);
             e[8..].copy_from_slice(&v.to_be_bytes());
         }
-        t.r[R_AGED_N] = expired.len() as u64;
-        t.r[R_AGED_I] = 0;
+        t.set(R_AGED_N, expired.len());
+        t.set(R_AGED_I, 0);
         Ok(Goto(free_expired))
     });
 
@@ -1272,11 +1478,11 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     // created while the marker is there, so the key is still this Result's), then its slot.
     let active = tables.active.clone();
     p.instr(free_expired, move |t| {
-        let i = t.r[R_AGED_I] as usize;
-        if i == t.r[R_AGED_N] as usize {
+        let i = t.get(R_AGED_I);
+        if i == t.get(R_AGED_N) {
             return Ok(Done(Verdict::Consume));
         }
-        t.r[R_AGED_I] += 1;
+        t.set(R_AGED_I, t.get(R_AGED_I) + 1);
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
         let (job_id, block) = parse_kept_key(e[..5].try_into().expect("5 bytes"));
         let v = u64::from_be_bytes(e[8..16].try_into().expect("8 bytes"));
@@ -1287,26 +1493,41 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         free_slot(t, job, rec, lanes)?;
         Ok(Goto(free_expired))
     });
+}
+
+/// The run protocol ([`Control`]): a Join under the job's Join lock, and the replies.
+fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let Labels {
+        join_run,
+        superseded,
+        control_reply,
+        ..
+    } = l;
+    let Ctx {
+        local_addr,
+        udp_port,
+        local_mac,
+        ..
+    } = *c;
 
     // The run protocol (wire::Control). join_run: a source of the job joins its run, under
     // the job's Join lock (one bit of the run word, held for two XTXNs): see decide_join.
     let jobs = tables.jobs.clone();
     p.instr(join_run, move |t| {
-        let Some(job) = t.hash_lookup(&jobs, &job_key(t.r[R_JOB_ID] as u8))? else {
-            return drop_as(r.unknown_job);
+        let Some(job) = t.hash_lookup(&jobs, &job_key(t.get(R_JOB_ID)))? else {
+            return drop_as(TrioMlDrop::UnknownJob);
         };
-        let src = t.r[R_SRC_ID] as u8;
-        let (word, _) = source_bit(src);
-        if !mask_has(t.read_u64(job + word as u64)?, src) {
-            return drop_as(r.unknown_source);
+        let src = t.get(R_SRC_ID);
+        let word = source(src).word();
+        if !mask_has(t.read_u64(job + word)?, src) {
+            return drop_as(TrioMlDrop::UnknownSource);
         }
         let w3 = t.fetch_or(job + JOB_W_RUN, JOB_RUN_LOCK)?;
         if w3 & JOB_RUN_LOCK != 0 {
             // Another Join of the job holds the lock.
-            wait_for_other_thread(t);
-            return Ok(Goto(join_run));
+            return Ok(Yield(join_run));
         }
-        let run = match decide_join(t, job, w3, src, t.r[R_BLOCK_ID] as u32) {
+        let run = match decide_join(t, job, w3, src, t.get(R_BLOCK_ID)) {
             Ok(run) => run,
             Err(fault) => {
                 t.fetch_clear(job + JOB_W_RUN, JOB_RUN_LOCK)?;
@@ -1319,27 +1540,26 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             u64::from(run) << JOB_RUN_SHIFT,
             JOB_RUN_MASK | JOB_RUN_LOCK,
         )?;
-        t.r[R_REPLY_RUN] = u64::from(run);
-        t.r[R_CTL_OP] = u64::from(CTL_JOINED);
+        t.set(R_REPLY_RUN, run);
+        t.set(R_CTL_OP, CTL_JOINED);
         Ok(Goto(control_reply))
     });
     // Gradients of a run the job has left: tell their worker which run is current.
     p.instr(superseded, move |t| {
-        t.r[R_CTL_OP] = u64::from(CTL_SUPERSEDED);
+        t.set(R_CTL_OP, CTL_SUPERSEDED);
         Ok(Goto(control_reply))
     });
     // A control reply to the packet's sender, out of the port it came from.
     p.instr(control_reply, move |t| {
-        let head = t.head(0)?;
-        let from_mac = Ether::new_checked(head)?.smac().to_be_bytes();
-        let from_addr = Ipv4::new_checked(&head[IPV4_AT..])?.src_addr();
-        let from_port = Udp::new_checked(&head[UDP_AT..])?.src_port();
-        let op = t.r[R_CTL_OP] as u8;
-        let run_id = t.r[R_REPLY_RUN] as u8;
+        let from_mac = t.view::<Ether>(0)?.smac().to_be_bytes();
+        let from_addr = t.view::<Ipv4>(IPV4_AT)?.src_addr();
+        let from_port = t.view::<Udp>(UDP_AT)?.src_port();
+        let op = t.get(R_CTL_OP);
+        let run_id = t.get(R_REPLY_RUN);
         let control = if op == CTL_JOINED {
             Control::Joined {
                 run_id,
-                nonce: t.r[R_BLOCK_ID] as u32,
+                nonce: t.get(R_BLOCK_ID),
             }
         } else {
             Control::Superseded { run_id }
@@ -1359,18 +1579,13 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
             src_port: udp_port,
             dst_port: from_port,
         };
-        let hdr = control.header(t.r[R_JOB_ID] as u8, t.r[R_SRC_ID] as u8);
+        let hdr = control.header(t.get(R_JOB_ID), t.get(R_SRC_ID));
         write_headers(t.lm_bytes_mut(LM_RESULT_HDR, HEADERS_LEN)?, &ep, &hdr, 0);
         t.emit(Dest::Port(t.port()), LM_RESULT_HDR, HEADERS_LEN)?;
         drop_as(if op == CTL_JOINED {
-            r.join_answered
+            TrioMlDrop::JoinAnswered
         } else {
-            r.stale_run
+            TrioMlDrop::StaleRun
         })
     });
-
-    p.entry(Entry::Packet, parse);
-    p.entry(Entry::Timer(super::TIMER_ENTRY), scan_blocks);
-    p.build()
-        .expect("the Trio-ML program defines every label it declares")
 }

@@ -11,18 +11,11 @@ use std::net::Ipv4Addr;
 
 use pfemu::packet::Dest;
 use pfemu::wire::{Ether, Ipv4, Udp, WireError, ETHERTYPE_IPV4, IPPROTO_UDP};
+pub use pfemu::wire::{ETHER_LEN, IPV4_LEN, UDP_LEN};
 
 /// The UDP destination port of aggregation packets unless configured otherwise (the
 /// paper's example).
 pub const DEFAULT_UDP_PORT: u16 = 12000;
-/// Bytes of the Ethernet header.
-pub const ETHER_LEN: usize = 14;
-/// Bytes of the IPv4 header (no options).
-pub const IPV4_LEN: usize = 20;
-/// Bytes of the UDP header.
-pub const UDP_LEN: usize = 8;
-/// Bytes of the Trio-ML header.
-pub const TRIO_ML_HDR_LEN: usize = 12;
 /// Where the IPv4 header starts in the frame.
 pub const IPV4_AT: usize = ETHER_LEN;
 /// Where the UDP header starts in the frame.
@@ -89,17 +82,17 @@ pfemu::header! {
         out_dst_addr: 32,
         /// Where Result packets go: see [`nh_addr`].
         out_nh_addr: 32,
-        _: 24,
+        _: 16,
+        /// Trio-ML's run state, in the padding (byte 24): the lock of the Join handler.
+        run_lock: 1,
+        _: 3,
+        /// Trio-ML's run state: the job's current run id (0 until a worker joins).
+        run_id: 4,
         /// Number of sources in the job.
         src_cnt: 8,
-        /// Sources 0..64 (source `s` is bit `s`).
-        src_mask_0: 64,
-        /// Sources 64..128.
-        src_mask_1: 64,
-        /// Sources 128..192.
-        src_mask_2: 64,
-        /// Sources 192..256.
-        src_mask_3: 64,
+        /// The job's sources: source `s` is bit `s % 64` of element `s / 64` (four 64-bit
+        /// masks, `src_mask_0` to `src_mask_3` in the paper).
+        src_mask: [64; 4],
     }
 }
 
@@ -116,40 +109,70 @@ pfemu::header! {
         job_ctx_paddr: 32,
         /// The aggregation buffer, as a 32-bit line address.
         aggr_paddr: 32,
-        _: 20,
+        /// Trio-ML, in the padding (byte 18): the block's run id (0: a client of the
+        /// paper's header alone).
+        run_id: 8,
+        _: 8,
+        /// Trio-ML's gate (see the `layout` module), in the padding: no adder may enter.
+        closed: 1,
+        /// The gate: a thread has claimed the finishing of the block.
+        taken: 1,
+        /// The gate: a source's packet was itself a partial Result, so this block's is too.
+        degraded: 1,
+        _: 1,
         /// Gradients in the block.
         grad_cnt: 12,
-        _: 24,
+        /// The gate, in the padding (bytes 22-23): adders between entering and leaving.
+        in_flight: 16,
+        /// Trio-ML, in the padding (byte 24): what the sources count for in the Result's
+        /// `src_cnt` (a server 1, a lower aggregator its own `src_cnt`).
+        contributors: 8,
         /// Sources whose gradients were added.
         rcvd_cnt: 8,
-        /// Sources 0..64 received (source `s` is bit `s`).
-        rcvd_mask_0: 64,
-        /// Sources 64..128 received.
-        rcvd_mask_1: 64,
-        /// Sources 128..192 received.
-        rcvd_mask_2: 64,
-        /// Sources 192..256 received.
-        rcvd_mask_3: 64,
+        /// Sources received: source `s` is bit `s % 64` of element `s / 64`
+        /// (`rcvd_mask_0` to `rcvd_mask_3` in the paper).
+        rcvd_mask: [64; 4],
     }
 }
 
-/// Bit offset of the first source mask (`src_mask_0`, `rcvd_mask_0`) in both records.
-pub const SOURCE_MASKS_AT_BIT: usize = 208;
+pfemu::header! {
+    /// What Trio-ML keeps in a block record's line after the record (at
+    /// [`BLOCK_CTX_LEN`]): the block's key, so the control plane and the Result builder can
+    /// tell which block a slot holds.
+    pub struct BlockKey {
+        /// The block id.
+        block_id: 32,
+        /// The generation.
+        gen_id: 16,
+    }
+}
 
-/// Where source `src_id`'s bit lies in a job's `src_mask_*` or a block's `rcvd_mask_*`
-/// (both masks start at bit [`SOURCE_MASKS_AT_BIT`]): `(word, bit)`, the index of the
-/// 8-byte word of the record and the bit in that word (`1 << bit`), the word read as
-/// `u64::from_be_bytes` (as shared memory maps bytes to words).
+pfemu::header! {
+    /// What Trio-ML keeps in a job record's line after the record (at [`JOB_CTX_LEN`]).
+    pub struct JobBufs {
+        /// The 32-bit address of the job's aggregation buffers in the accumulator region,
+        /// buffer `k` at `k * JobLayout::buffer_words` words from it; 0 when the buffers are
+        /// in the slots.
+        bufs_paddr: 32,
+    }
+}
+
+const _: () = assert!(BLOCK_CTX_LEN + BLOCK_KEY_LEN <= 64 && JOB_CTX_LEN + JOB_BUFS_LEN <= 64);
+
+/// Bit offset of the first source mask (`src_mask[0]`, `rcvd_mask[0]`) in both records.
+pub const SOURCE_MASKS_AT_BIT: usize = BlockCtxLayout::RCVD_MASK.first.bit;
+const _: () = assert!(JobCtxLayout::SRC_MASK.first.bit == SOURCE_MASKS_AT_BIT);
+
+/// Where source `src_id`'s bit lies in a job's `src_mask` or a block's `rcvd_mask` (both
+/// start at bit [`SOURCE_MASKS_AT_BIT`]): `(word, bit)`, the index of the 8-byte word of
+/// the record and the bit in that word (`1 << bit`), the word read as `u64::from_be_bytes`
+/// (as shared memory maps bytes to words).
 ///
-/// Source `s` is bit `s % 64` (value `1 << (s % 64)`) of mask field `s / 64`. The masks
-/// are not word aligned (they start at byte 26), but each bit lies in one word.
+/// Source `s` is bit `s % 64` (value `1 << (s % 64)`) of mask `s / 64`. The masks are not
+/// word aligned (they start at byte 26), but each bit lies in one word.
 pub const fn source_bit(src_id: u8) -> (usize, u32) {
-    let s = src_id as usize;
-    let field = SOURCE_MASKS_AT_BIT + 64 * (s / 64);
-    // The field's value bit b (b = 0 least significant) is its (63 - b)-th bit in network
-    // order.
-    let record_bit = field + 63 - s % 64;
-    (record_bit / 64, 63 - (record_bit % 64) as u32)
+    let f = BlockCtxLayout::RCVD_MASK.bit(src_id as usize);
+    (f.word() as usize, f.shift())
 }
 
 /// Bit 31 of `out_nh_addr`: the low 16 bits are a multicast group, not a port.
@@ -544,10 +567,10 @@ mod tests {
         j.set_out_dst_addr(0xEF01_0203);
         j.set_out_nh_addr(0x8000_0007);
         j.set_src_cnt(0x07);
-        j.set_src_mask_0(0x0102_0304_0506_0708);
-        j.set_src_mask_1(0x1112_1314_1516_1718);
-        j.set_src_mask_2(0x2122_2324_2526_2728);
-        j.set_src_mask_3(0x3132_3334_3536_3738);
+        j.set_src_mask(0, 0x0102_0304_0506_0708);
+        j.set_src_mask(1, 0x1112_1314_1516_1718);
+        j.set_src_mask(2, 0x2122_2324_2526_2728);
+        j.set_src_mask(3, 0x3132_3334_3536_3738);
         #[rustfmt::skip]
         let expect: [u8; 64] = [
             0x12, 0x34,                         // block_curr_cnt
@@ -588,10 +611,10 @@ mod tests {
         b.set_aggr_paddr(0xDDEE_FF01);
         b.set_grad_cnt(0x123);
         b.set_rcvd_cnt(0x42);
-        b.set_rcvd_mask_0(0x0102_0304_0506_0708);
-        b.set_rcvd_mask_1(0x1112_1314_1516_1718);
-        b.set_rcvd_mask_2(0x2122_2324_2526_2728);
-        b.set_rcvd_mask_3(0x3132_3334_3536_3738);
+        b.set_rcvd_mask(0, 0x0102_0304_0506_0708);
+        b.set_rcvd_mask(1, 0x1112_1314_1516_1718);
+        b.set_rcvd_mask(2, 0x2122_2324_2526_2728);
+        b.set_rcvd_mask(3, 0x3132_3334_3536_3738);
         #[rustfmt::skip]
         let expect: [u8; 64] = [
             0x0A,                                           // block_exp
@@ -633,12 +656,7 @@ mod tests {
             buf.fill(0);
             let mut b = BlockCtx::new_checked(&mut buf[..]).unwrap();
             let v = 1u64 << (s % 64);
-            match s / 64 {
-                0 => b.set_rcvd_mask_0(v),
-                1 => b.set_rcvd_mask_1(v),
-                2 => b.set_rcvd_mask_2(v),
-                _ => b.set_rcvd_mask_3(v),
-            }
+            b.set_rcvd_mask(usize::from(s / 64), v);
             let (word, bit) = source_bit(s);
             for i in 0..8 {
                 let w = u64::from_be_bytes(buf[8 * i..8 * i + 8].try_into().unwrap());

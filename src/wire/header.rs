@@ -119,6 +119,147 @@ impl_widths!(u128 =>
     95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117
     118 119 120 121 122 123 124 125 126 127 128);
 
+/// Where a field of a [`header!`](crate::header) record lies, for the read-modify-write
+/// XTXNs that update one field of a record in shared memory without reading it into local
+/// memory. Shared memory maps each 8-byte word of a record to a `u64` read big-endian, so
+/// a field that lies inside one word is [`Field::mask`] of word [`Field::word`], its value
+/// `(word & mask) >> shift`. The macro generates one per field (`JobCtx::SRC_CNT`); the
+/// word, shift and mask of a field that straddles two words do not exist, and asking for
+/// them in a constant is a compile-time error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Field {
+    /// Bit offset from the start of the record (bit 0 is the top bit of byte 0).
+    pub bit: usize,
+    /// Width in bits.
+    pub width: usize,
+}
+
+impl Field {
+    /// The field `width` bits wide at bit offset `bit`.
+    pub const fn new(bit: usize, width: usize) -> Field {
+        Field { bit, width }
+    }
+
+    /// Whether the field lies inside one 8-byte word.
+    pub const fn in_one_word(self) -> bool {
+        self.width >= 1 && self.width <= 64 && self.bit % 64 + self.width <= 64
+    }
+
+    /// The index of the 8-byte word of the record holding the field.
+    ///
+    /// # Panics
+    /// If the field straddles two words (at compile time, in a constant).
+    pub const fn word(self) -> u64 {
+        assert!(self.in_one_word(), "the field straddles two 8-byte words");
+        (self.bit / 64) as u64
+    }
+
+    /// The shift of the field's least significant bit in its word.
+    ///
+    /// # Panics
+    /// If the field straddles two words.
+    pub const fn shift(self) -> u32 {
+        assert!(self.in_one_word(), "the field straddles two 8-byte words");
+        (64 - self.bit % 64 - self.width) as u32
+    }
+
+    /// The field's bits in its word.
+    ///
+    /// # Panics
+    /// If the field straddles two words.
+    pub const fn mask(self) -> u64 {
+        mask64(self.width) << self.shift()
+    }
+
+    /// The field's value in its word.
+    #[inline]
+    pub const fn get(self, word: u64) -> u64 {
+        (word & self.mask()) >> self.shift()
+    }
+
+    /// `value` placed in the field's bits (the bits beyond its width dropped): the value
+    /// of a masked write or the delta of a wrapping add that changes only this field.
+    #[inline]
+    pub const fn place(self, value: u64) -> u64 {
+        (value << self.shift()) & self.mask()
+    }
+
+    /// The 32-bit lane of the word holding the field, as `fetch_add32` numbers them (0:
+    /// the first 4 bytes, the word's high half).
+    ///
+    /// # Panics
+    /// If the field straddles two lanes.
+    pub const fn lane(self) -> u8 {
+        assert!(
+            self.bit % 32 + self.width <= 32,
+            "the field straddles two 32-bit lanes"
+        );
+        ((self.bit % 64) / 32) as u8
+    }
+
+    /// The shift of the field's least significant bit in its 32-bit lane.
+    ///
+    /// # Panics
+    /// If the field straddles two lanes.
+    pub const fn lane_shift(self) -> u32 {
+        let _ = self.lane();
+        (32 - self.bit % 32 - self.width) as u32
+    }
+
+    /// The byte of the record the field starts at.
+    ///
+    /// # Panics
+    /// If the field does not start on a byte boundary.
+    pub const fn byte(self) -> usize {
+        assert!(self.bit % 8 == 0, "the field does not start on a byte");
+        self.bit / 8
+    }
+
+    /// Bit `i` of the field's value (bit 0 the least significant), as a 1-bit field.
+    ///
+    /// # Panics
+    /// If `i` is not below the width.
+    pub const fn bit(self, i: usize) -> Field {
+        assert!(i < self.width, "bit index beyond the field's width");
+        Field::new(self.bit + self.width - 1 - i, 1)
+    }
+}
+
+/// An array field of a [`header!`](crate::header) record (`src_mask: [64; 4]`): `len`
+/// fields of `width` bits each, back to back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FieldArray {
+    /// The first element.
+    pub first: Field,
+    /// Elements in the array.
+    pub len: usize,
+}
+
+impl FieldArray {
+    /// `len` fields of `width` bits from bit offset `bit`.
+    pub const fn new(bit: usize, width: usize, len: usize) -> FieldArray {
+        FieldArray {
+            first: Field::new(bit, width),
+            len,
+        }
+    }
+
+    /// Element `i`.
+    ///
+    /// # Panics
+    /// If `i` is not below [`FieldArray::len`].
+    pub const fn at(self, i: usize) -> Field {
+        assert!(i < self.len, "index beyond the array field's length");
+        Field::new(self.first.bit + i * self.first.width, self.first.width)
+    }
+
+    /// Bit `i` of the array read as one little-endian bit set: bit `i % width` of element
+    /// `i / width` (Trio-ML's source masks: source `s` is bit `s % 64` of mask `s / 64`).
+    pub const fn bit(self, i: usize) -> Field {
+        self.at(i / self.first.width).bit(i % self.first.width)
+    }
+}
+
 /// Identity, used by [`header!`](crate::header) to pass a width expression as a const
 /// generic argument.
 #[doc(hidden)]
@@ -342,16 +483,16 @@ macro_rules! __header_field_type {
     (122) => { u128 }; (123) => { u128 }; (124) => { u128 }; (125) => { u128 };
     (126) => { u128 }; (127) => { u128 }; (128) => { u128 };
     (($($e:tt)*)) => {
-        <$crate::wire::Width<{ $crate::wire::header::width($($e)*) }>
-            as $crate::wire::FieldWidth>::Type
+        <$crate::wire::__private::Width<{ $crate::wire::__private::width($($e)*) }>
+            as $crate::wire::__private::FieldWidth>::Type
     };
     ({$($e:tt)*}) => {
-        <$crate::wire::Width<{ $crate::wire::header::width($($e)*) }>
-            as $crate::wire::FieldWidth>::Type
+        <$crate::wire::__private::Width<{ $crate::wire::__private::width($($e)*) }>
+            as $crate::wire::__private::FieldWidth>::Type
     };
     ($w:tt) => {
-        <$crate::wire::Width<{ $crate::wire::header::width($w) }>
-            as $crate::wire::FieldWidth>::Type
+        <$crate::wire::__private::Width<{ $crate::wire::__private::width($w) }>
+            as $crate::wire::__private::FieldWidth>::Type
     };
 }
 
@@ -386,7 +527,8 @@ macro_rules! __header_field_type {
 /// assert_eq!(buf[5], 0x08); // age_op:4, then final
 /// ```
 ///
-/// Fields are `name: width` separated by commas; `_: width` is unnamed padding; raw
+/// Fields are `name: width` separated by commas; `name: [width; len]` is an array of `len`
+/// fields of `width` bits (a record's bit sets, say); `_: width` is unnamed padding; raw
 /// identifiers (`r#final`) are accepted and doc comments / attributes may precede the
 /// struct and each field. A width is an integer literal or a parenthesised constant
 /// expression (`(2 * 8)`); named fields must be `1..=128` bits wide and the total must be
@@ -402,47 +544,150 @@ macro_rules! __header_field_type {
 /// For `pub struct Name { .. }` the macro generates `pub struct Name<T: AsRef<[u8]>>`
 /// (deriving `Debug, Clone, Copy, PartialEq, Eq, Hash` where `T` does) with:
 ///
-/// - `LEN` (bytes), `BITS` and `FIELDS` (`(name, bit offset, width)` of each named field);
+/// - `LEN` (bytes), `BITS` and `FIELDS` (`(name, bit offset, width)` of each named scalar
+///   field);
 /// - `new_unchecked`, `new_checked` (fails with
 ///   [`WireError::Truncated`](crate::wire::WireError) if the buffer is shorter than
 ///   `LEN`), `check_len`, `into_inner`, `as_bytes` (the first `LEN` bytes) and `rest`
 ///   (the bytes after them); with `T: AsMut<[u8]>` also `as_bytes_mut` and `rest_mut`;
 /// - a getter `name()` per named field returning the smallest type holding the width
-///   (`bool`, `u8`, `u16`, `u32`, `u64`, `u128`, see [`FieldWidth`](crate::wire::FieldWidth));
+///   (`bool`, `u8`, `u16`, `u32`, `u64`, `u128`, per the width);
 /// - with `T: AsMut<[u8]>`, a setter `set_name(v)` of the same type that keeps only the
 ///   low `width` bits of `v` (the hardware truncates too).
 ///
-/// After `new_checked` no getter or setter panics. A view made with `new_unchecked` over
+/// - for an array field, a getter `name(i)` and a setter `set_name(i, v)` of element `i`
+///   (panicking when `i` is past the end, like a slice);
+/// - a constant `NAME_LEN` (the name in snake-case capitals: `Ipv4` gives `IPV4_LEN`,
+///   `MlHdr` gives `ML_HDR_LEN`), the length without naming a buffer type;
+/// - an implementation of [`Header`](crate::wire::Header) for `Name` (the buffer type
+///   defaults to `&'static [u8]`), so that a program views its head with
+///   `t.view::<Name>(offset)?`;
+/// - a unit struct `NameLayout` with one [`Field`](crate::wire::Field) constant per named
+///   field and one [`FieldArray`](crate::wire::FieldArray) per array field, named like the
+///   field in capitals (`MlHdrLayout::GRAD_CNT`): the word, shift, mask and lane of each
+///   field for read-modify-write XTXNs on a record in shared memory, from the same
+///   description as the view (so the two cannot disagree).
+///
+/// ```
+/// pfemu::header! {
+///     /// A record in shared memory.
+///     pub struct Slot {
+///         count: 16,
+///         _: 48,
+///         seen: [64; 2],
+///     }
+/// }
+/// use pfemu::wire::Field;
+/// assert_eq!(SLOT_LEN, 24);
+/// // `count` is the top 16 bits of word 0, the top half of its 32-bit lane 0.
+/// const COUNT: Field = SlotLayout::COUNT;
+/// assert_eq!((COUNT.word(), COUNT.shift(), COUNT.mask()), (0, 48, 0xFFFF << 48));
+/// assert_eq!((COUNT.lane(), COUNT.lane_shift()), (0, 16));
+/// // Bit 70 of the `seen` set: bit 6 of element 1, which is word 2.
+/// let bit = SlotLayout::SEEN.bit(70);
+/// assert_eq!((bit.word(), bit.mask()), (2, 1 << 6));
+/// ```
+///
+/// After `new_checked` no getter or setter of a scalar field panics. A view made with `new_unchecked` over
 /// a buffer shorter than `LEN` panics when a field beyond the buffer's end is accessed.
 #[macro_export]
 macro_rules! header {
     // Internal: unnamed padding.
     (@norm $meta:tt $name:ident; offset: ($off:expr); fields: [$($done:tt)*];
-        $(#[$fm:meta])* _ : $w:tt $(, $($rest:tt)*)?
+        arrays: [$($adone:tt)*]; $(#[$fm:meta])* _ : $w:tt $(, $($rest:tt)*)?
     ) => {
         $crate::header!(@norm $meta $name; offset: ($off + $w); fields: [$($done)*];
+            arrays: [$($adone)*]; $($($rest)*)?);
+    };
+    // Internal: an array field, `name: [width; len]`.
+    (@norm $meta:tt $name:ident; offset: ($off:expr); fields: [$($done:tt)*];
+        arrays: [$($adone:tt)*]; $(#[$fm:meta])* $f:ident : [$w:tt ; $n:tt] $(, $($rest:tt)*)?
+    ) => {
+        $crate::header!(@norm $meta $name; offset: ($off + $w * $n); fields: [$($done)*];
+            arrays: [$($adone)* { [$(#[$fm])*] $f; ($off); ($w); ($n) }];
             $($($rest)*)?);
     };
     // Internal: a named field.
     (@norm $meta:tt $name:ident; offset: ($off:expr); fields: [$($done:tt)*];
-        $(#[$fm:meta])* $f:ident : $w:tt $(, $($rest:tt)*)?
+        arrays: [$($adone:tt)*]; $(#[$fm:meta])* $f:ident : $w:tt $(, $($rest:tt)*)?
     ) => {
         $crate::header!(@norm $meta $name; offset: ($off + $w);
             fields: [$($done)* { [$(#[$fm])*] $f; ($off); ($w) }];
-            $($($rest)*)?);
+            arrays: [$($adone)*]; $($($rest)*)?);
     };
     // Internal: all fields seen.
-    (@norm $meta:tt $name:ident; offset: ($off:expr); fields: [$($done:tt)*];) => {
-        $crate::header!(@emit $meta $name; ($off); $($done)*);
+    (@norm $meta:tt $name:ident; offset: ($off:expr); fields: [$($done:tt)*];
+        arrays: [$($adone:tt)*];) => {
+        $crate::header!(@emit $meta $name; ($off); [$($done)*]; [$($adone)*]);
     };
     // Internal: generate the view.
     (@emit [[$(#[$attr:meta])*] [$vis:vis]] $name:ident; ($bits:expr);
-        $({ [$(#[$fm:meta])*] $f:ident; ($off:expr); ($w:tt) })*
+        [$({ [$(#[$fm:meta])*] $f:ident; ($off:expr); ($w:tt) })*];
+        [$({ [$(#[$am:meta])*] $a:ident; ($aoff:expr); ($aw:tt); ($an:tt) })*]
     ) => {
         $(#[$attr])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        $vis struct $name<T: ::core::convert::AsRef<[u8]>> {
+        $vis struct $name<T: ::core::convert::AsRef<[u8]> = &'static [u8]> {
             buffer: T,
+        }
+
+        $crate::wire::__private::paste::paste! {
+            #[doc = ::core::concat!(
+                "Bytes in a [`", ::core::stringify!($name), "`] header (its `LEN`, without ",
+                "naming the buffer type)."
+            )]
+            #[allow(dead_code)]
+            $vis const [<$name:snake:upper _LEN>]: usize = <$name>::LEN;
+        }
+
+        $crate::wire::__private::paste::paste! {
+            #[doc = ::core::concat!(
+                "Where each field of [`", ::core::stringify!($name), "`] lies in the record, ",
+                "as a [`Field`](", ::core::stringify!($crate), "::wire::Field) named like the ",
+                "field in capitals: for read-modify-write XTXNs on a record in shared memory."
+            )]
+            #[derive(Debug, Clone, Copy)]
+            #[allow(dead_code)]
+            $vis struct [<$name Layout>];
+
+            // Where each field lies, for RMW XTXNs on a record in shared memory.
+            #[allow(dead_code, clippy::identity_op, clippy::erasing_op)]
+            impl [<$name Layout>] {
+                $(
+                    #[doc = ::core::concat!(
+                        "Where field `", ::core::stringify!($f), "` lies (see ",
+                        "[`Field`](", ::core::stringify!($crate), "::wire::Field))."
+                    )]
+                    pub const [<$f:upper>]: $crate::wire::Field =
+                        $crate::wire::Field::new($off, $w);
+                )*
+                $(
+                    #[doc = ::core::concat!(
+                        "Where array field `", ::core::stringify!($a), "` lies (see ",
+                        "[`FieldArray`](", ::core::stringify!($crate), "::wire::FieldArray))."
+                    )]
+                    pub const [<$a:upper>]: $crate::wire::FieldArray =
+                        $crate::wire::FieldArray::new($aoff, $aw, $an);
+                )*
+            }
+        }
+
+        impl $crate::wire::Header for $name {
+            const LEN: usize = <$name>::LEN;
+            type View<'a> = $name<&'a [u8]>;
+            type ViewMut<'a> = $name<&'a mut [u8]>;
+
+            #[inline]
+            fn view(buf: &[u8]) -> ::core::result::Result<$name<&[u8]>, $crate::wire::WireError> {
+                $name::new_checked(buf)
+            }
+
+            #[inline]
+            fn view_mut(
+                buf: &mut [u8],
+            ) -> ::core::result::Result<$name<&mut [u8]>, $crate::wire::WireError> {
+                $name::new_checked(buf)
+            }
         }
 
         const _: () = ::core::assert!(
@@ -470,7 +715,7 @@ macro_rules! header {
 
             /// The named fields as `(name, bit offset, width in bits)`, in order.
             pub const FIELDS: &'static [(&'static str, usize, usize)] = &[
-                $(($crate::wire::strip_raw(::core::stringify!($f)), $off, $w)),*
+                $(($crate::wire::__private::strip_raw(::core::stringify!($f)), $off, $w)),*
             ];
 
             /// Wraps `buffer` without checking its length: accessing a field that lies
@@ -532,10 +777,29 @@ macro_rules! header {
                 )]
                 #[inline]
                 pub fn $f(&self) -> $crate::__header_field_type!($w) {
-                    <$crate::__header_field_type!($w) as $crate::wire::FieldValue>::read(
+                    <$crate::__header_field_type!($w) as $crate::wire::__private::FieldValue>::read(
                         self.buffer.as_ref(),
                         $off,
                         $w,
+                    )
+                }
+            )*
+
+            $(
+                $(#[$am])*
+                #[doc = ""]
+                #[doc = ::core::concat!(
+                    "Reads element `i` of array field `", ::core::stringify!($a), "` (",
+                    ::core::stringify!($an), " elements of ", ::core::stringify!($aw),
+                    " bits).\n\n# Panics\nIf `i` is not below ", ::core::stringify!($an), "."
+                )]
+                #[inline]
+                pub fn $a(&self, i: usize) -> $crate::__header_field_type!($aw) {
+                    ::core::assert!(i < $an, "array field index out of range");
+                    <$crate::__header_field_type!($aw) as $crate::wire::__private::FieldValue>::read(
+                        self.buffer.as_ref(),
+                        $aoff + i * $aw,
+                        $aw,
                     )
                 }
             )*
@@ -561,7 +825,7 @@ macro_rules! header {
                 &mut self.buffer.as_mut()[Self::LEN..]
             }
 
-            $crate::wire::__paste::paste! {$(
+            $crate::wire::__private::paste::paste! {$(
                 $(#[$fm])*
                 #[doc = ""]
                 #[doc = ::core::concat!(
@@ -574,7 +838,30 @@ macro_rules! header {
                     &mut self,
                     value: $crate::__header_field_type!($w),
                 ) {
-                    $crate::wire::FieldValue::write(value, self.buffer.as_mut(), $off, $w)
+                    $crate::wire::__private::FieldValue::write(value, self.buffer.as_mut(), $off, $w)
+                }
+            )*
+            $(
+                $(#[$am])*
+                #[doc = ""]
+                #[doc = ::core::concat!(
+                    "Writes element `i` of array field `", ::core::stringify!($a), "`; bits ",
+                    "beyond the width are dropped.\n\n# Panics\nIf `i` is not below ",
+                    ::core::stringify!($an), "."
+                )]
+                #[inline]
+                pub fn [<set_ $a>](
+                    &mut self,
+                    i: usize,
+                    value: $crate::__header_field_type!($aw),
+                ) {
+                    ::core::assert!(i < $an, "array field index out of range");
+                    $crate::wire::__private::FieldValue::write(
+                        value,
+                        self.buffer.as_mut(),
+                        $aoff + i * $aw,
+                        $aw,
+                    )
                 }
             )*}
         }
@@ -587,7 +874,7 @@ macro_rules! header {
         }
     ) => {
         $crate::header!(@norm [[$(#[$attr])*] [$vis]] $name; offset: (0usize); fields: [];
-            $($body)*);
+            arrays: []; $($body)*);
     };
 }
 
@@ -625,6 +912,105 @@ mod tests {
     static ML_BYTES: [u8; 12] = [
         0x12, 0x34, 0x56, 0x78, 0x9A, 0xB8, 0xCD, 0x05, 0xBE, 0xEF, 0x01, 0x23,
     ];
+
+    crate::header! {
+        /// A record with an array field straddling words, like Trio-ML's source masks.
+        struct Rec {
+            count: 16,
+            lane_lo: 8,
+            _: 8,
+            low: 32,
+            flags: [1; 3],
+            _: 5,
+            masks: [64; 2],
+            tail: 8,
+        }
+    }
+
+    /// Writes a distinct pattern to `field` through `set_bits64` and checks that the view's
+    /// getter agreed (done by the caller) and that `Field` finds the same value in the
+    /// record's big-endian words.
+    fn check_field_in_words(buf: &[u8], field: Field, value: u64) {
+        if !field.in_one_word() {
+            return;
+        }
+        let w = field.word() as usize;
+        let mut word = [0u8; 8];
+        let have = buf.len().saturating_sub(w * 8).min(8);
+        word[..have].copy_from_slice(&buf[w * 8..w * 8 + have]);
+        assert_eq!(field.get(u64::from_be_bytes(word)), value, "{field:?}");
+        assert_eq!(field.place(value) >> field.shift(), value);
+    }
+
+    #[test]
+    fn layout_constants_agree_with_the_view_for_every_field() {
+        assert_eq!(RecLayout::COUNT, Field::new(0, 16));
+        assert_eq!(TrioMlHdrLayout::FINAL, Field::new(44, 1));
+        let fields = [
+            ("count", RecLayout::COUNT),
+            ("lane_lo", RecLayout::LANE_LO),
+            ("low", RecLayout::LOW),
+            ("tail", RecLayout::TAIL),
+        ];
+        for (name, f) in fields {
+            let (_, off, w) = *Rec::<&[u8]>::FIELDS
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .unwrap();
+            assert_eq!((f.bit, f.width), (off, w), "{name}");
+        }
+        let mut buf = [0u8; <Rec>::LEN + 8];
+        let mut r = Rec::new_checked(&mut buf[..]).unwrap();
+        r.set_count(0xBEEF);
+        r.set_lane_lo(0x5A);
+        r.set_low(0xDEAD_BEEF);
+        r.set_flags(1, true);
+        r.set_masks(0, 0x0123_4567_89AB_CDEF);
+        r.set_masks(1, 0xFEDC_BA98_7654_3210);
+        r.set_tail(0x77);
+        let r = Rec::new_checked(&buf[..]).unwrap();
+        assert_eq!((r.flags(0), r.flags(1), r.flags(2)), (false, true, false));
+        assert_eq!(r.masks(1), 0xFEDC_BA98_7654_3210);
+        check_field_in_words(&buf, RecLayout::COUNT, 0xBEEF);
+        check_field_in_words(&buf, RecLayout::LANE_LO, 0x5A);
+        check_field_in_words(&buf, RecLayout::LOW, 0xDEAD_BEEF);
+        check_field_in_words(&buf, RecLayout::FLAGS.at(1), 1);
+        check_field_in_words(&buf, RecLayout::TAIL, 0x77);
+        // Every bit of the masks, one at a time, through the array's bit numbering.
+        let masks = [0x0123_4567_89AB_CDEF_u64, 0xFEDC_BA98_7654_3210];
+        for i in 0..128 {
+            let want = masks[i / 64] >> (i % 64) & 1;
+            check_field_in_words(&buf, RecLayout::MASKS.bit(i), want);
+            let f = RecLayout::MASKS.bit(i);
+            assert_eq!(get_bits64(&buf, f.bit, 1), want, "bit {i}");
+        }
+        // Lanes for 32-bit adds: `count` is the top of lane 0, `low` all of lane 1.
+        assert_eq!(
+            (RecLayout::COUNT.lane(), RecLayout::COUNT.lane_shift()),
+            (0, 16)
+        );
+        assert_eq!((RecLayout::LOW.lane(), RecLayout::LOW.lane_shift()), (1, 0));
+        assert_eq!(RecLayout::LOW.mask(), 0xFFFF_FFFF);
+        assert_eq!(RecLayout::TAIL.byte(), 8 + 16 + 1);
+        assert!(!RecLayout::MASKS.at(0).in_one_word());
+    }
+
+    #[test]
+    #[should_panic(expected = "array field index out of range")]
+    fn array_index_past_the_end_panics() {
+        let buf = [0u8; <Rec>::LEN];
+        let _ = Rec::new_checked(&buf[..]).unwrap().masks(2);
+    }
+
+    #[test]
+    fn named_lengths_and_header_views() {
+        assert_eq!(REC_LEN, <Rec>::LEN);
+        assert_eq!(TRIO_ML_HDR_LEN, 12);
+        assert_eq!(<TrioMlHdr as crate::wire::Header>::LEN, 12);
+        let v = <TrioMlHdr as crate::wire::Header>::view(&ML_BYTES[..]).unwrap();
+        assert_eq!(v.grad_cnt(), 0x123);
+        assert!(<TrioMlHdr as crate::wire::Header>::view(&ML_BYTES[..11]).is_err());
+    }
 
     #[test]
     fn ml_hdr_layout() {

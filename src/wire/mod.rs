@@ -6,6 +6,11 @@
 //! buffer length once, after which no accessor panics) or `new_unchecked`; getters need
 //! `T: AsRef<[u8]>` and setters `T: AsMut<[u8]>`.
 //!
+//! The macro also gives each header a length constant (`ETHER_LEN`), a [`Header`]
+//! implementation (so a program views its head with `t.view::<Ipv4>(ETHER_LEN)?`) and a
+//! `NameLayout` of [`Field`]s: where each field of a record in shared memory lies, for
+//! read-modify-write XTXNs, from the same description as the view.
+//!
 //! Provided headers: [`Ether`], [`Ipv4`], [`Udp`], [`Tcp`], plus the Internet checksum
 //! helpers [`checksum`] and [`checksum_update16`].
 
@@ -13,25 +18,47 @@ use std::fmt;
 
 mod checksum;
 mod ethernet;
-pub mod header;
+mod header;
 mod ipv4;
 mod tcp;
 mod udp;
 
 pub use checksum::{checksum, checksum_update16};
-pub use ethernet::{Ether, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN};
-pub use header::{
-    get_bits, get_bits64, set_bits, set_bits64, strip_raw, FieldValue, FieldWidth, Width,
+pub use ethernet::{
+    Ether, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ETHER_LEN,
 };
-pub use ipv4::{Ipv4, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP};
+pub use header::{Field, FieldArray};
+pub use ipv4::{Ipv4, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, IPV4_LEN};
 pub use tcp::{
-    Tcp, TCP_ACK, TCP_CWR, TCP_ECE, TCP_FIN, TCP_NS, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG,
+    Tcp, TCP_ACK, TCP_CWR, TCP_ECE, TCP_FIN, TCP_LEN, TCP_NS, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG,
 };
-pub use udp::Udp;
+pub use udp::{Udp, UDP_LEN};
 
-/// `paste`, re-exported for the [`header!`](crate::header) macro's setter names.
+/// What the [`header!`](crate::header) macro expands to: the bit-field helpers and `paste`
+/// (for setter and constant names). Not part of the API; only the macro names them.
 #[doc(hidden)]
-pub use ::paste as __paste;
+pub mod __private {
+    pub use super::header::{
+        get_bits, get_bits64, set_bits, set_bits64, strip_raw, width, FieldValue, FieldWidth, Width,
+    };
+    pub use ::paste;
+}
+
+/// A header declared with [`header!`](crate::header), named without its buffer type: what
+/// [`Thread::view`](crate::program::Thread::view) takes (`t.view::<Ipv4>(ETHER_LEN)?`).
+pub trait Header {
+    /// Bytes in the header.
+    const LEN: usize;
+    /// The read-only view over a borrowed buffer.
+    type View<'a>;
+    /// The writable view over a borrowed buffer.
+    type ViewMut<'a>;
+    /// Views the front of `buf`; fails with [`WireError::Truncated`] if it is shorter than
+    /// [`Header::LEN`].
+    fn view(buf: &[u8]) -> Result<Self::View<'_>, WireError>;
+    /// Views the front of `buf` writably, checked like [`Header::view`].
+    fn view_mut(buf: &mut [u8]) -> Result<Self::ViewMut<'_>, WireError>;
+}
 
 /// Why a buffer could not be viewed as a header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

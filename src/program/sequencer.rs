@@ -1,0 +1,202 @@
+//! A built program and the sequencer that runs a thread through it.
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use super::*;
+
+pub(super) struct ProgramInner {
+    pub(super) name: String,
+    pub(super) labels: Vec<String>,
+    pub(super) instrs: Vec<Instr>,
+    pub(super) packet_entry: Label,
+    pub(super) timer_entries: Vec<(u16, Label)>,
+    pub(super) drop_reasons: Vec<&'static str>,
+}
+
+/// A built Microcode program; cheap to clone (shared by every PPE thread).
+#[derive(Clone)]
+pub struct Program {
+    pub(super) inner: Arc<ProgramInner>,
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("name", &self.inner.name)
+            .field("instructions", &self.inner.labels)
+            .field("drop_reasons", &self.inner.drop_reasons)
+            .finish()
+    }
+}
+
+/// How one run of a program ended.
+#[derive(Debug)]
+pub(crate) struct RunOutcome {
+    pub result: Result<Verdict, Fault>,
+    pub instructions: u32,
+    /// [`Yield`](super::Yield) steps taken.
+    pub waits: u32,
+}
+
+impl Program {
+    /// Starts building a program called `name`.
+    pub fn builder(name: &str) -> ProgramBuilder {
+        ProgramBuilder {
+            name: name.to_owned(),
+            labels: Vec::new(),
+            instrs: Vec::new(),
+            duplicates: Vec::new(),
+            entries: Vec::new(),
+            drop_reasons: Vec::new(),
+            misplaced_reasons: Vec::new(),
+        }
+    }
+
+    /// The program's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Instruction names, in label order.
+    pub fn instruction_names(&self) -> &[String] {
+        &self.inner.labels
+    }
+
+    /// The drop reasons the program registered, in [`DropReason`] order.
+    pub fn drop_reasons(&self) -> &[&'static str] {
+        &self.inner.drop_reasons
+    }
+
+    /// The name of a drop reason of this program.
+    pub fn drop_reason_name(&self, r: DropReason) -> &'static str {
+        self.inner
+            .drop_reasons
+            .get(r.0 as usize)
+            .copied()
+            .unwrap_or("unknown")
+    }
+
+    /// Timer entry points, as (timer number, label name).
+    pub fn timer_entries(&self) -> impl Iterator<Item = (u16, &str)> {
+        self.inner
+            .timer_entries
+            .iter()
+            .map(|(n, l)| (*n, self.inner.labels[l.0 as usize].as_str()))
+    }
+
+    fn entry_label(&self, entry: Entry) -> Option<Label> {
+        match entry {
+            Entry::Packet => Some(self.inner.packet_entry),
+            Entry::Timer(n) => self
+                .inner
+                .timer_entries
+                .iter()
+                .find(|(m, _)| *m == n)
+                .map(|(_, l)| *l),
+        }
+    }
+
+    /// Runs the thread from `entry` to completion (or a fault), counting instructions.
+    pub(crate) fn run(&self, entry: Entry, t: &mut Thread<'_>, budget: u32) -> RunOutcome {
+        self.run_observed(entry, t, budget, |_| {})
+    }
+
+    /// [`Program::run`], calling `before` with each instruction's label before it runs.
+    #[inline]
+    pub(super) fn run_observed(
+        &self,
+        entry: Entry,
+        t: &mut Thread<'_>,
+        budget: u32,
+        mut before: impl FnMut(Label),
+    ) -> RunOutcome {
+        let Some(start) = self.entry_label(entry) else {
+            return RunOutcome {
+                result: Err(FaultDetail::NoEntry.into()),
+                instructions: 0,
+                waits: 0,
+            };
+        };
+        let mut executed = 0u32;
+        let mut waits = 0u32;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let instrs = &self.inner.instrs;
+            let mut pc = start.0 as usize;
+            let mut stack = [0u32; MAX_CALL_DEPTH];
+            let mut depth = 0usize;
+            loop {
+                if executed >= budget {
+                    return Err(FaultDetail::InstructionBudget(budget).into());
+                }
+                executed += 1;
+                before(Label(pc as u32));
+                match (instrs[pc])(t)?.step() {
+                    Step::Goto(l) => pc = l.0 as usize,
+                    Step::Call(l, ret) => {
+                        if depth == MAX_CALL_DEPTH {
+                            return Err(FaultDetail::CallDepth.into());
+                        }
+                        stack[depth] = ret.0;
+                        depth += 1;
+                        pc = l.0 as usize;
+                    }
+                    Step::Return => {
+                        if depth == 0 {
+                            return Err(FaultDetail::ReturnWithoutCall.into());
+                        }
+                        depth -= 1;
+                        pc = stack[depth] as usize;
+                    }
+                    Step::Done(Verdict::Drop(r)) if r.index() >= self.inner.drop_reasons.len() => {
+                        // A reason the program never registered has no counter to land in.
+                        return Err(FaultDetail::Panic(format!(
+                            "drop reason {} is not registered with the program",
+                            r.index()
+                        ))
+                        .into());
+                    }
+                    Step::Done(v) => return Ok(v),
+                    Step::Yield(l) => {
+                        waits += 1;
+                        wait_for_others(waits);
+                        pc = l.0 as usize;
+                    }
+                }
+            }
+        }));
+        let result = match result {
+            Ok(r) => r,
+            Err(payload) => Err(FaultDetail::Panic(panic_message(payload.as_ref())).into()),
+        };
+        RunOutcome {
+            result,
+            instructions: executed,
+            waits,
+        }
+    }
+}
+
+/// One wait of a thread that yielded (its `waits`-th): let the other host threads run. The
+/// first waits only yield the core (the holder may share it); later ones sleep, so a
+/// holder the host OS descheduled (more PPE threads than cores) is waited for without the
+/// waiter running out of instructions.
+#[cold]
+fn wait_for_others(waits: u32) {
+    if waits <= YIELDS_BEFORE_SLEEP {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(WAIT_SLEEP);
+    }
+}
+
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

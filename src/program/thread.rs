@@ -1,0 +1,628 @@
+//! The thread context an instruction sees: registers, local memory with the packet head, the
+//! tail, created packets and the shared-memory XTXNs (counted per kind).
+
+use crate::mem::hash::{HashError, HashTable, Inserted, ScanAction};
+use crate::mem::{Addr, Color, Op, PostedOps, SharedMemory, XtxnKind};
+use crate::packet::{Dest, OutArena, Port};
+use crate::timer::Launch;
+use crate::wire::Header;
+
+use super::*;
+
+/// What one PPE thread owns for its whole life: local memory, the new-tail scratch buffer,
+/// its posted XTXNs and per-packet XTXN counts. Never shared.
+pub(crate) struct ThreadCore {
+    pub lm: Box<[u8; LOCAL_MEMORY_BYTES]>,
+    pub new_tail: Vec<u8>,
+    pub new_tail_set: bool,
+    pub posted: PostedOps,
+    pub xtxns: [u64; XtxnKind::COUNT],
+}
+
+impl ThreadCore {
+    /// Loads `frame`'s head (its first `head_bytes`) into local memory at
+    /// [`DEFAULT_HEAD_OFFSET`] and describes the packet for a [`Thread`].
+    pub fn load<'f>(
+        &mut self,
+        port: Port,
+        frame: &'f [u8],
+        head_bytes: usize,
+        now_ns: u64,
+    ) -> PacketMeta<'f> {
+        let head_len = frame.len().min(head_bytes);
+        let (head, tail) = frame.split_at(head_len);
+        self.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
+        PacketMeta {
+            port,
+            pkt_len: frame.len(),
+            head_start: DEFAULT_HEAD_OFFSET,
+            head_len,
+            tail,
+            now_ns,
+            timer: None,
+        }
+    }
+
+    pub fn new() -> Self {
+        ThreadCore {
+            lm: Box::new([0; LOCAL_MEMORY_BYTES]),
+            new_tail: Vec::new(),
+            new_tail_set: false,
+            posted: PostedOps::new(64),
+            xtxns: [0; XtxnKind::COUNT],
+        }
+    }
+}
+
+/// Per-packet facts the thread context exposes.
+pub(crate) struct PacketMeta<'a> {
+    pub port: Port,
+    pub pkt_len: usize,
+    pub head_start: usize,
+    pub head_len: usize,
+    pub tail: &'a [u8],
+    pub now_ns: u64,
+    /// The launch that started a timer thread (`None` for a packet thread).
+    pub timer: Option<Launch>,
+}
+
+impl PacketMeta<'static> {
+    /// What a timer thread sees: no packet (length 0, an empty head at the default
+    /// offset, no tail) and its launch.
+    pub fn timer(launch: Launch, now_ns: u64) -> Self {
+        PacketMeta {
+            port: 0,
+            pkt_len: 0,
+            head_start: DEFAULT_HEAD_OFFSET,
+            head_len: 0,
+            tail: &[],
+            now_ns,
+            timer: Some(launch),
+        }
+    }
+}
+
+/// The context of one PPE thread working on one packet: registers, local memory holding the
+/// packet head, the packet's tail (reached through XTXNs), and the shared memory system.
+pub struct Thread<'a> {
+    /// The 32 general-purpose 64-bit registers, zeroed when the thread starts.
+    pub r: [u64; REGISTERS],
+    core: &'a mut ThreadCore,
+    mem: &'a SharedMemory,
+    out: &'a mut OutArena,
+    meta: PacketMeta<'a>,
+    /// Local memory was written (so the head must be unloaded, not reused as it came).
+    lm_written: bool,
+}
+
+#[inline]
+fn lm_range(offset: usize, len: usize) -> Result<std::ops::Range<usize>, Fault> {
+    match offset.checked_add(len) {
+        Some(end) if end <= LOCAL_MEMORY_BYTES => Ok(offset..end),
+        _ => Err(FaultDetail::LocalMemory { offset, len }.into()),
+    }
+}
+
+impl<'a> Thread<'a> {
+    pub(crate) fn new(
+        core: &'a mut ThreadCore,
+        mem: &'a SharedMemory,
+        out: &'a mut OutArena,
+        meta: PacketMeta<'a>,
+    ) -> Self {
+        core.new_tail.clear();
+        core.new_tail_set = false;
+        Thread {
+            r: [0; REGISTERS],
+            core,
+            mem,
+            out,
+            meta,
+            lm_written: false,
+        }
+    }
+
+    /// The value of a named register (see [`registers!`](crate::registers)).
+    #[inline(always)]
+    pub fn get<T: RegValue>(&self, reg: Reg<T>) -> T {
+        T::from_reg(self.r[reg.slot()])
+    }
+
+    /// Sets a named register (see [`registers!`](crate::registers)).
+    #[inline(always)]
+    pub fn set<T: RegValue>(&mut self, reg: Reg<T>, value: T) {
+        self.r[reg.slot()] = value.to_reg();
+    }
+
+    /// Where the head ended up in local memory, and whether local memory was written.
+    pub(crate) fn head_window(&self) -> (usize, usize, bool) {
+        (self.meta.head_start, self.meta.head_len, self.lm_written)
+    }
+
+    // ----- packet facts -------------------------------------------------------------------
+
+    /// Length of the packet as it arrived (the paper's `r_work.pkt_len`).
+    #[inline]
+    pub fn pkt_len(&self) -> usize {
+        self.meta.pkt_len
+    }
+
+    /// Port the packet arrived on.
+    #[inline]
+    pub fn port(&self) -> Port {
+        self.meta.port
+    }
+
+    /// The engine's clock (its [`crate::timer::Clock`]), in nanoseconds, read when the
+    /// thread's batch (or timer launch) started.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.meta.now_ns
+    }
+
+    /// For a thread a timer launched: which timer, the slice of work it owns and when it
+    /// was due. `None` for a packet thread.
+    #[inline]
+    pub fn timer(&self) -> Option<&Launch> {
+        self.meta.timer.as_ref()
+    }
+
+    // ----- local memory and the head ------------------------------------------------------
+
+    /// The whole local memory.
+    #[inline]
+    pub fn lm(&self) -> &[u8; LOCAL_MEMORY_BYTES] {
+        &self.core.lm
+    }
+
+    /// The whole local memory, writable.
+    #[inline]
+    pub fn lm_mut(&mut self) -> &mut [u8; LOCAL_MEMORY_BYTES] {
+        self.lm_written = true;
+        &mut self.core.lm
+    }
+
+    /// `len` bytes of local memory at `offset`.
+    #[inline]
+    pub fn lm_bytes(&self, offset: usize, len: usize) -> Result<&[u8], Fault> {
+        Ok(&self.core.lm[lm_range(offset, len)?])
+    }
+
+    /// `len` writable bytes of local memory at `offset`.
+    #[inline]
+    pub fn lm_bytes_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8], Fault> {
+        self.lm_written = true;
+        Ok(&mut self.core.lm[lm_range(offset, len)?])
+    }
+
+    /// Where the head starts in local memory.
+    #[inline]
+    pub fn head_offset(&self) -> usize {
+        self.meta.head_start
+    }
+
+    /// Bytes in the head.
+    #[inline]
+    pub fn head_len(&self) -> usize {
+        self.meta.head_len
+    }
+
+    /// The head from byte `offset` to its end (wrap it in a header view:
+    /// `Ether::new_checked(t.head(0)?)?`).
+    #[inline]
+    pub fn head(&self, offset: usize) -> Result<&[u8], Fault> {
+        if offset > self.meta.head_len {
+            return Err(FaultDetail::LocalMemory {
+                offset: self.meta.head_start + offset,
+                len: 0,
+            }
+            .into());
+        }
+        Ok(&self.core.lm[self.meta.head_start + offset..self.meta.head_start + self.meta.head_len])
+    }
+
+    /// The head from byte `offset` to its end, writable.
+    #[inline]
+    pub fn head_mut(&mut self, offset: usize) -> Result<&mut [u8], Fault> {
+        if offset > self.meta.head_len {
+            return Err(FaultDetail::LocalMemory {
+                offset: self.meta.head_start + offset,
+                len: 0,
+            }
+            .into());
+        }
+        self.lm_written = true;
+        Ok(&mut self.core.lm
+            [self.meta.head_start + offset..self.meta.head_start + self.meta.head_len])
+    }
+
+    /// The head at byte `offset` viewed as header `H`: `t.view::<Ipv4>(ETHER_LEN)?`. Faults
+    /// (like [`Thread::head`]) when the head holds fewer than `H::LEN` bytes there.
+    #[inline]
+    pub fn view<H: Header>(&self, offset: usize) -> Result<H::View<'_>, Fault> {
+        Ok(H::view(self.head(offset)?)?)
+    }
+
+    /// The head at byte `offset` viewed as header `H`, writable.
+    #[inline]
+    pub fn view_mut<H: Header>(&mut self, offset: usize) -> Result<H::ViewMut<'_>, Fault> {
+        Ok(H::view_mut(self.head_mut(offset)?)?)
+    }
+
+    /// Moves the start of the head: a positive `delta` strips that many bytes from the
+    /// front (pop a header), a negative one prepends room (push a header; the new bytes are
+    /// whatever local memory holds there, so write them).
+    pub fn adjust_head(&mut self, delta: isize) -> Result<(), Fault> {
+        let start = self.meta.head_start as isize + delta;
+        let len = self.meta.head_len as isize - delta;
+        if start < 0 || len < 0 || (start + len) as usize > LOCAL_MEMORY_BYTES {
+            return Err(FaultDetail::LocalMemory {
+                offset: start.max(0) as usize,
+                len: len.max(0) as usize,
+            }
+            .into());
+        }
+        self.lm_written = true;
+        self.meta.head_start = start as usize;
+        self.meta.head_len = len as usize;
+        Ok(())
+    }
+
+    /// Sets the head's length (trim, or grow into local memory after it).
+    pub fn set_head_len(&mut self, len: usize) -> Result<(), Fault> {
+        lm_range(self.meta.head_start, len)?;
+        self.lm_written = true;
+        self.meta.head_len = len;
+        Ok(())
+    }
+
+    // ----- the tail -----------------------------------------------------------------------
+
+    /// Bytes in the packet's original tail (0 for packets no longer than the head).
+    #[inline]
+    pub fn tail_len(&self) -> usize {
+        self.meta.tail.len()
+    }
+
+    /// Copies `len` bytes of the tail at `tail_offset` into local memory at `lm_offset`
+    /// (an XTXN to the packet buffer).
+    #[inline]
+    pub fn read_tail(
+        &mut self,
+        tail_offset: usize,
+        lm_offset: usize,
+        len: usize,
+    ) -> Result<(), Fault> {
+        let src = tail_offset
+            .checked_add(len)
+            .filter(|end| *end <= self.meta.tail.len())
+            .map(|end| &self.meta.tail[tail_offset..end])
+            .ok_or_else(|| {
+                Fault::from(FaultDetail::Tail {
+                    offset: tail_offset,
+                    len,
+                })
+            })?;
+        crate::mem::copy_bytes(&mut self.core.lm[lm_range(lm_offset, len)?], src);
+        self.lm_written = true;
+        self.core.xtxns[XtxnKind::TailRead.index()] += 1;
+        Ok(())
+    }
+
+    /// Appends `len` bytes of local memory at `lm_offset` to the packet's *new* tail. The
+    /// first call replaces the original tail in the output; the new tail is also what
+    /// [`Thread::emit`] attaches to a created packet.
+    pub fn write_tail(&mut self, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.core.new_tail_set = true;
+        self.core.new_tail.extend_from_slice(&self.core.lm[range]);
+        self.core.xtxns[XtxnKind::TailWrite.index()] += 1;
+        Ok(())
+    }
+
+    /// Makes the output carry no tail (an empty new tail).
+    pub fn clear_tail(&mut self) {
+        self.core.new_tail_set = true;
+        self.core.new_tail.clear();
+    }
+
+    // ----- created packets ----------------------------------------------------------------
+
+    /// Creates a new packet from `len` bytes of local memory at `lm_offset`, followed by the
+    /// new tail if one was written (which is then consumed). It leaves the engine right
+    /// after the packet that created it, in creation order.
+    pub fn emit(&mut self, dest: Dest, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        let tail: &[u8] = if self.core.new_tail_set {
+            &self.core.new_tail
+        } else {
+            &[]
+        };
+        self.out.push(dest, &[&self.core.lm[range], tail]);
+        self.core.new_tail.clear();
+        self.core.new_tail_set = false;
+        Ok(())
+    }
+
+    // ----- shared memory XTXNs (synchronous unless noted) ---------------------------------
+
+    #[inline]
+    fn count(&mut self, kind: XtxnKind) {
+        self.core.xtxns[kind.index()] += 1;
+    }
+
+    /// Reads 8..=64 bytes (a multiple of 8) at `addr` into local memory at `lm_offset`.
+    pub fn mem_read(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.count(XtxnKind::Read);
+        self.lm_written = true;
+        self.mem.read(addr, &mut self.core.lm[range])?;
+        Ok(())
+    }
+
+    /// Reads `len` bytes of whole 64-byte lines (64 to 4096) at `addr` into local memory at
+    /// `lm_offset`: one 64-byte read per line issued back to back, counted as that many
+    /// reads (e.g. the Result builder's 256-byte pulls of sums); see
+    /// [`SharedMemory::read_lines`].
+    pub fn mem_read_lines(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+    ) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.mem.read_lines(addr, &mut self.core.lm[range])?;
+        self.core.xtxns[XtxnKind::Read.index()] += (len / 64) as u64;
+        self.lm_written = true;
+        Ok(())
+    }
+
+    /// Writes 8..=64 bytes (a multiple of 8) of local memory at `lm_offset` to `addr`.
+    pub fn mem_write(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.count(XtxnKind::Write);
+        self.mem.write(addr, &self.core.lm[range])?;
+        Ok(())
+    }
+
+    /// Reads one 8-byte word.
+    pub fn read_u64(&mut self, addr: Addr) -> Result<u64, Fault> {
+        self.count(XtxnKind::Read);
+        Ok(self.mem.read_u64(addr)?)
+    }
+
+    /// Writes one 8-byte word.
+    pub fn write_u64(&mut self, addr: Addr, value: u64) -> Result<(), Fault> {
+        self.count(XtxnKind::Write);
+        Ok(self.mem.write_u64(addr, value)?)
+    }
+
+    /// The paper's `CounterIncPhys`: +1 packet and +`bytes` on the 16-byte counter at `addr`.
+    pub fn counter_inc(&mut self, addr: Addr, bytes: u64) -> Result<(), Fault> {
+        self.count(XtxnKind::CounterInc);
+        Ok(self.mem.counter_inc(addr, bytes)?)
+    }
+
+    /// Runs `bytes` through the policer at `addr` (time is the engine clock).
+    pub fn police(&mut self, addr: Addr, bytes: u64) -> Result<Color, Fault> {
+        self.count(XtxnKind::Police);
+        Ok(self.mem.police(addr, bytes, self.meta.now_ns)?)
+    }
+
+    /// Fetch-and-AND; returns the old value.
+    pub fn fetch_and(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchAnd);
+        Ok(self.mem.fetch_and(addr, mask)?)
+    }
+
+    /// Fetch-and-OR; returns the old value.
+    pub fn fetch_or(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchOr);
+        Ok(self.mem.fetch_or(addr, mask)?)
+    }
+
+    /// Fetch-and-XOR; returns the old value.
+    pub fn fetch_xor(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchXor);
+        Ok(self.mem.fetch_xor(addr, mask)?)
+    }
+
+    /// Fetch-and-clear (clears the mask's bits); returns the old value.
+    pub fn fetch_clear(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchClear);
+        Ok(self.mem.fetch_clear(addr, mask)?)
+    }
+
+    /// Fetch-and-swap; returns the old value.
+    pub fn fetch_swap(&mut self, addr: Addr, value: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchSwap);
+        Ok(self.mem.fetch_swap(addr, value)?)
+    }
+
+    /// Writes the mask's bits of `value`; returns the old word.
+    pub fn masked_write(&mut self, addr: Addr, value: u64, mask: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::MaskedWrite);
+        Ok(self.mem.masked_write(addr, value, mask)?)
+    }
+
+    /// 32-bit wrapping add to lane 0 (first 4 bytes) or 1 of the word; returns the old lane.
+    pub fn fetch_add32(&mut self, addr: Addr, lane: u8, delta: u32) -> Result<u32, Fault> {
+        self.count(XtxnKind::Add32);
+        Ok(self.mem.fetch_add32(addr, lane, delta)?)
+    }
+
+    /// Adds 16 32-bit lanes (a 64-byte chunk of gradients) at `addr`.
+    pub fn vadd32x16(&mut self, addr: Addr, deltas: &[u32; 16]) -> Result<(), Fault> {
+        self.count(XtxnKind::VAdd32x16);
+        Ok(self.mem.vadd32x16(addr, deltas)?)
+    }
+
+    /// Zeroes `bytes` bytes of shared memory from `addr` (64 to 4096, whole lines) in one
+    /// XTXN (counted as a write); see [`SharedMemory::zero`].
+    pub fn mem_zero(&mut self, addr: Addr, bytes: usize) -> Result<(), Fault> {
+        self.count(XtxnKind::Write);
+        Ok(self.mem.zero(addr, bytes)?)
+    }
+
+    /// Adds the big-endian 32-bit lanes in `len` bytes of local memory at `lm_offset` (whole
+    /// 64-byte chunks, e.g. gradients just read from the packet) lane-wise to the words from
+    /// `addr`; see [`SharedMemory::vadd32_be`]. Counted as one `vadd32x16` XTXN per chunk.
+    pub fn vadd32_be(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.core.xtxns[XtxnKind::VAdd32x16.index()] += (len / 64) as u64;
+        Ok(self.mem.vadd32_be(addr, &self.core.lm[range])?)
+    }
+
+    /// FPISA shift-and-add ([`SharedMemory::fpisa_add_be`]) of the big-endian `fmt` lanes in
+    /// `len` bytes of local memory at `lm_offset` into the accumulator words from `addr`, one
+    /// word per lane, each atomically, in `variant`. Counted as one `fpisa_add16` XTXN per
+    /// 16 lanes or part of them (a 64-byte chunk of FP32 values). Returns the additions'
+    /// events, counted (FPISA-A overwrites and left shifts, headroom overflows).
+    pub fn fpisa_add_be(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+        fmt: crate::fpisa::Format,
+        variant: crate::fpisa::Variant,
+    ) -> Result<crate::fpisa::FpisaCounts, Fault> {
+        let range = lm_range(lm_offset, len)?;
+        let counts = self
+            .mem
+            .fpisa_add_be(addr, &self.core.lm[range], fmt, variant)?;
+        self.core.xtxns[XtxnKind::FpisaAdd16.index()] += counts.adds.div_ceil(16);
+        Ok(counts)
+    }
+
+    /// Posts [`Thread::fpisa_add_be`] as an asynchronous XTXN, as gradient adds are: the
+    /// lanes are copied out of local memory now, the size and address are checked now, and
+    /// the add is applied exactly once, no later than [`Thread::wait_posted`] or the end of
+    /// the batch. Posted adds that continue one another reach the engine as one request.
+    /// The events of applied adds are collected by [`Thread::take_fpisa_events`]. Counted
+    /// as one `fpisa_add16` XTXN per 16 lanes or part of them.
+    #[inline]
+    pub fn post_fpisa_be(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+        fmt: crate::fpisa::Format,
+        variant: crate::fpisa::Variant,
+    ) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        let lanes = len / (fmt.width() / 8) as usize;
+        self.core.xtxns[XtxnKind::FpisaAdd16.index()] += lanes.div_ceil(16) as u64;
+        self.core
+            .posted
+            .post_fpisa_be(self.mem, addr, &self.core.lm[range], fmt, variant)?;
+        Ok(())
+    }
+
+    /// The events of this thread's posted FPISA adds applied since the last call (after
+    /// [`Thread::wait_posted`], all of them so far).
+    pub fn take_fpisa_events(&mut self) -> crate::fpisa::FpisaCounts {
+        self.core.posted.take_fpisa_counts()
+    }
+
+    // ----- hash engine XTXNs ---------------------------------------------------------------
+
+    /// Looks `key` up in a hash table; a found record is marked referenced.
+    pub fn hash_lookup(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashLookup);
+        Ok(table.lookup(key)?)
+    }
+
+    /// Looks `key` up in a hash table without marking it referenced: for a look that must
+    /// not keep a record alive (a scan that ages records by their REF flags would otherwise
+    /// never see it idle). Counted as a lookup.
+    pub fn hash_peek(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashLookup);
+        Ok(table.peek(key)?)
+    }
+
+    /// Creates a record unless one with `key` exists (then its value comes back as
+    /// [`Inserted::Existing`]). A full table is an `Err` the program can handle (for example
+    /// by dropping the packet with a counted reason); `?` turns it into a fault.
+    pub fn hash_insert(
+        &mut self,
+        table: &HashTable,
+        key: &[u8],
+        value: u64,
+    ) -> Result<Inserted, HashError> {
+        self.count(XtxnKind::HashInsert);
+        table.insert(key, value)
+    }
+
+    /// Replaces an existing record's value; the old value, or `None` if there is none.
+    pub fn hash_update(
+        &mut self,
+        table: &HashTable,
+        key: &[u8],
+        value: u64,
+    ) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashUpdate);
+        Ok(table.update(key, value)?)
+    }
+
+    /// Deletes a record; its value, or `None` if there was none.
+    pub fn hash_delete(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashDelete);
+        Ok(table.delete(key)?)
+    }
+
+    /// Scans slice `slice` of `slices` of a hash table, testing and clearing each record's
+    /// REF flag; see [`HashTable::scan`]. `visit` runs under the shard's lock: it must not
+    /// issue hash XTXNs on the same table (collect what to do, then do it).
+    pub fn hash_scan(
+        &mut self,
+        table: &HashTable,
+        slice: usize,
+        slices: usize,
+        visit: impl FnMut(&[u8], u64, bool) -> ScanAction,
+    ) -> usize {
+        self.count(XtxnKind::HashScan);
+        table.scan(slice, slices, visit)
+    }
+
+    /// Posts an asynchronous XTXN: the thread does not wait for it; it is applied exactly
+    /// once, no later than the end of the batch the packet belongs to, so it is visible
+    /// after [`crate::Pfe::drain`]. The address is checked now.
+    pub fn post(&mut self, op: Op) -> Result<(), Fault> {
+        self.count(op.kind());
+        self.core.posted.post(self.mem, op)?;
+        Ok(())
+    }
+
+    /// Posts [`Thread::vadd32_be`] as an asynchronous (fire-and-forget) XTXN, as the paper
+    /// issues gradient adds: the lanes are copied out of local memory now (so the scratch
+    /// area may be reused at once), the size and address are checked now, and the add is
+    /// applied exactly once, no later than [`Thread::wait_posted`] or the end of the batch.
+    /// Posted adds that continue one another (each starting at the word after the previous
+    /// one's last) reach the engine as one vector add of up to 4 KB (see [`PostedOps`]).
+    /// Counted as one `vadd32x16` XTXN per 64-byte chunk.
+    ///
+    /// [`PostedOps`]: crate::mem::PostedOps
+    #[inline]
+    pub fn post_vadd32_be(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+    ) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        self.core.xtxns[XtxnKind::VAdd32x16.index()] += (len / 64) as u64;
+        self.core
+            .posted
+            .post_vadd32_be(self.mem, addr, &self.core.lm[range])?;
+        Ok(())
+    }
+
+    /// Waits for the replies of every outstanding posted XTXN of this thread
+    /// ([`Thread::post`], [`Thread::post_vadd32_be`]): when it returns, all of them have been
+    /// applied, and are visible to any thread that observes a later XTXN of this one. Call
+    /// it before an XTXN that tells other threads the posted work is done (Trio-ML waits
+    /// for its gradient adds before it counts its source in the block).
+    pub fn wait_posted(&mut self) {
+        self.core.posted.flush(self.mem);
+    }
+}
