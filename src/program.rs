@@ -1178,7 +1178,7 @@ impl<'a> Thread<'a> {
     /// The events of applied adds are collected by [`Thread::take_fpisa_events`]. Counted
     /// as one `fpisa_add16` XTXN per 16 lanes or part of them.
     #[inline]
-    pub fn post_fpisa_be(
+    pub fn post_fpisa_add_be(
         &mut self,
         addr: Addr,
         lm_offset: usize,
@@ -1191,7 +1191,7 @@ impl<'a> Thread<'a> {
         self.core.xtxns[XtxnKind::FpisaAdd16.index()] += lanes.div_ceil(16) as u64;
         self.core
             .posted
-            .post_fpisa_be(self.mem, addr, &self.core.lm[range], fmt, variant)?;
+            .post_fpisa_add_be(self.mem, addr, &self.core.lm[range], fmt, variant)?;
         Ok(())
     }
 
@@ -1275,10 +1275,8 @@ impl<'a> Thread<'a> {
     /// area may be reused at once), the size and address are checked now, and the add is
     /// applied exactly once, no later than [`Thread::wait_posted`] or the end of the batch.
     /// Posted adds that continue one another (each starting at the word after the previous
-    /// one's last) reach the engine as one vector add of up to 4 KB (see [`PostedOps`]).
+    /// one's last) reach the engine as one vector add of up to 4 KB.
     /// Counted as one `vadd32x16` XTXN per 64-byte chunk.
-    ///
-    /// [`PostedOps`]: crate::mem::PostedOps
     #[inline]
     pub fn post_vadd32_be(
         &mut self,

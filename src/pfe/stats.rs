@@ -139,8 +139,14 @@ pub struct Stats {
     pub consumed: u64,
     /// Ingress packets dropped, over all reasons.
     pub dropped: u64,
-    /// Drops by reason (ingress checks, program reasons, `fault_*` for faults).
+    /// Drops by reason (ingress checks, program reasons, `fault_*` for faults); reasons
+    /// nothing was dropped for are left out (see [`Stats::drops`]).
     pub dropped_by_reason: BTreeMap<String, u64>,
+    /// Every reason the engine could have counted a drop under: its own (`runt`,
+    /// `oversize`, `rx_full`, ...), one `fault_*` per fault kind, then the program's, in that
+    /// order. [`Stats::drops`] refuses any other name, so a misspelt reason cannot read as 0.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub drop_reasons: Vec<String>,
     /// Faults by kind.
     pub faults: BTreeMap<String, u64>,
     /// Packets accepted and not yet released.
@@ -203,9 +209,31 @@ impl Stats {
         }
     }
 
-    /// Drops under one reason.
+    /// Drops under one reason (0 when the engine knows the reason but dropped nothing for
+    /// it).
+    ///
+    /// # Panics
+    ///
+    /// When `reason` is none of [`Stats::drop_reasons`] (a misspelling, or a reason of
+    /// another program): the message lists the known ones. [`Stats::try_drops`] does not
+    /// panic.
     pub fn drops(&self, reason: &str) -> u64 {
-        self.dropped_by_reason.get(reason).copied().unwrap_or(0)
+        match self.try_drops(reason) {
+            Some(n) => n,
+            None => panic!(
+                "`{reason}` is not a drop reason of this engine or its program; known reasons: {}",
+                self.drop_reasons.join(", ")
+            ),
+        }
+    }
+
+    /// Drops under one reason, or `None` when `reason` is none of [`Stats::drop_reasons`]
+    /// (and nothing was counted under it).
+    pub fn try_drops(&self, reason: &str) -> Option<u64> {
+        match self.dropped_by_reason.get(reason) {
+            Some(&n) => Some(n),
+            None => self.drop_reasons.iter().any(|r| r == reason).then_some(0),
+        }
     }
 
     /// Faults of one kind.
@@ -260,6 +288,7 @@ impl Pfe {
             timer_instructions: total.timer_instructions,
             timer_faults: total.timer_faults,
             latency: sh.latency.as_ref().map(|l| LatencyStats::of(&l.snapshot())),
+            drop_reasons: sh.drop_reason_names.clone(),
             ..Stats::default()
         };
         for (name, log) in [
@@ -302,5 +331,42 @@ impl Pfe {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats() -> Stats {
+        let mut s = Stats {
+            drop_reasons: vec!["runt".into(), "fault_budget".into(), "non_ip".into()],
+            ..Stats::default()
+        };
+        s.dropped_by_reason.insert("non_ip".into(), 7);
+        s
+    }
+
+    #[test]
+    fn drops_of_a_known_reason_is_its_count_or_zero() {
+        let s = stats();
+        assert_eq!(s.drops("non_ip"), 7);
+        assert_eq!(s.drops("runt"), 0);
+        assert_eq!(s.try_drops("non_ip"), Some(7));
+        assert_eq!(s.try_drops("fault_budget"), Some(0));
+    }
+
+    #[test]
+    fn try_drops_of_an_unknown_reason_is_none() {
+        assert_eq!(stats().try_drops("non-ip"), None);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "`non-ip` is not a drop reason of this engine or its program; \
+                               known reasons: runt, fault_budget, non_ip"
+    )]
+    fn drops_of_a_misspelt_reason_panics_naming_the_known_ones() {
+        stats().drops("non-ip");
     }
 }

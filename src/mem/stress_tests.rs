@@ -1,4 +1,6 @@
-//! Concurrency stress tests of the Shared Memory System through its public API only.
+//! Concurrency stress tests of the Shared Memory System through its public API, and of the
+//! PPE threads' posted-XTXN buffer (`PostedOps`, crate-private, which is why these tests live
+//! inside the crate).
 //!
 //! For every operation kind, 256 threads hammer (a) ONE location and (b) many locations spread
 //! over all banks and both regions, and the final state must be exactly what the sequential
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
-use pfemu::mem::*;
+use crate::mem::*;
 
 const THREADS: usize = if cfg!(miri) { 4 } else { 256 };
 const OPS: usize = if cfg!(miri) { 16 } else { 2_000 };
@@ -711,7 +713,7 @@ fn acc_mixed_adds_exact() {
                     posted
                         .post(
                             &m,
-                            Op::Add32 {
+                            Op::FetchAdd32 {
                                 addr: base + w as u64,
                                 lane,
                                 delta: d,
@@ -1064,7 +1066,7 @@ fn posted_ops_applied_exactly_once() {
                 p.post(&m, Op::CounterInc { addr: a, bytes: b }).unwrap();
                 p.post(
                     &m,
-                    Op::Add32 {
+                    Op::FetchAdd32 {
                         addr: a + 2,
                         lane: 1,
                         delta: d,
