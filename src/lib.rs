@@ -125,6 +125,7 @@ pub use program::{Program, Thread};
 
 /// Everything a program or an embedding application usually needs.
 pub mod prelude {
+    pub use crate::mem::hash::HashTable;
     pub use crate::mem::{Addr, Color, MemConfig, Op, PolicerConfig, Region, SharedMemory};
     pub use crate::packet::{Dest, GroupId, Packet, Port};
     pub use crate::pfe::{

@@ -1116,13 +1116,21 @@ impl<'a> Thread<'a> {
         Ok(self.mem.fetch_swap(addr, value)?)
     }
 
+    /// 64-bit wrapping fetch-and-add; returns the old value.
+    pub fn fetch_add(&mut self, addr: Addr, delta: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchAdd);
+        Ok(self.mem.fetch_add(addr, delta)?)
+    }
+
     /// Writes the mask's bits of `value`; returns the old word.
     pub fn masked_write(&mut self, addr: Addr, value: u64, mask: u64) -> Result<u64, Fault> {
         self.count(XtxnKind::MaskedWrite);
         Ok(self.mem.masked_write(addr, value, mask)?)
     }
 
-    /// 32-bit wrapping add to lane 0 (first 4 bytes) or 1 of the word; returns the old lane.
+    /// 32-bit wrapping add to lane 0 (the word's first 4 bytes in network order, its high
+    /// half) or lane 1 (the low half); returns the old lane. See
+    /// [`SharedMemory::fetch_add32`].
     pub fn fetch_add32(&mut self, addr: Addr, lane: u8, delta: u32) -> Result<u32, Fault> {
         self.count(XtxnKind::Add32);
         Ok(self.mem.fetch_add32(addr, lane, delta)?)

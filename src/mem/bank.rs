@@ -100,7 +100,7 @@ fn be_words(data: &[u8]) -> impl DoubleEndedIterator<Item = u64> + ExactSizeIter
 ///   no sequential order produces (the high lane one too big): a reader or `fetch_add32` can
 ///   return it, and a `write`/`fetch_swap`/`masked_write`/`fetch_and`/`fetch_xor` landing in
 ///   between is corrupted by the fix-up (a swap to 0 ends as `0xFFFF_FFFF_0000_0000`). That
-///   breaks per-word linearizability (`tests/mem_stress.rs`,
+///   breaks per-word linearizability (`src/mem/stress_tests.rs`,
 ///   `vadd32_be_shows_no_carry_to_other_ops`, catches it), and it is slower: a second locked
 ///   instruction on about half the words of random data (30% slower uncontended, 2x in cache,
 ///   4x contended).
@@ -666,9 +666,23 @@ impl SharedMemory {
         })
     }
 
-    /// 32-bit wrapping add of `delta` to one half of the word: lane 0 is the first 4 bytes in
-    /// network order (the high half), lane 1 the low half. The other half never changes (no
-    /// carry across). Returns the lane's old value; a lane above 1 is [`MemFault::BadLane`].
+    /// 64-bit wrapping `word += delta`; returns the old value. One atomic instruction in
+    /// SRAM and DRAM, as the other fetch-ops (a packet/byte counter is two words: use
+    /// [`SharedMemory::counter_inc`] for it).
+    #[inline]
+    pub fn fetch_add(&self, addr: Addr, delta: u64) -> Result<u64, MemFault> {
+        match self.word(addr) {
+            Ok(w) => Ok(w.fetch_add(delta, RMW)),
+            Err(fault) => self.acc_update(addr, fault, |old| old.wrapping_add(delta)),
+        }
+    }
+
+    /// 32-bit wrapping add of `delta` to one half of the word. Lanes follow the byte order
+    /// of [`SharedMemory::read`] (network order): lane 0 is the word's first 4 bytes, the
+    /// high half of the `u64` (`word >> 32`); lane 1 its last 4 bytes, the low half
+    /// (`word as u32`). So after `write_u64(a, 0x0000_0001_0000_0002)`, lane 0 holds 1 and
+    /// lane 1 holds 2. The other half never changes (no carry across). Returns the lane's old
+    /// value; a lane above 1 is [`MemFault::BadLane`].
     #[inline]
     pub fn fetch_add32(&self, addr: Addr, lane: u8, delta: u32) -> Result<u32, MemFault> {
         match lane {
@@ -812,6 +826,7 @@ impl SharedMemory {
             Op::FetchClear { addr, mask } => self.fetch_clear(addr, mask).map(drop),
             Op::FetchSwap { addr, value } => self.fetch_swap(addr, value).map(drop),
             Op::MaskedWrite { addr, value, mask } => self.masked_write(addr, value, mask).map(drop),
+            Op::FetchAdd { addr, delta } => self.fetch_add(addr, delta).map(drop),
             Op::FetchAdd32 { addr, lane, delta } => self.fetch_add32(addr, lane, delta).map(drop),
             Op::Vadd32x16 { addr, ref deltas } => self.vadd32x16(addr, deltas),
         }
@@ -936,6 +951,7 @@ mod tests {
         assert_eq!(m.fetch_xor(addr, 1).map(drop), Err(f1));
         assert_eq!(m.fetch_clear(addr, 1).map(drop), Err(f1));
         assert_eq!(m.fetch_swap(addr, 1).map(drop), Err(f1));
+        assert_eq!(m.fetch_add(addr, 1).map(drop), Err(f1));
         assert_eq!(m.masked_write(addr, 1, 1).map(drop), Err(f1));
         assert_eq!(m.masked_write(addr, 1, 0).map(drop), Err(f1));
         assert_eq!(m.masked_write(addr, 1, u64::MAX).map(drop), Err(f1));
@@ -957,6 +973,7 @@ mod tests {
             Op::FetchXor { addr, mask: 1 },
             Op::FetchClear { addr, mask: 1 },
             Op::FetchSwap { addr, value: 1 },
+            Op::FetchAdd { addr, delta: 1 },
             Op::MaskedWrite {
                 addr,
                 value: 1,
@@ -1164,6 +1181,33 @@ mod tests {
         assert_eq!(m.fetch_swap(a, u64::MAX), Ok(0b1000));
         assert_eq!(m.fetch_swap(a, 1), Ok(u64::MAX));
         assert_eq!(m.read_u64(a), Ok(1));
+    }
+
+    #[test]
+    fn fetch_add_is_a_wrapping_64_bit_add_in_every_region() {
+        let m = mem();
+        for a in [5, DRAM_BASE + 9, ACC_BASE + 3] {
+            m.write_u64(a, 0xFFFF_FFFF).unwrap();
+            // A carry out of the low half reaches the high half: one 64-bit lane.
+            assert_eq!(m.fetch_add(a, 1), Ok(0xFFFF_FFFF));
+            assert_eq!(m.read_u64(a), Ok(1 << 32));
+            m.write_u64(a, u64::MAX).unwrap();
+            assert_eq!(m.fetch_add(a, 3), Ok(u64::MAX));
+            assert_eq!(m.read_u64(a), Ok(2), "wraps");
+            assert_eq!(m.fetch_add(a, 0), Ok(2));
+        }
+    }
+
+    #[test]
+    fn fetch_add32_lane_0_is_the_first_four_bytes() {
+        let m = mem();
+        m.write_u64(7, 0x0000_0001_0000_0002).unwrap();
+        assert_eq!(m.fetch_add32(7, 0, 0), Ok(1));
+        assert_eq!(m.fetch_add32(7, 1, 0), Ok(2));
+        m.fetch_add32(7, 0, 0x0A0B_0C0C).unwrap();
+        let mut b = [0u8; 8];
+        m.read(7, &mut b).unwrap();
+        assert_eq!(b, [0x0A, 0x0B, 0x0C, 0x0D, 0, 0, 0, 2]);
     }
 
     #[test]
@@ -1531,6 +1575,10 @@ mod tests {
                 mask: 0x1000,
             },
             Op::FetchSwap { addr: 4, value: 9 },
+            Op::FetchAdd {
+                addr: 6,
+                delta: u64::MAX - 1,
+            },
             Op::MaskedWrite {
                 addr: 4,
                 value: 0x77,
@@ -1553,6 +1601,7 @@ mod tests {
         b.fetch_xor(1, 0x0101).unwrap();
         b.fetch_clear(1, 0x1000).unwrap();
         b.fetch_swap(4, 9).unwrap();
+        b.fetch_add(6, u64::MAX - 1).unwrap();
         b.masked_write(4, 0x77, 0xF0).unwrap();
         b.fetch_add32(5, 0, 3).unwrap();
         b.vadd32x16(8, &deltas).unwrap();

@@ -3,8 +3,8 @@
 //! # Address space
 //!
 //! Every PPE thread sees one unified, word-addressed space. An [`Addr`] is the index of an
-//! 8-byte word ([`WORD_BYTES`]), so the paper's packet/byte counters sit at
-//! `DROP_CNT_BASE + ir0 * 2`. Two regions live in that space:
+//! 8-byte word ([`WORD_BYTES`]), so the paper's packet/byte counters, [`COUNTER_WORDS`]
+//! words each, sit at `DROP_CNT_BASE + ir0 * COUNTER_WORDS`. Two regions live in that space:
 //!
 //! * **SRAM** (the on-chip memory): words `0 .. sram_bytes / 8`.
 //! * **DRAM** (the off-chip memory and its cache): words
@@ -32,8 +32,9 @@
 //! sequence. The emulator maps that design onto the host as follows:
 //!
 //! * **Single-word operations** (8-byte read/write, the logical fetch-and-ops, fetch-and-swap,
-//!   masked write, 32-bit add, and each of the two words of a packet/byte counter) are applied
-//!   with one atomic instruction (or a compare-and-swap loop) on that word: the host's
+//!   masked write, 64-bit fetch-and-add, 32-bit add, and each of the two words of a
+//!   packet/byte counter) are applied with one atomic instruction (or a compare-and-swap loop)
+//!   on that word: the host's
 //!   per-location atomic ordering *is* the engine's per-location sequencing, so no update is ever
 //!   lost and no lock is taken. This is what makes a hot counter hit by hundreds of threads run at
 //!   about the rate of a raw atomic.
@@ -188,6 +189,11 @@ pub const MAX_VADD_BYTES: usize = 4096;
 
 /// Words in one 64-byte line, the unit of bank interleaving.
 pub const LINE_WORDS: u64 = (MAX_ACCESS_BYTES / WORD_BYTES) as u64;
+
+/// Words one packet/byte counter occupies: the packet count at its address, the byte count
+/// in the next word ([`SharedMemory::counter_inc`]). Counter `i` of an array allocated at
+/// `base` is at `base + i * COUNTER_WORDS`.
+pub const COUNTER_WORDS: u64 = 2;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -383,6 +389,8 @@ pub enum XtxnKind {
     FetchSwap,
     /// Masked write.
     MaskedWrite,
+    /// 64-bit fetch-and-add.
+    FetchAdd,
     /// 32-bit add to one half of a word.
     Add32,
     /// Sixteen 32-bit adds over a 64-byte line.
@@ -408,7 +416,7 @@ pub enum XtxnKind {
 
 impl XtxnKind {
     /// Number of kinds.
-    pub const COUNT: usize = 20;
+    pub const COUNT: usize = 21;
 
     /// Every kind, in [`XtxnKind::index`] order.
     pub const ALL: [XtxnKind; XtxnKind::COUNT] = [
@@ -422,6 +430,7 @@ impl XtxnKind {
         XtxnKind::FetchClear,
         XtxnKind::FetchSwap,
         XtxnKind::MaskedWrite,
+        XtxnKind::FetchAdd,
         XtxnKind::Add32,
         XtxnKind::VAdd32x16,
         XtxnKind::TailRead,
@@ -447,6 +456,7 @@ impl XtxnKind {
             XtxnKind::FetchClear => "fetch_clear",
             XtxnKind::FetchSwap => "fetch_swap",
             XtxnKind::MaskedWrite => "masked_write",
+            XtxnKind::FetchAdd => "fetch_add",
             XtxnKind::Add32 => "add32",
             XtxnKind::VAdd32x16 => "vadd32x16",
             XtxnKind::TailRead => "tail_read",
@@ -544,6 +554,13 @@ pub enum Op {
         /// Bits replaced.
         mask: u64,
     },
+    /// `word += delta`, wrapping ([`SharedMemory::fetch_add`]).
+    FetchAdd {
+        /// Target word.
+        addr: Addr,
+        /// Value added.
+        delta: u64,
+    },
     /// Wrapping add of `delta` to 32-bit lane `lane` ([`SharedMemory::fetch_add32`]).
     FetchAdd32 {
         /// Target word.
@@ -574,6 +591,7 @@ impl Op {
             Op::FetchClear { .. } => XtxnKind::FetchClear,
             Op::FetchSwap { .. } => XtxnKind::FetchSwap,
             Op::MaskedWrite { .. } => XtxnKind::MaskedWrite,
+            Op::FetchAdd { .. } => XtxnKind::FetchAdd,
             Op::FetchAdd32 { .. } => XtxnKind::Add32,
             Op::Vadd32x16 { .. } => XtxnKind::VAdd32x16,
         }
@@ -591,6 +609,7 @@ impl Op {
             | Op::FetchClear { addr, .. }
             | Op::FetchSwap { addr, .. }
             | Op::MaskedWrite { addr, .. }
+            | Op::FetchAdd { addr, .. }
             | Op::FetchAdd32 { addr, .. }
             | Op::Vadd32x16 { addr, .. } => addr,
         }
@@ -744,6 +763,7 @@ mod tests {
                 XtxnKind::VAdd32x16,
                 8,
             ),
+            (Op::FetchAdd { addr: 11, delta: 0 }, XtxnKind::FetchAdd, 1),
         ];
         for (i, (op, kind, words)) in cases.iter().enumerate() {
             assert_eq!(op.kind(), *kind);

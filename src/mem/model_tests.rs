@@ -132,6 +132,7 @@ impl Model {
             Op::FetchXor { addr, mask } => self.rmw(addr, |w| w ^ mask).map(drop),
             Op::FetchClear { addr, mask } => self.rmw(addr, |w| w & !mask).map(drop),
             Op::FetchSwap { addr, value } => self.rmw(addr, |_| value).map(drop),
+            Op::FetchAdd { addr, delta } => self.rmw(addr, |w| w.wrapping_add(delta)).map(drop),
             Op::MaskedWrite { addr, value, mask } => {
                 self.rmw(addr, |w| (w & !mask) | (value & mask)).map(drop)
             }
@@ -240,6 +241,7 @@ fn op() -> BoxedStrategy<Op> {
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchXor { addr, mask }),
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchClear { addr, mask }),
         (addr(), small.clone()).prop_map(|(addr, value)| Op::FetchSwap { addr, value }),
+        (addr(), small.clone()).prop_map(|(addr, delta)| Op::FetchAdd { addr, delta }),
         (addr(), small.clone(), small.clone()).prop_map(|(addr, value, mask)| Op::MaskedWrite {
             addr,
             value,
@@ -327,6 +329,12 @@ fn sync_op(mem: &SharedMemory, model: &mut Model, op: &Op) -> Result<(), TestCas
         }
         Op::FetchSwap { addr, value } => {
             prop_assert_eq!(mem.fetch_swap(addr, value), model.rmw(addr, |_| value));
+        }
+        Op::FetchAdd { addr, delta } => {
+            prop_assert_eq!(
+                mem.fetch_add(addr, delta),
+                model.rmw(addr, |w| w.wrapping_add(delta))
+            );
         }
         Op::MaskedWrite { addr, value, mask } => {
             prop_assert_eq!(

@@ -358,6 +358,37 @@ fn fetch_xor_toggle_parity() {
     }
 }
 
+// ----- 64-bit fetch-and-add --------------------------------------------------------------------
+
+/// Every location ends at its initial value plus the wrapping sum of the deltas added to it,
+/// and each add's old value telescopes into the next (checked by `rmw_stress`). The deltas
+/// are large, so the adds wrap and carry across the 32-bit halves all the time.
+#[test]
+fn fetch_add_loses_and_duplicates_nothing() {
+    let m = mem();
+    let delta = |t: usize, j: usize| rnd(t, j, 21) | 1 << 63;
+    for (locs, addr) in [(1, one as fn(usize) -> Addr), (SPREAD, spread)] {
+        let init = 0xFFFF_FFFF_u64;
+        let recs = rmw_stress(&m, init, locs, addr, |t, j| {
+            let loc = if locs == 1 { 0 } else { spread_idx(t, j) };
+            let d = delta(t, j);
+            let old = m.fetch_add(addr(loc), d).unwrap();
+            Rec {
+                loc,
+                old,
+                new: old.wrapping_add(d),
+            }
+        });
+        let mut want = vec![init; locs];
+        for r in recs.iter().flatten() {
+            want[r.loc] = want[r.loc].wrapping_add(r.new.wrapping_sub(r.old));
+        }
+        for (l, w) in want.iter().enumerate() {
+            assert_eq!(m.read_u64(addr(l)), Ok(*w), "location {l}");
+        }
+    }
+}
+
 // ----- fetch-and-swap ---------------------------------------------------------------------------
 
 #[test]
