@@ -17,7 +17,11 @@ use super::{ppe, timer_threads, Pfe, Stats, STATE_RUNNING, STATE_STOPPED};
 type SpawnFn<'a> = dyn FnMut(std::thread::Builder, Box<dyn FnOnce() + Send>) -> std::io::Result<JoinHandle<()>>
     + 'a;
 
-/// Why [`Pfe::start`] failed.
+/// Why [`Pfe::start`] failed: the engine was stopped, or a thread could not be spawned.
+/// Nothing else can fail a start (pinning threads to cores, [`Config::pin_threads`], is best
+/// effort: a thread that cannot be pinned runs unpinned).
+///
+/// [`Config::pin_threads`]: super::Config::pin_threads
 #[derive(Debug)]
 pub enum StartError {
     /// The engine was shut down; an engine cannot be restarted.
