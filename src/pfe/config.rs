@@ -59,7 +59,8 @@ pub struct Config {
     pub max_frame_bytes: usize,
     /// Periodic timers, each launching a thread at one of the program's timer entries.
     pub timers: Vec<TimerSpec>,
-    /// Measure each packet's ingress-to-egress latency ([`Stats::latency`](super::Stats::latency)).
+    /// Measure each packet's ingress-to-egress latency
+    /// ([`Stats::latency`](super::Stats::latency)).
     pub latency: bool,
 }
 
@@ -80,13 +81,14 @@ impl Config {
         let max_head = LOCAL_MEMORY_BYTES - DEFAULT_HEAD_OFFSET;
         if !(MIN_FRAME_BYTES..=max_head).contains(&self.head_bytes) {
             return Err(ConfigError::new(
-            "head_bytes",
-            format!(
-                "{} is out of range; accepted {MIN_FRAME_BYTES}..={max_head} (the head and {DEFAULT_HEAD_OFFSET} \
-                 bytes of headroom must fit the {LOCAL_MEMORY_BYTES}-byte local memory)",
-                self.head_bytes
-            ),
-        ));
+                "head_bytes",
+                format!(
+                    "{} is out of range; accepted {MIN_FRAME_BYTES}..={max_head} (the head and \
+                     {DEFAULT_HEAD_OFFSET} bytes of headroom must fit the \
+                     {LOCAL_MEMORY_BYTES}-byte local memory)",
+                    self.head_bytes
+                ),
+            ));
         }
         if !(1..=1024).contains(&self.batch_size) {
             return Err(ConfigError::new(
@@ -465,4 +467,45 @@ fn group_table(
         group_table[i] = members;
     }
     Ok(group_table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::{Done, Entry, Verdict};
+
+    fn config() -> Config {
+        let mut p = Program::builder("forward");
+        let a = p.label("a");
+        p.instr(a, |_t| Ok(Done(Verdict::Forward(0))));
+        p.entry(Entry::Packet, a);
+        let pfe = Pfe::builder()
+            .program(p.build().expect("a valid program"))
+            .ppe_threads(2)
+            .build()
+            .expect("build");
+        pfe.config().clone()
+    }
+
+    #[test]
+    fn validate_accepts_what_build_made_and_names_each_bad_setting() {
+        let good = config();
+        assert_eq!(good.validate(), Ok(()));
+        type Spoil = fn(&mut Config);
+        let cases: [(&str, Spoil); 8] = [
+            ("ppe_threads", |c| c.ppe_threads = 0),
+            ("head_bytes", |c| c.head_bytes = 10),
+            ("batch_size", |c| c.batch_size = 1025),
+            ("capacity", |c| c.capacity = c.batch_size - 1),
+            ("reorder_contexts", |c| c.reorder_contexts = 3),
+            ("ports", |c| c.ports = 0),
+            ("instruction_budget", |c| c.instruction_budget = 0),
+            ("max_frame_bytes", |c| c.max_frame_bytes = 63),
+        ];
+        for (setting, spoil) in cases {
+            let mut c = good.clone();
+            spoil(&mut c);
+            assert_eq!(c.validate().map_err(|e| e.setting), Err(setting));
+        }
+    }
 }
