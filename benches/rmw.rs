@@ -28,7 +28,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use pfemu::mem::{Addr, MemConfig, Op, PolicerConfig, PostedOps, SharedMemory};
+use std::cell::{Cell, RefCell};
+use std::sync::{Arc, OnceLock};
+
+use pfemu::mem::{Addr, MemConfig, Op, PolicerConfig, SharedMemory};
+use pfemu::program::{Done, Entry, Harness, Program, Verdict};
 
 const THREAD_COUNTS: [usize; 3] = [2, 16, 256];
 /// The contended location (line-aligned, so 64-byte ops stay in one bank).
@@ -154,65 +158,92 @@ fn baseline(c: &mut Criterion) {
     g.finish();
 }
 
-thread_local! {
-    /// Each bench thread's posted-XTXN buffer, like a PPE thread's.
-    static POSTED: std::cell::RefCell<PostedOps> = std::cell::RefCell::new(PostedOps::new(64));
-}
-
 /// Posted counter increments flushed every `FLUSH_EVERY` posts, as a PPE thread flushes
 /// once per batch of 32 packets.
 const FLUSH_EVERY: u64 = 32;
 
+/// The memory every group runs on (the posted group reaches it through a [`Harness`], which
+/// holds an `Arc`).
+fn shared_memory() -> &'static Arc<SharedMemory> {
+    static MEM: OnceLock<Arc<SharedMemory>> = OnceLock::new();
+    MEM.get_or_init(|| Arc::new(memory()))
+}
+
+thread_local! {
+    /// The counter and the iteration the posting program works on next.
+    static POST_AT: Cell<(Addr, u64)> = const { Cell::new((0, 0)) };
+    /// Each bench thread's PPE-thread stand-in: a [`Harness`] running [`posting_program`],
+    /// whose posted XTXNs are applied when the run ends, as a PPE thread's are at the end of
+    /// a batch.
+    static POSTER: RefCell<(Harness, Program)> =
+        RefCell::new((Harness::new(Arc::clone(shared_memory())), posting_program()));
+}
+
+/// One instruction that posts `FLUSH_EVERY` increments of the counter at `POST_AT` (the
+/// posted buffer is the engine's own: programs reach it through `Thread::post`).
+fn posting_program() -> Program {
+    let mut p = Program::builder("post-counters");
+    let a = p.label("post");
+    p.instr(a, |t| {
+        let (addr, last) = POST_AT.with(Cell::get);
+        for i in last + 1 - FLUSH_EVERY..=last {
+            t.post(Op::CounterInc {
+                addr,
+                bytes: 64 + (i & 63),
+            })?;
+        }
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, a);
+    p.build().expect("a valid program")
+}
+
 fn rmw(c: &mut Criterion) {
     baseline(c);
-    let m = memory();
-    group(c, "counter_inc", &m, |m, a, _, i| {
+    let m = shared_memory();
+    group(c, "counter_inc", m, |m, a, _, i| {
         m.counter_inc(a, 64 + (i & 1023)).unwrap();
     });
-    group(c, "counter_inc_posted", &m, |m, a, _, i| {
-        POSTED.with(|p| {
-            let mut p = p.borrow_mut();
-            p.post(
-                m,
-                Op::CounterInc {
-                    addr: a,
-                    bytes: 64 + (i & 63),
-                },
-            )
-            .expect("in range");
-            if i % FLUSH_EVERY == FLUSH_EVERY - 1 {
-                p.flush(m);
-            }
-        })
+    // Every `FLUSH_EVERY`th iteration runs the program once: its posts, its flush and the
+    // harness's per-packet work (loading a 64-byte head) are spread over the iterations.
+    group(c, "counter_inc_posted", m, |_, a, _, i| {
+        if i % FLUSH_EVERY == FLUSH_EVERY - 1 {
+            POST_AT.with(|p| p.set((a, i)));
+            POSTER.with(|p| {
+                let (h, program) = &mut *p.borrow_mut();
+                let out = h.run(program, 0, &[0u8; 64]);
+                assert_eq!(out.result, Ok(Verdict::Consume));
+            })
+        }
     });
-    group(c, "fetch_or", &m, |m, a, t, _| {
+    group(c, "fetch_or", m, |m, a, t, _| {
         black_box(m.fetch_or(a, 1 << (t % 64)).unwrap());
     });
-    group(c, "fetch_swap", &m, |m, a, _, i| {
+    group(c, "fetch_swap", m, |m, a, _, i| {
         black_box(m.fetch_swap(a, i).unwrap());
     });
-    group(c, "masked_write", &m, |m, a, t, i| {
+    group(c, "masked_write", m, |m, a, t, i| {
         let shift = 8 * (t % 8);
         black_box(m.masked_write(a, i << shift, 0xFF << shift).unwrap());
     });
-    group(c, "fetch_add32_low_lane", &m, |m, a, _, _| {
+    group(c, "fetch_add32_low_lane", m, |m, a, _, _| {
         black_box(m.fetch_add32(a, 1, 3).unwrap());
     });
     let deltas: [u32; 16] = std::array::from_fn(|i| i as u32 + 1);
-    group(c, "vadd32x16", &m, |m, a, _, _| {
+    group(c, "vadd32x16", m, |m, a, _, _| {
         m.vadd32x16(a, &deltas).unwrap();
     });
-    group(c, "read_8B", &m, |m, a, _, _| {
+    group(c, "read_8B", m, |m, a, _, _| {
         let mut b = [0u8; 8];
         m.read(a, &mut b).unwrap();
         black_box(b);
     });
-    group(c, "read_64B", &m, |m, a, _, _| {
+    group(c, "read_64B", m, |m, a, _, _| {
         let mut b = [0u8; 64];
         m.read(a, &mut b).unwrap();
         black_box(b);
     });
-    group(c, "write_64B", &m, |m, a, _, i| {
+    group(c, "write_64B", m, |m, a, _, i| {
         m.write(a, &[i as u8; 64]).unwrap();
     });
 
@@ -225,7 +256,7 @@ fn rmw(c: &mut Criterion) {
     for t in 0..256 {
         m.policer_init(spread_addr(t), cfg, 0).unwrap();
     }
-    group(c, "police", &m, |m, a, _, i| {
+    group(c, "police", m, |m, a, _, i| {
         black_box(m.police(a, 100, i * 100).unwrap());
     });
 }

@@ -13,7 +13,7 @@
 //!      --> PPE thread: the program runs to completion on the head in local memory,
 //!          issuing XTXNs to shared memory and the tail               [program, mem]
 //!      --> reorder engine: hold until earlier packets of the flow left [pfe (reorder)]
-//!      --> egress: rejoin head and tail, per-port queues, sink        [pfe::egress]
+//!      --> egress: rejoin head and tail, per-port queues, sink        [pfe (egress)]
 //! timers --> launcher on the engine's clock --> dispatch, ahead of packets
 //!          --> a timer thread at the program's timer entry on any PPE thread [timer]
 //! ```
@@ -32,8 +32,9 @@
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
 //!   replaceable clock ([`timer::ManualClock`] for deterministic tests).
 //! - [`program`]: the program model: labelled instructions, registers, local memory, faults.
-//! - [`pfe`]: the engine: builder, lifecycle, dispatch, PPE threads, reorder, egress, stats,
-//!   timer threads, and a [`pfe::Chassis`] of PFEs joined by links.
+//! - [`pfe`]: the engine: builder ([`pfe::Config`]), lifecycle, ingress, dispatch, PPE
+//!   threads, reorder, egress ([`pfe::Sink`]), stats, timer threads, and a [`pfe::Chassis`]
+//!   of PFEs joined by links. Every public type has one path, `pfe::Name`.
 //!
 //! On the engine:
 //!
@@ -212,6 +213,7 @@ pub use program::{Program, Thread};
 
 /// Everything a program or an embedding application usually needs.
 pub mod prelude {
+    pub use crate::mem::hash::HashTable;
     pub use crate::mem::{Addr, Color, MemConfig, Op, PolicerConfig, Region, SharedMemory};
     pub use crate::packet::{Dest, GroupId, Packet, Port};
     pub use crate::pfe::{

@@ -92,14 +92,14 @@ fn bad_links_are_refused_with_the_setting_named() {
     let mut c = Chassis::builder();
     let a = c.pfe("a", engine(relay(0, 1, 1)));
     c.link((a, 1), (7, 1));
-    assert_eq!(c.start().unwrap_err().setting, "link");
+    assert_eq!(c.start().unwrap_err().setting(), Some("link"));
 
     let mut c = Chassis::builder();
     let a = c.pfe("a", engine(relay(0, 1, 1)));
     let b = c.pfe("b", engine(relay(0, 1, 1)));
     c.link((a, 1), (b, 1)).link((a, 1), (b, 2));
     let err = c.start().unwrap_err();
-    assert_eq!(err.setting, "link");
+    assert_eq!(err.setting(), Some("link"));
     assert!(err.to_string().contains("linked twice"), "{err}");
 
     let mut c = Chassis::builder();
@@ -108,5 +108,8 @@ fn bad_links_are_refused_with_the_setting_named() {
     c.link((a, 1), (b, 4000));
     assert!(c.start().unwrap_err().to_string().contains("port 4000"));
 
-    assert_eq!(Chassis::builder().start().unwrap_err().setting, "chassis");
+    assert_eq!(
+        Chassis::builder().start().unwrap_err().setting(),
+        Some("chassis")
+    );
 }

@@ -736,3 +736,35 @@ fn latency_is_measured_from_ingress_to_egress_for_packets_that_leave() {
     pfe.drain();
     assert_eq!(pfe.stats().latency, None);
 }
+
+/// `Thread::fetch_add` is a 64-bit fetch-and-add on shared memory, counted as a `fetch_add`
+/// XTXN: every packet adds its length to one word, whose high half takes the carries.
+#[test]
+fn programs_fetch_add_64_bit_words_counted_as_xtxns() {
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let word = mem.alloc("sum", Region::Sram, 1).unwrap();
+    mem.write_u64(word, u64::from(u32::MAX)).unwrap();
+    let mut p = Program::builder("sum");
+    let a = p.label("a");
+    p.instr(a, move |t| {
+        let len = t.pkt_len() as u64;
+        t.fetch_add(word, len)?;
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, a);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .memory(mem.clone())
+        .ppe_threads(4)
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    for _ in 0..1000 {
+        pfe.inject(Packet::new(0, vec![0; 100])).unwrap();
+    }
+    pfe.drain();
+    assert_eq!(mem.read_u64(word), Ok(u64::from(u32::MAX) + 100_000));
+    let stats = pfe.shutdown();
+    assert_eq!(stats.xtxns.get("fetch_add"), Some(&1000));
+    assert!(stats.is_conserved());
+}

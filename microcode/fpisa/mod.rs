@@ -120,7 +120,7 @@ pub fn add_chunk(
     lm_offset: usize,
     bytes: usize,
 ) -> Result<(), Fault> {
-    t.post_fpisa_be(addr, lm_offset, bytes, Format::Fp32, variant)
+    t.post_fpisa_add_be(addr, lm_offset, bytes, Format::Fp32, variant)
 }
 
 /// Once a packet's adds have landed ([`Thread::wait_posted`]): adds their events (FPISA-A's

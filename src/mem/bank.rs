@@ -1,4 +1,5 @@
-//! Storage, address decoding, banks and the read-modify-write engines' single-word operations.
+//! Storage, address decoding, banks and the read-modify-write engines' single-word operations
+//! of [`SharedMemory`] (the type itself is in `shared_memory.rs`).
 //!
 //! See the [module documentation](super) for the semantics. Implementation notes:
 //!
@@ -17,25 +18,21 @@
 //! * The bulk lane loops (vector adds, conversions to and from network order) live in
 //!   `lanes`, compiled for AVX2 as well when the CPU has it.
 
-use std::fmt;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::alloc::AllocState;
 use super::lanes::{add_be_slice, add_packed, add_packed_slice, packed_to_be};
 use super::{
-    Addr, MemConfig, MemFault, Op, Region, ACC_BASE, ACC_STRIPE_WORDS, DRAM_BASE, LINE_WORDS,
+    Addr, MemFault, Op, SharedMemory, ACC_BASE, ACC_STRIPE_WORDS, DRAM_BASE, LINE_WORDS,
     MAX_ACCESS_BYTES, MAX_VADD_BYTES, WORD_BYTES,
 };
-use crate::error::ConfigError;
 
 /// log2 of the words in one lazily materialised DRAM chunk (2^17 words = 1 MiB).
 const CHUNK_SHIFT: u32 = 17;
-const CHUNK_WORDS: u64 = 1 << CHUNK_SHIFT;
+pub(super) const CHUNK_WORDS: u64 = 1 << CHUNK_SHIFT;
 const CHUNK_MASK: u64 = CHUNK_WORDS - 1;
 
 /// Stand-in for the words of a DRAM chunk that was never written. Only ever loaded from: the
@@ -46,7 +43,7 @@ const LOAD: Ordering = Ordering::Acquire;
 const STORE: Ordering = Ordering::Release;
 const RMW: Ordering = Ordering::AcqRel;
 
-fn zeroed_words(n: u64) -> Box<[AtomicU64]> {
+pub(super) fn zeroed_words(n: u64) -> Box<[AtomicU64]> {
     (0..n).map(|_| AtomicU64::new(0)).collect()
 }
 
@@ -103,7 +100,7 @@ fn be_words(data: &[u8]) -> impl DoubleEndedIterator<Item = u64> + ExactSizeIter
 ///   no sequential order produces (the high lane one too big): a reader or `fetch_add32` can
 ///   return it, and a `write`/`fetch_swap`/`masked_write`/`fetch_and`/`fetch_xor` landing in
 ///   between is corrupted by the fix-up (a swap to 0 ends as `0xFFFF_FFFF_0000_0000`). That
-///   breaks per-word linearizability (`tests/mem_stress.rs`,
+///   breaks per-word linearizability (`src/mem/stress_tests.rs`,
 ///   `vadd32_be_shows_no_carry_to_other_ops`, catches it), and it is slower: a second locked
 ///   instruction on about half the words of random data (30% slower uncontended, 2x in cache,
 ///   4x contended).
@@ -175,7 +172,7 @@ type Stripe = CachePadded<Mutex<[u64; ACC_STRIPE_WORDS as usize]>>;
 /// materialised on its first write too. Building a whole megabyte of stripes at once took
 /// about half a millisecond of page faults, in the middle of the first packet that touched
 /// the chunk; a stripe at a time, the cost is a page's worth and spread out.
-struct AccChunk {
+pub(super) struct AccChunk {
     stripes: Box<[OnceLock<Box<Stripe>>]>,
 }
 
@@ -194,85 +191,11 @@ static ZERO_STRIPE: [u64; ACC_STRIPE_WORDS as usize] = [0; ACC_STRIPE_WORDS as u
 const _: () = assert!(CHUNK_WORDS % ACC_STRIPE_WORDS == 0);
 
 /// One bank's read-modify-write engine: its sequencer for multi-word atomic operations.
-struct Bank {
-    sequencer: CachePadded<Mutex<()>>,
-}
-
-/// The Shared Memory System: SRAM + DRAM words, banks with their RMW engines, and the
-/// control plane's named-region allocator. `Send + Sync`; share it between PPE threads with
-/// an `Arc`. Every access method takes `&self` and is thread-safe.
-pub struct SharedMemory {
-    cfg: MemConfig,
-    sram: Box<[AtomicU64]>,
-    sram_words: u64,
-    dram: Box<[OnceLock<Box<[AtomicU64]>>]>,
-    dram_words: u64,
-    acc: Box<[OnceLock<AccChunk>]>,
-    acc_words: u64,
-    banks: Box<[Bank]>,
-    bank_mask: u64,
-    pub(super) allocs: Mutex<AllocState>,
-}
-
-impl fmt::Debug for SharedMemory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let materialised = self.dram.iter().filter(|c| c.get().is_some()).count();
-        let acc = self.acc.iter().filter(|c| c.get().is_some()).count();
-        f.debug_struct("SharedMemory")
-            .field("config", &self.cfg)
-            .field("dram_chunks_materialised", &materialised)
-            .field("acc_chunks_materialised", &acc)
-            .finish_non_exhaustive()
-    }
+pub(super) struct Bank {
+    pub(super) sequencer: CachePadded<Mutex<()>>,
 }
 
 impl SharedMemory {
-    /// Builds a zeroed memory of the given size; refuses an invalid [`MemConfig`].
-    pub fn new(cfg: &MemConfig) -> Result<SharedMemory, ConfigError> {
-        cfg.validate()?;
-        let sram_words = cfg.sram_words();
-        let dram_words = cfg.dram_words();
-        let chunks = dram_words.div_ceil(CHUNK_WORDS);
-        let acc_words = cfg.acc_words();
-        let banks = (0..cfg.banks)
-            .map(|_| Bank {
-                sequencer: CachePadded::new(Mutex::new(())),
-            })
-            .collect();
-        Ok(SharedMemory {
-            cfg: cfg.clone(),
-            sram: zeroed_words(sram_words),
-            sram_words,
-            dram: (0..chunks).map(|_| OnceLock::new()).collect(),
-            dram_words,
-            acc: (0..acc_words.div_ceil(CHUNK_WORDS))
-                .map(|_| OnceLock::new())
-                .collect(),
-            acc_words,
-            banks,
-            bank_mask: cfg.banks as u64 - 1,
-            allocs: Mutex::new(AllocState::new(
-                0..sram_words,
-                DRAM_BASE..DRAM_BASE + dram_words,
-                ACC_BASE..ACC_BASE + acc_words,
-            )),
-        })
-    }
-
-    /// The configuration the memory was built with.
-    pub fn config(&self) -> &MemConfig {
-        &self.cfg
-    }
-
-    /// The word addresses of a region (empty for a DRAM or accumulator region of 0 bytes).
-    pub fn region(&self, r: Region) -> Range<Addr> {
-        match r {
-            Region::Sram => 0..self.sram_words,
-            Region::Dram => DRAM_BASE..DRAM_BASE + self.dram_words,
-            Region::Acc => ACC_BASE..ACC_BASE + self.acc_words,
-        }
-    }
-
     /// The bank (RMW engine) serving `addr`: 64-byte lines are interleaved across banks,
     /// `(addr / 8) % banks`. Defined for any address, mapped or not.
     #[inline]
@@ -301,7 +224,7 @@ impl SharedMemory {
 
     /// Checks an operation as [`SharedMemory::apply`] would, without applying it.
     pub fn check_op(&self, op: &Op) -> Result<(), MemFault> {
-        if let Op::Add32 { lane, .. } = *op {
+        if let Op::FetchAdd32 { lane, .. } = *op {
             if lane > 1 {
                 return Err(MemFault::BadLane { lane });
             }
@@ -743,9 +666,23 @@ impl SharedMemory {
         })
     }
 
-    /// 32-bit wrapping add of `delta` to one half of the word: lane 0 is the first 4 bytes in
-    /// network order (the high half), lane 1 the low half. The other half never changes (no
-    /// carry across). Returns the lane's old value; a lane above 1 is [`MemFault::BadLane`].
+    /// 64-bit wrapping `word += delta`; returns the old value. One atomic instruction in
+    /// SRAM and DRAM, as the other fetch-ops (a packet/byte counter is two words: use
+    /// [`SharedMemory::counter_inc`] for it).
+    #[inline]
+    pub fn fetch_add(&self, addr: Addr, delta: u64) -> Result<u64, MemFault> {
+        match self.word(addr) {
+            Ok(w) => Ok(w.fetch_add(delta, RMW)),
+            Err(fault) => self.acc_update(addr, fault, |old| old.wrapping_add(delta)),
+        }
+    }
+
+    /// 32-bit wrapping add of `delta` to one half of the word. Lanes follow the byte order
+    /// of [`SharedMemory::read`] (network order): lane 0 is the word's first 4 bytes, the
+    /// high half of the `u64` (`word >> 32`); lane 1 its last 4 bytes, the low half
+    /// (`word as u32`). So after `write_u64(a, 0x0000_0001_0000_0002)`, lane 0 holds 1 and
+    /// lane 1 holds 2. The other half never changes (no carry across). Returns the lane's old
+    /// value; a lane above 1 is [`MemFault::BadLane`].
     #[inline]
     pub fn fetch_add32(&self, addr: Addr, lane: u8, delta: u32) -> Result<u32, MemFault> {
         match lane {
@@ -835,10 +772,10 @@ impl SharedMemory {
     /// never lose an update; the vector as a whole is not atomic).
     ///
     /// There is deliberately no posted [`Op`] form: an `Op` is `Copy`, owned and small (at most
-    /// a 64-byte payload, buffered by value in every PPE thread's [`super::PostedOps`]). A 4 KB
+    /// a 64-byte payload, buffered by value in every PPE thread's posted-XTXN buffer). A 4 KB
     /// array inside it would make every buffered op of every kind 4 KB, and borrowing the
     /// packet's bytes would put a lifetime on `Op` and keep the packet alive until the flush.
-    /// To post a vector add, use [`super::PostedOps::post_vadd32_be`], which keeps the
+    /// To post a vector add, use [`crate::program::Thread::post_vadd32_be`], which keeps the
     /// pending lanes in a buffer of its own (and merges adds that continue one another).
     pub fn vadd32_be(&self, addr: Addr, data: &[u8]) -> Result<(), MemFault> {
         let bytes = data.len();
@@ -876,7 +813,7 @@ impl SharedMemory {
     /// Applies a posted operation (old values are discarded).
     pub fn apply(&self, op: &Op) -> Result<(), MemFault> {
         match *op {
-            Op::Write8 { addr, value } => self.write_u64(addr, value),
+            Op::WriteU64 { addr, value } => self.write_u64(addr, value),
             Op::CounterInc { addr, bytes } => self.counter_inc(addr, bytes),
             Op::CounterAdd {
                 addr,
@@ -887,17 +824,18 @@ impl SharedMemory {
             Op::FetchOr { addr, mask } => self.fetch_or(addr, mask).map(drop),
             Op::FetchXor { addr, mask } => self.fetch_xor(addr, mask).map(drop),
             Op::FetchClear { addr, mask } => self.fetch_clear(addr, mask).map(drop),
-            Op::Swap { addr, value } => self.fetch_swap(addr, value).map(drop),
+            Op::FetchSwap { addr, value } => self.fetch_swap(addr, value).map(drop),
             Op::MaskedWrite { addr, value, mask } => self.masked_write(addr, value, mask).map(drop),
-            Op::Add32 { addr, lane, delta } => self.fetch_add32(addr, lane, delta).map(drop),
-            Op::VAdd32x16 { addr, ref deltas } => self.vadd32x16(addr, deltas),
+            Op::FetchAdd { addr, delta } => self.fetch_add(addr, delta).map(drop),
+            Op::FetchAdd32 { addr, lane, delta } => self.fetch_add32(addr, lane, delta).map(drop),
+            Op::Vadd32x16 { addr, ref deltas } => self.vadd32x16(addr, deltas),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Region, DRAM_BASE};
+    use super::super::{MemConfig, Region, DRAM_BASE};
     use super::*;
 
     const SRAM_WORDS: u64 = 1024;
@@ -1013,6 +951,7 @@ mod tests {
         assert_eq!(m.fetch_xor(addr, 1).map(drop), Err(f1));
         assert_eq!(m.fetch_clear(addr, 1).map(drop), Err(f1));
         assert_eq!(m.fetch_swap(addr, 1).map(drop), Err(f1));
+        assert_eq!(m.fetch_add(addr, 1).map(drop), Err(f1));
         assert_eq!(m.masked_write(addr, 1, 1).map(drop), Err(f1));
         assert_eq!(m.masked_write(addr, 1, 0).map(drop), Err(f1));
         assert_eq!(m.masked_write(addr, 1, u64::MAX).map(drop), Err(f1));
@@ -1027,24 +966,25 @@ mod tests {
         assert_eq!(m.read(addr, &mut b64), Err(oor(addr, 8)));
         assert_eq!(m.write(addr, &b64), Err(oor(addr, 8)));
         let ops = [
-            Op::Write8 { addr, value: 1 },
+            Op::WriteU64 { addr, value: 1 },
             Op::CounterInc { addr, bytes: 1 },
             Op::FetchAnd { addr, mask: 1 },
             Op::FetchOr { addr, mask: 1 },
             Op::FetchXor { addr, mask: 1 },
             Op::FetchClear { addr, mask: 1 },
-            Op::Swap { addr, value: 1 },
+            Op::FetchSwap { addr, value: 1 },
+            Op::FetchAdd { addr, delta: 1 },
             Op::MaskedWrite {
                 addr,
                 value: 1,
                 mask: 1,
             },
-            Op::Add32 {
+            Op::FetchAdd32 {
                 addr,
                 lane: 1,
                 delta: 1,
             },
-            Op::VAdd32x16 {
+            Op::Vadd32x16 {
                 addr,
                 deltas: [1; 16],
             },
@@ -1135,7 +1075,7 @@ mod tests {
         let m = mem();
         for lane in [2u8, 3, 255] {
             assert_eq!(m.fetch_add32(0, lane, 1), Err(MemFault::BadLane { lane }));
-            let op = Op::Add32 {
+            let op = Op::FetchAdd32 {
                 addr: 0,
                 lane,
                 delta: 1,
@@ -1241,6 +1181,33 @@ mod tests {
         assert_eq!(m.fetch_swap(a, u64::MAX), Ok(0b1000));
         assert_eq!(m.fetch_swap(a, 1), Ok(u64::MAX));
         assert_eq!(m.read_u64(a), Ok(1));
+    }
+
+    #[test]
+    fn fetch_add_is_a_wrapping_64_bit_add_in_every_region() {
+        let m = mem();
+        for a in [5, DRAM_BASE + 9, ACC_BASE + 3] {
+            m.write_u64(a, 0xFFFF_FFFF).unwrap();
+            // A carry out of the low half reaches the high half: one 64-bit lane.
+            assert_eq!(m.fetch_add(a, 1), Ok(0xFFFF_FFFF));
+            assert_eq!(m.read_u64(a), Ok(1 << 32));
+            m.write_u64(a, u64::MAX).unwrap();
+            assert_eq!(m.fetch_add(a, 3), Ok(u64::MAX));
+            assert_eq!(m.read_u64(a), Ok(2), "wraps");
+            assert_eq!(m.fetch_add(a, 0), Ok(2));
+        }
+    }
+
+    #[test]
+    fn fetch_add32_lane_0_is_the_first_four_bytes() {
+        let m = mem();
+        m.write_u64(7, 0x0000_0001_0000_0002).unwrap();
+        assert_eq!(m.fetch_add32(7, 0, 0), Ok(1));
+        assert_eq!(m.fetch_add32(7, 1, 0), Ok(2));
+        m.fetch_add32(7, 0, 0x0A0B_0C0C).unwrap();
+        let mut b = [0u8; 8];
+        m.read(7, &mut b).unwrap();
+        assert_eq!(b, [0x0A, 0x0B, 0x0C, 0x0D, 0, 0, 0, 2]);
     }
 
     #[test]
@@ -1586,7 +1553,7 @@ mod tests {
         let b = mem();
         let deltas: [u32; 16] = std::array::from_fn(|i| i as u32 * 3 + 1);
         let ops = [
-            Op::Write8 {
+            Op::WriteU64 {
                 addr: 1,
                 value: 0xF0F0,
             },
@@ -1607,18 +1574,22 @@ mod tests {
                 addr: 1,
                 mask: 0x1000,
             },
-            Op::Swap { addr: 4, value: 9 },
+            Op::FetchSwap { addr: 4, value: 9 },
+            Op::FetchAdd {
+                addr: 6,
+                delta: u64::MAX - 1,
+            },
             Op::MaskedWrite {
                 addr: 4,
                 value: 0x77,
                 mask: 0xF0,
             },
-            Op::Add32 {
+            Op::FetchAdd32 {
                 addr: 5,
                 lane: 0,
                 delta: 3,
             },
-            Op::VAdd32x16 { addr: 8, deltas },
+            Op::Vadd32x16 { addr: 8, deltas },
         ];
         for op in &ops {
             a.apply(op).unwrap();
@@ -1630,6 +1601,7 @@ mod tests {
         b.fetch_xor(1, 0x0101).unwrap();
         b.fetch_clear(1, 0x1000).unwrap();
         b.fetch_swap(4, 9).unwrap();
+        b.fetch_add(6, u64::MAX - 1).unwrap();
         b.masked_write(4, 0x77, 0xF0).unwrap();
         b.fetch_add32(5, 0, 3).unwrap();
         b.vadd32x16(8, &deltas).unwrap();

@@ -133,6 +133,17 @@ pub enum ScanAction {
     Set(u64),
 }
 
+/// One record as the control plane lists it ([`HashTable::records`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HashRecord {
+    /// The key's bytes.
+    pub key: Vec<u8>,
+    /// The record's value.
+    pub value: u64,
+    /// Its REF flag: set on create and by lookups since the last scan visited it.
+    pub referenced: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Record {
     value: u64,
@@ -279,6 +290,24 @@ impl HashTable {
         Ok(removed.map(|r| r.value))
     }
 
+    /// Every record with its REF flag as it stands, sorted by key: the control plane's
+    /// listing. Unlike [`HashTable::scan`] it clears no REF flag, and unlike
+    /// [`HashTable::lookup`] it sets none, so listing a table does not change which records
+    /// the aging timers find idle (as [`HashTable::peek`] for one record). Takes each shard's
+    /// lock in turn: a record inserted or deleted meanwhile may or may not be listed.
+    pub fn records(&self) -> Vec<HashRecord> {
+        let mut out = Vec::with_capacity(self.len());
+        for shard in self.shards.iter() {
+            out.extend(shard.lock().iter().map(|(key, r)| HashRecord {
+                key: key.as_bytes().to_vec(),
+                value: r.value,
+                referenced: r.referenced,
+            }));
+        }
+        out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
     /// Visits slice `slice` of `slices` (a range of shards; `slices` at most
     /// [`HashTable::shards`]): for each record, tests and clears its REF flag and calls
     /// `visit(key, value, was_referenced)`, which decides whether the record stays. Returns
@@ -381,6 +410,44 @@ mod tests {
         assert_eq!(t.insert(&key(0, 1), 9), Ok(Inserted::Existing(1)));
         t.delete(&key(0, 0)).unwrap();
         assert_eq!(t.insert(&key(0, 3), 3), Ok(Inserted::New));
+    }
+
+    #[test]
+    fn records_lists_every_record_and_leaves_ref_flags_alone() {
+        let t = HashTable::new(1000, 8).unwrap();
+        for b in 0..20 {
+            t.insert(&key(1, b), 100 + b as u64).unwrap();
+        }
+        t.scan(0, 1, |_, _, _| ScanAction::Keep);
+        for b in (0..20).step_by(3) {
+            t.lookup(&key(1, b)).unwrap();
+        }
+        let referenced = |b: u32| b % 3 == 0;
+        let want: Vec<HashRecord> = (0..20)
+            .map(|b| HashRecord {
+                key: key(1, b).to_vec(),
+                value: 100 + b as u64,
+                referenced: referenced(b),
+            })
+            .collect();
+        // Listed twice: the first listing changed no flag the second (or a scan) sees.
+        assert_eq!(t.records(), want);
+        assert_eq!(t.records(), want);
+        let mut seen = Vec::new();
+        t.scan(0, 1, |k, _, was| {
+            seen.push((k.to_vec(), was));
+            ScanAction::Keep
+        });
+        seen.sort();
+        let flags: Vec<(Vec<u8>, bool)> = want.into_iter().map(|r| (r.key, r.referenced)).collect();
+        assert_eq!(
+            seen, flags,
+            "the scan after the listings saw the REF flags as they were"
+        );
+        assert!(
+            t.records().iter().all(|r| !r.referenced),
+            "the scan cleared them"
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! # Address space
 //!
 //! Every PPE thread sees one unified, word-addressed space. An [`Addr`] is the index of an
-//! 8-byte word ([`WORD_BYTES`]), so the paper's packet/byte counters sit at
-//! `DROP_CNT_BASE + ir0 * 2`. Two regions live in that space:
+//! 8-byte word ([`WORD_BYTES`]), so the paper's packet/byte counters, [`COUNTER_WORDS`]
+//! words each, sit at `DROP_CNT_BASE + ir0 * COUNTER_WORDS`. Two regions live in that space:
 //!
 //! * **SRAM** (the on-chip memory): words `0 .. sram_bytes / 8`.
 //! * **DRAM** (the off-chip memory and its cache): words
@@ -32,8 +32,9 @@
 //! sequence. The emulator maps that design onto the host as follows:
 //!
 //! * **Single-word operations** (8-byte read/write, the logical fetch-and-ops, fetch-and-swap,
-//!   masked write, 32-bit add, and each of the two words of a packet/byte counter) are applied
-//!   with one atomic instruction (or a compare-and-swap loop) on that word: the host's
+//!   masked write, 64-bit fetch-and-add, 32-bit add, and each of the two words of a
+//!   packet/byte counter) are applied with one atomic instruction (or a compare-and-swap loop)
+//!   on that word: the host's
 //!   per-location atomic ordering *is* the engine's per-location sequencing, so no update is ever
 //!   lost and no lock is taken. This is what makes a hot counter hit by hundreds of threads run at
 //!   about the rate of a raw atomic.
@@ -87,15 +88,25 @@
 //! A PPE thread reaches shared memory through external transactions (XTXNs). A *synchronous*
 //! XTXN is a method call on [`SharedMemory`]: the thread waits until the engine applied it and
 //! gets the reply (a read's data, a fetch-op's old value, a policer's colour). An *asynchronous*
-//! (posted) XTXN needs no reply: the thread describes it as an [`Op`] and hands it to its
-//! [`PostedOps`] buffer, which validates the address at post time (so a bad address still faults
-//! the posting program) and applies the buffered operations, in order and exactly once, when
-//! it fills up or when the thread calls [`PostedOps::flush`]. Posted operations become visible to
-//! other threads only once flushed, so the owner flushes whenever their effect must be visible
-//! (the engine flushes each PPE thread's buffer at the end of every batch of packets, before
-//! the batch counts as done, so posted operations are visible after `Pfe::drain`). Posted
-//! increments of one counter coalesce in the buffer, and posted vector adds that continue one
-//! another merge into one add of up to 4 KB (see [`PostedOps`]).
+//! (posted) XTXN needs no reply: the thread describes it as an [`Op`] and hands it to its own
+//! posted-XTXN buffer ([`crate::program::Thread::post`]), which validates the address at post
+//! time (so a bad address still faults the posting program) and applies the buffered
+//! operations, in order and exactly once, when it fills up or when the thread waits for them
+//! ([`crate::program::Thread::wait_posted`]). Posted operations become visible to other threads
+//! only once applied (the engine flushes each PPE thread's buffer at the end of every batch of
+//! packets, before the batch counts as done, so posted operations are visible after
+//! `Pfe::drain`). Posted increments of one counter coalesce in the buffer, and posted vector
+//! adds that continue one another merge into one add of up to 4 KB. The buffer is the
+//! engine's own (crate-private): a program posts through its [`crate::program::Thread`].
+//!
+//! # Names
+//!
+//! Every operation has one name, the synchronous method's, and its other forms are spelled
+//! from it: the method on [`SharedMemory`] (and on `Thread`) is `name`, the posted form is
+//! `post_name` (`Thread::post_vadd32_be`, `Thread::post_fpisa_add_be`), the [`Op`] variant is
+//! `Name` in camel case (`fetch_swap`, `Op::FetchSwap`), and the XTXN counter is
+//! [`XtxnKind`]. A suffix says how lanes are given: `_be`, big-endian bytes as they sit in a
+//! packet; `_lanes`, host integers; `x16`, a 64-byte line of 16 lanes.
 //!
 //! # Data flow
 //!
@@ -103,7 +114,7 @@
 //! regions out of it with [`SharedMemory::alloc`] (counters, policers, tables) and initialises
 //! them (e.g. [`SharedMemory::policer_init`]). The memory is then shared through an `Arc` by all
 //! PPE threads, which issue synchronous XTXNs directly and posted XTXNs through their own
-//! [`PostedOps`]; the control plane reads results back (e.g. [`SharedMemory::counter_read`]) with
+//! buffers; the control plane reads results back (e.g. [`SharedMemory::counter_read`]) with
 //! the same thread-safe calls.
 
 mod alloc;
@@ -113,19 +124,22 @@ pub mod hash;
 mod lanes;
 mod policer;
 mod posted;
+mod shared_memory;
 
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod stress_tests;
 
 use std::fmt;
 
 use crate::error::ConfigError;
 
 pub use alloc::{AllocError, Allocation};
-pub use bank::SharedMemory;
 pub use fpisa_rmw::MAX_FPISA_LANES;
 pub use policer::{Color, PolicerConfig, PolicerState, POLICER_WORDS};
-pub use posted::PostedOps;
+pub(crate) use posted::PostedOps;
+pub use shared_memory::SharedMemory;
 
 /// `to.copy_from_slice(from)` (equal lengths), with the common case, one 64-byte line (a
 /// tail chunk, a posted vector add's chunk), copied inline: a phase-two loop does two such
@@ -175,6 +189,11 @@ pub const MAX_VADD_BYTES: usize = 4096;
 
 /// Words in one 64-byte line, the unit of bank interleaving.
 pub const LINE_WORDS: u64 = (MAX_ACCESS_BYTES / WORD_BYTES) as u64;
+
+/// Words one packet/byte counter occupies: the packet count at its address, the byte count
+/// in the next word ([`SharedMemory::counter_inc`]). Counter `i` of an array allocated at
+/// `base` is at `base + i * COUNTER_WORDS`.
+pub const COUNTER_WORDS: u64 = 2;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -370,6 +389,8 @@ pub enum XtxnKind {
     FetchSwap,
     /// Masked write.
     MaskedWrite,
+    /// 64-bit fetch-and-add.
+    FetchAdd,
     /// 32-bit add to one half of a word.
     Add32,
     /// Sixteen 32-bit adds over a 64-byte line.
@@ -395,7 +416,7 @@ pub enum XtxnKind {
 
 impl XtxnKind {
     /// Number of kinds.
-    pub const COUNT: usize = 20;
+    pub const COUNT: usize = 21;
 
     /// Every kind, in [`XtxnKind::index`] order.
     pub const ALL: [XtxnKind; XtxnKind::COUNT] = [
@@ -409,6 +430,7 @@ impl XtxnKind {
         XtxnKind::FetchClear,
         XtxnKind::FetchSwap,
         XtxnKind::MaskedWrite,
+        XtxnKind::FetchAdd,
         XtxnKind::Add32,
         XtxnKind::VAdd32x16,
         XtxnKind::TailRead,
@@ -434,6 +456,7 @@ impl XtxnKind {
             XtxnKind::FetchClear => "fetch_clear",
             XtxnKind::FetchSwap => "fetch_swap",
             XtxnKind::MaskedWrite => "masked_write",
+            XtxnKind::FetchAdd => "fetch_add",
             XtxnKind::Add32 => "add32",
             XtxnKind::VAdd32x16 => "vadd32x16",
             XtxnKind::TailRead => "tail_read",
@@ -464,7 +487,7 @@ impl fmt::Display for XtxnKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     /// Store `value` into the word at `addr` ([`SharedMemory::write_u64`]).
-    Write8 {
+    WriteU64 {
         /// Target word.
         addr: Addr,
         /// Value stored.
@@ -516,7 +539,7 @@ pub enum Op {
         mask: u64,
     },
     /// `word = value` ([`SharedMemory::fetch_swap`]; the posted form discards the old value).
-    Swap {
+    FetchSwap {
         /// Target word.
         addr: Addr,
         /// Value stored.
@@ -531,8 +554,15 @@ pub enum Op {
         /// Bits replaced.
         mask: u64,
     },
+    /// `word += delta`, wrapping ([`SharedMemory::fetch_add`]).
+    FetchAdd {
+        /// Target word.
+        addr: Addr,
+        /// Value added.
+        delta: u64,
+    },
     /// Wrapping add of `delta` to 32-bit lane `lane` ([`SharedMemory::fetch_add32`]).
-    Add32 {
+    FetchAdd32 {
         /// Target word.
         addr: Addr,
         /// 0 = high half (first 4 bytes), 1 = low half.
@@ -541,7 +571,7 @@ pub enum Op {
         delta: u32,
     },
     /// Sixteen lane-wise wrapping 32-bit adds over 8 words ([`SharedMemory::vadd32x16`]).
-    VAdd32x16 {
+    Vadd32x16 {
         /// First of the 8 target words.
         addr: Addr,
         /// Lane `2i` is the high half of word `addr + i`, lane `2i + 1` its low half.
@@ -553,33 +583,35 @@ impl Op {
     /// The XTXN kind this operation is counted as.
     pub fn kind(&self) -> XtxnKind {
         match self {
-            Op::Write8 { .. } => XtxnKind::Write,
+            Op::WriteU64 { .. } => XtxnKind::Write,
             Op::CounterInc { .. } | Op::CounterAdd { .. } => XtxnKind::CounterInc,
             Op::FetchAnd { .. } => XtxnKind::FetchAnd,
             Op::FetchOr { .. } => XtxnKind::FetchOr,
             Op::FetchXor { .. } => XtxnKind::FetchXor,
             Op::FetchClear { .. } => XtxnKind::FetchClear,
-            Op::Swap { .. } => XtxnKind::FetchSwap,
+            Op::FetchSwap { .. } => XtxnKind::FetchSwap,
             Op::MaskedWrite { .. } => XtxnKind::MaskedWrite,
-            Op::Add32 { .. } => XtxnKind::Add32,
-            Op::VAdd32x16 { .. } => XtxnKind::VAdd32x16,
+            Op::FetchAdd { .. } => XtxnKind::FetchAdd,
+            Op::FetchAdd32 { .. } => XtxnKind::Add32,
+            Op::Vadd32x16 { .. } => XtxnKind::VAdd32x16,
         }
     }
 
     /// The first word the operation touches.
     pub fn addr(&self) -> Addr {
         match *self {
-            Op::Write8 { addr, .. }
+            Op::WriteU64 { addr, .. }
             | Op::CounterInc { addr, .. }
             | Op::CounterAdd { addr, .. }
             | Op::FetchAnd { addr, .. }
             | Op::FetchOr { addr, .. }
             | Op::FetchXor { addr, .. }
             | Op::FetchClear { addr, .. }
-            | Op::Swap { addr, .. }
+            | Op::FetchSwap { addr, .. }
             | Op::MaskedWrite { addr, .. }
-            | Op::Add32 { addr, .. }
-            | Op::VAdd32x16 { addr, .. } => addr,
+            | Op::FetchAdd { addr, .. }
+            | Op::FetchAdd32 { addr, .. }
+            | Op::Vadd32x16 { addr, .. } => addr,
         }
     }
 
@@ -587,7 +619,7 @@ impl Op {
     pub fn words(&self) -> u64 {
         match self {
             Op::CounterInc { .. } | Op::CounterAdd { .. } => 2,
-            Op::VAdd32x16 { .. } => LINE_WORDS,
+            Op::Vadd32x16 { .. } => LINE_WORDS,
             _ => 1,
         }
     }
@@ -694,7 +726,7 @@ mod tests {
     #[test]
     fn op_kind_addr_words() {
         let cases = [
-            (Op::Write8 { addr: 1, value: 0 }, XtxnKind::Write, 1),
+            (Op::WriteU64 { addr: 1, value: 0 }, XtxnKind::Write, 1),
             (
                 Op::CounterInc { addr: 2, bytes: 0 },
                 XtxnKind::CounterInc,
@@ -704,7 +736,7 @@ mod tests {
             (Op::FetchOr { addr: 4, mask: 0 }, XtxnKind::FetchOr, 1),
             (Op::FetchXor { addr: 5, mask: 0 }, XtxnKind::FetchXor, 1),
             (Op::FetchClear { addr: 6, mask: 0 }, XtxnKind::FetchClear, 1),
-            (Op::Swap { addr: 7, value: 0 }, XtxnKind::FetchSwap, 1),
+            (Op::FetchSwap { addr: 7, value: 0 }, XtxnKind::FetchSwap, 1),
             (
                 Op::MaskedWrite {
                     addr: 8,
@@ -715,7 +747,7 @@ mod tests {
                 1,
             ),
             (
-                Op::Add32 {
+                Op::FetchAdd32 {
                     addr: 9,
                     lane: 0,
                     delta: 0,
@@ -724,13 +756,14 @@ mod tests {
                 1,
             ),
             (
-                Op::VAdd32x16 {
+                Op::Vadd32x16 {
                     addr: 10,
                     deltas: [0; 16],
                 },
                 XtxnKind::VAdd32x16,
                 8,
             ),
+            (Op::FetchAdd { addr: 11, delta: 0 }, XtxnKind::FetchAdd, 1),
         ];
         for (i, (op, kind, words)) in cases.iter().enumerate() {
             assert_eq!(op.kind(), *kind);

@@ -108,7 +108,7 @@ impl Model {
 
     fn apply(&mut self, op: &Op) -> Result<(), MemFault> {
         match *op {
-            Op::Write8 { addr, value } => self.rmw(addr, |_| value).map(drop),
+            Op::WriteU64 { addr, value } => self.rmw(addr, |_| value).map(drop),
             Op::CounterInc { addr, bytes } => {
                 Self::range(addr, 2)?;
                 let (p, b) = (self.get(addr), self.get(addr + 1));
@@ -131,12 +131,13 @@ impl Model {
             Op::FetchOr { addr, mask } => self.rmw(addr, |w| w | mask).map(drop),
             Op::FetchXor { addr, mask } => self.rmw(addr, |w| w ^ mask).map(drop),
             Op::FetchClear { addr, mask } => self.rmw(addr, |w| w & !mask).map(drop),
-            Op::Swap { addr, value } => self.rmw(addr, |_| value).map(drop),
+            Op::FetchSwap { addr, value } => self.rmw(addr, |_| value).map(drop),
+            Op::FetchAdd { addr, delta } => self.rmw(addr, |w| w.wrapping_add(delta)).map(drop),
             Op::MaskedWrite { addr, value, mask } => {
                 self.rmw(addr, |w| (w & !mask) | (value & mask)).map(drop)
             }
-            Op::Add32 { addr, lane, delta } => self.add32(addr, lane, delta).map(drop),
-            Op::VAdd32x16 { addr, deltas } => {
+            Op::FetchAdd32 { addr, lane, delta } => self.add32(addr, lane, delta).map(drop),
+            Op::Vadd32x16 { addr, deltas } => {
                 Self::range(addr, 8)?;
                 for i in 0..8u64 {
                     self.add32(addr + i, 0, deltas[2 * i as usize])?;
@@ -148,7 +149,7 @@ impl Model {
     }
 
     fn check_op(op: &Op) -> Result<(), MemFault> {
-        if let Op::Add32 { lane, .. } = *op {
+        if let Op::FetchAdd32 { lane, .. } = *op {
             if lane > 1 {
                 return Err(MemFault::BadLane { lane });
             }
@@ -228,7 +229,7 @@ fn op() -> BoxedStrategy<Op> {
     ];
     let lane32 = prop_oneof![any::<u32>(), Just(1u32), Just(u32::MAX), 0u32..4];
     prop_oneof![
-        (addr(), small.clone()).prop_map(|(addr, value)| Op::Write8 { addr, value }),
+        (addr(), small.clone()).prop_map(|(addr, value)| Op::WriteU64 { addr, value }),
         (addr(), small.clone()).prop_map(|(addr, bytes)| Op::CounterInc { addr, bytes }),
         (addr(), small.clone(), small.clone()).prop_map(|(addr, packets, bytes)| Op::CounterAdd {
             addr,
@@ -239,19 +240,20 @@ fn op() -> BoxedStrategy<Op> {
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchOr { addr, mask }),
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchXor { addr, mask }),
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchClear { addr, mask }),
-        (addr(), small.clone()).prop_map(|(addr, value)| Op::Swap { addr, value }),
+        (addr(), small.clone()).prop_map(|(addr, value)| Op::FetchSwap { addr, value }),
+        (addr(), small.clone()).prop_map(|(addr, delta)| Op::FetchAdd { addr, delta }),
         (addr(), small.clone(), small.clone()).prop_map(|(addr, value, mask)| Op::MaskedWrite {
             addr,
             value,
             mask
         }),
-        (addr(), 0u8..3, lane32.clone()).prop_map(|(addr, lane, delta)| Op::Add32 {
+        (addr(), 0u8..3, lane32.clone()).prop_map(|(addr, lane, delta)| Op::FetchAdd32 {
             addr,
             lane,
             delta
         }),
         (addr(), proptest::array::uniform16(lane32))
-            .prop_map(|(addr, deltas)| Op::VAdd32x16 { addr, deltas }),
+            .prop_map(|(addr, deltas)| Op::Vadd32x16 { addr, deltas }),
     ]
     .boxed()
 }
@@ -300,7 +302,7 @@ fn step() -> BoxedStrategy<Step> {
 /// Runs the synchronous form of `op` on both and compares the replies.
 fn sync_op(mem: &SharedMemory, model: &mut Model, op: &Op) -> Result<(), TestCaseError> {
     match *op {
-        Op::Write8 { addr, value } => {
+        Op::WriteU64 { addr, value } => {
             prop_assert_eq!(mem.write_u64(addr, value), model.apply(op));
         }
         Op::CounterInc { addr, bytes } => {
@@ -325,8 +327,14 @@ fn sync_op(mem: &SharedMemory, model: &mut Model, op: &Op) -> Result<(), TestCas
         Op::FetchClear { addr, mask } => {
             prop_assert_eq!(mem.fetch_clear(addr, mask), model.rmw(addr, |w| w & !mask));
         }
-        Op::Swap { addr, value } => {
+        Op::FetchSwap { addr, value } => {
             prop_assert_eq!(mem.fetch_swap(addr, value), model.rmw(addr, |_| value));
+        }
+        Op::FetchAdd { addr, delta } => {
+            prop_assert_eq!(
+                mem.fetch_add(addr, delta),
+                model.rmw(addr, |w| w.wrapping_add(delta))
+            );
         }
         Op::MaskedWrite { addr, value, mask } => {
             prop_assert_eq!(
@@ -334,13 +342,13 @@ fn sync_op(mem: &SharedMemory, model: &mut Model, op: &Op) -> Result<(), TestCas
                 model.rmw(addr, |w| (w & !mask) | (value & mask))
             );
         }
-        Op::Add32 { addr, lane, delta } => {
+        Op::FetchAdd32 { addr, lane, delta } => {
             prop_assert_eq!(
                 mem.fetch_add32(addr, lane, delta),
                 model.add32(addr, lane, delta)
             );
         }
-        Op::VAdd32x16 { addr, ref deltas } => {
+        Op::Vadd32x16 { addr, ref deltas } => {
             prop_assert_eq!(mem.vadd32x16(addr, deltas), model.apply(op));
         }
     }

@@ -1,4 +1,6 @@
-//! Posted (asynchronous) XTXNs: a PPE thread's fire-and-forget buffer.
+//! Posted (asynchronous) XTXNs: a PPE thread's fire-and-forget buffer. Crate-private: a
+//! program posts through its `Thread` (`Thread::post`, `Thread::post_vadd32_be`,
+//! `Thread::post_fpisa_add_be`), which counts the XTXNs.
 
 use super::{
     Addr, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_FPISA_LANES, MAX_VADD_BYTES, WORD_BYTES,
@@ -34,7 +36,7 @@ pub(crate) fn counter_delta(op: &Op) -> Option<(Addr, u64, u64)> {
 /// kept: posting an [`Op`] applies the pending span first, and posting a vector add applies
 /// the buffered operations first.
 #[derive(Debug)]
-pub struct PostedOps {
+pub(crate) struct PostedOps {
     buf: Vec<Op>,
     capacity: usize,
     /// First word of the pending vector add (meaningless while `vadd_len` is 0).
@@ -76,7 +78,8 @@ impl PostedOps {
         }
     }
 
-    /// How many operations the buffer holds before a post flushes it.
+    /// How many operations the buffer holds before a post flushes it (only the tests look).
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -165,7 +168,7 @@ impl PostedOps {
     /// chunks so reach the engine as one request, under one stripe lock. The events of the
     /// applied adds accumulate for [`PostedOps::take_fpisa_counts`].
     #[inline]
-    pub fn post_fpisa_be(
+    pub fn post_fpisa_add_be(
         &mut self,
         mem: &SharedMemory,
         addr: Addr,
@@ -263,12 +266,15 @@ impl PostedOps {
         }
     }
 
-    /// Number of buffered (not yet applied) operations; a pending vector add counts as one.
+    /// Number of buffered (not yet applied) operations; a pending vector add counts as one
+    /// (only the tests look).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.buf.len() + usize::from(self.vadd_len > 0) + usize::from(self.fpisa_len > 0)
     }
 
-    /// `true` when nothing is buffered.
+    /// `true` when nothing is buffered (only the tests look).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty() && self.vadd_len == 0 && self.fpisa_len == 0
     }
@@ -296,7 +302,7 @@ mod tests {
         assert!(p.is_empty());
         p.post(
             &m,
-            Op::Write8 {
+            Op::WriteU64 {
                 addr: 3,
                 value: 0xF0,
             },
@@ -359,7 +365,7 @@ mod tests {
         assert_eq!(
             p.post(
                 &m,
-                Op::Add32 {
+                Op::FetchAdd32 {
                     addr: 0,
                     lane: 2,
                     delta: 1
@@ -370,7 +376,7 @@ mod tests {
         assert_eq!(
             p.post(
                 &m,
-                Op::VAdd32x16 {
+                Op::Vadd32x16 {
                     addr: DRAM_BASE - 4,
                     deltas: [1; 16]
                 }
@@ -393,7 +399,7 @@ mod tests {
         for i in 0..5u32 {
             p.post(
                 &m,
-                Op::Add32 {
+                Op::FetchAdd32 {
                     addr: 1,
                     lane: 1,
                     delta: 1 << i,
@@ -414,9 +420,9 @@ mod tests {
         let m = mem();
         let mut p = PostedOps::new(0);
         assert_eq!(p.capacity(), 1);
-        p.post(&m, Op::Swap { addr: 0, value: 1 }).unwrap();
+        p.post(&m, Op::FetchSwap { addr: 0, value: 1 }).unwrap();
         assert_eq!(m.read_u64(0), Ok(0));
-        p.post(&m, Op::Swap { addr: 0, value: 2 }).unwrap();
+        p.post(&m, Op::FetchSwap { addr: 0, value: 2 }).unwrap();
         assert_eq!(m.read_u64(0), Ok(1));
         assert_eq!(p.len(), 1);
         p.flush(&m);
@@ -435,7 +441,7 @@ mod tests {
         // A write to the byte word of counter 0 must not be reordered with increments.
         p.post(
             &m,
-            Op::Write8 {
+            Op::WriteU64 {
                 addr: 1,
                 value: 1000,
             },
@@ -459,9 +465,9 @@ mod tests {
                 let op = match kind {
                     0 => Op::CounterInc { addr, bytes: v },
                     1 => Op::CounterAdd { addr, packets: v % 7, bytes: v },
-                    2 => Op::Write8 { addr, value: v },
+                    2 => Op::WriteU64 { addr, value: v },
                     3 => Op::FetchXor { addr, mask: v },
-                    4 => Op::Add32 { addr, lane: (v % 2) as u8, delta: v as u32 },
+                    4 => Op::FetchAdd32 { addr, lane: (v % 2) as u8, delta: v as u32 },
                     _ => Op::MaskedWrite { addr, value: v, mask: 0xff00 },
                 };
                 p.post(&posted, op).unwrap();

@@ -21,9 +21,68 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 
 use super::egress::{Frames, Sink};
-use super::{Pfe, PfeBuilder, Stats};
+use super::{Pfe, PfeBuilder, StartError, Stats};
 use crate::error::ConfigError;
 use crate::packet::Port;
+
+/// Why [`ChassisBuilder::start`] failed. Whatever had started is stopped again.
+#[derive(Debug)]
+pub enum ChassisError {
+    /// A setting of the chassis (`chassis`, `link`) or of one of its PFEs was refused.
+    Config(ConfigError),
+    /// A PFE was built but could not start.
+    Start {
+        /// The PFE's name.
+        pfe: String,
+        /// Why it could not start.
+        source: StartError,
+    },
+    /// The operating system refused the forwarding thread of a link.
+    Spawn {
+        /// The link direction, `pfemu-link-PFE.PORT` (the far end).
+        thread: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+}
+
+impl ChassisError {
+    /// The setting at fault, when a setting was refused.
+    pub fn setting(&self) -> Option<&'static str> {
+        match self {
+            ChassisError::Config(e) => Some(e.setting),
+            ChassisError::Start { .. } | ChassisError::Spawn { .. } => None,
+        }
+    }
+}
+
+impl From<ConfigError> for ChassisError {
+    fn from(e: ConfigError) -> Self {
+        ChassisError::Config(e)
+    }
+}
+
+impl fmt::Display for ChassisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChassisError::Config(e) => e.fmt(f),
+            ChassisError::Start { pfe, source } => write!(f, "PFE `{pfe}` cannot start: {source}"),
+            ChassisError::Spawn { thread, source } => {
+                write!(f, "cannot spawn the link forwarder {thread}: {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ChassisError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ChassisError::Config(e) => Some(e),
+            ChassisError::Start { source, .. } => Some(source),
+            ChassisError::Spawn { source, .. } => Some(source),
+        }
+    }
+}
 
 /// Receives the frames leaving a chassis on ports that are not interconnect links.
 pub trait ChassisSink: Send + Sync {
@@ -110,14 +169,11 @@ impl ChassisBuilder {
     }
 
     /// Builds and starts every PFE and the link forwarders.
-    pub fn start(self) -> Result<Chassis, ConfigError> {
+    pub fn start(self) -> Result<Chassis, ChassisError> {
         let ChassisBuilder { pfes, links, sink } = self;
         let n = pfes.len();
         if n == 0 {
-            return Err(ConfigError::new(
-                "chassis",
-                "a chassis needs at least one PFE",
-            ));
+            return Err(ConfigError::new("chassis", "a chassis needs at least one PFE").into());
         }
         let out: Arc<dyn ChassisSink> =
             sink.unwrap_or_else(|| Arc::new(|_: usize, _: Port, _: Frames<'_>| {}));
@@ -129,13 +185,15 @@ impl ChassisBuilder {
                     return Err(ConfigError::new(
                         "link",
                         format!("PFE index {} does not exist (the chassis has {n})", x.0),
-                    ));
+                    )
+                    .into());
                 }
                 if ends.iter().any(|e| (e.0, e.1) == x) {
                     return Err(ConfigError::new(
                         "link",
                         format!("port {} of PFE `{}` is linked twice", x.1, pfes[x.0].0),
-                    ));
+                    )
+                    .into());
                 }
                 ends.push((x.0, x.1, y.0, y.1));
             }
@@ -180,10 +238,12 @@ impl ChassisBuilder {
                         "PFE `{name}` has ports 0..{}, so port {port} cannot be linked",
                         pfe.config().ports
                     ),
-                ));
+                )
+                .into());
             }
-            pfe.start()
-                .map_err(|e| ConfigError::new("ppe_threads", e.to_string()))?;
+            if let Err(source) = pfe.start() {
+                return Err(ChassisError::Start { pfe: name, source });
+            }
             names.push(name);
             built.push(Arc::new(pfe));
         }
@@ -194,18 +254,16 @@ impl ChassisBuilder {
             let far = built[to].clone();
             let stop_link = stop.clone();
             links.push(pending.clone());
+            let thread = format!("pfemu-link-{to}.{to_port}");
             let spawned = std::thread::Builder::new()
-                .name(format!("pfemu-link-{to}.{to_port}"))
+                .name(thread.clone())
                 .spawn(move || forward(rx, &far, to_port, &pending, &stop_link));
             match spawned {
                 Ok(h) => threads.push(h),
-                Err(e) => {
+                Err(source) => {
                     // Stop the forwarders already started; the PFEs stop when dropped.
                     stop_forwarders(&stop, threads);
-                    return Err(ConfigError::new(
-                        "link",
-                        format!("cannot spawn the forwarder of link {to}.{to_port}: {e}"),
-                    ));
+                    return Err(ChassisError::Spawn { thread, source });
                 }
             }
         }

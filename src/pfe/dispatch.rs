@@ -20,7 +20,7 @@
 //!    While every PPE thread is active, they also launch due timers themselves between
 //!    batches, so the launcher thread need not wake (and take a core from them) for each
 //!    one: a thread about to park wakes the launcher, which takes timers back (see
-//!    `pfe::timers`).
+//!    `pfe::timer_threads`).
 //! 5. A waiter (for room, or for a drain) that sees work queued but no batch taken for a
 //!    millisecond wakes one more thread regardless of the cap: the active threads may be
 //!    blocked inside a program (a sleeping or waiting closure), and queued work must not

@@ -1,10 +1,25 @@
 //! Ingress: validates frames, classifies them into flows and stamps per-flow sequence
 //! numbers, which the reorder engine uses to restore each flow's arrival order.
+//!
+//! Every injecting call ([`Pfe::inject`], [`Pfe::try_inject`], [`Pfe::inject_burst`],
+//! [`Pfe::inject_shared`], [`Pfe::offer_burst`], [`Pfe::offer_shared`]) goes through one
+//! loop, `Pfe::submit`, which:
+//!
+//! 1. takes an empty batch from the pool and fills it with up to `batch_size` frames,
+//!    counting runts, oversize frames and frames a custom classifier panicked on as drops;
+//! 2. reserves in-flight room for the batch, as its [`Admit`] says: waiting for it (asleep,
+//!    see `room`), all or nothing, or as much as fits (the rest dropped as `rx_full`);
+//! 3. under the ingress lock, stamps each packet with its reorder context's next sequence
+//!    number and pushes the batch into dispatch, so that sequence order is dispatch order.
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::packet::Port;
+use super::batch::{Batch, Slot};
+use super::stats::{DROP_OVERSIZE, DROP_RUNT, DROP_RX_FULL};
+use super::Pfe;
+use crate::packet::{Packet, Port, MIN_FRAME_BYTES};
 use crate::wire::{Ether, Ipv4, ETHERTYPE_IPV4, IPPROTO_TCP, IPPROTO_UDP};
 
 /// A user-supplied flow key function: ingress port and frame in, flow key out.
@@ -83,4 +98,350 @@ fn five_tuple_key(port: Port, frame: &[u8]) -> u64 {
 /// Per-context sequence numbers; owned by whoever holds the ingress lock.
 pub(crate) struct IngressState {
     pub next_seq: Vec<u32>,
+}
+
+/// What ingress does with a batch when the engine has no room for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admit {
+    /// Wait for room ([`Pfe::inject_burst`]).
+    Wait,
+    /// Take nothing of the batch and fail ([`Pfe::try_inject`]).
+    AllOrNone,
+    /// Take what fits and drop the rest as `rx_full` ([`Pfe::offer_burst`]).
+    Offer,
+}
+
+/// Why a packet was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InjectError {
+    /// The engine is not running (not started yet, or shut down).
+    NotRunning,
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InjectError::NotRunning => f.write_str("the engine is not running (call start first)"),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {}
+
+/// Why [`Pfe::try_inject`] handed a packet back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TryInjectError {
+    /// The engine is at capacity; try again later.
+    Full(Packet),
+    /// The engine is not running.
+    NotRunning(Packet),
+}
+
+impl TryInjectError {
+    /// The packet that was not accepted.
+    pub fn into_inner(self) -> Packet {
+        match self {
+            TryInjectError::Full(p) | TryInjectError::NotRunning(p) => p,
+        }
+    }
+}
+
+impl fmt::Display for TryInjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryInjectError::Full(_) => f.write_str("the engine is at capacity"),
+            TryInjectError::NotRunning(_) => f.write_str("the engine is not running"),
+        }
+    }
+}
+
+impl std::error::Error for TryInjectError {}
+
+/// A frame as ingress takes it: copied into the batch's packet buffer, or kept by reference.
+trait IngressFrame {
+    /// The frame's bytes.
+    fn bytes(&self) -> &[u8];
+    /// Puts the frame into `batch`: its offset in the packet buffer and its index among the
+    /// shared frames ([`Slot::COPIED`] when copied).
+    fn store(self, batch: &mut Batch) -> (u32, u32);
+}
+
+impl IngressFrame for &[u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    fn store(self, batch: &mut Batch) -> (u32, u32) {
+        let off = batch.frames.len() as u32;
+        batch.frames.extend_from_slice(self);
+        (off, Slot::COPIED)
+    }
+}
+
+impl IngressFrame for Arc<[u8]> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    fn store(self, batch: &mut Batch) -> (u32, u32) {
+        batch.shared.push(self);
+        (0, (batch.shared.len() - 1) as u32)
+    }
+}
+
+impl Pfe {
+    /// Injects one frame, waiting while the engine is full.
+    pub fn inject(&self, packet: Packet) -> Result<(), InjectError> {
+        self.inject_frame(packet.port, &packet.data)
+    }
+
+    /// Injects one frame, or hands it back at once if the engine is full or not running.
+    pub fn try_inject(&self, packet: Packet) -> Result<(), TryInjectError> {
+        if !self.running() {
+            return Err(TryInjectError::NotRunning(packet));
+        }
+        match self.submit(
+            std::iter::once((packet.port, &packet.data[..])),
+            Admit::AllOrNone,
+        ) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(TryInjectError::Full(packet)),
+        }
+    }
+
+    /// Injects one frame given as bytes, waiting while the engine is full.
+    pub fn inject_frame(&self, port: Port, frame: &[u8]) -> Result<(), InjectError> {
+        self.inject_burst(std::iter::once((port, frame)))
+            .map(|_| ())
+    }
+
+    /// Injects many frames in dispatch batches (the fast path), waiting whenever the engine
+    /// is full. Returns how many frames were taken (all of them).
+    pub fn inject_burst<'f, I>(&self, frames: I) -> Result<u64, InjectError>
+    where
+        I: IntoIterator<Item = (Port, &'f [u8])>,
+    {
+        if !self.running() {
+            return Err(InjectError::NotRunning);
+        }
+        self.submit(frames.into_iter(), Admit::Wait)
+            .map_err(|_| InjectError::NotRunning)
+    }
+
+    /// [`Pfe::inject_burst`] without the copy: the engine keeps a reference to each frame
+    /// and its PPE threads read it in place, as a NIC hands a router buffers it already
+    /// filled. For large frames sent many times (a traffic generator's templates, a
+    /// benchmark's pre-built traffic) this saves ingress a copy of every byte. The engine
+    /// never writes a shared frame: a program that forwards one with a rewritten head gets
+    /// it rebuilt in the output arena. Every reference is released by the time the packet
+    /// has left, so once [`Pfe::drain`] returns the caller holds the only ones again (and
+    /// may change the frames, e.g. with [`Arc::get_mut`]).
+    pub fn inject_shared<I>(&self, frames: I) -> Result<u64, InjectError>
+    where
+        I: IntoIterator<Item = (Port, Arc<[u8]>)>,
+    {
+        if !self.running() {
+            return Err(InjectError::NotRunning);
+        }
+        self.submit(frames.into_iter(), Admit::Wait)
+            .map_err(|_| InjectError::NotRunning)
+    }
+
+    /// Offers frames as a link delivers them to a NIC: what the engine has room for is taken,
+    /// and the frames that find it full are dropped at once and counted (`rx_full` in
+    /// [`Stats::dropped_by_reason`](super::Stats::dropped_by_reason)), as a receive ring overflows. Never waits. Returns how
+    /// many frames were accepted (the others were dropped at ingress: runts, oversize
+    /// frames, or no room). This is how a paced traffic generator measures loss
+    /// (`pfemu linerate`).
+    pub fn offer_burst<'f, I>(&self, frames: I) -> Result<u64, InjectError>
+    where
+        I: IntoIterator<Item = (Port, &'f [u8])>,
+    {
+        if !self.running() {
+            return Err(InjectError::NotRunning);
+        }
+        self.submit(frames.into_iter(), Admit::Offer)
+            .map_err(|_| InjectError::NotRunning)
+    }
+
+    /// [`Pfe::offer_burst`] of frames kept by reference, as [`Pfe::inject_shared`] does.
+    pub fn offer_shared<I>(&self, frames: I) -> Result<u64, InjectError>
+    where
+        I: IntoIterator<Item = (Port, Arc<[u8]>)>,
+    {
+        if !self.running() {
+            return Err(InjectError::NotRunning);
+        }
+        self.submit(frames.into_iter(), Admit::Offer)
+            .map_err(|_| InjectError::NotRunning)
+    }
+
+    /// Ingress: validates, classifies and stamps frames, fills batches and dispatches them.
+    /// `admit` says what happens when the engine is full; see [`Admit`]. Returns the frames
+    /// seen (with [`Admit::Offer`], those accepted).
+    fn submit<F: IngressFrame>(
+        &self,
+        mut frames: impl Iterator<Item = (Port, F)>,
+        admit: Admit,
+    ) -> Result<u64, ()> {
+        let sh = &*self.shared;
+        let bs = sh.cfg.batch_size;
+        let mask = (sh.cfg.reorder_contexts - 1) as u64;
+        let mut taken = 0u64;
+        loop {
+            let mut batch = sh
+                .pool
+                .pop()
+                .unwrap_or_else(|| Box::new(Batch::with_capacity(bs)));
+            let (mut seen, mut runts, mut oversize, mut unclassified) = (0u64, 0u64, 0u64, 0u64);
+            for (port, frame) in frames.by_ref() {
+                seen += 1;
+                let bytes = frame.bytes();
+                if bytes.len() < MIN_FRAME_BYTES {
+                    runts += 1;
+                    continue;
+                }
+                if bytes.len() > sh.cfg.max_frame_bytes {
+                    oversize += 1;
+                    continue;
+                }
+                let key = match &sh.cfg.classifier {
+                    // A user's function may panic: drop the frame (see `contain`).
+                    FlowClassifier::Custom(f) => {
+                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            f(port, bytes)
+                        })) {
+                            Ok(k) => k,
+                            Err(payload) => {
+                                sh.classifier_panics.record(payload.as_ref());
+                                unclassified += 1;
+                                continue;
+                            }
+                        }
+                    }
+                    c => c.flow_key(port, bytes),
+                };
+                let ctx = (key & mask) as u32;
+                let len = bytes.len() as u32;
+                let (off, shared) = frame.store(&mut batch);
+                batch.slots.push(Slot {
+                    off,
+                    shared,
+                    len,
+                    port,
+                    ctx,
+                    seq: 0,
+                });
+                if batch.slots.len() == bs {
+                    break;
+                }
+            }
+            let n = batch.slots.len() as u64;
+            // A batch left short means the frames ran out.
+            let last = (n as usize) < bs;
+            let mut no_room = 0u64;
+            if n > 0 {
+                let granted = match admit {
+                    Admit::Wait => self.reserve(n, true).then_some(n),
+                    Admit::AllOrNone => self.reserve(n, false).then_some(n),
+                    Admit::Offer => Some(self.reserve_up_to(n)),
+                };
+                let Some(granted) = granted else {
+                    batch.clear();
+                    let _ = sh.pool.push(batch);
+                    return Err(());
+                };
+                no_room = n - granted;
+                batch.slots.truncate(granted as usize);
+            }
+            let c = &sh.ingress_counts;
+            c[0].fetch_add(seen, Ordering::Relaxed);
+            c[DROP_RUNT + 1].fetch_add(runts, Ordering::Relaxed);
+            c[DROP_OVERSIZE + 1].fetch_add(oversize, Ordering::Relaxed);
+            if no_room > 0 {
+                c[DROP_RX_FULL + 1].fetch_add(no_room, Ordering::Relaxed);
+            }
+            taken += match admit {
+                Admit::Offer => seen - runts - oversize - unclassified - no_room,
+                Admit::Wait | Admit::AllOrNone => seen,
+            };
+            if n == no_room {
+                batch.clear();
+                let _ = sh.pool.push(batch);
+                if last {
+                    return Ok(taken);
+                }
+                continue;
+            }
+            {
+                // Stamp and dispatch under one lock so that, with several injecting
+                // threads, sequence order is the order batches enter dispatch.
+                let mut ing = sh.ingress.lock();
+                if sh.latency.is_some() {
+                    batch.ingress_ns = sh.clock.now_ns();
+                }
+                for s in batch.slots.iter_mut() {
+                    let seq = &mut ing.next_seq[s.ctx as usize];
+                    s.seq = *seq;
+                    *seq = seq.wrapping_add(1);
+                }
+                sh.dispatch.push(batch);
+            }
+            if last {
+                return Ok(taken);
+            }
+        }
+    }
+
+    /// Reserves in-flight room for `n` packets, waiting for it when `block`.
+    ///
+    /// A full engine means the PPE threads are the bottleneck, so the waiting injector
+    /// sleeps rather than spins or polls (on a small machine either would take the very
+    /// cores the PPE threads need), and the PPE threads wake it once a quarter of the
+    /// capacity is free ([`RoomWait`]), which keeps dispatch fed while it sleeps.
+    fn reserve(&self, n: u64, block: bool) -> bool {
+        let cap = self.shared.cfg.capacity as u64;
+        let in_flight = &self.shared.in_flight;
+        loop {
+            let cur = in_flight.load(Ordering::Relaxed);
+            if cur + n <= cap {
+                if in_flight
+                    .compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return true;
+                }
+                continue;
+            }
+            if !block || !self.running() {
+                return false;
+            }
+            let resume_at = cap - n.max(cap / 4);
+            self.shared.room.wait(in_flight, resume_at, || {
+                self.running().then_some(&self.shared.dispatch)
+            });
+        }
+    }
+
+    /// Takes in-flight room for as many of `n` packets as fit now; returns how many.
+    fn reserve_up_to(&self, n: u64) -> u64 {
+        let cap = self.shared.cfg.capacity as u64;
+        let in_flight = &self.shared.in_flight;
+        let mut cur = in_flight.load(Ordering::Relaxed);
+        loop {
+            let granted = n.min(cap.saturating_sub(cur));
+            if granted == 0 {
+                return 0;
+            }
+            match in_flight.compare_exchange_weak(
+                cur,
+                cur + granted,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return granted,
+                Err(now) => cur = now,
+            }
+        }
+    }
 }

@@ -5,7 +5,10 @@
 use std::io;
 use std::sync::Arc;
 
+use std::thread::JoinHandle;
+
 use super::*;
+use crate::packet::Packet;
 use crate::program::{Done, Entry, Verdict};
 use crate::timer::{ManualClock, TimerSpec};
 

@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::atomic::Ordering;
+
 use super::latency::LatencyStats;
+use super::Pfe;
 use crate::mem::XtxnKind;
 use crate::program::FaultKind;
 
@@ -136,8 +139,14 @@ pub struct Stats {
     pub consumed: u64,
     /// Ingress packets dropped, over all reasons.
     pub dropped: u64,
-    /// Drops by reason (ingress checks, program reasons, `fault_*` for faults).
+    /// Drops by reason (ingress checks, program reasons, `fault_*` for faults); reasons
+    /// nothing was dropped for are left out (see [`Stats::drops`]).
     pub dropped_by_reason: BTreeMap<String, u64>,
+    /// Every reason the engine could have counted a drop under: its own (`runt`,
+    /// `oversize`, `rx_full`, ...), one `fault_*` per fault kind, then the program's, in that
+    /// order. [`Stats::drops`] refuses any other name, so a misspelt reason cannot read as 0.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub drop_reasons: Vec<String>,
     /// Faults by kind.
     pub faults: BTreeMap<String, u64>,
     /// Packets accepted and not yet released.
@@ -200,9 +209,31 @@ impl Stats {
         }
     }
 
-    /// Drops under one reason.
+    /// Drops under one reason (0 when the engine knows the reason but dropped nothing for
+    /// it).
+    ///
+    /// # Panics
+    ///
+    /// When `reason` is none of [`Stats::drop_reasons`] (a misspelling, or a reason of
+    /// another program): the message lists the known ones. [`Stats::try_drops`] does not
+    /// panic.
     pub fn drops(&self, reason: &str) -> u64 {
-        self.dropped_by_reason.get(reason).copied().unwrap_or(0)
+        match self.try_drops(reason) {
+            Some(n) => n,
+            None => panic!(
+                "`{reason}` is not a drop reason of this engine or its program; known reasons: {}",
+                self.drop_reasons.join(", ")
+            ),
+        }
+    }
+
+    /// Drops under one reason, or `None` when `reason` is none of [`Stats::drop_reasons`]
+    /// (and nothing was counted under it).
+    pub fn try_drops(&self, reason: &str) -> Option<u64> {
+        match self.dropped_by_reason.get(reason) {
+            Some(&n) => Some(n),
+            None => self.drop_reasons.iter().any(|r| r == reason).then_some(0),
+        }
     }
 
     /// Faults of one kind.
@@ -213,5 +244,129 @@ impl Stats {
     /// `packets_in == packets_out + consumed + dropped + in_flight`.
     pub fn is_conserved(&self) -> bool {
         self.packets_in == self.packets_out + self.consumed + self.dropped + self.in_flight
+    }
+}
+
+impl Pfe {
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        let sh = &*self.shared;
+        let mut total = WorkerStats::new(sh.drop_reason_names.len());
+        let mut per_ppe = Vec::with_capacity(sh.worker_stats.len());
+        for w in sh.worker_stats.iter() {
+            let w = w.lock();
+            per_ppe.push(w.packets);
+            total.add(&w);
+        }
+        let c = &sh.ingress_counts;
+        total.drops[DROP_RUNT] += c[DROP_RUNT + 1].load(Ordering::Relaxed);
+        total.drops[DROP_OVERSIZE] += c[DROP_OVERSIZE + 1].load(Ordering::Relaxed);
+        total.drops[DROP_RX_FULL] += c[DROP_RX_FULL + 1].load(Ordering::Relaxed);
+        total.drops[DROP_CLASSIFIER_PANIC] += sh.classifier_panics.count();
+        // Packets a panicking sink lost left the PPE threads as forwarded or multicast.
+        let (lost_fwd, lost_mc) = sh.tx.lost();
+        total.forwarded -= lost_fwd.min(total.forwarded);
+        total.multicast -= lost_mc.min(total.multicast);
+        total.drops[DROP_SINK_PANIC] += lost_fwd + lost_mc;
+        let mut s = Stats {
+            packets_in: c[0].load(Ordering::Relaxed),
+            packets_out: total.forwarded + total.multicast,
+            multicast: total.multicast,
+            consumed: total.consumed,
+            dropped: total.drops.iter().sum(),
+            in_flight: sh.in_flight.load(Ordering::Acquire),
+            created: total.created,
+            created_invalid: total.created_invalid,
+            instructions: total.instructions,
+            reorder_held: if sh.cfg.reorder {
+                sh.reorder.held_total()
+            } else {
+                0
+            },
+            per_ppe_packets: per_ppe,
+            timer_runs: total.timer_runs,
+            timer_instructions: total.timer_instructions,
+            timer_faults: total.timer_faults,
+            latency: sh.latency.as_ref().map(|l| LatencyStats::of(&l.snapshot())),
+            drop_reasons: sh.drop_reason_names.clone(),
+            ..Stats::default()
+        };
+        for (name, log) in [
+            ("sink", &sh.tx.sink_panics),
+            ("clock", &*sh.clock_panics),
+            ("classifier", &sh.classifier_panics),
+        ] {
+            if let Some(p) = log.snapshot() {
+                s.callback_panics.insert(name.to_string(), p);
+            }
+        }
+        if let Some(t) = &sh.timers {
+            let c = t.counts();
+            s.timer_launches = c.launches;
+            s.timer_overruns = c.overruns;
+            s.timer_missed = c.missed;
+        }
+        for (name, &n) in sh.drop_reason_names.iter().zip(&total.drops) {
+            if n > 0 {
+                *s.dropped_by_reason.entry(name.clone()).or_default() += n;
+            }
+        }
+        for k in FaultKind::ALL {
+            let n = total.faults[k.index()];
+            if n > 0 {
+                s.faults.insert(k.name().to_string(), n);
+            }
+        }
+        for k in crate::mem::XtxnKind::ALL {
+            let n = total.xtxns[k.index()];
+            if n > 0 {
+                s.xtxns.insert(k.name().to_string(), n);
+            }
+        }
+        for (port, (frames, bytes)) in sh.tx.per_port().into_iter().enumerate() {
+            if frames > 0 {
+                s.tx_by_port.insert(port as u16, (frames, bytes));
+                s.frames_tx += frames;
+                s.bytes_tx += bytes;
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats() -> Stats {
+        let mut s = Stats {
+            drop_reasons: vec!["runt".into(), "fault_budget".into(), "non_ip".into()],
+            ..Stats::default()
+        };
+        s.dropped_by_reason.insert("non_ip".into(), 7);
+        s
+    }
+
+    #[test]
+    fn drops_of_a_known_reason_is_its_count_or_zero() {
+        let s = stats();
+        assert_eq!(s.drops("non_ip"), 7);
+        assert_eq!(s.drops("runt"), 0);
+        assert_eq!(s.try_drops("non_ip"), Some(7));
+        assert_eq!(s.try_drops("fault_budget"), Some(0));
+    }
+
+    #[test]
+    fn try_drops_of_an_unknown_reason_is_none() {
+        assert_eq!(stats().try_drops("non-ip"), None);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "`non-ip` is not a drop reason of this engine or its program; \
+                               known reasons: runt, fault_budget, non_ip"
+    )]
+    fn drops_of_a_misspelt_reason_panics_naming_the_known_ones() {
+        stats().drops("non-ip");
     }
 }

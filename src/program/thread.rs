@@ -439,13 +439,21 @@ impl<'a> Thread<'a> {
         Ok(self.mem.fetch_swap(addr, value)?)
     }
 
+    /// 64-bit wrapping fetch-and-add; returns the old value.
+    pub fn fetch_add(&mut self, addr: Addr, delta: u64) -> Result<u64, Fault> {
+        self.count(XtxnKind::FetchAdd);
+        Ok(self.mem.fetch_add(addr, delta)?)
+    }
+
     /// Writes the mask's bits of `value`; returns the old word.
     pub fn masked_write(&mut self, addr: Addr, value: u64, mask: u64) -> Result<u64, Fault> {
         self.count(XtxnKind::MaskedWrite);
         Ok(self.mem.masked_write(addr, value, mask)?)
     }
 
-    /// 32-bit wrapping add to lane 0 (first 4 bytes) or 1 of the word; returns the old lane.
+    /// 32-bit wrapping add to lane 0 (the word's first 4 bytes in network order, its high
+    /// half) or lane 1 (the low half); returns the old lane. See
+    /// [`SharedMemory::fetch_add32`].
     pub fn fetch_add32(&mut self, addr: Addr, lane: u8, delta: u32) -> Result<u32, Fault> {
         self.count(XtxnKind::Add32);
         Ok(self.mem.fetch_add32(addr, lane, delta)?)
@@ -501,7 +509,7 @@ impl<'a> Thread<'a> {
     /// The events of applied adds are collected by [`Thread::take_fpisa_events`]. Counted
     /// as one `fpisa_add16` XTXN per 16 lanes or part of them.
     #[inline]
-    pub fn post_fpisa_be(
+    pub fn post_fpisa_add_be(
         &mut self,
         addr: Addr,
         lm_offset: usize,
@@ -514,7 +522,7 @@ impl<'a> Thread<'a> {
         self.core.xtxns[XtxnKind::FpisaAdd16.index()] += lanes.div_ceil(16) as u64;
         self.core
             .posted
-            .post_fpisa_be(self.mem, addr, &self.core.lm[range], fmt, variant)?;
+            .post_fpisa_add_be(self.mem, addr, &self.core.lm[range], fmt, variant)?;
         Ok(())
     }
 
@@ -598,10 +606,8 @@ impl<'a> Thread<'a> {
     /// area may be reused at once), the size and address are checked now, and the add is
     /// applied exactly once, no later than [`Thread::wait_posted`] or the end of the batch.
     /// Posted adds that continue one another (each starting at the word after the previous
-    /// one's last) reach the engine as one vector add of up to 4 KB (see [`PostedOps`]).
+    /// one's last) reach the engine as one vector add of up to 4 KB.
     /// Counted as one `vadd32x16` XTXN per 64-byte chunk.
-    ///
-    /// [`PostedOps`]: crate::mem::PostedOps
     #[inline]
     pub fn post_vadd32_be(
         &mut self,

@@ -1,4 +1,6 @@
-//! Concurrency stress tests of the Shared Memory System through its public API only.
+//! Concurrency stress tests of the Shared Memory System through its public API, and of the
+//! PPE threads' posted-XTXN buffer (`PostedOps`, crate-private, which is why these tests live
+//! inside the crate).
 //!
 //! For every operation kind, 256 threads hammer (a) ONE location and (b) many locations spread
 //! over all banks and both regions, and the final state must be exactly what the sequential
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
-use pfemu::mem::*;
+use crate::mem::*;
 
 const THREADS: usize = if cfg!(miri) { 4 } else { 256 };
 const OPS: usize = if cfg!(miri) { 16 } else { 2_000 };
@@ -352,6 +354,37 @@ fn fetch_xor_toggle_parity() {
                 assert_eq!((fin >> b) & 1, toggles[l][b] % 2, "loc {l} bit {b}");
                 assert_eq!(saw_set[l][b], toggles[l][b] / 2, "loc {l} bit {b}");
             }
+        }
+    }
+}
+
+// ----- 64-bit fetch-and-add --------------------------------------------------------------------
+
+/// Every location ends at its initial value plus the wrapping sum of the deltas added to it,
+/// and each add's old value telescopes into the next (checked by `rmw_stress`). The deltas
+/// are large, so the adds wrap and carry across the 32-bit halves all the time.
+#[test]
+fn fetch_add_loses_and_duplicates_nothing() {
+    let m = mem();
+    let delta = |t: usize, j: usize| rnd(t, j, 21) | 1 << 63;
+    for (locs, addr) in [(1, one as fn(usize) -> Addr), (SPREAD, spread)] {
+        let init = 0xFFFF_FFFF_u64;
+        let recs = rmw_stress(&m, init, locs, addr, |t, j| {
+            let loc = if locs == 1 { 0 } else { spread_idx(t, j) };
+            let d = delta(t, j);
+            let old = m.fetch_add(addr(loc), d).unwrap();
+            Rec {
+                loc,
+                old,
+                new: old.wrapping_add(d),
+            }
+        });
+        let mut want = vec![init; locs];
+        for r in recs.iter().flatten() {
+            want[r.loc] = want[r.loc].wrapping_add(r.new.wrapping_sub(r.old));
+        }
+        for (l, w) in want.iter().enumerate() {
+            assert_eq!(m.read_u64(addr(l)), Ok(*w), "location {l}");
         }
     }
 }
@@ -711,7 +744,7 @@ fn acc_mixed_adds_exact() {
                     posted
                         .post(
                             &m,
-                            Op::Add32 {
+                            Op::FetchAdd32 {
                                 addr: base + w as u64,
                                 lane,
                                 delta: d,
@@ -1064,7 +1097,7 @@ fn posted_ops_applied_exactly_once() {
                 p.post(&m, Op::CounterInc { addr: a, bytes: b }).unwrap();
                 p.post(
                     &m,
-                    Op::Add32 {
+                    Op::FetchAdd32 {
                         addr: a + 2,
                         lane: 1,
                         delta: d,
