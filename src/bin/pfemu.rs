@@ -18,12 +18,12 @@ use pfemu::lab::bench::experiments::{
 };
 use pfemu::lab::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::lab::bench::fpisa_accuracy::{self, AccuracyConfig};
+pub(crate) use pfemu::lab::bench::settings::{parse_millis, parse_secs};
 use pfemu::lab::bench::timers::{self, TimerBenchConfig};
+use pfemu::lab::bench::traffic::{FlowDist, FrameSizes, Mix, TrafficSpec};
 use pfemu::lab::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
-use pfemu::lab::bench::EngineSettings;
-use pfemu::pfe::{
-    default_ppe_threads, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
-};
+use pfemu::lab::bench::{EngineChoice, EngineSweep};
+use pfemu::pfe::default_ppe_threads;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -46,21 +46,8 @@ struct Cli {
 enum Command {
     /// The Trio-ML demo (the default job): workers allreduce vectors, one straggles.
     Demo {
-        /// Workers (sources) of the job.
-        #[arg(long, default_value_t = 4)]
-        workers: u8,
-        /// Gradients in each worker's vector.
-        #[arg(long, default_value_t = 100_000)]
-        gradients: usize,
-        /// Block timeout in milliseconds (the job's block_exp).
-        #[arg(long, default_value_t = 20)]
-        block_exp_ms: u8,
-        /// How late the straggler is, in milliseconds.
-        #[arg(long, default_value_t = 200)]
-        straggle_ms: u64,
-        /// PPE threads.
-        #[arg(long, default_value_t = 64)]
-        ppe_threads: usize,
+        #[command(flatten)]
+        cfg: DemoConfig,
         /// Print one JSON object instead of the summary.
         #[arg(long)]
         json: bool,
@@ -71,10 +58,11 @@ enum Command {
         #[arg(value_enum, default_value_t = Workload::Filter)]
         program: Workload,
         #[command(flatten)]
+        cfg: FilterBenchConfig,
+        #[command(flatten)]
+        engine: EngineChoice,
+        #[command(flatten)]
         traffic: TrafficArgs,
-        /// PPE threads (default: available cores).
-        #[arg(long)]
-        ppe_threads: Option<usize>,
     },
     /// Measure a program or a block of the engine.
     Bench {
@@ -380,34 +368,12 @@ enum FpisaVariant {
 
 #[derive(clap::Args, Debug)]
 struct TrioMlArgs {
-    /// Sources (workers) of the job.
-    #[arg(long, default_value_t = 4)]
-    workers: u8,
-    /// Gradients per packet (1..=4095).
-    #[arg(long, default_value_t = 1024)]
-    grads: u16,
-    /// Blocks each worker has outstanding (at most 2047: a job holds 2 x window slots).
-    #[arg(long, default_value_t = 2047)]
-    window: u16,
-    /// Generations streamed per run.
-    #[arg(long, default_value_t = 16)]
-    generations: u32,
-    /// PPE threads; a comma-separated list measures each, interleaved.
-    #[arg(long, value_delimiter = ',')]
+    #[command(flatten)]
+    cfg: TrioMlBenchConfig,
+    /// PPE threads; a comma-separated list measures each, interleaved [default: available
+    /// cores].
+    #[arg(long, value_delimiter = ',', value_name = "N[,N...]")]
     ppe_threads: Vec<usize>,
-    /// Packets in flight in the PFE [default: 8 MiB of frames, e.g. 2048 of 1024 gradients].
-    #[arg(long)]
-    capacity: Option<usize>,
-    /// Do not run the straggler-scan timer threads meanwhile.
-    #[arg(long)]
-    no_timers: bool,
-    /// Staggered scan timers (Trio-ML's N).
-    #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_TIMERS)]
-    timers: u32,
-    /// Time between two visits of a block by the scan, in milliseconds.
-    #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS as f64 / 1e6,
-          value_parser = parse_millis)]
-    scan_period_ms: f64,
     /// Runs of each configuration; the report gives the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -419,28 +385,11 @@ struct TrioMlArgs {
 #[derive(clap::Args, Debug)]
 struct FilterArgs {
     #[command(flatten)]
+    cfg: FilterBenchConfig,
+    #[command(flatten)]
+    sweep: EngineSweep,
+    #[command(flatten)]
     traffic: TrafficArgs,
-    /// PPE threads; a comma-separated list measures each, interleaved (e.g. 2,256).
-    #[arg(long, value_delimiter = ',')]
-    ppe_threads: Vec<usize>,
-    /// Turn per-flow reordering off (measures the reorder engine's cost).
-    #[arg(long, conflicts_with = "reorder")]
-    no_reorder: bool,
-    /// Per-flow reordering: on, off, or both (measured interleaved in one run).
-    #[arg(long, value_enum, default_value_t = ReorderArg::On)]
-    reorder: ReorderArg,
-    /// Packets per dispatch batch.
-    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
-    batch: usize,
-    /// Packets in flight at most.
-    #[arg(long, default_value_t = DEFAULT_CAPACITY)]
-    capacity: usize,
-    /// Reorder contexts flows are folded into (a power of two).
-    #[arg(long, default_value_t = DEFAULT_REORDER_CONTEXTS)]
-    reorder_contexts: usize,
-    /// Pin PPE threads to cores.
-    #[arg(long)]
-    pin: bool,
     /// Runs of each configuration; the report gives the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -451,87 +400,58 @@ struct FilterArgs {
 
 #[derive(clap::Args, Debug)]
 struct TimerArgs {
-    /// Staggered timers (the paper uses 100).
-    #[arg(long, default_value_t = 100)]
-    timers: u32,
-    /// Each timer's period in milliseconds (launches come every period / timers).
-    #[arg(long, default_value_t = 10.0, value_parser = parse_millis)]
-    period_ms: f64,
-    /// Seconds to run.
-    #[arg(long, default_value_t = 2.0, value_parser = parse_secs)]
-    seconds: f64,
-    /// PPE threads (default: available cores).
-    #[arg(long)]
-    ppe_threads: Option<usize>,
-    /// Keep the PPE threads busy with 64-byte filter traffic meanwhile.
-    #[arg(long)]
-    load: bool,
+    #[command(flatten)]
+    cfg: TimerBenchConfig,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
 }
 
+/// The shape of the generated traffic beyond a [`FilterBenchConfig`]'s size, flows and
+/// seed (defaults from [`TrafficSpec::default`]).
 #[derive(clap::Args, Debug, Clone)]
 struct TrafficArgs {
-    /// Frames to offer.
-    #[arg(long, default_value_t = 10_000_000)]
-    packets: u64,
-    /// Frame size in bytes (64..=9216).
-    #[arg(long, default_value_t = 64)]
-    size: usize,
-    /// Distinct flows (IPv4 5-tuples).
-    #[arg(long, default_value_t = 1024)]
-    flows: u32,
-    /// Seed of the traffic generator.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Offer frames for this many seconds instead of --packets frames.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_secs)]
-    duration: Option<f64>,
-    /// Do not measure latency (saves two clock reads per batch).
-    #[arg(long)]
-    no_latency: bool,
     /// Frame sizes instead of --size: a list cycled in order (`64,594,1518`) or `imix`
     /// (64, 594 and 1518 bytes, 7:4:1).
     #[arg(long)]
-    sizes: Option<pfemu::lab::bench::traffic::FrameSizes>,
+    sizes: Option<FrameSizes>,
     /// How packets pick their flow: `uniform` or `zipf[:S]` (exponent S, default 1).
-    #[arg(long, default_value = "uniform")]
-    flow_dist: pfemu::lab::bench::traffic::FlowDist,
-    /// Protocol mix in percent, e.g. `ipv4=90,ipv4opt=5,ipv6=0,nonip=5` (the default).
-    #[arg(long)]
-    mix: Option<pfemu::lab::bench::traffic::Mix>,
+    #[arg(long, default_value_t = TrafficSpec::default().flow_dist)]
+    flow_dist: FlowDist,
+    /// Protocol mix in percent (omitted classes are 0; the shares sum to 100).
+    #[arg(long, default_value_t = TrafficSpec::default().mix)]
+    mix: Mix,
 }
 
 impl TrafficArgs {
     /// The generator's pool: the traffic replayed until the run ends.
-    fn spec(&self) -> pfemu::lab::bench::traffic::TrafficSpec {
-        pfemu::lab::bench::traffic::TrafficSpec {
-            packets: usize::try_from(self.packets)
+    fn spec(&self, cfg: &FilterBenchConfig) -> TrafficSpec {
+        TrafficSpec {
+            packets: usize::try_from(cfg.packets)
                 .unwrap_or(usize::MAX)
                 .min(filter::POOL_MAX),
-            frame_size: self.size,
+            frame_size: cfg.size,
             sizes: self.sizes.clone(),
-            flows: self.flows,
+            flows: cfg.flows,
             flow_dist: self.flow_dist,
-            mix: self.mix.unwrap_or_default(),
-            seed: self.seed,
+            mix: self.mix,
+            seed: cfg.seed,
             ..Default::default()
         }
     }
 
     /// What a run offers, for headings: the frame sizes, the flows, and the packets or the
     /// duration per run.
-    fn describe(&self) -> String {
+    fn describe(&self, cfg: &FilterBenchConfig) -> String {
         let frames = match &self.sizes {
             Some(sizes) => format!("{sizes} frames"),
-            None => format!("{}-byte frames", self.size),
+            None => format!("{}-byte frames", cfg.size),
         };
-        let length = match self.duration {
+        let length = match cfg.duration_s {
             Some(s) => format!("{s} s per run"),
-            None => format!("{} packets per run", self.packets),
+            None => format!("{} packets per run", cfg.packets),
         };
-        format!("{frames}, {} flows, {length}", self.flows)
+        format!("{frames}, {} flows, {length}", cfg.flows)
     }
 }
 
@@ -541,58 +461,26 @@ enum Workload {
     Filter,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum ReorderArg {
-    On,
-    Off,
-    Both,
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         None => demo(&DemoConfig::default(), false),
-        Some(Command::Demo {
-            workers,
-            gradients,
-            block_exp_ms,
-            straggle_ms,
-            ppe_threads,
-            json,
-        }) => demo(
-            &DemoConfig {
-                workers,
-                gradients,
-                block_exp_ms,
-                straggle_ms,
-                ppe_threads,
-                ..DemoConfig::default()
-            },
-            json,
-        ),
+        Some(Command::Demo { cfg, json }) => demo(&cfg, json),
         Some(Command::Run {
             program: Workload::Filter,
+            cfg,
+            engine,
             traffic,
-            ppe_threads,
-        }) => run_filter(&traffic, ppe_threads),
+        }) => run_filter(
+            &FilterBenchConfig {
+                engine: engine.apply(&cfg.engine),
+                ..cfg
+            },
+            &traffic,
+        ),
         Some(Command::Bench {
             which: BenchCmd::Filter(a),
-        }) => {
-            let reorder = if a.no_reorder {
-                ReorderArg::Off
-            } else {
-                a.reorder
-            };
-            bench_filter(
-                &a.traffic,
-                a.ppe_threads,
-                reorder,
-                (a.batch, a.capacity, a.reorder_contexts),
-                a.pin,
-                a.runs,
-                a.json,
-            )
-        }
+        }) => bench_filter(&a),
         Some(Command::Bench {
             which: BenchCmd::Timers(a),
         }) => bench_timers(&a),
@@ -622,28 +510,6 @@ fn main() -> ExitCode {
 }
 
 pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
-
-/// clap's parser of every option given in seconds as a float: a positive, finite number up
-/// to [`pfemu::duration::MAX_SECS`] (anything else is refused where it enters, and clap's
-/// error names the option).
-pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    pfemu::duration::secs(v).map_err(|e| e.to_string())?;
-    Ok(v)
-}
-
-/// [`parse_secs`] for options given in milliseconds.
-pub(crate) fn parse_millis(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of milliseconds"))?;
-    pfemu::duration::millis(v).map_err(|e| e.to_string())?;
-    Ok(v)
-}
 
 /// Refuses options that do not apply to the chosen experiment (for `all`: to none of its
 /// four).
@@ -865,17 +731,8 @@ fn emit<F: Figure>(
 /// The workload `pfemu bench trio-ml` and `pfemu bench fpisa` share, from their options.
 fn trio_ml_bench_config(a: &TrioMlArgs, ppe_threads: usize) -> TrioMlBenchConfig {
     TrioMlBenchConfig {
-        workers: a.workers,
-        grads: a.grads,
-        window: a.window,
-        generations: a.generations,
         ppe_threads,
-        capacity: a.capacity,
-        timers: !a.no_timers,
-        scan_timers: a.timers,
-        scan_period_ns: ms_to_ns(a.scan_period_ms),
-        seed: 1,
-        lanes: pfemu::microcode::trio_ml::Lanes::Int32,
+        ..a.cfg.clone()
     }
 }
 
@@ -922,7 +779,13 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
         println!(
             "\nfpisa ({}): {} workers, {} gradients/packet, window {}, {} generations, {} PPE \
              threads, median of {}:",
-            r.variant, t.workers, t.grads, t.window, t.generations, f.ppe_threads, t.runs
+            r.variant,
+            t.cfg.workers,
+            t.cfg.grads,
+            t.cfg.window,
+            t.cfg.generations,
+            f.ppe_threads,
+            t.runs
         );
         println!(
             "  FPISA    {:.3} G gradients/s ({:.2} Gbit/s), {:.3}x of its plain loop ({:.3} G/s)",
@@ -1014,7 +877,12 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
         println!(
             "\ntrio-ml: {} workers, {} gradients/packet, window {}, {} generations, {} packets \
              in flight, median of {}:",
-            a.workers, a.grads, a.window, a.generations, medians[0].capacity, a.runs
+            a.cfg.workers,
+            a.cfg.grads,
+            a.cfg.window,
+            a.cfg.generations,
+            medians[0].capacity,
+            a.runs
         );
         println!(
             "{:>12} {:>14} {:>10} {:>16} {:>9} {:>11} {:>9}",
@@ -1049,17 +917,7 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
 }
 
 fn bench_timers(a: &TimerArgs) -> CliResult {
-    // Checked by clap (`parse_millis`, `parse_secs`): positive and at most 10^9 s, so the
-    // nanoseconds and milliseconds fit.
-    let period = pfemu::duration::millis(a.period_ms)?;
-    let duration = pfemu::duration::secs(a.seconds)?;
-    let cfg = TimerBenchConfig {
-        timers: a.timers,
-        period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
-        duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-        ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
-        load: a.load,
-    };
+    let cfg = a.cfg.clone();
     let r = timers::run(&cfg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
@@ -1068,8 +926,8 @@ fn bench_timers(a: &TimerArgs) -> CliResult {
     println!(
         "timers: {} staggered, period {} ms (a launch every {:.1} us), {} PPE threads, {}",
         cfg.timers,
-        a.period_ms,
-        a.period_ms * 1e3 / f64::from(cfg.timers.max(1)),
+        cfg.period_ns as f64 / 1e6,
+        cfg.period_ns as f64 / 1e3 / f64::from(cfg.timers.max(1)),
         cfg.ppe_threads,
         if cfg.load {
             "with filter traffic"
@@ -1197,33 +1055,22 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
     Ok(())
 }
 
-fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
-    let cfg = FilterBenchConfig {
-        engine: EngineSettings {
-            ppe_threads: ppe_threads.unwrap_or_else(default_ppe_threads),
-            latency: !traffic.no_latency,
-            ..EngineSettings::default()
-        },
-        packets: traffic.packets,
-        size: traffic.size,
-        flows: traffic.flows,
-        seed: traffic.seed,
-        duration_s: traffic.duration,
-    };
-    let mix = traffic.mix.unwrap_or_default();
+fn run_filter(cfg: &FilterBenchConfig, traffic: &TrafficArgs) -> CliResult {
+    let mix = traffic.mix;
     println!(
         "pfemu: the packet filter (Trio paper §3.2) on generated traffic: {} ({}% IPv4, {}% \
-         IPv4 with options, {}% IPv6, {}% non-IP), {} PPE threads, reordering on\n",
-        traffic.describe(),
+         IPv4 with options, {}% IPv6, {}% non-IP), {} PPE threads, reordering {}\n",
+        traffic.describe(cfg),
         mix.ipv4,
         mix.ipv4_options,
         mix.ipv6,
         mix.non_ip,
-        cfg.engine.ppe_threads
+        cfg.engine.ppe_threads,
+        if cfg.engine.reorder { "on" } else { "off" }
     );
-    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec())?;
+    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec(cfg))?;
     let bar = pfemu::lab::bench::report::Progress::new("run", false);
-    let r = filter::run_with_progress(&cfg, &generated, |f, n| bar.set(f, format!("{n} frames")))?;
+    let r = filter::run_with_progress(cfg, &generated, |f, n| bar.set(f, format!("{n} frames")))?;
     bar.finish();
     print_summary(&r);
     println!();
@@ -1264,51 +1111,21 @@ fn print_summary(r: &FilterBenchReport) {
     );
 }
 
-#[allow(clippy::too_many_arguments)]
-fn bench_filter(
-    traffic: &TrafficArgs,
-    ppe_threads: Vec<usize>,
-    reorder: ReorderArg,
-    (batch, capacity, reorder_contexts): (usize, usize, usize),
-    pin: bool,
-    runs: usize,
-    json: bool,
-) -> CliResult {
+fn bench_filter(a: &FilterArgs) -> CliResult {
+    let (runs, json, traffic) = (a.runs, a.json, &a.traffic);
     if runs == 0 {
         return Err("invalid option `--runs`: must be at least 1".into());
     }
-    let threads = if ppe_threads.is_empty() {
-        vec![default_ppe_threads()]
-    } else {
-        ppe_threads
-    };
-    let reorders: &[bool] = match reorder {
-        ReorderArg::On => &[true],
-        ReorderArg::Off => &[false],
-        ReorderArg::Both => &[true, false],
-    };
-    let mut configs = Vec::new();
-    for &t in &threads {
-        for &r in reorders {
-            configs.push(FilterBenchConfig {
-                engine: EngineSettings {
-                    ppe_threads: t,
-                    reorder: r,
-                    batch_size: batch,
-                    capacity,
-                    reorder_contexts,
-                    pin,
-                    latency: !traffic.no_latency,
-                },
-                packets: traffic.packets,
-                size: traffic.size,
-                flows: traffic.flows,
-                seed: traffic.seed,
-                duration_s: traffic.duration,
-            });
-        }
-    }
-    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec())?;
+    let configs: Vec<FilterBenchConfig> = a
+        .sweep
+        .points(&a.cfg.engine)
+        .into_iter()
+        .map(|engine| FilterBenchConfig {
+            engine,
+            ..a.cfg.clone()
+        })
+        .collect();
+    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec(&a.cfg))?;
     // Interleave configurations run by run, so drifts of a shared machine hit all alike.
     let mut results: Vec<Vec<FilterBenchReport>> = vec![Vec::new(); configs.len()];
     for run in 0..runs {
@@ -1368,7 +1185,7 @@ fn bench_filter(
             );
         }
     } else {
-        println!("\nfilter, {}, median of {runs}:", traffic.describe());
+        println!("\nfilter, {}, median of {runs}:", traffic.describe(&a.cfg));
         println!(
             "{:>12} {:>8} {:>10} {:>10} {:>9} {:>9}",
             "ppe_threads", "reorder", "Mpps", "Gbit/s", "instr/pkt", "vs first"

@@ -12,49 +12,17 @@ use pfemu::lab::bench::linerate::{
 };
 use pfemu::lab::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
 use pfemu::lab::bench::report::Progress;
-use pfemu::lab::bench::EngineSettings;
+use pfemu::lab::bench::EngineChoice;
 use pfemu::pfe::default_ppe_threads;
 
 use super::CliResult;
 
 #[derive(clap::Args, Debug)]
 pub struct L3fwdArgs {
-    /// Frames to offer (replayed from a pool of at most a million).
-    #[arg(long, default_value_t = 10_000_000)]
-    packets: u64,
-    /// Offer frames for this many seconds instead of --packets frames.
-    #[arg(long, value_name = "SECONDS", value_parser = super::parse_secs)]
-    duration: Option<f64>,
-    /// Frame size in bytes (64..=9216).
-    #[arg(long, default_value_t = 64)]
-    size: usize,
-    /// Routes generated (a realistic mix: mostly /24, then /16-/23, a few longer).
-    #[arg(long, default_value_t = 100_000)]
-    routes: usize,
-    /// Load the routes from a file instead: one `A.B.C.D/LEN PORT` per line, `#` comments.
-    #[arg(long, value_name = "FILE")]
-    route_file: Option<PathBuf>,
-    /// Egress ports the generated routes use.
-    #[arg(long, default_value_t = 16)]
-    ports: u16,
-    /// Distinct flows (source addresses and ports).
-    #[arg(long, default_value_t = 1024)]
-    flows: u32,
-    /// Percent of invalid frames (each invalid class in turn: bad checksum, TTL 1, ...).
-    #[arg(long, default_value_t = 0)]
-    invalid_percent: u32,
-    /// PPE threads (default: available cores).
-    #[arg(long)]
-    ppe_threads: Option<usize>,
-    /// Turn per-flow reordering off.
-    #[arg(long)]
-    no_reorder: bool,
-    /// Do not measure latency.
-    #[arg(long)]
-    no_latency: bool,
-    /// Seed of the routes and the traffic.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    cfg: L3fwdBenchConfig,
+    #[command(flatten)]
+    engine: EngineChoice,
     /// Runs; the report gives the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -68,24 +36,11 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
         return Err("invalid option `--runs`: must be at least 1".into());
     }
     let cfg = L3fwdBenchConfig {
-        packets: a.packets,
-        size: a.size,
-        routes: a.routes,
-        route_file: a.route_file.clone(),
-        ports: a.ports,
-        flows: a.flows,
-        invalid_percent: a.invalid_percent,
-        engine: EngineSettings {
-            ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
-            reorder: !a.no_reorder,
-            latency: !a.no_latency,
-            ..EngineSettings::default()
-        },
-        seed: a.seed,
-        duration_s: a.duration,
+        engine: a.engine.apply(&a.cfg.engine),
+        ..a.cfg.clone()
     };
-    if a.route_file.is_none() {
-        pfemu::microcode::l3fwd::RouteTable::check_generated_count(a.routes)
+    if cfg.route_file.is_none() {
+        pfemu::microcode::l3fwd::RouteTable::check_generated_count(cfg.routes)
             .map_err(|e| format!("invalid option `--routes`: {e}"))?;
     }
     let spinner = Progress::spinner(

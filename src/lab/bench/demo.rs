@@ -20,22 +20,30 @@ use crate::pfe::{Pfe, Stats};
 use crate::rng::SplitMix64;
 use crate::timer::ManualClock;
 
-/// The demo's settings.
-#[derive(Clone, Debug, Serialize)]
+/// The demo's settings; as command-line options, those of `pfemu demo` (defaults from
+/// [`DemoConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct DemoConfig {
     /// Workers (sources) of the job.
+    #[arg(long, default_value_t = DemoConfig::default().workers)]
     pub workers: u8,
-    /// Gradients per worker vector.
+    /// Gradients in each worker's vector.
+    #[arg(long, default_value_t = DemoConfig::default().gradients)]
     pub gradients: usize,
     /// Gradients per packet.
+    #[arg(skip = DemoConfig::default().grads_per_packet)]
     pub grads_per_packet: usize,
     /// Packets each worker keeps outstanding.
+    #[arg(skip = DemoConfig::default().window)]
     pub window: usize,
     /// Block timeout (the job's `block_exp`), in milliseconds.
+    #[arg(long, default_value_t = DemoConfig::default().block_exp_ms)]
     pub block_exp_ms: u8,
-    /// How long the straggler sleeps before sending in round 2, in milliseconds.
+    /// How late the straggler is in round 2, in milliseconds.
+    #[arg(long, default_value_t = DemoConfig::default().straggle_ms)]
     pub straggle_ms: u64,
     /// PPE threads.
+    #[arg(long, default_value_t = DemoConfig::default().ppe_threads)]
     pub ppe_threads: usize,
     /// Move the engine's clock with the demo's progress instead of running on the real
     /// clock, so that nothing depends on how fast the machine is (for tests): in round 1
@@ -43,6 +51,7 @@ pub struct DemoConfig {
     /// passes once every on-time worker has sent all its packets, and the straggler sends
     /// once the others have their partial results (`straggle_ms` is not used). Needs a
     /// `window` of at least the packets per worker.
+    #[arg(skip)]
     pub manual_clock: bool,
 }
 

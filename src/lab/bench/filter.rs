@@ -27,21 +27,29 @@ pub const POOL_MAX: usize = 1 << 20;
 /// Most frames the plain loop runs over ([`plain_loop_mpps`]).
 pub const PLAIN_LOOP_MAX: u64 = 1 << 24;
 
-/// One benchmark configuration.
-#[derive(Clone, Debug, Serialize)]
+/// One benchmark configuration; as command-line options, those of `pfemu run` and
+/// `pfemu bench filter` (defaults from [`FilterBenchConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct FilterBenchConfig {
     /// The engine.
     #[serde(flatten)]
+    #[command(flatten)]
     pub engine: EngineSettings,
-    /// Frames offered.
+    /// Frames to offer.
+    #[arg(long, default_value_t = FilterBenchConfig::default().packets)]
     pub packets: u64,
-    /// Frame size in bytes.
+    /// Frame size in bytes (64..=9216).
+    #[arg(long, default_value_t = FilterBenchConfig::default().size)]
     pub size: usize,
-    /// Distinct flows.
+    /// Distinct flows (IPv4 5-tuples).
+    #[arg(long, default_value_t = FilterBenchConfig::default().flows)]
     pub flows: u32,
-    /// Traffic seed.
+    /// Seed of the traffic generator.
+    #[arg(long, default_value_t = FilterBenchConfig::default().seed)]
     pub seed: u64,
-    /// Offer frames for this many seconds instead of `packets` frames.
+    /// Offer frames for this many seconds instead of `packets` frames (`--duration`).
+    #[arg(long = "duration", value_name = "SECONDS", value_parser = super::settings::parse_secs,
+          help = "Offer frames for this many seconds instead of --packets frames")]
     pub duration_s: Option<f64>,
 }
 

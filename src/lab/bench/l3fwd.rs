@@ -62,31 +62,45 @@ pub const MAX_FLOWS: u32 = 1 << 24;
 
 const ETH_LEN: usize = 14;
 
-/// One benchmark configuration.
-#[derive(Clone, Debug, Serialize)]
+/// One benchmark configuration; as command-line options, those of `pfemu bench l3fwd`
+/// (defaults from [`L3fwdBenchConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct L3fwdBenchConfig {
-    /// Frames offered.
+    /// Frames to offer (replayed from a pool of at most a million).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().packets)]
     pub packets: u64,
-    /// Frame size in bytes, Ethernet header included, FCS excluded.
+    /// Frame size in bytes, Ethernet header included, FCS excluded (64..=9216).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().size)]
     pub size: usize,
-    /// Routes generated (ignored with `route_file`).
+    /// Routes generated (a realistic mix: mostly /24, then /16-/23, a few longer; ignored
+    /// with `--route-file`).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().routes)]
     pub routes: usize,
-    /// Read the routes from this file instead of generating them (see
-    /// [`RouteTable::parse`] for the format).
+    /// Read the routes from this file instead of generating them: one `A.B.C.D/LEN PORT`
+    /// per line, `#` comments (see [`RouteTable::parse`]).
+    #[arg(long, value_name = "FILE")]
     pub route_file: Option<PathBuf>,
     /// Egress ports the generated routes spread over; also the engine's port count (with
     /// a route file, raised to cover its highest port).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().ports)]
     pub ports: u16,
     /// Distinct flows (5-tuples, each with its own destination).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().flows)]
     pub flows: u32,
-    /// Percent of frames made invalid (0 to 100), one drop class after another.
+    /// Percent of frames made invalid (0 to 100), one drop class after another (bad
+    /// checksum, TTL 1, ...).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().invalid_percent)]
     pub invalid_percent: u32,
     /// The engine.
     #[serde(flatten)]
+    #[command(flatten)]
     pub engine: EngineSettings,
     /// Seed of the routes and the traffic.
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().seed)]
     pub seed: u64,
-    /// Offer frames for this many seconds instead of `packets` frames.
+    /// Offer frames for this many seconds instead of `packets` frames (`--duration`).
+    #[arg(long = "duration", value_name = "SECONDS", value_parser = super::settings::parse_secs,
+          help = "Offer frames for this many seconds instead of --packets frames")]
     pub duration_s: Option<f64>,
 }
 

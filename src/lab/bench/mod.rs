@@ -15,4 +15,4 @@ pub mod timers;
 pub mod traffic;
 pub mod trio_ml;
 
-pub use settings::EngineSettings;
+pub use settings::{EngineChoice, EngineSettings, EngineSweep, ReorderSweep};

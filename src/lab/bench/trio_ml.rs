@@ -29,31 +29,48 @@ use crate::ConfigError;
 /// Byte offset of `gen_id` in an aggregation frame.
 const GEN_AT: usize = wire::TRIO_ML_HDR_AT + 8;
 
-/// One benchmark configuration.
-#[derive(Clone, Debug, Serialize)]
+/// One benchmark configuration; as command-line options, those of `pfemu bench trio-ml`
+/// and `pfemu bench fpisa` (defaults from [`TrioMlBenchConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct TrioMlBenchConfig {
     /// Sources of the job (the paper's benchmark: 4 servers).
+    #[arg(long, default_value_t = TrioMlBenchConfig::default().workers)]
     pub workers: u8,
-    /// Gradients per packet (the paper: 1024).
+    /// Gradients per packet (1..=4095; the paper: 1024).
+    #[arg(long, default_value_t = TrioMlBenchConfig::default().grads)]
     pub grads: u16,
-    /// Blocks each worker has outstanding (block ids in use).
+    /// Blocks each worker has outstanding (block ids in use; at most 2047: a job holds
+    /// 2 x window slots).
+    #[arg(long, default_value_t = TrioMlBenchConfig::default().window)]
     pub window: u16,
     /// Generations streamed (each is `window` blocks from every worker).
+    #[arg(long, default_value_t = TrioMlBenchConfig::default().generations)]
     pub generations: u32,
-    /// PPE threads.
+    /// PPE threads (the command's `--ppe-threads` sweeps them).
+    #[arg(skip = TrioMlBenchConfig::default().ppe_threads)]
     pub ppe_threads: usize,
     /// Packets in flight in the PFE (ingress waits when they are all taken); `None` sizes it
-    /// with [`default_capacity`].
+    /// with [`default_capacity`] (8 MiB of frames, e.g. 2048 of 1024 gradients).
+    #[arg(long)]
     pub capacity: Option<usize>,
-    /// Run the straggler-scan timer threads meanwhile.
+    /// Run the straggler-scan timer threads meanwhile (`--no-timers` does not).
+    #[arg(long = "no-timers", action = clap::ArgAction::SetFalse,
+          help = "Do not run the straggler-scan timer threads meanwhile")]
     pub timers: bool,
     /// Staggered scan timers (Trio-ML's N).
+    #[arg(long = "timers", value_name = "N", default_value_t = TrioMlBenchConfig::default().scan_timers)]
     pub scan_timers: u32,
-    /// Time between two visits of a block by the scan, in nanoseconds.
+    /// Time between two visits of a block by the scan, in nanoseconds (given in
+    /// milliseconds as `--scan-period-ms`).
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = super::settings::parse_millis_as_ns,
+          default_value = super::settings::ns_as_millis_text(TrioMlBenchConfig::default().scan_period_ns),
+          help = "Time between two visits of a block by the scan, in milliseconds")]
     pub scan_period_ns: u64,
     /// Seed of the gradient values.
+    #[arg(skip = TrioMlBenchConfig::default().seed)]
     pub seed: u64,
     /// What the gradients are: Trio-ML's integers, or FPISA's floats (`pfemu bench fpisa`).
+    #[arg(skip = TrioMlBenchConfig::default().lanes)]
     pub lanes: Lanes,
 }
 
