@@ -57,7 +57,6 @@
 //! left-shifted by up to 7 bits into the same headroom the sum grows in. Such a lane
 //! saturates and is flagged ([`Acc::OVERFLOW`]); its value is far off, which the maxima show.
 
-use std::error::Error;
 use std::fmt;
 use std::path::Path;
 
@@ -693,7 +692,7 @@ impl Figure for AccuracyReport {
             .collect()
     }
 
-    fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |method: Method, what: &str, f: &dyn Fn(&AccuracyRow) -> f64| Series {
             name: format!("{method}, {what}"),
             points: self

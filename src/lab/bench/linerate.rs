@@ -835,7 +835,7 @@ impl LinerateReport {
 
     /// Draws throughput (Mpps) against frame size, with the line rate for reference, as
     /// SVG at `path`.
-    pub fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    pub fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |name: String, f: &dyn Fn(&Row) -> f64| Series {
             name,
             points: self
@@ -1076,7 +1076,7 @@ impl LatencyReport {
 
     /// Draws latency (µs: p50, p99, p99.9) against offered load (% of the reference) as
     /// SVG at `path`; loads without latencies are left out.
-    pub fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    pub fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |name: &str, f: &dyn Fn(&LatencySummary) -> u64| Series {
             name: name.into(),
             points: self

@@ -1,5 +1,6 @@
 //! CSV and SVG line charts for the experiments.
 
+use super::PlotError;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -37,7 +38,7 @@ const COLORS: [RGBColor; 6] = [
 ];
 
 /// Draws `chart` as an SVG file at `path` (axes start at zero; the ranges fit the data).
-pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Error>> {
+pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), PlotError> {
     let pts = chart.series.iter().flat_map(|s| s.points.iter());
     let (mut x_max, mut y_max) = (0f64, 0f64);
     for &(x, y) in pts {
@@ -100,7 +101,7 @@ pub struct DualChart<'a> {
 
 /// Draws `chart` as an SVG file at `path` (both y axes start at zero; the ranges fit the
 /// data).
-pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), Box<dyn std::error::Error>> {
+pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), PlotError> {
     let fx = |x: f64| if chart.x_log2 { x.max(1.0).log2() } else { x };
     let max_of = |series: &[Series], f: &dyn Fn(&(f64, f64)) -> f64| {
         series
@@ -195,9 +196,12 @@ pub struct LogChart<'a> {
 }
 
 /// Draws `chart` as an SVG file at `path`. X values must be >= 1 and `y_floor` > 0.
-pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), Box<dyn std::error::Error>> {
+pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), PlotError> {
     if !(chart.y_floor > 0.0 && chart.y_floor.is_finite()) {
-        return Err(format!("y_floor must be a positive number, not {}", chart.y_floor).into());
+        return Err(PlotError(format!(
+            "y_floor must be a positive number, not {}",
+            chart.y_floor
+        )));
     }
     let place = |s: &Series| -> Vec<(f64, f64)> {
         s.points

@@ -297,7 +297,7 @@ impl Checker {
 pub fn run_on(
     cfg: &TrioMlBenchConfig,
     traffic: &mut TrioMlTraffic,
-) -> Result<TrioMlBenchReport, Box<dyn std::error::Error>> {
+) -> Result<TrioMlBenchReport, super::BenchError> {
     if cfg.workers == 0 || cfg.window == 0 || cfg.grads == 0 || cfg.generations == 0 {
         return Err(ConfigError::new(
             "trio-ml bench",

@@ -506,7 +506,7 @@ impl Figure for Fig13Report {
             .collect()
     }
 
-    fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |name: &str, f: &dyn Fn(&Fig13Row) -> f64| Series {
             name: name.into(),
             points: self.rows.iter().map(|r| (r.p_pct, f(r))).collect(),

@@ -262,7 +262,7 @@ impl Figure for Fig14Report {
             .collect()
     }
 
-    fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |name: &str, f: &dyn Fn(&Fig14Row) -> f64| Series {
             name: name.into(),
             points: self

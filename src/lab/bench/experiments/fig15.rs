@@ -112,7 +112,7 @@ impl Figure for Fig15Report {
         rate_rows(&self.rows)
     }
 
-    fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |name: &str, f: &dyn Fn(&RatePoint) -> f64| Series {
             name: name.into(),
             points: self

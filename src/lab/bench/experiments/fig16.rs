@@ -134,7 +134,7 @@ impl Figure for Fig16Report {
         rate_rows(&self.rows)
     }
 
-    fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |name: &str, f: &dyn Fn(&RatePoint) -> f64| Series {
             name: name.into(),
             points: self.rows.iter().map(|r| (r.window as f64, f(r))).collect(),

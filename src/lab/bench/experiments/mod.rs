@@ -100,7 +100,14 @@ impl fmt::Display for ExperimentError {
     }
 }
 
-impl Error for ExperimentError {}
+impl Error for ExperimentError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            ExperimentError::Host(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<HostError> for ExperimentError {
     fn from(e: HostError) -> Self {
@@ -130,7 +137,7 @@ pub trait Figure: Serialize {
     /// One CSV row per measured point.
     fn csv_rows(&self) -> Vec<Vec<String>>;
     /// Draws the chart as SVG at `path`.
-    fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>>;
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError>;
     /// A readable table of the points, with the key figure.
     fn table(&self) -> String;
     /// Every Result arrived and had the right sums.
