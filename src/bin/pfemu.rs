@@ -9,7 +9,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use pfemu::lab::bench::demo::DemoConfig;
@@ -18,7 +18,7 @@ use pfemu::lab::bench::experiments::{
 };
 use pfemu::lab::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::lab::bench::fpisa_accuracy::{self, AccuracyConfig};
-pub(crate) use pfemu::lab::bench::settings::{parse_millis, parse_secs};
+pub(crate) use pfemu::lab::bench::settings::parse_secs;
 use pfemu::lab::bench::timers::{self, TimerBenchConfig};
 use pfemu::lab::bench::traffic::{FlowDist, FrameSizes, Mix, TrafficSpec};
 use pfemu::lab::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
@@ -176,8 +176,9 @@ const EXPERIMENT_HELP: &str = "Experiments:
          src/fpisa.rs. Key figure at 8 workers (paper: >95% of errors in [1e-10, 1e-8],
          overwrites <0.9% of additions). Takes under a second.
 
-Options apply to the experiments named in their help; naming one that does not apply to
-the chosen experiment is an error.
+Each experiment has its own options, with its defaults (`pfemu experiment fig14 --help`);
+`all` takes the options the four share (--workers, --timers, --scan-period-ms,
+--ppe-threads, --seed). --out and --json apply to every experiment.
 
 Examples:
   pfemu experiment all
@@ -187,109 +188,93 @@ Examples:
   pfemu experiment fig16 --windows 1,16,256 --no-timers
   pfemu experiment fpisa-accuracy --workers-list 2,8,64 --lanes 100000 --seed 7";
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Subcommand, Debug)]
 enum Which {
     /// Iteration time vs straggling probability.
-    Fig13,
+    Fig13(Fig13Config),
     /// Time to a partial result vs the timeout.
-    Fig14,
+    Fig14(Fig14Config),
     /// Aggregation latency and rate vs gradients per packet.
-    Fig15,
+    Fig15(Fig15Config),
     /// Latency and throughput vs window.
-    Fig16,
-    /// All four (not fpisa-accuracy).
-    All,
+    Fig16(Fig16Config),
+    /// All four (not fpisa-accuracy), each with its defaults but for the options given.
+    All(AllArgs),
     /// FPISA and FPISA-A error against f64 and f32 sums.
-    FpisaAccuracy,
+    FpisaAccuracy(AccuracyConfig),
 }
 
-impl Which {
-    /// The name as typed on the command line.
-    fn name(self) -> String {
-        self.to_possible_value()
-            .map_or_else(|| format!("{self:?}"), |v| v.get_name().to_string())
-    }
+/// What `pfemu experiment all` takes: the options the four figures share, overriding
+/// each figure's default.
+#[derive(clap::Args, Debug)]
+struct AllArgs {
+    /// Workers in each job [default: each figure's, 4].
+    #[arg(long)]
+    workers: Option<u8>,
+    /// Staggered scan timer threads, Trio-ML's N [default: each figure's, 100].
+    #[arg(long)]
+    timers: Option<u32>,
+    /// Time between two visits of a block by the scan, in ms [default: each figure's: 1;
+    /// fig14: 0.5].
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = pfemu::lab::bench::settings::parse_millis_as_ns)]
+    scan_period_ns: Option<u64>,
+    /// PPE threads [default: available cores].
+    #[arg(long)]
+    ppe_threads: Option<usize>,
+    /// Seed of the gradients and (fig13) the straggle schedules [default: 1].
+    #[arg(long)]
+    seed: Option<u64>,
+}
 
-    /// The experiments this one runs.
-    fn members(self) -> Vec<Which> {
-        match self {
-            Which::All => vec![Which::Fig13, Which::Fig14, Which::Fig15, Which::Fig16],
-            w => vec![w],
+impl AllArgs {
+    /// The four figures' configurations: each one's defaults, with these options.
+    fn configs(&self) -> (Fig13Config, Fig14Config, Fig15Config, Fig16Config) {
+        let (mut f13, mut f14, mut f15, mut f16) = (
+            Fig13Config::default(),
+            Fig14Config::default(),
+            Fig15Config::default(),
+            Fig16Config::default(),
+        );
+        if let Some(w) = self.workers {
+            (f13.workers, f14.workers, f15.workers, f16.workers) = (w, w, w, w);
         }
+        if let Some(t) = self.timers {
+            (f13.timers, f14.timers, f15.scan_timers, f16.scan_timers) = (t, t, t, t);
+        }
+        if let Some(ns) = self.scan_period_ns {
+            (
+                f13.scan_period_ns,
+                f14.scan_period_ns,
+                f15.scan_period_ns,
+                f16.scan_period_ns,
+            ) = (ns, ns, ns, ns);
+        }
+        if let Some(n) = self.ppe_threads {
+            (
+                f13.ppe_threads,
+                f14.ppe_threads,
+                f15.ppe_threads,
+                f16.ppe_threads,
+            ) = (n, n, n, n);
+        }
+        if let Some(seed) = self.seed {
+            (f13.seed, f14.seed, f15.seed, f16.seed) = (seed, seed, seed, seed);
+        }
+        (f13, f14, f15, f16)
     }
 }
 
 #[derive(clap::Args, Debug)]
 struct ExperimentArgs {
     /// The experiment to run.
-    #[arg(value_enum)]
+    #[command(subcommand)]
     which: Which,
     /// Directory for <name>.csv and <name>.svg (created if missing).
-    #[arg(long, default_value = "pfemu-results")]
+    #[arg(long, global = true, default_value = "pfemu-results")]
     out: std::path::PathBuf,
     /// Print one JSON object (the rows and the key figure) instead of the table.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
-    /// fig14: block timeouts T in ms, comma-separated [default: 2,5,10,20,50].
-    #[arg(long, value_delimiter = ',')]
-    timeouts: Option<Vec<u8>>,
-    /// fig13: straggling probabilities in percent, comma-separated [default: 0,4,8,16].
-    #[arg(long, value_delimiter = ',')]
-    probabilities: Option<Vec<f64>>,
-    /// fig13: training iterations per run [default: 40].
-    #[arg(long)]
-    iterations: Option<u32>,
-    /// fig13: compute time per iteration in ms [default: 60].
-    #[arg(long)]
-    compute_ms: Option<f64>,
-    /// fig13: block timeout of the straggler-aware mode in ms [default: 5].
-    #[arg(long)]
-    block_exp_ms: Option<u8>,
-    /// fig13: gradients in the model [default: 65536].
-    #[arg(long)]
-    model_gradients: Option<usize>,
-    /// fig15: gradients per packet, comma-separated [default: 64,128,256,512,1024].
-    #[arg(long, value_delimiter = ',')]
-    sizes: Option<Vec<u16>>,
-    /// fig16: windows, comma-separated (1..=2047) [default: 1,4,16,64,256,1024].
-    #[arg(long, value_delimiter = ',')]
-    windows: Option<Vec<usize>>,
-    /// fig13, fig14, fig16: gradients per packet [default: 256, 256, 1024].
-    #[arg(long)]
-    grads: Option<u16>,
-    /// fig14, fig15, fig16: packets each worker sends per point [default: 20, 5000, 2048].
-    #[arg(long)]
-    blocks: Option<usize>,
-    /// fig13-fig16: workers in the job [default: 4].
-    #[arg(long)]
-    workers: Option<u8>,
-    /// fig13-fig16: staggered scan timer threads, Trio-ML's N [default: 100].
-    #[arg(long)]
-    timers: Option<u32>,
-    /// fig13-fig16: time between two visits of a block by the scan, in ms [default: 1;
-    /// fig14: 0.5].
-    #[arg(long, value_parser = parse_millis)]
-    scan_period_ms: Option<f64>,
-    /// fig15, fig16: do not run the straggler-scan timer threads.
-    #[arg(long)]
-    no_timers: bool,
-    /// fig13-fig16: PPE threads [default: available cores].
-    #[arg(long)]
-    ppe_threads: Option<usize>,
-    /// fpisa-accuracy: worker counts, comma-separated (1..=128) [default: 2,4,8,16,32,64].
-    #[arg(long, value_delimiter = ',')]
-    workers_list: Option<Vec<usize>>,
-    /// fpisa-accuracy: values per worker, i.e. sums per worker count (1..=1048576)
-    /// [default: 65536].
-    #[arg(long)]
-    lanes: Option<usize>,
-    /// fpisa-accuracy: decades the workers' scales span, around 1e-3 (0..=10; 0 gives every
-    /// worker the same scale) [default: 1].
-    #[arg(long)]
-    sigma_decades: Option<f64>,
-    /// Every experiment: seed of the gradients and (fig13) the straggle schedules [default: 1].
-    #[arg(long)]
-    seed: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -462,7 +447,7 @@ enum Workload {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_on(e));
     let result = match cli.command {
         None => demo(&DemoConfig::default(), false),
         Some(Command::Demo { cfg, json }) => demo(&cfg, json),
@@ -509,80 +494,47 @@ fn main() -> ExitCode {
     }
 }
 
-pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
-
-/// Refuses options that do not apply to the chosen experiment (for `all`: to none of its
-/// four).
-fn check_applicable(a: &ExperimentArgs) -> CliResult {
-    use Which::*;
-    const TRIO: &[Which] = &[Fig13, Fig14, Fig15, Fig16];
-    let options: [(&str, bool, &[Which]); 20] = [
-        ("--timeouts", a.timeouts.is_some(), &[Fig14]),
-        ("--probabilities", a.probabilities.is_some(), &[Fig13]),
-        ("--iterations", a.iterations.is_some(), &[Fig13]),
-        ("--compute-ms", a.compute_ms.is_some(), &[Fig13]),
-        ("--block-exp-ms", a.block_exp_ms.is_some(), &[Fig13]),
-        ("--model-gradients", a.model_gradients.is_some(), &[Fig13]),
-        ("--sizes", a.sizes.is_some(), &[Fig15]),
-        ("--windows", a.windows.is_some(), &[Fig16]),
-        ("--grads", a.grads.is_some(), &[Fig13, Fig14, Fig16]),
-        ("--blocks", a.blocks.is_some(), &[Fig14, Fig15, Fig16]),
-        ("--no-timers", a.no_timers, &[Fig15, Fig16]),
-        ("--workers", a.workers.is_some(), TRIO),
-        ("--timers", a.timers.is_some(), TRIO),
-        ("--scan-period-ms", a.scan_period_ms.is_some(), TRIO),
-        ("--ppe-threads", a.ppe_threads.is_some(), TRIO),
-        ("--workers-list", a.workers_list.is_some(), &[FpisaAccuracy]),
-        ("--lanes", a.lanes.is_some(), &[FpisaAccuracy]),
-        (
-            "--sigma-decades",
-            a.sigma_decades.is_some(),
-            &[FpisaAccuracy],
-        ),
-        (
-            "--timers",
-            a.timers.is_some() && a.no_timers,
-            &[Fig13, Fig14],
-        ),
-        (
-            "--scan-period-ms",
-            a.scan_period_ms.is_some() && a.no_timers,
-            &[Fig13, Fig14],
-        ),
-    ];
-    let members = a.which.members();
-    for (name, given, applies) in options {
-        if given && !applies.iter().any(|w| members.contains(w)) {
-            let names: Vec<String> = applies.iter().map(|w| w.name()).collect();
-            let what = if a.no_timers && (name == "--timers" || name == "--scan-period-ms") {
-                "with --no-timers there are no timer threads to configure".to_string()
-            } else if name == "--workers" && a.which == FpisaAccuracy {
-                format!(
-                    "applies to {} only; fpisa-accuracy takes --workers-list",
-                    names.join(", ")
-                )
-            } else {
-                format!("applies to {} only", names.join(", "))
-            };
-            return Err(format!("invalid option `{name}`: {what}").into());
+/// Exits on a command-line error; an option given to an experiment it does not apply to is
+/// named with the experiments that take it.
+fn exit_on(e: clap::Error) -> ! {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let args: Vec<String> = std::env::args().collect();
+    if e.kind() == ErrorKind::UnknownArgument
+        && args.get(1).map(String::as_str) == Some("experiment")
+    {
+        if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
+            let flag = arg.split('=').next().unwrap_or(arg);
+            let long = flag.trim_start_matches("--");
+            let cmd = Cli::command();
+            let owners: Vec<String> = cmd
+                .find_subcommand("experiment")
+                .into_iter()
+                .flat_map(|c| c.get_subcommands())
+                .filter(|c| c.get_arguments().any(|a| a.get_long() == Some(long)))
+                .map(|c| c.get_name().to_string())
+                .collect();
+            if !owners.is_empty() {
+                let hint = if long == "workers"
+                    && args.get(2).map(String::as_str) == Some("fpisa-accuracy")
+                {
+                    "; fpisa-accuracy takes --workers-list"
+                } else {
+                    ""
+                };
+                eprintln!(
+                    "pfemu: invalid option `{flag}`: applies to {} only{hint}",
+                    owners.join(", ")
+                );
+                std::process::exit(2);
+            }
         }
     }
-    Ok(())
+    e.exit()
 }
 
-fn scan_period_ns(a: &ExperimentArgs) -> u64 {
-    a.scan_period_ms
-        .map_or(pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS, ms_to_ns)
-}
-
-/// Nanoseconds of a millisecond option clap checked (`parse_millis`: positive, at most
-/// 10^9 s, so the count fits); 0, which every consumer refuses, if it was not.
-fn ms_to_ns(ms: f64) -> u64 {
-    pfemu::duration::millis(ms).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
+pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 fn experiment(a: &ExperimentArgs) -> CliResult {
-    check_applicable(a)?;
     // Fail on an unusable --out before spending a minute measuring.
     std::fs::create_dir_all(&a.out).map_err(|e| {
         format!(
@@ -590,94 +542,51 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             a.out.display()
         )
     })?;
-    let which = a.which.members();
     let mut summary = serde_json::Map::new();
     let mut failed = Vec::new();
-    for w in which {
-        if !a.json {
-            eprintln!("running {} ...", w.name());
-        }
-        let (name, value, verified) = match w {
-            Which::Fig13 => {
-                let d = Fig13Config::default();
-                let cfg = Fig13Config {
-                    probabilities_pct: a.probabilities.clone().unwrap_or(d.probabilities_pct),
-                    workers: a.workers.unwrap_or(d.workers),
-                    iterations: a.iterations.unwrap_or(d.iterations),
-                    compute_ms: a.compute_ms.unwrap_or(d.compute_ms),
-                    block_exp_ms: a.block_exp_ms.unwrap_or(d.block_exp_ms),
-                    model_gradients: a.model_gradients.unwrap_or(d.model_gradients),
-                    grads: a.grads.unwrap_or(d.grads),
-                    timers: a.timers.unwrap_or(d.timers),
-                    scan_period_ns: scan_period_ns(a),
-                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
-                    seed: a.seed.unwrap_or(d.seed),
-                };
-                emit(&experiments::fig13(&cfg)?, a)?
-            }
-            Which::Fig14 => {
-                let d = Fig14Config::default();
-                let cfg = Fig14Config {
-                    timeouts_ms: a.timeouts.clone().unwrap_or(d.timeouts_ms),
-                    workers: a.workers.unwrap_or(d.workers),
-                    blocks: a.blocks.unwrap_or(d.blocks),
-                    grads: a.grads.unwrap_or(d.grads),
-                    timers: a.timers.unwrap_or(d.timers),
-                    scan_period_ns: a
-                        .scan_period_ms
-                        .map_or(d.scan_period_ns, |_| scan_period_ns(a)),
-                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
-                    seed: a.seed.unwrap_or(d.seed),
-                };
-                emit(&experiments::fig14(&cfg)?, a)?
-            }
-            Which::Fig15 => {
-                let d = Fig15Config::default();
-                let cfg = Fig15Config {
-                    sizes: a.sizes.clone().unwrap_or(d.sizes),
-                    workers: a.workers.unwrap_or(d.workers),
-                    blocks: a.blocks.unwrap_or(d.blocks),
-                    timers: !a.no_timers,
-                    scan_timers: a.timers.unwrap_or(d.scan_timers),
-                    scan_period_ns: scan_period_ns(a),
-                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
-                    seed: a.seed.unwrap_or(d.seed),
-                };
-                emit(&experiments::fig15(&cfg)?, a)?
-            }
-            Which::FpisaAccuracy => {
-                let d = AccuracyConfig::default();
-                let cfg = AccuracyConfig {
-                    workers: a.workers_list.clone().unwrap_or(d.workers),
-                    lanes: a.lanes.unwrap_or(d.lanes),
-                    sigma_decades: a.sigma_decades.unwrap_or(d.sigma_decades),
-                    seed: a.seed.unwrap_or(d.seed),
-                    ..d
-                };
-                emit(&fpisa_accuracy::fpisa_accuracy(&cfg)?, a)?
-            }
-            // `members` expands `all`.
-            Which::All => continue,
-            Which::Fig16 => {
-                let d = Fig16Config::default();
-                let cfg = Fig16Config {
-                    windows: a.windows.clone().unwrap_or(d.windows),
-                    grads: a.grads.unwrap_or(d.grads),
-                    workers: a.workers.unwrap_or(d.workers),
-                    blocks: a.blocks.unwrap_or(d.blocks),
-                    timers: !a.no_timers,
-                    scan_timers: a.timers.unwrap_or(d.scan_timers),
-                    scan_period_ns: scan_period_ns(a),
-                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
-                    seed: a.seed.unwrap_or(d.seed),
-                };
-                emit(&experiments::fig16(&cfg)?, a)?
-            }
-        };
+    let mut record = |(name, value, verified): (&'static str, serde_json::Value, bool)| {
         if !verified {
             failed.push(name);
         }
         summary.insert(name.to_string(), value);
+    };
+    let running = |name: &str| {
+        if !a.json {
+            eprintln!("running {name} ...");
+        }
+    };
+    match &a.which {
+        Which::Fig13(cfg) => {
+            running("fig13");
+            record(emit(&experiments::fig13(cfg)?, a)?);
+        }
+        Which::Fig14(cfg) => {
+            running("fig14");
+            record(emit(&experiments::fig14(cfg)?, a)?);
+        }
+        Which::Fig15(cfg) => {
+            running("fig15");
+            record(emit(&experiments::fig15(cfg)?, a)?);
+        }
+        Which::Fig16(cfg) => {
+            running("fig16");
+            record(emit(&experiments::fig16(cfg)?, a)?);
+        }
+        Which::FpisaAccuracy(cfg) => {
+            running("fpisa-accuracy");
+            record(emit(&fpisa_accuracy::fpisa_accuracy(cfg)?, a)?);
+        }
+        Which::All(all) => {
+            let (f13, f14, f15, f16) = all.configs();
+            running("fig13");
+            record(emit(&experiments::fig13(&f13)?, a)?);
+            running("fig14");
+            record(emit(&experiments::fig14(&f14)?, a)?);
+            running("fig15");
+            record(emit(&experiments::fig15(&f15)?, a)?);
+            running("fig16");
+            record(emit(&experiments::fig16(&f16)?, a)?);
+        }
     }
     if a.json {
         let out = if summary.len() == 1 {

@@ -198,3 +198,11 @@ pub fn parse_secs_as_ms(s: &str) -> Result<u64, String> {
 pub fn ms_as_secs_text(ms: u64) -> &'static str {
     Box::leak((ms as f64 / 1e3).to_string().into_boxed_str())
 }
+
+/// A list default as it is typed, comma-separated (`0,4,8,16`), for `--help`; clap would
+/// show it space-separated. The text lives as long as the program, as clap's own defaults
+/// do.
+pub fn list_text<T: std::fmt::Display>(values: &[T]) -> &'static str {
+    let parts: Vec<String> = values.iter().map(T::to_string).collect();
+    Box::leak(parts.join(",").into_boxed_str())
+}

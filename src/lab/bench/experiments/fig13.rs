@@ -22,29 +22,47 @@ use super::*;
 /// time). Without this it would send generations the aggregator has moved past
 /// (`stale_gen` drops) and never receive a result. In the wait-for-all mode everyone waits
 /// for the straggler, so no worker ever falls behind.
-#[derive(Clone, Debug, Serialize)]
+/// As command-line options, those of `pfemu experiment fig13` (defaults from
+/// [`Fig13Config::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct Fig13Config {
     /// Straggling probabilities, in percent (`--probabilities`; the paper: 0 to 16).
+    #[arg(long = "probabilities", value_name = "PCT,...", value_delimiter = ',',
+          default_value = crate::lab::bench::settings::list_text(&Fig13Config::default().probabilities_pct),
+          help = "Straggling probabilities in percent")]
     pub probabilities_pct: Vec<f64>,
     /// Workers (`--workers`, 2 to 8).
+    #[arg(long, default_value_t = Fig13Config::default().workers, help = "Workers in the job (2 to 8)")]
     pub workers: u8,
     /// Iterations K each run trains (`--iterations`).
+    #[arg(long, default_value_t = Fig13Config::default().iterations, help = "Training iterations per run")]
     pub iterations: u32,
     /// Compute time per iteration, ms (`--compute-ms`), split over the three delay points.
+    #[arg(long, default_value_t = Fig13Config::default().compute_ms, help = "Compute time per iteration in ms")]
     pub compute_ms: f64,
     /// Block timeout of the straggler-aware mode, ms (`--block-exp-ms`).
+    #[arg(long, default_value_t = Fig13Config::default().block_exp_ms, help = "Block timeout of the straggler-aware mode in ms")]
     pub block_exp_ms: u8,
     /// Gradients in the model (`--model-gradients`).
+    #[arg(long, default_value_t = Fig13Config::default().model_gradients, help = "Gradients in the model")]
     pub model_gradients: usize,
     /// Gradients per packet (`--grads`).
+    #[arg(long, default_value_t = Fig13Config::default().grads, help = "Gradients per packet")]
     pub grads: u16,
     /// Scan timer threads, N (`--timers`).
+    #[arg(long, default_value_t = Fig13Config::default().timers, help = "Staggered scan timer threads, Trio-ML's N")]
     pub timers: u32,
     /// Scan period (`--scan-period-ms`).
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = crate::lab::bench::settings::parse_millis_as_ns,
+          default_value = crate::lab::bench::settings::ns_as_millis_text(Fig13Config::default().scan_period_ns),
+          help = "Time between two visits of a block by the scan, in ms")]
     pub scan_period_ns: u64,
     /// PPE threads (`--ppe-threads`).
+    #[arg(long, default_value_t = Fig13Config::default().ppe_threads, hide_default_value = true,
+          help = "PPE threads [default: available cores]")]
     pub ppe_threads: usize,
     /// Seed of the straggle schedules and the gradients (`--seed`).
+    #[arg(long, default_value_t = Fig13Config::default().seed, help = "Seed of the gradients and the straggle schedules")]
     pub seed: u64,
 }
 

@@ -3,24 +3,38 @@
 use super::*;
 
 /// Figure 14: how long non-straggling workers wait for a partial result, by timeout.
-#[derive(Clone, Debug, Serialize)]
+/// As command-line options, those of `pfemu experiment fig14` (defaults from
+/// [`Fig14Config::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct Fig14Config {
     /// Block timeouts to measure, in ms (`--timeouts`; the paper: 2 to 50 ms).
+    #[arg(long = "timeouts", value_name = "MS,...", value_delimiter = ',',
+          default_value = crate::lab::bench::settings::list_text(&Fig14Config::default().timeouts_ms), help = "Block timeouts T in ms")]
     pub timeouts_ms: Vec<u8>,
     /// Workers in the job; the last never sends (`--workers`, at least 2).
+    #[arg(long, default_value_t = Fig14Config::default().workers, help = "Workers in the job; the last never sends (at least 2)")]
     pub workers: u8,
     /// Blocks each sending worker sends back to back, all outstanding at once (the window)
     /// (`--blocks`; the paper: 20).
+    #[arg(long, default_value_t = Fig14Config::default().blocks, help = "Blocks each sending worker sends back to back")]
     pub blocks: usize,
     /// Gradients per packet (`--grads`).
+    #[arg(long, default_value_t = Fig14Config::default().grads, help = "Gradients per packet")]
     pub grads: u16,
     /// Staggered scan timer threads, Trio-ML's N (`--timers`).
+    #[arg(long, default_value_t = Fig14Config::default().timers, help = "Staggered scan timer threads, Trio-ML's N")]
     pub timers: u32,
     /// Time between two visits of a block by the scan (`--scan-period-ms`).
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = crate::lab::bench::settings::parse_millis_as_ns,
+          default_value = crate::lab::bench::settings::ns_as_millis_text(Fig14Config::default().scan_period_ns),
+          help = "Time between two visits of a block by the scan, in ms")]
     pub scan_period_ns: u64,
     /// PPE threads (`--ppe-threads`).
+    #[arg(long, default_value_t = Fig14Config::default().ppe_threads, hide_default_value = true,
+          help = "PPE threads [default: available cores]")]
     pub ppe_threads: usize,
     /// Seed of the gradient values (`--seed`).
+    #[arg(long, default_value_t = Fig14Config::default().seed, help = "Seed of the gradients")]
     pub seed: u64,
 }
 

@@ -5,23 +5,40 @@ use super::rate::{check_rate_common, rate_point, rate_rows, rate_table, RateRun,
 use super::*;
 
 /// Figure 15: aggregation latency and rate against gradients per packet, window 1.
-#[derive(Clone, Debug, Serialize)]
+/// As command-line options, those of `pfemu experiment fig15` (defaults from
+/// [`Fig15Config::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct Fig15Config {
     /// Gradients per packet to measure (`--sizes`; the paper: 64 to 1024).
+    #[arg(long = "sizes", value_name = "N,...", value_delimiter = ',',
+          default_value = crate::lab::bench::settings::list_text(&Fig15Config::default().sizes), help = "Gradients per packet to measure")]
     pub sizes: Vec<u16>,
     /// Workers (`--workers`; the paper: 4).
+    #[arg(long, default_value_t = Fig15Config::default().workers, help = "Workers in the job")]
     pub workers: u8,
     /// Packets each worker sends per size, one at a time (`--blocks`).
+    #[arg(long, default_value_t = Fig15Config::default().blocks, help = "Packets each worker sends per point")]
     pub blocks: usize,
     /// Run the straggler-scan timer threads meanwhile (off with `--no-timers`).
+    #[arg(long = "no-timers", action = clap::ArgAction::SetFalse,
+          conflicts_with_all = ["scan_timers", "scan_period_ns"],
+          help = "Do not run the straggler-scan timer threads")]
     pub timers: bool,
     /// Scan timer threads, N (`--timers`).
+    #[arg(long = "timers", value_name = "N", default_value_t = Fig15Config::default().scan_timers,
+          help = "Staggered scan timer threads, Trio-ML's N")]
     pub scan_timers: u32,
     /// Scan period (`--scan-period-ms`).
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = crate::lab::bench::settings::parse_millis_as_ns,
+          default_value = crate::lab::bench::settings::ns_as_millis_text(Fig15Config::default().scan_period_ns),
+          help = "Time between two visits of a block by the scan, in ms")]
     pub scan_period_ns: u64,
     /// PPE threads (`--ppe-threads`).
+    #[arg(long, default_value_t = Fig15Config::default().ppe_threads, hide_default_value = true,
+          help = "PPE threads [default: available cores]")]
     pub ppe_threads: usize,
     /// Seed of the gradients (`--seed`).
+    #[arg(long, default_value_t = Fig15Config::default().seed, help = "Seed of the gradients")]
     pub seed: u64,
 }
 

@@ -5,25 +5,43 @@ use super::rate::{check_rate_common, rate_point, rate_rows, rate_table, RateRun,
 use super::*;
 
 /// Figure 16: aggregation latency and throughput against the window.
-#[derive(Clone, Debug, Serialize)]
+/// As command-line options, those of `pfemu experiment fig16` (defaults from
+/// [`Fig16Config::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct Fig16Config {
     /// Windows to measure (`--windows`; 1 to 2047).
+    #[arg(long = "windows", value_name = "N,...", value_delimiter = ',',
+          default_value = crate::lab::bench::settings::list_text(&Fig16Config::default().windows), help = "Windows to measure (1..=2047)")]
     pub windows: Vec<usize>,
     /// Gradients per packet (`--grads`; the paper: 512 and 1024).
+    #[arg(long, default_value_t = Fig16Config::default().grads, help = "Gradients per packet")]
     pub grads: u16,
     /// Workers (`--workers`; the paper: 4).
+    #[arg(long, default_value_t = Fig16Config::default().workers, help = "Workers in the job")]
     pub workers: u8,
     /// Packets each worker sends per window (`--blocks`; at least the largest window).
+    #[arg(long, default_value_t = Fig16Config::default().blocks, help = "Packets each worker sends per point")]
     pub blocks: usize,
     /// Run the straggler-scan timer threads meanwhile (off with `--no-timers`).
+    #[arg(long = "no-timers", action = clap::ArgAction::SetFalse,
+          conflicts_with_all = ["scan_timers", "scan_period_ns"],
+          help = "Do not run the straggler-scan timer threads")]
     pub timers: bool,
     /// Scan timer threads, N (`--timers`).
+    #[arg(long = "timers", value_name = "N", default_value_t = Fig16Config::default().scan_timers,
+          help = "Staggered scan timer threads, Trio-ML's N")]
     pub scan_timers: u32,
     /// Scan period (`--scan-period-ms`).
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = crate::lab::bench::settings::parse_millis_as_ns,
+          default_value = crate::lab::bench::settings::ns_as_millis_text(Fig16Config::default().scan_period_ns),
+          help = "Time between two visits of a block by the scan, in ms")]
     pub scan_period_ns: u64,
     /// PPE threads (`--ppe-threads`).
+    #[arg(long, default_value_t = Fig16Config::default().ppe_threads, hide_default_value = true,
+          help = "PPE threads [default: available cores]")]
     pub ppe_threads: usize,
     /// Seed of the gradients (`--seed`).
+    #[arg(long, default_value_t = Fig16Config::default().seed, help = "Seed of the gradients")]
     pub seed: u64,
 }
 
