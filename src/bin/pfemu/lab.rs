@@ -12,6 +12,7 @@ use pfemu::lab::bench::linerate::{
 };
 use pfemu::lab::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
 use pfemu::lab::bench::report::Progress;
+use pfemu::lab::bench::settings::list_text;
 use pfemu::lab::bench::EngineChoice;
 use pfemu::pfe::default_ppe_threads;
 
@@ -116,19 +117,19 @@ pub struct DeviceArgs {
     #[arg(long, value_enum, default_value_t = DeviceArg::Filter)]
     program: DeviceArg,
     /// Routes for l3fwd.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().routes)]
     routes: usize,
-    /// PPE threads (default: available cores).
+    /// PPE threads [default: available cores].
     #[arg(long)]
     ppe_threads: Option<usize>,
     /// Frames per burst of the paced generator.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = PfeDeviceConfig::default().burst)]
     burst: usize,
     /// Milliseconds each trial offers frames.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = LinerateConfig::default().trial_duration.as_millis() as u64)]
     trial_ms: u64,
     /// The line rate, Gbit/s (10, 25, 100, ...).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = LinerateConfig::default().line_rate_gbps)]
     line_rate: f64,
     /// Directory for the CSV and SVG files.
     #[arg(long, default_value = "pfemu-results")]
@@ -169,17 +170,18 @@ impl DeviceArgs {
 pub struct LinerateArgs {
     #[command(flatten)]
     device: DeviceArgs,
-    /// Frame sizes, bytes.
-    #[arg(long, value_delimiter = ',', default_values_t = linerate::RFC2544_SIZES)]
+    /// Frame sizes, bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "N,...",
+          default_value = list_text(&LinerateConfig::default().sizes))]
     sizes: Vec<usize>,
     /// Largest loss a passing trial may have, percent of the frames offered.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = LinerateConfig::default().loss_tolerance * 100.0)]
     loss: f64,
     /// The search stops when its bracket is this narrow, percent of the line rate.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = LinerateConfig::default().resolution * 100.0)]
     resolution: f64,
     /// Most trials per frame size.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = LinerateConfig::default().max_trials_per_size)]
     max_trials: u32,
     /// After a failed line-rate trial: `measured` (start from what the device carried) or
     /// `bisect` (RFC 2544's plain binary search).
@@ -239,10 +241,11 @@ pub struct LatencyArgs {
     #[command(flatten)]
     device: DeviceArgs,
     /// Frame size, bytes.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().size)]
     size: usize,
-    /// Offered loads, as fractions of the reference rate.
-    #[arg(long, value_delimiter = ',', default_values_t = linerate::default_loads())]
+    /// Offered loads, as fractions of the reference rate, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "F,...",
+          default_value = list_text(&linerate::default_loads()))]
     loads: Vec<f64>,
     /// The reference rate, Mpps [default: the throughput an RFC 2544 search finds first].
     #[arg(long)]
