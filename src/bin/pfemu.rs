@@ -1,5 +1,7 @@
 //! `pfemu`: run and benchmark the Trio-like PFE emulator.
 
+#[path = "pfemu/flags.rs"]
+mod flags;
 #[path = "pfemu/lab.rs"]
 mod lab;
 #[path = "pfemu/replay.rs"]
@@ -9,7 +11,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use pfemu::lab::bench::demo::DemoConfig;
@@ -447,7 +449,10 @@ enum Workload {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::try_parse().unwrap_or_else(|e| exit_on(e));
+    let matches = Cli::command()
+        .try_get_matches()
+        .unwrap_or_else(|e| exit_on(e));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| exit_on(e));
     let result = match cli.command {
         None => demo(&DemoConfig::default(), false),
         Some(Command::Demo { cfg, json }) => demo(&cfg, json),
@@ -488,7 +493,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("pfemu: {e}");
+            match flags::refused_option(e.as_ref(), &flags::invoked(&matches)) {
+                Some(named) => eprintln!("pfemu: {named}"),
+                None => eprintln!("pfemu: {e}"),
+            }
             ExitCode::from(2)
         }
     }

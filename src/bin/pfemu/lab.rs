@@ -125,8 +125,8 @@ pub struct DeviceArgs {
     /// Frames per burst of the paced generator.
     #[arg(long, default_value_t = PfeDeviceConfig::default().burst)]
     burst: usize,
-    /// Milliseconds each trial offers frames.
-    #[arg(long, default_value_t = LinerateConfig::default().trial_duration.as_millis() as u64)]
+    /// Milliseconds each trial offers frames (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), default_value_t = LinerateConfig::default().trial_duration.as_millis() as u64)]
     trial_ms: u64,
     /// The line rate, Gbit/s (10, 25, 100, ...).
     #[arg(long, default_value_t = LinerateConfig::default().line_rate_gbps)]
@@ -191,6 +191,21 @@ pub struct LinerateArgs {
 
 pub fn linerate(a: &LinerateArgs) -> CliResult {
     let d = &a.device;
+    // The library takes fractions; say what is wrong in the percent the user typed.
+    if !(0.0..100.0).contains(&a.loss) {
+        return Err(format!(
+            "invalid option `--loss`: {} is not a percentage in [0, 100)",
+            a.loss
+        )
+        .into());
+    }
+    if !(a.resolution > 0.0 && a.resolution <= 100.0) {
+        return Err(format!(
+            "invalid option `--resolution`: {} is not a percentage of the line rate in (0, 100]",
+            a.resolution
+        )
+        .into());
+    }
     let cfg = LinerateConfig {
         sizes: a.sizes.clone(),
         loss_tolerance: a.loss / 100.0,

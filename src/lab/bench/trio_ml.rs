@@ -298,12 +298,15 @@ pub fn run_on(
     cfg: &TrioMlBenchConfig,
     traffic: &mut TrioMlTraffic,
 ) -> Result<TrioMlBenchReport, super::BenchError> {
-    if cfg.workers == 0 || cfg.window == 0 || cfg.grads == 0 || cfg.generations == 0 {
-        return Err(ConfigError::new(
-            "trio-ml bench",
-            "workers, window, grads and generations must be at least 1",
-        )
-        .into());
+    for (setting, value) in [
+        ("workers", u64::from(cfg.workers)),
+        ("window", u64::from(cfg.window)),
+        ("grads", u64::from(cfg.grads)),
+        ("generations", u64::from(cfg.generations)),
+    ] {
+        if value == 0 {
+            return Err(ConfigError::new(setting, "must be at least 1").into());
+        }
     }
     let slots = u32::from(cfg.window) * 2;
     if slots > 4095 {
