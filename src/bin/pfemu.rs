@@ -37,7 +37,11 @@ use pfemu::pfe::default_ppe_threads;
                   a reorder engine keeps each flow in order.\n\nWith no command, runs the default job: \
                   the Trio-ML demo (`pfemu demo`): four workers allreduce real vectors through the \
                   PFE, once all together and once with a straggler the PFE's timer threads give up \
-                  on, and every sum is checked."
+                  on, and every sum is checked.",
+    after_help = "Each command's options, with their defaults, and examples: pfemu <COMMAND> --help.\n\
+                  The README explains them: Quick start (demo), Benchmarking (run, bench, linerate, \
+                  latency), The paper's Trio-ML experiments (experiment), and Real packets and real \
+                  processes (replay, serve, worker)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -54,7 +58,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a shipped program on generated traffic and print a summary.
+    /// Run a shipped program on generated traffic once and print its summary.
+    #[command(after_help = "Examples:\n  \
+        pfemu run\n  \
+        pfemu run filter --packets 1000000 --ppe-threads 4\n  \
+        pfemu run filter --sizes imix --flow-dist zipf:1.1 --duration 2\n\n\
+        Generates the traffic (the same generator as pfemu bench filter), runs it through the \
+        program once, prints the program's counters and the common summary, and ends with a \
+        check line: the counters match the generated traffic and every packet is accounted \
+        for (exit status 2 if not). pfemu bench filter measures the same, repeated and \
+        interleaved across configurations.")]
     Run {
         /// The program to run.
         #[arg(value_enum, default_value_t = Workload::Filter)]
@@ -71,8 +84,7 @@ enum Command {
         #[command(subcommand)]
         which: BenchCmd,
     },
-    /// Reproduce the Trio paper's Trio-ML experiments (Figures 13-16) and the FPISA accuracy
-    /// report: CSV, SVG and a table.
+    /// The Trio paper's Trio-ML experiments (Figures 13-16) and FPISA's accuracy: CSV, SVG.
     #[command(
         long_about = "Reproduce the Trio paper's Trio-ML experiments (SIGCOMM 2022, §6.2-6.3) \
                       in-process on the real clock: end-host workers on their own threads \
@@ -87,8 +99,10 @@ enum Command {
         after_help = EXPERIMENT_HELP
     )]
     Experiment(Box<ExperimentArgs>),
-    /// RFC 2544 throughput: per frame size, the highest rate the engine carries without
-    /// loss (binary search over paced trials); a table, CSV and SVG.
+    /// RFC 2544 throughput: the highest rate without loss per frame size; CSV and SVG.
+    ///
+    /// Per frame size, the highest rate the engine carries without loss (binary search over
+    /// paced trials); a table, CSV and SVG.
     #[command(after_help = "Examples:\n  \
         pfemu linerate\n  \
         pfemu linerate --program l3fwd --line-rate 25 --sizes 64,512,1518\n  \
