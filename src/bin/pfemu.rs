@@ -651,12 +651,28 @@ fn emit<F: Figure>(
     if !a.json {
         println!("{}", report.table());
         println!(
-            "wrote {} and {}\n",
+            "wrote {} and {}",
             written.csv.display(),
             written.svg.display()
         );
+        print_kept(&written.kept);
+        let check = match (report.name(), report.verified()) {
+            ("fpisa-accuracy", true) => "every FPISA sum is within its documented error bound",
+            ("fpisa-accuracy", false) => "FAILED: an FPISA sum left its documented error bound",
+            (_, true) => "every Result arrived and its sums match",
+            (_, false) => "FAILED: Results were missing or their sums did not match",
+        };
+        println!("check: {check}\n");
     }
     Ok((report.name(), value, report.verified()))
+}
+
+/// Says where an earlier run's files were moved, if any were.
+pub(crate) fn print_kept(kept: &[std::path::PathBuf]) {
+    if !kept.is_empty() {
+        let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
+        println!("kept the earlier run's files as {}", names.join(", "));
+    }
 }
 
 /// The workload `pfemu bench trio-ml` and `pfemu bench fpisa` share, from their options.
@@ -740,9 +756,14 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
         );
         println!();
         f.summary.print();
-        if verified {
-            println!("  check: every Result arrived; the last generation's sums match bit for bit");
-        }
+        println!(
+            "  check: {}",
+            if verified {
+                "every Result arrived; the last generation's sums match bit for bit"
+            } else {
+                "FAILED: Results were missing or their sums did not match"
+            }
+        );
     }
     if verified {
         Ok(())
@@ -837,9 +858,14 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
             r.results, r.grads, r.instructions_per_gradient
         );
         r.summary.print();
-        if verified {
-            println!("  check: every Result arrived; the last generation's sums match");
-        }
+        println!(
+            "  check: {}",
+            if verified {
+                "every Result arrived; the last generation's sums match"
+            } else {
+                "FAILED: Results were missing or their sums did not match"
+            }
+        );
     }
     if !verified {
         return Err("Trio-ML Results were missing or their sums did not match".into());
@@ -877,6 +903,14 @@ fn bench_timers(a: &TimerArgs) -> CliResult {
         println!(
             "  packets forwarded  {:>12} ({:.2} Mpps)",
             r.packets_out, r.mpps
+        );
+    }
+    if r.overruns == 0 && r.missed == 0 {
+        println!("\ncheck: every timer launched once per period; none overran or missed one");
+    } else {
+        println!(
+            "\ncheck: the timers fell behind: {} overruns, {} missed periods",
+            r.overruns, r.missed
         );
     }
     Ok(())
@@ -1137,6 +1171,15 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
             println!();
             medians[0].0.summary.print();
         }
+        println!(
+            "\ncheck: {}",
+            if verified {
+                "in every run the counters match the generated traffic; every packet is \
+                 accounted for"
+            } else {
+                "FAILED: the counters did not match the generated traffic"
+            }
+        );
     }
     if !verified {
         return Err("the filter's counters did not match the generated traffic".into());

@@ -231,7 +231,7 @@ pub fn linerate(a: &LinerateArgs) -> CliResult {
     let bar = Progress::new("linerate", d.json);
     let sizes = cfg.sizes.len();
     let mut done = 0usize;
-    let report = linerate::search(&mut dev, &cfg, |p| match p {
+    let mut report = linerate::search(&mut dev, &cfg, |p| match p {
         SearchProgress::Trial {
             frame_size,
             index,
@@ -247,8 +247,18 @@ pub fn linerate(a: &LinerateArgs) -> CliResult {
         SearchProgress::SizeDone(_) => done += 1,
     })?;
     bar.finish();
+    report.program = Some(d.name().to_string());
     let written = report.write_files(&d.out)?;
-    emit(d, &report, report.table(), &written)
+    let short = report.rows.iter().filter(|r| !r.resolved).count();
+    let check = if short == 0 {
+        "every frame size's search reached the resolution".to_string()
+    } else {
+        format!(
+            "{short} of {} frame sizes ran out of trials before the resolution (marked *)",
+            report.rows.len()
+        )
+    };
+    emit(d, &report, report.table(), &written, &check)
 }
 
 #[derive(clap::Args, Debug)]
@@ -300,10 +310,25 @@ pub fn latency(a: &LatencyArgs) -> CliResult {
             pps
         }
     };
-    let report: LatencyReport =
+    let mut report: LatencyReport =
         linerate::latency_sweep(&mut dev, a.size, &a.loads, reference, trial)?;
+    report.program = Some(d.name().to_string());
     let written = report.write_files(&d.out)?;
-    emit(d, &report, report.table(), &written)
+    let lossy: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| r.load <= 1.0 && r.loss > 0.0)
+        .map(|r| format!("{:.0}%", r.load * 100.0))
+        .collect();
+    let check = if lossy.is_empty() {
+        "no frame lost at or below 100% of the reference rate".to_string()
+    } else {
+        format!(
+            "frames lost at {} of the reference rate (see loss %)",
+            lossy.join(", ")
+        )
+    };
+    emit(d, &report, report.table(), &written, &check)
 }
 
 /// Prints a linerate or latency report: one JSON object (the report, the files written, the
@@ -313,11 +338,11 @@ fn emit(
     report: &impl serde::Serialize,
     table: String,
     written: &linerate::Written,
+    check: &str,
 ) -> CliResult {
     if d.json {
         let mut v = serde_json::to_value(report)?;
         v["files"] = serde_json::to_value(written)?;
-        v["program"] = serde_json::json!(d.name());
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("{table}");
@@ -331,6 +356,8 @@ fn emit(
         .map(|p| p.display().to_string())
         .collect();
         println!("wrote {}", files.join(", "));
+        super::print_kept(&written.kept);
+        println!("check: {check}");
     }
     Ok(())
 }

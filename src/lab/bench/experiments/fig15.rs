@@ -146,6 +146,7 @@ impl Figure for Fig15Report {
                 left_label: "aggregation latency (µs)",
                 right_label: "aggregation rate (M gradients/s)",
                 x_log2: false,
+                left_log10: false,
                 left: vec![
                     line("latency, mean (µs)", &|r| r.latency_mean_us),
                     line("latency, p99 (µs)", &|r| r.latency_p99_us),

@@ -165,6 +165,7 @@ impl Figure for Fig16Report {
                 left_label: "aggregation latency (µs)",
                 right_label: "throughput (M gradients/s)",
                 x_log2: true,
+                left_log10: false,
                 left: vec![
                     line("latency, mean (µs)", &|r| r.latency_mean_us),
                     line("latency, p99 (µs)", &|r| r.latency_p99_us),

@@ -151,20 +151,27 @@ pub struct Written {
     pub csv: PathBuf,
     /// `DIR/<name>.svg`.
     pub svg: PathBuf,
+    /// Where an earlier run's files at those paths were moved (`DIR/<name>.1.csv` ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<PathBuf>,
 }
 
-/// Writes `DIR/<name>.csv` and `DIR/<name>.svg` for `fig`, creating `dir` if needed.
+/// Writes `DIR/<name>.csv` and `DIR/<name>.svg` for `fig`, creating `dir` if needed; an
+/// earlier run's files there are moved aside, not overwritten ([`plot::keep_earlier`];
+/// [`Written::kept`] says where).
 pub fn write_files<F: Figure>(fig: &F, dir: &Path) -> Result<Written, ExperimentError> {
     std::fs::create_dir_all(dir).map_err(|e| {
         ExperimentError::Output(format!("cannot create directory {}: {e}", dir.display()))
     })?;
+    let kept = plot::keep_earlier(dir, fig.name(), &[".csv", ".svg"])
+        .map_err(|e| ExperimentError::Output(format!("keeping the earlier run's files: {e}")))?;
     let csv = dir.join(format!("{}.csv", fig.name()));
     let svg = dir.join(format!("{}.svg", fig.name()));
     plot::csv(&csv, &fig.csv_header(), &fig.csv_rows())
         .map_err(|e| ExperimentError::Output(format!("{}: {e}", csv.display())))?;
     fig.draw(&svg)
         .map_err(|e| ExperimentError::Output(format!("{}: {e}", svg.display())))?;
-    Ok(Written { csv, svg })
+    Ok(Written { csv, svg, kept })
 }
 
 // ----- shared machinery ----------------------------------------------------------------------
