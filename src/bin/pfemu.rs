@@ -849,13 +849,13 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
                 r.baseline_gradients_per_s / 1e9,
                 r.ratio_to_baseline,
                 r.instructions_per_gradient,
-                r.timer_runs
+                r.stats.timer_runs
             );
         }
         let r = &medians[0];
         println!(
             "\n  {} Results of {} gradients, instructions per gradient {:.4}\n",
-            r.results, r.grads, r.instructions_per_gradient
+            r.stats.created, r.grads, r.instructions_per_gradient
         );
         r.summary.print();
         println!(
@@ -1048,10 +1048,11 @@ fn run_filter(cfg: &FilterBenchConfig, traffic: &TrafficArgs) -> CliResult {
 }
 
 fn print_summary(r: &FilterBenchReport) {
-    println!("  packets in         {:>12}", r.packets_in);
-    println!("  forwarded          {:>12}", r.packets_out);
-    println!("  dropped            {:>12}", r.dropped_total);
-    for (reason, n) in &r.dropped {
+    let s = &r.stats;
+    println!("  packets in         {:>12}", s.packets_in);
+    println!("  forwarded          {:>12}", s.packets_out);
+    println!("  dropped            {:>12}", s.dropped);
+    for (reason, n) in &s.dropped_by_reason {
         println!("    {reason:<16} {n:>12}");
     }
     println!(
@@ -1066,9 +1067,10 @@ fn print_summary(r: &FilterBenchReport) {
     println!("  XTXNs/pkt          {:>12.3}", r.xtxns_per_packet);
     println!(
         "  per-PPE packets    {:>12} min {:>10} max",
-        r.per_ppe_min_max.0, r.per_ppe_min_max.1
+        s.per_ppe_packets.iter().min().unwrap_or(&0),
+        s.per_ppe_packets.iter().max().unwrap_or(&0)
     );
-    println!("  held for reorder   {:>12}", r.reorder_held);
+    println!("  held for reorder   {:>12}", s.reorder_held);
     println!("  elapsed            {:>12.3} s", r.elapsed_s);
     println!(
         "  throughput         {:>12.2} Mpps {:>8.2} Gbit/s",

@@ -22,6 +22,7 @@ use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
 use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
 use crate::packet::{Dest, Port};
+use crate::pfe::Stats;
 use crate::pfe::{FnSink, Pfe};
 use crate::rng::SplitMix64;
 use crate::ConfigError;
@@ -109,16 +110,12 @@ pub struct TrioMlBenchReport {
     pub window: u16,
     /// Sources.
     pub workers: u8,
-    /// Aggregation packets injected.
-    pub packets_in: u64,
-    /// Frames out (Result packets, one per worker each).
-    pub packets_out: u64,
-    /// Result packets built (one per block).
-    pub results: u64,
-    /// Packets dropped, over all reasons (0 expected).
-    pub dropped: u64,
-    /// Drops by reason.
-    pub dropped_by_reason: std::collections::BTreeMap<String, u64>,
+    /// The engine's counters of the run, at the report's top level in JSON: aggregation
+    /// packets injected (`packets_in`), Result frames out (`frames_tx`, one per worker and
+    /// block), Result packets built (`created`, one per block), drops (`dropped`, 0
+    /// expected, and `dropped_by_reason`), timer threads run (`timer_runs`), ...
+    #[serde(flatten)]
+    pub stats: Stats,
     /// Seconds from the first packet in to the last Result out.
     pub elapsed_s: f64,
     /// Gradients aggregated per second through the PFE (every source's count).
@@ -135,8 +132,6 @@ pub struct TrioMlBenchReport {
     pub instructions_per_packet: f64,
     /// XTXNs per aggregation packet, by kind.
     pub xtxns_per_packet: std::collections::BTreeMap<String, f64>,
-    /// Timer threads run meanwhile.
-    pub timer_runs: u64,
     /// The last generation's Results matched the expected sums, and every Result arrived.
     pub verified: bool,
     /// The common report, in packets: rates in and out (Results out), drops, latency (of
@@ -435,11 +430,6 @@ pub fn run_on(
         grads: cfg.grads,
         window: cfg.window,
         workers: cfg.workers,
-        packets_in: stats.packets_in,
-        packets_out: stats.frames_tx,
-        results: stats.created,
-        dropped: stats.dropped,
-        dropped_by_reason: stats.dropped_by_reason.clone(),
         elapsed_s: elapsed,
         gradients_per_s: gps,
         gradient_gbps: gps * 32.0 / 1e9,
@@ -452,9 +442,9 @@ pub fn run_on(
             .iter()
             .map(|(k, &n)| (k.clone(), n as f64 / processed))
             .collect(),
-        timer_runs: stats.timer_runs,
         verified,
         summary,
+        stats,
     })
 }
 
