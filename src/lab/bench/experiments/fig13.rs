@@ -1,7 +1,24 @@
 //! Figure 13: training iteration time against the straggling probability, straggler aware
 //! against wait-for-all.
 
-use super::*;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use serde::Serialize;
+
+use super::{
+    bad, check_grads, check_ppe, check_timeout, check_timers, check_workers, gradients, join, ms,
+    ns_since, rig, sleep_until, worker_config, yes_no, ExperimentError, Figure, Injector,
+    RigConfig, GIVE_UP, MAX_WINDOW,
+};
+use crate::lab::bench::plot::{self, Chart, Series};
+use crate::microcode::trio_ml::host::{drive, DriveOptions, HostError, Worker};
+use crate::microcode::trio_ml::{DEFAULT_SCAN_PERIOD_NS, DEFAULT_TIMERS};
+use crate::packet::Port;
+use crate::pfe::{default_ppe_threads, Stats};
+use crate::rng::{mix, SplitMix64};
 
 /// Figure 13: training iteration time against the straggling probability.
 ///

@@ -1,6 +1,19 @@
 //! Figure 14: time to a partial result against the straggler timeout.
 
-use super::*;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{
+    bad, check_grads, check_ppe, check_timeout, check_timers, check_workers, gradients, mean, ms,
+    percentile, rig, run_timed, sums_of, worker_config, yes_no, ExperimentError, Figure, RigConfig,
+    MAX_WINDOW,
+};
+use crate::lab::bench::plot::{self, Chart, Series};
+use crate::microcode::trio_ml::host::{HostError, Worker};
+use crate::microcode::trio_ml::DEFAULT_TIMERS;
+use crate::packet::Port;
+use crate::pfe::default_ppe_threads;
 
 /// Figure 14: how long non-straggling workers wait for a partial result, by timeout.
 /// As command-line options, those of `pfemu experiment fig14` (defaults from

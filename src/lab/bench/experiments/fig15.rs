@@ -1,8 +1,14 @@
 //! Figure 15: aggregation latency and rate against gradients per packet, window 1.
 
-use super::rate::{check_rate_common, rate_point, rate_rows, rate_table, RateRun, RATE_HEADER};
+use std::path::Path;
 
-use super::*;
+use serde::Serialize;
+
+use super::rate::{check_rate_common, rate_point, rate_rows, rate_table, RateRun, RATE_HEADER};
+use super::{bad, check_grads, yes_no, ExperimentError, Figure, RatePoint};
+use crate::lab::bench::plot::{self, DualChart, Series};
+use crate::microcode::trio_ml::{DEFAULT_SCAN_PERIOD_NS, DEFAULT_TIMERS};
+use crate::pfe::default_ppe_threads;
 
 /// Figure 15: aggregation latency and rate against gradients per packet, window 1.
 /// As command-line options, those of `pfemu experiment fig15` (defaults from

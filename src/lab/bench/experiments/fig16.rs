@@ -1,8 +1,14 @@
 //! Figure 16: aggregation latency and throughput against the window.
 
-use super::rate::{check_rate_common, rate_point, rate_rows, rate_table, RateRun, RATE_HEADER};
+use std::path::Path;
 
-use super::*;
+use serde::Serialize;
+
+use super::rate::{check_rate_common, rate_point, rate_rows, rate_table, RateRun, RATE_HEADER};
+use super::{bad, check_grads, yes_no, ExperimentError, Figure, RatePoint, MAX_WINDOW};
+use crate::lab::bench::plot::{self, DualChart, Series};
+use crate::microcode::trio_ml::{DEFAULT_SCAN_PERIOD_NS, DEFAULT_TIMERS};
+use crate::pfe::default_ppe_threads;
 
 /// Figure 16: aggregation latency and throughput against the window.
 /// As command-line options, those of `pfemu experiment fig16` (defaults from

@@ -23,24 +23,22 @@
 use std::error::Error;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Serialize;
 
-use super::plot::{self, Chart, DualChart, Series};
+use super::plot;
 use crate::mem::{MemConfig, SharedMemory};
-use crate::microcode::trio_ml::host::{
-    drive, port_channels, DriveOptions, HostError, Received, Worker, WorkerConfig,
-};
+use crate::microcode::trio_ml::host::{port_channels, HostError, Received, Worker, WorkerConfig};
 use crate::microcode::trio_ml::{
     wire, JobConfig, TrioMl, TrioMlConfig, DEFAULT_SCAN_PERIOD_NS, DEFAULT_TIMERS,
 };
 use crate::packet::{Dest, Port};
-use crate::pfe::{default_ppe_threads, Pfe, Stats};
-use crate::rng::{mix, SplitMix64};
+use crate::pfe::Pfe;
+use crate::rng::mix;
 
 /// The job id every experiment uses.
 mod fig13;

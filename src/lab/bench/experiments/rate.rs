@@ -1,7 +1,14 @@
 //! What Figures 15 and 16 share: one point of aggregation latency and rate, its run, its
 //! table and the checks of their common options.
 
-use super::*;
+use serde::Serialize;
+
+use super::{
+    check_ppe, check_timers, check_workers, gradients, mean, percentile, rig, run_timed, sums_of,
+    us, worker_config, yes_no, ExperimentError, RigConfig,
+};
+use crate::microcode::trio_ml::host::{HostError, Worker};
+use crate::packet::Port;
 
 /// One point of Figure 15 or 16: `workers` workers allreduce `blocks` packets of `grads`
 /// gradients each with `window` outstanding.

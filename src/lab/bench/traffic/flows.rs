@@ -1,6 +1,13 @@
 //! Flows: how packets pick their flow (uniform or Zipf) and the 5-tuple of each flow.
 
-use super::*;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use super::MAX_ZIPF_EXPONENT;
+use crate::rng::SplitMix64;
+use crate::wire::IPPROTO_UDP;
+use crate::ConfigError;
 
 /// How packets are spread over the flows.
 ///
@@ -215,7 +222,7 @@ pub struct FlowKey {
 }
 
 impl FlowKey {
-    /// The 5-tuple of flow `flow` (distinct for every flow below [`MAX_FLOWS`]).
+    /// The 5-tuple of flow `flow` (distinct for every flow below [`MAX_FLOWS`](super::MAX_FLOWS)).
     pub fn of(flow: u32) -> FlowKey {
         let [_, a, b, c] = flow.to_be_bytes();
         FlowKey {

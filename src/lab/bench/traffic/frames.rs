@@ -1,7 +1,12 @@
 //! Frame building: every frame of a spec, pre-built into one arena.
 
 use super::flows::FlowSampler;
-use super::*;
+use super::{
+    FlowKey, FrameClass, TrafficSpec, DST_MAC, ETH_LEN, IPV6_LEN, OPTION_BYTES, SRC_MAC, UDP_LEN,
+};
+use crate::rng::SplitMix64;
+use crate::wire::{checksum, Ether, Ipv4, Udp, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::ConfigError;
 
 /// Pre-generated frames in one contiguous arena (no per-packet allocation when replaying).
 #[derive(Clone, Debug)]
@@ -214,7 +219,10 @@ fn write_udp(seg: &mut [u8], key: &FlowKey, seq: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::bench::traffic::{Mix, MAX_FLOWS};
+    use crate::wire::IPPROTO_UDP;
     use std::collections::HashSet;
+    use std::net::Ipv4Addr;
 
     fn spec(packets: usize) -> TrafficSpec {
         TrafficSpec {

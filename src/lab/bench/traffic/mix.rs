@@ -1,6 +1,9 @@
 //! The protocol mix: the classes of frame generated and their shares.
 
-use super::*;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::ConfigError;
 
 /// What kind of frame a generated packet is.
 ///

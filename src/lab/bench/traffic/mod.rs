@@ -59,8 +59,8 @@
 //!
 //! # Parsing
 //!
-//! [`FrameSizes`], [`FlowDist`], [`Mix`] and [`Rate`] implement [`FromStr`] (and
-//! [`Display`](fmt::Display), which parses back to the same value), with errors that name
+//! [`FrameSizes`], [`FlowDist`], [`Mix`] and [`Rate`] implement [`FromStr`](std::str::FromStr) (and
+//! [`Display`](std::fmt::Display), which parses back to the same value), with errors that name
 //! the setting and say what is accepted:
 //!
 //! | type | accepted |
@@ -69,17 +69,6 @@
 //! | [`FlowDist`] | `uniform`, `zipf` (s = 1), `zipf:1.1` |
 //! | [`Mix`] | `ipv4=90,ipv4opt=5,ipv6=0,nonip=5` (omitted classes are 0; sum 100) |
 //! | [`Rate`] | `10mpps`, `500kpps`, `14880952pps`, `10gbps`, `25g`, `400mbps`; `100%` via [`Rate::parse_with_line`] |
-
-use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
-use std::str::FromStr;
-use std::time::{Duration, Instant};
-
-use crate::rng::SplitMix64;
-use crate::wire::{
-    checksum, Ether, Ipv4, Udp, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_UDP,
-};
-use crate::ConfigError;
 
 /// Smallest accepted frame size (the Ethernet minimum frame; it holds the 14 + 24 + 8 = 46
 /// header bytes of an IPv4-with-options/UDP frame and the 14 + 40 + 8 = 62 of IPv6/UDP).

@@ -1,6 +1,9 @@
 //! Pacing: a burst schedule at an offered rate, on a virtual or the real clock.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use super::Rate;
+use crate::ConfigError;
 
 /// Spin (rather than yield) when the next deadline is closer than this.
 const SPIN_WITHIN: Duration = Duration::from_micros(20);

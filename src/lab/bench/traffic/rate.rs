@@ -1,6 +1,10 @@
 //! Rates: packets per second and Gbit/s of line rate, and the offered [`Rate`].
 
-use super::*;
+use std::fmt;
+use std::str::FromStr;
+
+use super::L1_OVERHEAD_BYTES;
+use crate::ConfigError;
 
 /// Packets per second that fill a line of `gbps` Gbit/s with frames of `frame_size` bytes
 /// ("L1": each frame costs `frame_size + `[`L1_OVERHEAD_BYTES`] bytes on the wire):
@@ -39,7 +43,7 @@ pub enum Rate {
 
 impl Rate {
     /// Packets per second at frames of `frame_size` bytes (a mean size for mixed sizes,
-    /// e.g. [`FrameSizes::mean`]).
+    /// e.g. [`FrameSizes::mean`](super::FrameSizes::mean)).
     pub fn pps_for(&self, frame_size: f64) -> f64 {
         match *self {
             Rate::Pps(pps) => pps,

@@ -1,6 +1,10 @@
 //! Frame sizes: fixed, a list cycled in order, or the simple IMIX.
 
-use super::*;
+use std::fmt;
+use std::str::FromStr;
+
+use super::{IMIX_PATTERN, MAX_FRAME_SIZE, MIN_FRAME_SIZE};
+use crate::ConfigError;
 
 /// The length of each generated frame, Ethernet header included, FCS not written.
 ///

@@ -1,6 +1,7 @@
 //! What traffic to generate, and its validation.
 
-use super::*;
+use super::{FlowDist, FrameSizes, Mix, MAX_FLOWS};
+use crate::ConfigError;
 
 /// What traffic to generate.
 #[derive(Clone, Debug)]
@@ -8,7 +9,7 @@ pub struct TrafficSpec {
     /// Number of packets (at least 1).
     pub packets: usize,
     /// Length of every frame in bytes, Ethernet header included, FCS excluded
-    /// ([`MIN_FRAME_SIZE`]`..=`[`MAX_FRAME_SIZE`]); used when `sizes` is `None`.
+    /// ([`MIN_FRAME_SIZE`](super::MIN_FRAME_SIZE)`..=`[`MAX_FRAME_SIZE`](super::MAX_FRAME_SIZE)); used when `sizes` is `None`.
     pub frame_size: usize,
     /// Frame sizes; `None` means [`FrameSizes::Fixed`]`(frame_size)`. When set, it takes
     /// precedence and `frame_size` is ignored.
