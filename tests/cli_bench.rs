@@ -248,3 +248,29 @@ fn refused_values_name_the_option_typed() {
         );
     }
 }
+
+/// `--help` shows the library configurations' defaults, list defaults as they are typed,
+/// and the one reorder flag.
+#[test]
+fn help_shows_the_configs_defaults_as_typed() {
+    let help = |args: &[&str]| {
+        let out = pfemu(args);
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let filter = help(&["bench", "filter", "--help"]);
+    let d = pfemu::lab::bench::filter::FilterBenchConfig::default();
+    assert!(
+        filter.contains(&format!("[default: {}]", d.packets)),
+        "{filter}"
+    );
+    assert!(filter.contains("--reorder") && !filter.contains("--no-reorder"));
+    let fig14 = help(&["experiment", "fig14", "--help"]);
+    assert!(fig14.contains("[default: 2,5,10,20,50]"), "{fig14}");
+    assert!(
+        fig14.contains("[default: 0.5]"),
+        "fig14 scans every 0.5 ms: {fig14}"
+    );
+    let top = help(&["--help"]);
+    assert!(top.contains("pfemu <COMMAND> --help"), "{top}");
+}

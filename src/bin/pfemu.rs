@@ -224,20 +224,19 @@ enum Which {
 /// each figure's default.
 #[derive(clap::Args, Debug)]
 struct AllArgs {
-    /// Workers in each job [default: each figure's, 4].
+    /// Workers in each job [default: each figure's; see pfemu experiment fig13 --help ...].
     #[arg(long)]
     workers: Option<u8>,
-    /// Staggered scan timer threads, Trio-ML's N [default: each figure's, 100].
+    /// Staggered scan timer threads, Trio-ML's N [default: each figure's].
     #[arg(long)]
     timers: Option<u32>,
-    /// Time between two visits of a block by the scan, in ms [default: each figure's: 1;
-    /// fig14: 0.5].
+    /// Time between two visits of a block by the scan, in ms [default: each figure's].
     #[arg(long = "scan-period-ms", value_name = "MS", value_parser = pfemu::lab::bench::settings::parse_millis_as_ns)]
     scan_period_ns: Option<u64>,
     /// PPE threads [default: available cores].
     #[arg(long)]
     ppe_threads: Option<usize>,
-    /// Seed of the gradients and (fig13) the straggle schedules [default: 1].
+    /// Seed of the gradients and (fig13) the straggle schedules [default: each figure's].
     #[arg(long)]
     seed: Option<u64>,
 }
@@ -507,7 +506,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            match flags::refused_option(e.as_ref(), &flags::invoked(&matches)) {
+            let top = matches.subcommand_name();
+            match flags::refused_option(e.as_ref(), top, &flags::invoked(&matches)) {
                 Some(named) => eprintln!("pfemu: {named}"),
                 None => eprintln!("pfemu: {e}"),
             }

@@ -43,9 +43,21 @@ pub fn invoked(matches: &ArgMatches) -> Command {
     cmd
 }
 
+/// The commands whose errors are restated: the lab's benches and experiments (`serve`,
+/// `worker` and `replay` name their options themselves).
+const RESTATED: &[&str] = &["demo", "run", "bench", "experiment", "linerate", "latency"];
+
 /// `e` restated as `invalid option `--flag`: reason` when it is (or wraps) a refused
-/// setting that `cmd` has an option for; `None` otherwise.
-pub fn refused_option(e: &(dyn Error + 'static), cmd: &Command) -> Option<String> {
+/// setting that `cmd` has an option for; `None` otherwise, and for commands outside
+/// [`RESTATED`]. `top` is the command typed after `pfemu`.
+pub fn refused_option(
+    e: &(dyn Error + 'static),
+    top: Option<&str>,
+    cmd: &Command,
+) -> Option<String> {
+    if !top.is_some_and(|t| RESTATED.contains(&t)) {
+        return None;
+    }
     let config = config_error(e)?;
     let flag = flag_of(config.setting, cmd)?;
     Some(format!("invalid option `--{flag}`: {}", config.reason))
