@@ -1,5 +1,6 @@
 //! `pfemu bench l3fwd`, `pfemu linerate` and `pfemu latency` from the command line: small
-//! runs that check the report's shape and the files, not the speed.
+//! runs that check the report's shape and the files, not the speed; and every bench and
+//! experiment command naming the option behind a refused value.
 
 #![cfg(feature = "lab")]
 
@@ -177,4 +178,99 @@ fn latency_sweeps_the_loads_it_is_given() {
     );
     assert!(dir.join("latency_64.csv").exists() && dir.join("latency_64.svg").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every bench and experiment command names the option the user typed when a value is
+/// refused, not the library setting behind it (`frame_size` for `--size`, ...).
+#[test]
+fn refused_values_name_the_option_typed() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "filter", "--size", "63"], "`--size`"),
+        (
+            &["bench", "filter", "--packets", "100", "--batch", "0"],
+            "`--batch`",
+        ),
+        (
+            &[
+                "bench",
+                "filter",
+                "--packets",
+                "100",
+                "--reorder-contexts",
+                "3",
+            ],
+            "`--reorder-contexts`",
+        ),
+        (
+            &["bench", "l3fwd", "--packets", "100", "--size", "10"],
+            "`--size`",
+        ),
+        (
+            &[
+                "bench",
+                "l3fwd",
+                "--packets",
+                "100",
+                "--invalid-percent",
+                "200",
+            ],
+            "`--invalid-percent`",
+        ),
+        (&["bench", "trio-ml", "--grads", "5000"], "`--grads`"),
+        (&["bench", "trio-ml", "--workers", "0"], "`--workers`"),
+        (&["bench", "fpisa", "--grads", "5000"], "`--grads`"),
+        (&["bench", "timers", "--timers", "0"], "`--timers`"),
+        (&["linerate", "--line-rate", "0"], "`--line-rate`"),
+        (&["linerate", "--loss", "200"], "`--loss`"),
+        (
+            &["latency", "--size", "10", "--reference-mpps", "1"],
+            "`--size`",
+        ),
+        (
+            &["latency", "--loads", "0", "--reference-mpps", "1"],
+            "`--loads`",
+        ),
+        (&["demo", "--block-exp-ms", "0"], "`--block-exp-ms`"),
+        (&["experiment", "fig14", "--timeouts", "0"], "`--timeouts`"),
+        (
+            &["experiment", "fpisa-accuracy", "--lanes", "0"],
+            "`--lanes`",
+        ),
+    ];
+    for (args, flag) in cases {
+        let out = pfemu(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?} should name {flag}: {err}");
+        assert!(
+            !err.contains("invalid configuration"),
+            "{args:?} names a library setting: {err}"
+        );
+    }
+}
+
+/// `--help` shows the library configurations' defaults, list defaults as they are typed,
+/// and the one reorder flag.
+#[test]
+fn help_shows_the_configs_defaults_as_typed() {
+    let help = |args: &[&str]| {
+        let out = pfemu(args);
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let filter = help(&["bench", "filter", "--help"]);
+    let d = pfemu::lab::bench::filter::FilterBenchConfig::default();
+    assert!(
+        filter.contains(&format!("[default: {}]", d.packets)),
+        "{filter}"
+    );
+    assert!(filter.contains("--reorder") && !filter.contains("--no-reorder"));
+    let fig14 = help(&["experiment", "fig14", "--help"]);
+    assert!(fig14.contains("[default: 2,5,10,20,50]"), "{fig14}");
+    assert!(
+        fig14.contains("[default: 0.5]"),
+        "fig14 scans every 0.5 ms: {fig14}"
+    );
+    let top = help(&["--help"]);
+    assert!(top.contains("pfemu <COMMAND> --help"), "{top}");
 }

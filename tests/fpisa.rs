@@ -254,8 +254,8 @@ fn the_fpisa_bench_checks_its_results_and_reports_trio_mls_fields() {
         )
         .unwrap();
         assert_eq!(kinds, ["trio-ml", "fpisa"]);
-        assert!(r.fpisa.verified && r.fpisa.dropped == 0);
-        assert_eq!(r.fpisa.results, 16 * 3);
+        assert!(r.fpisa.verified && r.fpisa.stats.dropped == 0);
+        assert_eq!(r.fpisa.stats.created, 16 * 3);
         assert!(r.ratio_to_trio_ml > 0.0);
         let fpisa = serde_json::to_value(&r).unwrap();
         let trio = serde_json::to_value(&r.fpisa).unwrap();
@@ -293,10 +293,10 @@ fn the_fpisa_bench_runs_the_largest_block() {
             variant: Variant::Full,
             runs: 1,
         },
-        |_, kind, r| assert!(r.verified && r.dropped == 0, "{kind}: {r:?}"),
+        |_, kind, r| assert!(r.verified && r.stats.dropped == 0, "{kind}: {r:?}"),
     )
     .unwrap();
-    assert_eq!(r.fpisa.results, 4 * 2);
+    assert_eq!(r.fpisa.stats.created, 4 * 2);
 }
 
 /// The reference: FPISA's FP32 dataflow written from the paper alone, MAU by MAU. The

@@ -711,5 +711,5 @@ fn filter_bench_verifies_any_mix() {
         .filter(|&i| matches!(traffic.class(i), FrameClass::Ipv6 | FrameClass::NonIp))
         .count() as u64;
     assert_eq!(report.counters.non_ip.0, 2 * (v6 + arp) + prefix);
-    assert_eq!(report.packets_in, 7_500);
+    assert_eq!(report.stats.packets_in, 7_500);
 }

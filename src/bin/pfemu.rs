@@ -1,5 +1,7 @@
 //! `pfemu`: run and benchmark the Trio-like PFE emulator.
 
+#[path = "pfemu/flags.rs"]
+mod flags;
 #[path = "pfemu/lab.rs"]
 mod lab;
 #[path = "pfemu/replay.rs"]
@@ -9,7 +11,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use pfemu::lab::bench::demo::DemoConfig;
@@ -18,12 +20,12 @@ use pfemu::lab::bench::experiments::{
 };
 use pfemu::lab::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::lab::bench::fpisa_accuracy::{self, AccuracyConfig};
+pub(crate) use pfemu::lab::bench::settings::parse_secs;
 use pfemu::lab::bench::timers::{self, TimerBenchConfig};
+use pfemu::lab::bench::traffic::{FlowDist, FrameSizes, Mix, TrafficSpec};
 use pfemu::lab::bench::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
-use pfemu::lab::bench::EngineSettings;
-use pfemu::pfe::{
-    default_ppe_threads, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_REORDER_CONTEXTS,
-};
+use pfemu::lab::bench::{EngineChoice, EngineSweep};
+use pfemu::pfe::default_ppe_threads;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -35,7 +37,11 @@ use pfemu::pfe::{
                   a reorder engine keeps each flow in order.\n\nWith no command, runs the default job: \
                   the Trio-ML demo (`pfemu demo`): four workers allreduce real vectors through the \
                   PFE, once all together and once with a straggler the PFE's timer threads give up \
-                  on, and every sum is checked."
+                  on, and every sum is checked.",
+    after_help = "Each command's options, with their defaults, and examples: pfemu <COMMAND> --help.\n\
+                  The README explains them: Quick start (demo), Benchmarking (run, bench, linerate, \
+                  latency), The paper's Trio-ML experiments (experiment), and Real packets and real \
+                  processes (replay, serve, worker)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,43 +52,39 @@ struct Cli {
 enum Command {
     /// The Trio-ML demo (the default job): workers allreduce vectors, one straggles.
     Demo {
-        /// Workers (sources) of the job.
-        #[arg(long, default_value_t = 4)]
-        workers: u8,
-        /// Gradients in each worker's vector.
-        #[arg(long, default_value_t = 100_000)]
-        gradients: usize,
-        /// Block timeout in milliseconds (the job's block_exp).
-        #[arg(long, default_value_t = 20)]
-        block_exp_ms: u8,
-        /// How late the straggler is, in milliseconds.
-        #[arg(long, default_value_t = 200)]
-        straggle_ms: u64,
-        /// PPE threads.
-        #[arg(long, default_value_t = 64)]
-        ppe_threads: usize,
+        #[command(flatten)]
+        cfg: DemoConfig,
         /// Print one JSON object instead of the summary.
         #[arg(long)]
         json: bool,
     },
-    /// Run a shipped program on generated traffic and print a summary.
+    /// Run a shipped program on generated traffic once and print its summary.
+    #[command(after_help = "Examples:\n  \
+        pfemu run\n  \
+        pfemu run filter --packets 1000000 --ppe-threads 4\n  \
+        pfemu run filter --sizes imix --flow-dist zipf:1.1 --duration 2\n\n\
+        Generates the traffic (the same generator as pfemu bench filter), runs it through the \
+        program once, prints the program's counters and the common summary, and ends with a \
+        check line: the counters match the generated traffic and every packet is accounted \
+        for (exit status 2 if not). pfemu bench filter measures the same, repeated and \
+        interleaved across configurations.")]
     Run {
         /// The program to run.
         #[arg(value_enum, default_value_t = Workload::Filter)]
         program: Workload,
         #[command(flatten)]
+        cfg: FilterBenchConfig,
+        #[command(flatten)]
+        engine: EngineChoice,
+        #[command(flatten)]
         traffic: TrafficArgs,
-        /// PPE threads (default: available cores).
-        #[arg(long)]
-        ppe_threads: Option<usize>,
     },
     /// Measure a program or a block of the engine.
     Bench {
         #[command(subcommand)]
         which: BenchCmd,
     },
-    /// Reproduce the Trio paper's Trio-ML experiments (Figures 13-16) and the FPISA accuracy
-    /// report: CSV, SVG and a table.
+    /// The Trio paper's Trio-ML experiments (Figures 13-16) and FPISA's accuracy: CSV, SVG.
     #[command(
         long_about = "Reproduce the Trio paper's Trio-ML experiments (SIGCOMM 2022, §6.2-6.3) \
                       in-process on the real clock: end-host workers on their own threads \
@@ -97,8 +99,10 @@ enum Command {
         after_help = EXPERIMENT_HELP
     )]
     Experiment(Box<ExperimentArgs>),
-    /// RFC 2544 throughput: per frame size, the highest rate the engine carries without
-    /// loss (binary search over paced trials); a table, CSV and SVG.
+    /// RFC 2544 throughput: the highest rate without loss per frame size; CSV and SVG.
+    ///
+    /// Per frame size, the highest rate the engine carries without loss (binary search over
+    /// paced trials); a table, CSV and SVG.
     #[command(after_help = "Examples:\n  \
         pfemu linerate\n  \
         pfemu linerate --program l3fwd --line-rate 25 --sizes 64,512,1518\n  \
@@ -188,8 +192,9 @@ const EXPERIMENT_HELP: &str = "Experiments:
          src/fpisa.rs. Key figure at 8 workers (paper: >95% of errors in [1e-10, 1e-8],
          overwrites <0.9% of additions). Takes under a second.
 
-Options apply to the experiments named in their help; naming one that does not apply to
-the chosen experiment is an error.
+Each experiment has its own options, with its defaults (`pfemu experiment fig14 --help`);
+`all` takes the options the four share (--workers, --timers, --scan-period-ms,
+--ppe-threads, --seed). --out and --json apply to every experiment.
 
 Examples:
   pfemu experiment all
@@ -199,109 +204,92 @@ Examples:
   pfemu experiment fig16 --windows 1,16,256 --no-timers
   pfemu experiment fpisa-accuracy --workers-list 2,8,64 --lanes 100000 --seed 7";
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Subcommand, Debug)]
 enum Which {
     /// Iteration time vs straggling probability.
-    Fig13,
+    Fig13(Fig13Config),
     /// Time to a partial result vs the timeout.
-    Fig14,
+    Fig14(Fig14Config),
     /// Aggregation latency and rate vs gradients per packet.
-    Fig15,
+    Fig15(Fig15Config),
     /// Latency and throughput vs window.
-    Fig16,
-    /// All four (not fpisa-accuracy).
-    All,
+    Fig16(Fig16Config),
+    /// All four (not fpisa-accuracy), each with its defaults but for the options given.
+    All(AllArgs),
     /// FPISA and FPISA-A error against f64 and f32 sums.
-    FpisaAccuracy,
+    FpisaAccuracy(AccuracyConfig),
 }
 
-impl Which {
-    /// The name as typed on the command line.
-    fn name(self) -> String {
-        self.to_possible_value()
-            .map_or_else(|| format!("{self:?}"), |v| v.get_name().to_string())
-    }
+/// What `pfemu experiment all` takes: the options the four figures share, overriding
+/// each figure's default.
+#[derive(clap::Args, Debug)]
+struct AllArgs {
+    /// Workers in each job [default: each figure's; see pfemu experiment fig13 --help ...].
+    #[arg(long)]
+    workers: Option<u8>,
+    /// Staggered scan timer threads, Trio-ML's N [default: each figure's].
+    #[arg(long)]
+    timers: Option<u32>,
+    /// Time between two visits of a block by the scan, in ms [default: each figure's].
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = pfemu::lab::bench::settings::parse_millis_as_ns)]
+    scan_period_ns: Option<u64>,
+    /// PPE threads [default: available cores].
+    #[arg(long)]
+    ppe_threads: Option<usize>,
+    /// Seed of the gradients and (fig13) the straggle schedules [default: each figure's].
+    #[arg(long)]
+    seed: Option<u64>,
+}
 
-    /// The experiments this one runs.
-    fn members(self) -> Vec<Which> {
-        match self {
-            Which::All => vec![Which::Fig13, Which::Fig14, Which::Fig15, Which::Fig16],
-            w => vec![w],
+impl AllArgs {
+    /// The four figures' configurations: each one's defaults, with these options.
+    fn configs(&self) -> (Fig13Config, Fig14Config, Fig15Config, Fig16Config) {
+        let (mut f13, mut f14, mut f15, mut f16) = (
+            Fig13Config::default(),
+            Fig14Config::default(),
+            Fig15Config::default(),
+            Fig16Config::default(),
+        );
+        if let Some(w) = self.workers {
+            (f13.workers, f14.workers, f15.workers, f16.workers) = (w, w, w, w);
         }
+        if let Some(t) = self.timers {
+            (f13.timers, f14.timers, f15.scan_timers, f16.scan_timers) = (t, t, t, t);
+        }
+        if let Some(ns) = self.scan_period_ns {
+            (
+                f13.scan_period_ns,
+                f14.scan_period_ns,
+                f15.scan_period_ns,
+                f16.scan_period_ns,
+            ) = (ns, ns, ns, ns);
+        }
+        if let Some(n) = self.ppe_threads {
+            (
+                f13.ppe_threads,
+                f14.ppe_threads,
+                f15.ppe_threads,
+                f16.ppe_threads,
+            ) = (n, n, n, n);
+        }
+        if let Some(seed) = self.seed {
+            (f13.seed, f14.seed, f15.seed, f16.seed) = (seed, seed, seed, seed);
+        }
+        (f13, f14, f15, f16)
     }
 }
 
 #[derive(clap::Args, Debug)]
 struct ExperimentArgs {
     /// The experiment to run.
-    #[arg(value_enum)]
+    #[command(subcommand)]
     which: Which,
     /// Directory for <name>.csv and <name>.svg (created if missing).
-    #[arg(long, default_value = "pfemu-results")]
+    #[arg(long, global = true, default_value = "pfemu-results")]
     out: std::path::PathBuf,
     /// Print one JSON object (the rows and the key figure) instead of the table.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
-    /// fig14: block timeouts T in ms, comma-separated [default: 2,5,10,20,50].
-    #[arg(long, value_delimiter = ',')]
-    timeouts: Option<Vec<u8>>,
-    /// fig13: straggling probabilities in percent, comma-separated [default: 0,4,8,16].
-    #[arg(long, value_delimiter = ',')]
-    probabilities: Option<Vec<f64>>,
-    /// fig13: training iterations per run [default: 40].
-    #[arg(long)]
-    iterations: Option<u32>,
-    /// fig13: compute time per iteration in ms [default: 60].
-    #[arg(long)]
-    compute_ms: Option<f64>,
-    /// fig13: block timeout of the straggler-aware mode in ms [default: 5].
-    #[arg(long)]
-    block_exp_ms: Option<u8>,
-    /// fig13: gradients in the model [default: 65536].
-    #[arg(long)]
-    model_gradients: Option<usize>,
-    /// fig15: gradients per packet, comma-separated [default: 64,128,256,512,1024].
-    #[arg(long, value_delimiter = ',')]
-    sizes: Option<Vec<u16>>,
-    /// fig16: windows, comma-separated (1..=2047) [default: 1,4,16,64,256,1024].
-    #[arg(long, value_delimiter = ',')]
-    windows: Option<Vec<usize>>,
-    /// fig13, fig14, fig16: gradients per packet [default: 256, 256, 1024].
-    #[arg(long)]
-    grads: Option<u16>,
-    /// fig14, fig15, fig16: packets each worker sends per point [default: 20, 5000, 2048].
-    #[arg(long)]
-    blocks: Option<usize>,
-    /// fig13-fig16: workers in the job [default: 4].
-    #[arg(long)]
-    workers: Option<u8>,
-    /// fig13-fig16: staggered scan timer threads, Trio-ML's N [default: 100].
-    #[arg(long)]
-    timers: Option<u32>,
-    /// fig13-fig16: time between two visits of a block by the scan, in ms [default: 1;
-    /// fig14: 0.5].
-    #[arg(long, value_parser = parse_millis)]
-    scan_period_ms: Option<f64>,
-    /// fig15, fig16: do not run the straggler-scan timer threads.
-    #[arg(long)]
-    no_timers: bool,
-    /// fig13-fig16: PPE threads [default: available cores].
-    #[arg(long)]
-    ppe_threads: Option<usize>,
-    /// fpisa-accuracy: worker counts, comma-separated (1..=128) [default: 2,4,8,16,32,64].
-    #[arg(long, value_delimiter = ',')]
-    workers_list: Option<Vec<usize>>,
-    /// fpisa-accuracy: values per worker, i.e. sums per worker count (1..=1048576)
-    /// [default: 65536].
-    #[arg(long)]
-    lanes: Option<usize>,
-    /// fpisa-accuracy: decades the workers' scales span, around 1e-3 (0..=10; 0 gives every
-    /// worker the same scale) [default: 1].
-    #[arg(long)]
-    sigma_decades: Option<f64>,
-    /// Every experiment: seed of the gradients and (fig13) the straggle schedules [default: 1].
-    #[arg(long)]
-    seed: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -380,34 +368,12 @@ enum FpisaVariant {
 
 #[derive(clap::Args, Debug)]
 struct TrioMlArgs {
-    /// Sources (workers) of the job.
-    #[arg(long, default_value_t = 4)]
-    workers: u8,
-    /// Gradients per packet (1..=4095).
-    #[arg(long, default_value_t = 1024)]
-    grads: u16,
-    /// Blocks each worker has outstanding (at most 2047: a job holds 2 x window slots).
-    #[arg(long, default_value_t = 2047)]
-    window: u16,
-    /// Generations streamed per run.
-    #[arg(long, default_value_t = 16)]
-    generations: u32,
-    /// PPE threads; a comma-separated list measures each, interleaved.
-    #[arg(long, value_delimiter = ',')]
+    #[command(flatten)]
+    cfg: TrioMlBenchConfig,
+    /// PPE threads; a comma-separated list measures each, interleaved [default: available
+    /// cores].
+    #[arg(long, value_delimiter = ',', value_name = "N[,N...]")]
     ppe_threads: Vec<usize>,
-    /// Packets in flight in the PFE [default: 8 MiB of frames, e.g. 2048 of 1024 gradients].
-    #[arg(long)]
-    capacity: Option<usize>,
-    /// Do not run the straggler-scan timer threads meanwhile.
-    #[arg(long)]
-    no_timers: bool,
-    /// Staggered scan timers (Trio-ML's N).
-    #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_TIMERS)]
-    timers: u32,
-    /// Time between two visits of a block by the scan, in milliseconds.
-    #[arg(long, default_value_t = pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS as f64 / 1e6,
-          value_parser = parse_millis)]
-    scan_period_ms: f64,
     /// Runs of each configuration; the report gives the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -419,28 +385,11 @@ struct TrioMlArgs {
 #[derive(clap::Args, Debug)]
 struct FilterArgs {
     #[command(flatten)]
+    cfg: FilterBenchConfig,
+    #[command(flatten)]
+    sweep: EngineSweep,
+    #[command(flatten)]
     traffic: TrafficArgs,
-    /// PPE threads; a comma-separated list measures each, interleaved (e.g. 2,256).
-    #[arg(long, value_delimiter = ',')]
-    ppe_threads: Vec<usize>,
-    /// Turn per-flow reordering off (measures the reorder engine's cost).
-    #[arg(long, conflicts_with = "reorder")]
-    no_reorder: bool,
-    /// Per-flow reordering: on, off, or both (measured interleaved in one run).
-    #[arg(long, value_enum, default_value_t = ReorderArg::On)]
-    reorder: ReorderArg,
-    /// Packets per dispatch batch.
-    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
-    batch: usize,
-    /// Packets in flight at most.
-    #[arg(long, default_value_t = DEFAULT_CAPACITY)]
-    capacity: usize,
-    /// Reorder contexts flows are folded into (a power of two).
-    #[arg(long, default_value_t = DEFAULT_REORDER_CONTEXTS)]
-    reorder_contexts: usize,
-    /// Pin PPE threads to cores.
-    #[arg(long)]
-    pin: bool,
     /// Runs of each configuration; the report gives the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -451,87 +400,58 @@ struct FilterArgs {
 
 #[derive(clap::Args, Debug)]
 struct TimerArgs {
-    /// Staggered timers (the paper uses 100).
-    #[arg(long, default_value_t = 100)]
-    timers: u32,
-    /// Each timer's period in milliseconds (launches come every period / timers).
-    #[arg(long, default_value_t = 10.0, value_parser = parse_millis)]
-    period_ms: f64,
-    /// Seconds to run.
-    #[arg(long, default_value_t = 2.0, value_parser = parse_secs)]
-    seconds: f64,
-    /// PPE threads (default: available cores).
-    #[arg(long)]
-    ppe_threads: Option<usize>,
-    /// Keep the PPE threads busy with 64-byte filter traffic meanwhile.
-    #[arg(long)]
-    load: bool,
+    #[command(flatten)]
+    cfg: TimerBenchConfig,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
 }
 
+/// The shape of the generated traffic beyond a [`FilterBenchConfig`]'s size, flows and
+/// seed (defaults from [`TrafficSpec::default`]).
 #[derive(clap::Args, Debug, Clone)]
 struct TrafficArgs {
-    /// Frames to offer.
-    #[arg(long, default_value_t = 10_000_000)]
-    packets: u64,
-    /// Frame size in bytes (64..=9216).
-    #[arg(long, default_value_t = 64)]
-    size: usize,
-    /// Distinct flows (IPv4 5-tuples).
-    #[arg(long, default_value_t = 1024)]
-    flows: u32,
-    /// Seed of the traffic generator.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Offer frames for this many seconds instead of --packets frames.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_secs)]
-    duration: Option<f64>,
-    /// Do not measure latency (saves two clock reads per batch).
-    #[arg(long)]
-    no_latency: bool,
     /// Frame sizes instead of --size: a list cycled in order (`64,594,1518`) or `imix`
     /// (64, 594 and 1518 bytes, 7:4:1).
     #[arg(long)]
-    sizes: Option<pfemu::lab::bench::traffic::FrameSizes>,
+    sizes: Option<FrameSizes>,
     /// How packets pick their flow: `uniform` or `zipf[:S]` (exponent S, default 1).
-    #[arg(long, default_value = "uniform")]
-    flow_dist: pfemu::lab::bench::traffic::FlowDist,
-    /// Protocol mix in percent, e.g. `ipv4=90,ipv4opt=5,ipv6=0,nonip=5` (the default).
-    #[arg(long)]
-    mix: Option<pfemu::lab::bench::traffic::Mix>,
+    #[arg(long, default_value_t = TrafficSpec::default().flow_dist)]
+    flow_dist: FlowDist,
+    /// Protocol mix in percent (omitted classes are 0; the shares sum to 100).
+    #[arg(long, default_value_t = TrafficSpec::default().mix)]
+    mix: Mix,
 }
 
 impl TrafficArgs {
     /// The generator's pool: the traffic replayed until the run ends.
-    fn spec(&self) -> pfemu::lab::bench::traffic::TrafficSpec {
-        pfemu::lab::bench::traffic::TrafficSpec {
-            packets: usize::try_from(self.packets)
+    fn spec(&self, cfg: &FilterBenchConfig) -> TrafficSpec {
+        TrafficSpec {
+            packets: usize::try_from(cfg.packets)
                 .unwrap_or(usize::MAX)
                 .min(filter::POOL_MAX),
-            frame_size: self.size,
+            frame_size: cfg.size,
             sizes: self.sizes.clone(),
-            flows: self.flows,
+            flows: cfg.flows,
             flow_dist: self.flow_dist,
-            mix: self.mix.unwrap_or_default(),
-            seed: self.seed,
+            mix: self.mix,
+            seed: cfg.seed,
             ..Default::default()
         }
     }
 
     /// What a run offers, for headings: the frame sizes, the flows, and the packets or the
     /// duration per run.
-    fn describe(&self) -> String {
+    fn describe(&self, cfg: &FilterBenchConfig) -> String {
         let frames = match &self.sizes {
             Some(sizes) => format!("{sizes} frames"),
-            None => format!("{}-byte frames", self.size),
+            None => format!("{}-byte frames", cfg.size),
         };
-        let length = match self.duration {
+        let length = match cfg.duration_s {
             Some(s) => format!("{s} s per run"),
-            None => format!("{} packets per run", self.packets),
+            None => format!("{} packets per run", cfg.packets),
         };
-        format!("{frames}, {} flows, {length}", self.flows)
+        format!("{frames}, {} flows, {length}", cfg.flows)
     }
 }
 
@@ -541,58 +461,29 @@ enum Workload {
     Filter,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum ReorderArg {
-    On,
-    Off,
-    Both,
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command()
+        .try_get_matches()
+        .unwrap_or_else(|e| exit_on(e));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| exit_on(e));
     let result = match cli.command {
         None => demo(&DemoConfig::default(), false),
-        Some(Command::Demo {
-            workers,
-            gradients,
-            block_exp_ms,
-            straggle_ms,
-            ppe_threads,
-            json,
-        }) => demo(
-            &DemoConfig {
-                workers,
-                gradients,
-                block_exp_ms,
-                straggle_ms,
-                ppe_threads,
-                ..DemoConfig::default()
-            },
-            json,
-        ),
+        Some(Command::Demo { cfg, json }) => demo(&cfg, json),
         Some(Command::Run {
             program: Workload::Filter,
+            cfg,
+            engine,
             traffic,
-            ppe_threads,
-        }) => run_filter(&traffic, ppe_threads),
+        }) => run_filter(
+            &FilterBenchConfig {
+                engine: engine.apply(&cfg.engine),
+                ..cfg
+            },
+            &traffic,
+        ),
         Some(Command::Bench {
             which: BenchCmd::Filter(a),
-        }) => {
-            let reorder = if a.no_reorder {
-                ReorderArg::Off
-            } else {
-                a.reorder
-            };
-            bench_filter(
-                &a.traffic,
-                a.ppe_threads,
-                reorder,
-                (a.batch, a.capacity, a.reorder_contexts),
-                a.pin,
-                a.runs,
-                a.json,
-            )
-        }
+        }) => bench_filter(&a),
         Some(Command::Bench {
             which: BenchCmd::Timers(a),
         }) => bench_timers(&a),
@@ -615,108 +506,57 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("pfemu: {e}");
+            let top = matches.subcommand_name();
+            match flags::refused_option(e.as_ref(), top, &flags::invoked(&matches)) {
+                Some(named) => eprintln!("pfemu: {named}"),
+                None => eprintln!("pfemu: {e}"),
+            }
             ExitCode::from(2)
         }
     }
 }
 
-pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
-
-/// clap's parser of every option given in seconds as a float: a positive, finite number up
-/// to [`pfemu::duration::MAX_SECS`] (anything else is refused where it enters, and clap's
-/// error names the option).
-pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    pfemu::duration::secs(v).map_err(|e| e.to_string())?;
-    Ok(v)
-}
-
-/// [`parse_secs`] for options given in milliseconds.
-pub(crate) fn parse_millis(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of milliseconds"))?;
-    pfemu::duration::millis(v).map_err(|e| e.to_string())?;
-    Ok(v)
-}
-
-/// Refuses options that do not apply to the chosen experiment (for `all`: to none of its
-/// four).
-fn check_applicable(a: &ExperimentArgs) -> CliResult {
-    use Which::*;
-    const TRIO: &[Which] = &[Fig13, Fig14, Fig15, Fig16];
-    let options: [(&str, bool, &[Which]); 20] = [
-        ("--timeouts", a.timeouts.is_some(), &[Fig14]),
-        ("--probabilities", a.probabilities.is_some(), &[Fig13]),
-        ("--iterations", a.iterations.is_some(), &[Fig13]),
-        ("--compute-ms", a.compute_ms.is_some(), &[Fig13]),
-        ("--block-exp-ms", a.block_exp_ms.is_some(), &[Fig13]),
-        ("--model-gradients", a.model_gradients.is_some(), &[Fig13]),
-        ("--sizes", a.sizes.is_some(), &[Fig15]),
-        ("--windows", a.windows.is_some(), &[Fig16]),
-        ("--grads", a.grads.is_some(), &[Fig13, Fig14, Fig16]),
-        ("--blocks", a.blocks.is_some(), &[Fig14, Fig15, Fig16]),
-        ("--no-timers", a.no_timers, &[Fig15, Fig16]),
-        ("--workers", a.workers.is_some(), TRIO),
-        ("--timers", a.timers.is_some(), TRIO),
-        ("--scan-period-ms", a.scan_period_ms.is_some(), TRIO),
-        ("--ppe-threads", a.ppe_threads.is_some(), TRIO),
-        ("--workers-list", a.workers_list.is_some(), &[FpisaAccuracy]),
-        ("--lanes", a.lanes.is_some(), &[FpisaAccuracy]),
-        (
-            "--sigma-decades",
-            a.sigma_decades.is_some(),
-            &[FpisaAccuracy],
-        ),
-        (
-            "--timers",
-            a.timers.is_some() && a.no_timers,
-            &[Fig13, Fig14],
-        ),
-        (
-            "--scan-period-ms",
-            a.scan_period_ms.is_some() && a.no_timers,
-            &[Fig13, Fig14],
-        ),
-    ];
-    let members = a.which.members();
-    for (name, given, applies) in options {
-        if given && !applies.iter().any(|w| members.contains(w)) {
-            let names: Vec<String> = applies.iter().map(|w| w.name()).collect();
-            let what = if a.no_timers && (name == "--timers" || name == "--scan-period-ms") {
-                "with --no-timers there are no timer threads to configure".to_string()
-            } else if name == "--workers" && a.which == FpisaAccuracy {
-                format!(
-                    "applies to {} only; fpisa-accuracy takes --workers-list",
-                    names.join(", ")
-                )
-            } else {
-                format!("applies to {} only", names.join(", "))
-            };
-            return Err(format!("invalid option `{name}`: {what}").into());
+/// Exits on a command-line error; an option given to an experiment it does not apply to is
+/// named with the experiments that take it.
+fn exit_on(e: clap::Error) -> ! {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let args: Vec<String> = std::env::args().collect();
+    if e.kind() == ErrorKind::UnknownArgument
+        && args.get(1).map(String::as_str) == Some("experiment")
+    {
+        if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
+            let flag = arg.split('=').next().unwrap_or(arg);
+            let long = flag.trim_start_matches("--");
+            let cmd = Cli::command();
+            let owners: Vec<String> = cmd
+                .find_subcommand("experiment")
+                .into_iter()
+                .flat_map(|c| c.get_subcommands())
+                .filter(|c| c.get_arguments().any(|a| a.get_long() == Some(long)))
+                .map(|c| c.get_name().to_string())
+                .collect();
+            if !owners.is_empty() {
+                let hint = if long == "workers"
+                    && args.get(2).map(String::as_str) == Some("fpisa-accuracy")
+                {
+                    "; fpisa-accuracy takes --workers-list"
+                } else {
+                    ""
+                };
+                eprintln!(
+                    "pfemu: invalid option `{flag}`: applies to {} only{hint}",
+                    owners.join(", ")
+                );
+                std::process::exit(2);
+            }
         }
     }
-    Ok(())
+    e.exit()
 }
 
-fn scan_period_ns(a: &ExperimentArgs) -> u64 {
-    a.scan_period_ms
-        .map_or(pfemu::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS, ms_to_ns)
-}
-
-/// Nanoseconds of a millisecond option clap checked (`parse_millis`: positive, at most
-/// 10^9 s, so the count fits); 0, which every consumer refuses, if it was not.
-fn ms_to_ns(ms: f64) -> u64 {
-    pfemu::duration::millis(ms).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
+pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 fn experiment(a: &ExperimentArgs) -> CliResult {
-    check_applicable(a)?;
     // Fail on an unusable --out before spending a minute measuring.
     std::fs::create_dir_all(&a.out).map_err(|e| {
         format!(
@@ -724,94 +564,51 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             a.out.display()
         )
     })?;
-    let which = a.which.members();
     let mut summary = serde_json::Map::new();
     let mut failed = Vec::new();
-    for w in which {
-        if !a.json {
-            eprintln!("running {} ...", w.name());
-        }
-        let (name, value, verified) = match w {
-            Which::Fig13 => {
-                let d = Fig13Config::default();
-                let cfg = Fig13Config {
-                    probabilities_pct: a.probabilities.clone().unwrap_or(d.probabilities_pct),
-                    workers: a.workers.unwrap_or(d.workers),
-                    iterations: a.iterations.unwrap_or(d.iterations),
-                    compute_ms: a.compute_ms.unwrap_or(d.compute_ms),
-                    block_exp_ms: a.block_exp_ms.unwrap_or(d.block_exp_ms),
-                    model_gradients: a.model_gradients.unwrap_or(d.model_gradients),
-                    grads: a.grads.unwrap_or(d.grads),
-                    timers: a.timers.unwrap_or(d.timers),
-                    scan_period_ns: scan_period_ns(a),
-                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
-                    seed: a.seed.unwrap_or(d.seed),
-                };
-                emit(&experiments::fig13(&cfg)?, a)?
-            }
-            Which::Fig14 => {
-                let d = Fig14Config::default();
-                let cfg = Fig14Config {
-                    timeouts_ms: a.timeouts.clone().unwrap_or(d.timeouts_ms),
-                    workers: a.workers.unwrap_or(d.workers),
-                    blocks: a.blocks.unwrap_or(d.blocks),
-                    grads: a.grads.unwrap_or(d.grads),
-                    timers: a.timers.unwrap_or(d.timers),
-                    scan_period_ns: a
-                        .scan_period_ms
-                        .map_or(d.scan_period_ns, |_| scan_period_ns(a)),
-                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
-                    seed: a.seed.unwrap_or(d.seed),
-                };
-                emit(&experiments::fig14(&cfg)?, a)?
-            }
-            Which::Fig15 => {
-                let d = Fig15Config::default();
-                let cfg = Fig15Config {
-                    sizes: a.sizes.clone().unwrap_or(d.sizes),
-                    workers: a.workers.unwrap_or(d.workers),
-                    blocks: a.blocks.unwrap_or(d.blocks),
-                    timers: !a.no_timers,
-                    scan_timers: a.timers.unwrap_or(d.scan_timers),
-                    scan_period_ns: scan_period_ns(a),
-                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
-                    seed: a.seed.unwrap_or(d.seed),
-                };
-                emit(&experiments::fig15(&cfg)?, a)?
-            }
-            Which::FpisaAccuracy => {
-                let d = AccuracyConfig::default();
-                let cfg = AccuracyConfig {
-                    workers: a.workers_list.clone().unwrap_or(d.workers),
-                    lanes: a.lanes.unwrap_or(d.lanes),
-                    sigma_decades: a.sigma_decades.unwrap_or(d.sigma_decades),
-                    seed: a.seed.unwrap_or(d.seed),
-                    ..d
-                };
-                emit(&fpisa_accuracy::fpisa_accuracy(&cfg)?, a)?
-            }
-            // `members` expands `all`.
-            Which::All => continue,
-            Which::Fig16 => {
-                let d = Fig16Config::default();
-                let cfg = Fig16Config {
-                    windows: a.windows.clone().unwrap_or(d.windows),
-                    grads: a.grads.unwrap_or(d.grads),
-                    workers: a.workers.unwrap_or(d.workers),
-                    blocks: a.blocks.unwrap_or(d.blocks),
-                    timers: !a.no_timers,
-                    scan_timers: a.timers.unwrap_or(d.scan_timers),
-                    scan_period_ns: scan_period_ns(a),
-                    ppe_threads: a.ppe_threads.unwrap_or(d.ppe_threads),
-                    seed: a.seed.unwrap_or(d.seed),
-                };
-                emit(&experiments::fig16(&cfg)?, a)?
-            }
-        };
+    let mut record = |(name, value, verified): (&'static str, serde_json::Value, bool)| {
         if !verified {
             failed.push(name);
         }
         summary.insert(name.to_string(), value);
+    };
+    let running = |name: &str| {
+        if !a.json {
+            eprintln!("running {name} ...");
+        }
+    };
+    match &a.which {
+        Which::Fig13(cfg) => {
+            running("fig13");
+            record(emit(&experiments::fig13(cfg)?, a)?);
+        }
+        Which::Fig14(cfg) => {
+            running("fig14");
+            record(emit(&experiments::fig14(cfg)?, a)?);
+        }
+        Which::Fig15(cfg) => {
+            running("fig15");
+            record(emit(&experiments::fig15(cfg)?, a)?);
+        }
+        Which::Fig16(cfg) => {
+            running("fig16");
+            record(emit(&experiments::fig16(cfg)?, a)?);
+        }
+        Which::FpisaAccuracy(cfg) => {
+            running("fpisa-accuracy");
+            record(emit(&fpisa_accuracy::fpisa_accuracy(cfg)?, a)?);
+        }
+        Which::All(all) => {
+            let (f13, f14, f15, f16) = all.configs();
+            running("fig13");
+            record(emit(&experiments::fig13(&f13)?, a)?);
+            running("fig14");
+            record(emit(&experiments::fig14(&f14)?, a)?);
+            running("fig15");
+            record(emit(&experiments::fig15(&f15)?, a)?);
+            running("fig16");
+            record(emit(&experiments::fig16(&f16)?, a)?);
+        }
     }
     if a.json {
         let out = if summary.len() == 1 {
@@ -854,28 +651,35 @@ fn emit<F: Figure>(
     if !a.json {
         println!("{}", report.table());
         println!(
-            "wrote {} and {}\n",
+            "wrote {} and {}",
             written.csv.display(),
             written.svg.display()
         );
+        print_kept(&written.kept);
+        let check = match (report.name(), report.verified()) {
+            ("fpisa-accuracy", true) => "every FPISA sum is within its documented error bound",
+            ("fpisa-accuracy", false) => "FAILED: an FPISA sum left its documented error bound",
+            (_, true) => "every Result arrived and its sums match",
+            (_, false) => "FAILED: Results were missing or their sums did not match",
+        };
+        println!("check: {check}\n");
     }
     Ok((report.name(), value, report.verified()))
+}
+
+/// Says where an earlier run's files were moved, if any were.
+pub(crate) fn print_kept(kept: &[std::path::PathBuf]) {
+    if !kept.is_empty() {
+        let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
+        println!("kept the earlier run's files as {}", names.join(", "));
+    }
 }
 
 /// The workload `pfemu bench trio-ml` and `pfemu bench fpisa` share, from their options.
 fn trio_ml_bench_config(a: &TrioMlArgs, ppe_threads: usize) -> TrioMlBenchConfig {
     TrioMlBenchConfig {
-        workers: a.workers,
-        grads: a.grads,
-        window: a.window,
-        generations: a.generations,
         ppe_threads,
-        capacity: a.capacity,
-        timers: !a.no_timers,
-        scan_timers: a.timers,
-        scan_period_ns: ms_to_ns(a.scan_period_ms),
-        seed: 1,
-        lanes: pfemu::microcode::trio_ml::Lanes::Int32,
+        ..a.cfg.clone()
     }
 }
 
@@ -922,7 +726,13 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
         println!(
             "\nfpisa ({}): {} workers, {} gradients/packet, window {}, {} generations, {} PPE \
              threads, median of {}:",
-            r.variant, t.workers, t.grads, t.window, t.generations, f.ppe_threads, t.runs
+            r.variant,
+            t.cfg.workers,
+            t.cfg.grads,
+            t.cfg.window,
+            t.cfg.generations,
+            f.ppe_threads,
+            t.runs
         );
         println!(
             "  FPISA    {:.3} G gradients/s ({:.2} Gbit/s), {:.3}x of its plain loop ({:.3} G/s)",
@@ -946,9 +756,14 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
         );
         println!();
         f.summary.print();
-        if verified {
-            println!("  check: every Result arrived; the last generation's sums match bit for bit");
-        }
+        println!(
+            "  check: {}",
+            if verified {
+                "every Result arrived; the last generation's sums match bit for bit"
+            } else {
+                "FAILED: Results were missing or their sums did not match"
+            }
+        );
     }
     if verified {
         Ok(())
@@ -1014,7 +829,12 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
         println!(
             "\ntrio-ml: {} workers, {} gradients/packet, window {}, {} generations, {} packets \
              in flight, median of {}:",
-            a.workers, a.grads, a.window, a.generations, medians[0].capacity, a.runs
+            a.cfg.workers,
+            a.cfg.grads,
+            a.cfg.window,
+            a.cfg.generations,
+            medians[0].capacity,
+            a.runs
         );
         println!(
             "{:>12} {:>14} {:>10} {:>16} {:>9} {:>11} {:>9}",
@@ -1029,18 +849,23 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
                 r.baseline_gradients_per_s / 1e9,
                 r.ratio_to_baseline,
                 r.instructions_per_gradient,
-                r.timer_runs
+                r.stats.timer_runs
             );
         }
         let r = &medians[0];
         println!(
             "\n  {} Results of {} gradients, instructions per gradient {:.4}\n",
-            r.results, r.grads, r.instructions_per_gradient
+            r.stats.created, r.grads, r.instructions_per_gradient
         );
         r.summary.print();
-        if verified {
-            println!("  check: every Result arrived; the last generation's sums match");
-        }
+        println!(
+            "  check: {}",
+            if verified {
+                "every Result arrived; the last generation's sums match"
+            } else {
+                "FAILED: Results were missing or their sums did not match"
+            }
+        );
     }
     if !verified {
         return Err("Trio-ML Results were missing or their sums did not match".into());
@@ -1049,17 +874,7 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
 }
 
 fn bench_timers(a: &TimerArgs) -> CliResult {
-    // Checked by clap (`parse_millis`, `parse_secs`): positive and at most 10^9 s, so the
-    // nanoseconds and milliseconds fit.
-    let period = pfemu::duration::millis(a.period_ms)?;
-    let duration = pfemu::duration::secs(a.seconds)?;
-    let cfg = TimerBenchConfig {
-        timers: a.timers,
-        period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
-        duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-        ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
-        load: a.load,
-    };
+    let cfg = a.cfg.clone();
     let r = timers::run(&cfg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
@@ -1068,8 +883,8 @@ fn bench_timers(a: &TimerArgs) -> CliResult {
     println!(
         "timers: {} staggered, period {} ms (a launch every {:.1} us), {} PPE threads, {}",
         cfg.timers,
-        a.period_ms,
-        a.period_ms * 1e3 / f64::from(cfg.timers.max(1)),
+        cfg.period_ns as f64 / 1e6,
+        cfg.period_ns as f64 / 1e3 / f64::from(cfg.timers.max(1)),
         cfg.ppe_threads,
         if cfg.load {
             "with filter traffic"
@@ -1088,6 +903,14 @@ fn bench_timers(a: &TimerArgs) -> CliResult {
         println!(
             "  packets forwarded  {:>12} ({:.2} Mpps)",
             r.packets_out, r.mpps
+        );
+    }
+    if r.overruns == 0 && r.missed == 0 {
+        println!("\ncheck: every timer launched once per period; none overran or missed one");
+    } else {
+        println!(
+            "\ncheck: the timers fell behind: {} overruns, {} missed periods",
+            r.overruns, r.missed
         );
     }
     Ok(())
@@ -1197,33 +1020,22 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
     Ok(())
 }
 
-fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
-    let cfg = FilterBenchConfig {
-        engine: EngineSettings {
-            ppe_threads: ppe_threads.unwrap_or_else(default_ppe_threads),
-            latency: !traffic.no_latency,
-            ..EngineSettings::default()
-        },
-        packets: traffic.packets,
-        size: traffic.size,
-        flows: traffic.flows,
-        seed: traffic.seed,
-        duration_s: traffic.duration,
-    };
-    let mix = traffic.mix.unwrap_or_default();
+fn run_filter(cfg: &FilterBenchConfig, traffic: &TrafficArgs) -> CliResult {
+    let mix = traffic.mix;
     println!(
         "pfemu: the packet filter (Trio paper §3.2) on generated traffic: {} ({}% IPv4, {}% \
-         IPv4 with options, {}% IPv6, {}% non-IP), {} PPE threads, reordering on\n",
-        traffic.describe(),
+         IPv4 with options, {}% IPv6, {}% non-IP), {} PPE threads, reordering {}\n",
+        traffic.describe(cfg),
         mix.ipv4,
         mix.ipv4_options,
         mix.ipv6,
         mix.non_ip,
-        cfg.engine.ppe_threads
+        cfg.engine.ppe_threads,
+        if cfg.engine.reorder { "on" } else { "off" }
     );
-    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec())?;
+    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec(cfg))?;
     let bar = pfemu::lab::bench::report::Progress::new("run", false);
-    let r = filter::run_with_progress(&cfg, &generated, |f, n| bar.set(f, format!("{n} frames")))?;
+    let r = filter::run_with_progress(cfg, &generated, |f, n| bar.set(f, format!("{n} frames")))?;
     bar.finish();
     print_summary(&r);
     println!();
@@ -1236,10 +1048,11 @@ fn run_filter(traffic: &TrafficArgs, ppe_threads: Option<usize>) -> CliResult {
 }
 
 fn print_summary(r: &FilterBenchReport) {
-    println!("  packets in         {:>12}", r.packets_in);
-    println!("  forwarded          {:>12}", r.packets_out);
-    println!("  dropped            {:>12}", r.dropped_total);
-    for (reason, n) in &r.dropped {
+    let s = &r.stats;
+    println!("  packets in         {:>12}", s.packets_in);
+    println!("  forwarded          {:>12}", s.packets_out);
+    println!("  dropped            {:>12}", s.dropped);
+    for (reason, n) in &s.dropped_by_reason {
         println!("    {reason:<16} {n:>12}");
     }
     println!(
@@ -1254,9 +1067,10 @@ fn print_summary(r: &FilterBenchReport) {
     println!("  XTXNs/pkt          {:>12.3}", r.xtxns_per_packet);
     println!(
         "  per-PPE packets    {:>12} min {:>10} max",
-        r.per_ppe_min_max.0, r.per_ppe_min_max.1
+        s.per_ppe_packets.iter().min().unwrap_or(&0),
+        s.per_ppe_packets.iter().max().unwrap_or(&0)
     );
-    println!("  held for reorder   {:>12}", r.reorder_held);
+    println!("  held for reorder   {:>12}", s.reorder_held);
     println!("  elapsed            {:>12.3} s", r.elapsed_s);
     println!(
         "  throughput         {:>12.2} Mpps {:>8.2} Gbit/s",
@@ -1264,51 +1078,21 @@ fn print_summary(r: &FilterBenchReport) {
     );
 }
 
-#[allow(clippy::too_many_arguments)]
-fn bench_filter(
-    traffic: &TrafficArgs,
-    ppe_threads: Vec<usize>,
-    reorder: ReorderArg,
-    (batch, capacity, reorder_contexts): (usize, usize, usize),
-    pin: bool,
-    runs: usize,
-    json: bool,
-) -> CliResult {
+fn bench_filter(a: &FilterArgs) -> CliResult {
+    let (runs, json, traffic) = (a.runs, a.json, &a.traffic);
     if runs == 0 {
         return Err("invalid option `--runs`: must be at least 1".into());
     }
-    let threads = if ppe_threads.is_empty() {
-        vec![default_ppe_threads()]
-    } else {
-        ppe_threads
-    };
-    let reorders: &[bool] = match reorder {
-        ReorderArg::On => &[true],
-        ReorderArg::Off => &[false],
-        ReorderArg::Both => &[true, false],
-    };
-    let mut configs = Vec::new();
-    for &t in &threads {
-        for &r in reorders {
-            configs.push(FilterBenchConfig {
-                engine: EngineSettings {
-                    ppe_threads: t,
-                    reorder: r,
-                    batch_size: batch,
-                    capacity,
-                    reorder_contexts,
-                    pin,
-                    latency: !traffic.no_latency,
-                },
-                packets: traffic.packets,
-                size: traffic.size,
-                flows: traffic.flows,
-                seed: traffic.seed,
-                duration_s: traffic.duration,
-            });
-        }
-    }
-    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec())?;
+    let configs: Vec<FilterBenchConfig> = a
+        .sweep
+        .points(&a.cfg.engine)
+        .into_iter()
+        .map(|engine| FilterBenchConfig {
+            engine,
+            ..a.cfg.clone()
+        })
+        .collect();
+    let generated = pfemu::lab::bench::traffic::Traffic::generate(&traffic.spec(&a.cfg))?;
     // Interleave configurations run by run, so drifts of a shared machine hit all alike.
     let mut results: Vec<Vec<FilterBenchReport>> = vec![Vec::new(); configs.len()];
     for run in 0..runs {
@@ -1368,7 +1152,7 @@ fn bench_filter(
             );
         }
     } else {
-        println!("\nfilter, {}, median of {runs}:", traffic.describe());
+        println!("\nfilter, {}, median of {runs}:", traffic.describe(&a.cfg));
         println!(
             "{:>12} {:>8} {:>10} {:>10} {:>9} {:>9}",
             "ppe_threads", "reorder", "Mpps", "Gbit/s", "instr/pkt", "vs first"
@@ -1389,6 +1173,15 @@ fn bench_filter(
             println!();
             medians[0].0.summary.print();
         }
+        println!(
+            "\ncheck: {}",
+            if verified {
+                "in every run the counters match the generated traffic; every packet is \
+                 accounted for"
+            } else {
+                "FAILED: the counters did not match the generated traffic"
+            }
+        );
     }
     if !verified {
         return Err("the filter's counters did not match the generated traffic".into());

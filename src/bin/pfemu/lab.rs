@@ -12,49 +12,18 @@ use pfemu::lab::bench::linerate::{
 };
 use pfemu::lab::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
 use pfemu::lab::bench::report::Progress;
-use pfemu::lab::bench::EngineSettings;
+use pfemu::lab::bench::settings::list_text;
+use pfemu::lab::bench::EngineChoice;
 use pfemu::pfe::default_ppe_threads;
 
 use super::CliResult;
 
 #[derive(clap::Args, Debug)]
 pub struct L3fwdArgs {
-    /// Frames to offer (replayed from a pool of at most a million).
-    #[arg(long, default_value_t = 10_000_000)]
-    packets: u64,
-    /// Offer frames for this many seconds instead of --packets frames.
-    #[arg(long, value_name = "SECONDS", value_parser = super::parse_secs)]
-    duration: Option<f64>,
-    /// Frame size in bytes (64..=9216).
-    #[arg(long, default_value_t = 64)]
-    size: usize,
-    /// Routes generated (a realistic mix: mostly /24, then /16-/23, a few longer).
-    #[arg(long, default_value_t = 100_000)]
-    routes: usize,
-    /// Load the routes from a file instead: one `A.B.C.D/LEN PORT` per line, `#` comments.
-    #[arg(long, value_name = "FILE")]
-    route_file: Option<PathBuf>,
-    /// Egress ports the generated routes use.
-    #[arg(long, default_value_t = 16)]
-    ports: u16,
-    /// Distinct flows (source addresses and ports).
-    #[arg(long, default_value_t = 1024)]
-    flows: u32,
-    /// Percent of invalid frames (each invalid class in turn: bad checksum, TTL 1, ...).
-    #[arg(long, default_value_t = 0)]
-    invalid_percent: u32,
-    /// PPE threads (default: available cores).
-    #[arg(long)]
-    ppe_threads: Option<usize>,
-    /// Turn per-flow reordering off.
-    #[arg(long)]
-    no_reorder: bool,
-    /// Do not measure latency.
-    #[arg(long)]
-    no_latency: bool,
-    /// Seed of the routes and the traffic.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    cfg: L3fwdBenchConfig,
+    #[command(flatten)]
+    engine: EngineChoice,
     /// Runs; the report gives the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -68,24 +37,11 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
         return Err("invalid option `--runs`: must be at least 1".into());
     }
     let cfg = L3fwdBenchConfig {
-        packets: a.packets,
-        size: a.size,
-        routes: a.routes,
-        route_file: a.route_file.clone(),
-        ports: a.ports,
-        flows: a.flows,
-        invalid_percent: a.invalid_percent,
-        engine: EngineSettings {
-            ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
-            reorder: !a.no_reorder,
-            latency: !a.no_latency,
-            ..EngineSettings::default()
-        },
-        seed: a.seed,
-        duration_s: a.duration,
+        engine: a.engine.apply(&a.cfg.engine),
+        ..a.cfg.clone()
     };
-    if a.route_file.is_none() {
-        pfemu::microcode::l3fwd::RouteTable::check_generated_count(a.routes)
+    if cfg.route_file.is_none() {
+        pfemu::microcode::l3fwd::RouteTable::check_generated_count(cfg.routes)
             .map_err(|e| format!("invalid option `--routes`: {e}"))?;
     }
     let spinner = Progress::spinner(
@@ -161,19 +117,19 @@ pub struct DeviceArgs {
     #[arg(long, value_enum, default_value_t = DeviceArg::Filter)]
     program: DeviceArg,
     /// Routes for l3fwd.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().routes)]
     routes: usize,
-    /// PPE threads (default: available cores).
+    /// PPE threads [default: available cores].
     #[arg(long)]
     ppe_threads: Option<usize>,
     /// Frames per burst of the paced generator.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = PfeDeviceConfig::default().burst)]
     burst: usize,
-    /// Milliseconds each trial offers frames.
-    #[arg(long, default_value_t = 500)]
+    /// Milliseconds each trial offers frames (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), default_value_t = LinerateConfig::default().trial_duration.as_millis() as u64)]
     trial_ms: u64,
     /// The line rate, Gbit/s (10, 25, 100, ...).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = LinerateConfig::default().line_rate_gbps)]
     line_rate: f64,
     /// Directory for the CSV and SVG files.
     #[arg(long, default_value = "pfemu-results")]
@@ -214,17 +170,18 @@ impl DeviceArgs {
 pub struct LinerateArgs {
     #[command(flatten)]
     device: DeviceArgs,
-    /// Frame sizes, bytes.
-    #[arg(long, value_delimiter = ',', default_values_t = linerate::RFC2544_SIZES)]
+    /// Frame sizes, bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "N,...",
+          default_value = list_text(&LinerateConfig::default().sizes))]
     sizes: Vec<usize>,
     /// Largest loss a passing trial may have, percent of the frames offered.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = LinerateConfig::default().loss_tolerance * 100.0)]
     loss: f64,
     /// The search stops when its bracket is this narrow, percent of the line rate.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = LinerateConfig::default().resolution * 100.0)]
     resolution: f64,
     /// Most trials per frame size.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = LinerateConfig::default().max_trials_per_size)]
     max_trials: u32,
     /// After a failed line-rate trial: `measured` (start from what the device carried) or
     /// `bisect` (RFC 2544's plain binary search).
@@ -234,6 +191,21 @@ pub struct LinerateArgs {
 
 pub fn linerate(a: &LinerateArgs) -> CliResult {
     let d = &a.device;
+    // The library takes fractions; say what is wrong in the percent the user typed.
+    if !(0.0..100.0).contains(&a.loss) {
+        return Err(format!(
+            "invalid option `--loss`: {} is not a percentage in [0, 100)",
+            a.loss
+        )
+        .into());
+    }
+    if !(a.resolution > 0.0 && a.resolution <= 100.0) {
+        return Err(format!(
+            "invalid option `--resolution`: {} is not a percentage of the line rate in (0, 100]",
+            a.resolution
+        )
+        .into());
+    }
     let cfg = LinerateConfig {
         sizes: a.sizes.clone(),
         loss_tolerance: a.loss / 100.0,
@@ -259,7 +231,7 @@ pub fn linerate(a: &LinerateArgs) -> CliResult {
     let bar = Progress::new("linerate", d.json);
     let sizes = cfg.sizes.len();
     let mut done = 0usize;
-    let report = linerate::search(&mut dev, &cfg, |p| match p {
+    let mut report = linerate::search(&mut dev, &cfg, |p| match p {
         SearchProgress::Trial {
             frame_size,
             index,
@@ -275,8 +247,18 @@ pub fn linerate(a: &LinerateArgs) -> CliResult {
         SearchProgress::SizeDone(_) => done += 1,
     })?;
     bar.finish();
+    report.program = Some(d.name().to_string());
     let written = report.write_files(&d.out)?;
-    emit(d, &report, report.table(), &written)
+    let short = report.rows.iter().filter(|r| !r.resolved).count();
+    let check = if short == 0 {
+        "every frame size's search reached the resolution".to_string()
+    } else {
+        format!(
+            "{short} of {} frame sizes ran out of trials before the resolution (marked *)",
+            report.rows.len()
+        )
+    };
+    emit(d, &report, report.table(), &written, &check)
 }
 
 #[derive(clap::Args, Debug)]
@@ -284,10 +266,11 @@ pub struct LatencyArgs {
     #[command(flatten)]
     device: DeviceArgs,
     /// Frame size, bytes.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().size)]
     size: usize,
-    /// Offered loads, as fractions of the reference rate.
-    #[arg(long, value_delimiter = ',', default_values_t = linerate::default_loads())]
+    /// Offered loads, as fractions of the reference rate, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "F,...",
+          default_value = list_text(&linerate::default_loads()))]
     loads: Vec<f64>,
     /// The reference rate, Mpps [default: the throughput an RFC 2544 search finds first].
     #[arg(long)]
@@ -327,10 +310,25 @@ pub fn latency(a: &LatencyArgs) -> CliResult {
             pps
         }
     };
-    let report: LatencyReport =
+    let mut report: LatencyReport =
         linerate::latency_sweep(&mut dev, a.size, &a.loads, reference, trial)?;
+    report.program = Some(d.name().to_string());
     let written = report.write_files(&d.out)?;
-    emit(d, &report, report.table(), &written)
+    let lossy: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| r.load <= 1.0 && r.loss > 0.0)
+        .map(|r| format!("{:.0}%", r.load * 100.0))
+        .collect();
+    let check = if lossy.is_empty() {
+        "no frame lost at or below 100% of the reference rate".to_string()
+    } else {
+        format!(
+            "frames lost at {} of the reference rate (see loss %)",
+            lossy.join(", ")
+        )
+    };
+    emit(d, &report, report.table(), &written, &check)
 }
 
 /// Prints a linerate or latency report: one JSON object (the report, the files written, the
@@ -340,11 +338,11 @@ fn emit(
     report: &impl serde::Serialize,
     table: String,
     written: &linerate::Written,
+    check: &str,
 ) -> CliResult {
     if d.json {
         let mut v = serde_json::to_value(report)?;
         v["files"] = serde_json::to_value(written)?;
-        v["program"] = serde_json::json!(d.name());
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("{table}");
@@ -358,6 +356,8 @@ fn emit(
         .map(|p| p.display().to_string())
         .collect();
         println!("wrote {}", files.join(", "));
+        super::print_kept(&written.kept);
+        println!("check: {check}");
     }
     Ok(())
 }

@@ -20,22 +20,30 @@ use crate::pfe::{Pfe, Stats};
 use crate::rng::SplitMix64;
 use crate::timer::ManualClock;
 
-/// The demo's settings.
-#[derive(Clone, Debug, Serialize)]
+/// The demo's settings; as command-line options, those of `pfemu demo` (defaults from
+/// [`DemoConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct DemoConfig {
     /// Workers (sources) of the job.
+    #[arg(long, default_value_t = DemoConfig::default().workers)]
     pub workers: u8,
-    /// Gradients per worker vector.
+    /// Gradients in each worker's vector.
+    #[arg(long, default_value_t = DemoConfig::default().gradients)]
     pub gradients: usize,
     /// Gradients per packet.
+    #[arg(skip = DemoConfig::default().grads_per_packet)]
     pub grads_per_packet: usize,
     /// Packets each worker keeps outstanding.
+    #[arg(skip = DemoConfig::default().window)]
     pub window: usize,
     /// Block timeout (the job's `block_exp`), in milliseconds.
+    #[arg(long, default_value_t = DemoConfig::default().block_exp_ms)]
     pub block_exp_ms: u8,
-    /// How long the straggler sleeps before sending in round 2, in milliseconds.
+    /// How late the straggler is in round 2, in milliseconds.
+    #[arg(long, default_value_t = DemoConfig::default().straggle_ms)]
     pub straggle_ms: u64,
     /// PPE threads.
+    #[arg(long, default_value_t = DemoConfig::default().ppe_threads)]
     pub ppe_threads: usize,
     /// Move the engine's clock with the demo's progress instead of running on the real
     /// clock, so that nothing depends on how fast the machine is (for tests): in round 1
@@ -43,6 +51,7 @@ pub struct DemoConfig {
     /// passes once every on-time worker has sent all its packets, and the straggler sends
     /// once the others have their partial results (`straggle_ms` is not used). Needs a
     /// `window` of at least the packets per worker.
+    #[arg(skip)]
     pub manual_clock: bool,
 }
 
@@ -149,7 +158,7 @@ fn time_out_blocks(
 }
 
 /// Runs the demo.
-pub fn run(cfg: &DemoConfig) -> Result<DemoReport, Box<dyn std::error::Error>> {
+pub fn run(cfg: &DemoConfig) -> Result<DemoReport, super::BenchError> {
     let n = cfg.workers;
     crate::limits::check_fits(
         "gradients",
@@ -216,98 +225,96 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, Box<dyn std::error::Error>> {
         .collect();
     let mut gens = vec![0u16; usize::from(n)];
 
-    let mut round =
-        |straggler: Option<u8>| -> Result<(RoundReport, bool), Box<dyn std::error::Error>> {
-            let attached: Vec<Attached> = (0..n)
-                .map(|w| {
-                    let cfg = WorkerConfig {
-                        grads_per_packet: cfg.grads_per_packet,
-                        window: cfg.window,
-                        first_gen: gens[usize::from(w)],
-                        ..WorkerConfig::new(1, w, TrioMlConfig::default().local_addr)
-                    };
-                    Ok(Attached {
-                        worker: Worker::new(cfg, ints[usize::from(w)].clone())?,
-                        port: u16::from(w),
-                        rx: rxs[usize::from(w)].clone(),
-                        opts: DriveOptions::default(),
-                    })
+    let mut round = |straggler: Option<u8>| -> Result<(RoundReport, bool), super::BenchError> {
+        let attached: Vec<Attached> = (0..n)
+            .map(|w| {
+                let cfg = WorkerConfig {
+                    grads_per_packet: cfg.grads_per_packet,
+                    window: cfg.window,
+                    first_gen: gens[usize::from(w)],
+                    ..WorkerConfig::new(1, w, TrioMlConfig::default().local_addr)
+                };
+                Ok(Attached {
+                    worker: Worker::new(cfg, ints[usize::from(w)].clone())?,
+                    port: u16::from(w),
+                    rx: rxs[usize::from(w)].clone(),
+                    opts: DriveOptions::default(),
                 })
-                .collect::<Result<_, crate::microcode::trio_ml::host::HostError>>()?;
-            let start = Instant::now();
-            let pfe = &pfe;
-            let on_time_sent = AtomicU64::new(0);
-            let timed_out = Once::new();
-            let inject = |p: u16, f: &[u8]| {
-                if Some(p as u8) != straggler {
-                    on_time_sent.fetch_add(1, Ordering::Relaxed);
-                } else if let Some(clock) = &clock {
-                    // The straggler's first packet waits until the others' blocks timed out.
-                    timed_out.call_once(|| {
-                        let on_time = u64::from(n - 1) * chunks;
-                        time_out_blocks(pfe, clock, scan_period_ns, cfg.block_exp_ms, || {
-                            on_time_sent.load(Ordering::Relaxed) >= on_time
-                        })
-                    });
-                } else if start.elapsed() < Duration::from_millis(cfg.straggle_ms) {
-                    // The straggler is still computing: its packets wait until it is done.
-                    std::thread::sleep(Duration::from_millis(cfg.straggle_ms) - start.elapsed());
-                }
-                let _ = pfe.inject_frame(p, f);
-            };
-            let done = run_workers(attached, &inject)?;
-            let contributors: Vec<usize> = (0..usize::from(n))
-                .filter(|&w| Some(w as u8) != straggler)
-                .collect();
-            let want: Vec<i32> = (0..cfg.gradients)
-                .map(|i| contributors.iter().map(|&w| ints[w][i]).sum())
-                .collect();
-            let mut max_err = 0f64;
-            let mut exact = true;
-            let mut results = 0;
-            let mut degraded = 0;
-            let mut src_cnt: Vec<u8> = Vec::new();
-            let mut straggler_answered = true;
-            let mut elapsed_ns = 0u64;
-            for (w, worker) in done.iter().enumerate() {
-                gens[w] = worker.next_gen();
-                if Some(w as u8) == straggler {
-                    // It woke after the timeout: its result is the others' partial sum.
-                    straggler_answered =
-                        worker.sums() == want && worker.degraded().iter().all(|&d| d);
-                    continue;
-                }
-                exact &= worker.sums() == want;
-                elapsed_ns = elapsed_ns.max(worker.finished_ns().unwrap_or(0));
-                results += worker.stats().results;
-                degraded += worker.stats().degraded;
-                for c in worker.src_counts() {
-                    if !src_cnt.contains(c) {
-                        src_cnt.push(*c);
-                    }
-                }
-                let mean = worker.mean(scaling);
-                for (i, m) in mean.iter().enumerate() {
-                    let exact_mean: f64 = contributors
-                        .iter()
-                        .map(|&c| f64::from(vectors[c][i]))
-                        .sum::<f64>()
-                        / contributors.len() as f64;
-                    max_err = max_err.max((f64::from(*m) - exact_mean).abs());
+            })
+            .collect::<Result<_, crate::microcode::trio_ml::host::HostError>>()?;
+        let start = Instant::now();
+        let pfe = &pfe;
+        let on_time_sent = AtomicU64::new(0);
+        let timed_out = Once::new();
+        let inject = |p: u16, f: &[u8]| {
+            if Some(p as u8) != straggler {
+                on_time_sent.fetch_add(1, Ordering::Relaxed);
+            } else if let Some(clock) = &clock {
+                // The straggler's first packet waits until the others' blocks timed out.
+                timed_out.call_once(|| {
+                    let on_time = u64::from(n - 1) * chunks;
+                    time_out_blocks(pfe, clock, scan_period_ns, cfg.block_exp_ms, || {
+                        on_time_sent.load(Ordering::Relaxed) >= on_time
+                    })
+                });
+            } else if start.elapsed() < Duration::from_millis(cfg.straggle_ms) {
+                // The straggler is still computing: its packets wait until it is done.
+                std::thread::sleep(Duration::from_millis(cfg.straggle_ms) - start.elapsed());
+            }
+            let _ = pfe.inject_frame(p, f);
+        };
+        let done = run_workers(attached, &inject)?;
+        let contributors: Vec<usize> = (0..usize::from(n))
+            .filter(|&w| Some(w as u8) != straggler)
+            .collect();
+        let want: Vec<i32> = (0..cfg.gradients)
+            .map(|i| contributors.iter().map(|&w| ints[w][i]).sum())
+            .collect();
+        let mut max_err = 0f64;
+        let mut exact = true;
+        let mut results = 0;
+        let mut degraded = 0;
+        let mut src_cnt: Vec<u8> = Vec::new();
+        let mut straggler_answered = true;
+        let mut elapsed_ns = 0u64;
+        for (w, worker) in done.iter().enumerate() {
+            gens[w] = worker.next_gen();
+            if Some(w as u8) == straggler {
+                // It woke after the timeout: its result is the others' partial sum.
+                straggler_answered = worker.sums() == want && worker.degraded().iter().all(|&d| d);
+                continue;
+            }
+            exact &= worker.sums() == want;
+            elapsed_ns = elapsed_ns.max(worker.finished_ns().unwrap_or(0));
+            results += worker.stats().results;
+            degraded += worker.stats().degraded;
+            for c in worker.src_counts() {
+                if !src_cnt.contains(c) {
+                    src_cnt.push(*c);
                 }
             }
-            Ok((
-                RoundReport {
-                    elapsed_ms: elapsed_ns as f64 / 1e6,
-                    results,
-                    degraded,
-                    src_cnt,
-                    max_abs_error: max_err,
-                    sums_exact: exact,
-                },
-                straggler_answered,
-            ))
-        };
+            let mean = worker.mean(scaling);
+            for (i, m) in mean.iter().enumerate() {
+                let exact_mean: f64 = contributors
+                    .iter()
+                    .map(|&c| f64::from(vectors[c][i]))
+                    .sum::<f64>()
+                    / contributors.len() as f64;
+                max_err = max_err.max((f64::from(*m) - exact_mean).abs());
+            }
+        }
+        Ok((
+            RoundReport {
+                elapsed_ms: elapsed_ns as f64 / 1e6,
+                results,
+                degraded,
+                src_cnt,
+                max_abs_error: max_err,
+                sums_exact: exact,
+            },
+            straggler_answered,
+        ))
+    };
     let (all_in, _) = round(None)?;
     let (with_straggler, straggler_answered) = round(Some(n - 1))?;
     let stats = pfe.shutdown();

@@ -6,7 +6,7 @@
 //! left. The report carries the common [`Summary`] (rates, drops, latency, PPE load, the
 //! plain loop's rate and the emulator's overhead against it).
 
-use std::collections::BTreeMap;
+use crate::pfe::Stats;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,21 +27,29 @@ pub const POOL_MAX: usize = 1 << 20;
 /// Most frames the plain loop runs over ([`plain_loop_mpps`]).
 pub const PLAIN_LOOP_MAX: u64 = 1 << 24;
 
-/// One benchmark configuration.
-#[derive(Clone, Debug, Serialize)]
+/// One benchmark configuration; as command-line options, those of `pfemu run` and
+/// `pfemu bench filter` (defaults from [`FilterBenchConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct FilterBenchConfig {
     /// The engine.
     #[serde(flatten)]
+    #[command(flatten)]
     pub engine: EngineSettings,
-    /// Frames offered.
+    /// Frames to offer.
+    #[arg(long, default_value_t = FilterBenchConfig::default().packets)]
     pub packets: u64,
-    /// Frame size in bytes.
+    /// Frame size in bytes (64..=9216).
+    #[arg(long, default_value_t = FilterBenchConfig::default().size)]
     pub size: usize,
-    /// Distinct flows.
+    /// Distinct flows (IPv4 5-tuples).
+    #[arg(long, default_value_t = FilterBenchConfig::default().flows)]
     pub flows: u32,
-    /// Traffic seed.
+    /// Seed of the traffic generator.
+    #[arg(long, default_value_t = FilterBenchConfig::default().seed)]
     pub seed: u64,
-    /// Offer frames for this many seconds instead of `packets` frames.
+    /// Offer frames for this many seconds instead of `packets` frames (`--duration`).
+    #[arg(long = "duration", value_name = "SECONDS", value_parser = super::settings::parse_secs,
+          help = "Offer frames for this many seconds instead of --packets frames")]
     pub duration_s: Option<f64>,
 }
 
@@ -78,14 +86,11 @@ pub struct FilterBenchReport {
     pub config: FilterBenchConfig,
     /// PPE threads (repeated at top level for scripts).
     pub ppe_threads: usize,
-    /// Frames offered.
-    pub packets_in: u64,
-    /// Frames forwarded.
-    pub packets_out: u64,
-    /// Drops over all reasons.
-    pub dropped_total: u64,
-    /// Drops by reason.
-    pub dropped: BTreeMap<String, u64>,
+    /// The engine's counters of the run (frames offered `packets_in`, forwarded
+    /// `packets_out`, `dropped` and `dropped_by_reason`, `per_ppe_packets`, `reorder_held`,
+    /// ...), at the report's top level in JSON.
+    #[serde(flatten)]
+    pub stats: Stats,
     /// Seconds from the first frame in to the last frame out.
     pub elapsed_s: f64,
     /// Million packets per second offered and fully processed.
@@ -100,10 +105,6 @@ pub struct FilterBenchReport {
     pub counters: FilterCounts,
     /// Counters match the generated traffic exactly and every packet is accounted for.
     pub verified: bool,
-    /// Fewest and most packets one PPE thread processed.
-    pub per_ppe_min_max: (u64, u64),
-    /// Packets the reorder engine held for an earlier packet of their flow.
-    pub reorder_held: u64,
     /// The common report: rates in and out, drops, latency, PPE load, the plain loop.
     pub summary: Summary,
 }
@@ -218,16 +219,10 @@ pub fn run_with_progress(
             .sum::<u64>();
     let summary = Summary::from_stats("filter", &stats, elapsed_d, bytes)
         .with_plain_loop(plain_loop_mpps(traffic, offered));
-    let min = stats.per_ppe_packets.iter().copied().min().unwrap_or(0);
-    let max = stats.per_ppe_packets.iter().copied().max().unwrap_or(0);
     let processed = stats.processed().max(1) as f64;
     Ok(FilterBenchReport {
         config: cfg.clone(),
         ppe_threads: cfg.engine.ppe_threads,
-        packets_in: stats.packets_in,
-        packets_out: stats.packets_out,
-        dropped_total: stats.dropped,
-        dropped: stats.dropped_by_reason.clone(),
         elapsed_s: elapsed,
         mpps: stats.packets_in as f64 / elapsed / 1e6,
         gbps: bytes as f64 * 8.0 / elapsed / 1e9,
@@ -235,9 +230,8 @@ pub fn run_with_progress(
         xtxns_per_packet: stats.xtxns.values().sum::<u64>() as f64 / processed,
         counters,
         verified,
-        per_ppe_min_max: (min, max),
-        reorder_held: stats.reorder_held,
         summary,
+        stats,
     })
 }
 

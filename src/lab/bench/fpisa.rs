@@ -69,7 +69,7 @@ fn median(mut rs: Vec<TrioMlBenchReport>) -> TrioMlBenchReport {
 pub fn run(
     cfg: &FpisaBenchConfig,
     mut progress: impl FnMut(usize, &str, &TrioMlBenchReport),
-) -> Result<FpisaBenchReport, Box<dyn std::error::Error>> {
+) -> Result<FpisaBenchReport, super::BenchError> {
     if cfg.runs == 0 {
         return Err(crate::ConfigError::new("runs", "must be at least 1").into());
     }

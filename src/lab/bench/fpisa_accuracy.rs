@@ -57,7 +57,6 @@
 //! left-shifted by up to 7 bits into the same headroom the sum grows in. Such a lane
 //! saturates and is flagged ([`Acc::OVERFLOW`]); its value is far off, which the maxima show.
 
-use std::error::Error;
 use std::fmt;
 use std::path::Path;
 
@@ -80,19 +79,28 @@ pub const BIN_EDGES: [f64; 4] = [1e-12, 1e-10, 1e-8, 1e-6];
 
 // ----- configuration and data ----------------------------------------------------------------
 
-/// What to measure.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// What to measure; as command-line options, those of `pfemu experiment fpisa-accuracy`
+/// (defaults from [`AccuracyConfig::default`]).
+#[derive(Clone, Debug, PartialEq, Serialize, clap::Args)]
 pub struct AccuracyConfig {
     /// Worker counts, one measurement each (`--workers-list`; 1 to [`MAX_WORKERS`]).
+    #[arg(long = "workers-list", value_name = "N,...", value_delimiter = ',',
+          default_value = crate::lab::bench::settings::list_text(&AccuracyConfig::default().workers),
+          help = "Worker counts (1..=128)")]
     pub workers: Vec<usize>,
     /// Values per worker, i.e. sums per worker count (`--lanes`; 1 to [`MAX_LANES`]).
+    #[arg(long, default_value_t = AccuracyConfig::default().lanes, help = "Values per worker, i.e. sums per worker count (1..=1048576)")]
     pub lanes: usize,
     /// Geometric middle of the worker scales (standard deviations); positive.
+    #[arg(skip = AccuracyConfig::default().sigma_mid)]
     pub sigma_mid: f64,
     /// Decades the worker scales span (`--sigma-decades`; 0 gives every worker the same
     /// scale; at most 10).
+    #[arg(long, default_value_t = AccuracyConfig::default().sigma_decades,
+          help = "Decades the workers' scales span, around 1e-3 (0..=10; 0 gives every worker the same scale)")]
     pub sigma_decades: f64,
     /// Seed of the values and of the order the scales are dealt in (`--seed`).
+    #[arg(long, default_value_t = AccuracyConfig::default().seed, help = "Seed of the values and of the order the scales are dealt in")]
     pub seed: u64,
 }
 
@@ -693,7 +701,7 @@ impl Figure for AccuracyReport {
             .collect()
     }
 
-    fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |method: Method, what: &str, f: &dyn Fn(&AccuracyRow) -> f64| Series {
             name: format!("{method}, {what}"),
             points: self

@@ -45,6 +45,7 @@ use crate::microcode::l3fwd::{
     check_ipv4, rewrite_head, write_udp_frame, Dir248, L3fwd, RouteTable, DROP_REASONS, ENTRY_TBL8,
 };
 use crate::packet::{Port, DEFAULT_HEAD_BYTES};
+use crate::pfe::Stats;
 use crate::pfe::{CountingSink, Pfe};
 use crate::rng::SplitMix64;
 use crate::wire::{Ipv4, ETHERTYPE_ARP};
@@ -62,31 +63,45 @@ pub const MAX_FLOWS: u32 = 1 << 24;
 
 const ETH_LEN: usize = 14;
 
-/// One benchmark configuration.
-#[derive(Clone, Debug, Serialize)]
+/// One benchmark configuration; as command-line options, those of `pfemu bench l3fwd`
+/// (defaults from [`L3fwdBenchConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct L3fwdBenchConfig {
-    /// Frames offered.
+    /// Frames to offer (replayed from a pool of at most a million).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().packets)]
     pub packets: u64,
-    /// Frame size in bytes, Ethernet header included, FCS excluded.
+    /// Frame size in bytes, Ethernet header included, FCS excluded (64..=9216).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().size)]
     pub size: usize,
-    /// Routes generated (ignored with `route_file`).
+    /// Routes generated (a realistic mix: mostly /24, then /16-/23, a few longer; ignored
+    /// with `--route-file`).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().routes)]
     pub routes: usize,
-    /// Read the routes from this file instead of generating them (see
-    /// [`RouteTable::parse`] for the format).
+    /// Read the routes from this file instead of generating them: one `A.B.C.D/LEN PORT`
+    /// per line, `#` comments (see [`RouteTable::parse`]).
+    #[arg(long, value_name = "FILE")]
     pub route_file: Option<PathBuf>,
     /// Egress ports the generated routes spread over; also the engine's port count (with
     /// a route file, raised to cover its highest port).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().ports)]
     pub ports: u16,
     /// Distinct flows (5-tuples, each with its own destination).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().flows)]
     pub flows: u32,
-    /// Percent of frames made invalid (0 to 100), one drop class after another.
+    /// Percent of frames made invalid (0 to 100), one drop class after another (bad
+    /// checksum, TTL 1, ...).
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().invalid_percent)]
     pub invalid_percent: u32,
     /// The engine.
     #[serde(flatten)]
+    #[command(flatten)]
     pub engine: EngineSettings,
     /// Seed of the routes and the traffic.
+    #[arg(long, default_value_t = L3fwdBenchConfig::default().seed)]
     pub seed: u64,
-    /// Offer frames for this many seconds instead of `packets` frames.
+    /// Offer frames for this many seconds instead of `packets` frames (`--duration`).
+    #[arg(long = "duration", value_name = "SECONDS", value_parser = super::settings::parse_secs,
+          help = "Offer frames for this many seconds instead of --packets frames")]
     pub duration_s: Option<f64>,
 }
 
@@ -168,14 +183,11 @@ pub struct L3fwdBenchReport {
     pub tbl8_groups: usize,
     /// PPE threads (repeated at top level for scripts).
     pub ppe_threads: usize,
-    /// Frames offered.
-    pub packets_in: u64,
-    /// Frames forwarded.
-    pub packets_out: u64,
-    /// Drops over all reasons.
-    pub dropped_total: u64,
-    /// Drops by reason.
-    pub dropped: BTreeMap<String, u64>,
+    /// The engine's counters of the run (frames offered `packets_in`, forwarded
+    /// `packets_out`, `dropped` and `dropped_by_reason`, `per_ppe_packets`, `reorder_held`,
+    /// ...), at the report's top level in JSON.
+    #[serde(flatten)]
+    pub stats: Stats,
     /// Frames forwarded per egress port (ports with traffic only).
     pub forwarded_by_port: BTreeMap<u16, u64>,
     /// Seconds from the first frame in to the last frame out.
@@ -190,10 +202,6 @@ pub struct L3fwdBenchReport {
     pub xtxns_per_packet: f64,
     /// Mean XTXNs per packet, by kind.
     pub xtxns_per_packet_by_kind: BTreeMap<String, f64>,
-    /// Packets each PPE thread processed.
-    pub per_ppe_packets: Vec<u64>,
-    /// Packets the reorder engine held for an earlier packet of their flow.
-    pub reorder_held: u64,
     /// Million packets per second of the plain loop (one thread, no engine).
     pub baseline_mpps: f64,
     /// Seconds the plain loop took.
@@ -543,10 +551,6 @@ pub fn run_with_progress(
         route_lengths: w.routes.length_histogram(),
         tbl8_groups: w.table.tbl8_groups(),
         ppe_threads: cfg.engine.ppe_threads,
-        packets_in: stats.packets_in,
-        packets_out: stats.packets_out,
-        dropped_total: stats.dropped,
-        dropped: stats.dropped_by_reason.clone(),
         forwarded_by_port,
         elapsed_s: elapsed,
         mpps,
@@ -558,8 +562,6 @@ pub fn run_with_progress(
             .iter()
             .map(|(k, v)| (k.clone(), *v as f64 / processed))
             .collect(),
-        per_ppe_packets: stats.per_ppe_packets.clone(),
-        reorder_held: stats.reorder_held,
         baseline_mpps,
         baseline_elapsed_s: base_elapsed,
         ratio_to_baseline: if baseline_mpps > 0.0 {
@@ -569,6 +571,7 @@ pub fn run_with_progress(
         },
         verified,
         summary,
+        stats,
     })
 }
 
@@ -647,7 +650,7 @@ mod tests {
     fn small_run_is_verified_and_counts_every_class() {
         let r = run(&small()).expect("runs");
         assert!(r.verified, "{r:#?}");
-        assert_eq!(r.packets_in, 30_000);
+        assert_eq!(r.stats.packets_in, 30_000);
         for reason in [
             "non_ipv4",
             "bad_version",
@@ -658,12 +661,12 @@ mod tests {
             "no_route",
         ] {
             assert!(
-                r.dropped.get(reason).copied().unwrap_or(0) > 0,
+                r.stats.dropped_by_reason.get(reason).copied().unwrap_or(0) > 0,
                 "{reason}: {r:#?}"
             );
         }
         assert!(r.xtxns_per_packet > 0.0 && r.instructions_per_packet >= 1.0);
-        assert_eq!(r.per_ppe_packets.len(), 2);
+        assert_eq!(r.stats.per_ppe_packets.len(), 2);
     }
 
     #[test]

@@ -98,7 +98,7 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
-use super::plot::{self, Chart, Series};
+use super::plot::{self, Chart, DualChart, Series};
 use super::traffic::{MAX_FRAME_SIZE, MIN_FRAME_SIZE};
 use crate::ConfigError;
 
@@ -539,6 +539,10 @@ pub struct LinerateReport {
     pub config: LinerateConfig,
     /// One row per frame size, in the order of `config.sizes`.
     pub rows: Vec<Row>,
+    /// The program under test, for the chart's title and the JSON (set by the caller, who
+    /// knows the device; `None` from [`search`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
 }
 
 /// Runs one trial and judges it.
@@ -707,6 +711,7 @@ pub fn search<D: Device + ?Sized>(
     Ok(LinerateReport {
         config: cfg.clone(),
         rows,
+        program: None,
     })
 }
 
@@ -729,6 +734,9 @@ pub struct Written {
     pub trials_csv: Option<PathBuf>,
     /// The SVG chart.
     pub svg: PathBuf,
+    /// Where an earlier run's files at those paths were moved (`DIR/linerate.1.csv` ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<PathBuf>,
 }
 
 fn create_dir(dir: &Path) -> Result<(), LinerateError> {
@@ -835,7 +843,7 @@ impl LinerateReport {
 
     /// Draws throughput (Mpps) against frame size, with the line rate for reference, as
     /// SVG at `path`.
-    pub fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    pub fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |name: String, f: &dyn Fn(&Row) -> f64| Series {
             name,
             points: self
@@ -845,7 +853,10 @@ impl LinerateReport {
                 .collect(),
         };
         let title = format!(
-            "RFC 2544 throughput at {} Gbit/s, {}% loss tolerance",
+            "RFC 2544 throughput{} at {} Gbit/s, {}% loss tolerance",
+            self.program
+                .as_deref()
+                .map_or_else(String::new, |p| format!(" of {p}")),
             self.config.line_rate_gbps,
             self.config.loss_tolerance * 100.0
         );
@@ -914,9 +925,12 @@ impl LinerateReport {
     }
 
     /// Writes `DIR/linerate.csv` (one row per size), `DIR/linerate_trials.csv` (one row per
-    /// trial) and `DIR/linerate.svg`, creating `dir` if needed.
+    /// trial) and `DIR/linerate.svg`, creating `dir` if needed; an earlier run's files there
+    /// are moved aside, not overwritten ([`plot::keep_earlier`]).
     pub fn write_files(&self, dir: &Path) -> Result<Written, LinerateError> {
         create_dir(dir)?;
+        let kept = plot::keep_earlier(dir, Self::NAME, &[".csv", "_trials.csv", ".svg"])
+            .map_err(|e| out_err(dir, e))?;
         let csv = dir.join(format!("{}.csv", Self::NAME));
         let trials_csv = dir.join(format!("{}_trials.csv", Self::NAME));
         let svg = dir.join(format!("{}.svg", Self::NAME));
@@ -932,6 +946,7 @@ impl LinerateReport {
             csv,
             trials_csv: Some(trials_csv),
             svg,
+            kept,
         })
     }
 }
@@ -973,6 +988,10 @@ pub struct LatencyReport {
     pub duration_s: f64,
     /// One row per load, in the order given.
     pub rows: Vec<LatencyRow>,
+    /// The program under test, for the chart's title and the JSON (set by the caller, who
+    /// knows the device; `None` from [`latency_sweep`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
 }
 
 /// Runs one trial per load at `load x reference_pps` frames of `frame_size` bytes per
@@ -1023,6 +1042,7 @@ pub fn latency_sweep<D: Device + ?Sized>(
         reference_pps,
         duration_s: duration.as_secs_f64(),
         rows,
+        program: None,
     })
 }
 
@@ -1074,9 +1094,10 @@ impl LatencyReport {
             .collect()
     }
 
-    /// Draws latency (µs: p50, p99, p99.9) against offered load (% of the reference) as
-    /// SVG at `path`; loads without latencies are left out.
-    pub fn draw(&self, path: &Path) -> Result<(), Box<dyn Error>> {
+    /// Draws latency (µs: p50, p99, p99.9, on a log axis) and the loss (% of the frames
+    /// offered, on the right axis) against offered load (% of the reference) as SVG at
+    /// `path`; loads without latencies are left out of the latency lines.
+    pub fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
         let line = |name: &str, f: &dyn Fn(&LatencySummary) -> u64| Series {
             name: name.into(),
             points: self
@@ -1085,22 +1106,37 @@ impl LatencyReport {
                 .filter_map(|r| r.latency.map(|l| (r.load * 100.0, f(&l) as f64 / 1e3)))
                 .collect(),
         };
+        let loss = Series {
+            name: "loss (%)".into(),
+            points: self
+                .rows
+                .iter()
+                .map(|r| (r.load * 100.0, r.loss * 100.0))
+                .collect(),
+        };
         let title = format!(
-            "Latency under load, {} B frames (100% = {:.3} Mpps)",
+            "Latency under load{}, {} B frames (100% = {:.3} Mpps)",
+            self.program
+                .as_deref()
+                .map_or_else(String::new, |p| format!(": {p}")),
             self.frame_size,
             self.reference_pps / 1e6
         );
-        plot::svg(
+        plot::svg_dual(
             path,
-            &Chart {
+            &DualChart {
                 title: &title,
                 x_label: "offered load (% of reference rate)",
-                y_label: "latency (us)",
-                series: vec![
+                left_label: "latency (us, log scale)",
+                right_label: "loss (% of frames offered)",
+                x_log2: false,
+                left_log10: true,
+                left: vec![
                     line("p50", &|l| l.p50_ns),
                     line("p99", &|l| l.p99_ns),
                     line("p99.9", &|l| l.p999_ns),
                 ],
+                right: vec![loss],
             },
         )
     }
@@ -1134,9 +1170,12 @@ impl LatencyReport {
     }
 
     /// Writes `DIR/latency_<size>.csv` and `DIR/latency_<size>.svg`, creating `dir` if
-    /// needed.
+    /// needed; an earlier run's files there are moved aside, not overwritten
+    /// ([`plot::keep_earlier`]).
     pub fn write_files(&self, dir: &Path) -> Result<Written, LinerateError> {
         create_dir(dir)?;
+        let kept = plot::keep_earlier(dir, &self.name(), &[".csv", ".svg"])
+            .map_err(|e| out_err(dir, e))?;
         let csv = dir.join(format!("{}.csv", self.name()));
         let svg = dir.join(format!("{}.svg", self.name()));
         plot::csv(&csv, &Self::csv_header(), &self.csv_rows()).map_err(|e| out_err(&csv, e))?;
@@ -1145,6 +1184,7 @@ impl LatencyReport {
             csv,
             trials_csv: None,
             svg,
+            kept,
         })
     }
 }

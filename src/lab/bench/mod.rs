@@ -1,6 +1,7 @@
 //! Benchmark support: the traffic generator and the benchmarks behind `pfemu bench`.
 
 pub mod demo;
+pub mod error;
 pub mod experiments;
 pub mod filter;
 pub mod fpisa;
@@ -15,4 +16,5 @@ pub mod timers;
 pub mod traffic;
 pub mod trio_ml;
 
-pub use settings::EngineSettings;
+pub use error::{BenchError, PlotError};
+pub use settings::{EngineChoice, EngineSettings, EngineSweep, ReorderSweep};

@@ -1,9 +1,105 @@
-//! CSV and SVG line charts for the experiments.
+//! CSV and SVG line charts for the experiments and the line-rate tests.
+//!
+//! Every chart draws its legend in a strip below the plot, so that it never covers a curve,
+//! with each series' line drawn as it is in the plot (dashed series dashed) and, on charts
+//! with two y axes, the axis each series is read against. [`keep_earlier`] moves an earlier
+//! run's files aside instead of overwriting them.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
+
+use super::PlotError;
+
+/// Width and height of the plot, without the legend strip below it.
+const SIZE: (u32, u32) = (800, 500);
+/// Height of one row of the legend; two entries share a row.
+const LEGEND_ROW: u32 = 20;
+
+/// One legend entry: the series' name, its colour, and whether its line is dashed.
+struct Entry {
+    name: String,
+    color: RGBColor,
+    dashed: bool,
+}
+
+/// A chart's plot area and its legend strip below.
+type Areas<'a> = (
+    DrawingArea<SVGBackend<'a>, Shift>,
+    DrawingArea<SVGBackend<'a>, Shift>,
+);
+
+/// The drawing area of a chart with `entries` legend entries below it: the plot on top,
+/// the legend strip drawn underneath.
+fn canvas<'a>(path: &'a Path, entries: &[Entry]) -> Result<Areas<'a>, PlotError> {
+    let rows = (entries.len() as u32).div_ceil(2);
+    let root = SVGBackend::new(path, (SIZE.0, SIZE.1 + rows * LEGEND_ROW + 10)).into_drawing_area();
+    root.fill(&WHITE)?;
+    Ok(root.split_vertically(SIZE.1))
+}
+
+/// Draws the legend in `area`, two entries per row, each with a sample of its line (dashed
+/// for a dashed series) and its marker.
+fn legend(area: &DrawingArea<SVGBackend<'_>, Shift>, entries: &[Entry]) -> Result<(), PlotError> {
+    for (i, e) in entries.iter().enumerate() {
+        let x = 70 + (i as i32 % 2) * 370;
+        let y = (i as i32 / 2) * LEGEND_ROW as i32 + 10;
+        let style = e.color.stroke_width(2);
+        if e.dashed {
+            for (a, b) in [(0, 7), (11, 18), (22, 28)] {
+                area.draw(&PathElement::new([(x + a, y), (x + b, y)], style))?;
+            }
+            area.draw(&TriangleMarker::new((x + 14, y), 4, e.color.filled()))?;
+        } else {
+            area.draw(&PathElement::new([(x, y), (x + 28, y)], style))?;
+            area.draw(&Circle::new((x + 14, y), 3, e.color.filled()))?;
+        }
+        area.draw(&Text::new(
+            e.name.clone(),
+            (x + 36, y - 7),
+            ("sans-serif", 14).into_font(),
+        ))?;
+    }
+    Ok(())
+}
+
+/// A tick label without a trailing `.0` (byte counts and other whole numbers read as such).
+fn tick(v: &f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// Keeps an earlier run's files from being overwritten: if any of `DIR/<stem><suffix>`
+/// for `suffixes` exists, moves each that exists to `DIR/<stem>.<n><suffix>` with the
+/// smallest `n` (from 1) free for all of them, and returns where they went, so that the new
+/// run writes the usual names and says what it kept.
+pub fn keep_earlier(dir: &Path, stem: &str, suffixes: &[&str]) -> std::io::Result<Vec<PathBuf>> {
+    let path = |s: &str, x: &str| dir.join(format!("{s}{x}"));
+    let taken: Vec<&str> = suffixes
+        .iter()
+        .copied()
+        .filter(|x| path(stem, x).exists())
+        .collect();
+    if taken.is_empty() {
+        return Ok(Vec::new());
+    }
+    let free = |s: &str| suffixes.iter().all(|x| !path(s, x).exists());
+    let Some(kept) = (1u32..).map(|n| format!("{stem}.{n}")).find(|s| free(s)) else {
+        return Ok(Vec::new());
+    };
+    let mut moved = Vec::new();
+    for x in taken {
+        std::fs::rename(path(stem, x), path(&kept, x))?;
+        moved.push(path(&kept, x));
+    }
+    Ok(moved)
+}
 
 /// One line of a chart: its legend and its (x, y) points.
 #[derive(Clone, Debug)]
@@ -37,7 +133,7 @@ const COLORS: [RGBColor; 6] = [
 ];
 
 /// Draws `chart` as an SVG file at `path` (axes start at zero; the ranges fit the data).
-pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Error>> {
+pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), PlotError> {
     let pts = chart.series.iter().flat_map(|s| s.points.iter());
     let (mut x_max, mut y_max) = (0f64, 0f64);
     for &(x, y) in pts {
@@ -46,9 +142,18 @@ pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Err
     }
     let x_max = if x_max > 0.0 { x_max * 1.05 } else { 1.0 };
     let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(&root)
+    let entries: Vec<Entry> = chart
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Entry {
+            name: s.name.clone(),
+            color: COLORS[i % COLORS.len()],
+            dashed: false,
+        })
+        .collect();
+    let (top, bottom) = canvas(path, &entries)?;
+    let mut c = ChartBuilder::on(&top)
         .caption(chart.title, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
@@ -57,23 +162,19 @@ pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Err
     c.configure_mesh()
         .x_desc(chart.x_label)
         .y_desc(chart.y_label)
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
         .draw()?;
-    for (i, s) in chart.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    for (s, e) in chart.series.iter().zip(&entries) {
+        let color = e.color;
         c.draw_series(LineSeries::new(
             s.points.iter().copied(),
             color.stroke_width(2),
-        ))?
-        .label(s.name.clone())
-        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        ))?;
         c.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
-    c.configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
+    legend(&bottom, &entries)?;
+    top.present()?;
     Ok(())
 }
 
@@ -92,15 +193,20 @@ pub struct DualChart<'a> {
     /// Space the x axis by powers of two: points are placed at `log2(x)` and the ticks
     /// labelled with `2^v` (for window sizes from 1 to thousands). X values must be >= 1.
     pub x_log2: bool,
-    /// Lines against the left axis.
+    /// Make the left axis logarithmic (base 10): points are placed at `log10(y)` and the
+    /// ticks labelled with `10^v` (for latencies that span decades). Left y values must be
+    /// positive; smaller ones are drawn at the axis' bottom.
+    pub left_log10: bool,
+    /// Lines against the left axis (solid; "(left axis)" in the legend).
     pub left: Vec<Series>,
-    /// Lines against the right axis (dashed).
+    /// Lines against the right axis (dashed; "(right axis)" in the legend).
     pub right: Vec<Series>,
 }
 
-/// Draws `chart` as an SVG file at `path` (both y axes start at zero; the ranges fit the
+/// Draws `chart` as an SVG file at `path` (both y axes start at zero, or with
+/// `left_log10` the left one at the decade below its smallest value; the ranges fit the
 /// data).
-pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), Box<dyn std::error::Error>> {
+pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), PlotError> {
     let fx = |x: f64| if chart.x_log2 { x.max(1.0).log2() } else { x };
     let max_of = |series: &[Series], f: &dyn Fn(&(f64, f64)) -> f64| {
         series
@@ -113,63 +219,113 @@ pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), Box<dyn std::e
     let x_max = max_of(&all, &|p| fx(p.0));
     let x_max = if x_max > 0.0 { x_max * 1.05 } else { 1.0 };
     let pad = |m: f64| if m > 0.0 { m * 1.1 } else { 1.0 };
-    let y_max = pad(max_of(&chart.left, &|p| p.1));
+    // The left axis, in log10 of the values when logarithmic.
+    let left_min = chart
+        .left
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .map(|p| p.1)
+        .filter(|&y| y > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let (y_lo, y_hi) = if chart.left_log10 {
+        let lo = if left_min.is_finite() {
+            left_min.log10().floor()
+        } else {
+            0.0
+        };
+        let hi = max_of(&chart.left, &|p| p.1).max(f64::MIN_POSITIVE).log10();
+        (lo, (hi + 0.1).max(lo + 1.0))
+    } else {
+        (0.0, pad(max_of(&chart.left, &|p| p.1)))
+    };
+    let fy = |y: f64| {
+        if chart.left_log10 {
+            if y > 0.0 {
+                y.log10().max(y_lo)
+            } else {
+                y_lo
+            }
+        } else {
+            y
+        }
+    };
     let y2_max = pad(max_of(&chart.right, &|p| p.1));
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(&root)
+    let mut entries: Vec<Entry> = Vec::new();
+    for (i, s) in chart.left.iter().enumerate() {
+        entries.push(Entry {
+            name: format!("{} (left axis)", s.name),
+            color: COLORS[i % COLORS.len()],
+            dashed: false,
+        });
+    }
+    for (i, s) in chart.right.iter().enumerate() {
+        entries.push(Entry {
+            name: format!("{} (right axis)", s.name),
+            color: COLORS[(chart.left.len() + i) % COLORS.len()],
+            dashed: true,
+        });
+    }
+    let (top, bottom) = canvas(path, &entries)?;
+    let mut c = ChartBuilder::on(&top)
         .caption(chart.title, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(70)
         .right_y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?
+        .build_cartesian_2d(0f64..x_max, y_lo..y_hi)?
         .set_secondary_coord(0f64..x_max, 0f64..y2_max);
     let x_fmt = |v: &f64| {
         if chart.x_log2 {
             format!("{}", 2f64.powf(*v).round())
         } else {
-            format!("{v}")
+            tick(v)
         }
     };
-    c.configure_mesh()
-        .x_desc(chart.x_label)
+    // A log axis is labelled at whole decades only.
+    let y_fmt = |v: &f64| {
+        if !chart.left_log10 {
+            tick(v)
+        } else if (v - v.round()).abs() < 1e-9 {
+            tick(&10f64.powf(v.round()))
+        } else {
+            String::new()
+        }
+    };
+    let mut mesh = c.configure_mesh();
+    mesh.x_desc(chart.x_label)
         .y_desc(chart.left_label)
         .x_label_formatter(&x_fmt)
-        .draw()?;
+        .y_label_formatter(&y_fmt);
+    if chart.left_log10 {
+        mesh.y_labels(((y_hi - y_lo).ceil() as usize + 1) * 4);
+    }
+    mesh.draw()?;
     c.configure_secondary_axes()
         .y_desc(chart.right_label)
+        .y_label_formatter(&tick)
         .draw()?;
-    for (i, s) in chart.left.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), y)).collect();
-        c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+    for (s, e) in chart.left.iter().zip(&entries) {
+        let color = e.color;
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), fy(y))).collect();
+        c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?;
         c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
-    for (i, s) in chart.right.iter().enumerate() {
-        let color = COLORS[(chart.left.len() + i) % COLORS.len()];
+    for (s, e) in chart.right.iter().zip(&entries[chart.left.len()..]) {
+        let color = e.color;
         let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), y)).collect();
         c.draw_secondary_series(DashedLineSeries::new(
             pts.iter().copied(),
             6,
             4,
             color.stroke_width(2),
-        ))?
-        .label(s.name.clone())
-        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        ))?;
         c.draw_secondary_series(
             pts.iter()
                 .map(|&p| TriangleMarker::new(p, 4, color.filled())),
         )?;
     }
-    c.configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
+    legend(&bottom, &entries)?;
+    top.present()?;
     Ok(())
 }
 
@@ -195,9 +351,12 @@ pub struct LogChart<'a> {
 }
 
 /// Draws `chart` as an SVG file at `path`. X values must be >= 1 and `y_floor` > 0.
-pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), Box<dyn std::error::Error>> {
+pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), PlotError> {
     if !(chart.y_floor > 0.0 && chart.y_floor.is_finite()) {
-        return Err(format!("y_floor must be a positive number, not {}", chart.y_floor).into());
+        return Err(PlotError(format!(
+            "y_floor must be a positive number, not {}",
+            chart.y_floor
+        )));
     }
     let place = |s: &Series| -> Vec<(f64, f64)> {
         s.points
@@ -220,9 +379,23 @@ pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), Box<dyn std::err
         (x_lo.min(0.0) - 0.5, x_hi.max(0.0) + 0.5)
     };
     let y_hi = all.iter().map(|p| p.1).fold(chart.y_floor, f64::max) * 10.0;
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(&root)
+    let mut entries: Vec<Entry> = Vec::new();
+    for (i, s) in chart.solid.iter().enumerate() {
+        entries.push(Entry {
+            name: s.name.clone(),
+            color: COLORS[i % COLORS.len()],
+            dashed: false,
+        });
+    }
+    for (i, s) in chart.dashed.iter().enumerate() {
+        entries.push(Entry {
+            name: s.name.clone(),
+            color: COLORS[i % COLORS.len()],
+            dashed: true,
+        });
+    }
+    let (top, bottom) = canvas(path, &entries)?;
+    let mut c = ChartBuilder::on(&top)
         .caption(chart.title, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
@@ -244,36 +417,27 @@ pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), Box<dyn std::err
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
         .draw()?;
-    for (i, s) in chart.solid.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    for (s, e) in chart.solid.iter().chain(&chart.dashed).zip(&entries) {
+        let color = e.color;
         let pts = place(s);
-        c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
-        c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        if e.dashed {
+            c.draw_series(DashedLineSeries::new(
+                pts.iter().copied(),
+                6,
+                4,
+                color.stroke_width(2),
+            ))?;
+            c.draw_series(
+                pts.iter()
+                    .map(|&p| TriangleMarker::new(p, 4, color.filled())),
+            )?;
+        } else {
+            c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?;
+            c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        }
     }
-    for (i, s) in chart.dashed.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts = place(s);
-        c.draw_series(DashedLineSeries::new(
-            pts.iter().copied(),
-            6,
-            4,
-            color.stroke_width(2),
-        ))?
-        .label(s.name.clone())
-        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(1)));
-        c.draw_series(
-            pts.iter()
-                .map(|&p| TriangleMarker::new(p, 4, color.filled())),
-        )?;
-    }
-    c.configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
+    legend(&bottom, &entries)?;
+    top.present()?;
     Ok(())
 }
 
@@ -370,6 +534,7 @@ mod tests {
             left_label: "latency",
             right_label: "rate",
             x_log2: true,
+            left_log10: false,
             left: vec![s("latency", 1.0)],
             right: vec![s("rate", 3.0)],
         };
@@ -378,6 +543,43 @@ mod tests {
         assert!(text.starts_with("<svg"));
         assert!(text.contains("latency") && text.contains("rate"));
         assert!(text.contains("\n1024\n"), "ticks are labelled 2^v");
+        assert!(
+            text.contains("latency (left axis)") && text.contains("rate (right axis)"),
+            "the legend names each series' axis"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_earlier_runs_files_are_moved_aside_not_overwritten() {
+        let dir = std::env::temp_dir().join(format!("pfemu-plot4-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sfx = [".csv", ".svg"];
+        assert!(keep_earlier(&dir, "fig", &sfx).unwrap().is_empty());
+        std::fs::write(dir.join("fig.csv"), "first").unwrap();
+        std::fs::write(dir.join("fig.svg"), "first").unwrap();
+        let kept = keep_earlier(&dir, "fig", &sfx).unwrap();
+        assert_eq!(kept, vec![dir.join("fig.1.csv"), dir.join("fig.1.svg")]);
+        assert!(!dir.join("fig.csv").exists());
+        std::fs::write(dir.join("fig.csv"), "second").unwrap();
+        let kept = keep_earlier(&dir, "fig", &sfx).unwrap();
+        assert_eq!(kept, vec![dir.join("fig.2.csv")]);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("fig.1.csv")).unwrap(),
+            "first"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("fig.2.csv")).unwrap(),
+            "second"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn whole_ticks_have_no_decimals() {
+        assert_eq!(tick(&1500.0), "1500");
+        assert_eq!(tick(&0.5), "0.5");
+        assert_eq!(tick(&0.125), "0.125");
     }
 }

@@ -20,19 +20,43 @@ use crate::program::{Done, Entry, Program, Verdict};
 use crate::timer::TimerSpec;
 use crate::ConfigError;
 
-/// One timer benchmark configuration.
-#[derive(Clone, Debug, Serialize)]
+/// One timer benchmark configuration; as command-line options, those of `pfemu bench
+/// timers` (defaults from [`TimerBenchConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct TimerBenchConfig {
-    /// Staggered timers (the paper's N).
+    /// Staggered timers (the paper's N; it uses 100).
+    #[arg(long, default_value_t = TimerBenchConfig::default().timers)]
     pub timers: u32,
-    /// Each timer's period, in nanoseconds (launches come every `period_ns / timers`).
+    /// Each timer's period, in nanoseconds (launches come every `period_ns / timers`);
+    /// given in milliseconds as `--period-ms`.
+    #[arg(long = "period-ms", value_name = "MS", value_parser = super::settings::parse_millis_as_ns,
+          default_value = super::settings::ns_as_millis_text(TimerBenchConfig::default().period_ns),
+          help = "Each timer's period in milliseconds (launches come every period / timers)")]
     pub period_ns: u64,
-    /// How long to run.
+    /// How long to run, in milliseconds; given in seconds as `--seconds`.
+    #[arg(long = "seconds", value_name = "SECONDS", value_parser = super::settings::parse_secs_as_ms,
+          default_value = super::settings::ms_as_secs_text(TimerBenchConfig::default().duration_ms),
+          help = "Seconds to run")]
     pub duration_ms: u64,
-    /// PPE threads.
+    /// PPE threads [default: available cores].
+    #[arg(long, default_value_t = TimerBenchConfig::default().ppe_threads, hide_default_value = true)]
     pub ppe_threads: usize,
     /// Offer filter traffic (64-byte frames, as fast as the engine takes them) meanwhile.
+    #[arg(long)]
     pub load: bool,
+}
+
+impl Default for TimerBenchConfig {
+    /// 100 timers of period 10 ms for 2 s, PPE threads = cores, no load.
+    fn default() -> Self {
+        TimerBenchConfig {
+            timers: 100,
+            period_ns: 10_000_000,
+            duration_ms: 2_000,
+            ppe_threads: crate::pfe::default_ppe_threads(),
+            load: false,
+        }
+    }
 }
 
 /// What one run measured.

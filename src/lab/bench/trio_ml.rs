@@ -22,6 +22,7 @@ use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
 use crate::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
 use crate::packet::{Dest, Port};
+use crate::pfe::Stats;
 use crate::pfe::{FnSink, Pfe};
 use crate::rng::SplitMix64;
 use crate::ConfigError;
@@ -29,31 +30,48 @@ use crate::ConfigError;
 /// Byte offset of `gen_id` in an aggregation frame.
 const GEN_AT: usize = wire::TRIO_ML_HDR_AT + 8;
 
-/// One benchmark configuration.
-#[derive(Clone, Debug, Serialize)]
+/// One benchmark configuration; as command-line options, those of `pfemu bench trio-ml`
+/// and `pfemu bench fpisa` (defaults from [`TrioMlBenchConfig::default`]).
+#[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct TrioMlBenchConfig {
     /// Sources of the job (the paper's benchmark: 4 servers).
+    #[arg(long, default_value_t = TrioMlBenchConfig::default().workers)]
     pub workers: u8,
-    /// Gradients per packet (the paper: 1024).
+    /// Gradients per packet (1..=4095; the paper: 1024).
+    #[arg(long, default_value_t = TrioMlBenchConfig::default().grads)]
     pub grads: u16,
-    /// Blocks each worker has outstanding (block ids in use).
+    /// Blocks each worker has outstanding (block ids in use; at most 2047: a job holds
+    /// 2 x window slots).
+    #[arg(long, default_value_t = TrioMlBenchConfig::default().window)]
     pub window: u16,
     /// Generations streamed (each is `window` blocks from every worker).
+    #[arg(long, default_value_t = TrioMlBenchConfig::default().generations)]
     pub generations: u32,
-    /// PPE threads.
+    /// PPE threads (the command's `--ppe-threads` sweeps them).
+    #[arg(skip = TrioMlBenchConfig::default().ppe_threads)]
     pub ppe_threads: usize,
     /// Packets in flight in the PFE (ingress waits when they are all taken); `None` sizes it
-    /// with [`default_capacity`].
+    /// with [`default_capacity`] (8 MiB of frames, e.g. 2048 of 1024 gradients).
+    #[arg(long)]
     pub capacity: Option<usize>,
-    /// Run the straggler-scan timer threads meanwhile.
+    /// Run the straggler-scan timer threads meanwhile (`--no-timers` does not).
+    #[arg(long = "no-timers", action = clap::ArgAction::SetFalse,
+          help = "Do not run the straggler-scan timer threads meanwhile")]
     pub timers: bool,
     /// Staggered scan timers (Trio-ML's N).
+    #[arg(long = "timers", value_name = "N", default_value_t = TrioMlBenchConfig::default().scan_timers)]
     pub scan_timers: u32,
-    /// Time between two visits of a block by the scan, in nanoseconds.
+    /// Time between two visits of a block by the scan, in nanoseconds (given in
+    /// milliseconds as `--scan-period-ms`).
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = super::settings::parse_millis_as_ns,
+          default_value = super::settings::ns_as_millis_text(TrioMlBenchConfig::default().scan_period_ns),
+          help = "Time between two visits of a block by the scan, in milliseconds")]
     pub scan_period_ns: u64,
     /// Seed of the gradient values.
+    #[arg(skip = TrioMlBenchConfig::default().seed)]
     pub seed: u64,
     /// What the gradients are: Trio-ML's integers, or FPISA's floats (`pfemu bench fpisa`).
+    #[arg(skip = TrioMlBenchConfig::default().lanes)]
     pub lanes: Lanes,
 }
 
@@ -92,16 +110,12 @@ pub struct TrioMlBenchReport {
     pub window: u16,
     /// Sources.
     pub workers: u8,
-    /// Aggregation packets injected.
-    pub packets_in: u64,
-    /// Frames out (Result packets, one per worker each).
-    pub packets_out: u64,
-    /// Result packets built (one per block).
-    pub results: u64,
-    /// Packets dropped, over all reasons (0 expected).
-    pub dropped: u64,
-    /// Drops by reason.
-    pub dropped_by_reason: std::collections::BTreeMap<String, u64>,
+    /// The engine's counters of the run, at the report's top level in JSON: aggregation
+    /// packets injected (`packets_in`), Result frames out (`frames_tx`, one per worker and
+    /// block), Result packets built (`created`, one per block), drops (`dropped`, 0
+    /// expected, and `dropped_by_reason`), timer threads run (`timer_runs`), ...
+    #[serde(flatten)]
+    pub stats: Stats,
     /// Seconds from the first packet in to the last Result out.
     pub elapsed_s: f64,
     /// Gradients aggregated per second through the PFE (every source's count).
@@ -118,8 +132,6 @@ pub struct TrioMlBenchReport {
     pub instructions_per_packet: f64,
     /// XTXNs per aggregation packet, by kind.
     pub xtxns_per_packet: std::collections::BTreeMap<String, f64>,
-    /// Timer threads run meanwhile.
-    pub timer_runs: u64,
     /// The last generation's Results matched the expected sums, and every Result arrived.
     pub verified: bool,
     /// The common report, in packets: rates in and out (Results out), drops, latency (of
@@ -280,13 +292,16 @@ impl Checker {
 pub fn run_on(
     cfg: &TrioMlBenchConfig,
     traffic: &mut TrioMlTraffic,
-) -> Result<TrioMlBenchReport, Box<dyn std::error::Error>> {
-    if cfg.workers == 0 || cfg.window == 0 || cfg.grads == 0 || cfg.generations == 0 {
-        return Err(ConfigError::new(
-            "trio-ml bench",
-            "workers, window, grads and generations must be at least 1",
-        )
-        .into());
+) -> Result<TrioMlBenchReport, super::BenchError> {
+    for (setting, value) in [
+        ("workers", u64::from(cfg.workers)),
+        ("window", u64::from(cfg.window)),
+        ("grads", u64::from(cfg.grads)),
+        ("generations", u64::from(cfg.generations)),
+    ] {
+        if value == 0 {
+            return Err(ConfigError::new(setting, "must be at least 1").into());
+        }
     }
     let slots = u32::from(cfg.window) * 2;
     if slots > 4095 {
@@ -415,11 +430,6 @@ pub fn run_on(
         grads: cfg.grads,
         window: cfg.window,
         workers: cfg.workers,
-        packets_in: stats.packets_in,
-        packets_out: stats.frames_tx,
-        results: stats.created,
-        dropped: stats.dropped,
-        dropped_by_reason: stats.dropped_by_reason.clone(),
         elapsed_s: elapsed,
         gradients_per_s: gps,
         gradient_gbps: gps * 32.0 / 1e9,
@@ -432,9 +442,9 @@ pub fn run_on(
             .iter()
             .map(|(k, &n)| (k.clone(), n as f64 / processed))
             .collect(),
-        timer_runs: stats.timer_runs,
         verified,
         summary,
+        stats,
     })
 }
 

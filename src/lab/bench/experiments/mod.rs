@@ -1,0 +1,528 @@
+//! The Trio paper's Trio-ML experiments (SIGCOMM 2022, §6.2-6.3), run in-process on the
+//! real clock: end hosts from [`crate::microcode::trio_ml::host`] on their own threads
+//! against a running [`Pfe`] with Trio-ML installed, Results multicast back to them.
+//!
+//! - [`fig14`]: time to a partial result against the straggler timeout. One worker of
+//!   the job never sends; the others send a window of blocks back to back; each block's
+//!   partial Result is timed from the last of its packets being sent.
+//! - [`fig13`]: training iteration time against the straggling probability, straggler
+//!   aware (Trio-ML with its timer threads) against wait-for-all (the same program with no
+//!   timers, so a block finishes only when every source is in, as SwitchML behaves).
+//! - [`fig15`]: aggregation latency and rate against gradients per packet, window 1.
+//! - [`fig16`]: aggregation latency and throughput against the window, 1024 gradients per
+//!   packet.
+//!
+//! Every experiment checks every Result it receives against sums it computes itself and
+//! says so in its report's `verified`. Reports serialise to JSON, and [`write_files`] writes
+//! a report's CSV (one row per point) and SVG chart.
+//!
+//! Gradients are pseudo-random integers below 2^19 in magnitude (so sums of up to 255
+//! sources never overflow) derived from a seed, the source, the round and the index, so any
+//! subset's sums can be recomputed to check a (partial) Result.
+
+use std::error::Error;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use serde::Serialize;
+
+use super::plot;
+use crate::mem::{MemConfig, SharedMemory};
+use crate::microcode::trio_ml::host::{port_channels, HostError, Received, Worker, WorkerConfig};
+use crate::microcode::trio_ml::{
+    wire, JobConfig, TrioMl, TrioMlConfig, DEFAULT_SCAN_PERIOD_NS, DEFAULT_TIMERS,
+};
+use crate::packet::{Dest, Port};
+use crate::pfe::Pfe;
+use crate::rng::mix;
+
+/// The job id every experiment uses.
+mod fig13;
+mod fig14;
+mod fig15;
+mod fig16;
+mod rate;
+
+pub use fig13::{fig13, Fig13Config, Fig13Report, Fig13Row, TrainingRun};
+pub use fig14::{fig14, Fig14Config, Fig14Report, Fig14Row, FIG14_SCAN_PERIOD_NS, FIG14_SLACK_NS};
+pub use fig15::{fig15, Fig15Config, Fig15Report};
+pub use fig16::{fig16, Fig16Config, Fig16Report};
+pub use rate::RatePoint;
+
+const JOB: u8 = 1;
+/// Most workers an experiment runs (each is a thread and a port).
+pub const MAX_WORKERS: u8 = 32;
+/// Largest window: a job holds `2 x window` slots and `block_cnt_max` is at most 4095.
+pub const MAX_WINDOW: usize = 2047;
+/// A worker gives up when no Result arrived for this long.
+const GIVE_UP: Duration = Duration::from_secs(20);
+
+// ----- errors --------------------------------------------------------------------------------
+
+/// Why an experiment could not run.
+#[derive(Debug)]
+pub enum ExperimentError {
+    /// An option is out of range; names the option as the CLI spells it.
+    Option {
+        /// The option at fault (e.g. `--timeouts`).
+        option: &'static str,
+        /// What is wrong with it, with the accepted range.
+        reason: String,
+    },
+    /// The PFE or Trio-ML could not be set up, or the engine stopped.
+    Setup(String),
+    /// A run of an experiment failed: what was running, and why (a worker's error with
+    /// the PFE's drop counters, for instance).
+    Run(String),
+    /// A worker failed (for instance it gave up waiting for its Results).
+    Host(HostError),
+    /// The CSV or SVG could not be written.
+    Output(String),
+}
+
+impl fmt::Display for ExperimentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExperimentError::Option { option, reason } => {
+                write!(f, "invalid option `{option}`: {reason}")
+            }
+            ExperimentError::Setup(e) => write!(f, "setting up the PFE: {e}"),
+            ExperimentError::Run(e) => write!(f, "{e}"),
+            ExperimentError::Host(e) => write!(f, "a worker failed: {e}"),
+            ExperimentError::Output(e) => write!(f, "writing the results: {e}"),
+        }
+    }
+}
+
+impl Error for ExperimentError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            ExperimentError::Host(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<HostError> for ExperimentError {
+    fn from(e: HostError) -> Self {
+        ExperimentError::Host(e)
+    }
+}
+
+fn bad<T>(option: &'static str, reason: impl Into<String>) -> Result<T, ExperimentError> {
+    Err(ExperimentError::Option {
+        option,
+        reason: reason.into(),
+    })
+}
+
+fn setup(e: impl fmt::Display) -> ExperimentError {
+    ExperimentError::Setup(e.to_string())
+}
+
+// ----- reports and their files ---------------------------------------------------------------
+
+/// What every experiment's report offers: its files, its table and its check.
+pub trait Figure: Serialize {
+    /// The experiment's name (`fig13` ...), also the stem of its files.
+    fn name(&self) -> &'static str;
+    /// The CSV header.
+    fn csv_header(&self) -> Vec<&'static str>;
+    /// One CSV row per measured point.
+    fn csv_rows(&self) -> Vec<Vec<String>>;
+    /// Draws the chart as SVG at `path`.
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError>;
+    /// A readable table of the points, with the key figure.
+    fn table(&self) -> String;
+    /// Every Result arrived and had the right sums.
+    fn verified(&self) -> bool;
+}
+
+/// The files [`write_files`] wrote.
+#[derive(Clone, Debug, Serialize)]
+pub struct Written {
+    /// `DIR/<name>.csv`.
+    pub csv: PathBuf,
+    /// `DIR/<name>.svg`.
+    pub svg: PathBuf,
+    /// Where an earlier run's files at those paths were moved (`DIR/<name>.1.csv` ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<PathBuf>,
+}
+
+/// Writes `DIR/<name>.csv` and `DIR/<name>.svg` for `fig`, creating `dir` if needed; an
+/// earlier run's files there are moved aside, not overwritten ([`plot::keep_earlier`];
+/// [`Written::kept`] says where).
+pub fn write_files<F: Figure>(fig: &F, dir: &Path) -> Result<Written, ExperimentError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        ExperimentError::Output(format!("cannot create directory {}: {e}", dir.display()))
+    })?;
+    let kept = plot::keep_earlier(dir, fig.name(), &[".csv", ".svg"])
+        .map_err(|e| ExperimentError::Output(format!("keeping the earlier run's files: {e}")))?;
+    let csv = dir.join(format!("{}.csv", fig.name()));
+    let svg = dir.join(format!("{}.svg", fig.name()));
+    plot::csv(&csv, &fig.csv_header(), &fig.csv_rows())
+        .map_err(|e| ExperimentError::Output(format!("{}: {e}", csv.display())))?;
+    fig.draw(&svg)
+        .map_err(|e| ExperimentError::Output(format!("{}: {e}", svg.display())))?;
+    Ok(Written { csv, svg, kept })
+}
+
+// ----- shared machinery ----------------------------------------------------------------------
+
+/// Gradient `i` of source `src` in round `round`: an integer in [-2^19, 2^19).
+fn gradient(seed: u64, src: u8, round: u64, i: usize) -> i32 {
+    let h = mix(seed ^ mix((u64::from(src) << 56) ^ (round << 32) ^ i as u64));
+    (h >> 44) as i32 - (1 << 19)
+}
+
+fn gradients(seed: u64, src: u8, round: u64, n: usize) -> Vec<i32> {
+    (0..n).map(|i| gradient(seed, src, round, i)).collect()
+}
+
+/// The sums over every source in `srcs`.
+fn sums_of(seed: u64, srcs: &[u8], round: u64, n: usize) -> Vec<i32> {
+    let mut s = vec![0i32; n];
+    for &src in srcs {
+        for (i, a) in s.iter_mut().enumerate() {
+            *a = a.wrapping_add(gradient(seed, src, round, i));
+        }
+    }
+    s
+}
+
+/// A running PFE with Trio-ML and one job of `workers` sources on ports `0..workers`,
+/// Results multicast to all of them; and the channels the Results arrive on, by port.
+struct Rig {
+    pfe: Pfe,
+    rxs: Vec<Receiver<Vec<u8>>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RigConfig {
+    workers: u8,
+    window: usize,
+    grads: u16,
+    block_exp_ms: u8,
+    /// `(timers, scan_period_ns)` to run the straggler scan; `None`: no timer threads.
+    timers: Option<(u32, u64)>,
+    ppe_threads: usize,
+}
+
+/// Slots a job gets for `window` block ids: `2 x window` (a kept Result and the next
+/// generation per block id).
+fn job_slots(window: usize) -> usize {
+    2 * window
+}
+
+fn rig(c: RigConfig) -> Result<Rig, ExperimentError> {
+    let slots = job_slots(c.window);
+    let slot_bytes = 64 + (u64::from(c.grads) * 4).div_ceil(64) * 64;
+    let dram = (slots as u64 * slot_bytes + (1 << 20)).next_power_of_two();
+    let mem = Arc::new(
+        SharedMemory::new(&MemConfig {
+            dram_bytes: dram.max(64 << 20),
+            ..MemConfig::default()
+        })
+        .map_err(setup)?,
+    );
+    let (timers, scan_period_ns) = c.timers.unwrap_or((DEFAULT_TIMERS, DEFAULT_SCAN_PERIOD_NS));
+    let trio = TrioMl::install(
+        &mem,
+        TrioMlConfig {
+            timers,
+            scan_period_ns,
+            ..TrioMlConfig::default()
+        },
+    )
+    .map_err(setup)?;
+    let sources: Vec<u8> = (0..c.workers).collect();
+    trio.add_job(&JobConfig {
+        job_id: JOB,
+        sources: sources.clone(),
+        block_cnt_max: slots as u16,
+        block_grad_max: c.grads,
+        block_exp_ms: c.block_exp_ms,
+        out_dest: Dest::Group(0),
+        ..JobConfig::default()
+    })
+    .map_err(setup)?;
+    let (sink, rxs) = port_channels(usize::from(c.workers));
+    let mut b = Pfe::builder()
+        .program(trio.program())
+        .ppe_threads(c.ppe_threads)
+        .memory(mem)
+        .multicast_group(
+            0,
+            sources.iter().map(|&s| Port::from(s)).collect::<Vec<_>>(),
+        )
+        .sink(Arc::new(sink));
+    if c.timers.is_some() {
+        b = b.timers(trio.timer_specs().map_err(setup)?);
+    }
+    let mut pfe = b.build().map_err(setup)?;
+    pfe.start().map_err(setup)?;
+    Ok(Rig { pfe, rxs })
+}
+
+fn worker_config(src: u8, grads: u16, window: usize, first_gen: u16) -> WorkerConfig {
+    WorkerConfig {
+        grads_per_packet: usize::from(grads),
+        window,
+        first_gen,
+        ..WorkerConfig::new(JOB, src, TrioMlConfig::default().local_addr)
+    }
+}
+
+/// An inject function for workers that remembers whether the engine refused a frame (it
+/// has stopped), instead of panicking in a worker thread.
+struct Injector<'a> {
+    pfe: &'a Pfe,
+    failed: AtomicBool,
+}
+
+impl Injector<'_> {
+    fn inject(&self, port: Port, frame: &[u8]) {
+        if self.pfe.inject_frame(port, frame).is_err() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn check(&self) -> Result<(), ExperimentError> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(setup("the PFE refused a frame (it is not running)"));
+        }
+        Ok(())
+    }
+}
+
+/// One worker's run on the shared clock: when each chunk was first sent and when its
+/// Result arrived (ns since the experiment's start).
+struct Timed {
+    worker: Worker,
+    sent_ns: Vec<u64>,
+    arrived_ns: Vec<u64>,
+}
+
+fn ns_since(base: Instant) -> u64 {
+    base.elapsed().as_nanos() as u64
+}
+
+/// Like [`drive`], on a clock shared by all workers, recording per chunk when it was sent
+/// (once the PFE took it) and when its Result arrived.
+fn drive_timed(
+    mut worker: Worker,
+    port: Port,
+    inject: &Injector<'_>,
+    rx: &Receiver<Vec<u8>>,
+    base: Instant,
+) -> Result<Timed, HostError> {
+    let chunks = worker.chunks();
+    let (window, first_gen) = (worker.config().window, worker.config().first_gen);
+    let mut sent_ns = vec![0; chunks];
+    let mut arrived_ns = vec![0; chunks];
+    let mut out = Vec::new();
+    let mut last_progress = Instant::now();
+    while !worker.is_done() {
+        worker.poll(ns_since(base), &mut out);
+        for p in out.drain(..) {
+            inject.inject(port, &p);
+            if let Ok((h, _)) = wire::parse(&p) {
+                let c =
+                    usize::from(h.gen_id.wrapping_sub(first_gen)) * window + h.block_id as usize;
+                if let Some(s) = sent_ns.get_mut(c) {
+                    *s = ns_since(base);
+                }
+            }
+        }
+        match rx.recv_timeout(Duration::from_millis(5)) {
+            Ok(frame) => {
+                for f in std::iter::once(frame).chain(rx.try_iter()) {
+                    let now = ns_since(base);
+                    if let Received::Result { chunk } = worker.on_frame_at(&f, now)? {
+                        arrived_ns[chunk] = now;
+                        last_progress = Instant::now();
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(HostError::TimedOut {
+                    missing: worker.missing(),
+                })
+            }
+        }
+        if last_progress.elapsed() > GIVE_UP {
+            return Err(HostError::TimedOut {
+                missing: worker.missing(),
+            });
+        }
+    }
+    Ok(Timed {
+        worker,
+        sent_ns,
+        arrived_ns,
+    })
+}
+
+/// Runs `workers` (worker, its port) on their own threads against `rig`, on a clock
+/// started here; returns them in order with their timings.
+fn run_timed(rig: &Rig, workers: Vec<(Worker, Port)>) -> Result<Vec<Timed>, ExperimentError> {
+    let inject = Injector {
+        pfe: &rig.pfe,
+        failed: AtomicBool::new(false),
+    };
+    let base = Instant::now();
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .into_iter()
+            .map(|(w, port)| {
+                let rx = &rig.rxs[usize::from(port)];
+                let inject = &inject;
+                s.spawn(move || drive_timed(w, port, inject, rx, base))
+            })
+            .collect();
+        handles.into_iter().map(join).collect::<Vec<_>>()
+    });
+    inject.check()?;
+    let mut out = Vec::new();
+    for r in results {
+        out.push(r??);
+    }
+    Ok(out)
+}
+
+/// A worker thread's result; a panic becomes an error.
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> Result<T, ExperimentError> {
+    h.join()
+        .map_err(|_| ExperimentError::Run("a worker thread panicked".into()))
+}
+
+/// Nearest-rank percentile `q` (0..=1) of sorted `v` (0 when empty).
+fn percentile(v: &[u64], q: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    let rank = (q * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
+fn mean(v: &[u64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64
+    }
+}
+
+fn sleep_until(base: Instant, at_ns: u64) {
+    let now = ns_since(base);
+    if at_ns > now {
+        std::thread::sleep(Duration::from_nanos(at_ns - now));
+    }
+}
+
+fn check_workers(option: &'static str, workers: u8, min: u8) -> Result<(), ExperimentError> {
+    if !(min..=MAX_WORKERS).contains(&workers) {
+        return bad(
+            option,
+            format!("{workers} workers; accepted {min}..={MAX_WORKERS}"),
+        );
+    }
+    Ok(())
+}
+
+fn check_grads(option: &'static str, grads: u16) -> Result<(), ExperimentError> {
+    if !(1..=wire::MAX_GRAD_CNT).contains(&grads) {
+        return bad(
+            option,
+            format!(
+                "{grads} gradients per packet; accepted 1..={}",
+                wire::MAX_GRAD_CNT
+            ),
+        );
+    }
+    Ok(())
+}
+
+fn check_ppe(ppe_threads: usize) -> Result<(), ExperimentError> {
+    if !(1..=4096).contains(&ppe_threads) {
+        return bad("--ppe-threads", format!("{ppe_threads}; accepted 1..=4096"));
+    }
+    Ok(())
+}
+
+fn check_timers(timers: u32, scan_period_ns: u64) -> Result<(), ExperimentError> {
+    let shards = TrioMlConfig::default().hash_shards as u32;
+    if !(1..=shards).contains(&timers) {
+        return bad(
+            "--timers",
+            format!("{timers} timer threads; accepted 1..={shards} (each scans whole shards)"),
+        );
+    }
+    if !(10_000..=1_000_000_000).contains(&scan_period_ns) {
+        return bad(
+            "--scan-period-ms",
+            format!("{} ms; accepted 0.01..=1000", scan_period_ns as f64 / 1e6),
+        );
+    }
+    Ok(())
+}
+
+/// A block timeout must fit `block_age` (8 bits) in scan periods.
+fn check_timeout(option: &'static str, ms: u8, scan_period_ns: u64) -> Result<(), ExperimentError> {
+    let periods = (u64::from(ms) * 1_000_000).div_ceil(scan_period_ns);
+    if ms == 0 || periods > 255 {
+        return bad(
+            option,
+            format!(
+                "{ms} ms; accepted 1..=255 ms and at most 255 scan periods of {} ms \
+                 (block_age is 8 bits)",
+                scan_period_ns as f64 / 1e6
+            ),
+        );
+    }
+    Ok(())
+}
+
+fn ms(ns: f64) -> f64 {
+    ns / 1e6
+}
+
+fn us(ns: f64) -> f64 {
+    ns / 1e3
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "NO"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let v: Vec<u64> = (1..=10).collect();
+        assert_eq!(percentile(&v, 0.5), 5);
+        assert_eq!(percentile(&v, 0.99), 10);
+        assert_eq!(percentile(&v, 0.0), 1);
+        assert_eq!(percentile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn gradients_are_small_and_reproducible() {
+        let a = gradients(7, 1, 2, 1000);
+        assert_eq!(a, gradients(7, 1, 2, 1000));
+        assert_ne!(a, gradients(7, 2, 2, 1000));
+        assert!(a.iter().all(|&v| (-(1 << 19)..(1 << 19)).contains(&v)));
+    }
+}
