@@ -203,7 +203,17 @@ impl fmt::Display for Fault {
     }
 }
 
-impl std::error::Error for Fault {}
+impl std::error::Error for Fault {
+    /// The memory, header or hash-engine error behind a fault of those kinds.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &*self.0 {
+            FaultDetail::SharedMemory(e) => Some(e),
+            FaultDetail::Header(e) => Some(e),
+            FaultDetail::Hash(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<MemFault> for Fault {
     fn from(e: MemFault) -> Self {
@@ -220,5 +230,20 @@ impl From<HashError> for Fault {
 impl From<WireError> for Fault {
     fn from(e: WireError) -> Self {
         FaultDetail::Header(e).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[test]
+    fn a_fault_that_wraps_an_error_gives_it_as_its_source() {
+        let f = Fault::from(MemFault::BadSize { bytes: 3 });
+        let src = f.source().expect("a source");
+        assert_eq!(src.to_string(), MemFault::BadSize { bytes: 3 }.to_string());
+        assert!(Fault::from(FaultDetail::CallDepth).source().is_none());
     }
 }
