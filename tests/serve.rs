@@ -864,14 +864,25 @@ fn a_two_level_tree_gives_the_flat_sums() {
     }
 }
 
-#[test]
-fn the_python_client_gets_its_sums() {
+/// The Python client's path, or `None` (the test is skipped, and says so) where there is no
+/// `python3`.
+fn python_client() -> Option<&'static str> {
     if Command::new("python3").arg("--version").output().is_err() {
         eprintln!("skipped: python3 is not available");
-        return;
+        return None;
     }
+    Some(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/trio_ml_client.py"
+    ))
+}
+
+#[test]
+fn the_python_client_gets_its_sums() {
+    let Some(script) = python_client() else {
+        return;
+    };
     let (server, addr) = spawn_server(&["--job", "5:1"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/trio_ml_client.py");
     // Two runs that join (the second a new run of the job), then one of the paper's header
     // alone. `--verbose` prints the sums after the verdict.
     for extra in [
@@ -914,12 +925,10 @@ fn the_python_client_gets_its_sums() {
 /// only with `--verbose`.
 #[test]
 fn the_python_client_prints_a_verdict_not_the_sums() {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: python3 is not available");
+    let Some(script) = python_client() else {
         return;
-    }
+    };
     let (server, addr) = spawn_server(&["--job", "2:2"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/trio_ml_client.py");
     let kids: Vec<Child> = (0..2)
         .map(|src| {
             Command::new("python3")

@@ -72,14 +72,7 @@ fn packet_to(
     grads: &[i32],
 ) -> Vec<u8> {
     wire::agg_packet(&AggPacket {
-        endpoints: Endpoints {
-            src_mac: [2, 0, 0, 0, 1, src],
-            dst_mac: config().local_mac,
-            src_addr: Ipv4Addr::new(10, 0, 1, src),
-            dst_addr: dst,
-            src_port: 40000 + u16::from(src),
-            dst_port: port,
-        },
+        endpoints: common::worker_endpoints(src, dst, port),
         hdr: TrioMlHdrFields {
             job_id: job,
             block_id: block,
@@ -1466,14 +1459,7 @@ fn a_partial_result_from_below_stays_partial_above_and_src_cnt_counts_servers() 
 
 /// Source `src` joins job `job`'s run with `nonce`; the run id the aggregator answers.
 fn join(s: &mut Setup, job: u8, src: u8, nonce: u32) -> u8 {
-    let ep = Endpoints {
-        src_mac: [2, 0, 0, 0, 1, src],
-        dst_mac: config().local_mac,
-        src_addr: Ipv4Addr::new(10, 0, 1, src),
-        dst_addr: LOCAL,
-        src_port: 40000 + u16::from(src),
-        dst_port: 12000,
-    };
+    let ep = common::worker_endpoints(src, LOCAL, 12000);
     let (reason, created) = s.dropped(u16::from(src), &wire::join_packet(ep, job, src, nonce));
     assert_eq!(reason, "join_answered");
     assert_eq!(created.len(), 1, "one answer, to the sender");

@@ -2,12 +2,14 @@
 //! chosen instruction ([`Harness::run_observed`]) while other threads run, as a PPE thread
 //! the host OS deschedules between two instructions would be.
 
+mod common;
+
 use std::net::Ipv4Addr;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pfemu::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
+use pfemu::microcode::trio_ml::wire::{self, AggPacket, TrioMlHdrFields};
 use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TIMER_ENTRY};
 use pfemu::prelude::*;
 use pfemu::program::Harness;
@@ -21,14 +23,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 fn packet(block: u32, gen: u16, src: u8) -> Vec<u8> {
     wire::agg_packet(&AggPacket {
-        endpoints: Endpoints {
-            src_mac: [2, 0, 0, 0, 1, src],
-            dst_mac: TrioMlConfig::default().local_mac,
-            src_addr: Ipv4Addr::new(10, 0, 1, src),
-            dst_addr: LOCAL,
-            src_port: 40000 + u16::from(src),
-            dst_port: wire::DEFAULT_UDP_PORT,
-        },
+        endpoints: common::worker_endpoints(src, LOCAL, wire::DEFAULT_UDP_PORT),
         hdr: TrioMlHdrFields {
             job_id: 1,
             block_id: block,

@@ -1,12 +1,14 @@
 //! A graceful stop (`TrioMl::finish_open_blocks`) waits for the open blocks as long as the
 //! timers are scanning, however slowly: blocks age by scans, so the patience counts scans.
 
+mod common;
+
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pfemu::microcode::trio_ml::wire::{self, AggPacket, Endpoints, TrioMlHdrFields};
+use pfemu::microcode::trio_ml::wire::{self, AggPacket, TrioMlHdrFields};
 use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
 use pfemu::prelude::*;
 use pfemu::timer::ManualClock;
@@ -16,14 +18,7 @@ const MS: u64 = 1_000_000;
 
 fn packet(job: u8, block: u32, src: u8, grads: &[i32]) -> Vec<u8> {
     wire::agg_packet(&AggPacket {
-        endpoints: Endpoints {
-            src_mac: [2, 0, 0, 0, 1, src],
-            dst_mac: TrioMlConfig::default().local_mac,
-            src_addr: Ipv4Addr::new(10, 0, 1, src),
-            dst_addr: LOCAL,
-            src_port: 40000 + u16::from(src),
-            dst_port: TrioMlConfig::default().udp_port,
-        },
+        endpoints: common::worker_endpoints(src, LOCAL, TrioMlConfig::default().udp_port),
         hdr: TrioMlHdrFields {
             job_id: job,
             block_id: block,

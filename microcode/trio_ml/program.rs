@@ -329,6 +329,16 @@ fn job_of(t: &mut Thread<'_>, rec: Addr) -> Result<Addr, Fault> {
     Ok(addr_of((w >> BLOCK_JOB_SHIFT) as u32))
 }
 
+/// The active-blocks key of the packet's block: (job, run, block, generation).
+fn packet_block_key(t: &Thread<'_>) -> [u8; BLOCK_KEY_BYTES] {
+    block_key(
+        t.get(R_JOB_ID),
+        t.get(R_RUN),
+        t.get(R_BLOCK_ID),
+        t.get(R_GEN_ID),
+    )
+}
+
 /// Sets the gate's TAKEN bit; true if this thread set it (and so finishes the block).
 fn take(t: &mut Thread<'_>, rec: Addr) -> Result<bool, Fault> {
     Ok(t.fetch_or(rec + GATE_W, GATE_TAKEN)? & GATE_TAKEN == 0)
@@ -522,13 +532,6 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
 
 /// Step 1 of Figure 10: is the packet an aggregation packet for us (or a Join)? Otherwise, step 8: standard forwarding.
 fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        parse,
-        forward,
-        lookup_block,
-        join_run,
-        ..
-    } = l;
     let Ctx {
         local_addr,
         udp_port,
@@ -536,7 +539,7 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     } = *c;
 
     // 1. parse: is this an aggregation packet for us? Validate its lengths.
-    p.instr(parse, move |t| {
+    p.instr(l.parse, move |t| {
         let Ok(eth) = t.view::<Ether>(0) else {
             return drop_as(TrioMlDrop::NotIpv4);
         };
@@ -550,14 +553,14 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return drop_as(TrioMlDrop::NotIpv4);
         }
         if ip.ihl() != 5 || ip.proto() != IPPROTO_UDP || ip.dst() != local_addr {
-            return Ok(Goto(forward));
+            return Ok(Goto(l.forward));
         }
         let ip_total = usize::from(ip.total_len());
         let Ok(udp) = t.view::<Udp>(UDP_AT) else {
             return drop_as(TrioMlDrop::BadLength);
         };
         if udp.dst_port() != udp_port {
-            return Ok(Goto(forward));
+            return Ok(Goto(l.forward));
         }
         let udp_len = usize::from(udp.len());
         let Ok(hdr) = t.view::<TrioMlHdr>(TRIO_ML_HDR_AT) else {
@@ -577,7 +580,7 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             t.set(R_JOB_ID, h.job_id);
             t.set(R_BLOCK_ID, h.block_id);
             t.set(R_SRC_ID, h.src_id);
-            return Ok(Goto(join_run));
+            return Ok(Goto(l.join_run));
         }
         let consistent = n >= 1
             && udp_len == UDP_LEN + TRIO_ML_HDR_LEN + n * GRAD_BYTES
@@ -594,12 +597,12 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_CONTRIB, h.src_cnt.max(1));
         t.set(R_PKT_DEGRADED, h.degraded);
         t.set(R_RUN, h.run_id);
-        Ok(Goto(lookup_block))
+        Ok(Goto(l.lookup_block))
     });
 
     // 8. forward: standard forwarding by an exact-match route on the IPv4 destination.
     let routes = tables.routes.clone();
-    p.instr(forward, move |t| {
+    p.instr(l.forward, move |t| {
         let dst = t.view::<Ipv4>(IPV4_AT)?.dst();
         Ok(match t.hash_lookup(&routes, &route_key(dst))? {
             Some(nh) => match nh_dest(nh as u32) {
@@ -613,52 +616,36 @@ fn parse_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
 /// Step 2: the active block of the packet, or, for a block that finished, its kept Result (loss recovery: a retransmission is answered with it).
 fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        lookup_block,
-        lookup_result,
-        answer_result,
-        answered,
-        answered_late,
-        create_block,
-        check_source,
-        closing_drop,
-        ..
-    } = l;
     let build_result = l.result_headers;
     let _ = c;
 
     // 2. lookup_block: the active block record of (job, block, generation).
     let active = tables.active.clone();
-    p.instr(lookup_block, move |t| {
-        let key = block_key(
-            t.get(R_JOB_ID),
-            t.get(R_RUN),
-            t.get(R_BLOCK_ID),
-            t.get(R_GEN_ID),
-        );
+    p.instr(l.lookup_block, move |t| {
+        let key = packet_block_key(t);
         Ok(match t.hash_lookup(&active, &key)? {
             Some(PENDING) => {
                 // Another packet of the block is creating it: let the creator run, then
                 // look again and join the record it publishes.
-                Yield(lookup_block)
+                Yield(l.lookup_block)
             }
             Some(rec) if rec & FINISHED != 0 => {
                 // Finished: its Result is kept.
                 t.set(R_BLK, rec & !FINISHED);
                 t.set(R_CLOSING, true);
-                Goto(lookup_result)
+                Goto(l.lookup_result)
             }
             Some(rec) => {
                 t.set(R_BLK, rec);
-                Goto(check_source)
+                Goto(l.check_source)
             }
-            None => Goto(lookup_result),
+            None => Goto(l.lookup_result),
         })
     });
 
     // Loss recovery: a block that is not active may have finished; its Result is kept.
     let kept = tables.kept.clone();
-    p.instr(lookup_result, move |t| {
+    p.instr(l.lookup_result, move |t| {
         let (job, block, gen) = (t.get(R_JOB_ID), t.get(R_BLOCK_ID), t.get(R_GEN_ID));
         let closing = t.get(R_CLOSING);
         // A peek: only a Result sent again counts as asked for (emit_result's check looks
@@ -675,20 +662,20 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         Ok(match kept_gen {
             Some((kgen, rec)) if kgen == gen => {
                 t.set(R_BLK, rec);
-                Goto(answer_result)
+                Goto(l.answer_result)
             }
             Some((kgen, _)) if gen_newer(kgen, gen) => {
                 Done(Verdict::Drop(TrioMlDrop::StaleGen.into()))
             }
             // The block closed under us and its Result is not kept yet: it is on its way
             // to the whole job.
-            _ if closing => Goto(closing_drop),
-            _ => Goto(create_block),
+            _ if closing => Goto(l.closing_drop),
+            _ => Goto(l.create_block),
         })
     });
 
     // A retransmission (or a straggler) of a finished block: send it the kept Result.
-    p.instr(answer_result, move |t| {
+    p.instr(l.answer_result, move |t| {
         let rec = t.get(R_BLK);
         let job = job_of(t, rec)?;
         let src = t.get(R_SRC_ID);
@@ -701,17 +688,21 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_ANSWER, Answer::Sending);
         Ok(Call(
             build_result,
-            if received { answered } else { answered_late },
+            if received {
+                l.answered
+            } else {
+                l.answered_late
+            },
         ))
     });
-    p.instr(answered, move |t| {
+    p.instr(l.answered, move |t| {
         drop_as(if t.get(R_ANSWER) == Answer::Expired {
             TrioMlDrop::ResultExpired
         } else {
             TrioMlDrop::RetransmitAnswered
         })
     });
-    p.instr(answered_late, move |t| {
+    p.instr(l.answered_late, move |t| {
         drop_as(if t.get(R_ANSWER) == Answer::Expired {
             TrioMlDrop::ResultExpired
         } else {
@@ -722,20 +713,11 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
 /// Step 3: a new block: check the job, claim the block's key and a slot from the job's pool.
 fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        lookup_block,
-        lookup_result,
-        create_block,
-        claim_slot,
-        zero_buffer,
-        superseded,
-        ..
-    } = l;
     let Ctx { lanes, .. } = *c;
 
     // 3. create_block: the job must exist, know the source and allow the gradients.
     let jobs = tables.jobs.clone();
-    p.instr(create_block, move |t| {
+    p.instr(l.create_block, move |t| {
         let Some(job) = t.hash_lookup(&jobs, &job_key(t.get(R_JOB_ID)))? else {
             return drop_as(TrioMlDrop::UnknownJob);
         };
@@ -756,7 +738,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let run = t.get(R_RUN);
         if run != 0 && run != current {
             t.set(R_REPLY_RUN, current);
-            return Ok(Goto(superseded));
+            return Ok(Goto(l.superseded));
         }
         if t.get(R_GRAD_CNT) > grad_max {
             return drop_as(TrioMlDrop::BlockGradMax);
@@ -771,7 +753,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             R_BUFS,
             u32::from_be_bytes([bufs[0], bufs[1], bufs[2], bufs[3]]),
         );
-        Ok(Goto(claim_slot))
+        Ok(Goto(l.claim_slot))
     });
 
     // Claim the block's key (PENDING), so exactly one of the packets racing to create the
@@ -785,7 +767,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // packet is answered or dropped as stale instead of starting it again.
     let active = tables.active.clone();
     let kept = tables.kept.clone();
-    p.instr(claim_slot, move |t| {
+    p.instr(l.claim_slot, move |t| {
         let (job_id, run, block, gen) = (
             t.get(R_JOB_ID),
             t.get(R_RUN),
@@ -795,7 +777,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let key = block_key(job_id, run, block, gen);
         match t.hash_insert(&active, &key, PENDING) {
             Ok(Inserted::New) => {
-                // A peek, as in lookup_result; a kept Result of another run is not this
+                // A peek, as in l.lookup_result; a kept Result of another run is not this
                 // block's.
                 let done = match t.hash_peek(&kept, &kept_key(job_id, block))? {
                     Some(v) => {
@@ -807,11 +789,11 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 if done {
                     // Nobody can have joined a PENDING key: giving it back is safe.
                     t.hash_delete(&active, &key)?;
-                    return Ok(Goto(lookup_result));
+                    return Ok(Goto(l.lookup_result));
                 }
             }
             // Another packet created the block first (or is creating it): join it.
-            Ok(Inserted::Existing(_)) => return Ok(Goto(lookup_block)),
+            Ok(Inserted::Existing(_)) => return Ok(Goto(l.lookup_block)),
             Err(HashError::Full { .. }) => return drop_as(TrioMlDrop::TableFull),
             Err(e) => return Err(e.into()),
         }
@@ -833,22 +815,16 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         };
         t.set(R_BLK, layout.slot(k));
         t.set(R_BUF, layout.buffer(t.get(R_BUFS), k));
-        Ok(Goto(zero_buffer))
+        Ok(Goto(l.zero_buffer))
     });
 }
 
 /// Step 3, continued: zero the block's buffer and publish its record.
 fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        zero_buffer,
-        insert_block,
-        aggregate_head,
-        ..
-    } = l;
     let Ctx { lanes, .. } = *c;
 
     // Zero the part of the buffer the block uses (whole lines, up to 4 KB per XTXN).
-    p.instr(zero_buffer, move |t| {
+    p.instr(l.zero_buffer, move |t| {
         let bytes = (u64::from(t.get(R_GRAD_CNT)) * lanes.buffer_bytes())
             .next_multiple_of(LINE_BYTES as u64) as usize;
         let buf = t.get(R_BUF);
@@ -856,13 +832,13 @@ fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             let n = (bytes - done).min(MAX_VADD_BYTES);
             t.mem_zero(buf + (done / 8) as u64, n)?;
         }
-        Ok(Goto(insert_block))
+        Ok(Goto(l.insert_block))
     });
 
     // Write the block record (this packet's source already received and in flight), then
     // publish it in the hash table.
     let active = tables.active.clone();
-    p.instr(insert_block, move |t| {
+    p.instr(l.insert_block, move |t| {
         let (rec, job, buf) = (t.get(R_BLK), t.get(R_JOB), t.get(R_BUF));
         let (block, gen, src) = (t.get(R_BLOCK_ID), t.get(R_GEN_ID), t.get(R_SRC_ID));
         let (exp, grad_cnt, now) = (t.get(R_EXP), t.get(R_GRAD_CNT), t.now_ns());
@@ -890,25 +866,17 @@ fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         // Publish the record under the key this thread claimed.
         t.hash_update(&active, &key, rec)?;
         count_block(t, job)?;
-        Ok(Goto(aggregate_head))
+        Ok(Goto(l.aggregate_head))
     });
 }
 
 /// Step 4: check the source against the job and the block, and join the block's gate.
 fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        check_source,
-        join_block,
-        aggregate_head,
-        leave_block,
-        superseded,
-        ..
-    } = l;
     let _ = c;
     let _ = tables;
 
     // 4. check_source: a member of the job, with the block's gradient count.
-    p.instr(check_source, move |t| {
+    p.instr(l.check_source, move |t| {
         let rec = t.get(R_BLK);
         let w1 = t.read_u64(rec + BLOCK_W_JOB)?;
         let w2 = t.read_u64(rec + BLOCK_W_GATE)?;
@@ -930,50 +898,39 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let run = t.get(R_RUN);
         if run != 0 && run != job_run(w3) {
             t.set(R_REPLY_RUN, job_run(w3));
-            return Ok(Goto(superseded));
+            return Ok(Goto(l.superseded));
         }
-        Ok(Goto(join_block))
+        Ok(Goto(l.join_block))
     });
 
     // Enter the block's gate, then mark the source received (once).
-    p.instr(join_block, move |t| {
+    p.instr(l.join_block, move |t| {
         let rec = t.get(R_BLK);
         let gate = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_ENTER)?);
         if gate & GATE_CLOSED != 0 {
             t.set(R_AFTER, After::Closing);
-            return Ok(Goto(leave_block));
+            return Ok(Goto(l.leave_block));
         }
         let src = t.get(R_SRC_ID);
         let bit = source(src);
         if t.fetch_or(rec + bit.word(), bit.mask())? & bit.mask() != 0 {
             // A retransmission: never added twice.
             t.set(R_AFTER, After::Duplicate);
-            return Ok(Goto(leave_block));
+            return Ok(Goto(l.leave_block));
         }
-        Ok(Goto(aggregate_head))
+        Ok(Goto(l.aggregate_head))
     });
 }
 
 /// Steps 5 and 6: add the gradients (the head's, then the tail's), count the source; the last one out of a closed block finishes it.
 fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        lookup_result,
-        aggregate_head,
-        aggregate_tail,
-        complete_check,
-        leave_block,
-        consume,
-        drop_duplicate,
-        closing_drop,
-        ..
-    } = l;
     let finish_block = l.keep_result;
     let Ctx { lanes, events, .. } = *c;
     let _ = tables;
 
-    // 5. aggregate_head (phase one): the 16-gradient chunks that lie wholly in the head,
+    // 5. l.aggregate_head (phase one): the 16-gradient chunks that lie wholly in the head,
     // straight from local memory.
-    p.instr(aggregate_head, move |t| {
+    p.instr(l.aggregate_head, move |t| {
         let n = usize::from(t.get(R_GRAD_CNT));
         let in_head = (t.head_len().saturating_sub(GRADS_AT) / GRAD_BYTES).min(n);
         let chunks = in_head / CHUNK_GRADS;
@@ -988,17 +945,17 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         }
         t.set(R_CHUNK, chunks);
         Ok(Goto(if chunks * CHUNK_GRADS < n {
-            aggregate_tail
+            l.aggregate_tail
         } else {
-            complete_check
+            l.complete_check
         }))
     });
 
-    // aggregate_tail (phase two): the loop over the remaining 64-byte chunks, up to
+    // l.aggregate_tail (phase two): the loop over the remaining 64-byte chunks, up to
     // TAIL_CHUNKS_PER_INSTR of them per instruction. Each chunk is one tail read and one
     // 16-lane vector add, staged in the scratch line from whatever part is left in the head
     // and the rest read from the tail; a short last chunk is padded with zero lanes.
-    p.instr(aggregate_tail, move |t| {
+    p.instr(l.aggregate_tail, move |t| {
         let n = usize::from(t.get(R_GRAD_CNT));
         for _ in 0..TAIL_CHUNKS_PER_INSTR {
             let c = t.get(R_CHUNK);
@@ -1026,14 +983,14 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
             add_chunk(t, lanes, addr, LM_SCRATCH)?;
             t.set(R_CHUNK, t.get(R_CHUNK) + 1);
             if first + CHUNK_GRADS >= n {
-                return Ok(Goto(complete_check));
+                return Ok(Goto(l.complete_check));
             }
         }
-        Ok(Goto(aggregate_tail))
+        Ok(Goto(l.aggregate_tail))
     });
 
     // 6. complete_check: count the source; the one that completes the block closes it.
-    p.instr(complete_check, move |t| {
+    p.instr(l.complete_check, move |t| {
         // The adds must have landed before the source is counted: the last source to count
         // closes the block, and its Result is read as soon as every adder left.
         t.wait_posted();
@@ -1056,19 +1013,19 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
             t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
         }
         t.set(R_AFTER, After::Consume);
-        Ok(Goto(leave_block))
+        Ok(Goto(l.leave_block))
     });
 
     // Leave the gate; the last one out of a closed block finishes it.
-    p.instr(leave_block, move |t| {
+    p.instr(l.leave_block, move |t| {
         let rec = t.get(R_BLK);
         let old = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_LEAVE)?);
         let next = match t.get(R_AFTER) {
-            After::Consume => consume,
-            After::Duplicate => drop_duplicate,
+            After::Consume => l.consume,
+            After::Duplicate => l.drop_duplicate,
             After::Closing => {
                 t.set(R_CLOSING, true);
-                lookup_result
+                l.lookup_result
             }
         };
         let last_out = old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
@@ -1078,11 +1035,11 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         }
         Ok(Goto(next))
     });
-    p.instr(consume, |_t| Ok(Done(Verdict::Consume)));
-    p.instr(drop_duplicate, move |_t| drop_as(TrioMlDrop::Duplicate));
+    p.instr(l.consume, |_t| Ok(Done(Verdict::Consume)));
+    p.instr(l.drop_duplicate, move |_t| drop_as(TrioMlDrop::Duplicate));
     // Closed before we could join, and no Result kept yet: a repeat of a source the block
     // has, or a straggler the block's Result (on its way to the job) leaves out.
-    p.instr(closing_drop, move |t| {
+    p.instr(l.closing_drop, move |t| {
         let src = t.get(R_SRC_ID);
         let received = mask_has(t.read_u64(t.get(R_BLK) + source(src).word())?, src);
         drop_as(if received {
@@ -1095,13 +1052,6 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
 
 /// The `finish_block` subroutine: keep the Result, retire the block, free the replaced Result's slot, then build the Result.
 fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        keep_result,
-        release_block,
-        free_replaced,
-        free_own,
-        ..
-    } = l;
     let build_result = l.result_headers;
     let Ctx { lanes, .. } = *c;
 
@@ -1109,7 +1059,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // kept-results table, replacing an older generation of the block id, whose slot is
     // freed next.
     let kept = tables.kept.clone();
-    p.instr(keep_result, move |t| {
+    p.instr(l.keep_result, move |t| {
         let rec = t.get(R_BLK);
         let gen = t.get(R_GEN_ID);
         let job = job_of(t, rec)?;
@@ -1122,7 +1072,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             // run): nobody of its run is left to want it. Freed without a Result.
             t.set(R_FREE, rec);
             t.set(R_SILENT, true);
-            return Ok(Goto(release_block));
+            return Ok(Goto(l.release_block));
         }
         let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
         let value = kept_value(gen, rec);
@@ -1143,20 +1093,15 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             Err(HashError::Full { .. }) => t.set(R_FREE, rec),
             Err(e) => return Err(e.into()),
         }
-        Ok(Goto(release_block))
+        Ok(Goto(l.release_block))
     });
 
     // finish_block, step 2: the block is no longer active: its record becomes a finished
     // marker (or goes, if its Result is not kept); build and send its Result.
     let active = tables.active.clone();
-    p.instr(release_block, move |t| {
+    p.instr(l.release_block, move |t| {
         let rec = t.get(R_BLK);
-        let key = block_key(
-            t.get(R_JOB_ID),
-            t.get(R_RUN),
-            t.get(R_BLOCK_ID),
-            t.get(R_GEN_ID),
-        );
+        let key = packet_block_key(t);
         if t.get(R_FREE) == rec {
             t.hash_delete(&active, &key)?;
         } else {
@@ -1164,7 +1109,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         }
         t.set(R_DEST, ResultDest::Job);
         t.set(R_ANSWER, Answer::No);
-        Ok(Goto(free_replaced))
+        Ok(Goto(l.free_replaced))
     });
 
     // finish_block, step 3: free the slot of the Result this one replaced (and its finished
@@ -1174,13 +1119,13 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // generation at once: the slot must not still count against block_cnt_max by then.
     // This block's own slot, when its Result is not kept, is freed once the Result is built.
     let active = tables.active.clone();
-    p.instr(free_replaced, move |t| {
+    p.instr(l.free_replaced, move |t| {
         let old = t.get(R_FREE);
         if old == t.get(R_BLK) {
             if t.get(R_SILENT) {
-                return Ok(Goto(free_own));
+                return Ok(Goto(l.free_own));
             }
-            return Ok(Call(build_result, free_own));
+            return Ok(Call(build_result, l.free_own));
         }
         if old != 0 {
             let key = t.read_u64(old + BLOCK_KEY_WORD)?;
@@ -1192,7 +1137,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         // build_result returns to finish_block's caller.
         Ok(Goto(build_result))
     });
-    p.instr(free_own, move |t| {
+    p.instr(l.free_own, move |t| {
         free_slot(t, t.get(R_JOB), t.get(R_BLK), lanes)?;
         Ok(Return)
     });
@@ -1200,12 +1145,6 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
 /// Step 7, the `build_result` subroutine: the Result's headers, its sums 256 bytes per instruction, and the send.
 fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        result_headers,
-        result_tail,
-        emit_result,
-        ..
-    } = l;
     let Ctx {
         udp_port,
         local_mac,
@@ -1214,7 +1153,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     } = *c;
 
     // 7. build_result: the Result's headers, from the block and job records.
-    p.instr(result_headers, move |t| {
+    p.instr(l.result_headers, move |t| {
         let rec = t.get(R_BLK);
         t.mem_read(rec, LM_BLOCK_REC, LINE_BYTES)?;
         let b = BlockCtx::new_checked(t.lm_bytes(LM_BLOCK_REC, LINE_BYTES)?)?;
@@ -1279,7 +1218,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_BUF, buf);
         t.set(R_CHUNK, 0);
         t.clear_tail();
-        Ok(Goto(result_tail))
+        Ok(Goto(l.result_tail))
     });
 
     // result_tail: one 256-byte chunk of sums per instruction: read from the buffer into
@@ -1287,7 +1226,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // take 8 bytes per sum: they are pulled in two halves of 256 bytes, each renormalized
     // into FP32 where it lands (FPISA's egress step, `fpisa::pull_fp32_sums`), so the chunk
     // still fits below LM_AGED.
-    p.instr(result_tail, move |t| {
+    p.instr(l.result_tail, move |t| {
         let total = usize::from(t.get(R_GRAD_CNT)) * GRAD_BYTES;
         let start = t.get(R_CHUNK) * RESULT_CHUNK_BYTES;
         let len = (total - start).min(RESULT_CHUNK_BYTES);
@@ -1306,9 +1245,9 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.write_tail(LM_RESULT_DATA, len)?;
         t.set(R_CHUNK, t.get(R_CHUNK) + 1);
         Ok(Goto(if start + len < total {
-            result_tail
+            l.result_tail
         } else {
-            emit_result
+            l.emit_result
         }))
     });
 
@@ -1319,7 +1258,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // in the table before its slot is freed), so a Result still kept after it was read is
     // whole; otherwise it may hold another block's sums and is not sent.
     let kept = tables.kept.clone();
-    p.instr(emit_result, move |t| {
+    p.instr(l.emit_result, move |t| {
         if t.get(R_ANSWER) == Answer::Sending {
             let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
             let want = kept_value(t.get(R_GEN_ID), t.get(R_BLK));
@@ -1331,7 +1270,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 return Ok(Return);
             }
         }
-        // result_headers resolved the job's next hop.
+        // l.result_headers resolved the job's next hop.
         let ResultDest::NextHop(nh) = t.get(R_DEST) else {
             return Err(FaultDetail::Panic("a Result sent before its headers".into()).into());
         };
@@ -1342,13 +1281,6 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
 /// The timer threads (§5): age the blocks of the launch's slice and finish the aged ones; age the kept Results and free the expired ones.
 fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        scan_blocks,
-        close_aged,
-        scan_kept,
-        free_expired,
-        ..
-    } = l;
     let finish_block = l.keep_result;
     let Ctx {
         scan_period_ns,
@@ -1360,7 +1292,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // Timer threads (§5): age every block record of this launch's slice of the table by
     // its REF flag, and list the blocks that aged out.
     let active = tables.active.clone();
-    p.instr(scan_blocks, move |t| {
+    p.instr(l.scan_blocks, move |t| {
         let Some(launch) = t.timer().copied() else {
             return Ok(Done(Verdict::Consume));
         };
@@ -1401,16 +1333,16 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         }
         t.set(R_AGED_N, aged);
         t.set(R_AGED_I, 0);
-        Ok(Goto(close_aged))
+        Ok(Goto(l.close_aged))
     });
 
     // Close one aged block: no adder may join it any more. If nobody is adding, this
     // thread finishes it (a partial Result: age_op = 1, degraded); otherwise the last adder
     // to leave does.
-    p.instr(close_aged, move |t| {
+    p.instr(l.close_aged, move |t| {
         let i = t.get(R_AGED_I);
         if i == t.get(R_AGED_N) {
-            return Ok(Goto(scan_kept));
+            return Ok(Goto(l.scan_kept));
         }
         t.set(R_AGED_I, t.get(R_AGED_I) + 1);
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
@@ -1424,16 +1356,16 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_BLK, rec);
         let old = t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
         if old & GATE_CLOSED == 0 && old & GATE_IN_FLIGHT == 0 && take(t, rec)? {
-            return Ok(Call(finish_block, close_aged));
+            return Ok(Call(finish_block, l.close_aged));
         }
-        Ok(Goto(close_aged))
+        Ok(Goto(l.close_aged))
     });
 
     // Every KEPT_SCAN_EVERY periods, age the kept Results of this launch's slice by their
     // REF flags; delete (under the shard's lock) those unasked for keep_scans kept scans,
     // and list them: this thread owns them now.
     let kept = tables.kept.clone();
-    p.instr(scan_kept, move |t| {
+    p.instr(l.scan_kept, move |t| {
         let Some(launch) = t.timer().copied() else {
             return Ok(Done(Verdict::Consume));
         };
@@ -1471,13 +1403,13 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         }
         t.set(R_AGED_N, expired.len());
         t.set(R_AGED_I, 0);
-        Ok(Goto(free_expired))
+        Ok(Goto(l.free_expired))
     });
 
     // Free one expired Result: its finished marker goes (no block of that generation can be
     // created while the marker is there, so the key is still this Result's), then its slot.
     let active = tables.active.clone();
-    p.instr(free_expired, move |t| {
+    p.instr(l.free_expired, move |t| {
         let i = t.get(R_AGED_I);
         if i == t.get(R_AGED_N) {
             return Ok(Done(Verdict::Consume));
@@ -1491,18 +1423,12 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.hash_delete(&active, &block_key(job_id, run, block, gen))?;
         let job = job_of(t, rec)?;
         free_slot(t, job, rec, lanes)?;
-        Ok(Goto(free_expired))
+        Ok(Goto(l.free_expired))
     });
 }
 
 /// The run protocol ([`Control`]): a Join under the job's Join lock, and the replies.
 fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Labels {
-        join_run,
-        superseded,
-        control_reply,
-        ..
-    } = l;
     let Ctx {
         local_addr,
         udp_port,
@@ -1513,7 +1439,7 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // The run protocol (wire::Control). join_run: a source of the job joins its run, under
     // the job's Join lock (one bit of the run word, held for two XTXNs): see decide_join.
     let jobs = tables.jobs.clone();
-    p.instr(join_run, move |t| {
+    p.instr(l.join_run, move |t| {
         let Some(job) = t.hash_lookup(&jobs, &job_key(t.get(R_JOB_ID)))? else {
             return drop_as(TrioMlDrop::UnknownJob);
         };
@@ -1525,7 +1451,7 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let w3 = t.fetch_or(job + JOB_W_RUN, JOB_RUN_LOCK)?;
         if w3 & JOB_RUN_LOCK != 0 {
             // Another Join of the job holds the lock.
-            return Ok(Yield(join_run));
+            return Ok(Yield(l.join_run));
         }
         let run = match decide_join(t, job, w3, src, t.get(R_BLOCK_ID)) {
             Ok(run) => run,
@@ -1542,15 +1468,15 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         )?;
         t.set(R_REPLY_RUN, run);
         t.set(R_CTL_OP, CTL_JOINED);
-        Ok(Goto(control_reply))
+        Ok(Goto(l.control_reply))
     });
     // Gradients of a run the job has left: tell their worker which run is current.
-    p.instr(superseded, move |t| {
+    p.instr(l.superseded, move |t| {
         t.set(R_CTL_OP, CTL_SUPERSEDED);
-        Ok(Goto(control_reply))
+        Ok(Goto(l.control_reply))
     });
     // A control reply to the packet's sender, out of the port it came from.
-    p.instr(control_reply, move |t| {
+    p.instr(l.control_reply, move |t| {
         let from_mac = t.view::<Ether>(0)?.smac().to_be_bytes();
         let from_addr = t.view::<Ipv4>(IPV4_AT)?.src_addr();
         let from_port = t.view::<Udp>(UDP_AT)?.src_port();

@@ -103,6 +103,30 @@ fn lm_range(offset: usize, len: usize) -> Result<std::ops::Range<usize>, Fault> 
     }
 }
 
+/// The one-word fetch-and-op XTXNs: each counts itself, applies the op to the 64-bit word at
+/// `addr` near the memory and returns the word's old value.
+macro_rules! fetch_ops {
+    ($($(#[$doc:meta])* $name:ident($operand:ident) = $kind:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&mut self, addr: Addr, $operand: u64) -> Result<u64, Fault> {
+            self.count(XtxnKind::$kind);
+            Ok(self.mem.$name(addr, $operand)?)
+        }
+    )*};
+}
+
+/// The hash XTXNs that take a key and give back the record's value, if any: each counts
+/// itself as `$kind` and calls the table's `$op`.
+macro_rules! keyed_hash_ops {
+    ($($(#[$doc:meta])* $name:ident = $op:ident, $kind:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
+            self.count(XtxnKind::$kind);
+            Ok(table.$op(key)?)
+        }
+    )*};
+}
+
 impl<'a> Thread<'a> {
     pub(crate) fn new(
         core: &'a mut ThreadCore,
@@ -409,40 +433,19 @@ impl<'a> Thread<'a> {
         Ok(self.mem.police(addr, bytes, self.meta.now_ns)?)
     }
 
-    /// Fetch-and-AND; returns the old value.
-    pub fn fetch_and(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
-        self.count(XtxnKind::FetchAnd);
-        Ok(self.mem.fetch_and(addr, mask)?)
-    }
-
-    /// Fetch-and-OR; returns the old value.
-    pub fn fetch_or(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
-        self.count(XtxnKind::FetchOr);
-        Ok(self.mem.fetch_or(addr, mask)?)
-    }
-
-    /// Fetch-and-XOR; returns the old value.
-    pub fn fetch_xor(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
-        self.count(XtxnKind::FetchXor);
-        Ok(self.mem.fetch_xor(addr, mask)?)
-    }
-
-    /// Fetch-and-clear (clears the mask's bits); returns the old value.
-    pub fn fetch_clear(&mut self, addr: Addr, mask: u64) -> Result<u64, Fault> {
-        self.count(XtxnKind::FetchClear);
-        Ok(self.mem.fetch_clear(addr, mask)?)
-    }
-
-    /// Fetch-and-swap; returns the old value.
-    pub fn fetch_swap(&mut self, addr: Addr, value: u64) -> Result<u64, Fault> {
-        self.count(XtxnKind::FetchSwap);
-        Ok(self.mem.fetch_swap(addr, value)?)
-    }
-
-    /// 64-bit wrapping fetch-and-add; returns the old value.
-    pub fn fetch_add(&mut self, addr: Addr, delta: u64) -> Result<u64, Fault> {
-        self.count(XtxnKind::FetchAdd);
-        Ok(self.mem.fetch_add(addr, delta)?)
+    fetch_ops! {
+        /// Fetch-and-AND; returns the old value.
+        fetch_and(mask) = FetchAnd;
+        /// Fetch-and-OR; returns the old value.
+        fetch_or(mask) = FetchOr;
+        /// Fetch-and-XOR; returns the old value.
+        fetch_xor(mask) = FetchXor;
+        /// Fetch-and-clear (clears the mask's bits); returns the old value.
+        fetch_clear(mask) = FetchClear;
+        /// Fetch-and-swap; returns the old value.
+        fetch_swap(value) = FetchSwap;
+        /// 64-bit wrapping fetch-and-add; returns the old value.
+        fetch_add(delta) = FetchAdd;
     }
 
     /// Writes the mask's bits of `value`; returns the old word.
@@ -534,18 +537,15 @@ impl<'a> Thread<'a> {
 
     // ----- hash engine XTXNs ---------------------------------------------------------------
 
-    /// Looks `key` up in a hash table; a found record is marked referenced.
-    pub fn hash_lookup(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
-        self.count(XtxnKind::HashLookup);
-        Ok(table.lookup(key)?)
-    }
-
-    /// Looks `key` up in a hash table without marking it referenced: for a look that must
-    /// not keep a record alive (a scan that ages records by their REF flags would otherwise
-    /// never see it idle). Counted as a lookup.
-    pub fn hash_peek(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
-        self.count(XtxnKind::HashLookup);
-        Ok(table.peek(key)?)
+    keyed_hash_ops! {
+        /// Looks `key` up in a hash table; a found record is marked referenced.
+        hash_lookup = lookup, HashLookup;
+        /// Looks `key` up in a hash table without marking it referenced: for a look that
+        /// must not keep a record alive (a scan that ages records by their REF flags would
+        /// otherwise never see it idle). Counted as a lookup.
+        hash_peek = peek, HashLookup;
+        /// Deletes a record; its value, or `None` if there was none.
+        hash_delete = delete, HashDelete;
     }
 
     /// Creates a record unless one with `key` exists (then its value comes back as
@@ -570,12 +570,6 @@ impl<'a> Thread<'a> {
     ) -> Result<Option<u64>, Fault> {
         self.count(XtxnKind::HashUpdate);
         Ok(table.update(key, value)?)
-    }
-
-    /// Deletes a record; its value, or `None` if there was none.
-    pub fn hash_delete(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
-        self.count(XtxnKind::HashDelete);
-        Ok(table.delete(key)?)
     }
 
     /// Scans slice `slice` of `slices` of a hash table, testing and clearing each record's

@@ -56,3 +56,20 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// The addresses of Trio-ML worker `src` sending to the aggregator at `dst_addr:dst_port`
+/// (the aggregator's MAC is the default configuration's).
+pub fn worker_endpoints(
+    src: u8,
+    dst_addr: std::net::Ipv4Addr,
+    dst_port: u16,
+) -> pfemu::microcode::trio_ml::wire::Endpoints {
+    pfemu::microcode::trio_ml::wire::Endpoints {
+        src_mac: [2, 0, 0, 0, 1, src],
+        dst_mac: pfemu::microcode::trio_ml::TrioMlConfig::default().local_mac,
+        src_addr: std::net::Ipv4Addr::new(10, 0, 1, src),
+        dst_addr,
+        src_port: 40000 + u16::from(src),
+        dst_port,
+    }
+}
