@@ -187,7 +187,7 @@ pfemu::registers! {
 // ----- errors ------------------------------------------------------------------------------
 
 /// Why a route table could not be read or built, or the program installed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum L3fwdError {
     /// A line of a route file is malformed.
     Parse {
@@ -195,6 +195,13 @@ pub enum L3fwdError {
         line: usize,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A route file cannot be read.
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
     },
     /// A route is impossible (prefix length above 32, host bits set, unknown next hop).
     BadRoute(String),
@@ -220,6 +227,9 @@ impl fmt::Display for L3fwdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             L3fwdError::Parse { line, reason } => write!(f, "route file line {line}: {reason}"),
+            L3fwdError::Read { path, source } => {
+                write!(f, "cannot read route file {}: {source}", path.display())
+            }
             L3fwdError::BadRoute(r) => write!(f, "bad route: {r}"),
             L3fwdError::TooManyNextHops(n) => {
                 write!(f, "{n} next hops; DIR-24-8 entries name at most {MAX_NEXT_HOPS}")
@@ -250,7 +260,18 @@ impl fmt::Display for L3fwdError {
     }
 }
 
-impl std::error::Error for L3fwdError {}
+impl std::error::Error for L3fwdError {
+    /// The I/O error of [`L3fwdError::Read`], the allocator's refusal of
+    /// [`L3fwdError::Memory`], the memory fault of [`L3fwdError::Fault`].
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            L3fwdError::Read { source, .. } => Some(source),
+            L3fwdError::Memory { source, .. } => Some(source),
+            L3fwdError::Fault(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<MemFault> for L3fwdError {
     fn from(e: MemFault) -> Self {
@@ -460,9 +481,9 @@ impl RouteTable {
 
     /// Reads a route file (see [`RouteTable::parse`]).
     pub fn from_file(path: &std::path::Path) -> Result<RouteTable, L3fwdError> {
-        let text = std::fs::read_to_string(path).map_err(|e| L3fwdError::Parse {
-            line: 0,
-            reason: format!("cannot read {}: {e}", path.display()),
+        let text = std::fs::read_to_string(path).map_err(|source| L3fwdError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
         RouteTable::parse(&text)
     }

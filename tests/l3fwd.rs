@@ -380,6 +380,11 @@ fn route_file_errors_name_the_line_and_the_problem() {
     let missing = RouteTable::from_file(std::path::Path::new("/nonexistent/routes.txt"))
         .expect_err("no such file");
     assert!(missing.to_string().contains("/nonexistent/routes.txt"));
+    assert!(!missing.to_string().contains("line 0"), "{missing}");
+    let io = std::error::Error::source(&missing)
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .expect("an unreadable file's error is the I/O error's");
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
 }
 
 #[test]

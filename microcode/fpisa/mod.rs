@@ -127,7 +127,7 @@ pub fn add_chunk(
 /// overwrites and left shifts, headroom overflows) to the three counters from `counters`
 /// (two words each; the count is the packet count), one posted counter add per nonzero count.
 pub fn count_events(t: &mut Thread<'_>, counters: Addr) -> Result<(), Fault> {
-    let c = t.take_fpisa_events();
+    let c = t.take_fpisa_counts();
     for (i, n) in [c.overwrites, c.left_shifts, c.overflows]
         .into_iter()
         .enumerate()

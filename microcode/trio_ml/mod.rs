@@ -411,7 +411,19 @@ impl fmt::Display for TrioMlError {
     }
 }
 
-impl std::error::Error for TrioMlError {}
+impl std::error::Error for TrioMlError {
+    /// The allocation error behind [`TrioMlError::Alloc`]; the configuration, memory and
+    /// hash errors are shown as themselves, so their own source (if any) comes through.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TrioMlError::Alloc(e) => Some(e),
+            TrioMlError::Config(e) => e.source(),
+            TrioMlError::Memory(e) => e.source(),
+            TrioMlError::Hash(e) => e.source(),
+            TrioMlError::JobExists(_) | TrioMlError::NoSuchJob(_) => None,
+        }
+    }
+}
 
 impl From<ConfigError> for TrioMlError {
     fn from(e: ConfigError) -> Self {

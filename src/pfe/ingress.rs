@@ -20,7 +20,7 @@ use super::batch::{Batch, Slot};
 use super::stats::{DROP_OVERSIZE, DROP_RUNT, DROP_RX_FULL};
 use super::Pfe;
 use crate::packet::{Packet, Port, MIN_FRAME_BYTES};
-use crate::wire::{Ether, Ipv4, ETHERTYPE_IPV4, IPPROTO_TCP, IPPROTO_UDP};
+use crate::wire::{Ether, Ipv4, ETHERTYPE_IPV4, ETHER_LEN, IPPROTO_TCP, IPPROTO_UDP};
 
 /// A user-supplied flow key function: ingress port and frame in, flow key out.
 pub type FlowKeyFn = dyn Fn(Port, &[u8]) -> u64 + Send + Sync;
@@ -77,7 +77,7 @@ fn five_tuple_key(port: Port, frame: &[u8]) -> u64 {
     if eth.etype() != ETHERTYPE_IPV4 {
         return port_key();
     }
-    let l3 = &frame[Ether::<&[u8]>::LEN..];
+    let l3 = &frame[ETHER_LEN..];
     let Ok(ip) = Ipv4::new_checked(l3) else {
         return port_key();
     };

@@ -509,7 +509,7 @@ impl<'a> Thread<'a> {
     /// lanes are copied out of local memory now, the size and address are checked now, and
     /// the add is applied exactly once, no later than [`Thread::wait_posted`] or the end of
     /// the batch. Posted adds that continue one another reach the engine as one request.
-    /// The events of applied adds are collected by [`Thread::take_fpisa_events`]. Counted
+    /// The events of applied adds are collected by [`Thread::take_fpisa_counts`]. Counted
     /// as one `fpisa_add16` XTXN per 16 lanes or part of them.
     #[inline]
     pub fn post_fpisa_add_be(
@@ -531,7 +531,7 @@ impl<'a> Thread<'a> {
 
     /// The events of this thread's posted FPISA adds applied since the last call (after
     /// [`Thread::wait_posted`], all of them so far).
-    pub fn take_fpisa_events(&mut self) -> crate::fpisa::FpisaCounts {
+    pub fn take_fpisa_counts(&mut self) -> crate::fpisa::FpisaCounts {
         self.core.posted.take_fpisa_counts()
     }
 
