@@ -474,6 +474,11 @@ fn yield_reruns_its_label_counts_waits_and_is_bounded_by_the_budget() {
     assert_eq!(out.result, Ok(Verdict::Forward(1)));
     assert_eq!((out.instructions, out.waits), (3, 2));
 
+    // In the engine, every packet's waits are counted in the stats.
+    let (stats, out) = run(program.clone(), &frames(10), 2);
+    assert_eq!(out.len(), 10);
+    assert_eq!((stats.instructions, stats.yields), (30, 20), "{stats:?}");
+
     // A wait that never ends is stopped by the budget, like any runaway loop.
     let mut p = Program::builder("forever");
     pfemu::labels!(p => look);

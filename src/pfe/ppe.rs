@@ -37,7 +37,7 @@ pub(crate) fn run(
     let mut timer_out = OutArena::default();
     loop {
         if let Some(timers) = &shared.timers {
-            // Between batches: launch the timers due (see `pfe::timers`).
+            // Between batches: launch the timers due (see `pfe::timer_threads`).
             timers.poll(&shared.dispatch, shared.clock.now_ns());
         }
         let mut batch = match shared.dispatch.pop(me, &parker) {
@@ -112,6 +112,7 @@ fn run_timer(
     core.posted.flush(&shared.mem);
     st.timer_runs += 1;
     st.timer_instructions += outcome.instructions as u64;
+    st.yields += u64::from(outcome.waits);
     if let Err(fault) = outcome.result {
         st.faults[fault.kind().index()] += 1;
         st.timer_faults += 1;
@@ -197,6 +198,7 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
         let (hs, hl, lm_written) = t.head_window();
         st.packets += 1;
         st.instructions += outcome.instructions as u64;
+        st.yields += u64::from(outcome.waits);
 
         // Created packets first: drop those whose destination does not exist.
         let created = out.recs.len() - outs_start;

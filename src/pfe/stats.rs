@@ -46,6 +46,8 @@ pub(crate) struct WorkerStats {
     pub drops: Vec<u64>,
     pub faults: [u64; FaultKind::COUNT],
     pub instructions: u64,
+    /// `Yield` steps taken by packet and timer threads (waits for another thread).
+    pub yields: u64,
     pub xtxns: [u64; XtxnKind::COUNT],
     /// Timer threads run, the instructions they executed, and those that faulted.
     pub timer_runs: u64,
@@ -75,6 +77,7 @@ impl WorkerStats {
             *a += b;
         }
         self.instructions += o.instructions;
+        self.yields += o.yields;
         for (a, b) in self.xtxns.iter_mut().zip(&o.xtxns) {
             *a += b;
         }
@@ -95,6 +98,7 @@ impl WorkerStats {
             drops,
             faults,
             instructions,
+            yields,
             xtxns,
             timer_runs,
             timer_instructions,
@@ -108,6 +112,7 @@ impl WorkerStats {
             created,
             created_invalid,
             instructions,
+            yields,
             timer_runs,
             timer_instructions,
             timer_faults,
@@ -166,6 +171,10 @@ pub struct Stats {
     pub reorder_held: u64,
     /// Instructions executed by packet threads (timer threads' are `timer_instructions`).
     pub instructions: u64,
+    /// `Yield` steps taken by packet and timer threads: how often a program waited for
+    /// another thread (e.g. Trio-ML's packets for the thread creating their block). Each
+    /// wait holds the PPE thread; a high count says threads spend time waiting.
+    pub yields: u64,
     /// External transactions by kind (non-zero kinds only).
     pub xtxns: BTreeMap<String, u64>,
     /// Packets processed by each PPE thread.
@@ -278,6 +287,7 @@ impl Pfe {
             created: total.created,
             created_invalid: total.created_invalid,
             instructions: total.instructions,
+            yields: total.yields,
             reorder_held: if sh.cfg.reorder {
                 sh.reorder.held_total()
             } else {
