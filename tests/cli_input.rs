@@ -390,3 +390,34 @@ fn replay_errors_name_the_option_typed() {
     assert!(err.contains("route file line 1:"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reader that goes away (`pfemu ... | head`) ends the command quietly, as it ends Unix
+/// filters (by SIGPIPE), never with a panic about a failed print.
+#[cfg(unix)]
+#[test]
+fn a_closed_output_pipe_ends_commands_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    for args in [
+        &["--help"][..],
+        &["demo", "--json"],
+        &["bench", "filter", "--help"],
+    ] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn pfemu");
+        // Close our end of its stdout before it writes anything.
+        drop(child.stdout.take());
+        let o = wait_within(child, DEADLINE, &args.join(" "));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "pfemu {args:?}: {err}");
+        assert!(
+            o.status.success() || o.status.signal() == Some(13),
+            "pfemu {args:?} ended with {:?}: {err}",
+            o.status
+        );
+    }
+}

@@ -461,7 +461,24 @@ enum Workload {
     Filter,
 }
 
+/// Restores the default action of SIGPIPE (the Rust runtime ignores it), so that when the
+/// reader of our output goes away (`pfemu ... | head`) the command ends quietly, as Unix
+/// filters do, instead of panicking on the failed write.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn end_quietly_on_closed_pipe() {
+    // SAFETY: `signal` with `SIG_DFL` only resets a disposition; it runs first thing in
+    // `main`, before any other thread exists that could be installing handlers.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn end_quietly_on_closed_pipe() {}
+
 fn main() -> ExitCode {
+    end_quietly_on_closed_pipe();
     let matches = Cli::command()
         .try_get_matches()
         .unwrap_or_else(|e| exit_on(e));
