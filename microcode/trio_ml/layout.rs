@@ -76,13 +76,13 @@ const _: () = assert!(Job::RUN_LOCK.word() == JOB_W_RUN);
 /// The job's current run id from word [`JOB_W_RUN`] (0: nobody joined yet).
 pub(super) fn job_run(w3: u64) -> u8 {
     // A 4-bit field: the cast keeps all of it.
-    Job::RUN_ID.get(w3) as u8
+    Job::RUN_ID.get_u8(w3)
 }
 
 /// The job's `src_cnt` from word [`JOB_W_SRC_CNT`].
 pub(super) fn job_src_cnt(w3: u64) -> u8 {
     // An 8-bit field: the cast keeps all of it.
-    Job::SRC_CNT.get(w3) as u8
+    Job::SRC_CNT.get_u8(w3)
 }
 
 /// The run after `run`: 1 to 15, round (0, no run yet, is followed by 1).
@@ -128,12 +128,11 @@ const _: () = assert!(TOTAL_HI.word() == JOB_W0 && TOTAL_HI.lane_shift() == 0);
 
 /// `(block_curr_cnt, block_cnt_max, block_grad_max, block_exp)` from word 0.
 pub(super) fn job_w0_fields(w0: u64) -> (u32, u32, u32, u8) {
-    // Fields of 16, 12, 12 and 8 bits: the casts keep all of them.
     (
-        Job::BLOCK_CURR_CNT.get(w0) as u32,
-        Job::BLOCK_CNT_MAX.get(w0) as u32,
-        Job::BLOCK_GRAD_MAX.get(w0) as u32,
-        Job::BLOCK_EXP.get(w0) as u8,
+        Job::BLOCK_CURR_CNT.get_u32(w0),
+        Job::BLOCK_CNT_MAX.get_u32(w0),
+        Job::BLOCK_GRAD_MAX.get_u32(w0),
+        Job::BLOCK_EXP.get_u8(w0),
     )
 }
 
@@ -146,10 +145,17 @@ pub(super) const BLOCK_AGE: Field = Block::BLOCK_AGE;
 const _: () = assert!(BLOCK_EXP.word() == BLOCK_W_AGE);
 /// The word of the block record holding `job_ctx_paddr`.
 pub(super) const BLOCK_W_JOB: u64 = Block::JOB_CTX_PADDR.word();
-/// Shift of `job_ctx_paddr` in [`BLOCK_W_JOB`].
-pub(super) const BLOCK_JOB_SHIFT: u32 = Block::JOB_CTX_PADDR.shift();
+/// `job_ctx_paddr` in [`BLOCK_W_JOB`].
+pub(super) const BLOCK_JOB: Field = Block::JOB_CTX_PADDR;
 /// The word of the block record holding `grad_cnt` and the gate's flags.
 pub(super) const BLOCK_W_GATE: u64 = Block::GRAD_CNT.word();
+/// `aggr_paddr`, which straddles [`BLOCK_W_JOB`] and [`BLOCK_W_GATE`] (read both, then
+/// [`Field::get_across`]).
+pub(super) const BLOCK_BUF: Field = Block::AGGR_PADDR;
+const _: () = assert!(
+    BLOCK_BUF.first_word() == BLOCK_W_JOB && BLOCK_W_GATE == BLOCK_W_JOB + 1,
+    "aggr_paddr lies in the two words check_source reads"
+);
 /// `grad_cnt`, in [`BLOCK_W_GATE`].
 pub(super) const BLOCK_GRAD_CNT: Field = Block::GRAD_CNT;
 /// The word of the block record holding `rcvd_cnt` and the contributors.
@@ -171,8 +177,8 @@ const _: () = assert!(
 );
 /// The word of the block record holding its run id.
 pub(super) const BLOCK_W_RUN: u64 = Block::RUN_ID.word();
-/// Shift of the run id in [`BLOCK_W_RUN`].
-pub(super) const BLOCK_RUN_SHIFT: u32 = Block::RUN_ID.shift();
+/// The run id in [`BLOCK_W_RUN`].
+pub(super) const BLOCK_RUN: Field = Block::RUN_ID;
 
 /// Byte of the block's line where its key is kept, after the record (`wire::BlockKey`).
 pub(super) const BLOCK_KEY_AT: usize = BLOCK_CTX_LEN;
@@ -555,11 +561,11 @@ mod tests {
         let age = word(&line, BLOCK_W_AGE);
         assert_eq!((BLOCK_EXP.get(age), BLOCK_AGE.get(age)), (0x0A, 0x0B));
         let w1 = word(&line, BLOCK_W_JOB);
-        assert_eq!((w1 >> BLOCK_JOB_SHIFT) as u32, 0x99AA_BBCC);
+        assert_eq!(BLOCK_JOB.get_u32(w1), 0x99AA_BBCC);
         let gate = word(&line, GATE_W);
         assert_eq!((BLOCK_W_GATE, BLOCK_W_RUN), (GATE_W, GATE_W));
         assert_eq!(BLOCK_GRAD_CNT.get(gate), 0x123);
-        assert_eq!((gate >> BLOCK_RUN_SHIFT) as u8, 0x5);
+        assert_eq!(BLOCK_RUN.get_u8(gate), 0x5);
         assert_eq!(gate & GATE_DEGRADED, GATE_DEGRADED);
         assert_eq!(gate & (GATE_CLOSED | GATE_TAKEN), 0);
         assert_eq!(gate & GATE_IN_FLIGHT, 0x0102);

@@ -326,7 +326,7 @@ const _: () = assert!(BlockCtxLayout::RCVD_MASK.first.bit == JobCtxLayout::SRC_M
 /// The job record's address, from the block record's `job_ctx_paddr`.
 fn job_of(t: &mut Thread<'_>, rec: Addr) -> Result<Addr, Fault> {
     let w = t.read_u64(rec + BLOCK_W_JOB)?;
-    Ok(addr_of((w >> BLOCK_JOB_SHIFT) as u32))
+    Ok(addr_of(BLOCK_JOB.get_u32(w)))
 }
 
 /// The active-blocks key of the packet's block: (job, run, block, generation).
@@ -398,7 +398,7 @@ fn claim_free_slot(t: &mut Thread<'_>, l: &JobLayout, home: u32) -> Result<Optio
 
 /// The run id of the block record at `rec`.
 fn run_of(t: &mut Thread<'_>, rec: Addr) -> Result<u8, Fault> {
-    Ok((t.read_u64(rec + BLOCK_W_RUN)? >> BLOCK_RUN_SHIFT) as u8 & MAX_RUN_ID)
+    Ok(BLOCK_RUN.get_u8(t.read_u64(rec + BLOCK_W_RUN)?) & MAX_RUN_ID)
 }
 
 /// The Join decision, under the job's Join lock: the run source `src` of the job at `job`
@@ -880,9 +880,8 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let rec = t.get(R_BLK);
         let w1 = t.read_u64(rec + BLOCK_W_JOB)?;
         let w2 = t.read_u64(rec + BLOCK_W_GATE)?;
-        let job = addr_of((w1 >> BLOCK_JOB_SHIFT) as u32);
-        // aggr_paddr straddles words 1 (low 16 bits) and 2 (top 16 bits).
-        t.set(R_BUF, addr_of(((w1 & 0xFFFF) << 16 | w2 >> 48) as u32));
+        let job = addr_of(BLOCK_JOB.get_u32(w1));
+        t.set(R_BUF, addr_of(BLOCK_BUF.get_across(w1, w2) as u32));
         t.set(R_JOB, job);
         let src = t.get(R_SRC_ID);
         let word = source(src).word();
@@ -1313,7 +1312,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         for (key, rec, referenced) in visited {
             let w0 = t.read_u64(rec + BLOCK_W_AGE)?;
             // 8-bit fields: the casts keep all of them.
-            let (exp, age) = (BLOCK_EXP.get(w0) as u8, BLOCK_AGE.get(w0) as u8);
+            let (exp, age) = (BLOCK_EXP.get_u8(w0), BLOCK_AGE.get_u8(w0));
             let new_age = if referenced { 0 } else { age.saturating_add(1) };
             if new_age != age {
                 t.masked_write(

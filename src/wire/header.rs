@@ -177,6 +177,58 @@ impl Field {
         (word & self.mask()) >> self.shift()
     }
 
+    /// The index of the first 8-byte word holding any bit of the field: for a field that
+    /// straddles two words, read it and the next with [`Field::get_across`].
+    pub const fn first_word(self) -> u64 {
+        (self.bit / 64) as u64
+    }
+
+    /// The value of a field of at most 64 bits that may straddle two words, from the word
+    /// at [`Field::first_word`] and the one after it (a field in one word ignores `next`).
+    ///
+    /// # Panics
+    /// If the field is wider than 64 bits.
+    #[inline]
+    pub const fn get_across(self, first: u64, next: u64) -> u64 {
+        assert!(
+            self.width >= 1 && self.width <= 64,
+            "the field is wider than 64 bits"
+        );
+        let both = (first as u128) << 64 | next as u128;
+        let shift = 128 - self.bit % 64 - self.width;
+        (both >> shift) as u64 & mask64(self.width)
+    }
+
+    /// The field's value as a `u8`, for a field of at most 8 bits.
+    ///
+    /// # Panics
+    /// If the field is wider (at compile time for a constant field).
+    #[inline]
+    pub const fn get_u8(self, word: u64) -> u8 {
+        assert!(self.width <= 8, "the field is wider than a u8");
+        self.get(word) as u8
+    }
+
+    /// The field's value as a `u16`, for a field of at most 16 bits.
+    ///
+    /// # Panics
+    /// If the field is wider.
+    #[inline]
+    pub const fn get_u16(self, word: u64) -> u16 {
+        assert!(self.width <= 16, "the field is wider than a u16");
+        self.get(word) as u16
+    }
+
+    /// The field's value as a `u32`, for a field of at most 32 bits.
+    ///
+    /// # Panics
+    /// If the field is wider.
+    #[inline]
+    pub const fn get_u32(self, word: u64) -> u32 {
+        assert!(self.width <= 32, "the field is wider than a u32");
+        self.get(word) as u32
+    }
+
     /// `value` placed in the field's bits (the bits beyond its width dropped): the value
     /// of a masked write or the delta of a wrapping add that changes only this field.
     #[inline]
@@ -882,6 +934,38 @@ macro_rules! header {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn typed_getters_give_the_field_and_refuse_a_wider_one() {
+        let w = 0xABCD_EF01_2345_6789u64;
+        // Bits 8..24 of the word from its top: 0xCDEF.
+        assert_eq!(Field::new(8, 16).get_u16(w), 0xCDEF);
+        assert_eq!(Field::new(8, 8).get_u8(w), 0xCD);
+        assert_eq!(Field::new(32, 32).get_u32(w), 0x2345_6789);
+        assert_eq!(Field::new(60, 4).get_u8(w), 0x9);
+        let wide = Field::new(0, 9);
+        assert!(std::panic::catch_unwind(|| wide.get_u8(w)).is_err());
+        assert!(std::panic::catch_unwind(|| Field::new(0, 17).get_u16(w)).is_err());
+        assert!(std::panic::catch_unwind(|| Field::new(0, 33).get_u32(w)).is_err());
+        // Across two words: the low 16 bits of the first, the top 16 of the next.
+        let across = Field::new(64 + 48, 32);
+        assert_eq!(across.first_word(), 1);
+        assert_eq!(across.get_across(w, 0x1122_3344_5566_7788), 0x6789_1122);
+        // A field in one word reads the same either way.
+        assert_eq!(Field::new(8, 16).get_across(w, !0), 0xCDEF);
+        assert_eq!(Field::new(0, 64).get_across(w, 0), w);
+    }
+
+    proptest! {
+        #[test]
+        fn get_across_agrees_with_the_bytes(
+            words in any::<[u64; 2]>(), bit in 0usize..64, width in 1usize..=64,
+        ) {
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+            let f = Field::new(bit, width);
+            prop_assert_eq!(f.get_across(words[0], words[1]), get_bits64(&bytes, bit, width));
+        }
+    }
 
     crate::header! {
         /// The paper's `trio_ml_hdr_t` (12 bytes).
