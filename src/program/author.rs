@@ -255,6 +255,8 @@ macro_rules! registers {
 /// p.instr(start, |_t| Ok(Done(Verdict::Drop(TinyDrop::TooShort.into()))));
 /// p.entry(Entry::Packet, start);
 /// assert_eq!(p.build()?.drop_reasons(), ["too_short"]);
+/// assert_eq!((TinyDrop::TooShort.index(), TinyDrop::TooShort.name()), (0, "too_short"));
+/// assert_eq!(TinyDrop::ALL, [TinyDrop::TooShort]);
 /// # Ok::<(), pfemu::program::ProgramError>(())
 /// ```
 #[macro_export]
@@ -277,6 +279,23 @@ macro_rules! drop_reasons {
             #[allow(dead_code)]
             pub const NAMES: [&'static str; [$(::core::stringify!($variant)),+].len()] =
                 [$($reason),+];
+
+            /// Every reason, in variant order.
+            #[allow(dead_code)]
+            pub const ALL: [$name; [$(::core::stringify!($variant)),+].len()] =
+                [$($name::$variant),+];
+
+            /// The reason's position in the program's reasons (and in [`Self::NAMES`]).
+            #[allow(dead_code)]
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+
+            /// The name the stats count it under.
+            #[allow(dead_code)]
+            pub const fn name(self) -> &'static str {
+                Self::NAMES[self as usize]
+            }
         }
 
         impl $crate::program::DropReasons for $name {
