@@ -24,7 +24,7 @@
 //! As in the paper's simulations (§6: "0 processing latency"), a cell that finds its way clear
 //! leaves in the cycle it arrives, so its latency, `departure cycle - arrival`, is 0: latency
 //! here is the time spent in queues, the quantity M/D/1's equation 7 gives. The pipeline's
-//! own latency in hardware is [`latency::pipeline_latency_opt`] (equations 1-4), to add on top.
+//! own latency in hardware is [`latency::pipeline`] (equations 1-4), to add on top.
 //!
 //! # The architectures ([`Architecture`])
 //!
@@ -52,6 +52,15 @@
 //!   only draws them.
 //! - The OQ-xbar writes the cells of one cycle in input order starting from a rotating input
 //!   (a round-robin arbitration, which §5.5 allows); CPRR's order is its sorting network's.
+//! - Figure 9 sets the simulation beside equation 7, M/D/1. A cycle brings an output a
+//!   binomial number of cells, not a Poisson one, and the exact mean wait is (P - 1)/P of
+//!   equation 7 ([`latency::oq_bernoulli_wait`]): this model's 16-port OQ-xbar and CPRR sit
+//!   6.25% below the M/D/1 curve, on the exact one.
+//! - §5.5's "P free places in a group suffice" holds only until the group's first drop; the
+//!   loss bound it supports held in every run (see [`Cprr`]'s doc).
+//! - The VOQ schedulers follow their original papers (see [`Voq`]'s doc); where a paper
+//!   leaves the iterations open (RRM's pointers after the first iteration; DRRM's and
+//!   EDRRM's extra iterations), the choice is stated there.
 
 mod cprr;
 pub mod latency;

@@ -24,8 +24,11 @@
 //!   the next requesting input at or after its grant pointer `g`, and each input accepts the
 //!   next granting output at or after its accept pointer `a`; `g` moves one past the granted
 //!   input *whether or not the grant is accepted*, `a` one past the accepted output. The
-//!   pointers synchronise and one iteration saturates near 63%. In iterations after the
-//!   first the pointers move the same way (the iterative RRM of Chao & Liu's text).
+//!   pointers synchronise and one iteration saturates near 63%; pushed beyond that with
+//!   infinite VOQs, every VOQ fills, the grant pointers move in lockstep and RRM-1 carries
+//!   less still (about 0.3 on 16 ports at r = 0.9-0.99 here; 1/P once all are backlogged). In
+//!   iterations after the first the pointers move the same way (the iterative RRM of Chao &
+//!   Liu's text).
 //! - **iSLIP** (McKeown 1999, §III): as RRM, but `g` moves one past the granted input
 //!   *only if the grant is accepted*, and the pointers move only in the first iteration.
 //!   The pointers desynchronise and one iteration reaches 100% under uniform Bernoulli.
