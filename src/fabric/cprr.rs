@@ -55,21 +55,29 @@ pub enum OutputArbiter {
 const LANE_BITS: u32 = 6;
 const LANE_MASK: u16 = (1 << LANE_BITS) - 1;
 
-/// The comparators of Batcher's odd-even merge sort over `width` lanes (a power of two), in
-/// the order the pipeline applies them.
-fn odd_even_merge_sort(width: usize) -> Vec<(u8, u8)> {
-    let mut net = Vec::new();
+/// Comparators in the largest network, Batcher's for 64 lanes.
+const MAX_COMPARATORS: usize = 543;
+
+/// The comparators of Batcher's odd-even merge sort over `width` lanes (a power of two, at
+/// most 64), in the order the pipeline applies them: the first `.1` of the array.
+const fn odd_even_merge_sort(width: usize) -> ([(u8, u8); MAX_COMPARATORS], usize) {
+    let mut net = [(0u8, 0u8); MAX_COMPARATORS];
+    let mut n = 0;
     let mut p = 1;
     while p < width {
         let mut k = p;
         while k >= 1 {
             let mut j = k % p;
             while j + k < width {
-                for i in 0..k.min(width - j - k) {
+                let end = if k < width - j - k { k } else { width - j - k };
+                let mut i = 0;
+                while i < end {
                     if (i + j) / (2 * p) == (i + j + k) / (2 * p) {
                         // Lanes are below 64, so they fit a byte.
-                        net.push(((i + j) as u8, (i + j + k) as u8));
+                        net[n] = ((i + j) as u8, (i + j + k) as u8);
+                        n += 1;
                     }
+                    i += 1;
                 }
                 j += 2 * k;
             }
@@ -77,20 +85,44 @@ fn odd_even_merge_sort(width: usize) -> Vec<(u8, u8)> {
         }
         p *= 2;
     }
-    net
+    (net, n)
 }
 
-/// Runs the comparators over the lanes. Each compare-and-swap looks at the keys only and
-/// swaps on a strictly greater one, as the hardware's CAS units do; branch-free, because
-/// the keys are random and a branch would mispredict half the time.
-fn sort(lanes: &mut [u16; MAX_PORTS], network: &[(u8, u8)]) {
-    for &(a, b) in network {
-        let (a, b) = (usize::from(a) % MAX_PORTS, usize::from(b) % MAX_PORTS);
-        let (x, y) = (u32::from(lanes[a]), u32::from(lanes[b]));
-        let mask = 0u32.wrapping_sub(u32::from(x >> LANE_BITS > y >> LANE_BITS));
-        let t = (x ^ y) & mask;
-        lanes[a] = (x ^ t) as u16;
-        lanes[b] = (y ^ t) as u16;
+/// The network over `W` lanes, built at compile time so that the compiler sees its
+/// comparators as constants (and keeps a small one's lanes in registers).
+struct Network<const W: usize>;
+
+impl<const W: usize> Network<W> {
+    const COMPARATORS: ([(u8, u8); MAX_COMPARATORS], usize) = odd_even_merge_sort(W);
+
+    /// Runs the comparators over the first `W` lanes. Each compare-and-swap looks at the
+    /// keys only and swaps on a strictly greater one, as the hardware's CAS units do;
+    /// branch-free, because the keys are random and a branch would mispredict half the time.
+    fn sort(lanes: &mut [u16; MAX_PORTS]) {
+        let (net, n) = &Self::COMPARATORS;
+        let mut l = [0u16; W];
+        l.copy_from_slice(&lanes[..W]);
+        for &(a, b) in &net[..*n] {
+            let (a, b) = (usize::from(a) % W, usize::from(b) % W);
+            let (x, y) = (u32::from(l[a]), u32::from(l[b]));
+            let mask = 0u32.wrapping_sub(u32::from(x >> LANE_BITS > y >> LANE_BITS));
+            let t = (x ^ y) & mask;
+            l[a] = (x ^ t) as u16;
+            l[b] = (y ^ t) as u16;
+        }
+        lanes[..W].copy_from_slice(&l);
+    }
+}
+
+/// Sorts the first `width` lanes (a power of two, 2..=64) with Batcher's network.
+fn sort(lanes: &mut [u16; MAX_PORTS], width: usize) {
+    match width {
+        2 => Network::<2>::sort(lanes),
+        4 => Network::<4>::sort(lanes),
+        8 => Network::<8>::sort(lanes),
+        16 => Network::<16>::sort(lanes),
+        32 => Network::<32>::sort(lanes),
+        _ => Network::<64>::sort(lanes),
     }
 }
 
@@ -109,8 +141,7 @@ pub struct Cprr {
     occupied: Vec<u64>,
     /// Outputs whose group holds a cell.
     busy: u64,
-    /// The sorting network's comparators, over its `network_width` lanes.
-    network: Vec<(u8, u8)>,
+    /// The sorting network's lanes, P rounded up to a power of two.
     network_width: usize,
     /// The network's lanes, reused each cycle: `key << LANE_BITS | input`, key 0 for an
     /// empty lane and `1 + dest` for a cell, so empty lanes sort first as in the hardware.
@@ -135,7 +166,6 @@ impl Cprr {
             index: vec![0; ports],
             occupied: vec![0; ports],
             busy: 0,
-            network: odd_even_merge_sort(width),
             network_width: width,
             lanes: [0; MAX_PORTS],
             by_input: vec![Cell::new(0, 0, 0); ports],
@@ -187,7 +217,7 @@ impl Cprr {
         // every run is one cell long and any order writes the same FIFOs.
         let shared = dsts.count_ones() as usize != arrivals.len();
         if shared {
-            sort(&mut self.lanes, &self.network);
+            sort(&mut self.lanes, self.network_width);
         }
         let p = self.ports;
         // Walk the sorted lanes: the runs of one destination, each rotated by its offset.
@@ -291,12 +321,16 @@ mod tests {
     /// input does), and the comparator count is Batcher's.
     #[test]
     fn the_network_sorts() {
-        for (width, comparators) in [(2, 1), (4, 5), (8, 19), (16, 63)] {
-            let net = odd_even_merge_sort(width);
-            assert_eq!(net.len(), comparators, "width {width}");
+        for (width, comparators) in [(2, 1), (4, 5), (8, 19), (16, 63), (32, 191), (64, 543)] {
+            let (net, n) = odd_even_merge_sort(width);
+            assert_eq!(n, comparators, "width {width}");
+            if width > 16 {
+                continue; // 2^width inputs is too many to try
+            }
+            let net = &net[..n];
             for bits in 0u32..(1 << width) {
                 let mut v: Vec<u32> = (0..width).map(|i| (bits >> i) & 1).collect();
-                for &(a, b) in &net {
+                for &(a, b) in net {
                     let (a, b) = (usize::from(a), usize::from(b));
                     if v[a] > v[b] {
                         v.swap(a, b);
