@@ -174,23 +174,26 @@ impl Cprr {
         }
     }
 
-    /// The cells in FIFO `fifo` of output `output`'s group.
+    /// The cells in FIFO `fifo` of output `output`'s group. Panics unless both are below P.
     pub fn fifo_len(&self, output: usize, fifo: usize) -> usize {
         self.fifos[output * self.ports + fifo].len()
     }
 
     /// Free slots in output `output`'s group (saturating at `usize::MAX` when infinite).
+    /// Panics unless `output` is below P.
     pub fn group_room(&self, output: usize) -> usize {
         let group = &self.fifos[output * self.ports..(output + 1) * self.ports];
         group.iter().fold(0usize, |n, f| n.saturating_add(f.room()))
     }
 
-    /// The offset counter of output `output`: the FIFO its next cell is written to.
+    /// The offset counter of output `output`: the FIFO its next cell is written to. Panics
+    /// unless `output` is below P.
     pub fn offset(&self, output: usize) -> usize {
         self.offset[output]
     }
 
-    /// The output arbiter's index for `output`: the FIFO it reads next.
+    /// The output arbiter's index for `output`: the FIFO it reads next. Panics unless
+    /// `output` is below P.
     pub fn arbiter_index(&self, output: usize) -> usize {
         self.index[output]
     }

@@ -26,6 +26,26 @@
 //! here is the time spent in queues, the quantity M/D/1's equation 7 gives. The pipeline's
 //! own latency in hardware is [`latency::pipeline`] (equations 1-4), to add on top.
 //!
+//! ```
+//! use pfemu::fabric::{simulate, Architecture, Cell, Depth, Fabric, FabricConfig, Outputs, Traffic};
+//!
+//! // Step a fabric by hand, as the chassis does: cells in, departures and drops out.
+//! let config = FabricConfig::new(Architecture::FIGURE_11[0], 4, Depth::Finite(8));
+//! let mut fabric = config.build(1)?;
+//! let mut out = Outputs::with_ports(4);
+//! fabric.step(&[Cell::new(0, 3, 7), Cell::new(1, 3, 8)], &mut out)?;
+//! assert_eq!(out.departures.len(), 1); // one cell per output per cycle
+//! fabric.step(&[], &mut out)?;
+//! assert_eq!(out.departures[0].dst, 3);
+//! assert!(fabric.counters().conserved());
+//!
+//! // Or run a point of Figure 11: CPRR on 16 ports, uniform traffic at r = 0.8.
+//! let config = FabricConfig::new(Architecture::FIGURE_11[0], 16, Depth::Infinite);
+//! let report = simulate(&config, Traffic::Bernoulli, 0.8, 1_000, 10_000, 42)?;
+//! assert!(report.mean_latency < 2.0 && report.loss_ratio == 0.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # The architectures ([`Architecture`])
 //!
 //! - [`Cprr`]: Hipernetch's combined parallel round-robin arbiter, P groups of P FIFOs

@@ -37,7 +37,7 @@ impl OqXbar {
         }
     }
 
-    /// The cells in output `output`'s queue.
+    /// The cells in output `output`'s queue. Panics unless `output` is below P.
     pub fn queue_len(&self, output: usize) -> usize {
         self.queues[output].len()
     }

@@ -188,7 +188,7 @@ impl Voq {
         }
     }
 
-    /// The cells in VOQ(`input`, `output`).
+    /// The cells in VOQ(`input`, `output`). Panics unless both are below P.
     pub fn voq_len(&self, input: usize, output: usize) -> usize {
         self.voqs[input * self.ports + output].len()
     }
