@@ -344,3 +344,67 @@ fn runs_can_go_to_threads() {
     send(&c.build(1).unwrap());
     send(&TrafficGen::new(Traffic::Bernoulli, 4, 0.5, 1).unwrap());
 }
+
+/// Figure 13's two numbers for uniform traffic at r = 1 on 16 ports, with FIFOs of depth 1:
+/// the paper's loss is 5.2% for CPRR and 16.1% for the best alternative, PIM; and at r near
+/// 1 (0.99 here) CPRR needs depth 33 for no loss where PIM still drops.
+#[test]
+fn figure_13_uniform_loss_points() {
+    let n = cycles(20_000, 200_000);
+    let pim = Architecture::Voq(Scheduler::Pim, Iterations::Log2);
+    let loss = |a, d, load| {
+        simulate(
+            &config(a, 16, Depth::Finite(d)),
+            Traffic::Bernoulli,
+            load,
+            2_000,
+            n,
+            1,
+        )
+        .unwrap()
+        .loss_ratio
+    };
+    let (c, p) = (loss(CPRR, 1, 1.0), loss(pim, 1, 1.0));
+    assert!((c - 0.052).abs() < 0.004, "CPRR at depth 1: {c}");
+    assert!((p - 0.161).abs() < 0.006, "PIM at depth 1: {p}");
+    assert_eq!(loss(CPRR, 33, 0.99), 0.0);
+    assert!(loss(pim, 33, 0.99) > 0.0005);
+}
+
+/// Figures 11 and 12 near r = 1 (0.99), 16 ports, infinite FIFOs: CPRR has the lowest mean
+/// and average worst-case latency of the twelve under each traffic model (tied with the
+/// OQ-xbar), and the best of the VOQ schedulers is the paper's: PIM, PIM, EDRRM.
+#[test]
+fn figures_11_and_12_orderings_near_saturation() {
+    let n = cycles(20_000, 100_000);
+    let best = [Scheduler::Pim, Scheduler::Pim, Scheduler::Edrrm];
+    for (traffic, best) in Traffic::PAPER.into_iter().zip(best) {
+        let reports: Vec<_> = Architecture::FIGURE_11
+            .iter()
+            .map(|&a| {
+                let c = config(a, 16, Depth::Infinite);
+                (a, simulate(&c, traffic, 0.99, 2_000, n, 8).unwrap())
+            })
+            .collect();
+        let cprr = &reports[0].1;
+        for (a, r) in &reports[1..] {
+            assert!(
+                cprr.mean_latency <= r.mean_latency,
+                "{traffic:?}: {a} beats CPRR"
+            );
+            assert!(
+                cprr.avg_worst_latency <= r.avg_worst_latency,
+                "{traffic:?}: {a}"
+            );
+        }
+        let voq_best = reports[2..]
+            .iter()
+            .min_by(|x, y| x.1.mean_latency.total_cmp(&y.1.mean_latency))
+            .map(|(a, _)| *a);
+        assert_eq!(
+            voq_best,
+            Some(Architecture::Voq(best, Iterations::Log2)),
+            "{traffic:?}"
+        );
+    }
+}
