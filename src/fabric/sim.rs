@@ -118,7 +118,7 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
     } = plan;
     let ports = fabric.ports();
     let mut tally = Tally {
-        window: warmup_cycles..warmup_cycles + cycles,
+        window: warmup_cycles..warmup_cycles.saturating_add(cycles),
         measured: 0,
         delivered: 0,
         dropped: 0,
@@ -128,7 +128,7 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
     };
     let mut arrivals = Vec::with_capacity(ports);
     let mut out = Outputs::with_ports(ports);
-    for now in 0..warmup_cycles + cycles {
+    for now in 0..warmup_cycles.saturating_add(cycles) {
         gen.generate(&mut arrivals);
         fabric
             .step(&arrivals, &mut out)
@@ -162,7 +162,7 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
         mean_latency: ratio(tally.latency_sum as f64, tally.delivered as f64),
         avg_worst_latency: ratio(worst.iter().sum::<u64>() as f64, worst.len() as f64),
         max_latency: worst.iter().copied().max().unwrap_or(0),
-        throughput: ratio(tally.left_in_window as f64, (ports as u64 * cycles) as f64),
+        throughput: ratio(tally.left_in_window as f64, ports as f64 * cycles as f64),
         loss_ratio: ratio(tally.dropped as f64, tally.measured as f64),
         drain_cycles,
         counters: fabric.counters().clone(),
