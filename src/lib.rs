@@ -27,6 +27,10 @@
 //! - [`packet`]: frames, ports, destinations.
 //! - [`fpisa`]: FPISA floating-point addition with integer shifts and adds (FP32, FP16,
 //!   BF16), into exponent + mantissa accumulators that fit one memory word each.
+//! - [`fabric`]: the switch fabric between PFEs as a cycle-level model: Hipernetch's
+//!   combined parallel round-robin arbiter (CPRR), the output-queued crossbar and VOQ
+//!   crossbars with PIM, RRM, iSLIP, DRRM and EDRRM; the paper's traffic models, latency
+//!   equations and a seeded runner.
 //! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
 //!   XTXNs, and the hash engine ([`mem::hash`]).
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
@@ -184,6 +188,7 @@
 
 pub mod duration;
 pub mod error;
+pub mod fabric;
 pub mod fpisa;
 mod isa;
 pub mod limits;

@@ -1,0 +1,226 @@
+//! The runner: one switch under one traffic model at one load, measured the paper's way.
+//!
+//! A run is three phases:
+//!
+//! 1. **Warm-up**, `warmup_cycles`: traffic flows, nothing is measured, so that the queues
+//!    reach their steady state.
+//! 2. **Window**, `cycles`: the cells that *arrive* now are the measured ones; the cells
+//!    that *leave* now (measured or not) give the throughput.
+//! 3. **Drain**: arrivals stop and the switch runs until every measured cell has left or
+//!    been dropped (§5.5's "convention to wait to empty the queues"), so that the latency
+//!    of a late cell is counted, not censored. CPRR's simple arbiter can strand cells for
+//!    good after a drop (§5.4); the drain stops at the first cycle with no departure at all
+//!    (with no arrivals, nothing can change after it) and reports them as stranded.
+//!
+//! Each run owns all its state (no shared state, no threads), so a sweep may run points on
+//! as many threads as it likes; the same arguments always give the same [`Report`].
+//!
+//! Memory: a queued cell takes 24 bytes and storage is kept at its high-water mark. Above an
+//! architecture's saturation with infinite FIFOs the backlog grows with the run (PIM-1 at
+//! r = 1 on 16 ports: about 0.36 x 16 cells a cycle, 140 MB after 10^6 cycles), and so does
+//! the drain; a sweep that goes there wants finite FIFOs or shorter runs.
+
+use super::{AnyFabric, Cell, Counters, Fabric, FabricConfig, Outputs, Traffic, TrafficGen};
+use crate::error::ConfigError;
+use crate::rng::mix;
+
+/// What a run measured. Latencies are in cycles, in queues (see [`super`]).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Report {
+    /// The switch that ran.
+    pub config: FabricConfig,
+    /// The traffic model.
+    pub traffic: Traffic,
+    /// The input rate r the traffic was drawn at.
+    pub load: f64,
+    /// The warm-up's length.
+    pub warmup_cycles: u64,
+    /// The measured window's length.
+    pub cycles: u64,
+    /// Cells that arrived in the window.
+    pub measured: u64,
+    /// Of those, the cells that left (in the window or the drain).
+    pub delivered: u64,
+    /// Of those, the cells dropped.
+    pub dropped: u64,
+    /// Of those, the cells still queued when the drain stopped (CPRR's simple arbiter only).
+    pub stranded: u64,
+    /// The mean latency of the delivered measured cells (Figures 9 and 11).
+    pub mean_latency: f64,
+    /// The paper's "average worst-case latency" (Figure 12), read as: the largest latency
+    /// of a measured cell at each output, averaged over the outputs that delivered one.
+    pub avg_worst_latency: f64,
+    /// The largest latency of any measured cell.
+    pub max_latency: u64,
+    /// Cells that left in the window, per output per cycle: the carried load.
+    pub throughput: f64,
+    /// `dropped / measured` (Figure 13).
+    pub loss_ratio: f64,
+    /// Cycles the drain took.
+    pub drain_cycles: u64,
+    /// The fabric's counters at the end, over all three phases.
+    pub counters: Counters,
+}
+
+/// What the loop accumulates.
+struct Tally {
+    window: std::ops::Range<u64>,
+    measured: u64,
+    delivered: u64,
+    dropped: u64,
+    latency_sum: u128,
+    worst: Vec<Option<u64>>,
+    left_in_window: u64,
+}
+
+impl Tally {
+    fn observe(&mut self, now: u64, arrivals: &[Cell], out: &Outputs) {
+        if self.window.contains(&now) {
+            self.measured += arrivals.len() as u64;
+            self.left_in_window += out.departures.len() as u64;
+        }
+        for cell in &out.departures {
+            if self.window.contains(&cell.arrival) {
+                let latency = now - cell.arrival;
+                self.delivered += 1;
+                self.latency_sum += u128::from(latency);
+                let worst = &mut self.worst[usize::from(cell.dst)];
+                *worst = Some(worst.map_or(latency, |w| w.max(latency)));
+            }
+        }
+        for d in &out.drops {
+            if self.window.contains(&d.cell.arrival) {
+                self.dropped += 1;
+            }
+        }
+    }
+
+    fn outstanding(&self) -> u64 {
+        self.measured - self.delivered - self.dropped
+    }
+}
+
+/// A run's parameters, as the report repeats them.
+struct Plan {
+    config: FabricConfig,
+    traffic: Traffic,
+    load: f64,
+    warmup_cycles: u64,
+    cycles: u64,
+}
+
+fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
+    let Plan {
+        warmup_cycles,
+        cycles,
+        ..
+    } = plan;
+    let ports = fabric.ports();
+    let mut tally = Tally {
+        window: warmup_cycles..warmup_cycles.saturating_add(cycles),
+        measured: 0,
+        delivered: 0,
+        dropped: 0,
+        latency_sum: 0,
+        worst: vec![None; ports],
+        left_in_window: 0,
+    };
+    let mut arrivals = Vec::with_capacity(ports);
+    let mut out = Outputs::with_ports(ports);
+    for now in 0..warmup_cycles.saturating_add(cycles) {
+        gen.generate(&mut arrivals);
+        fabric
+            .step(&arrivals, &mut out)
+            .expect("the generator draws one cell per input to ports in range");
+        tally.observe(now, &arrivals, &out);
+    }
+    let mut drain_cycles = 0;
+    while tally.outstanding() > 0 {
+        let now = fabric.now();
+        fabric
+            .step(&[], &mut out)
+            .expect("an empty cycle is always valid");
+        tally.observe(now, &[], &out);
+        drain_cycles += 1;
+        if out.departures.is_empty() {
+            break; // stranded: with no arrivals nothing can move again
+        }
+    }
+    let worst: Vec<u64> = tally.worst.iter().flatten().copied().collect();
+    let ratio = |n: f64, d: f64| if d > 0.0 { n / d } else { 0.0 };
+    Report {
+        config: plan.config,
+        traffic: plan.traffic,
+        load: plan.load,
+        warmup_cycles,
+        cycles,
+        measured: tally.measured,
+        delivered: tally.delivered,
+        dropped: tally.dropped,
+        stranded: tally.outstanding(),
+        mean_latency: ratio(tally.latency_sum as f64, tally.delivered as f64),
+        avg_worst_latency: ratio(worst.iter().sum::<u64>() as f64, worst.len() as f64),
+        max_latency: worst.iter().copied().max().unwrap_or(0),
+        throughput: ratio(tally.left_in_window as f64, ports as f64 * cycles as f64),
+        loss_ratio: ratio(tally.dropped as f64, tally.measured as f64),
+        drain_cycles,
+        counters: fabric.counters().clone(),
+    }
+}
+
+/// Runs `config` under `traffic` at input rate `load` for `warmup_cycles`, then measures
+/// `cycles`, then drains (see the module's doc). `seed` decides the traffic and the
+/// scheduler's random choices, from separate streams: two architectures run with the same
+/// seed see the same arrivals.
+pub fn simulate(
+    config: &FabricConfig,
+    traffic: Traffic,
+    load: f64,
+    warmup_cycles: u64,
+    cycles: u64,
+    seed: u64,
+) -> Result<Report, ConfigError> {
+    let mut fabric = config.build(mix(seed ^ 0xFAB_5EED))?;
+    let mut gen = TrafficGen::new(traffic, config.ports, load, mix(seed))?;
+    let plan = Plan {
+        config: *config,
+        traffic,
+        load,
+        warmup_cycles,
+        cycles,
+    };
+    // One match, then a loop monomorphised for the architecture.
+    Ok(match &mut fabric {
+        AnyFabric::Cprr(f) => run(f, &mut gen, plan),
+        AnyFabric::OqXbar(f) => run(f, &mut gen, plan),
+        AnyFabric::Voq(f) => run(f, &mut gen, plan),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Architecture, Depth};
+    use super::*;
+
+    #[test]
+    fn a_quiet_switch_has_no_latency() {
+        let config = FabricConfig::new(Architecture::OqXbar, 4, Depth::Infinite);
+        let r = simulate(&config, Traffic::Bernoulli, 0.0, 10, 100, 1).unwrap();
+        assert_eq!((r.measured, r.delivered, r.mean_latency), (0, 0, 0.0));
+        let r = simulate(&config, Traffic::Bernoulli, 0.05, 100, 1000, 1).unwrap();
+        assert_eq!(r.measured, r.delivered);
+        assert!(r.mean_latency < 0.1);
+        assert!(r.counters.conserved());
+    }
+
+    #[test]
+    fn bad_runs_are_refused() {
+        let config = FabricConfig::new(Architecture::OqXbar, 4, Depth::Infinite);
+        let err = simulate(&config, Traffic::Bernoulli, 1.2, 0, 1, 1).unwrap_err();
+        assert_eq!(err.setting, "load");
+        let config = FabricConfig::new(Architecture::OqXbar, 100, Depth::Infinite);
+        let err = simulate(&config, Traffic::Bernoulli, 0.5, 0, 1, 1).unwrap_err();
+        assert_eq!(err.setting, "ports");
+    }
+}
