@@ -1,5 +1,7 @@
 //! `pfemu`: run and benchmark the Trio-like PFE emulator.
 
+#[path = "pfemu/fabric.rs"]
+mod fabric;
 #[path = "pfemu/flags.rs"]
 mod flags;
 #[path = "pfemu/lab.rs"]
@@ -18,6 +20,7 @@ use pfemu::lab::bench::demo::DemoConfig;
 use pfemu::lab::bench::experiments::{
     self, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure,
 };
+use pfemu::lab::bench::fabric::{FabricLatencyConfig, FabricLossConfig, SwitchSettings};
 use pfemu::lab::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::lab::bench::fpisa_accuracy::{self, AccuracyConfig};
 pub(crate) use pfemu::lab::bench::settings::parse_secs;
@@ -84,7 +87,7 @@ enum Command {
         #[command(subcommand)]
         which: BenchCmd,
     },
-    /// The Trio paper's Trio-ML experiments (Figures 13-16) and FPISA's accuracy: CSV, SVG.
+    /// The papers' experiments: Trio-ML (Figures 13-16), FPISA's accuracy, Hipernetch's fabric.
     #[command(
         long_about = "Reproduce the Trio paper's Trio-ML experiments (SIGCOMM 2022, §6.2-6.3) \
                       in-process on the real clock: end-host workers on their own threads \
@@ -95,7 +98,11 @@ enum Command {
                       Also the FPISA accuracy report (FPISA paper, NSDI 2022, §5.3.1): the \
                       error of FPISA and FPISA-A sums of gradient-like values, host-side \
                       arithmetic only (exit status 2 if an FPISA sum leaves its documented \
-                      error bound).",
+                      error bound).\n\n\
+                      And Hipernetch's single-switch evaluation (TRETS 2021, §5.5, §6.1) on \
+                      the cycle-level fabric models: latency, throughput and loss of CPRR \
+                      against the OQ crossbar and VOQ crossbar schedulers (exit status 2 if \
+                      a cell is not accounted for).",
         after_help = EXPERIMENT_HELP
     )]
     Experiment(Box<ExperimentArgs>),
@@ -192,6 +199,23 @@ const EXPERIMENT_HELP: &str = "Experiments:
          src/fpisa.rs. Key figure at 8 workers (paper: >95% of errors in [1e-10, 1e-8],
          overwrites <0.9% of additions). Takes under a second.
 
+  fabric-latency
+         Hipernetch's Figures 9, 11 and 12 (TRETS 2021, §5.5, §6.1) on the fabric models: a
+         --ports x --ports switch (16), every architecture of Figure 11 (CPRR, OQ-xbar, and a
+         VOQ crossbar under PIM, RRM, iSLIP, DRRM, EDRRM with log2(P) iterations and with one,
+         -1) under uniform Bernoulli, uniform bursty (mean burst --burst, 32) and nonuniform
+         (--same, 0.5) traffic at each input rate (--loads), FIFOs of infinite depth. Each
+         point: --warmup cycles, then --cycles measured (10^6), then a drain. Mean latency
+         (Figure 11), average worst-case latency (Figure 12), carried load, and CPRR against
+         M/D/1's equation 7 (Figure 9). Key figures near rate 1 beside the paper's (2x, 1.4x,
+         6x lower mean latency than PIM, PIM, EDRRM). About two minutes on two cores.
+  fabric-loss
+         Hipernetch's Figure 13: loss against FIFO depth (--depths) at each input rate, CPRR
+         against the paper's best alternative per traffic model (PIM, PIM, EDRRM), and the
+         smallest depth that loses nothing at --near-one (0.99), searched up to --max-depth
+         (paper, uniform: 33 against 153; loss at depth 1: 5.2% against 16.1%).
+  fabric Both, with the options they share.
+
 Each experiment has its own options, with its defaults (`pfemu experiment fig14 --help`);
 `all` takes the options the four share (--workers, --timers, --scan-period-ms,
 --ppe-threads, --seed). --out and --json apply to every experiment.
@@ -202,7 +226,9 @@ Examples:
   pfemu experiment fig13 --probabilities 0,16 --iterations 20 --out results/
   pfemu experiment fig15 --sizes 64,256,1024 --blocks 5000 --json > fig15.json
   pfemu experiment fig16 --windows 1,16,256 --no-timers
-  pfemu experiment fpisa-accuracy --workers-list 2,8,64 --lanes 100000 --seed 7";
+  pfemu experiment fpisa-accuracy --workers-list 2,8,64 --lanes 100000 --seed 7
+  pfemu experiment fabric-latency --loads 0.5,0.9,0.99 --cycles 100000
+  pfemu experiment fabric-loss --json > fabric-loss.json";
 
 #[derive(Subcommand, Debug)]
 enum Which {
@@ -218,6 +244,12 @@ enum Which {
     All(AllArgs),
     /// FPISA and FPISA-A error against f64 and f32 sums.
     FpisaAccuracy(AccuracyConfig),
+    /// Hipernetch's Figures 9, 11, 12: fabric latency and throughput vs input rate.
+    FabricLatency(FabricLatencyConfig),
+    /// Hipernetch's Figure 13: fabric loss vs FIFO depth.
+    FabricLoss(FabricLossConfig),
+    /// Both fabric experiments, each with its defaults but for the options given.
+    Fabric(SwitchSettings),
 }
 
 /// What `pfemu experiment all` takes: the options the four figures share, overriding
@@ -311,6 +343,14 @@ enum BenchCmd {
         minus its scheduled time): the launcher's sleep overshoot, the hand-off through \
         dispatch, and with --load the wait for a PPE thread to finish its batch.")]
     Timers(TimerArgs),
+    /// How fast the fabric models simulate, against a loop that only draws their traffic.
+    #[command(after_help = "Examples:\n  \
+        pfemu bench fabric\n  \
+        pfemu bench fabric --ports 32 --load 0.99 --json\n\n\
+        Each architecture of Hipernetch's Figure 11 runs uniform Bernoulli traffic for \
+        --cycles cycles on one thread; between them, the traffic generator runs alone for as \
+        many cycles. Speeds are port-cycles per second (cycles x ports), per core.")]
+    Fabric(fabric::FabricBenchArgs),
     /// Trio-ML gradient aggregation through the full PFE, against a plain Rust loop.
     #[command(after_help = "Examples:\n  \
         pfemu bench trio-ml\n  \
@@ -505,6 +545,9 @@ fn main() -> ExitCode {
             which: BenchCmd::Timers(a),
         }) => bench_timers(&a),
         Some(Command::Bench {
+            which: BenchCmd::Fabric(a),
+        }) => fabric::bench(&a),
+        Some(Command::Bench {
             which: BenchCmd::TrioMl(a),
         }) => bench_trio_ml(&a),
         Some(Command::Bench {
@@ -615,6 +658,28 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             running("fpisa-accuracy");
             record(emit(&fpisa_accuracy::fpisa_accuracy(cfg)?, a)?);
         }
+        Which::FabricLatency(cfg) => {
+            running("fabric-latency");
+            record(emit(&fabric::latency(cfg, a.json)?, a)?);
+        }
+        Which::FabricLoss(cfg) => {
+            running("fabric-loss");
+            record(emit(&fabric::loss(cfg, a.json)?, a)?);
+        }
+        Which::Fabric(switch) => {
+            let latency = FabricLatencyConfig {
+                switch: switch.clone(),
+                ..FabricLatencyConfig::default()
+            };
+            let loss = FabricLossConfig {
+                switch: switch.clone(),
+                ..FabricLossConfig::default()
+            };
+            running("fabric-latency");
+            record(emit(&fabric::latency(&latency, a.json)?, a)?);
+            running("fabric-loss");
+            record(emit(&fabric::loss(&loss, a.json)?, a)?);
+        }
         Which::All(all) => {
             let (f13, f14, f15, f16) = all.configs();
             running("fig13");
@@ -645,6 +710,8 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             .map(|&name| {
                 if name == "fpisa-accuracy" {
                     format!("{name}: an FPISA sum left its documented error bound")
+                } else if name.starts_with("fabric") {
+                    format!("{name}: a cell was not accounted for, or a FIFO of infinite depth dropped one")
                 } else {
                     format!("{name}: Results were missing or their sums did not match")
                 }
@@ -676,6 +743,12 @@ fn emit<F: Figure>(
         let check = match (report.name(), report.verified()) {
             ("fpisa-accuracy", true) => "every FPISA sum is within its documented error bound",
             ("fpisa-accuracy", false) => "FAILED: an FPISA sum left its documented error bound",
+            ("fabric-latency" | "fabric-loss", true) => {
+                "every cell is accounted for: delivered, dropped at a full FIFO or still queued"
+            }
+            ("fabric-latency" | "fabric-loss", false) => {
+                "FAILED: a cell was not accounted for, or a FIFO of infinite depth dropped one"
+            }
             (_, true) => "every Result arrived and its sums match",
             (_, false) => "FAILED: Results were missing or their sums did not match",
         };

@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod error;
 pub mod experiments;
+pub mod fabric;
 pub mod filter;
 pub mod fpisa;
 pub mod fpisa_accuracy;

@@ -123,13 +123,18 @@ pub struct Chart<'a> {
     pub series: Vec<Series>,
 }
 
-const COLORS: [RGBColor; 6] = [
+/// The series colours, in order (the first six of matplotlib's `tab10`, then the rest).
+const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
     RGBColor(255, 127, 14),
     RGBColor(148, 103, 189),
     RGBColor(23, 190, 207),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
 ];
 
 /// Draws `chart` as an SVG file at `path` (axes start at zero; the ranges fit the data).
@@ -438,6 +443,207 @@ pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), PlotError> {
     }
     legend(&bottom, &entries)?;
     top.present()?;
+    Ok(())
+}
+
+/// One line of a panel: a series in colour `color` (an index into the palette, so that the
+/// same thing has the same colour in every panel), dashed or solid.
+#[derive(Clone, Debug)]
+pub struct Line {
+    /// The series.
+    pub series: Series,
+    /// Its colour, by index.
+    pub color: usize,
+    /// Drawn dashed (with triangle markers) instead of solid (with circles).
+    pub dashed: bool,
+}
+
+/// One chart of a [`Panels`] figure.
+#[derive(Clone, Debug)]
+pub struct Panel {
+    /// Title above the chart (`(a) uniform Bernoulli`).
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// A logarithmic y axis (zeros, which it cannot show, are drawn at its bottom).
+    pub y_log: bool,
+    /// An x axis spaced by powers of two (FIFO depths 1, 2, 4, ...; x must be positive).
+    pub x_log2: bool,
+    /// The lines.
+    pub lines: Vec<Line>,
+}
+
+/// Several charts in a grid over one legend, as a paper's figure with parts (a), (b), (c):
+/// the legend lists every distinct (name, colour, dash) of the panels once.
+#[derive(Clone, Debug)]
+pub struct Panels<'a> {
+    /// Title above the grid.
+    pub title: &'a str,
+    /// Panels per row.
+    pub columns: usize,
+    /// The charts, row by row.
+    pub panels: Vec<Panel>,
+}
+
+/// Size of one panel of a [`Panels`] figure.
+const PANEL: (u32, u32) = (520, 380);
+
+/// Draws `figure` as an SVG file at `path`.
+pub fn svg_panels(path: &Path, figure: &Panels<'_>) -> Result<(), PlotError> {
+    if figure.columns == 0 || figure.panels.is_empty() {
+        return Err(PlotError("a panel figure needs panels and columns".into()));
+    }
+    let mut entries: Vec<Entry> = Vec::new();
+    for l in figure.panels.iter().flat_map(|p| &p.lines) {
+        let color = COLORS[l.color % COLORS.len()];
+        if !entries
+            .iter()
+            .any(|e| e.name == l.series.name && e.color == color && e.dashed == l.dashed)
+        {
+            entries.push(Entry {
+                name: l.series.name.clone(),
+                color,
+                dashed: l.dashed,
+            });
+        }
+    }
+    let columns = figure.columns.min(figure.panels.len());
+    let rows = figure.panels.len().div_ceil(columns);
+    let (w, h) = (PANEL.0 * columns as u32, PANEL.1 * rows as u32 + 40);
+    let legend_rows = (entries.len() as u32).div_ceil(2);
+    let root =
+        SVGBackend::new(path, (w.max(800), h + legend_rows * LEGEND_ROW + 10)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (grid, strip) = root.split_vertically(h);
+    let grid = grid.titled(figure.title, ("sans-serif", 18))?;
+    let cells = grid.split_evenly((rows, columns));
+    for (panel, area) in figure.panels.iter().zip(&cells) {
+        draw_panel(area, panel)?;
+    }
+    legend(&strip, &entries)?;
+    root.present()?;
+    Ok(())
+}
+
+/// Draws one panel of a [`Panels`] figure in `area`.
+fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, p: &Panel) -> Result<(), PlotError> {
+    // Where each line's points go: x as log2 on a log2 axis; non-finite points left out.
+    let place = |l: &Line| -> Vec<(f64, f64)> {
+        l.series
+            .points
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite() && (!p.x_log2 || *x > 0.0))
+            .map(|&(x, y)| (if p.x_log2 { x.log2() } else { x }, y))
+            .collect()
+    };
+    let lines: Vec<Vec<(f64, f64)>> = p.lines.iter().map(place).collect();
+    let all = lines.iter().flatten();
+    let x_lo = all.clone().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x_hi = all.clone().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let (x_lo, x_hi) = match (x_lo.is_finite(), p.x_log2) {
+        (false, _) => (0.0, 1.0),
+        (true, true) => (x_lo - 0.2, x_hi.max(x_lo + 1.0) + 0.2),
+        (true, false) => (x_lo.min(0.0), if x_hi > 0.0 { x_hi * 1.05 } else { 1.0 }),
+    };
+    let y_hi = all.clone().map(|p| p.1).fold(0.0, f64::max);
+    let x_fmt = |v: &f64| {
+        if !p.x_log2 {
+            tick(v)
+        } else if (v - v.round()).abs() < 1e-9 {
+            tick(&2f64.powf(v.round()))
+        } else {
+            String::new()
+        }
+    };
+    let mut c = ChartBuilder::on(area);
+    c.caption(&p.title, ("sans-serif", 15))
+        .margin(8)
+        .x_label_area_size(35)
+        .y_label_area_size(55);
+    let style = |l: &Line| (COLORS[l.color % COLORS.len()], l.dashed);
+    if p.y_log {
+        let floor = all
+            .map(|p| p.1)
+            .filter(|y| *y > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        let floor = if floor.is_finite() { floor / 2.0 } else { 1e-3 };
+        let y_hi = if y_hi > floor {
+            y_hi * 2.0
+        } else {
+            floor * 10.0
+        };
+        let mut chart = c.build_cartesian_2d(x_lo..x_hi, (floor..y_hi).log_scale())?;
+        // Labels at the powers of ten only; no grid lines, which a log axis would crowd.
+        let decade = |v: &f64| {
+            let e = v.log10();
+            if (e - e.round()).abs() < 1e-9 {
+                format!("{v:.0e}")
+            } else {
+                String::new()
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc(&p.x_label)
+            .y_desc(&p.y_label)
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&decade)
+            .draw()?;
+        // The first lines last, on top: where lines coincide, the legend's first entries
+        // stay visible. Zeros, which a log axis cannot show, sit at its bottom.
+        for (l, pts) in p.lines.iter().zip(&lines).rev() {
+            let pts: Vec<(f64, f64)> = pts.iter().map(|&(x, y)| (x, y.max(floor))).collect();
+            let (color, dashed) = style(l);
+            draw_line(&mut chart, &pts, color, dashed)?;
+        }
+    } else {
+        let y_hi = if y_hi > 0.0 { y_hi * 1.1 } else { 1.0 };
+        let mut chart = c.build_cartesian_2d(x_lo..x_hi, 0f64..y_hi)?;
+        chart
+            .configure_mesh()
+            .x_desc(&p.x_label)
+            .y_desc(&p.y_label)
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&tick)
+            .light_line_style(WHITE)
+            .draw()?;
+        for (l, pts) in p.lines.iter().zip(&lines).rev() {
+            let (color, dashed) = style(l);
+            draw_line(&mut chart, pts, color, dashed)?;
+        }
+    }
+    Ok(())
+}
+
+/// Draws one line with its markers: solid with circles, or dashed with triangles.
+fn draw_line<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    pts: &[(f64, f64)],
+    color: RGBColor,
+    dashed: bool,
+) -> Result<(), PlotError>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    if dashed {
+        chart.draw_series(DashedLineSeries::new(
+            pts.iter().copied(),
+            6,
+            4,
+            color.stroke_width(2),
+        ))?;
+        chart.draw_series(
+            pts.iter()
+                .map(|&p| TriangleMarker::new(p, 4, color.filled())),
+        )?;
+    } else {
+        chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?;
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    }
     Ok(())
 }
 

@@ -1,0 +1,253 @@
+//! The fabric experiments (`pfemu experiment fabric-latency`, `fabric-loss`) and
+//! `pfemu bench fabric`, on short runs: what they measure, that the sweep does not depend on
+//! its threads, that the zero-loss search finds the edge, and that bad options are refused
+//! by name.
+
+#![cfg(feature = "lab")]
+
+use pfemu::lab::bench::experiments::{ExperimentError, Figure};
+use pfemu::lab::bench::fabric::{
+    fabric_bench, fabric_latency, fabric_loss, FabricBenchConfig, FabricLatencyConfig,
+    FabricLossConfig, SwitchSettings,
+};
+
+fn quiet(_: usize, _: usize) {}
+
+fn short(threads: usize) -> SwitchSettings {
+    SwitchSettings {
+        ports: 8,
+        cycles: 4_000,
+        warmup: 500,
+        threads,
+        ..SwitchSettings::default()
+    }
+}
+
+#[test]
+fn latency_sweep_measures_every_point_the_same_on_any_number_of_threads() {
+    let cfg = |threads| FabricLatencyConfig {
+        switch: short(threads),
+        loads: vec![0.3, 0.8],
+    };
+    let one = fabric_latency(&cfg(1), &quiet).unwrap();
+    let three = fabric_latency(&cfg(3), &quiet).unwrap();
+    // 3 traffic models x 2 rates x 12 architectures.
+    assert_eq!(one.rows.len(), 72);
+    assert!(one.verified && three.verified);
+    for (a, b) in one.rows.iter().zip(&three.rows) {
+        assert_eq!(
+            (a.traffic, &a.architecture, &a.report),
+            (b.traffic, &b.architecture, &b.report)
+        );
+    }
+    for r in &one.rows {
+        assert!(r.report.counters.conserved(), "{r:?}");
+        assert_eq!(r.report.dropped, 0, "infinite FIFOs never drop: {r:?}");
+        assert!(r.report.measured > 0, "{r:?}");
+    }
+    // CPRR and the OQ crossbar see the same arrivals and have the same mean (§5.5).
+    for cprr in one.rows.iter().filter(|r| r.architecture == "CPRR") {
+        let oq = one
+            .rows
+            .iter()
+            .find(|r| {
+                r.architecture == "OQ-xbar"
+                    && r.traffic == cprr.traffic
+                    && r.report.load == cprr.report.load
+            })
+            .unwrap();
+        assert_eq!(cprr.report.measured, oq.report.measured);
+        assert_eq!(cprr.report.mean_latency, oq.report.mean_latency);
+    }
+    // Every traffic model has its two claims, read at the top rate.
+    assert_eq!(one.key.len(), 6, "{:?}", one.key);
+    assert!(one.key[0].what.contains("r = 0.8"), "{:?}", one.key[0]);
+    assert_eq!(one.csv_rows().len(), 72);
+    assert!(one.table().contains("Figure 9"), "{}", one.table());
+}
+
+#[test]
+fn loss_search_finds_the_smallest_depth_without_loss() {
+    let cfg = FabricLossConfig {
+        switch: short(2),
+        loads: vec![0.9],
+        depths: vec![1, 4],
+        near_one: 0.95,
+        max_depth: 64,
+    };
+    let r = fabric_loss(&cfg, &quiet).unwrap();
+    assert!(r.verified);
+    // 3 traffic models x 2 architectures x 1 rate x 2 depths.
+    assert_eq!(r.rows.len(), 12);
+    assert_eq!(r.zero_loss.len(), 6);
+    let found = r.zero_loss.iter().filter(|z| z.depth.is_some()).count();
+    assert!(
+        found >= 3,
+        "the search found too few edges to check: {:?}",
+        r.zero_loss
+    );
+    for z in &r.zero_loss {
+        let Some(d) = z.depth else { continue };
+        // The edge, checked by running its two sides at the same rate and seed.
+        let sides: Vec<usize> = if d > 1 { vec![d - 1, d] } else { vec![d] };
+        let check = fabric_loss(
+            &FabricLossConfig {
+                loads: vec![cfg.near_one],
+                depths: sides.clone(),
+                ..cfg.clone()
+            },
+            &quiet,
+        )
+        .unwrap();
+        let loss = |depth: usize| {
+            check
+                .rows
+                .iter()
+                .find(|x| {
+                    x.traffic == z.traffic && x.architecture == z.architecture && x.depth == depth
+                })
+                .unwrap()
+                .report
+                .dropped
+        };
+        assert_eq!(loss(d), 0, "{z:?}");
+        if d > 1 {
+            assert!(
+                loss(d - 1) > 0,
+                "{z:?}: depth {} loses nothing either",
+                d - 1
+            );
+        }
+    }
+    // Depth 1 loses at 0.95 in every model, and the loss falls with the depth.
+    for z in &r.zero_loss {
+        assert!(z.loss_at_depth_1 > 0.0, "{z:?}");
+    }
+    assert_eq!(r.key.len(), 4, "{:?}", r.key);
+}
+
+#[test]
+fn bad_options_are_refused_by_name() {
+    let option = |e: ExperimentError| match e {
+        ExperimentError::Option { option, .. } => option,
+        other => panic!("not an option error: {other}"),
+    };
+    let lat = |f: &dyn Fn(&mut FabricLatencyConfig)| {
+        let mut c = FabricLatencyConfig {
+            switch: short(1),
+            loads: vec![0.5],
+        };
+        f(&mut c);
+        option(fabric_latency(&c, &quiet).unwrap_err())
+    };
+    assert_eq!(lat(&|c| c.loads = vec![0.0]), "--loads");
+    assert_eq!(lat(&|c| c.loads = vec![1.5]), "--loads");
+    assert_eq!(lat(&|c| c.loads = vec![f64::NAN]), "--loads");
+    assert_eq!(lat(&|c| c.loads = vec![]), "--loads");
+    assert_eq!(lat(&|c| c.switch.ports = 1), "--ports");
+    assert_eq!(lat(&|c| c.switch.ports = 65), "--ports");
+    assert_eq!(lat(&|c| c.switch.threads = 0), "--threads");
+    assert_eq!(lat(&|c| c.switch.cycles = 0), "--cycles");
+    assert_eq!(lat(&|c| c.switch.burst = 0.5), "--burst");
+    assert_eq!(lat(&|c| c.switch.burst = f64::INFINITY), "--burst");
+    assert_eq!(lat(&|c| c.switch.same = -0.1), "--same");
+    let loss = |f: &dyn Fn(&mut FabricLossConfig)| {
+        let mut c = FabricLossConfig {
+            switch: short(1),
+            ..FabricLossConfig::default()
+        };
+        f(&mut c);
+        option(fabric_loss(&c, &quiet).unwrap_err())
+    };
+    assert_eq!(loss(&|c| c.depths = vec![0, 4]), "--depths");
+    assert_eq!(loss(&|c| c.near_one = 1.01), "--near-one");
+    assert_eq!(loss(&|c| c.max_depth = 0), "--max-depth");
+    let bench = |f: &dyn Fn(&mut FabricBenchConfig)| {
+        let mut c = FabricBenchConfig::default();
+        f(&mut c);
+        option(fabric_bench(&c).unwrap_err())
+    };
+    assert_eq!(bench(&|c| c.load = f64::NAN), "--load");
+    assert_eq!(bench(&|c| c.ports = 0), "--ports");
+    assert_eq!(bench(&|c| c.cycles = 0), "--cycles");
+}
+
+#[test]
+fn the_bench_times_every_architecture_against_the_traffic_alone() {
+    let r = fabric_bench(&FabricBenchConfig {
+        ports: 8,
+        load: 0.5,
+        cycles: 2_000,
+    })
+    .unwrap();
+    assert_eq!(r.rows.len(), 12);
+    assert!(r.rows.iter().all(|x| x.port_cycles_per_s > 0.0));
+    assert!(r.port_cycles_per_s > 0.0 && r.traffic_only_port_cycles_per_s > 0.0);
+    assert!(r.table().contains("iSLIP-1"));
+}
+
+#[test]
+fn the_commands_write_their_files_and_json() {
+    let bin = env!("CARGO_BIN_EXE_pfemu");
+    let dir = std::env::temp_dir().join(format!("pfemu-fabric-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(bin)
+        .args([
+            "experiment",
+            "fabric-latency",
+            "--ports",
+            "4",
+            "--cycles",
+            "500",
+        ])
+        .args([
+            "--warmup",
+            "50",
+            "--loads",
+            "0.5",
+            "--threads",
+            "2",
+            "--json",
+            "--out",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("run pfemu");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["experiment"], "fabric-latency");
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(36), "{v}");
+    assert_eq!(v["verified"], true);
+    assert!(dir.join("fabric-latency.csv").exists() && dir.join("fabric-latency.svg").exists());
+
+    let out = std::process::Command::new(bin)
+        .args([
+            "bench", "fabric", "--ports", "4", "--cycles", "500", "--json",
+        ])
+        .output()
+        .expect("run pfemu");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert!(
+        v["port_cycles_per_s"].as_f64().is_some_and(|x| x > 0.0),
+        "{v}"
+    );
+
+    let out = std::process::Command::new(bin)
+        .args(["experiment", "fabric-loss", "--depths", "0", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("run pfemu");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--depths"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
