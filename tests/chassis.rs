@@ -6,7 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use pfemu::pfe::{Chassis, Frames};
+use pfemu::fabric::{Architecture, Iterations, OutputArbiter, Scheduler};
+use pfemu::pfe::{Chassis, ChassisFabric, FabricStats, Frames};
 use pfemu::prelude::*;
 
 use common::{flow_seq, udp_frame};
@@ -47,6 +48,35 @@ fn engine(program: Program) -> pfemu::pfe::PfeBuilder {
 
 #[test]
 fn frames_cross_links_both_ways_and_none_is_lost() {
+    cross_both_ways(None);
+}
+
+#[test]
+fn frames_cross_a_fabric_of_each_architecture_and_none_is_lost() {
+    for architecture in [
+        Architecture::Cprr(OutputArbiter::Simple),
+        Architecture::OqXbar,
+        Architecture::Voq(Scheduler::Islip, Iterations::One),
+        Architecture::Voq(Scheduler::Edrrm, Iterations::Log2),
+    ] {
+        let fabric = ChassisFabric {
+            architecture,
+            cell_bytes: 16,
+            ..ChassisFabric::default()
+        };
+        let s = cross_both_ways(Some(fabric)).expect("fabric counters");
+        // Up and down: 2 n frames of 64 bytes, 4 cells each.
+        assert_eq!(
+            (s.frames_in, s.frames_out, s.dropped()),
+            (10_000, 10_000, 0)
+        );
+        assert_eq!(s.cells_in, 40_000, "{architecture}");
+    }
+}
+
+/// Sends 5000 frames up a leaf to a top that reflects them, over an ideal link or
+/// `fabric`; checks every frame came back; returns the fabric's counters.
+fn cross_both_ways(fabric: Option<ChassisFabric>) -> Option<FabricStats> {
     // Leaf A: from port 0 up to the top over port 60; what comes down on 60 goes out on 1.
     // Top: what comes up on 1 goes back down on 1 (a reflector).
     let out: Arc<Mutex<Vec<Left>>> = Arc::default();
@@ -54,6 +84,9 @@ fn frames_cross_links_both_ways_and_none_is_lost() {
     let leaf = c.pfe("leaf", engine(relay(0, 60, 1)));
     let top = c.pfe("top", engine(relay(1, 1, 1)));
     c.link((leaf, 60), (top, 1));
+    if let Some(f) = fabric {
+        c.fabric(f);
+    }
     {
         let out = out.clone();
         c.sink(Arc::new(
@@ -74,6 +107,7 @@ fn frames_cross_links_both_ways_and_none_is_lost() {
             .unwrap();
     }
     chassis.drain();
+    let fabric = chassis.fabric_stats();
     let stats = chassis.shutdown();
     let out = out.lock();
     assert_eq!(out.len(), n as usize);
@@ -85,6 +119,7 @@ fn frames_cross_links_both_ways_and_none_is_lost() {
     assert_eq!(stats[leaf].packets_in, 2 * n as u64);
     assert_eq!(stats[top].packets_in, n as u64);
     assert!(stats.iter().all(|s| s.is_conserved()));
+    fabric
 }
 
 #[test]
@@ -112,4 +147,15 @@ fn bad_links_are_refused_with_the_setting_named() {
         Chassis::builder().start().unwrap_err().setting(),
         Some("chassis")
     );
+
+    let mut c = Chassis::builder();
+    let a = c.pfe("a", engine(relay(0, 1, 1)));
+    let b = c.pfe("b", engine(relay(0, 1, 1)));
+    c.link((a, 1), (b, 1)).fabric(ChassisFabric {
+        cell_bytes: 0,
+        ..ChassisFabric::default()
+    });
+    let err = c.start().unwrap_err();
+    assert_eq!(err.setting(), Some("fabric"));
+    assert!(err.to_string().contains("cell_bytes"), "{err}");
 }

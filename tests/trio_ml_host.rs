@@ -10,7 +10,7 @@ use pfemu::microcode::trio_ml::host::{
     port_channels, run_workers, Attached, DriveOptions, Lossy, Scaling, Worker, WorkerConfig,
 };
 use pfemu::microcode::trio_ml::{wire, JobConfig, TrioMl, TrioMlConfig};
-use pfemu::pfe::{Chassis, Frames};
+use pfemu::pfe::{Chassis, ChassisFabric, FabricStats, Frames};
 use pfemu::prelude::*;
 
 const JOB: u8 = 1;
@@ -263,6 +263,35 @@ fn consecutive_allreduces_continue_the_generations() {
 
 #[test]
 fn hierarchical_aggregation_over_a_chassis_equals_the_flat_sums() {
+    hierarchical_aggregation(None);
+}
+
+/// The same aggregation with the links through a fabric, loaded by background traffic
+/// (CPRR and iSLIP-1) or not (the OQ crossbar): the sums stay exact.
+#[test]
+fn hierarchical_aggregation_through_a_loaded_fabric_equals_the_flat_sums() {
+    use pfemu::fabric::{Architecture, Iterations, OutputArbiter, Scheduler};
+    for (architecture, background) in [
+        (Architecture::Cprr(OutputArbiter::Simple), 0.5),
+        (Architecture::Voq(Scheduler::Islip, Iterations::One), 0.5),
+        (Architecture::OqXbar, 0.0),
+    ] {
+        let s = hierarchical_aggregation(Some(ChassisFabric {
+            architecture,
+            background,
+            cycles_per_us: 10.0,
+            ..ChassisFabric::default()
+        }))
+        .expect("fabric counters");
+        assert_eq!(s.dropped(), 0, "{architecture}: {s:?}");
+        assert_eq!(s.frames_in, s.frames_out, "{architecture}: {s:?}");
+        assert!(s.frames_in > 0 && (background == 0.0) == (s.background_cells == 0));
+    }
+}
+
+/// Two first-level PFEs and a top-level one in a chassis (over ideal links or `fabric`),
+/// four workers; checks every worker's sums; returns the fabric's counters.
+fn hierarchical_aggregation(fabric: Option<ChassisFabric>) -> Option<FabricStats> {
     // Two first-level PFEs with two servers each, and a top-level PFE; servers 0,1 on
     // leaf A ports 0,1; servers 2,3 on leaf B ports 0,1. Leaves reach the top on port 60
     // (top ports 1 and 2). Configuration only: the same program everywhere.
@@ -336,6 +365,9 @@ fn hierarchical_aggregation_over_a_chassis_equals_the_flat_sums() {
             .multicast_group(0, vec![1, 2]),
     );
     c.link((idx[0], 60), (t, 1)).link((idx[1], 60), (t, 2));
+    if let Some(f) = fabric {
+        c.fabric(f);
+    }
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| crossbeam_channel::unbounded()).unzip();
     c.sink(Arc::new(
         move |pfe: usize, port: u16, frames: Frames<'_>| {
@@ -379,8 +411,10 @@ fn hierarchical_aggregation_over_a_chassis_equals_the_flat_sums() {
         assert!(w.src_counts().iter().all(|&c| c == 4));
         assert!(w.degraded().iter().all(|&d| !d));
     }
+    let fabric = chassis.fabric_stats();
     let stats = chassis.shutdown();
     assert!(stats.iter().all(|s| s.is_conserved() && s.dropped == 0));
     let chunks = n.div_ceil(256) as u64;
     assert_eq!(stats[t].created, chunks, "one top-level Result per block");
+    fabric
 }

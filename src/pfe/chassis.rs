@@ -20,7 +20,10 @@ use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 
+use parking_lot::Mutex;
+
 use super::egress::{Frames, Sink};
+use super::interconnect::{self, ChassisFabric, Crossing, FabricRunner, FabricStats};
 use super::{Pfe, PfeBuilder, StartError, Stats};
 use crate::error::ConfigError;
 use crate::packet::Port;
@@ -99,11 +102,23 @@ where
     }
 }
 
-/// One direction of a link: frames leaving `from` enter PFE `to_pfe` on `to_port`.
-struct Hop {
-    tx: Sender<Vec<u8>>,
-    /// Frames handed to the link and not yet injected at the far end.
-    pending: Arc<AtomicU64>,
+/// One direction of a link: where frames leaving a linked port go.
+enum Hop {
+    /// Straight to the link's forwarder, which injects them at the far end.
+    Direct {
+        tx: Sender<Vec<u8>>,
+        /// Frames handed to the link and not yet injected at the far end.
+        pending: Arc<AtomicU64>,
+    },
+    /// Through the chassis' fabric, from PFE `from` to port `to_port` of PFE `to`.
+    Fabric {
+        tx: Sender<Crossing>,
+        /// Frames handed to the fabric and not yet injected or dropped.
+        pending: Arc<AtomicU64>,
+        from: usize,
+        to: usize,
+        to_port: Port,
+    },
 }
 
 /// The sink a PFE in a chassis delivers to: link ports go to their hop, others out.
@@ -116,12 +131,29 @@ struct PortMap {
 impl Sink for PortMap {
     fn deliver(&self, port: Port, frames: Frames<'_>) {
         match self.hops.get(port as usize).and_then(Option::as_ref) {
-            Some(hop) => {
+            // The receivers live as long as the chassis' forwarders and fabric; after
+            // shutdown nothing delivers any more.
+            Some(Hop::Direct { tx, pending }) => {
                 for f in frames.iter() {
-                    hop.pending.fetch_add(1, Ordering::AcqRel);
-                    // The receiver lives as long as the chassis' forwarders; after
-                    // shutdown nothing delivers any more.
-                    let _ = hop.tx.send(f.to_vec());
+                    pending.fetch_add(1, Ordering::AcqRel);
+                    let _ = tx.send(f.to_vec());
+                }
+            }
+            Some(Hop::Fabric {
+                tx,
+                pending,
+                from,
+                to,
+                to_port,
+            }) => {
+                for f in frames.iter() {
+                    pending.fetch_add(1, Ordering::AcqRel);
+                    let _ = tx.send(Crossing {
+                        from: *from,
+                        to: *to,
+                        to_port: *to_port,
+                        frame: f.to_vec(),
+                    });
                 }
             }
             None => self.out.deliver(self.pfe, port, frames),
@@ -134,6 +166,7 @@ pub struct ChassisBuilder {
     pfes: Vec<(String, PfeBuilder)>,
     links: Vec<((usize, Port), (usize, Port))>,
     sink: Option<Arc<dyn ChassisSink>>,
+    fabric: Option<ChassisFabric>,
 }
 
 impl fmt::Debug for ChassisBuilder {
@@ -144,6 +177,7 @@ impl fmt::Debug for ChassisBuilder {
                 &self.pfes.iter().map(|(n, _)| n).collect::<Vec<_>>(),
             )
             .field("links", &self.links)
+            .field("fabric", &self.fabric)
             .finish_non_exhaustive()
     }
 }
@@ -168,13 +202,39 @@ impl ChassisBuilder {
         self
     }
 
-    /// Builds and starts every PFE and the link forwarders.
+    /// Sends every link through a switch fabric ([`ChassisFabric`]: its architecture,
+    /// cell size, FIFO depth and background traffic) instead of an ideal wire: frames
+    /// between PFEs are cut into cells, meet the fabric's contention and are reassembled
+    /// (see [`ChassisFabric`]).
+    pub fn fabric(&mut self, fabric: ChassisFabric) -> &mut Self {
+        self.fabric = Some(fabric);
+        self
+    }
+
+    /// Builds and starts every PFE and the link forwarders (or the fabric).
     pub fn start(self) -> Result<Chassis, ChassisError> {
-        let ChassisBuilder { pfes, links, sink } = self;
+        let ChassisBuilder {
+            pfes,
+            links,
+            sink,
+            fabric,
+        } = self;
         let n = pfes.len();
         if n == 0 {
             return Err(ConfigError::new("chassis", "a chassis needs at least one PFE").into());
         }
+        let fabric = match fabric {
+            Some(f) => {
+                let (tx, rx) = unbounded();
+                Some((
+                    FabricRunner::new(f, n)?,
+                    tx,
+                    rx,
+                    Arc::new(AtomicU64::new(0)),
+                ))
+            }
+            None => None,
+        };
         let out: Arc<dyn ChassisSink> =
             sink.unwrap_or_else(|| Arc::new(|_: usize, _: Port, _: Frames<'_>| {}));
         // Every link end, checked: the PFE exists and the port is linked once.
@@ -207,17 +267,26 @@ impl ChassisBuilder {
             .collect();
         let mut forwarders = Vec::new();
         for &(from, from_port, to, to_port) in &ends {
-            let (tx, rx) = unbounded();
-            let pending = Arc::new(AtomicU64::new(0));
+            let hop = match &fabric {
+                Some((_, tx, _, pending)) => Hop::Fabric {
+                    tx: tx.clone(),
+                    pending: pending.clone(),
+                    from,
+                    to,
+                    to_port,
+                },
+                None => {
+                    let (tx, rx) = unbounded();
+                    let pending = Arc::new(AtomicU64::new(0));
+                    forwarders.push((rx, pending.clone(), to, to_port));
+                    Hop::Direct { tx, pending }
+                }
+            };
             let hops = &mut maps[from].hops;
             if hops.len() <= from_port as usize {
                 hops.resize_with(from_port as usize + 1, || None);
             }
-            hops[from_port as usize] = Some(Hop {
-                tx,
-                pending: pending.clone(),
-            });
-            forwarders.push((rx, pending, to, to_port));
+            hops[from_port as usize] = Some(hop);
         }
         let mut names = Vec::with_capacity(n);
         let mut built = Vec::with_capacity(n);
@@ -267,12 +336,33 @@ impl ChassisBuilder {
                 }
             }
         }
+        let mut fabric_stats = None;
+        if let Some((runner, tx, rx, pending)) = fabric {
+            // The PFEs' sinks hold the senders; this one is not needed.
+            drop(tx);
+            let stats = Arc::new(Mutex::new(FabricStats::default()));
+            fabric_stats = Some(stats.clone());
+            links.push(pending.clone());
+            let (pfes, stop_fabric) = (built.clone(), stop.clone());
+            let thread = "pfemu-fabric".to_string();
+            let spawned = std::thread::Builder::new()
+                .name(thread.clone())
+                .spawn(move || interconnect::run(runner, rx, pfes, pending, stats, stop_fabric));
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(source) => {
+                    stop_forwarders(&stop, threads);
+                    return Err(ChassisError::Spawn { thread, source });
+                }
+            }
+        }
         Ok(Chassis {
             names,
             pfes: built,
             links,
             threads,
             stop,
+            fabric: fabric_stats,
         })
     }
 }
@@ -312,6 +402,8 @@ pub struct Chassis {
     links: Vec<Arc<AtomicU64>>,
     threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
+    /// The fabric's counters, when the links cross one.
+    fabric: Option<Arc<Mutex<FabricStats>>>,
 }
 
 impl fmt::Debug for Chassis {
@@ -330,6 +422,7 @@ impl Chassis {
             pfes: Vec::new(),
             links: Vec::new(),
             sink: None,
+            fabric: None,
         }
     }
 
@@ -360,6 +453,12 @@ impl Chassis {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
+    }
+
+    /// The fabric's counters (`None` when the links are ideal wires): updated as it runs,
+    /// final once [`Chassis::drain`] returns.
+    pub fn fabric_stats(&self) -> Option<FabricStats> {
+        self.fabric.as_ref().map(|s| s.lock().clone())
     }
 
     /// Snapshots of every PFE's counters, by index.

@@ -27,6 +27,7 @@ mod contain;
 mod dispatch;
 mod egress;
 mod ingress;
+mod interconnect;
 mod latency;
 mod lifecycle;
 #[cfg(all(test, loom))]
@@ -52,6 +53,7 @@ pub use chassis::{Chassis, ChassisBuilder, ChassisError, ChassisSink};
 pub use config::{default_ppe_threads, Config, PfeBuilder};
 pub use egress::{ChannelSink, CountingSink, Discard, FnSink, Frames, Sink};
 pub use ingress::{FlowClassifier, FlowKeyFn, InjectError, TryInjectError};
+pub use interconnect::{ChassisFabric, FabricStats};
 pub use latency::LatencyStats;
 pub use lifecycle::StartError;
 pub use stats::Stats;
