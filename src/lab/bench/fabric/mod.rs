@@ -1,0 +1,199 @@
+//! Hipernetch's single-switch evaluation (Papaphilippou et al., TRETS 2021, §5.5 and §6.1)
+//! on pfemu's fabric models ([`crate::fabric`]), and their speed (`pfemu bench fabric`).
+//!
+//! - [`fabric_latency`] (`pfemu experiment fabric-latency`): Figures 9, 11 and 12. Every
+//!   architecture of Figure 11 under each traffic model of §6.1, at each input rate, with
+//!   FIFOs of infinite depth: mean latency (Figure 11), the average worst-case latency
+//!   (Figure 12), CPRR's mean against M/D/1's equation 7 (Figure 9), and the carried load
+//!   against the offered one, which §5.5 only asserts.
+//! - [`fabric_loss`] (`pfemu experiment fabric-loss`): Figure 13. The loss ratio against the
+//!   FIFO depth at several input rates, for CPRR and the best alternative of each traffic
+//!   model (the paper's PIM, PIM and EDRRM), and the smallest depth that loses nothing at an
+//!   input rate near 1.
+//!
+//! A point is one [`simulate`] run: a warm-up, a window of `--cycles` cycles whose arrivals
+//! are measured, and a drain. Points run on `--threads` threads. Each point's seed comes from
+//! the run's seed, its traffic model and its input rate only, so every architecture sees the
+//! same arrivals and the results do not depend on the number of threads.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::experiments::ExperimentError;
+use crate::error::ConfigError;
+use crate::fabric::{simulate, Architecture, Depth, FabricConfig, Report, Traffic};
+use crate::rng::mix;
+
+mod bench;
+mod latency;
+mod loss;
+
+pub use bench::{fabric_bench, FabricBenchConfig, FabricBenchReport, SpeedRow};
+pub use latency::{fabric_latency, Claim, FabricLatencyConfig, FabricLatencyReport, LatencyRow};
+pub use loss::{fabric_loss, FabricLossConfig, FabricLossReport, LossRow, ZeroLossDepth};
+
+// ----- settings --------------------------------------------------------------------------------
+
+/// The switch and traffic settings both experiments share. As command-line options, those of
+/// `pfemu experiment fabric-latency` and `fabric-loss`.
+#[derive(Clone, Debug, Serialize, clap::Args)]
+pub struct SwitchSettings {
+    /// Ports P of the switch (the paper: 16).
+    #[arg(long, default_value_t = SwitchSettings::default().ports, help = "Ports of the switch, P (2 to 64)")]
+    pub ports: usize,
+    /// Measured cycles per point.
+    #[arg(long, default_value_t = SwitchSettings::default().cycles, help = "Cycles measured per point, after the warm-up")]
+    pub cycles: u64,
+    /// Warm-up cycles per point, not measured.
+    #[arg(long, default_value_t = SwitchSettings::default().warmup, help = "Warm-up cycles per point, not measured")]
+    pub warmup: u64,
+    /// Mean burst of the bursty traffic, s (the paper: 32).
+    #[arg(long, default_value_t = SwitchSettings::default().burst, help = "Mean burst of the bursty traffic, s, in cells")]
+    pub burst: f64,
+    /// Nonuniform traffic: the chance a cell goes to the output of its input's index, p.
+    #[arg(long, default_value_t = SwitchSettings::default().same, help = "Nonuniform traffic: chance a cell goes to its own port's output, p")]
+    pub same: f64,
+    /// Seed of the traffic and of PIM's random choices.
+    #[arg(long, default_value_t = SwitchSettings::default().seed, help = "Seed of the traffic and of PIM's random choices")]
+    pub seed: u64,
+    /// Threads the points run on.
+    #[arg(long, default_value_t = SwitchSettings::default().threads, hide_default_value = true,
+          help = "Threads the points run on [default: available cores]")]
+    pub threads: usize,
+}
+
+impl Default for SwitchSettings {
+    /// 16 ports, 10^6 measured cycles after 10^5 of warm-up, s = 32, p = 0.5, seed 1,
+    /// threads = cores.
+    fn default() -> Self {
+        SwitchSettings {
+            ports: 16,
+            cycles: 1_000_000,
+            warmup: 100_000,
+            burst: 32.0,
+            same: 0.5,
+            seed: 1,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// Most threads a sweep takes.
+const MAX_THREADS: usize = 1024;
+/// Most cycles a point may measure or warm up (a point of 10^10 cycles takes hours).
+pub(super) const MAX_CYCLES: u64 = 10_000_000_000;
+
+impl SwitchSettings {
+    /// The paper's three traffic models with these settings' s and p.
+    pub fn traffic(&self) -> [Traffic; 3] {
+        [
+            Traffic::Bernoulli,
+            Traffic::Bursty { burst: self.burst },
+            Traffic::Nonuniform { same: self.same },
+        ]
+    }
+
+    /// Checks the settings, naming the option at fault.
+    pub fn check(&self) -> Result<(), ExperimentError> {
+        let option = |e: ConfigError| ExperimentError::Option {
+            option: match e.setting {
+                "burst" => "--burst",
+                "same" => "--same",
+                _ => "--ports",
+            },
+            reason: e.reason,
+        };
+        FabricConfig::new(Architecture::OqXbar, self.ports, Depth::Infinite)
+            .validate()
+            .map_err(option)?;
+        for t in self.traffic() {
+            t.validate().map_err(option)?;
+        }
+        if self.cycles == 0 || self.cycles > MAX_CYCLES {
+            return bad("--cycles", format!("{}: 1 to {MAX_CYCLES}", self.cycles));
+        }
+        if self.warmup > MAX_CYCLES {
+            return bad("--warmup", format!("{}: at most {MAX_CYCLES}", self.warmup));
+        }
+        if self.threads == 0 || self.threads > MAX_THREADS {
+            return bad("--threads", format!("{}: 1 to {MAX_THREADS}", self.threads));
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn bad<T>(option: &'static str, reason: String) -> Result<T, ExperimentError> {
+    Err(ExperimentError::Option { option, reason })
+}
+
+/// Checks a list of input rates: each in (0, 1], at least one.
+pub(super) fn check_loads(option: &'static str, loads: &[f64]) -> Result<(), ExperimentError> {
+    if loads.is_empty() {
+        return bad(option, "give at least one input rate".into());
+    }
+    match loads.iter().find(|r| !(**r > 0.0 && **r <= 1.0)) {
+        Some(r) => bad(option, format!("{r}: an input rate is in (0, 1]")),
+        None => Ok(()),
+    }
+}
+
+// ----- running points ----------------------------------------------------------------------
+
+/// One run to make.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Point {
+    pub architecture: Architecture,
+    pub traffic: Traffic,
+    pub load: f64,
+    pub depth: Depth,
+}
+
+/// The seed of every point of one traffic model at one rate, whatever its architecture.
+fn point_seed(seed: u64, traffic: Traffic, load: f64) -> u64 {
+    mix(seed ^ mix(traffic_index(traffic) + 1) ^ mix(load.to_bits()))
+}
+
+fn traffic_index(t: Traffic) -> u64 {
+    match t {
+        Traffic::Bernoulli => 0,
+        Traffic::Bursty { .. } => 1,
+        Traffic::Nonuniform { .. } => 2,
+    }
+}
+
+/// Runs `points` on `s.threads` threads; the reports in the points' order. `progress` is
+/// called with (done, total) after each point.
+pub(super) fn run_points(
+    s: &SwitchSettings,
+    points: &[Point],
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<Report>, ExperimentError> {
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<Report, ConfigError>>>> =
+        Mutex::new(vec![None; points.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..s.threads.min(points.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(p) = points.get(i) else { break };
+                let config = FabricConfig::new(p.architecture, s.ports, p.depth);
+                let seed = point_seed(s.seed, p.traffic, p.load);
+                let r = simulate(&config, p.traffic, p.load, s.warmup, s.cycles, seed);
+                results.lock()[i] = Some(r);
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1, points.len());
+            });
+        }
+    });
+    results
+        .into_inner()
+        .into_iter()
+        .map(|r| match r {
+            Some(Ok(report)) => Ok(report),
+            Some(Err(e)) => Err(ExperimentError::Setup(e.to_string())),
+            None => Err(ExperimentError::Run("a point was not run".into())),
+        })
+        .collect()
+}
