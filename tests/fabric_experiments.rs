@@ -7,8 +7,8 @@
 
 use pfemu::lab::bench::experiments::{ExperimentError, Figure};
 use pfemu::lab::bench::fabric::{
-    fabric_bench, fabric_latency, fabric_loss, FabricBenchConfig, FabricLatencyConfig,
-    FabricLossConfig, SwitchSettings,
+    fabric_bench, fabric_chassis, fabric_latency, fabric_loss, FabricBenchConfig,
+    FabricChassisConfig, FabricLatencyConfig, FabricLossConfig, SwitchSettings,
 };
 
 fn quiet(_: usize, _: usize) {}
@@ -250,4 +250,43 @@ fn the_commands_write_their_files_and_json() {
     assert!(!out.status.success() && err.contains("--depths"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn aggregation_through_the_chassis_fabric_is_exact_under_background_load() {
+    let cfg = FabricChassisConfig {
+        backgrounds: vec![0.0, 0.6],
+        gradients: 4 * 1024 + 17,
+        window: 4,
+        ppe_threads: 4,
+        ..FabricChassisConfig::default()
+    };
+    let r = fabric_chassis(&cfg, &quiet).unwrap();
+    assert!(r.verified, "{r:?}");
+    assert_eq!(r.rows.len(), 8);
+    for row in &r.rows {
+        assert!(row.sums_exact, "{row:?}");
+        // 5 blocks up from each of two leaves, each Result down to both: 20 frames.
+        assert_eq!(row.fabric.frames_out, 20, "{row:?}");
+        assert_eq!(row.fabric.dropped(), 0);
+        assert_eq!(
+            row.background == 0.0,
+            row.fabric.background_cells == 0,
+            "{row:?}"
+        );
+        assert!(row.fabric.mean_frame_cycles > 0.0);
+    }
+    let bad = |f: &dyn Fn(&mut FabricChassisConfig)| {
+        let mut c = cfg.clone();
+        f(&mut c);
+        match fabric_chassis(&c, &quiet).unwrap_err() {
+            ExperimentError::Option { option, .. } => option,
+            other => panic!("not an option error: {other}"),
+        }
+    };
+    assert_eq!(bad(&|c| c.backgrounds = vec![1.0]), "--backgrounds");
+    assert_eq!(bad(&|c| c.gradients = 0), "--gradients");
+    assert_eq!(bad(&|c| c.window = 0), "--window");
+    assert_eq!(bad(&|c| c.cell_bytes = 0), "--cell-bytes");
+    assert_eq!(bad(&|c| c.cycles_per_us = f64::NAN), "--cycles-per-us");
 }

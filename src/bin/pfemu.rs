@@ -20,7 +20,9 @@ use pfemu::lab::bench::demo::DemoConfig;
 use pfemu::lab::bench::experiments::{
     self, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure,
 };
-use pfemu::lab::bench::fabric::{FabricLatencyConfig, FabricLossConfig, SwitchSettings};
+use pfemu::lab::bench::fabric::{
+    FabricChassisConfig, FabricLatencyConfig, FabricLossConfig, SwitchSettings,
+};
 use pfemu::lab::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::lab::bench::fpisa_accuracy::{self, AccuracyConfig};
 pub(crate) use pfemu::lab::bench::settings::parse_secs;
@@ -215,6 +217,12 @@ const EXPERIMENT_HELP: &str = "Experiments:
          smallest depth that loses nothing at --near-one (0.99), searched up to --max-depth
          (paper, uniform: 33 against 153; loss at depth 1: 5.2% against 16.1%).
   fabric Both, with the options they share.
+  fabric-chassis
+         Trio-ML's hierarchical aggregation (two first-level PFEs with two workers each
+         under a top PFE) with the chassis links through a fabric loaded by background
+         traffic (--backgrounds, cells per input per cycle), for CPRR, iSLIP-1, iSLIP and
+         OQ-xbar: the aggregation's wall time and its frames' cycles in the fabric (which
+         runs --cycles-per-us cycles per microsecond). Every sum is checked.
 
 Each experiment has its own options, with its defaults (`pfemu experiment fig14 --help`);
 `all` takes the options the four share (--workers, --timers, --scan-period-ms,
@@ -250,6 +258,8 @@ enum Which {
     FabricLoss(FabricLossConfig),
     /// Both fabric experiments, each with its defaults but for the options given.
     Fabric(SwitchSettings),
+    /// Trio-ML's hierarchical aggregation through a chassis fabric under background load.
+    FabricChassis(FabricChassisConfig),
 }
 
 /// What `pfemu experiment all` takes: the options the four figures share, overriding
@@ -680,6 +690,10 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             running("fabric-loss");
             record(emit(&fabric::loss(&loss, a.json)?, a)?);
         }
+        Which::FabricChassis(cfg) => {
+            running("fabric-chassis");
+            record(emit(&fabric::chassis(cfg, a.json)?, a)?);
+        }
         Which::All(all) => {
             let (f13, f14, f15, f16) = all.configs();
             running("fig13");
@@ -746,6 +760,8 @@ fn emit<F: Figure>(
             ("fabric-latency" | "fabric-loss", true) => {
                 "every cell is accounted for: delivered, dropped at a full FIFO or still queued"
             }
+            ("fabric-chassis", true) => "every worker's sums are exact; no frame was dropped",
+            ("fabric-chassis", false) => "FAILED: a sum was wrong or a frame was dropped",
             ("fabric-latency" | "fabric-loss", false) => {
                 "FAILED: a cell was not accounted for, or a FIFO of infinite depth dropped one"
             }

@@ -3,8 +3,8 @@
 
 use pfemu::lab::bench::experiments::ExperimentError;
 use pfemu::lab::bench::fabric::{
-    self, FabricBenchConfig, FabricLatencyConfig, FabricLatencyReport, FabricLossConfig,
-    FabricLossReport,
+    self, FabricBenchConfig, FabricChassisConfig, FabricChassisReport, FabricLatencyConfig,
+    FabricLatencyReport, FabricLossConfig, FabricLossReport,
 };
 use pfemu::lab::bench::report::Progress;
 
@@ -48,6 +48,14 @@ pub fn latency(
 /// Figure 13.
 pub fn loss(cfg: &FabricLossConfig, quiet: bool) -> Result<FabricLossReport, ExperimentError> {
     with_progress("fabric-loss", quiet, |p| fabric::fabric_loss(cfg, p))
+}
+
+/// The chassis experiment.
+pub fn chassis(
+    cfg: &FabricChassisConfig,
+    quiet: bool,
+) -> Result<FabricChassisReport, ExperimentError> {
+    with_progress("fabric-chassis", quiet, |p| fabric::fabric_chassis(cfg, p))
 }
 
 /// `pfemu bench fabric`.

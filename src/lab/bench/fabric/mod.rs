@@ -10,6 +10,9 @@
 //!   FIFO depth at several input rates, for CPRR and the best alternative of each traffic
 //!   model (the paper's PIM, PIM and EDRRM), and the smallest depth that loses nothing at an
 //!   input rate near 1.
+//! - [`fabric_chassis`] (`pfemu experiment fabric-chassis`): the fabric inside a chassis,
+//!   Trio-ML's hierarchical aggregation through it under background load.
+//! - [`fabric_bench`] (`pfemu bench fabric`): how fast each architecture simulates.
 //!
 //! A point is one [`simulate`] run: a warm-up, a window of `--cycles` cycles whose arrivals
 //! are measured, and a drain. Points run on `--threads` threads. Each point's seed comes from
@@ -27,10 +30,14 @@ use crate::fabric::{simulate, Architecture, Depth, FabricConfig, Report, Traffic
 use crate::rng::mix;
 
 mod bench;
+mod chassis;
 mod latency;
 mod loss;
 
 pub use bench::{fabric_bench, FabricBenchConfig, FabricBenchReport, SpeedRow};
+pub use chassis::{
+    fabric_chassis, ChassisRow, FabricChassisConfig, FabricChassisReport, CHASSIS_ARCHITECTURES,
+};
 pub use latency::{fabric_latency, Claim, FabricLatencyConfig, FabricLatencyReport, LatencyRow};
 pub use loss::{fabric_loss, FabricLossConfig, FabricLossReport, LossRow, ZeroLossDepth};
 
