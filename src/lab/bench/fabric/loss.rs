@@ -42,12 +42,12 @@ pub struct FabricLossConfig {
 }
 
 impl Default for FabricLossConfig {
-    /// r = 0.6 to 0.9 by 0.1, 0.95 and 0.99; D = 1, 2, 4, ..., 256; the search at 0.99 up
-    /// to D = 1024; the shared settings' defaults.
+    /// r = 0.6 to 0.9 by 0.1, 0.95, 0.99 and 1; D = 1, 2, 4, ..., 256; the search at 0.99
+    /// up to D = 1024; the shared settings' defaults.
     fn default() -> Self {
         FabricLossConfig {
             switch: SwitchSettings::default(),
-            loads: vec![0.6, 0.7, 0.8, 0.9, 0.95, 0.99],
+            loads: vec![0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0],
             depths: vec![1, 2, 4, 8, 16, 32, 64, 128, 256],
             near_one: 0.99,
             max_depth: 1024,
@@ -164,7 +164,7 @@ pub fn fabric_loss(
         .collect();
     let zero_loss = zero_loss_depths(cfg, progress)?;
     let verified = rows.iter().all(|r| r.report.counters.conserved());
-    let key = loss_claims(&zero_loss);
+    let key = loss_claims(&zero_loss, &rows);
     Ok(FabricLossReport {
         config: cfg.clone(),
         rows,
@@ -257,7 +257,7 @@ fn zero_loss_depths(
         .collect())
 }
 
-fn loss_claims(zero: &[ZeroLossDepth]) -> Vec<Claim> {
+fn loss_claims(zero: &[ZeroLossDepth], rows: &[LossRow]) -> Vec<Claim> {
     let find = |traffic: &str, arch: &str| {
         zero.iter()
             .find(|z| z.traffic == traffic && z.architecture == arch)
@@ -273,15 +273,24 @@ fn loss_claims(zero: &[ZeroLossDepth]) -> Vec<Claim> {
             paper: "CPRR 33, PIM 153".into(),
             measured: format!("CPRR {}, PIM {}", depth(c), depth(p)),
         });
-        claims.push(Claim {
-            what: format!("uniform, r = {}: loss at depth 1", c.load),
-            paper: "CPRR 5.2%, PIM 16.1%".into(),
-            measured: format!(
-                "CPRR {:.1}%, PIM {:.1}%",
-                c.loss_at_depth_1 * 100.0,
-                p.loss_at_depth_1 * 100.0
-            ),
-        });
+        // Loss at depth 1 from the grid's top rate (r = 1 by default): no depth loses
+        // nothing there, so the search above runs just below it.
+        let depth_1 = |arch: &str| {
+            rows.iter()
+                .filter(|r| r.traffic == "uniform" && r.architecture == arch && r.depth == 1)
+                .max_by(|a, b| a.report.load.total_cmp(&b.report.load))
+        };
+        if let (Some(c), Some(p)) = (depth_1("CPRR"), depth_1("PIM")) {
+            claims.push(Claim {
+                what: format!("uniform, r = {}: loss at depth 1", c.report.load),
+                paper: "CPRR 5.2%, PIM 16.1%".into(),
+                measured: format!(
+                    "CPRR {:.1}%, PIM {:.1}%",
+                    c.report.loss_ratio * 100.0,
+                    p.report.loss_ratio * 100.0
+                ),
+            });
+        }
     }
     for (traffic, alt) in [("bursty", "PIM"), ("nonuniform", "EDRRM")] {
         if let (Some(c), Some(a)) = (find(traffic, "CPRR"), find(traffic, alt)) {
