@@ -404,7 +404,6 @@ pub fn run_on(
     let packets = traffic.frames.len() as u64 * u64::from(cfg.generations);
     let results = u64::from(cfg.window) * u64::from(cfg.generations);
     let gradients = packets * g;
-    let processed = stats.processed().max(1) as f64;
     let baseline = baseline(cfg, traffic);
     let gps = gradients as f64 / elapsed;
     let frame_bytes: u64 = traffic.frames.iter().map(|f| f.len() as u64).sum();
@@ -436,12 +435,9 @@ pub fn run_on(
         baseline_gradients_per_s: baseline,
         ratio_to_baseline: gps / baseline,
         instructions_per_gradient: stats.instructions as f64 / gradients as f64,
-        instructions_per_packet: stats.instructions as f64 / processed,
-        xtxns_per_packet: stats
-            .xtxns
-            .iter()
-            .map(|(k, &n)| (k.clone(), n as f64 / processed))
-            .collect(),
+        // The same per-packet figures as the summary's, from the same stats.
+        instructions_per_packet: summary.instructions_per_packet,
+        xtxns_per_packet: summary.xtxns_per_packet.clone(),
         verified,
         summary,
         stats,
