@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pfemu::lab::bench::experiments::{
-    self, ExperimentError, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure,
+    self, ExperimentError, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure, RateJob,
 };
 
 /// A fresh directory under the system's temporary one.
@@ -130,10 +130,12 @@ const RATE_HEADER: &str = "grads,window,blocks,results,latency_mean_us,latency_p
 fn fig15_every_size_aggregates_exactly() {
     let cfg = Fig15Config {
         sizes: vec![64, 1000],
-        workers: 4,
-        blocks: 30,
-        scan_timers: 10,
-        ..Fig15Config::default()
+        job: RateJob {
+            workers: 4,
+            blocks: 30,
+            scan_timers: 10,
+            ..Fig15Config::default().job
+        },
     };
     let r = experiments::fig15(&cfg).unwrap();
     assert!(r.verified, "{r:#?}");
@@ -153,10 +155,12 @@ fn fig16_every_window_aggregates_exactly_without_timers_too() {
     let cfg = Fig16Config {
         windows: vec![1, 8],
         grads: 256,
-        workers: 3,
-        blocks: 24,
-        timers: false,
-        ..Fig16Config::default()
+        job: RateJob {
+            workers: 3,
+            blocks: 24,
+            timers: false,
+            ..Fig16Config::default().job
+        },
     };
     let r = experiments::fig16(&cfg).unwrap();
     assert!(r.verified, "{r:#?}");
@@ -224,7 +228,10 @@ fn bad_options_are_refused_by_name_before_anything_runs() {
     assert_eq!(option_of(e), "--windows");
     let e = experiments::fig16(&Fig16Config {
         windows: vec![64],
-        blocks: 10,
+        job: RateJob {
+            blocks: 10,
+            ..Fig16Config::default().job
+        },
         ..Fig16Config::default()
     })
     .unwrap_err();

@@ -293,29 +293,34 @@ impl AllArgs {
             Fig16Config::default(),
         );
         if let Some(w) = self.workers {
-            (f13.workers, f14.workers, f15.workers, f16.workers) = (w, w, w, w);
+            (f13.workers, f14.workers, f15.job.workers, f16.job.workers) = (w, w, w, w);
         }
         if let Some(t) = self.timers {
-            (f13.timers, f14.timers, f15.scan_timers, f16.scan_timers) = (t, t, t, t);
+            (
+                f13.timers,
+                f14.timers,
+                f15.job.scan_timers,
+                f16.job.scan_timers,
+            ) = (t, t, t, t);
         }
         if let Some(ns) = self.scan_period_ns {
             (
                 f13.scan_period_ns,
                 f14.scan_period_ns,
-                f15.scan_period_ns,
-                f16.scan_period_ns,
+                f15.job.scan_period_ns,
+                f16.job.scan_period_ns,
             ) = (ns, ns, ns, ns);
         }
         if let Some(n) = self.ppe_threads {
             (
                 f13.ppe_threads,
                 f14.ppe_threads,
-                f15.ppe_threads,
-                f16.ppe_threads,
+                f15.job.ppe_threads,
+                f16.job.ppe_threads,
             ) = (n, n, n, n);
         }
         if let Some(seed) = self.seed {
-            (f13.seed, f14.seed, f15.seed, f16.seed) = (seed, seed, seed, seed);
+            (f13.seed, f14.seed, f15.job.seed, f16.job.seed) = (seed, seed, seed, seed);
         }
         (f13, f14, f15, f16)
     }

@@ -1033,18 +1033,11 @@ fn engine_err(e: impl fmt::Display) -> ReplayError {
     ReplayError::Config(ConfigError::new("engine", e.to_string()))
 }
 
-/// Replays the pcap capture read from `input` (named `name` in errors) through the program
-/// of `cfg`, writing each output capture to the writer `open` returns for it (called once
-/// per output, on first use, possibly from a PPE thread). See the module documentation.
-/// [`ReplayReport::files`] is left empty.
-pub fn replay<R: Read>(
-    cfg: &ReplayConfig,
-    input: R,
-    name: &str,
-    open: Opener,
-) -> Result<ReplayReport, ReplayError> {
-    let speed = match cfg.timing {
-        Timing::AsFast => 1.0,
+/// The speed-up factor of `timing` (1 as fast as possible), refused unless positive and
+/// finite.
+fn speed_of(timing: Timing) -> Result<f64, ReplayError> {
+    match timing {
+        Timing::AsFast => Ok(1.0),
         Timing::Recorded { speed } => {
             if !(speed.is_finite() && speed > 0.0) {
                 return Err(ConfigError::new(
@@ -1053,11 +1046,17 @@ pub fn replay<R: Read>(
                 )
                 .into());
             }
-            speed
+            Ok(speed)
         }
-    };
-    let Capture { format, packets } = read_capture(input, name)?;
-    // Interface `i` enters on `cfg.port + i`.
+    }
+}
+
+/// Each packet's ingress port (interface `i` enters on `cfg.port + i`), and how many
+/// ports the engine needs for them.
+fn ingress_ports(
+    cfg: &ReplayConfig,
+    packets: &[InPacket],
+) -> Result<(Vec<Port>, usize), ReplayError> {
     let ports: Vec<Port> = packets
         .iter()
         .map(|p| {
@@ -1090,10 +1089,26 @@ pub fn replay<R: Read>(
         )
         .into());
     }
-    let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
-    if let Timing::Recorded { speed } = cfg.timing {
-        // The last injection is due (longest gap) / speed after the first: refuse a schedule
-        // no `Duration` (or no one) can wait for, before anything starts.
+    Ok((ports, ports_needed))
+}
+
+/// When each packet is injected: as fast as possible, or at its capture time (from the
+/// first packet's, `base`) divided by `speed`, from `start`.
+struct Schedule {
+    timing: Timing,
+    base: Duration,
+    speed: f64,
+    start: Instant,
+}
+
+impl Schedule {
+    /// Refuses a recorded-time schedule no `Duration` (or no one) can wait for: the last
+    /// injection is due (longest gap) / speed after the first. Checked before anything
+    /// starts.
+    fn check(timing: Timing, packets: &[InPacket], base: Duration) -> Result<(), ReplayError> {
+        let Timing::Recorded { speed } = timing else {
+            return Ok(());
+        };
         let gap = packets
             .iter()
             .map(|p| p.ts.saturating_sub(base))
@@ -1112,7 +1127,74 @@ pub fn replay<R: Read>(
             )
             .into());
         }
+        Ok(())
     }
+
+    /// When packet `p` is due, relative to `start` (`None`: now).
+    fn due(&self, p: &InPacket) -> Option<Duration> {
+        match self.timing {
+            Timing::AsFast => None,
+            // At most MAX_SECS (checked before the start): the conversion cannot fail.
+            Timing::Recorded { .. } => Some(
+                Duration::try_from_secs_f64(
+                    p.ts.saturating_sub(self.base).as_secs_f64() / self.speed,
+                )
+                .unwrap_or(Duration::MAX),
+            ),
+        }
+    }
+
+    /// Waits until packet `p` is due.
+    fn wait_for(&self, p: &InPacket) {
+        if let Some(at) = self.due(p) {
+            let now = self.start.elapsed();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+        }
+    }
+}
+
+/// What a replay's report says of its input, before the run.
+fn input_report(
+    cfg: &ReplayConfig,
+    format: &str,
+    packets: &[InPacket],
+    ports: &[Port],
+) -> ReplayReport {
+    let mut packets_in_by_port = BTreeMap::new();
+    for &p in ports {
+        *packets_in_by_port.entry(p).or_insert(0) += 1;
+    }
+    ReplayReport {
+        program: cfg.program.name().to_string(),
+        format: format.to_string(),
+        packets_in: packets.len() as u64,
+        packets_in_by_port,
+        bytes_in: packets.iter().map(|p| p.data.len() as u64).sum(),
+        truncated_in: packets
+            .iter()
+            .filter(|p| (p.data.len() as u64) < u64::from(p.orig_len))
+            .count() as u64,
+        ..ReplayReport::default()
+    }
+}
+
+/// Replays the pcap capture read from `input` (named `name` in errors) through the program
+/// of `cfg`, writing each output capture to the writer `open` returns for it (called once
+/// per output, on first use, possibly from a PPE thread). See the module documentation.
+/// [`ReplayReport::files`] is left empty.
+pub fn replay<R: Read>(
+    cfg: &ReplayConfig,
+    input: R,
+    name: &str,
+    open: Opener,
+) -> Result<ReplayReport, ReplayError> {
+    let speed = speed_of(cfg.timing)?;
+    let Capture { format, packets } = read_capture(input, name)?;
+    let (ports, ports_needed) = ingress_ports(cfg, &packets)?;
+    let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
+    Schedule::check(cfg.timing, &packets, base)?;
     let sink = Arc::new(PcapSink {
         outputs: Mutex::new(Outputs {
             open,
@@ -1130,91 +1212,26 @@ pub fn replay<R: Read>(
     } = build_engine(cfg, sink.clone(), ports_needed.min(MAX_PORTS))?;
     pfe.start().map_err(engine_err)?;
 
-    let mut packets_in_by_port = BTreeMap::new();
-    for &p in &ports {
-        *packets_in_by_port.entry(p).or_insert(0) += 1;
-    }
-    let mut report = ReplayReport {
-        program: cfg.program.name().to_string(),
-        format: format.to_string(),
-        packets_in: packets.len() as u64,
-        packets_in_by_port,
-        bytes_in: packets.iter().map(|p| p.data.len() as u64).sum(),
-        truncated_in: packets
-            .iter()
-            .filter(|p| (p.data.len() as u64) < u64::from(p.orig_len))
-            .count() as u64,
-        ..ReplayReport::default()
-    };
+    let mut report = input_report(cfg, format, &packets, &ports);
     let start = Instant::now();
     sink.outputs.lock().start = start;
-    // When packet `i` is due, relative to `start`.
-    let due = |p: &InPacket| match cfg.timing {
-        Timing::AsFast => None,
-        // At most MAX_SECS (checked above): the conversion cannot fail.
-        Timing::Recorded { .. } => Some(
-            Duration::try_from_secs_f64(p.ts.saturating_sub(base).as_secs_f64() / speed)
-                .unwrap_or(Duration::MAX),
-        ),
+    let schedule = Schedule {
+        timing: cfg.timing,
+        base,
+        speed,
+        start,
     };
-    let wait_until = |at: Option<Duration>| {
-        if let Some(at) = at {
-            let now = start.elapsed();
-            if at > now {
-                std::thread::sleep(at - now);
-            }
-        }
-    };
-
     // Aggregation keeps each block's generations in capture order (see the module docs).
-    let mut barrier = aggregation
+    let barrier = aggregation
         .as_ref()
         .map(|(trio, _)| GenerationBarrier::new(trio.config().udp_port));
-    let mut must_wait = |p: &InPacket| barrier.as_mut().is_some_and(|b| b.must_wait(&p.data));
     let result = if cfg.write_drops {
         // One packet at a time: in capture order already.
         replay_one_by_one(&pfe, &sink, &packets, &ports, &mut report, |p| {
-            wait_until(due(p))
+            schedule.wait_for(p)
         })
     } else {
-        match cfg.timing {
-            Timing::AsFast => {
-                let inject = |range: std::ops::Range<usize>| {
-                    pfe.inject_burst(
-                        ports[range.clone()]
-                            .iter()
-                            .zip(&packets[range])
-                            .map(|(&port, p)| (port, p.data.as_slice())),
-                    )
-                    .map(|_| ())
-                    .map_err(engine_err)
-                };
-                // Bursts of up to BURST frames, cut where a packet must wait.
-                let mut from = 0;
-                let mut result = Ok(());
-                for (i, p) in packets.iter().enumerate() {
-                    let wait = must_wait(p);
-                    if wait || i - from == BURST {
-                        result = inject(from..i);
-                        if result.is_err() {
-                            break;
-                        }
-                        if wait {
-                            pfe.drain();
-                        }
-                        from = i;
-                    }
-                }
-                result.and_then(|()| inject(from..packets.len()))
-            }
-            Timing::Recorded { .. } => packets.iter().zip(&ports).try_for_each(|(p, &port)| {
-                wait_until(due(p));
-                if must_wait(p) {
-                    pfe.drain();
-                }
-                pfe.inject_frame(port, &p.data).map_err(engine_err)
-            }),
-        }
+        inject(&pfe, &packets, &ports, &schedule, barrier)
     };
     // Aggregation: every block still open is waiting for a source that will not come; let
     // the straggler scan time it out, so its partial Result is written too.
@@ -1234,7 +1251,66 @@ pub fn replay<R: Read>(
     report.elapsed_s = start.elapsed().as_secs_f64();
     let stats = pfe.shutdown();
     result?;
+    flush_outputs(&sink, &mut report)?;
+    report.forwarded = stats.packets_out;
+    report.consumed = stats.consumed;
+    report.dropped = stats.dropped;
+    report.created = stats.created;
+    report.dropped_by_reason = stats.dropped_by_reason.clone();
+    report.stats = stats;
+    Ok(report)
+}
 
+/// Injects every packet on its port as `schedule` says: as fast as possible in bursts of up
+/// to [`BURST`] frames, cut (and the engine drained) where `barrier` says a packet must
+/// wait; or each at its time, the engine drained first where it must wait.
+fn inject(
+    pfe: &Pfe,
+    packets: &[InPacket],
+    ports: &[Port],
+    schedule: &Schedule,
+    mut barrier: Option<GenerationBarrier>,
+) -> Result<(), ReplayError> {
+    let mut must_wait = |p: &InPacket| barrier.as_mut().is_some_and(|b| b.must_wait(&p.data));
+    match schedule.timing {
+        Timing::AsFast => {
+            let inject = |range: std::ops::Range<usize>| {
+                pfe.inject_burst(
+                    ports[range.clone()]
+                        .iter()
+                        .zip(&packets[range])
+                        .map(|(&port, p)| (port, p.data.as_slice())),
+                )
+                .map(|_| ())
+                .map_err(engine_err)
+            };
+            // Bursts of up to BURST frames, cut where a packet must wait.
+            let mut from = 0;
+            for (i, p) in packets.iter().enumerate() {
+                let wait = must_wait(p);
+                if wait || i - from == BURST {
+                    inject(from..i)?;
+                    if wait {
+                        pfe.drain();
+                    }
+                    from = i;
+                }
+            }
+            inject(from..packets.len())
+        }
+        Timing::Recorded { .. } => packets.iter().zip(ports).try_for_each(|(p, &port)| {
+            schedule.wait_for(p);
+            if must_wait(p) {
+                pfe.drain();
+            }
+            pfe.inject_frame(port, &p.data).map_err(engine_err)
+        }),
+    }
+}
+
+/// Ends the outputs after the run: the first error a write met, or each capture flushed
+/// and counted in `report`.
+fn flush_outputs(sink: &PcapSink, report: &mut ReplayReport) -> Result<(), ReplayError> {
     let mut o = sink.outputs.lock();
     if let Some(e) = o.error.take() {
         return Err(e);
@@ -1250,13 +1326,7 @@ pub fn replay<R: Read>(
             .flush()
             .map_err(|e| write_err(Output::Dropped, e))?;
     }
-    report.forwarded = stats.packets_out;
-    report.consumed = stats.consumed;
-    report.dropped = stats.dropped;
-    report.created = stats.created;
-    report.dropped_by_reason = stats.dropped_by_reason.clone();
-    report.stats = stats;
-    Ok(report)
+    Ok(())
 }
 
 /// The exact mode: one packet in flight at a time, its fate read from the counters.

@@ -264,56 +264,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, super::BenchError> {
             let _ = pfe.inject_frame(p, f);
         };
         let done = run_workers(attached, &inject)?;
-        let contributors: Vec<usize> = (0..usize::from(n))
-            .filter(|&w| Some(w as u8) != straggler)
-            .collect();
-        let want: Vec<i32> = (0..cfg.gradients)
-            .map(|i| contributors.iter().map(|&w| ints[w][i]).sum())
-            .collect();
-        let mut max_err = 0f64;
-        let mut exact = true;
-        let mut results = 0;
-        let mut degraded = 0;
-        let mut src_cnt: Vec<u8> = Vec::new();
-        let mut straggler_answered = true;
-        let mut elapsed_ns = 0u64;
-        for (w, worker) in done.iter().enumerate() {
-            gens[w] = worker.next_gen();
-            if Some(w as u8) == straggler {
-                // It woke after the timeout: its result is the others' partial sum.
-                straggler_answered = worker.sums() == want && worker.degraded().iter().all(|&d| d);
-                continue;
-            }
-            exact &= worker.sums() == want;
-            elapsed_ns = elapsed_ns.max(worker.finished_ns().unwrap_or(0));
-            results += worker.stats().results;
-            degraded += worker.stats().degraded;
-            for c in worker.src_counts() {
-                if !src_cnt.contains(c) {
-                    src_cnt.push(*c);
-                }
-            }
-            let mean = worker.mean(scaling);
-            for (i, m) in mean.iter().enumerate() {
-                let exact_mean: f64 = contributors
-                    .iter()
-                    .map(|&c| f64::from(vectors[c][i]))
-                    .sum::<f64>()
-                    / contributors.len() as f64;
-                max_err = max_err.max((f64::from(*m) - exact_mean).abs());
-            }
-        }
-        Ok((
-            RoundReport {
-                elapsed_ms: elapsed_ns as f64 / 1e6,
-                results,
-                degraded,
-                src_cnt,
-                max_abs_error: max_err,
-                sums_exact: exact,
-            },
-            straggler_answered,
-        ))
+        Ok(tally(&done, straggler, &ints, &vectors, scaling, &mut gens))
     };
     let (all_in, _) = round(None)?;
     let (with_straggler, straggler_answered) = round(Some(n - 1))?;
@@ -327,4 +278,69 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, super::BenchError> {
         straggler_answered,
         stats,
     })
+}
+
+/// Checks a round's workers against the sums of the sources that were on time (all but
+/// `straggler`), records each worker's next generation in `gens`, and reports the round and
+/// whether the straggler got the others' partial sum.
+fn tally(
+    done: &[Worker],
+    straggler: Option<u8>,
+    ints: &[Vec<i32>],
+    vectors: &[Vec<f32>],
+    scaling: Scaling,
+    gens: &mut [u16],
+) -> (RoundReport, bool) {
+    // Every worker sends the same number of gradients.
+    let gradients = ints.first().map_or(0, Vec::len);
+    let contributors: Vec<usize> = (0..ints.len())
+        .filter(|&w| Some(w as u8) != straggler)
+        .collect();
+    let want: Vec<i32> = (0..gradients)
+        .map(|i| contributors.iter().map(|&w| ints[w][i]).sum())
+        .collect();
+    let mut max_err = 0f64;
+    let mut exact = true;
+    let mut results = 0;
+    let mut degraded = 0;
+    let mut src_cnt: Vec<u8> = Vec::new();
+    let mut straggler_answered = true;
+    let mut elapsed_ns = 0u64;
+    for (w, worker) in done.iter().enumerate() {
+        gens[w] = worker.next_gen();
+        if Some(w as u8) == straggler {
+            // It woke after the timeout: its result is the others' partial sum.
+            straggler_answered = worker.sums() == want && worker.degraded().iter().all(|&d| d);
+            continue;
+        }
+        exact &= worker.sums() == want;
+        elapsed_ns = elapsed_ns.max(worker.finished_ns().unwrap_or(0));
+        results += worker.stats().results;
+        degraded += worker.stats().degraded;
+        for c in worker.src_counts() {
+            if !src_cnt.contains(c) {
+                src_cnt.push(*c);
+            }
+        }
+        let mean = worker.mean(scaling);
+        for (i, m) in mean.iter().enumerate() {
+            let exact_mean: f64 = contributors
+                .iter()
+                .map(|&c| f64::from(vectors[c][i]))
+                .sum::<f64>()
+                / contributors.len() as f64;
+            max_err = max_err.max((f64::from(*m) - exact_mean).abs());
+        }
+    }
+    (
+        RoundReport {
+            elapsed_ms: elapsed_ns as f64 / 1e6,
+            results,
+            degraded,
+            src_cnt,
+            max_abs_error: max_err,
+            sums_exact: exact,
+        },
+        straggler_answered,
+    )
 }

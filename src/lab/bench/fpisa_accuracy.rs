@@ -576,6 +576,30 @@ impl AccuracyReport {
             .iter()
             .find(|r| r.workers == workers && r.method == method)
     }
+
+    /// A table of the rows: workers and method, then one column per `(heading, width)`
+    /// with `cells` of each row, right-aligned.
+    fn method_table(
+        &self,
+        columns: &[(&str, usize)],
+        cells: impl Fn(&AccuracyRow) -> Vec<String>,
+    ) -> String {
+        let line = |workers: &str, method: &str, cells: &[&str]| {
+            let mut s = format!("{workers:>7} {method:<14}");
+            for (cell, (_, width)) in cells.iter().zip(columns) {
+                s += &format!(" {cell:>width$}");
+            }
+            s + "\n"
+        };
+        let headings: Vec<&str> = columns.iter().map(|c| c.0).collect();
+        let mut s = line("workers", "method", &headings);
+        for r in &self.rows {
+            let row = cells(r);
+            let row: Vec<&str> = row.iter().map(String::as_str).collect();
+            s += &line(&r.workers.to_string(), r.method.name(), &row);
+        }
+        s
+    }
 }
 
 /// Runs the report: for each worker count, generates the data, sums it every way and
@@ -745,78 +769,71 @@ impl Figure for AccuracyReport {
             c.seed
         );
         let p = |x: f64| format!("{:.2}", 100.0 * x);
-        s += &format!(
-            "{:>7} {:<14} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
-            "workers",
-            "method",
-            "median",
-            "p99",
-            "max",
-            "<1e-12",
-            "<1e-10",
-            "<1e-8",
-            "<1e-6",
-            ">=1e-6",
-            ">bound"
+        let e = |x: f64| format!("{x:.2e}");
+        s += &self.method_table(
+            &[
+                ("median", 9),
+                ("p99", 9),
+                ("max", 9),
+                ("<1e-12", 7),
+                ("<1e-10", 7),
+                ("<1e-8", 7),
+                ("<1e-6", 7),
+                (">=1e-6", 7),
+                (">bound", 7),
+            ],
+            |r| {
+                vec![
+                    e(r.abs_median),
+                    e(r.abs_p99),
+                    e(r.abs_max),
+                    p(r.share_below_1e12),
+                    p(r.share_1e12_1e10),
+                    p(r.share_1e10_1e8),
+                    p(r.share_1e8_1e6),
+                    p(r.share_from_1e6),
+                    p(r.share_beyond_bound),
+                ]
+            },
         );
-        for r in &self.rows {
-            s += &format!(
-                "{:>7} {:<14} {:>9.2e} {:>9.2e} {:>9.2e} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
-                r.workers,
-                r.method.name(),
-                r.abs_median,
-                r.abs_p99,
-                r.abs_max,
-                p(r.share_below_1e12),
-                p(r.share_1e12_1e10),
-                p(r.share_1e10_1e8),
-                p(r.share_1e8_1e6),
-                p(r.share_from_1e6),
-                p(r.share_beyond_bound),
-            );
-        }
         s += "(>bound: % of lanes whose error reaches FPISA's documented rounding bound)\n\n\
               relative error, distance to the sequential f32 sum, FPISA-A events (% of \
               additions), overflows (% of lanes), and the data's Figure 7 statistic (<2^7: % of \
               lanes whose largest input is under 2^7 times the smallest)\n";
-        s += &format!(
-            "{:>7} {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}\n",
-            "workers",
-            "method",
-            "rel med",
-            "rel max",
-            "f32 med",
-            "f32 max",
-            "overwrite",
-            "left sh.",
-            "overflow",
-            "<2^7"
+        s += &self.method_table(
+            &[
+                ("rel med", 9),
+                ("rel max", 9),
+                ("f32 med", 9),
+                ("f32 max", 9),
+                ("overwrite", 9),
+                ("left sh.", 9),
+                ("overflow", 9),
+                ("<2^7", 6),
+            ],
+            |r| {
+                let (ow, ls) = if r.method == Method::FpisaA {
+                    (p(r.overwrite_share), p(r.left_shift_share))
+                } else {
+                    ("-".into(), "-".into())
+                };
+                let of = if r.method == Method::F32Sequential {
+                    "-".into()
+                } else {
+                    p(share(r.overflowed_lanes, r.lanes as u64))
+                };
+                vec![
+                    e(r.rel_median),
+                    e(r.rel_max),
+                    e(r.vs_f32_median),
+                    e(r.vs_f32_max),
+                    ow,
+                    ls,
+                    of,
+                    p(r.share_ratio_below_128),
+                ]
+            },
         );
-        for r in &self.rows {
-            let (ow, ls) = if r.method == Method::FpisaA {
-                (p(r.overwrite_share), p(r.left_shift_share))
-            } else {
-                ("-".into(), "-".into())
-            };
-            let of = if r.method == Method::F32Sequential {
-                "-".into()
-            } else {
-                p(share(r.overflowed_lanes, r.lanes as u64))
-            };
-            s += &format!(
-                "{:>7} {:<14} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9} {:>9} {:>9} {:>6}\n",
-                r.workers,
-                r.method.name(),
-                r.rel_median,
-                r.rel_max,
-                r.vs_f32_median,
-                r.vs_f32_max,
-                ow,
-                ls,
-                of,
-                p(r.share_ratio_below_128),
-            );
-        }
         let narrow = self
             .row(self.key_workers, Method::FpisaA)
             .map_or(0.0, |r| r.share_ratio_below_128);

@@ -42,7 +42,8 @@ use super::report::{RunLength, Summary};
 use super::EngineSettings;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::l3fwd::{
-    check_ipv4, rewrite_head, write_udp_frame, Dir248, L3fwd, RouteTable, DROP_REASONS, ENTRY_TBL8,
+    check_ipv4, rewrite_head, write_udp_frame, Dir248, L3Drop, L3fwd, RouteTable, DROP_REASONS,
+    ENTRY_TBL8,
 };
 use crate::packet::{Port, DEFAULT_HEAD_BYTES};
 use crate::pfe::Stats;
@@ -220,8 +221,8 @@ pub struct L3fwdBenchReport {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Expect {
     Forward(Port),
-    /// Index into [`DROP_REASONS`].
-    Drop(u8),
+    /// Dropped for this reason.
+    Drop(L3Drop),
 }
 
 /// A prepared workload: routes, their DIR-24-8 table and the frame pool.
@@ -289,7 +290,7 @@ impl L3fwdWorkload {
             let times = rounds + u64::from(i < rest);
             match *e {
                 Expect::Forward(p) => fwd[usize::from(p)] += times,
-                Expect::Drop(r) => drops[usize::from(r)] += times,
+                Expect::Drop(r) => drops[r as usize] += times,
             }
         }
         (fwd, drops)
@@ -344,7 +345,7 @@ pub fn prepare(cfg: &L3fwdBenchConfig) -> Result<L3fwdWorkload, ConfigError> {
         .iter()
         .map(|&(dst, ..)| match routes.lookup_port(dst) {
             Some(p) => Expect::Forward(p),
-            None => Expect::Drop(NO_ROUTE),
+            None => Expect::Drop(L3Drop::NoRoute),
         })
         .collect();
     // An address no route covers, for invalid `no_route` frames (none if the table covers
@@ -387,52 +388,43 @@ pub fn prepare(cfg: &L3fwdBenchConfig) -> Result<L3fwdWorkload, ConfigError> {
     })
 }
 
-// Indices in DROP_REASONS of the invalid classes the workload generates.
-const NON_IPV4: u8 = 0;
-const BAD_VERSION: u8 = 2;
-const BAD_IHL: u8 = 3;
-const BAD_LENGTH: u8 = 4;
-const BAD_CHECKSUM: u8 = 5;
-const TTL_EXCEEDED: u8 = 6;
-const NO_ROUTE: u8 = 7;
-
 /// The invalid classes generated, in turn (a frame of 64 bytes or more cannot be
 /// truncated).
-const INVALID_CLASSES: [u8; 7] = [
-    NON_IPV4,
-    BAD_VERSION,
-    BAD_IHL,
-    BAD_LENGTH,
-    BAD_CHECKSUM,
-    TTL_EXCEEDED,
-    NO_ROUTE,
+const INVALID_CLASSES: [L3Drop; 7] = [
+    L3Drop::NonIpv4,
+    L3Drop::BadVersion,
+    L3Drop::BadIhl,
+    L3Drop::BadLength,
+    L3Drop::BadChecksum,
+    L3Drop::TtlExceeded,
+    L3Drop::NoRoute,
 ];
 
 /// Makes a valid frame invalid in `class`; returns the drop reason it will get.
-fn make_invalid(frame: &mut [u8], class: u8, uncovered: Option<u32>) -> u8 {
+fn make_invalid(frame: &mut [u8], class: L3Drop, uncovered: Option<u32>) -> L3Drop {
     let size = frame.len();
     let mut ip = Ipv4::new_unchecked(&mut frame[ETH_LEN..]);
     match class {
-        NON_IPV4 => {
+        L3Drop::NonIpv4 => {
             frame[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());
-            return NON_IPV4;
+            return L3Drop::NonIpv4;
         }
-        BAD_VERSION => ip.set_ver(6),
-        BAD_IHL => ip.set_ihl(4),
-        BAD_LENGTH => ip.set_total_len((size - ETH_LEN + 1) as u16),
-        BAD_CHECKSUM => {
+        L3Drop::BadVersion => ip.set_ver(6),
+        L3Drop::BadIhl => ip.set_ihl(4),
+        L3Drop::BadLength => ip.set_total_len((size - ETH_LEN + 1) as u16),
+        L3Drop::BadChecksum => {
             let c = ip.checksum();
             ip.set_checksum(c ^ 0x0100);
-            return BAD_CHECKSUM;
+            return L3Drop::BadChecksum;
         }
-        TTL_EXCEEDED => ip.set_ttl(1),
+        L3Drop::TtlExceeded => ip.set_ttl(1),
         _ => match uncovered {
             Some(a) => ip.set_dst(a),
             // Every address is routed: make it a checksum error instead.
             None => {
                 let c = ip.checksum();
                 ip.set_checksum(c ^ 0x0100);
-                return BAD_CHECKSUM;
+                return L3Drop::BadChecksum;
             }
         },
     }
@@ -592,7 +584,7 @@ fn plain_loop(w: &L3fwdWorkload, packets: u64) -> (f64, Vec<u64>, [u64; DROP_REA
             head[..hl].copy_from_slice(&frame[..hl]);
             match plain_forward(&w.table, &mut head[..hl], frame.len()) {
                 Ok(port) => fwd[usize::from(port)] += 1,
-                Err(r) => drops[usize::from(r)] += 1,
+                Err(r) => drops[r as usize] += 1,
             }
             black_box(&head);
         }
@@ -602,10 +594,10 @@ fn plain_loop(w: &L3fwdWorkload, packets: u64) -> (f64, Vec<u64>, [u64; DROP_REA
 }
 
 /// What the program does to one head, in plain Rust: `Ok(port)` with the head rewritten,
-/// or the index of the drop reason.
+/// or the drop reason.
 #[inline]
-fn plain_forward(table: &Dir248, h: &mut [u8], pkt_len: usize) -> Result<Port, u8> {
-    let dst = check_ipv4(h, pkt_len).map_err(|r| r as u8)?;
+fn plain_forward(table: &Dir248, h: &mut [u8], pkt_len: usize) -> Result<Port, L3Drop> {
+    let dst = check_ipv4(h, pkt_len)?;
     let e = entry(table.tbl24_words(), (dst >> 8) as usize);
     let e = if e & ENTRY_TBL8 != 0 {
         entry(
@@ -616,7 +608,7 @@ fn plain_forward(table: &Dir248, h: &mut [u8], pkt_len: usize) -> Result<Port, u
         e
     };
     if e == 0 {
-        return Err(NO_ROUTE);
+        return Err(L3Drop::NoRoute);
     }
     let nh = table.next_hops()[usize::from(e - 1)];
     rewrite_head(

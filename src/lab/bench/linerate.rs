@@ -209,17 +209,6 @@ pub trait Device {
     ) -> Result<Trial, DeviceError>;
 }
 
-impl<D: Device + ?Sized> Device for &mut D {
-    fn trial(
-        &mut self,
-        frame_size: usize,
-        offered_pps: f64,
-        duration: Duration,
-    ) -> Result<Trial, DeviceError> {
-        (**self).trial(frame_size, offered_pps, duration)
-    }
-}
-
 // ----- errors --------------------------------------------------------------------------------
 
 /// Why a search or a sweep stopped.
@@ -360,37 +349,37 @@ impl Default for LinerateConfig {
     }
 }
 
-fn check_frame_size(setting: &'static str, size: usize) -> Result<(), ConfigError> {
-    if (MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&size) {
+/// Refuses `setting` for `reason` unless `ok`.
+fn ensure(
+    ok: bool,
+    setting: &'static str,
+    reason: impl FnOnce() -> String,
+) -> Result<(), ConfigError> {
+    if ok {
         Ok(())
     } else {
-        Err(ConfigError::new(
-            setting,
-            format!("frame size {size} B is outside {MIN_FRAME_SIZE}..={MAX_FRAME_SIZE} B"),
-        ))
+        Err(ConfigError::new(setting, reason()))
     }
+}
+
+fn check_frame_size(setting: &'static str, size: usize) -> Result<(), ConfigError> {
+    ensure(
+        (MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&size),
+        setting,
+        || format!("frame size {size} B is outside {MIN_FRAME_SIZE}..={MAX_FRAME_SIZE} B"),
+    )
 }
 
 fn check_fraction(setting: &'static str, v: f64) -> Result<(), ConfigError> {
-    if (0.0..1.0).contains(&v) {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
-            setting,
-            format!("{v} is not a fraction in [0, 1) (0.001 is 0.1%)"),
-        ))
-    }
+    ensure((0.0..1.0).contains(&v), setting, || {
+        format!("{v} is not a fraction in [0, 1) (0.001 is 0.1%)")
+    })
 }
 
 fn check_duration(setting: &'static str, d: Duration) -> Result<(), ConfigError> {
-    if d.is_zero() || d > MAX_TRIAL_DURATION {
-        Err(ConfigError::new(
-            setting,
-            format!("{:?} is outside (0, {} s]", d, MAX_TRIAL_DURATION.as_secs()),
-        ))
-    } else {
-        Ok(())
-    }
+    ensure(!d.is_zero() && d <= MAX_TRIAL_DURATION, setting, || {
+        format!("{:?} is outside (0, {} s]", d, MAX_TRIAL_DURATION.as_secs())
+    })
 }
 
 impl LinerateConfig {
@@ -404,33 +393,20 @@ impl LinerateConfig {
         }
         check_fraction("loss_tolerance", self.loss_tolerance)?;
         check_fraction("offered_tolerance", self.offered_tolerance)?;
-        if !(self.line_rate_gbps.is_finite() && self.line_rate_gbps > 0.0) {
-            return Err(ConfigError::new(
-                "line_rate_gbps",
-                format!(
-                    "{} is not a positive number of Gbit/s (e.g. 1, 10, 25, 40, 100)",
-                    self.line_rate_gbps
-                ),
-            ));
-        }
-        if !(self.resolution > 0.0 && self.resolution <= 1.0) {
-            return Err(ConfigError::new(
-                "resolution",
-                format!(
-                    "{} is not a fraction of the line rate in (0, 1] (0.005 is 0.5%)",
-                    self.resolution
-                ),
-            ));
-        }
-        if !(1..=MAX_TRIALS_PER_SIZE).contains(&self.max_trials_per_size) {
-            return Err(ConfigError::new(
-                "max_trials_per_size",
-                format!(
-                    "{} is outside 1..={MAX_TRIALS_PER_SIZE}",
-                    self.max_trials_per_size
-                ),
-            ));
-        }
+        let gbps = self.line_rate_gbps;
+        ensure(gbps.is_finite() && gbps > 0.0, "line_rate_gbps", || {
+            format!("{gbps} is not a positive number of Gbit/s (e.g. 1, 10, 25, 40, 100)")
+        })?;
+        let resolution = self.resolution;
+        ensure(resolution > 0.0 && resolution <= 1.0, "resolution", || {
+            format!("{resolution} is not a fraction of the line rate in (0, 1] (0.005 is 0.5%)")
+        })?;
+        let trials = self.max_trials_per_size;
+        ensure(
+            (1..=MAX_TRIALS_PER_SIZE).contains(&trials),
+            "max_trials_per_size",
+            || format!("{trials} is outside 1..={MAX_TRIALS_PER_SIZE}"),
+        )?;
         check_duration("trial_duration", self.trial_duration)?;
         // The resolution must be worth at least one frame per trial at the largest size
         // (the slowest line rate in frames), or trials a resolution apart offer the same.
@@ -438,17 +414,14 @@ impl LinerateConfig {
         let step_frames = self.resolution
             * line_rate_pps(self.line_rate_gbps, largest)
             * self.trial_duration.as_secs_f64();
-        if step_frames < 1.0 {
-            return Err(ConfigError::new(
-                "trial_duration",
-                format!(
-                    "{:?} is too short: at {} Gbit/s with {largest} B frames, a resolution \
-                     step of {} of line rate is {step_frames:.2} frames per trial (at least 1)",
-                    self.trial_duration, self.line_rate_gbps, self.resolution
-                ),
-            ));
-        }
-        Ok(())
+        ensure(step_frames >= 1.0, "trial_duration", || {
+            format!(
+                "{:?} is too short: at {gbps} Gbit/s with {largest} B frames, a resolution \
+                 step of {resolution} of line rate is {step_frames:.2} frames per trial (at \
+                 least 1)",
+                self.trial_duration
+            )
+        })
     }
 
     /// The longest a search with these settings can take when each trial costs
@@ -721,6 +694,18 @@ fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map_or_else(String::new, f)
 }
 
+/// The CSV cells of a latency summary: p50, p99, p99.9, max and mean, in ns (empty when
+/// none was measured).
+fn latency_cells(l: Option<LatencySummary>) -> [String; 5] {
+    [
+        opt(l, |l| l.p50_ns.to_string()),
+        opt(l, |l| l.p99_ns.to_string()),
+        opt(l, |l| l.p999_ns.to_string()),
+        opt(l, |l| l.max_ns.to_string()),
+        opt(l, |l| format!("{:.1}", l.mean_ns)),
+    ]
+}
+
 fn us_or_dash(ns: Option<u64>) -> String {
     ns.map_or_else(|| "-".into(), |v| format!("{:.2}", v as f64 / 1e3))
 }
@@ -779,8 +764,7 @@ impl LinerateReport {
         self.rows
             .iter()
             .map(|r| {
-                let l = r.latency;
-                vec![
+                let mut row = vec![
                     r.frame_size.to_string(),
                     format!("{:.6}", r.line_rate_pps / 1e6),
                     format!("{:.6}", r.mpps),
@@ -791,12 +775,9 @@ impl LinerateReport {
                     r.resolved.to_string(),
                     opt(r.lowest_failed_pps, |v| format!("{:.6}", v / 1e6)),
                     opt(r.loss_at_result, |v| format!("{v:.6}")),
-                    opt(l, |l| l.p50_ns.to_string()),
-                    opt(l, |l| l.p99_ns.to_string()),
-                    opt(l, |l| l.p999_ns.to_string()),
-                    opt(l, |l| l.max_ns.to_string()),
-                    opt(l, |l| format!("{:.1}", l.mean_ns)),
-                ]
+                ];
+                row.extend(latency_cells(r.latency));
+                row
             })
             .collect()
     }
@@ -1015,13 +996,11 @@ pub fn latency_sweep<D: Device + ?Sized>(
         )
         .into());
     }
-    if !(reference_pps.is_finite() && reference_pps > 0.0) {
-        return Err(ConfigError::new(
-            "reference_pps",
-            format!("{reference_pps} is not a positive rate in frames per second"),
-        )
-        .into());
-    }
+    ensure(
+        reference_pps.is_finite() && reference_pps > 0.0,
+        "reference_pps",
+        || format!("{reference_pps} is not a positive rate in frames per second"),
+    )?;
     check_duration("duration", duration)?;
     let mut rows = Vec::with_capacity(loads.len());
     for &load in loads {
@@ -1075,21 +1054,17 @@ impl LatencyReport {
         self.rows
             .iter()
             .map(|r| {
-                let l = r.latency;
-                vec![
+                let mut row = vec![
                     format!("{:.4}", r.load),
                     format!("{:.1}", r.offered_pps),
                     format!("{:.1}", r.achieved_pps),
                     r.offered.to_string(),
                     r.received.to_string(),
                     format!("{:.6}", r.loss),
-                    opt(l, |l| l.count.to_string()),
-                    opt(l, |l| l.p50_ns.to_string()),
-                    opt(l, |l| l.p99_ns.to_string()),
-                    opt(l, |l| l.p999_ns.to_string()),
-                    opt(l, |l| l.max_ns.to_string()),
-                    opt(l, |l| format!("{:.1}", l.mean_ns)),
-                ]
+                    opt(r.latency, |l| l.count.to_string()),
+                ];
+                row.extend(latency_cells(r.latency));
+                row
             })
             .collect()
     }

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
+use plotters::element::{DynElement, IntoDynElement};
 use plotters::prelude::*;
 
 use super::PlotError;
@@ -62,6 +63,68 @@ fn legend(area: &DrawingArea<SVGBackend<'_>, Shift>, entries: &[Entry]) -> Resul
             ("sans-serif", 14).into_font(),
         ))?;
     }
+    Ok(())
+}
+
+/// Legend entries for `series`, coloured from the `first`-th colour on, each name followed
+/// by `note` (which axis it is read against, on a dual chart).
+fn entries<'a>(
+    series: &'a [Series],
+    first: usize,
+    dashed: bool,
+    note: &'a str,
+) -> impl Iterator<Item = Entry> + 'a {
+    series.iter().enumerate().map(move |(i, s)| Entry {
+        name: format!("{}{note}", s.name),
+        color: COLORS[(first + i) % COLORS.len()],
+        dashed,
+    })
+}
+
+/// A chart on `area` with `title` and the margins every chart has.
+fn builder<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut b = ChartBuilder::on(area);
+    b.caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70);
+    b
+}
+
+/// The elements that draw `pts` as `e`'s legend shows them: a solid line with circles, or a
+/// dashed one with triangles.
+fn line<DB: DrawingBackend>(
+    pts: &[(f64, f64)],
+    e: &Entry,
+) -> Vec<DynElement<'static, DB, (f64, f64)>> {
+    let (style, fill) = (e.color.stroke_width(2), e.color.filled());
+    if e.dashed {
+        DashedLineSeries::new(pts.to_vec(), 6, 4, style)
+            .into_iter()
+            .map(IntoDynElement::into_dyn)
+            .chain(
+                pts.iter()
+                    .map(|&p| TriangleMarker::new(p, 4, fill).into_dyn()),
+            )
+            .collect()
+    } else {
+        LineSeries::new(pts.iter().copied(), style)
+            .chain(pts.iter().map(|&p| Circle::new(p, 3, fill).into_dyn()))
+            .collect()
+    }
+}
+
+/// Draws the legend below the plot and writes the file.
+fn finish(
+    top: &DrawingArea<SVGBackend<'_>, Shift>,
+    bottom: &DrawingArea<SVGBackend<'_>, Shift>,
+    entries: &[Entry],
+) -> Result<(), PlotError> {
+    legend(bottom, entries)?;
+    top.present()?;
     Ok(())
 }
 
@@ -147,23 +210,9 @@ pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), PlotError> {
     }
     let x_max = if x_max > 0.0 { x_max * 1.05 } else { 1.0 };
     let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
-    let entries: Vec<Entry> = chart
-        .series
-        .iter()
-        .enumerate()
-        .map(|(i, s)| Entry {
-            name: s.name.clone(),
-            color: COLORS[i % COLORS.len()],
-            dashed: false,
-        })
-        .collect();
+    let entries: Vec<Entry> = entries(&chart.series, 0, false, "").collect();
     let (top, bottom) = canvas(path, &entries)?;
-    let mut c = ChartBuilder::on(&top)
-        .caption(chart.title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
+    let mut c = builder(&top, chart.title).build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
     c.configure_mesh()
         .x_desc(chart.x_label)
         .y_desc(chart.y_label)
@@ -171,16 +220,9 @@ pub fn svg(path: &Path, chart: &Chart<'_>) -> Result<(), PlotError> {
         .y_label_formatter(&tick)
         .draw()?;
     for (s, e) in chart.series.iter().zip(&entries) {
-        let color = e.color;
-        c.draw_series(LineSeries::new(
-            s.points.iter().copied(),
-            color.stroke_width(2),
-        ))?;
-        c.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        c.draw_series(line(&s.points, e))?;
     }
-    legend(&bottom, &entries)?;
-    top.present()?;
-    Ok(())
+    finish(&top, &bottom, &entries)
 }
 
 /// A chart with two y axes over one x axis: `left` series against the left axis, `right`
@@ -255,27 +297,16 @@ pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), PlotError> {
         }
     };
     let y2_max = pad(max_of(&chart.right, &|p| p.1));
-    let mut entries: Vec<Entry> = Vec::new();
-    for (i, s) in chart.left.iter().enumerate() {
-        entries.push(Entry {
-            name: format!("{} (left axis)", s.name),
-            color: COLORS[i % COLORS.len()],
-            dashed: false,
-        });
-    }
-    for (i, s) in chart.right.iter().enumerate() {
-        entries.push(Entry {
-            name: format!("{} (right axis)", s.name),
-            color: COLORS[(chart.left.len() + i) % COLORS.len()],
-            dashed: true,
-        });
-    }
+    let entries: Vec<Entry> = entries(&chart.left, 0, false, " (left axis)")
+        .chain(entries(
+            &chart.right,
+            chart.left.len(),
+            true,
+            " (right axis)",
+        ))
+        .collect();
     let (top, bottom) = canvas(path, &entries)?;
-    let mut c = ChartBuilder::on(&top)
-        .caption(chart.title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
+    let mut c = builder(&top, chart.title)
         .right_y_label_area_size(70)
         .build_cartesian_2d(0f64..x_max, y_lo..y_hi)?
         .set_secondary_coord(0f64..x_max, 0f64..y2_max);
@@ -310,28 +341,14 @@ pub fn svg_dual(path: &Path, chart: &DualChart<'_>) -> Result<(), PlotError> {
         .y_label_formatter(&tick)
         .draw()?;
     for (s, e) in chart.left.iter().zip(&entries) {
-        let color = e.color;
         let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), fy(y))).collect();
-        c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?;
-        c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        c.draw_series(line(&pts, e))?;
     }
     for (s, e) in chart.right.iter().zip(&entries[chart.left.len()..]) {
-        let color = e.color;
         let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), y)).collect();
-        c.draw_secondary_series(DashedLineSeries::new(
-            pts.iter().copied(),
-            6,
-            4,
-            color.stroke_width(2),
-        ))?;
-        c.draw_secondary_series(
-            pts.iter()
-                .map(|&p| TriangleMarker::new(p, 4, color.filled())),
-        )?;
+        c.draw_secondary_series(line(&pts, e))?;
     }
-    legend(&bottom, &entries)?;
-    top.present()?;
-    Ok(())
+    finish(&top, &bottom, &entries)
 }
 
 /// A chart for quantities that span decades (the FPISA accuracy report's errors): the x axis
@@ -384,27 +401,12 @@ pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), PlotError> {
         (x_lo.min(0.0) - 0.5, x_hi.max(0.0) + 0.5)
     };
     let y_hi = all.iter().map(|p| p.1).fold(chart.y_floor, f64::max) * 10.0;
-    let mut entries: Vec<Entry> = Vec::new();
-    for (i, s) in chart.solid.iter().enumerate() {
-        entries.push(Entry {
-            name: s.name.clone(),
-            color: COLORS[i % COLORS.len()],
-            dashed: false,
-        });
-    }
-    for (i, s) in chart.dashed.iter().enumerate() {
-        entries.push(Entry {
-            name: s.name.clone(),
-            color: COLORS[i % COLORS.len()],
-            dashed: true,
-        });
-    }
+    // A dashed line takes the colour of the solid line of its index.
+    let entries: Vec<Entry> = entries(&chart.solid, 0, false, "")
+        .chain(entries(&chart.dashed, 0, true, ""))
+        .collect();
     let (top, bottom) = canvas(path, &entries)?;
-    let mut c = ChartBuilder::on(&top)
-        .caption(chart.title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
+    let mut c = builder(&top, chart.title)
         .build_cartesian_2d(x_lo..x_hi, (chart.y_floor..y_hi).log_scale())?;
     // Ticks at whole powers of two only.
     let x_fmt = |v: &f64| {
@@ -423,27 +425,9 @@ pub fn svg_log(path: &Path, chart: &LogChart<'_>) -> Result<(), PlotError> {
         .y_label_formatter(&y_fmt)
         .draw()?;
     for (s, e) in chart.solid.iter().chain(&chart.dashed).zip(&entries) {
-        let color = e.color;
-        let pts = place(s);
-        if e.dashed {
-            c.draw_series(DashedLineSeries::new(
-                pts.iter().copied(),
-                6,
-                4,
-                color.stroke_width(2),
-            ))?;
-            c.draw_series(
-                pts.iter()
-                    .map(|&p| TriangleMarker::new(p, 4, color.filled())),
-            )?;
-        } else {
-            c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?;
-            c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-        }
+        c.draw_series(line(&place(s), e))?;
     }
-    legend(&bottom, &entries)?;
-    top.present()?;
-    Ok(())
+    finish(&top, &bottom, &entries)
 }
 
 /// One line of a panel: a series in colour `color` (an index into the palette, so that the

@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -288,11 +288,8 @@ impl Checker {
     }
 }
 
-/// Runs one configuration on pre-generated traffic.
-pub fn run_on(
-    cfg: &TrioMlBenchConfig,
-    traffic: &mut TrioMlTraffic,
-) -> Result<TrioMlBenchReport, super::BenchError> {
+/// Checks the settings `run_on` needs; returns the job's slots (2 x window).
+fn check(cfg: &TrioMlBenchConfig) -> Result<u32, ConfigError> {
     for (setting, value) in [
         ("workers", u64::from(cfg.workers)),
         ("window", u64::from(cfg.window)),
@@ -300,7 +297,7 @@ pub fn run_on(
         ("generations", u64::from(cfg.generations)),
     ] {
         if value == 0 {
-            return Err(ConfigError::new(setting, "must be at least 1").into());
+            return Err(ConfigError::new(setting, "must be at least 1"));
         }
     }
     let slots = u32::from(cfg.window) * 2;
@@ -313,9 +310,17 @@ pub fn run_on(
                  (block_cnt_max is 12 bits)",
                 cfg.window
             ),
-        )
-        .into());
+        ));
     }
+    Ok(slots)
+}
+
+/// Memory for the job's `slots` and Trio-ML installed in it, with the job (`workers`
+/// sources, Results to multicast group 0).
+fn install(
+    cfg: &TrioMlBenchConfig,
+    slots: u32,
+) -> Result<(Arc<SharedMemory>, TrioMl), super::BenchError> {
     let g = u64::from(cfg.grads);
     let slot_bytes = 64 + (g * 4).div_ceil(64) * 64;
     let dram = (u64::from(slots) * slot_bytes + (1 << 20)).next_power_of_two();
@@ -337,16 +342,54 @@ pub fn run_on(
             ..TrioMlConfig::default()
         },
     )?;
-    let sources: Vec<u8> = (0..cfg.workers).collect();
     trio.add_job(&JobConfig {
         job_id: 1,
-        sources: sources.clone(),
+        sources: (0..cfg.workers).collect(),
         block_cnt_max: slots as u16,
         block_grad_max: cfg.grads,
         block_exp_ms: 100,
         out_dest: Dest::Group(0),
         ..JobConfig::default()
     })?;
+    Ok((mem, trio))
+}
+
+/// Sends `generations` generations of `traffic` through the running `pfe`, each after
+/// the previous one's Results are out, `checker` checking the last; returns the time
+/// taken.
+fn run_generations(
+    pfe: &Pfe,
+    traffic: &mut TrioMlTraffic,
+    checker: &Checker,
+    generations: u32,
+) -> Result<Duration, super::BenchError> {
+    let start = Instant::now();
+    for gen in 0..generations {
+        if gen + 1 == generations {
+            checker.checking.store(true, Ordering::Relaxed);
+        }
+        set_gen(&mut traffic.frames, gen as u16);
+        pfe.inject_shared(
+            traffic
+                .frames
+                .iter()
+                .zip(&traffic.ports)
+                .map(|(f, &p)| (p, Arc::clone(f))),
+        )?;
+        pfe.drain();
+    }
+    Ok(start.elapsed())
+}
+
+/// Runs one configuration on pre-generated traffic.
+pub fn run_on(
+    cfg: &TrioMlBenchConfig,
+    traffic: &mut TrioMlTraffic,
+) -> Result<TrioMlBenchReport, super::BenchError> {
+    let slots = check(cfg)?;
+    let g = u64::from(cfg.grads);
+    let (mem, trio) = install(cfg, slots)?;
+    let sources: Vec<u8> = (0..cfg.workers).collect();
     let checker = Arc::new(Checker {
         expect: std::mem::take(&mut traffic.sums),
         checking: AtomicBool::new(false),
@@ -378,22 +421,7 @@ pub fn run_on(
     }
     let mut pfe = builder.latency(true).build()?;
     pfe.start()?;
-    let start = Instant::now();
-    for gen in 0..cfg.generations {
-        if gen + 1 == cfg.generations {
-            checker.checking.store(true, Ordering::Relaxed);
-        }
-        set_gen(&mut traffic.frames, gen as u16);
-        pfe.inject_shared(
-            traffic
-                .frames
-                .iter()
-                .zip(&traffic.ports)
-                .map(|(f, &p)| (p, Arc::clone(f))),
-        )?;
-        pfe.drain();
-    }
-    let elapsed_d = start.elapsed();
+    let elapsed_d = run_generations(&pfe, traffic, &checker, cfg.generations)?;
     let elapsed = elapsed_d.as_secs_f64();
     let stats = pfe.shutdown();
     let (checked, bad) = (
@@ -404,7 +432,6 @@ pub fn run_on(
     let packets = traffic.frames.len() as u64 * u64::from(cfg.generations);
     let results = u64::from(cfg.window) * u64::from(cfg.generations);
     let gradients = packets * g;
-    let processed = stats.processed().max(1) as f64;
     let baseline = baseline(cfg, traffic);
     let gps = gradients as f64 / elapsed;
     let frame_bytes: u64 = traffic.frames.iter().map(|f| f.len() as u64).sum();
@@ -436,12 +463,9 @@ pub fn run_on(
         baseline_gradients_per_s: baseline,
         ratio_to_baseline: gps / baseline,
         instructions_per_gradient: stats.instructions as f64 / gradients as f64,
-        instructions_per_packet: stats.instructions as f64 / processed,
-        xtxns_per_packet: stats
-            .xtxns
-            .iter()
-            .map(|(k, &n)| (k.clone(), n as f64 / processed))
-            .collect(),
+        // The same per-packet figures as the summary's, from the same stats.
+        instructions_per_packet: summary.instructions_per_packet,
+        xtxns_per_packet: summary.xtxns_per_packet.clone(),
         verified,
         summary,
         stats,

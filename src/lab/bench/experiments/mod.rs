@@ -51,7 +51,7 @@ pub use fig13::{fig13, Fig13Config, Fig13Report, Fig13Row, TrainingRun};
 pub use fig14::{fig14, Fig14Config, Fig14Report, Fig14Row, FIG14_SCAN_PERIOD_NS, FIG14_SLACK_NS};
 pub use fig15::{fig15, Fig15Config, Fig15Report};
 pub use fig16::{fig16, Fig16Config, Fig16Report};
-pub use rate::RatePoint;
+pub use rate::{RateJob, RatePoint};
 
 const JOB: u8 = 1;
 /// Most workers an experiment runs (each is a thread and a port).

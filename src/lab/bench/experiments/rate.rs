@@ -1,14 +1,120 @@
-//! What Figures 15 and 16 share: one point of aggregation latency and rate, its run, its
-//! table and the checks of their common options.
+//! What Figures 15 and 16 share: their common options ([`RateJob`]), one point of
+//! aggregation latency and rate and its run, and the report's CSV, table and chart
+//! ([`RateFigure`], each figure giving only its chart's labels and its table's heading
+//! and key line).
+
+use std::path::Path;
 
 use serde::Serialize;
 
 use super::{
     check_ppe, check_timers, check_workers, gradients, mean, percentile, rig, run_timed, sums_of,
-    us, worker_config, yes_no, ExperimentError, RigConfig,
+    us, worker_config, yes_no, ExperimentError, Figure, RigConfig,
 };
+use crate::lab::bench::plot::{self, DualChart, Series};
+use crate::lab::bench::settings::{ns_as_millis_text, parse_millis_as_ns};
 use crate::microcode::trio_ml::host::{HostError, Worker};
+use crate::microcode::trio_ml::{DEFAULT_SCAN_PERIOD_NS, DEFAULT_TIMERS};
 use crate::packet::Port;
+use crate::pfe::default_ppe_threads;
+
+/// The options Figures 15 and 16 share: the job, the straggler scan, the engine and the
+/// seed. Flattened into [`super::Fig15Config`] and [`super::Fig16Config`] (and so into
+/// `pfemu experiment fig15` and `fig16`), which add the points to measure.
+#[derive(Clone, Debug, Serialize, clap::Args)]
+pub struct RateJob {
+    /// Workers (`--workers`; the paper: 4).
+    #[arg(long, default_value_t = RateJob::default().workers, help = "Workers in the job")]
+    pub workers: u8,
+    /// Packets each worker sends per point (`--blocks`). Figure 16 has its own default,
+    /// and needs at least its largest window.
+    #[arg(long, default_value_t = RateJob::default().blocks, help = "Packets each worker sends per point")]
+    pub blocks: usize,
+    /// Run the straggler-scan timer threads meanwhile (off with `--no-timers`).
+    #[arg(long = "no-timers", action = clap::ArgAction::SetFalse,
+          conflicts_with_all = ["scan_timers", "scan_period_ns"],
+          help = "Do not run the straggler-scan timer threads")]
+    pub timers: bool,
+    /// Scan timer threads, N (`--timers`).
+    #[arg(long = "timers", value_name = "N", default_value_t = RateJob::default().scan_timers,
+          help = "Staggered scan timer threads, Trio-ML's N")]
+    pub scan_timers: u32,
+    /// Scan period (`--scan-period-ms`).
+    #[arg(long = "scan-period-ms", value_name = "MS", value_parser = parse_millis_as_ns,
+          default_value = ns_as_millis_text(RateJob::default().scan_period_ns),
+          help = "Time between two visits of a block by the scan, in ms")]
+    pub scan_period_ns: u64,
+    /// PPE threads (`--ppe-threads`).
+    #[arg(long, default_value_t = RateJob::default().ppe_threads, hide_default_value = true,
+          help = "PPE threads [default: available cores]")]
+    pub ppe_threads: usize,
+    /// Seed of the gradients (`--seed`).
+    #[arg(long, default_value_t = RateJob::default().seed, help = "Seed of the gradients")]
+    pub seed: u64,
+}
+
+impl Default for RateJob {
+    /// Figure 15's: 4 workers, 5000 packets each per point, timers on (100 every 1 ms),
+    /// PPE threads = cores, seed 1.
+    fn default() -> Self {
+        RateJob {
+            workers: 4,
+            blocks: 5000,
+            timers: true,
+            scan_timers: DEFAULT_TIMERS,
+            scan_period_ns: DEFAULT_SCAN_PERIOD_NS,
+            ppe_threads: default_ppe_threads(),
+            seed: 1,
+        }
+    }
+}
+
+impl RateJob {
+    /// Checks the workers, the timers and the PPE threads (the figure checks `blocks`
+    /// against its points).
+    pub(super) fn check(&self) -> Result<(), ExperimentError> {
+        check_workers("--workers", self.workers, 1)?;
+        if self.timers {
+            check_timers(self.scan_timers, self.scan_period_ns)?;
+        }
+        check_ppe(self.ppe_threads)
+    }
+
+    /// Measures one point per `(grads, window)`, each on a fresh PFE, the i-th with the
+    /// gradients of round i.
+    pub(super) fn points(
+        &self,
+        points: impl IntoIterator<Item = (u16, usize)>,
+    ) -> Result<Vec<RatePoint>, ExperimentError> {
+        points
+            .into_iter()
+            .enumerate()
+            .map(|(round, (grads, window))| {
+                rate_point(RateRun {
+                    workers: self.workers,
+                    grads,
+                    window,
+                    blocks: self.blocks,
+                    timers: self
+                        .timers
+                        .then_some((self.scan_timers, self.scan_period_ns)),
+                    ppe_threads: self.ppe_threads,
+                    seed: self.seed,
+                    round: round as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// `on` or `off`, for the tables' headings.
+    pub(super) fn timers_text(&self) -> &'static str {
+        if self.timers {
+            "on"
+        } else {
+            "off"
+        }
+    }
+}
 
 /// One point of Figure 15 or 16: `workers` workers allreduce `blocks` packets of `grads`
 /// gradients each with `window` outstanding.
@@ -39,18 +145,18 @@ pub struct RatePoint {
 
 /// One run of [`rate_point`]: the job, the window and the engine.
 #[derive(Clone, Copy)]
-pub(super) struct RateRun {
-    pub(super) workers: u8,
-    pub(super) grads: u16,
-    pub(super) window: usize,
-    pub(super) blocks: usize,
-    pub(super) timers: Option<(u32, u64)>,
-    pub(super) ppe_threads: usize,
-    pub(super) seed: u64,
-    pub(super) round: u64,
+struct RateRun {
+    workers: u8,
+    grads: u16,
+    window: usize,
+    blocks: usize,
+    timers: Option<(u32, u64)>,
+    ppe_threads: usize,
+    seed: u64,
+    round: u64,
 }
 
-pub(super) fn rate_point(c: RateRun) -> Result<RatePoint, ExperimentError> {
+fn rate_point(c: RateRun) -> Result<RatePoint, ExperimentError> {
     let r = rig(RigConfig {
         workers: c.workers,
         window: c.window,
@@ -121,7 +227,7 @@ pub(super) fn rate_point(c: RateRun) -> Result<RatePoint, ExperimentError> {
     })
 }
 
-pub(super) const RATE_HEADER: [&str; 10] = [
+const RATE_HEADER: [&str; 10] = [
     "grads",
     "window",
     "blocks",
@@ -134,7 +240,7 @@ pub(super) const RATE_HEADER: [&str; 10] = [
     "verified",
 ];
 
-pub(super) fn rate_rows(points: &[RatePoint]) -> Vec<Vec<String>> {
+fn rate_rows(points: &[RatePoint]) -> Vec<Vec<String>> {
     points
         .iter()
         .map(|p| {
@@ -154,11 +260,7 @@ pub(super) fn rate_rows(points: &[RatePoint]) -> Vec<Vec<String>> {
         .collect()
 }
 
-pub(super) fn rate_table(
-    points: &[RatePoint],
-    x_name: &str,
-    x: &dyn Fn(&RatePoint) -> String,
-) -> String {
+fn rate_table(points: &[RatePoint], x_name: &str, x: &dyn Fn(&RatePoint) -> String) -> String {
     let mut s = format!(
         "{:>10} {:>8} {:>12} {:>11} {:>11} {:>14} {:>9}\n",
         x_name, "results", "latency µs", "p50 µs", "p99 µs", "M gradients/s", "verified"
@@ -178,16 +280,95 @@ pub(super) fn rate_table(
     s
 }
 
-pub(super) fn check_rate_common(
-    workers: u8,
-    timers: bool,
-    scan_timers: u32,
-    scan_period_ns: u64,
-    ppe_threads: usize,
-) -> Result<(), ExperimentError> {
-    check_workers("--workers", workers, 1)?;
-    if timers {
-        check_timers(scan_timers, scan_period_ns)?;
+/// What Figure 15 or 16 measures its points against, and how it names it.
+pub(super) struct RateChart {
+    /// The experiment's name, also the stem of its files.
+    pub(super) name: &'static str,
+    /// Title above the plot.
+    pub(super) title: &'static str,
+    /// X axis label.
+    pub(super) x_label: &'static str,
+    /// The x column's heading in the table.
+    pub(super) x_column: &'static str,
+    /// Space the x axis by powers of two.
+    pub(super) x_log2: bool,
+    /// A point's x (a whole number, so the table prints it without decimals).
+    pub(super) x: fn(&RatePoint) -> f64,
+    /// Right (rate) axis label.
+    pub(super) rate_label: &'static str,
+    /// The rate's name in the legend.
+    pub(super) rate_series: &'static str,
+}
+
+/// Figure 15 or 16's report: what it adds to the [`Figure`] the two share, whose CSV has a
+/// row per point, whose chart draws latency and rate against the points' x, and whose
+/// table has a line per point between the report's heading and its key line.
+pub(super) trait RateFigure: Serialize {
+    /// The figure's name and chart.
+    const CHART: RateChart;
+    /// The points measured.
+    fn points(&self) -> &[RatePoint];
+    /// The table's first line: what was run.
+    fn heading(&self) -> String;
+    /// The table's last line: the key figure and the check.
+    fn key(&self) -> String;
+}
+
+impl<T: RateFigure> Figure for T {
+    fn name(&self) -> &'static str {
+        T::CHART.name
     }
-    check_ppe(ppe_threads)
+
+    fn csv_header(&self) -> Vec<&'static str> {
+        RATE_HEADER.to_vec()
+    }
+
+    fn csv_rows(&self) -> Vec<Vec<String>> {
+        rate_rows(self.points())
+    }
+
+    fn draw(&self, path: &Path) -> Result<(), crate::lab::bench::PlotError> {
+        draw_rate(path, self.points(), &T::CHART)
+    }
+
+    fn table(&self) -> String {
+        let chart = T::CHART;
+        let mut s = self.heading();
+        s += &rate_table(self.points(), chart.x_column, &|p| (chart.x)(p).to_string());
+        s += &self.key();
+        s
+    }
+
+    fn verified(&self) -> bool {
+        self.points().iter().all(|p| p.verified)
+    }
+}
+
+/// Draws `points` at `path` as `chart` says: mean and p99 latency on the left axis, the
+/// rate on the right.
+fn draw_rate(
+    path: &Path,
+    points: &[RatePoint],
+    chart: &RateChart,
+) -> Result<(), crate::lab::bench::PlotError> {
+    let line = |name: &str, f: fn(&RatePoint) -> f64| Series {
+        name: name.into(),
+        points: points.iter().map(|r| ((chart.x)(r), f(r))).collect(),
+    };
+    plot::svg_dual(
+        path,
+        &DualChart {
+            title: chart.title,
+            x_label: chart.x_label,
+            left_label: "aggregation latency (µs)",
+            right_label: chart.rate_label,
+            x_log2: chart.x_log2,
+            left_log10: false,
+            left: vec![
+                line("latency, mean (µs)", |r| r.latency_mean_us),
+                line("latency, p99 (µs)", |r| r.latency_p99_us),
+            ],
+            right: vec![line(chart.rate_series, |r| r.rate_mgps)],
+        },
+    )
 }
