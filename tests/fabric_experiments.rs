@@ -186,68 +186,61 @@ fn the_bench_times_every_architecture_against_the_traffic_alone() {
     assert!(r.table().contains("iSLIP-1"));
 }
 
+/// Runs `pfemu ARGS`; its output.
+fn pfemu(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args(args)
+        .output()
+        .expect("run pfemu")
+}
+
+/// Runs `pfemu ARGS`, which must succeed and print one JSON object; that object.
+fn pfemu_json(args: &[&str]) -> serde_json::Value {
+    let out = pfemu(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "pfemu {args:?}: {err}");
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
 #[test]
 fn the_commands_write_their_files_and_json() {
-    let bin = env!("CARGO_BIN_EXE_pfemu");
     let dir = std::env::temp_dir().join(format!("pfemu-fabric-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = std::process::Command::new(bin)
-        .args([
-            "experiment",
-            "fabric-latency",
-            "--ports",
-            "4",
-            "--cycles",
-            "500",
-        ])
-        .args([
-            "--warmup",
-            "50",
-            "--loads",
-            "0.5",
-            "--threads",
-            "2",
-            "--json",
-            "--out",
-        ])
-        .arg(&dir)
-        .output()
-        .expect("run pfemu");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let out = dir.to_str().expect("a UTF-8 temporary directory");
+    let v = pfemu_json(&[
+        "experiment",
+        "fabric-latency",
+        "--ports",
+        "4",
+        "--cycles",
+        "500",
+        "--warmup",
+        "50",
+        "--loads",
+        "0.5",
+        "--threads",
+        "2",
+        "--json",
+        "--out",
+        out,
+    ]);
     assert_eq!(v["experiment"], "fabric-latency");
     assert_eq!(v["rows"].as_array().map(Vec::len), Some(36), "{v}");
     assert_eq!(v["verified"], true);
     assert!(dir.join("fabric-latency.csv").exists() && dir.join("fabric-latency.svg").exists());
 
-    let out = std::process::Command::new(bin)
-        .args([
-            "bench", "fabric", "--ports", "4", "--cycles", "500", "--json",
-        ])
-        .output()
-        .expect("run pfemu");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    assert!(
-        v["port_cycles_per_s"].as_f64().is_some_and(|x| x > 0.0),
-        "{v}"
-    );
+    let v = pfemu_json(&[
+        "bench", "fabric", "--ports", "4", "--cycles", "500", "--json",
+    ]);
+    let speed = v["port_cycles_per_s"].as_f64();
+    assert!(speed.is_some_and(|x| x > 0.0), "{v}");
 
-    let out = std::process::Command::new(bin)
-        .args(["experiment", "fabric-loss", "--depths", "0", "--out"])
-        .arg(&dir)
-        .output()
-        .expect("run pfemu");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--depths"), "{err}");
+    let refused = pfemu(&["experiment", "fabric-loss", "--depths", "0", "--out", out]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("--depths"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -93,6 +93,24 @@
 //!   leaves the iterations open (RRM's pointers after the first iteration; DRRM's and
 //!   EDRRM's extra iterations), the choice is stated there.
 
+/// The [`Fabric`] accessors every architecture implements alike, from its `ports`, `now`
+/// and `counters` fields.
+macro_rules! common_accessors {
+    () => {
+        fn ports(&self) -> usize {
+            self.ports
+        }
+
+        fn now(&self) -> u64 {
+            self.now
+        }
+
+        fn counters(&self) -> &Counters {
+            &self.counters
+        }
+    };
+}
+
 mod cprr;
 pub mod latency;
 mod oq;

@@ -58,17 +58,7 @@ impl OqXbar {
 }
 
 impl Fabric for OqXbar {
-    fn ports(&self) -> usize {
-        self.ports
-    }
-
-    fn now(&self) -> u64 {
-        self.now
-    }
-
-    fn counters(&self) -> &Counters {
-        &self.counters
-    }
+    common_accessors!();
 
     fn step(&mut self, arrivals: &[Cell], out: &mut Outputs) -> Result<(), StepError> {
         validate(self.ports, arrivals)?;

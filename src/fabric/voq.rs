@@ -373,17 +373,7 @@ impl Voq {
 }
 
 impl Fabric for Voq {
-    fn ports(&self) -> usize {
-        self.ports
-    }
-
-    fn now(&self) -> u64 {
-        self.now
-    }
-
-    fn counters(&self) -> &Counters {
-        &self.counters
-    }
+    common_accessors!();
 
     fn step(&mut self, arrivals: &[Cell], out: &mut Outputs) -> Result<(), StepError> {
         validate(self.ports, arrivals)?;

@@ -546,7 +546,11 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, p: &Panel) -> Result<()
         .margin(8)
         .x_label_area_size(35)
         .y_label_area_size(55);
-    let style = |l: &Line| (COLORS[l.color % COLORS.len()], l.dashed);
+    let entry = |l: &Line| Entry {
+        name: String::new(),
+        color: COLORS[l.color % COLORS.len()],
+        dashed: l.dashed,
+    };
     if p.y_log {
         let floor = all
             .map(|p| p.1)
@@ -580,8 +584,7 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, p: &Panel) -> Result<()
         // stay visible. Zeros, which a log axis cannot show, sit at its bottom.
         for (l, pts) in p.lines.iter().zip(&lines).rev() {
             let pts: Vec<(f64, f64)> = pts.iter().map(|&(x, y)| (x, y.max(floor))).collect();
-            let (color, dashed) = style(l);
-            draw_line(&mut chart, &pts, color, dashed)?;
+            chart.draw_series(line(&pts, &entry(l)))?;
         }
     } else {
         let y_hi = if y_hi > 0.0 { y_hi * 1.1 } else { 1.0 };
@@ -595,38 +598,8 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, p: &Panel) -> Result<()
             .light_line_style(WHITE)
             .draw()?;
         for (l, pts) in p.lines.iter().zip(&lines).rev() {
-            let (color, dashed) = style(l);
-            draw_line(&mut chart, pts, color, dashed)?;
+            chart.draw_series(line(pts, &entry(l)))?;
         }
-    }
-    Ok(())
-}
-
-/// Draws one line with its markers: solid with circles, or dashed with triangles.
-fn draw_line<'a, X, Y>(
-    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
-    pts: &[(f64, f64)],
-    color: RGBColor,
-    dashed: bool,
-) -> Result<(), PlotError>
-where
-    X: Ranged<ValueType = f64>,
-    Y: Ranged<ValueType = f64>,
-{
-    if dashed {
-        chart.draw_series(DashedLineSeries::new(
-            pts.iter().copied(),
-            6,
-            4,
-            color.stroke_width(2),
-        ))?;
-        chart.draw_series(
-            pts.iter()
-                .map(|&p| TriangleMarker::new(p, 4, color.filled())),
-        )?;
-    } else {
-        chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?;
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
     Ok(())
 }
