@@ -112,7 +112,6 @@ fn run_timer(
     core.posted.flush(&shared.mem);
     st.timer_runs += 1;
     st.timer_instructions += outcome.instructions as u64;
-    st.yields += u64::from(outcome.waits);
     if let Err(fault) = outcome.result {
         st.faults[fault.kind().index()] += 1;
         st.timer_faults += 1;
@@ -137,6 +136,7 @@ fn run_timer(
         *a += *b;
         *b = 0;
     }
+    st.yields += std::mem::take(&mut core.yields);
     if let Some(timers) = &shared.timers {
         timers.finished(&launch);
     }
@@ -198,7 +198,6 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
         let (hs, hl, lm_written) = t.head_window();
         st.packets += 1;
         st.instructions += outcome.instructions as u64;
-        st.yields += u64::from(outcome.waits);
 
         // Created packets first: drop those whose destination does not exist.
         let created = out.recs.len() - outs_start;
@@ -286,4 +285,5 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
         *a += *b;
         *b = 0;
     }
+    st.yields += std::mem::take(&mut core.yields);
 }

@@ -160,6 +160,7 @@ impl Program {
                     Step::Done(v) => return Ok(v),
                     Step::Yield(l) => {
                         waits += 1;
+                        t.core.yields += 1;
                         wait_for_others(waits);
                         pc = l.0 as usize;
                     }

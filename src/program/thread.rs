@@ -17,6 +17,8 @@ pub(crate) struct ThreadCore {
     pub new_tail_set: bool,
     pub posted: PostedOps,
     pub xtxns: [u64; XtxnKind::COUNT],
+    /// `Yield` steps taken since the engine last collected them (with the XTXN counts).
+    pub yields: u64,
 }
 
 impl ThreadCore {
@@ -50,6 +52,7 @@ impl ThreadCore {
             new_tail_set: false,
             posted: PostedOps::new(64),
             xtxns: [0; XtxnKind::COUNT],
+            yields: 0,
         }
     }
 }
@@ -87,7 +90,7 @@ impl PacketMeta<'static> {
 pub struct Thread<'a> {
     /// The 32 general-purpose 64-bit registers, zeroed when the thread starts.
     pub r: [u64; REGISTERS],
-    core: &'a mut ThreadCore,
+    pub(super) core: &'a mut ThreadCore,
     mem: &'a SharedMemory,
     out: &'a mut OutArena,
     meta: PacketMeta<'a>,
