@@ -266,16 +266,13 @@ fn hierarchical_aggregation_over_a_chassis_equals_the_flat_sums() {
     hierarchical_aggregation(None);
 }
 
-/// The same aggregation with the links through a fabric, loaded by background traffic
-/// (CPRR and iSLIP-1) or not (the OQ crossbar): the sums stay exact.
+/// The same aggregation with the links through a fabric of every architecture, loaded by
+/// background traffic or not: the sums stay exact.
 #[test]
 fn hierarchical_aggregation_through_a_loaded_fabric_equals_the_flat_sums() {
-    use pfemu::fabric::{Architecture, Iterations, OutputArbiter, Scheduler};
-    for (architecture, background) in [
-        (Architecture::Cprr(OutputArbiter::Simple), 0.5),
-        (Architecture::Voq(Scheduler::Islip, Iterations::One), 0.5),
-        (Architecture::OqXbar, 0.0),
-    ] {
+    use pfemu::fabric::Architecture;
+    for (i, architecture) in Architecture::FIGURE_11.into_iter().enumerate() {
+        let background = if i % 2 == 0 { 0.5 } else { 0.0 };
         let s = hierarchical_aggregation(Some(ChassisFabric {
             architecture,
             background,
