@@ -138,9 +138,19 @@ pub struct FabricStats {
     pub mean_frame_cycles: f64,
     /// The largest of those.
     pub max_frame_cycles: u64,
+    /// The cycle the first frame's cells were queued at their input.
+    pub first_frame_cycle: u64,
+    /// The cycle the last delivered frame's last cell left.
+    pub last_frame_cycle: u64,
 }
 
 impl FabricStats {
+    /// Cycles from the first frame entering the fabric to the last one leaving it: how long
+    /// the traffic between the PFEs took, in fabric time.
+    pub fn span_cycles(&self) -> u64 {
+        self.last_frame_cycle.saturating_sub(self.first_frame_cycle)
+    }
+
     /// Frames dropped for any reason.
     pub fn dropped(&self) -> u64 {
         self.frames_dropped.values().sum()
@@ -219,6 +229,9 @@ impl FabricRunner {
         self.next_id += 1;
         for _ in 0..cells {
             self.inputs[c.from].push_back(Cell::new(c.from as u16, c.to as u16, id));
+        }
+        if self.stats.frames_in == 0 {
+            self.stats.first_frame_cycle = self.fabric.now();
         }
         self.stats.frames_in += 1;
         self.stats.cells_in += u64::from(cells);
@@ -304,6 +317,7 @@ impl FabricRunner {
             self.frame_cycles += u128::from(cycles);
             self.stats.max_frame_cycles = self.stats.max_frame_cycles.max(cycles);
             self.stats.frames_out += 1;
+            self.stats.last_frame_cycle = now;
             self.ready[f.to].push((f.to_port, f.frame));
             return 0; // counted when injected
         }
@@ -461,6 +475,12 @@ mod tests {
             assert_eq!(s.cells_in, want);
             assert!(
                 s.max_frame_cycles >= 7 && s.mean_frame_cycles > 0.0,
+                "{s:?}"
+            );
+            // One output takes a cell a cycle: the span is at least every cell's cycle,
+            // and at least the longest frame's time in the fabric.
+            assert!(
+                s.span_cycles() >= want && s.span_cycles() >= s.max_frame_cycles,
                 "{s:?}"
             );
             // Each PFE's frames arrive whole and in the order they were sent.
