@@ -31,6 +31,8 @@
 //!   combined parallel round-robin arbiter (CPRR), the output-queued crossbar and VOQ
 //!   crossbars with PIM, RRM, iSLIP, DRRM and EDRRM; the paper's traffic models, latency
 //!   equations and a seeded runner.
+//! - [`pipeline`]: programs as operation dependency graphs for pipelines (RMT, dRMT), the
+//!   architectures' parameters, and the validator of a dRMT processor's cyclic schedule.
 //! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
 //!   XTXNs, and the hash engine ([`mem::hash`]).
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
@@ -195,6 +197,7 @@ pub mod limits;
 pub mod mem;
 pub mod packet;
 pub mod pfe;
+pub mod pipeline;
 pub mod program;
 pub mod rng;
 pub(crate) mod sync;

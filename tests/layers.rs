@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 /// The modules, lowest layer first. A module may refer to modules of lower layers only.
 const LAYERS: &[&[&str]] = &[
     &["error", "isa", "sync", "rng"],
-    &["duration", "limits", "wire", "packet", "fpisa", "fabric"],
+    &[
+        "duration", "limits", "wire", "packet", "fpisa", "fabric", "pipeline",
+    ],
     &["mem", "timer"],
     &["program"],
     &["pfe"],

@@ -1,0 +1,25 @@
+//! Pipelines beside run-to-completion: programs as operation dependency graphs, and the RMT
+//! and dRMT architectures that schedule them (Chole et al., "dRMT: Disaggregated
+//! Programmable Switching", SIGCOMM 2017, §3).
+//!
+//! A program is an [`Odg`]: match nodes (a key of some bits looked up in a table) and action
+//! nodes (fields modified), joined by dependency edges; an edge from a match waits the match
+//! latency ΔM, one from an action the action latency ΔA. An [`Arch`] gives a processor's
+//! (or an RMT stage's) match capacity M̄ in units of b-bit keys, its action capacity Ā in
+//! fields, the two latencies, and its inter-packet concurrency IPC; [`Arch::DRMT`] and
+//! [`Arch::RMT`] are Table 1's.
+//!
+//! A dRMT schedule is one packet's start times, repeated for every packet: packets reach a
+//! processor every P cycles (P processors fed round-robin), so at any cycle the processor runs,
+//! for different packets, the operations of one packet whose start times are equal modulo P
+//! (Observation 2). A [`Schedule`] is valid iff the dependencies hold and, in each of the P
+//! classes of start times, the matches fit M̄, the actions fit Ā, and the matches (and the
+//! actions) start at no more than IPC distinct times, each a different packet (Observation 3,
+//! Theorem 3.5). [`validate`] checks exactly that, and names every violation; the schedulers
+//! to come are tested against it.
+
+mod odg;
+mod schedule;
+
+pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
+pub use schedule::{validate, Schedule, Violation};

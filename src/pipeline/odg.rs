@@ -1,0 +1,206 @@
+//! Operation dependency graphs and the architectures' parameters.
+
+use std::fmt;
+
+/// What a node does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum Op {
+    /// A table lookup: a key of `key_bits` bits into a table of `entries` entries.
+    Match {
+        /// The key's width.
+        key_bits: u32,
+        /// The table's entries.
+        entries: u64,
+    },
+    /// An action modifying `fields` fields of the packet header vector.
+    Action {
+        /// Fields it modifies.
+        fields: u32,
+    },
+}
+
+/// One operation of a program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Node {
+    /// Its name (unique in the graph).
+    pub name: String,
+    /// What it does.
+    pub op: Op,
+}
+
+/// A dependency: `to` may start only once `from`'s result is there, the match latency ΔM
+/// after a match, the action latency ΔA after an action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Edge {
+    /// The node depended on (an index into [`Odg::nodes`]).
+    pub from: usize,
+    /// The dependent node.
+    pub to: usize,
+}
+
+/// Why a graph was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OdgError {
+    /// Two nodes share a name.
+    DuplicateName(String),
+    /// An edge names a node that does not exist.
+    NoSuchNode(usize),
+    /// The edges close a cycle (through this node).
+    Cycle(String),
+    /// A match with a key of 0 bits, or an action modifying no field.
+    Empty(String),
+}
+
+impl fmt::Display for OdgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OdgError::DuplicateName(n) => write!(f, "two nodes are named `{n}`"),
+            OdgError::NoSuchNode(i) => write!(f, "an edge names node {i}, which does not exist"),
+            OdgError::Cycle(n) => write!(f, "the dependencies close a cycle through `{n}`"),
+            OdgError::Empty(n) => {
+                write!(
+                    f,
+                    "`{n}` does nothing: a match needs key bits, an action fields"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for OdgError {}
+
+/// A program as an operation dependency graph: acyclic, names unique.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Odg {
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+    /// The nodes in an order where every edge goes forward.
+    order: Vec<usize>,
+}
+
+impl Odg {
+    /// The graph of `nodes` and `edges`, checked: names unique, edges between existing
+    /// nodes, no cycle, no empty operation.
+    pub fn new(nodes: Vec<Node>, edges: Vec<Edge>) -> Result<Odg, OdgError> {
+        for (i, n) in nodes.iter().enumerate() {
+            if nodes[..i].iter().any(|m| m.name == n.name) {
+                return Err(OdgError::DuplicateName(n.name.clone()));
+            }
+            if matches!(
+                n.op,
+                Op::Match { key_bits: 0, .. } | Op::Action { fields: 0 }
+            ) {
+                return Err(OdgError::Empty(n.name.clone()));
+            }
+        }
+        if let Some(e) = edges
+            .iter()
+            .find(|e| e.from >= nodes.len() || e.to >= nodes.len())
+        {
+            return Err(OdgError::NoSuchNode(e.from.max(e.to)));
+        }
+        // Kahn's algorithm: what is left with predecessors at the end lies on a cycle.
+        let mut preds = vec![0usize; nodes.len()];
+        for e in &edges {
+            preds[e.to] += 1;
+        }
+        let mut ready: Vec<usize> = (0..nodes.len()).filter(|&i| preds[i] == 0).collect();
+        let mut order = Vec::with_capacity(nodes.len());
+        while let Some(i) = ready.pop() {
+            order.push(i);
+            for e in edges.iter().filter(|e| e.from == i) {
+                preds[e.to] -= 1;
+                if preds[e.to] == 0 {
+                    ready.push(e.to);
+                }
+            }
+        }
+        if let Some(i) = (0..nodes.len()).find(|&i| preds[i] > 0) {
+            return Err(OdgError::Cycle(nodes[i].name.clone()));
+        }
+        Ok(Odg {
+            nodes,
+            edges,
+            order,
+        })
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The edges.
+    pub fn edges(&self) -> &[Edge] {
+        &self.edges
+    }
+
+    /// The nodes in an order where every edge goes forward.
+    pub fn topological_order(&self) -> &[usize] {
+        &self.order
+    }
+
+    /// The node named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// The cycles `to` must wait after `from` starts on `arch`: ΔM after a match, ΔA after
+    /// an action.
+    pub fn latency(&self, arch: &Arch, from: usize) -> u64 {
+        match self.nodes[from].op {
+            Op::Match { .. } => arch.match_latency,
+            Op::Action { .. } => arch.action_latency,
+        }
+    }
+}
+
+/// A processor's (dRMT) or a stage's (RMT) resources and latencies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Arch {
+    /// Match capacity M̄: match units per cycle, each a key of up to `unit_bits` bits.
+    pub match_capacity: u32,
+    /// Match unit size b, in bits: a key of k bits takes ceil(k / b) units.
+    pub unit_bits: u32,
+    /// Action capacity Ā: fields an action unit modifies per cycle.
+    pub action_capacity: u32,
+    /// Match latency ΔM, cycles.
+    pub match_latency: u64,
+    /// Action latency ΔA, cycles.
+    pub action_latency: u64,
+    /// Inter-packet concurrency: distinct packets whose matches (or actions) may start in
+    /// one cycle.
+    pub ipc: u32,
+}
+
+impl Arch {
+    /// dRMT as Table 1 gives it, with IPC 1 (use `Arch { ipc: 2, ..Arch::DRMT }` for 2).
+    pub const DRMT: Arch = Arch {
+        match_capacity: 8,
+        unit_bits: 80,
+        action_capacity: 32,
+        match_latency: 22,
+        action_latency: 2,
+        ipc: 1,
+    };
+
+    /// An RMT stage as Table 1 gives it.
+    pub const RMT: Arch = Arch {
+        match_capacity: 8,
+        unit_bits: 80,
+        action_capacity: 224,
+        match_latency: 18,
+        action_latency: 2,
+        ipc: 1,
+    };
+
+    /// Match units a key of `key_bits` takes.
+    pub fn match_units(&self, key_bits: u32) -> u32 {
+        key_bits.div_ceil(self.unit_bits.max(1))
+    }
+}

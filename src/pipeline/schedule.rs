@@ -1,0 +1,415 @@
+//! A dRMT processor's cyclic schedule and its validator (§3.2, Observations 2-3, Theorem
+//! 3.5).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use super::odg::{Arch, Odg, Op};
+
+/// One packet's schedule on a processor that receives a packet every `period` cycles (P
+/// processors fed round-robin): the cycle each node starts, counted from the packet's
+/// arrival.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Schedule {
+    /// P: cycles between two packets at a processor.
+    pub period: u64,
+    /// Start cycle of each node, by index.
+    pub start: Vec<u64>,
+}
+
+impl Schedule {
+    /// The schedule's latency: the last node's start plus its own latency.
+    pub fn latency(&self, odg: &Odg, arch: &Arch) -> u64 {
+        (0..odg.nodes().len())
+            .map(|v| self.start[v] + odg.latency(arch, v))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// What makes a schedule invalid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// The schedule does not give every node of the graph a start, or its period is 0.
+    Shape(String),
+    /// `to` starts `got` cycles after `from`, which needs `needed`.
+    Dependency {
+        /// The node depended on.
+        from: String,
+        /// The dependent node.
+        to: String,
+        /// Cycles it must wait (ΔM or ΔA).
+        needed: u64,
+        /// Cycles it waits (negative: it starts first).
+        got: i64,
+    },
+    /// The matches of class `class` (start times ≡ class mod P) need `used` match units,
+    /// more than M̄.
+    MatchCapacity {
+        /// The residue class.
+        class: u64,
+        /// Match units used.
+        used: u32,
+        /// M̄.
+        capacity: u32,
+    },
+    /// The actions of class `class` modify `used` fields, more than Ā.
+    ActionCapacity {
+        /// The residue class.
+        class: u64,
+        /// Fields modified.
+        used: u32,
+        /// Ā.
+        capacity: u32,
+    },
+    /// Matches of class `class` start at `packets` distinct times, each a different packet
+    /// in the same cycle of the processor, more than IPC.
+    MatchIpc {
+        /// The residue class.
+        class: u64,
+        /// Distinct start times in the class.
+        packets: u32,
+        /// IPC.
+        ipc: u32,
+    },
+    /// Likewise for actions.
+    ActionIpc {
+        /// The residue class.
+        class: u64,
+        /// Distinct start times in the class.
+        packets: u32,
+        /// IPC.
+        ipc: u32,
+    },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Shape(why) => f.write_str(why),
+            Violation::Dependency {
+                from,
+                to,
+                needed,
+                got,
+            } => write!(f, "`{to}` starts {got} cycles after `{from}`, which needs {needed}"),
+            Violation::MatchCapacity {
+                class,
+                used,
+                capacity,
+            } => write!(
+                f,
+                "class {class}: matches need {used} match units, more than M = {capacity}"
+            ),
+            Violation::ActionCapacity {
+                class,
+                used,
+                capacity,
+            } => write!(f, "class {class}: actions modify {used} fields, more than A = {capacity}"),
+            Violation::MatchIpc {
+                class,
+                packets,
+                ipc,
+            } => write!(
+                f,
+                "class {class}: matches of {packets} packets start in one cycle, more than IPC = {ipc}"
+            ),
+            Violation::ActionIpc {
+                class,
+                packets,
+                ipc,
+            } => write!(
+                f,
+                "class {class}: actions of {packets} packets start in one cycle, more than IPC = {ipc}"
+            ),
+        }
+    }
+}
+
+/// Checks `schedule` for `odg` on `arch`: every dependency's latency, and per residue class
+/// mod P the match units (M̄), the action fields (Ā) and the distinct start times of matches
+/// and of actions (IPC). Returns every violation found, in that order.
+pub fn validate(odg: &Odg, arch: &Arch, schedule: &Schedule) -> Result<(), Vec<Violation>> {
+    let n = odg.nodes().len();
+    if schedule.period == 0 || schedule.start.len() != n {
+        return Err(vec![Violation::Shape(format!(
+            "a schedule gives each of the {n} nodes a start and has a period of at least 1 \
+             (this one: {} starts, period {})",
+            schedule.start.len(),
+            schedule.period
+        ))]);
+    }
+    let mut bad = Vec::new();
+    let t = &schedule.start;
+    for e in odg.edges() {
+        let needed = odg.latency(arch, e.from);
+        let got = t[e.to] as i64 - t[e.from] as i64;
+        if got < needed as i64 {
+            bad.push(Violation::Dependency {
+                from: odg.nodes()[e.from].name.clone(),
+                to: odg.nodes()[e.to].name.clone(),
+                needed,
+                got,
+            });
+        }
+    }
+    let p = schedule.period;
+    let classes: BTreeSet<u64> = t.iter().map(|s| s % p).collect();
+    for class in classes {
+        let in_class = (0..n).filter(|&v| t[v] % p == class);
+        let (mut units, mut fields) = (0u32, 0u32);
+        let (mut match_times, mut action_times) = (BTreeSet::new(), BTreeSet::new());
+        for v in in_class {
+            match odg.nodes()[v].op {
+                Op::Match { key_bits, .. } => {
+                    units += arch.match_units(key_bits);
+                    match_times.insert(t[v]);
+                }
+                Op::Action { fields: f } => {
+                    fields += f;
+                    action_times.insert(t[v]);
+                }
+            }
+        }
+        if units > arch.match_capacity {
+            bad.push(Violation::MatchCapacity {
+                class,
+                used: units,
+                capacity: arch.match_capacity,
+            });
+        }
+        if fields > arch.action_capacity {
+            bad.push(Violation::ActionCapacity {
+                class,
+                used: fields,
+                capacity: arch.action_capacity,
+            });
+        }
+        if match_times.len() as u32 > arch.ipc {
+            bad.push(Violation::MatchIpc {
+                class,
+                packets: match_times.len() as u32,
+                ipc: arch.ipc,
+            });
+        }
+        if action_times.len() as u32 > arch.ipc {
+            bad.push(Violation::ActionIpc {
+                class,
+                packets: action_times.len() as u32,
+                ipc: arch.ipc,
+            });
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(bad)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::odg::{Edge, Node};
+    use super::*;
+
+    fn m(name: &str) -> Node {
+        Node {
+            name: name.into(),
+            op: Op::Match {
+                key_bits: 32,
+                entries: 1024,
+            },
+        }
+    }
+
+    fn a(name: &str) -> Node {
+        Node {
+            name: name.into(),
+            op: Op::Action { fields: 1 },
+        }
+    }
+
+    /// The unicast-multicast example of Figures 4 and 5: M0 -> M2 -> A1 and M1 -> M3 -> A2,
+    /// both actions -> A3; a processor with M̄ = 2 matches and Ā = 2 fields a cycle, match
+    /// latency 2, action latency 1, IPC 1, two processors (P = 2).
+    fn figure_5() -> (Odg, Arch) {
+        let nodes = vec![
+            m("M0"),
+            m("M1"),
+            m("M2"),
+            m("M3"),
+            a("A1"),
+            a("A2"),
+            a("A3"),
+        ];
+        let e = |from, to| Edge { from, to };
+        let edges = vec![e(0, 2), e(1, 3), e(2, 4), e(3, 5), e(4, 6), e(5, 6)];
+        let arch = Arch {
+            match_capacity: 2,
+            unit_bits: 80,
+            action_capacity: 2,
+            match_latency: 2,
+            action_latency: 1,
+            ipc: 1,
+        };
+        (Odg::new(nodes, edges).unwrap(), arch)
+    }
+
+    #[test]
+    fn figure_5_rejects_the_naive_schedule_and_accepts_the_one_with_a_no_op() {
+        let (odg, arch) = figure_5();
+        // (a) M0, M1 at 0; M2, M3 at 2; A1, A2 at 4; A3 at 5.
+        let naive = Schedule {
+            period: 2,
+            start: vec![0, 0, 2, 2, 4, 4, 5],
+        };
+        let bad = validate(&odg, &arch, &naive).unwrap_err();
+        // Class 0 holds four matches against M = 2, started at two times against IPC 1;
+        // the dependencies hold and the actions fit.
+        assert_eq!(
+            bad,
+            vec![
+                Violation::MatchCapacity {
+                    class: 0,
+                    used: 4,
+                    capacity: 2
+                },
+                Violation::MatchIpc {
+                    class: 0,
+                    packets: 2,
+                    ipc: 1
+                },
+            ]
+        );
+        // (b) the no-op at 2: M2, M3 at 3; A1, A2 at 5; A3 at 6.
+        let fixed = Schedule {
+            period: 2,
+            start: vec![0, 0, 3, 3, 5, 5, 6],
+        };
+        assert_eq!(validate(&odg, &arch, &fixed), Ok(()));
+        assert_eq!(fixed.latency(&odg, &arch), 7);
+    }
+
+    #[test]
+    fn each_kind_of_violation_is_named() {
+        let (odg, arch) = figure_5();
+        let ok = Schedule {
+            period: 2,
+            start: vec![0, 0, 3, 3, 5, 5, 6],
+        };
+        let with = |f: &dyn Fn(&mut Schedule)| {
+            let mut s = ok.clone();
+            f(&mut s);
+            validate(&odg, &arch, &s).unwrap_err()
+        };
+        // A dependency: A3 starts with A1 and A2.
+        let bad = with(&|s| s.start[6] = 5);
+        assert!(
+            bad.iter().any(|v| matches!(
+                v,
+                Violation::Dependency { to, needed: 1, got: 0, .. } if to == "A3"
+            )),
+            "{bad:?}"
+        );
+        // Action capacity: a wider action.
+        let mut wide = odg.nodes().to_vec();
+        wide[4].op = Op::Action { fields: 3 };
+        let wide = Odg::new(wide, odg.edges().to_vec()).unwrap();
+        let bad = validate(&wide, &arch, &ok).unwrap_err();
+        assert_eq!(
+            bad,
+            vec![Violation::ActionCapacity {
+                class: 1,
+                used: 4,
+                capacity: 2
+            }]
+        );
+        // Action IPC: A2 a period later than A1, in the same class.
+        let bad = with(&|s| {
+            s.start[5] = 7;
+            s.start[6] = 8;
+        });
+        assert!(
+            bad.contains(&Violation::ActionIpc {
+                class: 1,
+                packets: 2,
+                ipc: 1
+            }),
+            "{bad:?}"
+        );
+        // Match capacity through key width: an 81-bit key takes two units of 80.
+        let mut wide_key = odg.nodes().to_vec();
+        wide_key[0].op = Op::Match {
+            key_bits: 81,
+            entries: 1,
+        };
+        let wide_key = Odg::new(wide_key, odg.edges().to_vec()).unwrap();
+        assert_eq!(
+            validate(&wide_key, &arch, &ok).unwrap_err(),
+            vec![Violation::MatchCapacity {
+                class: 0,
+                used: 3,
+                capacity: 2
+            }]
+        );
+        // A schedule of the wrong shape.
+        assert!(matches!(
+            validate(
+                &odg,
+                &arch,
+                &Schedule {
+                    period: 0,
+                    start: ok.start.clone()
+                }
+            )
+            .unwrap_err()[..],
+            [Violation::Shape(_)]
+        ));
+        // IPC 2 takes the naive schedule's two match times, not its four matches.
+        let ipc2 = Arch { ipc: 2, ..arch };
+        let naive = Schedule {
+            period: 2,
+            start: vec![0, 0, 2, 2, 4, 4, 5],
+        };
+        let bad = validate(&odg, &ipc2, &naive).unwrap_err();
+        assert!(
+            bad.iter().all(|v| !matches!(v, Violation::MatchIpc { .. })),
+            "{bad:?}"
+        );
+        assert!(bad
+            .iter()
+            .any(|v| matches!(v, Violation::MatchCapacity { .. })));
+    }
+
+    #[test]
+    fn bad_graphs_are_refused() {
+        let e = |from, to| Edge { from, to };
+        assert!(matches!(
+            Odg::new(vec![m("x"), m("x")], vec![]),
+            Err(super::super::OdgError::DuplicateName(_))
+        ));
+        assert!(matches!(
+            Odg::new(vec![m("x"), a("y")], vec![e(0, 1), e(1, 0)]),
+            Err(super::super::OdgError::Cycle(_))
+        ));
+        assert!(matches!(
+            Odg::new(vec![m("x")], vec![e(0, 3)]),
+            Err(super::super::OdgError::NoSuchNode(3))
+        ));
+        let empty = Node {
+            name: "e".into(),
+            op: Op::Action { fields: 0 },
+        };
+        assert!(matches!(
+            Odg::new(vec![empty], vec![]),
+            Err(super::super::OdgError::Empty(_))
+        ));
+        let (odg, _) = figure_5();
+        let order = odg.topological_order();
+        for e in odg.edges() {
+            let pos = |v| order.iter().position(|&x| x == v).unwrap();
+            assert!(pos(e.from) < pos(e.to));
+        }
+    }
+}
