@@ -18,8 +18,10 @@
 //! Theorem 3.5). [`validate`] checks exactly that, and names every violation; the schedulers
 //! to come are tested against it.
 
+mod list;
 mod odg;
 mod schedule;
 
+pub use list::{fewest_processors, list_schedule, lower_bound, LowerBound};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
 pub use schedule::{validate, Schedule, Violation};

@@ -1,0 +1,164 @@
+//! The lower bound (§4.1: the bottleneck resource fully used, the critical path) and a list
+//! scheduler for dRMT's cyclic schedule, the fast heuristic that will seed the ILP.
+
+use std::collections::BTreeSet;
+
+use super::odg::{Arch, Odg, Op};
+use super::schedule::Schedule;
+
+/// What no schedule can beat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct LowerBound {
+    /// Processors for one packet per cycle, if the bottleneck resource is fully used:
+    /// `max(ceil(match units / M̄), ceil(action fields / Ā))`, at least 1.
+    pub processors: u64,
+    /// The critical path: the longest chain of latencies, to the end of its last node.
+    pub latency: u64,
+}
+
+/// The lower bound of `odg` on `arch`.
+pub fn lower_bound(odg: &Odg, arch: &Arch) -> LowerBound {
+    let (mut units, mut fields) = (0u64, 0u64);
+    for n in odg.nodes() {
+        match n.op {
+            Op::Match { key_bits, .. } => units += u64::from(arch.match_units(key_bits)),
+            Op::Action { fields: f } => fields += u64::from(f),
+        }
+    }
+    let processors = units
+        .div_ceil(u64::from(arch.match_capacity.max(1)))
+        .max(fields.div_ceil(u64::from(arch.action_capacity.max(1))))
+        .max(1);
+    LowerBound {
+        processors,
+        latency: earliest_starts(odg, arch)
+            .iter()
+            .enumerate()
+            .map(|(v, t)| t + odg.latency(arch, v))
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+/// Each node's earliest start with unlimited resources (ASAP).
+fn earliest_starts(odg: &Odg, arch: &Arch) -> Vec<u64> {
+    let mut t = vec![0u64; odg.nodes().len()];
+    for &v in odg.topological_order() {
+        for e in odg.edges().iter().filter(|e| e.from == v) {
+            t[e.to] = t[e.to].max(t[v] + odg.latency(arch, v));
+        }
+    }
+    t
+}
+
+/// Each node's longest path to the end (its priority: the longest first).
+fn tails(odg: &Odg, arch: &Arch) -> Vec<u64> {
+    let mut tail = vec![0u64; odg.nodes().len()];
+    for &v in odg.topological_order().iter().rev() {
+        let own = odg.latency(arch, v);
+        tail[v] = own;
+        for e in odg.edges().iter().filter(|e| e.from == v) {
+            tail[v] = tail[v].max(own + tail[e.to]);
+        }
+    }
+    tail
+}
+
+/// What one residue class holds so far.
+#[derive(Clone, Default)]
+struct Class {
+    units: u32,
+    fields: u32,
+    match_times: BTreeSet<u64>,
+    action_times: BTreeSet<u64>,
+}
+
+/// A cyclic schedule with period `period` found by list scheduling: nodes in order of their
+/// longest path to the end (among those whose predecessors are placed), each at the earliest
+/// start its dependencies allow whose residue class still has the match units or action
+/// fields and the IPC it needs. `None` when some node fits no class (the heuristic gives up;
+/// a schedule may still exist).
+pub fn list_schedule(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedule> {
+    let n = odg.nodes().len();
+    if period == 0 {
+        return None;
+    }
+    let tail = tails(odg, arch);
+    let mut preds_left = vec![0usize; n];
+    for e in odg.edges() {
+        preds_left[e.to] += 1;
+    }
+    let mut ready_at = vec![0u64; n];
+    let mut start = vec![0u64; n];
+    let mut classes = vec![Class::default(); period as usize];
+    let mut ready: Vec<usize> = (0..n).filter(|&v| preds_left[v] == 0).collect();
+    while !ready.is_empty() {
+        // The ready node with the longest path to the end; ties by index, for determinism.
+        let (i, &v) = ready
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, &v)| (tail[v], std::cmp::Reverse(v)))?;
+        ready.swap_remove(i);
+        let t = place(&mut classes, arch, odg.nodes()[v].op, ready_at[v], period)?;
+        start[v] = t;
+        for e in odg.edges().iter().filter(|e| e.from == v) {
+            ready_at[e.to] = ready_at[e.to].max(t + odg.latency(arch, v));
+            preds_left[e.to] -= 1;
+            if preds_left[e.to] == 0 {
+                ready.push(e.to);
+            }
+        }
+    }
+    Some(Schedule { period, start })
+}
+
+/// The earliest start at or after `earliest` whose class can take `op`; books it.
+fn place(classes: &mut [Class], arch: &Arch, op: Op, earliest: u64, period: u64) -> Option<u64> {
+    let mut best: Option<u64> = None;
+    for (r, c) in classes.iter().enumerate() {
+        let (fits, times) = match op {
+            Op::Match { key_bits, .. } => (
+                c.units + arch.match_units(key_bits) <= arch.match_capacity,
+                &c.match_times,
+            ),
+            Op::Action { fields } => (c.fields + fields <= arch.action_capacity, &c.action_times),
+        };
+        if !fits {
+            continue;
+        }
+        // A start the class already has costs no IPC; a new one needs room under IPC.
+        let shared = times.range(earliest..).next().copied();
+        let fresh = (times.len() < arch.ipc as usize).then(|| {
+            let r = r as u64;
+            earliest + (r + period - earliest % period) % period
+        });
+        let t = match (shared, fresh) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(t), None) | (None, Some(t)) => t,
+            // IPC is used up by starts before `earliest`: this class cannot take the node.
+            (None, None) => continue,
+        };
+        best = Some(best.map_or(t, |b| b.min(t)));
+    }
+    let t = best?;
+    let c = &mut classes[(t % period) as usize];
+    match op {
+        Op::Match { key_bits, .. } => {
+            c.units += arch.match_units(key_bits);
+            c.match_times.insert(t);
+        }
+        Op::Action { fields } => {
+            c.fields += fields;
+            c.action_times.insert(t);
+        }
+    }
+    Some(t)
+}
+
+/// The fewest processors for which [`list_schedule`] finds a schedule, from the lower bound
+/// up to `max_processors`, with that schedule.
+pub fn fewest_processors(odg: &Odg, arch: &Arch, max_processors: u64) -> Option<Schedule> {
+    let from = lower_bound(odg, arch).processors;
+    (from..=max_processors).find_map(|p| list_schedule(odg, arch, p))
+}

@@ -1,0 +1,153 @@
+//! dRMT scheduling on random operation dependency graphs: every schedule the list scheduler
+//! gives passes the validator, none beats the lower bound, and where the bound is tight
+//! (resources unlimited) the scheduler meets it.
+
+use pfemu::pipeline::{
+    fewest_processors, list_schedule, lower_bound, validate, Arch, Edge, Node, Odg, Op, Schedule,
+};
+use pfemu::rng::SplitMix64;
+
+/// A random ODG of the paper's shape: `tables` tables, each a match and its action, the
+/// action after its match; each table depends on some earlier table's match or action.
+fn random_odg(seed: u64, tables: usize) -> Odg {
+    let mut rng = SplitMix64::new(seed);
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for t in 0..tables {
+        let key_bits = 8 + rng.below(152) as u32;
+        nodes.push(Node {
+            name: format!("M{t}"),
+            op: Op::Match {
+                key_bits,
+                entries: 1 << (4 + rng.below(12)),
+            },
+        });
+        nodes.push(Node {
+            name: format!("A{t}"),
+            op: Op::Action {
+                fields: 1 + rng.below(8) as u32,
+            },
+        });
+        edges.push(Edge {
+            from: 2 * t,
+            to: 2 * t + 1,
+        });
+        // Dependencies on earlier tables: a match dependency (on its action's result) or
+        // an action dependency (after its match).
+        for _ in 0..rng.below(3) {
+            if t == 0 {
+                break;
+            }
+            let earlier = rng.below(t as u64) as usize;
+            let from = 2 * earlier + rng.below(2) as usize;
+            let to = 2 * t + rng.below(2) as usize;
+            if !edges.contains(&Edge { from, to }) {
+                edges.push(Edge { from, to });
+            }
+        }
+    }
+    Odg::new(nodes, edges).expect("edges go from earlier tables to later ones")
+}
+
+#[test]
+fn list_schedules_are_valid_and_never_beat_the_lower_bound() {
+    let mut found = 0;
+    for seed in 0..100 {
+        let odg = random_odg(seed, 4 + (seed as usize % 20));
+        for arch in [
+            Arch::DRMT,
+            Arch {
+                ipc: 2,
+                ..Arch::DRMT
+            },
+        ] {
+            let lb = lower_bound(&odg, &arch);
+            for period in 1..=lb.processors + 4 {
+                let Some(s) = list_schedule(&odg, &arch, period) else {
+                    continue;
+                };
+                found += 1;
+                assert_eq!(
+                    validate(&odg, &arch, &s),
+                    Ok(()),
+                    "seed {seed}, P = {period}"
+                );
+                assert!(
+                    period >= lb.processors,
+                    "seed {seed}: P = {period} below {lb:?}"
+                );
+                assert!(s.latency(&odg, &arch) >= lb.latency, "seed {seed}");
+            }
+            let s = fewest_processors(&odg, &arch, 64).expect("some number of processors works");
+            assert!(s.period >= lb.processors);
+        }
+    }
+    assert!(found > 300, "the scheduler found only {found} schedules");
+}
+
+#[test]
+fn with_resources_to_spare_the_list_schedule_is_the_critical_path() {
+    let roomy = Arch {
+        match_capacity: 1_000,
+        action_capacity: 1_000,
+        ipc: 1_000,
+        ..Arch::DRMT
+    };
+    for seed in 0..50 {
+        let odg = random_odg(seed, 10);
+        let lb = lower_bound(&odg, &roomy);
+        assert_eq!(lb.processors, 1);
+        let s = list_schedule(&odg, &roomy, 1).expect("everything fits one class");
+        assert_eq!(validate(&odg, &roomy, &s), Ok(()));
+        assert_eq!(s.latency(&odg, &roomy), lb.latency, "seed {seed}");
+    }
+}
+
+#[test]
+fn figure_5_gets_the_schedule_with_the_no_op() {
+    let m = |n: &str| Node {
+        name: n.into(),
+        op: Op::Match {
+            key_bits: 32,
+            entries: 1024,
+        },
+    };
+    let a = |n: &str| Node {
+        name: n.into(),
+        op: Op::Action { fields: 1 },
+    };
+    let e = |from, to| Edge { from, to };
+    let odg = Odg::new(
+        vec![
+            m("M0"),
+            m("M1"),
+            m("M2"),
+            m("M3"),
+            a("A1"),
+            a("A2"),
+            a("A3"),
+        ],
+        vec![e(0, 2), e(1, 3), e(2, 4), e(3, 5), e(4, 6), e(5, 6)],
+    )
+    .unwrap();
+    let arch = Arch {
+        match_capacity: 2,
+        unit_bits: 80,
+        action_capacity: 2,
+        match_latency: 2,
+        action_latency: 1,
+        ipc: 1,
+    };
+    let s = list_schedule(&odg, &arch, 2).expect("P = 2 has a schedule");
+    assert_eq!(validate(&odg, &arch, &s), Ok(()));
+    // One cycle longer than the naive schedule's, for the no-op: the paper's Figure 5b.
+    assert_eq!(
+        s,
+        Schedule {
+            period: 2,
+            start: vec![0, 0, 3, 3, 5, 5, 6]
+        }
+    );
+    // Both processors are needed: the four matches need two classes of M = 2.
+    assert_eq!(lower_bound(&odg, &arch).processors, 2);
+}
