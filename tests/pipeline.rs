@@ -105,39 +105,7 @@ fn with_resources_to_spare_the_list_schedule_is_the_critical_path() {
 
 #[test]
 fn figure_5_gets_the_schedule_with_the_no_op() {
-    let m = |n: &str| Node {
-        name: n.into(),
-        op: Op::Match {
-            key_bits: 32,
-            entries: 1024,
-        },
-    };
-    let a = |n: &str| Node {
-        name: n.into(),
-        op: Op::Action { fields: 1 },
-    };
-    let e = |from, to| Edge { from, to };
-    let odg = Odg::new(
-        vec![
-            m("M0"),
-            m("M1"),
-            m("M2"),
-            m("M3"),
-            a("A1"),
-            a("A2"),
-            a("A3"),
-        ],
-        vec![e(0, 2), e(1, 3), e(2, 4), e(3, 5), e(4, 6), e(5, 6)],
-    )
-    .unwrap();
-    let arch = Arch {
-        match_capacity: 2,
-        unit_bits: 80,
-        action_capacity: 2,
-        match_latency: 2,
-        action_latency: 1,
-        ipc: 1,
-    };
+    let (odg, arch) = pfemu::pipeline::examples::figure_5();
     let s = list_schedule(&odg, &arch, 2).expect("P = 2 has a schedule");
     assert_eq!(validate(&odg, &arch, &s), Ok(()));
     // One cycle longer than the naive schedule's, for the no-op: the paper's Figure 5b.

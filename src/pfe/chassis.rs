@@ -226,12 +226,11 @@ impl ChassisBuilder {
         let fabric = match fabric {
             Some(f) => {
                 let (tx, rx) = unbounded();
-                Some((
-                    FabricRunner::new(f, n)?,
-                    tx,
-                    rx,
-                    Arc::new(AtomicU64::new(0)),
-                ))
+                // Any of the fabric's settings is the chassis' `fabric` setting.
+                let runner = FabricRunner::new(f, n).map_err(|e| {
+                    ConfigError::new("fabric", format!("{}: {}", e.setting, e.reason))
+                })?;
+                Some((runner, tx, rx, Arc::new(AtomicU64::new(0))))
             }
             None => None,
         };

@@ -86,20 +86,19 @@ impl Default for ChassisFabric {
 pub const MAX_CELL_BYTES: usize = 1 << 16;
 
 impl ChassisFabric {
-    /// Checks the settings for a chassis of `pfes` PFEs, naming the one at fault.
+    /// Checks the settings for a chassis of `pfes` PFEs, naming the one at fault
+    /// (`ports` for too many PFEs, `depth`, `cell_bytes`, `background`, `cycles_per_us`).
     pub fn validate(&self, pfes: usize) -> Result<(), ConfigError> {
-        FabricConfig::new(self.architecture, pfes.max(2), self.depth)
-            .validate()
-            .map_err(|e| ConfigError::new("fabric", format!("{}: {}", e.setting, e.reason)))?;
+        FabricConfig::new(self.architecture, pfes.max(2), self.depth).validate()?;
         if self.cell_bytes == 0 || self.cell_bytes > MAX_CELL_BYTES {
             return Err(ConfigError::new(
-                "fabric",
+                "cell_bytes",
                 format!("cell_bytes {}: 1 to {MAX_CELL_BYTES}", self.cell_bytes),
             ));
         }
         if !(0.0..=1.0).contains(&self.background) {
             return Err(ConfigError::new(
-                "fabric",
+                "background",
                 format!(
                     "background {}: cells per input per cycle, in [0, 1]",
                     self.background
@@ -108,7 +107,7 @@ impl ChassisFabric {
         }
         if !(self.cycles_per_us > 0.0 && self.cycles_per_us <= 1e6) {
             return Err(ConfigError::new(
-                "fabric",
+                "cycles_per_us",
                 format!("cycles_per_us {}: in (0, 10^6]", self.cycles_per_us),
             ));
         }

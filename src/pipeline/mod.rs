@@ -18,6 +18,7 @@
 //! Theorem 3.5). [`validate`] checks exactly that, and names every violation; the schedulers
 //! to come are tested against it.
 
+pub mod examples;
 mod list;
 mod odg;
 mod schedule;

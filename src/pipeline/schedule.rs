@@ -230,31 +230,7 @@ mod tests {
         }
     }
 
-    /// The unicast-multicast example of Figures 4 and 5: M0 -> M2 -> A1 and M1 -> M3 -> A2,
-    /// both actions -> A3; a processor with M̄ = 2 matches and Ā = 2 fields a cycle, match
-    /// latency 2, action latency 1, IPC 1, two processors (P = 2).
-    fn figure_5() -> (Odg, Arch) {
-        let nodes = vec![
-            m("M0"),
-            m("M1"),
-            m("M2"),
-            m("M3"),
-            a("A1"),
-            a("A2"),
-            a("A3"),
-        ];
-        let e = |from, to| Edge { from, to };
-        let edges = vec![e(0, 2), e(1, 3), e(2, 4), e(3, 5), e(4, 6), e(5, 6)];
-        let arch = Arch {
-            match_capacity: 2,
-            unit_bits: 80,
-            action_capacity: 2,
-            match_latency: 2,
-            action_latency: 1,
-            ipc: 1,
-        };
-        (Odg::new(nodes, edges).unwrap(), arch)
-    }
+    use super::super::examples::figure_5;
 
     #[test]
     fn figure_5_rejects_the_naive_schedule_and_accepts_the_one_with_a_no_op() {

@@ -180,12 +180,13 @@ fn gradient(seed: u64, src: u8, round: u64, i: usize) -> i32 {
     (h >> 44) as i32 - (1 << 19)
 }
 
-fn gradients(seed: u64, src: u8, round: u64, n: usize) -> Vec<i32> {
+/// Source `src`'s `n` gradients of round `round`.
+pub(crate) fn gradients(seed: u64, src: u8, round: u64, n: usize) -> Vec<i32> {
     (0..n).map(|i| gradient(seed, src, round, i)).collect()
 }
 
 /// The sums over every source in `srcs`.
-fn sums_of(seed: u64, srcs: &[u8], round: u64, n: usize) -> Vec<i32> {
+pub(crate) fn sums_of(seed: u64, srcs: &[u8], round: u64, n: usize) -> Vec<i32> {
     let mut s = vec![0i32; n];
     for &src in srcs {
         for (i, a) in s.iter_mut().enumerate() {

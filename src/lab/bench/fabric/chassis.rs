@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::bad;
 use crate::fabric::{Architecture, Depth, Iterations, OutputArbiter, Scheduler};
-use crate::lab::bench::experiments::{ExperimentError, Figure};
+use crate::lab::bench::experiments::{gradients, sums_of, ExperimentError, Figure};
 use crate::lab::bench::plot::{self, Line, Panel, Panels, Series};
 use crate::lab::bench::PlotError;
 use crate::mem::{MemConfig, SharedMemory};
@@ -29,7 +29,6 @@ use crate::microcode::trio_ml::host::{run_workers, Attached, DriveOptions, Worke
 use crate::microcode::trio_ml::{wire, JobConfig, TrioMl, TrioMlConfig};
 use crate::packet::{Dest, Port};
 use crate::pfe::{Chassis, ChassisFabric, FabricStats, Frames, Pfe};
-use crate::rng::mix;
 
 /// The chassis experiment. As command-line options, those of
 /// `pfemu experiment fabric-chassis`.
@@ -127,13 +126,6 @@ const JOB: u8 = 1;
 /// The port of a first-level PFE that leads up to the top.
 const UPLINK: Port = 60;
 
-/// Worker `src`'s gradients.
-fn gradients(seed: u64, src: u8, n: usize) -> Vec<i32> {
-    (0..n)
-        .map(|i| (mix(seed ^ (u64::from(src) << 40) ^ i as u64) >> 45) as i32 - (1 << 18))
-        .collect()
-}
-
 /// Runs the aggregation through each architecture at each background load.
 pub fn fabric_chassis(
     cfg: &FabricChassisConfig,
@@ -162,24 +154,18 @@ pub fn fabric_chassis(
         cycles_per_us: cfg.cycles_per_us,
         seed: cfg.seed,
     };
-    // The fabric's own settings, checked once with the option names.
+    // The fabric's own settings, checked once, named as the options are.
     fabric(CHASSIS_ARCHITECTURES[0], 0.0)
         .validate(3)
         .map_err(|e| ExperimentError::Option {
-            option: if e.reason.contains("cell_bytes") {
-                "--cell-bytes"
-            } else {
-                "--cycles-per-us"
+            option: match e.setting {
+                "cell_bytes" => "--cell-bytes",
+                _ => "--cycles-per-us",
             },
             reason: e.reason,
         })?;
     let all: Vec<u8> = (0..LEAVES * WORKERS_PER_LEAF).collect();
-    let mut want = vec![0i32; cfg.gradients];
-    for &src in &all {
-        for (a, g) in want.iter_mut().zip(gradients(cfg.seed, src, cfg.gradients)) {
-            *a = a.wrapping_add(g);
-        }
-    }
+    let want = sums_of(cfg.seed, &all, 0, cfg.gradients);
     let total = CHASSIS_ARCHITECTURES.len() * cfg.backgrounds.len();
     let mut rows = Vec::new();
     for &background in &cfg.backgrounds {
@@ -317,7 +303,7 @@ fn aggregate(
                 ..base
             };
             Ok(Attached {
-                worker: Worker::new(config, gradients(cfg.seed, s, cfg.gradients))?,
+                worker: Worker::new(config, gradients(cfg.seed, s, 0, cfg.gradients))?,
                 // Worker s is port s of the chassis' numbering: leaf s / 2, its port s % 2.
                 port: Port::from(s),
                 rx: rxs[usize::from(s)].clone(),
