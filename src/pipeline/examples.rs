@@ -43,3 +43,152 @@ pub fn figure_5() -> (Odg, Arch) {
     };
     (odg, arch)
 }
+
+/// A random ODG of the shape the dRMT paper's evaluation draws its 100 graphs from (§4),
+/// following the generator published with the paper:
+///
+/// - a DAG over `n` table slots, each edge i -> j (i < j) present with probability
+///   1 / (1 + ceil((n - 1) / 10)), about five edges per slot;
+/// - each slot with successors is a table (a match and its action, probability 0.6), a
+///   match-less action (0.15) or a condition (0.25); a slot without successors a table (0.85)
+///   or an action (0.15);
+/// - a match's key is 80 bits times a geometric draw (p = 0.75) capped at 8; an action
+///   modifies a geometric number (p = 0.25) of fields, capped at 32;
+/// - a table's action depends on its match; an edge between two slots joins an end of one
+///   (its match or its action, drawn evenly, as the published generator's pick of either is
+///   arbitrary) to an end of the other.
+///
+/// Conditions take no match or action resources and their successors wait 0 cycles on
+/// them, so they are contracted: each condition's predecessors become its successors'
+/// predecessors. The same `seed` and `n` always give the same graph.
+pub fn random(seed: u64, n: usize) -> Odg {
+    use crate::rng::SplitMix64;
+    let mut rng = SplitMix64::new(seed);
+    let p = 1 + (n.saturating_sub(1)).div_ceil(10) as u64;
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, s) in succs.iter_mut().enumerate() {
+        for j in i + 1..n {
+            if rng.below(p) == 0 {
+                s.push(j);
+            }
+        }
+    }
+    // Trials up to the first success (probability `p`), at most `cap`.
+    fn geometric(rng: &mut SplitMix64, p: f64, cap: u32) -> u32 {
+        let mut k = 1;
+        while k < cap && rng.uniform() >= p {
+            k += 1;
+        }
+        k
+    }
+    // What each slot became: its entry and exit node (equal for an action), or a condition.
+    #[derive(Clone, Copy)]
+    enum Slot {
+        Ops(usize, usize),
+        Condition,
+    }
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    let mut slots = Vec::with_capacity(n);
+    for (i, s) in succs.iter().enumerate() {
+        let draw = rng.uniform();
+        let (table, action) = if s.is_empty() {
+            (draw < 0.85, true)
+        } else {
+            (draw < 0.6, draw < 0.75)
+        };
+        let fields = |rng: &mut SplitMix64| Op::Action {
+            fields: geometric(rng, 0.25, 32),
+        };
+        if table {
+            let key_bits = 80 * geometric(&mut rng, 0.75, 8);
+            nodes.push(Node {
+                name: format!("{i}_MATCH"),
+                op: Op::Match {
+                    key_bits,
+                    entries: 1024,
+                },
+            });
+            nodes.push(Node {
+                name: format!("{i}_ACTION"),
+                op: fields(&mut rng),
+            });
+            let m = nodes.len() - 2;
+            edges.push(Edge { from: m, to: m + 1 });
+            slots.push(Slot::Ops(m, m + 1));
+        } else if action {
+            nodes.push(Node {
+                name: format!("{i}_ACTION"),
+                op: fields(&mut rng),
+            });
+            slots.push(Slot::Ops(nodes.len() - 1, nodes.len() - 1));
+        } else {
+            slots.push(Slot::Condition);
+        }
+    }
+    // The nodes each slot's successors depend on: its own exit, or (a condition) the exits
+    // its own predecessors handed it.
+    let mut feeds: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in 0..n {
+        let ends = match slots[i] {
+            Slot::Ops(m, a) => vec![if rng.below(2) == 0 { m } else { a }],
+            Slot::Condition => std::mem::take(&mut feeds[i]),
+        };
+        for &j in &succs[i] {
+            for &from in &ends {
+                if let Slot::Ops(m, a) = slots[j] {
+                    let to = if rng.below(2) == 0 { m } else { a };
+                    if from != to && !edges.contains(&Edge { from, to }) {
+                        edges.push(Edge { from, to });
+                    }
+                } else if !feeds[j].contains(&from) {
+                    feeds[j].push(from);
+                }
+            }
+        }
+    }
+    Odg::new(nodes, edges).expect("edges go from earlier slots to later ones")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_graphs_have_the_papers_shape_and_repeat_per_seed() {
+        let mut matches = 0;
+        let mut actions = 0;
+        let mut edges = 0;
+        for seed in 0..100 {
+            let odg = random(seed, 20);
+            assert_eq!(odg, random(seed, 20), "seed {seed} gives one graph");
+            for node in odg.nodes() {
+                match node.op {
+                    Op::Match { key_bits, .. } => {
+                        assert!(key_bits % 80 == 0 && (80..=640).contains(&key_bits));
+                        matches += 1;
+                    }
+                    Op::Action { fields } => {
+                        assert!((1..=32).contains(&fields));
+                        actions += 1;
+                    }
+                }
+            }
+            edges += odg.edges().len();
+        }
+        // Of 20 slots, about 0.6-0.85 are tables and 0.15 bare actions; conditions vanish.
+        assert!(
+            (900..=1500).contains(&matches),
+            "{matches} matches in 100 graphs"
+        );
+        assert!(
+            actions > matches,
+            "every table has an action, and bare actions add more"
+        );
+        assert!(
+            edges > 2 * matches,
+            "{edges} edges: dependencies beyond match -> action"
+        );
+        assert_ne!(random(1, 20), random(2, 20));
+    }
+}
