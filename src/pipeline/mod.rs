@@ -17,12 +17,20 @@
 //! actions) start at no more than IPC distinct times, each a different packet (Observation 3,
 //! Theorem 3.5). [`validate`] checks exactly that, and names every violation; the schedulers
 //! to come are tested against it.
+//!
+//! The simulator ([`simulate_drmt`], [`simulate_rmt`]) runs packets through both pipelines,
+//! cycle by cycle, and measures throughput, latency and threads in flight, counting what a
+//! bad schedule breaks: processor resources, and tables asked twice in a cycle.
 
 pub mod examples;
 mod list;
 mod odg;
 mod schedule;
+mod sim;
 
 pub use list::{fewest_processors, list_schedule, lower_bound, LowerBound};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
 pub use schedule::{validate, Schedule, Violation};
+pub use sim::{
+    simulate_drmt, simulate_drmt_with, simulate_rmt, DrmtOptions, SimConfig, SimError, SimReport,
+};
