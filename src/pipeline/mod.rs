@@ -33,4 +33,5 @@ pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
 pub use schedule::{validate, Schedule, Violation};
 pub use sim::{
     simulate_drmt, simulate_drmt_with, simulate_rmt, DrmtOptions, SimConfig, SimError, SimReport,
+    MAX_SIM_UNITS,
 };

@@ -50,7 +50,7 @@ use super::schedule::Schedule;
 
 /// The most processors, and the most slots of an RMT pipe, a simulation takes: far beyond
 /// any switch, small enough that the state fits in memory.
-pub const MAX_UNITS: u64 = 1 << 20;
+pub const MAX_SIM_UNITS: u64 = 1 << 20;
 
 /// How long to run and when to start measuring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +150,7 @@ pub enum SimError {
     /// A count that must be at least 1 is 0: `processors`, `stages`, `needed_stages`, `burst`,
     /// or the RMT stage's depth ΔM + ΔA.
     Zero(&'static str),
-    /// A count beyond [`MAX_UNITS`]: `processors`, or the RMT pipe's slots (stages × (ΔM +
+    /// A count beyond [`MAX_SIM_UNITS`]: `processors`, or the RMT pipe's slots (stages × (ΔM +
     /// ΔA)).
     TooLarge {
         /// The setting.
@@ -204,7 +204,7 @@ impl fmt::Display for SimError {
             SimError::Zero(setting) => write!(f, "{setting} must be at least 1"),
             SimError::TooLarge { setting, value } => write!(
                 f,
-                "{setting} is {value}, more than the {MAX_UNITS} the simulator holds"
+                "{setting} is {value}, more than the {MAX_SIM_UNITS} the simulator holds"
             ),
             SimError::ScheduleCount { given, processors } => write!(
                 f,
@@ -453,7 +453,7 @@ pub fn simulate_drmt_with(
     if processors == 0 {
         return Err(SimError::Zero("processors"));
     }
-    if processors > MAX_UNITS {
+    if processors > MAX_SIM_UNITS {
         return Err(SimError::TooLarge {
             setting: "processors",
             value: processors,
@@ -628,7 +628,7 @@ pub fn simulate_rmt(
         return Err(SimError::Zero("stage depth (match + action latency)"));
     }
     let slots = u64::from(stages).saturating_mul(depth);
-    if slots > MAX_UNITS {
+    if slots > MAX_SIM_UNITS {
         return Err(SimError::TooLarge {
             setting: "pipe slots (stages x stage depth)",
             value: slots,
