@@ -420,6 +420,22 @@ struct Processor {
 /// Runs `odg` on `processors` dRMT processors that all run `schedule`, fed one packet a
 /// cycle round-robin, for `config.cycles` cycles. See the module's doc for the steps of a
 /// cycle and [`SimReport`] for what is measured.
+///
+/// Figure 5's schedule with its no-op, on two processors: one packet a cycle, 7 cycles each,
+/// so 7 in flight.
+///
+/// ```
+/// use pfemu::pipeline::{examples::figure_5, simulate_drmt, Schedule, SimConfig};
+///
+/// let (odg, arch) = figure_5();
+/// let schedule = Schedule { period: 2, start: vec![0, 0, 3, 3, 5, 5, 6] };
+/// let config = SimConfig { cycles: 1007, warmup: 7 };
+/// let report = simulate_drmt(&odg, &arch, &schedule, 2, &config)?;
+/// assert_eq!((report.completed, report.throughput), (1000, 1.0));
+/// assert_eq!((report.latency_max, report.threads_max), (7, 7));
+/// assert_eq!((report.resource_violations, report.contentions), (0, 0));
+/// # Ok::<(), pfemu::pipeline::SimError>(())
+/// ```
 pub fn simulate_drmt(
     odg: &Odg,
     arch: &Arch,
@@ -610,6 +626,19 @@ struct InPipe {
 /// `arch.match_latency + arch.action_latency` cycles deep, offered one packet a cycle, for
 /// `config.cycles` cycles. A packet makes ceil(needed_stages / stages) passes, recirculating
 /// ahead of new packets; a new packet is admitted in a cycle the pipe's entry is free.
+///
+/// A program of 10 stages on a pipe of 4 makes 3 passes: one packet every 3 cycles.
+///
+/// ```
+/// use pfemu::pipeline::{simulate_rmt, Arch, SimConfig};
+///
+/// let pass = 4 * (Arch::RMT.match_latency + Arch::RMT.action_latency);
+/// let config = SimConfig { cycles: 3 * pass * 11, warmup: 3 * pass };
+/// let report = simulate_rmt(10, 4, &Arch::RMT, &config)?;
+/// assert_eq!(report.completed * 3, report.cycles);
+/// assert_eq!(report.latency_max, 3 * pass);
+/// # Ok::<(), pfemu::pipeline::SimError>(())
+/// ```
 pub fn simulate_rmt(
     needed_stages: u32,
     stages: u32,
