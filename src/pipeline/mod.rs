@@ -17,12 +17,25 @@
 //! actions) start at no more than IPC distinct times, each a different packet (Observation 3,
 //! Theorem 3.5). [`validate`] checks exactly that, and names every violation; the schedulers
 //! to come are tested against it.
+//!
+//! A graph is built in code ([`Odg::new`]), read from a file a user writes (a
+//! `Description`, JSON with the `serde` feature), or taken from [`programs`]: the shipped
+//! programs' graphs, with what the same programs cost on the run-to-completion PFE.
 
+#[cfg(feature = "serde")]
+mod describe;
 pub mod examples;
 mod list;
 mod odg;
+pub mod programs;
 mod schedule;
+
+#[cfg(feature = "serde")]
+pub use describe::{
+    ActionDescription, DescribeError, Description, MatchDescription, NodeDescription,
+};
 
 pub use list::{fewest_processors, list_schedule, lower_bound, LowerBound};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
+pub use programs::PfeProfile;
 pub use schedule::{validate, Schedule, Violation};
