@@ -21,6 +21,22 @@ use serde::{Deserialize, Serialize};
 use super::odg::{Edge, Node, Odg, OdgError, Op};
 
 /// A program's operation dependency graph, as a file describes it.
+///
+/// ```
+/// use pfemu::pipeline::{lower_bound, Arch, Description};
+///
+/// let text = r#"{ "name": "acl",
+///     "nodes": [ {"name": "acl", "match": {"key_bits": 104, "entries": 4096}},
+///                {"name": "deny", "action": {"fields": 1}} ],
+///     "edges": [ ["acl", "deny"] ] }"#;
+/// let description: Description = serde_json::from_str(text)?;
+/// let odg = description.to_odg()?;
+/// // A 104-bit key takes two 80-bit match units; the action waits ΔM for the match.
+/// assert_eq!(Arch::DRMT.match_units(104), 2);
+/// assert_eq!(lower_bound(&odg, &Arch::DRMT).latency, 22 + 2);
+/// assert_eq!(odg.describe("acl"), description);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Description {
