@@ -11,7 +11,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use super::super::experiments::ExperimentError;
+use crate::lab::bench::experiments::ExperimentError;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::Filter;
 use crate::microcode::l3fwd::{self, L3fwd, RouteTable};
