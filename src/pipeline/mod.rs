@@ -21,15 +21,28 @@
 //! The simulator ([`simulate_drmt`], [`simulate_rmt`]) runs packets through both pipelines,
 //! cycle by cycle, and measures throughput, latency and threads in flight, counting what a
 //! bad schedule breaks: processor resources, and tables asked twice in a cycle.
+//!
+//! A graph is built in code ([`Odg::new`]), read from a file a user writes (a
+//! `Description`, JSON with the `serde` feature), or taken from [`programs`]: the shipped
+//! programs' graphs, with what the same programs cost on the run-to-completion PFE.
 
+#[cfg(feature = "serde")]
+mod describe;
 pub mod examples;
 mod list;
 mod odg;
+pub mod programs;
 mod schedule;
 mod sim;
 
+#[cfg(feature = "serde")]
+pub use describe::{
+    ActionDescription, DescribeError, Description, MatchDescription, NodeDescription,
+};
+
 pub use list::{fewest_processors, list_schedule, lower_bound, LowerBound};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
+pub use programs::PfeProfile;
 pub use schedule::{validate, Schedule, Violation};
 pub use sim::{
     simulate_drmt, simulate_drmt_with, simulate_rmt, DrmtOptions, SimConfig, SimError, SimReport,

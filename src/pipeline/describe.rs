@@ -1,0 +1,310 @@
+//! A program's graph as a file a user writes by hand: [`Description`], read from JSON (or
+//! any serde format), nodes named rather than numbered.
+//!
+//! ```json
+//! { "name": "l3fwd",
+//!   "nodes": [ {"name": "lpm", "match": {"key_bits": 32, "entries": 100000}},
+//!              {"name": "set_nexthop", "action": {"fields": 3}} ],
+//!   "edges": [ ["lpm", "set_nexthop"] ] }
+//! ```
+//!
+//! Each node is a match (a key of `key_bits` bits into a table of `entries`) or an action
+//! (modifying `fields` fields); each edge `[from, to]` says `to` waits for `from`'s result
+//! (ΔM after a match, ΔA after an action). Unknown fields are refused, so a misspelt one is
+//! an error rather than a default. [`Description::to_odg`] checks the graph;
+//! [`Odg::describe`] writes a built graph back out.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::odg::{Edge, Node, Odg, OdgError, Op};
+
+/// A program's operation dependency graph, as a file describes it.
+///
+/// ```
+/// use pfemu::pipeline::{lower_bound, Arch, Description};
+///
+/// let text = r#"{ "name": "acl",
+///     "nodes": [ {"name": "acl", "match": {"key_bits": 104, "entries": 4096}},
+///                {"name": "deny", "action": {"fields": 1}} ],
+///     "edges": [ ["acl", "deny"] ] }"#;
+/// let description: Description = serde_json::from_str(text)?;
+/// let odg = description.to_odg()?;
+/// // A 104-bit key takes two 80-bit match units; the action waits ΔM for the match.
+/// assert_eq!(Arch::DRMT.match_units(104), 2);
+/// assert_eq!(lower_bound(&odg, &Arch::DRMT).latency, 22 + 2);
+/// assert_eq!(odg.describe("acl"), description);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Description {
+    /// The program's name.
+    pub name: String,
+    /// Its operations; names are unique.
+    pub nodes: Vec<NodeDescription>,
+    /// Its dependencies, `[from, to]` by node name.
+    #[serde(default)]
+    pub edges: Vec<(String, String)>,
+}
+
+/// One operation: exactly one of `match` and `action`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeDescription {
+    /// Its name.
+    pub name: String,
+    /// A table lookup.
+    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
+    pub lookup: Option<MatchDescription>,
+    /// An action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActionDescription>,
+}
+
+/// A table lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchDescription {
+    /// The key's width in bits.
+    pub key_bits: u32,
+    /// The table's entries.
+    pub entries: u64,
+}
+
+/// An action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionDescription {
+    /// The fields it modifies.
+    pub fields: u32,
+}
+
+/// Why a description is not a graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DescribeError {
+    /// An edge names a node the description does not have.
+    UnknownNode {
+        /// The edge's position in `edges` (0-based).
+        edge: usize,
+        /// The name no node has.
+        name: String,
+    },
+    /// A node is both a match and an action.
+    BothOps(String),
+    /// A node is neither a match nor an action.
+    NoOp(String),
+    /// The graph itself is refused (duplicate names, a cycle, an empty operation).
+    Graph(OdgError),
+}
+
+impl fmt::Display for DescribeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DescribeError::UnknownNode { edge, name } => {
+                write!(f, "edge {edge} names `{name}`, which no node is called")
+            }
+            DescribeError::BothOps(n) => write!(
+                f,
+                "node `{n}` has both `match` and `action`; give it exactly one"
+            ),
+            DescribeError::NoOp(n) => write!(
+                f,
+                "node `{n}` has neither `match` nor `action`; give it exactly one"
+            ),
+            DescribeError::Graph(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for DescribeError {
+    /// The graph's refusal, for [`DescribeError::Graph`].
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DescribeError::Graph(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<OdgError> for DescribeError {
+    fn from(e: OdgError) -> Self {
+        DescribeError::Graph(e)
+    }
+}
+
+impl Description {
+    /// The graph described, checked as [`Odg::new`] checks it: every node exactly one
+    /// operation, every edge between named nodes, names unique, no cycle, no empty operation.
+    pub fn to_odg(&self) -> Result<Odg, DescribeError> {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let op = match (n.lookup, n.action) {
+                    (Some(m), None) => Op::Match {
+                        key_bits: m.key_bits,
+                        entries: m.entries,
+                    },
+                    (None, Some(a)) => Op::Action { fields: a.fields },
+                    (Some(_), Some(_)) => return Err(DescribeError::BothOps(n.name.clone())),
+                    (None, None) => return Err(DescribeError::NoOp(n.name.clone())),
+                };
+                Ok(Node {
+                    name: n.name.clone(),
+                    op,
+                })
+            })
+            .collect::<Result<Vec<Node>, DescribeError>>()?;
+        let index = |edge: usize, name: &str| {
+            nodes
+                .iter()
+                .position(|n| n.name == name)
+                .ok_or_else(|| DescribeError::UnknownNode {
+                    edge,
+                    name: name.to_string(),
+                })
+        };
+        let edges = self
+            .edges
+            .iter()
+            .enumerate()
+            .map(|(i, (from, to))| {
+                Ok(Edge {
+                    from: index(i, from)?,
+                    to: index(i, to)?,
+                })
+            })
+            .collect::<Result<Vec<Edge>, DescribeError>>()?;
+        Ok(Odg::new(nodes, edges)?)
+    }
+}
+
+impl Odg {
+    /// The graph as a [`Description`] named `name`: nodes and edges in the graph's order.
+    pub fn describe(&self, name: &str) -> Description {
+        let nodes = self
+            .nodes()
+            .iter()
+            .map(|n| match n.op {
+                Op::Match { key_bits, entries } => NodeDescription {
+                    name: n.name.clone(),
+                    lookup: Some(MatchDescription { key_bits, entries }),
+                    action: None,
+                },
+                Op::Action { fields } => NodeDescription {
+                    name: n.name.clone(),
+                    lookup: None,
+                    action: Some(ActionDescription { fields }),
+                },
+            })
+            .collect();
+        let name_of = |i: usize| self.nodes()[i].name.clone();
+        Description {
+            name: name.to_string(),
+            nodes,
+            edges: self
+                .edges()
+                .iter()
+                .map(|e| (name_of(e.from), name_of(e.to)))
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::examples::figure_5;
+
+    const L3FWD: &str = r#"
+        { "name": "l3fwd",
+          "nodes": [ {"name": "lpm", "match": {"key_bits": 32, "entries": 100000}},
+                     {"name": "set_nexthop", "action": {"fields": 3}} ],
+          "edges": [ ["lpm", "set_nexthop"] ] }"#;
+
+    fn read(text: &str) -> Result<Odg, String> {
+        let d: Description = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        d.to_odg().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_documented_example_reads_as_its_graph() {
+        let odg = read(L3FWD).expect("the example is valid");
+        assert_eq!(
+            odg.nodes()[0].op,
+            Op::Match {
+                key_bits: 32,
+                entries: 100_000
+            }
+        );
+        assert_eq!(odg.nodes()[1].op, Op::Action { fields: 3 });
+        assert_eq!(odg.edges(), &[Edge { from: 0, to: 1 }]);
+    }
+
+    #[test]
+    fn a_built_graph_round_trips_through_json() {
+        let (odg, _) = figure_5();
+        let d = odg.describe("figure-5");
+        let text = serde_json::to_string_pretty(&d).expect("serializable");
+        let back: Description = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(back, d);
+        assert_eq!(back.to_odg(), Ok(odg));
+        // Only the node's own kind is written.
+        assert!(!text.contains("null"), "{text}");
+    }
+
+    #[test]
+    fn every_mistake_is_named() {
+        let node = r#"{"name": "a", "match": {"key_bits": 8, "entries": 1}}"#;
+        let cases = [
+            (
+                r#"{"name": "p", "nodes": [NODE], "edges": [["a", "b"]]}"#,
+                "edge 0 names `b`, which no node is called",
+            ),
+            (
+                r#"{"name": "p", "nodes": [{"name": "x", "match": {"key_bits": 8, "entries": 1},
+                     "action": {"fields": 1}}]}"#,
+                "node `x` has both `match` and `action`",
+            ),
+            (
+                r#"{"name": "p", "nodes": [{"name": "x"}]}"#,
+                "node `x` has neither `match` nor `action`",
+            ),
+            (
+                r#"{"name": "p", "nodes": [NODE, NODE]}"#,
+                "two nodes are named `a`",
+            ),
+            (
+                r#"{"name": "p", "nodes": [NODE], "edges": [["a", "a"]]}"#,
+                "cycle through `a`",
+            ),
+            (
+                r#"{"name": "p", "nodes": [{"name": "x", "action": {"fields": 0}}]}"#,
+                "`x` does nothing",
+            ),
+            (
+                r#"{"name": "p", "nodes": [{"name": "x", "action": {"fields": 1, "width": 2}}]}"#,
+                "unknown field `width`",
+            ),
+            (
+                r#"{"name": "p", "nodes": [], "links": []}"#,
+                "unknown field `links`",
+            ),
+        ];
+        for (text, want) in cases {
+            let text = text.replace("NODE", node);
+            let err = read(&text).expect_err(&text);
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_graph_error_is_the_source() {
+        use std::error::Error;
+        let e = DescribeError::from(OdgError::Cycle("a".into()));
+        assert!(e.source().is_some());
+        assert!(DescribeError::NoOp("a".into()).source().is_none());
+    }
+}
