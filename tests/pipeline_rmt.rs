@@ -1,10 +1,12 @@
 //! RMT stage assignment on the dRMT paper's random operation dependency graphs: every plan,
 //! coarse and fine, passes the validator and is no better than the lower bound, fine-grained
-//! RMT never needs more stages than RMT.
+//! RMT never needs more stages than RMT, and every plan turns into a valid dRMT schedule of
+//! RMT's throughput (Theorem 3.3).
 
 use pfemu::pipeline::examples::{figure_5, random};
 use pfemu::pipeline::{
-    assign_stages, stage_lower_bound, validate_stages, Arch, Granularity, StagePlan,
+    assign_stages, drmt_from_stages, rmt_throughput, stage_lower_bound, validate, validate_stages,
+    Arch, Granularity, StagePlan,
 };
 
 fn plan(odg: &pfemu::pipeline::Odg, arch: &Arch, granularity: Granularity) -> StagePlan {
@@ -63,6 +65,42 @@ fn random_graphs_get_valid_plans_within_the_bounds() {
         "{coarse_tight} of 100 at the coarse bound"
     );
     assert!(fine_tight >= 80, "{fine_tight} of 100 at the fine bound");
+}
+
+#[test]
+fn every_plan_is_a_drmt_schedule_of_rmt_throughput() {
+    // Theorem 3.3 assumes a dRMT processor with an RMT stage's capacities.
+    let arch = Arch {
+        action_capacity: Arch::RMT.action_capacity,
+        ..Arch::DRMT
+    };
+    for seed in 0..100 {
+        let odg = random(seed, 20);
+        for granularity in [Granularity::Coarse, Granularity::Fine] {
+            let plan = plan(&odg, &arch, granularity);
+            let stages = u64::from(plan.stages);
+            for processors in [
+                1,
+                2,
+                stages / 2,
+                stages.saturating_sub(1),
+                stages,
+                stages + 3,
+            ] {
+                let schedule = drmt_from_stages(&odg, &plan, &arch, processors);
+                assert_eq!(
+                    validate(&odg, &arch, &schedule),
+                    Ok(()),
+                    "seed {seed}, {granularity}, {processors} processors"
+                );
+                let processors = processors.max(1);
+                assert_eq!(
+                    processors as f64 / schedule.period as f64,
+                    rmt_throughput(plan.stages, processors as u32)
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -27,7 +27,7 @@ mod schedule;
 pub use list::{fewest_processors, list_schedule, lower_bound, LowerBound};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
 pub use rmt::{
-    assign_stages, coarse_tables, rmt_throughput, stage_lower_bound, validate_stages, Granularity,
-    RmtError, StagePlan, StageViolation,
+    assign_stages, coarse_tables, drmt_from_stages, rmt_throughput, stage_lower_bound,
+    validate_stages, Granularity, RmtError, StagePlan, StageViolation,
 };
 pub use schedule::{validate, Schedule, Violation};

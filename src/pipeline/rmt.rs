@@ -1,5 +1,6 @@
 //! RMT's stage assignment, coarse (whole tables) and fine-grained (matches and actions apart),
-//! its validator and lower bound (dRMT paper, §2.1, §4.1).
+//! its validator and lower bound, and Theorem 3.3 by construction: any valid stage plan
+//! becomes a valid dRMT schedule of the same throughput (dRMT paper, §2.1, §3.1, §4.1).
 //!
 //! An RMT pipe gives every packet one pass through `S` stages, each with a match unit of M̄
 //! b-bit units and an action unit of Ā fields; a program that needs more stages than the chip
@@ -44,6 +45,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::odg::{Arch, Odg, Op};
+use super::schedule::Schedule;
 
 /// How finely RMT may split a table across stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -662,9 +664,68 @@ pub fn rmt_throughput(plan_stages: u32, stages: u32) -> f64 {
     }
 }
 
+/// Theorem 3.3 by construction: the dRMT schedule that runs `plan`'s operations in the same
+/// order on `processors` processors, at the throughput RMT gets from that many stages.
+///
+/// Stage k's matches start at `k·L`, its actions at `k·L + ΔM`, with `L >= ΔM + ΔA` the time
+/// one stage takes on the processor; the period is `P = processors · ceil(S / processors)`
+/// (just `processors` when the `S` stages fit, so one packet a cycle), which is at least `S`
+/// and gives `processors / P` packets a cycle, exactly [`rmt_throughput`]`(S, processors)`.
+/// `L` is the smallest such time whose multiples `0, L, .., (S-1)·L` fall in distinct
+/// classes mod P (`P / gcd(L, P) >= S`; one exists, as any `L ≡ 1 mod P` qualifies).
+///
+/// The schedule passes [`validate`](super::validate) on `arch` whenever the plan passes
+/// [`validate_stages`] on `arch` (the dRMT processor has an RMT stage's M̄ and Ā) and
+/// `arch.ipc >= 1`:
+///
+/// - dependencies: a valid plan (coarse plans obey the fine rules) has a match -> action edge
+///   within or across stages, which waits at least ΔM; every other edge goes to a later
+///   stage (or, at zero latency, a same-kind node of the same stage), which waits at least
+///   `L - ΔM >= ΔA` (from an action) or `L >= ΔM` (from a match);
+/// - resources: the matches of one class mod P are those of one stage (the classes of `k·L`
+///   differ for k < S), which start together (one start time, IPC 1) and fit M̄ because the
+///   stage does; the same holds of the actions (`k·L + ΔM`) and Ā.
+///
+/// When `L = ΔM + ΔA` itself qualifies (P coprime to it, for one), a packet's latency is that
+/// of an RMT pipe with the processor's latencies, `S · (ΔM + ΔA)`, if the last stage has an
+/// action; otherwise a stage idles `L - ΔM - ΔA` cycles more. The plan is not checked here (validate it first); one shorter than the graph
+/// gives a schedule the validator rejects for its shape. `processors` of 0 count as 1.
+pub fn drmt_from_stages(odg: &Odg, plan: &StagePlan, arch: &Arch, processors: u64) -> Schedule {
+    let n = processors.max(1);
+    let stages = u64::from(plan.stages);
+    let period = n * stages.div_ceil(n).max(1);
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut stage_time = arch
+        .match_latency
+        .saturating_add(arch.action_latency)
+        .max(1);
+    while period / gcd(stage_time, period) < stages {
+        stage_time += 1;
+    }
+    let start = odg
+        .nodes()
+        .iter()
+        .zip(&plan.stage)
+        .map(|(node, &k)| {
+            let at = u64::from(k).saturating_mul(stage_time);
+            match node.op {
+                Op::Match { .. } => at,
+                Op::Action { .. } => at.saturating_add(arch.match_latency),
+            }
+        })
+        .collect();
+    Schedule { period, start }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::odg::{Edge, Node};
+    use super::super::schedule::validate;
     use super::*;
 
     fn m(name: &str, key_bits: u32) -> Node {
@@ -970,5 +1031,39 @@ mod tests {
         assert_eq!(rmt_throughput(12, 5), 1.0 / 3.0);
         assert_eq!(rmt_throughput(0, 0), 1.0);
         assert_eq!(rmt_throughput(3, 0), 0.0);
+    }
+
+    #[test]
+    fn a_stage_plan_becomes_a_valid_drmt_schedule_of_rmt_throughput() {
+        // dRMT's latencies, an RMT stage's capacities (Theorem 3.3's assumption).
+        let arch = Arch {
+            action_capacity: Arch::RMT.action_capacity,
+            ..Arch::DRMT
+        };
+        let odg = tables(4, 240, 100, &[(1, 2), (0, 5), (3, 6)]);
+        for granularity in [Granularity::Coarse, Granularity::Fine] {
+            let plan = assign_stages(&odg, &arch, granularity).unwrap();
+            for processors in 1..=plan.stages as u64 + 2 {
+                let schedule = drmt_from_stages(&odg, &plan, &arch, processors);
+                assert_eq!(
+                    validate(&odg, &arch, &schedule),
+                    Ok(()),
+                    "{granularity:?}, {processors} processors: {plan:?} -> {schedule:?}"
+                );
+                assert_eq!(
+                    processors as f64 / schedule.period as f64,
+                    rmt_throughput(plan.stages, processors as u32)
+                );
+            }
+        }
+        // With enough processors, line rate at the plan's own pace: a stage is ΔM + ΔA.
+        let plan = assign_stages(&odg, &arch, Granularity::Coarse).unwrap();
+        let schedule = drmt_from_stages(&odg, &plan, &arch, 5);
+        assert_eq!(schedule.period, 5);
+        assert_eq!(schedule.start[2], 24);
+        assert_eq!(schedule.latency(&odg, &arch), u64::from(plan.stages) * 24);
+        // A plan for another graph is rejected, not a panic.
+        let other = tables(5, 32, 1, &[]);
+        assert!(validate(&other, &arch, &drmt_from_stages(&other, &plan, &arch, 0)).is_err());
     }
 }
