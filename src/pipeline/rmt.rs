@@ -41,7 +41,7 @@
 //!
 //! A pipe's latency is its stages times (ΔM + ΔA): every packet crosses every stage.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::odg::{Arch, Odg, Op};
@@ -269,24 +269,23 @@ pub fn coarse_tables(odg: &Odg) -> Vec<usize> {
 }
 
 /// Whether the graph of tables (`table[v]`: the table of node v) has no cycle (Kahn's
-/// algorithm on the edges between different tables).
+/// algorithm on the edges between different tables), in time linear in the graph.
 fn tables_acyclic(odg: &Odg, table: &[usize]) -> bool {
     let n = table.len();
-    let between = || {
-        odg.edges()
-            .iter()
-            .map(|e| (table[e.from], table[e.to]))
-            .filter(|(a, b)| a != b)
-    };
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut preds = vec![0usize; n];
-    for (_, b) in between() {
-        preds[b] += 1;
+    for e in odg.edges() {
+        let (a, b) = (table[e.from], table[e.to]);
+        if a != b {
+            succs[a].push(b);
+            preds[b] += 1;
+        }
     }
     let mut ready: Vec<usize> = (0..n).filter(|&t| table[t] == t && preds[t] == 0).collect();
     let mut seen = 0;
     while let Some(t) = ready.pop() {
         seen += 1;
-        for (_, b) in between().filter(|&(a, _)| a == t) {
+        for &b in &succs[t] {
             preds[b] -= 1;
             if preds[b] == 0 {
                 ready.push(b);
@@ -348,13 +347,14 @@ impl Units {
                         units[unit_of[v]].1 += demand(v).1;
                     }
                 }
-                let mut edges: Vec<(usize, usize, u64)> = Vec::new();
-                for e in odg.edges() {
-                    let (u, v) = (unit_of[e.from], unit_of[e.to]);
-                    if u != v && !edges.iter().any(|&(a, b, _)| a == u && b == v) {
-                        edges.push((u, v, 2));
-                    }
-                }
+                // One edge per pair of tables, however many of their nodes' edges join them.
+                let pairs: BTreeSet<(usize, usize)> = odg
+                    .edges()
+                    .iter()
+                    .map(|e| (unit_of[e.from], unit_of[e.to]))
+                    .filter(|(u, v)| u != v)
+                    .collect();
+                let edges = pairs.into_iter().map(|(u, v)| (u, v, 2)).collect();
                 Units {
                     units,
                     unit_of,
