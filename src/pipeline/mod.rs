@@ -32,6 +32,7 @@ pub mod examples;
 mod list;
 mod odg;
 pub mod programs;
+mod rmt;
 mod schedule;
 mod sim;
 
@@ -43,6 +44,10 @@ pub use describe::{
 pub use list::{fewest_processors, list_schedule, lower_bound, LowerBound};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
 pub use programs::PfeProfile;
+pub use rmt::{
+    assign_stages, coarse_tables, drmt_from_stages, rmt_throughput, stage_lower_bound,
+    validate_stages, Granularity, RmtError, StagePlan, StageViolation,
+};
 pub use schedule::{validate, Schedule, Violation};
 pub use sim::{
     simulate_drmt, simulate_drmt_with, simulate_rmt, DrmtOptions, SimConfig, SimError, SimReport,
