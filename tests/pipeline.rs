@@ -119,3 +119,25 @@ fn figure_5_gets_the_schedule_with_the_no_op() {
     // Both processors are needed: the four matches need two classes of M = 2.
     assert_eq!(lower_bound(&odg, &arch).processors, 2);
 }
+
+#[test]
+fn fewest_processors_never_needs_more_than_the_fine_stage_plan_and_validates() {
+    use pfemu::pipeline::{assign_stages, examples, Granularity};
+    let mut list_alone_worse = 0;
+    for seed in 0..100 {
+        let odg = examples::random(seed, 20);
+        for arch in [Arch::DRMT, Arch { ipc: 2, ..Arch::DRMT }] {
+            let stages = assign_stages(&odg, &arch, Granularity::Fine)
+                .expect("random graphs fit a stage")
+                .stages;
+            let s = fewest_processors(&odg, &arch, 64).expect("the stage layout always fits");
+            assert!(validate(&odg, &arch, &s).is_ok(), "seed {seed}");
+            assert!(s.period <= u64::from(stages), "seed {seed}: {} > {stages}", s.period);
+            if (s.period..=u64::from(stages)).all(|p| list_schedule(&odg, &arch, p).is_none()) {
+                list_alone_worse += 1;
+            }
+        }
+    }
+    // The stage layout is what keeps IPC 1 from spreading matches over too many times.
+    assert!(list_alone_worse > 0, "the stage layout never helped");
+}

@@ -41,7 +41,7 @@ pub use describe::{
     ActionDescription, DescribeError, Description, MatchDescription, NodeDescription,
 };
 
-pub use list::{fewest_processors, list_schedule, lower_bound, LowerBound};
+pub use list::{fewest_processors, heuristic_schedule, list_schedule, lower_bound, LowerBound};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
 pub use programs::PfeProfile;
 pub use rmt::{
