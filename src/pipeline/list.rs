@@ -43,7 +43,7 @@ pub fn lower_bound(odg: &Odg, arch: &Arch) -> LowerBound {
 }
 
 /// Each node's earliest start with unlimited resources (ASAP).
-fn earliest_starts(odg: &Odg, arch: &Arch) -> Vec<u64> {
+pub(super) fn earliest_starts(odg: &Odg, arch: &Arch) -> Vec<u64> {
     let mut t = vec![0u64; odg.nodes().len()];
     for &v in odg.topological_order() {
         for e in odg.edges().iter().filter(|e| e.from == v) {

@@ -29,6 +29,8 @@
 #[cfg(feature = "serde")]
 mod describe;
 pub mod examples;
+#[cfg(feature = "ilp")]
+pub mod ilp;
 mod list;
 mod odg;
 pub mod programs;
@@ -41,6 +43,8 @@ pub use describe::{
     ActionDescription, DescribeError, Description, MatchDescription, NodeDescription,
 };
 
+#[cfg(feature = "ilp")]
+pub use ilp::{ilp_fewest_processors, ilp_schedule, IlpFailure, IlpOptions, IlpOutcome, IlpStatus};
 pub use list::{fewest_processors, heuristic_schedule, list_schedule, lower_bound, LowerBound};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
 pub use programs::PfeProfile;

@@ -1,0 +1,552 @@
+//! The dRMT scheduler's integer linear program (§3.3), solved with microlp, and the three
+//! speed-ups that make it practical.
+//!
+//! The program, as the paper gives it, for a processor receiving a packet every P cycles:
+//!
+//! - a binary rq(v, q, r) for each node v and start time qP + r, with Σ_{q,r} rq(v, q, r) = 1;
+//!   the start t(v) = Σ (qP + r) rq(v, q, r) is that sum itself, not a variable of its own;
+//! - dependencies: t(v) − t(u) ≥ τ(u, v), ΔM after a match and ΔA after an action;
+//! - per residue class r: Σ_{v ∈ VM, q} ceil(k(v) / b) rq(v, q, r) ≤ M̄ and
+//!   Σ_{v ∈ VA, q} a(v) rq(v, q, r) ≤ Ā;
+//! - IPC: a binary pm(q, r) with Σ_{v ∈ VM} rq(v, q, r) ≤ pm(q, r) · |VM| and
+//!   Σ_q pm(q, r) ≤ IPC (and pa for the actions);
+//! - objective: minimise T, with t(v) ≤ T (the last start).
+//!
+//! The paper names three speed-ups but leaves their description to its extended version;
+//! these are this module's reading of them, each of which [`IlpOptions`] can turn off:
+//!
+//! 1. **Seed** (`seed`): [`list_schedule`] runs first. Its schedule warm-starts the solver and
+//!    its last start H bounds the horizon, as no optimum starts anything later: the times are
+//!    0..Q_MAX·P with Q_MAX = ceil((H + 1) / P). Without a seed the horizon is one that
+//!    provably holds an optimal schedule if any exists: a schedule has at most
+//!    d = min(n, 2·P·IPC) distinct start times, and moving everything after a gap P earlier
+//!    keeps it valid while the gap is at least the largest latency plus P, so some optimum
+//!    starts everything by P − 1 + (d − 1)(max latency + P − 1).
+//! 2. **Windows** (`windows`): node v gets rq variables only for times in
+//!    [ASAP(v), H − tail(v)], where ASAP is its earliest start from the dependencies and
+//!    tail(v) the longest chain of latencies from v to a last node: no schedule within the
+//!    horizon starts v outside them. IPC indicators exist only for times some variable can
+//!    take, and a class's IPC (or capacity) constraint only where it could bind.
+//! 3. **Bounds and early exit** (`bounds`): T ≥ the critical path's last start (the largest
+//!    ASAP). When the seed meets that bound it is optimal and the ILP is not run
+//!    ([`IlpStatus::OptimalByBound`]); a graph whose widest node, or whose total match units
+//!    or action fields, exceeds what P classes hold is infeasible without a solve.
+//!
+//! The solver's answer is read back by rounding (each node at the time whose rq rounds to
+//! one) and checked by [`validate`]; an answer that fails it is never returned: the seed is,
+//! with [`IlpStatus::SolverFailed`]. The solve has a time limit; an outcome says whether its
+//! schedule is optimal, the best found when the limit struck, or that none exists.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions, Variable};
+
+use super::list::{earliest_starts, list_schedule, lower_bound};
+use super::odg::{Arch, Odg, Op};
+use super::schedule::{validate, Schedule, Violation};
+
+/// How [`ilp_schedule`] solves: the solver's time limit and the speed-ups on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IlpOptions {
+    /// The solver's time budget for one period (the model's construction is not counted).
+    pub time_limit: Duration,
+    /// Speed-up 1: the list scheduler's schedule warm-starts the solver and bounds the horizon.
+    pub seed: bool,
+    /// Speed-up 2: each node's variables only within its feasible window of start times.
+    pub windows: bool,
+    /// Speed-up 3: the last start bounded below by the critical path, and no solve when the
+    /// seed meets that bound or the resources cannot fit.
+    pub bounds: bool,
+}
+
+impl Default for IlpOptions {
+    /// 10 s, every speed-up on.
+    fn default() -> Self {
+        IlpOptions {
+            time_limit: Duration::from_secs(10),
+            seed: true,
+            windows: true,
+            bounds: true,
+        }
+    }
+}
+
+/// What an [`IlpOutcome`]'s schedule is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum IlpStatus {
+    /// The solver proved it has the earliest last start.
+    Optimal,
+    /// The seed's last start equals the critical-path bound: optimal without a solve.
+    OptimalByBound,
+    /// The time limit struck: the best schedule found by then (the seed's, if the solver
+    /// found none better), or none if neither found one.
+    TimeLimit,
+    /// No valid schedule exists at this period.
+    Infeasible,
+    /// The solver failed or answered with an invalid schedule ([`IlpOutcome::failure`] says
+    /// which); the schedule is the seed's, if there is one.
+    SolverFailed,
+}
+
+/// Why the solver's answer was not used.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IlpFailure {
+    /// The solver returned an error (or called the seeded problem infeasible).
+    Solver(microlp::Error),
+    /// A node's start could not be read back: no start, or several, near 1.
+    Unreadable(String),
+    /// The rounded answer breaks the schedule's rules.
+    Invalid(Vec<Violation>),
+}
+
+impl fmt::Display for IlpFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IlpFailure::Solver(e) => write!(f, "the ILP solver failed: {e}"),
+            IlpFailure::Unreadable(node) => {
+                write!(f, "the ILP's answer gives `{node}` no single start time")
+            }
+            IlpFailure::Invalid(bad) => {
+                write!(f, "the ILP's answer is not a valid schedule")?;
+                for v in bad {
+                    write!(f, "; {v}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for IlpFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            IlpFailure::Solver(e) => Some(e),
+            IlpFailure::Unreadable(_) | IlpFailure::Invalid(_) => None,
+        }
+    }
+}
+
+/// The result of [`ilp_schedule`] at one period.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IlpOutcome {
+    /// The schedule, always valid ([`validate`] passes), if one was found.
+    pub schedule: Option<Schedule>,
+    /// What the schedule is.
+    pub status: IlpStatus,
+    /// Wall-clock time of the whole call: seed, model and solve.
+    pub elapsed: Duration,
+    /// The model's variables (0 when no model was built).
+    pub variables: usize,
+    /// The model's constraints, bounds of single variables not counted.
+    pub constraints: usize,
+    /// The critical-path bound on the last start (0 with `bounds` off).
+    pub bound: u64,
+    /// The list scheduler's last start, when it ran and found a schedule.
+    pub seed_last_start: Option<u64>,
+    /// Why the solver's answer was not used, with [`IlpStatus::SolverFailed`].
+    pub failure: Option<IlpFailure>,
+    /// Set by [`ilp_fewest_processors`]: the smaller periods whose solve neither found a
+    /// schedule nor proved there is none (time limit or solver failure); empty when this
+    /// period is proven the smallest.
+    pub unresolved_periods: Vec<u64>,
+}
+
+impl IlpOutcome {
+    /// The schedule's last start, if there is one.
+    pub fn last_start(&self) -> Option<u64> {
+        self.schedule.as_ref().map(last_start)
+    }
+}
+
+fn last_start(s: &Schedule) -> u64 {
+    s.start.iter().copied().max().unwrap_or(0)
+}
+
+/// The schedule of `odg` on `arch` at period `period` with the earliest last start, found
+/// by the ILP (the module doc gives the program and its speed-ups), within `options.time_limit`.
+pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -> IlpOutcome {
+    let began = Instant::now();
+    let mut out = IlpOutcome {
+        schedule: None,
+        status: IlpStatus::Infeasible,
+        elapsed: Duration::ZERO,
+        variables: 0,
+        constraints: 0,
+        bound: 0,
+        seed_last_start: None,
+        failure: None,
+        unresolved_periods: Vec::new(),
+    };
+    let n = odg.nodes().len();
+    let asap = earliest_starts(odg, arch);
+    if period == 0 || (options.bounds && !resources_fit(odg, arch, period)) {
+        out.elapsed = began.elapsed();
+        return out;
+    }
+    // Speed-up 3: the last start is at least the critical path's.
+    if options.bounds {
+        out.bound = asap.iter().copied().max().unwrap_or(0);
+    }
+    // Speed-up 1, the seed, and 3's early exit when it meets the bound.
+    let seed = options
+        .seed
+        .then(|| list_schedule(odg, arch, period))
+        .flatten();
+    out.seed_last_start = seed.as_ref().map(last_start);
+    if let Some(s) = &seed {
+        debug_assert_eq!(validate(odg, arch, s), Ok(()));
+        if n == 0 || (options.bounds && last_start(s) <= out.bound) {
+            out.schedule = seed;
+            out.status = IlpStatus::OptimalByBound;
+            out.elapsed = began.elapsed();
+            return out;
+        }
+    }
+    let horizon = match &seed {
+        Some(s) => last_start(s),
+        None => proven_horizon(odg, arch, period),
+    };
+    let Model {
+        problem,
+        x,
+        ipc,
+        t,
+        variables,
+        constraints,
+    } = Model::build(odg, arch, period, horizon, &asap, out.bound, options);
+    out.variables = variables;
+    out.constraints = constraints;
+    let Some(problem) = problem else {
+        // A window is empty: no schedule within the proven horizon.
+        out.elapsed = began.elapsed();
+        return out;
+    };
+    let warm_start = seed.as_ref().map(|s| warm_start(odg, &x, &ipc, t, s));
+    let mut solve = SolveOptions::default();
+    solve.time_limit = Some(options.time_limit);
+    solve.warm_start = warm_start;
+    let solved = problem.solve_with(solve);
+    let fall_back = |out: &mut IlpOutcome, failure: IlpFailure| {
+        out.status = IlpStatus::SolverFailed;
+        out.failure = Some(failure);
+        out.schedule.clone_from(&seed);
+    };
+    match solved {
+        Ok(microlp::SolveOutcome::Solution(solution)) => {
+            match read_back(odg, period, &x, |v| solution.var_value_raw(v)) {
+                Ok(s) => match validate(odg, arch, &s) {
+                    Ok(()) => {
+                        out.status = if solution.status() == microlp::SolutionStatus::Optimal {
+                            IlpStatus::Optimal
+                        } else {
+                            IlpStatus::TimeLimit
+                        };
+                        out.schedule = Some(s);
+                    }
+                    Err(bad) => fall_back(&mut out, IlpFailure::Invalid(bad)),
+                },
+                Err(node) => fall_back(&mut out, IlpFailure::Unreadable(node)),
+            }
+        }
+        Ok(microlp::SolveOutcome::Interrupted(_)) => {
+            out.status = IlpStatus::TimeLimit;
+            out.schedule.clone_from(&seed);
+        }
+        // Without a seed the horizon and windows hold an optimum if there is one: proven.
+        Err(microlp::Error::Infeasible) if seed.is_none() => out.status = IlpStatus::Infeasible,
+        Err(e) => fall_back(&mut out, IlpFailure::Solver(e)),
+    }
+    if let Some(s) = &out.schedule {
+        debug_assert_eq!(validate(odg, arch, s), Ok(()));
+    }
+    out.elapsed = began.elapsed();
+    out
+}
+
+/// The smallest period in `lower_bound(odg, arch).processors..=max_period` with a valid
+/// schedule, and [`ilp_schedule`]'s outcome there, found by an upward scan: at each period
+/// the list scheduler runs first (as the seed) and establishes feasibility at once when it
+/// finds a schedule; only where it finds none does the ILP, unseeded, decide. A period whose
+/// solve hits the time limit without a schedule counts as not feasible and is listed in
+/// [`IlpOutcome::unresolved_periods`]. `None` if no period up to `max_period` has one found.
+pub fn ilp_fewest_processors(
+    odg: &Odg,
+    arch: &Arch,
+    max_period: u64,
+    options: &IlpOptions,
+) -> Option<(u64, IlpOutcome)> {
+    let mut unresolved = Vec::new();
+    for period in lower_bound(odg, arch).processors..=max_period {
+        let mut out = ilp_schedule(odg, arch, period, options);
+        if out.schedule.is_some() {
+            out.unresolved_periods = unresolved;
+            return Some((period, out));
+        }
+        if out.status != IlpStatus::Infeasible {
+            unresolved.push(period);
+        }
+    }
+    None
+}
+
+/// Whether the widest node fits a class and the total demand fits P classes.
+fn resources_fit(odg: &Odg, arch: &Arch, period: u64) -> bool {
+    let (mut units, mut fields) = (0u64, 0u64);
+    for node in odg.nodes() {
+        match node.op {
+            Op::Match { key_bits, .. } => {
+                let u = arch.match_units(key_bits);
+                if u > arch.match_capacity {
+                    return false;
+                }
+                units += u64::from(u);
+            }
+            Op::Action { fields: f } => {
+                if f > arch.action_capacity {
+                    return false;
+                }
+                fields += u64::from(f);
+            }
+        }
+    }
+    units <= period * u64::from(arch.match_capacity)
+        && fields <= period * u64::from(arch.action_capacity)
+}
+
+/// A last start by which some optimal schedule starts everything, if any valid one exists
+/// (the module doc, speed-up 1, says why).
+fn proven_horizon(odg: &Odg, arch: &Arch, period: u64) -> u64 {
+    let n = odg.nodes().len() as u64;
+    let distinct = n.min(2 * period * u64::from(arch.ipc.max(1))).max(1);
+    let max_latency = odg
+        .edges()
+        .iter()
+        .map(|e| odg.latency(arch, e.from))
+        .max()
+        .unwrap_or(0);
+    period - 1 + (distinct - 1) * (max_latency + period - 1)
+}
+
+/// Each node's longest chain of latencies to a node without successors, start to start.
+fn tails_to_last_start(odg: &Odg, arch: &Arch) -> Vec<u64> {
+    let mut tail = vec![0u64; odg.nodes().len()];
+    for &v in odg.topological_order().iter().rev() {
+        for e in odg.edges().iter().filter(|e| e.from == v) {
+            tail[v] = tail[v].max(odg.latency(arch, v) + tail[e.to]);
+        }
+    }
+    tail
+}
+
+/// A node's start-time variables: (time, rq).
+type Starts = Vec<(u64, Variable)>;
+
+/// The IPC indicators of one kind (matches or actions): (time, pm or pa).
+type Indicators = Vec<(u64, Variable)>;
+
+/// The built program.
+struct Model {
+    /// `None` when some node's window is empty.
+    problem: Option<Problem>,
+    /// Per node, its start-time variables.
+    x: Vec<Starts>,
+    /// The IPC indicators, matches then actions.
+    ipc: [Indicators; 2],
+    /// The last start T.
+    t: Variable,
+    variables: usize,
+    constraints: usize,
+}
+
+impl Model {
+    fn build(
+        odg: &Odg,
+        arch: &Arch,
+        period: u64,
+        horizon: u64,
+        asap: &[u64],
+        bound: u64,
+        options: &IlpOptions,
+    ) -> Model {
+        let n = odg.nodes().len();
+        let q_max = (horizon + 1).div_ceil(period);
+        let tail = tails_to_last_start(odg, arch);
+        let window = |v: usize| -> (u64, u64) {
+            if options.windows {
+                (asap[v], horizon.saturating_sub(tail[v]))
+            } else {
+                (0, q_max * period - 1)
+            }
+        };
+        let latest = if options.windows {
+            horizon
+        } else {
+            q_max * period - 1
+        };
+        let mut p = Problem::new(OptimizationDirection::Minimize);
+        let mut constraints = 0usize;
+        let mut add = |p: &mut Problem, expr: Vec<(Variable, f64)>, op, rhs: f64| {
+            p.add_constraint(expr, op, rhs);
+            constraints += 1;
+        };
+        // Real: at the optimum it equals the latest start, an integer.
+        let t = p.add_var(1.0, (bound as f64, latest as f64));
+        let mut empty = false;
+        let x: Vec<Starts> = (0..n)
+            .map(|v| {
+                let (lo, hi) = window(v);
+                empty |= lo > hi;
+                (lo..=hi)
+                    .map(|time| (time, p.add_binary_var(0.0)))
+                    .collect()
+            })
+            .collect();
+        let ts = |v: usize| x[v].iter().map(|&(time, var)| (var, time as f64));
+        for xv in &x {
+            add(
+                &mut p,
+                xv.iter().map(|&(_, var)| (var, 1.0)).collect(),
+                ComparisonOp::Eq,
+                1.0,
+            );
+        }
+        for e in odg.edges() {
+            let expr = ts(e.to)
+                .chain(ts(e.from).map(|(var, c)| (var, -c)))
+                .collect();
+            add(
+                &mut p,
+                expr,
+                ComparisonOp::Ge,
+                odg.latency(arch, e.from) as f64,
+            );
+        }
+        // T at least every last node's start (the others' follows from the dependencies).
+        for v in (0..n).filter(|&v| odg.edges().iter().all(|e| e.from != v)) {
+            let expr = std::iter::once((t, 1.0))
+                .chain(ts(v).map(|(var, c)| (var, -c)))
+                .collect();
+            add(&mut p, expr, ComparisonOp::Ge, 0.0);
+        }
+        // Per kind (matches, actions): each class's (demand, rq) and each time's rq.
+        let mut ipc: [Indicators; 2] = [Vec::new(), Vec::new()];
+        for (kind, capacity) in [(0, arch.match_capacity), (1, arch.action_capacity)] {
+            let mut per_class: BTreeMap<u64, Vec<(f64, Variable)>> = BTreeMap::new();
+            let mut per_time: BTreeMap<u64, Vec<Variable>> = BTreeMap::new();
+            for (v, node) in odg.nodes().iter().enumerate() {
+                let demand = match (kind, node.op) {
+                    (0, Op::Match { key_bits, .. }) => arch.match_units(key_bits),
+                    (1, Op::Action { fields }) => fields,
+                    _ => continue,
+                };
+                for &(time, var) in &x[v] {
+                    per_class
+                        .entry(time % period)
+                        .or_default()
+                        .push((f64::from(demand), var));
+                    per_time.entry(time).or_default().push(var);
+                }
+            }
+            for demands in per_class.values() {
+                // Only where the class could overflow.
+                if demands.iter().map(|d| d.0).sum::<f64>() > f64::from(capacity) {
+                    add(
+                        &mut p,
+                        demands.iter().map(|&(d, var)| (var, d)).collect(),
+                        ComparisonOp::Le,
+                        f64::from(capacity),
+                    );
+                }
+            }
+            // IPC only in classes with more candidate times than IPC.
+            let mut times_of_class: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+            for &time in per_time.keys() {
+                times_of_class.entry(time % period).or_default().push(time);
+            }
+            for times in times_of_class.values() {
+                if times.len() <= arch.ipc as usize {
+                    continue;
+                }
+                let mut in_class = Vec::with_capacity(times.len());
+                for time in times {
+                    let vars = &per_time[time];
+                    let indicator = p.add_binary_var(0.0);
+                    ipc[kind].push((*time, indicator));
+                    in_class.push((indicator, 1.0));
+                    let expr = vars
+                        .iter()
+                        .map(|&var| (var, 1.0))
+                        .chain(std::iter::once((indicator, -(vars.len() as f64))))
+                        .collect();
+                    add(&mut p, expr, ComparisonOp::Le, 0.0);
+                }
+                add(&mut p, in_class, ComparisonOp::Le, f64::from(arch.ipc));
+            }
+        }
+        let variables = 1 + x.iter().map(Vec::len).sum::<usize>() + ipc[0].len() + ipc[1].len();
+        Model {
+            problem: (!empty).then_some(p),
+            x,
+            ipc,
+            t,
+            variables,
+            constraints,
+        }
+    }
+}
+
+/// The seed as a complete assignment of the model's variables, for the warm start (microlp
+/// drops a hint whose completion is fractional, so every variable gets its value).
+fn warm_start(
+    odg: &Odg,
+    x: &[Starts],
+    ipc: &[Indicators; 2],
+    t: Variable,
+    seed: &Schedule,
+) -> Vec<(Variable, f64)> {
+    let mut hint = vec![(t, last_start(seed) as f64)];
+    for (v, xv) in x.iter().enumerate() {
+        hint.extend(
+            xv.iter()
+                .map(|&(time, var)| (var, f64::from(u8::from(time == seed.start[v])))),
+        );
+    }
+    for (kind, indicators) in ipc.iter().enumerate() {
+        for &(time, var) in indicators {
+            let used = (0..odg.nodes().len()).any(|v| {
+                seed.start[v] == time
+                    && matches!(
+                        (kind, odg.nodes()[v].op),
+                        (0, Op::Match { .. }) | (1, Op::Action { .. })
+                    )
+            });
+            hint.push((var, f64::from(u8::from(used))));
+        }
+    }
+    hint
+}
+
+/// The schedule in the solver's answer: each node at the one time whose rq rounds to 1, or
+/// the name of a node without exactly one.
+fn read_back(
+    odg: &Odg,
+    period: u64,
+    x: &[Starts],
+    value: impl Fn(Variable) -> f64,
+) -> Result<Schedule, String> {
+    let start = x
+        .iter()
+        .enumerate()
+        .map(|(v, xv)| {
+            let mut on = xv.iter().filter(|&&(_, var)| value(var).round() == 1.0);
+            match (on.next(), on.next()) {
+                (Some(&(time, _)), None) => Ok(time),
+                _ => Err(odg.nodes()[v].name.clone()),
+            }
+        })
+        .collect::<Result<Vec<u64>, String>>()?;
+    Ok(Schedule { period, start })
+}

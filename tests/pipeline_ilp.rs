@@ -1,0 +1,240 @@
+//! The dRMT ILP scheduler (`pipeline::ilp_schedule`): optimal on the paper's example, never
+//! worse than the list scheduler nor better than the lower bound, strictly better where greedy
+//! placement goes wrong, and a proof of infeasibility where no schedule exists.
+//!
+//! Every limit is generous and every graph small, so the solves finish well within it; the
+//! assertions on values are made only on outcomes proven optimal.
+
+#![cfg(feature = "ilp")]
+
+use std::time::Duration;
+
+use pfemu::pipeline::examples::{figure_5, random};
+use pfemu::pipeline::*;
+
+/// A limit no test's solve comes near.
+fn generous() -> IlpOptions {
+    IlpOptions {
+        time_limit: Duration::from_secs(120),
+        ..IlpOptions::default()
+    }
+}
+
+/// The same, with every speed-up off: the paper's plain formulation.
+fn plain() -> IlpOptions {
+    IlpOptions {
+        seed: false,
+        windows: false,
+        bounds: false,
+        ..generous()
+    }
+}
+
+fn last_start(s: &Schedule) -> u64 {
+    s.start.iter().copied().max().unwrap_or(0)
+}
+
+/// The outcome's schedule, checked by the validator.
+fn valid(odg: &Odg, arch: &Arch, out: &IlpOutcome) -> Schedule {
+    let s = out.schedule.clone().expect("a schedule");
+    assert_eq!(validate(odg, arch, &s), Ok(()), "{out:?}");
+    s
+}
+
+fn proven(out: &IlpOutcome) -> bool {
+    matches!(out.status, IlpStatus::Optimal | IlpStatus::OptimalByBound)
+}
+
+#[test]
+fn figure_5_at_two_processors_is_optimal_at_the_papers_schedule() {
+    let (odg, arch) = figure_5();
+    for options in [generous(), plain()] {
+        let out = ilp_schedule(&odg, &arch, 2, &options);
+        assert_eq!(out.status, IlpStatus::Optimal, "{out:?}");
+        let s = valid(&odg, &arch, &out);
+        // The paper's schedule (Figure 5b) ends with A3 at 6; A3 at 5 would need the naive
+        // schedule, which breaks M̄ and IPC: 6 is the optimum.
+        assert_eq!(s.start[odg.index_of("A3").unwrap()], 6);
+        assert_eq!(last_start(&s), 6);
+        assert!(out.variables > 0 && out.constraints > 0);
+        assert!(out.failure.is_none());
+    }
+    // The speed-ups shrink the program.
+    let fast = ilp_schedule(&odg, &arch, 2, &generous());
+    let slow = ilp_schedule(&odg, &arch, 2, &plain());
+    assert!(fast.variables < slow.variables, "{fast:?} {slow:?}");
+    assert_eq!(fast.bound, 5, "the critical path: M0 -> M2 -> A1 -> A3");
+    assert_eq!(fast.seed_last_start, Some(6));
+}
+
+#[test]
+fn on_random_graphs_the_ilp_lies_between_the_bound_and_the_list_scheduler() {
+    let arch = Arch::DRMT;
+    let mut solved = 0;
+    for seed in [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 18] {
+        let odg = random(seed, 6);
+        let list = fewest_processors(&odg, &arch, 64).expect("a period for the list scheduler");
+        let out = ilp_schedule(&odg, &arch, list.period, &generous());
+        let s = valid(&odg, &arch, &out);
+        assert!(last_start(&s) <= last_start(&list), "seed {seed}: {out:?}");
+        assert_eq!(out.seed_last_start, Some(last_start(&list)));
+        if proven(&out) {
+            solved += 1;
+            let bound = odg
+                .nodes()
+                .iter()
+                .enumerate()
+                .map(|(v, _)| critical_start(&odg, &arch, v))
+                .max()
+                .unwrap_or(0);
+            assert_eq!(out.bound, bound, "seed {seed}");
+            assert!(last_start(&s) >= bound, "seed {seed}: {out:?}");
+        }
+    }
+    assert!(solved > 10, "{solved} of 15 proven optimal");
+}
+
+/// Node `v`'s earliest start with unlimited resources.
+fn critical_start(odg: &Odg, arch: &Arch, v: usize) -> u64 {
+    odg.edges()
+        .iter()
+        .filter(|e| e.to == v)
+        .map(|e| critical_start(odg, arch, e.from) + odg.latency(arch, e.from))
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_speed_ups_keep_the_optimum() {
+    let arch = Arch::DRMT;
+    for seed in [3, 4] {
+        let odg = random(seed, 6);
+        let period = fewest_processors(&odg, &arch, 64).unwrap().period;
+        let fast = ilp_schedule(&odg, &arch, period, &generous());
+        let slow = ilp_schedule(&odg, &arch, period, &plain());
+        valid(&odg, &arch, &fast);
+        valid(&odg, &arch, &slow);
+        if proven(&fast) && proven(&slow) {
+            assert_eq!(fast.last_start(), slow.last_start(), "seed {seed}");
+        }
+        assert!(fast.variables <= slow.variables);
+    }
+    let (odg, arch) = greedy_trap();
+    let slow = ilp_schedule(&odg, &arch, 2, &plain());
+    assert_eq!(slow.status, IlpStatus::Optimal);
+    assert_eq!(slow.last_start(), Some(2));
+}
+
+/// A graph where the list scheduler's earliest-start placement is a trap: M0 -> Abig (two
+/// fields) and Asmall (one field) -> Mx, on 2 processors with Ā = 2 and IPC 2.
+fn greedy_trap() -> (Odg, Arch) {
+    let m = |name: &str| Node {
+        name: name.into(),
+        op: Op::Match {
+            key_bits: 32,
+            entries: 16,
+        },
+    };
+    let a = |name: &str, fields| Node {
+        name: name.into(),
+        op: Op::Action { fields },
+    };
+    let odg = Odg::new(
+        vec![m("M0"), a("Abig", 2), a("Asmall", 1), m("Mx")],
+        vec![Edge { from: 0, to: 1 }, Edge { from: 2, to: 3 }],
+    )
+    .unwrap();
+    let arch = Arch {
+        match_capacity: 8,
+        unit_bits: 80,
+        action_capacity: 2,
+        match_latency: 2,
+        action_latency: 1,
+        ipc: 2,
+    };
+    (odg, arch)
+}
+
+#[test]
+fn the_ilp_beats_greedy_placement_where_earliest_is_wrong() {
+    let (odg, arch) = greedy_trap();
+    // Greedy starts M0 and Asmall at 0 (class 0, one field used); Abig is ready at 2, class 0
+    // has one field left, so it waits for class 1 at 3.
+    let list = list_schedule(&odg, &arch, 2).unwrap();
+    assert_eq!(list.start, vec![0, 3, 0, 1]);
+    // Holding Asmall back to 1 (class 1) leaves class 0 whole for Abig at 2, and Mx shares
+    // class 0 with M0 at a second time, which IPC 2 allows.
+    let out = ilp_schedule(&odg, &arch, 2, &generous());
+    assert_eq!(out.status, IlpStatus::Optimal, "{out:?}");
+    let s = valid(&odg, &arch, &out);
+    assert_eq!(last_start(&s), 2);
+    assert!(last_start(&s) < last_start(&list));
+    assert_eq!(out.bound, 2, "the ILP meets the critical path");
+}
+
+/// M0 -> M1 -> M2 with M̄ = 2 one-unit matches a cycle and IPC 1.
+fn chain_of_three() -> (Odg, Arch) {
+    let m = |name: &str| Node {
+        name: name.into(),
+        op: Op::Match {
+            key_bits: 32,
+            entries: 16,
+        },
+    };
+    let odg = Odg::new(
+        vec![m("M0"), m("M1"), m("M2")],
+        vec![Edge { from: 0, to: 1 }, Edge { from: 1, to: 2 }],
+    )
+    .unwrap();
+    let (_, arch) = figure_5();
+    (odg, arch)
+}
+
+#[test]
+fn a_period_with_no_schedule_is_proven_infeasible() {
+    let (odg, arch) = chain_of_three();
+    // The units fit two classes (3 <= 2 * 2), but two of the three matches share a class,
+    // where IPC 1 makes them start together, which their dependency forbids.
+    assert_eq!(lower_bound(&odg, &arch).processors, 2);
+    assert_eq!(list_schedule(&odg, &arch, 2), None);
+    for options in [generous(), plain()] {
+        let out = ilp_schedule(&odg, &arch, 2, &options);
+        assert_eq!(out.status, IlpStatus::Infeasible, "{out:?}");
+        assert_eq!(out.schedule, None);
+    }
+    // Three processors give each match a class of its own.
+    let (period, out) = ilp_fewest_processors(&odg, &arch, 8, &generous()).unwrap();
+    assert_eq!(period, 3);
+    assert!(proven(&out), "{out:?}");
+    assert_eq!(out.unresolved_periods, Vec::<u64>::new());
+    assert_eq!(valid(&odg, &arch, &out).start, vec![0, 2, 4]);
+    // Too few periods allowed: none.
+    assert!(ilp_fewest_processors(&odg, &arch, 2, &generous()).is_none());
+    // A node wider than a class is refused without a solve.
+    let wide = Odg::new(
+        vec![Node {
+            name: "wide".into(),
+            op: Op::Match {
+                key_bits: 3 * 80,
+                entries: 1,
+            },
+        }],
+        vec![],
+    )
+    .unwrap();
+    let out = ilp_schedule(&wide, &arch, 4, &generous());
+    assert_eq!((out.status, out.variables), (IlpStatus::Infeasible, 0));
+}
+
+#[test]
+fn fewest_processors_by_ilp_is_never_more_than_by_list() {
+    let arch = Arch::DRMT;
+    for seed in [0, 3, 4, 8] {
+        let odg = random(seed, 6);
+        let list = fewest_processors(&odg, &arch, 64).unwrap();
+        let (period, out) = ilp_fewest_processors(&odg, &arch, 64, &generous()).unwrap();
+        assert!(period <= list.period, "seed {seed}");
+        assert!(period >= lower_bound(&odg, &arch).processors);
+        valid(&odg, &arch, &out);
+    }
+}
