@@ -26,6 +26,7 @@ fn plain() -> IlpOptions {
         seed: false,
         windows: false,
         bounds: false,
+        tight_ipc: false,
         ..generous()
     }
 }

@@ -9,19 +9,22 @@
 //! - per residue class r: Σ_{v ∈ VM, q} ceil(k(v) / b) rq(v, q, r) ≤ M̄ and
 //!   Σ_{v ∈ VA, q} a(v) rq(v, q, r) ≤ Ā;
 //! - IPC: a binary pm(q, r) with Σ_{v ∈ VM} rq(v, q, r) ≤ pm(q, r) · |VM| and
-//!   Σ_q pm(q, r) ≤ IPC (and pa for the actions);
+//!   Σ_q pm(q, r) ≤ IPC (and pa for the actions); by default ([`IlpOptions::tight_ipc`])
+//!   the first is one constraint per node, rq(v, q, r) ≤ pm(q, r): the same integer
+//!   solutions, but a relaxation tight enough to prove optima on the paper's random graphs;
 //! - objective: minimise T, with t(v) ≤ T (the last start).
 //!
 //! The paper names three speed-ups but leaves their description to its extended version;
 //! these are this module's reading of them, each of which [`IlpOptions`] can turn off:
 //!
-//! 1. **Seed** (`seed`): [`list_schedule`] runs first. Its schedule warm-starts the solver and
-//!    its last start H bounds the horizon, as no optimum starts anything later: the times are
-//!    0..Q_MAX·P with Q_MAX = ceil((H + 1) / P). Without a seed the horizon is one that
-//!    provably holds an optimal schedule if any exists: a schedule has at most
-//!    d = min(n, 2·P·IPC) distinct start times, and moving everything after a gap P earlier
-//!    keeps it valid while the gap is at least the largest latency plus P, so some optimum
-//!    starts everything by P − 1 + (d − 1)(max latency + P − 1).
+//! 1. **Seed** (`seed`): [`list_schedule`] runs first. Its last start H bounds the horizon,
+//!    as no optimum starts anything later: the times are 0..Q_MAX·P with
+//!    Q_MAX = ceil((H + 1) / P); without step 3's scan its schedule also warm-starts the
+//!    solver. Without a seed the horizon is one that provably holds an optimal schedule if
+//!    any exists: a schedule has at most d = min(n, 2·P·IPC) distinct start times, and moving
+//!    everything after a gap P earlier keeps it valid while the gap is at least the largest
+//!    latency plus P, so some optimum starts everything by P − 1 + (d − 1)(max latency +
+//!    P − 1).
 //! 2. **Windows** (`windows`): node v gets rq variables only for times in
 //!    [ASAP(v), H − tail(v)], where ASAP is its earliest start from the dependencies and
 //!    tail(v) the longest chain of latencies from v to a last node: no schedule within the
@@ -30,12 +33,18 @@
 //! 3. **Bounds and early exit** (`bounds`): T ≥ the critical path's last start (the largest
 //!    ASAP). When the seed meets that bound it is optimal and the ILP is not run
 //!    ([`IlpStatus::OptimalByBound`]); a graph whose widest node, or whose total match units
-//!    or action fields, exceeds what P classes hold is infeasible without a solve.
+//!    or action fields, exceeds what P classes hold is infeasible without a solve. Otherwise
+//!    the horizon rises from the bound to one below the seed's, a program per horizon (each
+//!    smaller than the seed's, its windows narrower): the first with a schedule has the
+//!    optimum, and if none has one the seed is optimal. Proving a narrow horizon infeasible
+//!    is what the solver does fastest; one wide program, warm-started, spends its time
+//!    closing the gap to a weak bound.
 //!
 //! The solver's answer is read back by rounding (each node at the time whose rq rounds to
 //! one) and checked by [`validate`]; an answer that fails it is never returned: the seed is,
-//! with [`IlpStatus::SolverFailed`]. The solve has a time limit; an outcome says whether its
-//! schedule is optimal, the best found when the limit struck, or that none exists.
+//! with [`IlpStatus::SolverFailed`]. The whole call has one time budget, shared by its
+//! solves; an outcome says whether its schedule is optimal, the best found when the limit
+//! struck, or that none exists.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -50,25 +59,32 @@ use super::schedule::{validate, Schedule, Violation};
 /// How [`ilp_schedule`] solves: the solver's time limit and the speed-ups on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IlpOptions {
-    /// The solver's time budget for one period (the model's construction is not counted).
+    /// The time budget of one [`ilp_schedule`] call, shared by its solves (each
+    /// [`ilp_fewest_processors`] period gets its own).
     pub time_limit: Duration,
     /// Speed-up 1: the list scheduler's schedule warm-starts the solver and bounds the horizon.
     pub seed: bool,
     /// Speed-up 2: each node's variables only within its feasible window of start times.
     pub windows: bool,
-    /// Speed-up 3: the last start bounded below by the critical path, and no solve when the
-    /// seed meets that bound or the resources cannot fit.
+    /// Speed-up 3: the last start bounded below by the critical path, no solve when the seed
+    /// meets that bound or the resources cannot fit, and the horizons scanned up from the bound.
     pub bounds: bool,
+    /// The IPC indicators bound each start variable on their own, rq(v, q, r) ≤ pm(q, r),
+    /// rather than the paper's one sum per (q, r): the same integer solutions, a tighter
+    /// relaxation, and on the paper's random graphs proofs of optimality where the sum's
+    /// solves run out of time.
+    pub tight_ipc: bool,
 }
 
 impl Default for IlpOptions {
-    /// 10 s, every speed-up on.
+    /// 10 s, every speed-up on, the IPC constraints tight.
     fn default() -> Self {
         IlpOptions {
             time_limit: Duration::from_secs(10),
             seed: true,
             windows: true,
             bounds: true,
+            tight_ipc: true,
         }
     }
 }
@@ -138,10 +154,12 @@ pub struct IlpOutcome {
     pub status: IlpStatus,
     /// Wall-clock time of the whole call: seed, model and solve.
     pub elapsed: Duration,
-    /// The model's variables (0 when no model was built).
+    /// The largest model's variables (0 when no model was built).
     pub variables: usize,
-    /// The model's constraints, bounds of single variables not counted.
+    /// The largest model's constraints, bounds of single variables not counted.
     pub constraints: usize,
+    /// The programs solved (speed-up 3 solves one per horizon it tries).
+    pub solves: usize,
     /// The critical-path bound on the last start (0 with `bounds` off).
     pub bound: u64,
     /// The list scheduler's last start, when it ran and found a schedule.
@@ -175,6 +193,7 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
         elapsed: Duration::ZERO,
         variables: 0,
         constraints: 0,
+        solves: 0,
         bound: 0,
         seed_last_start: None,
         failure: None,
@@ -205,65 +224,140 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
             return out;
         }
     }
-    let horizon = match &seed {
-        Some(s) => last_start(s),
-        None => proven_horizon(odg, arch, period),
+    let program = Program {
+        odg,
+        arch,
+        period,
+        asap: &asap,
+        bound: out.bound,
+        options,
+        deadline: began + options.time_limit,
     };
-    let Model {
-        problem,
-        x,
-        ipc,
-        t,
-        variables,
-        constraints,
-    } = Model::build(odg, arch, period, horizon, &asap, out.bound, options);
-    out.variables = variables;
-    out.constraints = constraints;
-    let Some(problem) = problem else {
-        // A window is empty: no schedule within the proven horizon.
-        out.elapsed = began.elapsed();
-        return out;
-    };
-    let warm_start = seed.as_ref().map(|s| warm_start(odg, &x, &ipc, t, s));
-    let mut solve = SolveOptions::default();
-    solve.time_limit = Some(options.time_limit);
-    solve.warm_start = warm_start;
-    let solved = problem.solve_with(solve);
-    let fall_back = |out: &mut IlpOutcome, failure: IlpFailure| {
-        out.status = IlpStatus::SolverFailed;
-        out.failure = Some(failure);
-        out.schedule.clone_from(&seed);
-    };
-    match solved {
-        Ok(microlp::SolveOutcome::Solution(solution)) => {
-            match read_back(odg, period, &x, |v| solution.var_value_raw(v)) {
-                Ok(s) => match validate(odg, arch, &s) {
-                    Ok(()) => {
-                        out.status = if solution.status() == microlp::SolutionStatus::Optimal {
-                            IlpStatus::Optimal
-                        } else {
-                            IlpStatus::TimeLimit
-                        };
-                        out.schedule = Some(s);
+    let result = match &seed {
+        // Speed-up 3's scan: horizons from the bound up, each a small program; the first with
+        // a schedule holds an optimum, and if none below the seed's has one the seed is optimal.
+        Some(s) if options.bounds => {
+            let mut result = Solved::Optimal(s.clone());
+            for horizon in out.bound..last_start(s) {
+                match program.solve(horizon, None, &mut out) {
+                    Solved::Infeasible => {}
+                    other => {
+                        result = other;
+                        break;
                     }
-                    Err(bad) => fall_back(&mut out, IlpFailure::Invalid(bad)),
-                },
-                Err(node) => fall_back(&mut out, IlpFailure::Unreadable(node)),
+                }
             }
+            result
         }
-        Ok(microlp::SolveOutcome::Interrupted(_)) => {
+        Some(s) => program.solve(last_start(s), Some(s), &mut out),
+        None => program.solve(proven_horizon(odg, arch, period), None, &mut out),
+    };
+    match result {
+        Solved::Optimal(s) => {
+            out.status = IlpStatus::Optimal;
+            out.schedule = Some(s);
+        }
+        Solved::Feasible(s) => {
+            out.status = IlpStatus::TimeLimit;
+            out.schedule = Some(s);
+        }
+        Solved::Interrupted => {
             out.status = IlpStatus::TimeLimit;
             out.schedule.clone_from(&seed);
         }
         // Without a seed the horizon and windows hold an optimum if there is one: proven.
-        Err(microlp::Error::Infeasible) if seed.is_none() => out.status = IlpStatus::Infeasible,
-        Err(e) => fall_back(&mut out, IlpFailure::Solver(e)),
+        Solved::Infeasible if seed.is_none() => out.status = IlpStatus::Infeasible,
+        // The seed is a schedule within the horizon: the solver is wrong.
+        Solved::Infeasible => {
+            out.status = IlpStatus::SolverFailed;
+            out.failure = Some(IlpFailure::Solver(microlp::Error::Infeasible));
+            out.schedule.clone_from(&seed);
+        }
+        Solved::Failed(failure) => {
+            out.status = IlpStatus::SolverFailed;
+            out.failure = Some(failure);
+            out.schedule.clone_from(&seed);
+        }
     }
     if let Some(s) = &out.schedule {
         debug_assert_eq!(validate(odg, arch, s), Ok(()));
     }
     out.elapsed = began.elapsed();
     out
+}
+
+/// What one solve within a horizon gave.
+enum Solved {
+    /// A valid schedule, proven the earliest within the horizon.
+    Optimal(Schedule),
+    /// A valid schedule, the best found when the time limit struck.
+    Feasible(Schedule),
+    /// No schedule within the horizon.
+    Infeasible,
+    /// The time limit struck before a schedule was found.
+    Interrupted,
+    /// The solver failed, or its answer was not a valid schedule.
+    Failed(IlpFailure),
+}
+
+/// What the program is built from, and the time budget's end.
+struct Program<'a> {
+    odg: &'a Odg,
+    arch: &'a Arch,
+    period: u64,
+    asap: &'a [u64],
+    bound: u64,
+    options: &'a IlpOptions,
+    deadline: Instant,
+}
+
+impl Program<'_> {
+    /// The program within `horizon` solved, with `warm` as the warm start; the model's size
+    /// counted in `out` (the largest so far) and the solve in `out.solves`.
+    fn solve(&self, horizon: u64, warm: Option<&Schedule>, out: &mut IlpOutcome) -> Solved {
+        let (odg, arch, period) = (self.odg, self.arch, self.period);
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Solved::Interrupted;
+        }
+        let model = Model::build(
+            odg,
+            arch,
+            period,
+            horizon,
+            self.asap,
+            self.bound,
+            self.options,
+        );
+        out.variables = out.variables.max(model.variables);
+        out.constraints = out.constraints.max(model.constraints);
+        let Some(problem) = &model.problem else {
+            // A window is empty: nothing fits within the horizon.
+            return Solved::Infeasible;
+        };
+        out.solves += 1;
+        let mut solve = SolveOptions::default();
+        solve.time_limit = Some(left);
+        solve.warm_start = warm.map(|s| warm_start(odg, &model.x, &model.ipc, model.t, s));
+        let solution = match problem.solve_with(solve) {
+            Ok(microlp::SolveOutcome::Solution(solution)) => solution,
+            Ok(microlp::SolveOutcome::Interrupted(_)) => return Solved::Interrupted,
+            Err(microlp::Error::Infeasible) => return Solved::Infeasible,
+            Err(e) => return Solved::Failed(IlpFailure::Solver(e)),
+        };
+        let schedule = match read_back(odg, period, &model.x, |v| solution.var_value_raw(v)) {
+            Ok(s) => s,
+            Err(node) => return Solved::Failed(IlpFailure::Unreadable(node)),
+        };
+        if let Err(bad) = validate(odg, arch, &schedule) {
+            return Solved::Failed(IlpFailure::Invalid(bad));
+        }
+        if solution.status() == microlp::SolutionStatus::Optimal {
+            Solved::Optimal(schedule)
+        } else {
+            Solved::Feasible(schedule)
+        }
+    }
 }
 
 /// The smallest period in `lower_bound(odg, arch).processors..=max_period` with a valid
@@ -476,12 +570,23 @@ impl Model {
                     let indicator = p.add_binary_var(0.0);
                     ipc[kind].push((*time, indicator));
                     in_class.push((indicator, 1.0));
-                    let expr = vars
-                        .iter()
-                        .map(|&var| (var, 1.0))
-                        .chain(std::iter::once((indicator, -(vars.len() as f64))))
-                        .collect();
-                    add(&mut p, expr, ComparisonOp::Le, 0.0);
+                    if options.tight_ipc {
+                        for &var in vars {
+                            add(
+                                &mut p,
+                                vec![(var, 1.0), (indicator, -1.0)],
+                                ComparisonOp::Le,
+                                0.0,
+                            );
+                        }
+                    } else {
+                        let expr = vars
+                            .iter()
+                            .map(|&var| (var, 1.0))
+                            .chain(std::iter::once((indicator, -(vars.len() as f64))))
+                            .collect();
+                        add(&mut p, expr, ComparisonOp::Le, 0.0);
+                    }
                 }
                 add(&mut p, in_class, ComparisonOp::Le, f64::from(arch.ipc));
             }
@@ -549,4 +654,64 @@ fn read_back(
         })
         .collect::<Result<Vec<u64>, String>>()?;
     Ok(Schedule { period, start })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::examples::figure_5;
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn the_proven_horizon_holds_the_papers_schedule() {
+        let (odg, arch) = figure_5();
+        // Seven nodes, but at most 2·P·IPC = 4 distinct starts: 1 + 3 · (2 + 1).
+        assert_eq!(proven_horizon(&odg, &arch, 2), 10);
+        assert_eq!(tails_to_last_start(&odg, &arch), vec![5, 5, 3, 3, 1, 1, 0]);
+        assert!(resources_fit(&odg, &arch, 2));
+        // Four one-unit matches need two classes of M̄ = 2.
+        assert!(!resources_fit(&odg, &arch, 1));
+    }
+
+    #[test]
+    fn an_answer_is_read_back_only_with_one_start_per_node() {
+        let (odg, _) = figure_5();
+        let mut p = Problem::new(OptimizationDirection::Minimize);
+        let vars: Vec<Variable> = (0..3).map(|_| p.add_binary_var(0.0)).collect();
+        let one = vec![(0, vars[0]), (1, vars[1])];
+        let x = vec![one; 7];
+        // Each node's first variable near 1: all start at 0.
+        let at_zero = |v: Variable| if v == vars[0] { 0.999_999 } else { 1e-9 };
+        assert_eq!(read_back(&odg, 2, &x, at_zero).unwrap().start, vec![0; 7]);
+        // Both near 1, or neither: no single start.
+        assert_eq!(read_back(&odg, 2, &x, |_| 1.0), Err("M0".into()));
+        assert_eq!(read_back(&odg, 2, &x, |_| 0.4), Err("M0".into()));
+    }
+
+    #[test]
+    fn failures_say_what_went_wrong() {
+        let solver = IlpFailure::Solver(microlp::Error::InternalError("pivot".into()));
+        assert_eq!(solver.to_string(), "the ILP solver failed: pivot");
+        assert!(solver.source().is_some());
+        let invalid = IlpFailure::Invalid(vec![Violation::Shape("no starts".into())]);
+        assert_eq!(
+            invalid.to_string(),
+            "the ILP's answer is not a valid schedule; no starts"
+        );
+        assert!(invalid.source().is_none());
+        assert!(IlpFailure::Unreadable("M0".into())
+            .to_string()
+            .contains("`M0`"));
+    }
+
+    #[test]
+    fn no_period_and_no_graph_are_answered_without_a_solve() {
+        let (odg, arch) = figure_5();
+        let out = ilp_schedule(&odg, &arch, 0, &IlpOptions::default());
+        assert_eq!((out.status, out.solves), (IlpStatus::Infeasible, 0));
+        let empty = Odg::new(vec![], vec![]).unwrap();
+        let out = ilp_schedule(&empty, &arch, 1, &IlpOptions::default());
+        assert_eq!(out.status, IlpStatus::OptimalByBound);
+        assert_eq!(out.schedule.map(|s| s.start), Some(vec![]));
+    }
 }
