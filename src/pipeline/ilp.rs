@@ -34,11 +34,12 @@
 //!    ASAP). When the seed meets that bound it is optimal and the ILP is not run
 //!    ([`IlpStatus::OptimalByBound`]); a graph whose widest node, or whose total match units
 //!    or action fields, exceeds what P classes hold is infeasible without a solve. Otherwise
-//!    the horizon rises from the bound to one below the seed's, a program per horizon (each
-//!    smaller than the seed's, its windows narrower): the first with a schedule has the
-//!    optimum, and if none has one the seed is optimal. Proving a narrow horizon infeasible
-//!    is what the solver does fastest; one wide program, warm-started, spends its time
-//!    closing the gap to a weak bound.
+//!    the horizon rises from the bound to one below the seed's (without a seed, to the proven
+//!    horizon), a program per horizon, each with narrower windows than one wide program: the
+//!    first with a schedule has the optimum, and if none has one the seed is optimal (or,
+//!    without a seed, there is no schedule). Proving a narrow horizon infeasible is what the
+//!    solver does fastest; one wide program, even warm-started, spends its time closing the
+//!    gap to a weak bound.
 //!
 //! The solver's answer is read back by rounding (each node at the time whose rq rounds to
 //! one) and checked by [`validate`]; an answer that fails it is never returned: the seed is,
@@ -62,7 +63,8 @@ pub struct IlpOptions {
     /// The time budget of one [`ilp_schedule`] call, shared by its solves (each
     /// [`ilp_fewest_processors`] period gets its own).
     pub time_limit: Duration,
-    /// Speed-up 1: the list scheduler's schedule warm-starts the solver and bounds the horizon.
+    /// Speed-up 1: the list scheduler's schedule bounds the horizon (and warm-starts the
+    /// solver when `bounds` is off).
     pub seed: bool,
     /// Speed-up 2: each node's variables only within its feasible window of start times.
     pub windows: bool,
@@ -234,11 +236,15 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
         deadline: began + options.time_limit,
     };
     let result = match &seed {
-        // Speed-up 3's scan: horizons from the bound up, each a small program; the first with
-        // a schedule holds an optimum, and if none below the seed's has one the seed is optimal.
-        Some(s) if options.bounds => {
-            let mut result = Solved::Optimal(s.clone());
-            for horizon in out.bound..last_start(s) {
+        _ if options.bounds => {
+            // Speed-up 3's scan: horizons from the bound up, each a small program; the first
+            // with a schedule holds an optimum. Past the last, the seed is optimal, or (past
+            // the proven horizon) there is no schedule.
+            let (end, mut result) = match &seed {
+                Some(s) => (last_start(s), Solved::Optimal(s.clone())),
+                None => (proven_horizon(odg, arch, period) + 1, Solved::Infeasible),
+            };
+            for horizon in out.bound..end {
                 match program.solve(horizon, None, &mut out) {
                     Solved::Infeasible => {}
                     other => {
