@@ -17,7 +17,9 @@
 //! The paper names three speed-ups but leaves their description to its extended version;
 //! these are this module's reading of them, each of which [`IlpOptions`] can turn off:
 //!
-//! 1. **Seed** (`seed`): [`list_schedule`] runs first. Its last start H bounds the horizon,
+//! 1. **Seed** (`seed`): [`heuristic_schedule`] runs first (the list scheduler or the
+//!    fine-grained stage plan laid out cyclically, as the paper's code seeds its ILP from
+//!    fine-grained RMT, whichever ends sooner). Its last start H bounds the horizon,
 //!    as no optimum starts anything later: the times are 0..Q_MAX·P with
 //!    Q_MAX = ceil((H + 1) / P); without step 3's scan its schedule also warm-starts the
 //!    solver. Without a seed the horizon is one that provably holds an optimal schedule if
@@ -53,17 +55,17 @@ use std::time::{Duration, Instant};
 
 use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions, Variable};
 
-use super::list::{earliest_starts, list_schedule, lower_bound};
+use super::list::{earliest_starts, heuristic_schedule, lower_bound};
 use super::odg::{Arch, Odg, Op};
 use super::schedule::{validate, Schedule, Violation};
 
 /// How [`ilp_schedule`] solves: the solver's time limit and the speed-ups on.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IlpOptions {
     /// The time budget of one [`ilp_schedule`] call, shared by its solves (each
     /// [`ilp_fewest_processors`] period gets its own).
     pub time_limit: Duration,
-    /// Speed-up 1: the list scheduler's schedule bounds the horizon (and warm-starts the
+    /// Speed-up 1: the heuristic's schedule bounds the horizon (and warm-starts the
     /// solver when `bounds` is off).
     pub seed: bool,
     /// Speed-up 2: each node's variables only within its feasible window of start times.
@@ -164,7 +166,7 @@ pub struct IlpOutcome {
     pub solves: usize,
     /// The critical-path bound on the last start (0 with `bounds` off).
     pub bound: u64,
-    /// The list scheduler's last start, when it ran and found a schedule.
+    /// The heuristic seed's last start, when it ran and found a schedule.
     pub seed_last_start: Option<u64>,
     /// Why the solver's answer was not used, with [`IlpStatus::SolverFailed`].
     pub failure: Option<IlpFailure>,
@@ -214,7 +216,7 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
     // Speed-up 1, the seed, and 3's early exit when it meets the bound.
     let seed = options
         .seed
-        .then(|| list_schedule(odg, arch, period))
+        .then(|| heuristic_schedule(odg, arch, period))
         .flatten();
     out.seed_last_start = seed.as_ref().map(last_start);
     if let Some(s) = &seed {
@@ -368,7 +370,7 @@ impl Program<'_> {
 
 /// The smallest period in `lower_bound(odg, arch).processors..=max_period` with a valid
 /// schedule, and [`ilp_schedule`]'s outcome there, found by an upward scan: at each period
-/// the list scheduler runs first (as the seed) and establishes feasibility at once when it
+/// the heuristic runs first (as the seed) and establishes feasibility at once when it
 /// finds a schedule; only where it finds none does the ILP, unseeded, decide. A period whose
 /// solve hits the time limit without a schedule counts as not feasible and is listed in
 /// [`IlpOutcome::unresolved_periods`]. `None` if no period up to `max_period` has one found.

@@ -18,6 +18,9 @@
 //! Theorem 3.5). [`validate`] checks exactly that, and names every violation; the schedulers
 //! to come are tested against it.
 //!
+//! With the `ilp` feature (on with `lab`), `ilp` schedules by the paper's integer linear
+//! program: the optimum the heuristics approximate, seeded by them.
+//!
 //! The simulator ([`simulate_drmt`], [`simulate_rmt`]) runs packets through both pipelines,
 //! cycle by cycle, and measures throughput, latency and threads in flight, counting what a
 //! bad schedule breaks: processor resources, and tables asked twice in a cycle.
