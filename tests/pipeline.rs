@@ -126,13 +126,23 @@ fn fewest_processors_never_needs_more_than_the_fine_stage_plan_and_validates() {
     let mut list_alone_worse = 0;
     for seed in 0..100 {
         let odg = examples::random(seed, 20);
-        for arch in [Arch::DRMT, Arch { ipc: 2, ..Arch::DRMT }] {
+        for arch in [
+            Arch::DRMT,
+            Arch {
+                ipc: 2,
+                ..Arch::DRMT
+            },
+        ] {
             let stages = assign_stages(&odg, &arch, Granularity::Fine)
                 .expect("random graphs fit a stage")
                 .stages;
             let s = fewest_processors(&odg, &arch, 64).expect("the stage layout always fits");
             assert!(validate(&odg, &arch, &s).is_ok(), "seed {seed}");
-            assert!(s.period <= u64::from(stages), "seed {seed}: {} > {stages}", s.period);
+            assert!(
+                s.period <= u64::from(stages),
+                "seed {seed}: {} > {stages}",
+                s.period
+            );
             if (s.period..=u64::from(stages)).all(|p| list_schedule(&odg, &arch, p).is_none()) {
                 list_alone_worse += 1;
             }

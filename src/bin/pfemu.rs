@@ -25,6 +25,7 @@ use pfemu::lab::bench::fabric::{
 };
 use pfemu::lab::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::lab::bench::fpisa_accuracy::{self, AccuracyConfig};
+use pfemu::lab::bench::pipelines::PipelinesConfig;
 pub(crate) use pfemu::lab::bench::settings::parse_secs;
 use pfemu::lab::bench::timers::{self, TimerBenchConfig};
 use pfemu::lab::bench::traffic::{FlowDist, FrameSizes, Mix, TrafficSpec};
@@ -223,6 +224,16 @@ const EXPERIMENT_HELP: &str = "Experiments:
          traffic (--backgrounds, cells per input per cycle), for CPRR, iSLIP-1, iSLIP and
          OQ-xbar: the aggregation's wall time and its frames' cycles in the fabric (which
          runs --cycles-per-us cycles per microsecond). Every sum is checked.
+  pipelines
+         The dRMT paper's evaluation (Chole et al., SIGCOMM 2017, §4) on the shipped
+         programs' operation dependency graphs (filter, l3fwd, the Trio-ML aggregation step),
+         any --odg FILE described in JSON, and --graphs seeded random graphs of the paper's
+         shape: RMT stages (whole tables, and fine-grained), dRMT processors for one packet
+         per cycle with IPC 1 and 2 (heuristics, then the paper's ILP with a time limit of
+         --ilp-time-limit seconds per solve), the lower bound, each one's latency and threads
+         at line rate; beside them the PFE's instructions, XTXNs and threads per packet; and
+         throughput as processors shrink, simulated cycle by cycle (RMT's cliff, dRMT's
+         decline). Every schedule is validated, every simulated throughput checked.
 
 Each experiment has its own options, with its defaults (`pfemu experiment fig14 --help`);
 `all` takes the options the four share (--workers, --timers, --scan-period-ms,
@@ -236,7 +247,8 @@ Examples:
   pfemu experiment fig16 --windows 1,16,256 --no-timers
   pfemu experiment fpisa-accuracy --workers-list 2,8,64 --lanes 100000 --seed 7
   pfemu experiment fabric-latency --loads 0.5,0.9,0.99 --cycles 100000
-  pfemu experiment fabric-loss --json > fabric-loss.json";
+  pfemu experiment fabric-loss --json > fabric-loss.json
+  pfemu experiment pipelines --odg examples/pipelines/l3fwd.json --ilp-time-limit 10";
 
 #[derive(Subcommand, Debug)]
 enum Which {
@@ -260,6 +272,8 @@ enum Which {
     Fabric(SwitchSettings),
     /// Trio-ML's hierarchical aggregation through a chassis fabric under background load.
     FabricChassis(FabricChassisConfig),
+    /// The dRMT paper's evaluation: RMT, fine-grained RMT, dRMT and the PFE on the same programs.
+    Pipelines(PipelinesConfig),
 }
 
 /// What `pfemu experiment all` takes: the options the four figures share, overriding
@@ -699,6 +713,10 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             running("fabric-chassis");
             record(emit(&fabric::chassis(cfg, a.json)?, a)?);
         }
+        Which::Pipelines(cfg) => {
+            running("pipelines");
+            record(emit(&fabric::pipelines(cfg, a.json)?, a)?);
+        }
         Which::All(all) => {
             let (f13, f14, f15, f16) = all.configs();
             running("fig13");
@@ -729,6 +747,9 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             .map(|&name| {
                 if name == "fpisa-accuracy" {
                     format!("{name}: an FPISA sum left its documented error bound")
+                } else if name == "pipelines" {
+                    format!("{name}: a schedule failed its validator, or a simulated throughput \
+                             differed from the one its schedule promises")
                 } else if name.starts_with("fabric") {
                     format!("{name}: a cell was not accounted for, or a FIFO of infinite depth dropped one")
                 } else {

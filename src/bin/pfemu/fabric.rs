@@ -1,11 +1,13 @@
 //! `pfemu experiment fabric-latency`, `fabric-loss` and `pfemu bench fabric`: Hipernetch's
-//! single-switch evaluation on the fabric models, with a progress bar.
+//! single-switch evaluation on the fabric models, and `pfemu experiment pipelines`, with a
+//! progress bar.
 
 use pfemu::lab::bench::experiments::ExperimentError;
 use pfemu::lab::bench::fabric::{
     self, FabricBenchConfig, FabricChassisConfig, FabricChassisReport, FabricLatencyConfig,
     FabricLatencyReport, FabricLossConfig, FabricLossReport,
 };
+use pfemu::lab::bench::pipelines::{PipelinesConfig, PipelinesReport};
 use pfemu::lab::bench::report::Progress;
 
 use crate::CliResult;
@@ -56,6 +58,13 @@ pub fn chassis(
     quiet: bool,
 ) -> Result<FabricChassisReport, ExperimentError> {
     with_progress("fabric-chassis", quiet, |p| fabric::fabric_chassis(cfg, p))
+}
+
+/// The pipelines experiment.
+pub fn pipelines(cfg: &PipelinesConfig, quiet: bool) -> Result<PipelinesReport, ExperimentError> {
+    with_progress("pipelines", quiet, |p| {
+        pfemu::lab::bench::pipelines::pipelines(cfg, p)
+    })
 }
 
 /// `pfemu bench fabric`.

@@ -1,0 +1,185 @@
+//! `pfemu experiment pipelines`: the evaluation's rows hold what each architecture's own
+//! checks promise, the simulated throughput curves are exact, a user's JSON program is read
+//! like a shipped one, and bad options are refused by name. The ILP is left out: its time
+//! limit is wall-clock, and `tests/pipeline_ilp.rs` tests it on graphs it proves.
+
+#![cfg(feature = "lab")]
+
+use std::process::Command;
+
+use pfemu::lab::bench::experiments::Figure;
+use pfemu::lab::bench::pipelines::{pipelines, Architecture, PipelinesConfig};
+
+fn small() -> PipelinesConfig {
+    PipelinesConfig {
+        graphs: 6,
+        ilp_time_limit: 0.0,
+        sim_cycles: 500,
+        threads: 2,
+        ..PipelinesConfig::default()
+    }
+}
+
+#[test]
+fn rows_and_curves_hold_what_the_architectures_promise() {
+    let r = pipelines(&small(), &|_, _| {}).expect("the experiment runs");
+    assert!(r.verified(), "every schedule valid, every curve exact");
+    assert_eq!(r.rows.len(), 3 + 6, "three programs, six random graphs");
+    for row in &r.rows {
+        let at = |a: Architecture| {
+            row.placements
+                .iter()
+                .find(|p| p.architecture == a)
+                .and_then(|p| p.processors)
+                .unwrap_or_else(|| panic!("{}: no {} placement", row.graph, a.name()))
+        };
+        let bound = at(Architecture::Bound);
+        for a in Architecture::ALL {
+            assert!(
+                at(a) >= bound,
+                "{}: {} beats the bound",
+                row.graph,
+                a.name()
+            );
+        }
+        assert!(
+            at(Architecture::RmtFine) <= at(Architecture::Rmt),
+            "{}",
+            row.graph
+        );
+        assert_eq!(row.pfe.is_some(), row.kind == "program", "{}", row.graph);
+    }
+    // The curves: RMT's cliff and dRMT's decline, point by point as the placements promise.
+    let trio: Vec<_> = r
+        .throughput
+        .iter()
+        .filter(|p| p.graph == "trio-ml")
+        .collect();
+    assert!(!trio.is_empty());
+    for p in &trio {
+        assert_eq!(p.conflicts, 0, "{p:?}");
+        assert!((p.measured - p.expected).abs() < 1e-9, "{p:?}");
+    }
+    let measured = |a: Architecture, n: u64| {
+        trio.iter()
+            .find(|p| p.architecture == a && p.processors == n)
+            .map(|p| p.measured)
+            .expect("a point per processor count")
+    };
+    // One processor fewer than RMT's stages halves RMT; dRMT loses far less.
+    let stages = trio
+        .iter()
+        .filter(|p| p.architecture == Architecture::Rmt)
+        .map(|p| p.processors)
+        .max()
+        .expect("points");
+    assert_eq!(measured(Architecture::Rmt, stages), 1.0);
+    assert!(measured(Architecture::Rmt, stages - 1) <= 0.5);
+    assert!(measured(Architecture::Drmt1, stages - 1) > 0.8);
+    // The CSV has a row per graph and architecture.
+    assert_eq!(r.csv_rows().len(), r.rows.len() * Architecture::ALL.len());
+}
+
+#[test]
+fn a_users_json_program_is_evaluated_like_the_shipped_one() {
+    let cfg = PipelinesConfig {
+        graphs: 0,
+        odg: vec![concat!(env!("CARGO_MANIFEST_DIR"), "/examples/pipelines/l3fwd.json").into()],
+        ..small()
+    };
+    let r = pipelines(&cfg, &|_, _| {}).expect("the experiment runs");
+    let shipped = r.rows.iter().find(|r| r.graph == "l3fwd").expect("l3fwd");
+    let user = r
+        .rows
+        .iter()
+        .find(|r| r.graph.ends_with("l3fwd.json"))
+        .expect("the file's row");
+    let columns = |row: &pfemu::lab::bench::pipelines::GraphRow| {
+        row.placements
+            .iter()
+            .map(|p| (p.processors, p.latency))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(columns(shipped), columns(user));
+    assert!(user.pfe.is_none(), "a described program has no PFE column");
+}
+
+#[test]
+fn bad_options_and_files_are_refused_by_name() {
+    let refused = |cfg: PipelinesConfig, option: &str| {
+        let e = pipelines(&cfg, &|_, _| {}).expect_err("refused");
+        assert!(e.to_string().contains(option), "{e}");
+    };
+    refused(
+        PipelinesConfig {
+            graphs: 20_000,
+            ..small()
+        },
+        "--graphs",
+    );
+    refused(
+        PipelinesConfig {
+            ilp_time_limit: f64::NAN,
+            ..small()
+        },
+        "--ilp-time-limit",
+    );
+    refused(
+        PipelinesConfig {
+            slots: 1,
+            ..small()
+        },
+        "--slots",
+    );
+    let dir = std::env::temp_dir().join(format!("pfemu-odg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"name": "x", "nodes": [{"name": "a", "action": {"fields": 1}}], "edges": [["a", "b"]]}"#,
+    )
+    .expect("write");
+    let e = pipelines(
+        &PipelinesConfig {
+            graphs: 0,
+            odg: vec![bad.clone(), dir.join("missing.json")],
+            ..small()
+        },
+        &|_, _| {},
+    )
+    .expect_err("an edge to a node that does not exist");
+    let text = e.to_string();
+    assert!(
+        text.contains("--odg") && text.contains("bad.json"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_command_writes_its_files_and_json() {
+    let dir = std::env::temp_dir().join(format!("pfemu-pipelines-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args([
+            "experiment",
+            "pipelines",
+            "--graphs",
+            "2",
+            "--ilp-time-limit",
+            "0",
+        ])
+        .args(["--sim-cycles", "200", "--json", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("pfemu runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["experiment"], "pipelines");
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(5));
+    assert!(dir.join("pipelines.csv").exists() && dir.join("pipelines.svg").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
