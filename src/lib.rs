@@ -32,7 +32,8 @@
 //!   crossbars with PIM, RRM, iSLIP, DRRM and EDRRM; the paper's traffic models, latency
 //!   equations and a seeded runner.
 //! - [`pipeline`]: programs as operation dependency graphs for pipelines (RMT, dRMT), the
-//!   architectures' parameters, and the validator of a dRMT processor's cyclic schedule.
+//!   architectures' parameters, the validators of dRMT schedules and RMT stage plans, the
+//!   schedulers (heuristics, the paper's ILP), and a cycle-level simulator of both.
 //! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
 //!   XTXNs, and the hash engine ([`mem::hash`]).
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a

@@ -15,11 +15,16 @@
 //! (Observation 2). A [`Schedule`] is valid iff the dependencies hold and, in each of the P
 //! classes of start times, the matches fit M̄, the actions fit Ā, and the matches (and the
 //! actions) start at no more than IPC distinct times, each a different packet (Observation 3,
-//! Theorem 3.5). [`validate`] checks exactly that, and names every violation; the schedulers
-//! to come are tested against it.
+//! Theorem 3.5). [`validate`] checks exactly that, and names every violation; every scheduler
+//! is tested against it.
 //!
-//! With the `ilp` feature (on with `lab`), `ilp` schedules by the paper's integer linear
-//! program: the optimum the heuristics approximate, seeded by them.
+//! The schedulers: [`lower_bound`] (the bottleneck resource, the critical path);
+//! [`heuristic_schedule`] and [`fewest_processors`], the better of list scheduling and the
+//! fine-grained stage plan laid out cyclically; with the `ilp` feature (on with `lab`), `ilp`,
+//! the paper's integer linear program with its speed-ups, seeded by the heuristics. For RMT,
+//! [`assign_stages`] places whole tables (RMT) or matches and actions apart (fine-grained
+//! RMT) in stages, checked by [`validate_stages`]; [`drmt_from_stages`] turns a stage plan
+//! into a dRMT schedule of the same throughput (Theorem 3.3 by construction).
 //!
 //! The simulator ([`simulate_drmt`], [`simulate_rmt`]) runs packets through both pipelines,
 //! cycle by cycle, and measures throughput, latency and threads in flight, counting what a
