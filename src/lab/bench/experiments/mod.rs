@@ -142,6 +142,18 @@ pub trait Figure: Serialize {
     fn verified(&self) -> bool;
 }
 
+/// A claim of a paper beside what a run of its experiment measured (the fabric and pipeline
+/// experiments list theirs).
+#[derive(Clone, Debug, Serialize)]
+pub struct Claim {
+    /// What is compared.
+    pub what: String,
+    /// The paper's figure.
+    pub paper: String,
+    /// This run's.
+    pub measured: String,
+}
+
 /// The files [`write_files`] wrote.
 #[derive(Clone, Debug, Serialize)]
 pub struct Written {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{check_loads, run_points, Point, SwitchSettings};
 use crate::fabric::latency::{md1_wait, oq_bernoulli_wait};
 use crate::fabric::{Architecture, Depth, Iterations, OutputArbiter, Report, Scheduler};
-use crate::lab::bench::experiments::{ExperimentError, Figure};
+use crate::lab::bench::experiments::{Claim, ExperimentError, Figure};
 use crate::lab::bench::plot::{self, Line, Panel, Panels, Series};
 use crate::lab::bench::PlotError;
 
@@ -48,17 +48,6 @@ pub struct LatencyRow {
     /// The run.
     #[serde(flatten)]
     pub report: Report,
-}
-
-/// A claim of the paper beside what this run measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct Claim {
-    /// What is compared.
-    pub what: String,
-    /// The paper's figure.
-    pub paper: String,
-    /// This run's.
-    pub measured: String,
 }
 
 /// The report of [`fabric_latency`].

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::latency::Claim;
 use super::{bad, check_loads, run_points, Point, SwitchSettings};
 use crate::fabric::{Architecture, Depth, Iterations, OutputArbiter, Report, Scheduler, Traffic};
+use crate::lab::bench::experiments::Claim;
 use crate::lab::bench::experiments::{ExperimentError, Figure};
 use crate::lab::bench::plot::{self, Line, Panel, Panels, Series};
 use crate::lab::bench::PlotError;

@@ -34,11 +34,12 @@ mod chassis;
 mod latency;
 mod loss;
 
+pub use super::experiments::Claim;
 pub use bench::{fabric_bench, FabricBenchConfig, FabricBenchReport, SpeedRow};
 pub use chassis::{
     fabric_chassis, ChassisRow, FabricChassisConfig, FabricChassisReport, CHASSIS_ARCHITECTURES,
 };
-pub use latency::{fabric_latency, Claim, FabricLatencyConfig, FabricLatencyReport, LatencyRow};
+pub use latency::{fabric_latency, FabricLatencyConfig, FabricLatencyReport, LatencyRow};
 pub use loss::{fabric_loss, FabricLossConfig, FabricLossReport, LossRow, ZeroLossDepth};
 
 // ----- settings --------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::experiments::{ExperimentError, Figure};
+use super::experiments::{Claim, ExperimentError, Figure};
 use super::plot::{self, Line, Panel, Panels, Series};
 use super::PlotError;
 use crate::pipeline::{
@@ -262,17 +262,6 @@ pub struct ThroughputPoint {
     pub measured: f64,
     /// Memory contentions (dRMT: Observation 1 says none) and resource violations seen.
     pub conflicts: u64,
-}
-
-/// A claim of the paper beside this run's figure.
-#[derive(Clone, Debug, Serialize)]
-pub struct Claim {
-    /// What is compared.
-    pub what: String,
-    /// What the paper says.
-    pub paper: String,
-    /// What this run measured.
-    pub measured: String,
 }
 
 /// The report of [`pipelines`].
