@@ -5,8 +5,8 @@
 
 use pfemu::pipeline::examples::{figure_5, random};
 use pfemu::pipeline::{
-    fewest_processors, simulate_drmt, simulate_drmt_with, simulate_rmt, validate, Arch,
-    DrmtOptions, Odg, Op, Schedule, SimConfig, SimReport,
+    fewest_processors, simulate_drmt, simulate_drmt_with, simulate_rmt, validate,
+    validate_processors, Arch, DrmtOptions, Odg, Op, Schedule, SimConfig, SimReport, Violation,
 };
 
 /// The random graphs: 100 seeds, 5 to 30 table slots.
@@ -126,6 +126,18 @@ fn different_schedules_or_bursts_make_contention() {
             simulate_drmt_with(&odg, &arch, &shifted, p, &DrmtOptions::default(), &config).unwrap();
         assert_eq!(r.resource_violations, 0, "seed {seed}");
         assert!(r.contentions > 0, "seed {seed}: {r:?}");
+        // The validator finds the same contention without running, and none when every
+        // processor has the one schedule.
+        let found = validate_processors(&odg, &arch, &shifted).expect_err("contention");
+        assert!(found
+            .iter()
+            .all(|v| matches!(v, Violation::MemoryContention { .. })));
+        let same = vec![s.clone(); p as usize];
+        assert_eq!(
+            validate_processors(&odg, &arch, &same),
+            Ok(()),
+            "seed {seed}"
+        );
         // All P processors take a packet in the same cycle.
         let burst = DrmtOptions {
             burst: p,

@@ -60,7 +60,7 @@ pub use rmt::{
     assign_stages, coarse_tables, drmt_from_stages, rmt_throughput, stage_lower_bound,
     validate_stages, Granularity, RmtError, StagePlan, StageViolation,
 };
-pub use schedule::{validate, Schedule, Violation};
+pub use schedule::{validate, validate_processors, Schedule, Violation};
 pub use sim::{
     simulate_drmt, simulate_drmt_with, simulate_rmt, DrmtOptions, SimConfig, SimError, SimReport,
     MAX_SIM_UNITS,

@@ -82,6 +82,19 @@ pub enum Violation {
         /// IPC.
         ipc: u32,
     },
+    /// Processors `first` and `second` ask for the table of match `table` in the same cycles
+    /// (those ≡ `class` mod P): the crossbar's contention, which one schedule shared by
+    /// every processor never has (Observation 1) and different ones can.
+    MemoryContention {
+        /// The match whose table both ask for.
+        table: String,
+        /// The processors, by index (processor i takes the packets arriving at i mod P).
+        first: u64,
+        /// The other.
+        second: u64,
+        /// The cycles of both requests, mod P.
+        class: u64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -122,6 +135,16 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "class {class}: actions of {packets} packets start in one cycle, more than IPC = {ipc}"
+            ),
+            Violation::MemoryContention {
+                table,
+                first,
+                second,
+                class,
+            } => write!(
+                f,
+                "processors {first} and {second} both ask for `{table}`'s table in the cycles \
+                 ≡ {class} mod P"
             ),
         }
     }
@@ -199,6 +222,59 @@ pub fn validate(odg: &Odg, arch: &Arch, schedule: &Schedule) -> Result<(), Vec<V
                 packets: action_times.len() as u32,
                 ipc: arch.ipc,
             });
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(bad)
+    }
+}
+
+/// Checks the schedules of a switch's processors, processor i taking the packets that arrive
+/// at cycles ≡ i mod P (one schedule each, as many as the period): each one by [`validate`]
+/// (its violations as it names them), then the memory crossbar. Processor i asks for match
+/// v's table at the cycles ≡ i + start(v) mod P, so two processors contend for it when those
+/// agree. One schedule given to every processor never contends (Observation 1); the
+/// simulator ([`simulate_drmt_with`](super::simulate_drmt_with)) shows the same by running.
+pub fn validate_processors(
+    odg: &Odg,
+    arch: &Arch,
+    schedules: &[Schedule],
+) -> Result<(), Vec<Violation>> {
+    let p = schedules.first().map_or(0, |s| s.period);
+    if p == 0 || schedules.len() as u64 != p || schedules.iter().any(|s| s.period != p) {
+        return Err(vec![Violation::Shape(format!(
+            "processors fed round-robin at line rate: as many schedules as their period, one \
+             period for all (this: {} schedules, periods {:?})",
+            schedules.len(),
+            schedules.iter().map(|s| s.period).collect::<BTreeSet<_>>()
+        ))]);
+    }
+    let mut bad: Vec<Violation> = schedules
+        .iter()
+        .filter_map(|s| validate(odg, arch, s).err())
+        .flatten()
+        .collect();
+    if !bad.is_empty() {
+        return Err(bad);
+    }
+    for (v, node) in odg.nodes().iter().enumerate() {
+        if !matches!(node.op, Op::Match { .. }) {
+            continue;
+        }
+        let mut seen: Vec<Option<u64>> = vec![None; p as usize];
+        for (i, s) in schedules.iter().enumerate() {
+            let class = (i as u64 + s.start[v]) % p;
+            match seen[class as usize] {
+                Some(first) => bad.push(Violation::MemoryContention {
+                    table: node.name.clone(),
+                    first,
+                    second: i as u64,
+                    class,
+                }),
+                None => seen[class as usize] = Some(i as u64),
+            }
         }
     }
     if bad.is_empty() {
@@ -387,5 +463,55 @@ mod tests {
             let pos = |v| order.iter().position(|&x| x == v).unwrap();
             assert!(pos(e.from) < pos(e.to));
         }
+    }
+
+    #[test]
+    fn processors_with_different_schedules_contend_for_a_table_and_one_shared_never_does() {
+        let (odg, arch) = figure_5();
+        let good = Schedule {
+            period: 2,
+            start: vec![0, 0, 3, 3, 5, 5, 6],
+        };
+        assert_eq!(
+            validate_processors(&odg, &arch, &[good.clone(), good.clone()]),
+            Ok(())
+        );
+        // Processor 1 one cycle late: its requests land on processor 0's cycles.
+        let late = Schedule {
+            period: 2,
+            start: good.start.iter().map(|t| t + 1).collect(),
+        };
+        assert_eq!(validate(&odg, &arch, &late), Ok(()), "valid on its own");
+        let bad = validate_processors(&odg, &arch, &[good.clone(), late]).unwrap_err();
+        assert_eq!(bad.len(), 4, "each of the four matches' tables: {bad:?}");
+        assert_eq!(
+            bad[0],
+            Violation::MemoryContention {
+                table: "M0".into(),
+                first: 0,
+                second: 1,
+                class: 0,
+            }
+        );
+        assert!(bad[0].to_string().contains("processors 0 and 1"));
+        // Two schedules for a period of 2, or one of them invalid: named as such.
+        assert!(matches!(
+            validate_processors(&odg, &arch, std::slice::from_ref(&good)).unwrap_err()[0],
+            Violation::Shape(_)
+        ));
+        let naive = Schedule {
+            period: 2,
+            start: vec![0, 0, 2, 2, 4, 4, 5],
+        };
+        assert!(validate_processors(&odg, &arch, &[good, naive])
+            .unwrap_err()
+            .iter()
+            .all(|v| matches!(
+                v,
+                Violation::MatchCapacity { .. }
+                    | Violation::MatchIpc { .. }
+                    | Violation::ActionCapacity { .. }
+                    | Violation::ActionIpc { .. }
+            )));
     }
 }
