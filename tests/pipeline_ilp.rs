@@ -249,3 +249,29 @@ fn fewest_processors_by_ilp_is_never_more_than_by_the_heuristic() {
         valid(&odg, &arch, &out);
     }
 }
+
+#[test]
+fn with_resources_to_spare_the_ilp_meets_the_critical_path() {
+    let roomy = Arch {
+        match_capacity: 1_000,
+        action_capacity: 1_000,
+        ipc: 1_000,
+        ..Arch::DRMT
+    };
+    for seed in 0..20 {
+        let odg = random(seed, 10);
+        let bound = lower_bound(&odg, &roomy);
+        // The plain formulation's horizon is long at P = 1: a few graphs suffice for it.
+        let forms = if seed < 3 {
+            vec![generous(), plain()]
+        } else {
+            vec![generous()]
+        };
+        for options in forms {
+            let out = ilp_schedule(&odg, &roomy, 1, &options);
+            assert!(proven(&out), "seed {seed}: {out:?}");
+            let s = valid(&odg, &roomy, &out);
+            assert_eq!(s.latency(&odg, &roomy), bound.latency, "seed {seed}");
+        }
+    }
+}
