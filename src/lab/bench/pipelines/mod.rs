@@ -805,7 +805,8 @@ impl Figure for PipelinesReport {
         }];
         // (b) Throughput as processors shrink, one panel per program.
         let mut programs: Vec<&str> = Vec::new();
-        for p in &self.throughput {
+        // A program that fits one stage has no curve to draw.
+        for p in self.throughput.iter().filter(|p| p.processors > 1) {
             if !programs.contains(&p.graph.as_str()) {
                 programs.push(&p.graph);
             }
