@@ -48,9 +48,9 @@ pub struct PipelinesConfig {
     /// Largest processor count (and dRMT period) searched.
     #[arg(long, default_value_t = PipelinesConfig::default().max_processors, help = "Most processors (dRMT period) searched, 1 to 1024")]
     pub max_processors: u64,
-    /// Time limit of one ILP solve, seconds; 0 runs the list scheduler only.
+    /// Time limit of the ILP per period tried, seconds; 0 runs the heuristics only.
     #[arg(long = "ilp-time-limit", value_name = "SECONDS", default_value_t = PipelinesConfig::default().ilp_time_limit,
-          help = "Time limit of one ILP solve in seconds (0: list scheduler only)")]
+          help = "Time limit of the ILP per period tried, in seconds (0: the heuristics only)")]
     pub ilp_time_limit: f64,
     /// Random graphs (the first ones) the ILP also runs on; the rest get the heuristics only.
     #[arg(long = "ilp-graphs", default_value_t = PipelinesConfig::default().ilp_graphs,
