@@ -108,6 +108,13 @@
 //! [`XtxnKind`]. A suffix says how lanes are given: `_be`, big-endian bytes as they sit in a
 //! packet; `_lanes`, host integers; `x16`, a 64-byte line of 16 lanes.
 //!
+//! # Lookup blocks
+//!
+//! Beside the word-addressed space sit two lookup blocks with their own storage: the hash
+//! engine ([`hash`], keyed records with REF flags) and the ternary match block ([`tcam`],
+//! value/mask/priority entries with per-entry hit counters, replaced whole by the control side
+//! while lookups run).
+//!
 //! # Data flow
 //!
 //! The control plane sizes the memory ([`MemConfig`], [`SharedMemory::new`]), carves named
@@ -125,6 +132,7 @@ mod lanes;
 mod policer;
 mod posted;
 mod shared_memory;
+pub mod tcam;
 
 #[cfg(test)]
 mod model_tests;
