@@ -168,9 +168,11 @@ impl Op {
 
     /// The result an operand table stores for a representative operand.
     fn operand_result(self, x: u64) -> u64 {
+        // A 32-bit operand's square fits 64 bits exactly, beyond f64's 53.
+        let square = x.saturating_mul(x);
         let x = x as f64;
         match self {
-            Op::Square => (x * x) as u64,
+            Op::Square => square,
             Op::Sqrt => (x.sqrt() * ONE).round() as u64,
             // log2 0 is undefined: the program never looks 0 up (module doc).
             Op::Log2 | Op::Mul | Op::Div if x == 0.0 => 0,
@@ -368,5 +370,8 @@ mod tests {
             assert_eq!(t.eval(a, 0), Some(f64::from(a * a)));
         }
         assert!(ArithTable::uniform(Op::Square, 33).is_err());
+        // The largest square is stored exactly, beyond f64's 53 bits.
+        let max = u64::from(u32::MAX);
+        assert_eq!(Op::Square.operand_result(max), max * max);
     }
 }

@@ -1,6 +1,6 @@
 //! ADA: lookup-table arithmetic whose ternary (TCAM) entries are placed where the operands
-//! actually fall (Ahmadi et al., "ADA: Arithmetic Operations with Adaptive TCAM Population
-//! in Programmable Switches", §III).
+//! actually fall (Malekpourshahraki, Stephens and Vamanan, "ADA: Arithmetic Operations with
+//! Adaptive TCAM Population in Programmable Switches", §III).
 //!
 //! Switches without multipliers compute `x^2`, `sqrt x`, `log2 x`, `a * b` and `a / b` by
 //! matching the operand against ternary entries, each covering a range of operands and

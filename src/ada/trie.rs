@@ -602,6 +602,34 @@ mod tests {
         }
     }
 
+    /// Algorithm 3's entries cover every operand exactly once, in operand order, whatever
+    /// the hits and the budget (the calculation table relies on it).
+    #[test]
+    fn populations_cover_the_operands_exactly_once() {
+        let mut rng = crate::rng::SplitMix64::new(5);
+        let mut t = BinningTrie::new(8, 12).expect("valid");
+        for epoch in 0..30 {
+            for _ in 0..500 {
+                // Skewed: small operands far more often.
+                let magnitude = 1 + rng.below(12);
+                let v = rng.below(1 << magnitude);
+                t.record(v).expect("12-bit operand");
+            }
+            let budget = t.entries() as u64 + epoch * 7;
+            let entries = t.populate(budget).expect("budget covers the bins");
+            assert!(entries.len() as u64 <= budget);
+            let mut next = 0;
+            for e in &entries {
+                assert_eq!(e.value, next, "contiguous, in order");
+                let last = e.value | (!e.mask & 0xfff);
+                assert!((e.value..=last).contains(&e.representative));
+                next = last + 1;
+            }
+            assert_eq!(next, 1 << 12);
+            t.update(0.2, 2);
+        }
+    }
+
     #[test]
     fn bin_population_fits_its_share() {
         let t = BinningTrie::new(4, 16).expect("valid");
