@@ -6,7 +6,7 @@
 //! masks have higher priority). Results are integers: [`Op::Square`] and [`Op::Mul`] exact
 //! integers, the others fixed point with [`FRAC_BITS`] fraction bits.
 //!
-//! Two-operand operations follow the paper's [12] (Sharma et al.): `a * b = 2^(log2 a +
+//! Two-operand operations follow the paper's \[12\] (Sharma et al.): `a * b = 2^(log2 a +
 //! log2 b)` and `a / b = 2^(log2 a - log2 b)`, with one log table per operand (both the same
 //! table here) and one antilog table over the fixed-point sum, so the entries grow with the
 //! sum of the operands' tables rather than their product (a concatenated key would need

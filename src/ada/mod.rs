@@ -5,7 +5,7 @@
 //! Switches without multipliers compute `x^2`, `sqrt x`, `log2 x`, `a * b` and `a / b` by
 //! matching the operand against ternary entries, each covering a range of operands and
 //! holding the result for one representative of that range. Prior work (Sharma et al., the
-//! paper's [10]/[12]) populates the table uniformly: entries `0^p 1 (0|1)^s x^r`, the same
+//! paper's \[10\]/\[12\]) populates the table uniformly: entries `0^p 1 (0|1)^s x^r`, the same
 //! relative precision over the whole 32-bit domain. ADA learns the operands' distribution
 //! with a small monitoring table and spends the entry budget where the hits are:
 //!

@@ -398,7 +398,7 @@ impl TernaryEntry {
     }
 }
 
-/// The prior work's uniform population (Sharma et al., the paper's [10]): entries of the
+/// The prior work's uniform population (Sharma et al., the paper's \[10\]): entries of the
 /// form `0^p 1 (0|1)^s x^r` over `operand_bits`-bit operands: the leading one and `s`
 /// significant bits after it match, the rest are wildcards; operands below `2^(s+1)` get
 /// exact entries. That is `2^s (operand_bits + 1 - s)` entries for `s < operand_bits`.
@@ -431,7 +431,7 @@ fn refine(
         && refine((prefix << 1) | 1, len + 1, bits, t, out, cap)
 }
 
-/// The population of one bin with at most `k` entries (`k >= 1`), "similar to [12]" as the
+/// The population of one bin with at most `k` entries (`k >= 1`), "similar to \[12\]" as the
 /// paper's experiments use: the uniform population restricted to the bin with the most
 /// significant bits that fit in `k` entries (line 32's `min(b | ...)`, read as that).
 /// Choice: when not even 0 significant bits fit, the bin itself is the one entry; the
