@@ -34,6 +34,10 @@
 //! - [`pipeline`]: programs as operation dependency graphs for pipelines (RMT, dRMT), the
 //!   architectures' parameters, the validators of dRMT schedules and RMT stage plans, the
 //!   schedulers (heuristics, the paper's ILP), and a cycle-level simulator of both.
+//! - [`ada`]: ADA's lookup-table arithmetic: the binning trie that learns the operands'
+//!   distribution (Algorithms 1-2), the TCAM population that follows it (Algorithm 3),
+//!   and square, sqrt, log2, mul and div by ternary lookup with the prior work's uniform
+//!   population for comparison.
 //! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
 //!   XTXNs, and the hash engine ([`mem::hash`]).
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
@@ -189,6 +193,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ada;
 pub mod duration;
 pub mod error;
 pub mod fabric;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["error", "isa", "sync", "rng"],
     &[
-        "duration", "limits", "wire", "packet", "fpisa", "fabric", "pipeline",
+        "duration", "limits", "wire", "packet", "fpisa", "fabric", "pipeline", "ada",
     ],
     &["mem", "timer"],
     &["program"],

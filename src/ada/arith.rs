@@ -1,0 +1,377 @@
+//! Arithmetic by ternary lookup: the operations, the calculation tables of both populations
+//! (the prior work's uniform one and ADA's), and a reference matcher.
+//!
+//! A table is a list of [`LookupEntry`] (value, mask, priority, result), the way the TCAM
+//! block will hold it; [`lookup`] is the reference matcher (highest priority wins, longer
+//! masks have higher priority). Results are integers: [`Op::Square`] and [`Op::Mul`] exact
+//! integers, the others fixed point with [`FRAC_BITS`] fraction bits.
+//!
+//! Two-operand operations follow the paper's \[12\] (Sharma et al.): `a * b = 2^(log2 a +
+//! log2 b)` and `a / b = 2^(log2 a - log2 b)`, with one log table per operand (both the same
+//! table here) and one antilog table over the fixed-point sum, so the entries grow with the
+//! sum of the operands' tables rather than their product (a concatenated key would need
+//! one entry per pair of ranges). Zero operands are handled before the lookup (the program
+//! branches on them): `0 * b = 0`, `0 / b = 0`, and `a / 0` and `log2 0` are undefined.
+//!
+//! Error bounds of the uniform population with `s` significant bits ([`Op::error_bound`]):
+//! an entry covers `[lo, lo + w)` with `w = 2^r` and `lo >= 2^(s + r)` (or `w = 1`, exact),
+//! and returns the result of its midpoint `m`, so `m / x` is within `1 +- e` with
+//! `e = 2^-(s+1)`. Hence:
+//!
+//! - square: relative `(1 + e)^2 - 1 = 2^-s + 2^-(2s+2)`;
+//! - sqrt: relative `sqrt(1 + e) - 1 <= 2^-(s+2)`, plus the fixed-point rounding `2^-17`;
+//! - log2: *absolute* `log2(1 + e) <= e / ln 2`, plus `2^-17` (relative error of a log is
+//!   unbounded near 1);
+//! - mul and div: two log errors and the antilog key's, `E = 2 (e / ln 2 + 2^-17) +
+//!   2^-(s+2)` in the exponent, so relative `2^E - 1` (about `1.7 * 2^-s`), plus half a unit
+//!   of the result's last place. The antilog table uses `s + 6` significant bits, so that
+//!   the six integer bits of a log sum do not eat the precision of its fraction.
+
+use super::trie::{uniform_population, TernaryEntry};
+use super::AdaError;
+
+/// Fraction bits of fixed-point results (sqrt, log2, div) and of the log tables' results.
+pub const FRAC_BITS: u32 = 16;
+
+/// The width of operands.
+pub const OPERAND_BITS: u32 = 32;
+
+/// The width of an antilog key: a log sum (or a log difference plus [`DIV_OFFSET`]) of two
+/// 32-bit operands, below `64 * 2^FRAC_BITS = 2^22`.
+pub const ANTILOG_BITS: u32 = 23;
+
+/// Added to a log difference so that the antilog key of a quotient is never negative.
+pub const DIV_OFFSET: u64 = 32 << FRAC_BITS;
+
+const ONE: f64 = (1u64 << FRAC_BITS) as f64;
+
+/// One entry of a calculation table: operands `k` with `k & mask == value` get `result`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LookupEntry {
+    /// The value (wildcard bits zero).
+    pub value: u64,
+    /// Ones on the bits that must match.
+    pub mask: u64,
+    /// Higher wins among matches: the number of ones in the mask (longer masks first).
+    pub priority: u32,
+    /// The result ([`Op`] says its format).
+    pub result: u64,
+}
+
+impl LookupEntry {
+    /// Whether `key` matches.
+    pub fn matches(&self, key: u64) -> bool {
+        key & self.mask == self.value
+    }
+}
+
+/// The reference ternary matcher: the matching entry of highest priority, the first in the
+/// table among equals.
+pub fn lookup(table: &[LookupEntry], key: u64) -> Option<&LookupEntry> {
+    table
+        .iter()
+        .filter(|e| e.matches(key))
+        .fold(None, |best: Option<&LookupEntry>, e| match best {
+            Some(b) if b.priority >= e.priority => Some(b),
+            _ => Some(e),
+        })
+}
+
+/// The match in a table of disjoint entries sorted by value (as both populations build
+/// them): a binary search, equal to [`lookup`] on such tables.
+fn lookup_disjoint(table: &[LookupEntry], key: u64) -> Option<&LookupEntry> {
+    let i = table.partition_point(|e| e.value <= key);
+    table[..i].last().filter(|e| e.matches(key))
+}
+
+/// The calculation table of `entries`, each with `f` of its representative.
+fn table_of(entries: &[TernaryEntry], f: impl Fn(u64) -> u64) -> Vec<LookupEntry> {
+    let mut table: Vec<LookupEntry> = entries
+        .iter()
+        .map(|e| LookupEntry {
+            value: e.value,
+            mask: e.mask,
+            priority: e.mask.count_ones(),
+            result: f(e.representative),
+        })
+        .collect();
+    table.sort_by_key(|e| e.value);
+    table
+}
+
+/// An operation computed by lookup on 32-bit operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `a^2`, an exact integer result.
+    Square,
+    /// `sqrt a`, fixed point.
+    Sqrt,
+    /// `log2 a`, fixed point.
+    Log2,
+    /// `a * b`, an integer result, by log and antilog tables.
+    Mul,
+    /// `a / b`, fixed point, by log and antilog tables.
+    Div,
+}
+
+impl Op {
+    /// Every operation.
+    pub const ALL: [Op; 5] = [Op::Square, Op::Sqrt, Op::Log2, Op::Mul, Op::Div];
+
+    /// Whether the operation takes two operands.
+    pub fn is_binary(self) -> bool {
+        matches!(self, Op::Mul | Op::Div)
+    }
+
+    /// The exact result (`b` ignored by one-operand operations); `None` where undefined.
+    pub fn exact(self, a: u32, b: u32) -> Option<f64> {
+        let (a, b) = (f64::from(a), f64::from(b));
+        match self {
+            Op::Square => Some(a * a),
+            Op::Sqrt => Some(a.sqrt()),
+            Op::Log2 => (a > 0.0).then(|| a.log2()),
+            Op::Mul => Some(a * b),
+            Op::Div => (b > 0.0).then(|| a / b),
+        }
+    }
+
+    /// The error bound of the uniform population with `s` significant bits (module doc):
+    /// relative, except for [`Op::Log2`] (absolute). Mul and div add half a unit of the
+    /// result's last place (see [`Op::within_bound`]).
+    pub fn error_bound(self, s: u32) -> f64 {
+        let e = 0.5f64.powi(s as i32 + 1);
+        let fixed = 0.5 / ONE;
+        match self {
+            Op::Square => (1.0 + e) * (1.0 + e) - 1.0,
+            Op::Sqrt => (1.0 + e).sqrt() - 1.0 + fixed,
+            Op::Log2 => (1.0 + e).log2() + fixed,
+            Op::Mul | Op::Div => {
+                let exponent = 2.0 * ((1.0 + e).log2() + fixed) + e / 2.0;
+                exponent.exp2() - 1.0
+            }
+        }
+    }
+
+    /// Whether `approx` is within the bound of `s` significant bits of `exact`.
+    pub fn within_bound(self, s: u32, exact: f64, approx: f64) -> bool {
+        let err = (approx - exact).abs();
+        let bound = self.error_bound(s);
+        // A little slack for the float arithmetic of the check itself.
+        let slack = 1e-9 * exact.abs().max(1.0);
+        match self {
+            Op::Log2 => err <= bound + slack,
+            Op::Square | Op::Sqrt => err <= bound * exact + slack,
+            Op::Mul => err <= bound * exact + 0.5 + slack,
+            Op::Div => err <= bound * exact + 0.5 / ONE + slack,
+        }
+    }
+
+    /// The result an operand table stores for a representative operand.
+    fn operand_result(self, x: u64) -> u64 {
+        // A 32-bit operand's square fits 64 bits exactly, beyond f64's 53.
+        let square = x.saturating_mul(x);
+        let x = x as f64;
+        match self {
+            Op::Square => square,
+            Op::Sqrt => (x.sqrt() * ONE).round() as u64,
+            // log2 0 is undefined: the program never looks 0 up (module doc).
+            Op::Log2 | Op::Mul | Op::Div if x == 0.0 => 0,
+            Op::Log2 | Op::Mul | Op::Div => (x.log2() * ONE).round() as u64,
+        }
+    }
+
+    /// The result an antilog table stores for a representative key (`as` saturates).
+    fn antilog_result(self, key: u64) -> u64 {
+        match self {
+            Op::Div => (((key as f64 - DIV_OFFSET as f64) / ONE).exp2() * ONE).round() as u64,
+            _ => (key as f64 / ONE).exp2().round() as u64,
+        }
+    }
+}
+
+/// The lookup tables of one operation: the operand table and, for two-operand operations,
+/// the antilog table.
+#[derive(Debug, Clone)]
+pub struct ArithTable {
+    op: Op,
+    operand: Vec<LookupEntry>,
+    antilog: Vec<LookupEntry>,
+}
+
+impl ArithTable {
+    /// The prior work's uniform population with `s` significant bits (both tables).
+    pub fn uniform(op: Op, significant_bits: u32) -> Result<Self, AdaError> {
+        if significant_bits > OPERAND_BITS {
+            return Err(AdaError::SignificantBits(significant_bits));
+        }
+        let entries = uniform_population(OPERAND_BITS, significant_bits);
+        Self::from_entries(op, &entries, significant_bits)
+    }
+
+    /// A table on given operand entries (ADA's: [`super::trie::BinningTrie::populate`] over
+    /// 32-bit operands, disjoint and covering); two-operand operations get a uniform antilog
+    /// table with `antilog_significant_bits + 6` significant bits.
+    pub fn from_entries(
+        op: Op,
+        entries: &[TernaryEntry],
+        antilog_significant_bits: u32,
+    ) -> Result<Self, AdaError> {
+        if antilog_significant_bits > OPERAND_BITS {
+            return Err(AdaError::SignificantBits(antilog_significant_bits));
+        }
+        let operand = table_of(entries, |x| op.operand_result(x));
+        let antilog = if op.is_binary() {
+            let bits = (antilog_significant_bits + 6).min(ANTILOG_BITS);
+            table_of(&uniform_population(ANTILOG_BITS, bits), |k| {
+                op.antilog_result(k)
+            })
+        } else {
+            Vec::new()
+        };
+        Ok(ArithTable {
+            op,
+            operand,
+            antilog,
+        })
+    }
+
+    /// The operation.
+    pub fn op(&self) -> Op {
+        self.op
+    }
+
+    /// The operand table.
+    pub fn operand_table(&self) -> &[LookupEntry] {
+        &self.operand
+    }
+
+    /// The antilog table (empty for one-operand operations).
+    pub fn antilog_table(&self) -> &[LookupEntry] {
+        &self.antilog
+    }
+
+    /// The entries of the operand table (the one that ADA populates).
+    pub fn operand_entries(&self) -> usize {
+        self.operand.len()
+    }
+
+    /// The result by lookup, as a real number (`b` ignored by one-operand operations);
+    /// `None` where undefined or where an operand matches no entry.
+    pub fn eval(&self, a: u32, b: u32) -> Option<f64> {
+        let find = |table: &[LookupEntry], key: u64| lookup_disjoint(table, key).map(|e| e.result);
+        let log = |x: u32| find(&self.operand, u64::from(x));
+        match self.op {
+            Op::Square => log(a).map(|r| r as f64),
+            Op::Sqrt => log(a).map(|r| r as f64 / ONE),
+            Op::Log2 if a == 0 => None,
+            Op::Log2 => log(a).map(|r| r as f64 / ONE),
+            Op::Mul if a == 0 || b == 0 => Some(0.0),
+            Op::Mul => find(&self.antilog, log(a)? + log(b)?).map(|r| r as f64),
+            Op::Div if b == 0 => None,
+            Op::Div if a == 0 => Some(0.0),
+            Op::Div => {
+                let key = (log(a)? + DIV_OFFSET).checked_sub(log(b)?)?;
+                find(&self.antilog, key).map(|r| r as f64 / ONE)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    /// An operand of random magnitude: a random bit length, then random bits.
+    fn log_uniform(rng: &mut SplitMix64) -> u32 {
+        let len = rng.below(33) as u32;
+        if len == 0 {
+            return 0;
+        }
+        ((1u64 << (len - 1)) | rng.below(1u64 << (len - 1))) as u32
+    }
+
+    #[test]
+    fn reference_matcher_prefers_longer_masks() {
+        let table = [
+            LookupEntry {
+                value: 0,
+                mask: 0,
+                priority: 0,
+                result: 1,
+            },
+            LookupEntry {
+                value: 0b100,
+                mask: 0b100,
+                priority: 1,
+                result: 2,
+            },
+            LookupEntry {
+                value: 0b110,
+                mask: 0b111,
+                priority: 3,
+                result: 3,
+            },
+        ];
+        assert_eq!(lookup(&table, 0b110).map(|e| e.result), Some(3));
+        assert_eq!(lookup(&table, 0b101).map(|e| e.result), Some(2));
+        assert_eq!(lookup(&table, 0b001).map(|e| e.result), Some(1));
+        assert_eq!(lookup(&table[1..], 0b001), None);
+    }
+
+    #[test]
+    fn binary_search_agrees_with_the_reference_matcher() {
+        let t = ArithTable::uniform(Op::Square, 4).expect("valid");
+        let mut rng = SplitMix64::new(3);
+        for _ in 0..2000 {
+            let k = u64::from(log_uniform(&mut rng));
+            assert_eq!(
+                lookup(t.operand_table(), k),
+                lookup_disjoint(t.operand_table(), k)
+            );
+        }
+    }
+
+    #[test]
+    fn every_op_is_within_its_bound_for_the_uniform_population() {
+        for s in [2, 4, 6, 8] {
+            for op in Op::ALL {
+                let t = ArithTable::uniform(op, s).expect("valid");
+                let mut rng = SplitMix64::new(u64::from(s) * 31 + op as u64);
+                for _ in 0..3000 {
+                    let (a, b) = (log_uniform(&mut rng), log_uniform(&mut rng));
+                    let Some(exact) = op.exact(a, b) else {
+                        assert_eq!(t.eval(a, b), None, "{op:?} {a} {b}");
+                        continue;
+                    };
+                    let approx = t.eval(a, b).expect("covering tables");
+                    assert!(
+                        op.within_bound(s, exact, approx),
+                        "{op:?} s={s} a={a} b={b}: {approx} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bounds_shrink_as_significant_bits_grow() {
+        for op in Op::ALL {
+            assert!(op.error_bound(8) < op.error_bound(4) / 8.0, "{op:?}");
+        }
+        // Square: 2^-s + 2^-(2s+2).
+        assert_eq!(Op::Square.error_bound(4), 1.0 / 16.0 + 1.0 / 1024.0);
+    }
+
+    #[test]
+    fn small_operands_are_exact() {
+        let t = ArithTable::uniform(Op::Square, 4).expect("valid");
+        for a in 0..32u32 {
+            assert_eq!(t.eval(a, 0), Some(f64::from(a * a)));
+        }
+        assert!(ArithTable::uniform(Op::Square, 33).is_err());
+        // The largest square is stored exactly, beyond f64's 53 bits.
+        let max = u64::from(u32::MAX);
+        assert_eq!(Op::Square.operand_result(max), max * max);
+    }
+}

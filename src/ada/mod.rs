@@ -1,0 +1,90 @@
+//! ADA: lookup-table arithmetic whose ternary (TCAM) entries are placed where the operands
+//! actually fall (Malekpourshahraki, Stephens and Vamanan, "ADA: Arithmetic Operations with
+//! Adaptive TCAM Population in Programmable Switches", §III).
+//!
+//! Switches without multipliers compute `x^2`, `sqrt x`, `log2 x`, `a * b` and `a / b` by
+//! matching the operand against ternary entries, each covering a range of operands and
+//! holding the result for one representative of that range. Prior work (Sharma et al., the
+//! paper's \[10\]/\[12\]) populates the table uniformly: entries `0^p 1 (0|1)^s x^r`, the same
+//! relative precision over the whole 32-bit domain. ADA learns the operands' distribution
+//! with a small monitoring table and spends the entry budget where the hits are:
+//!
+//! ```text
+//! operand --> monitoring bins (a binary trie's leaves, one hit counter each)  [trie, Alg. 1]
+//!         --> every epoch: split the hottest bin, merge the coldest sibling
+//!             pair, grow the trie when it keeps deepening                  [trie, Alg. 2]
+//!         --> entries to bins in proportion to their hits, then uniform
+//!             population inside each bin                                   [trie, Alg. 3]
+//!         --> a calculation table of (value, mask, priority, result)        [arith]
+//! ```
+//!
+//! This module owns the algorithms only, as pure, deterministic functions over plain data
+//! (no clocks, no global randomness, nothing of the engine): [`trie`] holds the binning
+//! trie and Algorithms 1-3, [`arith`] the operations, both populations and a reference
+//! ternary matcher. Still to come, in later work on the same issue: the TCAM as a
+//! memory-side block of the PFE (entries in shared memory, lookups as XTXNs, atomic table
+//! swap, per-entry hit counters that replace [`trie::BinningTrie::record`]), the in-PFE
+//! controller run by a timer entry, a program that needs the arithmetic (a Nimble-style
+//! rate limiter) and `pfemu experiment ada`.
+
+pub mod arith;
+pub mod trie;
+
+use std::fmt;
+
+/// A request the ADA algorithms refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdaError {
+    /// Operand widths are 1 to 32 bits.
+    OperandBits(u32),
+    /// The monitoring table needs at least one entry and at most `2^operand_bits`.
+    MonitoringEntries {
+        /// The entries asked for.
+        entries: u64,
+        /// The operand width.
+        operand_bits: u32,
+    },
+    /// An operand does not fit the trie's operand width.
+    OperandTooWide {
+        /// The operand.
+        value: u64,
+        /// The operand width.
+        operand_bits: u32,
+    },
+    /// A population budget must give every bin at least one entry, or some operands would
+    /// match nothing.
+    BudgetBelowBins {
+        /// The budget.
+        budget: u64,
+        /// The number of bins.
+        bins: usize,
+    },
+    /// Significant bits are 0 to 32.
+    SignificantBits(u32),
+}
+
+impl fmt::Display for AdaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdaError::OperandBits(b) => write!(f, "operand width {b} bits: must be 1 to 32"),
+            AdaError::MonitoringEntries {
+                entries,
+                operand_bits,
+            } => write!(
+                f,
+                "{entries} monitoring entries for {operand_bits}-bit operands: must be 1 to 2^{operand_bits}"
+            ),
+            AdaError::OperandTooWide {
+                value,
+                operand_bits,
+            } => write!(f, "operand {value} does not fit {operand_bits} bits"),
+            AdaError::BudgetBelowBins { budget, bins } => write!(
+                f,
+                "a budget of {budget} entries cannot cover {bins} bins (one entry each at least)"
+            ),
+            AdaError::SignificantBits(s) => write!(f, "{s} significant bits: must be 0 to 32"),
+        }
+    }
+}
+
+impl std::error::Error for AdaError {}

@@ -1,0 +1,647 @@
+//! ADA's binning trie and its three algorithms (§III of the paper).
+//!
+//! The trie is binary over `s`-bit operands: a node at depth `d` is a `d`-bit prefix, and
+//! the leaves, the *bins*, are ternary patterns (the prefix, then wildcards) that together
+//! cover every operand exactly once. Since a full binary trie is determined by its leaves,
+//! the trie is kept as its leaves in operand order ([`BinningTrie::leaves`]); inner nodes
+//! (parents, aggregated hits) are derived from them where an algorithm needs them.
+//!
+//! - Algorithm 1 ([`BinningTrie::new`]): `M` monitoring entries give `b = floor(log2 M)`
+//!   significant bits and `2^b` equal bins.
+//! - Monitoring ([`BinningTrie::record`]): one hit counter per bin (in the PFE, the TCAM's
+//!   per-entry hit counter).
+//! - Algorithm 2 ([`BinningTrie::update`]): once per epoch, split the hottest bin, merge the
+//!   coldest pair of sibling bins (the entry count stays fixed), or grow the table when the
+//!   trie keeps deepening. Counters are then reset.
+//! - Algorithm 3 ([`BinningTrie::allocate`], [`BinningTrie::populate`]): entries to bins in
+//!   proportion to their hits, top-down, then the prior work's significant-bit population
+//!   inside each bin ([`bin_population`]).
+//!
+//! The paper's pseudocode is partly garbled; each place where this module had to choose says
+//! so in a `Choice:` comment, and the tests pin the choices down.
+
+use super::AdaError;
+
+/// A bin (a leaf of the trie): the operands whose top `len` bits (of `bits`) are `prefix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bin {
+    /// The prefix, right-aligned (`prefix < 2^len`).
+    pub prefix: u64,
+    /// The prefix length: the bin's depth in the trie.
+    pub len: u32,
+    /// The operand width.
+    pub bits: u32,
+    /// Hits counted in the current epoch.
+    pub hits: u64,
+}
+
+impl Bin {
+    /// The number of wildcard bits.
+    pub fn wildcards(&self) -> u32 {
+        self.bits - self.len
+    }
+
+    /// The smallest operand in the bin.
+    pub fn first(&self) -> u64 {
+        self.prefix << self.wildcards()
+    }
+
+    /// The largest operand in the bin.
+    pub fn last(&self) -> u64 {
+        self.first() + ((1u64 << self.wildcards()) - 1)
+    }
+
+    /// The ternary value: the prefix, wildcard bits zero.
+    pub fn value(&self) -> u64 {
+        self.first()
+    }
+
+    /// The ternary mask: ones on the prefix's bits.
+    pub fn mask(&self) -> u64 {
+        ((1u64 << self.bits) - 1) & !((1u64 << self.wildcards()) - 1)
+    }
+
+    /// Whether `operand` falls in the bin.
+    pub fn contains(&self, operand: u64) -> bool {
+        (self.first()..=self.last()).contains(&operand)
+    }
+
+    /// The pattern as the paper writes it, most significant bit first: `01x`.
+    pub fn pattern(&self) -> String {
+        let mut s = String::with_capacity(self.bits as usize);
+        for i in (0..self.len).rev() {
+            s.push(if (self.prefix >> i) & 1 == 1 {
+                '1'
+            } else {
+                '0'
+            });
+        }
+        s.extend(std::iter::repeat_n('x', self.wildcards() as usize));
+        s
+    }
+
+    /// Whether `self` and `next` (the leaf after it) are the two children of one node.
+    fn is_sibling_pair(&self, next: &Bin) -> bool {
+        self.len == next.len
+            && self.len > 0
+            && self.prefix & 1 == 0
+            && next.prefix == self.prefix + 1
+    }
+
+    fn children(&self) -> (Bin, Bin) {
+        let child = |bit| Bin {
+            prefix: (self.prefix << 1) | bit,
+            len: self.len + 1,
+            bits: self.bits,
+            hits: 0,
+        };
+        (child(0), child(1))
+    }
+}
+
+/// What one [`BinningTrie::update`] did to the trie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Update {
+    /// The trie is unchanged (no hits, or balanced within `th_balance`).
+    Unchanged,
+    /// `split` became its two children and the sibling pair under `merged` became `merged`.
+    Rebalanced {
+        /// The pattern of the bin split.
+        split: String,
+        /// The pattern of the parent the coldest pair merged into.
+        merged: String,
+    },
+    /// The trie kept deepening: `split` became its two children, one entry more.
+    Expanded {
+        /// The pattern of the bin split.
+        split: String,
+    },
+}
+
+/// ADA's monitoring trie over `operand_bits`-bit operands. See the module doc.
+#[derive(Debug, Clone)]
+pub struct BinningTrie {
+    /// The leaves in operand order; they cover `0..2^bits` exactly once.
+    leaves: Vec<Bin>,
+    bits: u32,
+    /// The depth when the table last grew (Algorithm 1's `b` at first): expansion compares
+    /// the current depth against it.
+    depth_at_expansion: u32,
+}
+
+impl BinningTrie {
+    /// Algorithm 1: `entries` (M) monitoring entries over `operand_bits` (s) bits give
+    /// `b = floor(log2 M)` significant bits and the `2^b` equal bins `i x^(s-b)`.
+    ///
+    /// Choice: when `M` is not a power of two, the `M - 2^b` entries left over stay unused
+    /// (the paper's `b = log(M)` assumes a power of two).
+    pub fn new(entries: u64, operand_bits: u32) -> Result<Self, AdaError> {
+        if !(1..=32).contains(&operand_bits) {
+            return Err(AdaError::OperandBits(operand_bits));
+        }
+        if entries == 0 || entries > 1u64 << operand_bits {
+            return Err(AdaError::MonitoringEntries {
+                entries,
+                operand_bits,
+            });
+        }
+        let b = entries.ilog2();
+        let leaves = (0..1u64 << b)
+            .map(|prefix| Bin {
+                prefix,
+                len: b,
+                bits: operand_bits,
+                hits: 0,
+            })
+            .collect();
+        Ok(BinningTrie {
+            leaves,
+            bits: operand_bits,
+            depth_at_expansion: b,
+        })
+    }
+
+    /// The bins, in operand order.
+    pub fn leaves(&self) -> &[Bin] {
+        &self.leaves
+    }
+
+    /// The operand width.
+    pub fn operand_bits(&self) -> u32 {
+        self.bits
+    }
+
+    /// The monitoring entries in use: one per bin.
+    pub fn entries(&self) -> usize {
+        self.leaves.len()
+    }
+
+    /// The depth of the deepest bin.
+    pub fn depth(&self) -> u32 {
+        self.leaves.iter().map(|b| b.len).max().unwrap_or(0)
+    }
+
+    /// The index of the bin `operand` falls in.
+    pub fn bin_of(&self, operand: u64) -> Result<usize, AdaError> {
+        if operand >> self.bits != 0 {
+            return Err(AdaError::OperandTooWide {
+                value: operand,
+                operand_bits: self.bits,
+            });
+        }
+        // The leaves cover the space in order, so the bin is the last one starting at or
+        // below the operand; the first starts at 0.
+        Ok(self.leaves.partition_point(|b| b.first() <= operand) - 1)
+    }
+
+    /// Monitoring: count one hit in the bin `operand` falls in.
+    pub fn record(&mut self, operand: u64) -> Result<(), AdaError> {
+        let i = self.bin_of(operand)?;
+        self.leaves[i].hits = self.leaves[i].hits.saturating_add(1);
+        Ok(())
+    }
+
+    /// Algorithm 2, run once per epoch: it ends the epoch and resets every counter.
+    ///
+    /// 1. Expansion (line 13): if the trie is `th_expansion` or more levels deeper than when
+    ///    the table last grew, split the hottest bin without merging (one entry more).
+    ///    Choice: "change in depth" is measured from the last expansion (the text's "if the
+    ///    depth keeps increasing"), `>=` as the pseudocode (the text says "more than");
+    ///    `th_expansion == 0` disables expansion; an epoch that expands does not also
+    ///    rebalance, since the new children have no hits of their own yet.
+    /// 2. Balance (line 16): with `max` the hits of the hottest splittable bin and `min`
+    ///    the summed hits of the coldest sibling pair not containing it, rebalance when
+    ///    `(max - min) / max >= th_balance` and `min < max`. Choice: this is the formula of
+    ///    line 16 (the text's "ratio of the minimum and the maximum" disagrees with it);
+    ///    `min` is over sibling pairs because that is what a merge removes (line 29's
+    ///    `getMin(P)` over parents), and `min < max` keeps a merge from creating a bin hotter
+    ///    than the one split. The loop of `removeLowHitNode` (line 25, `Γ.size() < i`) is
+    ///    read as a scan of adjacent leaves. Ties go to the lowest operands. When no such
+    ///    pair exists (the trie is a chain toward the hottest bin), an unbalanced trie
+    ///    expands instead, as in step 1.
+    ///
+    /// Choice: counters reset each epoch, so every decision is taken on the hits since the
+    /// last update and the trie follows a shifting distribution rather than its history.
+    /// Populate (Algorithm 3) before calling this, while the epoch's hits are there.
+    pub fn update(&mut self, th_balance: f64, th_expansion: u32) -> Update {
+        let outcome = self.adapt(th_balance, th_expansion);
+        for b in &mut self.leaves {
+            b.hits = 0;
+        }
+        outcome
+    }
+
+    fn adapt(&mut self, th_balance: f64, th_expansion: u32) -> Update {
+        // The hottest bin that can still be split (a bin of depth `bits` is one operand).
+        let Some(hot) = self
+            .leaves
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len < self.bits)
+            .max_by_key(|&(i, b)| (b.hits, std::cmp::Reverse(i)))
+            .map(|(i, _)| i)
+        else {
+            return Update::Unchanged;
+        };
+        let max = self.leaves[hot].hits;
+        if max == 0 {
+            return Update::Unchanged;
+        }
+        if th_expansion > 0 && self.depth() >= self.depth_at_expansion + th_expansion {
+            let split = self.split(hot);
+            self.depth_at_expansion = self.depth();
+            return Update::Expanded { split };
+        }
+        let cold = (0..self.leaves.len().saturating_sub(1))
+            .filter(|&i| i != hot && i + 1 != hot)
+            .filter(|&i| self.leaves[i].is_sibling_pair(&self.leaves[i + 1]))
+            .min_by_key(|&i| (self.leaves[i].hits + self.leaves[i + 1].hits, i));
+        let Some(cold) = cold else {
+            // Choice: the only sibling pair holds the hottest bin, so the trie is a chain
+            // toward it and can deepen there only by growing. When the hits are unbalanced
+            // that is the depth pressure of line 13, and expansion (if enabled) grows it.
+            let min = (self.leaves.iter().enumerate())
+                .filter(|&(i, _)| i != hot)
+                .map(|(_, b)| b.hits)
+                .min();
+            return match min {
+                Some(min) if th_expansion > 0 && unbalanced(max, min, th_balance) => {
+                    let split = self.split(hot);
+                    self.depth_at_expansion = self.depth();
+                    Update::Expanded { split }
+                }
+                _ => Update::Unchanged,
+            };
+        };
+        let min = self.leaves[cold].hits + self.leaves[cold + 1].hits;
+        if !unbalanced(max, min, th_balance) {
+            return Update::Unchanged;
+        }
+        // Split first: the pair lies wholly before or after the hot bin, so its index
+        // moves by one if it is after.
+        let split = self.split(hot);
+        let cold = if cold > hot { cold + 1 } else { cold };
+        let left = self.leaves[cold];
+        let parent = Bin {
+            prefix: left.prefix >> 1,
+            len: left.len - 1,
+            bits: self.bits,
+            hits: min,
+        };
+        self.leaves[cold] = parent;
+        self.leaves.remove(cold + 1);
+        Update::Rebalanced {
+            split,
+            merged: parent.pattern(),
+        }
+    }
+
+    /// Replace leaf `i` by its two children (each with half its hits); its pattern.
+    fn split(&mut self, i: usize) -> String {
+        let bin = self.leaves[i];
+        let (mut l, mut r) = bin.children();
+        l.hits = bin.hits / 2;
+        r.hits = bin.hits - l.hits;
+        self.leaves[i] = l;
+        self.leaves.insert(i + 1, r);
+        bin.pattern()
+    }
+
+    /// Algorithm 3's allocation: how many of `budget` entries each bin gets (in leaf order).
+    ///
+    /// Top-down from the root, each node's entries go to its two subtrees in proportion to
+    /// their aggregated hits (rounded to nearest, the rest to the right), a subtree with no
+    /// hits at all sharing equally per bin (the paper's "equal share").
+    /// Choice: every bin first gets one entry, so that every operand still matches
+    /// something; the proportional split is of the `budget - bins` entries left.
+    pub fn allocate(&self, budget: u64) -> Result<Vec<u64>, AdaError> {
+        let bins = self.leaves.len();
+        if budget < bins as u64 {
+            return Err(AdaError::BudgetBelowBins { budget, bins });
+        }
+        let mut out = Vec::with_capacity(bins);
+        split_budget(&self.leaves, 0, budget - bins as u64, &mut out);
+        Ok(out.into_iter().map(|n| n + 1).collect())
+    }
+
+    /// Algorithm 3: the calculation table's ternary entries for `budget` entries, in operand
+    /// order: [`allocate`](Self::allocate), then [`bin_population`] in each bin. Entries a
+    /// bin cannot use (see [`bin_population`]) stay unused, so the result may be shorter
+    /// than `budget`.
+    pub fn populate(&self, budget: u64) -> Result<Vec<TernaryEntry>, AdaError> {
+        let shares = self.allocate(budget)?;
+        let mut out = Vec::new();
+        for (bin, &k) in self.leaves.iter().zip(&shares) {
+            out.extend(bin_population(bin, k));
+        }
+        Ok(out)
+    }
+}
+
+/// Line 16's test: `(max - min) / max >= th_balance`, and `min < max` (module doc of
+/// [`BinningTrie::update`]).
+fn unbalanced(max: u64, min: u64, th_balance: f64) -> bool {
+    min < max && (max - min) as f64 / max as f64 >= th_balance
+}
+
+/// Split `n` entries over `leaves`, the leaves under a node of depth `depth`.
+fn split_budget(leaves: &[Bin], depth: u32, n: u64, out: &mut Vec<u64>) {
+    if leaves.len() <= 1 {
+        out.extend(leaves.iter().map(|_| n));
+        return;
+    }
+    // More than one leaf under the node: all are deeper than it, so each has the bit that
+    // picks the child.
+    let mid = leaves.partition_point(|b| (b.prefix >> (b.len - depth - 1)) & 1 == 0);
+    let (left, right) = leaves.split_at(mid);
+    let hits = |bins: &[Bin]| bins.iter().map(|b| u128::from(b.hits)).sum::<u128>();
+    let (hl, h) = (hits(left), hits(leaves));
+    let (num, den) = if h == 0 {
+        (left.len() as u128, leaves.len() as u128)
+    } else {
+        (hl, h)
+    };
+    let nl = ((2 * u128::from(n) * num + den) / (2 * den)) as u64;
+    split_budget(left, depth + 1, nl, out);
+    split_budget(right, depth + 1, n - nl, out);
+}
+
+/// A ternary entry of a calculation table, before its result is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TernaryEntry {
+    /// The value (wildcard bits zero).
+    pub value: u64,
+    /// The mask: ones on the bits that must match.
+    pub mask: u64,
+    /// The operand whose result the entry returns for its whole range.
+    /// Choice: the midpoint of the range (rounded down), which halves the worst-case
+    /// distance to any operand of the range.
+    pub representative: u64,
+}
+
+impl TernaryEntry {
+    /// The entry for the operands with the top `len` bits (of `bits`) equal to `prefix`.
+    pub fn for_prefix(prefix: u64, len: u32, bits: u32) -> Self {
+        let r = bits - len;
+        let first = prefix << r;
+        let last = first + ((1u64 << r) - 1);
+        TernaryEntry {
+            value: first,
+            mask: ((1u64 << bits) - 1) & !((1u64 << r) - 1),
+            representative: first + (last - first) / 2,
+        }
+    }
+
+    /// Whether `key` matches.
+    pub fn matches(&self, key: u64) -> bool {
+        key & self.mask == self.value
+    }
+}
+
+/// The prior work's uniform population (Sharma et al., the paper's \[10\]): entries of the
+/// form `0^p 1 (0|1)^s x^r` over `operand_bits`-bit operands: the leading one and `s`
+/// significant bits after it match, the rest are wildcards; operands below `2^(s+1)` get
+/// exact entries. That is `2^s (operand_bits + 1 - s)` entries for `s < operand_bits`.
+pub fn uniform_population(operand_bits: u32, significant_bits: u32) -> Vec<TernaryEntry> {
+    let mut out = Vec::new();
+    refine(0, 0, operand_bits, significant_bits, &mut out, usize::MAX);
+    out
+}
+
+/// The uniform population restricted to the node `prefix`/`len`, appended to `out`:
+/// a node is an entry once its prefix holds the leading one and `t` bits after it (or it is
+/// a single operand), else it is split. Stops (false) once `out` would exceed `cap`.
+fn refine(
+    prefix: u64,
+    len: u32,
+    bits: u32,
+    t: u32,
+    out: &mut Vec<TernaryEntry>,
+    cap: usize,
+) -> bool {
+    let fine = len == bits || (prefix != 0 && prefix.ilog2() >= t);
+    if fine {
+        if out.len() >= cap {
+            return false;
+        }
+        out.push(TernaryEntry::for_prefix(prefix, len, bits));
+        return true;
+    }
+    refine(prefix << 1, len + 1, bits, t, out, cap)
+        && refine((prefix << 1) | 1, len + 1, bits, t, out, cap)
+}
+
+/// The population of one bin with at most `k` entries (`k >= 1`), "similar to \[12\]" as the
+/// paper's experiments use: the uniform population restricted to the bin with the most
+/// significant bits that fit in `k` entries (line 32's `min(b | ...)`, read as that).
+/// Choice: when not even 0 significant bits fit, the bin itself is the one entry; the
+/// entries left over below `k` are not used.
+pub fn bin_population(bin: &Bin, k: u64) -> Vec<TernaryEntry> {
+    let cap = usize::try_from(k).unwrap_or(usize::MAX);
+    let mut best = vec![TernaryEntry::for_prefix(bin.prefix, bin.len, bin.bits)];
+    // More significant bits never need fewer entries, so stop at the first that overflows.
+    for t in 0..=bin.bits {
+        let mut out = Vec::new();
+        if !refine(bin.prefix, bin.len, bin.bits, t, &mut out, cap) {
+            break;
+        }
+        let exact = out.len() as u64 == 1u64 << bin.wildcards();
+        best = out;
+        if exact {
+            break;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn patterns(t: &BinningTrie) -> Vec<String> {
+        t.leaves().iter().map(Bin::pattern).collect()
+    }
+
+    fn record_n(t: &mut BinningTrie, operand: u64, n: usize) {
+        for _ in 0..n {
+            t.record(operand).expect("a 3-bit operand");
+        }
+    }
+
+    #[test]
+    fn algorithm_1_four_entries_three_bits() {
+        let t = BinningTrie::new(4, 3).expect("valid");
+        assert_eq!(patterns(&t), ["00x", "01x", "10x", "11x"]);
+        // Five entries: b = floor(log2 5) = 2, the fifth unused.
+        assert_eq!(
+            patterns(&BinningTrie::new(5, 3).expect("valid")),
+            patterns(&t)
+        );
+        assert_eq!(patterns(&BinningTrie::new(1, 3).expect("valid")), ["xxx"]);
+        assert!(BinningTrie::new(0, 3).is_err());
+        assert!(BinningTrie::new(9, 3).is_err());
+        assert!(BinningTrie::new(4, 33).is_err());
+    }
+
+    #[test]
+    fn bins_match_their_ternary_patterns() {
+        let t = BinningTrie::new(4, 3).expect("valid");
+        let b = t.leaves()[1];
+        assert_eq!(
+            (b.value(), b.mask(), b.first(), b.last()),
+            (0b010, 0b110, 2, 3)
+        );
+        for v in 0..8 {
+            let i = t.bin_of(v).expect("in range");
+            assert!(t.leaves()[i].contains(v));
+            assert_eq!(v & t.leaves()[i].mask(), t.leaves()[i].value());
+        }
+        assert_eq!(
+            t.bin_of(8),
+            Err(AdaError::OperandTooWide {
+                value: 8,
+                operand_bits: 3
+            })
+        );
+    }
+
+    /// Figure 4a -> 4b, then Algorithm 3's worked example on 4b's hits 5, 7, 7, 3.
+    #[test]
+    fn figure_4_and_the_14_percent_example() {
+        let mut t = BinningTrie::new(4, 3).expect("valid");
+        record_n(&mut t, 0b000, 5);
+        record_n(&mut t, 0b010, 7);
+        record_n(&mut t, 0b011, 7);
+        record_n(&mut t, 0b101, 2);
+        record_n(&mut t, 0b110, 1);
+        let u = t.update(0.2, 2);
+        assert_eq!(
+            u,
+            Update::Rebalanced {
+                split: "01x".into(),
+                merged: "1xx".into()
+            }
+        );
+        assert_eq!(patterns(&t), ["00x", "010", "011", "1xx"]);
+        assert!(
+            t.leaves().iter().all(|b| b.hits == 0),
+            "counters reset per epoch"
+        );
+
+        record_n(&mut t, 0b001, 5);
+        record_n(&mut t, 0b010, 7);
+        record_n(&mut t, 0b011, 7);
+        record_n(&mut t, 0b111, 3);
+        let shares = t.allocate(100).expect("budget covers the bins");
+        assert_eq!(shares.iter().sum::<u64>(), 100);
+        // 3 / (5 + 7 + 7 + 3) = 13.6%: 14 of 100.
+        assert_eq!(shares[3], 14);
+        assert_eq!(shares, [23, 32, 31, 14]);
+    }
+
+    #[test]
+    fn balanced_hits_leave_the_trie_alone() {
+        let mut t = BinningTrie::new(4, 3).expect("valid");
+        assert_eq!(t.update(0.2, 2), Update::Unchanged, "no hits");
+        for v in 0..8 {
+            record_n(&mut t, v, 5);
+        }
+        // Every pair holds twice a bin's hits: merging would make a hotter bin.
+        assert_eq!(t.update(0.2, 2), Update::Unchanged);
+        assert_eq!(patterns(&t), ["00x", "01x", "10x", "11x"]);
+    }
+
+    #[test]
+    fn a_trie_that_keeps_deepening_expands() {
+        let mut t = BinningTrie::new(4, 8).expect("valid");
+        let mut expanded = 0;
+        for _ in 0..40 {
+            record_n(&mut t, 200, 50);
+            record_n(&mut t, 3, 1);
+            if let Update::Expanded { .. } = t.update(0.2, 2) {
+                expanded += 1;
+            }
+        }
+        assert!(expanded >= 1, "a point mass deepens the trie");
+        assert!(t.entries() > 4);
+        assert_eq!(t.entries(), 4 + expanded);
+        // The operand ends up in a bin of its own.
+        let i = t.bin_of(200).expect("in range");
+        assert_eq!(t.leaves()[i].len, 8);
+    }
+
+    #[test]
+    fn zero_hit_subtrees_share_equally() {
+        let t = BinningTrie::new(4, 3).expect("valid");
+        assert_eq!(t.allocate(8).expect("enough"), [2, 2, 2, 2]);
+        assert_eq!(
+            t.allocate(3),
+            Err(AdaError::BudgetBelowBins { budget: 3, bins: 4 })
+        );
+    }
+
+    #[test]
+    fn uniform_population_has_the_prior_works_form() {
+        // s = 1 over 4 bits: exact below 4, then 1 1 x x.. forms.
+        let e = uniform_population(4, 1);
+        assert_eq!(e.len(), 2 * (4 + 1 - 1));
+        let masks: Vec<u64> = e.iter().map(|e| e.mask).collect();
+        assert_eq!(masks, [0xf, 0xf, 0xf, 0xf, 0xe, 0xe, 0xc, 0xc]);
+        for bits in [4, 8, 12] {
+            for s in 0..bits {
+                let e = uniform_population(bits, s);
+                assert_eq!(e.len() as u64, (1u64 << s) * u64::from(bits + 1 - s));
+                // The entries cover every operand exactly once.
+                let mut next = 0;
+                for en in &e {
+                    assert_eq!(en.value, next);
+                    next = en.value + ((!en.mask) & ((1 << bits) - 1)) + 1;
+                }
+                assert_eq!(next, 1 << bits);
+            }
+        }
+    }
+
+    /// Algorithm 3's entries cover every operand exactly once, in operand order, whatever
+    /// the hits and the budget (the calculation table relies on it).
+    #[test]
+    fn populations_cover_the_operands_exactly_once() {
+        let mut rng = crate::rng::SplitMix64::new(5);
+        let mut t = BinningTrie::new(8, 12).expect("valid");
+        for epoch in 0..30 {
+            for _ in 0..500 {
+                // Skewed: small operands far more often.
+                let magnitude = 1 + rng.below(12);
+                let v = rng.below(1 << magnitude);
+                t.record(v).expect("12-bit operand");
+            }
+            let budget = t.entries() as u64 + epoch * 7;
+            let entries = t.populate(budget).expect("budget covers the bins");
+            assert!(entries.len() as u64 <= budget);
+            let mut next = 0;
+            for e in &entries {
+                assert_eq!(e.value, next, "contiguous, in order");
+                let last = e.value | (!e.mask & 0xfff);
+                assert!((e.value..=last).contains(&e.representative));
+                next = last + 1;
+            }
+            assert_eq!(next, 1 << 12);
+            t.update(0.2, 2);
+        }
+    }
+
+    #[test]
+    fn bin_population_fits_its_share() {
+        let t = BinningTrie::new(4, 16).expect("valid");
+        for bin in t.leaves() {
+            for k in 1..200 {
+                let e = bin_population(bin, k);
+                assert!(!e.is_empty() && e.len() as u64 <= k);
+                assert!(e.iter().all(|e| bin.contains(e.value)));
+            }
+        }
+        // A share as large as the bin gives exact entries.
+        let small = BinningTrie::new(4, 4).expect("valid");
+        assert_eq!(bin_population(&small.leaves()[0], 4).len(), 4);
+    }
+}
