@@ -61,6 +61,13 @@ pub enum AdaError {
     },
     /// Significant bits are 0 to 32.
     SignificantBits(u32),
+    /// Hit counters read for a different number of bins than the trie has.
+    HitsMismatch {
+        /// Counters given.
+        counters: usize,
+        /// Bins in the trie.
+        bins: usize,
+    },
 }
 
 impl fmt::Display for AdaError {
@@ -83,6 +90,10 @@ impl fmt::Display for AdaError {
                 "a budget of {budget} entries cannot cover {bins} bins (one entry each at least)"
             ),
             AdaError::SignificantBits(s) => write!(f, "{s} significant bits: must be 0 to 32"),
+            AdaError::HitsMismatch { counters, bins } => write!(
+                f,
+                "{counters} hit counters for a trie of {bins} bins: they belong to another table"
+            ),
         }
     }
 }

@@ -127,6 +127,8 @@ pub struct BinningTrie {
     /// The depth when the table last grew (Algorithm 1's `b` at first): expansion compares
     /// the current depth against it.
     depth_at_expansion: u32,
+    /// Most bins the monitoring table holds: expansion stops there.
+    max_entries: usize,
 }
 
 impl BinningTrie {
@@ -158,7 +160,46 @@ impl BinningTrie {
             leaves,
             bits: operand_bits,
             depth_at_expansion: b,
+            max_entries: usize::MAX,
         })
+    }
+
+    /// Caps the bins at `entries` (the monitoring TCAM's capacity): Algorithm 2 grows the
+    /// trie only while it has fewer, and rebalances within them after that. The paper's
+    /// Nimble experiment starts from 8 monitoring entries and may grow to 12. Refuses a cap
+    /// below the bins the trie already has.
+    pub fn with_max_entries(mut self, entries: usize) -> Result<Self, AdaError> {
+        if entries < self.leaves.len() {
+            return Err(AdaError::MonitoringEntries {
+                entries: entries as u64,
+                operand_bits: self.bits,
+            });
+        }
+        self.max_entries = entries;
+        Ok(self)
+    }
+
+    /// The most bins Algorithm 2 may grow to ([`with_max_entries`](Self::with_max_entries);
+    /// unbounded by default).
+    pub fn max_entries(&self) -> usize {
+        self.max_entries
+    }
+
+    /// Sets every bin's hits for this epoch, in leaf order: what a controller does with the
+    /// monitoring TCAM's per-entry hit counters (in the PFE, the counters replace
+    /// [`record`](Self::record)). `hits` must have one count per bin; a different length is
+    /// refused and changes nothing (the counters belong to another table).
+    pub fn set_hits(&mut self, hits: &[u64]) -> Result<(), AdaError> {
+        if hits.len() != self.leaves.len() {
+            return Err(AdaError::HitsMismatch {
+                counters: hits.len(),
+                bins: self.leaves.len(),
+            });
+        }
+        for (b, &h) in self.leaves.iter_mut().zip(hits) {
+            b.hits = h;
+        }
+        Ok(())
     }
 
     /// The bins, in operand order.
@@ -219,6 +260,8 @@ impl BinningTrie {
     ///    read as a scan of adjacent leaves. Ties go to the lowest operands. When no such
     ///    pair exists (the trie is a chain toward the hottest bin), an unbalanced trie
     ///    expands instead, as in step 1.
+    /// 3. Growth stops at [`max_entries`](Self::max_entries) bins (the monitoring TCAM's
+    ///    capacity); the trie then only rebalances.
     ///
     /// Choice: counters reset each epoch, so every decision is taken on the hits since the
     /// last update and the trie follows a shifting distribution rather than its history.
@@ -247,7 +290,8 @@ impl BinningTrie {
         if max == 0 {
             return Update::Unchanged;
         }
-        if th_expansion > 0 && self.depth() >= self.depth_at_expansion + th_expansion {
+        let can_grow = th_expansion > 0 && self.leaves.len() < self.max_entries;
+        if can_grow && self.depth() >= self.depth_at_expansion + th_expansion {
             let split = self.split(hot);
             self.depth_at_expansion = self.depth();
             return Update::Expanded { split };
@@ -265,7 +309,7 @@ impl BinningTrie {
                 .map(|(_, b)| b.hits)
                 .min();
             return match min {
-                Some(min) if th_expansion > 0 && unbalanced(max, min, th_balance) => {
+                Some(min) if can_grow && unbalanced(max, min, th_balance) => {
                     let split = self.split(hot);
                     self.depth_at_expansion = self.depth();
                     Update::Expanded { split }
@@ -325,11 +369,31 @@ impl BinningTrie {
     }
 
     /// Algorithm 3: the calculation table's ternary entries for `budget` entries, in operand
-    /// order: [`allocate`](Self::allocate), then [`bin_population`] in each bin. Entries a
-    /// bin cannot use (see [`bin_population`]) stay unused, so the result may be shorter
-    /// than `budget`.
+    /// order: [`allocate`](Self::allocate), then [`bin_population`] in each bin.
+    /// Choice: a bin with more entries than operands (a narrow bin that drew a large share)
+    /// uses one per operand, and the entries it cannot use go to the bins that can, the
+    /// hottest first (ties to the lowest operands). The result is shorter than `budget` only
+    /// when every operand has an exact entry.
     pub fn populate(&self, budget: u64) -> Result<Vec<TernaryEntry>, AdaError> {
-        let shares = self.allocate(budget)?;
+        let mut shares = self.allocate(budget)?;
+        let size = |b: &Bin| 1u64.checked_shl(b.wildcards()).unwrap_or(u64::MAX);
+        let mut spare: u64 = (self.leaves.iter().zip(&mut shares))
+            .map(|(b, k)| {
+                let over = k.saturating_sub(size(b));
+                *k -= over;
+                over
+            })
+            .sum();
+        let mut by_heat: Vec<usize> = (0..self.leaves.len()).collect();
+        by_heat.sort_by_key(|&i| (std::cmp::Reverse(self.leaves[i].hits), i));
+        for i in by_heat {
+            if spare == 0 {
+                break;
+            }
+            let more = (size(&self.leaves[i]) - shares[i]).min(spare);
+            shares[i] += more;
+            spare -= more;
+        }
         let mut out = Vec::new();
         for (bin, &k) in self.leaves.iter().zip(&shares) {
             out.extend(bin_population(bin, k));
@@ -434,8 +498,13 @@ fn refine(
 /// The population of one bin with at most `k` entries (`k >= 1`), "similar to \[12\]" as the
 /// paper's experiments use: the uniform population restricted to the bin with the most
 /// significant bits that fit in `k` entries (line 32's `min(b | ...)`, read as that).
-/// Choice: when not even 0 significant bits fit, the bin itself is the one entry; the
-/// entries left over below `k` are not used.
+/// Choice: when not even 0 significant bits fit, the bin itself is the one entry.
+/// Choice (beyond the paper, whose population leaves them unused): the entries left over
+/// below `k` split the widest entries in two, the lowest first among equals, until `k`
+/// entries are used or every entry is exact. Operands are spread evenly within a bin as
+/// far as the monitoring knows, so the widest entry holds the most of them, and splitting
+/// it halves the error of the most lookups; at the same width, the lower entry has the
+/// larger relative error.
 pub fn bin_population(bin: &Bin, k: u64) -> Vec<TernaryEntry> {
     let cap = usize::try_from(k).unwrap_or(usize::MAX);
     let mut best = vec![TernaryEntry::for_prefix(bin.prefix, bin.len, bin.bits)];
@@ -451,7 +520,42 @@ pub fn bin_population(bin: &Bin, k: u64) -> Vec<TernaryEntry> {
             break;
         }
     }
-    best
+    split_widest(best, cap, bin.bits)
+}
+
+/// Splits the widest of `entries` (disjoint, in operand order) in two, lowest first among
+/// equals, until there are `cap` of them or all are exact; the result is in operand order.
+fn split_widest(entries: Vec<TernaryEntry>, cap: usize, bits: u32) -> Vec<TernaryEntry> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let all = (1u64 << bits) - 1;
+    let wildcards = |e: &TernaryEntry| (!e.mask & all).count_ones();
+    let mut n = entries.len();
+    // Widest first, then the lowest value.
+    let mut heap: BinaryHeap<(u32, Reverse<u64>)> = entries
+        .iter()
+        .map(|e| (wildcards(e), Reverse(e.value)))
+        .collect();
+    while n < cap {
+        match heap.pop() {
+            Some((r, Reverse(value))) if r > 0 => {
+                heap.push((r - 1, Reverse(value)));
+                heap.push((r - 1, Reverse(value + (1 << (r - 1)))));
+                n += 1;
+            }
+            Some(exact) => {
+                heap.push(exact);
+                break;
+            }
+            None => break,
+        }
+    }
+    let mut out: Vec<TernaryEntry> = heap
+        .into_iter()
+        .map(|(r, Reverse(value))| TernaryEntry::for_prefix(value >> r, bits - r, bits))
+        .collect();
+    out.sort_unstable_by_key(|e| e.value);
+    out
 }
 
 #[cfg(test)]
@@ -643,5 +747,106 @@ mod tests {
         // A share as large as the bin gives exact entries.
         let small = BinningTrie::new(4, 4).expect("valid");
         assert_eq!(bin_population(&small.leaves()[0], 4).len(), 4);
+    }
+
+    #[test]
+    fn bin_population_uses_its_whole_share_on_the_widest_entries() {
+        let t = BinningTrie::new(4, 16).expect("valid");
+        let bin = t.leaves()[1]; // 01xx..: 2^14 operands
+        for k in 1..300 {
+            let e = bin_population(&bin, k);
+            assert_eq!(e.len() as u64, k, "every entry of the share is used");
+            // Disjoint, in order, covering the bin.
+            let mut next = bin.first();
+            for en in &e {
+                assert_eq!(en.value, next);
+                next = en.value + (!en.mask & 0xffff) + 1;
+            }
+            assert_eq!(next, bin.last() + 1);
+            // No entry is more than twice as wide as another (the widest split first), so
+            // every entry is within one level of the others.
+            let widths: Vec<u32> = e
+                .iter()
+                .map(|en| (!en.mask & 0xffff).count_ones())
+                .collect();
+            let (lo, hi) = (widths.iter().min(), widths.iter().max());
+            assert!(
+                hi.zip(lo).is_some_and(|(h, l)| h - l <= 1),
+                "k={k}: {widths:?}"
+            );
+        }
+        // Past one entry per operand nothing more is added.
+        let tiny = BinningTrie::new(8, 3).expect("valid").leaves()[0];
+        assert_eq!(bin_population(&tiny, 5).len(), 1);
+    }
+
+    #[test]
+    fn populate_gives_entries_a_narrow_bin_cannot_use_to_the_others() {
+        let mut t = BinningTrie::new(4, 8).expect("valid");
+        // Drive the trie down to a one-operand bin at 200.
+        for _ in 0..40 {
+            record_n(&mut t, 200, 50);
+            record_n(&mut t, 3, 1);
+            t.update(0.2, 2);
+        }
+        record_n(&mut t, 200, 50);
+        record_n(&mut t, 3, 1);
+        let i = t.bin_of(200).expect("in range");
+        assert_eq!(t.leaves()[i].len, 8, "a bin of its own");
+        let shares = t.allocate(64).expect("enough");
+        assert!(shares[i] > 1, "the hot bin draws more than it can use");
+        let entries = t.populate(64).expect("enough");
+        assert_eq!(entries.len(), 64, "the spare entries went elsewhere");
+        // The whole space, exactly once.
+        assert_eq!(entries.first().map(|e| e.value), Some(0));
+        let mut next = 0;
+        for e in &entries {
+            assert_eq!(e.value, next);
+            next = e.value + (!e.mask & 0xff) + 1;
+        }
+        assert_eq!(next, 256);
+        // A budget of one entry per operand makes every entry exact, and no more are used.
+        let all = t.populate(1000).expect("enough");
+        assert_eq!(all.len(), 256);
+        assert!(all.iter().all(|e| e.mask == 0xff));
+    }
+
+    #[test]
+    fn growth_stops_at_the_monitoring_capacity() {
+        let mut t = BinningTrie::new(8, 16)
+            .and_then(|t| t.with_max_entries(12))
+            .expect("valid");
+        assert!(BinningTrie::new(8, 16)
+            .expect("valid")
+            .with_max_entries(7)
+            .is_err());
+        for _ in 0..60 {
+            record_n(&mut t, 40_000, 100);
+            record_n(&mut t, 3, 1);
+            t.update(0.2, 2);
+            assert!(t.entries() <= 12);
+        }
+        assert_eq!(t.entries(), 12, "grown to the cap");
+        assert_eq!(t.max_entries(), 12);
+    }
+
+    #[test]
+    fn hits_from_counters_replace_recorded_ones() {
+        let mut t = BinningTrie::new(4, 3).expect("valid");
+        t.set_hits(&[5, 14, 2, 1]).expect("one count per bin");
+        assert_eq!(
+            t.leaves().iter().map(|b| b.hits).collect::<Vec<_>>(),
+            [5, 14, 2, 1]
+        );
+        assert_eq!(
+            t.set_hits(&[1, 2, 3]),
+            Err(AdaError::HitsMismatch {
+                counters: 3,
+                bins: 4
+            })
+        );
+        assert_eq!(t.leaves()[1].hits, 14, "a refused read changes nothing");
+        // Figure 4a -> 4b from counters alone.
+        assert!(matches!(t.update(0.2, 2), Update::Rebalanced { .. }));
     }
 }

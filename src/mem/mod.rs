@@ -420,11 +420,17 @@ pub enum XtxnKind {
     /// FPISA shift-and-add of up to 16 lanes (a 64-byte chunk of FP32 values), one
     /// accumulator word per lane.
     FpisaAdd16,
+    /// Ternary match block lookup (the winning entry's hit counter counts it).
+    TcamLookup,
+    /// Read of one ternary entry's hit counter (a controller reading its monitoring bins).
+    TcamRead,
+    /// Write of one ternary entry (a controller installing a table, counted per entry).
+    TcamWrite,
 }
 
 impl XtxnKind {
     /// Number of kinds.
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 24;
 
     /// Every kind, in [`XtxnKind::index`] order.
     pub const ALL: [XtxnKind; XtxnKind::COUNT] = [
@@ -449,6 +455,9 @@ impl XtxnKind {
         XtxnKind::HashDelete,
         XtxnKind::HashScan,
         XtxnKind::FpisaAdd16,
+        XtxnKind::TcamLookup,
+        XtxnKind::TcamRead,
+        XtxnKind::TcamWrite,
     ];
 
     /// The snake_case name, e.g. `"counter_inc"`.
@@ -475,6 +484,9 @@ impl XtxnKind {
             XtxnKind::HashDelete => "hash_delete",
             XtxnKind::HashScan => "hash_scan",
             XtxnKind::FpisaAdd16 => "fpisa_add16",
+            XtxnKind::TcamLookup => "tcam_lookup",
+            XtxnKind::TcamRead => "tcam_read",
+            XtxnKind::TcamWrite => "tcam_write",
         }
     }
 

@@ -45,13 +45,18 @@
 //! # Cost
 //!
 //! The current table is held as `RwLock<Arc<Table>>`: a lookup takes the read lock only to
-//! clone the `Arc` (two atomic read-modify-writes on shared lines, plus one to drop it), so a
-//! replacement never waits for a long scan and a scan never blocks on a writer. Entries are
-//! stored pre-sorted in match order (the mode's order above), so a lookup is a linear scan
-//! that stops at the first match: `O(n)` in the worst case (no match), 4 compares per 16-byte
-//! entry, a few hundred entries well under a microsecond. [`Tcam::replace`] costs a sort,
-//! `O(n log n)`, on the control side. A hardware TCAM compares every entry in parallel; the
-//! emulation does not model that latency.
+//! clone the `Arc`, so a replacement never waits for a lookup and a lookup never blocks on a
+//! writer for longer than the pointer swap. [`Tcam::replace`] precomputes how lookups find
+//! their winner, on the control side:
+//!
+//! * when every mask is a prefix (ones from the top bit down, as in every arithmetic table
+//!   and every LPM table), the winner of every key as at most `2n + 1` intervals, so a
+//!   lookup is a binary search, `O(log n)`: a few nanoseconds for thousands of entries;
+//! * otherwise, the entries sorted in match order, so a lookup is a linear scan that stops
+//!   at the first match, `O(n)`.
+//!
+//! Either costs `O(n log n)` at replacement. A hardware TCAM compares every entry in
+//! parallel; the emulation does not model that latency.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,6 +161,9 @@ struct Table {
     sorted: Box<[(TcamEntry, usize)]>,
     /// Hit counter per entry, indexed by the caller's index (not by `sorted` position).
     hits: Box<[AtomicU64]>,
+    /// When every mask is a prefix: the winner of every key, as intervals (see
+    /// [`Intervals`]); otherwise lookups scan `sorted`.
+    intervals: Option<Intervals>,
 }
 
 impl Table {
@@ -164,7 +172,111 @@ impl Table {
             version: 0,
             sorted: Box::new([]),
             hits: Box::new([]),
+            intervals: Some(Intervals::of(&[])),
         }
+    }
+
+    /// The position in `sorted` of `key`'s winner.
+    #[inline]
+    fn winner(&self, key: u32) -> Option<usize> {
+        match &self.intervals {
+            Some(iv) => iv.winner(key),
+            None => self.sorted.iter().position(|(e, _)| e.matches(key)),
+        }
+    }
+}
+
+/// The winners of a table whose masks are all prefixes (ones from the top bit down, then
+/// zeros), precomputed as intervals of keys.
+///
+/// A prefix entry matches an interval of keys, `value ..= value | !mask`, and two such
+/// intervals are either nested or disjoint. So the keys split into at most `2n + 1`
+/// elementary intervals, in each of which the same entries match and one wins: the best
+/// ranked among the intervals nested around it. [`Intervals::of`] finds them in one sweep
+/// over the entries sorted by start (outer before inner), keeping the chain of open
+/// intervals on a stack with the best rank so far on each level; a lookup is then a binary
+/// search, `O(log n)`, with the same answer as the scan (the property test checks both
+/// against a brute-force reference). Hardware compares every entry in parallel; a linear
+/// scan of a 4096-entry antilog table would cost microseconds per lookup.
+struct Intervals {
+    /// Where each elementary interval starts, ascending, the first at 0.
+    starts: Box<[u32]>,
+    /// Its winner's position in `sorted`, or `u32::MAX` for none.
+    winners: Box<[u32]>,
+}
+
+impl Intervals {
+    const NONE: u32 = u32::MAX;
+
+    /// The intervals of `sorted` (entries in match order), or `None` when some mask is not
+    /// a prefix.
+    fn build(sorted: &[(TcamEntry, usize)]) -> Option<Intervals> {
+        sorted
+            .iter()
+            .all(|(e, _)| e.mask.leading_ones() + e.mask.trailing_zeros() == 32)
+            .then(|| Intervals::of(sorted))
+    }
+
+    /// See the type's doc; every mask must be a prefix.
+    fn of(sorted: &[(TcamEntry, usize)]) -> Intervals {
+        // (first key, last key, position in `sorted`: smaller is better ranked).
+        let mut spans: Vec<(u64, u64, u32)> = sorted
+            .iter()
+            .enumerate()
+            .map(|(pos, (e, _))| {
+                let first = u64::from(e.value & e.mask);
+                (first, first | u64::from(!e.mask), pos as u32)
+            })
+            .collect();
+        // Outer (longer) first at the same start; equal spans best first.
+        spans.sort_unstable_by_key(|&(first, last, pos)| (first, std::cmp::Reverse(last), pos));
+        let mut starts: Vec<u32> = Vec::with_capacity(2 * spans.len() + 1);
+        let mut winners: Vec<u32> = Vec::with_capacity(2 * spans.len() + 1);
+        let mut emit = |at: u64, winner: u32| {
+            if at > u64::from(u32::MAX) {
+                return;
+            }
+            if starts.last() == Some(&(at as u32)) {
+                // A later event at the same key decides it.
+                starts.pop();
+                winners.pop();
+            }
+            if winners.last() != Some(&winner) {
+                starts.push(at as u32);
+                winners.push(winner);
+            }
+        };
+        emit(0, Self::NONE);
+        // Open intervals, outermost first: (last key, best position on this level).
+        let mut open: Vec<(u64, u32)> = Vec::new();
+        let close = |open: &mut Vec<(u64, u32)>, upto: u64, emit: &mut dyn FnMut(u64, u32)| {
+            while let Some(&(last, _)) = open.last() {
+                if last >= upto {
+                    break;
+                }
+                open.pop();
+                emit(last + 1, open.last().map_or(Self::NONE, |&(_, best)| best));
+            }
+        };
+        for (first, last, pos) in spans {
+            close(&mut open, first, &mut emit);
+            let best = open.last().map_or(pos, |&(_, outer)| outer.min(pos));
+            emit(first, best);
+            open.push((last, best));
+        }
+        close(&mut open, u64::MAX, &mut emit);
+        Intervals {
+            starts: starts.into_boxed_slice(),
+            winners: winners.into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    fn winner(&self, key: u32) -> Option<usize> {
+        // `starts[0] == 0`, so some interval starts at or below every key.
+        let i = self.starts.partition_point(|&s| s <= key) - 1;
+        let w = self.winners[i];
+        (w != Self::NONE).then_some(w as usize)
     }
 }
 
@@ -206,7 +318,7 @@ impl Tcam {
     /// on that entry.
     pub fn lookup(&self, key: u32) -> Option<TcamHit> {
         let table = self.table();
-        let &(entry, index) = table.sorted.iter().find(|(e, _)| e.matches(key))?;
+        let (entry, index) = table.sorted[table.winner(key)?];
         table.hits[index].fetch_add(1, Ordering::Relaxed);
         Some(TcamHit {
             index,
@@ -238,10 +350,12 @@ impl Tcam {
         // Indices are distinct, so the ranks are too and the order is total.
         sorted.sort_unstable_by_key(|(e, i)| self.mode.rank(*i, e));
         let hits = (0..sorted.len()).map(|_| AtomicU64::new(0)).collect();
+        let intervals = Intervals::build(&sorted);
         let mut table = Table {
             version: 0,
             sorted: sorted.into_boxed_slice(),
             hits,
+            intervals,
         };
         // The version is taken under the write lock, so concurrent replacements publish
         // versions in the order they are numbered.
@@ -536,7 +650,57 @@ mod tests {
         })
     }
 
+    /// Random prefix entries (masks of 0 to 32 leading ones) around a few values, so that
+    /// entries nest, repeat and overlap as LPM and arithmetic tables do; keys near them.
+    fn prefix_table_and_keys() -> impl Strategy<Value = (Vec<TcamEntry>, Vec<u32>)> {
+        let e = (0usize..4, any::<u32>(), 0u32..=32, 0u32..3, any::<u64>()).prop_map(
+            |(base, noise, len, priority, result)| {
+                let bases = [0u32, 0x8000_0000, 0xffff_ff00, 0x1234_5678];
+                let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+                entry(bases[base] ^ (noise & 0x0000_0f0f), mask, priority, result)
+            },
+        );
+        prop::collection::vec(e, 0..40).prop_flat_map(|entries| {
+            let key = (0usize..4, any::<u32>(), any::<bool>()).prop_map(|(base, noise, wide)| {
+                let bases = [0u32, 0x8000_0000, 0xffff_ff00, 0x1234_5678];
+                if wide {
+                    noise
+                } else {
+                    bases[base] ^ (noise & 0x0000_0f0f)
+                }
+            });
+            (Just(entries), prop::collection::vec(key, 1..64))
+        })
+    }
+
+    /// Every key at an interval's edge and either side of it, for the prefix test below.
+    fn edges(entries: &[TcamEntry]) -> Vec<u32> {
+        let mut keys = vec![0, u32::MAX];
+        for e in entries {
+            let (first, last) = (e.value & e.mask, (e.value & e.mask) | !e.mask);
+            for k in [first, last] {
+                keys.extend([k.wrapping_sub(1), k, k.wrapping_add(1)]);
+            }
+        }
+        keys
+    }
+
     proptest! {
+        #[test]
+        fn prefix_tables_take_the_interval_index_and_equal_brute_force(
+            (entries, keys) in prefix_table_and_keys()
+        ) {
+            for mode in [MatchMode::HighestPriority, MatchMode::LongestPrefix] {
+                let t = Tcam::new(64, mode).unwrap();
+                t.replace(entries.clone()).unwrap();
+                prop_assert!(t.table().intervals.is_some(), "prefix masks are indexed");
+                for key in keys.iter().copied().chain(edges(&entries)) {
+                    let want = reference(&entries, mode, key);
+                    prop_assert_eq!(t.lookup(key), want, "mode {:?} key {:#x}", mode, key);
+                }
+            }
+        }
+
         #[test]
         fn lookup_equals_brute_force((entries, keys) in table_and_keys()) {
             for mode in [MatchMode::HighestPriority, MatchMode::LongestPrefix] {
