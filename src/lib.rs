@@ -34,15 +34,16 @@
 //! - [`pipeline`]: programs as operation dependency graphs for pipelines (RMT, dRMT), the
 //!   architectures' parameters, the validators of dRMT schedules and RMT stage plans, the
 //!   schedulers (heuristics, the paper's ILP), and a cycle-level simulator of both.
-//! - [`ada`]: ADA's lookup-table arithmetic: the binning trie that learns the operands'
-//!   distribution (Algorithms 1-2), the TCAM population that follows it (Algorithm 3),
-//!   and square, sqrt, log2, mul and div by ternary lookup with the prior work's uniform
-//!   population for comparison.
 //! - [`mem`]: the shared memory system: SRAM/DRAM regions, banks, RMW engines, posted
-//!   XTXNs, and the hash engine ([`mem::hash`]).
+//!   XTXNs, the hash engine ([`mem::hash`]) and the ternary match block ([`mem::tcam`]).
 //! - [`timer`]: periodic timers (N staggered, each owning a slice of work) and a
 //!   replaceable clock ([`timer::ManualClock`] for deterministic tests).
 //! - [`program`]: the program model: labelled instructions, registers, local memory, faults.
+//! - [`ada`]: ADA's lookup-table arithmetic: the binning trie that learns the operands'
+//!   distribution (Algorithms 1-2), the TCAM population that follows it (Algorithm 3),
+//!   square, sqrt, log2, mul and div by ternary lookup with the prior work's uniform
+//!   population for comparison, and ADA as a PFE block: tables in ternary match blocks
+//!   looked up as XTXNs, and the controller run by a program's timer entry.
 //! - [`pfe`]: the engine: builder ([`pfe::Config`]), lifecycle, ingress, dispatch, PPE
 //!   threads, reorder, egress ([`pfe::Sink`]), stats, timer threads, and a [`pfe::Chassis`]
 //!   of PFEs joined by links. Every public type has one path, `pfe::Name`.

@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["error", "isa", "sync", "rng"],
     &[
-        "duration", "limits", "wire", "packet", "fpisa", "fabric", "pipeline", "ada",
+        "duration", "limits", "wire", "packet", "fpisa", "fabric", "pipeline",
     ],
     &["mem", "timer"],
     &["program"],
-    &["pfe"],
+    &["ada", "pfe"],
     &["microcode"],
     &["lab::aggregation", "lab::bench"],
     &["lab::replay", "lab::serve"],

@@ -29,6 +29,7 @@
 
 use super::trie::{uniform_population, TernaryEntry};
 use super::AdaError;
+use crate::mem::tcam::TcamEntry;
 
 /// Fraction bits of fixed-point results (sqrt, log2, div) and of the log tables' results.
 pub const FRAC_BITS: u32 = 16;
@@ -63,6 +64,17 @@ impl LookupEntry {
     pub fn matches(&self, key: u64) -> bool {
         key & self.mask == self.value
     }
+
+    /// The entry as a ternary match block holds it. Keys of calculation tables are at most
+    /// 32 bits wide (operands, and antilog keys of [`ANTILOG_BITS`]), so value and mask fit.
+    pub fn tcam_entry(&self) -> TcamEntry {
+        TcamEntry {
+            value: self.value as u32,
+            mask: self.mask as u32,
+            priority: self.priority,
+            result: self.result,
+        }
+    }
 }
 
 /// The reference ternary matcher: the matching entry of highest priority, the first in the
@@ -85,7 +97,7 @@ fn lookup_disjoint(table: &[LookupEntry], key: u64) -> Option<&LookupEntry> {
 }
 
 /// The calculation table of `entries`, each with `f` of its representative.
-fn table_of(entries: &[TernaryEntry], f: impl Fn(u64) -> u64) -> Vec<LookupEntry> {
+pub(crate) fn table_of(entries: &[TernaryEntry], f: impl Fn(u64) -> u64) -> Vec<LookupEntry> {
     let mut table: Vec<LookupEntry> = entries
         .iter()
         .map(|e| LookupEntry {
@@ -97,6 +109,20 @@ fn table_of(entries: &[TernaryEntry], f: impl Fn(u64) -> u64) -> Vec<LookupEntry
         .collect();
     table.sort_by_key(|e| e.value);
     table
+}
+
+/// The antilog table of a two-operand operation whose operand tables have `s` significant
+/// bits: the uniform population over [`ANTILOG_BITS`]-bit keys with `s + 6` significant
+/// bits (at most [`ANTILOG_BITS`]), so that the six integer bits of a log sum do not eat the
+/// precision of its fraction. Empty for one-operand operations.
+pub fn antilog_table(op: Op, s: u32) -> Vec<LookupEntry> {
+    if !op.is_binary() {
+        return Vec::new();
+    }
+    let bits = s.saturating_add(6).min(ANTILOG_BITS);
+    table_of(&uniform_population(ANTILOG_BITS, bits), |k| {
+        op.antilog_result(k)
+    })
 }
 
 /// An operation computed by lookup on 32-bit operands.
@@ -167,7 +193,7 @@ impl Op {
     }
 
     /// The result an operand table stores for a representative operand.
-    fn operand_result(self, x: u64) -> u64 {
+    pub(crate) fn operand_result(self, x: u64) -> u64 {
         // A 32-bit operand's square fits 64 bits exactly, beyond f64's 53.
         let square = x.saturating_mul(x);
         let x = x as f64;
@@ -181,7 +207,7 @@ impl Op {
     }
 
     /// The result an antilog table stores for a representative key (`as` saturates).
-    fn antilog_result(self, key: u64) -> u64 {
+    pub(crate) fn antilog_result(self, key: u64) -> u64 {
         match self {
             Op::Div => (((key as f64 - DIV_OFFSET as f64) / ONE).exp2() * ONE).round() as u64,
             _ => (key as f64 / ONE).exp2().round() as u64,
@@ -221,10 +247,7 @@ impl ArithTable {
         }
         let operand = table_of(entries, |x| op.operand_result(x));
         let antilog = if op.is_binary() {
-            let bits = (antilog_significant_bits + 6).min(ANTILOG_BITS);
-            table_of(&uniform_population(ANTILOG_BITS, bits), |k| {
-                op.antilog_result(k)
-            })
+            antilog_table(op, antilog_significant_bits)
         } else {
             Vec::new()
         };

@@ -18,19 +18,21 @@
 //!         --> a calculation table of (value, mask, priority, result)        [arith]
 //! ```
 //!
-//! This module owns the algorithms only, as pure, deterministic functions over plain data
-//! (no clocks, no global randomness, nothing of the engine): [`trie`] holds the binning
-//! trie and Algorithms 1-3, [`arith`] the operations, both populations and a reference
-//! ternary matcher. Still to come, in later work on the same issue: the TCAM as a
-//! memory-side block of the PFE (entries in shared memory, lookups as XTXNs, atomic table
-//! swap, per-entry hit counters that replace [`trie::BinningTrie::record`]), the in-PFE
-//! controller run by a timer entry, a program that needs the arithmetic (a Nimble-style
-//! rate limiter) and `pfemu experiment ada`.
+//! [`trie`] holds the binning trie and Algorithms 1-3 and [`arith`] the operations, both
+//! populations and a reference matcher: pure, deterministic functions over plain data (no
+//! clocks, no global randomness). [`block`] puts them in the PFE: calculation tables and
+//! monitoring bins in ternary match blocks ([`crate::mem::tcam`]) that programs look up as
+//! XTXNs, and ADA's controller ([`block::Ada`]) run by a timer entry of the program or from
+//! the control side, counting its re-populations, reads and writes.
 
 pub mod arith;
+pub mod block;
 pub mod trie;
 
 use std::fmt;
+
+use crate::error::ConfigError;
+use crate::mem::tcam::TcamError;
 
 /// A request the ADA algorithms refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +70,12 @@ pub enum AdaError {
         /// Bins in the trie.
         bins: usize,
     },
+    /// An antilog table is for a two-operand operation only.
+    NotBinary(arith::Op),
+    /// A ternary match block refused a table.
+    Tcam(TcamError),
+    /// An [`block::AdaConfig`] setting is out of range.
+    Config(ConfigError),
 }
 
 impl fmt::Display for AdaError {
@@ -94,8 +102,21 @@ impl fmt::Display for AdaError {
                 f,
                 "{counters} hit counters for a trie of {bins} bins: they belong to another table"
             ),
+            AdaError::NotBinary(op) => {
+                write!(f, "{op:?} takes one operand: it has no antilog table")
+            }
+            AdaError::Tcam(e) => e.fmt(f),
+            AdaError::Config(e) => e.fmt(f),
         }
     }
 }
 
-impl std::error::Error for AdaError {}
+impl std::error::Error for AdaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AdaError::Tcam(e) => e.source(),
+            AdaError::Config(e) => e.source(),
+            _ => None,
+        }
+    }
+}

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::mem::hash::HashError;
+use crate::mem::tcam::TcamError;
 use crate::mem::MemFault;
 use crate::wire::WireError;
 
@@ -49,6 +50,8 @@ pub enum FaultDetail {
     /// A hash-engine XTXN was refused (a key too long, or an insert into a full table
     /// that the program did not handle).
     Hash(HashError),
+    /// A ternary-match-block XTXN was refused (a table larger than the block).
+    Tcam(TcamError),
 }
 
 /// The kind of a [`Fault`], for counting.
@@ -74,11 +77,13 @@ pub enum FaultKind {
     NoEntry,
     /// [`FaultDetail::Hash`].
     Hash,
+    /// [`FaultDetail::Tcam`].
+    Tcam,
 }
 
 impl FaultKind {
     /// Every kind, in counter order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::LocalMemory,
         FaultKind::SharedMemory,
         FaultKind::Tail,
@@ -89,6 +94,7 @@ impl FaultKind {
         FaultKind::Panic,
         FaultKind::NoEntry,
         FaultKind::Hash,
+        FaultKind::Tcam,
     ];
     /// Number of kinds.
     pub const COUNT: usize = Self::ALL.len();
@@ -106,6 +112,7 @@ impl FaultKind {
             FaultKind::Panic => "panic",
             FaultKind::NoEntry => "no_entry",
             FaultKind::Hash => "hash",
+            FaultKind::Tcam => "tcam",
         }
     }
 
@@ -122,6 +129,7 @@ impl FaultKind {
             FaultKind::Panic => "fault_panic",
             FaultKind::NoEntry => "fault_no_entry",
             FaultKind::Hash => "fault_hash",
+            FaultKind::Tcam => "fault_tcam",
         }
     }
 
@@ -163,6 +171,7 @@ impl FaultDetail {
             FaultDetail::Panic(_) => FaultKind::Panic,
             FaultDetail::NoEntry => FaultKind::NoEntry,
             FaultDetail::Hash(_) => FaultKind::Hash,
+            FaultDetail::Tcam(_) => FaultKind::Tcam,
         }
     }
 }
@@ -190,6 +199,7 @@ impl fmt::Display for FaultDetail {
             }
             FaultDetail::Panic(msg) => write!(f, "instruction panicked: {msg}"),
             FaultDetail::Hash(e) => write!(f, "hash XTXN refused: {e}"),
+            FaultDetail::Tcam(e) => write!(f, "ternary match block XTXN refused: {e}"),
             FaultDetail::NoEntry => {
                 write!(f, "the program has no instruction for this entry point")
             }
@@ -204,12 +214,14 @@ impl fmt::Display for Fault {
 }
 
 impl std::error::Error for Fault {
-    /// The memory, header or hash-engine error behind a fault of those kinds.
+    /// The memory, header, hash-engine or ternary-match-block error behind a fault of those
+    /// kinds.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &*self.0 {
             FaultDetail::SharedMemory(e) => Some(e),
             FaultDetail::Header(e) => Some(e),
             FaultDetail::Hash(e) => Some(e),
+            FaultDetail::Tcam(e) => Some(e),
             _ => None,
         }
     }
@@ -218,6 +230,12 @@ impl std::error::Error for Fault {
 impl From<MemFault> for Fault {
     fn from(e: MemFault) -> Self {
         FaultDetail::SharedMemory(e).into()
+    }
+}
+
+impl From<TcamError> for Fault {
+    fn from(e: TcamError) -> Self {
+        FaultDetail::Tcam(e).into()
     }
 }
 

@@ -2,6 +2,7 @@
 //! tail, created packets and the shared-memory XTXNs (counted per kind).
 
 use crate::mem::hash::{HashError, HashTable, Inserted, ScanAction};
+use crate::mem::tcam::{Tcam, TcamEntry, TcamError, TcamHit};
 use crate::mem::{Addr, Color, Op, PostedOps, SharedMemory, XtxnKind};
 use crate::packet::{Dest, OutArena, Port};
 use crate::timer::Launch;
@@ -587,6 +588,37 @@ impl<'a> Thread<'a> {
     ) -> usize {
         self.count(XtxnKind::HashScan);
         table.scan(slice, slices, visit)
+    }
+
+    // ----- ternary match block XTXNs -------------------------------------------------------
+
+    /// Looks `key` up in a ternary match block: the winning entry and its result, or `None`
+    /// when no entry matches. The winner's hit counter counts the lookup. See
+    /// [`Tcam::lookup`].
+    #[inline]
+    pub fn tcam_lookup(&mut self, tcam: &Tcam, key: u32) -> Option<TcamHit> {
+        self.count(XtxnKind::TcamLookup);
+        tcam.lookup(key)
+    }
+
+    /// Reads the hit counters of a ternary match block's current table, with the table's
+    /// version (a controller's read of its monitoring bins): one `tcam_read` XTXN per
+    /// counter. See [`Tcam::hits`].
+    pub fn tcam_hits(&mut self, tcam: &Tcam) -> (u64, Vec<u64>) {
+        let (version, hits) = tcam.hits();
+        self.core.xtxns[XtxnKind::TcamRead.index()] += hits.len() as u64;
+        (version, hits)
+    }
+
+    /// Installs `entries` as a ternary match block's whole new table (lookups see the old
+    /// table or the new one, never a mix) and returns its version: one `tcam_write` XTXN
+    /// per entry. A table too large for the block is refused, the old one kept, and
+    /// nothing counted. See [`Tcam::replace`].
+    pub fn tcam_replace(&mut self, tcam: &Tcam, entries: Vec<TcamEntry>) -> Result<u64, TcamError> {
+        let n = entries.len() as u64;
+        let version = tcam.replace(entries)?;
+        self.core.xtxns[XtxnKind::TcamWrite.index()] += n;
+        Ok(version)
     }
 
     /// Posts an asynchronous XTXN: the thread does not wait for it; it is applied exactly

@@ -1,0 +1,359 @@
+//! ADA as a block of the PFE: lookups as XTXNs of packet threads, the controller as a timer
+//! entry driven by a manual clock, its reads and writes counted, arithmetic on ternary match
+//! blocks against exact results, and tables replaced while lookups run.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pfemu::ada::arith::{Op, FRAC_BITS};
+use pfemu::ada::block::{
+    add_controller, controller_timer, Ada, AdaConfig, AntilogTable, ControlPlane, LookupTable,
+};
+use pfemu::ada::AdaError;
+use pfemu::prelude::*;
+use pfemu::program::Harness;
+use pfemu::rng::SplitMix64;
+use pfemu::timer::ManualClock;
+
+const MS: u64 = 1_000_000;
+
+fn small_mem() -> Arc<SharedMemory> {
+    Arc::new(
+        SharedMemory::new(&MemConfig {
+            sram_bytes: 1 << 16,
+            dram_bytes: 1 << 16,
+            acc_bytes: 0,
+            banks: 4,
+        })
+        .expect("a small memory"),
+    )
+}
+
+/// A frame carrying a 32-bit operand at bytes 14..18 (after an Ethernet header).
+fn operand_frame(x: u32) -> Vec<u8> {
+    let mut f = vec![0u8; 64];
+    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    f[14..18].copy_from_slice(&x.to_be_bytes());
+    f
+}
+
+/// A program that looks its packet's operand up through `ada` and writes the result into
+/// the packet (bytes 18..26) before forwarding it; its timer entry 0 is ADA's controller.
+fn squaring_program(ada: &Arc<Ada>) -> Program {
+    let mut p = Program::builder("ada_square");
+    let sq = p.label("square");
+    let a = Arc::clone(ada);
+    p.instr(sq, move |t| {
+        let x = u32::from_be_bytes(t.head(14)?[..4].try_into().expect("four bytes"));
+        let r = a.lookup(t, x).unwrap_or(u64::MAX);
+        t.head_mut(18)?[..8].copy_from_slice(&r.to_be_bytes());
+        Ok(Done(Verdict::Forward(1)))
+    });
+    p.entry(Entry::Packet, sq);
+    add_controller(&mut p, 0, vec![Arc::clone(ada)]);
+    p.build().expect("every label is defined")
+}
+
+/// A relative error of a square by lookup.
+fn square_error(ada: &Ada, x: u32) -> f64 {
+    let exact = f64::from(x) * f64::from(x);
+    let got = ada.table().get(x).expect("a covering table") as f64;
+    (got - exact).abs() / exact.max(1.0)
+}
+
+#[test]
+fn the_controller_runs_as_a_timer_entry_and_follows_the_operands() {
+    let ada = Arc::new(Ada::new(AdaConfig::new(Op::Square)).expect("the paper's settings"));
+    let before = ada.stats();
+    assert_eq!((before.bins, before.repopulations), (8, 1));
+    assert_eq!(
+        before.writes,
+        8 + before.table_entries,
+        "bins and the first table"
+    );
+    let clock = Arc::new(ManualClock::new());
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(squaring_program(&ada))
+        .memory(small_mem())
+        .ppe_threads(2)
+        .clock(clock.clone())
+        .timers([controller_timer(0, MS).expect("a valid period")])
+        .sink(Arc::new(sink))
+        .build()
+        .expect("a valid engine");
+    pfe.start().expect("the engine starts");
+
+    // Operands in a narrow band near 3 * 10^9 (a rate in bytes per second, say): the equal
+    // initial population is coarse there. A binary trie reaches a band below 2^(32 - d)
+    // only through a chain of d bins, so with at most 12 bins ADA zooms into large
+    // operands, not small ones.
+    let mut rng = SplitMix64::new(7);
+    let band = 3_000_000_000u32;
+    let operand = |rng: &mut SplitMix64| band + rng.below(1 << 20) as u32;
+    let probe = band + (1 << 19);
+    let initial = square_error(&ada, probe);
+    let mut packets = 0u64;
+    for epoch in 1..=12u64 {
+        for _ in 0..500 {
+            pfe.inject(Packet::new(0, operand_frame(operand(&mut rng))))
+                .expect("room in the engine");
+            packets += 1;
+        }
+        pfe.drain();
+        clock.advance(MS);
+        pfe.settle_timers();
+        assert_eq!(
+            ada.stats().epochs,
+            epoch,
+            "one controller launch per period"
+        );
+    }
+    let after = ada.stats();
+    assert!(after.repopulations > 1, "{after:?}");
+    assert!(after.rebalances + after.expansions > 0, "{after:?}");
+    assert!(
+        after.bins > 8,
+        "a point-like operand grows the monitoring: {after:?}"
+    );
+    assert!(after.bins <= 12, "never beyond its capacity: {after:?}");
+    let adapted = square_error(&ada, probe);
+    assert!(
+        adapted < initial / 8.0,
+        "the table moved to the operands: error {initial} -> {adapted}"
+    );
+
+    let stats = pfe.shutdown();
+    assert!(stats.is_conserved());
+    // Every packet: one monitoring and one calculation lookup.
+    assert_eq!(stats.xtxns["tcam_lookup"], 2 * packets);
+    // The timer threads' reads and writes, as the controller counted them (the constructor's
+    // writes came from the control side).
+    assert_eq!(stats.xtxns["tcam_read"], after.reads);
+    assert_eq!(stats.xtxns["tcam_write"], after.writes - before.writes);
+    // The packets carry the squares of their operands, within the population's error.
+    let frames: Vec<Packet> = rx.try_iter().collect();
+    assert_eq!(frames.len() as u64, packets);
+    for f in frames.iter().rev().take(500) {
+        let x = u32::from_be_bytes(f.data[14..18].try_into().expect("four bytes"));
+        let r = u64::from_be_bytes(f.data[18..26].try_into().expect("eight bytes"));
+        let exact = f64::from(x) * f64::from(x);
+        assert!(
+            (r as f64 - exact).abs() / exact < 0.01,
+            "{x}^2 = {exact}, got {r}"
+        );
+    }
+}
+
+#[test]
+fn an_idle_epoch_changes_nothing_and_a_frozen_controller_stays_put() {
+    let ada = Ada::new(AdaConfig::new(Op::Log2)).expect("valid");
+    let entries = ada.entries();
+    let e = ada.epoch(&mut ControlPlane).expect("an epoch");
+    assert_eq!((e.hits, e.repopulated, e.writes), (0, false, 0));
+    assert_eq!(e.reads, 8, "it read every bin");
+    assert_eq!(ada.entries(), entries);
+    assert_eq!(ada.stats().idle_epochs, 1);
+
+    ada.prime(&[3_000_000; 100], 10).expect("primed");
+    let primed = ada.entries();
+    assert_ne!(primed, entries, "priming moves the table to the operand");
+    ada.freeze();
+    for _ in 0..5 {
+        for _ in 0..100 {
+            ada.get(7);
+        }
+        let e = ada.epoch(&mut ControlPlane).expect("an epoch");
+        assert_eq!((e.reads, e.writes), (0, 0), "frozen: no reads, no writes");
+    }
+    assert_eq!(ada.entries(), primed);
+    assert_eq!(ada.stats().frozen_epochs, 5);
+}
+
+#[test]
+fn bad_settings_are_refused_by_name() {
+    let good = AdaConfig::new(Op::Mul);
+    let cases: [(&str, AdaConfig); 6] = [
+        (
+            "monitor_entries",
+            AdaConfig {
+                monitor_entries: 0,
+                ..good
+            },
+        ),
+        (
+            "monitor_entries",
+            AdaConfig {
+                monitor_entries: 13,
+                ..good
+            },
+        ),
+        (
+            "table_entries",
+            AdaConfig {
+                table_entries: 11,
+                ..good
+            },
+        ),
+        (
+            "table_entries",
+            AdaConfig {
+                table_entries: 1 << 20,
+                ..good
+            },
+        ),
+        (
+            "th_balance",
+            AdaConfig {
+                th_balance: f64::NAN,
+                ..good
+            },
+        ),
+        (
+            "th_balance",
+            AdaConfig {
+                th_balance: -0.5,
+                ..good
+            },
+        ),
+    ];
+    for (setting, cfg) in cases {
+        match Ada::new(cfg) {
+            Err(AdaError::Config(e)) => {
+                assert_eq!(e.setting, setting, "{e}");
+                assert!(e.to_string().contains(setting), "{e}");
+            }
+            other => panic!("{setting}: expected a refusal, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        AntilogTable::new(Op::Square, 4),
+        Err(AdaError::NotBinary(Op::Square))
+    ));
+    assert!(matches!(
+        LookupTable::uniform(Op::Sqrt, 33),
+        Err(AdaError::SignificantBits(33))
+    ));
+}
+
+/// `a * b` and `a / b` by three lookups in a program, against the exact results and the
+/// uniform population's documented bound.
+#[test]
+fn mul_and_div_on_the_blocks_are_within_their_bounds() {
+    let s = 6;
+    let log_mul = LookupTable::uniform(Op::Mul, s).expect("valid");
+    let log_div = LookupTable::uniform(Op::Div, s).expect("valid");
+    let (mul, div) = (
+        Arc::new(AntilogTable::new(Op::Mul, s).expect("valid")),
+        Arc::new(AntilogTable::new(Op::Div, s).expect("valid")),
+    );
+    let (log_mul, log_div) = (Arc::new(log_mul), Arc::new(log_div));
+    let results = Arc::new(parking_lot::Mutex::new((0u64, 0u64)));
+    let mut p = Program::builder("arith");
+    let go = p.label("go");
+    {
+        let (log_mul, log_div, mul, div, results) = (
+            log_mul.clone(),
+            log_div.clone(),
+            mul.clone(),
+            div.clone(),
+            results.clone(),
+        );
+        p.instr(go, move |t| {
+            let a = u32::from_be_bytes(t.head(14)?[..4].try_into().expect("four bytes"));
+            let b = u32::from_be_bytes(t.head(18)?[..4].try_into().expect("four bytes"));
+            let (la, lb) = (log_mul.lookup(t, a), log_mul.lookup(t, b));
+            let product = mul.product(t, la.unwrap_or(0), lb.unwrap_or(0));
+            let (da, db) = (log_div.lookup(t, a), log_div.lookup(t, b));
+            let quotient = div.quotient(t, da.unwrap_or(0), db.unwrap_or(0));
+            *results.lock() = (product.unwrap_or(u64::MAX), quotient.unwrap_or(u64::MAX));
+            Ok(Done(Verdict::Consume))
+        });
+    }
+    p.entry(Entry::Packet, go);
+    let program = p.build().expect("valid");
+    let mut h = Harness::new(small_mem());
+    let mut rng = SplitMix64::new(11);
+    for _ in 0..3000 {
+        let magnitude = |rng: &mut SplitMix64| {
+            let bits = 1 + rng.below(31);
+            1 + rng.below(1 << bits) as u32
+        };
+        let (a, b) = (magnitude(&mut rng), magnitude(&mut rng));
+        let mut f = operand_frame(a);
+        f[18..22].copy_from_slice(&b.to_be_bytes());
+        assert_eq!(h.run(&program, 0, &f).result, Ok(Verdict::Consume));
+        let (product, quotient) = *results.lock();
+        let (ep, eq) = (f64::from(a) * f64::from(b), f64::from(a) / f64::from(b));
+        assert!(
+            Op::Mul.within_bound(s, ep, product as f64),
+            "{a} * {b} = {ep}, got {product}"
+        );
+        let q = quotient as f64 / f64::from(1u32 << FRAC_BITS);
+        assert!(Op::Div.within_bound(s, eq, q), "{a} / {b} = {eq}, got {q}");
+    }
+    // The wrong table for the operation answers nothing.
+    let mut p = Program::builder("wrong");
+    let go = p.label("go");
+    let (mul2, seen) = (mul.clone(), Arc::new(AtomicBool::new(false)));
+    let seen2 = seen.clone();
+    p.instr(go, move |t| {
+        seen2.store(
+            mul2.quotient(t, 5 << FRAC_BITS, 1 << FRAC_BITS).is_none(),
+            Ordering::Relaxed,
+        );
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, go);
+    h.run(&p.build().expect("valid"), 0, &operand_frame(1));
+    assert!(seen.load(Ordering::Relaxed));
+}
+
+/// Lookups from several threads while the controller re-populates the table again and
+/// again: every lookup finds an entry (each table covers every operand, and a lookup never
+/// sees part of one table and part of another), and each result is the exact square of an
+/// entry's representative.
+#[test]
+fn lookups_during_re_population_always_find_a_whole_table() {
+    let ada = Arc::new(Ada::new(AdaConfig::new(Op::Square)).expect("valid"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let stop = AtomicBool::new(false);
+    let lookups = AtomicU64::new(0);
+    let epochs = if cfg!(miri) { 10 } else { 400 };
+    std::thread::scope(|s| {
+        for r in 0..3u64 {
+            let (ada, stop, lookups) = (&ada, &stop, &lookups);
+            s.spawn(move || {
+                let mut rng = SplitMix64::new(r);
+                let mut n = 0;
+                while !stop.load(Ordering::Acquire) || n < 100 {
+                    assert!(Instant::now() < deadline, "reader {r} ran out of time");
+                    let x = rng.below(1 << 32) as u32;
+                    let got = ada.get(x).expect("every table covers every operand");
+                    let root = got.isqrt();
+                    assert_eq!(root * root, got, "{x}: {got} is no square of an operand");
+                    n += 1;
+                }
+                lookups.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        // The controller, on shifting operands, so the table keeps changing.
+        let mut rng = SplitMix64::new(99);
+        for e in 0..epochs {
+            assert!(Instant::now() < deadline, "the controller ran out of time");
+            let centre = 1u64 << (8 + (e / 20) % 24);
+            for _ in 0..50 {
+                ada.monitor().lookup((centre + rng.below(centre)) as u32);
+            }
+            ada.epoch(&mut ControlPlane).expect("an epoch");
+        }
+        stop.store(true, Ordering::Release);
+    });
+    let st = ada.stats();
+    assert!(
+        st.repopulations > 20,
+        "the table changed under the readers: {st:?}"
+    );
+    assert!(lookups.load(Ordering::Relaxed) >= 300);
+}
