@@ -4,4 +4,5 @@
 pub mod filter;
 pub mod fpisa;
 pub mod l3fwd;
+pub mod nimble;
 pub mod trio_ml;

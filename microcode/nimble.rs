@@ -1,0 +1,600 @@
+//! A Nimble-style rate limiter (Thapeta et al., SOSR 2021; the ADA paper's \[10\] and its
+//! §V.B.1): a token bucket per traffic class whose refill, the class's rate times the time
+//! since its last packet, is a multiplication the data plane cannot do natively, so it is
+//! computed by ternary lookups, with the rate's table populated by ADA.
+//!
+//! ```text
+//! classify --class ok--> refill: dt = now - swap(last, now)              (1 fetch_swap)
+//!    |                           credit = R * dt by lookup:
+//!    |                             log2 R   rate table   (ADA: + monitoring)  (1-2 lookups)
+//!    |                             log2 dt  uniform table                       (1 lookup)
+//!    |                             2^(sum - C)  antilog table                   (1 lookup)
+//!    |                      --> bucket: tokens = min(tokens + credit, burst)  (1-2 fetch_add)
+//!    |                             enough for the packet? --> admit --> Forward(out_port)
+//!    |                                                   \--> Drop(rate_exceeded)
+//!    \--> Drop(no_class)
+//! timer entry 0 (ADA only): the controller's epoch (ada::block::add_controller)
+//! ```
+//!
+//! # Classes and their records
+//!
+//! A packet's class is the port it arrived on (`0..classes`; any other port is dropped as
+//! `no_class`). Each class has a record of [`CLASS_WORDS`] words in SRAM ([`STATE_REGION`]):
+//!
+//! | word | what |
+//! |---|---|
+//! | 0 | the rate, bytes per second ([`Nimble::set_rate`] writes it while traffic flows) |
+//! | 1 | the bucket's depth, bytes |
+//! | 2 | the last packet's arrival, engine nanoseconds |
+//! | 3 | the tokens, in 1/1024 byte ([`TOKEN_FRAC_BITS`]), a two's-complement `i64` |
+//! | 4, 5 | admitted packets and bytes (a packet/byte counter) |
+//!
+//! # The multiplication
+//!
+//! The refill in tokens is `R * dt * 2^10 / 10^9` (R in bytes per second, dt in ns). By
+//! logarithms, as the paper's \[12\]: `log2 R + log2 dt - C` with `C = log2 10^9 - 10`, then
+//! an antilog lookup. The rate's table is keyed by `R >> RATE_SHIFT` (rates up to 2^34
+//! bytes per second, 137 Gbit/s, fit a 32-bit key) and its log is put back by adding
+//! `RATE_SHIFT`. [`Arithmetic`] says how the rate's table is populated:
+//!
+//! - [`Arithmetic::Exact`]: no table; a native multiplication (the ideal).
+//! - [`Arithmetic::Uniform`]: the prior work's uniform population.
+//! - [`Arithmetic::Static`]: ADA's population fitted to the rates configured at install,
+//!   then never updated: Nimble's controller populates the table when *it* sets the rate,
+//!   so a rate changed any other way (from the data plane, or by [`Nimble::set_rate`]) is
+//!   looked up in a table fitted to another rate.
+//! - [`Arithmetic::Ada`]: the same first population, then ADA keeps it where the rates are:
+//!   every packet counts its rate in the monitoring bins, and the controller (a timer
+//!   entry of the program, every `controller_period_ns`) re-populates the table.
+//!
+//! The time since the last packet is looked up in a uniform table with
+//! `dt_significant_bits` significant bits, and the antilog table is uniform too; neither
+//! depends on the rate.
+//!
+//! # Concurrency
+//!
+//! Every step is one read-modify-write XTXN on the class record, so no update is lost, but
+//! the steps of two packets of a class may interleave: two packets may both find enough
+//! tokens for themselves when there was enough for one (the bucket overdraws by at most a
+//! packet per thread in flight), and two packets whose batches started at different times
+//! may take the class's clock backwards (the later one's refill then counts from the
+//! earlier's time). Under the [`Harness`](pfemu::program::Harness), one packet at a time,
+//! the bucket is exact up to the multiplication.
+
+use std::fmt;
+use std::sync::Arc;
+
+use pfemu::ada::arith::Op;
+use pfemu::ada::block::{
+    add_controller, controller_timer, Ada, AdaConfig, AdaStats, AntilogTable, LookupTable,
+};
+use pfemu::ada::AdaError;
+use pfemu::mem::{Addr, AllocError, MemFault, Op as MemOp, Region, SharedMemory};
+use pfemu::packet::Port;
+use pfemu::prelude::*;
+use pfemu::timer::TimerSpec;
+
+/// Name of the class records' region in the shared-memory allocator.
+pub const STATE_REGION: &str = "nimble.classes";
+/// Words of one class's record (see the module doc).
+pub const CLASS_WORDS: u64 = 6;
+/// Fraction bits of the tokens: a token is 1/1024 byte.
+pub const TOKEN_FRAC_BITS: u32 = 10;
+/// The rate's lookup key is `R >> RATE_SHIFT` (R in bytes per second).
+pub const RATE_SHIFT: u32 = 2;
+/// The fastest rate a class may have: the largest that fits the rate's key, in bits per
+/// second (about 137 Gbit/s).
+pub const MAX_RATE_BPS: u64 = ((u32::MAX as u64) << RATE_SHIFT) * 8;
+/// Most classes.
+pub const MAX_CLASSES: usize = 4096;
+/// The timer entry the controller runs at.
+pub const CONTROLLER_ENTRY: u16 = 0;
+
+const W_RATE: u64 = 0;
+const W_BURST: u64 = 1;
+const W_LAST: u64 = 2;
+const W_TOKENS: u64 = 3;
+const W_ADMITTED: u64 = 4;
+
+/// `C` of the module doc, `(log2 10^9 - 10) * 2^16`, rounded: subtracted from a log sum
+/// to turn bytes per second times nanoseconds into tokens.
+const LOG_SCALE: u64 = 1_303_993;
+
+/// Local memory the record's first two words are read into (below the packet head).
+const SCRATCH_LM: usize = 0;
+
+/// How the limiter multiplies a rate by a time (module doc).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arithmetic {
+    /// A native multiplication.
+    Exact,
+    /// The rate's log table by the prior work's uniform population with this many
+    /// significant bits (`2^s (33 - s)` entries: 124 for `s = 2`).
+    Uniform {
+        /// Significant bits.
+        significant_bits: u32,
+    },
+    /// ADA's population for the rates configured at install, never updated.
+    Static(AdaConfig),
+    /// ADA's population, kept where the rates are by the controller.
+    Ada(AdaConfig),
+}
+
+impl Arithmetic {
+    /// The name the CLI and reports use: `exact`, `uniform`, `static`, `ada`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Arithmetic::Exact => "exact",
+            Arithmetic::Uniform { .. } => "uniform",
+            Arithmetic::Static(_) => "static",
+            Arithmetic::Ada(_) => "ada",
+        }
+    }
+}
+
+/// The limiter's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NimbleConfig {
+    /// Each class's rate in bits per second; class `i` is port `i`.
+    pub rates_bps: Vec<u64>,
+    /// The bucket's depth, bytes (the burst a class may send at once).
+    pub burst_bytes: u64,
+    /// How the refill is multiplied.
+    pub arithmetic: Arithmetic,
+    /// Significant bits of the uniform log table of the time since the last packet.
+    pub dt_significant_bits: u32,
+    /// Significant bits the antilog table is built for ([`AntilogTable::new`]).
+    pub antilog_significant_bits: u32,
+    /// Where admitted packets go.
+    pub out_port: Port,
+    /// How often ADA's controller runs (ADA only), nanoseconds.
+    pub controller_period_ns: u64,
+    /// Epochs of control-plane priming on the configured rates (ADA and static).
+    pub prime_epochs: u32,
+}
+
+impl Default for NimbleConfig {
+    /// One class at 24 Gbit/s (the paper's Figure 8), a 64 KB bucket, ADA with the paper's
+    /// 128 calculation and 8 to 12 monitoring entries, 6-bit time and antilog tables, the
+    /// controller every 100 µs, 30 priming epochs, admitted packets out of port 1.
+    fn default() -> Self {
+        NimbleConfig {
+            rates_bps: vec![24_000_000_000],
+            burst_bytes: 64 * 1024,
+            arithmetic: Arithmetic::Ada(AdaConfig::new(Op::Mul)),
+            dt_significant_bits: 6,
+            antilog_significant_bits: 6,
+            out_port: 1,
+            controller_period_ns: 100_000,
+            prime_epochs: 30,
+        }
+    }
+}
+
+impl NimbleConfig {
+    /// Checks the settings, naming the one at fault.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.rates_bps.is_empty() || self.rates_bps.len() > MAX_CLASSES {
+            return Err(ConfigError::new(
+                "rates_bps",
+                format!(
+                    "{} classes: must be 1 to {MAX_CLASSES}",
+                    self.rates_bps.len()
+                ),
+            ));
+        }
+        if let Some(r) = self.rates_bps.iter().find(|&&r| r > MAX_RATE_BPS) {
+            return Err(ConfigError::new(
+                "rates_bps",
+                format!("{r} bit/s: at most {MAX_RATE_BPS} (the rate's 32-bit key)"),
+            ));
+        }
+        if self.burst_bytes == 0 || self.burst_bytes > 1 << 40 {
+            return Err(ConfigError::new(
+                "burst_bytes",
+                format!("{}: must be from 1 to 2^40", self.burst_bytes),
+            ));
+        }
+        for (setting, s) in [
+            ("dt_significant_bits", self.dt_significant_bits),
+            ("antilog_significant_bits", self.antilog_significant_bits),
+        ] {
+            if s > 10 {
+                return Err(ConfigError::new(
+                    setting,
+                    format!("{s}: at most 10 (the table must fit a ternary match block)"),
+                ));
+            }
+        }
+        if self.controller_period_ns == 0 {
+            return Err(ConfigError::new(
+                "controller_period_ns",
+                "must be at least 1 ns",
+            ));
+        }
+        match self.arithmetic {
+            Arithmetic::Uniform { significant_bits } if significant_bits > 10 => {
+                Err(ConfigError::new(
+                    "significant_bits",
+                    format!("{significant_bits}: at most 10 (the table must fit a block)"),
+                ))
+            }
+            Arithmetic::Static(c) | Arithmetic::Ada(c) => c.check(),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why the limiter could not be installed or reached.
+#[derive(Debug)]
+pub enum NimbleError {
+    /// A setting is out of range.
+    Config(ConfigError),
+    /// The class records do not fit the memory.
+    Memory(AllocError),
+    /// A class record could not be read or written.
+    Access(MemFault),
+    /// A lookup table could not be built.
+    Table(AdaError),
+    /// No such class.
+    NoClass {
+        /// The class asked for.
+        class: usize,
+        /// Classes there are.
+        classes: usize,
+    },
+}
+
+impl fmt::Display for NimbleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NimbleError::Config(e) => write!(f, "nimble: {e}"),
+            NimbleError::Memory(e) => write!(f, "nimble's class records: {e}"),
+            NimbleError::Access(e) => write!(f, "nimble's class record: {e}"),
+            NimbleError::Table(e) => write!(f, "nimble's lookup tables: {e}"),
+            NimbleError::NoClass { class, classes } => {
+                write!(f, "no class {class}: there are {classes}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for NimbleError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            NimbleError::Config(e) => Some(e),
+            NimbleError::Memory(e) => Some(e),
+            NimbleError::Access(e) => Some(e),
+            NimbleError::Table(e) => Some(e),
+            NimbleError::NoClass { .. } => None,
+        }
+    }
+}
+
+impl From<MemFault> for NimbleError {
+    fn from(e: MemFault) -> Self {
+        NimbleError::Access(e)
+    }
+}
+
+/// The rate's log table.
+#[derive(Debug)]
+enum RateTable {
+    Exact,
+    Fixed(Arc<LookupTable>),
+    /// ADA's table, never updated after install: looked up without the monitoring.
+    Static(Arc<Ada>),
+    Ada(Arc<Ada>),
+}
+
+/// The tables of the lookup multiplication: the rate's, the time's, the antilog.
+#[derive(Debug)]
+struct Tables {
+    rate: RateTable,
+    dt: Arc<LookupTable>,
+    antilog: Arc<AntilogTable>,
+}
+
+/// The limiter installed in a shared memory: its class records and lookup tables.
+#[derive(Debug, Clone)]
+pub struct Nimble {
+    cfg: NimbleConfig,
+    base: Addr,
+    tables: Arc<Tables>,
+}
+
+/// One class's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ClassCounts {
+    /// Packets admitted.
+    pub packets: u64,
+    /// Bytes admitted.
+    pub bytes: u64,
+}
+
+/// The rate's lookup key for a rate in bytes per second.
+fn rate_key(bytes_per_s: u64) -> u32 {
+    u32::try_from(bytes_per_s >> RATE_SHIFT).unwrap_or(u32::MAX)
+}
+
+/// Tokens (1/1024 byte) that `bytes_per_s` earns in `dt_ns`, exactly (rounded down).
+pub fn exact_credit(bytes_per_s: u64, dt_ns: u64) -> u64 {
+    let t = u128::from(bytes_per_s) * u128::from(dt_ns) * (1 << TOKEN_FRAC_BITS) / 1_000_000_000;
+    u64::try_from(t).unwrap_or(u64::MAX)
+}
+
+impl Nimble {
+    /// Allocates the class records in `mem`'s SRAM (each bucket full), builds the lookup
+    /// tables and, for ADA and static, primes the rate's table on the configured rates.
+    pub fn install(mem: &SharedMemory, cfg: NimbleConfig) -> Result<Nimble, NimbleError> {
+        cfg.check().map_err(NimbleError::Config)?;
+        let classes = cfg.rates_bps.len() as u64;
+        let base = mem
+            .alloc(STATE_REGION, Region::Sram, classes * CLASS_WORDS)
+            .map_err(NimbleError::Memory)?;
+        let table = NimbleError::Table;
+        let keys: Vec<u32> = cfg.rates_bps.iter().map(|&r| rate_key(r / 8)).collect();
+        let ada = |c: AdaConfig| -> Result<Arc<Ada>, NimbleError> {
+            let ada = Ada::new(AdaConfig { op: Op::Mul, ..c }).map_err(table)?;
+            ada.prime(&keys, cfg.prime_epochs).map_err(table)?;
+            Ok(Arc::new(ada))
+        };
+        let rate = match cfg.arithmetic {
+            Arithmetic::Exact => RateTable::Exact,
+            Arithmetic::Uniform { significant_bits } => RateTable::Fixed(Arc::new(
+                LookupTable::uniform(Op::Mul, significant_bits).map_err(table)?,
+            )),
+            Arithmetic::Static(c) => {
+                let a = ada(c)?;
+                a.freeze();
+                RateTable::Static(a)
+            }
+            Arithmetic::Ada(c) => RateTable::Ada(ada(c)?),
+        };
+        let tables = Tables {
+            rate,
+            dt: Arc::new(LookupTable::uniform(Op::Mul, cfg.dt_significant_bits).map_err(table)?),
+            antilog: Arc::new(
+                AntilogTable::new(Op::Mul, cfg.antilog_significant_bits).map_err(table)?,
+            ),
+        };
+        let nimble = Nimble {
+            cfg,
+            base,
+            tables: Arc::new(tables),
+        };
+        for (class, &r) in nimble.cfg.rates_bps.iter().enumerate() {
+            let rec = nimble.record(class)?;
+            mem.write_u64(rec + W_RATE, r / 8)?;
+            mem.write_u64(rec + W_BURST, nimble.cfg.burst_bytes)?;
+            mem.write_u64(rec + W_TOKENS, nimble.cfg.burst_bytes << TOKEN_FRAC_BITS)?;
+        }
+        Ok(nimble)
+    }
+
+    /// The first word of class `class`'s record.
+    fn record(&self, class: usize) -> Result<Addr, NimbleError> {
+        let classes = self.cfg.rates_bps.len();
+        if class >= classes {
+            return Err(NimbleError::NoClass { class, classes });
+        }
+        Ok(self.base + class as u64 * CLASS_WORDS)
+    }
+
+    /// Sets class `class`'s rate while traffic flows, as a data-plane update would: the
+    /// record's rate word only. The lookup tables are not touched, so a static table stays
+    /// fitted to the old rate; ADA's controller finds the new one in its monitoring.
+    /// Refuses a rate above [`MAX_RATE_BPS`].
+    pub fn set_rate(
+        &self,
+        mem: &SharedMemory,
+        class: usize,
+        bits_per_s: u64,
+    ) -> Result<(), NimbleError> {
+        if bits_per_s > MAX_RATE_BPS {
+            return Err(NimbleError::Config(ConfigError::new(
+                "rate",
+                format!("{bits_per_s} bit/s: at most {MAX_RATE_BPS}"),
+            )));
+        }
+        let rec = self.record(class)?;
+        mem.write_u64(rec + W_RATE, bits_per_s / 8)?;
+        Ok(())
+    }
+
+    /// Class `class`'s rate now, in bits per second.
+    pub fn rate(&self, mem: &SharedMemory, class: usize) -> Result<u64, NimbleError> {
+        Ok(mem.read_u64(self.record(class)? + W_RATE)? * 8)
+    }
+
+    /// Class `class`'s admitted packets and bytes.
+    pub fn counts(&self, mem: &SharedMemory, class: usize) -> Result<ClassCounts, NimbleError> {
+        let (packets, bytes) = mem.counter_read(self.record(class)? + W_ADMITTED)?;
+        Ok(ClassCounts { packets, bytes })
+    }
+
+    /// The tokens class `class` holds now, in bytes.
+    pub fn tokens(&self, mem: &SharedMemory, class: usize) -> Result<f64, NimbleError> {
+        let t = mem.read_u64(self.record(class)? + W_TOKENS)? as i64;
+        Ok(t as f64 / f64::from(1u32 << TOKEN_FRAC_BITS))
+    }
+
+    /// The rate's ADA operand (ADA and static only): its stats, bins and table.
+    pub fn ada(&self) -> Option<&Arc<Ada>> {
+        match &self.tables.rate {
+            RateTable::Ada(a) | RateTable::Static(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// ADA's controller counters (ADA and static only).
+    pub fn ada_stats(&self) -> Option<AdaStats> {
+        self.ada().map(|a| a.stats())
+    }
+
+    /// The timers the program needs: ADA's controller every `controller_period_ns` (none
+    /// for the other arithmetics).
+    pub fn timer_specs(&self) -> Result<Vec<TimerSpec>, ConfigError> {
+        match self.cfg.arithmetic {
+            Arithmetic::Ada(_) => Ok(vec![controller_timer(
+                CONTROLLER_ENTRY,
+                self.cfg.controller_period_ns,
+            )?]),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &NimbleConfig {
+        &self.cfg
+    }
+
+    /// The refill `bytes_per_s` earns in `dt_ns` as the limiter computes it, in tokens,
+    /// from the control side (the lookups count hits, the monitoring none): for checking
+    /// the arithmetic against [`exact_credit`].
+    pub fn credit(&self, bytes_per_s: u64, dt_ns: u64) -> u64 {
+        let t = &self.tables;
+        let rate = |x: u32| match &t.rate {
+            RateTable::Exact => None,
+            RateTable::Fixed(table) => table.get(x),
+            RateTable::Ada(a) | RateTable::Static(a) => a.table().get(x),
+        };
+        if matches!(t.rate, RateTable::Exact) {
+            return exact_credit(bytes_per_s, dt_ns);
+        }
+        let key = rate_key(bytes_per_s);
+        if key == 0 || dt_ns == 0 {
+            return 0;
+        }
+        let dt = u32::try_from(dt_ns).unwrap_or(u32::MAX);
+        let (Some(lr), Some(lt)) = (rate(key), t.dt.get(dt)) else {
+            return 0;
+        };
+        let sum = lr + (u64::from(RATE_SHIFT) << 16) + lt;
+        sum.checked_sub(LOG_SCALE)
+            .and_then(|k| t.antilog.tcam().lookup(u32::try_from(k).ok()?))
+            .map_or(0, |h| h.result)
+    }
+
+    /// Builds the Microcode program (see the module doc).
+    pub fn program(&self) -> Program {
+        let base = self.base;
+        let classes = self.cfg.rates_bps.len() as u64;
+        let out_port = self.cfg.out_port;
+        let mut p = Program::builder("nimble");
+        p.drop_reasons::<NimbleDrop>();
+        pfemu::labels!(p => classify, refill, bucket, admit);
+
+        p.instr(classify, move |t| {
+            let class = u64::from(t.port());
+            if class >= classes {
+                return Ok(Done(Verdict::Drop(NimbleDrop::NoClass.into())));
+            }
+            let rec = base + class * CLASS_WORDS;
+            t.set(RECORD, rec);
+            // Rate and depth in one 16-byte read.
+            t.mem_read(rec + W_RATE, SCRATCH_LM, 16)?;
+            let word = |t: &Thread<'_>, i: usize| -> Result<u64, Fault> {
+                let b = t.lm_bytes(SCRATCH_LM + 8 * i, 8)?;
+                Ok(u64::from_be_bytes(b.try_into().expect("eight bytes")))
+            };
+            t.set(RATE, word(t, 0)?);
+            t.set(BURST, word(t, 1)? << TOKEN_FRAC_BITS);
+            let now = t.now_ns();
+            let last = t.fetch_swap(rec + W_LAST, now)?;
+            // A packet whose batch started before the last one's refills nothing.
+            t.set(DT, now.saturating_sub(last));
+            Ok(Goto(refill))
+        });
+
+        let tables = Arc::clone(&self.tables);
+        p.instr(refill, move |t| {
+            let (rate, dt) = (t.get(RATE), t.get(DT));
+            let credit = match &tables.rate {
+                RateTable::Exact => exact_credit(rate, dt),
+                _ if rate >> RATE_SHIFT == 0 || dt == 0 => 0,
+                table => {
+                    let key = rate_key(rate);
+                    let lr = match table {
+                        RateTable::Ada(a) => a.lookup(t, key),
+                        RateTable::Static(a) => a.table().lookup(t, key),
+                        RateTable::Fixed(f) => f.lookup(t, key),
+                        RateTable::Exact => None,
+                    };
+                    let lt = tables.dt.lookup(t, u32::try_from(dt).unwrap_or(u32::MAX));
+                    match (lr, lt) {
+                        (Some(lr), Some(lt)) => {
+                            match (lr + (u64::from(RATE_SHIFT) << 16) + lt).checked_sub(LOG_SCALE) {
+                                Some(k) => tables.antilog.product(t, k, 0).unwrap_or(0),
+                                // Less than a token.
+                                None => 0,
+                            }
+                        }
+                        // The tables cover every key: unreachable, but refill nothing.
+                        _ => 0,
+                    }
+                }
+            };
+            t.set(CREDIT, credit);
+            Ok(Goto(bucket))
+        });
+
+        p.instr(bucket, move |t| {
+            let rec = t.get(RECORD);
+            let (credit, burst) = (t.get(CREDIT), t.get(BURST));
+            let mut tokens = t.fetch_add(rec + W_TOKENS, credit)? as i64 + credit as i64;
+            if tokens > burst as i64 {
+                // Back to the bucket's depth. Two packets clamping at once may both take
+                // off the excess they saw, which leaves the bucket below its depth: never
+                // above it.
+                let excess = tokens - burst as i64;
+                t.fetch_add(rec + W_TOKENS, (-excess) as u64)?;
+                tokens = burst as i64;
+            }
+            let need = (t.pkt_len() as i64) << TOKEN_FRAC_BITS;
+            if tokens < need {
+                return Ok(Done(Verdict::Drop(NimbleDrop::RateExceeded.into())));
+            }
+            t.fetch_add(rec + W_TOKENS, (-need) as u64)?;
+            Ok(Goto(admit))
+        });
+
+        p.instr(admit, move |t| {
+            t.post(MemOp::CounterInc {
+                addr: t.get(RECORD) + W_ADMITTED,
+                bytes: t.pkt_len() as u64,
+            })?;
+            Ok(Done(Verdict::Forward(out_port)))
+        });
+
+        p.entry(Entry::Packet, classify);
+        if let RateTable::Ada(a) = &self.tables.rate {
+            add_controller(&mut p, CONTROLLER_ENTRY, vec![Arc::clone(a)]);
+        }
+        p.build().expect("nimble defines every label it declares")
+    }
+}
+
+pfemu::drop_reasons! {
+    /// Why the limiter drops a packet.
+    pub enum NimbleDrop {
+        /// The class had too few tokens for the packet.
+        RateExceeded = "rate_exceeded",
+        /// The packet arrived on a port that is no class.
+        NoClass = "no_class",
+    }
+}
+
+pfemu::registers! {
+    /// The class's record.
+    RECORD: Addr,
+    /// The class's rate, bytes per second.
+    RATE: u64,
+    /// The bucket's depth, tokens.
+    BURST: u64,
+    /// Nanoseconds since the class's last packet.
+    DT: u64,
+    /// The refill, tokens.
+    CREDIT: u64,
+}
