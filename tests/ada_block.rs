@@ -293,6 +293,11 @@ fn mul_and_div_on_the_blocks_are_within_their_bounds() {
         let q = quotient as f64 / f64::from(1u32 << FRAC_BITS);
         assert!(Op::Div.within_bound(s, eq, q), "{a} / {b} = {eq}, got {q}");
     }
+    // Every table is a prefix table, so lookups are binary searches; an antilog key wider
+    // than the table's 23 bits matches nothing.
+    assert!(log_mul.tcam().is_indexed() && mul.tcam().is_indexed() && div.tcam().is_indexed());
+    assert_eq!(mul.tcam().lookup(1 << 23), None);
+    assert!(mul.tcam().lookup((1 << 23) - 1).is_some());
     // The wrong table for the operation answers nothing.
     let mut p = Program::builder("wrong");
     let go = p.label("go");

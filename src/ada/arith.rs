@@ -65,12 +65,14 @@ impl LookupEntry {
         key & self.mask == self.value
     }
 
-    /// The entry as a ternary match block holds it. Keys of calculation tables are at most
-    /// 32 bits wide (operands, and antilog keys of [`ANTILOG_BITS`]), so value and mask fit.
-    pub fn tcam_entry(&self) -> TcamEntry {
+    /// The entry as a 32-bit ternary match block holds it, for keys of `key_bits` bits
+    /// (32 for operands, [`ANTILOG_BITS`] for antilog keys): the bits above the key's width
+    /// must be zero, so a wider key matches nothing, and the mask stays a prefix.
+    pub fn tcam_entry(&self, key_bits: u32) -> TcamEntry {
+        let above = u32::MAX.checked_shl(key_bits).unwrap_or(0);
         TcamEntry {
             value: self.value as u32,
-            mask: self.mask as u32,
+            mask: self.mask as u32 | above,
             priority: self.priority,
             result: self.result,
         }

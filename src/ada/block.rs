@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::arith::{antilog_table, table_of, Op, DIV_OFFSET, OPERAND_BITS};
+use super::arith::{antilog_table, table_of, Op, ANTILOG_BITS, DIV_OFFSET, OPERAND_BITS};
 use super::trie::{uniform_population, Bin, BinningTrie, TernaryEntry, Update};
 use super::AdaError;
 use crate::error::ConfigError;
@@ -115,8 +115,11 @@ impl LookupTable {
         entries: &[TernaryEntry],
     ) -> Result<u64, AdaError> {
         let table = table_of(entries, |x| self.op.operand_result(x));
-        io.write_table(&self.tcam, table.iter().map(|e| e.tcam_entry()).collect())
-            .map_err(AdaError::Tcam)
+        io.write_table(
+            &self.tcam,
+            table.iter().map(|e| e.tcam_entry(OPERAND_BITS)).collect(),
+        )
+        .map_err(AdaError::Tcam)
     }
 
     /// The result for `x`, looked up as an XTXN of `t`; `None` if no entry covers `x`.
@@ -163,7 +166,7 @@ impl AntilogTable {
         }
         let entries: Vec<TcamEntry> = antilog_table(op, s)
             .iter()
-            .map(|e| e.tcam_entry())
+            .map(|e| e.tcam_entry(ANTILOG_BITS))
             .collect();
         let tcam = Tcam::new(entries.len(), MatchMode::LongestPrefix).map_err(AdaError::Tcam)?;
         tcam.replace(entries).map_err(AdaError::Tcam)?;

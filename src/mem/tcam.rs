@@ -62,7 +62,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
 use parking_lot::RwLock;
+
+/// The next [`Tcam`]'s id.
+static NEXT_TCAM_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Largest capacity a [`Tcam`] accepts, in entries (the largest TCAMs on switch ASICs hold
 /// tens of thousands of entries; a linear scan of more would not be a lookup any more).
@@ -176,6 +180,17 @@ impl Table {
         }
     }
 
+    /// `key`'s winner, its hit counted.
+    #[inline]
+    fn lookup(&self, key: u32) -> Option<TcamHit> {
+        let (entry, index) = self.sorted[self.winner(key)?];
+        self.hits[index].fetch_add(1, Ordering::Relaxed);
+        Some(TcamHit {
+            index,
+            result: entry.result,
+        })
+    }
+
     /// The position in `sorted` of `key`'s winner.
     #[inline]
     fn winner(&self, key: u32) -> Option<usize> {
@@ -287,6 +302,11 @@ pub struct Tcam {
     /// The table lookups use; replaced whole, never edited. The lock is held only to clone
     /// or swap the `Arc`.
     current: RwLock<Arc<Table>>,
+    /// The current table's version, published after the swap: a [`TcamCache`] compares it
+    /// with the version it holds, a read of a line nobody writes between replacements.
+    published: CachePadded<AtomicU64>,
+    /// Names this block in [`TcamCache`]s (unlike its address, never reused).
+    id: u64,
     /// Most entries a table may hold.
     capacity: usize,
     /// How a winner is chosen among matching entries.
@@ -304,6 +324,8 @@ impl Tcam {
         }
         Ok(Tcam {
             current: RwLock::new(Arc::new(Table::empty())),
+            published: CachePadded::new(AtomicU64::new(0)),
+            id: NEXT_TCAM_ID.fetch_add(1, Ordering::Relaxed),
             capacity: capacity_entries,
             mode,
         })
@@ -317,13 +339,7 @@ impl Tcam {
     /// The winning entry for `key` in the current table, if any entry matches; counts the hit
     /// on that entry.
     pub fn lookup(&self, key: u32) -> Option<TcamHit> {
-        let table = self.table();
-        let (entry, index) = table.sorted[table.winner(key)?];
-        table.hits[index].fetch_add(1, Ordering::Relaxed);
-        Some(TcamHit {
-            index,
-            result: entry.result,
-        })
+        self.table().lookup(key)
     }
 
     /// Installs `entries` as the whole new table, with zeroed hit counters, and returns its
@@ -363,6 +379,7 @@ impl Tcam {
         table.version = current.version + 1;
         let version = table.version;
         *current = Arc::new(table);
+        self.published.store(version, Ordering::Release);
         Ok(version)
     }
 
@@ -412,6 +429,12 @@ impl Tcam {
         self.len() == 0
     }
 
+    /// Whether lookups in the current table are a binary search (every mask a prefix) rather
+    /// than a scan (module doc, *Cost*).
+    pub fn is_indexed(&self) -> bool {
+        self.table().intervals.is_some()
+    }
+
     /// Most entries a table may hold.
     pub fn capacity(&self) -> usize {
         self.capacity
@@ -420,6 +443,71 @@ impl Tcam {
     /// How a winner is chosen among matching entries.
     pub fn mode(&self) -> MatchMode {
         self.mode
+    }
+}
+
+/// A PPE thread's handles on the tables it looked up last, so that its lookups read a
+/// version number instead of taking the lock and cloning the `Arc` (four read-modify-writes
+/// of lines every thread writes, which cost more than the lookup). Each slot holds a table
+/// with the version it was published as; a lookup whose block has published nothing newer
+/// uses the slot, any other takes the table from the block (and keeps it in the slot).
+///
+/// A lookup through the cache is a lookup of [`Tcam::lookup`]: on one whole table, the one
+/// current when it started or a newer one, its hit counted on that table. A slot keeps its
+/// table alive until the thread next looks that block up, or the slot is reused: a few old
+/// tables per thread at most.
+pub(crate) struct TcamCache {
+    slots: [Option<CachedTable>; TCAM_CACHE_SLOTS],
+    /// The slot the next new block takes, round robin.
+    next: usize,
+}
+
+/// Blocks a [`TcamCache`] holds at once (a program rarely uses more: Nimble uses four).
+const TCAM_CACHE_SLOTS: usize = 8;
+
+struct CachedTable {
+    id: u64,
+    version: u64,
+    table: Arc<Table>,
+}
+
+impl TcamCache {
+    pub(crate) fn new() -> TcamCache {
+        TcamCache {
+            slots: Default::default(),
+            next: 0,
+        }
+    }
+
+    /// [`Tcam::lookup`], through the cache.
+    #[inline]
+    pub(crate) fn lookup(&mut self, tcam: &Tcam, key: u32) -> Option<TcamHit> {
+        let version = tcam.published.load(Ordering::Acquire);
+        let mut mine = None;
+        for (i, slot) in self.slots.iter().enumerate() {
+            if let Some(c) = slot {
+                if c.id == tcam.id {
+                    if c.version == version {
+                        return c.table.lookup(key);
+                    }
+                    mine = Some(i);
+                    break;
+                }
+            }
+        }
+        let i = mine.unwrap_or_else(|| {
+            let i = self.next;
+            self.next = (self.next + 1) % TCAM_CACHE_SLOTS;
+            i
+        });
+        let table = tcam.table();
+        let hit = table.lookup(key);
+        self.slots[i] = Some(CachedTable {
+            id: tcam.id,
+            version: table.version,
+            table,
+        });
+        hit
     }
 }
 
@@ -785,6 +873,39 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_lookup_sees_every_replacement_and_tells_blocks_apart() {
+        let mut cache = TcamCache::new();
+        let blocks: Vec<Tcam> = (0..TCAM_CACHE_SLOTS as u64 + 3)
+            .map(|i| {
+                let t = Tcam::new(2, MatchMode::HighestPriority).unwrap();
+                t.replace(vec![entry(0, 0, 0, i)]).unwrap();
+                t
+            })
+            .collect();
+        // More blocks than slots, in turn: each answer is its own block's.
+        for round in 0..3 {
+            for (i, t) in blocks.iter().enumerate() {
+                assert_eq!(
+                    cache.lookup(t, 5).map(|h| h.result),
+                    Some(i as u64),
+                    "{round}"
+                );
+            }
+        }
+        // A replacement is seen by the next cached lookup, and the hit counts there.
+        let t = &blocks[0];
+        assert_eq!(cache.lookup(t, 5).map(|h| h.result), Some(0));
+        let v = t.replace(vec![entry(5, !0, 0, 77)]).unwrap();
+        assert_eq!(cache.lookup(t, 5).map(|h| h.result), Some(77));
+        assert_eq!(cache.lookup(t, 6), None);
+        assert_eq!(t.hits(), (v, vec![1]));
+        // A block dropped and another made (perhaps at the same address) is not confused.
+        drop(blocks);
+        let fresh = Tcam::new(2, MatchMode::HighestPriority).unwrap();
+        assert_eq!(cache.lookup(&fresh, 5), None);
+    }
+
+    #[test]
     fn replacement_under_concurrent_lookups_never_mixes_tables() {
         let replacements = if cfg!(miri) { 20 } else { 2_000 };
         let readers = 3;
@@ -812,11 +933,16 @@ mod tests {
                     s.spawn(move || {
                         let mut lookups = 0u64;
                         let mut i = r;
+                        // Odd readers look up as a PPE thread does, through a cache.
+                        let mut cache = (r % 2 == 1).then(TcamCache::new);
                         // Keep reading until the writer is done, and at least a few rounds.
                         while !done.load(Ordering::Acquire) || lookups < 64 {
                             assert!(Instant::now() < deadline, "reader {r} ran out of time");
                             let p = i % probes.len();
-                            let got = t.lookup(probes[p]);
+                            let got = match &mut cache {
+                                Some(c) => c.lookup(t, probes[p]),
+                                None => t.lookup(probes[p]),
+                            };
                             let which = answers[p].iter().position(|w| *w == got);
                             assert!(
                                 which.is_some(),

@@ -2,7 +2,7 @@
 //! tail, created packets and the shared-memory XTXNs (counted per kind).
 
 use crate::mem::hash::{HashError, HashTable, Inserted, ScanAction};
-use crate::mem::tcam::{Tcam, TcamEntry, TcamError, TcamHit};
+use crate::mem::tcam::{Tcam, TcamCache, TcamEntry, TcamError, TcamHit};
 use crate::mem::{Addr, Color, Op, PostedOps, SharedMemory, XtxnKind};
 use crate::packet::{Dest, OutArena, Port};
 use crate::timer::Launch;
@@ -20,6 +20,8 @@ pub(crate) struct ThreadCore {
     pub xtxns: [u64; XtxnKind::COUNT],
     /// `Yield` steps taken since the engine last collected them (with the XTXN counts).
     pub yields: u64,
+    /// The ternary match blocks' tables this thread looked up last.
+    pub tcams: TcamCache,
 }
 
 impl ThreadCore {
@@ -54,6 +56,7 @@ impl ThreadCore {
             posted: PostedOps::new(64),
             xtxns: [0; XtxnKind::COUNT],
             yields: 0,
+            tcams: TcamCache::new(),
         }
     }
 }
@@ -598,7 +601,7 @@ impl<'a> Thread<'a> {
     #[inline]
     pub fn tcam_lookup(&mut self, tcam: &Tcam, key: u32) -> Option<TcamHit> {
         self.count(XtxnKind::TcamLookup);
-        tcam.lookup(key)
+        self.core.tcams.lookup(tcam, key)
     }
 
     /// Reads the hit counters of a ternary match block's current table, with the table's
