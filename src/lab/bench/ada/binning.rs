@@ -232,6 +232,9 @@ pub struct BinningRow {
     pub bins_initial: usize,
     /// The steady trie's bins (monitoring entries in use).
     pub bins_steady: usize,
+    /// Of them, bins without a hit in the last epoch (the chain that covers the empty
+    /// operands above the distribution, mostly).
+    pub empty_bins: usize,
     /// Its depth.
     pub depth: u32,
     /// Epochs run.
@@ -280,6 +283,7 @@ pub(super) fn binning_row(name: &str, dist: &Dist, run: &Converged) -> BinningRo
         distribution: name.to_string(),
         bins_initial: run.initial.entries(),
         bins_steady: run.last.entries(),
+        empty_bins: steady.iter().filter(|p| p.2 == 0).count(),
         depth: run.last.depth(),
         epochs_run: run.epochs,
         last_change_epoch: run.changes.last().map_or(0, |c| c.0.epoch),
