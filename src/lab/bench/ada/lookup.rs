@@ -454,10 +454,13 @@ pub struct Propagation {
     pub budget: u64,
     /// The uniform population's significant bits.
     pub uniform_s: u32,
-    /// ADA's operand-table entries.
-    pub ada_entries: usize,
+    /// ADA's operand-table entries; `None` when the budget cannot cover its bins (`note`).
+    pub ada_entries: Option<usize>,
     /// ADA's monitoring bins (learnt from the operands of exact chains).
     pub ada_bins: usize,
+    /// Why ADA has no rows, if it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Per method and iteration.
     pub rows: Vec<PropagationRow>,
 }
@@ -480,15 +483,27 @@ pub(super) fn propagation(
     let mut rng = SplitMix64::new(seed);
     let source = ChainOperands { chain, iterations };
     let learnt = converge(monitoring, &source, &mut rng)?;
-    let entries = learnt.last.populate(budget).map_err(ada)?;
-    let ada_table = ArithTable::from_entries(op, &entries, s).map_err(ada)?;
+    let (entries, note) = match learnt.last.populate(budget) {
+        Ok(entries) => (Some(entries), None),
+        Err(e @ AdaError::BudgetBelowBins { .. }) => (None, Some(e.to_string())),
+        Err(e) => return Err(ada(e)),
+    };
+    let ada_table = match &entries {
+        Some(e) => Some(ArithTable::from_entries(op, e, s).map_err(ada)?),
+        None => None,
+    };
     let uniform = ArithTable::uniform(op, s).map_err(ada)?;
     let start = fig7c_start();
     let x0s: Vec<u32> = (0..chains)
         .map(|_| start.nonzero_operand(&mut rng, START_RANGE))
         .collect();
     let mut rows = Vec::new();
-    for (method, table, bound) in [("uniform", &uniform, Some(s)), ("ADA", &ada_table, None)] {
+    let tables = [
+        ("uniform", Some(&uniform), Some(s)),
+        ("ADA", ada_table.as_ref(), None),
+    ];
+    for (method, table, bound) in tables {
+        let Some(table) = table else { continue };
         let mut per_iteration: Vec<Vec<f64>> =
             vec![Vec::with_capacity(chains); iterations as usize];
         for &x0 in &x0s {
@@ -526,8 +541,9 @@ pub(super) fn propagation(
         function: chain,
         budget,
         uniform_s: s,
-        ada_entries: entries.len(),
+        ada_entries: entries.map(|e| e.len()),
         ada_bins: learnt.last.entries(),
+        note,
         rows,
     })
 }
