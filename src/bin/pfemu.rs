@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
+use pfemu::lab::bench::ada::AdaConfig;
 use pfemu::lab::bench::demo::DemoConfig;
 use pfemu::lab::bench::experiments::{
     self, Fig13Config, Fig14Config, Fig15Config, Fig16Config, Figure,
@@ -105,7 +106,12 @@ enum Command {
                       And Hipernetch's single-switch evaluation (TRETS 2021, §5.5, §6.1) on \
                       the cycle-level fabric models: latency, throughput and loss of CPRR \
                       against the OQ crossbar and VOQ crossbar schedulers (exit status 2 if \
-                      a cell is not accounted for).",
+                      a cell is not accounted for).\n\n\
+                      And the ADA paper's accuracy evaluation (§V.A): adaptive binning, the \
+                      error of lookup-table arithmetic against its entry budget and significant \
+                      bits, error propagation and a shifting distribution, host-side \
+                      arithmetic only (exit status 2 if a lookup matches no entry or a uniform \
+                      population's result leaves its error bound).",
         after_help = EXPERIMENT_HELP
     )]
     Experiment(Box<ExperimentArgs>),
@@ -234,6 +240,20 @@ const EXPERIMENT_HELP: &str = "Experiments:
          at line rate; beside them the PFE's instructions, XTXNs and threads per packet; and
          throughput as processors shrink, simulated cycle by cycle (RMT's cliff, dRMT's
          decline). Every schedule is validated, every simulated throughput checked.
+  ada    The ADA paper's accuracy evaluation (Malekpourshahraki et al., §V.A, Figures 5-7)
+         on the binning trie and lookup tables of src/ada, 32-bit operands in [0, 650000):
+         Figure 5, Algorithms 1-2 run epoch by epoch (--epoch-operands, --monitor-entries,
+         --th-balance 0.2, --th-expansion 2) until --steady-epochs epochs change nothing, on
+         uniform, exponential (mean 20000), F(100, 20) x 100000 and two Gaussian mixtures,
+         with the total variation distance to the true distribution in bins of 2000; Figure
+         6, the bins after each change from b = 1 on a Gaussian (4000, variance 32500); the
+         mean and p99 error of square, sqrt, log2, mul and div at each of --budgets entries,
+         the prior work's uniform population against ADA's; Figure 7a-b, the uniform
+         population against --significant-bits; Figure 7c, 2x and x^2 iterated
+         --iterations times; and a shift from exponential to Gaussian operands after
+         --shift-after epochs (ADA re-populated per epoch, frozen, uniform). Checks that
+         every lookup finds an entry and every uniform result is within its error bound.
+         Seeded; a few seconds.
 
 Each experiment has its own options, with its defaults (`pfemu experiment fig14 --help`);
 `all` takes the options the four share (--workers, --timers, --scan-period-ms,
@@ -248,7 +268,8 @@ Examples:
   pfemu experiment fpisa-accuracy --workers-list 2,8,64 --lanes 100000 --seed 7
   pfemu experiment fabric-latency --loads 0.5,0.9,0.99 --cycles 100000
   pfemu experiment fabric-loss --json > fabric-loss.json
-  pfemu experiment pipelines --odg examples/pipelines/l3fwd.json --ilp-time-limit 10";
+  pfemu experiment pipelines --odg examples/pipelines/l3fwd.json --ilp-time-limit 10
+  pfemu experiment ada --budgets 64,240,896 --shift-op square --json > ada.json";
 
 #[derive(Subcommand, Debug)]
 enum Which {
@@ -274,6 +295,8 @@ enum Which {
     FabricChassis(FabricChassisConfig),
     /// The dRMT paper's evaluation: RMT, fine-grained RMT, dRMT and the PFE on the same programs.
     Pipelines(PipelinesConfig),
+    /// The ADA paper's accuracy evaluation: adaptive bins, lookup error vs budget, shift.
+    Ada(AdaConfig),
 }
 
 /// What `pfemu experiment all` takes: the options the four figures share, overriding
@@ -717,6 +740,10 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             running("pipelines");
             record(emit(&fabric::pipelines(cfg, a.json)?, a)?);
         }
+        Which::Ada(cfg) => {
+            running("ada");
+            record(emit(&fabric::ada(cfg, a.json)?, a)?);
+        }
         Which::All(all) => {
             let (f13, f14, f15, f16) = all.configs();
             running("fig13");
@@ -747,6 +774,9 @@ fn experiment(a: &ExperimentArgs) -> CliResult {
             .map(|&name| {
                 if name == "fpisa-accuracy" {
                     format!("{name}: an FPISA sum left its documented error bound")
+                } else if name == "ada" {
+                    format!("{name}: a lookup matched no entry, or a uniform population's result \
+                             left its error bound")
                 } else if name == "pipelines" {
                     format!("{name}: a schedule failed its validator, or a simulated throughput \
                              differed from the one its schedule promises")
@@ -785,6 +815,12 @@ fn emit<F: Figure>(
             ("fpisa-accuracy", false) => "FAILED: an FPISA sum left its documented error bound",
             ("fabric-latency" | "fabric-loss", true) => {
                 "every cell is accounted for: delivered, dropped at a full FIFO or still queued"
+            }
+            ("ada", true) => {
+                "every lookup found an entry; every uniform result is within its error bound"
+            }
+            ("ada", false) => {
+                "FAILED: a lookup matched no entry, or a uniform result left its error bound"
             }
             ("fabric-chassis", true) => "every worker's sums are exact; no frame was dropped",
             ("fabric-chassis", false) => "FAILED: a sum was wrong or a frame was dropped",

@@ -1,7 +1,8 @@
 //! `pfemu experiment fabric-latency`, `fabric-loss` and `pfemu bench fabric`: Hipernetch's
-//! single-switch evaluation on the fabric models, and `pfemu experiment pipelines`, with a
-//! progress bar.
+//! single-switch evaluation on the fabric models, and `pfemu experiment pipelines` and `ada`,
+//! with a progress bar.
 
+use pfemu::lab::bench::ada::{AdaConfig, AdaReport};
 use pfemu::lab::bench::experiments::ExperimentError;
 use pfemu::lab::bench::fabric::{
     self, FabricBenchConfig, FabricChassisConfig, FabricChassisReport, FabricLatencyConfig,
@@ -65,6 +66,11 @@ pub fn pipelines(cfg: &PipelinesConfig, quiet: bool) -> Result<PipelinesReport, 
     with_progress("pipelines", quiet, |p| {
         pfemu::lab::bench::pipelines::pipelines(cfg, p)
     })
+}
+
+/// The ADA experiment.
+pub fn ada(cfg: &AdaConfig, quiet: bool) -> Result<AdaReport, ExperimentError> {
+    with_progress("ada", quiet, |p| pfemu::lab::bench::ada::ada(cfg, p))
 }
 
 /// `pfemu bench fabric`.

@@ -1,5 +1,6 @@
 //! Benchmark support: the traffic generator and the benchmarks behind `pfemu bench`.
 
+pub mod ada;
 pub mod demo;
 pub mod error;
 pub mod experiments;
