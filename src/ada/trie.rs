@@ -356,15 +356,27 @@ impl BinningTrie {
     /// Top-down from the root, each node's entries go to its two subtrees in proportion to
     /// their aggregated hits (rounded to nearest, the rest to the right), a subtree with no
     /// hits at all sharing equally per bin (the paper's "equal share").
-    /// Choice: every bin first gets one entry, so that every operand still matches
-    /// something; the proportional split is of the `budget - bins` entries left.
+    ///
+    /// Choice: before the proportional split, every bin gets one entry, so that every
+    /// operand still matches an entry of its bin, and the bin reaching down to 0 (`0^d
+    /// x^r`) one more per octave it spans (`r + 1` in all, as many as the prior work's
+    /// coarsest population gives those operands): one entry over a bin `[p 2^r, (p + 1)
+    /// 2^r)` with `p >= 1` answers every operand within a factor of two, but over `[0,
+    /// 2^r)` the relative error of small operands is unbounded, and a square or product of
+    /// them is off by orders of magnitude. A budget too small for that gives the bin what
+    /// is left after one entry per bin. A bin without hits thus keeps its entries, whose
+    /// error stays bounded (a catch-all entry shared by all of them would save entries but
+    /// answer a rare operand with an unbounded error: tried, it multiplied the mean error
+    /// on heavy-tailed operands by 10^3 to 10^8).
     pub fn allocate(&self, budget: u64) -> Result<Vec<u64>, AdaError> {
         let bins = self.leaves.len();
         if budget < bins as u64 {
             return Err(AdaError::BudgetBelowBins { budget, bins });
         }
+        let octaves = u64::from(self.leaves[0].wildcards()).min(budget - bins as u64);
         let mut out = Vec::with_capacity(bins);
-        split_budget(&self.leaves, 0, budget - bins as u64, &mut out);
+        split_budget(&self.leaves, 0, budget - bins as u64 - octaves, &mut out);
+        out[0] += octaves;
         Ok(out.into_iter().map(|n| n + 1).collect())
     }
 
@@ -498,13 +510,16 @@ fn refine(
 /// The population of one bin with at most `k` entries (`k >= 1`), "similar to \[12\]" as the
 /// paper's experiments use: the uniform population restricted to the bin with the most
 /// significant bits that fit in `k` entries (line 32's `min(b | ...)`, read as that).
-/// Choice: when not even 0 significant bits fit, the bin itself is the one entry.
+///
 /// Choice (beyond the paper, whose population leaves them unused): the entries left over
-/// below `k` split the widest entries in two, the lowest first among equals, until `k`
-/// entries are used or every entry is exact. Operands are spread evenly within a bin as
-/// far as the monitoring knows, so the widest entry holds the most of them, and splitting
-/// it halves the error of the most lookups; at the same width, the lower entry has the
-/// larger relative error.
+/// below `k` split entries in two, the one with the largest `w^2 / lo` first (`w` its
+/// width, `lo` its smallest operand; an entry reaching down to 0 first of all, lowest
+/// first among equals), until `k` entries are used or every entry is exact. As far as the
+/// monitoring knows, operands are spread evenly within a bin, so an entry holds a share
+/// `w` of them with a relative error near `w / lo`: splitting the largest product halves
+/// the most error. When not even 0 significant bits fit (a bin reaching down to 0 needs an
+/// entry per octave), the same splitting starts from the bin as one entry, which builds
+/// the octaves from the top.
 pub fn bin_population(bin: &Bin, k: u64) -> Vec<TernaryEntry> {
     let cap = usize::try_from(k).unwrap_or(usize::MAX);
     let mut best = vec![TernaryEntry::for_prefix(bin.prefix, bin.len, bin.bits)];
@@ -520,27 +535,67 @@ pub fn bin_population(bin: &Bin, k: u64) -> Vec<TernaryEntry> {
             break;
         }
     }
-    split_widest(best, cap, bin.bits)
+    split_greedy(best, cap, bin.bits)
 }
 
-/// Splits the widest of `entries` (disjoint, in operand order) in two, lowest first among
-/// equals, until there are `cap` of them or all are exact; the result is in operand order.
-fn split_widest(entries: Vec<TernaryEntry>, cap: usize, bits: u32) -> Vec<TernaryEntry> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
+/// An entry waiting to be split, ordered by how much splitting it helps (see
+/// [`bin_population`]): the largest `w^2 / lo` first, `lo = 0` before everything, exact
+/// entries last; then the lowest `lo`.
+#[derive(PartialEq, Eq)]
+struct Split {
+    /// Wildcard bits: the entry covers `2^r` operands.
+    r: u32,
+    /// Its smallest operand.
+    lo: u64,
+}
+
+impl Split {
+    /// `w^2 / lo` as a fraction `(w^2, lo)`, infinite for `lo = 0`, zero when exact.
+    fn gain(&self) -> (u128, u128) {
+        match (self.r, self.lo) {
+            (0, _) => (0, 1),
+            (_, 0) => (1, 0),
+            (r, lo) => (1u128 << (2 * r), u128::from(lo)),
+        }
+    }
+}
+
+impl Ord for Split {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let ((an, ad), (bn, bd)) = (self.gain(), other.gain());
+        // a/b against c/d as a*d against c*b (both below 2^96 * 2^32).
+        (an * bd)
+            .cmp(&(bn * ad))
+            .then_with(|| other.lo.cmp(&self.lo))
+    }
+}
+
+impl PartialOrd for Split {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Splits entries of `entries` (disjoint, in operand order) as [`bin_population`] says,
+/// until there are `cap` of them or all are exact; the result is in operand order.
+fn split_greedy(entries: Vec<TernaryEntry>, cap: usize, bits: u32) -> Vec<TernaryEntry> {
     let all = (1u64 << bits) - 1;
-    let wildcards = |e: &TernaryEntry| (!e.mask & all).count_ones();
     let mut n = entries.len();
-    // Widest first, then the lowest value.
-    let mut heap: BinaryHeap<(u32, Reverse<u64>)> = entries
+    let mut heap: std::collections::BinaryHeap<Split> = entries
         .iter()
-        .map(|e| (wildcards(e), Reverse(e.value)))
+        .map(|e| Split {
+            r: (!e.mask & all).count_ones(),
+            lo: e.value,
+        })
         .collect();
     while n < cap {
         match heap.pop() {
-            Some((r, Reverse(value))) if r > 0 => {
-                heap.push((r - 1, Reverse(value)));
-                heap.push((r - 1, Reverse(value + (1 << (r - 1)))));
+            Some(Split { r, lo }) if r > 0 => {
+                heap.push(Split { r: r - 1, lo });
+                heap.push(Split {
+                    r: r - 1,
+                    lo: lo + (1 << (r - 1)),
+                });
                 n += 1;
             }
             Some(exact) => {
@@ -552,7 +607,7 @@ fn split_widest(entries: Vec<TernaryEntry>, cap: usize, bits: u32) -> Vec<Ternar
     }
     let mut out: Vec<TernaryEntry> = heap
         .into_iter()
-        .map(|(r, Reverse(value))| TernaryEntry::for_prefix(value >> r, bits - r, bits))
+        .map(|Split { r, lo }| TernaryEntry::for_prefix(lo >> r, bits - r, bits))
         .collect();
     out.sort_unstable_by_key(|e| e.value);
     out
@@ -640,7 +695,8 @@ mod tests {
         assert_eq!(shares.iter().sum::<u64>(), 100);
         // 3 / (5 + 7 + 7 + 3) = 13.6%: 14 of 100.
         assert_eq!(shares[3], 14);
-        assert_eq!(shares, [23, 32, 31, 14]);
+        // 00x spans two octaves (0, and 1) and gets one more entry before the split.
+        assert_eq!(shares, [24, 31, 31, 14]);
     }
 
     #[test]
@@ -677,7 +733,24 @@ mod tests {
     #[test]
     fn zero_hit_subtrees_share_equally() {
         let t = BinningTrie::new(4, 3).expect("valid");
-        assert_eq!(t.allocate(8).expect("enough"), [2, 2, 2, 2]);
+        // One entry each, one more for 00x's second octave, then the 3 left by count:
+        // 2 to the left half (1.5 rounded), 1 to the right.
+        assert_eq!(t.allocate(8).expect("enough"), [3, 2, 2, 1]);
+        assert_eq!(
+            BinningTrie::new(4, 8)
+                .expect("valid")
+                .allocate(44)
+                .expect("enough"),
+            [16, 9, 10, 9]
+        );
+        // Too small a budget for the octaves: the bin reaching 0 gets what is left.
+        assert_eq!(
+            BinningTrie::new(4, 8)
+                .expect("valid")
+                .allocate(6)
+                .expect("enough"),
+            [3, 1, 1, 1]
+        );
         assert_eq!(
             t.allocate(3),
             Err(AdaError::BudgetBelowBins { budget: 3, bins: 4 })
@@ -714,24 +787,38 @@ mod tests {
         let mut t = BinningTrie::new(8, 12).expect("valid");
         for epoch in 0..30 {
             for _ in 0..500 {
-                // Skewed: small operands far more often.
+                // Skewed: small operands far more often, and nothing in 3/8 of the space
+                // (bins without hits) from epoch 10 on.
                 let magnitude = 1 + rng.below(12);
                 let v = rng.below(1 << magnitude);
+                let v = if epoch >= 10 && (0x400..0xa00).contains(&v) {
+                    v / 4
+                } else {
+                    v
+                };
                 t.record(v).expect("12-bit operand");
             }
             let budget = t.entries() as u64 + epoch * 7;
             let entries = t.populate(budget).expect("budget covers the bins");
             assert!(entries.len() as u64 <= budget);
-            let mut next = 0;
-            for e in &entries {
-                assert_eq!(e.value, next, "contiguous, in order");
-                let last = e.value | (!e.mask & 0xfff);
-                assert!((e.value..=last).contains(&e.representative));
-                next = last + 1;
-            }
-            assert_eq!(next, 1 << 12);
+            check_population(&t, &entries, budget);
             t.update(0.2, 2);
         }
+    }
+
+    /// Checks `entries`, `t`'s population for `budget`: every operand covered exactly once,
+    /// in operand order, each representative inside its entry.
+    fn check_population(t: &BinningTrie, entries: &[TernaryEntry], budget: u64) {
+        let all = (1u64 << t.operand_bits()) - 1;
+        assert!(entries.len() as u64 <= budget);
+        let mut next = 0;
+        for e in entries {
+            assert_eq!(e.value, next, "contiguous, in order");
+            let last = e.value | (!e.mask & all);
+            assert!((e.value..=last).contains(&e.representative));
+            next = last + 1;
+        }
+        assert_eq!(next, all + 1);
     }
 
     #[test]
@@ -797,14 +884,7 @@ mod tests {
         assert!(shares[i] > 1, "the hot bin draws more than it can use");
         let entries = t.populate(64).expect("enough");
         assert_eq!(entries.len(), 64, "the spare entries went elsewhere");
-        // The whole space, exactly once.
-        assert_eq!(entries.first().map(|e| e.value), Some(0));
-        let mut next = 0;
-        for e in &entries {
-            assert_eq!(e.value, next);
-            next = e.value + (!e.mask & 0xff) + 1;
-        }
-        assert_eq!(next, 256);
+        check_population(&t, &entries, 64);
         // A budget of one entry per operand makes every entry exact, and no more are used.
         let all = t.populate(1000).expect("enough");
         assert_eq!(all.len(), 256);

@@ -197,7 +197,8 @@ pub struct BudgetRow {
     pub uniform_entries: u64,
     /// Its error.
     pub uniform: ErrorStats,
-    /// ADA's operand-table entries (Algorithm 3 may leave some of the budget unused).
+    /// ADA's operand-table entries (the whole budget, unless every operand has an exact
+    /// entry with fewer).
     pub ada_entries: Option<usize>,
     /// ADA's error; `None` when its population could not be built (`note`).
     pub ada: Option<ErrorStats>,
