@@ -25,9 +25,10 @@
 //! |---|---|
 //! | 0 | the rate, bytes per second ([`Nimble::set_rate`] writes it while traffic flows) |
 //! | 1 | the bucket's depth, bytes |
-//! | 2 | the last packet's arrival, engine nanoseconds |
-//! | 3 | the tokens, in 1/1024 byte ([`TOKEN_FRAC_BITS`]), a two's-complement `i64` |
-//! | 4, 5 | admitted packets and bytes (a packet/byte counter) |
+//! | 2 | log2 of the rate as the control plane last set it, `2^16` fixed point (static only) |
+//! | 3 | the last packet's arrival, engine nanoseconds |
+//! | 4 | the tokens, in 1/1024 byte ([`TOKEN_FRAC_BITS`]), a two's-complement `i64` |
+//! | 5, 6 | admitted packets and bytes (a packet/byte counter) |
 //!
 //! # The multiplication
 //!
@@ -39,10 +40,11 @@
 //!
 //! - [`Arithmetic::Exact`]: no table; a native multiplication (the ideal).
 //! - [`Arithmetic::Uniform`]: the prior work's uniform population.
-//! - [`Arithmetic::Static`]: ADA's population fitted to the rates configured at install,
-//!   then never updated: Nimble's controller populates the table when *it* sets the rate,
-//!   so a rate changed any other way (from the data plane, or by [`Nimble::set_rate`]) is
-//!   looked up in a table fitted to another rate.
+//! - [`Arithmetic::Static`]: Nimble's own design, which the paper's Figure 8 runs "without
+//!   a TCAM update from the control plane": the control plane bakes the rate into the
+//!   multiplication when it sets it ([`Nimble::configure_rate`], and at install; here as
+//!   the rate's log in the class record), so a rate changed any other way (from the data
+//!   plane, or by [`Nimble::set_rate`]) is not seen, and the bucket keeps the old rate.
 //! - [`Arithmetic::Ada`]: the same first population, then ADA keeps it where the rates are:
 //!   every packet counts its rate in the monitoring bins, and the controller (a timer
 //!   entry of the program, every `controller_period_ns`) re-populates the table.
@@ -77,7 +79,7 @@ use pfemu::timer::TimerSpec;
 /// Name of the class records' region in the shared-memory allocator.
 pub const STATE_REGION: &str = "nimble.classes";
 /// Words of one class's record (see the module doc).
-pub const CLASS_WORDS: u64 = 6;
+pub const CLASS_WORDS: u64 = 7;
 /// Fraction bits of the tokens: a token is 1/1024 byte.
 pub const TOKEN_FRAC_BITS: u32 = 10;
 /// The rate's lookup key is `R >> RATE_SHIFT` (R in bytes per second).
@@ -92,9 +94,10 @@ pub const CONTROLLER_ENTRY: u16 = 0;
 
 const W_RATE: u64 = 0;
 const W_BURST: u64 = 1;
-const W_LAST: u64 = 2;
-const W_TOKENS: u64 = 3;
-const W_ADMITTED: u64 = 4;
+const W_RATE_LOG: u64 = 2;
+const W_LAST: u64 = 3;
+const W_TOKENS: u64 = 4;
+const W_ADMITTED: u64 = 5;
 
 /// `C` of the module doc, `(log2 10^9 - 10) * 2^16`, rounded: subtracted from a log sum
 /// to turn bytes per second times nanoseconds into tokens.
@@ -114,8 +117,8 @@ pub enum Arithmetic {
         /// Significant bits.
         significant_bits: u32,
     },
-    /// ADA's population for the rates configured at install, never updated.
-    Static(AdaConfig),
+    /// The rate baked in by the control plane (Nimble's design, module doc).
+    Static,
     /// ADA's population, kept where the rates are by the controller.
     Ada(AdaConfig),
 }
@@ -126,7 +129,7 @@ impl Arithmetic {
         match self {
             Arithmetic::Exact => "exact",
             Arithmetic::Uniform { .. } => "uniform",
-            Arithmetic::Static(_) => "static",
+            Arithmetic::Static => "static",
             Arithmetic::Ada(_) => "ada",
         }
     }
@@ -149,7 +152,7 @@ pub struct NimbleConfig {
     pub out_port: Port,
     /// How often ADA's controller runs (ADA only), nanoseconds.
     pub controller_period_ns: u64,
-    /// Epochs of control-plane priming on the configured rates (ADA and static).
+    /// Epochs of control-plane priming of ADA's table on the configured rates.
     pub prime_epochs: u32,
 }
 
@@ -219,7 +222,7 @@ impl NimbleConfig {
                     format!("{significant_bits}: at most 10 (the table must fit a block)"),
                 ))
             }
-            Arithmetic::Static(c) | Arithmetic::Ada(c) => c.check(),
+            Arithmetic::Ada(c) => c.check(),
             _ => Ok(()),
         }
     }
@@ -282,8 +285,8 @@ impl From<MemFault> for NimbleError {
 enum RateTable {
     Exact,
     Fixed(Arc<LookupTable>),
-    /// ADA's table, never updated after install: looked up without the monitoring.
-    Static(Arc<Ada>),
+    /// The class record's log of the rate, as the control plane last set it.
+    Static,
     Ada(Arc<Ada>),
 }
 
@@ -318,6 +321,29 @@ fn rate_key(bytes_per_s: u64) -> u32 {
     u32::try_from(bytes_per_s >> RATE_SHIFT).unwrap_or(u32::MAX)
 }
 
+/// `RATE_SHIFT` in the logs' fixed point: what turns the log of a rate's key into the
+/// log of the rate.
+const RATE_LOG_SHIFT: u64 = (RATE_SHIFT as u64) << 16;
+
+/// log2 of `bytes_per_s` in `2^16` fixed point, as the control plane computes it (0 for 0).
+fn exact_log(bytes_per_s: u64) -> u64 {
+    if bytes_per_s == 0 {
+        return 0;
+    }
+    ((bytes_per_s as f64).log2() * 65536.0).round() as u64
+}
+
+/// `bits_per_s`, or the error naming it when it is above [`MAX_RATE_BPS`].
+fn checked_rate(bits_per_s: u64) -> Result<u64, NimbleError> {
+    if bits_per_s > MAX_RATE_BPS {
+        return Err(NimbleError::Config(ConfigError::new(
+            "rate",
+            format!("{bits_per_s} bit/s: at most {MAX_RATE_BPS}"),
+        )));
+    }
+    Ok(bits_per_s)
+}
+
 /// Tokens (1/1024 byte) that `bytes_per_s` earns in `dt_ns`, exactly (rounded down).
 pub fn exact_credit(bytes_per_s: u64, dt_ns: u64) -> u64 {
     let t = u128::from(bytes_per_s) * u128::from(dt_ns) * (1 << TOKEN_FRAC_BITS) / 1_000_000_000;
@@ -326,7 +352,7 @@ pub fn exact_credit(bytes_per_s: u64, dt_ns: u64) -> u64 {
 
 impl Nimble {
     /// Allocates the class records in `mem`'s SRAM (each bucket full), builds the lookup
-    /// tables and, for ADA and static, primes the rate's table on the configured rates.
+    /// tables and, for ADA, primes the rate's table on the configured rates.
     pub fn install(mem: &SharedMemory, cfg: NimbleConfig) -> Result<Nimble, NimbleError> {
         cfg.check().map_err(NimbleError::Config)?;
         let classes = cfg.rates_bps.len() as u64;
@@ -345,11 +371,7 @@ impl Nimble {
             Arithmetic::Uniform { significant_bits } => RateTable::Fixed(Arc::new(
                 LookupTable::uniform(Op::Mul, significant_bits).map_err(table)?,
             )),
-            Arithmetic::Static(c) => {
-                let a = ada(c)?;
-                a.freeze();
-                RateTable::Static(a)
-            }
+            Arithmetic::Static => RateTable::Static,
             Arithmetic::Ada(c) => RateTable::Ada(ada(c)?),
         };
         let tables = Tables {
@@ -366,7 +388,7 @@ impl Nimble {
         };
         for (class, &r) in nimble.cfg.rates_bps.iter().enumerate() {
             let rec = nimble.record(class)?;
-            mem.write_u64(rec + W_RATE, r / 8)?;
+            nimble.configure_rate(mem, class, r)?;
             mem.write_u64(rec + W_BURST, nimble.cfg.burst_bytes)?;
             mem.write_u64(rec + W_TOKENS, nimble.cfg.burst_bytes << TOKEN_FRAC_BITS)?;
         }
@@ -382,24 +404,35 @@ impl Nimble {
         Ok(self.base + class as u64 * CLASS_WORDS)
     }
 
-    /// Sets class `class`'s rate while traffic flows, as a data-plane update would: the
-    /// record's rate word only. The lookup tables are not touched, so a static table stays
-    /// fitted to the old rate; ADA's controller finds the new one in its monitoring.
-    /// Refuses a rate above [`MAX_RATE_BPS`].
+    /// Sets class `class`'s rate while traffic flows, as a data-plane update would (a
+    /// work-conserving limiter changing its own rate): the record's rate word only. The
+    /// control plane is not told, so the static arithmetic keeps the old rate; ADA's
+    /// controller finds the new one in its monitoring. Refuses a rate above
+    /// [`MAX_RATE_BPS`].
     pub fn set_rate(
         &self,
         mem: &SharedMemory,
         class: usize,
         bits_per_s: u64,
     ) -> Result<(), NimbleError> {
-        if bits_per_s > MAX_RATE_BPS {
-            return Err(NimbleError::Config(ConfigError::new(
-                "rate",
-                format!("{bits_per_s} bit/s: at most {MAX_RATE_BPS}"),
-            )));
-        }
         let rec = self.record(class)?;
-        mem.write_u64(rec + W_RATE, bits_per_s / 8)?;
+        mem.write_u64(rec + W_RATE, checked_rate(bits_per_s)? / 8)?;
+        Ok(())
+    }
+
+    /// Sets class `class`'s rate from the control plane, as Nimble's controller does: the
+    /// rate word, and the rate baked into the static arithmetic (its log). The other
+    /// arithmetics read the rate word only. Refuses a rate above [`MAX_RATE_BPS`].
+    pub fn configure_rate(
+        &self,
+        mem: &SharedMemory,
+        class: usize,
+        bits_per_s: u64,
+    ) -> Result<(), NimbleError> {
+        let rec = self.record(class)?;
+        let bytes = checked_rate(bits_per_s)? / 8;
+        mem.write_u64(rec + W_RATE_LOG, exact_log(bytes))?;
+        mem.write_u64(rec + W_RATE, bytes)?;
         Ok(())
     }
 
@@ -420,15 +453,15 @@ impl Nimble {
         Ok(t as f64 / f64::from(1u32 << TOKEN_FRAC_BITS))
     }
 
-    /// The rate's ADA operand (ADA and static only): its stats, bins and table.
+    /// The rate's ADA operand (ADA only): its stats, bins and table.
     pub fn ada(&self) -> Option<&Arc<Ada>> {
         match &self.tables.rate {
-            RateTable::Ada(a) | RateTable::Static(a) => Some(a),
+            RateTable::Ada(a) => Some(a),
             _ => None,
         }
     }
 
-    /// ADA's controller counters (ADA and static only).
+    /// ADA's controller counters (ADA only).
     pub fn ada_stats(&self) -> Option<AdaStats> {
         self.ada().map(|a| a.stats())
     }
@@ -451,28 +484,22 @@ impl Nimble {
     }
 
     /// The refill `bytes_per_s` earns in `dt_ns` as the limiter computes it, in tokens,
-    /// from the control side (the lookups count hits, the monitoring none): for checking
-    /// the arithmetic against [`exact_credit`].
+    /// from the control side (the lookups count hits, the monitoring none; the static
+    /// arithmetic as if the control plane had set this rate): for checking the arithmetic
+    /// against [`exact_credit`].
     pub fn credit(&self, bytes_per_s: u64, dt_ns: u64) -> u64 {
         let t = &self.tables;
-        let rate = |x: u32| match &t.rate {
-            RateTable::Exact => None,
-            RateTable::Fixed(table) => table.get(x),
-            RateTable::Ada(a) | RateTable::Static(a) => a.table().get(x),
-        };
-        if matches!(t.rate, RateTable::Exact) {
-            return exact_credit(bytes_per_s, dt_ns);
-        }
         let key = rate_key(bytes_per_s);
-        if key == 0 || dt_ns == 0 {
-            return 0;
-        }
-        let dt = u32::try_from(dt_ns).unwrap_or(u32::MAX);
-        let (Some(lr), Some(lt)) = (rate(key), t.dt.get(dt)) else {
-            return 0;
+        let log_rate = match &t.rate {
+            RateTable::Exact => return exact_credit(bytes_per_s, dt_ns),
+            _ if key == 0 || dt_ns == 0 => return 0,
+            RateTable::Static => Some(exact_log(bytes_per_s)),
+            RateTable::Fixed(table) => table.get(key).map(|l| l + RATE_LOG_SHIFT),
+            RateTable::Ada(a) => a.table().get(key).map(|l| l + RATE_LOG_SHIFT),
         };
-        let sum = lr + (u64::from(RATE_SHIFT) << 16) + lt;
-        sum.checked_sub(LOG_SCALE)
+        let dt = u32::try_from(dt_ns).unwrap_or(u32::MAX);
+        (log_rate.zip(t.dt.get(dt)))
+            .and_then(|(lr, lt)| (lr + lt).checked_sub(LOG_SCALE))
             .and_then(|k| t.antilog.tcam().lookup(u32::try_from(k).ok()?))
             .map_or(0, |h| h.result)
     }
@@ -493,14 +520,15 @@ impl Nimble {
             }
             let rec = base + class * CLASS_WORDS;
             t.set(RECORD, rec);
-            // Rate and depth in one 16-byte read.
-            t.mem_read(rec + W_RATE, SCRATCH_LM, 16)?;
+            // Rate, depth and the rate's log in one 24-byte read.
+            t.mem_read(rec + W_RATE, SCRATCH_LM, 24)?;
             let word = |t: &Thread<'_>, i: usize| -> Result<u64, Fault> {
                 let b = t.lm_bytes(SCRATCH_LM + 8 * i, 8)?;
                 Ok(u64::from_be_bytes(b.try_into().expect("eight bytes")))
             };
             t.set(RATE, word(t, 0)?);
             t.set(BURST, word(t, 1)? << TOKEN_FRAC_BITS);
+            t.set(RATE_LOG, word(t, 2)?);
             let now = t.now_ns();
             let last = t.fetch_swap(rec + W_LAST, now)?;
             // A packet whose batch started before the last one's refills nothing.
@@ -511,30 +539,27 @@ impl Nimble {
         let tables = Arc::clone(&self.tables);
         p.instr(refill, move |t| {
             let (rate, dt) = (t.get(RATE), t.get(DT));
-            let credit = match &tables.rate {
-                RateTable::Exact => exact_credit(rate, dt),
-                _ if rate >> RATE_SHIFT == 0 || dt == 0 => 0,
-                table => {
-                    let key = rate_key(rate);
-                    let lr = match table {
-                        RateTable::Ada(a) => a.lookup(t, key),
-                        RateTable::Static(a) => a.table().lookup(t, key),
-                        RateTable::Fixed(f) => f.lookup(t, key),
-                        RateTable::Exact => None,
-                    };
-                    let lt = tables.dt.lookup(t, u32::try_from(dt).unwrap_or(u32::MAX));
-                    match (lr, lt) {
-                        (Some(lr), Some(lt)) => {
-                            match (lr + (u64::from(RATE_SHIFT) << 16) + lt).checked_sub(LOG_SCALE) {
-                                Some(k) => tables.antilog.product(t, k, 0).unwrap_or(0),
-                                // Less than a token.
-                                None => 0,
-                            }
-                        }
-                        // The tables cover every key: unreachable, but refill nothing.
-                        _ => 0,
-                    }
+            let key = rate_key(rate);
+            let log_rate = match &tables.rate {
+                RateTable::Exact => {
+                    t.set(CREDIT, exact_credit(rate, dt));
+                    return Ok(Goto(bucket));
                 }
+                _ if key == 0 || dt == 0 => None,
+                RateTable::Static => Some(t.get(RATE_LOG)),
+                RateTable::Fixed(f) => f.lookup(t, key).map(|l| l + RATE_LOG_SHIFT),
+                RateTable::Ada(a) => a.lookup(t, key).map(|l| l + RATE_LOG_SHIFT),
+            };
+            // The tables cover every key, so a missing log is a zero operand: no refill.
+            let credit = match log_rate {
+                Some(lr) => {
+                    let lt = tables.dt.lookup(t, u32::try_from(dt).unwrap_or(u32::MAX));
+                    // A log sum below `C` is less than a token.
+                    lt.and_then(|lt| (lr + lt).checked_sub(LOG_SCALE))
+                        .and_then(|k| tables.antilog.product(t, k, 0))
+                        .unwrap_or(0)
+                }
+                None => 0,
             };
             t.set(CREDIT, credit);
             Ok(Goto(bucket))
@@ -591,6 +616,8 @@ pfemu::registers! {
     RECORD: Addr,
     /// The class's rate, bytes per second.
     RATE: u64,
+    /// log2 of the rate the control plane set, `2^16` fixed point (static).
+    RATE_LOG: u64,
     /// The bucket's depth, tokens.
     BURST: u64,
     /// Nanoseconds since the class's last packet.
