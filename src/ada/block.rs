@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::arith::{antilog_table, table_of, Op, DIV_OFFSET, OPERAND_BITS};
+use super::arith::{antilog_table, table_of, Op, ANTILOG_BITS, DIV_OFFSET, OPERAND_BITS};
 use super::trie::{uniform_population, Bin, BinningTrie, TernaryEntry, Update};
 use super::AdaError;
 use crate::error::ConfigError;
@@ -141,6 +141,13 @@ impl LookupTable {
     }
 }
 
+/// The key bits above an antilog key's [`ANTILOG_BITS`]. The antilog table's entries care
+/// that they are zero: so that every mask is a prefix of the 32-bit key, which lets the
+/// block find a winner by binary search instead of scanning its tens of thousands of
+/// entries (`Tcam`'s module doc), and so that a key beyond the table's range matches
+/// nothing rather than the entry of the key with its top bits cleared.
+const ABOVE_ANTILOG_KEYS: u32 = !((1 << ANTILOG_BITS) - 1);
+
 /// The antilog table of a two-operand operation (the paper's \[12\]): a sum (for
 /// [`Op::Mul`]) or difference (for [`Op::Div`]) of two operands' fixed-point logs to the
 /// product, or to the quotient in fixed point. Uniformly populated, fixed: it does not
@@ -163,7 +170,13 @@ impl AntilogTable {
         }
         let entries: Vec<TcamEntry> = antilog_table(op, s)
             .iter()
-            .map(|e| e.tcam_entry())
+            .map(|e| {
+                let entry = e.tcam_entry();
+                TcamEntry {
+                    mask: entry.mask | ABOVE_ANTILOG_KEYS,
+                    ..entry
+                }
+            })
             .collect();
         let tcam = Tcam::new(entries.len(), MatchMode::LongestPrefix).map_err(AdaError::Tcam)?;
         tcam.replace(entries).map_err(AdaError::Tcam)?;
