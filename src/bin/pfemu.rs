@@ -432,9 +432,12 @@ enum BenchCmd {
         clock runs from the first frame in to the last frame out. Checked (exit status 2 if \
         not): every packet accounted for, admitted + rate_exceeded + no_class = offered, the \
         sink saw every admitted packet, and each class admitted at most rate x time (times \
-        the table's measured excess) + the bucket + a few packets per PPE thread of \
-        concurrency overdraw. The plain loop runs the same four steps through the same \
-        tables on one thread.")]
+        the table's measured excess) + the bucket + the concurrency overdraw: with two or \
+        more PPE threads a class's clock can go back between batches and the time be \
+        refilled twice, allowed for up to 1.5 x rate x time more (the `past rate` column and \
+        `max_overshoot_share` show what a run leaked; with --ppe-threads 1 the bound is \
+        tight). The plain loop runs the same four steps through the same tables on one \
+        thread.")]
     Nimble(lab::NimbleArgs),
 }
 
