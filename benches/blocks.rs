@@ -23,6 +23,17 @@
 //!   destinations inside 100k generated routes (elements = lookups), and the l3fwd program
 //!   on one thread through [`Harness`] on 64-byte frames to those destinations
 //!   (`program_one_thread`, elements = packets, all forwarded).
+//! - `nimble`: the ternary match block's lookup ([`Tcam::lookup`]) on the prefix tables of
+//!   the Nimble rate limiter's multiplication: the uniform log table with 2 significant bits
+//!   (`LookupTable::uniform(Op::Mul, 2)`, 124 entries, `tcam_lookup/124`), ADA's
+//!   calculation table as [`Ada::new`] installs it (128 entries, `tcam_lookup/128`), and
+//!   the antilog table (`AntilogTable::new(Op::Mul, 6)`, 49152 entries,
+//!   `tcam_lookup/49152`), keys spread over each table's entries (elements = lookups);
+//!   and the Nimble rate limiter's program with ADA on one thread through [`Harness`]
+//!   (`program_one_thread`, elements = packets): 64-byte frames over 4 classes, the
+//!   harness clock advanced 50 ns per frame, so most packets refill (four lookups) and both
+//!   verdicts run. Each frame goes through [`Harness::run`], which also copies an admitted
+//!   frame out (`run_all` would run every packet at time 0, where nothing refills).
 //! - `traffic`: [`Traffic::generate`] of 64-byte frames over 1024 flows, uniform and Zipf
 //!   (s = 1) flows (elements = frames), and the [`Zipf`] sampler alone (elements = samples).
 //! - `latency`: the filter (default traffic mix) through the full PFE with the default
@@ -47,9 +58,13 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use pfemu::ada::arith::Op as ArithOp;
+use pfemu::ada::block::{Ada, AdaConfig, AntilogTable, LookupTable};
 use pfemu::lab::bench::traffic::{FlowDist, Mix, Traffic, TrafficSpec, Zipf};
+use pfemu::mem::tcam::Tcam;
 use pfemu::microcode::filter::Filter;
 use pfemu::microcode::l3fwd::{mask, write_udp_frame, Dir248, L3fwd, RouteTable};
+use pfemu::microcode::nimble::{Arithmetic, Nimble, NimbleConfig};
 use pfemu::prelude::*;
 use pfemu::program::Harness;
 use pfemu::rng::SplitMix64;
@@ -65,6 +80,8 @@ const POOL: usize = 4096;
 const ROUTES: usize = 100_000;
 /// Destinations looked up per l3fwd iteration.
 const LOOKUPS: usize = 1 << 16;
+/// Keys looked up per TCAM iteration.
+const TCAM_KEYS: usize = 1 << 12;
 
 fn configure(g: &mut BenchmarkGroup<'_, WallTime>) {
     g.sample_size(10)
@@ -379,6 +396,79 @@ fn l3fwd(c: &mut Criterion) {
     g.finish();
 }
 
+/// [`TCAM_KEYS`] keys spread over `tcam`'s entries: each inside a random entry (the entry's
+/// value with its don't-care bits drawn at random).
+fn keys_of(tcam: &Tcam, rng: &mut SplitMix64) -> Vec<u32> {
+    let (_, entries) = tcam.entries();
+    (0..TCAM_KEYS)
+        .map(|_| {
+            let e = entries[rng.below(entries.len() as u64) as usize];
+            e.value | (rng.next_u64() as u32 & !e.mask)
+        })
+        .collect()
+}
+
+fn nimble(c: &mut Criterion) {
+    let rate_table = LookupTable::uniform(ArithOp::Mul, 2).unwrap();
+    let ada = Ada::new(AdaConfig::new(ArithOp::Mul)).unwrap();
+    let antilog = AntilogTable::new(ArithOp::Mul, 6).unwrap();
+    let mut rng = SplitMix64::new(0x41DA);
+    let mut g = c.benchmark_group("nimble");
+    configure(&mut g);
+    g.throughput(Throughput::Elements(TCAM_KEYS as u64));
+    for tcam in [rate_table.tcam(), ada.table().tcam(), antilog.tcam()] {
+        let keys = keys_of(tcam, &mut rng);
+        assert!(keys.iter().all(|&k| tcam.lookup(k).is_some()));
+        g.bench_function(format!("tcam_lookup/{}", tcam.len()), |b| {
+            b.iter(|| {
+                keys.iter()
+                    .map(|&k| tcam.lookup(k).map_or(0, |h| h.result))
+                    .sum::<u64>()
+            })
+        });
+    }
+
+    // The limiter with ADA, 4 classes at 1 Gbit/s with 4 KiB buckets: 64-byte frames every
+    // 50 ns are 2.56 Gbit/s offered per class, so after the first buckets some 40% are
+    // admitted and the rest dropped as rate_exceeded.
+    const CLASSES: usize = 4;
+    const FRAMES: usize = 4096;
+    const GAP_NS: u64 = 50;
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let limiter = Nimble::install(
+        &mem,
+        NimbleConfig {
+            rates_bps: vec![1_000_000_000; CLASSES],
+            burst_bytes: 4096,
+            arithmetic: Arithmetic::Ada(AdaConfig::new(ArithOp::Mul)),
+            ..NimbleConfig::default()
+        },
+    )
+    .unwrap();
+    let prog = limiter.program();
+    let t = traffic(FRAMES, IPV4_ONLY);
+    let mut h = Harness::new(mem);
+    let mut now = 0u64;
+    let mut run_frames = |h: &mut Harness| {
+        let mut admitted = 0u64;
+        for (i, frame) in t.iter().enumerate() {
+            now += GAP_NS;
+            h.set_now(now);
+            let out = h.run(&prog, (i % CLASSES) as u16, frame);
+            admitted += u64::from(matches!(out.result, Ok(Verdict::Forward(_))));
+        }
+        admitted
+    };
+    let admitted = run_frames(&mut h);
+    assert!(
+        admitted > 0 && admitted < FRAMES as u64,
+        "{admitted} admitted"
+    );
+    g.throughput(Throughput::Elements(FRAMES as u64));
+    g.bench_function("program_one_thread", |b| b.iter(|| run_frames(&mut h)));
+    g.finish();
+}
+
 fn traffic_gen(c: &mut Criterion) {
     const FRAMES: usize = 1 << 14;
     let mut g = c.benchmark_group("traffic");
@@ -433,6 +523,7 @@ criterion_group!(
     dispatch,
     reorder,
     l3fwd,
+    nimble,
     traffic_gen,
     latency
 );

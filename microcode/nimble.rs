@@ -4,7 +4,7 @@
 //! computed by ternary lookups, with the rate's table populated by ADA.
 //!
 //! ```text
-//! classify --class ok--> refill: dt = now - swap(last, now)              (1 fetch_swap)
+//! classify --class ok--> refill: dt = now - max(last, now)               (1 fetch_max)
 //!    |                           credit = R * dt by lookup:
 //!    |                             log2 R   rate table   (ADA: + monitoring)  (1-2 lookups)
 //!    |                             log2 dt  uniform table                       (1 lookup)
@@ -57,11 +57,14 @@
 //!
 //! Every step is one read-modify-write XTXN on the class record, so no update is lost, but
 //! the steps of two packets of a class may interleave: two packets may both find enough
-//! tokens for themselves when there was enough for one (the bucket overdraws by at most a
-//! packet per thread in flight), and two packets whose batches started at different times
-//! may take the class's clock backwards (the later one's refill then counts from the
-//! earlier's time). Under the [`Harness`](pfemu::program::Harness), one packet at a time,
-//! the bucket is exact up to the multiplication.
+//! tokens for themselves when there was enough for one, so the bucket overdraws by at most
+//! a packet per thread in flight. The class's clock is kept with a fetch-and-max: the
+//! engine reads its clock once per batch, so packets of a class from two batches carry
+//! different times, and one from the older batch must neither refill nor take the clock
+//! back (with a swap, the next packet of the newer batch would refill the time between the
+//! two batches again: measured, up to 77% past the rate on two cores). So every
+//! nanosecond is refilled once. Under the [`Harness`](pfemu::program::Harness), one packet
+//! at a time, the bucket is exact up to the multiplication.
 
 use std::fmt;
 use std::sync::Arc;
@@ -530,8 +533,9 @@ impl Nimble {
             t.set(BURST, word(t, 1)? << TOKEN_FRAC_BITS);
             t.set(RATE_LOG, word(t, 2)?);
             let now = t.now_ns();
-            let last = t.fetch_swap(rec + W_LAST, now)?;
-            // A packet whose batch started before the last one's refills nothing.
+            // The class's clock only moves forward: a packet whose batch started before the
+            // latest one's refills nothing.
+            let last = t.fetch_max(rec + W_LAST, now)?;
             t.set(DT, now.saturating_sub(last));
             Ok(Goto(refill))
         });

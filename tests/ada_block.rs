@@ -237,6 +237,25 @@ fn bad_settings_are_refused_by_name() {
     ));
 }
 
+/// The antilog tables are prefix tables of the 32-bit key (every mask ones from the top bit
+/// down), so the block looks them up by binary search rather than scanning 49152 entries,
+/// and a key beyond the 23-bit antilog range matches nothing instead of aliasing a small
+/// one.
+#[test]
+fn antilog_tables_are_prefix_tables_of_the_whole_key() {
+    for op in [Op::Mul, Op::Div] {
+        let table = AntilogTable::new(op, 6).expect("valid");
+        let (_, entries) = table.tcam().entries();
+        assert_eq!(entries.len(), 49152);
+        assert!(entries
+            .iter()
+            .all(|e| e.mask.leading_ones() + e.mask.trailing_zeros() == 32));
+        let key = 20 << FRAC_BITS;
+        assert!(table.tcam().lookup(key).is_some());
+        assert_eq!(table.tcam().lookup(key | 1 << 23), None, "{op:?}");
+    }
+}
+
 /// `a * b` and `a / b` by three lookups in a program, against the exact results and the
 /// uniform population's documented bound.
 #[test]

@@ -1,6 +1,6 @@
-//! `pfemu bench l3fwd`, `pfemu linerate` and `pfemu latency` from the command line: small
-//! runs that check the report's shape and the files, not the speed; and every bench and
-//! experiment command naming the option behind a refused value.
+//! `pfemu bench l3fwd`, `pfemu bench nimble`, `pfemu linerate` and `pfemu latency` from the
+//! command line: small runs that check the report's shape and the files, not the speed; and
+//! every bench and experiment command naming the option behind a refused value.
 
 #![cfg(feature = "lab")]
 
@@ -70,6 +70,71 @@ fn bench_l3fwd_reports_mpps_and_the_common_summary() {
         s["dropped_by_reason"].as_object().unwrap().len() >= 2,
         "{s}"
     );
+}
+
+/// Each arithmetic of the rate limiter, on a rate and bucket small enough that both
+/// verdicts run: verified, its verdicts adding up, and the report's fields there.
+#[test]
+fn bench_nimble_verifies_with_every_arithmetic() {
+    for arithmetic in ["exact", "uniform", "static", "ada"] {
+        let v = json_of(&pfemu(&[
+            "bench",
+            "nimble",
+            "--arithmetic",
+            arithmetic,
+            "--packets",
+            "20000",
+            "--rate-gbps",
+            "0.01",
+            "--burst-bytes",
+            "6400",
+            "--ppe-threads",
+            "2",
+            "--json",
+        ]));
+        assert_eq!(v["verified"], true, "{arithmetic}: {v}");
+        assert_eq!(v["arithmetic"], arithmetic);
+        assert_eq!(v["packets_in"], 20000);
+        let count = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+        assert_eq!(
+            count("admitted") + count("rate_exceeded") + count("no_class"),
+            20000
+        );
+        assert!(count("admitted") > 0 && count("rate_exceeded") > 0, "{v}");
+        for key in [
+            "mpps",
+            "gbps",
+            "admitted_share",
+            "admitted_gbps",
+            "max_overshoot_share",
+            "instructions_per_packet",
+            "xtxns_per_packet",
+            "tcam_lookups_per_packet",
+            "baseline_mpps",
+            "ratio_to_baseline",
+        ] {
+            assert!(v[key].as_f64().is_some(), "{arithmetic} lacks {key}: {v}");
+        }
+        let classes = v["classes"].as_array().unwrap();
+        assert_eq!(classes.len(), 4);
+        for c in classes {
+            assert_eq!(c["within"], true, "{c}");
+            assert!(c["admitted_bytes"].as_f64() <= c["allowed_bytes"].as_f64());
+        }
+        assert_eq!(v["plain_loop"]["verified"], true);
+        let tcam = v["tcam_lookups_per_packet"].as_f64().unwrap();
+        assert_eq!(tcam > 0.0, arithmetic != "exact", "{arithmetic}: {tcam}");
+        // ADA's controller stats under `ada` only, where it ran during the run.
+        let ada = &v["ada"];
+        assert_eq!(ada.is_null(), arithmetic != "ada", "{v}");
+        if arithmetic == "ada" {
+            let epochs = |s: &serde_json::Value| s["epochs"].as_u64().unwrap();
+            assert!(epochs(ada) > epochs(&v["ada_at_start"]), "{v}");
+        }
+        for key in ["plain_loop_mpps", "overhead_ratio", "xtxns_per_packet"] {
+            assert!(v["summary"].get(key).is_some(), "summary lacks {key}");
+        }
+    }
 }
 
 #[test]
@@ -216,6 +281,14 @@ fn refused_values_name_the_option_typed() {
             ],
             "`--invalid-percent`",
         ),
+        (&["bench", "nimble", "--classes", "0"], "`--classes`"),
+        (&["bench", "nimble", "--rate-gbps", "0"], "`--rate-gbps`"),
+        (
+            &["bench", "nimble", "--burst-bytes", "0"],
+            "`--burst-bytes`",
+        ),
+        (&["bench", "nimble", "--size", "10"], "`--size`"),
+        (&["bench", "nimble", "--flows", "2"], "`--flows`"),
         (&["bench", "trio-ml", "--grads", "5000"], "`--grads`"),
         (&["bench", "trio-ml", "--workers", "0"], "`--workers`"),
         (&["bench", "fpisa", "--grads", "5000"], "`--grads`"),
@@ -237,6 +310,10 @@ fn refused_values_name_the_option_typed() {
             "`--lanes`",
         ),
     ];
+    // An arithmetic there is none of: clap's refusal names the option too.
+    let out = pfemu(&["bench", "nimble", "--arithmetic", "fast"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--arithmetic"));
     for (args, flag) in cases {
         let out = pfemu(args);
         let err = String::from_utf8_lossy(&out.stderr);

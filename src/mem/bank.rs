@@ -677,6 +677,17 @@ impl SharedMemory {
         }
     }
 
+    /// `word = max(word, value)`, unsigned; returns the old value. One atomic instruction in
+    /// SRAM and DRAM. A word that only ever rises (a clock's latest reading kept by many
+    /// threads) never goes back, whatever order the requests arrive in.
+    #[inline]
+    pub fn fetch_max(&self, addr: Addr, value: u64) -> Result<u64, MemFault> {
+        match self.word(addr) {
+            Ok(w) => Ok(w.fetch_max(value, RMW)),
+            Err(fault) => self.acc_update(addr, fault, |old| old.max(value)),
+        }
+    }
+
     /// 32-bit wrapping add of `delta` to one half of the word. Lanes follow the byte order
     /// of [`SharedMemory::read`] (network order): lane 0 is the word's first 4 bytes, the
     /// high half of the `u64` (`word >> 32`); lane 1 its last 4 bytes, the low half
@@ -827,6 +838,7 @@ impl SharedMemory {
             Op::FetchSwap { addr, value } => self.fetch_swap(addr, value).map(drop),
             Op::MaskedWrite { addr, value, mask } => self.masked_write(addr, value, mask).map(drop),
             Op::FetchAdd { addr, delta } => self.fetch_add(addr, delta).map(drop),
+            Op::FetchMax { addr, value } => self.fetch_max(addr, value).map(drop),
             Op::FetchAdd32 { addr, lane, delta } => self.fetch_add32(addr, lane, delta).map(drop),
             Op::Vadd32x16 { addr, ref deltas } => self.vadd32x16(addr, deltas),
         }
@@ -974,6 +986,7 @@ mod tests {
             Op::FetchClear { addr, mask: 1 },
             Op::FetchSwap { addr, value: 1 },
             Op::FetchAdd { addr, delta: 1 },
+            Op::FetchMax { addr, value: 1 },
             Op::MaskedWrite {
                 addr,
                 value: 1,
@@ -1181,6 +1194,17 @@ mod tests {
         assert_eq!(m.fetch_swap(a, u64::MAX), Ok(0b1000));
         assert_eq!(m.fetch_swap(a, 1), Ok(u64::MAX));
         assert_eq!(m.read_u64(a), Ok(1));
+    }
+
+    #[test]
+    fn fetch_max_only_raises_the_word_in_every_region() {
+        let m = mem();
+        for a in [5, DRAM_BASE + 5, ACC_BASE + 5] {
+            assert_eq!(m.fetch_max(a, 10), Ok(0));
+            assert_eq!(m.fetch_max(a, 7), Ok(10), "a lower value leaves it");
+            assert_eq!(m.fetch_max(a, u64::MAX), Ok(10));
+            assert_eq!(m.read_u64(a), Ok(u64::MAX));
+        }
     }
 
     #[test]

@@ -399,6 +399,8 @@ pub enum XtxnKind {
     MaskedWrite,
     /// 64-bit fetch-and-add.
     FetchAdd,
+    /// Fetch-and-max (unsigned).
+    FetchMax,
     /// 32-bit add to one half of a word.
     Add32,
     /// Sixteen 32-bit adds over a 64-byte line.
@@ -430,7 +432,7 @@ pub enum XtxnKind {
 
 impl XtxnKind {
     /// Number of kinds.
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 25;
 
     /// Every kind, in [`XtxnKind::index`] order.
     pub const ALL: [XtxnKind; XtxnKind::COUNT] = [
@@ -445,6 +447,7 @@ impl XtxnKind {
         XtxnKind::FetchSwap,
         XtxnKind::MaskedWrite,
         XtxnKind::FetchAdd,
+        XtxnKind::FetchMax,
         XtxnKind::Add32,
         XtxnKind::VAdd32x16,
         XtxnKind::TailRead,
@@ -474,6 +477,7 @@ impl XtxnKind {
             XtxnKind::FetchSwap => "fetch_swap",
             XtxnKind::MaskedWrite => "masked_write",
             XtxnKind::FetchAdd => "fetch_add",
+            XtxnKind::FetchMax => "fetch_max",
             XtxnKind::Add32 => "add32",
             XtxnKind::VAdd32x16 => "vadd32x16",
             XtxnKind::TailRead => "tail_read",
@@ -581,6 +585,13 @@ pub enum Op {
         /// Value added.
         delta: u64,
     },
+    /// `word = max(word, value)`, unsigned ([`SharedMemory::fetch_max`]).
+    FetchMax {
+        /// Target word.
+        addr: Addr,
+        /// Value the word is raised to, if it is below.
+        value: u64,
+    },
     /// Wrapping add of `delta` to 32-bit lane `lane` ([`SharedMemory::fetch_add32`]).
     FetchAdd32 {
         /// Target word.
@@ -612,6 +623,7 @@ impl Op {
             Op::FetchSwap { .. } => XtxnKind::FetchSwap,
             Op::MaskedWrite { .. } => XtxnKind::MaskedWrite,
             Op::FetchAdd { .. } => XtxnKind::FetchAdd,
+            Op::FetchMax { .. } => XtxnKind::FetchMax,
             Op::FetchAdd32 { .. } => XtxnKind::Add32,
             Op::Vadd32x16 { .. } => XtxnKind::VAdd32x16,
         }
@@ -630,6 +642,7 @@ impl Op {
             | Op::FetchSwap { addr, .. }
             | Op::MaskedWrite { addr, .. }
             | Op::FetchAdd { addr, .. }
+            | Op::FetchMax { addr, .. }
             | Op::FetchAdd32 { addr, .. }
             | Op::Vadd32x16 { addr, .. } => addr,
         }
@@ -784,6 +797,7 @@ mod tests {
                 8,
             ),
             (Op::FetchAdd { addr: 11, delta: 0 }, XtxnKind::FetchAdd, 1),
+            (Op::FetchMax { addr: 12, value: 0 }, XtxnKind::FetchMax, 1),
         ];
         for (i, (op, kind, words)) in cases.iter().enumerate() {
             assert_eq!(op.kind(), *kind);

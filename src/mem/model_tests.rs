@@ -133,6 +133,7 @@ impl Model {
             Op::FetchClear { addr, mask } => self.rmw(addr, |w| w & !mask).map(drop),
             Op::FetchSwap { addr, value } => self.rmw(addr, |_| value).map(drop),
             Op::FetchAdd { addr, delta } => self.rmw(addr, |w| w.wrapping_add(delta)).map(drop),
+            Op::FetchMax { addr, value } => self.rmw(addr, |w| w.max(value)).map(drop),
             Op::MaskedWrite { addr, value, mask } => {
                 self.rmw(addr, |w| (w & !mask) | (value & mask)).map(drop)
             }
@@ -242,6 +243,7 @@ fn op() -> BoxedStrategy<Op> {
         (addr(), small.clone()).prop_map(|(addr, mask)| Op::FetchClear { addr, mask }),
         (addr(), small.clone()).prop_map(|(addr, value)| Op::FetchSwap { addr, value }),
         (addr(), small.clone()).prop_map(|(addr, delta)| Op::FetchAdd { addr, delta }),
+        (addr(), small.clone()).prop_map(|(addr, value)| Op::FetchMax { addr, value }),
         (addr(), small.clone(), small.clone()).prop_map(|(addr, value, mask)| Op::MaskedWrite {
             addr,
             value,
@@ -334,6 +336,12 @@ fn sync_op(mem: &SharedMemory, model: &mut Model, op: &Op) -> Result<(), TestCas
             prop_assert_eq!(
                 mem.fetch_add(addr, delta),
                 model.rmw(addr, |w| w.wrapping_add(delta))
+            );
+        }
+        Op::FetchMax { addr, value } => {
+            prop_assert_eq!(
+                mem.fetch_max(addr, value),
+                model.rmw(addr, |w| w.max(value))
             );
         }
         Op::MaskedWrite { addr, value, mask } => {

@@ -453,6 +453,9 @@ impl<'a> Thread<'a> {
         fetch_swap(value) = FetchSwap;
         /// 64-bit wrapping fetch-and-add; returns the old value.
         fetch_add(delta) = FetchAdd;
+        /// Fetch-and-max (unsigned): raises the word to `value` if it is below; returns the
+        /// old value.
+        fetch_max(value) = FetchMax;
     }
 
     /// Writes the mask's bits of `value`; returns the old word.

@@ -1,5 +1,6 @@
-//! `pfemu bench l3fwd`, `pfemu linerate` and `pfemu latency`: the forwarding benchmark and
-//! the RFC 2544-style tests of the engine as a device under test.
+//! `pfemu bench l3fwd`, `pfemu bench nimble`, `pfemu linerate` and `pfemu latency`: the
+//! forwarding and rate-limiting benchmarks and the RFC 2544-style tests of the engine as a
+//! device under test.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use pfemu::lab::bench::linerate::{
     self, InitialRate, LatencyReport, LinerateConfig, Progress as SearchProgress,
 };
 use pfemu::lab::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
+use pfemu::lab::bench::nimble::{self, NimbleBenchConfig, NimbleBenchReport};
 use pfemu::lab::bench::report::Progress;
 use pfemu::lab::bench::settings::list_text;
 use pfemu::lab::bench::EngineChoice;
@@ -100,6 +102,133 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
         return Err("l3fwd's forwards or drops did not match the reference".into());
     }
     Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct NimbleArgs {
+    #[command(flatten)]
+    cfg: NimbleBenchConfig,
+    #[command(flatten)]
+    engine: EngineChoice,
+    /// Runs; the report gives the median.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Print one JSON object (the median run) instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn bench_nimble(a: &NimbleArgs) -> CliResult {
+    if a.runs == 0 {
+        return Err("invalid option `--runs`: must be at least 1".into());
+    }
+    let cfg = NimbleBenchConfig {
+        engine: a.engine.apply(&a.cfg.engine),
+        ..a.cfg.clone()
+    };
+    let traffic = nimble::prepare(&cfg)?;
+    let mut runs: Vec<NimbleBenchReport> = Vec::new();
+    for run in 0..a.runs {
+        let bar = Progress::new(&format!("run {}/{}", run + 1, a.runs), a.json);
+        let r =
+            nimble::run_with_progress(&cfg, &traffic, |f, n| bar.set(f, format!("{n} frames")))?;
+        bar.finish();
+        if !a.json {
+            eprintln!(
+                "run {}/{}: {:.2} Mpps, {:.1}% admitted (plain loop {:.2}){}",
+                run + 1,
+                a.runs,
+                r.mpps,
+                r.admitted_share * 100.0,
+                r.baseline_mpps,
+                if r.verified { "" } else { "  (NOT VERIFIED)" }
+            );
+        }
+        runs.push(r);
+    }
+    let all: Vec<f64> = runs.iter().map(|r| r.mpps).collect();
+    let verified = runs.iter().all(|r| r.verified);
+    runs.sort_by(|x, y| x.mpps.total_cmp(&y.mpps));
+    let r = runs.swap_remove(runs.len() / 2);
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        v["mpps_runs"] = serde_json::json!(all);
+        v["verified_all_runs"] = serde_json::json!(verified);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_nimble(&r, &cfg, a.runs);
+    }
+    if !verified {
+        return Err(
+            "nimble's verdicts or admitted bytes did not check out (see `verified`)".into(),
+        );
+    }
+    Ok(())
+}
+
+/// The text form of a `pfemu bench nimble` report: the limiter's verdicts per class, ADA's
+/// controller, then the common summary and the check.
+fn print_nimble(r: &NimbleBenchReport, cfg: &NimbleBenchConfig, runs: usize) {
+    println!(
+        "\nnimble ({}): {} classes at {} Gbit/s each, {}-byte frames, {} PPE threads, median \
+         of {runs}:\n",
+        r.arithmetic, cfg.classes, cfg.rate_gbps, cfg.size, cfg.engine.ppe_threads
+    );
+    println!(
+        "  admitted {} of {} frames ({:.1}%), {:.3} Gbit/s; rate_exceeded {}, no_class {}",
+        r.admitted,
+        r.stats.packets_in,
+        r.admitted_share * 100.0,
+        r.admitted_gbps,
+        r.rate_exceeded,
+        r.no_class
+    );
+    println!(
+        "  {:>5} {:>10} {:>10} {:>10} {:>10} {:>14} {:>14}",
+        "class", "offered", "admitted", "Gbit/s", "past rate", "allowed bytes", "table excess"
+    );
+    for c in &r.classes {
+        println!(
+            "  {:>5} {:>10} {:>10} {:>10.4} {:>9.1}% {:>14.0} {:>13.2}%{}",
+            c.class,
+            c.offered_packets,
+            c.admitted_packets,
+            c.admitted_gbps,
+            c.overshoot_share * 100.0,
+            c.allowed_bytes,
+            c.refill_excess * 100.0,
+            if c.within { "" } else { "  OVER" }
+        );
+    }
+    println!(
+        "  TCAM lookups per packet: {:.2}",
+        r.tcam_lookups_per_packet
+    );
+    if let (Some(end), Some(start)) = (&r.ada, &r.ada_at_start) {
+        println!(
+            "  ADA controller this run: {} epochs ({} idle, {} frozen), {} re-populations, \
+             {} reads, {} writes; now {} bins, {} table entries",
+            end.epochs - start.epochs,
+            end.idle_epochs - start.idle_epochs,
+            end.frozen_epochs - start.frozen_epochs,
+            end.repopulations - start.repopulations,
+            end.reads - start.reads,
+            end.writes - start.writes,
+            end.bins,
+            end.table_entries
+        );
+    }
+    println!();
+    r.summary.print();
+    println!(
+        "  check: {}",
+        if r.verified {
+            "every packet accounted for; admitted + rate_exceeded + no_class = offered; the \
+             sink saw every admitted packet; every class within its bucket's bound"
+        } else {
+            "FAILED: see the classes marked OVER, or the counts above"
+        }
+    );
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,6 +11,7 @@ pub mod fpisa_accuracy;
 pub mod l3fwd;
 pub mod linerate;
 pub mod linerate_pfe;
+pub mod nimble;
 pub mod pipelines;
 pub mod plot;
 pub mod report;
