@@ -50,8 +50,9 @@
 //!   entry of the program, every `controller_period_ns`) re-populates the table.
 //!
 //! The time since the last packet is looked up in a uniform table with
-//! `dt_significant_bits` significant bits, and the antilog table is uniform too; neither
-//! depends on the rate.
+//! `dt_significant_bits` significant bits, or, with `dt_ada`, in a table ADA keeps where
+//! the times fall (the paper's ADA(ΔT); both: ADA(ΔT, R)), monitored and re-populated by
+//! the same controller. The antilog table is uniform and fixed.
 //!
 //! # Concurrency
 //!
@@ -149,6 +150,9 @@ pub struct NimbleConfig {
     pub arithmetic: Arithmetic,
     /// Significant bits of the uniform log table of the time since the last packet.
     pub dt_significant_bits: u32,
+    /// ADA on the time since the last packet too (not with [`Arithmetic::Exact`], which
+    /// multiplies natively); `None`: the uniform table of `dt_significant_bits`.
+    pub dt_ada: Option<AdaConfig>,
     /// Significant bits the antilog table is built for ([`AntilogTable::new`]).
     pub antilog_significant_bits: u32,
     /// Where admitted packets go.
@@ -169,6 +173,7 @@ impl Default for NimbleConfig {
             burst_bytes: 64 * 1024,
             arithmetic: Arithmetic::Ada(AdaConfig::new(Op::Mul)),
             dt_significant_bits: 6,
+            dt_ada: None,
             antilog_significant_bits: 6,
             out_port: 1,
             controller_period_ns: 100_000,
@@ -217,6 +222,16 @@ impl NimbleConfig {
                 "controller_period_ns",
                 "must be at least 1 ns",
             ));
+        }
+        match (self.arithmetic, self.dt_ada) {
+            (Arithmetic::Exact, Some(_)) => {
+                return Err(ConfigError::new(
+                    "dt_ada",
+                    "the exact arithmetic multiplies natively: it has no time table",
+                ))
+            }
+            (_, Some(c)) => c.check()?,
+            _ => {}
         }
         match self.arithmetic {
             Arithmetic::Uniform { significant_bits } if significant_bits > 10 => {
@@ -293,11 +308,35 @@ enum RateTable {
     Ada(Arc<Ada>),
 }
 
+/// The time's log table.
+#[derive(Debug)]
+enum DtTable {
+    Fixed(Arc<LookupTable>),
+    Ada(Arc<Ada>),
+}
+
+impl DtTable {
+    #[inline]
+    fn lookup(&self, t: &mut Thread<'_>, dt: u32) -> Option<u64> {
+        match self {
+            DtTable::Fixed(f) => f.lookup(t, dt),
+            DtTable::Ada(a) => a.lookup(t, dt),
+        }
+    }
+
+    fn get(&self, dt: u32) -> Option<u64> {
+        match self {
+            DtTable::Fixed(f) => f.get(dt),
+            DtTable::Ada(a) => a.table().get(dt),
+        }
+    }
+}
+
 /// The tables of the lookup multiplication: the rate's, the time's, the antilog.
 #[derive(Debug)]
 struct Tables {
     rate: RateTable,
-    dt: Arc<LookupTable>,
+    dt: DtTable,
     antilog: Arc<AntilogTable>,
 }
 
@@ -364,9 +403,11 @@ impl Nimble {
             .map_err(NimbleError::Memory)?;
         let table = NimbleError::Table;
         let keys: Vec<u32> = cfg.rates_bps.iter().map(|&r| rate_key(r / 8)).collect();
-        let ada = |c: AdaConfig| -> Result<Arc<Ada>, NimbleError> {
+        let ada = |c: AdaConfig, prime: &[u32]| -> Result<Arc<Ada>, NimbleError> {
             let ada = Ada::new(AdaConfig { op: Op::Mul, ..c }).map_err(table)?;
-            ada.prime(&keys, cfg.prime_epochs).map_err(table)?;
+            if !prime.is_empty() {
+                ada.prime(prime, cfg.prime_epochs).map_err(table)?;
+            }
             Ok(Arc::new(ada))
         };
         let rate = match cfg.arithmetic {
@@ -375,11 +416,18 @@ impl Nimble {
                 LookupTable::uniform(Op::Mul, significant_bits).map_err(table)?,
             )),
             Arithmetic::Static => RateTable::Static,
-            Arithmetic::Ada(c) => RateTable::Ada(ada(c)?),
+            Arithmetic::Ada(c) => RateTable::Ada(ada(c, &keys)?),
+        };
+        // The times are not known before traffic: ADA on them starts from equal bins.
+        let dt = match cfg.dt_ada {
+            Some(c) => DtTable::Ada(ada(c, &[])?),
+            None => DtTable::Fixed(Arc::new(
+                LookupTable::uniform(Op::Mul, cfg.dt_significant_bits).map_err(table)?,
+            )),
         };
         let tables = Tables {
             rate,
-            dt: Arc::new(LookupTable::uniform(Op::Mul, cfg.dt_significant_bits).map_err(table)?),
+            dt,
             antilog: Arc::new(
                 AntilogTable::new(Op::Mul, cfg.antilog_significant_bits).map_err(table)?,
             ),
@@ -464,21 +512,38 @@ impl Nimble {
         }
     }
 
-    /// ADA's controller counters (ADA only).
+    /// ADA's controller counters for the rate (ADA only).
     pub fn ada_stats(&self) -> Option<AdaStats> {
         self.ada().map(|a| a.stats())
     }
 
-    /// The timers the program needs: ADA's controller every `controller_period_ns` (none
-    /// for the other arithmetics).
-    pub fn timer_specs(&self) -> Result<Vec<TimerSpec>, ConfigError> {
-        match self.cfg.arithmetic {
-            Arithmetic::Ada(_) => Ok(vec![controller_timer(
-                CONTROLLER_ENTRY,
-                self.cfg.controller_period_ns,
-            )?]),
-            _ => Ok(Vec::new()),
+    /// The time's ADA operand (with `dt_ada` only).
+    pub fn dt_ada(&self) -> Option<&Arc<Ada>> {
+        match &self.tables.dt {
+            DtTable::Ada(a) => Some(a),
+            DtTable::Fixed(_) => None,
         }
+    }
+
+    /// Every ADA operand the controller runs: the rate's, then the time's.
+    pub fn adas(&self) -> Vec<Arc<Ada>> {
+        self.ada()
+            .into_iter()
+            .chain(self.dt_ada())
+            .cloned()
+            .collect()
+    }
+
+    /// The timers the program needs: ADA's controller every `controller_period_ns` (none
+    /// without an ADA operand).
+    pub fn timer_specs(&self) -> Result<Vec<TimerSpec>, ConfigError> {
+        if self.adas().is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(vec![controller_timer(
+            CONTROLLER_ENTRY,
+            self.cfg.controller_period_ns,
+        )?])
     }
 
     /// The settings.
@@ -598,8 +663,9 @@ impl Nimble {
         });
 
         p.entry(Entry::Packet, classify);
-        if let RateTable::Ada(a) = &self.tables.rate {
-            add_controller(&mut p, CONTROLLER_ENTRY, vec![Arc::clone(a)]);
+        let adas = self.adas();
+        if !adas.is_empty() {
+            add_controller(&mut p, CONTROLLER_ENTRY, adas);
         }
         p.build().expect("nimble defines every label it declares")
     }
