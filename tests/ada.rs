@@ -122,3 +122,53 @@ fn the_trie_re_adapts_after_the_distribution_shifts() {
         .filter(|b| b.len == depth)
         .all(|b| b.first() >= u64::from(lo) && b.last() < u64::from(lo + width)));
 }
+
+/// The relative half-width of the entry of `table` that `x` falls in (0 for an exact one).
+fn half_width(table: &ArithTable, x: u32) -> f64 {
+    let entries = table.operand_table();
+    let x = u64::from(x);
+    let i = entries.partition_point(|e| e.value <= x) - 1;
+    let e = entries[i];
+    assert!(e.matches(x), "{x} is covered");
+    let width = (!e.mask & 0xffff_ffff) + 1;
+    match (width, e.value) {
+        (1, _) => 0.0,
+        (_, 0) => panic!("{x}: an entry over [0, {width}) has no relative bound"),
+        (w, lo) => (w as f64 / 2.0) / lo as f64,
+    }
+}
+
+/// Each operation on ADA's population is within the bound of the entries its operands fall
+/// in (`Op::entry_error_bound`), on skewed operands and at several budgets: the population
+/// never leaves an operand in an entry reaching down to 0, where no relative bound holds.
+#[test]
+fn ada_populations_are_within_their_entries_bounds() {
+    let draw = |rng: &mut SplitMix64| 1 + exponential(rng, 20_000.0);
+    let mut rng = SplitMix64::new(41);
+    let mut trie = BinningTrie::new(16, 32).expect("valid");
+    for _ in 0..30 {
+        monitor(&mut trie, &mut rng, &draw);
+        trie.update(TH_BALANCE, TH_EXPANSION);
+    }
+    monitor(&mut trie, &mut rng, &draw);
+    let samples: Vec<(u32, u32)> = (0..3000)
+        .map(|_| (draw(&mut rng), draw(&mut rng)))
+        .chain([(1, 1), (2, 3), (u32::MAX, 1), (1 << 31, 5)])
+        .collect();
+    let s = 4;
+    for budget in [64, 240, 896] {
+        let entries = trie.populate(budget).expect("the budget covers the bins");
+        for op in Op::ALL {
+            let table = ArithTable::from_entries(op, &entries, s).expect("valid");
+            for &(a, b) in &samples {
+                let exact = op.exact(a, b).expect("positive operands");
+                let approx = table.eval(a, b).expect("covering table");
+                let bound = op.entry_error_bound(half_width(&table, a), half_width(&table, b), s);
+                assert!(
+                    op.within(bound, exact, approx),
+                    "{op:?} at {budget}: {a}, {b}: {approx} vs {exact} (bound {bound})"
+                );
+            }
+        }
+    }
+}

@@ -168,13 +168,26 @@ impl Op {
     /// result's last place (see [`Op::within_bound`]).
     pub fn error_bound(self, s: u32) -> f64 {
         let e = 0.5f64.powi(s as i32 + 1);
+        self.entry_error_bound(e, e, s)
+    }
+
+    /// The error bound of a lookup whose operand entries have relative half-widths `e_a`
+    /// and `e_b` (`e = (w / 2) / lo` for an entry of `w` operands from `lo`, so the
+    /// representative is within a factor `1 +- e` of every operand of the entry; 0 for an
+    /// exact entry; `e_b` is ignored by one-operand operations), with an antilog table built
+    /// for `antilog_s` significant bits ([`antilog_table`]). Any population's table, ADA's
+    /// included, is within this bound entry by entry; [`Op::error_bound`] is the uniform
+    /// population's, where every entry has `e <= 2^-(s+1)`.
+    pub fn entry_error_bound(self, e_a: f64, e_b: f64, antilog_s: u32) -> f64 {
         let fixed = 0.5 / ONE;
         match self {
-            Op::Square => (1.0 + e) * (1.0 + e) - 1.0,
-            Op::Sqrt => (1.0 + e).sqrt() - 1.0 + fixed,
-            Op::Log2 => (1.0 + e).log2() + fixed,
+            Op::Square => (1.0 + e_a) * (1.0 + e_a) - 1.0,
+            Op::Sqrt => (1.0 + e_a).sqrt() - 1.0 + fixed,
+            Op::Log2 => (1.0 + e_a).log2() + fixed,
             Op::Mul | Op::Div => {
-                let exponent = 2.0 * ((1.0 + e).log2() + fixed) + e / 2.0;
+                // The antilog key's own half-width: 2^-(s + 2) of an octave.
+                let key = 0.5f64.powi(antilog_s as i32 + 2);
+                let exponent = (1.0 + e_a).log2() + (1.0 + e_b).log2() + 2.0 * fixed + key;
                 exponent.exp2() - 1.0
             }
         }
@@ -182,8 +195,14 @@ impl Op {
 
     /// Whether `approx` is within the bound of `s` significant bits of `exact`.
     pub fn within_bound(self, s: u32, exact: f64, approx: f64) -> bool {
+        self.within(self.error_bound(s), exact, approx)
+    }
+
+    /// Whether `approx` is within `bound` ([`Op::error_bound`], [`Op::entry_error_bound`])
+    /// of `exact`: relative, absolute for [`Op::Log2`], plus the rounding of the result's
+    /// last place for mul and div.
+    pub fn within(self, bound: f64, exact: f64, approx: f64) -> bool {
         let err = (approx - exact).abs();
-        let bound = self.error_bound(s);
         // A little slack for the float arithmetic of the check itself.
         let slack = 1e-9 * exact.abs().max(1.0);
         match self {
