@@ -116,7 +116,7 @@ pub enum ArithmeticChoice {
     Exact,
     /// The prior work's uniform log table of the rate (124 entries).
     Uniform,
-    /// ADA's table fitted to the configured rates at install, never updated.
+    /// Nimble's own design: the rate baked in by the control plane at install.
     Static,
     /// ADA's table, kept where the rates are by the controller (a timer entry).
     Ada,
