@@ -135,9 +135,6 @@ pub fn run_on(
     run_with_progress(cfg, traffic, |_, _| {})
 }
 
-/// Frames injected between two looks at the clock and the progress callback.
-const CHUNK: usize = 1 << 16;
-
 /// [`run_on`], calling `progress(fraction done, frames offered)` as the run goes on.
 pub fn run_with_progress(
     cfg: &FilterBenchConfig,
@@ -169,19 +166,8 @@ pub fn run_with_progress(
 
     let n = traffic.len() as u64;
     let start = Instant::now();
-    let mut offered = 0u64;
-    while !length.done(start, offered) {
-        // The next chunk of the pool, not past its end nor past the packet count.
-        let at = (offered % n) as usize;
-        let mut len = CHUNK.min(traffic.len() - at);
-        if let RunLength::Packets(total) = length {
-            len = len.min((total - offered) as usize);
-        }
-        pfe.inject_burst((at..at + len).map(|i| (traffic.port(i), traffic.frame(i))))
-            .map_err(|e| ConfigError::new("start", e.to_string()))?;
-        offered += len as u64;
-        progress(length.progress(start, offered), offered);
-    }
+    let frame = |i| (traffic.port(i), traffic.frame(i));
+    let offered = length.offer(&pfe, start, traffic.len(), frame, &mut progress)?;
     pfe.drain();
     let elapsed_d = start.elapsed();
     let elapsed = elapsed_d.as_secs_f64();

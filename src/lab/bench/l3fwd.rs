@@ -483,22 +483,9 @@ pub fn run_with_progress(
         .build()?;
     pfe.start()
         .map_err(|e| ConfigError::new("start", e.to_string()))?;
-    let n = w.len();
-    let inject_err = |e: crate::pfe::InjectError| ConfigError::new("start", e.to_string());
     let start = Instant::now();
-    let mut offered = 0u64;
-    while !length.done(start, offered) {
-        // The next chunk of the pool, not past its end nor past the packet count.
-        let at = (offered % n as u64) as usize;
-        let mut len = (1usize << 16).min(n - at);
-        if let RunLength::Packets(total) = length {
-            len = len.min((total - offered) as usize);
-        }
-        pfe.inject_burst((at..at + len).map(|i| (w.in_ports[i], w.frame(i))))
-            .map_err(inject_err)?;
-        offered += len as u64;
-        progress(length.progress(start, offered), offered);
-    }
+    let frame = |i| (w.in_ports[i], w.frame(i));
+    let offered = length.offer(&pfe, start, w.len(), frame, &mut progress)?;
     pfe.drain();
     let (exp_fwd, exp_drops) = w.expected(offered);
     let elapsed_d = start.elapsed();

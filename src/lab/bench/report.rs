@@ -213,6 +213,10 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
+/// Frames [`RunLength::offer`] injects between two looks at the clock and the progress
+/// callback.
+pub const OFFER_BURST: usize = 1 << 16;
+
 /// How long a run goes on: a number of packets, or a duration.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum RunLength {
@@ -229,6 +233,38 @@ impl RunLength {
             RunLength::Packets(n) => offered >= n,
             RunLength::Duration(d) => start.elapsed() >= d,
         }
+    }
+
+    /// Offers frames `0..pool` of a pre-built pool to `pfe`, replayed from the start, in
+    /// bursts of [`OFFER_BURST`] (the fast path), until the run that started at `start`
+    /// is done, calling `progress(fraction done, frames offered)` after each burst; the
+    /// frames offered. `frame(i)` is the `i`-th frame and the port it arrives on. Refuses
+    /// an empty pool, and names an engine that stopped taking frames as `start`.
+    pub fn offer<'f>(
+        &self,
+        pfe: &crate::pfe::Pfe,
+        start: Instant,
+        pool: usize,
+        frame: impl Fn(usize) -> (crate::packet::Port, &'f [u8]),
+        mut progress: impl FnMut(f64, u64),
+    ) -> Result<u64, crate::ConfigError> {
+        if pool == 0 {
+            return Err(crate::ConfigError::new("traffic", "no frames to replay"));
+        }
+        let mut offered = 0u64;
+        while !self.done(start, offered) {
+            // The next burst of the pool, not past its end nor past the packet count.
+            let at = (offered % pool as u64) as usize;
+            let mut len = OFFER_BURST.min(pool - at);
+            if let RunLength::Packets(total) = *self {
+                len = len.min((total - offered) as usize);
+            }
+            pfe.inject_burst((at..at + len).map(&frame))
+                .map_err(|e| crate::ConfigError::new("start", e.to_string()))?;
+            offered += len as u64;
+            progress(self.progress(start, offered), offered);
+        }
+        Ok(offered)
     }
 
     /// How far along a run is, in 0..=1.
