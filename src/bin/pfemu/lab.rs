@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
-use pfemu::lab::bench::l3fwd::{self, L3fwdBenchConfig, L3fwdBenchReport};
+use pfemu::lab::bench::l3fwd::{self, L3fwdBenchConfig};
 use pfemu::lab::bench::linerate::{
     self, InitialRate, LatencyReport, LinerateConfig, Progress as SearchProgress,
 };
@@ -20,12 +20,9 @@ use pfemu::pfe::default_ppe_threads;
 
 use super::CliResult;
 
+/// `--runs` and `--json`, as every packet benchmark here takes them.
 #[derive(clap::Args, Debug)]
-pub struct L3fwdArgs {
-    #[command(flatten)]
-    cfg: L3fwdBenchConfig,
-    #[command(flatten)]
-    engine: EngineChoice,
+pub struct Runs {
     /// Runs; the report gives the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -34,10 +31,76 @@ pub struct L3fwdArgs {
     json: bool,
 }
 
-pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
-    if a.runs == 0 {
-        return Err("invalid option `--runs`: must be at least 1".into());
+/// What [`Runs::median`] measured.
+struct Measured<R> {
+    /// The report of the median `mpps`.
+    median: R,
+    /// Every run's `mpps`, in run order.
+    mpps_runs: Vec<f64>,
+    /// The other runs' reports.
+    others: Vec<R>,
+}
+
+impl Runs {
+    /// Runs `run` `--runs` times, each with a progress bar (none with `--json`) and a line
+    /// on standard error (`line` of the report).
+    fn median<R>(
+        &self,
+        mut run: impl FnMut(&Progress) -> Result<R, Box<dyn std::error::Error>>,
+        mpps: impl Fn(&R) -> f64,
+        line: impl Fn(&R) -> String,
+    ) -> Result<Measured<R>, Box<dyn std::error::Error>> {
+        if self.runs == 0 {
+            return Err("invalid option `--runs`: must be at least 1".into());
+        }
+        let mut runs: Vec<R> = Vec::new();
+        for i in 0..self.runs {
+            let bar = Progress::new(&format!("run {}/{}", i + 1, self.runs), self.json);
+            let r = run(&bar)?;
+            bar.finish();
+            if !self.json {
+                eprintln!("run {}/{}: {}", i + 1, self.runs, line(&r));
+            }
+            runs.push(r);
+        }
+        let all: Vec<f64> = runs.iter().map(&mpps).collect();
+        runs.sort_by(|x, y| mpps(x).total_cmp(&mpps(y)));
+        let median = runs.remove(runs.len() / 2);
+        Ok(Measured {
+            median,
+            mpps_runs: all,
+            others: runs,
+        })
     }
+
+    /// Prints `report` as one JSON object with every run's `mpps` beside it, and `more`.
+    fn print_json<R: serde::Serialize>(
+        &self,
+        report: &R,
+        all: &[f64],
+        more: &[(&str, serde_json::Value)],
+    ) -> CliResult {
+        let mut v = serde_json::to_value(report)?;
+        v["mpps_runs"] = serde_json::json!(all);
+        for (k, x) in more {
+            v[*k] = x.clone();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        Ok(())
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct L3fwdArgs {
+    #[command(flatten)]
+    cfg: L3fwdBenchConfig,
+    #[command(flatten)]
+    engine: EngineChoice,
+    #[command(flatten)]
+    runs: Runs,
+}
+
+pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
     let cfg = L3fwdBenchConfig {
         engine: a.engine.apply(&a.cfg.engine),
         ..a.cfg.clone()
@@ -48,22 +111,25 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
     }
     let spinner = Progress::spinner(
         "generating the routes, the DIR-24-8 table and the traffic",
-        a.json,
+        a.runs.json,
     );
     let workload = l3fwd::prepare(&cfg);
     spinner.finish();
     let workload = workload?;
-    let mut runs: Vec<L3fwdBenchReport> = Vec::new();
-    for run in 0..a.runs {
-        let bar = Progress::new(&format!("run {}/{}", run + 1, a.runs), a.json);
-        let r =
-            l3fwd::run_with_progress(&cfg, &workload, |f, n| bar.set(f, format!("{n} frames")))?;
-        bar.finish();
-        if !a.json {
-            eprintln!(
-                "run {}/{}: {:.2} Mpps (plain loop {:.2}){}",
-                run + 1,
-                a.runs,
+    let Measured {
+        median: r,
+        mpps_runs: all,
+        ..
+    } = a.runs.median(
+        |bar| {
+            Ok(l3fwd::run_with_progress(&cfg, &workload, |f, n| {
+                bar.set(f, format!("{n} frames"))
+            })?)
+        },
+        |r| r.mpps,
+        |r| {
+            format!(
+                "{:.2} Mpps (plain loop {:.2}){}",
                 r.mpps,
                 r.baseline_mpps,
                 if r.verified {
@@ -71,21 +137,15 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
                 } else {
                     "  (COUNTS DO NOT MATCH)"
                 }
-            );
-        }
-        runs.push(r);
-    }
-    let all: Vec<f64> = runs.iter().map(|r| r.mpps).collect();
-    runs.sort_by(|x, y| x.mpps.total_cmp(&y.mpps));
-    let r = runs.swap_remove(runs.len() / 2);
-    if a.json {
-        let mut v = serde_json::to_value(&r)?;
-        v["mpps_runs"] = serde_json::json!(all);
-        println!("{}", serde_json::to_string_pretty(&v)?);
+            )
+        },
+    )?;
+    if a.runs.json {
+        a.runs.print_json(&r, &all, &[])?;
     } else {
         println!(
             "\nl3fwd: {} routes ({} tbl8 groups), {}-byte frames, {} PPE threads, median of {}:\n",
-            r.routes, r.tbl8_groups, cfg.size, cfg.engine.ppe_threads, a.runs
+            r.routes, r.tbl8_groups, cfg.size, cfg.engine.ppe_threads, a.runs.runs
         );
         r.summary.print();
         println!(
@@ -110,53 +170,44 @@ pub struct NimbleArgs {
     cfg: NimbleBenchConfig,
     #[command(flatten)]
     engine: EngineChoice,
-    /// Runs; the report gives the median.
-    #[arg(long, default_value_t = 1)]
-    runs: usize,
-    /// Print one JSON object (the median run) instead of the summary.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    runs: Runs,
 }
 
 pub fn bench_nimble(a: &NimbleArgs) -> CliResult {
-    if a.runs == 0 {
-        return Err("invalid option `--runs`: must be at least 1".into());
-    }
     let cfg = NimbleBenchConfig {
         engine: a.engine.apply(&a.cfg.engine),
         ..a.cfg.clone()
     };
     let traffic = nimble::prepare(&cfg)?;
-    let mut runs: Vec<NimbleBenchReport> = Vec::new();
-    for run in 0..a.runs {
-        let bar = Progress::new(&format!("run {}/{}", run + 1, a.runs), a.json);
-        let r =
-            nimble::run_with_progress(&cfg, &traffic, |f, n| bar.set(f, format!("{n} frames")))?;
-        bar.finish();
-        if !a.json {
-            eprintln!(
-                "run {}/{}: {:.2} Mpps, {:.1}% admitted (plain loop {:.2}){}",
-                run + 1,
-                a.runs,
+    let Measured {
+        median: r,
+        mpps_runs: all,
+        others,
+    } = a.runs.median(
+        |bar| {
+            Ok(nimble::run_with_progress(&cfg, &traffic, |f, n| {
+                bar.set(f, format!("{n} frames"))
+            })?)
+        },
+        |r| r.mpps,
+        |r| {
+            format!(
+                "{:.2} Mpps, {:.1}% admitted (plain loop {:.2}){}",
                 r.mpps,
                 r.admitted_share * 100.0,
                 r.baseline_mpps,
                 if r.verified { "" } else { "  (NOT VERIFIED)" }
-            );
-        }
-        runs.push(r);
-    }
-    let all: Vec<f64> = runs.iter().map(|r| r.mpps).collect();
-    let verified = runs.iter().all(|r| r.verified);
-    runs.sort_by(|x, y| x.mpps.total_cmp(&y.mpps));
-    let r = runs.swap_remove(runs.len() / 2);
-    if a.json {
-        let mut v = serde_json::to_value(&r)?;
-        v["mpps_runs"] = serde_json::json!(all);
-        v["verified_all_runs"] = serde_json::json!(verified);
-        println!("{}", serde_json::to_string_pretty(&v)?);
+            )
+        },
+    )?;
+    let verified = r.verified && others.iter().all(|o| o.verified);
+    if a.runs.json {
+        let all_runs = serde_json::json!(verified);
+        a.runs
+            .print_json(&r, &all, &[("verified_all_runs", all_runs)])?;
     } else {
-        print_nimble(&r, &cfg, a.runs);
+        print_nimble(&r, &cfg, a.runs.runs);
     }
     if !verified {
         return Err(
