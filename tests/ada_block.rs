@@ -2,6 +2,8 @@
 //! entry driven by a manual clock, its reads and writes counted, arithmetic on ternary match
 //! blocks against exact results, and tables replaced while lookups run.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,19 +18,9 @@ use pfemu::program::Harness;
 use pfemu::rng::SplitMix64;
 use pfemu::timer::ManualClock;
 
-const MS: u64 = 1_000_000;
+use common::small_memory;
 
-fn small_mem() -> Arc<SharedMemory> {
-    Arc::new(
-        SharedMemory::new(&MemConfig {
-            sram_bytes: 1 << 16,
-            dram_bytes: 1 << 16,
-            acc_bytes: 0,
-            banks: 4,
-        })
-        .expect("a small memory"),
-    )
-}
+const MS: u64 = 1_000_000;
 
 /// A frame carrying a 32-bit operand at bytes 14..18 (after an Ethernet header).
 fn operand_frame(x: u32) -> Vec<u8> {
@@ -76,7 +68,7 @@ fn the_controller_runs_as_a_timer_entry_and_follows_the_operands() {
     let (sink, rx) = ChannelSink::new();
     let mut pfe = Pfe::builder()
         .program(squaring_program(&ada))
-        .memory(small_mem())
+        .memory(small_memory())
         .ppe_threads(2)
         .clock(clock.clone())
         .timers([controller_timer(0, MS).expect("a valid period")])
@@ -292,7 +284,7 @@ fn mul_and_div_on_the_blocks_are_within_their_bounds() {
     }
     p.entry(Entry::Packet, go);
     let program = p.build().expect("valid");
-    let mut h = Harness::new(small_mem());
+    let mut h = Harness::new(small_memory());
     let mut rng = SplitMix64::new(11);
     for _ in 0..3000 {
         let magnitude = |rng: &mut SplitMix64| {

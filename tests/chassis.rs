@@ -10,16 +10,7 @@ use pfemu::fabric::{Architecture, Iterations, OutputArbiter, Scheduler};
 use pfemu::pfe::{Chassis, ChassisFabric, FabricStats, Frames};
 use pfemu::prelude::*;
 
-use common::{flow_seq, udp_frame};
-
-fn small_mem() -> MemConfig {
-    MemConfig {
-        sram_bytes: 1 << 16,
-        dram_bytes: 1 << 16,
-        acc_bytes: 0,
-        banks: 4,
-    }
-}
+use common::{flow_seq, small_mem, udp_frame};
 
 /// Forwards a packet arriving on `from` to `to`, and anything else to `other`.
 fn relay(from: u16, to: u16, other: u16) -> Program {

@@ -3,6 +3,8 @@
 //! Gbit/s that ADA's controller follows and a static table does not), and through a PFE
 //! with the controller as a timer entry.
 
+mod common;
+
 use std::sync::Arc;
 
 use pfemu::ada::arith::Op;
@@ -12,20 +14,10 @@ use pfemu::prelude::*;
 use pfemu::program::Harness;
 use pfemu::timer::{Launch, ManualClock};
 
+use common::small_memory;
+
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
-
-fn mem() -> Arc<SharedMemory> {
-    Arc::new(
-        SharedMemory::new(&MemConfig {
-            sram_bytes: 1 << 16,
-            dram_bytes: 1 << 16,
-            acc_bytes: 0,
-            banks: 4,
-        })
-        .expect("a small memory"),
-    )
-}
 
 fn arithmetics() -> [Arithmetic; 4] {
     [
@@ -56,7 +48,7 @@ fn run_with(
     after_bps: u64,
     duration_ns: u64,
 ) -> (Vec<f64>, Nimble) {
-    let mem = mem();
+    let mem = small_memory();
     let nimble = Nimble::install(&mem, cfg).expect("installs");
     let adaptive = !nimble.adas().is_empty();
     let program = nimble.program();
@@ -154,7 +146,7 @@ fn credits_are_within_the_populations_bounds() {
     let dts = [10u64, 37, 120, 300, 1000, 4321, 65_536, 1_000_000];
     for arith in arithmetics() {
         let n = Nimble::install(
-            &mem(),
+            &small_memory(),
             NimbleConfig {
                 arithmetic: arith,
                 ..NimbleConfig::default()
@@ -189,7 +181,7 @@ fn credits_are_within_the_populations_bounds() {
 
 #[test]
 fn through_a_pfe_with_the_controller_as_a_timer_entry() {
-    let mem = mem();
+    let mem = small_memory();
     let nimble = Nimble::install(&mem, NimbleConfig::default()).expect("installs");
     let clock = Arc::new(ManualClock::new());
     let sink = Arc::new(CountingSink::new(2));
@@ -337,10 +329,10 @@ fn bad_settings_are_refused_by_name() {
         ),
     ];
     for (setting, cfg) in cases {
-        let e = Nimble::install(&mem(), cfg).expect_err(setting);
+        let e = Nimble::install(&small_memory(), cfg).expect_err(setting);
         assert!(e.to_string().contains(setting), "{setting}: {e}");
     }
-    let n = Nimble::install(&mem(), good).expect("installs");
-    let m = mem();
+    let n = Nimble::install(&small_memory(), good).expect("installs");
+    let m = small_memory();
     assert!(n.set_rate(&m, 1, 1).is_err(), "one class only");
 }

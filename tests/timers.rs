@@ -12,7 +12,7 @@ use pfemu::prelude::*;
 use pfemu::program::Harness;
 use pfemu::timer::{Launch, ManualClock, TimerSpec};
 
-use common::udp_frame;
+use common::{small_mem, udp_frame};
 
 const MS: u64 = 1_000_000;
 
@@ -55,15 +55,6 @@ fn one_timer(period_ns: u64, phase_ns: u64) -> TimerSpec {
         phase_ns,
         slice: 0,
         slices: 1,
-    }
-}
-
-fn small_mem() -> MemConfig {
-    MemConfig {
-        sram_bytes: 1 << 16,
-        dram_bytes: 1 << 16,
-        acc_bytes: 0,
-        banks: 4,
     }
 }
 

@@ -73,3 +73,19 @@ pub fn worker_endpoints(
         dst_port,
     }
 }
+
+/// A memory of 64 KiB of SRAM and DRAM, no accumulator region and 4 banks: enough for the
+/// tests' counters and records, and quick to build.
+pub fn small_mem() -> pfemu::mem::MemConfig {
+    pfemu::mem::MemConfig {
+        sram_bytes: 1 << 16,
+        dram_bytes: 1 << 16,
+        acc_bytes: 0,
+        banks: 4,
+    }
+}
+
+/// A [`small_mem`] memory, shared.
+pub fn small_memory() -> std::sync::Arc<pfemu::mem::SharedMemory> {
+    std::sync::Arc::new(pfemu::mem::SharedMemory::new(&small_mem()).expect("a small memory"))
+}
