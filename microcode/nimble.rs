@@ -611,7 +611,7 @@ impl Nimble {
             let key = rate_key(rate);
             let log_rate = match &tables.rate {
                 RateTable::Exact => {
-                    t.set(CREDIT, exact_credit(rate, dt));
+                    t.set(CREDIT, exact_credit(rate, dt).min(t.get(BURST)));
                     return Ok(Goto(bucket));
                 }
                 _ if key == 0 || dt == 0 => None,
@@ -630,7 +630,9 @@ impl Nimble {
                 }
                 None => 0,
             };
-            t.set(CREDIT, credit);
+            // More than a full bucket is a full bucket; a refill over a long idle time (or
+            // from a clock far from 0) would otherwise overflow the tokens' word.
+            t.set(CREDIT, credit.min(t.get(BURST)));
             Ok(Goto(bucket))
         });
 

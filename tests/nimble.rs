@@ -336,3 +336,29 @@ fn bad_settings_are_refused_by_name() {
     let m = small_memory();
     assert!(n.set_rate(&m, 1, 1).is_err(), "one class only");
 }
+
+/// A clock far from 0 (or a class idle for years): the refill is capped at a full bucket,
+/// so the tokens never overflow and the next packets still see a bucket of the right depth.
+#[test]
+fn a_huge_refill_fills_the_bucket_and_no_more() {
+    for arith in arithmetics() {
+        let mem = small_memory();
+        let nimble = Nimble::install(
+            &mem,
+            NimbleConfig {
+                arithmetic: arith,
+                ..NimbleConfig::default()
+            },
+        )
+        .expect("installs");
+        let program = nimble.program();
+        let mut h = Harness::new(mem.clone());
+        let frame = vec![0u8; 1500];
+        for now in [u64::MAX / 2, u64::MAX - 1] {
+            h.set_now(now);
+            assert_eq!(h.run(&program, 0, &frame).result, Ok(Verdict::Forward(1)));
+            let tokens = nimble.tokens(&mem, 0).expect("class 0");
+            assert_eq!(tokens, 64.0 * 1024.0 - 1500.0, "{}", arith.name());
+        }
+    }
+}
