@@ -1,14 +1,18 @@
 //! `pfemu experiment ada`: on small seeded configurations, ADA's population beats the prior
 //! work's uniform one where its budget covers the skew, the monitoring table grows from two
 //! bins (Figure 6), the tables follow a shifting distribution, errors propagate as Figure 7c
-//! says, the report does not depend on the threads, bad options are refused by name, and the
-//! command writes its files.
+//! says, Nimble's rate limiter follows a rate change under ADA and not under its static
+//! arithmetic (Figure 8), ADA on both operands costs the controller the most (Table II),
+//! Figure 9's recovery is found at every table size, the report does not depend on the
+//! threads, bad options are refused by name, and the command writes its files.
 
 #![cfg(feature = "lab")]
 
 use std::process::Command;
 
-use pfemu::lab::bench::ada::{ada, AdaConfig, AdaReport, BudgetRow, Chain, SHIFTING};
+use pfemu::lab::bench::ada::{
+    ada, AdaConfig, AdaReport, BudgetRow, Chain, NimbleRun, Variant, SHIFTING,
+};
 use pfemu::lab::bench::experiments::Figure;
 
 /// Small enough for a debug build: short epochs, few samples, two budgets.
@@ -22,6 +26,7 @@ fn small() -> AdaConfig {
         shift_after: 6,
         shift_epochs: 6,
         shift_samples: 1000,
+        nimble_table_entries: vec![32, 128],
         threads: 2,
         ..AdaConfig::default()
     }
@@ -180,6 +185,9 @@ fn the_report_does_not_depend_on_the_threads() {
     assert_eq!(json(&one), json(&two));
     assert_eq!(one.csv_rows(), two.csv_rows());
 }
+
+/// Puts one bad value in a configuration.
+type Spoil = fn(&mut AdaConfig);
 
 #[test]
 fn bad_options_are_refused_by_name() {
@@ -362,6 +370,43 @@ fn bad_options_are_refused_by_name() {
         },
         "--threads",
     );
+    let nimble: [(&str, Spoil); 18] = [
+        ("--nimble-rate-gbps", |c| c.nimble_rate_gbps = 0.0),
+        ("--nimble-rate-gbps", |c| c.nimble_rate_gbps = f64::NAN),
+        ("--nimble-rate-after-gbps", |c| {
+            c.nimble_rate_after_gbps = 500.0
+        }),
+        ("--nimble-duration-us", |c| c.nimble_duration_us = 0),
+        ("--nimble-duration-us", |c| c.nimble_duration_us = 2_000_000),
+        ("--nimble-duration-us", |c| {
+            // 33 million frames.
+            c.nimble_duration_us = 1_000_000;
+            c.nimble_offered_gbps = 400.0;
+        }),
+        ("--nimble-frame-bytes", |c| c.nimble_frame_bytes = 20),
+        ("--nimble-offered-gbps", |c| c.nimble_offered_gbps = -1.0),
+        ("--nimble-window-us", |c| c.nimble_window_us = 0),
+        ("--nimble-window-us", |c| c.nimble_window_us = 7000),
+        ("--nimble-controller-us", |c| c.nimble_controller_us = 0),
+        ("--nimble-change-us", |c| c.nimble_change_us = 100),
+        ("--nimble-change-us", |c| c.nimble_change_us = 5900),
+        ("--nimble-dt-monitor-entries", |c| {
+            c.nimble_dt_monitor_entries = 4
+        }),
+        ("--nimble-table-entries", |c| {
+            c.nimble_table_entries = vec![]
+        }),
+        ("--nimble-table-entries", |c| {
+            c.nimble_table_entries = vec![128, 8]
+        }),
+        ("--nimble-tolerance", |c| c.nimble_tolerance = 0.0),
+        ("--nimble-tolerance", |c| c.nimble_tolerance = f64::NAN),
+    ];
+    for (option, spoil) in nimble {
+        let mut cfg = small();
+        spoil(&mut cfg);
+        refused(cfg, option);
+    }
     // And on the command line, before anything runs.
     let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))
         .args(["experiment", "ada", "--th-balance=-1", "--out"])
@@ -401,7 +446,7 @@ fn the_command_writes_its_csv_svg_and_json() {
             "--shift-samples",
             "300",
         ])
-        .args(["--json", "--out"])
+        .args(["--nimble-table-entries", "16,64", "--json", "--out"])
         .arg(&dir)
         .output()
         .expect("pfemu runs");
@@ -422,8 +467,15 @@ fn the_command_writes_its_csv_svg_and_json() {
     let csv = std::fs::read_to_string(dir.join("ada.csv")).expect("the CSV");
     assert!(csv.starts_with("part,distribution,op,method,x_name,x,metric,value\n"));
     assert!(csv.contains("\nbudget,exponential,mul,ADA,budget,896,mean_error,"));
+    assert!(csv.contains("\nfig8,poisson,mul,ada-r,window_start_us,3000,admitted_gbps,"));
+    assert!(csv.contains("\ntable2,poisson,mul,ada-dt-r,run,,writes_per_update,"));
+    assert!(csv.contains("\nfig9,poisson,mul,ada-r,table_entries,16,recovery_epochs,"));
+    assert_eq!(v["nimble"]["fig8"].as_array().map(Vec::len), Some(4));
+    assert_eq!(v["nimble"]["table2"][2]["variant"], "ada-dt-r");
+    assert_eq!(v["nimble"]["verified"], true);
     let svg = std::fs::read_to_string(dir.join("ada.svg")).expect("the SVG");
     assert!(svg.starts_with("<svg") && svg.contains("Fig 7c"));
+    assert!(svg.contains("Fig 8") && svg.contains("Fig 9"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -458,4 +510,134 @@ fn ada_beats_uniform_at_every_budget_on_skewed_operands() {
         "ADA no better at: {}",
         not_better.join(", ")
     );
+}
+
+/// §V.B alone: the rest of the report as small as it goes.
+fn nimble_only(table_entries: Vec<usize>) -> AdaReport {
+    run(&AdaConfig {
+        epoch_operands: 1000,
+        budgets: vec![240],
+        samples: 200,
+        significant_bits: vec![2],
+        iterations: 2,
+        chains: 20,
+        shift_after: 2,
+        shift_epochs: 2,
+        shift_samples: 100,
+        fig6_bits: vec![13],
+        nimble_table_entries: table_entries,
+        ..small()
+    })
+}
+
+fn fig8_run(r: &AdaReport, v: Variant) -> &NimbleRun {
+    r.nimble
+        .fig8
+        .iter()
+        .find(|x| x.variant == v)
+        .unwrap_or_else(|| panic!("no Figure 8 run for {v:?}"))
+}
+
+/// Figure 8: the rate halves from 24 to 12 Gbit/s at 3 ms by the data plane.
+#[test]
+fn figure_8_ada_follows_the_rate_change_that_the_static_arithmetic_misses() {
+    let r = nimble_only(vec![128]);
+    assert!(r.verified(), "{:?}", r.nimble);
+    let n = &r.nimble;
+    let variants: Vec<Variant> = n.fig8.iter().map(|x| x.variant).collect();
+    assert_eq!(variants, Variant::FIGURE_8);
+    for x in n.fig8.iter().chain(&n.table2).chain(&n.fig9) {
+        assert!(x.accounted, "{:?}", x.variant);
+        assert_eq!(x.admitted + x.dropped, x.offered);
+        assert_eq!(x.admitted_gbps.len(), 60);
+    }
+    // Exact: the rates, within half a percent, after the first window's full bucket.
+    let exact = fig8_run(&r, Variant::Exact);
+    assert!((exact.mean_before_gbps / 24.0 - 1.0).abs() < 0.005);
+    assert!((exact.mean_after_gbps / 12.0 - 1.0).abs() < 0.005);
+    // Static: the rate baked in by the control plane, still 24 after the change.
+    let fixed = fig8_run(&r, Variant::Static);
+    assert!(
+        (fixed.mean_after_gbps / 24.0 - 1.0).abs() < 0.01,
+        "{fixed:?}"
+    );
+    assert!(fixed.recovery.is_none());
+    // ADA: within 1% of 12 within a few epochs, and on average after the change.
+    let ada = fig8_run(&r, Variant::AdaR);
+    let rec = ada.recovery.expect("ADA recovers");
+    assert!((1..=3).contains(&rec.epochs), "{rec:?}");
+    assert_eq!(rec.epochs_us, 100.0 * rec.epochs as f64);
+    assert!((ada.mean_after_gbps / 12.0 - 1.0).abs() < 0.01, "{ada:?}");
+    assert!((ada.mean_before_gbps / 24.0 - 1.0).abs() < 0.01, "{ada:?}");
+    // The first window after the change still has the old table: off by more than 1%.
+    assert!(
+        ada.admitted_gbps[30] > 12.0 * 1.02,
+        "{:?}",
+        ada.admitted_gbps
+    );
+    // Uniform: off by its table's error, within its bound, the same before and after.
+    let uniform = fig8_run(&r, Variant::Uniform);
+    let (before, after) = uniform.errors(&r.config.nimble_scenario());
+    assert!(before.abs() > 0.01 && before.abs() < 0.125, "{before}");
+    assert!((before - after).abs() < 0.01, "{before} {after}");
+}
+
+/// Table II: each operand's monitoring from 8 entries; ADA on both operands reads and
+/// writes the most, and looks up the most per packet.
+#[test]
+fn table_ii_ada_on_both_operands_costs_the_controller_the_most() {
+    let r = nimble_only(vec![128]);
+    let rows: Vec<(Variant, f64, f64, f64)> = r
+        .nimble
+        .table2
+        .iter()
+        .map(|x| {
+            let k = x.cost.as_ref().expect("a controller");
+            for o in &k.operands {
+                assert_eq!(o.bins_start, 8, "{:?} {}", x.variant, o.operand);
+                assert!(o.bins_end > 8, "{:?} {}: {o:?}", x.variant, o.operand);
+                assert_eq!(o.epochs, k.updates);
+            }
+            assert_eq!(k.updates, 59);
+            (
+                x.variant,
+                k.reads_per_update,
+                k.writes_per_update,
+                k.tcam_lookups_per_packet,
+            )
+        })
+        .collect();
+    let variants: Vec<Variant> = rows.iter().map(|x| x.0).collect();
+    assert_eq!(variants, [Variant::AdaR, Variant::AdaDt, Variant::AdaDtR]);
+    let (rate, dt, both) = (rows[0], rows[1], rows[2]);
+    assert!(both.1 > rate.1 && both.1 > dt.1, "reads: {rows:?}");
+    assert!(both.2 > rate.2 && both.2 > dt.2, "writes: {rows:?}");
+    // Reads: a hit counter per bin, and the bins grow from 8.
+    assert!(rate.1 > 8.0 && dt.1 > 8.0 && both.1 > 16.0, "{rows:?}");
+    // Four lookups a packet with one monitored operand, five with two (a frame at the
+    // same nanosecond as the last refills nothing: a hair fewer).
+    for (x, want) in [(rate, 4.0), (dt, 4.0), (both, 5.0)] {
+        assert!(x.3 <= want && x.3 > want - 0.02, "{x:?}");
+    }
+}
+
+/// Figure 9: the epochs ADA needs after the rate halves, at every table size.
+#[test]
+fn figure_9_reports_the_recovery_at_every_table_size() {
+    let sizes = vec![16, 48, 80, 128];
+    let r = nimble_only(sizes.clone());
+    let got: Vec<Option<usize>> = r.nimble.fig9.iter().map(|x| x.rate_table_entries).collect();
+    assert_eq!(got, sizes.iter().map(|&n| Some(n)).collect::<Vec<_>>());
+    let mut writes = Vec::new();
+    for x in &r.nimble.fig9 {
+        let rec = x.recovery.unwrap_or_else(|| panic!("{x:?}"));
+        assert!(rec.epochs <= 10, "{:?}: {rec:?}", x.rate_table_entries);
+        assert_eq!(rec.epochs_us, 100.0 * rec.epochs as f64);
+        writes.push(x.cost.as_ref().expect("a controller").writes_per_update);
+    }
+    // A larger table costs more writes each time it is re-populated.
+    assert!(writes.windows(2).all(|w| w[1] > w[0]), "{writes:?}");
+    // 128 entries, primed: Figure 8's ADA run, the same arrivals and verdicts.
+    let fig8 = fig8_run(&r, Variant::AdaR);
+    assert_eq!(r.nimble.fig9[3].admitted_gbps, fig8.admitted_gbps);
 }

@@ -251,9 +251,17 @@ const EXPERIMENT_HELP: &str = "Experiments:
          the prior work's uniform population against ADA's; Figure 7a-b, the uniform
          population against --significant-bits; Figure 7c, 2x and x^2 iterated
          --iterations times; and a shift from exponential to Gaussian operands after
-         --shift-after epochs (ADA re-populated per epoch, frozen, uniform). Checks that
-         every lookup finds an entry and every uniform result is within its error bound.
-         Seeded; a few seconds.
+         --shift-after epochs (ADA re-populated per epoch, frozen, uniform). Then §V.B on
+         the Nimble rate limiter, run frame by frame on an emulated clock: Figure 8, one
+         class offered --nimble-offered-gbps of Poisson frames, its rate halved from 24 to
+         12 Gbit/s at --nimble-change-us by the data plane, admitted Gbit/s per
+         --nimble-window-us for exact, uniform, static (Nimble's) and ADA arithmetic;
+         Table II, the controller's reads and writes per update for ADA(R), ADA(dT) and
+         ADA(dT, R), and TCAM lookups per packet in place of RMT stages; Figure 9, the
+         controller epochs ADA needs after the change at each of --nimble-table-entries.
+         Checks that every lookup finds an entry, every uniform result is within its error
+         bound, every frame is admitted or dropped, and exact arithmetic admits its rates
+         within 0.5%. Seeded; a few seconds.
 
 Each experiment has its own options, with its defaults (`pfemu experiment fig14 --help`);
 `all` takes the options the four share (--workers, --timers, --scan-period-ms,
@@ -295,7 +303,8 @@ enum Which {
     FabricChassis(FabricChassisConfig),
     /// The dRMT paper's evaluation: RMT, fine-grained RMT, dRMT and the PFE on the same programs.
     Pipelines(PipelinesConfig),
-    /// The ADA paper's accuracy evaluation: adaptive bins, lookup error vs budget, shift.
+    /// The ADA paper's evaluation: adaptive bins, lookup error vs budget, shift, and Nimble's
+    /// rate change (Figures 8-9, Table II).
     Ada(AdaConfig),
 }
 
@@ -843,10 +852,12 @@ fn emit<F: Figure>(
                 "every cell is accounted for: delivered, dropped at a full FIFO or still queued"
             }
             ("ada", true) => {
-                "every lookup found an entry; every uniform result is within its error bound"
+                "every lookup found an entry; every uniform result is within its error bound; \
+                 every Nimble frame was admitted or dropped, exact arithmetic within 0.5%"
             }
             ("ada", false) => {
-                "FAILED: a lookup matched no entry, or a uniform result left its error bound"
+                "FAILED: a lookup matched no entry, a uniform result left its error bound, a \
+                 Nimble frame was not accounted for, or exact arithmetic missed its rate"
             }
             ("fabric-chassis", true) => "every worker's sums are exact; no frame was dropped",
             ("fabric-chassis", false) => "FAILED: a sum was wrong or a frame was dropped",

@@ -6,6 +6,7 @@ use std::path::Path;
 use super::binning::GROWTH_VIEW;
 use super::dist::{HIST_BIN, RANGE};
 use super::lookup::{op_name, BudgetRow, Chain, ErrorStats};
+use super::nimble::{NimbleRun, Variant, EXACT_TOLERANCE, PAPER_STAGES, PAPER_TABLE_II, TABLE_II};
 use super::shift::SHIFTING;
 use super::AdaReport;
 use crate::ada::arith::Op;
@@ -48,6 +49,7 @@ pub(super) fn claims(r: &AdaReport) -> Vec<Claim> {
     out.push(entries_claim(r));
     out.extend(fig7_claims(r));
     out.push(shift_claim(r));
+    out.extend(nimble_claims(r));
     out
 }
 
@@ -444,6 +446,298 @@ fn shift_claim(r: &AdaReport) -> Claim {
     }
 }
 
+/// A signed relative error as a percentage.
+fn signed_pct(x: f64) -> String {
+    format!("{}{}", if x >= 0.0 { "+" } else { "" }, pct(x))
+}
+
+fn gbps(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+/// "after N epoch(s) (T µs of controller periods), from window k", or why not.
+fn recovery_text(run: &NimbleRun, tolerance: f64, after_windows: usize) -> String {
+    match run.recovery {
+        Some(rec) => format!(
+            "within {} from window {} on, after {} controller epoch(s) ({} µs of controller \
+             periods)",
+            pct(tolerance),
+            rec.window,
+            rec.epochs,
+            sci(rec.epochs_us)
+        ),
+        None => format!(
+            "not within {} in the first half of the {after_windows} windows after the change",
+            pct(tolerance)
+        ),
+    }
+}
+
+fn nimble_claims(r: &AdaReport) -> Vec<Claim> {
+    let n = &r.nimble;
+    let c = &r.config;
+    let s = c.nimble_scenario();
+    let find = |v: Variant| n.fig8.iter().find(|x| x.variant == v);
+    let after_windows = s.full_windows() - s.after_start();
+    let mut out = Vec::new();
+    let (from, to) = (c.nimble_rate_gbps, c.nimble_rate_after_gbps);
+    let setting = format!(
+        "{from} then {to} Gbit/s from {} µs, {} Gbit/s of {}-byte frames offered (Poisson), \
+         windows of {} µs, controller every {} µs",
+        c.nimble_change_us,
+        c.nimble_offered_gbps,
+        c.nimble_frame_bytes,
+        c.nimble_window_us,
+        c.nimble_controller_us
+    );
+    if let Some(st) = find(Variant::Static) {
+        out.push(Claim {
+            what: format!(
+                "Figure 8: Nimble's static arithmetic (the rate baked in by the control plane) \
+                 when the data plane changes the rate ({setting})"
+            ),
+            paper: "\"When the rate changes, Nimble generates the result of the multiplication \
+                    with an extremely large error, which causes Nimble to drop packets \
+                    incorrectly\" (§V.B.1)"
+                .into(),
+            measured: format!(
+                "mean admitted {} Gbit/s after the change, {} of the new rate (before it: {}); \
+                 the bucket still refills at the rate the control plane baked in, so here the \
+                 error admits too much rather than dropping",
+                gbps(st.mean_after_gbps),
+                signed_pct(st.errors(&s).1),
+                gbps(st.mean_before_gbps)
+            ),
+        });
+    }
+    if let Some(ada) = find(Variant::AdaR) {
+        let first = ada
+            .admitted_gbps
+            .get(s.after_start())
+            .copied()
+            .unwrap_or(f64::NAN);
+        let (before, after) = ada.errors(&s);
+        let repops = ada.cost.as_ref().map_or(0, |k| {
+            k.operands.iter().map(|o| o.repopulations).sum::<u64>()
+        });
+        out.push(Claim {
+            what: format!(
+                "Figure 8: Nimble with ADA on the rate ({} calculation entries, 8 to 12 \
+                 monitoring, primed on the first rate) after the change",
+                ada.rate_table_entries.unwrap_or(0)
+            ),
+            paper: "\"Nimble with ADA detects the new value in rate after a few iterations and \
+                    updates the TCAM from the control plane\" (§V.B.1)"
+                .into(),
+            measured: format!(
+                "first window after the change {} Gbit/s ({}); {}; mean after the change {} \
+                 ({}), before it {} ({}); {repops} table rewrites during traffic",
+                gbps(first),
+                signed_pct(first / to - 1.0),
+                recovery_text(ada, c.nimble_tolerance, after_windows),
+                gbps(ada.mean_after_gbps),
+                signed_pct(after),
+                gbps(ada.mean_before_gbps),
+                signed_pct(before)
+            ),
+        });
+    }
+    if let (Some(u), Some(e)) = (find(Variant::Uniform), find(Variant::Exact)) {
+        let (ub, ua) = u.errors(&s);
+        let (eb, ea) = e.errors(&s);
+        out.push(Claim {
+            what: "Figure 8: the prior work's uniform population of the rate's table (2 \
+                   significant bits, 124 entries) and an exact multiplication, mean admitted \
+                   rate against the rate set"
+                .into(),
+            paper: "the paper plots Nimble with and without ADA only; the ideal it compares \
+                    ADA with is an exact calculation (\"ADA's performance is close to ideal\", \
+                    §V.C)"
+                .into(),
+            measured: format!(
+                "uniform {} before the change, {} after ({}: its entry for each rate is off by \
+                 that much, whatever the controller); exact {} and {} (verified within {})",
+                signed_pct(ub),
+                signed_pct(ua),
+                recovery_text(u, c.nimble_tolerance, after_windows),
+                signed_pct(eb),
+                signed_pct(ea),
+                pct(EXACT_TOLERANCE)
+            ),
+        });
+    }
+    out.extend(table2_claims(r));
+    out.push(fig9_claim(r));
+    out
+}
+
+fn table2_claims(r: &AdaReport) -> Vec<Claim> {
+    let n = &r.nimble;
+    let c = &r.config;
+    let row = |v: Variant| n.table2.iter().find(|x| x.variant == v);
+    let cost = |v: Variant| row(v).and_then(|x| x.cost.clone());
+    let rw = |v: Variant| cost(v).map(|k| (k.reads_per_update, k.writes_per_update));
+    let mut ours = Vec::new();
+    let mut ratios = Vec::new();
+    for (v, reads, writes) in PAPER_TABLE_II {
+        let Some(k) = cost(v) else { continue };
+        let bins: Vec<String> = k
+            .operands
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} {} -> {} bins, {} of {} updates re-populated",
+                    o.operand, o.bins_start, o.bins_end, o.repopulations, o.epochs
+                )
+            })
+            .collect();
+        ours.push(format!(
+            "{} {} reads, {} writes ({})",
+            v.label(),
+            sci(k.reads_per_update),
+            sci(k.writes_per_update),
+            bins.join("; ")
+        ));
+        ratios.push(format!(
+            "{} {}x, {}x",
+            v.label(),
+            sci(k.reads_per_update / reads),
+            sci(k.writes_per_update / writes)
+        ));
+    }
+    let yes = |b: Option<bool>| match b {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "n/a",
+    };
+    let (r_, dt, both) = (rw(Variant::AdaR), rw(Variant::AdaDt), rw(Variant::AdaDtR));
+    let most =
+        |f: fn((f64, f64)) -> f64| -> Option<bool> { Some(f(both?) > f(r_?) && f(both?) > f(dt?)) };
+    let r_over_dt = |f: fn((f64, f64)) -> f64| -> Option<bool> { Some(f(r_?) > f(dt?)) };
+    let primed = n
+        .fig8
+        .iter()
+        .find(|x| x.variant == Variant::AdaR)
+        .and_then(|x| x.cost.clone())
+        .map_or("n/a".into(), |k| {
+            format!(
+                "{} reads, {} writes",
+                sci(k.reads_per_update),
+                sci(k.writes_per_update)
+            )
+        });
+    let updates = cost(Variant::AdaR).map_or(0, |k| k.updates);
+    // Why ADA on the time may cost more than on the rate, where the paper has it cost less.
+    let why = if r_over_dt(|x| x.0) == Some(false) || r_over_dt(|x| x.1) == Some(false) {
+        format!(
+            " (the inter-arrival times sit 24 octaves below the key's top, so their trie \
+             zooms in through a chain of bins, about one per octave, beyond the paper's 12 \
+             (here up to {}), and their spread hits change Algorithm 3's population at \
+             nearly every update, where the one rate's rarely do)",
+            c.nimble_dt_monitor_entries
+        )
+    } else {
+        String::new()
+    };
+    let mut out = vec![Claim {
+        what: format!(
+            "Table II: the controller's reads and writes per update ({updates} updates, one \
+             every {} µs, over Figure 8's run; every operand's monitoring from 8 entries, \
+             unprimed; the rate's up to 12, the time's up to {})",
+            c.nimble_controller_us, c.nimble_dt_monitor_entries
+        ),
+        paper: "ADA(R) 12.32 reads, 73.31 writes; ADA(dT) 9.27, 32.63; ADA(dT, R) 24.54, 98.43. \
+                \"The average number of writes for ADA(ΔT, R) is the most\"; reads and writes \
+                \"always more for ADA(R) than ADA(ΔT)\" (§V.B.2)"
+            .into(),
+        measured: format!(
+            "{}; ours over the paper's: {}; ADA(dT, R) the most reads: {}, writes: {}; ADA(R) \
+             above ADA(dT): reads {}, writes {}{why}; Figure 8's ADA(R), primed on the rate: \
+             {primed}",
+            ours.join("; "),
+            ratios.join("; "),
+            yes(most(|x| x.0)),
+            yes(most(|x| x.1)),
+            yes(r_over_dt(|x| x.0)),
+            yes(r_over_dt(|x| x.1)),
+        ),
+    }];
+    let lookups: Vec<String> = TABLE_II
+        .iter()
+        .filter_map(|&v| {
+            let k = cost(v)?;
+            Some(format!(
+                "{} {} ({} monitoring + {} calculation)",
+                v.label(),
+                sci(k.tcam_lookups_per_packet),
+                sci(k.monitoring_lookups_per_packet),
+                sci(k.calculation_lookups_per_packet)
+            ))
+        })
+        .collect();
+    out.push(Claim {
+        what: "Table II's \"No. of stages\" as a PFE's cost: TCAM lookups per packet \
+               (monitoring and calculation; a PFE has no pipeline stages, its thread runs the \
+               lookups one after another as XTXNs)"
+            .into(),
+        paper: format!(
+            "{}: \"ADA needs fewer stages when only one variable needs to be monitored\" \
+             (§V.B.2)",
+            PAPER_STAGES
+                .iter()
+                .map(|(v, n)| format!("{} {n} stages", v.label()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        measured: format!(
+            "{}; without ADA 3 (uniform: the rate's, the time's and the antilog table), 2 \
+             (static: the time's and the antilog), 0 (exact); each monitored operand adds one \
+             lookup a packet (ADA's blocks measured by their hit counters, the fixed tables \
+             counted once per refill)",
+            lookups.join("; ")
+        ),
+    });
+    out
+}
+
+fn fig9_claim(r: &AdaReport) -> Claim {
+    let n = &r.nimble;
+    let c = &r.config;
+    let rows: Vec<String> = n
+        .fig9
+        .iter()
+        .map(|x| {
+            let writes = x.cost.as_ref().map_or(0.0, |k| k.writes_per_update);
+            let rec = x.recovery.map_or("not within".into(), |rec| {
+                format!("{} epoch(s), {} µs", rec.epochs, sci(rec.epochs_us))
+            });
+            format!(
+                "{}: {rec} ({} writes per update)",
+                x.rate_table_entries.unwrap_or(0),
+                sci(writes)
+            )
+        })
+        .collect();
+    Claim {
+        what: format!(
+            "Figure 9: the control plane's delay after the rate halves, ADA(R) by calculation \
+             entries: controller epochs until the admitted rate is within {} of {} Gbit/s",
+            pct(c.nimble_tolerance),
+            c.nimble_rate_after_gbps
+        ),
+        paper: "\"The delay for 128 entries is about 3.15 ms\" (§V.B.2), growing with the \
+                entries (its controller's own computation and switch writes included)"
+            .into(),
+        measured: format!(
+            "{}; counted in controller periods of {} µs: the emulated controller takes no time \
+             of its own, so the delay is the epochs it needs, and a larger table only costs \
+             more writes per update",
+            rows.join("; "),
+            c.nimble_controller_us
+        ),
+    }
+}
+
 // ----- CSV ------------------------------------------------------------------------------------
 
 /// One row per measured value (long form): the part, what was measured, the x axis and the
@@ -677,7 +971,106 @@ pub(super) fn csv_rows(r: &AdaReport) -> Vec<Vec<String>> {
             );
         }
     }
+    nimble_csv_rows(r, &mut out);
     out
+}
+
+/// §V.B's rows: Figure 8's windows and each run's figures; `distribution` is the arrivals
+/// (`poisson`), `op` mul, `method` the run's variant.
+fn nimble_csv_rows(r: &AdaReport, out: &mut Vec<Vec<String>>) {
+    let n = &r.nimble;
+    let mut row =
+        |part: &str, run: &NimbleRun, x_name: &str, x: String, metric: &str, v: String| {
+            out.push(vec![
+                part.into(),
+                "poisson".into(),
+                "mul".into(),
+                run.variant.slug().into(),
+                x_name.into(),
+                x,
+                metric.into(),
+                v,
+            ]);
+        };
+    for run in &n.fig8 {
+        for (i, g) in run.admitted_gbps.iter().enumerate() {
+            let x = (i as f64 * n.window_us).to_string();
+            row(
+                "fig8",
+                run,
+                "window_start_us",
+                x,
+                "admitted_gbps",
+                g.to_string(),
+            );
+        }
+    }
+    let parts = [("fig8", &n.fig8), ("table2", &n.table2), ("fig9", &n.fig9)];
+    for (part, runs) in parts {
+        for run in runs {
+            let (x_name, x) = match (part, run.rate_table_entries) {
+                ("fig9", Some(e)) => ("table_entries", e.to_string()),
+                _ => ("run", String::new()),
+            };
+            let mut metrics = vec![
+                ("mean_before_gbps", run.mean_before_gbps.to_string()),
+                ("mean_after_gbps", run.mean_after_gbps.to_string()),
+                ("offered", run.offered.to_string()),
+                ("admitted", run.admitted.to_string()),
+                ("dropped", run.dropped.to_string()),
+                ("accounted", u8::from(run.accounted).to_string()),
+            ];
+            if let Some(rec) = run.recovery {
+                metrics.push(("recovery_window", rec.window.to_string()));
+                metrics.push(("recovery_epochs", rec.epochs.to_string()));
+                metrics.push(("recovery_us", rec.epochs_us.to_string()));
+            }
+            if let Some(k) = &run.cost {
+                metrics.extend([
+                    ("updates", k.updates.to_string()),
+                    ("reads_per_update", k.reads_per_update.to_string()),
+                    ("writes_per_update", k.writes_per_update.to_string()),
+                    (
+                        "monitoring_lookups_per_packet",
+                        k.monitoring_lookups_per_packet.to_string(),
+                    ),
+                    (
+                        "calculation_lookups_per_packet",
+                        k.calculation_lookups_per_packet.to_string(),
+                    ),
+                    (
+                        "tcam_lookups_per_packet",
+                        k.tcam_lookups_per_packet.to_string(),
+                    ),
+                ]);
+                for o in &k.operands {
+                    metrics.extend([
+                        (bins_metric(o.operand), o.bins_end.to_string()),
+                        (repops_metric(o.operand), o.repopulations.to_string()),
+                    ]);
+                }
+            }
+            for (metric, v) in metrics {
+                row(part, run, x_name, x.clone(), metric, v);
+            }
+        }
+    }
+}
+
+fn bins_metric(operand: &str) -> &'static str {
+    if operand == "dt" {
+        "dt_bins_end"
+    } else {
+        "rate_bins_end"
+    }
+}
+
+fn repops_metric(operand: &str) -> &'static str {
+    if operand == "dt" {
+        "dt_repopulations"
+    } else {
+        "rate_repopulations"
+    }
 }
 
 // ----- chart ----------------------------------------------------------------------------------
@@ -934,14 +1327,81 @@ pub(super) fn draw(r: &AdaReport, path: &Path) -> Result<(), PlotError> {
             ),
         ],
     ));
+    panels.extend(nimble_panels(r));
     plot::svg_panels(
         path,
         &Panels {
-            title: "ADA (§V.A): bins, error vs budget and significant bits, propagation, shift",
+            title: "ADA (§V.A): bins, error vs budget and significant bits, propagation, shift; \
+                    (§V.B) Nimble's Figures 8 and 9",
             columns: 4,
             panels,
         },
     )
+}
+
+/// Figure 8's admitted rate per window, and Figure 9's epochs by table size.
+fn nimble_panels(r: &AdaReport) -> Vec<Panel> {
+    let n = &r.nimble;
+    let c = &r.config;
+    let ms = n.window_us / 1e3;
+    let mut lines: Vec<Line> = n
+        .fig8
+        .iter()
+        .map(|run| {
+            let (name, color) = match run.variant {
+                Variant::Exact => ("exact", TRUTH),
+                Variant::Uniform => ("uniform (rate table)", 1),
+                Variant::Static => ("static (Nimble)", 3),
+                _ => ("ADA", TRIE),
+            };
+            let pts = (run.admitted_gbps.iter().enumerate())
+                .map(|(i, &g)| ((i as f64 + 0.5) * ms, g))
+                .collect();
+            line(name.into(), color, false, pts)
+        })
+        .collect();
+    let change = c.nimble_change_us as f64 / 1e3;
+    let end = c.nimble_duration_us as f64 / 1e3;
+    lines.push(line(
+        "rate set".into(),
+        ANTILOG,
+        true,
+        vec![
+            (0.0, c.nimble_rate_gbps),
+            (change, c.nimble_rate_gbps),
+            (change, c.nimble_rate_after_gbps),
+            (end, c.nimble_rate_after_gbps),
+        ],
+    ));
+    let fig8 = panel(
+        format!(
+            "Fig 8: admitted per {} µs, rate {} -> {} Gbit/s",
+            n.window_us, c.nimble_rate_gbps, c.nimble_rate_after_gbps
+        ),
+        "time (ms)",
+        "admitted Gbit/s",
+        false,
+        false,
+        lines,
+    );
+    let epochs = n
+        .fig9
+        .iter()
+        .filter_map(|x| Some((x.rate_table_entries? as f64, x.recovery?.epochs as f64)))
+        .collect();
+    let fig9 = panel(
+        format!(
+            "Fig 9: epochs of {} µs to within {} of the new rate",
+            c.nimble_controller_us,
+            pct(c.nimble_tolerance)
+        ),
+        "calculation table entries",
+        "controller epochs",
+        false,
+        false,
+        vec![line("ADA(R) recovery".into(), TRIE, false, epochs)],
+    );
+    vec![fig8, fig9]
 }
 
 // ----- table ----------------------------------------------------------------------------------
@@ -1163,6 +1623,8 @@ pub(super) fn table(r: &AdaReport) -> String {
         );
     }
     t.push('\n');
+    nimble_table(r, &mut t);
+    t.push('\n');
     for c in &r.claims {
         let _ = writeln!(
             t,
@@ -1178,4 +1640,176 @@ pub(super) fn table(r: &AdaReport) -> String {
         k.lookups, k.misses, k.bound_checks, k.bound_violations, r.seconds
     );
     t
+}
+
+/// §V.B's part of the table.
+fn nimble_table(r: &AdaReport, t: &mut String) {
+    let n = &r.nimble;
+    let c = &r.config;
+    let s = c.nimble_scenario();
+    let rec = |x: &NimbleRun| {
+        x.recovery.map_or("-".into(), |rec| {
+            format!("{} ({} ep)", rec.window, rec.epochs)
+        })
+    };
+    let _ = writeln!(
+        t,
+        "§V.B Figure 8: one class offered {} Gbit/s of {}-byte frames (Poisson), rate {} then \
+         {} Gbit/s from {} µs of {}, windows of {} µs, controller every {} µs",
+        c.nimble_offered_gbps,
+        c.nimble_frame_bytes,
+        c.nimble_rate_gbps,
+        c.nimble_rate_after_gbps,
+        c.nimble_change_us,
+        c.nimble_duration_us,
+        c.nimble_window_us,
+        c.nimble_controller_us
+    );
+    let _ = writeln!(
+        t,
+        "{:<12}{:>10}{:>9}{:>10}{:>9}{:>20}{:>9}{:>10}{:>9}",
+        "arithmetic",
+        "before",
+        "error",
+        "after",
+        "error",
+        "recovered (epochs)",
+        "offered",
+        "admitted",
+        "dropped"
+    );
+    for x in &n.fig8 {
+        let (eb, ea) = x.errors(&s);
+        let _ = writeln!(
+            t,
+            "{:<12}{:>10}{:>9}{:>10}{:>9}{:>20}{:>9}{:>10}{:>9}",
+            x.variant.label(),
+            gbps(x.mean_before_gbps),
+            signed_pct(eb),
+            gbps(x.mean_after_gbps),
+            signed_pct(ea),
+            rec(x),
+            x.offered,
+            x.admitted,
+            x.dropped
+        );
+    }
+    let _ = write!(t, "admitted Gbit/s by window start (µs):\n{:>8}", "");
+    for x in &n.fig8 {
+        let _ = write!(t, "{:>10}", x.variant.label());
+    }
+    t.push('\n');
+    let k = n.after_start;
+    let windows = n.fig8.first().map_or(0, |x| x.admitted_gbps.len());
+    let shown = |i: usize| i == 0 || i + 1 == windows || (i + 3 >= k && i <= k + 6);
+    for i in (0..windows).filter(|&i| shown(i)) {
+        let _ = write!(t, "{:>8}", sci(i as f64 * n.window_us));
+        for x in &n.fig8 {
+            let _ = write!(t, "{:>10}", gbps(x.admitted_gbps[i]));
+        }
+        t.push('\n');
+    }
+    let _ = writeln!(
+        t,
+        "\nTable II: per controller update over the same run, each operand's monitoring from \
+         8 entries (unprimed); the time's up to {}; paper's figures in brackets",
+        c.nimble_dt_monitor_entries
+    );
+    let _ = writeln!(
+        t,
+        "{:<12}{:>8}{:>18}{:>18}{:>14}{:>16}{:>15}{:>10}",
+        "variant",
+        "updates",
+        "reads/update",
+        "writes/update",
+        "bins (end)",
+        "repopulations",
+        "lookups/pkt",
+        "[stages]"
+    );
+    for x in &n.table2 {
+        let Some(k) = &x.cost else { continue };
+        let (pr, pw) = PAPER_TABLE_II
+            .iter()
+            .find(|p| p.0 == x.variant)
+            .map_or((f64::NAN, f64::NAN), |p| (p.1, p.2));
+        let bins: Vec<String> = k.operands.iter().map(|o| o.bins_end.to_string()).collect();
+        let repops: Vec<String> = k
+            .operands
+            .iter()
+            .map(|o| o.repopulations.to_string())
+            .collect();
+        let _ = writeln!(
+            t,
+            "{:<12}{:>8}{:>18}{:>18}{:>14}{:>16}{:>15}{:>10}",
+            x.variant.label(),
+            k.updates,
+            format!("{} [{}]", sci(k.reads_per_update), pr),
+            format!("{} [{}]", sci(k.writes_per_update), pw),
+            bins.join("+"),
+            repops.join("+"),
+            sci(k.tcam_lookups_per_packet),
+            PAPER_STAGES
+                .iter()
+                .find(|p| p.0 == x.variant)
+                .map_or("-".into(), |p| format!("[{}]", p.1))
+        );
+    }
+    let _ = writeln!(
+        t,
+        "(lookups/pkt: TCAM lookups per packet, monitoring + calculation, the PFE's cost in \
+         place of the paper's RMT stages)"
+    );
+    let _ = writeln!(
+        t,
+        "\nFigure 9: ADA(R) after the rate halves, by calculation entries: epochs of {} µs \
+         until within {} of {} Gbit/s (the paper: about 3.15 ms at 128 entries)",
+        c.nimble_controller_us,
+        pct(c.nimble_tolerance),
+        c.nimble_rate_after_gbps
+    );
+    let _ = writeln!(
+        t,
+        "{:<9}{:>8}{:>13}{:>15}{:>12}{:>9}",
+        "entries", "epochs", "emulated µs", "writes/update", "after", "error"
+    );
+    for x in &n.fig9 {
+        let (epochs, us) = x.recovery.map_or(("-".into(), "-".into()), |rec| {
+            (rec.epochs.to_string(), sci(rec.epochs_us))
+        });
+        let _ = writeln!(
+            t,
+            "{:<9}{:>8}{:>13}{:>15}{:>12}{:>9}",
+            x.rate_table_entries.unwrap_or(0),
+            epochs,
+            us,
+            x.cost
+                .as_ref()
+                .map_or("-".into(), |k| sci(k.writes_per_update)),
+            gbps(x.mean_after_gbps),
+            signed_pct(x.errors(&s).1)
+        );
+    }
+    let accounted = n.fig8.iter().chain(&n.table2).chain(&n.fig9);
+    let runs = accounted.clone().count();
+    let ok = accounted.filter(|x| x.accounted).count();
+    let exact = n
+        .fig8
+        .iter()
+        .find(|x| x.variant == Variant::Exact)
+        .map(|x| {
+            let (b, a) = x.errors(&s);
+            b.abs().max(a.abs()) <= EXACT_TOLERANCE
+        });
+    let _ = writeln!(
+        t,
+        "{ok} of {runs} runs with every frame accounted for; exact within {} of its rates \
+         before and after the change: {}",
+        pct(EXACT_TOLERANCE),
+        match exact {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "n/a",
+        }
+    );
 }

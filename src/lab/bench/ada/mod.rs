@@ -1,9 +1,11 @@
 //! `pfemu experiment ada`: the ADA paper's accuracy evaluation (Malekpourshahraki, Stephens
 //! and Vamanan, §V.A, Figures 5, 6 and 7) on [`crate::ada`]'s algorithms, and the two
 //! things the paper argues but does not plot: error against the entry budget, and a
-//! distribution that shifts.
+//! distribution that shifts; then its testbed evaluation (§V.B: Figures 8 and 9, Table II)
+//! on the Nimble rate limiter ([`nimble`]).
 //!
-//! Pure arithmetic on the host: no PFE, no clock in the results; every stream comes from
+//! §V.A is pure arithmetic on the host, §V.B the limiter's program run frame by frame on an
+//! emulated clock: no engine threads, no wall clock in the results; every stream comes from
 //! [`SplitMix64`] seeded by `--seed` and the part it feeds, so a run is reproducible bit for
 //! bit whatever `--threads`. Operands are 32-bit; the paper's values lie in
 //! `0..`[`RANGE`]. The parts:
@@ -32,9 +34,16 @@
 //!    epoch), of ADA's table frozen at the shift, and of the uniform table (`--shift-op`,
 //!    `--shift-budget`); epochs until ADA's error is back within `--recovery-factor` of its
 //!    level before the shift, and the tables rewritten meanwhile.
+//! 6. Nimble ([`nimble`], the `--nimble-*` options): Figure 8's admitted rate per window
+//!    when the rate halves, for exact, uniform, static and ADA arithmetic; Table II's
+//!    controller reads and writes per update, ADA on the rate, the time or both, with TCAM
+//!    lookups per packet in place of RMT stages; Figure 9's controller epochs until the
+//!    admitted rate is back within `--nimble-tolerance`, by calculation table size.
 //!
-//! The report is [`Figure::verified`] when every lookup found an entry and every result of
-//! a uniform population was within [`crate::ada::arith::Op::within_bound`] of the exact one.
+//! The report is [`Figure::verified`] when every lookup found an entry, every result of a
+//! uniform population was within [`crate::ada::arith::Op::within_bound`] of the exact one,
+//! and §V.B's runs check out ([`NimbleReport::verified`]: every frame accounted for, exact
+//! arithmetic within 0.5% of its rates).
 //!
 //! # Readings of the paper
 //!
@@ -75,17 +84,22 @@ use serde::Serialize;
 
 use super::experiments::{Claim, ExperimentError, Figure};
 use crate::ada::arith::Op;
+use crate::lab::bench::traffic::{MAX_FRAME_SIZE, MIN_FRAME_SIZE};
+use crate::mem::tcam::MAX_TCAM_ENTRIES;
+use crate::microcode::nimble::MAX_RATE_BPS;
 use crate::rng::{mix, SplitMix64};
 
 pub mod binning;
 pub mod dist;
 mod figure;
 pub mod lookup;
+pub mod nimble;
 pub mod shift;
 
 pub use binning::{BinningRow, GrowthRun, GrowthStep};
 pub use dist::{Dist, HIST_BIN, RANGE};
 pub use lookup::{BudgetRow, Chain, Checks, ErrorStats, Propagation, PropagationRow, SigBitsRow};
+pub use nimble::{ControlCost, NimbleReport, NimbleRun, OperandCost, Recovery, Variant};
 pub use shift::{ShiftEpoch, ShiftReport, SHIFTING};
 
 use binning::{converge, Monitoring, Operands};
@@ -205,6 +219,51 @@ pub struct AdaConfig {
           default_value = crate::lab::bench::settings::list_text(&AdaConfig::default().fig6_bits),
           help = "Operand widths of Figure 6's runs (13 to 32 each)")]
     pub fig6_bits: Vec<u32>,
+    /// §V.B: the class's rate until the change, Gbit/s.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_rate_gbps,
+          help = "§V.B: the rate until the change, Gbit/s (0.01 to 137)")]
+    pub nimble_rate_gbps: f64,
+    /// §V.B: the class's rate from the change, Gbit/s.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_rate_after_gbps,
+          help = "§V.B: the rate from the change, Gbit/s (0.01 to 137)")]
+    pub nimble_rate_after_gbps: f64,
+    /// §V.B: when the rate changes, µs from the start.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_change_us,
+          help = "§V.B: when the rate changes, µs (two windows from either end at least)")]
+    pub nimble_change_us: u64,
+    /// §V.B: how long traffic is offered, µs.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_duration_us,
+          help = "§V.B: how long traffic is offered, µs (1 to 10^6)")]
+    pub nimble_duration_us: u64,
+    /// §V.B: frame size, bytes.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_frame_bytes,
+          help = "§V.B: frame size, bytes (64 to 9216)")]
+    pub nimble_frame_bytes: usize,
+    /// §V.B: the load offered, Gbit/s, in Poisson arrivals.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_offered_gbps,
+          help = "§V.B: offered load, Gbit/s, Poisson arrivals (0.01 to 1000)")]
+    pub nimble_offered_gbps: f64,
+    /// §V.B: the measurement window, µs.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_window_us,
+          help = "§V.B: measurement window, µs (at most 10^5 windows)")]
+    pub nimble_window_us: u64,
+    /// §V.B: ADA's controller period, µs.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_controller_us,
+          help = "§V.B: ADA's controller period, µs (at most 10^5 periods)")]
+    pub nimble_controller_us: u64,
+    /// §V.B: most monitoring entries of ADA on the inter-arrival time (Table II).
+    #[arg(long, default_value_t = AdaConfig::default().nimble_dt_monitor_entries,
+          help = "§V.B: most monitoring entries of ADA on the inter-arrival time (8 to 128)")]
+    pub nimble_dt_monitor_entries: usize,
+    /// §V.B: Figure 9's calculation table sizes.
+    #[arg(long, value_name = "N,...", value_delimiter = ',',
+          default_value = crate::lab::bench::settings::list_text(&AdaConfig::default().nimble_table_entries),
+          help = "§V.B: Figure 9's calculation table sizes (12 to 65536 each)")]
+    pub nimble_table_entries: Vec<usize>,
+    /// §V.B: recovered when the admitted rate is within this share of the new rate.
+    #[arg(long, default_value_t = AdaConfig::default().nimble_tolerance,
+          help = "§V.B: recovered within this share of the new rate, in (0, 1)")]
+    pub nimble_tolerance: f64,
     /// Threads the parts run on.
     #[arg(long, default_value_t = AdaConfig::default().threads, hide_default_value = true,
           help = "Threads the parts run on [default: available cores]")]
@@ -217,7 +276,10 @@ impl Default for AdaConfig {
     /// 240, 464, 896 (the uniform population's sizes at s = 0 to 5); 50000 samples;
     /// s = 0 to 8; Figure 7c at 896 entries, 10 iterations of 2000 chains; the shift after
     /// 30 epochs, 30 more, mul at 240 entries, 2000 pairs per epoch, recovered within 2x;
-    /// Figure 6 over 32 and 13 bits; threads = cores.
+    /// Figure 6 over 32 and 13 bits; §V.B as the paper's Figures 8 and 9 (24 then 12
+    /// Gbit/s from 3 ms of 6, 40 Gbit/s of 1500-byte frames offered, windows and controller
+    /// every 100 µs, ADA on the time up to 32 monitoring entries, tables of 16 to 128
+    /// entries, within 1%); threads = cores.
     fn default() -> Self {
         AdaConfig {
             seed: 1,
@@ -240,6 +302,17 @@ impl Default for AdaConfig {
             shift_samples: 2000,
             recovery_factor: 2.0,
             fig6_bits: vec![32, 13],
+            nimble_rate_gbps: 24.0,
+            nimble_rate_after_gbps: 12.0,
+            nimble_change_us: 3000,
+            nimble_duration_us: 6000,
+            nimble_frame_bytes: 1500,
+            nimble_offered_gbps: 40.0,
+            nimble_window_us: 100,
+            nimble_controller_us: 100,
+            nimble_dt_monitor_entries: 32,
+            nimble_table_entries: (1..=8).map(|i| 16 * i).collect(),
+            nimble_tolerance: 0.01,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
@@ -328,8 +401,124 @@ impl AdaConfig {
                 );
             }
         }
+        self.check_nimble()?;
         in_range("--threads", self.threads, 1, 1024)?;
         Ok(())
+    }
+
+    /// Checks the `--nimble-*` options (§V.B).
+    fn check_nimble(&self) -> Result<(), ExperimentError> {
+        let max_gbps = MAX_RATE_BPS as f64 / 1e9;
+        for (option, r) in [
+            ("--nimble-rate-gbps", self.nimble_rate_gbps),
+            ("--nimble-rate-after-gbps", self.nimble_rate_after_gbps),
+        ] {
+            if !(0.01..=max_gbps).contains(&r) {
+                return bad(
+                    option,
+                    format!("{r}: accepted 0.01 to {max_gbps:.2} (the rate's 32-bit key)"),
+                );
+            }
+        }
+        in_range(
+            "--nimble-duration-us",
+            self.nimble_duration_us,
+            1,
+            1_000_000,
+        )?;
+        in_range(
+            "--nimble-frame-bytes",
+            self.nimble_frame_bytes,
+            MIN_FRAME_SIZE,
+            MAX_FRAME_SIZE,
+        )?;
+        let offered = self.nimble_offered_gbps;
+        if !(0.01..=1000.0).contains(&offered) {
+            return bad(
+                "--nimble-offered-gbps",
+                format!("{offered}: accepted 0.01 to 1000"),
+            );
+        }
+        let frames =
+            self.nimble_duration_us as f64 * 1e3 * offered / (8.0 * self.nimble_frame_bytes as f64);
+        if frames > 1e7 {
+            return bad(
+                "--nimble-duration-us",
+                format!(
+                    "{} µs at {offered} Gbit/s of {}-byte frames is {frames:.0} frames: at most \
+                     10^7",
+                    self.nimble_duration_us, self.nimble_frame_bytes
+                ),
+            );
+        }
+        let duration = self.nimble_duration_us;
+        in_range(
+            "--nimble-window-us",
+            self.nimble_window_us,
+            duration.div_ceil(100_000).max(1),
+            duration,
+        )?;
+        in_range(
+            "--nimble-controller-us",
+            self.nimble_controller_us,
+            duration.div_ceil(100_000).max(1),
+            duration,
+        )?;
+        let two = 2 * self.nimble_window_us;
+        if self.nimble_change_us < two || self.nimble_change_us + two > duration {
+            return bad(
+                "--nimble-change-us",
+                format!(
+                    "{}: accepted {two} to {} (two windows of --nimble-window-us from either \
+                     end, so that each rate has a full window besides the first)",
+                    self.nimble_change_us,
+                    duration.saturating_sub(two)
+                ),
+            );
+        }
+        in_range(
+            "--nimble-dt-monitor-entries",
+            self.nimble_dt_monitor_entries,
+            8,
+            nimble::PAPER_TABLE_ENTRIES,
+        )?;
+        if self.nimble_table_entries.is_empty() {
+            return bad("--nimble-table-entries", "give at least one size".into());
+        }
+        let paper = crate::ada::block::AdaConfig::new(Op::Mul).max_monitor_entries;
+        for &n in &self.nimble_table_entries {
+            if !(paper..=MAX_TCAM_ENTRIES).contains(&n) {
+                return bad(
+                    "--nimble-table-entries",
+                    format!(
+                        "{n}: accepted {paper} (every one of the paper's {paper} monitoring \
+                         bins needs an entry) to {MAX_TCAM_ENTRIES} (a ternary match block)"
+                    ),
+                );
+            }
+        }
+        let t = self.nimble_tolerance;
+        if !(t > 0.0 && t < 1.0) {
+            return bad("--nimble-tolerance", format!("{t}: accepted in (0, 1)"));
+        }
+        Ok(())
+    }
+
+    /// §V.B's runs in the limiter's units.
+    pub fn nimble_scenario(&self) -> nimble::Scenario {
+        let bps = |g: f64| (g * 1e9).round() as u64;
+        nimble::Scenario {
+            rate_bps: bps(self.nimble_rate_gbps),
+            rate_after_bps: bps(self.nimble_rate_after_gbps),
+            change_ns: self.nimble_change_us * 1000,
+            duration_ns: self.nimble_duration_us * 1000,
+            frame_bytes: self.nimble_frame_bytes,
+            offered_bps: self.nimble_offered_gbps * 1e9,
+            window_ns: self.nimble_window_us * 1000,
+            controller_ns: self.nimble_controller_us * 1000,
+            dt_monitor_entries: self.nimble_dt_monitor_entries,
+            tolerance: self.nimble_tolerance,
+        }
     }
 
     fn monitoring(&self, entries: u64, bits: u32) -> Monitoring {
@@ -406,11 +595,15 @@ pub struct AdaReport {
     pub propagation: Vec<Propagation>,
     /// The shifting distribution, epoch by epoch.
     pub shift: ShiftReport,
+    /// §V.B: Figure 8, Table II and Figure 9 on the Nimble rate limiter.
+    pub nimble: NimbleReport,
     /// The paper's words beside this run's figures.
     pub claims: Vec<Claim>,
     /// The lookups' checks, over every part.
     pub checks: Checks,
-    /// Every lookup found an entry; every uniform result within its bound.
+    /// Every lookup found an entry; every uniform result within its bound; every frame of
+    /// §V.B's runs accounted for and the exact arithmetic within 0.5% of its rates
+    /// ([`NimbleReport::verified`]).
     pub verified: bool,
     /// Wall-clock seconds of the run: information only, not serialised.
     #[serde(skip)]
@@ -431,6 +624,8 @@ enum Job {
     /// The shifting stream's budget rows for an operation (and the per-epoch report if it
     /// is `--shift-op`).
     Shift(Op),
+    /// §V.B: the run of [`nimble::specs`] at this index.
+    Nimble(usize),
 }
 
 enum Piece {
@@ -439,6 +634,7 @@ enum Piece {
     SigBits(Vec<SigBitsRow>),
     Propagation(Propagation),
     Shift(Vec<BudgetRow>, Option<Box<ShiftReport>>),
+    Nimble(usize, Box<NimbleRun>),
 }
 
 /// The seed of one stream: the run's seed and the stream's tag.
@@ -453,6 +649,8 @@ const TAG_GROWTH: u64 = 0x300;
 const TAG_SIGBITS: u64 = 0x400;
 const TAG_PROPAGATION: u64 = 0x500;
 const TAG_SHIFT: u64 = 0x600;
+/// One arrival stream for every §V.B run, so that they differ only in the limiter.
+const TAG_NIMBLE: u64 = 0x700;
 
 fn run_job(cfg: &AdaConfig, job: Job) -> Result<(Piece, Checks), ExperimentError> {
     let mut checks = Checks::default();
@@ -536,6 +734,11 @@ fn run_job(cfg: &AdaConfig, job: Job) -> Result<(Piece, Checks), ExperimentError
             };
             Piece::Shift(rows, report)
         }
+        Job::Nimble(i) => {
+            let spec = nimble::specs(&cfg.nimble_table_entries)[i];
+            let run = nimble::run(&cfg.nimble_scenario(), spec, seed_of(cfg.seed, TAG_NIMBLE))?;
+            Piece::Nimble(i, Box::new(run))
+        }
     };
     Ok((piece, checks))
 }
@@ -553,6 +756,7 @@ pub fn ada(
     jobs.extend([Chain::Square, Chain::Double].map(Job::Propagation));
     jobs.extend(Op::ALL.iter().map(|&op| Job::SigBits(op)));
     jobs.extend(cfg.fig6_bits.iter().map(|&b| Job::Growth(b)));
+    jobs.extend((0..nimble::specs(&cfg.nimble_table_entries).len()).map(Job::Nimble));
     let results = run_jobs(cfg, &jobs, progress);
 
     let mut binning = Vec::new();
@@ -562,6 +766,7 @@ pub fn ada(
     let mut significant_bits = Vec::new();
     let mut propagation = Vec::new();
     let mut shift = None;
+    let mut nimble_runs = Vec::new();
     let mut checks = Checks::default();
     for r in results {
         let (piece, c) = r?;
@@ -580,6 +785,7 @@ pub fn ada(
                     shift = Some(*r);
                 }
             }
+            Piece::Nimble(i, run) => nimble_runs.push((i, *run)),
         }
     }
     // The shifting rows after the others, by operation then budget like them.
@@ -589,6 +795,11 @@ pub fn ada(
     propagation.sort_by_key(|p| p.function == Chain::Square);
     let shift =
         shift.ok_or_else(|| ExperimentError::Run("the shift's report is missing".into()))?;
+    nimble_runs.sort_by_key(|(i, _)| *i);
+    let nimble = nimble::report(
+        &cfg.nimble_scenario(),
+        nimble_runs.into_iter().map(|(_, r)| r).collect(),
+    )?;
     let mut report = AdaReport {
         config: cfg.clone(),
         binning,
@@ -598,7 +809,8 @@ pub fn ada(
         propagation,
         shift,
         claims: Vec::new(),
-        verified: checks.passed(),
+        verified: checks.passed() && nimble.verified,
+        nimble,
         checks,
         seconds: 0.0,
     };
