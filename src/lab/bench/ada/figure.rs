@@ -753,223 +753,156 @@ pub(super) const CSV_HEADER: [&str; 8] = [
     "value",
 ];
 
+/// Where a CSV row's values were measured: every column but the metric and the value.
+struct At<'a> {
+    part: &'a str,
+    dist: &'a str,
+    op: &'a str,
+    method: &'a str,
+    x_name: &'a str,
+    x: String,
+}
+
+impl At<'_> {
+    /// One row per `(metric, value)`, at this point.
+    fn rows<V: ToString>(&self, out: &mut Vec<Vec<String>>, metrics: &[(&str, V)]) {
+        for (metric, value) in metrics {
+            out.push(vec![
+                self.part.into(),
+                self.dist.into(),
+                self.op.into(),
+                self.method.into(),
+                self.x_name.into(),
+                self.x.clone(),
+                (*metric).into(),
+                value.to_string(),
+            ]);
+        }
+    }
+}
+
 pub(super) fn csv_rows(r: &AdaReport) -> Vec<Vec<String>> {
     let mut out = Vec::new();
-    let mut row = |part: &str,
-                   dist: &str,
-                   op: &str,
-                   method: &str,
-                   x_name: &str,
-                   x: String,
-                   metric: &str,
-                   value: String| {
-        out.push(vec![
-            part.into(),
-            dist.into(),
-            op.into(),
-            method.into(),
-            x_name.into(),
-            x,
-            metric.into(),
-            value,
-        ]);
-    };
+    let errors = |e: &ErrorStats| [("mean_error", e.mean), ("p99_error", e.p99)];
     for b in &r.binning {
-        let d = &b.distribution;
+        let at = |method, x: usize| At {
+            part: "fig5",
+            dist: &b.distribution,
+            op: "",
+            method,
+            x_name: "bins",
+            x: x.to_string(),
+        };
         for (method, bins, tv) in [
             ("initial", b.bins_initial, b.tv_initial),
             ("steady", b.bins_steady, b.tv_steady),
             ("equal-width", b.bins_steady, b.tv_equal_width),
         ] {
-            row(
-                "fig5",
-                d,
-                "",
-                method,
-                "bins",
-                bins.to_string(),
-                "tv",
-                tv.to_string(),
-            );
+            at(method, bins).rows(&mut out, &[("tv", tv)]);
         }
-        for (metric, v) in [
-            ("epochs_run", b.epochs_run as usize),
-            ("last_change_epoch", b.last_change_epoch as usize),
-            ("changes", b.changes),
-            ("expansions", b.expansions),
-            ("steady", usize::from(b.steady)),
-        ] {
-            let x = b.bins_steady.to_string();
-            row("fig5", d, "", "steady", "bins", x, metric, v.to_string());
-        }
+        at("steady", b.bins_steady).rows(
+            &mut out,
+            &[
+                ("epochs_run", b.epochs_run as usize),
+                ("last_change_epoch", b.last_change_epoch as usize),
+                ("changes", b.changes),
+                ("expansions", b.expansions),
+                ("steady", usize::from(b.steady)),
+            ],
+        );
     }
     for g in &r.growth {
         let method = format!("{}-bit", g.operand_bits);
         for s in &g.steps {
-            let x = s.change.to_string();
-            row(
-                "fig6",
-                "gaussian-4000",
-                "",
-                &method,
-                "change",
-                x,
-                "bins",
-                s.bins.to_string(),
-            );
+            let at = At {
+                part: "fig6",
+                dist: "gaussian-4000",
+                op: "",
+                method: &method,
+                x_name: "change",
+                x: s.change.to_string(),
+            };
+            at.rows(&mut out, &[("bins", s.bins)]);
         }
     }
     for b in &r.budgets {
-        let x = b.budget.to_string();
         let stats = [
             ("uniform", Some(b.uniform), Some(b.uniform_entries as usize)),
             ("ADA", b.ada, b.ada_entries),
         ];
         for (method, e, entries) in stats {
             let Some(e) = e else { continue };
-            let d = &b.distribution;
-            row(
-                "budget",
-                d,
-                b.op,
+            let at = At {
+                part: "budget",
+                dist: &b.distribution,
+                op: b.op,
                 method,
-                "budget",
-                x.clone(),
-                "mean_error",
-                e.mean.to_string(),
-            );
-            row(
-                "budget",
-                d,
-                b.op,
-                method,
-                "budget",
-                x.clone(),
-                "p99_error",
-                e.p99.to_string(),
-            );
-            let n = entries.unwrap_or(0).to_string();
-            row("budget", d, b.op, method, "budget", x.clone(), "entries", n);
+                x_name: "budget",
+                x: b.budget.to_string(),
+            };
+            at.rows(&mut out, &errors(&e));
+            at.rows(&mut out, &[("entries", entries.unwrap_or(0))]);
         }
     }
     for s in &r.significant_bits {
-        let x = s.s.to_string();
-        let e = &s.error;
-        row(
-            "fig7ab",
-            s.operands,
-            s.op,
-            "uniform",
-            "s",
-            x.clone(),
-            "mean_error",
-            e.mean.to_string(),
-        );
-        row(
-            "fig7ab",
-            s.operands,
-            s.op,
-            "uniform",
-            "s",
-            x.clone(),
-            "p99_error",
-            e.p99.to_string(),
-        );
-        row(
-            "fig7ab",
-            s.operands,
-            s.op,
-            "uniform",
-            "s",
-            x.clone(),
-            "entries",
-            s.entries.to_string(),
-        );
-        let a = s.antilog_entries.to_string();
-        row(
-            "fig7ab",
-            s.operands,
-            s.op,
-            "uniform",
-            "s",
-            x,
-            "antilog_entries",
-            a,
+        let at = At {
+            part: "fig7ab",
+            dist: s.operands,
+            op: s.op,
+            method: "uniform",
+            x_name: "s",
+            x: s.s.to_string(),
+        };
+        at.rows(&mut out, &errors(&s.error));
+        at.rows(
+            &mut out,
+            &[
+                ("entries", s.entries as usize),
+                ("antilog_entries", s.antilog_entries),
+            ],
         );
     }
     for p in &r.propagation {
         for x in &p.rows {
-            let (f, it) = (p.function.name(), x.iteration.to_string());
-            let e = &x.error;
-            row(
-                "fig7c",
-                "gaussian-10",
-                f,
-                x.method,
-                "iteration",
-                it.clone(),
-                "mean_error",
-                e.mean.to_string(),
-            );
-            row(
-                "fig7c",
-                "gaussian-10",
-                f,
-                x.method,
-                "iteration",
-                it,
-                "p99_error",
-                e.p99.to_string(),
-            );
+            let at = At {
+                part: "fig7c",
+                dist: "gaussian-10",
+                op: p.function.name(),
+                method: x.method,
+                x_name: "iteration",
+                x: x.iteration.to_string(),
+            };
+            at.rows(&mut out, &errors(&x.error));
         }
     }
     let s = &r.shift;
     for e in &s.epochs {
-        let t = e.epoch.to_string();
+        let at = |method| At {
+            part: "shift",
+            dist: SHIFTING,
+            op: s.op,
+            method,
+            x_name: "epoch",
+            x: e.epoch.to_string(),
+        };
         for (method, st) in [
             ("ADA", e.ada),
             ("static", e.frozen),
             ("uniform", Some(e.uniform)),
         ] {
-            let Some(st) = st else { continue };
-            row(
-                "shift",
-                SHIFTING,
-                s.op,
-                method,
-                "epoch",
-                t.clone(),
-                "mean_error",
-                st.mean.to_string(),
-            );
-            row(
-                "shift",
-                SHIFTING,
-                s.op,
-                method,
-                "epoch",
-                t.clone(),
-                "p99_error",
-                st.p99.to_string(),
-            );
+            if let Some(st) = st {
+                at(method).rows(&mut out, &errors(&st));
+            }
         }
-        for (metric, v) in [
-            ("bins", e.bins),
-            ("ada_entries", e.ada_entries),
-            ("repopulated", usize::from(e.repopulated)),
-            ("entries_rewritten", e.entries_rewritten),
-        ] {
-            row(
-                "shift",
-                SHIFTING,
-                s.op,
-                "ADA",
-                "epoch",
-                t.clone(),
-                metric,
-                v.to_string(),
-            );
-        }
+        at("ADA").rows(
+            &mut out,
+            &[
+                ("bins", e.bins),
+                ("ada_entries", e.ada_entries),
+                ("repopulated", usize::from(e.repopulated)),
+                ("entries_rewritten", e.entries_rewritten),
+            ],
+        );
     }
     nimble_csv_rows(r, &mut out);
     out
