@@ -115,6 +115,7 @@ fn lm_range(offset: usize, len: usize) -> Result<std::ops::Range<usize>, Fault> 
 macro_rules! fetch_ops {
     ($($(#[$doc:meta])* $name:ident($operand:ident) = $kind:ident;)*) => {$(
         $(#[$doc])*
+        #[inline]
         pub fn $name(&mut self, addr: Addr, $operand: u64) -> Result<u64, Fault> {
             self.count(XtxnKind::$kind);
             Ok(self.mem.$name(addr, $operand)?)
@@ -127,6 +128,7 @@ macro_rules! fetch_ops {
 macro_rules! keyed_hash_ops {
     ($($(#[$doc:meta])* $name:ident = $op:ident, $kind:ident;)*) => {$(
         $(#[$doc])*
+        #[inline]
         pub fn $name(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
             self.count(XtxnKind::$kind);
             Ok(table.$op(key)?)
@@ -383,6 +385,7 @@ impl<'a> Thread<'a> {
     }
 
     /// Reads 8..=64 bytes (a multiple of 8) at `addr` into local memory at `lm_offset`.
+    #[inline]
     pub fn mem_read(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
         let range = lm_range(lm_offset, len)?;
         self.count(XtxnKind::Read);
@@ -409,6 +412,7 @@ impl<'a> Thread<'a> {
     }
 
     /// Writes 8..=64 bytes (a multiple of 8) of local memory at `lm_offset` to `addr`.
+    #[inline]
     pub fn mem_write(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
         let range = lm_range(lm_offset, len)?;
         self.count(XtxnKind::Write);
@@ -417,24 +421,28 @@ impl<'a> Thread<'a> {
     }
 
     /// Reads one 8-byte word.
+    #[inline]
     pub fn read_u64(&mut self, addr: Addr) -> Result<u64, Fault> {
         self.count(XtxnKind::Read);
         Ok(self.mem.read_u64(addr)?)
     }
 
     /// Writes one 8-byte word.
+    #[inline]
     pub fn write_u64(&mut self, addr: Addr, value: u64) -> Result<(), Fault> {
         self.count(XtxnKind::Write);
         Ok(self.mem.write_u64(addr, value)?)
     }
 
     /// The paper's `CounterIncPhys`: +1 packet and +`bytes` on the 16-byte counter at `addr`.
+    #[inline]
     pub fn counter_inc(&mut self, addr: Addr, bytes: u64) -> Result<(), Fault> {
         self.count(XtxnKind::CounterInc);
         Ok(self.mem.counter_inc(addr, bytes)?)
     }
 
     /// Runs `bytes` through the policer at `addr` (time is the engine clock).
+    #[inline]
     pub fn police(&mut self, addr: Addr, bytes: u64) -> Result<Color, Fault> {
         self.count(XtxnKind::Police);
         Ok(self.mem.police(addr, bytes, self.meta.now_ns)?)
@@ -459,6 +467,7 @@ impl<'a> Thread<'a> {
     }
 
     /// Writes the mask's bits of `value`; returns the old word.
+    #[inline]
     pub fn masked_write(&mut self, addr: Addr, value: u64, mask: u64) -> Result<u64, Fault> {
         self.count(XtxnKind::MaskedWrite);
         Ok(self.mem.masked_write(addr, value, mask)?)
@@ -467,12 +476,14 @@ impl<'a> Thread<'a> {
     /// 32-bit wrapping add to lane 0 (the word's first 4 bytes in network order, its high
     /// half) or lane 1 (the low half); returns the old lane. See
     /// [`SharedMemory::fetch_add32`].
+    #[inline]
     pub fn fetch_add32(&mut self, addr: Addr, lane: u8, delta: u32) -> Result<u32, Fault> {
         self.count(XtxnKind::Add32);
         Ok(self.mem.fetch_add32(addr, lane, delta)?)
     }
 
     /// Adds 16 32-bit lanes (a 64-byte chunk of gradients) at `addr`.
+    #[inline]
     pub fn vadd32x16(&mut self, addr: Addr, deltas: &[u32; 16]) -> Result<(), Fault> {
         self.count(XtxnKind::VAdd32x16);
         Ok(self.mem.vadd32x16(addr, deltas)?)
@@ -630,6 +641,7 @@ impl<'a> Thread<'a> {
     /// Posts an asynchronous XTXN: the thread does not wait for it; it is applied exactly
     /// once, no later than the end of the batch the packet belongs to, so it is visible
     /// after [`crate::Pfe::drain`]. The address is checked now.
+    #[inline]
     pub fn post(&mut self, op: Op) -> Result<(), Fault> {
         self.count(op.kind());
         self.core.posted.post(self.mem, op)?;
