@@ -408,23 +408,57 @@ fn keys_of(tcam: &Tcam, rng: &mut SplitMix64) -> Vec<u32> {
         .collect()
 }
 
+/// A program whose one instruction looks every key up in `owner`'s block as XTXNs (through
+/// the PPE thread's cache of the current table, as programs do).
+fn tcam_lookups<T: Send + Sync + 'static>(
+    owner: Arc<T>,
+    block: fn(&T) -> &Tcam,
+    keys: Vec<u32>,
+) -> Program {
+    let mut p = Program::builder("tcam_lookups");
+    let go = p.label("go");
+    p.instr(go, move |t| {
+        let tcam = block(&owner);
+        let sum: u64 = (keys.iter())
+            .map(|&k| t.tcam_lookup(tcam, k).map_or(0, |h| h.result))
+            .sum();
+        std::hint::black_box(sum);
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, go);
+    p.build().unwrap()
+}
+
 fn nimble(c: &mut Criterion) {
-    let rate_table = LookupTable::uniform(ArithOp::Mul, 2).unwrap();
-    let ada = Ada::new(AdaConfig::new(ArithOp::Mul)).unwrap();
-    let antilog = AntilogTable::new(ArithOp::Mul, 6).unwrap();
+    let rate_table = Arc::new(LookupTable::uniform(ArithOp::Mul, 2).unwrap());
+    let ada = Arc::new(Ada::new(AdaConfig::new(ArithOp::Mul)).unwrap());
+    let antilog = Arc::new(AntilogTable::new(ArithOp::Mul, 6).unwrap());
     let mut rng = SplitMix64::new(0x41DA);
     let mut g = c.benchmark_group("nimble");
     configure(&mut g);
     g.throughput(Throughput::Elements(TCAM_KEYS as u64));
-    for tcam in [rate_table.tcam(), ada.table().tcam(), antilog.tcam()] {
-        let keys = keys_of(tcam, &mut rng);
+    let keys: [Vec<u32>; 3] =
+        [rate_table.tcam(), ada.table().tcam(), antilog.tcam()].map(|tcam| keys_of(tcam, &mut rng));
+    let programs = [
+        tcam_lookups(rate_table.clone(), |t| t.tcam(), keys[0].clone()),
+        tcam_lookups(ada.clone(), |a| a.table().tcam(), keys[1].clone()),
+        tcam_lookups(antilog.clone(), |t| t.tcam(), keys[2].clone()),
+    ];
+    let tcams = [rate_table.tcam(), ada.table().tcam(), antilog.tcam()];
+    let mut h = Harness::new(sram_only());
+    for ((tcam, keys), program) in tcams.iter().zip(&keys).zip(&programs) {
         assert!(keys.iter().all(|&k| tcam.lookup(k).is_some()));
+        // From the control side: the block's lock and an Arc clone per lookup.
         g.bench_function(format!("tcam_lookup/{}", tcam.len()), |b| {
             b.iter(|| {
                 keys.iter()
                     .map(|&k| tcam.lookup(k).map_or(0, |h| h.result))
                     .sum::<u64>()
             })
+        });
+        // As a program's XTXNs, one packet doing them all.
+        g.bench_function(format!("tcam_lookup_xtxn/{}", tcam.len()), |b| {
+            b.iter(|| h.run(program, 0, &[0u8; 64]).instructions)
         });
     }
 
