@@ -4,7 +4,7 @@
 //! computed by ternary lookups, with the rate's table populated by ADA.
 //!
 //! ```text
-//! classify --class ok--> refill: dt = now - max(last, now)               (1 fetch_max)
+//! classify --class ok--> refill: dt = now - fetch_max(last, now)         (1 fetch_max)
 //!    |                           credit = R * dt by lookup:
 //!    |                             log2 R   rate table   (ADA: + monitoring)  (1-2 lookups)
 //!    |                             log2 dt  uniform table                       (1 lookup)
@@ -19,16 +19,10 @@
 //! # Classes and their records
 //!
 //! A packet's class is the port it arrived on (`0..classes`; any other port is dropped as
-//! `no_class`). Each class has a record of [`CLASS_WORDS`] words in SRAM ([`STATE_REGION`]):
-//!
-//! | word | what |
-//! |---|---|
-//! | 0 | the rate, bytes per second ([`Nimble::set_rate`] writes it while traffic flows) |
-//! | 1 | the bucket's depth, bytes |
-//! | 2 | log2 of the rate as the control plane last set it, `2^16` fixed point (static only) |
-//! | 3 | the last packet's arrival, engine nanoseconds |
-//! | 4 | the tokens, in 1/1024 byte ([`TOKEN_FRAC_BITS`]), a two's-complement `i64` |
-//! | 5, 6 | admitted packets and bytes (a packet/byte counter) |
+//! `no_class`). Each class has a [`ClassRecord`] of [`CLASS_WORDS`] words in SRAM
+//! ([`STATE_REGION`]): its rate ([`Nimble::set_rate`] writes it while traffic flows), its
+//! bucket's depth, the rate's log as the control plane last set it (static only), the last
+//! packet's arrival, the tokens, and a packet/byte counter of what it admitted.
 //!
 //! # The multiplication
 //!
@@ -45,9 +39,10 @@
 //!   multiplication when it sets it ([`Nimble::configure_rate`], and at install; here as
 //!   the rate's log in the class record), so a rate changed any other way (from the data
 //!   plane, or by [`Nimble::set_rate`]) is not seen, and the bucket keeps the old rate.
-//! - [`Arithmetic::Ada`]: the same first population, then ADA keeps it where the rates are:
-//!   every packet counts its rate in the monitoring bins, and the controller (a timer
-//!   entry of the program, every `controller_period_ns`) re-populates the table.
+//! - [`Arithmetic::Ada`]: ADA's population, primed by the control plane on the configured
+//!   rates, then kept where the rates are: every packet counts its rate in the monitoring
+//!   bins, and the controller (a timer entry of the program, every `controller_period_ns`)
+//!   re-populates the table.
 //!
 //! The time since the last packet is looked up in a uniform table with
 //! `dt_significant_bits` significant bits, or, with `dt_ada`, in a table ADA keeps where
@@ -82,8 +77,27 @@ use pfemu::timer::TimerSpec;
 
 /// Name of the class records' region in the shared-memory allocator.
 pub const STATE_REGION: &str = "nimble.classes";
-/// Words of one class's record (see the module doc).
-pub const CLASS_WORDS: u64 = 7;
+pfemu::header! {
+    /// A class's record in shared memory (all words are read and written as XTXNs).
+    pub struct ClassRecord {
+        /// The rate, bytes per second.
+        rate: 64,
+        /// The bucket's depth, bytes.
+        burst: 64,
+        /// log2 of the rate as the control plane last set it, `2^16` fixed point (read by
+        /// the static arithmetic only).
+        rate_log: 64,
+        /// The last packet's arrival, engine nanoseconds (only ever raised).
+        last: 64,
+        /// The tokens, in 1/1024 byte ([`TOKEN_FRAC_BITS`]), a two's-complement `i64`.
+        tokens: 64,
+        /// Admitted packets, then bytes: a packet/byte counter.
+        admitted: [64; 2],
+    }
+}
+
+/// Words of one class's record.
+pub const CLASS_WORDS: u64 = CLASS_RECORD_LEN as u64 / 8;
 /// Fraction bits of the tokens: a token is 1/1024 byte.
 pub const TOKEN_FRAC_BITS: u32 = 10;
 /// The rate's lookup key is `R >> RATE_SHIFT` (R in bytes per second).
@@ -96,18 +110,18 @@ pub const MAX_CLASSES: usize = 4096;
 /// The timer entry the controller runs at.
 pub const CONTROLLER_ENTRY: u16 = 0;
 
-const W_RATE: u64 = 0;
-const W_BURST: u64 = 1;
-const W_RATE_LOG: u64 = 2;
-const W_LAST: u64 = 3;
-const W_TOKENS: u64 = 4;
-const W_ADMITTED: u64 = 5;
+const W_RATE: u64 = ClassRecordLayout::RATE.word();
+const W_RATE_LOG: u64 = ClassRecordLayout::RATE_LOG.word();
+const W_BURST: u64 = ClassRecordLayout::BURST.word();
+const W_LAST: u64 = ClassRecordLayout::LAST.word();
+const W_TOKENS: u64 = ClassRecordLayout::TOKENS.word();
+const W_ADMITTED: u64 = ClassRecordLayout::ADMITTED.first.word();
 
 /// `C` of the module doc, `(log2 10^9 - 10) * 2^16`, rounded: subtracted from a log sum
 /// to turn bytes per second times nanoseconds into tokens.
 const LOG_SCALE: u64 = 1_303_993;
 
-/// Local memory the record's first two words are read into (below the packet head).
+/// Local memory the class's record is read into (below the packet head).
 const SCRATCH_LM: usize = 0;
 
 /// How the limiter multiplies a rate by a time (module doc).
@@ -588,15 +602,13 @@ impl Nimble {
             }
             let rec = base + class * CLASS_WORDS;
             t.set(RECORD, rec);
-            // Rate, depth and the rate's log in one 24-byte read.
-            t.mem_read(rec + W_RATE, SCRATCH_LM, 24)?;
-            let word = |t: &Thread<'_>, i: usize| -> Result<u64, Fault> {
-                let b = t.lm_bytes(SCRATCH_LM + 8 * i, 8)?;
-                Ok(u64::from_be_bytes(b.try_into().expect("eight bytes")))
-            };
-            t.set(RATE, word(t, 0)?);
-            t.set(BURST, word(t, 1)? << TOKEN_FRAC_BITS);
-            t.set(RATE_LOG, word(t, 2)?);
+            // The whole record in one read; the rate, depth and log are used from it.
+            t.mem_read(rec, SCRATCH_LM, CLASS_RECORD_LEN)?;
+            let view = ClassRecord::new_checked(t.lm_bytes(SCRATCH_LM, CLASS_RECORD_LEN)?)?;
+            let (rate, burst, log) = (view.rate(), view.burst(), view.rate_log());
+            t.set(RATE, rate);
+            t.set(BURST, burst << TOKEN_FRAC_BITS);
+            t.set(RATE_LOG, log);
             let now = t.now_ns();
             // The class's clock only moves forward: a packet whose batch started before the
             // latest one's refills nothing.
