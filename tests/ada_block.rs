@@ -373,3 +373,34 @@ fn lookups_during_re_population_always_find_a_whole_table() {
     );
     assert!(lookups.load(Ordering::Relaxed) >= 300);
 }
+
+/// A monitoring table replaced behind the controller's back (from the control side) has
+/// counters for other bins: the next epoch does not read them into the trie, and puts the
+/// trie's bins back.
+#[test]
+fn an_epoch_after_a_foreign_monitoring_table_restores_the_bins() {
+    let ada = Ada::new(AdaConfig::new(Op::Square)).expect("valid");
+    let (_, bins) = ada.monitor().entries();
+    let table = ada.entries();
+    ada.monitor()
+        .replace(vec![pfemu::mem::tcam::TcamEntry {
+            value: 0,
+            mask: 0,
+            priority: 0,
+            result: 0,
+        }])
+        .expect("fits");
+    for _ in 0..100 {
+        ada.get(12_345);
+    }
+    let e = ada.epoch(&mut ControlPlane).expect("an epoch");
+    assert_eq!((e.reads, e.hits, e.repopulated), (1, 0, false));
+    assert_eq!(e.writes, bins.len() as u64, "the bins, rewritten");
+    assert_eq!(ada.monitor().entries().1, bins);
+    assert_eq!(ada.entries(), table, "the calculation table untouched");
+    // The next epoch counts hits on the trie's own bins again.
+    for _ in 0..100 {
+        ada.get(12_345);
+    }
+    assert_eq!(ada.epoch(&mut ControlPlane).expect("an epoch").hits, 100);
+}
