@@ -121,6 +121,7 @@ impl Clock for ManualClock {
 
 /// One periodic timer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TimerSpec {
     /// The program's timer entry point it starts (`Entry::Timer(entry)`).
     pub entry: u16,
@@ -184,11 +185,62 @@ pub struct Launch {
     pub missed: u64,
 }
 
-/// The timers of one engine and when each is next due.
+/// The timers of one engine and when each is next due ([`DISABLED`] for a timer switched
+/// off with [`TimerSet::set_enabled`]).
 #[derive(Clone)]
 pub struct TimerSet {
     timers: Vec<(TimerSpec, u64)>,
 }
+
+/// The due time of a timer that is switched off: never.
+pub const DISABLED: u64 = u64::MAX;
+
+/// One timer of a [`TimerSet`] as it stands: what [`TimerSet::status`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct TimerStatus {
+    /// Its index in the set (what [`Launch::timer`] says).
+    pub timer: usize,
+    /// Its entry, period, phase and slice.
+    pub spec: TimerSpec,
+    /// Whether it launches ([`TimerSet::set_enabled`]).
+    pub enabled: bool,
+    /// When it is next due, engine nanoseconds (`None` when switched off).
+    pub next_due_ns: Option<u64>,
+}
+
+/// A change to a [`TimerSet`] it refuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimerError {
+    /// No such timer.
+    NoTimer {
+        /// The timer asked for.
+        timer: usize,
+        /// Timers there are.
+        timers: usize,
+    },
+    /// A period of 0 ns.
+    ZeroPeriod,
+}
+
+impl fmt::Display for TimerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimerError::NoTimer { timer, timers } => {
+                write!(
+                    f,
+                    "no timer {timer}: the engine has {timers} (0 to {})",
+                    timers.saturating_sub(1)
+                )
+            }
+            TimerError::ZeroPeriod => {
+                write!(f, "invalid timer period 0 ns: it must be at least 1 ns")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TimerError {}
 
 impl fmt::Debug for TimerSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -236,7 +288,73 @@ impl TimerSet {
 
     /// When the next launch is due (`None` without timers): a launcher sleeps until then.
     pub fn next_due_ns(&self) -> Option<u64> {
-        self.timers.iter().map(|(_, due)| *due).min()
+        (self.timers.iter())
+            .map(|(_, due)| *due)
+            .filter(|&due| due != DISABLED)
+            .min()
+    }
+
+    /// Every timer as it stands.
+    pub fn status(&self) -> Vec<TimerStatus> {
+        (self.timers.iter().enumerate())
+            .map(|(i, &(spec, due))| TimerStatus {
+                timer: i,
+                spec,
+                enabled: due != DISABLED,
+                next_due_ns: (due != DISABLED).then_some(due),
+            })
+            .collect()
+    }
+
+    fn slot(&mut self, timer: usize) -> Result<&mut (TimerSpec, u64), TimerError> {
+        let timers = self.timers.len();
+        self.timers
+            .get_mut(timer)
+            .ok_or(TimerError::NoTimer { timer, timers })
+    }
+
+    /// Gives timer `timer` a new period from its next launch: that launch comes one new
+    /// period after the last one was scheduled (at once if that is past `now_ns`), the rest
+    /// follow every new period. A switched-off timer keeps the period for when it is
+    /// switched on. The spec's phase becomes the next launch.
+    pub fn set_period(
+        &mut self,
+        timer: usize,
+        period_ns: u64,
+        now_ns: u64,
+    ) -> Result<TimerStatus, TimerError> {
+        if period_ns == 0 {
+            return Err(TimerError::ZeroPeriod);
+        }
+        let (spec, due) = self.slot(timer)?;
+        if *due != DISABLED {
+            let last = due.saturating_sub(spec.period_ns);
+            *due = last.saturating_add(period_ns).max(now_ns);
+            spec.phase_ns = *due;
+        }
+        spec.period_ns = period_ns;
+        Ok(self.status()[timer])
+    }
+
+    /// Switches timer `timer` off (it launches nothing until switched on) or on (its next
+    /// launch one period after `now_ns`); switching a timer to the state it is in changes
+    /// nothing.
+    pub fn set_enabled(
+        &mut self,
+        timer: usize,
+        enabled: bool,
+        now_ns: u64,
+    ) -> Result<TimerStatus, TimerError> {
+        let (spec, due) = self.slot(timer)?;
+        match (enabled, *due == DISABLED) {
+            (false, false) => *due = DISABLED,
+            (true, true) => {
+                *due = now_ns.saturating_add(spec.period_ns).min(DISABLED - 1);
+                spec.phase_ns = *due;
+            }
+            _ => {}
+        }
+        Ok(self.status()[timer])
     }
 
     /// Appends to `out` every launch due at `now_ns`, in order of scheduled time, and moves

@@ -417,3 +417,66 @@ fn the_harness_runs_a_timer_entry_with_its_launch_and_clock() {
     assert_eq!(h.memory().counter_read(6).unwrap(), (1, 0));
     assert!(out.output.is_none());
 }
+
+/// The runtime control of timers: a new period takes effect from the next launch, a timer
+/// switched off launches nothing until switched on, bad requests are refused by name, and
+/// after shutdown changes are refused while the counters stay readable.
+#[test]
+fn timers_change_while_the_engine_runs() {
+    let clock = Arc::new(ManualClock::new());
+    let mut pfe = Pfe::builder()
+        .program(counting_program())
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        .timers([one_timer(10 * MS, 10 * MS)])
+        .clock(clock.clone())
+        .sink(Arc::new(Discard))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let ctl = pfe.control();
+    let mem = pfe.memory().clone();
+    let launches = || mem.counter_read(0).unwrap().0;
+    let at = |ns: u64| {
+        clock.set(ns);
+        pfe.settle_timers();
+    };
+    at(10 * MS);
+    assert_eq!(launches(), 1);
+    // At 12 ms the period becomes 5 ms: the next launch is 5 ms after the last (15 ms).
+    clock.set(12 * MS);
+    let s = ctl.set_timer_period(0, 5 * MS).expect("timer 0");
+    assert_eq!((s.spec.period_ns, s.next_due_ns), (5 * MS, Some(15 * MS)));
+    at(14 * MS);
+    assert_eq!(launches(), 1);
+    at(15 * MS);
+    at(20 * MS);
+    assert_eq!(launches(), 3);
+    // Off at 21 ms: nothing at 25 or 40 ms; on at 40 ms: the next one period later.
+    clock.set(21 * MS);
+    let s = ctl.set_timer_enabled(0, false).expect("timer 0");
+    assert_eq!((s.enabled, s.next_due_ns), (false, None));
+    at(25 * MS);
+    at(40 * MS);
+    assert_eq!(launches(), 3);
+    let s = ctl.set_timer_enabled(0, true).expect("timer 0");
+    assert_eq!(s.next_due_ns, Some(45 * MS));
+    at(44 * MS);
+    assert_eq!(launches(), 3);
+    at(45 * MS);
+    assert_eq!(launches(), 4);
+    assert_eq!(ctl.timers(), vec![ctl.timers()[0]]);
+    assert_eq!(ctl.stats().timer_launches, 4);
+    // Refusals name what is wrong.
+    let e = ctl.set_timer_period(3, MS).unwrap_err();
+    assert!(e.to_string().contains("no timer 3"), "{e}");
+    let e = ctl.set_timer_period(0, 0).unwrap_err();
+    assert!(e.to_string().contains("period 0"), "{e}");
+    let stats = pfe.shutdown();
+    assert_eq!(stats.timer_launches, 4);
+    assert_eq!(
+        ctl.set_timer_enabled(0, false),
+        Err(pfemu::pfe::ControlError::NotRunning)
+    );
+    assert_eq!(ctl.stats().timer_launches, 4, "the counters stay readable");
+}

@@ -16,7 +16,8 @@
 //! (start, drain, stop), `ingress` (validation, classification, sequence stamps, and the
 //! in-flight room), `dispatch` (batches to PPE threads, idle parking), `ppe` (the PPE
 //! thread's loop), `reorder`, `egress` (port queues and [`Sink`]s), `stats`, `room` (the
-//! injectors' wait for room), `timer_threads` (timer launches), `latency`, `contain`
+//! injectors' wait for room), `timer_threads` (timer launches), `control` (the handle an
+//! operator reads and changes the running engine through), `latency`, `contain`
 //! (callbacks that panic) and `chassis` (PFEs joined by links). This file holds what they
 //! share: [`Pfe`] itself and `Shared`.
 
@@ -24,6 +25,7 @@ mod batch;
 mod chassis;
 mod config;
 mod contain;
+mod control;
 mod dispatch;
 mod egress;
 mod ingress;
@@ -51,6 +53,7 @@ use parking_lot::Mutex;
 
 pub use chassis::{Chassis, ChassisBuilder, ChassisError, ChassisSink};
 pub use config::{default_ppe_threads, Config, PfeBuilder};
+pub use control::{Control, ControlError};
 pub use egress::{ChannelSink, CountingSink, Discard, FnSink, Frames, Sink};
 pub use ingress::{FlowClassifier, FlowKeyFn, InjectError, TryInjectError};
 pub use interconnect::{ChassisFabric, FabricStats};

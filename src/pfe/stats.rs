@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use super::latency::LatencyStats;
-use super::Pfe;
+use super::{Pfe, Shared};
 use crate::mem::XtxnKind;
 use crate::program::FaultKind;
 
@@ -259,89 +259,94 @@ impl Stats {
 impl Pfe {
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
-        let sh = &*self.shared;
-        let mut total = WorkerStats::new(sh.drop_reason_names.len());
-        let mut per_ppe = Vec::with_capacity(sh.worker_stats.len());
-        for w in sh.worker_stats.iter() {
-            let w = w.lock();
-            per_ppe.push(w.packets);
-            total.add(&w);
-        }
-        let c = &sh.ingress_counts;
-        total.drops[DROP_RUNT] += c[DROP_RUNT + 1].load(Ordering::Relaxed);
-        total.drops[DROP_OVERSIZE] += c[DROP_OVERSIZE + 1].load(Ordering::Relaxed);
-        total.drops[DROP_RX_FULL] += c[DROP_RX_FULL + 1].load(Ordering::Relaxed);
-        total.drops[DROP_CLASSIFIER_PANIC] += sh.classifier_panics.count();
-        // Packets a panicking sink lost left the PPE threads as forwarded or multicast.
-        let (lost_fwd, lost_mc) = sh.tx.lost();
-        total.forwarded -= lost_fwd.min(total.forwarded);
-        total.multicast -= lost_mc.min(total.multicast);
-        total.drops[DROP_SINK_PANIC] += lost_fwd + lost_mc;
-        let mut s = Stats {
-            packets_in: c[0].load(Ordering::Relaxed),
-            packets_out: total.forwarded + total.multicast,
-            multicast: total.multicast,
-            consumed: total.consumed,
-            dropped: total.drops.iter().sum(),
-            in_flight: sh.in_flight.load(Ordering::Acquire),
-            created: total.created,
-            created_invalid: total.created_invalid,
-            instructions: total.instructions,
-            yields: total.yields,
-            reorder_held: if sh.cfg.reorder {
-                sh.reorder.held_total()
-            } else {
-                0
-            },
-            per_ppe_packets: per_ppe,
-            timer_runs: total.timer_runs,
-            timer_instructions: total.timer_instructions,
-            timer_faults: total.timer_faults,
-            latency: sh.latency.as_ref().map(|l| LatencyStats::of(&l.snapshot())),
-            drop_reasons: sh.drop_reason_names.clone(),
-            ..Stats::default()
-        };
-        for (name, log) in [
-            ("sink", &sh.tx.sink_panics),
-            ("clock", &*sh.clock_panics),
-            ("classifier", &sh.classifier_panics),
-        ] {
-            if let Some(p) = log.snapshot() {
-                s.callback_panics.insert(name.to_string(), p);
-            }
-        }
-        if let Some(t) = &sh.timers {
-            let c = t.counts();
-            s.timer_launches = c.launches;
-            s.timer_overruns = c.overruns;
-            s.timer_missed = c.missed;
-        }
-        for (name, &n) in sh.drop_reason_names.iter().zip(&total.drops) {
-            if n > 0 {
-                *s.dropped_by_reason.entry(name.clone()).or_default() += n;
-            }
-        }
-        for k in FaultKind::ALL {
-            let n = total.faults[k.index()];
-            if n > 0 {
-                s.faults.insert(k.name().to_string(), n);
-            }
-        }
-        for k in crate::mem::XtxnKind::ALL {
-            let n = total.xtxns[k.index()];
-            if n > 0 {
-                s.xtxns.insert(k.name().to_string(), n);
-            }
-        }
-        for (port, (frames, bytes)) in sh.tx.per_port().into_iter().enumerate() {
-            if frames > 0 {
-                s.tx_by_port.insert(port as u16, (frames, bytes));
-                s.frames_tx += frames;
-                s.bytes_tx += bytes;
-            }
-        }
-        s
+        snapshot(&self.shared)
     }
+}
+
+/// The counters of the engine `sh` belongs to, now ([`Pfe::stats`], and a
+/// [`super::Control`]'s).
+pub(super) fn snapshot(sh: &Shared) -> Stats {
+    let mut total = WorkerStats::new(sh.drop_reason_names.len());
+    let mut per_ppe = Vec::with_capacity(sh.worker_stats.len());
+    for w in sh.worker_stats.iter() {
+        let w = w.lock();
+        per_ppe.push(w.packets);
+        total.add(&w);
+    }
+    let c = &sh.ingress_counts;
+    total.drops[DROP_RUNT] += c[DROP_RUNT + 1].load(Ordering::Relaxed);
+    total.drops[DROP_OVERSIZE] += c[DROP_OVERSIZE + 1].load(Ordering::Relaxed);
+    total.drops[DROP_RX_FULL] += c[DROP_RX_FULL + 1].load(Ordering::Relaxed);
+    total.drops[DROP_CLASSIFIER_PANIC] += sh.classifier_panics.count();
+    // Packets a panicking sink lost left the PPE threads as forwarded or multicast.
+    let (lost_fwd, lost_mc) = sh.tx.lost();
+    total.forwarded -= lost_fwd.min(total.forwarded);
+    total.multicast -= lost_mc.min(total.multicast);
+    total.drops[DROP_SINK_PANIC] += lost_fwd + lost_mc;
+    let mut s = Stats {
+        packets_in: c[0].load(Ordering::Relaxed),
+        packets_out: total.forwarded + total.multicast,
+        multicast: total.multicast,
+        consumed: total.consumed,
+        dropped: total.drops.iter().sum(),
+        in_flight: sh.in_flight.load(Ordering::Acquire),
+        created: total.created,
+        created_invalid: total.created_invalid,
+        instructions: total.instructions,
+        yields: total.yields,
+        reorder_held: if sh.cfg.reorder {
+            sh.reorder.held_total()
+        } else {
+            0
+        },
+        per_ppe_packets: per_ppe,
+        timer_runs: total.timer_runs,
+        timer_instructions: total.timer_instructions,
+        timer_faults: total.timer_faults,
+        latency: sh.latency.as_ref().map(|l| LatencyStats::of(&l.snapshot())),
+        drop_reasons: sh.drop_reason_names.clone(),
+        ..Stats::default()
+    };
+    for (name, log) in [
+        ("sink", &sh.tx.sink_panics),
+        ("clock", &*sh.clock_panics),
+        ("classifier", &sh.classifier_panics),
+    ] {
+        if let Some(p) = log.snapshot() {
+            s.callback_panics.insert(name.to_string(), p);
+        }
+    }
+    if let Some(t) = &sh.timers {
+        let c = t.counts();
+        s.timer_launches = c.launches;
+        s.timer_overruns = c.overruns;
+        s.timer_missed = c.missed;
+    }
+    for (name, &n) in sh.drop_reason_names.iter().zip(&total.drops) {
+        if n > 0 {
+            *s.dropped_by_reason.entry(name.clone()).or_default() += n;
+        }
+    }
+    for k in FaultKind::ALL {
+        let n = total.faults[k.index()];
+        if n > 0 {
+            s.faults.insert(k.name().to_string(), n);
+        }
+    }
+    for k in crate::mem::XtxnKind::ALL {
+        let n = total.xtxns[k.index()];
+        if n > 0 {
+            s.xtxns.insert(k.name().to_string(), n);
+        }
+    }
+    for (port, (frames, bytes)) in sh.tx.per_port().into_iter().enumerate() {
+        if frames > 0 {
+            s.tx_by_port.insert(port as u16, (frames, bytes));
+            s.frames_tx += frames;
+            s.bytes_tx += bytes;
+        }
+    }
+    s
 }
 
 #[cfg(test)]

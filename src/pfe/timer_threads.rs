@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 use super::dispatch::Dispatch;
 use super::Shared;
 use crate::sync::{Backoff, Parker, Unparker};
-use crate::timer::{Launch, TimerSet};
+use crate::timer::{Launch, TimerError, TimerSet, TimerStatus};
 
 /// The longest the launcher sleeps before looking at its stop flag again.
 const MAX_SLEEP: Duration = Duration::from_millis(2);
@@ -145,6 +145,31 @@ impl TimerState {
             .store(set.next_due_ns().unwrap_or(u64::MAX), Ordering::Release);
     }
 
+    /// Every timer as it stands.
+    pub fn status(&self) -> Vec<TimerStatus> {
+        self.set.lock().0.status()
+    }
+
+    /// Applies `change` to the timers (under the lock launches are made under), then
+    /// publishes when the next launch is due and wakes the launcher so that it sleeps
+    /// until then, not until the old deadline.
+    pub fn change(
+        &self,
+        change: impl FnOnce(&mut TimerSet) -> Result<TimerStatus, TimerError>,
+    ) -> Result<TimerStatus, TimerError> {
+        let status = {
+            let mut guard = self.set.lock();
+            let status = change(&mut guard.0)?;
+            if !self.stop.load(Ordering::Relaxed) {
+                let next = guard.0.next_due_ns().unwrap_or(u64::MAX);
+                self.next_due.store(next, Ordering::Release);
+            }
+            status
+        };
+        self.launcher.unpark();
+        Ok(status)
+    }
+
     pub fn counts(&self) -> TimerCounts {
         TimerCounts {
             launches: self.launches.load(Ordering::Relaxed),
@@ -195,9 +220,9 @@ pub(crate) fn run(shared: Arc<Shared>, parker: Parker) {
         st.poll(&shared.dispatch, clock.now_ns());
         let next = st.next_due();
         if next == u64::MAX {
-            return;
-        }
-        if shared.dispatch.all_active() {
+            // Every timer is off (or the engine stops): a change or `stop` wakes us.
+            parker.park_timeout(MAX_SLEEP);
+        } else if shared.dispatch.all_active() {
             // The PPE threads launch between batches; the first to go idle wakes us.
             parker.park_timeout(MAX_SLEEP);
         } else {

@@ -1,0 +1,145 @@
+//! The engine's runtime control: what an operator reads and changes while traffic flows.
+//!
+//! [`Pfe::control`] hands out a [`Control`]: a cheap, cloneable, `Send + Sync` handle on the
+//! running engine that another thread (a control server, a dashboard, a test) keeps while
+//! the embedder injects and, at the end, shuts the engine down. Through it:
+//!
+//! - the counters ([`Control::stats`], the same snapshot as [`Pfe::stats`]);
+//! - the shared memory ([`Control::memory`]): read and write words, and the named regions
+//!   the programs allocated ([`crate::mem::SharedMemory::allocations`]), with the memory's own
+//!   atomicity (a word at a time);
+//! - the timers ([`Control::timers`], [`Control::set_timer_period`],
+//!   [`Control::set_timer_enabled`]): a change takes effect from the timer's next launch,
+//!   and the launcher is woken so that it sleeps until the new deadline.
+//!
+//! Tables a program keeps (routes, jobs, ternary match blocks) are the program's to change,
+//! through its own control-side API, on the same shared memory; the lab's control server
+//! (`pfemu::lab::control`) puts them beside these behind one endpoint.
+//!
+//! A handle outlives the engine's threads harmlessly: after [`Pfe::shutdown`] the counters
+//! are final, the memory stays readable, and timer changes are refused
+//! ([`ControlError::NotRunning`]).
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{Pfe, Shared, Stats, STATE_RUNNING};
+use crate::mem::SharedMemory;
+use crate::timer::{TimerError, TimerStatus};
+
+/// A handle on a running engine for control: see the module doc.
+#[derive(Clone)]
+pub struct Control {
+    shared: Arc<Shared>,
+}
+
+/// A control request the engine refuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlError {
+    /// The engine has no timers.
+    NoTimers,
+    /// The timer change was refused.
+    Timer(TimerError),
+    /// The engine is not running (not started, or shut down).
+    NotRunning,
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::NoTimers => write!(f, "the engine has no timers"),
+            ControlError::Timer(e) => e.fmt(f),
+            ControlError::NotRunning => write!(f, "the engine is not running"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ControlError::Timer(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for Control {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Control")
+            .field("program", &self.shared.program.name())
+            .field("running", &self.running())
+            .finish()
+    }
+}
+
+impl Pfe {
+    /// A handle for reading and changing the engine while it runs (module doc).
+    pub fn control(&self) -> Control {
+        Control {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl Control {
+    /// A snapshot of the counters ([`Pfe::stats`]).
+    pub fn stats(&self) -> Stats {
+        super::stats::snapshot(&self.shared)
+    }
+
+    /// The shared memory system.
+    pub fn memory(&self) -> &Arc<SharedMemory> {
+        &self.shared.mem
+    }
+
+    /// The name of the program the PPE threads run.
+    pub fn program_name(&self) -> &str {
+        self.shared.program.name()
+    }
+
+    /// Whether the engine is running (started, not shut down).
+    pub fn running(&self) -> bool {
+        self.shared.state.load(Ordering::Acquire) == STATE_RUNNING
+    }
+
+    /// Every timer as it stands (empty without timers).
+    pub fn timers(&self) -> Vec<TimerStatus> {
+        self.shared
+            .timers
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.status())
+    }
+
+    /// Gives timer `timer` a new period from its next launch
+    /// ([`crate::timer::TimerSet::set_period`]).
+    pub fn set_timer_period(
+        &self,
+        timer: usize,
+        period_ns: u64,
+    ) -> Result<TimerStatus, ControlError> {
+        let now = self.shared.clock.now_ns();
+        self.change_timers(|set| set.set_period(timer, period_ns, now))
+    }
+
+    /// Switches timer `timer` off or on ([`crate::timer::TimerSet::set_enabled`]).
+    pub fn set_timer_enabled(
+        &self,
+        timer: usize,
+        enabled: bool,
+    ) -> Result<TimerStatus, ControlError> {
+        let now = self.shared.clock.now_ns();
+        self.change_timers(|set| set.set_enabled(timer, enabled, now))
+    }
+
+    fn change_timers(
+        &self,
+        change: impl FnOnce(&mut crate::timer::TimerSet) -> Result<TimerStatus, TimerError>,
+    ) -> Result<TimerStatus, ControlError> {
+        if !self.running() {
+            return Err(ControlError::NotRunning);
+        }
+        let timers = self.shared.timers.as_ref().ok_or(ControlError::NoTimers)?;
+        timers.change(change).map_err(ControlError::Timer)
+    }
+}
