@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["program"],
     &["ada", "pfe"],
     &["microcode"],
-    &["lab::aggregation", "lab::bench"],
+    &["lab::aggregation", "lab::bench", "lab::control"],
     &["lab::replay", "lab::serve"],
 ];
 

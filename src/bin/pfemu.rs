@@ -1,5 +1,7 @@
 //! `pfemu`: run and benchmark the Trio-like PFE emulator.
 
+#[path = "pfemu/ctl.rs"]
+mod ctl;
 #[path = "pfemu/fabric.rs"]
 mod fabric;
 #[path = "pfemu/flags.rs"]
@@ -145,6 +147,9 @@ enum Command {
     /// egress (and optionally the dropped packets) as pcap captures.
     #[command(after_help = replay::HELP)]
     Replay(Box<replay::ReplayArgs>),
+    /// Reads and changes a running pfemu through its control plane (--control).
+    #[command(after_help = ctl::HELP)]
+    Ctl(ctl::CtlArgs),
     /// Serve Trio-ML/FPISA aggregation over UDP to real worker processes.
     #[command(after_help = "Examples:\n  \
         pfemu serve --listen 127.0.0.1:12000 --job 1:4\n  \
@@ -649,6 +654,7 @@ fn main() -> ExitCode {
         Some(Command::Replay(a)) => replay::replay(&a),
         Some(Command::Serve(a)) => serve::serve(&a),
         Some(Command::Worker(a)) => serve::worker(&a),
+        Some(Command::Ctl(a)) => ctl::ctl(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

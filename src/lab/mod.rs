@@ -11,5 +11,6 @@
 
 pub mod aggregation;
 pub mod bench;
+pub mod control;
 pub mod replay;
 pub mod serve;

@@ -1,0 +1,784 @@
+//! The runtime control plane: a running PFE's counters, memory, timers and program tables
+//! over HTTP with JSON, and its counters in the Prometheus text format, on one endpoint.
+//!
+//! Why HTTP with JSON rather than a Unix socket: Prometheus scrapes metrics over HTTP, so
+//! one listener serves the dashboards and the operator alike; every language and `curl`
+//! speak it; and it works the same for a PFE in another network namespace or container
+//! (`--control` takes any address; the default, loopback, keeps it local). The server is
+//! deliberately small: HTTP/1.1, one request per connection (`Connection: close`),
+//! `Content-Length` bodies of at most [`MAX_BODY`], headers of at most [`MAX_HEAD`], and a
+//! read timeout, so a slow or malformed client gets a clear error and never stalls it for
+//! long. Requests are served one at a time on the server's own thread, never on a PPE
+//! thread: control never slows the data path beyond the XTXNs it makes.
+//!
+//! | request | what |
+//! | --- | --- |
+//! | `GET /metrics` | the counters in the Prometheus text format (version 0.0.4) |
+//! | `GET /stats` | the counters as JSON ([`crate::pfe::Stats`]) |
+//! | `GET /memory/regions` | the named regions programs allocated |
+//! | `GET /memory?addr=A&words=N` or `?region=R&offset=O&words=N` | read words |
+//! | `POST /memory` `{"addr": A, "words": [..]}` or `{"region": R, "offset": O, ..}` | write words |
+//! | `GET /timers` | every timer, with its period and next launch |
+//! | `POST /timers/I` `{"period_ns": P}` and/or `{"enabled": B}` | change timer I |
+//! | `GET /targets` | the program's tables and their commands |
+//! | `POST /targets/T/C` `{..}` | run command C of target T ([`Target`]) |
+//!
+//! Numbers are JSON numbers; addresses and words are `u64` (a word beyond 2^53 comes back
+//! exact, as JSON numbers are read by this server, but some clients round them). Every
+//! error is a JSON `{"error": ".."}` with status 400 (a bad request, naming what is wrong),
+//! 404 (no such path, target or command) or 405 (a method the path does not take).
+//!
+//! Programs expose their tables as [`Target`]s: routes, jobs, ternary match blocks, rates.
+//! The library API is the same without HTTP: [`Controller::handle`] takes a request and
+//! returns the response an HTTP client would get.
+
+mod targets;
+
+pub use targets::{AdaTarget, JobsTarget, NimbleTarget, TcamTarget};
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::mem::Region;
+use crate::pfe::Control;
+
+/// Largest request body the server reads.
+pub const MAX_BODY: usize = 1 << 20;
+/// Largest request line and headers the server reads.
+pub const MAX_HEAD: usize = 16 << 10;
+/// Most words one memory read or write may cover.
+pub const MAX_WORDS: u64 = 4096;
+/// How long the server waits for a client's request before answering 408.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// The address `--control` listens on by default (loopback only).
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9477";
+
+/// A program's table (routes, jobs, a ternary match block, rates) that the control plane
+/// reads and changes by name while the program runs.
+pub trait Target: Send + Sync {
+    /// The name requests use (`routes`, `jobs`, `rate_table`, ...).
+    fn name(&self) -> &str;
+    /// The commands it takes, each with a line of help (its arguments and what it does).
+    fn commands(&self) -> Vec<(&'static str, &'static str)>;
+    /// Runs `command` with its JSON arguments; the JSON result, or an error message that
+    /// says what is wrong (answered with status 400).
+    fn call(&self, command: &str, args: &Value) -> Result<Value, String>;
+    /// Appends the target's own metrics in the Prometheus text format (`# HELP`, `# TYPE`
+    /// and samples), if it has any.
+    fn metrics(&self, _out: &mut String) {}
+}
+
+/// A response: an HTTP status, a content type and a body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// 200, 400, 404, 405, 408 or 413.
+    pub status: u16,
+    /// `application/json` or the Prometheus text type.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: String,
+}
+
+impl Response {
+    fn json(status: u16, v: &Value) -> Response {
+        Response {
+            status,
+            content_type: "application/json",
+            body: format!("{v}\n"),
+        }
+    }
+
+    fn error(status: u16, message: impl Into<String>) -> Response {
+        Response::json(status, &json!({ "error": message.into() }))
+    }
+
+    /// The body as JSON (`Value::Null` for a body that is not).
+    pub fn json_body(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// The control plane of one engine: its [`Control`] handle and the program's targets.
+pub struct Controller {
+    ctl: Control,
+    targets: BTreeMap<String, Arc<dyn Target>>,
+    requests: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Controller {
+    /// A controller for `ctl`'s engine and `targets` (the last of two with one name wins).
+    pub fn new(ctl: Control, targets: Vec<Arc<dyn Target>>) -> Controller {
+        Controller {
+            ctl,
+            targets: targets
+                .into_iter()
+                .map(|t| (t.name().to_string(), t))
+                .collect(),
+            requests: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Answers one request: `method` (`GET`, `POST`), `target` (the path with its query)
+    /// and the body (empty for a GET). The same answers the HTTP server gives.
+    pub fn handle(&self, method: &str, target: &str, body: &[u8]) -> Response {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let r = self.route(method, target, body);
+        if r.status != 200 {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn route(&self, method: &str, target: &str, body: &[u8]) -> Response {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let query = match parse_query(query) {
+            Ok(q) => q,
+            Err(e) => return Response::error(400, e),
+        };
+        let args = if body.is_empty() {
+            Value::Null
+        } else {
+            match serde_json::from_slice::<Value>(body) {
+                Ok(v) => v,
+                Err(e) => return Response::error(400, format!("the body is not JSON: {e}")),
+            }
+        };
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let result = match (method, parts.as_slice()) {
+            ("GET", ["metrics"]) => {
+                return Response {
+                    status: 200,
+                    content_type: "text/plain; version=0.0.4; charset=utf-8",
+                    body: self.metrics(),
+                }
+            }
+            ("GET", ["stats"]) => serde_json::to_value(self.ctl.stats()).map_err(|e| e.to_string()),
+            ("GET", ["memory", "regions"]) => Ok(self.regions()),
+            ("GET", ["memory"]) => self.read_memory(&query),
+            ("POST", ["memory"]) => self.write_memory(&args),
+            ("GET", ["timers"]) => Ok(json!(self.ctl.timers())),
+            ("POST", ["timers", i]) => self.change_timer(i, &args),
+            ("GET", ["targets"]) => Ok(self.list_targets()),
+            ("POST", ["targets", t, c]) => match self.targets.get(*t) {
+                None => {
+                    return Response::error(
+                        404,
+                        format!("no target `{t}`: {}", self.target_names()),
+                    )
+                }
+                Some(target) => {
+                    if !target.commands().iter().any(|(name, _)| name == c) {
+                        let names: Vec<&str> = target.commands().iter().map(|(n, _)| *n).collect();
+                        return Response::error(
+                            404,
+                            format!(
+                                "target `{t}` has no command `{c}` (it has {})",
+                                names.join(", ")
+                            ),
+                        );
+                    }
+                    target.call(c, &args)
+                }
+            },
+            (_, ["metrics" | "stats" | "timers" | "targets" | "memory", ..]) => {
+                return Response::error(405, format!("{method} is not a method of {path}"))
+            }
+            _ => {
+                return Response::error(
+                    404,
+                    format!("no such path: {path} (see GET /targets and the module doc)"),
+                )
+            }
+        };
+        match result {
+            Ok(v) => Response::json(200, &v),
+            Err(e) => Response::error(400, e),
+        }
+    }
+
+    fn target_names(&self) -> String {
+        let names: Vec<&str> = self.targets.keys().map(String::as_str).collect();
+        if names.is_empty() {
+            "the program has none".into()
+        } else {
+            format!("there are {}", names.join(", "))
+        }
+    }
+
+    fn list_targets(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for (name, t) in &self.targets {
+            let commands: serde_json::Map<String, Value> = t
+                .commands()
+                .into_iter()
+                .map(|(c, help)| (c.to_string(), json!(help)))
+                .collect();
+            out.insert(name.clone(), Value::Object(commands));
+        }
+        Value::Object(out)
+    }
+
+    fn regions(&self) -> Value {
+        let regions: Vec<Value> = self
+            .ctl
+            .memory()
+            .allocations()
+            .into_iter()
+            .map(|a| {
+                json!({
+                    "name": a.name,
+                    "region": region_name(a.region),
+                    "addr": a.addr,
+                    "words": a.words,
+                })
+            })
+            .collect();
+        json!(regions)
+    }
+
+    /// The first word a request names: `addr`, or `region` (a named region) and `offset`
+    /// (words into it, 0 by default), checked to leave room for `words` words in the region.
+    fn resolve(
+        &self,
+        addr: Option<u64>,
+        region: Option<&str>,
+        offset: u64,
+        words: u64,
+    ) -> Result<u64, String> {
+        if words == 0 || words > MAX_WORDS {
+            return Err(format!(
+                "invalid `words`: {words}, must be from 1 to {MAX_WORDS}"
+            ));
+        }
+        match (addr, region) {
+            (Some(a), None) => Ok(a),
+            (None, Some(name)) => {
+                let a = self.ctl.memory().allocation(name).ok_or_else(|| {
+                    let names: Vec<String> = self
+                        .ctl
+                        .memory()
+                        .allocations()
+                        .into_iter()
+                        .map(|a| a.name)
+                        .collect();
+                    format!("no region `{name}` (there are: {})", names.join(", "))
+                })?;
+                let end = offset.checked_add(words).filter(|&e| e <= a.words);
+                if end.is_none() {
+                    return Err(format!(
+                        "`offset` {offset} and `words` {words} run past region `{name}` ({} words)",
+                        a.words
+                    ));
+                }
+                Ok(a.addr + offset)
+            }
+            (Some(_), Some(_)) => Err("give `addr` or `region`, not both".into()),
+            (None, None) => {
+                Err("give `addr` (a word address) or `region` (a region's name)".into())
+            }
+        }
+    }
+
+    fn read_memory(&self, q: &BTreeMap<String, String>) -> Result<Value, String> {
+        let num = |k: &str| -> Result<Option<u64>, String> {
+            q.get(k)
+                .map(|v| parse_u64(v).map_err(|e| format!("invalid `{k}`: {e}")))
+                .transpose()
+        };
+        let words = num("words")?.unwrap_or(1);
+        let start = self.resolve(
+            num("addr")?,
+            q.get("region").map(String::as_str),
+            num("offset")?.unwrap_or(0),
+            words,
+        )?;
+        let mem = self.ctl.memory();
+        let values = (start..start + words)
+            .map(|a| mem.read_u64(a).map_err(|e| format!("word {a}: {e}")))
+            .collect::<Result<Vec<u64>, String>>()?;
+        Ok(json!({ "addr": start, "words": values }))
+    }
+
+    fn write_memory(&self, args: &Value) -> Result<Value, String> {
+        let words: Vec<u64> = match args.get("words") {
+            Some(Value::Array(ws)) => ws
+                .iter()
+                .map(|w| {
+                    w.as_u64().ok_or_else(|| {
+                        format!("invalid word {w}: must be a number from 0 to 2^64 - 1")
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err("give `words`, an array of numbers".into()),
+        };
+        let addr = opt_u64(args, "addr")?;
+        let region = args
+            .get("region")
+            .map(|r| r.as_str().ok_or("`region` must be a string"))
+            .transpose()?;
+        let offset = opt_u64(args, "offset")?.unwrap_or(0);
+        let start = self.resolve(addr, region, offset, words.len() as u64)?;
+        let mem = self.ctl.memory();
+        // Check the whole range first, so a bad address writes nothing.
+        mem.read_u64(start)
+            .map_err(|e| format!("word {start}: {e}"))?;
+        let last = start + words.len() as u64 - 1;
+        mem.read_u64(last)
+            .map_err(|e| format!("word {last}: {e}"))?;
+        for (i, &w) in words.iter().enumerate() {
+            let a = start + i as u64;
+            mem.write_u64(a, w).map_err(|e| format!("word {a}: {e}"))?;
+        }
+        Ok(json!({ "addr": start, "written": words.len() }))
+    }
+
+    fn change_timer(&self, index: &str, args: &Value) -> Result<Value, String> {
+        let timer: usize = index.parse().map_err(|_| {
+            format!("invalid timer `{index}`: must be a timer's index (GET /timers)")
+        })?;
+        let period = opt_u64(args, "period_ns")?;
+        let enabled = match args.get("enabled") {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(v) => return Err(format!("invalid `enabled` {v}: must be true or false")),
+        };
+        if period.is_none() && enabled.is_none() {
+            return Err("give `period_ns` and/or `enabled`".into());
+        }
+        let mut status = None;
+        if let Some(p) = period {
+            status = Some(
+                self.ctl
+                    .set_timer_period(timer, p)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        if let Some(on) = enabled {
+            status = Some(
+                self.ctl
+                    .set_timer_enabled(timer, on)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(json!(status))
+    }
+
+    /// The counters in the Prometheus text format (version 0.0.4).
+    pub fn metrics(&self) -> String {
+        let s = self.ctl.stats();
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, samples: &[(String, u64)]| {
+            let _ = writeln!(out, "# HELP pfemu_{name} {help}");
+            let _ = writeln!(out, "# TYPE pfemu_{name} counter");
+            for (labels, v) in samples {
+                let _ = writeln!(out, "pfemu_{name}{labels} {v}");
+            }
+        };
+        let one = |v: u64| vec![(String::new(), v)];
+        counter(
+            "packets_in_total",
+            "Frames injected, those dropped at ingress included.",
+            &one(s.packets_in),
+        );
+        counter(
+            "packets_out_total",
+            "Ingress packets that left the engine.",
+            &one(s.packets_out),
+        );
+        counter(
+            "packets_consumed_total",
+            "Ingress packets a program consumed.",
+            &one(s.consumed),
+        );
+        counter(
+            "packets_created_total",
+            "Packets created by programs.",
+            &one(s.created),
+        );
+        let by = |label: &str, m: &BTreeMap<String, u64>| -> Vec<(String, u64)> {
+            m.iter()
+                .map(|(k, &v)| (format!("{{{label}=\"{}\"}}", escape_label(k)), v))
+                .collect()
+        };
+        counter(
+            "packets_dropped_total",
+            "Ingress packets dropped, by reason.",
+            &by("reason", &s.dropped_by_reason),
+        );
+        counter(
+            "faults_total",
+            "Program faults, by kind.",
+            &by("kind", &s.faults),
+        );
+        counter(
+            "xtxns_total",
+            "External transactions, by kind.",
+            &by("kind", &s.xtxns),
+        );
+        counter(
+            "instructions_total",
+            "Instructions executed by packet threads.",
+            &one(s.instructions),
+        );
+        let ports: Vec<(String, u64)> = s
+            .tx_by_port
+            .iter()
+            .map(|(p, (f, _))| (format!("{{port=\"{p}\"}}"), *f))
+            .collect();
+        counter(
+            "frames_tx_total",
+            "Frames handed to sinks, by port.",
+            &ports,
+        );
+        let bytes: Vec<(String, u64)> = s
+            .tx_by_port
+            .iter()
+            .map(|(p, (_, b))| (format!("{{port=\"{p}\"}}"), *b))
+            .collect();
+        counter("bytes_tx_total", "Bytes handed to sinks, by port.", &bytes);
+        counter(
+            "timer_launches_total",
+            "Timer threads launched.",
+            &one(s.timer_launches),
+        );
+        counter(
+            "timer_overruns_total",
+            "Timer launches skipped: the last had not finished.",
+            &one(s.timer_overruns),
+        );
+        counter(
+            "control_requests_total",
+            "Requests the control plane answered (errors included).",
+            &one(self.requests.load(Ordering::Relaxed)),
+        );
+        counter(
+            "control_errors_total",
+            "Requests the control plane refused.",
+            &one(self.errors.load(Ordering::Relaxed)),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP pfemu_in_flight Packets accepted and not yet released."
+        );
+        let _ = writeln!(out, "# TYPE pfemu_in_flight gauge");
+        let _ = writeln!(out, "pfemu_in_flight {}", s.in_flight);
+        if let Some(l) = &s.latency {
+            let _ = writeln!(
+                out,
+                "# HELP pfemu_latency_seconds Time from ingress to egress."
+            );
+            let _ = writeln!(out, "# TYPE pfemu_latency_seconds summary");
+            for (q, v) in [
+                ("0.5", l.p50_ns),
+                ("0.9", l.p90_ns),
+                ("0.99", l.p99_ns),
+                ("0.999", l.p999_ns),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "pfemu_latency_seconds{{quantile=\"{q}\"}} {}",
+                    v as f64 / 1e9
+                );
+            }
+            let _ = writeln!(
+                out,
+                "pfemu_latency_seconds_sum {}",
+                l.mean_ns * l.count as f64 / 1e9
+            );
+            let _ = writeln!(out, "pfemu_latency_seconds_count {}", l.count);
+        }
+        for t in self.targets.values() {
+            t.metrics(&mut out);
+        }
+        out
+    }
+}
+
+fn region_name(r: Region) -> &'static str {
+    match r {
+        Region::Sram => "sram",
+        Region::Dram => "dram",
+        Region::Acc => "acc",
+    }
+}
+
+/// A label value escaped as the text format requires (backslash, quote, newline).
+pub fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A number in decimal or with a `0x` prefix.
+fn parse_u64(v: &str) -> Result<u64, String> {
+    let r = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
+    };
+    r.map_err(|_| format!("`{v}` is not a number from 0 to 2^64 - 1"))
+}
+
+/// An optional `u64` argument of a JSON object, named in the error when it is not one.
+pub fn opt_u64(args: &Value, key: &str) -> Result<Option<u64>, String> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("invalid `{key}` {v}: must be a number from 0 to 2^64 - 1")),
+    }
+}
+
+fn parse_query(q: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("invalid query parameter `{k}`"));
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+// ----- the HTTP server -----------------------------------------------------------------------
+
+/// A control server on its own thread; stops (and frees its address) when dropped.
+pub struct ControlServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Listens on `addr` (port 0: any free port, see [`ControlServer::addr`]) and serves
+    /// `controller` until dropped. Refuses an address it cannot bind, naming it.
+    pub fn start(addr: &str, controller: Controller) -> io::Result<ControlServer> {
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on the control address `{addr}`: {e}"),
+            )
+        })?;
+        let bound = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("pfemu-control".into())
+            .spawn(move || serve(listener, controller, &flag))?;
+        Ok(ControlServer {
+            addr: bound,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wake the blocking accept; it sees the flag and returns.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(listener: TcpListener, controller: Controller, stop: &AtomicBool) {
+    for stream in listener.incoming() {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        // A connection that fails before a request is the client's problem, not ours.
+        if let Ok(stream) = stream {
+            let _ = answer(stream, &controller);
+        }
+    }
+}
+
+/// Reads one request from `stream`, answers it and closes the connection.
+fn answer(stream: TcpStream, controller: &Controller) -> io::Result<()> {
+    stream.set_read_timeout(Some(READ_TIMEOUT))?;
+    stream.set_write_timeout(Some(READ_TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let response = match read_request(&mut reader) {
+        Ok((method, target, body)) => controller.handle(&method, &target, &body),
+        Err(r) => r,
+    };
+    write_response(&stream, &response)?;
+    // A refused request may have left bytes unread; closing on them would reset the
+    // connection and lose the answer at the client. Close our side, then read and discard
+    // a little for a moment, as HTTP servers do.
+    stream.shutdown(std::net::Shutdown::Write)?;
+    stream.set_read_timeout(Some(LINGER))?;
+    let _ = io::copy(&mut reader.take(LINGER_BYTES), &mut io::sink());
+    Ok(())
+}
+
+/// How long a closing connection's unread bytes are drained.
+const LINGER: Duration = Duration::from_millis(200);
+/// How many of them at most.
+const LINGER_BYTES: u64 = 4 << 20;
+
+/// The request's method, target and body, or the error response to give instead.
+fn read_request(r: &mut impl BufRead) -> Result<(String, String, Vec<u8>), Response> {
+    let timeout = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            Response::error(408, "the request did not arrive in time")
+        }
+        _ => Response::error(400, format!("reading the request: {e}")),
+    };
+    let mut head = Vec::new();
+    let mut line = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    loop {
+        line.clear();
+        let n = r
+            .by_ref()
+            .take((MAX_HEAD - head.len().min(MAX_HEAD)) as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(timeout)?;
+        head.extend_from_slice(&line);
+        if head.len() > MAX_HEAD {
+            return Err(Response::error(
+                413,
+                format!("request headers over {MAX_HEAD} bytes"),
+            ));
+        }
+        if n == 0 {
+            return Err(Response::error(
+                400,
+                "the connection closed before the request ended",
+            ));
+        }
+        let text = String::from_utf8_lossy(&line)
+            .trim_end_matches(['\r', '\n'])
+            .to_string();
+        if text.is_empty() {
+            break;
+        }
+        lines.push(text);
+    }
+    let mut first = lines
+        .first()
+        .map(|l| l.split(' '))
+        .ok_or_else(|| Response::error(400, "no request line"))?;
+    let (Some(method), Some(target), Some(version)) = (first.next(), first.next(), first.next())
+    else {
+        return Err(Response::error(
+            400,
+            "a request line is `METHOD /path HTTP/1.1`",
+        ));
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Err(Response::error(
+            400,
+            format!("unsupported protocol `{version}`"),
+        ));
+    }
+    let mut length = 0usize;
+    for h in &lines[1..] {
+        if let Some((k, v)) = h.split_once(':') {
+            if k.trim().eq_ignore_ascii_case("content-length") {
+                length = v.trim().parse().map_err(|_| {
+                    Response::error(400, format!("invalid Content-Length `{}`", v.trim()))
+                })?;
+            }
+            if k.trim().eq_ignore_ascii_case("transfer-encoding") {
+                return Err(Response::error(
+                    400,
+                    "send the body with a Content-Length, not chunked",
+                ));
+            }
+        }
+    }
+    if length > MAX_BODY {
+        return Err(Response::error(
+            413,
+            format!("request body of {length} bytes: at most {MAX_BODY}"),
+        ));
+    }
+    let mut body = vec![0; length];
+    r.read_exact(&mut body).map_err(timeout)?;
+    Ok((method.to_string(), target.to_string(), body))
+}
+
+fn write_response(mut stream: &TcpStream, r: &Response) -> io::Result<()> {
+    let reason = match r.status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Payload Too Large",
+        _ => "Error",
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        r.status,
+        r.content_type,
+        r.body.len(),
+        r.body
+    )?;
+    stream.flush()
+}
+
+// ----- the client ----------------------------------------------------------------------------
+
+/// Sends one request to a control server at `addr` and returns its status and body: what
+/// `pfemu ctl` does. Errors name the address.
+pub fn request(
+    addr: &str,
+    method: &str,
+    target: &str,
+    body: Option<&Value>,
+) -> io::Result<(u16, String)> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("control server at `{addr}`: {e}"));
+    let mut stream = TcpStream::connect(addr).map_err(named)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(named)?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(named)?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).map_err(named)?;
+    let (head, body) = reply.split_once("\r\n\r\n").ok_or_else(|| {
+        named(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "a reply without headers",
+        ))
+    })?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            named(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a reply without a status",
+            ))
+        })?;
+    Ok((status, body.to_string()))
+}

@@ -1,0 +1,432 @@
+//! The shipped programs' tables as control-plane [`Target`]s: ternary match blocks, ADA's
+//! operands, Nimble's rates, and Trio-ML's jobs. Each command's arguments and result are
+//! JSON objects; each error names the argument at fault.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::{escape_label, opt_u64, Target};
+use crate::ada::block::{Ada, ControlPlane};
+use crate::mem::tcam::{Tcam, TcamEntry};
+use crate::mem::SharedMemory;
+use crate::microcode::nimble::Nimble;
+use crate::microcode::trio_ml::{JobConfig, TrioMl};
+use crate::packet::Dest;
+
+/// A required `u64` argument.
+fn need_u64(args: &Value, key: &str) -> Result<u64, String> {
+    opt_u64(args, key)?.ok_or_else(|| format!("give `{key}`"))
+}
+
+/// A required argument that fits type `T`, named with its range in the error.
+fn need<T: TryFrom<u64>>(args: &Value, key: &str, range: &str) -> Result<T, String> {
+    let v = need_u64(args, key)?;
+    T::try_from(v).map_err(|_| format!("invalid `{key}` {v}: must be {range}"))
+}
+
+fn entry_json(e: &TcamEntry) -> Value {
+    json!({ "value": e.value, "mask": e.mask, "priority": e.priority, "result": e.result })
+}
+
+/// A ternary match block: its entries, its hit counters, and whole-table replacement.
+pub struct TcamTarget {
+    name: String,
+    tcam: Arc<Tcam>,
+}
+
+impl TcamTarget {
+    /// The block `tcam`, under `name`.
+    pub fn new(name: impl Into<String>, tcam: Arc<Tcam>) -> TcamTarget {
+        TcamTarget {
+            name: name.into(),
+            tcam,
+        }
+    }
+}
+
+impl Target for TcamTarget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn commands(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            (
+                "entries",
+                "{} -> the table's version and entries (value, mask, priority, result)",
+            ),
+            (
+                "hits",
+                "{} -> the table's version and each entry's hit counter",
+            ),
+            (
+                "replace",
+                "{\"entries\": [{\"value\", \"mask\", \"priority\", \"result\"}, ..]} -> installs \
+                 the whole table at once (lookups see the old one or the new one); its version",
+            ),
+        ]
+    }
+
+    fn call(&self, command: &str, args: &Value) -> Result<Value, String> {
+        match command {
+            "entries" => {
+                let (version, entries) = self.tcam.entries();
+                let entries: Vec<Value> = entries.iter().map(entry_json).collect();
+                Ok(
+                    json!({ "version": version, "capacity": self.tcam.capacity(), "entries": entries }),
+                )
+            }
+            "hits" => {
+                let (version, hits) = self.tcam.hits();
+                Ok(json!({ "version": version, "hits": hits }))
+            }
+            "replace" => {
+                let Some(Value::Array(list)) = args.get("entries") else {
+                    return Err(
+                        "give `entries`, an array of {value, mask, priority, result}".into(),
+                    );
+                };
+                let entries = list
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| {
+                        let field = |k: &str, range: &str| -> Result<u64, String> {
+                            let v = need_u64(e, k).map_err(|m| format!("entry {i}: {m}"))?;
+                            if range == "u32" && v > u64::from(u32::MAX) {
+                                return Err(format!(
+                                    "entry {i}: invalid `{k}` {v}: must be from 0 to 2^32 - 1"
+                                ));
+                            }
+                            Ok(v)
+                        };
+                        Ok(TcamEntry {
+                            value: field("value", "u32")? as u32,
+                            mask: field("mask", "u32")? as u32,
+                            priority: opt_u64(e, "priority")
+                                .map_err(|m| format!("entry {i}: {m}"))?
+                                .unwrap_or(0)
+                                .try_into()
+                                .map_err(|_| {
+                                    format!("entry {i}: invalid `priority`: must be below 2^32")
+                                })?,
+                            result: field("result", "u64")?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                let version = self.tcam.replace(entries).map_err(|e| e.to_string())?;
+                Ok(json!({ "version": version }))
+            }
+            _ => Err(format!("no command `{command}`")),
+        }
+    }
+}
+
+/// One operand under ADA: its controller's counters, its bins and its table, an epoch run
+/// from the control side, and its counters as metrics.
+pub struct AdaTarget {
+    name: String,
+    ada: Arc<Ada>,
+}
+
+impl AdaTarget {
+    /// The operand `ada`, under `name`.
+    pub fn new(name: impl Into<String>, ada: Arc<Ada>) -> AdaTarget {
+        AdaTarget {
+            name: name.into(),
+            ada,
+        }
+    }
+}
+
+impl Target for AdaTarget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn commands(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            (
+                "stats",
+                "{} -> epochs, re-populations, rebalances, expansions, reads, writes, bins",
+            ),
+            ("bins", "{} -> the monitoring bins, as ternary patterns"),
+            (
+                "entries",
+                "{} -> the calculation table's entries (value, mask, representative)",
+            ),
+            (
+                "epoch",
+                "{} -> runs one controller epoch now, from the control side",
+            ),
+        ]
+    }
+
+    fn call(&self, command: &str, _args: &Value) -> Result<Value, String> {
+        match command {
+            "stats" => serde_json::to_value(self.ada.stats()).map_err(|e| e.to_string()),
+            "bins" => Ok(json!(self.ada.bins().iter().map(|b| b.pattern()).collect::<Vec<_>>())),
+            "entries" => Ok(json!(self
+                .ada
+                .entries()
+                .iter()
+                .map(|e| json!({ "value": e.value, "mask": e.mask, "representative": e.representative }))
+                .collect::<Vec<_>>())),
+            "epoch" => {
+                let e = self.ada.epoch(&mut ControlPlane).map_err(|e| e.to_string())?;
+                Ok(json!({
+                    "hits": e.hits,
+                    "repopulated": e.repopulated,
+                    "update": format!("{:?}", e.update),
+                    "reads": e.reads,
+                    "writes": e.writes,
+                }))
+            }
+            _ => Err(format!("no command `{command}`")),
+        }
+    }
+
+    fn metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let s = self.ada.stats();
+        let label = format!("{{operand=\"{}\"}}", escape_label(&self.name));
+        for (name, help, v) in [
+            ("epochs", "ADA controller epochs.", s.epochs),
+            (
+                "repopulations",
+                "Calculation tables installed by ADA.",
+                s.repopulations,
+            ),
+            ("reads", "Hit counters ADA's controller read.", s.reads),
+            ("writes", "Entries ADA's controller wrote.", s.writes),
+        ] {
+            let _ = writeln!(out, "# HELP pfemu_ada_{name}_total {help}");
+            let _ = writeln!(out, "# TYPE pfemu_ada_{name}_total counter");
+            let _ = writeln!(out, "pfemu_ada_{name}_total{label} {v}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP pfemu_ada_bins Monitoring bins of an ADA operand."
+        );
+        let _ = writeln!(out, "# TYPE pfemu_ada_bins gauge");
+        let _ = writeln!(out, "pfemu_ada_bins{label} {}", s.bins);
+    }
+}
+
+/// Nimble's classes: their rates (set from the control plane, as Nimble's controller
+/// does, or as a data-plane change the control plane does not see) and what each admitted.
+pub struct NimbleTarget {
+    nimble: Nimble,
+    mem: Arc<SharedMemory>,
+}
+
+impl NimbleTarget {
+    /// The limiter `nimble`, installed in `mem`.
+    pub fn new(nimble: Nimble, mem: Arc<SharedMemory>) -> NimbleTarget {
+        NimbleTarget { nimble, mem }
+    }
+
+    fn classes(&self) -> usize {
+        self.nimble.config().rates_bps.len()
+    }
+}
+
+impl Target for NimbleTarget {
+    fn name(&self) -> &str {
+        "classes"
+    }
+
+    fn commands(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            (
+                "list",
+                "{} -> each class's rate (bit/s), admitted packets and bytes, tokens",
+            ),
+            (
+                "set_rate",
+                "{\"class\": C, \"bps\": R, \"data_plane\": false} -> the control plane sets \
+                 class C's rate (with data_plane: true, only the rate word, as a data-plane \
+                 change the static arithmetic does not see)",
+            ),
+        ]
+    }
+
+    fn call(&self, command: &str, args: &Value) -> Result<Value, String> {
+        match command {
+            "list" => (0..self.classes())
+                .map(|c| {
+                    let counts = self.nimble.counts(&self.mem, c).map_err(|e| e.to_string())?;
+                    Ok(json!({
+                        "class": c,
+                        "rate_bps": self.nimble.rate(&self.mem, c).map_err(|e| e.to_string())?,
+                        "admitted_packets": counts.packets,
+                        "admitted_bytes": counts.bytes,
+                        "tokens_bytes": self.nimble.tokens(&self.mem, c).map_err(|e| e.to_string())?,
+                    }))
+                })
+                .collect::<Result<Vec<Value>, String>>()
+                .map(Value::Array),
+            "set_rate" => {
+                let class: usize = need(args, "class", &format!("a class from 0 to {}", self.classes().saturating_sub(1)))?;
+                let bps = need_u64(args, "bps")?;
+                let data_plane = match args.get("data_plane") {
+                    None => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(v) => return Err(format!("invalid `data_plane` {v}: must be true or false")),
+                };
+                let set = if data_plane {
+                    self.nimble.set_rate(&self.mem, class, bps)
+                } else {
+                    self.nimble.configure_rate(&self.mem, class, bps)
+                };
+                set.map_err(|e| e.to_string())?;
+                Ok(json!({ "class": class, "rate_bps": bps, "data_plane": data_plane }))
+            }
+            _ => Err(format!("no command `{command}`")),
+        }
+    }
+
+    fn metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "# HELP pfemu_nimble_admitted_bytes_total Bytes a class admitted."
+        );
+        let _ = writeln!(out, "# TYPE pfemu_nimble_admitted_bytes_total counter");
+        for c in 0..self.classes() {
+            if let Ok(counts) = self.nimble.counts(&self.mem, c) {
+                let _ = writeln!(
+                    out,
+                    "pfemu_nimble_admitted_bytes_total{{class=\"{c}\"}} {}",
+                    counts.bytes
+                );
+            }
+        }
+    }
+}
+
+/// Trio-ML's (or FPISA's) jobs: list, add and remove while aggregation runs.
+pub struct JobsTarget {
+    trio: TrioMl,
+}
+
+impl JobsTarget {
+    /// The jobs of `trio`.
+    pub fn new(trio: TrioMl) -> JobsTarget {
+        JobsTarget { trio }
+    }
+}
+
+impl Target for JobsTarget {
+    fn name(&self) -> &str {
+        "jobs"
+    }
+
+    fn commands(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            (
+                "list",
+                "{} -> every job's record: sources, slots, timeout, Results' addresses",
+            ),
+            (
+                "add",
+                "{\"job_id\": J, \"sources\": [..], \"block_cnt_max\"?, \"block_grad_max\"?, \
+                 \"block_exp_ms\"?, \"out_dst_addr\"?: \"a.b.c.d\", \"out_group\"? | \
+                 \"out_port\"?} -> adds job J",
+            ),
+            (
+                "remove",
+                "{\"job_id\": J} -> removes job J (its blocks finish or time out)",
+            ),
+        ]
+    }
+
+    fn call(&self, command: &str, args: &Value) -> Result<Value, String> {
+        match command {
+            "list" => self
+                .trio
+                .jobs()
+                .into_iter()
+                .map(|j| {
+                    let s = self.trio.job_state(j).map_err(|e| e.to_string())?;
+                    Ok(json!({
+                        "job_id": j,
+                        "sources": s.sources,
+                        "block_cnt_max": s.block_cnt_max,
+                        "block_grad_max": s.block_grad_max,
+                        "block_exp_ms": s.block_exp_ms,
+                        "block_curr_cnt": s.block_curr_cnt,
+                        "out_src_addr": s.out_src_addr.to_string(),
+                        "out_dst_addr": s.out_dst_addr.to_string(),
+                        "out_dest": format!("{:?}", s.out_dest),
+                    }))
+                })
+                .collect::<Result<Vec<Value>, String>>()
+                .map(Value::Array),
+            "add" => {
+                let d = JobConfig::default();
+                let job_id: u8 = need(args, "job_id", "from 0 to 255")?;
+                let sources = match args.get("sources") {
+                    Some(Value::Array(s)) => s
+                        .iter()
+                        .map(|v| {
+                            v.as_u64()
+                                .and_then(|v| u8::try_from(v).ok())
+                                .ok_or_else(|| format!("invalid source {v}: must be from 0 to 255"))
+                        })
+                        .collect::<Result<Vec<u8>, String>>()?,
+                    _ => return Err("give `sources`, an array of source ids".into()),
+                };
+                let small = |k: &str, default: u64, max: u64| -> Result<u64, String> {
+                    let v = opt_u64(args, k)?.unwrap_or(default);
+                    if v > max {
+                        return Err(format!("invalid `{k}` {v}: at most {max}"));
+                    }
+                    Ok(v)
+                };
+                let out_dst_addr = match args.get("out_dst_addr") {
+                    None => d.out_dst_addr,
+                    Some(v) => v
+                        .as_str()
+                        .and_then(|s| s.parse::<Ipv4Addr>().ok())
+                        .ok_or_else(|| {
+                            format!(
+                                "invalid `out_dst_addr` {v}: an IPv4 address like \"239.0.0.1\""
+                            )
+                        })?,
+                };
+                let out_dest = match (opt_u64(args, "out_group")?, opt_u64(args, "out_port")?) {
+                    (Some(_), Some(_)) => {
+                        return Err("give `out_group` or `out_port`, not both".into())
+                    }
+                    (Some(g), None) => Dest::Group(
+                        u16::try_from(g).map_err(|_| format!("invalid `out_group` {g}"))?,
+                    ),
+                    (None, Some(p)) => {
+                        Dest::Port(u16::try_from(p).map_err(|_| format!("invalid `out_port` {p}"))?)
+                    }
+                    (None, None) => d.out_dest,
+                };
+                let job = JobConfig {
+                    job_id,
+                    sources,
+                    block_cnt_max: small("block_cnt_max", d.block_cnt_max.into(), 4095)? as u16,
+                    block_grad_max: small("block_grad_max", d.block_grad_max.into(), 4095)? as u16,
+                    block_exp_ms: small("block_exp_ms", d.block_exp_ms.into(), 255)? as u8,
+                    out_dst_addr,
+                    out_dest,
+                    ..d
+                };
+                self.trio.add_job(&job).map_err(|e| e.to_string())?;
+                Ok(json!({ "job_id": job_id, "added": true }))
+            }
+            "remove" => {
+                let job_id: u8 = need(args, "job_id", "from 0 to 255")?;
+                self.trio.remove_job(job_id).map_err(|e| e.to_string())?;
+                Ok(json!({ "job_id": job_id, "removed": true }))
+            }
+            _ => Err(format!("no command `{command}`")),
+        }
+    }
+}

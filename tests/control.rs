@@ -1,0 +1,531 @@
+//! The runtime control plane: the library's answers for every path while traffic flows,
+//! the HTTP server and its client, bad requests refused by name, and the Prometheus
+//! output read by a real parser (Python's `prometheus_client`, when installed).
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use pfemu::lab::control::{
+    request, AdaTarget, ControlServer, Controller, NimbleTarget, Target, TcamTarget,
+};
+use pfemu::microcode::nimble::{Nimble, NimbleConfig};
+use pfemu::prelude::*;
+
+use common::{small_memory, udp_frame};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A running PFE with Nimble (ADA on the rate, its controller a timer every 100 us) on the
+/// real clock, and its control plane with the limiter's classes, ADA's operand and its
+/// calculation table as targets.
+fn rig() -> (Pfe, Nimble, Controller) {
+    let mem = small_memory();
+    let nimble = Nimble::install(
+        &mem,
+        NimbleConfig {
+            rates_bps: vec![1_000_000_000, 2_000_000_000],
+            out_port: 1,
+            ..NimbleConfig::default()
+        },
+    )
+    .expect("installs");
+    let mut pfe = Pfe::builder()
+        .program(nimble.program())
+        .memory(mem.clone())
+        .ppe_threads(2)
+        .timers(nimble.timer_specs().expect("a valid period"))
+        .sink(Arc::new(CountingSink::new(4)))
+        .build()
+        .expect("a valid engine");
+    pfe.start().expect("starts");
+    let ada = Arc::clone(nimble.ada().expect("ADA on the rate"));
+    let targets: Vec<Arc<dyn Target>> = vec![
+        Arc::new(NimbleTarget::new(nimble.clone(), mem)),
+        Arc::new(AdaTarget::new("rate", Arc::clone(&ada))),
+        Arc::new(TcamTarget::new(
+            "rate_table",
+            Arc::new(
+                pfemu::mem::tcam::Tcam::new(4, pfemu::mem::tcam::MatchMode::LongestPrefix).unwrap(),
+            ),
+        )),
+    ];
+    let ctl = Controller::new(pfe.control(), targets);
+    (pfe, nimble, ctl)
+}
+
+fn ok(ctl: &Controller, method: &str, target: &str, body: Value) -> Value {
+    let body = if body.is_null() {
+        Vec::new()
+    } else {
+        body.to_string().into_bytes()
+    };
+    let r = ctl.handle(method, target, &body);
+    assert_eq!(r.status, 200, "{method} {target}: {}", r.body);
+    r.json_body()
+}
+
+fn refused(ctl: &Controller, method: &str, target: &str, body: &str, status: u16, says: &str) {
+    let r = ctl.handle(method, target, body.as_bytes());
+    assert_eq!(r.status, status, "{method} {target} {body}: {}", r.body);
+    let e = r.json_body()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        e.contains(says),
+        "{method} {target}: `{e}` does not say `{says}`"
+    );
+}
+
+#[test]
+fn every_path_answers_while_traffic_flows() {
+    let (pfe, nimble, ctl) = rig();
+    let pfe = Arc::new(pfe);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Traffic on both classes from another thread for the whole test.
+    let sender = {
+        let (pfe, stop) = (Arc::clone(&pfe), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let frames: Vec<Vec<u8>> = (0..64).map(|i| udp_frame(i, 0, 256)).collect();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let burst = frames
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| ((i % 2) as u16, f.as_slice()));
+                sent += pfe.inject_burst(burst).expect("running");
+            }
+            sent
+        })
+    };
+    let deadline = Instant::now() + PATIENCE;
+    // The counters only grow while traffic flows.
+    let mut last = 0;
+    for _ in 0..20 {
+        let s = ok(&ctl, "GET", "/stats", Value::Null);
+        let n = s["packets_in"].as_u64().expect("a number");
+        assert!(n >= last, "packets_in went back from {last} to {n}");
+        last = n;
+        assert!(Instant::now() < deadline, "gave up reading stats");
+    }
+    while ok(&ctl, "GET", "/stats", Value::Null)["packets_in"].as_u64() < Some(1000) {
+        assert!(Instant::now() < deadline, "no traffic arrived");
+        std::thread::yield_now();
+    }
+
+    // Memory: the limiter's class records, by region name, and a write read back.
+    let regions = ok(&ctl, "GET", "/memory/regions", Value::Null);
+    assert!(regions
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["name"] == "nimble.classes"));
+    let rate = ok(
+        &ctl,
+        "GET",
+        "/memory?region=nimble.classes&offset=0&words=1",
+        Value::Null,
+    );
+    assert_eq!(rate["words"][0], 1_000_000_000 / 8);
+    let scratch = pfe
+        .memory()
+        .alloc("test.scratch", Region::Sram, 4)
+        .expect("room");
+    ok(
+        &ctl,
+        "POST",
+        "/memory",
+        json!({ "addr": scratch, "words": [7, 8, 9] }),
+    );
+    let back = ok(
+        &ctl,
+        "GET",
+        &format!("/memory?addr={scratch:#x}&words=3"),
+        Value::Null,
+    );
+    assert_eq!(back["words"], json!([7, 8, 9]));
+
+    // Timers: ADA's controller, slowed and switched off and on.
+    let t = ok(&ctl, "GET", "/timers", Value::Null);
+    assert_eq!(t.as_array().map(Vec::len), Some(1));
+    let t = ok(&ctl, "POST", "/timers/0", json!({ "period_ns": 5_000_000 }));
+    assert_eq!(t["spec"]["period_ns"], 5_000_000);
+    let t = ok(&ctl, "POST", "/timers/0", json!({ "enabled": false }));
+    assert_eq!(
+        (t["enabled"].as_bool(), t["next_due_ns"].is_null()),
+        (Some(false), true)
+    );
+    ok(
+        &ctl,
+        "POST",
+        "/timers/0",
+        json!({ "enabled": true, "period_ns": 100_000 }),
+    );
+
+    // Targets: the classes' rates, set by the control plane mid-stream, take effect.
+    let targets = ok(&ctl, "GET", "/targets", Value::Null);
+    assert!(targets["classes"]["set_rate"].is_string() && targets["rate"]["epoch"].is_string());
+    ok(
+        &ctl,
+        "POST",
+        "/targets/classes/set_rate",
+        json!({ "class": 1, "bps": 5_000_000_000u64 }),
+    );
+    assert_eq!(
+        nimble.rate(pfe.memory(), 1).expect("class 1"),
+        5_000_000_000
+    );
+    let list = ok(&ctl, "POST", "/targets/classes/list", Value::Null);
+    assert_eq!(list[1]["rate_bps"], 5_000_000_000u64);
+    assert!(list[0]["admitted_packets"].as_u64() > Some(0));
+    let stats = ok(&ctl, "POST", "/targets/rate/stats", Value::Null);
+    assert!(stats["epochs"].as_u64() > Some(0), "{stats}");
+    ok(&ctl, "POST", "/targets/rate/epoch", Value::Null);
+    let replaced = ok(
+        &ctl,
+        "POST",
+        "/targets/rate_table/replace",
+        json!({ "entries": [{ "value": 0, "mask": 0, "priority": 0, "result": 42 }] }),
+    );
+    assert_eq!(replaced["version"], 1);
+    let entries = ok(&ctl, "POST", "/targets/rate_table/entries", Value::Null);
+    assert_eq!(entries["entries"][0]["result"], 42);
+
+    // Refusals, each naming what is wrong.
+    refused(&ctl, "GET", "/nowhere", "", 404, "no such path");
+    refused(&ctl, "DELETE", "/stats", "", 405, "DELETE");
+    refused(
+        &ctl,
+        "GET",
+        "/memory?region=nope&words=1",
+        "",
+        400,
+        "no region `nope`",
+    );
+    refused(&ctl, "GET", "/memory?addr=0&words=0", "", 400, "`words`");
+    refused(
+        &ctl,
+        "GET",
+        "/memory?addr=0&words=99999",
+        "",
+        400,
+        "`words`",
+    );
+    refused(&ctl, "GET", "/memory?addr=banana", "", 400, "`addr`");
+    refused(
+        &ctl,
+        "GET",
+        "/memory?region=nimble.classes&offset=13&words=2",
+        "",
+        400,
+        "run past",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/memory",
+        r#"{"addr": 0, "words": [-1]}"#,
+        400,
+        "invalid word",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/memory",
+        r#"{"addr": 1099511627776, "words": [1]}"#,
+        400,
+        "word 1099511627776",
+    );
+    refused(&ctl, "POST", "/memory", "not json", 400, "not JSON");
+    refused(
+        &ctl,
+        "POST",
+        "/timers/9",
+        r#"{"enabled": true}"#,
+        400,
+        "no timer 9",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/timers/0",
+        r#"{"period_ns": 0}"#,
+        400,
+        "period 0",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/timers/0",
+        r#"{"period_ns": -5}"#,
+        400,
+        "`period_ns`",
+    );
+    refused(&ctl, "POST", "/timers/x", "{}", 400, "invalid timer `x`");
+    refused(
+        &ctl,
+        "POST",
+        "/targets/nope/list",
+        "",
+        404,
+        "no target `nope`",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/classes/fly",
+        "",
+        404,
+        "no command `fly`",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/classes/set_rate",
+        r#"{"class": 7, "bps": 1}"#,
+        400,
+        "no class 7",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/classes/set_rate",
+        r#"{"class": 0, "bps": 1e30}"#,
+        400,
+        "`bps`",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/rate_table/replace",
+        r#"{"entries": [{"value": 1, "mask": 4294967296, "result": 1}]}"#,
+        400,
+        "entry 0: invalid `mask`",
+    );
+
+    stop.store(true, Ordering::Release);
+    let sent = sender.join().expect("the sender");
+    let pfe = Arc::into_inner(pfe).expect("the last handle");
+    let s = pfe.shutdown();
+    assert!(s.is_conserved());
+    assert_eq!(s.packets_in, sent);
+    // The control plane still answers after shutdown, with the final counters.
+    let after = ok(&ctl, "GET", "/stats", Value::Null);
+    assert_eq!(after["packets_in"], sent);
+    refused(
+        &ctl,
+        "POST",
+        "/timers/0",
+        r#"{"enabled": false}"#,
+        400,
+        "not running",
+    );
+}
+
+/// The server end to end: the client, a request a byte at a time, malformed requests, a
+/// body too large, and the metrics through a real Prometheus parser.
+#[test]
+fn the_http_server_serves_and_refuses() {
+    let (pfe, _nimble, ctl) = rig();
+    let server = ControlServer::start("127.0.0.1:0", ctl).expect("a free port");
+    let addr = server.addr().to_string();
+    let frames: Vec<Vec<u8>> = (0..100).map(|i| udp_frame(i, 0, 128)).collect();
+    pfe.inject_burst(frames.iter().map(|f| (0u16, f.as_slice())))
+        .expect("running");
+    pfe.drain();
+    let (status, body) = request(&addr, "GET", "/stats", None).expect("answers");
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["packets_in"], 100);
+    let (status, body) = request(
+        &addr,
+        "POST",
+        "/timers/0",
+        Some(&json!({ "enabled": false })),
+    )
+    .expect("answers");
+    assert_eq!(status, 200, "{body}");
+
+    // Raw requests: malformed, too large, and one dribbled a byte at a time. The server
+    // may answer and close before a long request is all written: a failed write is fine,
+    // the answer is what counts.
+    let send = |bytes: &[u8], dribble: bool| -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).expect("connects");
+        s.set_read_timeout(Some(PATIENCE)).expect("a timeout");
+        let chunk = if dribble { 1 } else { bytes.len().max(1) };
+        for piece in bytes.chunks(chunk) {
+            if s.write_all(piece).is_err() {
+                break;
+            }
+        }
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    let raw = |bytes: &[u8]| send(bytes, false);
+    assert!(send(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n", true).starts_with("HTTP/1.1 200"));
+    assert!(raw(b"GET /stats HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+    assert!(raw(b"NONSENSE\r\n\r\n").starts_with("HTTP/1.1 400"));
+    assert!(raw(b"GET /stats SPDY/3\r\n\r\n").contains("unsupported protocol"));
+    let big = format!(
+        "POST /memory HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        1 << 30
+    );
+    assert!(raw(big.as_bytes()).starts_with("HTTP/1.1 413"));
+    let chunked = "POST /memory HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert!(raw(chunked.as_bytes()).contains("Content-Length"));
+    let long_header = format!("GET /stats HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(64 << 10));
+    assert!(raw(long_header.as_bytes()).starts_with("HTTP/1.1 413"));
+
+    // The metrics, parsed by Prometheus's own Python parser.
+    let (status, metrics) = request(&addr, "GET", "/metrics", None).expect("answers");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("pfemu_packets_in_total 100"), "{metrics}");
+    prometheus_parses(&metrics);
+    drop(server);
+    pfe.shutdown();
+}
+
+/// Parses `text` with `prometheus_client.parser` and checks a few families, or prints why
+/// it cannot (Python or the package missing: `.ci/run` installs it when it can).
+fn prometheus_parses(text: &str) {
+    let script = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+families = {f.name: f for f in text_string_to_metric_families(sys.stdin.read())}
+assert families["pfemu_packets_in"].type == "counter", families.keys()
+assert families["pfemu_packets_in"].samples[0].value == 100
+assert families["pfemu_in_flight"].type == "gauge"
+assert families["pfemu_ada_epochs"].samples[0].labels == {"operand": "rate"}
+print(len(families))
+"#;
+    let probe = Command::new("python3")
+        .args(["-c", "import prometheus_client"])
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        _ => {
+            eprintln!("skipped: the Prometheus parser check needs python3 with prometheus_client (pip install prometheus_client)");
+            return;
+        }
+    }
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("writes");
+    }
+    let out = child.wait_with_output().expect("finishes");
+    assert!(
+        out.status.success(),
+        "prometheus_client refused the metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `pfemu ctl` against a server: each command's answer, a refusal's message and status,
+/// and a server that is not there.
+#[test]
+fn pfemu_ctl_reads_and_changes_a_running_pfe() {
+    let (pfe, _nimble, ctl) = rig();
+    let server = ControlServer::start("127.0.0.1:0", ctl).expect("a free port");
+    let addr = server.addr().to_string();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))
+            .args(["ctl", "--control", &addr])
+            .args(args)
+            .output()
+            .expect("pfemu runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let json = |args: &[&str]| -> Value {
+        let (code, out, err) = run(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    };
+    assert!(json(&["stats"])["packets_in"].is_u64());
+    assert_eq!(json(&["timers"]).as_array().map(Vec::len), Some(1));
+    assert_eq!(json(&["timer", "0", "--off"])["enabled"], false);
+    assert_eq!(
+        json(&["timer", "0", "--on", "--period-ms", "0.5"])["spec"]["period_ns"],
+        500_000
+    );
+    assert_eq!(
+        json(&["read", "--region", "nimble.classes", "--words", "2"])["words"][0],
+        125_000_000
+    );
+    let scratch = pfe
+        .memory()
+        .alloc("ctl.scratch", Region::Sram, 2)
+        .expect("room");
+    let at = scratch.to_string();
+    json(&["write", "--addr", &at, "0x10", "17"]);
+    assert_eq!(
+        json(&["read", "--addr", &at, "--words", "2"])["words"],
+        json!([16, 17])
+    );
+    assert!(json(&["regions"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["name"] == "ctl.scratch"));
+    assert!(json(&["targets"])["classes"].is_object());
+    let classes = json(&["call", "classes", "list"]);
+    assert_eq!(classes[1]["rate_bps"], 2_000_000_000u64);
+    json(&[
+        "call",
+        "classes",
+        "set_rate",
+        r#"{"class": 1, "bps": 3000000000}"#,
+    ]);
+    assert_eq!(
+        json(&["call", "classes", "list"])[1]["rate_bps"],
+        3_000_000_000u64
+    );
+    let (code, metrics, _) = run(&["metrics"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        metrics.contains("# TYPE pfemu_packets_in_total counter"),
+        "{metrics}"
+    );
+
+    // Refusals: the server's message, and a non-zero status.
+    let (code, _, err) = run(&["timer", "7", "--off"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no timer 7"), "{err}");
+    let (code, _, err) = run(&["call", "classes", "list", "{not json"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("not JSON"), "{err}");
+    let (code, _, err) = run(&["timer", "0", "--period-ms", "NaN"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--period-ms"), "{err}");
+    drop(server);
+    let (code, _, err) = run(&["stats"]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains(&addr),
+        "names the address it could not reach: {err}"
+    );
+    pfe.shutdown();
+}
