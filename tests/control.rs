@@ -118,6 +118,19 @@ fn every_path_answers_while_traffic_flows() {
         assert!(Instant::now() < deadline, "no traffic arrived");
         std::thread::yield_now();
     }
+    // And the PPE threads have processed some (they may start late on a busy machine).
+    let processed = |s: &Value| -> u64 {
+        s["per_ppe_packets"]
+            .as_array()
+            .map_or(0, |a| a.iter().filter_map(Value::as_u64).sum())
+    };
+    while processed(&ok(&ctl, "GET", "/stats", Value::Null)) < 1000 {
+        assert!(
+            Instant::now() < deadline,
+            "the PPE threads processed nothing"
+        );
+        std::thread::yield_now();
+    }
 
     // Memory: the limiter's class records, by region name, and a write read back.
     let regions = ok(&ctl, "GET", "/memory/regions", Value::Null);
@@ -183,7 +196,11 @@ fn every_path_answers_while_traffic_flows() {
     );
     let list = ok(&ctl, "POST", "/targets/classes/list", Value::Null);
     assert_eq!(list[1]["rate_bps"], 5_000_000_000u64);
-    assert!(list[0]["admitted_packets"].as_u64() > Some(0));
+    assert!(
+        list[0]["admitted_packets"].as_u64() > Some(0),
+        "{list} {}",
+        ok(&ctl, "GET", "/stats", Value::Null)
+    );
     let stats = ok(&ctl, "POST", "/targets/rate/stats", Value::Null);
     assert!(stats["epochs"].as_u64() > Some(0), "{stats}");
     ok(&ctl, "POST", "/targets/rate/epoch", Value::Null);
@@ -528,4 +545,147 @@ fn pfemu_ctl_reads_and_changes_a_running_pfe() {
         "names the address it could not reach: {err}"
     );
     pfe.shutdown();
+}
+
+/// l3fwd under traffic: a route added through the control plane takes effect for the
+/// packets after it, removed it stops, and the counters only grow meanwhile.
+#[test]
+fn a_route_added_through_the_control_plane_takes_effect_mid_stream() {
+    use pfemu::lab::control::RoutesTarget;
+    use pfemu::microcode::l3fwd::live::LiveRoutes;
+    use pfemu::microcode::l3fwd::{udp_frame as l3_frame, L3fwd, Room, RouteTable};
+
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
+    let routes: RouteTable = "10.0.0.0/16 1\n".parse().expect("routes");
+    let l3 = L3fwd::install_with_room(
+        &mem,
+        &routes,
+        Room {
+            tbl8_groups: 4,
+            next_hops: 4,
+        },
+    )
+    .expect("installs");
+    let live = Arc::new(LiveRoutes::new(&l3, Arc::clone(&mem), routes).expect("takes over"));
+    let sink = Arc::new(CountingSink::new(4));
+    let mut pfe = Pfe::builder()
+        .program(l3.program())
+        .memory(mem)
+        .ppe_threads(2)
+        .sink(sink.clone())
+        .build()
+        .expect("a valid engine");
+    pfe.start().expect("starts");
+    let ctl = Controller::new(pfe.control(), vec![Arc::new(RoutesTarget::new(live))]);
+    let pfe = Arc::new(pfe);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (pfe, stop) = (Arc::clone(&pfe), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let frame = l3_frame([10, 9, 0, 1], 64, 64);
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                sent += pfe
+                    .inject_burst((0..32).map(|_| (0u16, frame.as_slice())))
+                    .expect("running");
+            }
+            sent
+        })
+    };
+    let deadline = Instant::now() + PATIENCE;
+    let drops = || {
+        ok(&ctl, "GET", "/stats", Value::Null)["dropped_by_reason"]["no_route"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    while drops() < 100 {
+        assert!(
+            Instant::now() < deadline,
+            "no packet was dropped as no_route"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(sink.packets(3), 0);
+    ok(
+        &ctl,
+        "POST",
+        "/targets/routes/add",
+        json!({ "route": "10.9.0.0/16", "port": 3 }),
+    );
+    assert_eq!(
+        ok(
+            &ctl,
+            "POST",
+            "/targets/routes/lookup",
+            json!({ "addr": "10.9.0.1" })
+        )["port"],
+        3
+    );
+    while sink.packets(3) < 100 {
+        assert!(Instant::now() < deadline, "no packet took the new route");
+        std::thread::yield_now();
+    }
+    let list = ok(&ctl, "POST", "/targets/routes/list", Value::Null);
+    assert_eq!(list.as_array().map(Vec::len), Some(2));
+    ok(
+        &ctl,
+        "POST",
+        "/targets/routes/remove",
+        json!({ "route": "10.9.0.0/16" }),
+    );
+    // After the removal the packets are dropped again, and the counters only grow.
+    let (mut last, removed_at) = ((0, 0), drops());
+    while drops() < removed_at + 100 {
+        let now = (sink.packets(3), drops());
+        assert!(
+            now.0 >= last.0 && now.1 >= last.1,
+            "counters went back: {last:?} -> {now:?}"
+        );
+        last = now;
+        assert!(
+            Instant::now() < deadline,
+            "no packet was dropped after the removal"
+        );
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::Release);
+    sender.join().expect("the sender");
+    pfe.drain();
+    // Packets in flight at the removal may still have taken the route; none after.
+    let forwarded = sink.packets(3);
+    let frame = l3_frame([10, 9, 0, 1], 64, 64);
+    pfe.inject_burst((0..100).map(|_| (0u16, frame.as_slice())))
+        .expect("running");
+    pfe.drain();
+    assert_eq!(
+        sink.packets(3),
+        forwarded,
+        "removed: nothing more takes the route"
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/routes/add",
+        r#"{"route": "10.9.0.1/16", "port": 3}"#,
+        400,
+        "host bits",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/routes/add",
+        r#"{"route": "10.9.0.0/33", "port": 3}"#,
+        400,
+        "0 to 32",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/routes/add",
+        r#"{"route": "10.9.0.0/16", "port": 70000}"#,
+        400,
+        "`port`",
+    );
+    let pfe = Arc::into_inner(pfe).expect("the last handle");
+    assert!(pfe.shutdown().is_conserved());
 }

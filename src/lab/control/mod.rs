@@ -34,7 +34,7 @@
 
 mod targets;
 
-pub use targets::{AdaTarget, JobsTarget, NimbleTarget, TcamTarget};
+pub use targets::{AdaTarget, JobsTarget, NimbleTarget, RoutesTarget, TcamTarget};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -11,6 +11,7 @@ use super::{escape_label, opt_u64, Target};
 use crate::ada::block::{Ada, ControlPlane};
 use crate::mem::tcam::{Tcam, TcamEntry};
 use crate::mem::SharedMemory;
+use crate::microcode::l3fwd::live::LiveRoutes;
 use crate::microcode::nimble::Nimble;
 use crate::microcode::trio_ml::{JobConfig, TrioMl};
 use crate::packet::Dest;
@@ -425,6 +426,98 @@ impl Target for JobsTarget {
                 let job_id: u8 = need(args, "job_id", "from 0 to 255")?;
                 self.trio.remove_job(job_id).map_err(|e| e.to_string())?;
                 Ok(json!({ "job_id": job_id, "removed": true }))
+            }
+            _ => Err(format!("no command `{command}`")),
+        }
+    }
+}
+
+/// l3fwd's routes while it forwards ([`LiveRoutes`]): list, add, remove, look up.
+pub struct RoutesTarget {
+    live: Arc<LiveRoutes>,
+}
+
+impl RoutesTarget {
+    /// The routes `live` keeps.
+    pub fn new(live: Arc<LiveRoutes>) -> RoutesTarget {
+        RoutesTarget { live }
+    }
+}
+
+/// `A.B.C.D/LEN` as a prefix and length.
+fn parse_prefix(v: Option<&Value>) -> Result<(u32, u8), String> {
+    let text = v
+        .and_then(Value::as_str)
+        .ok_or("give `route`, a prefix like \"10.0.0.0/8\"")?;
+    let (addr, len) = text
+        .split_once('/')
+        .ok_or_else(|| format!("invalid `route` `{text}`: a prefix like \"10.0.0.0/8\""))?;
+    let addr: Ipv4Addr = addr
+        .parse()
+        .map_err(|_| format!("invalid `route` `{text}`: `{addr}` is not an IPv4 address"))?;
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l| *l <= 32)
+        .ok_or_else(|| format!("invalid `route` `{text}`: the length must be 0 to 32"))?;
+    Ok((u32::from(addr), len))
+}
+
+impl Target for RoutesTarget {
+    fn name(&self) -> &str {
+        "routes"
+    }
+
+    fn commands(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("list", "{} -> every route and its port"),
+            (
+                "add",
+                "{\"route\": \"10.1.0.0/16\", \"port\": P} -> adds (or replaces) the route; \
+                 packets after it take it",
+            ),
+            (
+                "remove",
+                "{\"route\": \"10.1.0.0/16\"} -> removes the route; whether there was one",
+            ),
+            (
+                "lookup",
+                "{\"addr\": \"10.1.2.3\"} -> the port the table forwards it to (null: none)",
+            ),
+        ]
+    }
+
+    fn call(&self, command: &str, args: &Value) -> Result<Value, String> {
+        match command {
+            "list" => Ok(json!(self
+                .live
+                .routes()
+                .into_iter()
+                .map(|(r, port)| json!({
+                    "route": format!("{}/{}", Ipv4Addr::from(r.prefix), r.len),
+                    "port": port,
+                }))
+                .collect::<Vec<_>>())),
+            "add" => {
+                let (prefix, len) = parse_prefix(args.get("route"))?;
+                let port: u16 = need(args, "port", "a port from 0 to 65535")?;
+                self.live
+                    .add(prefix, len, port)
+                    .map_err(|e| e.to_string())?;
+                Ok(json!({ "added": true }))
+            }
+            "remove" => {
+                let (prefix, len) = parse_prefix(args.get("route"))?;
+                let removed = self.live.remove(prefix, len).map_err(|e| e.to_string())?;
+                Ok(json!({ "removed": removed }))
+            }
+            "lookup" => {
+                let addr: Ipv4Addr = args
+                    .get("addr")
+                    .and_then(Value::as_str)
+                    .and_then(|a| a.parse().ok())
+                    .ok_or("give `addr`, an IPv4 address like \"10.1.2.3\"")?;
+                Ok(json!({ "port": self.live.lookup_port(u32::from(addr)) }))
             }
             _ => Err(format!("no command `{command}`")),
         }

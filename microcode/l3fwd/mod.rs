@@ -89,6 +89,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod live;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -372,6 +374,8 @@ pub struct RouteTable {
     by_len: Vec<HashMap<u32, u16>>,
     /// Prefix lengths that hold routes, longest first.
     lens: Vec<u8>,
+    /// Routes longer than /24 in each /24 that has any (by the /24's index, `prefix >> 8`).
+    long_per_24: HashMap<u32, u32>,
 }
 
 impl RouteTable {
@@ -427,12 +431,78 @@ impl RouteTable {
         if self.by_len.is_empty() {
             self.by_len = vec![HashMap::new(); 33];
         }
-        self.by_len[usize::from(len)].insert(prefix, next_hop);
+        let new = self.by_len[usize::from(len)]
+            .insert(prefix, next_hop)
+            .is_none();
+        if new && len > 24 {
+            *self.long_per_24.entry(prefix >> 8).or_default() += 1;
+        }
         if !self.lens.contains(&len) {
             self.lens.push(len);
             self.lens.sort_unstable_by(|a, b| b.cmp(a));
         }
         Ok(())
+    }
+
+    /// Removes the route `prefix/len`; its next hop, or `None` if there was no such route.
+    /// (The next hop stays defined: other routes, or a later one, may use it.)
+    pub fn remove(&mut self, prefix: u32, len: u8) -> Option<u16> {
+        let map = self.by_len.get_mut(usize::from(len))?;
+        let nh = map.remove(&prefix)?;
+        if map.is_empty() {
+            self.lens.retain(|&l| l != len);
+        }
+        if len > 24 {
+            if let Some(n) = self.long_per_24.get_mut(&(prefix >> 8)) {
+                *n -= 1;
+                if *n == 0 {
+                    self.long_per_24.remove(&(prefix >> 8));
+                }
+            }
+        }
+        Some(nh)
+    }
+
+    /// The route `prefix/len`'s next hop, if the table has that route.
+    pub fn get(&self, prefix: u32, len: u8) -> Option<u16> {
+        self.by_len.get(usize::from(len))?.get(&prefix).copied()
+    }
+
+    /// The longest prefix of at most `max_len` bits that contains `addr`: its length and
+    /// next hop.
+    pub fn lookup_upto(&self, addr: u32, max_len: u8) -> Option<(u8, u16)> {
+        self.lens.iter().filter(|&&l| l <= max_len).find_map(|&l| {
+            let nh = self.by_len[usize::from(l)].get(&(addr & mask(l)))?;
+            Some((l, *nh))
+        })
+    }
+
+    /// How many routes longer than /24 lie in the /24 of index `i24` (`address >> 8`).
+    pub fn long_routes_in(&self, i24: u32) -> u32 {
+        self.long_per_24.get(&i24).copied().unwrap_or(0)
+    }
+
+    /// The routes of lengths `len + 1 ..= upto` inside `prefix/len`.
+    pub fn more_specific(&self, prefix: u32, len: u8, upto: u8) -> Vec<Route> {
+        let m = mask(len);
+        (len.saturating_add(1)..=upto.min(32))
+            .filter(|l| self.lens.contains(l))
+            .flat_map(|l| {
+                self.by_len[usize::from(l)]
+                    .iter()
+                    .filter(move |(&p, _)| p & m == prefix)
+                    .map(move |(&p, &nh)| Route {
+                        prefix: p,
+                        len: l,
+                        next_hop: nh,
+                    })
+            })
+            .collect()
+    }
+
+    /// The index of [`NextHop::for_port`]`(port)` if the table has it already.
+    pub fn port_next_hop_index(&self, port: Port) -> Option<u16> {
+        self.port_next_hop.get(&port).copied()
     }
 
     /// Adds (or replaces) `prefix/len` via the default next hop of `port`.
@@ -763,6 +833,13 @@ impl Dir248 {
     }
 }
 
+/// Writes next hop `i` into the next-hop table at `table`.
+fn write_next_hop(mem: &SharedMemory, table: Addr, i: usize, nh: &NextHop) -> Result<(), MemFault> {
+    let a = table + i as u64 * NEXT_HOP_WORDS;
+    mem.write_u64(a, u64::from(nh.port) << 48 | (nh.dst_mac & MAC_MASK))?;
+    mem.write_u64(a + 1, nh.src_mac & MAC_MASK)
+}
+
 // ----- the program ---------------------------------------------------------------------------
 
 /// The l3fwd program bound to its tables in shared memory.
@@ -773,6 +850,17 @@ pub struct L3fwd {
     next_hops: Addr,
     tbl8_groups: usize,
     next_hop_count: usize,
+    tbl8_capacity: usize,
+    next_hop_capacity: usize,
+}
+
+/// Room to leave in l3fwd's tables for routes added while it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Room {
+    /// tbl8 groups beyond those the routes use (each 512 bytes of DRAM).
+    pub tbl8_groups: usize,
+    /// Next hops beyond those the routes use (each 16 bytes of SRAM).
+    pub next_hops: usize,
 }
 
 impl L3fwd {
@@ -781,19 +869,48 @@ impl L3fwd {
         L3fwd::install_table(mem, &Dir248::build(routes)?)
     }
 
+    /// [`L3fwd::install`] with room for `room` more tbl8 groups and next hops than the
+    /// routes need now, for routes added while the program runs ([`live::LiveRoutes`]).
+    pub fn install_with_room(
+        mem: &SharedMemory,
+        routes: &RouteTable,
+        room: Room,
+    ) -> Result<L3fwd, L3fwdError> {
+        L3fwd::install_table_with_room(mem, &Dir248::build(routes)?, room)
+    }
+
     /// Allocates tbl24 and tbl8 in `mem`'s DRAM and the next hops in its SRAM (under
     /// [`TBL24_REGION`], [`TBL8_REGION`] and [`NEXT_HOP_REGION`], so once per memory) and
     /// writes `table` there. Fails with [`L3fwdError::Memory`] when a region is too small.
     pub fn install_table(mem: &SharedMemory, table: &Dir248) -> Result<L3fwd, L3fwdError> {
+        L3fwd::install_table_with_room(mem, table, Room::default())
+    }
+
+    /// [`L3fwd::install_table`] with `room` to spare in tbl8 and the next hops.
+    pub fn install_table_with_room(
+        mem: &SharedMemory,
+        table: &Dir248,
+        room: Room,
+    ) -> Result<L3fwd, L3fwdError> {
+        if room.tbl8_groups > MAX_TBL8_GROUPS || room.next_hops > MAX_NEXT_HOPS {
+            return Err(L3fwdError::BadRoute(format!(
+                "room for {} tbl8 groups and {} next hops: at most {MAX_TBL8_GROUPS} and \
+                 {MAX_NEXT_HOPS}",
+                room.tbl8_groups, room.next_hops
+            )));
+        }
+        let groups = (table.groups + room.tbl8_groups).min(MAX_TBL8_GROUPS);
+        let hops = (table.next_hops.len() + room.next_hops).min(MAX_NEXT_HOPS);
         let dram = mem.region(Region::Dram);
         let have = (dram.end - dram.start) * WORD_BYTES as u64;
-        if have < table.dram_bytes() {
+        let need = TBL24_BYTES + groups as u64 * TBL8_GROUP_WORDS * WORD_BYTES as u64;
+        if have < need {
             return Err(L3fwdError::Memory {
                 table: "tbl24 + tbl8",
-                bytes: table.dram_bytes(),
+                bytes: need,
                 source: AllocError::Exhausted {
                     region: Region::Dram,
-                    requested: table.dram_bytes() / WORD_BYTES as u64,
+                    requested: need / WORD_BYTES as u64,
                     available: have / WORD_BYTES as u64,
                 },
             });
@@ -805,8 +922,8 @@ impl L3fwd {
                 bytes: TBL24_BYTES,
                 source,
             })?;
-        // One line at least, so the region exists even without routes longer than /24.
-        let tbl8_words = (table.tbl8.len() as u64).max(TBL8_GROUP_WORDS);
+        // One group at least, so the region exists even without routes longer than /24.
+        let tbl8_words = (groups as u64 * TBL8_GROUP_WORDS).max(TBL8_GROUP_WORDS);
         let tbl8 = mem
             .alloc(TBL8_REGION, Region::Dram, tbl8_words)
             .map_err(|source| L3fwdError::Memory {
@@ -814,7 +931,7 @@ impl L3fwd {
                 bytes: tbl8_words * WORD_BYTES as u64,
                 source,
             })?;
-        let nh_words = (table.next_hops.len() as u64 * NEXT_HOP_WORDS).max(NEXT_HOP_WORDS);
+        let nh_words = (hops as u64 * NEXT_HOP_WORDS).max(NEXT_HOP_WORDS);
         let next_hops = mem
             .alloc(NEXT_HOP_REGION, Region::Sram, nh_words)
             .map_err(|source| L3fwdError::Memory {
@@ -834,9 +951,7 @@ impl L3fwd {
             }
         }
         for (i, nh) in table.next_hops.iter().enumerate() {
-            let a = next_hops + i as u64 * NEXT_HOP_WORDS;
-            mem.write_u64(a, u64::from(nh.port) << 48 | (nh.dst_mac & MAC_MASK))?;
-            mem.write_u64(a + 1, nh.src_mac & MAC_MASK)?;
+            write_next_hop(mem, next_hops, i, nh)?;
         }
         Ok(L3fwd {
             tbl24,
@@ -844,7 +959,19 @@ impl L3fwd {
             next_hops,
             tbl8_groups: table.groups,
             next_hop_count: table.next_hops.len(),
+            tbl8_capacity: (tbl8_words / TBL8_GROUP_WORDS) as usize,
+            next_hop_capacity: (nh_words / NEXT_HOP_WORDS) as usize,
         })
+    }
+
+    /// tbl8 groups the installed region holds (those in use and the room left).
+    pub fn tbl8_capacity(&self) -> usize {
+        self.tbl8_capacity
+    }
+
+    /// Next hops the installed region holds.
+    pub fn next_hop_capacity(&self) -> usize {
+        self.next_hop_capacity
     }
 
     /// Where tbl24 starts.

@@ -1,0 +1,204 @@
+//! l3fwd's routes changed while it runs (`l3fwd::live::LiveRoutes`): after every add and
+//! remove, the DIR-24-8 table in shared memory answers every address as the reference
+//! longest-prefix match does; a change that needs room the table lacks is refused and
+//! changes nothing; and a route added mid-stream takes effect for the packets after it.
+
+mod common;
+
+use std::sync::Arc;
+
+use pfemu::mem::SharedMemory;
+use pfemu::microcode::l3fwd::live::LiveRoutes;
+use pfemu::microcode::l3fwd::{
+    mask, udp_frame, L3fwd, Room, RouteTable, ENTRIES_PER_WORD, ENTRY_TBL8, TBL8_GROUP_WORDS,
+};
+use pfemu::prelude::*;
+use pfemu::program::Harness;
+use pfemu::rng::SplitMix64;
+
+/// The port the table in memory forwards `addr` to (`None`: no route), read as the
+/// program reads it: tbl24, perhaps tbl8, then the next hop's record.
+fn port_in_memory(mem: &SharedMemory, l3: &L3fwd, addr: u32) -> Option<u16> {
+    let entry = |base: u64, i: usize| -> u16 {
+        let w = mem
+            .read_u64(base + (i / ENTRIES_PER_WORD) as u64)
+            .expect("in range");
+        (w >> ((3 - i % ENTRIES_PER_WORD) * 16)) as u16
+    };
+    let mut e = entry(l3.tbl24_addr(), (addr >> 8) as usize);
+    if e & ENTRY_TBL8 != 0 {
+        let g = u64::from(e & !ENTRY_TBL8);
+        e = entry(
+            l3.tbl8_addr() + g * TBL8_GROUP_WORDS,
+            (addr & 0xFF) as usize,
+        );
+    }
+    let nh = e.checked_sub(1)?;
+    let rec = mem
+        .read_u64(l3.next_hop_addr() + 2 * u64::from(nh))
+        .expect("a next hop");
+    Some((rec >> 48) as u16)
+}
+
+/// Every route's first and last address and their neighbours, and random addresses in
+/// the space the routes are drawn from.
+fn probes(live: &LiveRoutes, rng: &mut SplitMix64) -> Vec<u32> {
+    let mut out: Vec<u32> = (0..200)
+        .map(|_| 0x0A00_0000 | rng.below(1 << 20) as u32)
+        .collect();
+    for (r, _) in live.routes() {
+        let last = r.prefix | !mask(r.len);
+        out.extend([
+            r.prefix,
+            last,
+            r.prefix.wrapping_sub(1),
+            last.wrapping_add(1),
+        ]);
+    }
+    out
+}
+
+fn mem() -> Arc<SharedMemory> {
+    Arc::new(SharedMemory::new(&MemConfig::default()).expect("the default memory"))
+}
+
+/// A random route in 10.0.0.0/12, of any length from /8 to /32, on ports 0-5.
+fn random_route(rng: &mut SplitMix64) -> (u32, u8, u16) {
+    let len = [8, 12, 16, 20, 22, 23, 24, 24, 25, 26, 28, 30, 32][rng.below(13) as usize];
+    let addr = (0x0A00_0000 | rng.below(1 << 20) as u32) & mask(len);
+    (addr, len, rng.below(6) as u16)
+}
+
+#[test]
+fn every_change_leaves_the_table_equal_to_the_reference() {
+    let mem = mem();
+    let routes: RouteTable = "10.0.0.0/8 1\n10.1.0.0/16 2\n10.1.2.128/25 3\n"
+        .parse()
+        .expect("routes");
+    let room = Room {
+        tbl8_groups: 64,
+        next_hops: 8,
+    };
+    let l3 = L3fwd::install_with_room(&mem, &routes, room).expect("installs");
+    let live = LiveRoutes::new(&l3, Arc::clone(&mem), routes).expect("takes over");
+    let mut rng = SplitMix64::new(7);
+    let mut added = Vec::new();
+    for step in 0..400 {
+        let remove = !added.is_empty() && rng.below(3) == 0;
+        if remove {
+            let (p, l) = added.swap_remove(rng.below(added.len() as u64) as usize);
+            live.remove(p, l).expect("a valid prefix");
+        } else {
+            let (p, l, port) = random_route(&mut rng);
+            match live.add(p, l, port) {
+                Ok(()) => added.push((p, l)),
+                // The room ran out: refused, and nothing changed (checked below).
+                Err(e) => assert!(e.to_string().contains("tbl8 group"), "{e}"),
+            }
+        }
+        for a in probes(&live, &mut rng) {
+            assert_eq!(
+                port_in_memory(&mem, &l3, a),
+                live.lookup_port(a),
+                "step {step}: {}",
+                std::net::Ipv4Addr::from(a)
+            );
+        }
+    }
+    // Removing everything leaves only what was there and frees the groups it took.
+    for (p, l) in added {
+        live.remove(p, l).expect("a valid prefix");
+    }
+    let mut rng = SplitMix64::new(8);
+    for a in probes(&live, &mut rng) {
+        assert_eq!(port_in_memory(&mem, &l3, a), live.lookup_port(a));
+    }
+    assert_eq!(
+        live.free_groups(),
+        l3.tbl8_capacity() - 1,
+        "only 10.1.2.0/24's group in use"
+    );
+}
+
+#[test]
+fn changes_beyond_the_room_are_refused_and_change_nothing() {
+    let mem = mem();
+    let routes: RouteTable = "10.0.0.0/8 1\n".parse().expect("routes");
+    let l3 = L3fwd::install_with_room(
+        &mem,
+        &routes,
+        Room {
+            tbl8_groups: 1,
+            next_hops: 1,
+        },
+    )
+    .expect("installs");
+    let live = LiveRoutes::new(&l3, Arc::clone(&mem), routes).expect("takes over");
+    let a = u32::from_be_bytes([10, 0, 1, 7]);
+    // One group and one more next hop: a /25 on a new port fits.
+    live.add(u32::from_be_bytes([10, 0, 1, 0]), 25, 2)
+        .expect("room for one");
+    assert_eq!(port_in_memory(&mem, &l3, a), Some(2));
+    let e = live
+        .add(u32::from_be_bytes([10, 0, 9, 0]), 25, 1)
+        .expect_err("no group left");
+    assert!(e.to_string().contains("tbl8 group"), "{e}");
+    let e = live
+        .add(u32::from_be_bytes([10, 5, 0, 0]), 16, 3)
+        .expect_err("no next hop left");
+    assert!(e.to_string().contains("next hop"), "{e}");
+    assert_eq!(live.routes().len(), 2, "the refused routes were not added");
+    assert_eq!(
+        port_in_memory(&mem, &l3, u32::from_be_bytes([10, 5, 0, 1])),
+        Some(1)
+    );
+    let e = live
+        .add(u32::from_be_bytes([10, 0, 0, 1]), 8, 1)
+        .expect_err("host bits");
+    assert!(e.to_string().contains("host bits"), "{e}");
+    // Removing the /25 frees its group for another /24.
+    assert!(live
+        .remove(u32::from_be_bytes([10, 0, 1, 0]), 25)
+        .expect("valid"));
+    assert!(!live
+        .remove(u32::from_be_bytes([10, 0, 1, 0]), 25)
+        .expect("valid"));
+    live.add(u32::from_be_bytes([10, 0, 9, 0]), 25, 2)
+        .expect("the group is free again");
+    assert_eq!(port_in_memory(&mem, &l3, a), Some(1));
+}
+
+/// Through the program: packets to 10.9.0.1 are dropped as `no_route` until the route is
+/// added, between two packets, and forwarded after; removed, dropped again.
+#[test]
+fn a_route_added_mid_stream_takes_effect() {
+    let mem = mem();
+    let routes: RouteTable = "10.0.0.0/16 1\n".parse().expect("routes");
+    let l3 = L3fwd::install_with_room(
+        &mem,
+        &routes,
+        Room {
+            tbl8_groups: 4,
+            next_hops: 4,
+        },
+    )
+    .expect("installs");
+    let live = LiveRoutes::new(&l3, Arc::clone(&mem), routes).expect("takes over");
+    let program = l3.program();
+    let mut h = Harness::new(Arc::clone(&mem));
+    let frame = udp_frame([10, 9, 0, 1], 64, 64);
+    let verdict = |h: &mut Harness| h.run(&program, 0, &frame).result;
+    assert!(matches!(verdict(&mut h), Ok(Verdict::Drop(_))));
+    live.add(u32::from_be_bytes([10, 9, 0, 0]), 16, 3)
+        .expect("added");
+    assert_eq!(verdict(&mut h), Ok(Verdict::Forward(3)));
+    live.add(u32::from_be_bytes([10, 9, 0, 0]), 31, 2)
+        .expect("added");
+    assert_eq!(verdict(&mut h), Ok(Verdict::Forward(2)));
+    live.remove(u32::from_be_bytes([10, 9, 0, 0]), 31)
+        .expect("removed");
+    assert_eq!(verdict(&mut h), Ok(Verdict::Forward(3)));
+    live.remove(u32::from_be_bytes([10, 9, 0, 0]), 16)
+        .expect("removed");
+    assert!(matches!(verdict(&mut h), Ok(Verdict::Drop(_))));
+}
