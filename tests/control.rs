@@ -2,6 +2,8 @@
 //! the HTTP server and its client, bad requests refused by name, and the Prometheus
 //! output read by a real parser (Python's `prometheus_client`, when installed).
 
+#![cfg(feature = "lab")]
+
 mod common;
 
 use std::process::Command;
