@@ -56,6 +56,8 @@ pub(crate) struct Batch {
     pub done: Vec<Completion>,
     /// When ingress handed the batch to dispatch (the clock's ns), for latency.
     pub ingress_ns: u64,
+    /// The records of the batch's traced packets (empty unless tracing).
+    pub traced: Vec<super::TraceRecord>,
 }
 
 impl Batch {
@@ -67,6 +69,7 @@ impl Batch {
             out: OutArena::default(),
             done: Vec::with_capacity(packets),
             ingress_ns: 0,
+            traced: Vec::new(),
         }
     }
 
@@ -81,11 +84,13 @@ impl Batch {
         }
     }
 
+    #[inline]
     pub fn clear(&mut self) {
         self.frames.clear();
         self.shared.clear();
         self.slots.clear();
         self.out.clear();
         self.done.clear();
+        self.traced.clear();
     }
 }

@@ -149,6 +149,7 @@ pub struct PfeBuilder {
     memory: Option<Arc<SharedMemory>>,
     sink: Arc<dyn Sink>,
     clock: Option<Arc<dyn Clock>>,
+    trace: Option<super::TraceConfig>,
 }
 
 impl fmt::Debug for PfeBuilder {
@@ -192,6 +193,7 @@ impl PfeBuilder {
             mem_config: MemConfig::default(),
             memory: None,
             clock: None,
+            trace: None,
             sink: Arc::new(Discard),
         }
     }
@@ -311,6 +313,12 @@ impl PfeBuilder {
         self
     }
 
+    /// Traces the packets `trace` selects (off by default): see [`super::TraceConfig`].
+    pub fn trace(mut self, trace: super::TraceConfig) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
     /// The clock timers, [`crate::program::Thread::now_ns`] and latency stamps read
     /// (default: a [`SystemClock`] started when the engine is built). A
     /// [`crate::timer::ManualClock`] makes timer tests deterministic; see
@@ -332,6 +340,7 @@ impl PfeBuilder {
             memory,
             sink,
             clock,
+            trace,
         } = self;
         let program = program.ok_or_else(|| {
             ConfigError::new("program", "no program installed; call .program(...)")
@@ -416,6 +425,7 @@ impl PfeBuilder {
             clock_panics,
             classifier_panics: PanicLog::default(),
             timers: launcher_unparker.map(|u| TimerState::new(timer_set, u)),
+            trace: trace.map(Arc::new),
             state: AtomicU8::new(STATE_BUILT),
             program,
             mem,

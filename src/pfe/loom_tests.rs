@@ -41,7 +41,7 @@ use loom::thread;
 use super::batch::Batch;
 use super::dispatch::{Dispatch, Popped};
 use super::egress::{Discard, TxCounters};
-use super::reorder::ReorderStage;
+use super::reorder::{Outlet, ReorderStage};
 use super::room::RoomWait;
 use crate::timer::Launch;
 
@@ -212,7 +212,14 @@ fn finish_model(threads: usize, preemptions: Option<usize>) {
                 // The batch's mark; it holds no packets, so completing it releases nothing.
                 batch.frames.push(id);
                 let tx = TxCounters::new(1);
-                stage.finish(batch, &[], &Discard, &tx, None, |b, released| {
+                let out = Outlet {
+                    groups: &[],
+                    sink: &Discard,
+                    tx: &tx,
+                    latency: None,
+                    trace: None,
+                };
+                stage.finish(batch, out, |b, released| {
                     assert_eq!(released, 0);
                     let bit = 1 << b.frames[0];
                     let before = retired.fetch_or(bit, Ordering::Relaxed);

@@ -41,6 +41,7 @@ mod room;
 mod start_tests;
 mod stats;
 mod timer_threads;
+mod trace;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -60,6 +61,7 @@ pub use interconnect::{ChassisFabric, FabricStats};
 pub use latency::LatencyStats;
 pub use lifecycle::StartError;
 pub use stats::Stats;
+pub use trace::{ChannelTraceSink, TraceConfig, TraceRecord, TraceSelect, TraceSink};
 
 use self::batch::Batch;
 use self::contain::PanicLog;
@@ -165,6 +167,8 @@ pub(crate) struct Shared {
     pub classifier_panics: PanicLog,
     /// Timer bookkeeping (`None` without timers).
     pub timers: Option<TimerState>,
+    /// The per-packet trace (`None`: off, the default).
+    pub trace: Option<Arc<TraceConfig>>,
     /// `STATE_BUILT`, then `STATE_RUNNING`, then `STATE_STOPPED`; it never goes back.
     /// Ingress accepts frames only while running.
     pub state: AtomicU8,

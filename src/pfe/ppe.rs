@@ -10,10 +10,12 @@ use std::sync::Arc;
 use super::batch::{Batch, Completion, Slot};
 use super::dispatch::Popped;
 use super::egress::{PortQueues, Span};
+use super::reorder::Outlet;
 use super::stats::{
     WorkerStats, DROP_FAULT_BASE, DROP_NO_SUCH_GROUP, DROP_NO_SUCH_PORT, DROP_PROGRAM_BASE,
 };
 use super::Shared;
+use super::{trace, TraceRecord};
 use crate::packet::{Dest, OutArena};
 use crate::program::{Entry, PacketMeta, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET};
 use crate::sync::Parker;
@@ -66,17 +68,26 @@ pub(crate) fn run(
             .latency
             .as_ref()
             .map(|l| (l, me, shared.clock.now_ns()));
+        let trace = shared.trace.as_ref().map(|t| (&**t, shared.clock.now_ns()));
         if shared.cfg.reorder {
             shared.reorder.finish(
                 batch,
-                &shared.groups,
-                &*shared.sink,
-                &shared.tx,
-                latency,
+                Outlet {
+                    groups: &shared.groups,
+                    sink: &*shared.sink,
+                    tx: &shared.tx,
+                    latency,
+                    trace,
+                },
                 |b, released| retire(&shared, b, released),
             );
         } else {
             let released = release_unordered(&shared, &batch, &mut queues);
+            if let Some((cfg, now)) = trace {
+                for r in batch.traced.drain(..) {
+                    trace::emit(cfg, r, now, false);
+                }
+            }
             if let Some((l, me, now)) = latency {
                 let leaving = batch.done.iter().filter(|c| c.outs_end > c.outs_start);
                 l.record(
@@ -174,8 +185,63 @@ fn dest_exists(shared: &Shared, dest: Dest) -> bool {
     }
 }
 
+/// The record of a traced packet, once its program has run (its XTXNs taken from `core`).
+#[cold]
+#[allow(clippy::too_many_arguments)]
+fn trace_record(
+    shared: &Shared,
+    core: &mut ThreadCore,
+    s: &Slot,
+    labels: Vec<crate::program::Label>,
+    result: &Result<Verdict, crate::program::Fault>,
+    left: bool,
+    start_ns: u64,
+) -> TraceRecord {
+    let names = shared.program.instruction_names();
+    let verdict = match result {
+        Ok(Verdict::Forward(p)) if left => format!("forward {p}"),
+        Ok(Verdict::Multicast(g)) if left => format!("multicast {g}"),
+        Ok(Verdict::Forward(p)) => format!("drop no_such_port (forward {p})"),
+        Ok(Verdict::Multicast(g)) => format!("drop no_such_group (multicast {g})"),
+        Ok(Verdict::Consume) => "consume".to_string(),
+        Ok(Verdict::Drop(r)) => format!("drop {}", shared.program.drop_reason_name(*r)),
+        Err(fault) => format!("fault: {fault}"),
+    };
+    TraceRecord {
+        port: s.port,
+        len: s.len as usize,
+        flow: (s.ctx, s.seq),
+        start_ns,
+        instructions: labels
+            .into_iter()
+            .map(|l| names[l.0 as usize].clone())
+            .collect(),
+        xtxns: core.trace.take().unwrap_or_default(),
+        verdict,
+        held: false,
+        reorder_wait_ns: 0,
+        finished_ns: shared.clock.now_ns(),
+    }
+}
+
 /// Runs the program on every packet of the batch.
 fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut WorkerStats) {
+    // Two copies of the loop: without a trace configured, not a test of it per packet.
+    if shared.trace.is_some() {
+        process_packets::<true>(shared, core, batch, st);
+    } else {
+        process_packets::<false>(shared, core, batch, st);
+    }
+}
+
+/// [`process`]'s loop; `TRACE`: the engine traces some packets.
+#[inline(always)]
+fn process_packets<const TRACE: bool>(
+    shared: &Shared,
+    core: &mut ThreadCore,
+    batch: &mut Batch,
+    st: &mut WorkerStats,
+) {
     let now_ns = shared.clock.now_ns();
     let head_bytes = shared.cfg.head_bytes;
     let budget = shared.cfg.instruction_budget;
@@ -185,16 +251,29 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
         slots,
         out,
         done,
+        traced,
         ..
     } = batch;
+    let trace = shared.trace.as_deref();
     for s in slots.iter() {
         let frame = Batch::frame(frames, by_ref, s);
+        let tracing = TRACE && trace.is_some_and(|tr| tr.wants(s.port, frame));
+        let mut labels = Vec::new();
+        if tracing {
+            core.trace = Some(Vec::new());
+        }
         // Load the head into local memory before the first instruction.
         let meta = core.load(s.port, frame, head_bytes, now_ns);
         let head_len = meta.head_len;
         let outs_start = out.recs.len();
         let mut t = Thread::new(core, &shared.mem, out, meta);
-        let outcome = shared.program.run(Entry::Packet, &mut t, budget);
+        let outcome = if tracing {
+            shared
+                .program
+                .run_observed(Entry::Packet, &mut t, budget, |l| labels.push(l))
+        } else {
+            shared.program.run(Entry::Packet, &mut t, budget)
+        };
         let (hs, hl, lm_written) = t.head_window();
         st.packets += 1;
         st.instructions += outcome.instructions as u64;
@@ -215,9 +294,9 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
             st.created_invalid += (before - out.recs.len()) as u64;
         }
 
-        let own_dest = match outcome.result {
-            Ok(Verdict::Forward(p)) => Some(Dest::Port(p)),
-            Ok(Verdict::Multicast(g)) => Some(Dest::Group(g)),
+        let own_dest = match &outcome.result {
+            Ok(Verdict::Forward(p)) => Some(Dest::Port(*p)),
+            Ok(Verdict::Multicast(g)) => Some(Dest::Group(*g)),
             Ok(Verdict::Drop(r)) => {
                 st.drops[DROP_PROGRAM_BASE + r.0 as usize] += 1;
                 None
@@ -272,6 +351,10 @@ fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut W
                     Dest::Group(_) => DROP_NO_SUCH_GROUP,
                 }] += 1;
             }
+        }
+        if tracing {
+            let r = trace_record(shared, core, s, labels, &outcome.result, left, now_ns);
+            traced.push(r);
         }
         done.push(Completion {
             ctx: s.ctx,

@@ -21,6 +21,7 @@ use hashbrown::HashMap;
 use super::batch::Batch;
 use super::egress::{PortQueues, Sink, Span, TxCounters};
 use super::latency::LatencyRecorder;
+use super::trace::{emit, TraceConfig, TraceRecord};
 use crate::packet::{Dest, Port, SRC_FRAMES};
 use crate::sync::{fence, AtomicU64, Mutex, Ordering, SegQueue};
 
@@ -37,6 +38,21 @@ struct Held {
 
 /// Where a releasing thread records latency: the recorder, its shard, and the time now.
 pub(crate) type LatencySink<'a> = Option<(&'a LatencyRecorder, usize, u64)>;
+
+/// Where traced packets' records go and the clock's reading to time their wait by (`None`:
+/// not tracing).
+pub(crate) type TraceTo<'a> = Option<(&'a TraceConfig, u64)>;
+
+/// Where released packets go: the port groups, the sink, the transmit counters, and the
+/// optional latency and trace records of the releasing thread.
+#[derive(Clone, Copy)]
+pub(crate) struct Outlet<'a> {
+    pub groups: &'a [Vec<Port>],
+    pub sink: &'a dyn Sink,
+    pub tx: &'a TxCounters,
+    pub latency: LatencySink<'a>,
+    pub trace: TraceTo<'a>,
+}
 
 /// The reorder engine and the queue of finished batches waiting for it.
 ///
@@ -69,10 +85,7 @@ impl ReorderStage {
     pub fn finish(
         &self,
         batch: Box<Batch>,
-        groups: &[Vec<Port>],
-        sink: &dyn Sink,
-        tx: &TxCounters,
-        latency: LatencySink<'_>,
+        out: Outlet<'_>,
         mut retire: impl FnMut(Box<Batch>, u64),
     ) {
         self.finished.push(batch);
@@ -81,8 +94,8 @@ impl ReorderStage {
             let Some(mut engine) = self.engine.try_lock() else {
                 return;
             };
-            while let Some(b) = self.finished.pop() {
-                let (released, held) = engine.complete(&b, groups, sink, tx, latency);
+            while let Some(mut b) = self.finished.pop() {
+                let (released, held) = engine.complete(&mut b, out);
                 if held > 0 {
                     self.held_total.fetch_add(held, Ordering::Relaxed);
                 }
@@ -110,6 +123,10 @@ pub(crate) struct ReorderEngine {
     releasing: Vec<Held>,
     /// Spare buffers for held packets, reused instead of allocated.
     spare: Vec<Held>,
+    /// The records of traced packets being held, by (context, sequence number).
+    held_traces: HashMap<(u32, u32), TraceRecord>,
+    /// Records of traced held packets the current batch released.
+    traces_released: Vec<TraceRecord>,
 }
 
 /// Source index of the first released held packet in a flush (after the batch's packet
@@ -124,19 +141,21 @@ impl ReorderEngine {
             queues: PortQueues::new(ports),
             releasing: Vec::new(),
             spare: Vec::new(),
+            held_traces: HashMap::new(),
+            traces_released: Vec::new(),
         }
     }
 
     /// Releases what the finished batch allows; returns how many ingress packets left and
     /// how many of the batch's packets had to be held.
-    pub fn complete(
-        &mut self,
-        batch: &Batch,
-        groups: &[Vec<Port>],
-        sink: &dyn Sink,
-        tx: &TxCounters,
-        latency: LatencySink<'_>,
-    ) -> (u64, u64) {
+    pub fn complete(&mut self, batch: &mut Batch, out: Outlet<'_>) -> (u64, u64) {
+        let Outlet {
+            groups,
+            sink,
+            tx,
+            latency,
+            trace,
+        } = out;
         let mut released = 0u64;
         let mut held = 0u64;
         // The batch's own packets that leave now (held ones are timed when released).
@@ -193,7 +212,27 @@ impl ReorderEngine {
                 self.spare.push(h);
             }
         }
+        if let Some((cfg, now)) = trace {
+            self.finish_traces(batch, cfg, now);
+        }
         (released, held)
+    }
+
+    /// Hands on the records of traced packets: the batch's held ones wait for their
+    /// release, its others left with it, and the held ones it released go now.
+    #[cold]
+    #[inline(never)]
+    fn finish_traces(&mut self, batch: &mut Batch, cfg: &TraceConfig, now: u64) {
+        for r in batch.traced.drain(..) {
+            if self.held.contains_key(&r.flow) {
+                self.held_traces.insert(r.flow, r);
+            } else {
+                emit(cfg, r, now, false);
+            }
+        }
+        for r in self.traces_released.drain(..) {
+            emit(cfg, r, now, true);
+        }
     }
 
     /// Releases the held successors of context `ctx` that are now next in line.
@@ -210,6 +249,11 @@ impl ReorderEngine {
                     .push(dest, Span::new(src, off, len), h.own && i == 0, groups);
             }
             self.releasing.push(h);
+            if !self.held_traces.is_empty() {
+                if let Some(r) = self.held_traces.remove(&(ctx, seq)) {
+                    self.traces_released.push(r);
+                }
+            }
             self.next[ctx as usize] = seq.wrapping_add(1);
             released += 1;
         }

@@ -70,8 +70,8 @@ pub use harness::{Harness, HarnessOutcome};
 pub use next::{Call, Done, Goto, Next, Return, Step, Yield, MAX_LABELS};
 pub use sequencer::Program;
 pub(crate) use sequencer::{panic_message, RunOutcome};
-pub use thread::Thread;
 pub(crate) use thread::{PacketMeta, ThreadCore};
+pub use thread::{Thread, XtxnEvent};
 
 use crate::packet::{GroupId, Port};
 

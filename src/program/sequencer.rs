@@ -105,7 +105,7 @@ impl Program {
 
     /// [`Program::run`], calling `before` with each instruction's label before it runs.
     #[inline]
-    pub(super) fn run_observed(
+    pub(crate) fn run_observed(
         &self,
         entry: Entry,
         t: &mut Thread<'_>,

@@ -10,6 +10,22 @@ use crate::wire::Header;
 
 use super::*;
 
+/// One XTXN of a traced packet (the engine's per-packet trace, `pfe::TraceConfig`): its
+/// kind, the address it named (a word address; the key of a ternary lookup; the first 8
+/// bytes of a hash key; a tail offset), and the value that came back or went out (a read's
+/// word, a fetch-op's old value, a policer's colour, a lookup's result; for a write, the
+/// word written), if it has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct XtxnEvent {
+    /// The kind's name ([`XtxnKind::name`]).
+    pub kind: &'static str,
+    /// The address (or key) it named.
+    pub addr: u64,
+    /// The value, if it has one.
+    pub value: Option<u64>,
+}
+
 /// What one PPE thread owns for its whole life: local memory, the new-tail scratch buffer,
 /// its posted XTXNs and per-packet XTXN counts. Never shared.
 pub(crate) struct ThreadCore {
@@ -22,6 +38,8 @@ pub(crate) struct ThreadCore {
     pub yields: u64,
     /// The ternary match blocks' tables this thread looked up last.
     pub tcams: TcamCache,
+    /// The XTXNs of the packet being traced (`None`: not tracing, the usual case).
+    pub trace: Option<Vec<XtxnEvent>>,
 }
 
 impl ThreadCore {
@@ -57,6 +75,7 @@ impl ThreadCore {
             xtxns: [0; XtxnKind::COUNT],
             yields: 0,
             tcams: TcamCache::new(),
+            trace: None,
         }
     }
 }
@@ -118,7 +137,9 @@ macro_rules! fetch_ops {
         #[inline]
         pub fn $name(&mut self, addr: Addr, $operand: u64) -> Result<u64, Fault> {
             self.count(XtxnKind::$kind);
-            Ok(self.mem.$name(addr, $operand)?)
+            let old = self.mem.$name(addr, $operand)?;
+            self.note(XtxnKind::$kind, addr, Some(old));
+            Ok(old)
         }
     )*};
 }
@@ -131,7 +152,9 @@ macro_rules! keyed_hash_ops {
         #[inline]
         pub fn $name(&mut self, table: &HashTable, key: &[u8]) -> Result<Option<u64>, Fault> {
             self.count(XtxnKind::$kind);
-            Ok(table.$op(key)?)
+            let value = table.$op(key)?;
+            self.note_key(XtxnKind::$kind, key, value);
+            Ok(value)
         }
     )*};
 }
@@ -384,6 +407,38 @@ impl<'a> Thread<'a> {
         self.core.xtxns[kind.index()] += 1;
     }
 
+    /// Notes an XTXN in the packet's trace, when the packet is traced: one predictable
+    /// branch otherwise.
+    #[inline(always)]
+    fn note(&mut self, kind: XtxnKind, addr: u64, value: Option<u64>) {
+        if self.core.trace.is_some() {
+            self.note_traced(kind, addr, value);
+        }
+    }
+
+    /// [`Thread::note`]'s work, kept out of the XTXNs' own code.
+    #[cold]
+    #[inline(never)]
+    fn note_traced(&mut self, kind: XtxnKind, addr: u64, value: Option<u64>) {
+        if let Some(t) = self.core.trace.as_mut() {
+            t.push(XtxnEvent {
+                kind: kind.name(),
+                addr,
+                value,
+            });
+        }
+    }
+
+    /// [`Thread::note`] of a hash XTXN: the key's first 8 bytes as its address.
+    fn note_key(&mut self, kind: XtxnKind, key: &[u8], value: Option<u64>) {
+        if self.core.trace.is_some() {
+            let mut k = [0u8; 8];
+            let n = key.len().min(8);
+            k[..n].copy_from_slice(&key[..n]);
+            self.note(kind, u64::from_be_bytes(k), value);
+        }
+    }
+
     /// Reads 8..=64 bytes (a multiple of 8) at `addr` into local memory at `lm_offset`.
     #[inline]
     pub fn mem_read(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
@@ -391,6 +446,7 @@ impl<'a> Thread<'a> {
         self.count(XtxnKind::Read);
         self.lm_written = true;
         self.mem.read(addr, &mut self.core.lm[range])?;
+        self.note(XtxnKind::Read, addr, None);
         Ok(())
     }
 
@@ -417,6 +473,7 @@ impl<'a> Thread<'a> {
         let range = lm_range(lm_offset, len)?;
         self.count(XtxnKind::Write);
         self.mem.write(addr, &self.core.lm[range])?;
+        self.note(XtxnKind::Write, addr, None);
         Ok(())
     }
 
@@ -424,28 +481,36 @@ impl<'a> Thread<'a> {
     #[inline]
     pub fn read_u64(&mut self, addr: Addr) -> Result<u64, Fault> {
         self.count(XtxnKind::Read);
-        Ok(self.mem.read_u64(addr)?)
+        let v = self.mem.read_u64(addr)?;
+        self.note(XtxnKind::Read, addr, Some(v));
+        Ok(v)
     }
 
     /// Writes one 8-byte word.
     #[inline]
     pub fn write_u64(&mut self, addr: Addr, value: u64) -> Result<(), Fault> {
         self.count(XtxnKind::Write);
-        Ok(self.mem.write_u64(addr, value)?)
+        self.mem.write_u64(addr, value)?;
+        self.note(XtxnKind::Write, addr, Some(value));
+        Ok(())
     }
 
     /// The paper's `CounterIncPhys`: +1 packet and +`bytes` on the 16-byte counter at `addr`.
     #[inline]
     pub fn counter_inc(&mut self, addr: Addr, bytes: u64) -> Result<(), Fault> {
         self.count(XtxnKind::CounterInc);
-        Ok(self.mem.counter_inc(addr, bytes)?)
+        self.mem.counter_inc(addr, bytes)?;
+        self.note(XtxnKind::CounterInc, addr, Some(bytes));
+        Ok(())
     }
 
     /// Runs `bytes` through the policer at `addr` (time is the engine clock).
     #[inline]
     pub fn police(&mut self, addr: Addr, bytes: u64) -> Result<Color, Fault> {
         self.count(XtxnKind::Police);
-        Ok(self.mem.police(addr, bytes, self.meta.now_ns)?)
+        let c = self.mem.police(addr, bytes, self.meta.now_ns)?;
+        self.note(XtxnKind::Police, addr, Some(c as u64));
+        Ok(c)
     }
 
     fetch_ops! {
@@ -470,7 +535,9 @@ impl<'a> Thread<'a> {
     #[inline]
     pub fn masked_write(&mut self, addr: Addr, value: u64, mask: u64) -> Result<u64, Fault> {
         self.count(XtxnKind::MaskedWrite);
-        Ok(self.mem.masked_write(addr, value, mask)?)
+        let old = self.mem.masked_write(addr, value, mask)?;
+        self.note(XtxnKind::MaskedWrite, addr, Some(old));
+        Ok(old)
     }
 
     /// 32-bit wrapping add to lane 0 (the word's first 4 bytes in network order, its high
@@ -479,14 +546,18 @@ impl<'a> Thread<'a> {
     #[inline]
     pub fn fetch_add32(&mut self, addr: Addr, lane: u8, delta: u32) -> Result<u32, Fault> {
         self.count(XtxnKind::Add32);
-        Ok(self.mem.fetch_add32(addr, lane, delta)?)
+        let old = self.mem.fetch_add32(addr, lane, delta)?;
+        self.note(XtxnKind::Add32, addr, Some(u64::from(old)));
+        Ok(old)
     }
 
     /// Adds 16 32-bit lanes (a 64-byte chunk of gradients) at `addr`.
     #[inline]
     pub fn vadd32x16(&mut self, addr: Addr, deltas: &[u32; 16]) -> Result<(), Fault> {
         self.count(XtxnKind::VAdd32x16);
-        Ok(self.mem.vadd32x16(addr, deltas)?)
+        self.mem.vadd32x16(addr, deltas)?;
+        self.note(XtxnKind::VAdd32x16, addr, None);
+        Ok(())
     }
 
     /// Zeroes `bytes` bytes of shared memory from `addr` (64 to 4096, whole lines) in one
@@ -502,7 +573,9 @@ impl<'a> Thread<'a> {
     pub fn vadd32_be(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
         let range = lm_range(lm_offset, len)?;
         self.core.xtxns[XtxnKind::VAdd32x16.index()] += (len / 64) as u64;
-        Ok(self.mem.vadd32_be(addr, &self.core.lm[range])?)
+        self.mem.vadd32_be(addr, &self.core.lm[range])?;
+        self.note(XtxnKind::VAdd32x16, addr, None);
+        Ok(())
     }
 
     /// FPISA shift-and-add ([`SharedMemory::fpisa_add_be`]) of the big-endian `fmt` lanes in
@@ -579,7 +652,9 @@ impl<'a> Thread<'a> {
         value: u64,
     ) -> Result<Inserted, HashError> {
         self.count(XtxnKind::HashInsert);
-        table.insert(key, value)
+        let r = table.insert(key, value);
+        self.note_key(XtxnKind::HashInsert, key, Some(value));
+        r
     }
 
     /// Replaces an existing record's value; the old value, or `None` if there is none.
@@ -590,7 +665,9 @@ impl<'a> Thread<'a> {
         value: u64,
     ) -> Result<Option<u64>, Fault> {
         self.count(XtxnKind::HashUpdate);
-        Ok(table.update(key, value)?)
+        let old = table.update(key, value)?;
+        self.note_key(XtxnKind::HashUpdate, key, old);
+        Ok(old)
     }
 
     /// Scans slice `slice` of `slices` of a hash table, testing and clearing each record's
@@ -615,7 +692,9 @@ impl<'a> Thread<'a> {
     #[inline]
     pub fn tcam_lookup(&mut self, tcam: &Tcam, key: u32) -> Option<TcamHit> {
         self.count(XtxnKind::TcamLookup);
-        self.core.tcams.lookup(tcam, key)
+        let hit = self.core.tcams.lookup(tcam, key);
+        self.note(XtxnKind::TcamLookup, u64::from(key), hit.map(|h| h.result));
+        hit
     }
 
     /// Reads the hit counters of a ternary match block's current table, with the table's
@@ -641,10 +720,11 @@ impl<'a> Thread<'a> {
     /// Posts an asynchronous XTXN: the thread does not wait for it; it is applied exactly
     /// once, no later than the end of the batch the packet belongs to, so it is visible
     /// after [`crate::Pfe::drain`]. The address is checked now.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, op: Op) -> Result<(), Fault> {
         self.count(op.kind());
         self.core.posted.post(self.mem, op)?;
+        self.note(op.kind(), op.addr(), None);
         Ok(())
     }
 
