@@ -745,3 +745,23 @@ fn l3fwd_forwards_ping_and_tcp_between_two_namespaces() {
         }
     }
 }
+
+/// The README shows `pfemu run --help` as it is.
+#[test]
+fn the_readme_shows_pfemu_run_help_as_it_is() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = "`pfemu run --help` lists every option:\n\n```text\n";
+    let at = readme.find(start).expect("the README's help block") + start.len();
+    let shown = &readme[at..at + readme[at..].find("\n```").expect("its end")];
+    let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args(["run", "--help"])
+        .output()
+        .expect("runs pfemu");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        shown,
+        help.trim_end(),
+        "README's `pfemu run --help` block is out of date: paste `pfemu run --help` in"
+    );
+}

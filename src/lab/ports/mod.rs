@@ -49,7 +49,7 @@
 //! it off on the hosts' interfaces (`ip link set dev X gso_max_segs 1`, or
 //! `ethtool -K X tso off gso off`).
 //!
-//! All unsafe code (sockets, the ring's mapping and handover, ioctls) is in [`sys`]; the
+//! All unsafe code (sockets, the ring's mapping and handover, ioctls) is in `ports/sys.rs`; the
 //! ring's blocks are read by the safe [`ring::parse_block`].
 
 pub mod fix;

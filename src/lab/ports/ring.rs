@@ -3,7 +3,7 @@
 //! [`parse_block`] is a safe, pure function over a block's bytes: it checks every offset
 //! and length the kernel wrote against the block's size and lists the frames, so a bad
 //! block is an error, never an out-of-bounds read. The ring itself (mapping, handing
-//! blocks back and forth) is in [`super::sys`]; this module only reads what a block holds.
+//! blocks back and forth) is in `ports/sys.rs`; this module only reads what a block holds.
 //! [`BlockBuilder`] writes synthetic blocks in the kernel's layout, for the tests here (which
 //! run under Miri) and the ports' own tests.
 //!
