@@ -765,3 +765,36 @@ fn the_readme_shows_pfemu_run_help_as_it_is() {
         "README's `pfemu run --help` block is out of date: paste `pfemu run --help` in"
     );
 }
+
+#[test]
+fn a_tap_port_creates_its_device_for_as_long_as_it_is_open() {
+    let Some(lab) = NetLab::new("a_tap_port_creates_its_device_for_as_long_as_it_is_open") else {
+        return;
+    };
+    let tap = lab.name("newtap");
+    let sys = PathBuf::from(format!("/sys/class/net/{tap}"));
+    assert!(!sys.exists());
+    let ports = match pfemu::lab::ports::LivePorts::open(&PortsConfig::new(vec![PortSpec::tap(
+        &format!("0={tap}"),
+    )
+    .expect("spec")]))
+    {
+        Ok(p) => p,
+        Err(e) => {
+            println!("skipped: the kernel refused a TAP device: {e}");
+            return;
+        }
+    };
+    assert!(
+        sys.exists(),
+        "the TAP device {tap} exists while its port is open"
+    );
+    let up = std::fs::read_to_string(sys.join("flags")).expect("flags");
+    let flags = u32::from_str_radix(up.trim().trim_start_matches("0x"), 16).expect("hex");
+    assert_eq!(flags & 1, 1, "and it is up");
+    drop(ports);
+    assert!(
+        !sys.exists(),
+        "the TAP device pfemu made goes with its port"
+    );
+}

@@ -876,16 +876,8 @@ impl RunningPorts {
     /// a block timeout), drains the engine so everything in flight leaves through the
     /// ports, and returns the final counters, with the frames still unread counted in
     /// [`PortStats::rx_unread`]. The engine keeps running (shut it down after).
-    pub fn stop(self) -> PortsReport {
-        self.stop.store(true, Ordering::Relaxed);
-        for h in self.threads {
-            if h.join().is_err() {
-                self.shared
-                    .warnings
-                    .lock()
-                    .push("an RX thread panicked".to_string());
-            }
-        }
+    pub fn stop(mut self) -> PortsReport {
+        self.stop_threads();
         self.pfe.drain();
         let mut r = self.shared.report();
         for (p, b) in r.ports.iter_mut().zip({
@@ -896,6 +888,28 @@ impl RunningPorts {
             p.rx_unread = b.unread();
         }
         r
+    }
+
+    /// Sets the stop flag and joins the RX threads (each within a poll and a block
+    /// timeout).
+    fn stop_threads(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in std::mem::take(&mut self.threads) {
+            if h.join().is_err() {
+                self.shared
+                    .warnings
+                    .lock()
+                    .push("an RX thread panicked".to_string());
+            }
+        }
+    }
+}
+
+impl Drop for RunningPorts {
+    /// Stops the RX threads (they hold the engine), as [`RunningPorts::stop`] does,
+    /// without draining: ports dropped on a panic do not keep receiving.
+    fn drop(&mut self) {
+        self.stop_threads();
     }
 }
 
