@@ -798,3 +798,40 @@ fn a_tap_port_creates_its_device_for_as_long_as_it_is_open() {
         "the TAP device pfemu made goes with its port"
     );
 }
+
+#[test]
+fn the_ports_bench_accounts_for_every_frame_it_offers() {
+    let Some(mut lab) = NetLab::new("the_ports_bench_accounts_for_every_frame_it_offers") else {
+        return;
+    };
+    let (g0, p0, p1, s1) = (
+        lab.name("g0"),
+        lab.name("p0"),
+        lab.name("p1"),
+        lab.name("s1"),
+    );
+    if let Err(e) = lab
+        .veth(&g0, &p0, None, 1500)
+        .and_then(|()| lab.veth(&p1, &s1, None, 1500))
+    {
+        println!("skipped: the kernel refused a veth pair: {e}");
+        return;
+    }
+    let r = pfemu::lab::live::bench::run(&pfemu::lab::live::bench::PortsBenchConfig {
+        offer: g0,
+        port0: p0,
+        port1: p1,
+        size: 64,
+        flows: 16,
+        duration_s: 0.2,
+        ppe_threads: 2,
+        in_process: false,
+    })
+    .expect("the bench runs");
+    assert!(r.offered > 0 && r.port_out > 0, "{r:#?}");
+    assert!(r.accounted(), "{r:#?}");
+    assert_eq!(
+        r.port_out, r.port_in,
+        "the filter forwards every plain IPv4 frame"
+    );
+}

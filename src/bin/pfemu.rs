@@ -468,6 +468,10 @@ enum BenchCmd {
         tight). The plain loop runs the same four steps through the same tables on one \
         thread.")]
     Nimble(lab::NimbleArgs),
+    /// The filter through a real veth pair (frames offered on one veth, taken by a port,
+    /// sent out of another), beside the in-process figure.
+    #[command(after_help = live::BENCH_PORTS_HELP)]
+    Ports(live::PortsBenchArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -641,6 +645,9 @@ fn main() -> ExitCode {
         Some(Command::Bench {
             which: BenchCmd::Nimble(a),
         }) => lab::bench_nimble(&a),
+        Some(Command::Bench {
+            which: BenchCmd::Ports(a),
+        }) => live::bench_ports(&a),
         Some(Command::Linerate(a)) => lab::linerate(&a),
         Some(Command::Latency(a)) => lab::latency(&a),
         Some(Command::Replay(a)) => replay::replay(&a),

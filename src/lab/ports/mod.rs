@@ -1132,7 +1132,7 @@ impl RxThread {
 }
 
 /// An AF_PACKET socket bound to one interface without a ring, to offer frames to a port
-/// from outside (a test, a traffic generator: `pfemu linerate --iface`) and to read what
+/// from outside (a test, a traffic generator: `pfemu bench ports`) and to read what
 /// a port sent. Needs `CAP_NET_RAW`.
 #[derive(Debug)]
 pub struct RawSocket {

@@ -7,7 +7,8 @@
 //! while it runs; [`Live::stop`] stops receiving, drains the engine (everything in flight
 //! leaves through the ports) and returns the final [`LiveReport`], whose
 //! [`LiveReport::accounted`] checks that every frame the ports took is accounted for by
-//! the engine and every frame the engine sent by the ports.
+//! the engine and every frame the engine sent by the ports. [`bench`](mod@bench) measures the filter
+//! through a veth pair (`pfemu bench ports`).
 //!
 //! ```no_run
 //! use pfemu::lab::live::{Live, LiveConfig, LiveProgram};
@@ -24,6 +25,8 @@
 //! assert!(report.accounted());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+pub mod bench;
 
 use std::fmt;
 use std::sync::Arc;
