@@ -835,3 +835,151 @@ fn the_ports_bench_accounts_for_every_frame_it_offers() {
         "the filter forwards every plain IPv4 frame"
     );
 }
+
+// ----- the other programs on live ports --------------------------------------------------------
+
+/// Two interfaces in the root namespace joined to `ports` of a live program: returns the
+/// test's ends, in port order.
+fn pairs(lab: &mut NetLab, ports: &[u16]) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for p in ports {
+        let (host, pfe) = (lab.name(&format!("h{p}")), lab.name(&format!("p{p}")));
+        lab.veth(&host, &pfe, None, 1500)?;
+        out.push((host, pfe));
+    }
+    Ok(out)
+}
+
+#[test]
+fn nimble_admits_within_its_bucket_on_live_ports() {
+    let Some(mut lab) = NetLab::new("nimble_admits_within_its_bucket_on_live_ports") else {
+        return;
+    };
+    let ends = match pairs(&mut lab, &[0, 1]) {
+        Ok(e) => e,
+        Err(e) => {
+            println!("skipped: the kernel refused a veth pair: {e}");
+            return;
+        }
+    };
+    // 100 frames of 64 bytes fit a 64 KiB bucket whatever the time: all are admitted.
+    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+    let cfg = LiveConfig {
+        ppe_threads: 2,
+        ..LiveConfig::new(
+            LiveProgram::Nimble(pfemu::lab::live::NimbleSetup {
+                rates_bps: vec![10_000_000_000],
+                ..Default::default()
+            }),
+            PortsConfig::new(vec![
+                PortSpec::interface(&format!("0={}", ends[0].1)).expect("spec"),
+                PortSpec::interface(&format!("1={}", ends[1].1)).expect("spec"),
+            ]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the ports bind");
+    let tx = RawSocket::open(&ends[0].0, false).expect("sender");
+    let rx = RawSocket::open(&ends[1].0, true).expect("receiver");
+    let (sent, err) = tx.send(std::iter::repeat_n(&frame[..], 100));
+    assert_eq!(sent, 100, "{err:?}");
+    let mut buf = vec![0u8; 2048];
+    let got = std::cell::Cell::new(0);
+    wait_for(
+        &format!("the 100 admitted frames on {}", ends[1].0),
+        || got.get() >= 100,
+        |d| {
+            if rx.wait(d).unwrap_or(false) {
+                while let Ok(Some(_)) = rx.try_recv(&mut buf) {
+                    got.set(got.get() + 1);
+                }
+            }
+        },
+    );
+    let r = live.stop().expect("stops");
+    let ProgramCounters::Nimble(classes) = &r.counters else {
+        panic!("Nimble's counters are missing: {:?}", r.counters);
+    };
+    assert_eq!(classes[0].admitted_packets, 100);
+    assert_eq!(r.ports.ports[1].tx_frames, 100);
+    assert!(r.accounted(), "{r:#?}");
+}
+
+#[test]
+fn trio_ml_aggregates_workers_behind_a_live_port() {
+    use pfemu::lab::aggregation::{Aggregation, AggregationSetup};
+    use pfemu::microcode::trio_ml::host::{Worker, WorkerConfig};
+    use pfemu::microcode::trio_ml::TrioMlConfig;
+
+    let Some(mut lab) = NetLab::new("trio_ml_aggregates_workers_behind_a_live_port") else {
+        return;
+    };
+    let ends = match pairs(&mut lab, &[1]) {
+        Ok(e) => e,
+        Err(e) => {
+            println!("skipped: the kernel refused a veth pair: {e}");
+            return;
+        }
+    };
+    // Job 1, sources 0 and 1; its Results leave port 1, where the workers are.
+    let cfg = LiveConfig {
+        ppe_threads: 2,
+        ..LiveConfig::new(
+            LiveProgram::Aggregation(AggregationSetup::new(
+                Aggregation::TrioMl,
+                vec!["1:2".parse().expect("job")],
+            )),
+            PortsConfig::new(vec![
+                PortSpec::interface(&format!("1={}", ends[0].1)).expect("spec")
+            ]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the ports bind");
+    let sock = RawSocket::open(&ends[0].0, true).expect("the workers' socket");
+    let values: Vec<Vec<i32>> = (0..2)
+        .map(|w| (0..3000).map(|i| i * (w + 1) - 7).collect())
+        .collect();
+    let mut workers: Vec<Worker> = (0..2u8)
+        .map(|w| {
+            Worker::new(
+                WorkerConfig {
+                    grads_per_packet: 256,
+                    window: 8,
+                    ..WorkerConfig::new(1, w, TrioMlConfig::default().local_addr)
+                },
+                values[usize::from(w)].clone(),
+            )
+            .expect("worker")
+        })
+        .collect();
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    let end = Instant::now() + DEADLINE;
+    while !workers.iter().all(Worker::is_done) {
+        assert!(
+            Instant::now() < end,
+            "timed out waiting for the Results: {} and {} chunks missing",
+            workers[0].missing(),
+            workers[1].missing()
+        );
+        for w in &mut workers {
+            out.clear();
+            w.poll(0, &mut out);
+            let (sent, err) = sock.send(out.iter().map(Vec::as_slice));
+            assert_eq!(sent as usize, out.len(), "{err:?}");
+        }
+        if sock.wait(Duration::from_millis(50)).expect("poll") {
+            while let Some(n) = sock.try_recv(&mut buf).expect("recv") {
+                for w in &mut workers {
+                    w.on_frame(&buf[..n]).expect("a frame the worker can read");
+                }
+            }
+        }
+    }
+    for w in &workers {
+        let want: Vec<i32> = (0..3000).map(|i| 3 * i - 14).collect();
+        assert_eq!(w.sums(), &want[..], "every sum of both workers");
+    }
+    let r = live.stop().expect("stops");
+    assert_eq!(r.engine.consumed, r.engine.packets_in, "{:#?}", r.engine);
+    assert!(r.accounted(), "{r:#?}");
+}
