@@ -317,7 +317,8 @@ pub fn run(
     })
     .map_err(|e| format!("cannot install the SIGINT/SIGTERM handler: {e}"))?;
     let live = Live::start(&cfg).map_err(|e| match e {
-        pfemu::lab::live::LiveError::Config(c) => super::serve::config_error(c),
+        // Restated at the boundary with this command's option (flags.rs).
+        pfemu::lab::live::LiveError::Config(c) => Box::new(c) as Box<dyn std::error::Error>,
         e => Box::new(e) as Box<dyn std::error::Error>,
     })?;
     let bindings: Vec<String> = cfg
@@ -600,7 +601,8 @@ pub fn bench_ports(a: &PortsBenchArgs) -> CliResult {
         in_process: !a.no_in_process,
     };
     let r = pfemu::lab::live::bench::run(&cfg).map_err(|e| match e {
-        pfemu::lab::live::LiveError::Config(c) => super::serve::config_error(c),
+        // Restated at the boundary with this command's option (flags.rs).
+        pfemu::lab::live::LiveError::Config(c) => Box::new(c) as Box<dyn std::error::Error>,
         e => Box::new(e) as Box<dyn std::error::Error>,
     })?;
     if a.json {
