@@ -342,7 +342,7 @@ pub fn run(
         let r = live.report();
         let mut out = info(a.json);
         let _ = writeln!(out, "{ready}");
-        for w in &r.ports.warnings {
+        for w in r.warnings.iter().chain(&r.ports.warnings) {
             let _ = writeln!(out, "warning: {w}");
         }
         let _ = out.flush();
@@ -533,7 +533,7 @@ fn print_final(r: &LiveReport) {
         }
         ProgramCounters::None => {}
     }
-    for w in &r.ports.warnings {
+    for w in r.warnings.iter().chain(&r.ports.warnings) {
         println!("warning: {w}");
     }
 }

@@ -212,6 +212,9 @@ pub struct LiveReport {
     pub counters: ProgramCounters,
     /// Whether the run is over (the engine drained).
     pub finished: bool,
+    /// Setup the user should know about: ports the program sends to that no interface is
+    /// bound to (the engine drops such frames: `no_such_port`, `created_invalid`).
+    pub warnings: Vec<String>,
 }
 
 impl LiveReport {
@@ -240,6 +243,7 @@ pub struct Live {
     program: &'static str,
     installed: Installed,
     ports: RunningPorts,
+    warnings: Vec<String>,
 }
 
 impl fmt::Debug for Live {
@@ -259,7 +263,17 @@ impl Live {
         let builder = Pfe::builder()
             .ppe_threads(cfg.ppe_threads)
             .reorder(cfg.reorder);
-        let (builder, installed) = install(&cfg.program, builder, ports.sink())?;
+        let (builder, installed, sends) = install(&cfg.program, builder, ports.sink())?;
+        let warnings = sends
+            .into_iter()
+            .filter(|(port, _)| !cfg.ports.ports.iter().any(|p| p.port == *port))
+            .map(|(port, what)| {
+                format!(
+                    "{what} leave port {port}, which no interface is bound to: the engine \
+                     drops them (bind it with --iface {port}=NAME)"
+                )
+            })
+            .collect();
         let mut pfe = builder.build()?;
         pfe.start()
             .map_err(|e| ConfigError::new("start", e.to_string()))?;
@@ -268,6 +282,7 @@ impl Live {
             program: cfg.program.name(),
             installed,
             ports,
+            warnings,
         })
     }
 
@@ -282,6 +297,7 @@ impl Live {
             engine: pfe.stats(),
             counters: counters_of(&self.installed, pfe.memory()),
             finished: false,
+            warnings: self.warnings.clone(),
         }
     }
 
@@ -312,6 +328,7 @@ impl Live {
             engine,
             counters,
             finished: true,
+            warnings: self.warnings,
         })
     }
 }
@@ -339,15 +356,31 @@ fn counters_of(installed: &Installed, mem: &SharedMemory) -> ProgramCounters {
     }
 }
 
+/// The ports a program sends to, each with what it sends there.
+type Sends = Vec<(Port, String)>;
+
 /// Installs `program` in a new shared memory and puts it, the memory, its timers and
-/// `sink` in `builder`.
+/// `sink` in `builder`; also says which ports the program sends to, and what.
 fn install(
     program: &LiveProgram,
     builder: PfeBuilder,
     sink: Arc<PortSink>,
-) -> Result<(PfeBuilder, Installed), ConfigError> {
+) -> Result<(PfeBuilder, Installed, Sends), ConfigError> {
     let builder = builder.sink(sink);
-    Ok(match program {
+    let sends: Sends = match program {
+        LiveProgram::Filter => vec![(
+            crate::microcode::filter::DEFAULT_OUT_PORT,
+            "the filter's plain IPv4 packets".into(),
+        )],
+        LiveProgram::L3fwd(_) => Vec::new(),
+        LiveProgram::Nimble(n) => vec![(n.out_port, "Nimble's admitted packets".into())],
+        LiveProgram::Aggregation(a) => a
+            .jobs
+            .iter()
+            .map(|j| (Port::from(j.job_id), format!("job {}'s Results", j.job_id)))
+            .collect(),
+    };
+    let (builder, installed, more) = match program {
         LiveProgram::Filter => {
             let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
             let filter = Filter::install(&mem)
@@ -355,10 +388,14 @@ fn install(
             (
                 builder.program(filter.program()).memory(mem),
                 Installed::Filter(filter),
+                Vec::new(),
             )
         }
         LiveProgram::L3fwd(routes) => {
             let table = load_routes(routes)?;
+            let mut ports: Vec<Port> = table.next_hops().iter().map(|nh| nh.port).collect();
+            ports.sort_unstable();
+            ports.dedup();
             let dir =
                 Dir248::build(&table).map_err(|e| ConfigError::new("routes", e.to_string()))?;
             let mem = Arc::new(SharedMemory::new(&l3fwd_memory(&dir))?);
@@ -367,6 +404,10 @@ fn install(
             (
                 builder.program(l3fwd.program()).memory(mem),
                 Installed::Other,
+                ports
+                    .into_iter()
+                    .map(|p| (p, "packets of the routes".to_string()))
+                    .collect(),
             )
         }
         LiveProgram::Nimble(n) => {
@@ -392,6 +433,7 @@ fn install(
             (
                 builder.program(nimble.program()).memory(mem).timers(timers),
                 Installed::Nimble(nimble),
+                Vec::new(),
             )
         }
         LiveProgram::Aggregation(a) => {
@@ -405,7 +447,9 @@ fn install(
                     .max_frame_bytes(HEADERS_LEN + usize::from(MAX_GRAD_CNT) * GRAD_BYTES)
                     .timers(timers),
                 Installed::Other,
+                Vec::new(),
             )
         }
-    })
+    };
+    Ok((builder, installed, sends.into_iter().chain(more).collect()))
 }

@@ -287,13 +287,17 @@ impl PacketSocket {
         failed: &mut dyn FnMut(&'a [u8], io::Error),
     ) -> (u64, u64) {
         let (mut sent, mut bytes) = (0u64, 0u64);
-        let mut chunk: Vec<&'a [u8]> = Vec::with_capacity(SEND_BATCH);
+        let mut chunk: [&'a [u8]; SEND_BATCH] = [&[]; SEND_BATCH];
         loop {
-            chunk.clear();
-            chunk.extend((&mut *frames).take(SEND_BATCH));
-            if chunk.is_empty() {
+            let mut len = 0;
+            for f in (&mut *frames).take(SEND_BATCH) {
+                chunk[len] = f;
+                len += 1;
+            }
+            if len == 0 {
                 return (sent, bytes);
             }
+            let chunk = &chunk[..len];
             let mut at = 0;
             while at < chunk.len() {
                 match self.sendmmsg(&chunk[at..]) {
