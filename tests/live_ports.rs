@@ -983,3 +983,34 @@ fn trio_ml_aggregates_workers_behind_a_live_port() {
     assert_eq!(r.engine.consumed, r.engine.packets_in, "{:#?}", r.engine);
     assert!(r.accounted(), "{r:#?}");
 }
+
+#[test]
+fn without_the_capability_the_error_names_the_interface() {
+    if !is_root() {
+        println!("skipped: not root (it drops root's privileges to see the error)");
+        return;
+    }
+    // `nobody`, without capabilities, on the loopback interface every machine has.
+    let out = match Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_pfemu"))
+        .args(["run", "--iface", "0=lo", "--duration", "1"])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            println!("skipped: cannot run setpriv (util-linux): {e}");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("setpriv:") || err.contains("Permission denied") && !err.contains("pfemu") {
+        println!("skipped: setpriv could not run pfemu as nobody here: {err}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("interface lo") && err.contains("permission denied") && err.contains("root"),
+        "{err}"
+    );
+}
