@@ -76,6 +76,10 @@ use crate::pfe::{Frames, Pfe, Sink};
 use self::ring::{parse_block, RxFrame, PACKET_OUTGOING};
 use self::sys::{PacketSocket, RingLayout, RxRing, Tap};
 
+/// The longest a PPE thread waits for room in a port's send buffer; frames that find none
+/// by then are counted as `EAGAIN` transmit errors.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// What a port is bound to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "name", rename_all = "lowercase")]
@@ -824,6 +828,7 @@ fn open_port(
             }
             let ring = RxRing::new(&sock, cfg.ring.layout()).map_err(err)?;
             sock.set_send_buffer(cfg.send_buffer_bytes).map_err(err)?;
+            sock.set_send_timeout(SEND_TIMEOUT).map_err(err)?;
             sock.bind(ifindex).map_err(err)?;
             sock.promiscuous(ifindex).map_err(err)?;
             if !interface_is_up(name) {

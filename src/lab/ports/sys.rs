@@ -179,6 +179,23 @@ impl PacketSocket {
         set_opt(&self.fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &b, "SO_SNDBUF")
     }
 
+    /// Bounds how long a send may wait for room in the send buffer; past it the frames
+    /// are refused with `EAGAIN` (counted), so a PPE thread never waits forever on an
+    /// interface that stopped draining.
+    pub fn set_send_timeout(&self, timeout: std::time::Duration) -> io::Result<()> {
+        let tv = libc::timeval {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
+        };
+        set_opt(
+            &self.fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            &tv,
+            "SO_SNDTIMEO",
+        )
+    }
+
     /// Sets the receive buffer (bytes) of a socket without a ring.
     pub fn set_recv_buffer(&self, bytes: usize) -> io::Result<()> {
         let b = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
@@ -280,7 +297,8 @@ impl PacketSocket {
     /// Sends `frames` out of the bound interface with `sendmmsg`, up to [`SEND_BATCH`] per
     /// call, the kernel reading each frame where it is (one copy, into its buffer). A
     /// frame the kernel refuses is counted through `failed` with its error and skipped;
-    /// the others go on. Returns the frames and bytes sent.
+    /// the others go on, but after a send timeout (`EAGAIN`) the rest of the frames are
+    /// refused at once. Returns the frames and bytes sent.
     pub fn send_batch<'a>(
         &self,
         frames: &mut dyn Iterator<Item = &'a [u8]>,
@@ -310,6 +328,14 @@ impl PacketSocket {
                         at += n;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // No room for the send timeout: the interface stopped draining, so
+                        // the rest of the burst would wait as long, each. Refuse it all.
+                        for f in chunk[at..].iter().copied().chain(&mut *frames) {
+                            failed(f, io::Error::from_raw_os_error(libc::EAGAIN));
+                        }
+                        return (sent, bytes);
+                    }
                     Err(e) => {
                         // The first frame of the rest was refused; skip it and go on.
                         failed(chunk[at], e);
