@@ -28,6 +28,17 @@
 //!   fills up, and the kernel drops and counts (`PACKET_STATISTICS`), as a NIC's RX ring
 //!   overflows.
 //!
+//! # Threads and parameters
+//!
+//! One RX thread per port (`pfemu-rx<port>`), nothing else: transmission runs on the PPE
+//! thread that releases a burst (with reordering on, the engine serialises these calls),
+//! so no queue or copy sits between egress and the socket; a send that finds the socket's
+//! buffer full waits, which is backpressure on the engine, for at most [`SEND_TIMEOUT`].
+//! The ring defaults to 64 blocks of 256 KiB (16 MiB per port, about 100 000 small frames)
+//! with a 1 ms block timeout: big blocks amortise the handover at load, and the timeout
+//! bounds what a lone frame (a ping) waits. An RX thread looks at the stop flag every
+//! [`PortsConfig::poll_ms`] (20 ms).
+//!
 //! # Nothing silently lost
 //!
 //! Every frame is counted somewhere ([`PortStats`]): received and injected (`rx_frames`,
