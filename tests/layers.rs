@@ -18,8 +18,9 @@ const LAYERS: &[&[&str]] = &[
     &["program"],
     &["ada", "pfe"],
     &["microcode"],
-    &["lab::aggregation", "lab::bench", "lab::control"],
+    &["lab::aggregation", "lab::bench", "lab::control", "lab::ports"],
     &["lab::replay", "lab::serve"],
+    &["lab::live"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -8,6 +8,8 @@ mod fabric;
 mod flags;
 #[path = "pfemu/lab.rs"]
 mod lab;
+#[path = "pfemu/live.rs"]
+mod live;
 #[path = "pfemu/replay.rs"]
 mod replay;
 #[path = "pfemu/serve.rs"]
@@ -67,26 +69,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a shipped program on generated traffic once and print its summary.
-    #[command(after_help = "Examples:\n  \
-        pfemu run\n  \
-        pfemu run filter --packets 1000000 --ppe-threads 4\n  \
-        pfemu run filter --sizes imix --flow-dist zipf:1.1 --duration 2\n\n\
-        Generates the traffic (the same generator as pfemu bench filter), runs it through the \
-        program once, prints the program's counters and the common summary, and ends with a \
-        check line: the counters match the generated traffic and every packet is accounted \
-        for (exit status 2 if not). pfemu bench filter measures the same, repeated and \
-        interleaved across configurations.")]
+    /// Run a shipped program on generated traffic once, or between Linux interfaces
+    /// (--iface, --tap) until Ctrl-C.
+    #[command(after_help = live::HELP)]
     Run {
-        /// The program to run.
-        #[arg(value_enum, default_value_t = Workload::Filter)]
-        program: Workload,
+        /// The program to run [default: filter].
+        #[arg(value_enum)]
+        program: Option<Workload>,
         #[command(flatten)]
         cfg: FilterBenchConfig,
         #[command(flatten)]
         engine: EngineChoice,
         #[command(flatten)]
         traffic: TrafficArgs,
+        #[command(flatten)]
+        live: Box<live::LiveArgs>,
     },
     /// Measure a program or a block of the engine.
     Bench {
@@ -476,6 +473,10 @@ enum BenchCmd {
         tight). The plain loop runs the same four steps through the same tables on one \
         thread.")]
     Nimble(lab::NimbleArgs),
+    /// The filter through a real veth pair (frames offered on one veth, taken by a port,
+    /// sent out of another), beside the in-process figure.
+    #[command(after_help = live::BENCH_PORTS_HELP)]
+    Ports(live::PortsBenchArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -584,11 +585,7 @@ impl TrafficArgs {
     }
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Workload {
-    /// The paper's packet filter (§3.2): forward plain IPv4, drop and count the rest.
-    Filter,
-}
+use live::Workload;
 
 /// Restores the default action of SIGPIPE (the Rust runtime ignores it), so that when the
 /// reader of our output goes away (`pfemu ... | head`) the command ends quietly, as Unix
@@ -616,16 +613,20 @@ fn main() -> ExitCode {
         None => demo(&DemoConfig::default(), false),
         Some(Command::Demo { cfg, json }) => demo(&cfg, json),
         Some(Command::Run {
-            program: Workload::Filter,
+            program,
             cfg,
             engine,
             traffic,
-        }) => run_filter(
+            live,
+        }) => run(
+            program,
             &FilterBenchConfig {
                 engine: engine.apply(&cfg.engine),
                 ..cfg
             },
             &traffic,
+            &live,
+            matches.subcommand_matches("run"),
         ),
         Some(Command::Bench {
             which: BenchCmd::Filter(a),
@@ -649,6 +650,9 @@ fn main() -> ExitCode {
         Some(Command::Bench {
             which: BenchCmd::Nimble(a),
         }) => lab::bench_nimble(&a),
+        Some(Command::Bench {
+            which: BenchCmd::Ports(a),
+        }) => live::bench_ports(&a),
         Some(Command::Linerate(a)) => lab::linerate(&a),
         Some(Command::Latency(a)) => lab::latency(&a),
         Some(Command::Replay(a)) => replay::replay(&a),
@@ -1229,6 +1233,90 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
         println!("\ncheck: every sum matches; the straggler was left out only of round 2");
     }
     Ok(())
+}
+
+/// `pfemu run`: on interfaces with `--iface` / `--tap`, else the filter on generated traffic.
+fn run(
+    program: Option<Workload>,
+    cfg: &FilterBenchConfig,
+    traffic: &TrafficArgs,
+    live: &live::LiveArgs,
+    matches: Option<&clap::ArgMatches>,
+) -> CliResult {
+    let workload = match (program, live.program) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(format!(
+                "the program is given twice, as {} and as `--program {}`",
+                workload_name(a),
+                workload_name(b)
+            )
+            .into())
+        }
+        (a, b) => a.or(b).unwrap_or(Workload::Filter),
+    };
+    let given = |id: &str| {
+        matches.is_some_and(|m| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+    };
+    if live.is_live() {
+        // Generated traffic's options mean nothing on interfaces.
+        for (id, flag) in [
+            ("packets", "--packets"),
+            ("size", "--size"),
+            ("flows", "--flows"),
+            ("seed", "--seed"),
+            ("sizes", "--sizes"),
+            ("flow_dist", "--flow-dist"),
+            ("mix", "--mix"),
+        ] {
+            if given(id) {
+                return Err(format!(
+                    "invalid option `{flag}`: shapes generated traffic, which a run on \
+                     interfaces (--iface, --tap) does not have"
+                )
+                .into());
+            }
+        }
+        return live::run(
+            live,
+            workload,
+            cfg.engine.ppe_threads,
+            cfg.engine.reorder,
+            cfg.duration_s,
+        );
+    }
+    if workload != Workload::Filter {
+        return Err(format!(
+            "`pfemu run {}` needs ports: bind interfaces with --iface PORT=NAME or --tap \
+             PORT=NAME (on generated traffic, pfemu run runs the filter only; see also \
+             pfemu bench {0})",
+            workload_name(workload)
+        )
+        .into());
+    }
+    let live_flag = live.live_only_given().or_else(|| {
+        [
+            ("stats_every", "--stats-every"),
+            ("ring_block_bytes", "--ring-block-bytes"),
+            ("ring_blocks", "--ring-blocks"),
+            ("ring_block_timeout_ms", "--ring-block-timeout-ms"),
+        ]
+        .into_iter()
+        .find(|(id, _)| given(id))
+        .map(|(_, f)| f)
+    });
+    if let Some(flag) = live_flag {
+        return Err(format!(
+            "invalid option `{flag}`: applies to a run on interfaces (--iface, --tap) only"
+        )
+        .into());
+    }
+    run_filter(cfg, traffic)
+}
+
+/// A program's name as `pfemu run` spells it.
+fn workload_name(w: Workload) -> String {
+    w.to_possible_value()
+        .map_or_else(|| "?".to_string(), |v| v.get_name().to_string())
 }
 
 fn run_filter(cfg: &FilterBenchConfig, traffic: &TrafficArgs) -> CliResult {

@@ -8,9 +8,13 @@
 //!   `replay` both run it.
 //! - [`replay`]: capture files through a PFE (`pfemu replay`).
 //! - [`serve`]: the UDP front end for real end hosts (`pfemu serve`, `pfemu worker`).
+//! - [`ports`]: Linux interfaces (AF_PACKET rings, TAP devices) as PFE ports, and
+//!   [`live`]: a shipped program on them (`pfemu run --iface`).
 
 pub mod aggregation;
 pub mod bench;
 pub mod control;
+pub mod live;
+pub mod ports;
 pub mod replay;
 pub mod serve;

@@ -887,29 +887,7 @@ fn build_engine(
                 .build()?
         }
         ReplayProgram::L3fwd(routes) => {
-            let table = match routes {
-                Routes::Generated { count, ports, seed } => {
-                    RouteTable::generate(*count, *ports, *seed)
-                        .map_err(|e| ConfigError::new("routes", e.to_string()))?
-                }
-                // Read here rather than with `RouteTable::from_file`, whose read error
-                // names line 0: only the parse errors have a line.
-                Routes::File(path) => {
-                    let text = std::fs::read_to_string(path).map_err(|e| {
-                        ConfigError::new(
-                            "route_file",
-                            format!("cannot read {}: {e}", path.display()),
-                        )
-                    })?;
-                    RouteTable::parse(&text).map_err(|e| {
-                        ConfigError::new("route_file", format!("{}: {e}", path.display()))
-                    })?
-                }
-                Routes::Table(t) => t.clone(),
-            };
-            if table.is_empty() {
-                return Err(ConfigError::new("routes", "l3fwd needs at least one route").into());
-            }
+            let table = load_routes(routes)?;
             let ports = table
                 .next_hops()
                 .iter()
@@ -919,16 +897,7 @@ fn build_engine(
                 .max(ports);
             let dir =
                 Dir248::build(&table).map_err(|e| ConfigError::new("routes", e.to_string()))?;
-            let defaults = MemConfig::default();
-            let mem = Arc::new(SharedMemory::new(&MemConfig {
-                dram_bytes: defaults
-                    .dram_bytes
-                    .max(dir.dram_bytes().next_multiple_of(64)),
-                sram_bytes: defaults
-                    .sram_bytes
-                    .max((dir.sram_bytes() + 64).next_multiple_of(64)),
-                ..defaults
-            })?);
+            let mem = Arc::new(SharedMemory::new(&l3fwd_memory(&dir))?);
             let l3fwd = L3fwd::install_table(&mem, &dir)
                 .map_err(|e| ConfigError::new("memory", e.to_string()))?;
             builder
@@ -949,6 +918,43 @@ fn build_engine(
         pfe,
         aggregation: None,
     })
+}
+
+/// The route table `routes` describes: generated, read from its file (an error names the
+/// file and, for a parse error, the line), or the caller's; refuses an empty table.
+pub(crate) fn load_routes(routes: &Routes) -> Result<RouteTable, ConfigError> {
+    let table = match routes {
+        Routes::Generated { count, ports, seed } => RouteTable::generate(*count, *ports, *seed)
+            .map_err(|e| ConfigError::new("routes", e.to_string()))?,
+        // Read here rather than with `RouteTable::from_file`, whose read error names line
+        // 0: only the parse errors have a line.
+        Routes::File(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::new("route_file", format!("cannot read {}: {e}", path.display()))
+            })?;
+            RouteTable::parse(&text)
+                .map_err(|e| ConfigError::new("route_file", format!("{}: {e}", path.display())))?
+        }
+        Routes::Table(t) => t.clone(),
+    };
+    if table.is_empty() {
+        return Err(ConfigError::new("routes", "l3fwd needs at least one route"));
+    }
+    Ok(table)
+}
+
+/// Shared memory for l3fwd with table `dir`: the default, grown to hold it.
+pub(crate) fn l3fwd_memory(dir: &Dir248) -> MemConfig {
+    let defaults = MemConfig::default();
+    MemConfig {
+        dram_bytes: defaults
+            .dram_bytes
+            .max(dir.dram_bytes().next_multiple_of(64)),
+        sram_bytes: defaults
+            .sram_bytes
+            .max((dir.sram_bytes() + 64).next_multiple_of(64)),
+        ..defaults
+    }
 }
 
 /// Installs Trio-ML (integer or FPISA lanes) with the jobs of `a`, as `pfemu serve` does.

@@ -27,6 +27,8 @@ const ALIASES: &[(&str, &[&str])] = &[
     ("reference_pps", &["reference-mpps"]),
     ("block_grad_max", &["grads"]),
     ("block_exp", &["block-exp-ms"]),
+    ("ports", &["iface", "ports"]),
+    ("route_file", &["routes", "route-file"]),
 ];
 
 /// The subcommand that ran (`pfemu bench filter` is `bench`'s `filter`), from its matches.

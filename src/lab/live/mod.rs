@@ -1,0 +1,455 @@
+//! A shipped program on live ports: what `pfemu run --iface ...` runs.
+//!
+//! [`Live::start`] installs a [`LiveProgram`] (the filter, l3fwd with a route file, the
+//! Nimble rate limiter, or Trio-ML / FPISA aggregation set up as `pfemu serve` and
+//! `pfemu replay` set it up), builds the engine around a [`PortSink`], binds the ports
+//! ([`crate::lab::ports`]) and starts receiving. [`Live::report`] reads every counter
+//! while it runs; [`Live::stop`] stops receiving, drains the engine (everything in flight
+//! leaves through the ports) and returns the final [`LiveReport`], whose
+//! [`LiveReport::accounted`] checks that every frame the ports took is accounted for by
+//! the engine and every frame the engine sent by the ports. [`bench`](mod@bench) measures the filter
+//! through a veth pair (`pfemu bench ports`).
+//!
+//! ```no_run
+//! use pfemu::lab::live::{Live, LiveConfig, LiveProgram};
+//! use pfemu::lab::ports::{PortSpec, PortsConfig};
+//!
+//! let cfg = LiveConfig::new(
+//!     LiveProgram::Filter,
+//!     PortsConfig::new(vec![PortSpec::interface("0=veth0")?, PortSpec::interface("1=veth2")?]),
+//! );
+//! let live = Live::start(&cfg)?;
+//! // ... traffic flows between the hosts behind veth0 and veth2 ...
+//! let report = live.stop()?;
+//! println!("{} frames in, {} out", report.ports.rx_frames(), report.ports.tx_frames());
+//! assert!(report.accounted());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod bench;
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::error::ConfigError;
+use crate::lab::aggregation::AggregationSetup;
+use crate::lab::ports::{LivePorts, PortError, PortSink, PortsConfig, PortsReport, RunningPorts};
+use crate::lab::replay::{l3fwd_memory, load_routes, Routes};
+use crate::mem::{MemConfig, SharedMemory};
+use crate::microcode::filter::{Filter, FilterCounts};
+use crate::microcode::l3fwd::{Dir248, L3fwd};
+use crate::microcode::nimble::{Arithmetic, Nimble, NimbleConfig};
+use crate::microcode::trio_ml::wire::{GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT};
+use crate::microcode::trio_ml::TrioMlConfig;
+use crate::packet::Port;
+use crate::pfe::{default_ppe_threads, Pfe, PfeBuilder, Stats};
+
+/// The Nimble rate limiter's settings on live ports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NimbleSetup {
+    /// The rate of class `i`, bits per second: frames arriving on port `i`. Frames of
+    /// other ports are dropped (`no_class`).
+    pub rates_bps: Vec<u64>,
+    /// Each class's bucket depth, bytes.
+    pub burst_bytes: u64,
+    /// Where admitted frames leave.
+    pub out_port: Port,
+    /// How the refill is multiplied.
+    pub arithmetic: Arithmetic,
+}
+
+impl Default for NimbleSetup {
+    /// One class (port 0) at 1 Gbit/s, a 64 KB bucket, admitted frames out of port 1,
+    /// [`NimbleConfig::default`]'s arithmetic (ADA).
+    fn default() -> Self {
+        NimbleSetup {
+            rates_bps: vec![1_000_000_000],
+            burst_bytes: 64 * 1024,
+            out_port: 1,
+            arithmetic: NimbleConfig::default().arithmetic,
+        }
+    }
+}
+
+/// The program the PPE threads run.
+#[derive(Clone, Debug)]
+pub enum LiveProgram {
+    /// The paper's packet filter: plain IPv4 leaves on port 1, the rest is dropped and
+    /// counted.
+    Filter,
+    /// IPv4 forwarding with these routes ([`crate::microcode::l3fwd`]; a route file holds
+    /// `A.B.C.D/LEN PORT` lines). Forwarded frames get the port's next hop MACs:
+    /// destination `02:00:00:01:pp:pp`, source `02:00:00:00:pp:pp` (`pppp` the egress
+    /// port), so the host behind port `p` needs that MAC (see the README).
+    L3fwd(Routes),
+    /// The Nimble rate limiter, one class per ingress port.
+    Nimble(NimbleSetup),
+    /// Trio-ML or FPISA aggregation of these jobs (to 10.0.0.254, UDP port 12000); job
+    /// `J`'s Results leave on port `J`.
+    Aggregation(AggregationSetup),
+}
+
+impl LiveProgram {
+    /// The program's name, as the CLI spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LiveProgram::Filter => "filter",
+            LiveProgram::L3fwd(_) => "l3fwd",
+            LiveProgram::Nimble(_) => "nimble",
+            LiveProgram::Aggregation(a) => {
+                crate::lab::replay::ReplayProgram::Aggregation(a.clone()).name()
+            }
+        }
+    }
+}
+
+/// A live run's settings.
+#[derive(Clone, Debug)]
+pub struct LiveConfig {
+    /// The program.
+    pub program: LiveProgram,
+    /// The ports.
+    pub ports: PortsConfig,
+    /// PPE threads.
+    pub ppe_threads: usize,
+    /// Per-flow reordering.
+    pub reorder: bool,
+}
+
+impl LiveConfig {
+    /// `program` on `ports`, one PPE thread per available core, reordering on.
+    pub fn new(program: LiveProgram, ports: PortsConfig) -> Self {
+        LiveConfig {
+            program,
+            ports,
+            ppe_threads: default_ppe_threads(),
+            reorder: true,
+        }
+    }
+}
+
+/// Why a live run could not start or stop.
+#[derive(Debug)]
+pub enum LiveError {
+    /// A setting was refused.
+    Config(ConfigError),
+    /// A port could not be bound.
+    Port(PortError),
+}
+
+impl fmt::Display for LiveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LiveError::Config(e) => e.fmt(f),
+            LiveError::Port(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for LiveError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LiveError::Config(e) => Some(e),
+            LiveError::Port(e) => Some(e),
+        }
+    }
+}
+
+impl From<ConfigError> for LiveError {
+    fn from(e: ConfigError) -> Self {
+        LiveError::Config(e)
+    }
+}
+
+impl From<PortError> for LiveError {
+    fn from(e: PortError) -> Self {
+        match e {
+            PortError::Config(c) => LiveError::Config(c),
+            e => LiveError::Port(e),
+        }
+    }
+}
+
+/// What a Nimble class admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ClassReport {
+    /// The class (its ingress port).
+    pub class: usize,
+    /// Its rate, bits per second.
+    pub rate_bps: u64,
+    /// Frames admitted.
+    pub admitted_packets: u64,
+    /// Bytes admitted.
+    pub admitted_bytes: u64,
+}
+
+/// The program's own counters.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgramCounters {
+    /// The filter's shared-memory counters.
+    Filter(FilterCounts),
+    /// Nimble's per-class counters.
+    Nimble(Vec<ClassReport>),
+    /// Nothing beyond the engine's drop reasons (l3fwd, aggregation).
+    None,
+}
+
+/// What a live run did, so far or in all.
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveReport {
+    /// The program's name.
+    pub program: &'static str,
+    /// Seconds since the ports started.
+    pub elapsed_s: f64,
+    /// The ports' counters.
+    pub ports: PortsReport,
+    /// The engine's counters.
+    pub engine: Stats,
+    /// The program's own counters.
+    pub counters: ProgramCounters,
+    /// Whether the run is over (the engine drained).
+    pub finished: bool,
+    /// Setup the user should know about: ports the program sends to that no interface is
+    /// bound to (the engine drops such frames: `no_such_port`, `created_invalid`).
+    pub warnings: Vec<String>,
+}
+
+impl LiveReport {
+    /// Every frame accounted for (exact once the run is over): the frames the ports
+    /// injected are the engine's `packets_in`, each of which left, was consumed or dropped
+    /// (`Stats::is_conserved`, nothing in flight), and every frame the engine handed the
+    /// ports left or was counted as a transmit drop.
+    pub fn accounted(&self) -> bool {
+        let e = &self.engine;
+        self.ports.rx_frames() == e.packets_in
+            && e.is_conserved()
+            && e.in_flight == 0
+            && self.ports.tx_frames() + self.ports.tx_dropped() == e.frames_tx
+    }
+}
+
+/// The program installed, kept to read its counters.
+enum Installed {
+    Filter(Filter),
+    Nimble(Nimble),
+    Other,
+}
+
+/// A program running on live ports.
+pub struct Live {
+    program: &'static str,
+    installed: Installed,
+    ports: RunningPorts,
+    warnings: Vec<String>,
+}
+
+impl fmt::Debug for Live {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Live")
+            .field("program", &self.program)
+            .field("ports", &self.ports)
+            .finish()
+    }
+}
+
+impl Live {
+    /// Installs the program, binds the ports, starts the engine and the ports' receive
+    /// threads.
+    pub fn start(cfg: &LiveConfig) -> Result<Live, LiveError> {
+        let ports = LivePorts::open(&cfg.ports)?;
+        let builder = Pfe::builder()
+            .ppe_threads(cfg.ppe_threads)
+            .reorder(cfg.reorder);
+        let (builder, installed, sends) = install(&cfg.program, builder, ports.sink())?;
+        let warnings = sends
+            .into_iter()
+            .filter(|(port, _)| !cfg.ports.ports.iter().any(|p| p.port == *port))
+            .map(|(port, what)| {
+                format!(
+                    "{what} leave port {port}, which no interface is bound to: the engine \
+                     drops them (bind it with --iface {port}=NAME)"
+                )
+            })
+            .collect();
+        let mut pfe = builder.build()?;
+        pfe.start()
+            .map_err(|e| ConfigError::new("start", e.to_string()))?;
+        let ports = ports.start(Arc::new(pfe))?;
+        Ok(Live {
+            program: cfg.program.name(),
+            installed,
+            ports,
+            warnings,
+        })
+    }
+
+    /// The counters now (the engine's are read while it runs, so they add up only
+    /// approximately; see [`Live::stop`]).
+    pub fn report(&self) -> LiveReport {
+        let pfe = self.ports.pfe();
+        LiveReport {
+            program: self.program,
+            elapsed_s: self.ports.elapsed().as_secs_f64(),
+            ports: self.ports.report(),
+            engine: pfe.stats(),
+            counters: counters_of(&self.installed, pfe.memory()),
+            finished: false,
+            warnings: self.warnings.clone(),
+        }
+    }
+
+    /// The engine.
+    pub fn pfe(&self) -> &Arc<Pfe> {
+        self.ports.pfe()
+    }
+
+    /// Stops receiving, drains the engine through the ports, shuts it down and returns
+    /// the final counters. Fails only if something else still holds the engine (a clone of
+    /// [`Live::pfe`]'s `Arc`).
+    pub fn stop(self) -> Result<LiveReport, LiveError> {
+        let elapsed_s = self.ports.elapsed().as_secs_f64();
+        let pfe = self.ports.pfe().clone();
+        let ports = self.ports.stop();
+        let counters = counters_of(&self.installed, pfe.memory());
+        let pfe = Arc::try_unwrap(pfe).map_err(|_| {
+            ConfigError::new(
+                "pfe",
+                "the engine is still shared (a clone of Live::pfe is alive); drop it before stop",
+            )
+        })?;
+        let engine = pfe.shutdown();
+        Ok(LiveReport {
+            program: self.program,
+            elapsed_s,
+            ports,
+            engine,
+            counters,
+            finished: true,
+            warnings: self.warnings,
+        })
+    }
+}
+
+/// The program's own counters in `mem`.
+fn counters_of(installed: &Installed, mem: &SharedMemory) -> ProgramCounters {
+    match installed {
+        Installed::Filter(f) => f
+            .counts(mem)
+            .map_or(ProgramCounters::None, ProgramCounters::Filter),
+        Installed::Nimble(n) => ProgramCounters::Nimble(
+            (0..n.config().rates_bps.len())
+                .filter_map(|class| {
+                    let c = n.counts(mem, class).ok()?;
+                    Some(ClassReport {
+                        class,
+                        rate_bps: n.config().rates_bps[class],
+                        admitted_packets: c.packets,
+                        admitted_bytes: c.bytes,
+                    })
+                })
+                .collect(),
+        ),
+        Installed::Other => ProgramCounters::None,
+    }
+}
+
+/// The ports a program sends to, each with what it sends there.
+type Sends = Vec<(Port, String)>;
+
+/// Installs `program` in a new shared memory and puts it, the memory, its timers and
+/// `sink` in `builder`; also says which ports the program sends to, and what.
+fn install(
+    program: &LiveProgram,
+    builder: PfeBuilder,
+    sink: Arc<PortSink>,
+) -> Result<(PfeBuilder, Installed, Sends), ConfigError> {
+    let builder = builder.sink(sink);
+    let sends: Sends = match program {
+        LiveProgram::Filter => vec![(
+            crate::microcode::filter::DEFAULT_OUT_PORT,
+            "the filter's plain IPv4 packets".into(),
+        )],
+        LiveProgram::L3fwd(_) => Vec::new(),
+        LiveProgram::Nimble(n) => vec![(n.out_port, "Nimble's admitted packets".into())],
+        LiveProgram::Aggregation(a) => a
+            .jobs
+            .iter()
+            .map(|j| (Port::from(j.job_id), format!("job {}'s Results", j.job_id)))
+            .collect(),
+    };
+    let (builder, installed, more) = match program {
+        LiveProgram::Filter => {
+            let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+            let filter = Filter::install(&mem)
+                .map_err(|e| ConfigError::new("program", format!("installing filter: {e}")))?;
+            (
+                builder.program(filter.program()).memory(mem),
+                Installed::Filter(filter),
+                Vec::new(),
+            )
+        }
+        LiveProgram::L3fwd(routes) => {
+            let table = load_routes(routes)?;
+            let mut ports: Vec<Port> = table.next_hops().iter().map(|nh| nh.port).collect();
+            ports.sort_unstable();
+            ports.dedup();
+            let dir =
+                Dir248::build(&table).map_err(|e| ConfigError::new("routes", e.to_string()))?;
+            let mem = Arc::new(SharedMemory::new(&l3fwd_memory(&dir))?);
+            let l3fwd = L3fwd::install_table(&mem, &dir)
+                .map_err(|e| ConfigError::new("memory", e.to_string()))?;
+            (
+                builder.program(l3fwd.program()).memory(mem),
+                Installed::Other,
+                ports
+                    .into_iter()
+                    .map(|p| (p, "packets of the routes".to_string()))
+                    .collect(),
+            )
+        }
+        LiveProgram::Nimble(n) => {
+            let mem = Arc::new(SharedMemory::new(&MemConfig {
+                dram_bytes: 0,
+                ..MemConfig::default()
+            })?);
+            let nimble = Nimble::install(
+                &mem,
+                NimbleConfig {
+                    rates_bps: n.rates_bps.clone(),
+                    burst_bytes: n.burst_bytes,
+                    arithmetic: n.arithmetic,
+                    out_port: n.out_port,
+                    ..NimbleConfig::default()
+                },
+            )
+            .map_err(|e| match e {
+                crate::microcode::nimble::NimbleError::Config(c) => c,
+                e => ConfigError::new("nimble", e.to_string()),
+            })?;
+            let timers = nimble.timer_specs()?;
+            (
+                builder.program(nimble.program()).memory(mem).timers(timers),
+                Installed::Nimble(nimble),
+                Vec::new(),
+            )
+        }
+        LiveProgram::Aggregation(a) => {
+            let mem = Arc::new(SharedMemory::new(&a.mem_config())?);
+            let trio = a.install(&mem, TrioMlConfig::default().local_addr)?;
+            let timers = trio.timer_specs()?;
+            (
+                builder
+                    .program(trio.program())
+                    .memory(mem)
+                    .max_frame_bytes(HEADERS_LEN + usize::from(MAX_GRAD_CNT) * GRAD_BYTES)
+                    .timers(timers),
+                Installed::Other,
+                Vec::new(),
+            )
+        }
+    };
+    Ok((builder, installed, sends.into_iter().chain(more).collect()))
+}

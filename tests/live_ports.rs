@@ -1,0 +1,994 @@
+//! Live ports on real interfaces: network namespaces and veth pairs made per test (unique
+//! names, removed by a guard on drop, also on panic). Each test prints `skipped: ...` and
+//! passes when it cannot run here: not root, or the kernel refuses namespaces, veth or TAP.
+//! Every wait has a deadline and says what it waited for; nothing sleeps to synchronise.
+
+#![cfg(all(feature = "lab", target_os = "linux"))]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use pfemu::lab::bench::traffic::{FrameClass, FrameSizes, Mix, Traffic, TrafficSpec};
+use pfemu::lab::live::{Live, LiveConfig, LiveError, LiveProgram, ProgramCounters};
+use pfemu::lab::ports::{PortError, PortSpec, PortsConfig, RawSocket};
+
+/// How long any one wait may take before the test fails, saying what it waited for.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+// ----- the lab's guard ---------------------------------------------------------------------
+
+/// Namespaces, links, TAP devices, processes and files a test made; removed on drop.
+struct NetLab {
+    prefix: String,
+    namespaces: Vec<String>,
+    links: Vec<String>,
+    children: Vec<Child>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for NetLab {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // Deleting one end of a veth pair deletes both; a namespace takes its links along.
+        for l in &self.links {
+            let _ = Command::new("ip")
+                .args(["link", "del", l])
+                .stderr(Stdio::null())
+                .status();
+        }
+        for ns in &self.namespaces {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Runs `ip` with `args`; the error holds its message.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}`: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+impl NetLab {
+    /// A lab with names unique to this process and test, or `None` (printed) when this
+    /// machine cannot make one.
+    fn new(test: &str) -> Option<NetLab> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        if !is_root() {
+            println!("skipped {test}: not root (network namespaces and AF_PACKET need it)");
+            return None;
+        }
+        if let Err(e) = ip(&["-V"]) {
+            println!("skipped {test}: iproute2 is not installed ({e})");
+            return None;
+        }
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        Some(NetLab {
+            // Interface names have 15 bytes: prefix (at most 9) + a role of at most 6.
+            prefix: format!("pl{}{n}", std::process::id() % 100_000),
+            namespaces: Vec::new(),
+            links: Vec::new(),
+            children: Vec::new(),
+            dirs: Vec::new(),
+        })
+    }
+
+    fn name(&self, role: &str) -> String {
+        format!("{}{role}", self.prefix)
+    }
+
+    fn netns(&mut self, role: &str) -> Result<String, String> {
+        let ns = self.name(role);
+        ip(&["netns", "add", &ns])?;
+        self.namespaces.push(ns.clone());
+        Ok(ns)
+    }
+
+    /// A veth pair `a` (in the root namespace) - `b` (in `ns_b` if given), IPv6 off on
+    /// both (no router solicitations or MLD reports in the counts), MTU `mtu`, both up.
+    fn veth(&mut self, a: &str, b: &str, ns_b: Option<&str>, mtu: u32) -> Result<(), String> {
+        let mut args = vec!["link", "add", a, "type", "veth", "peer", "name", b];
+        if let Some(ns) = ns_b {
+            args.extend(["netns", ns]);
+        }
+        ip(&args)?;
+        self.links.push(a.to_string());
+        let in_b = |cmd: &[&str]| -> Result<(), String> {
+            match ns_b {
+                Some(ns) => {
+                    let mut v = vec!["-n", ns];
+                    v.extend_from_slice(cmd);
+                    ip(&v)
+                }
+                None => ip(cmd),
+            }
+        };
+        disable_ipv6(None, a)?;
+        disable_ipv6(ns_b, b)?;
+        let mtu = mtu.to_string();
+        ip(&["link", "set", a, "mtu", &mtu, "up"])?;
+        in_b(&["link", "set", b, "mtu", &mtu, "up"])?;
+        Ok(())
+    }
+
+    fn temp_dir(&mut self) -> Result<PathBuf, String> {
+        let d = std::env::temp_dir().join(format!("pfemu-{}", self.prefix));
+        std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        self.dirs.push(d.clone());
+        Ok(d)
+    }
+}
+
+/// Sets `net.ipv6.conf.IFACE.disable_ipv6` (in namespace `ns` if given), through /proc (no
+/// `sysctl` binary needed); nothing to do on a kernel without IPv6.
+fn disable_ipv6(ns: Option<&str>, iface: &str) -> Result<(), String> {
+    let path = format!("/proc/sys/net/ipv6/conf/{iface}/disable_ipv6");
+    match ns {
+        None => match std::fs::write(&path, "1") {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("{path}: {e}")),
+            _ => Ok(()),
+        },
+        Some(ns) => {
+            let script = format!("[ ! -e {path} ] || echo 1 > {path}");
+            in_ns(ns, &["sh", "-c", &script]).map(|_| ())
+        }
+    }
+}
+
+/// Waits for `cond` until the deadline; panics naming `what` when it does not come.
+/// `step(d)` waits at most `d` for progress (on a socket, a channel; a short sleep only
+/// where there is nothing to wait on), and `cond` decides.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool, mut step: impl FnMut(Duration)) {
+    let end = Instant::now() + DEADLINE;
+    while !cond() {
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "timed out after {DEADLINE:?} waiting for {what}"
+        );
+        step(left.min(Duration::from_millis(5)));
+    }
+}
+
+// ----- (b) exact filter counters -------------------------------------------------------------
+
+/// The frames of the mix, and what the filter must count for them.
+struct Mixed {
+    traffic: Traffic,
+    plain_ipv4: u64,
+    non_ip: (u64, u64),
+    ip_options: (u64, u64),
+}
+
+fn mixed(frames: usize) -> Mixed {
+    let spec = TrafficSpec {
+        packets: frames,
+        sizes: Some("64,594,1518".parse::<FrameSizes>().expect("sizes")),
+        flows: 64,
+        mix: "ipv4=80,ipv4opt=7,ipv6=6,nonip=7"
+            .parse::<Mix>()
+            .expect("mix"),
+        seed: 7,
+        ..TrafficSpec::default()
+    };
+    let traffic = Traffic::generate(&spec).expect("traffic");
+    let (v6, non) = (
+        traffic.count(FrameClass::Ipv6),
+        traffic.count(FrameClass::NonIp),
+    );
+    Mixed {
+        plain_ipv4: traffic.count(FrameClass::Ipv4).0,
+        // The filter's IP test is the EtherType 0x0800: IPv6 counts as non-IP.
+        non_ip: (v6.0 + non.0, v6.1 + non.1),
+        ip_options: traffic.count(FrameClass::Ipv4Options),
+        traffic,
+    }
+}
+
+/// Sends the mix into `tx` in bursts, each once the port took the one before (so no
+/// queue on the way can overflow, however slow this machine), and waits until the
+/// receiver behind the egress port got every forwarded frame.
+fn offer_and_collect(live: &Live, tx: &RawSocket, rx: &RawSocket, m: &Mixed) {
+    const BURST: usize = 200;
+    let n = m.traffic.len();
+    let buf = std::cell::RefCell::new(vec![0u8; 65536]);
+    let received = std::cell::Cell::new(0u64);
+    let drain = || loop {
+        match rx.try_recv(&mut buf.borrow_mut()) {
+            Ok(Some(_)) => received.set(received.get() + 1),
+            Ok(None) => break,
+            Err(e) => panic!("receiving on {}: {e}", rx.name()),
+        }
+    };
+    let mut sent = 0usize;
+    while sent < n {
+        let end = (sent + BURST).min(n);
+        let (ok, err) = tx.send((sent..end).map(|i| m.traffic.frame(i)));
+        assert_eq!(ok as usize, end - sent, "sending on {}: {err:?}", tx.name());
+        sent = end;
+        let ports = || {
+            let r = live.report();
+            r.ports.ports[0].rx_frames + r.ports.ports[0].rx_dropped()
+        };
+        wait_for(
+            &format!("port 0 to take {sent} frames"),
+            || ports() >= sent as u64,
+            |d| {
+                // Empty the receiver meanwhile, so its buffer never fills.
+                if rx.wait(d).unwrap_or(false) {
+                    drain();
+                }
+            },
+        );
+    }
+    wait_for(
+        &format!("{} forwarded frames on {}", m.plain_ipv4, rx.name()),
+        || received.get() >= m.plain_ipv4,
+        |d| {
+            if rx.wait(d).unwrap_or(false) {
+                drain();
+            }
+        },
+    );
+    assert_eq!(
+        received.get(),
+        m.plain_ipv4,
+        "frames out of the egress port"
+    );
+    assert_eq!(rx.take_drops().unwrap_or(0), 0, "receiver drops");
+}
+
+/// Checks the final report against the mix: exact counters, every frame accounted for.
+fn check_filter_report(r: &pfemu::lab::live::LiveReport, m: &Mixed) {
+    let n = m.traffic.len() as u64;
+    let p0 = &r.ports.ports[0];
+    assert_eq!(
+        p0.rx_frames + p0.rx_dropped(),
+        n,
+        "every frame sent is received or counted as an interface drop: {p0:#?}"
+    );
+    assert_eq!(
+        p0.rx_dropped(),
+        0,
+        "no interface drops at this pace: {p0:#?}"
+    );
+    assert_eq!(r.engine.packets_in, n);
+    assert_eq!(r.engine.packets_out, m.plain_ipv4);
+    let ProgramCounters::Filter(c) = &r.counters else {
+        panic!("the filter's counters are missing: {:?}", r.counters);
+    };
+    assert_eq!(c.non_ip, m.non_ip, "non-IP (and IPv6) packets and bytes");
+    assert_eq!(c.ip_options, m.ip_options, "IPv4 with options");
+    assert_eq!(r.engine.dropped, m.non_ip.0 + m.ip_options.0);
+    assert_eq!(r.ports.ports[1].tx_frames, m.plain_ipv4);
+    assert_eq!(r.ports.tx_dropped(), 0, "{:#?}", r.ports);
+    assert!(r.accounted(), "{r:#?}");
+}
+
+#[test]
+fn the_filter_counts_a_mix_sent_into_a_veth_exactly() {
+    let Some(mut lab) = NetLab::new("the_filter_counts_a_mix_sent_into_a_veth_exactly") else {
+        return;
+    };
+    let (s0, p0, p1, r1) = (
+        lab.name("s0"),
+        lab.name("p0"),
+        lab.name("p1"),
+        lab.name("r1"),
+    );
+    if let Err(e) = lab
+        .veth(&s0, &p0, None, 9000)
+        .and_then(|()| lab.veth(&p1, &r1, None, 9000))
+    {
+        println!("skipped: the kernel refused a veth pair: {e}");
+        return;
+    }
+    let m = mixed(3000);
+    let cfg = LiveConfig {
+        ppe_threads: 2,
+        ..LiveConfig::new(
+            LiveProgram::Filter,
+            PortsConfig::new(vec![
+                PortSpec::interface(&format!("0={p0}")).expect("spec"),
+                PortSpec::interface(&format!("1={p1}")).expect("spec"),
+            ]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the ports bind");
+    let tx = RawSocket::open(&s0, false).expect("sender");
+    let rx = RawSocket::open(&r1, true).expect("receiver");
+    offer_and_collect(&live, &tx, &rx, &m);
+    let r = live.stop().expect("stops");
+    check_filter_report(&r, &m);
+}
+
+#[test]
+fn a_tap_port_sends_to_the_host() {
+    let Some(mut lab) = NetLab::new("a_tap_port_sends_to_the_host") else {
+        return;
+    };
+    let (s0, p0, tap) = (lab.name("s0"), lab.name("p0"), lab.name("tap"));
+    if let Err(e) = lab.veth(&s0, &p0, None, 9000) {
+        println!("skipped: the kernel refused a veth pair: {e}");
+        return;
+    }
+    // Made first, quiet (no IPv6), so the host sends nothing into the port.
+    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
+        println!("skipped: the kernel refused a TAP device: {e}");
+        return;
+    }
+    lab.links.push(tap.clone());
+    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    ip(&["link", "set", &tap, "mtu", "9000"]).expect("mtu");
+    let m = mixed(600);
+    let cfg = LiveConfig {
+        ppe_threads: 2,
+        ..LiveConfig::new(
+            LiveProgram::Filter,
+            PortsConfig::new(vec![
+                PortSpec::interface(&format!("0={p0}")).expect("spec"),
+                PortSpec::tap(&format!("1={tap}")).expect("spec"),
+            ]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the ports bind");
+    let tx = RawSocket::open(&s0, false).expect("sender");
+    // What the port writes to the TAP device arrives at the host on it.
+    let rx = RawSocket::open(&tap, true).expect("receiver on the TAP device");
+    offer_and_collect(&live, &tx, &rx, &m);
+    let r = live.stop().expect("stops");
+    check_filter_report(&r, &m);
+}
+
+#[test]
+fn a_missing_interface_is_named() {
+    let name = format!("pfnone{}", std::process::id() % 100_000);
+    let cfg = LiveConfig::new(
+        LiveProgram::Filter,
+        PortsConfig::new(vec![
+            PortSpec::interface(&format!("3={name}")).expect("spec")
+        ]),
+    );
+    match Live::start(&cfg) {
+        Err(LiveError::Port(e @ PortError::NoSuchInterface { .. })) => {
+            let msg = e.to_string();
+            assert!(msg.contains(&name) && msg.contains("port 3"), "{msg}");
+        }
+        other => panic!("expected NoSuchInterface, got {other:?}"),
+    }
+    // And from the command line.
+    let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args(["run", "--iface", &format!("0={name}"), "--duration", "1"])
+        .output()
+        .expect("runs pfemu");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&name) && err.contains("does not exist"),
+        "{err}"
+    );
+}
+
+// ----- (a) l3fwd between two namespaces, through the pfemu command -------------------------
+
+/// `pfemu run` in the background, its standard error's lines on a channel.
+struct Pfemu {
+    child: Option<Child>,
+    lines: crossbeam_channel::Receiver<String>,
+}
+
+impl Pfemu {
+    fn spawn(args: &[&str]) -> Pfemu {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pfemu"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts pfemu");
+        let (tx, lines) = crossbeam_channel::unbounded();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Pfemu {
+            child: Some(child),
+            lines,
+        }
+    }
+
+    /// Waits for the `ready:` line; panics with what pfemu said otherwise.
+    fn wait_ready(&self) {
+        let end = Instant::now() + DEADLINE;
+        let mut said = Vec::new();
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.starts_with("ready:") => return,
+                Ok(l) => said.push(l),
+                Err(_) => {
+                    panic!("pfemu did not print `ready:` within {DEADLINE:?}; it said: {said:#?}")
+                }
+            }
+        }
+    }
+
+    /// Sends SIGINT and returns its standard output once it exits.
+    fn interrupt(mut self) -> (Option<i32>, String) {
+        let mut child = self.child.take().expect("running");
+        let pid = child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let mut stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stdout.read_to_string(&mut s);
+            let code = child.wait().ok().and_then(|s| s.code());
+            let _ = tx.send((code, s));
+        });
+        rx.recv_timeout(DEADLINE)
+            .expect("pfemu exits within the deadline after SIGINT")
+    }
+}
+
+impl Drop for Pfemu {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `cmd` in namespace `ns`; its output, or an error with its standard error.
+fn in_ns(ns: &str, cmd: &[&str]) -> Result<Vec<u8>, String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .output()
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(format!(
+            "{cmd:?} in {ns}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// An ICMP echo from `ns` to `dst` with Python's raw socket, for machines without
+/// `ping`: prints the reply's TTL.
+const PY_PING: &str = r#"
+import socket, struct, sys, time
+def csum(b):
+    if len(b) % 2: b += b'\0'
+    s = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    s = (s & 0xffff) + (s >> 16); s += s >> 16
+    return ~s & 0xffff
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+s.settimeout(5)
+dst = sys.argv[1]
+for seq in range(3):
+    body = struct.pack('!BBHHH', 8, 0, 0, 0x1234, seq) + b'pfemu' * 8
+    body = body[:2] + struct.pack('!H', csum(body)) + body[4:]
+    s.sendto(body, (dst, 0))
+    while True:
+        pkt, addr = s.recvfrom(2048)
+        ihl = (pkt[0] & 15) * 4
+        if addr[0] == dst and pkt[ihl] == 0 and struct.unpack('!H', pkt[ihl+6:ihl+8])[0] == seq:
+            print('ttl=%d' % pkt[8]); break
+"#;
+
+/// A TCP server: binds ADDR PORT, prints `listening`, sends FILE to the first client and
+/// closes. (Not `http.server`, whose bind looks its name up in DNS, which in a namespace
+/// without a resolver waits for the timeout.)
+const PY_SERVE: &str = r#"
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
+print('listening', flush=True)
+c, _ = s.accept()
+c.sendall(open(sys.argv[3], 'rb').read()); c.close()
+"#;
+
+/// A TCP client: connects to ADDR PORT and writes what it receives to standard output.
+const PY_FETCH: &str = r#"
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+while True:
+    b = c.recv(65536)
+    if not b: break
+    sys.stdout.buffer.write(b)
+"#;
+
+#[test]
+fn l3fwd_forwards_ping_and_tcp_between_two_namespaces() {
+    let test = "l3fwd_forwards_ping_and_tcp_between_two_namespaces";
+    let Some(mut lab) = NetLab::new(test) else {
+        return;
+    };
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    let setup = (|| -> Result<(String, String), String> {
+        let (a, b) = (lab.netns("A")?, lab.netns("B")?);
+        let (pa, pb) = (lab.name("pa"), lab.name("pb"));
+        let (va, vb) = (lab.name("va"), lab.name("vb"));
+        lab.veth(&pa, &va, Some(&a), 1500)?;
+        lab.veth(&pb, &vb, Some(&b), 1500)?;
+        // Each host: the MAC l3fwd writes for its port (02:00:00:01:00:0p), a route via
+        // the PFE, whose MAC for port p is 02:00:00:00:00:0p, and TSO off (frames beyond
+        // the MTU cannot leave a port).
+        for (ns, v, p, addr) in [(&a, &va, 0, "10.77.1.1/24"), (&b, &vb, 1, "10.77.2.1/24")] {
+            let gw = if p == 0 { "10.77.1.254" } else { "10.77.2.254" };
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            ip(&[
+                "-n",
+                ns,
+                "link",
+                "set",
+                v,
+                "address",
+                &format!("02:00:00:01:00:0{p}"),
+                "gso_max_segs",
+                "1",
+            ])?;
+            ip(&["-n", ns, "addr", "add", addr, "dev", v])?;
+            ip(&["-n", ns, "route", "add", "default", "via", gw])?;
+            ip(&[
+                "-n",
+                ns,
+                "neigh",
+                "add",
+                gw,
+                "lladdr",
+                &format!("02:00:00:00:00:0{p}"),
+                "dev",
+                v,
+                "nud",
+                "permanent",
+            ])?;
+        }
+        Ok((a, b))
+    })();
+    let (a, b) = match setup {
+        Ok(x) => x,
+        Err(e) => {
+            println!("skipped {test}: the kernel refused the namespaces or veth pairs: {e}");
+            return;
+        }
+    };
+    let dir = lab.temp_dir().expect("temp dir");
+    let routes = dir.join("routes.txt");
+    std::fs::write(
+        &routes,
+        "# host A\n10.77.1.0/24 0\n# host B\n10.77.2.0/24 1\n",
+    )
+    .expect("route file");
+    let (pa, pb) = (lab.name("pa"), lab.name("pb"));
+    let pfemu = Pfemu::spawn(&[
+        "run",
+        "--program",
+        "l3fwd",
+        "--routes",
+        routes.to_str().expect("utf-8 path"),
+        "--iface",
+        &format!("0={pa}"),
+        "--iface",
+        &format!("1={pb}"),
+        "--ppe-threads",
+        "2",
+        "--stats-every",
+        "0",
+        "--json",
+    ]);
+    pfemu.wait_ready();
+
+    // ping: the reply's TTL says the PFE forwarded it once each way (64 - 1), and the
+    // receiving stacks checked the rewritten IPv4 checksums.
+    let has_ping = Command::new("ping").arg("-V").output().is_ok();
+    let pinged = if has_ping {
+        in_ns(
+            &a,
+            &["ping", "-c", "3", "-i", "0.2", "-W", "5", "10.77.2.1"],
+        )
+    } else if python {
+        in_ns(&a, &["python3", "-c", PY_PING, "10.77.2.1"])
+    } else {
+        Err("neither ping nor python3 is installed".into())
+    };
+    let pinged = match pinged {
+        Ok(out) => String::from_utf8_lossy(&out).into_owned(),
+        Err(e) if !has_ping && !python => {
+            println!("skipped the ping of {test}: {e}");
+            String::new()
+        }
+        Err(e) => panic!("ping through pfemu failed: {e}"),
+    };
+    if !pinged.is_empty() {
+        assert_eq!(
+            pinged.matches("ttl=63").count(),
+            3,
+            "three replies with TTL 63: {pinged}"
+        );
+    }
+
+    // TCP: 3 MB, compared byte for byte.
+    let mut body_len = 0;
+    if python {
+        let body: Vec<u8> = (0..3_000_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(dir.join("blob"), &body).expect("blob");
+        let mut server = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &b,
+                "python3",
+                "-c",
+                PY_SERVE,
+                "10.77.2.1",
+                "8080",
+            ])
+            .arg(dir.join("blob"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starts the server");
+        let out = server.stdout.take().expect("server stdout");
+        lab.children.push(server);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(DEADLINE)
+            .expect("the TCP server in namespace B starts within the deadline");
+        assert!(line.contains("listening"), "server said: {line}");
+        let got = in_ns(&a, &["python3", "-c", PY_FETCH, "10.77.2.1", "8080"])
+            .expect("the transfer through pfemu");
+        assert_eq!(got.len(), body.len(), "bytes transferred");
+        assert!(got == body, "the bytes arrived intact");
+        body_len = body.len();
+    } else {
+        println!("skipped the TCP transfer of {test}: python3 is not installed");
+    }
+
+    let (code, out) = pfemu.interrupt();
+    assert_eq!(code, Some(0), "pfemu's exit status; its report: {out}");
+    let r: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let ports = r["ports"]["ports"].as_array().expect("ports");
+    assert_eq!(ports.len(), 2);
+    for p in ports {
+        assert_eq!(p["rx_kernel_drops"], 0, "{p}");
+        assert_eq!(p["tx_errors"], serde_json::json!({}), "{p}");
+    }
+    let forwarded = r["engine"]["packets_out"].as_u64().expect("packets_out");
+    assert!(forwarded >= 6, "pings and replies forwarded: {forwarded}");
+    if body_len > 0 {
+        // The body went from B (port 1) to A (port 0).
+        assert!(
+            ports[0]["tx_bytes"].as_u64().unwrap_or(0) > body_len as u64,
+            "the body left port 0"
+        );
+        // The hosts left their TCP checksums to offload; the ports completed them.
+        for p in ports {
+            assert!(p["rx_checksums_completed"].as_u64().unwrap_or(0) > 0, "{p}");
+        }
+    }
+}
+
+/// The README shows `pfemu run --help` as it is.
+#[test]
+fn the_readme_shows_pfemu_run_help_as_it_is() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = "`pfemu run --help` lists every option:\n\n```text\n";
+    let at = readme.find(start).expect("the README's help block") + start.len();
+    let shown = &readme[at..at + readme[at..].find("\n```").expect("its end")];
+    let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))
+        .args(["run", "--help"])
+        .output()
+        .expect("runs pfemu");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        shown,
+        help.trim_end(),
+        "README's `pfemu run --help` block is out of date: paste `pfemu run --help` in"
+    );
+}
+
+#[test]
+fn a_tap_port_creates_its_device_for_as_long_as_it_is_open() {
+    let Some(lab) = NetLab::new("a_tap_port_creates_its_device_for_as_long_as_it_is_open") else {
+        return;
+    };
+    let tap = lab.name("newtap");
+    let sys = PathBuf::from(format!("/sys/class/net/{tap}"));
+    assert!(!sys.exists());
+    let ports = match pfemu::lab::ports::LivePorts::open(&PortsConfig::new(vec![PortSpec::tap(
+        &format!("0={tap}"),
+    )
+    .expect("spec")]))
+    {
+        Ok(p) => p,
+        Err(e) => {
+            println!("skipped: the kernel refused a TAP device: {e}");
+            return;
+        }
+    };
+    assert!(
+        sys.exists(),
+        "the TAP device {tap} exists while its port is open"
+    );
+    let up = std::fs::read_to_string(sys.join("flags")).expect("flags");
+    let flags = u32::from_str_radix(up.trim().trim_start_matches("0x"), 16).expect("hex");
+    assert_eq!(flags & 1, 1, "and it is up");
+    drop(ports);
+    // A child another test forks in that moment holds a copy of the descriptor until it
+    // execs (close-on-exec), so the device may outlive the port by that much.
+    wait_for(
+        &format!("the TAP device {tap} pfemu made to go with its port"),
+        || !sys.exists(),
+        std::thread::sleep,
+    );
+}
+
+#[test]
+fn the_ports_bench_accounts_for_every_frame_it_offers() {
+    let Some(mut lab) = NetLab::new("the_ports_bench_accounts_for_every_frame_it_offers") else {
+        return;
+    };
+    let (g0, p0, p1, s1) = (
+        lab.name("g0"),
+        lab.name("p0"),
+        lab.name("p1"),
+        lab.name("s1"),
+    );
+    if let Err(e) = lab
+        .veth(&g0, &p0, None, 1500)
+        .and_then(|()| lab.veth(&p1, &s1, None, 1500))
+    {
+        println!("skipped: the kernel refused a veth pair: {e}");
+        return;
+    }
+    let r = pfemu::lab::live::bench::run(&pfemu::lab::live::bench::PortsBenchConfig {
+        offer: g0,
+        port0: p0,
+        port1: p1,
+        size: 64,
+        flows: 16,
+        duration_s: 0.2,
+        ppe_threads: 2,
+        in_process: false,
+    })
+    .expect("the bench runs");
+    assert!(r.offered > 0 && r.port_out > 0, "{r:#?}");
+    assert!(r.accounted(), "{r:#?}");
+    assert_eq!(
+        r.port_out, r.port_in,
+        "the filter forwards every plain IPv4 frame"
+    );
+}
+
+// ----- the other programs on live ports --------------------------------------------------------
+
+/// Two interfaces in the root namespace joined to `ports` of a live program: returns the
+/// test's ends, in port order.
+fn pairs(lab: &mut NetLab, ports: &[u16]) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for p in ports {
+        let (host, pfe) = (lab.name(&format!("h{p}")), lab.name(&format!("p{p}")));
+        lab.veth(&host, &pfe, None, 1500)?;
+        out.push((host, pfe));
+    }
+    Ok(out)
+}
+
+#[test]
+fn nimble_admits_within_its_bucket_on_live_ports() {
+    let Some(mut lab) = NetLab::new("nimble_admits_within_its_bucket_on_live_ports") else {
+        return;
+    };
+    let ends = match pairs(&mut lab, &[0, 1]) {
+        Ok(e) => e,
+        Err(e) => {
+            println!("skipped: the kernel refused a veth pair: {e}");
+            return;
+        }
+    };
+    // 100 frames of 64 bytes fit a 64 KiB bucket whatever the time: all are admitted.
+    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+    let cfg = LiveConfig {
+        ppe_threads: 2,
+        ..LiveConfig::new(
+            LiveProgram::Nimble(pfemu::lab::live::NimbleSetup {
+                rates_bps: vec![10_000_000_000],
+                ..Default::default()
+            }),
+            PortsConfig::new(vec![
+                PortSpec::interface(&format!("0={}", ends[0].1)).expect("spec"),
+                PortSpec::interface(&format!("1={}", ends[1].1)).expect("spec"),
+            ]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the ports bind");
+    let tx = RawSocket::open(&ends[0].0, false).expect("sender");
+    let rx = RawSocket::open(&ends[1].0, true).expect("receiver");
+    let (sent, err) = tx.send(std::iter::repeat_n(&frame[..], 100));
+    assert_eq!(sent, 100, "{err:?}");
+    let mut buf = vec![0u8; 2048];
+    let got = std::cell::Cell::new(0);
+    wait_for(
+        &format!("the 100 admitted frames on {}", ends[1].0),
+        || got.get() >= 100,
+        |d| {
+            if rx.wait(d).unwrap_or(false) {
+                while let Ok(Some(_)) = rx.try_recv(&mut buf) {
+                    got.set(got.get() + 1);
+                }
+            }
+        },
+    );
+    let r = live.stop().expect("stops");
+    let ProgramCounters::Nimble(classes) = &r.counters else {
+        panic!("Nimble's counters are missing: {:?}", r.counters);
+    };
+    assert_eq!(classes[0].admitted_packets, 100);
+    assert_eq!(r.ports.ports[1].tx_frames, 100);
+    assert!(r.accounted(), "{r:#?}");
+}
+
+#[test]
+fn trio_ml_aggregates_workers_behind_a_live_port() {
+    use pfemu::lab::aggregation::{Aggregation, AggregationSetup};
+    use pfemu::microcode::trio_ml::host::{Worker, WorkerConfig};
+    use pfemu::microcode::trio_ml::TrioMlConfig;
+
+    let Some(mut lab) = NetLab::new("trio_ml_aggregates_workers_behind_a_live_port") else {
+        return;
+    };
+    let ends = match pairs(&mut lab, &[1]) {
+        Ok(e) => e,
+        Err(e) => {
+            println!("skipped: the kernel refused a veth pair: {e}");
+            return;
+        }
+    };
+    // Job 1, sources 0 and 1; its Results leave port 1, where the workers are.
+    let cfg = LiveConfig {
+        ppe_threads: 2,
+        ..LiveConfig::new(
+            LiveProgram::Aggregation(AggregationSetup::new(
+                Aggregation::TrioMl,
+                vec!["1:2".parse().expect("job")],
+            )),
+            PortsConfig::new(vec![
+                PortSpec::interface(&format!("1={}", ends[0].1)).expect("spec")
+            ]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the ports bind");
+    let sock = RawSocket::open(&ends[0].0, true).expect("the workers' socket");
+    let values: Vec<Vec<i32>> = (0..2)
+        .map(|w| (0..3000).map(|i| i * (w + 1) - 7).collect())
+        .collect();
+    let mut workers: Vec<Worker> = (0..2u8)
+        .map(|w| {
+            Worker::new(
+                WorkerConfig {
+                    grads_per_packet: 256,
+                    window: 8,
+                    ..WorkerConfig::new(1, w, TrioMlConfig::default().local_addr)
+                },
+                values[usize::from(w)].clone(),
+            )
+            .expect("worker")
+        })
+        .collect();
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    let end = Instant::now() + DEADLINE;
+    while !workers.iter().all(Worker::is_done) {
+        assert!(
+            Instant::now() < end,
+            "timed out waiting for the Results: {} and {} chunks missing",
+            workers[0].missing(),
+            workers[1].missing()
+        );
+        for w in &mut workers {
+            out.clear();
+            w.poll(0, &mut out);
+            let (sent, err) = sock.send(out.iter().map(Vec::as_slice));
+            assert_eq!(sent as usize, out.len(), "{err:?}");
+        }
+        if sock.wait(Duration::from_millis(50)).expect("poll") {
+            while let Some(n) = sock.try_recv(&mut buf).expect("recv") {
+                for w in &mut workers {
+                    w.on_frame(&buf[..n]).expect("a frame the worker can read");
+                }
+            }
+        }
+    }
+    for w in &workers {
+        let want: Vec<i32> = (0..3000).map(|i| 3 * i - 14).collect();
+        assert_eq!(w.sums(), &want[..], "every sum of both workers");
+    }
+    let r = live.stop().expect("stops");
+    assert_eq!(r.engine.consumed, r.engine.packets_in, "{:#?}", r.engine);
+    assert!(r.accounted(), "{r:#?}");
+}
+
+#[test]
+fn without_the_capability_the_error_names_the_interface() {
+    if !is_root() {
+        println!("skipped: not root (it drops root's privileges to see the error)");
+        return;
+    }
+    // `nobody`, without capabilities, on the loopback interface every machine has.
+    let out = match Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_pfemu"))
+        .args(["run", "--iface", "0=lo", "--duration", "1"])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            println!("skipped: cannot run setpriv (util-linux): {e}");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("setpriv:") || err.contains("Permission denied") && !err.contains("pfemu") {
+        println!("skipped: setpriv could not run pfemu as nobody here: {err}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("interface lo") && err.contains("permission denied") && err.contains("root"),
+        "{err}"
+    );
+}
