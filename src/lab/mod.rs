@@ -8,8 +8,11 @@
 //!   `replay` both run it.
 //! - [`replay`]: capture files through a PFE (`pfemu replay`).
 //! - [`serve`]: the UDP front end for real end hosts (`pfemu serve`, `pfemu worker`).
+//! - [`udp_batch`]: many UDP datagrams per system call, with GSO/GRO, for `serve`; the
+//!   crate's one module of `unsafe` system calls besides `isa`.
 
 pub mod aggregation;
 pub mod bench;
 pub mod replay;
 pub mod serve;
+pub mod udp_batch;
