@@ -99,7 +99,9 @@ use serde::Serialize;
 use crate::lab::aggregation::{AggregationSetup, JobSpec};
 use crate::lab::udp_batch::{self, Gso, RecvBatch, SendBatch};
 use crate::mem::SharedMemory;
-use crate::microcode::trio_ml::host::{HostError, Received, Worker, WorkerConfig, WorkerStats};
+use crate::microcode::trio_ml::host::{
+    HostError, Payloads, Received, Worker, WorkerConfig, WorkerStats,
+};
 use crate::microcode::trio_ml::wire::{
     self, Control, Endpoints, TrioMlHdr, TrioMlHdrFields, GRADS_AT, GRAD_BYTES, HEADERS_LEN,
     MAX_GRAD_CNT, TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN,
@@ -1350,8 +1352,7 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         .map_err(io_err("setting the worker's read timeout"))?;
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    let ep = worker.config().endpoints;
-    let mut out = Vec::new();
+    let mut out = Payloads::new();
     let mut rx = ClientRx::new(socket, tick, cfg);
     let mut sent = 0u64;
     let mut dropped = 0u64;
@@ -1360,21 +1361,21 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
     }
     let mut last_progress = Instant::now();
     while !worker.is_done() {
-        worker.poll(now(), &mut out);
+        out.clear();
+        worker.poll_payloads(now(), &mut out);
         let mut batch = SendBatch::new();
-        for f in &out {
+        for p in out.iter() {
             sent += 1;
             if cfg.drop_every.is_some_and(|n| n > 0 && sent % n == 0) {
                 dropped += 1;
                 continue;
             }
-            batch.push(None, &f[TRIO_ML_HDR_AT..]);
+            batch.push(None, p);
         }
         // Failures (e.g. the server not up yet) are recovered by retransmission.
         rx.send(&batch);
         drop(batch);
-        out.clear();
-        let superseded = rx.recv_frames(&ep, |frame| match worker.on_frame_at(frame, now()) {
+        let superseded = rx.recv(|p| match worker.on_payload_at(p, now()) {
             Ok(Received::Result { .. }) => {
                 last_progress = Instant::now();
                 Ok(true)
@@ -1416,7 +1417,6 @@ struct ClientRx {
     /// The socket's read timeout, and the pause after a failed receive.
     tick: Duration,
     batch: RecvBatch,
-    frame: Vec<u8>,
     gso: Gso,
     gro: bool,
     /// Datagrams received.
@@ -1442,7 +1442,6 @@ impl ClientRx {
             socket,
             tick,
             batch: RecvBatch::new(CLIENT_RECV_BATCH),
-            frame: Vec::new(),
             datagrams: 0,
             refused: 0,
             bad: 0,
@@ -1456,17 +1455,12 @@ impl ClientRx {
         self.send_calls += batch.send(&self.socket, &self.gso).calls;
     }
 
-    /// Receives what the server sent within the read timeout and gives each datagram,
-    /// wrapped into a frame with addresses `ep`, to `take`, which says whether the worker
-    /// took it (`false`: counted as bad) or stops with an error. Datagrams that are not
-    /// aggregation packets are counted as bad. After a failed receive other than the
-    /// timeout (connection refused while nothing listens yet, and the like: the caller
+    /// Receives what the server sent within the read timeout and gives each datagram's
+    /// payload to `take`, which says whether it was an aggregation packet the worker took
+    /// (`false`: counted as bad) or stops with an error. After a failed receive other than
+    /// the timeout (connection refused while nothing listens yet, and the like: the caller
     /// keeps trying) it pauses for `tick`.
-    fn recv_frames<E>(
-        &mut self,
-        ep: &Endpoints,
-        mut take: impl FnMut(&[u8]) -> Result<bool, E>,
-    ) -> Result<(), E> {
+    fn recv<E>(&mut self, mut take: impl FnMut(&[u8]) -> Result<bool, E>) -> Result<(), E> {
         match self.batch.recv(&self.socket) {
             Ok(_) => self.recv_calls += 1,
             Err(e)
@@ -1487,8 +1481,7 @@ impl ClientRx {
         }
         for d in self.batch.datagrams() {
             self.datagrams += 1;
-            let framed = !d.truncated && frame_of(d.payload, ep, &mut self.frame).is_ok();
-            if !(framed && take(&self.frame)?) {
+            if d.truncated || !take(d.payload)? {
                 self.bad += 1;
             }
         }
@@ -1519,6 +1512,7 @@ fn join(cfg: &ClientConfig, rx: &mut ClientRx, worker: &mut Worker) -> Result<u8
     let start = Instant::now();
     let resend = rx.tick * 20;
     let mut sent_at: Option<Instant> = None;
+    let mut frame = Vec::new();
     loop {
         if sent_at.is_none_or(|t| t.elapsed() >= resend) {
             // Errors (e.g. the server not up yet) are recovered by sending again.
@@ -1528,10 +1522,14 @@ fn join(cfg: &ClientConfig, rx: &mut ClientRx, worker: &mut Worker) -> Result<u8
             sent_at = Some(Instant::now());
         }
         let mut run = None;
-        // Datagrams after the Joined (none yet: the worker has sent nothing else) are left.
-        let _ = rx.recv_frames::<std::convert::Infallible>(&ep, |frame| {
+        // Datagrams after the Joined (none that matter yet: the worker has sent nothing
+        // else) are left.
+        let _ = rx.recv::<std::convert::Infallible>(|p| {
+            if frame_of(p, &ep, &mut frame).is_err() {
+                return Ok(false);
+            }
             if run.is_none() {
-                run = worker.take_joined(frame, nonce);
+                run = worker.take_joined(&frame, nonce);
             }
             Ok(true)
         });
