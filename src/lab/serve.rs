@@ -52,6 +52,21 @@
 //! `block_cnt_max`, ...) in its [`Stats`]. Every datagram is accounted for:
 //! [`ServeStats::unaccounted`] is 0.
 //!
+//! # Batches
+//!
+//! The front end moves datagrams in batches ([`udp_batch`]): the receive loop takes what
+//! is queued on the socket with one `recvmmsg` and injects the members' frames together;
+//! the sink sends the datagrams of each burst of frames leaving the engine with one
+//! `sendmmsg`, a member's Results (equal-sized, 4 KB with 1024 gradients) as one GSO
+//! message; a [`Worker`] run by [`allreduce`] sends what one poll gives with one call and
+//! takes every queued Result with one. With GRO on, the kernel hands a sender's GSO
+//! message over whole (on loopback it never cuts it up), so a window of packets crosses
+//! the kernel as one buffer, and the front end cuts it into the datagrams again: every
+//! datagram is still counted, checked and injected on its own. Where the kernel lacks
+//! GSO or GRO (or refuses a GSO message, e.g. datagrams larger than the route's MTU) the
+//! datagrams go singly; [`ServeStats::gso`] and [`ServeStats::gro`] say what was used,
+//! and [`ServeConfig::gso`] / [`ServeConfig::gro`] turn them off.
+//!
 //! # Bounded state
 //!
 //! Nothing the server keeps grows with what it receives: the members are fixed by the jobs,
