@@ -37,7 +37,7 @@
 
 #![allow(unsafe_code)]
 
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -385,6 +385,7 @@ impl<'a> SendBatch<'a> {
 #[cfg(target_os = "linux")]
 mod sys {
     use super::*;
+    use std::io::IoSlice;
     use std::mem::{size_of, zeroed};
     use std::os::fd::AsRawFd;
 
