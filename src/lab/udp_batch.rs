@@ -277,7 +277,8 @@ impl<'a> SendBatch<'a> {
 
     /// The datagrams grouped by destination (first seen first, push order within one), and
     /// the messages that carry them: with `gso`, runs of equal-sized datagrams (the last
-    /// may be shorter) up to [`MAX_GSO_SEGMENTS`] and [`MAX_UDP_PAYLOAD`] bytes.
+    /// may be shorter) up to [`MAX_GSO_SEGMENTS`] and [`MAX_UDP_PAYLOAD`] bytes; the
+    /// destinations' messages taken in turn.
     fn plan(&self, gso: bool, max_segments: usize) -> (Vec<&[u8]>, Vec<Planned>) {
         let mut dests: Vec<Option<SocketAddr>> = Vec::new();
         for (to, _) in &self.datagrams {
@@ -286,8 +287,9 @@ impl<'a> SendBatch<'a> {
             }
         }
         let mut order = Vec::with_capacity(self.datagrams.len());
-        let mut plan: Vec<Planned> = Vec::new();
+        let mut per_dest: Vec<Vec<Planned>> = Vec::with_capacity(dests.len());
         for to in dests {
+            let mut plan = Vec::new();
             let mut open: Option<Planned> = None;
             for &(d, b) in &self.datagrams {
                 if d != to {
@@ -321,7 +323,15 @@ impl<'a> SendBatch<'a> {
                 });
             }
             plan.extend(open);
+            per_dest.push(plan);
         }
+        // Each destination's first message, then each one's second, ...: a fan-out reaches
+        // every member early, instead of the last member waiting for the others' whole
+        // bursts (with single datagrams, dozens of sends).
+        let most = per_dest.iter().map(Vec::len).max().unwrap_or(0);
+        let plan = (0..most)
+            .flat_map(|k| per_dest.iter().filter_map(move |p| p.get(k).copied()))
+            .collect();
         (order, plan)
     }
 
@@ -862,13 +872,18 @@ mod tests {
             shape,
             [
                 (Some(a), 3, Some(100)), // big, big, small (a shorter last one)
+                (Some(b), 2, Some(100)), // each destination's first message first
                 (Some(a), 1, None),      // big after a short one starts again
-                (Some(b), 2, Some(100)),
             ]
         );
         assert_eq!(order.len(), 6);
-        let (_, plain) = batch.plan(false, MAX_GSO_SEGMENTS);
+        let (order, plain) = batch.plan(false, MAX_GSO_SEGMENTS);
         assert!(plain.iter().all(|m| m.count == 1 && m.segment.is_none()));
+        // Without GSO the fan-out alternates: a, b, a, b, a, a.
+        let to: Vec<_> = plain.iter().map(|m| m.to).collect();
+        let (sa, sb) = (Some(a), Some(b));
+        assert_eq!(to, [sa, sb, sa, sb, sa, sa]);
+        assert_eq!(order[plain[4].first], &small[..]);
         // A copy is sent as pushed, and may be changed in place.
         let mut batch = SendBatch::new();
         batch.push_copy(Some(a), &big)[0] = 9;
