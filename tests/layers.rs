@@ -18,7 +18,13 @@ const LAYERS: &[&[&str]] = &[
     &["program"],
     &["ada", "pfe"],
     &["microcode"],
-    &["lab::aggregation", "lab::bench", "lab::control", "lab::ports"],
+    &[
+        "lab::aggregation",
+        "lab::bench",
+        "lab::control",
+        "lab::ports",
+        "lab::udp_batch",
+    ],
     &["lab::replay", "lab::serve"],
     &["lab::live"],
 ];

@@ -14,6 +14,7 @@ use pfemu::lab::serve::{
     self, ClientConfig, ClientReport, Monitor, RunLimits, ServeConfig, ServeReport, Server,
     StopHandle,
 };
+use pfemu::lab::udp_batch::{self, Gso, RecvBatch, SendBatch};
 use pfemu::microcode::trio_ml::host::Worker;
 use pfemu::microcode::trio_ml::wire::{self, TrioMlHdr, TrioMlHdrFields, TRIO_ML_HDR_LEN};
 use pfemu::pfe::Stats;
@@ -177,6 +178,16 @@ impl Run {
 
 /// Runs one worker thread per source through the server at `addr`.
 fn run_workers(addr: SocketAddr, r: &Run) -> Vec<(Worker, ClientReport)> {
+    run_workers_with(addr, r, |c| c)
+}
+
+/// [`run_workers`], each client's configuration changed by `change`.
+fn run_workers_with(
+    addr: SocketAddr,
+    r: &Run,
+    change: impl Fn(ClientConfig) -> ClientConfig + Sync,
+) -> Vec<(Worker, ClientReport)> {
+    let change = &change;
     std::thread::scope(|s| {
         let hs: Vec<_> = r
             .sources
@@ -190,12 +201,12 @@ fn run_workers(addr: SocketAddr, r: &Run) -> Vec<(Worker, ClientReport)> {
                         Worker::new(wcfg, serve::seeded_ints(r.seed, src, r.gradients))
                     }
                     .unwrap();
-                    let ccfg = ClientConfig {
+                    let ccfg = change(ClientConfig {
                         give_up_after: Duration::from_secs(30),
                         drop_every: r.drop_every,
                         join: r.join,
                         ..ClientConfig::new(addr)
-                    };
+                    });
                     let rep = serve::allreduce(&ccfg, &mut w).unwrap();
                     (w, rep)
                 })
@@ -238,6 +249,125 @@ fn four_library_workers_get_exact_integer_sums() {
         0
     );
     assert!(rep.engine.is_conserved());
+}
+
+/// What this kernel offers: GRO on a socket, GSO for its sends.
+fn kernel_offload() -> (bool, bool) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    (udp_batch::enable_gro(&s), Gso::probe(&s, true).is_on())
+}
+
+/// The batched paths with the kernel's offload (where it has it) and with it turned off at
+/// both ends: exact sums, every datagram accounted for, the stats saying which was used.
+#[test]
+fn sums_are_exact_with_and_without_gso_and_gro() {
+    let (gro, gso) = kernel_offload();
+    for offload in [true, false] {
+        let (addr, stop, h) = start(ServeConfig {
+            gso: offload,
+            gro: offload,
+            ..config(Aggregation::TrioMl, &["1:4"])
+        });
+        let r = Run::ints(1, &[0, 1, 2, 3], 30_000, 11);
+        let done = run_workers_with(addr, &r, |c| ClientConfig {
+            gso: offload,
+            gro: offload,
+            ..c
+        });
+        check_exact(&r, &done);
+        for (_, rep) in &done {
+            assert_eq!(
+                (rep.gro, rep.gso),
+                (offload && gro, offload && gso),
+                "{rep:?}"
+            );
+            assert!(rep.recv_calls <= rep.datagrams_in, "{rep:?}");
+        }
+        stop.stop();
+        let rep = h.join().unwrap();
+        let f = &rep.front_end;
+        assert_eq!(
+            (f.gro, f.gso, f.gso_refused),
+            (offload && gro, offload && gso, 0),
+            "{f:?}"
+        );
+        assert_eq!(f.unaccounted(), 0, "{f:?}");
+        // Each Result to each member, each member's Joined to it alone.
+        assert_eq!(f.datagrams_out, 4 * (f.results - 4) + 4, "{f:?}");
+        assert!(f.recv_calls > 0 && f.recv_calls <= f.datagrams_in, "{f:?}");
+        assert!(f.send_calls > 0 && f.send_calls <= f.datagrams_out, "{f:?}");
+        assert_eq!(f.socket_errors, 0, "{f:?}");
+        assert!(rep.engine.is_conserved());
+    }
+}
+
+/// One sender's burst of many datagrams (one GSO message where the kernel has it): with GRO
+/// the server takes it whole and cuts it into the datagrams sent; without, the kernel
+/// does. Either way each is taken on its own: the valid ones aggregate, a datagram of the
+/// same size with a wrong `grad_cnt` and a short last one are dropped and counted.
+#[test]
+fn a_burst_in_one_message_is_taken_datagram_by_datagram() {
+    for gro in [true, false] {
+        let (addr, stop, m, h) = start_monitored(ServeConfig {
+            gro,
+            ..config_with(Aggregation::TrioMl, &["1:2"], |s| s.block_grad_max = 256)
+        });
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let gso = Gso::probe(&s, true);
+        let client_gro = udp_batch::enable_gro(&s);
+        // Blocks 0..8 from sources 0 and 1 (both this socket), 256 gradients each.
+        let grads = |src: i32, b: i32| -> Vec<i32> { (0..256).map(|i| i * b - src).collect() };
+        let mut burst: Vec<Vec<u8>> = (0..8u32)
+            .flat_map(|b| (0..2u8).map(move |src| (b, src)))
+            .map(|(b, src)| datagram(1, src, b, &grads(i32::from(src), b as i32)))
+            .collect();
+        // Same size, but announcing 255 gradients: bad length.
+        let mut wrong = datagram(1, 0, 9, &grads(0, 9));
+        TrioMlHdr::new_unchecked(&mut wrong[..TRIO_ML_HDR_LEN]).set_grad_cnt(255);
+        burst.insert(5, wrong);
+        // Shorter than the header, last (a GSO message's last datagram may be short).
+        burst.push(vec![1, 2, 3]);
+        let mut batch = SendBatch::new();
+        for d in &burst {
+            batch.push(Some(addr), d);
+        }
+        let sent = batch.send(&s, &gso);
+        assert_eq!((sent.datagrams, sent.failed), (18, 0));
+        wait_received(&m, 18);
+        // The 8 Results, each once (both members are this socket).
+        let mut rx = RecvBatch::new(8);
+        let mut results = Vec::new();
+        while results.len() < 8 {
+            rx.recv(&s).expect("the Results within 5 s");
+            results.extend(rx.datagrams().map(|d| d.payload.to_vec()));
+        }
+        results.sort_by_key(|r| wire::parse_payload(r).unwrap().0.block_id);
+        for (b, r) in results.iter().enumerate() {
+            let (hdr, g) = wire::parse_payload(r).unwrap();
+            assert_eq!((hdr.block_id, hdr.src_cnt), (b as u32, 2));
+            let want: Vec<i32> = (0..256).map(|i| 2 * i * b as i32 - 1).collect();
+            assert_eq!(
+                wire::gradients(g),
+                want,
+                "block {b}, gro {gro}, client gro {client_gro}"
+            );
+        }
+        stop.stop();
+        let rep = h.join().unwrap();
+        let f = &rep.front_end;
+        assert_eq!(f.datagrams_in, 18, "{f:?}");
+        assert_eq!(
+            (f.injected, f.dropped_bad_length, f.dropped_short),
+            (16, 1, 1),
+            "{f:?}"
+        );
+        assert_eq!(f.unaccounted(), 0, "{f:?}");
+        if gso.is_on() && f.gro {
+            assert!(f.recv_calls < 18, "one burst, coalesced: {f:?}");
+        }
+        assert!(rep.engine.is_conserved());
+    }
 }
 
 /// The job run again and again by new workers with other vectors, as after restarts: each
@@ -582,6 +712,9 @@ fn a_flood_of_new_block_ids_is_capped_and_other_jobs_still_aggregate() {
 #[test]
 fn many_senders_leave_the_members_fixed_and_results_follow_the_newest_address() {
     let (addr, stop, m, h) = start_monitored(config(Aggregation::TrioMl, &["1:1"]));
+    // Every socket stays open to the end: a closed one's port could be handed to the next,
+    // which would then not be a new address.
+    let mut open = Vec::new();
     for k in 0..200u32 {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         // A complete block of source 0 (the job's only source) from a fresh address, with
@@ -601,6 +734,7 @@ fn many_senders_leave_the_members_fixed_and_results_follow_the_newest_address() 
         // A stranger from a fresh address.
         let x = UdpSocket::bind("127.0.0.1:0").unwrap();
         send_paced(&x, &datagram(1, 7, k, &[1]), addr, &m);
+        open.extend([s, x]);
     }
     stop.stop();
     let rep = h.join().unwrap();
@@ -786,6 +920,28 @@ fn four_worker_processes_through_the_serve_binary() {
         }
         let rep = server_report(server);
         assert_eq!(rep["front_end"]["peers"], 4, "{rep}");
+    }
+}
+
+/// `--no-gso` and `--no-gro` force the single-datagram paths at both ends; the reports
+/// say which offload was used.
+#[test]
+fn no_gso_and_no_gro_force_single_datagrams_and_the_reports_say_so() {
+    let (gro, gso) = kernel_offload();
+    for (flags, on) in [(vec![], true), (vec!["--no-gso", "--no-gro"], false)] {
+        let mut args = vec!["--job", "1:4"];
+        args.extend(&flags);
+        let (server, addr) = spawn_server(&args);
+        for w in worker_processes(addr, &flags) {
+            assert_eq!(w["exact"], true, "{flags:?}: {w}");
+            assert_eq!(w["report"]["gro"], on && gro, "{w}");
+            assert_eq!(w["report"]["gso"], on && gso, "{w}");
+        }
+        let rep = server_report(server);
+        let f = &rep["front_end"];
+        assert_eq!(f["gro"], on && gro, "{rep}");
+        assert_eq!(f["gso"], on && gso, "{rep}");
+        assert_eq!(f["gso_refused"], 0, "{rep}");
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pfemu::microcode::trio_ml::host::{
-    port_channels, run_workers, Attached, DriveOptions, Lossy, Scaling, Worker, WorkerConfig,
+    port_channels, run_workers, Attached, DriveOptions, Lossy, Payloads, Received, Scaling, Worker,
+    WorkerConfig,
 };
 use pfemu::microcode::trio_ml::{wire, JobConfig, TrioMl, TrioMlConfig};
 use pfemu::pfe::{Chassis, ChassisFabric, FabricStats, Frames};
@@ -82,6 +83,63 @@ fn worker_cfg(src: u8, window: usize, retransmit_ms: Option<u64>) -> WorkerConfi
         retransmit_after_ns: retransmit_ms.map(|ms| ms * 1_000_000),
         ..WorkerConfig::new(JOB, src, TrioMlConfig::default().local_addr)
     }
+}
+
+/// A sender on a UDP socket sees the same packets through `poll_payloads` and
+/// `on_payload_at` as one that builds frames, only without the Ethernet, IPv4 and UDP
+/// headers.
+#[test]
+fn payloads_are_the_packets_without_their_headers() {
+    let n = 256 * 5 + 17;
+    let (mut framed, mut bare) = (
+        Worker::new(worker_cfg(2, 4, Some(10)), values(2, n)).unwrap(),
+        Worker::new(worker_cfg(2, 4, Some(10)), values(2, n)).unwrap(),
+    );
+    let mut frames = Vec::new();
+    let mut payloads = Payloads::new();
+    // First the window, then (20 ms later, retransmission at 10 ms) the same again.
+    for now in [0, 20_000_000] {
+        frames.clear();
+        payloads.clear();
+        framed.poll(now, &mut frames);
+        bare.poll_payloads(now, &mut payloads);
+        assert_eq!(payloads.len(), 4);
+        let unframed: Vec<&[u8]> = frames.iter().map(|f| &f[wire::TRIO_ML_HDR_AT..]).collect();
+        assert_eq!(payloads.iter().collect::<Vec<_>>(), unframed);
+    }
+    assert_eq!(framed.stats(), bare.stats());
+    // The Result of chunk 1 (block 1): both take it, one as a frame, one as a payload.
+    let sums: Vec<i32> = (0..256).map(|i| i * 3 - 100).collect();
+    let (block_id, gen_id) = framed.block_of(1);
+    let result = wire::agg_packet(&wire::AggPacket {
+        endpoints: framed.config().endpoints,
+        hdr: wire::TrioMlHdrFields {
+            job_id: JOB,
+            block_id,
+            gen_id,
+            src_cnt: 4,
+            grad_cnt: 256,
+            ..Default::default()
+        },
+        gradients: &sums,
+    });
+    assert_eq!(
+        framed.on_frame_at(&result, 30_000_000),
+        Ok(Received::Result { chunk: 1 })
+    );
+    let payload = &result[wire::TRIO_ML_HDR_AT..];
+    assert_eq!(
+        bare.on_payload_at(payload, 30_000_000),
+        Ok(Received::Result { chunk: 1 })
+    );
+    assert_eq!(bare.sums()[256..512], sums[..]);
+    assert_eq!(bare.sums(), framed.sums());
+    assert_eq!(bare.src_counts(), framed.src_counts());
+    // A payload cut short is not an aggregation packet.
+    assert!(bare
+        .on_payload_at(&payload[..payload.len() - 1], 0)
+        .is_err());
+    assert!(bare.on_payload_at(&payload[..5], 0).is_err());
 }
 
 #[test]

@@ -199,6 +199,44 @@ pub enum Received {
     Ignored,
 }
 
+/// UDP payloads end to end, as [`Worker::poll_payloads`] gives them: one buffer kept from
+/// one poll to the next, so a sender on a socket allocates nothing per packet.
+#[derive(Clone, Debug, Default)]
+pub struct Payloads {
+    bytes: Vec<u8>,
+    /// Where each payload ends in `bytes` (it starts where the one before ended).
+    ends: Vec<usize>,
+}
+
+impl Payloads {
+    /// No payloads.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Removes the payloads, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// Number of payloads.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// No payloads.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The payloads in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(a, &b)| &self.bytes[a..b])
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     chunk: usize,
@@ -339,36 +377,64 @@ impl Worker {
         self.run_id
     }
 
-    fn packet(&self, c: usize) -> Vec<u8> {
+    /// Chunk `c`'s Trio-ML header and gradients.
+    fn chunk(&self, c: usize) -> (TrioMlHdrFields, &[i32]) {
         let g = self.cfg.grads_per_packet;
         let (block_id, gen_id) = self.block_of(c);
         let values = &self.values[c * g..((c + 1) * g).min(self.values.len())];
+        let hdr = TrioMlHdrFields {
+            job_id: self.cfg.job_id,
+            block_id,
+            src_id: self.cfg.src_id,
+            gen_id,
+            grad_cnt: values.len() as u16,
+            final_block: c + 1 == self.chunks(),
+            run_id: self.run_id,
+            ..TrioMlHdrFields::default()
+        };
+        (hdr, values)
+    }
+
+    fn packet(&self, c: usize) -> Vec<u8> {
+        let (hdr, gradients) = self.chunk(c);
         wire::agg_packet(&AggPacket {
             endpoints: self.cfg.endpoints,
-            hdr: TrioMlHdrFields {
-                job_id: self.cfg.job_id,
-                block_id,
-                src_id: self.cfg.src_id,
-                gen_id,
-                grad_cnt: values.len() as u16,
-                final_block: c + 1 == self.chunks(),
-                run_id: self.run_id,
-                ..TrioMlHdrFields::default()
-            },
-            gradients: values,
+            hdr,
+            gradients,
         })
     }
 
     /// Appends to `out` the packets to send at `now_ns`: chunks whose slot is free (the
     /// window has room), then chunks whose result is overdue (retransmissions).
     pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        let mut due = Vec::new();
+        self.due(now_ns, &mut due);
+        out.extend(due.into_iter().map(|c| self.packet(c)));
+    }
+
+    /// [`Worker::poll`] for a sender on a UDP socket: appends to `out` the UDP payloads
+    /// (Trio-ML header and gradients, no Ethernet, IPv4 or UDP header) of the packets to
+    /// send at `now_ns`, into buffers `out` keeps from one poll to the next.
+    pub fn poll_payloads(&mut self, now_ns: u64, out: &mut Payloads) {
+        let mut due = Vec::new();
+        self.due(now_ns, &mut due);
+        for c in due {
+            let (hdr, gradients) = self.chunk(c);
+            wire::append_payload(&mut out.bytes, &hdr, gradients);
+            out.ends.push(out.bytes.len());
+        }
+    }
+
+    /// The chunks to send at `now_ns`, in order (see [`Worker::poll`]), their slots marked
+    /// as sent.
+    fn due(&mut self, now_ns: u64, out: &mut Vec<usize>) {
         while self.next_chunk < self.chunks() {
             let s = self.next_chunk % self.cfg.window;
             if self.slots[s].is_some() {
                 break;
             }
             let c = self.next_chunk;
-            out.push(self.packet(c));
+            out.push(c);
             self.slots[s] = Some(Slot {
                 chunk: c,
                 sent_ns: now_ns,
@@ -381,7 +447,7 @@ impl Worker {
             for s in 0..self.slots.len() {
                 let Some(slot) = self.slots[s] else { continue };
                 if now_ns.saturating_sub(slot.sent_ns) >= after {
-                    out.push(self.packet(slot.chunk));
+                    out.push(slot.chunk);
                     self.slots[s] = Some(Slot {
                         sent_ns: now_ns,
                         ..slot
@@ -407,6 +473,13 @@ impl Worker {
         self.take(frame, Some(now_ns))
     }
 
+    /// [`Worker::on_frame_at`] for a receiver on a UDP socket: takes the UDP payload of a
+    /// frame from the aggregator (Trio-ML header and gradients).
+    pub fn on_payload_at(&mut self, payload: &[u8], now_ns: u64) -> Result<Received, HostError> {
+        let (hdr, grads) = wire::parse_payload(payload)?;
+        self.take_parsed(&hdr, grads, Some(now_ns))
+    }
+
     /// When the last result arrived, on the clock given to [`Worker::on_frame_at`] (with
     /// [`drive`]: nanoseconds since `drive` was called).
     pub fn finished_ns(&self) -> Option<u64> {
@@ -420,9 +493,18 @@ impl Worker {
 
     fn take(&mut self, frame: &[u8], now_ns: Option<u64>) -> Result<Received, HostError> {
         let (hdr, grads) = wire::parse(frame)?;
+        self.take_parsed(&hdr, grads, now_ns)
+    }
+
+    fn take_parsed(
+        &mut self,
+        hdr: &TrioMlHdrFields,
+        grads: &[u8],
+        now_ns: Option<u64>,
+    ) -> Result<Received, HostError> {
         if hdr.ctl {
             let joined = hdr.job_id == self.cfg.job_id && self.run_id != 0;
-            if let (Some(Control::Superseded { run_id }), true) = (Control::of(&hdr), joined) {
+            if let (Some(Control::Superseded { run_id }), true) = (Control::of(hdr), joined) {
                 return Err(HostError::Superseded {
                     job_id: hdr.job_id,
                     run_id: self.run_id,

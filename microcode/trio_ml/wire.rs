@@ -462,13 +462,40 @@ pub fn parse(frame: &[u8]) -> Result<(TrioMlHdrFields, &[u8]), WireError> {
             have: frame.len(),
         });
     }
-    let datagram = &frame[TRIO_ML_HDR_AT..UDP_AT + udp_len];
-    let fields = TrioMlHdrFields::read(&TrioMlHdr::new_checked(datagram)?);
-    let grads = &datagram[TRIO_ML_HDR_LEN..];
+    parse_payload(&frame[TRIO_ML_HDR_AT..UDP_AT + udp_len])
+}
+
+/// Parses the UDP payload of a Trio-ML packet (what a UDP socket receives: the Trio-ML
+/// header and the gradients): its header and gradient bytes (network order). Checks that
+/// the payload is the header plus exactly `grad_cnt` gradients.
+pub fn parse_payload(payload: &[u8]) -> Result<(TrioMlHdrFields, &[u8]), WireError> {
+    let fields = TrioMlHdrFields::read(&TrioMlHdr::new_checked(payload)?);
+    let grads = &payload[TRIO_ML_HDR_LEN..];
     if grads.len() != usize::from(fields.grad_cnt) * GRAD_BYTES {
-        return Err(malformed("payload length is not grad_cnt gradients"));
+        return Err(WireError::Malformed {
+            header: "TrioMl",
+            reason: "payload length is not grad_cnt gradients",
+        });
     }
     Ok((fields, grads))
+}
+
+/// Appends the UDP payload of an aggregation packet to `out`: the Trio-ML header `hdr`
+/// (written as given), then `gradients` in network byte order. What [`agg_packet`] puts
+/// after the Ethernet, IPv4 and UDP headers, for a sender that hands payloads to a UDP
+/// socket.
+pub fn append_payload(out: &mut Vec<u8>, hdr: &TrioMlHdrFields, gradients: &[i32]) {
+    let at = out.len();
+    out.resize(at + TRIO_ML_HDR_LEN + gradients.len() * GRAD_BYTES, 0);
+    hdr.write(&mut TrioMlHdr::new_unchecked(
+        &mut out[at..at + TRIO_ML_HDR_LEN],
+    ));
+    for (dst, g) in out[at + TRIO_ML_HDR_LEN..]
+        .chunks_exact_mut(GRAD_BYTES)
+        .zip(gradients)
+    {
+        dst.copy_from_slice(&g.to_be_bytes());
+    }
 }
 
 /// Decodes gradient bytes (network order) into integers.

@@ -10,6 +10,8 @@
 //! - [`serve`]: the UDP front end for real end hosts (`pfemu serve`, `pfemu worker`).
 //! - [`ports`]: Linux interfaces (AF_PACKET rings, TAP devices) as PFE ports, and
 //!   [`live`]: a shipped program on them (`pfemu run --iface`).
+//! - [`udp_batch`]: many UDP datagrams per system call, with GSO/GRO, for `serve`; like
+//!   `ports`, a module of `unsafe` system calls.
 
 pub mod aggregation;
 pub mod bench;
@@ -18,3 +20,4 @@ pub mod live;
 pub mod ports;
 pub mod replay;
 pub mod serve;
+pub mod udp_batch;

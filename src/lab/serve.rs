@@ -52,6 +52,21 @@
 //! `block_cnt_max`, ...) in its [`Stats`]. Every datagram is accounted for:
 //! [`ServeStats::unaccounted`] is 0.
 //!
+//! # Batches
+//!
+//! The front end moves datagrams in batches ([`udp_batch`]): the receive loop takes what
+//! is queued on the socket with one `recvmmsg` and injects the members' frames together;
+//! the sink sends the datagrams of each burst of frames leaving the engine with one
+//! `sendmmsg`, a member's Results (equal-sized, 4 KB with 1024 gradients) as one GSO
+//! message; a [`Worker`] run by [`allreduce`] sends what one poll gives with one call and
+//! takes every queued Result with one. With GRO on, the kernel hands a sender's GSO
+//! message over whole (on loopback it never cuts it up), so a window of packets crosses
+//! the kernel as one buffer, and the front end cuts it into the datagrams again: every
+//! datagram is still counted, checked and injected on its own. Where the kernel lacks
+//! GSO or GRO (or refuses a GSO message, e.g. datagrams larger than the route's MTU) the
+//! datagrams go singly; [`ServeStats::gso`] and [`ServeStats::gro`] say what was used,
+//! and [`ServeConfig::gso`] / [`ServeConfig::gro`] turn them off.
+//!
 //! # Bounded state
 //!
 //! Nothing the server keeps grows with what it receives: the members are fixed by the jobs,
@@ -97,15 +112,18 @@ use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 use crate::lab::aggregation::{AggregationSetup, JobSpec};
+use crate::lab::udp_batch::{self, Gso, RecvBatch, SendBatch};
 use crate::mem::SharedMemory;
-use crate::microcode::trio_ml::host::{HostError, Received, Worker, WorkerConfig, WorkerStats};
+use crate::microcode::trio_ml::host::{
+    HostError, Payloads, Received, Worker, WorkerConfig, WorkerStats,
+};
 use crate::microcode::trio_ml::wire::{
     self, Control, Endpoints, TrioMlHdr, TrioMlHdrFields, GRADS_AT, GRAD_BYTES, HEADERS_LEN,
     MAX_GRAD_CNT, TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN,
 };
 use crate::microcode::trio_ml::{TrioMl, TrioMlConfig};
 use crate::packet::Port;
-use crate::pfe::{Frames, Pfe, Sink, Stats};
+use crate::pfe::{Frames, Pfe, Sink, Stats, DEFAULT_BATCH_SIZE};
 use crate::rng::{mix, SplitMix64};
 use crate::ConfigError;
 
@@ -140,6 +158,12 @@ pub struct ServeConfig {
     /// because a job's slots are full (at most once a second; [`ServeReport::warnings`]
     /// has the total either way).
     pub log_warnings: bool,
+    /// Send a burst of Results for one member as one GSO message (`UDP_SEGMENT`) when the
+    /// kernel has it; [`ServeStats::gso`] says whether it was used.
+    pub gso: bool,
+    /// Ask the kernel to coalesce a sender's datagrams into one message (`UDP_GRO`) when
+    /// it has it; [`ServeStats::gro`] says whether it was used.
+    pub gro: bool,
 }
 
 /// Default [`ServeConfig::recv_buffer_bytes`]: 4 MiB.
@@ -147,7 +171,7 @@ pub const DEFAULT_RECV_BUFFER_BYTES: usize = 4 << 20;
 
 impl Default for ServeConfig {
     /// 127.0.0.1:12000, the default [`AggregationSetup`] (Trio-ML; give jobs), 4 PPE
-    /// threads, no upstream, a 4 MiB receive buffer.
+    /// threads, no upstream, a 4 MiB receive buffer, GSO and GRO where the kernel has them.
     fn default() -> Self {
         ServeConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, wire::DEFAULT_UDP_PORT)),
@@ -157,6 +181,8 @@ impl Default for ServeConfig {
             upstream_src: 0,
             recv_buffer_bytes: DEFAULT_RECV_BUFFER_BYTES,
             log_warnings: false,
+            gso: true,
+            gro: true,
         }
     }
 }
@@ -396,6 +422,21 @@ pub struct ServeStats {
     /// Times a member was heard from a new address (a worker restarted elsewhere); its
     /// Results go to the newest one.
     pub readdressed: u64,
+    /// Receive system calls that returned datagrams (`datagrams_in / recv_calls`
+    /// datagrams each: `recvmmsg` takes what is queued, GRO coalesces a sender's).
+    pub recv_calls: u64,
+    /// Send system calls (`sendmmsg`, one per burst of Results leaving the engine, and
+    /// single sends after a refused GSO message).
+    pub send_calls: u64,
+    /// GRO is on for the listening socket (asked for with [`ServeConfig::gro`] and the
+    /// kernel has it: Linux 5.0 and later).
+    pub gro: bool,
+    /// GSO was in use when the stats were taken (asked for with [`ServeConfig::gso`], the
+    /// kernel has it, Linux 4.18 and later, and never refused a GSO message).
+    pub gso: bool,
+    /// GSO messages the kernel refused (e.g. datagrams larger than the route's MTU), sent
+    /// again as single datagrams; GSO is off after the first.
+    pub gso_refused: u64,
 }
 
 impl ServeStats {
@@ -425,6 +466,9 @@ struct Counters {
     strangers: AtomicU64,
     not_injected: AtomicU64,
     readdressed: AtomicU64,
+    recv_calls: AtomicU64,
+    send_calls: AtomicU64,
+    gso_refused: AtomicU64,
     upstream_results_in: AtomicU64,
     upstream_control_in: AtomicU64,
     upstream_stale_in: AtomicU64,
@@ -484,6 +528,10 @@ struct Peers {
 /// State shared by the receive loop and the egress sink (PPE threads).
 struct Shared {
     socket: UdpSocket,
+    /// GSO for the socket's sends (off for good after the kernel refused a GSO message).
+    gso: Gso,
+    /// GRO is on for the socket.
+    gro: bool,
     /// Per job id: its members, if the job is configured here (fixed).
     jobs: [Option<JobMembers>; 256],
     peers: RwLock<Peers>,
@@ -503,6 +551,10 @@ pub const MAX_HELD_RESULTS: usize = 4095;
 /// How often a first-level server sends an unanswered Join upstream again.
 const UPSTREAM_JOIN_RESEND: Duration = Duration::from_millis(100);
 
+/// Messages the receive loop takes per system call at most (each a datagram, or with GRO
+/// several of one sender).
+const RECV_BATCH: usize = 32;
+
 /// One job's run at the upstream aggregator, as a first-level server keeps it (see the
 /// module docs, *Runs in a tree*).
 #[derive(Debug, Default)]
@@ -518,53 +570,69 @@ struct UpstreamRun {
     held: Vec<Vec<u8>>,
 }
 
+/// Sets the run id in the Trio-ML header at the start of `payload`.
+fn set_run_id(payload: &mut [u8], run_id: u8) {
+    TrioMlHdr::new_unchecked(&mut payload[..TRIO_ML_HDR_LEN]).set_run_id(run_id);
+}
+
 impl Shared {
-    fn send(&self, payload: &[u8], to: SocketAddr) {
-        match self.socket.send_to(payload, to) {
-            Ok(_) => {
-                bump(&self.counters.datagrams_out, 1);
-                bump(&self.counters.bytes_out, payload.len() as u64);
-            }
-            Err(_) => bump(&self.counters.socket_errors, 1),
+    /// Sends the datagrams collected in `out` (a burst leaving the engine, or what one
+    /// receive produced) and counts them.
+    fn flush(&self, out: &SendBatch<'_>) {
+        if out.is_empty() {
+            return;
         }
+        let r = out.send(&self.socket, &self.gso);
+        let c = &self.counters;
+        bump(&c.datagrams_out, r.datagrams);
+        bump(&c.bytes_out, r.bytes);
+        bump(&c.socket_errors, r.failed);
+        bump(&c.send_calls, r.calls);
+        bump(&c.gso_refused, r.gso_refused);
     }
 
-    fn fan_out(&self, job_id: u8, payload: &[u8]) {
+    /// `payload` to every member of job `job_id`.
+    fn fan_out<'f>(&self, job_id: u8, payload: &'f [u8], out: &mut SendBatch<'f>) {
         let peers = self.peers.read();
         let list = &peers.fanout[usize::from(job_id)];
         if list.is_empty() {
             return bump(&self.counters.unroutable, 1);
         }
         for &to in list {
-            self.send(payload, to);
+            out.push(Some(to), payload);
         }
     }
 
     /// A Result of this first-level server's job goes up as one source of the job above, in
     /// the run the upstream aggregator gave it; held while that run is being joined, and not
     /// sent at all if it belongs to a run the job here has left.
-    fn send_upstream(&self, hdr: &TrioMlHdrFields, payload: &[u8], up: SocketAddr) {
+    fn send_upstream(
+        &self,
+        hdr: &TrioMlHdrFields,
+        payload: &[u8],
+        up: SocketAddr,
+        out: &mut SendBatch<'_>,
+    ) {
         let mut runs = self.up_runs.lock();
         let run = &mut runs[usize::from(hdr.job_id)];
         if hdr.run_id != run.local {
             return bump(&self.counters.results_of_left_runs, 1);
         }
-        let mut out = payload.to_vec();
         if run.pending.is_some() {
             if run.held.len() >= MAX_HELD_RESULTS {
                 return bump(&self.counters.results_held_over, 1);
             }
-            return run.held.push(out);
+            return run.held.push(payload.to_vec());
         }
-        TrioMlHdr::new_unchecked(&mut out[..TRIO_ML_HDR_LEN]).set_run_id(run.up);
+        let up_run = run.up;
         drop(runs);
-        self.send(&out, up);
+        set_run_id(out.push_copy(Some(up), payload), up_run);
     }
 
     /// A member joined run `run_id` of job `job_id` here: when that is a new run, this server
     /// joins a new run of the job above too, so the upstream aggregator never answers the
     /// new run's Results with the last run's.
-    fn local_run(&self, job_id: u8, run_id: u8, up: SocketAddr) {
+    fn local_run(&self, job_id: u8, run_id: u8, up: SocketAddr, out: &mut SendBatch<'_>) {
         let mut runs = self.up_runs.lock();
         let run = &mut runs[usize::from(job_id)];
         if run.local == run_id {
@@ -580,29 +648,36 @@ impl Shared {
             held: Vec::new(),
         };
         drop(runs);
-        self.send(&upstream_join(job_id, self.upstream_src, nonce), up);
+        out.push_copy(Some(up), &upstream_join(job_id, self.upstream_src, nonce));
     }
 
     /// Sends again the Joins upstream that are still unanswered after
     /// [`UPSTREAM_JOIN_RESEND`] (datagrams get lost).
     fn resend_upstream_joins(&self, up: SocketAddr) {
-        let mut again = Vec::new();
+        let mut out = SendBatch::new();
         for (job_id, run) in self.up_runs.lock().iter_mut().enumerate() {
             if let Some((nonce, sent)) = &mut run.pending {
                 if sent.elapsed() >= UPSTREAM_JOIN_RESEND {
                     *sent = Instant::now();
-                    again.push((job_id as u8, *nonce));
+                    out.push_copy(
+                        Some(up),
+                        &upstream_join(job_id as u8, self.upstream_src, *nonce),
+                    );
                 }
             }
         }
-        for (job_id, nonce) in again {
-            self.send(&upstream_join(job_id, self.upstream_src, nonce), up);
-        }
+        self.flush(&out);
     }
 
     /// A datagram from the upstream aggregator: a run-protocol answer, or a Result of the job
     /// above for the local members, in this job's run here.
-    fn on_upstream_datagram(&self, hdr: &TrioMlHdrFields, payload: &[u8], up: SocketAddr) {
+    fn on_upstream_datagram(
+        &self,
+        hdr: &TrioMlHdrFields,
+        payload: &[u8],
+        up: SocketAddr,
+        out: &mut SendBatch<'_>,
+    ) {
         let c = &self.counters;
         let mut runs = self.up_runs.lock();
         let run = &mut runs[usize::from(hdr.job_id)];
@@ -614,9 +689,8 @@ impl Shared {
                     run.up = run_id;
                     let held = std::mem::take(&mut run.held);
                     drop(runs);
-                    for mut r in held {
-                        TrioMlHdr::new_unchecked(&mut r[..TRIO_ML_HDR_LEN]).set_run_id(run_id);
-                        self.send(&r, up);
+                    for r in held {
+                        set_run_id(out.push_copy(Some(up), &r), run_id);
                     }
                 }
             }
@@ -626,14 +700,23 @@ impl Shared {
                 let local = run.local;
                 drop(runs);
                 bump(&c.upstream_results_in, 1);
-                let mut down = payload.to_vec();
-                TrioMlHdr::new_unchecked(&mut down[..TRIO_ML_HDR_LEN]).set_run_id(local);
-                self.fan_out(hdr.job_id, &down);
+                let peers = self.peers.read();
+                let mut list = peers.fanout[usize::from(hdr.job_id)].iter();
+                // One copy with this level's run, sent to every member.
+                let Some(&first) = list.next() else {
+                    return bump(&c.unroutable, 1);
+                };
+                set_run_id(out.push_copy(Some(first), payload), local);
+                for &to in list {
+                    out.push_last_again(Some(to));
+                }
             }
         }
     }
 
-    fn egress(&self, port: Port, frame: &[u8]) {
+    /// A frame leaving the engine on `port`: its payload goes into `out` for the members
+    /// (or the upstream aggregator) it is for.
+    fn egress<'f>(&self, port: Port, frame: &'f [u8], out: &mut SendBatch<'f>) {
         bump(&self.counters.results, 1);
         let Ok((hdr, grads)) = wire::parse(frame) else {
             bump(&self.counters.unroutable, 1);
@@ -642,10 +725,10 @@ impl Shared {
         let payload = &frame[TRIO_ML_HDR_AT..GRADS_AT + grads.len()];
         if let Some(up) = self.upstream {
             if !hdr.ctl {
-                return self.send_upstream(&hdr, payload, up);
+                return self.send_upstream(&hdr, payload, up, out);
             }
             if let Some(Control::Joined { run_id, .. }) = Control::of(&hdr) {
-                self.local_run(hdr.job_id, run_id, up);
+                self.local_run(hdr.job_id, run_id, up, out);
             }
         }
         if port >= PEER_PORT_BASE {
@@ -657,11 +740,11 @@ impl Shared {
                 .copied()
                 .flatten();
             match to {
-                Some(to) => self.send(payload, to),
+                Some(to) => out.push(Some(to), payload),
                 None => bump(&self.counters.unroutable, 1),
             }
         } else {
-            self.fan_out(hdr.job_id, payload);
+            self.fan_out(hdr.job_id, payload, out);
         }
     }
 
@@ -709,6 +792,11 @@ impl Shared {
             socket_errors: l(&c.socket_errors),
             peers: self.peers.read().addrs.iter().flatten().count() as u64,
             readdressed: l(&c.readdressed),
+            recv_calls: l(&c.recv_calls),
+            send_calls: l(&c.send_calls),
+            gro: self.gro,
+            gso: self.gso.is_on(),
+            gso_refused: l(&c.gso_refused),
             recv_buffer_bytes: socket2::SockRef::from(&self.socket)
                 .recv_buffer_size()
                 .unwrap_or(0) as u64,
@@ -719,10 +807,14 @@ impl Shared {
 struct UdpSink(Arc<Shared>);
 
 impl Sink for UdpSink {
+    /// The burst's datagrams leave together: one `sendmmsg`, a member's Results as one GSO
+    /// message.
     fn deliver(&self, port: Port, frames: Frames<'_>) {
+        let mut out = SendBatch::new();
         for f in frames.iter() {
-            self.0.egress(port, f);
+            self.0.egress(port, f, &mut out);
         }
+        self.0.flush(&out);
     }
 }
 
@@ -762,12 +854,38 @@ pub fn frame_of(
     ep: &Endpoints,
     frame: &mut Vec<u8>,
 ) -> Result<TrioMlHdrFields, DatagramError> {
-    let hdr = datagram_header(payload)?;
     frame.clear();
-    frame.resize(TRIO_ML_HDR_AT + payload.len(), 0);
+    append_frame(payload, ep, frame)
+}
+
+/// [`frame_of`], appending the frame to `frames` (whose other bytes are left alone).
+fn append_frame(
+    payload: &[u8],
+    ep: &Endpoints,
+    frames: &mut Vec<u8>,
+) -> Result<TrioMlHdrFields, DatagramError> {
+    let hdr = datagram_header(payload)?;
+    let at = frames.len();
+    frames.resize(at + TRIO_ML_HDR_AT + payload.len(), 0);
+    let frame = &mut frames[at..];
     wire::write_headers(frame, ep, &hdr, payload.len() - TRIO_ML_HDR_LEN);
     frame[TRIO_ML_HDR_AT..].copy_from_slice(payload);
     Ok(hdr)
+}
+
+/// Frames built from one receive, injected together.
+#[derive(Default)]
+struct FrameBurst {
+    bytes: Vec<u8>,
+    /// Each frame's ingress port and bytes in `bytes`.
+    frames: Vec<(Port, std::ops::Range<usize>)>,
+}
+
+impl FrameBurst {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.frames.clear();
+    }
 }
 
 /// When [`Server::run`] returns.
@@ -913,7 +1031,10 @@ impl Server {
         socket
             .set_read_timeout(Some(Duration::from_millis(50)))
             .map_err(io_err("setting the socket's read timeout"))?;
+        let gro = cfg.gro && udp_batch::enable_gro(&socket);
         let shared = Arc::new(Shared {
+            gso: Gso::probe(&socket, cfg.gso),
+            gro,
             socket: socket
                 .try_clone()
                 .map_err(io_err("cloning the socket for the sink"))?,
@@ -981,11 +1102,15 @@ impl Server {
 
     /// Receives datagrams and injects them until stopped or a limit is reached, then shuts
     /// the engine down and reports.
+    ///
+    /// Each turn takes what is queued on the socket with one system call ([`RecvBatch`]),
+    /// injects the frames of the members' datagrams together, and sends what the upstream
+    /// aggregator's datagrams produce (fanned-out Results, Joins) together.
     pub fn run(self, limits: RunLimits) -> ServeReport {
         let start = Instant::now();
         let mut last = None::<Instant>;
-        let mut buf = vec![0u8; 65_536];
-        let mut frame = Vec::with_capacity(HEADERS_LEN + MAX_PAYLOAD);
+        let mut rx = RecvBatch::new(RECV_BATCH);
+        let mut burst = FrameBurst::default();
         let c = &self.shared.counters;
         let slots = self.cfg.setup.slots();
         let mut refused = SlotsFullLog::default();
@@ -1002,8 +1127,8 @@ impl Server {
             {
                 break;
             }
-            let (n, from) = match self.socket.recv_from(&mut buf) {
-                Ok(r) => r,
+            match rx.recv(&self.socket) {
+                Ok(_) => bump(&c.recv_calls, 1),
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -1019,9 +1144,20 @@ impl Server {
                     bump(&c.socket_errors, 1);
                     continue;
                 }
-            };
+            }
             last = Some(Instant::now());
-            self.on_datagram(&buf[..n], from, &mut frame);
+            burst.clear();
+            let mut out = SendBatch::new();
+            for d in rx.datagrams() {
+                let Some(from) = d.from else {
+                    // Not an IPv4 or IPv6 sender: a failed receive, not a datagram.
+                    bump(&c.socket_errors, 1);
+                    continue;
+                };
+                self.on_datagram(d.payload, d.truncated, from, &mut burst, &mut out);
+            }
+            self.inject(&burst);
+            self.shared.flush(&out);
         }
         let open_blocks_at_stop = self.open_blocks();
         // The open blocks time out and send their partial Results (a starved timer scan
@@ -1052,17 +1188,43 @@ impl Server {
         self.trio.active_blocks().map_or(0, |b| b.len() as u64)
     }
 
-    fn on_datagram(&self, payload: &[u8], from: SocketAddr, frame: &mut Vec<u8>) {
+    /// Injects the frames of `burst`, a dispatch batch at a time (so that an engine that
+    /// stopped refuses whole batches, each counted once).
+    fn inject(&self, burst: &FrameBurst) {
+        let c = &self.shared.counters;
+        for chunk in burst.frames.chunks(DEFAULT_BATCH_SIZE) {
+            let frames = chunk
+                .iter()
+                .map(|(port, range)| (*port, &burst.bytes[range.clone()]));
+            match self.pfe.inject_burst(frames) {
+                Ok(n) => bump(&c.injected, n),
+                Err(_) => bump(&c.not_injected, chunk.len() as u64),
+            }
+        }
+    }
+
+    /// One datagram from `from`: dropped and counted, handled as the upstream aggregator's,
+    /// or framed into `burst` for the engine.
+    fn on_datagram<'p>(
+        &self,
+        payload: &'p [u8],
+        truncated: bool,
+        from: SocketAddr,
+        burst: &mut FrameBurst,
+        out: &mut SendBatch<'p>,
+    ) {
         let c = &self.shared.counters;
         bump(&c.datagrams_in, 1);
         bump(&c.bytes_in, payload.len() as u64);
         let hdr = match datagram_header(payload) {
+            // Cut short by the buffer: whatever its header says, not all of it is here.
+            Ok(_) if truncated => return bump(&c.dropped_bad_length, 1),
             Ok(h) => h,
             Err(DatagramError::Short) => return bump(&c.dropped_short, 1),
             Err(DatagramError::BadLength) => return bump(&c.dropped_bad_length, 1),
         };
         if let Some(up) = self.shared.upstream.filter(|&up| up == from) {
-            return self.shared.on_upstream_datagram(&hdr, payload, up);
+            return self.shared.on_upstream_datagram(&hdr, payload, up, out);
         }
         if self.shared.jobs[usize::from(hdr.job_id)].is_none() {
             return bump(&c.dropped_unknown_job, 1);
@@ -1093,13 +1255,11 @@ impl Server {
             src_port: from.port(),
             dst_port: t.udp_port,
         };
-        if frame_of(payload, &ep, frame).is_err() {
+        let at = burst.bytes.len();
+        if append_frame(payload, &ep, &mut burst.bytes).is_err() {
             return bump(&c.dropped_bad_length, 1);
         }
-        match self.pfe.inject_frame(port, frame) {
-            Ok(()) => bump(&c.injected, 1),
-            Err(_) => bump(&c.not_injected, 1),
-        }
+        burst.frames.push((port, at..burst.bytes.len()));
     }
 }
 
@@ -1124,11 +1284,16 @@ pub struct ClientConfig {
     /// of the job is never answered with an earlier run's kept Results. `false` speaks
     /// the paper's header alone (fine for a single run of the job).
     pub join: bool,
+    /// Send a window's packets as GSO messages (`UDP_SEGMENT`) when the kernel has it.
+    pub gso: bool,
+    /// Ask the kernel to coalesce the server's datagrams (`UDP_GRO`) when it has it.
+    pub gro: bool,
 }
 
 impl ClientConfig {
     /// A client of `server`, bound to the unspecified address of its family; gives up after
-    /// 10 s without progress; no faults; a 4 MiB receive buffer.
+    /// 10 s without progress; no faults; a 4 MiB receive buffer; GSO and GRO where the
+    /// kernel has them.
     pub fn new(server: SocketAddr) -> Self {
         let bind = if server.is_ipv4() {
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
@@ -1142,6 +1307,8 @@ impl ClientConfig {
             drop_every: None,
             recv_buffer_bytes: DEFAULT_RECV_BUFFER_BYTES,
             join: true,
+            gso: true,
+            gro: true,
         }
     }
 }
@@ -1163,6 +1330,16 @@ pub struct ClientReport {
     pub bad_datagrams: u64,
     /// The run the worker joined (0: it did not join; see [`ClientConfig::join`]).
     pub run_id: u8,
+    /// Datagrams received from the server.
+    pub datagrams_in: u64,
+    /// Receive system calls that returned datagrams.
+    pub recv_calls: u64,
+    /// Send system calls.
+    pub send_calls: u64,
+    /// GRO was on for the worker's socket.
+    pub gro: bool,
+    /// GSO was in use at the end (asked for, the kernel has it, and never refused it).
+    pub gso: bool,
 }
 
 /// Runs `worker`'s allreduce through the server: sends what [`Worker::poll`] gives (UDP
@@ -1170,6 +1347,9 @@ pub struct ClientReport {
 /// worker's config says, until every Result has arrived. Gives up with
 /// [`ServeError::NoProgress`] after [`ClientConfig::give_up_after`] without progress,
 /// saying whether anything answered at all.
+///
+/// What one poll gives leaves with one system call (a window's packets as GSO messages
+/// where the kernel has it), and each receive takes every Result queued.
 pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport, ServeError> {
     let socket =
         bind_udp(cfg.bind, cfg.recv_buffer_bytes).map_err(io_err("binding the worker's socket"))?;
@@ -1187,9 +1367,8 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         .map_err(io_err("setting the worker's read timeout"))?;
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    let ep = worker.config().endpoints;
-    let mut out = Vec::new();
-    let mut rx = ClientRx::new(socket, tick);
+    let mut out = Payloads::new();
+    let mut rx = ClientRx::new(socket, tick, cfg);
     let mut sent = 0u64;
     let mut dropped = 0u64;
     if cfg.join {
@@ -1197,23 +1376,31 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
     }
     let mut last_progress = Instant::now();
     while !worker.is_done() {
-        worker.poll(now(), &mut out);
-        for f in out.drain(..) {
+        out.clear();
+        worker.poll_payloads(now(), &mut out);
+        let mut batch = SendBatch::new();
+        for p in out.iter() {
             sent += 1;
             if cfg.drop_every.is_some_and(|n| n > 0 && sent % n == 0) {
                 dropped += 1;
                 continue;
             }
-            // Errors (e.g. the server not up yet) are recovered by retransmission.
-            let _ = rx.socket.send(&f[TRIO_ML_HDR_AT..]);
+            batch.push(None, p);
         }
-        if rx.recv_frame(&ep) {
-            match worker.on_frame_at(&rx.frame, now()) {
-                Ok(Received::Result { .. }) => last_progress = Instant::now(),
-                Ok(Received::Ignored) => {}
-                Err(e @ HostError::Superseded { .. }) => return Err(e.into()),
-                Err(_) => rx.bad += 1,
+        // Failures (e.g. the server not up yet) are recovered by retransmission.
+        rx.send(&batch);
+        drop(batch);
+        let superseded = rx.recv(|p| match worker.on_payload_at(p, now()) {
+            Ok(Received::Result { .. }) => {
+                last_progress = Instant::now();
+                Ok(true)
             }
+            Ok(Received::Ignored) => Ok(true),
+            Err(e @ HostError::Superseded { .. }) => Err(e),
+            Err(_) => Ok(false),
+        });
+        if let Err(e) = superseded {
+            return Err(e.into());
         }
         if last_progress.elapsed() > cfg.give_up_after {
             return Err(rx.no_progress(cfg, worker, false));
@@ -1231,6 +1418,11 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         dropped_by_injector: dropped,
         bad_datagrams: rx.bad,
         run_id: worker.run_id(),
+        datagrams_in: rx.datagrams,
+        recv_calls: rx.recv_calls,
+        send_calls: rx.send_calls,
+        gro: rx.gro,
+        gso: rx.gso.is_on(),
     })
 }
 
@@ -1239,56 +1431,76 @@ struct ClientRx {
     socket: UdpSocket,
     /// The socket's read timeout, and the pause after a failed receive.
     tick: Duration,
-    buf: Vec<u8>,
-    frame: Vec<u8>,
+    batch: RecvBatch,
+    gso: Gso,
+    gro: bool,
     /// Datagrams received.
     datagrams: u64,
     /// Receives refused (ICMP port unreachable: nothing listens at the server's address).
     refused: u64,
     /// Datagrams that were not aggregation packets, or that the worker refused.
     bad: u64,
+    recv_calls: u64,
+    send_calls: u64,
 }
 
+/// Messages a client takes per receive at most: a window of Results, with GRO a few
+/// messages.
+const CLIENT_RECV_BATCH: usize = 16;
+
 impl ClientRx {
-    fn new(socket: UdpSocket, tick: Duration) -> Self {
+    fn new(socket: UdpSocket, tick: Duration, cfg: &ClientConfig) -> Self {
+        let gro = cfg.gro && udp_batch::enable_gro(&socket);
         ClientRx {
+            gso: Gso::probe(&socket, cfg.gso),
+            gro,
             socket,
             tick,
-            buf: vec![0u8; 65_536],
-            frame: Vec::new(),
+            batch: RecvBatch::new(CLIENT_RECV_BATCH),
             datagrams: 0,
             refused: 0,
             bad: 0,
+            recv_calls: 0,
+            send_calls: 0,
         }
     }
 
-    /// Receives the next datagram within the read timeout into `frame`, wrapped with
-    /// addresses `ep`. `false` after the timeout, for a datagram that is not an aggregation
-    /// packet, or after a pause of `tick` on another error (connection refused while nothing
-    /// listens yet, and the like: the caller keeps trying).
-    fn recv_frame(&mut self, ep: &Endpoints) -> bool {
-        let n = match self.socket.recv(&mut self.buf) {
-            Ok(n) => n,
+    /// Sends `batch` to the server; failures are left to retransmission.
+    fn send(&mut self, batch: &SendBatch<'_>) {
+        self.send_calls += batch.send(&self.socket, &self.gso).calls;
+    }
+
+    /// Receives what the server sent within the read timeout and gives each datagram's
+    /// payload to `take`, which says whether it was an aggregation packet the worker took
+    /// (`false`: counted as bad) or stops with an error. After a failed receive other than
+    /// the timeout (connection refused while nothing listens yet, and the like: the caller
+    /// keeps trying) it pauses for `tick`.
+    fn recv<E>(&mut self, mut take: impl FnMut(&[u8]) -> Result<bool, E>) -> Result<(), E> {
+        match self.batch.recv(&self.socket) {
+            Ok(_) => self.recv_calls += 1,
             Err(e)
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                return false
+                return Ok(())
             }
             Err(e) => {
                 if e.kind() == io::ErrorKind::ConnectionRefused {
                     self.refused += 1;
                 }
                 std::thread::sleep(self.tick);
-                return false;
+                return Ok(());
             }
-        };
-        self.datagrams += 1;
-        let framed = frame_of(&self.buf[..n], ep, &mut self.frame).is_ok();
-        self.bad += u64::from(!framed);
-        framed
+        }
+        for d in self.batch.datagrams() {
+            self.datagrams += 1;
+            if d.truncated || !take(d.payload)? {
+                self.bad += 1;
+            }
+        }
+        Ok(())
     }
 
     /// The error of a client that waited `cfg.give_up_after` without progress.
@@ -1315,16 +1527,29 @@ fn join(cfg: &ClientConfig, rx: &mut ClientRx, worker: &mut Worker) -> Result<u8
     let start = Instant::now();
     let resend = rx.tick * 20;
     let mut sent_at: Option<Instant> = None;
+    let mut frame = Vec::new();
     loop {
         if sent_at.is_none_or(|t| t.elapsed() >= resend) {
             // Errors (e.g. the server not up yet) are recovered by sending again.
-            let _ = rx.socket.send(&join[TRIO_ML_HDR_AT..]);
+            let mut batch = SendBatch::new();
+            batch.push(None, &join[TRIO_ML_HDR_AT..]);
+            rx.send(&batch);
             sent_at = Some(Instant::now());
         }
-        if rx.recv_frame(&ep) {
-            if let Some(run) = worker.take_joined(&rx.frame, nonce) {
-                return Ok(run);
+        let mut run = None;
+        // Datagrams after the Joined (none that matter yet: the worker has sent nothing
+        // else) are left.
+        let _ = rx.recv::<std::convert::Infallible>(|p| {
+            if frame_of(p, &ep, &mut frame).is_err() {
+                return Ok(false);
             }
+            if run.is_none() {
+                run = worker.take_joined(&frame, nonce);
+            }
+            Ok(true)
+        });
+        if let Some(run) = run {
+            return Ok(run);
         }
         if start.elapsed() > cfg.give_up_after {
             return Err(rx.no_progress(cfg, worker, true));
@@ -1332,8 +1557,6 @@ fn join(cfg: &ClientConfig, rx: &mut ClientRx, worker: &mut Worker) -> Result<u8
     }
 }
 
-/// A nonce that differs between processes and calls: std's randomly keyed hasher over the
-/// time, the process id and a counter.
 /// The payload of a Join of job `job_id` from source `src_id` (a first-level server joining
 /// the job above).
 fn upstream_join(job_id: u8, src_id: u8, nonce: u32) -> Vec<u8> {
@@ -1348,6 +1571,8 @@ fn upstream_join(job_id: u8, src_id: u8, nonce: u32) -> Vec<u8> {
     wire::join_packet(ep, job_id, src_id, nonce)[TRIO_ML_HDR_AT..].to_vec()
 }
 
+/// A nonce that differs between processes and calls: std's randomly keyed hasher over the
+/// time, the process id and a counter.
 fn random_nonce() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     static CALLS: AtomicU64 = AtomicU64::new(0);

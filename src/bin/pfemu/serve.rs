@@ -94,6 +94,14 @@ pub struct ServeArgs {
     /// net.core.rmem_max; 0 keeps the system's default).
     #[arg(long, default_value_t = 4096)]
     pub recv_buffer_kb: usize,
+    /// Send each burst of Results for a member as single datagrams, not as one UDP GSO
+    /// message (GSO is used where the kernel has it otherwise; the report says).
+    #[arg(long)]
+    pub no_gso: bool,
+    /// Do not ask the kernel to coalesce a sender's datagrams (UDP GRO; used where the
+    /// kernel has it otherwise; the report says).
+    #[arg(long)]
+    pub no_gro: bool,
     /// Print the final report as one JSON object (the `listening` line then goes to
     /// standard error).
     #[arg(long)]
@@ -155,6 +163,14 @@ pub struct WorkerArgs {
     /// one that does not is fine for a job's single run (see the README's run protocol).
     #[arg(long)]
     pub no_join: bool,
+    /// Send a window's packets as single datagrams, not as UDP GSO messages (GSO is used
+    /// where the kernel has it otherwise).
+    #[arg(long)]
+    pub no_gso: bool,
+    /// Do not ask the kernel to coalesce the server's datagrams (UDP GRO; used where the
+    /// kernel has it otherwise).
+    #[arg(long)]
+    pub no_gro: bool,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -183,6 +199,8 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         upstream_src: a.upstream_src,
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
         log_warnings: true,
+        gso: !a.no_gso,
+        gro: !a.no_gro,
     };
     // Checked by clap (`parse_secs`); converted before binding, so nothing can fail later.
     let duration = a
@@ -262,6 +280,23 @@ pub fn serve(a: &ServeArgs) -> CliResult {
             report.engine.consumed,
             report.engine.dropped,
             report.engine.dropped_by_reason
+        );
+        println!(
+            "batching: {} datagrams in {} receives, {} out in {} sends; GRO {}, GSO {}{}",
+            f.datagrams_in,
+            f.recv_calls,
+            f.datagrams_out,
+            f.send_calls,
+            if f.gro { "on" } else { "off" },
+            if f.gso { "on" } else { "off" },
+            if f.gso_refused > 0 {
+                format!(
+                    " ({} GSO messages refused by the kernel, resent singly)",
+                    f.gso_refused
+                )
+            } else {
+                String::new()
+            }
         );
         if let Some((u, s)) = cpu {
             println!("cpu: {u:.2} s user, {s:.2} s system");
@@ -444,6 +479,8 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
         drop_every: a.drop_every,
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
         join: !a.no_join,
+        gso: !a.no_gso,
+        gro: !a.no_gro,
         ..ClientConfig::new(a.server)
     };
     let t0 = Instant::now();
