@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "lab::bench",
         "lab::control",
         "lab::ports",
+        "lab::trace",
         "lab::udp_batch",
     ],
     &["lab::replay", "lab::serve"],

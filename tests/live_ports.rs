@@ -435,15 +435,21 @@ impl Pfemu {
 
     /// Waits for the `ready:` line; panics with what pfemu said otherwise.
     fn wait_ready(&self) {
+        self.wait_line("ready:");
+    }
+
+    /// Waits for a line starting with `start` and returns it; panics with what pfemu said
+    /// otherwise.
+    fn wait_line(&self, start: &str) -> String {
         let end = Instant::now() + DEADLINE;
         let mut said = Vec::new();
         loop {
             let left = end.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(l) if l.starts_with("ready:") => return,
+                Ok(l) if l.starts_with(start) => return l,
                 Ok(l) => said.push(l),
                 Err(_) => {
-                    panic!("pfemu did not print `ready:` within {DEADLINE:?}; it said: {said:#?}")
+                    panic!("pfemu did not print `{start}` within {DEADLINE:?}; it said: {said:#?}")
                 }
             }
         }
@@ -543,6 +549,49 @@ while True:
     sys.stdout.buffer.write(b)
 "#;
 
+/// Two namespaces, A (10.77.1.1 behind port 0's veth `pa`) and B (10.77.2.1 behind port
+/// 1's `pb`), each with the MAC l3fwd writes for its port (02:00:00:01:00:0p), a default
+/// route via the PFE, whose MAC for port p is 02:00:00:00:00:0p, and TSO off (frames beyond
+/// the MTU cannot leave a port). Returns the namespaces' names.
+fn two_hosts(lab: &mut NetLab) -> Result<(String, String), String> {
+    let (a, b) = (lab.netns("A")?, lab.netns("B")?);
+    let (pa, pb) = (lab.name("pa"), lab.name("pb"));
+    let (va, vb) = (lab.name("va"), lab.name("vb"));
+    lab.veth(&pa, &va, Some(&a), 1500)?;
+    lab.veth(&pb, &vb, Some(&b), 1500)?;
+    for (ns, v, p, addr) in [(&a, &va, 0, "10.77.1.1/24"), (&b, &vb, 1, "10.77.2.1/24")] {
+        let gw = if p == 0 { "10.77.1.254" } else { "10.77.2.254" };
+        ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        ip(&[
+            "-n",
+            ns,
+            "link",
+            "set",
+            v,
+            "address",
+            &format!("02:00:00:01:00:0{p}"),
+            "gso_max_segs",
+            "1",
+        ])?;
+        ip(&["-n", ns, "addr", "add", addr, "dev", v])?;
+        ip(&["-n", ns, "route", "add", "default", "via", gw])?;
+        ip(&[
+            "-n",
+            ns,
+            "neigh",
+            "add",
+            gw,
+            "lladdr",
+            &format!("02:00:00:00:00:0{p}"),
+            "dev",
+            v,
+            "nud",
+            "permanent",
+        ])?;
+    }
+    Ok((a, b))
+}
+
 #[test]
 fn l3fwd_forwards_ping_and_tcp_between_two_namespaces() {
     let test = "l3fwd_forwards_ping_and_tcp_between_two_namespaces";
@@ -550,47 +599,7 @@ fn l3fwd_forwards_ping_and_tcp_between_two_namespaces() {
         return;
     };
     let python = Command::new("python3").arg("--version").output().is_ok();
-    let setup = (|| -> Result<(String, String), String> {
-        let (a, b) = (lab.netns("A")?, lab.netns("B")?);
-        let (pa, pb) = (lab.name("pa"), lab.name("pb"));
-        let (va, vb) = (lab.name("va"), lab.name("vb"));
-        lab.veth(&pa, &va, Some(&a), 1500)?;
-        lab.veth(&pb, &vb, Some(&b), 1500)?;
-        // Each host: the MAC l3fwd writes for its port (02:00:00:01:00:0p), a route via
-        // the PFE, whose MAC for port p is 02:00:00:00:00:0p, and TSO off (frames beyond
-        // the MTU cannot leave a port).
-        for (ns, v, p, addr) in [(&a, &va, 0, "10.77.1.1/24"), (&b, &vb, 1, "10.77.2.1/24")] {
-            let gw = if p == 0 { "10.77.1.254" } else { "10.77.2.254" };
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            ip(&[
-                "-n",
-                ns,
-                "link",
-                "set",
-                v,
-                "address",
-                &format!("02:00:00:01:00:0{p}"),
-                "gso_max_segs",
-                "1",
-            ])?;
-            ip(&["-n", ns, "addr", "add", addr, "dev", v])?;
-            ip(&["-n", ns, "route", "add", "default", "via", gw])?;
-            ip(&[
-                "-n",
-                ns,
-                "neigh",
-                "add",
-                gw,
-                "lladdr",
-                &format!("02:00:00:00:00:0{p}"),
-                "dev",
-                v,
-                "nud",
-                "permanent",
-            ])?;
-        }
-        Ok((a, b))
-    })();
+    let setup = two_hosts(&mut lab);
     let (a, b) = match setup {
         Ok(x) => x,
         Err(e) => {
@@ -719,6 +728,121 @@ fn l3fwd_forwards_ping_and_tcp_between_two_namespaces() {
             assert!(p["rx_checksums_completed"].as_u64().unwrap_or(0) > 0, "{p}");
         }
     }
+}
+
+/// A ping from A to B through l3fwd, once without and once with a route to B added
+/// through the control plane while pfemu runs (`--control`); the trace (`--trace-host`,
+/// JSON lines to a file) shows the first echo dropped for want of a route and the later
+/// ones forwarded.
+#[test]
+fn a_route_added_through_the_control_plane_takes_effect_and_the_trace_shows_it() {
+    let test = "a_route_added_through_the_control_plane_takes_effect_and_the_trace_shows_it";
+    let Some(mut lab) = NetLab::new(test) else {
+        return;
+    };
+    let (a, _b) = match two_hosts(&mut lab) {
+        Ok(x) => x,
+        Err(e) => {
+            println!("skipped {test}: the kernel refused the namespaces or veth pairs: {e}");
+            return;
+        }
+    };
+    let has_ping = Command::new("ping").arg("-V").output().is_ok();
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    if !has_ping && !python {
+        println!("skipped {test}: neither ping nor python3 is installed");
+        return;
+    }
+    let ping = |count: &str| {
+        if has_ping {
+            in_ns(
+                &a,
+                &["ping", "-c", count, "-i", "0.2", "-W", "2", "10.77.2.1"],
+            )
+        } else {
+            in_ns(&a, &["python3", "-c", PY_PING, "10.77.2.1"])
+        }
+    };
+    let dir = lab.temp_dir().expect("temp dir");
+    let routes = dir.join("routes.txt");
+    std::fs::write(&routes, "10.77.1.0/24 0\n").expect("route file");
+    let trace = dir.join("trace.jsonl");
+    let (pa, pb) = (lab.name("pa"), lab.name("pb"));
+    let pfemu = Pfemu::spawn(&[
+        "run",
+        "--program",
+        "l3fwd",
+        "--routes",
+        routes.to_str().expect("utf-8 path"),
+        "--iface",
+        &format!("0={pa}"),
+        "--iface",
+        &format!("1={pb}"),
+        "--ppe-threads",
+        "2",
+        "--stats-every",
+        "0",
+        "--control",
+        "127.0.0.1:0",
+        "--trace-host",
+        "10.77.2.1",
+        "--trace-json",
+        "--trace-file",
+        trace.to_str().expect("utf-8 path"),
+        "--json",
+    ]);
+    pfemu.wait_ready();
+    let line = pfemu.wait_line("control: http://");
+    let addr = line["control: http://".len()..]
+        .split('/')
+        .next()
+        .expect("an address")
+        .to_string();
+
+    assert!(
+        ping("1").is_err(),
+        "no route to B yet, yet the ping came back"
+    );
+    let (status, body) = pfemu::lab::control::request(
+        &addr,
+        "POST",
+        "/targets/routes/add",
+        Some(&serde_json::json!({"route": "10.77.2.0/24", "port": 1})),
+    )
+    .expect("the control plane answers");
+    assert_eq!(status, 200, "{body}");
+    let pinged =
+        String::from_utf8_lossy(&ping("3").expect("ping after the route was added")).into_owned();
+    assert_eq!(pinged.matches("ttl=63").count(), 3, "{pinged}");
+    let (status, body) = pfemu::lab::control::request(&addr, "GET", "/stats", None)
+        .expect("the control plane answers");
+    assert_eq!(status, 200, "{body}");
+    let stats: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert!(
+        stats["dropped_by_reason"]["no_route"].as_u64() >= Some(1),
+        "{stats}"
+    );
+
+    let (code, out) = pfemu.interrupt();
+    assert_eq!(code, Some(0), "pfemu's exit status; its report: {out}");
+    let r: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let written = r["trace"]["written"].as_u64().expect("the trace's summary");
+    let text = std::fs::read_to_string(&trace).expect("the trace file");
+    let verdicts: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            v["verdict"].as_str().expect("a verdict").to_string()
+        })
+        .collect();
+    assert_eq!(verdicts.len() as u64, written, "{text}");
+    assert_eq!(verdicts[0], "drop no_route", "the first echo: {text}");
+    // Three echoes out of port 1 and three replies out of port 0.
+    assert_eq!(
+        verdicts.iter().filter(|v| v.starts_with("forward")).count(),
+        6,
+        "{verdicts:?}"
+    );
 }
 
 /// The README shows `pfemu run --help` as it is.

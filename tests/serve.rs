@@ -1360,3 +1360,72 @@ fn a_worker_against_the_other_program_is_named() {
         server_report(server);
     }
 }
+
+/// `--control` and `--trace` on a server: the control plane answers while workers
+/// aggregate (stats, the jobs, metrics), and the trace writes exactly its limit of records,
+/// each a JSON object with the packet's verdict, to its file.
+#[test]
+fn a_server_answers_its_control_plane_and_writes_its_trace() {
+    use pfemu::lab::control::request;
+    use pfemu::lab::trace::{TraceFormat, TraceSpec};
+
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-trace");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.jsonl");
+    let cfg = ServeConfig {
+        control: Some("127.0.0.1:0".into()),
+        trace: Some(TraceSpec {
+            limit: 5,
+            format: TraceFormat::Json,
+            path: Some(path.clone()),
+            ..TraceSpec::default()
+        }),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..config(Aggregation::TrioMl, &["1:2"])
+    };
+    let server = Server::bind(&cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    let control = server
+        .control_addr()
+        .expect("a control address")
+        .to_string();
+    let stop = server.stop_handle();
+    let h = std::thread::spawn(move || {
+        server.run(RunLimits {
+            duration: Some(Duration::from_secs(120)),
+            idle_exit: None,
+        })
+    });
+    let r = Run::ints(1, &[0, 1], 4 * 256, 7);
+    check_exact(&r, &run_workers(addr, &r));
+
+    let (status, body) = request(&control, "GET", "/stats", None).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let stats: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(stats["packets_in"].as_u64().unwrap() >= 8, "{stats}");
+    let (status, body) = request(&control, "POST", "/targets/jobs/list", None).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let jobs: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(jobs[0]["job_id"], 1, "{jobs}");
+    assert_eq!(jobs[0]["sources"], serde_json::json!([0, 1]), "{jobs}");
+    let (status, metrics) = request(&control, "GET", "/metrics", None).unwrap();
+    assert_eq!(status, 200);
+    assert!(metrics.contains("pfemu_in_flight"), "{metrics}");
+
+    stop.stop();
+    let rep = h.join().unwrap();
+    assert_eq!(rep.trace.map(|t| (t.written, t.lost)), Some((5, 0)));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 5, "{text}");
+    for r in &records {
+        assert!(r["verdict"].is_string(), "{r}");
+        assert!(!r["instructions"].as_array().unwrap().is_empty(), "{r}");
+    }
+    // The control plane stopped with the server.
+    assert!(request(&control, "GET", "/stats", None).is_err());
+}

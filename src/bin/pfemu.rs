@@ -12,6 +12,8 @@ mod lab;
 mod live;
 #[path = "pfemu/replay.rs"]
 mod replay;
+#[path = "pfemu/runtime.rs"]
+mod runtime;
 #[path = "pfemu/serve.rs"]
 mod serve;
 

@@ -10,6 +10,9 @@
 //! - [`serve`]: the UDP front end for real end hosts (`pfemu serve`, `pfemu worker`).
 //! - [`ports`]: Linux interfaces (AF_PACKET rings, TAP devices) as PFE ports, and
 //!   [`live`]: a shipped program on them (`pfemu run --iface`).
+//! - [`control`]: the runtime control plane, HTTP with JSON and Prometheus metrics
+//!   (`--control`, `pfemu ctl`).
+//! - [`trace`]: per-packet traces written to a file or standard error (`--trace`).
 //! - [`udp_batch`]: many UDP datagrams per system call, with GSO/GRO, for `serve`; like
 //!   `ports`, a module of `unsafe` system calls.
 
@@ -20,4 +23,5 @@ pub mod live;
 pub mod ports;
 pub mod replay;
 pub mod serve;
+pub mod trace;
 pub mod udp_batch;

@@ -112,6 +112,8 @@ use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 use crate::lab::aggregation::{AggregationSetup, JobSpec};
+use crate::lab::control::{ControlServer, Controller, JobsTarget, Target};
+use crate::lab::trace::{TraceOutput, TraceSpec, TraceSummary};
 use crate::lab::udp_batch::{self, Gso, RecvBatch, SendBatch};
 use crate::mem::SharedMemory;
 use crate::microcode::trio_ml::host::{
@@ -164,6 +166,12 @@ pub struct ServeConfig {
     /// Ask the kernel to coalesce a sender's datagrams into one message (`UDP_GRO`) when
     /// it has it; [`ServeStats::gro`] says whether it was used.
     pub gro: bool,
+    /// Serve the runtime control plane ([`crate::lab::control`]) on this address while the
+    /// server runs: counters, memory, timers and the jobs ([`Server::control_addr`]).
+    pub control: Option<String>,
+    /// Trace these packets ([`crate::lab::trace`]); [`ServeReport::trace`] says what was
+    /// written.
+    pub trace: Option<TraceSpec>,
 }
 
 /// Default [`ServeConfig::recv_buffer_bytes`]: 4 MiB.
@@ -183,6 +191,8 @@ impl Default for ServeConfig {
             log_warnings: false,
             gso: true,
             gro: true,
+            control: None,
+            trace: None,
         }
     }
 }
@@ -914,6 +924,8 @@ pub struct ServeReport {
     pub open_blocks_left: u64,
     /// What the operator should know: e.g. blocks refused because a job's slots were full.
     pub warnings: Vec<String>,
+    /// What the trace wrote, when [`ServeConfig::trace`] asked for one.
+    pub trace: Option<TraceSummary>,
 }
 
 /// The warning for `n` blocks refused as `block_cnt_max` (a job's slots full), naming the
@@ -997,6 +1009,8 @@ pub struct Server {
     stop: Arc<AtomicBool>,
     cfg: ServeConfig,
     trio: TrioMl,
+    control: Option<ControlServer>,
+    trace: Option<TraceOutput>,
 }
 
 impl fmt::Debug for Server {
@@ -1048,7 +1062,14 @@ impl Server {
             upstream_src: cfg.upstream_src,
             up_runs: Mutex::new((0..256).map(|_| UpstreamRun::default()).collect()),
         });
-        let mut pfe = Pfe::builder()
+        let mut builder = Pfe::builder();
+        let mut trace = None;
+        if let Some(spec) = &cfg.trace {
+            let (t, output) = spec.start()?;
+            builder = builder.trace(t);
+            trace = Some(output);
+        }
+        let mut pfe = builder
             .program(trio.program())
             .ppe_threads(cfg.ppe_threads)
             .memory(mem)
@@ -1059,6 +1080,16 @@ impl Server {
             // A refused setting (`ppe_threads`) stays named.
             .build()?;
         pfe.start().map_err(|e| eng(&e))?;
+        let control = match &cfg.control {
+            Some(addr) => {
+                let targets: Vec<Arc<dyn Target>> = vec![Arc::new(JobsTarget::new(trio.clone()))];
+                Some(
+                    ControlServer::start(addr, Controller::new(pfe.control(), targets))
+                        .map_err(io_err("starting the control plane (--control)"))?,
+                )
+            }
+            None => None,
+        };
         Ok(Server {
             socket,
             pfe,
@@ -1066,6 +1097,8 @@ impl Server {
             stop: Arc::new(AtomicBool::new(false)),
             cfg: cfg.clone(),
             trio,
+            control,
+            trace,
         })
     }
 
@@ -1074,6 +1107,11 @@ impl Server {
         self.socket
             .local_addr()
             .map_err(io_err("reading the socket's address"))
+    }
+
+    /// The address the control plane listens on, when [`ServeConfig::control`] was given.
+    pub fn control_addr(&self) -> Option<SocketAddr> {
+        self.control.as_ref().map(ControlServer::addr)
     }
 
     /// A handle that stops [`Server::run`].
@@ -1106,7 +1144,7 @@ impl Server {
     /// Each turn takes what is queued on the socket with one system call ([`RecvBatch`]),
     /// injects the frames of the members' datagrams together, and sends what the upstream
     /// aggregator's datagrams produce (fanned-out Results, Joins) together.
-    pub fn run(self, limits: RunLimits) -> ServeReport {
+    pub fn run(mut self, limits: RunLimits) -> ServeReport {
         let start = Instant::now();
         let mut last = None::<Instant>;
         let mut rx = RecvBatch::new(RECV_BATCH);
@@ -1167,12 +1205,22 @@ impl Server {
             .trio
             .finish_open_blocks(&self.pfe, patience)
             .unwrap_or(open_blocks_at_stop);
+        // Nothing changes the engine through the control plane once it stops.
+        drop(self.control.take());
+        let trace_output = self.trace.take();
         let engine = self.pfe.shutdown();
         let mut warnings = Vec::new();
         let full = engine.drops("block_cnt_max");
         if full > 0 {
             warnings.push(slots_full_warning(full, slots));
         }
+        let trace = trace_output.and_then(|t| match t.finish() {
+            Ok(summary) => Some(summary),
+            Err(e) => {
+                warnings.push(format!("writing the trace failed: {e}"));
+                None
+            }
+        });
         ServeReport {
             elapsed_s: start.elapsed().as_secs_f64(),
             front_end: self.shared.stats(),
@@ -1180,6 +1228,7 @@ impl Server {
             open_blocks_at_stop,
             open_blocks_left,
             warnings,
+            trace,
         }
     }
 

@@ -29,6 +29,8 @@ const ALIASES: &[(&str, &[&str])] = &[
     ("block_exp", &["block-exp-ms"]),
     ("ports", &["iface", "ports"]),
     ("route_file", &["routes", "route-file"]),
+    ("trace_one_in", &["trace-one-in"]),
+    ("trace_file", &["trace-file"]),
 ];
 
 /// The subcommand that ran (`pfemu bench filter` is `bench`'s `filter`), from its matches.

@@ -72,7 +72,15 @@ pub const HELP: &str = "Examples:\n  \
     Results leave port J).\n\n\
     Hosts that send TCP through a veth must turn segmentation offload off on their end \
     (`ip link set dev X gso_max_segs 1`), or their frames exceed the MTU and are counted \
-    as EMSGSIZE tx errors. Offloaded checksums are completed by the ports.";
+    as EMSGSIZE tx errors. Offloaded checksums are completed by the ports.\n\n\
+    While it runs on interfaces: --control [ADDR] serves the runtime control plane (HTTP with \
+    JSON; `pfemu ctl` is its client): counters, shared memory, timers, and the program's \
+    tables (l3fwd's routes: `pfemu ctl --control ADDR call routes add '{\"route\": \
+    \"10.0.3.0/24\", \"port\": 2}'`; Nimble's classes and ADA tables; aggregation jobs), and \
+    Prometheus metrics at /metrics. --trace prints what chosen packets did (instructions by \
+    label, every XTXN with its address and value, the verdict, the reorder wait), narrowed by \
+    --trace-port, --trace-host, --trace-one-in and --trace-limit (1000 by default), as text \
+    or --trace-json, to standard error or --trace-file.";
 
 /// The options of a run on interfaces.
 #[derive(clap::Args, Debug)]
@@ -137,6 +145,8 @@ pub struct LiveArgs {
     /// lone frame waits in the ring.
     #[arg(long, default_value_t = RingConfig::default().block_timeout_ms)]
     pub ring_block_timeout_ms: u32,
+    #[command(flatten)]
+    pub runtime: super::runtime::RuntimeArgs,
 }
 
 fn parse_iface(s: &str) -> Result<PortSpec, String> {
@@ -170,6 +180,7 @@ impl LiveArgs {
         .into_iter()
         .find(|(given, _)| *given)
         .map(|(_, flag)| flag)
+        .or_else(|| self.runtime.given())
     }
 
     /// The program and its settings, refusing options of other programs.
@@ -310,6 +321,8 @@ pub fn run(
         },
         ppe_threads,
         reorder,
+        control: a.runtime.control.clone(),
+        trace: a.runtime.trace_spec(),
     };
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
     ctrlc::set_handler(move || {
@@ -342,6 +355,13 @@ pub fn run(
         let r = live.report();
         let mut out = info(a.json);
         let _ = writeln!(out, "{ready}");
+        if let Some(addr) = live.control_addr() {
+            let _ = writeln!(
+                out,
+                "control: http://{addr}/ (e.g. pfemu ctl --control {addr} stats; metrics at \
+                 /metrics)"
+            );
+        }
         for w in r.warnings.iter().chain(&r.ports.warnings) {
             let _ = writeln!(out, "warning: {w}");
         }
@@ -532,6 +552,12 @@ fn print_final(r: &LiveReport) {
             }
         }
         ProgramCounters::None => {}
+    }
+    if let Some(t) = &r.trace {
+        println!(
+            "  trace: {} packets written, {} lost (the writer fell behind)",
+            t.written, t.lost
+        );
     }
     for w in r.warnings.iter().chain(&r.ports.warnings) {
         println!("warning: {w}");

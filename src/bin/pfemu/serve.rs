@@ -106,6 +106,8 @@ pub struct ServeArgs {
     /// standard error).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub runtime: super::runtime::RuntimeArgs,
 }
 
 /// `pfemu worker`'s options.
@@ -201,6 +203,8 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         log_warnings: true,
         gso: !a.no_gso,
         gro: !a.no_gro,
+        control: a.runtime.control.clone(),
+        trace: a.runtime.trace_spec(),
     };
     // Checked by clap (`parse_secs`); converted before binding, so nothing can fail later.
     let duration = a
@@ -217,10 +221,19 @@ pub fn serve(a: &ServeArgs) -> CliResult {
     let addr = server.local_addr().map_err(serve_error)?;
     // The first line is the address, so a script (or a test) can read the port; with
     // --json it goes to standard error, so standard output is one JSON object.
+    let control = server
+        .control_addr()
+        .map(|c| format!("control http://{c}/ (pfemu ctl --control {c} stats)"));
     if a.json {
         eprintln!("listening {addr}");
+        if let Some(c) = &control {
+            eprintln!("{c}");
+        }
     } else {
         println!("listening {addr}");
+        if let Some(c) = &control {
+            println!("{c}");
+        }
     }
     let cpu0 = serve::process_cpu_times();
     let report = server.run(RunLimits {
@@ -242,6 +255,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
                 "open_blocks_at_stop": report.open_blocks_at_stop,
                 "open_blocks_left": report.open_blocks_left,
                 "warnings": report.warnings,
+                "trace": report.trace,
                 "cpu_user_s": cpu.map(|c| c.0),
                 "cpu_system_s": cpu.map(|c| c.1),
             })
@@ -270,6 +284,12 @@ pub fn serve(a: &ServeArgs) -> CliResult {
             f.unroutable,
             f.socket_errors
         );
+        if let Some(t) = &report.trace {
+            println!(
+                "trace: {} packets written, {} lost (the writer fell behind)",
+                t.written, t.lost
+            );
+        }
         println!(
             "stop: {} blocks open, {} still open after waiting for their timeout",
             report.open_blocks_at_stop, report.open_blocks_left

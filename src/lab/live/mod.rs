@@ -35,11 +35,16 @@ use serde::Serialize;
 
 use crate::error::ConfigError;
 use crate::lab::aggregation::AggregationSetup;
+use crate::lab::control::{
+    AdaTarget, ControlServer, Controller, JobsTarget, NimbleTarget, RoutesTarget, Target,
+};
 use crate::lab::ports::{LivePorts, PortError, PortSink, PortsConfig, PortsReport, RunningPorts};
 use crate::lab::replay::{l3fwd_memory, load_routes, Routes};
+use crate::lab::trace::{TraceOutput, TraceSpec, TraceSummary};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::filter::{Filter, FilterCounts};
-use crate::microcode::l3fwd::{Dir248, L3fwd};
+use crate::microcode::l3fwd::live::LiveRoutes;
+use crate::microcode::l3fwd::{Dir248, L3fwd, Room};
 use crate::microcode::nimble::{Arithmetic, Nimble, NimbleConfig};
 use crate::microcode::trio_ml::wire::{GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT};
 use crate::microcode::trio_ml::TrioMlConfig;
@@ -116,6 +121,12 @@ pub struct LiveConfig {
     pub ppe_threads: usize,
     /// Per-flow reordering.
     pub reorder: bool,
+    /// Serve the runtime control plane ([`crate::lab::control`]) on this address while the
+    /// program runs: counters, memory, timers, and the program's own tables (l3fwd's
+    /// routes, Nimble's classes and ADA tables, aggregation jobs).
+    pub control: Option<String>,
+    /// Trace these packets ([`crate::lab::trace`]).
+    pub trace: Option<TraceSpec>,
 }
 
 impl LiveConfig {
@@ -126,6 +137,8 @@ impl LiveConfig {
             ports,
             ppe_threads: default_ppe_threads(),
             reorder: true,
+            control: None,
+            trace: None,
         }
     }
 }
@@ -212,6 +225,10 @@ pub struct LiveReport {
     pub counters: ProgramCounters,
     /// Whether the run is over (the engine drained).
     pub finished: bool,
+    /// The control plane's address, when one is served.
+    pub control: Option<String>,
+    /// What the trace wrote (records written so far are counted once the run is over).
+    pub trace: Option<TraceSummary>,
     /// Setup the user should know about: ports the program sends to that no interface is
     /// bound to (the engine drops such frames: `no_such_port`, `created_invalid`).
     pub warnings: Vec<String>,
@@ -244,6 +261,8 @@ pub struct Live {
     installed: Installed,
     ports: RunningPorts,
     warnings: Vec<String>,
+    control: Option<ControlServer>,
+    trace: Option<TraceOutput>,
 }
 
 impl fmt::Debug for Live {
@@ -260,10 +279,17 @@ impl Live {
     /// threads.
     pub fn start(cfg: &LiveConfig) -> Result<Live, LiveError> {
         let ports = LivePorts::open(&cfg.ports)?;
-        let builder = Pfe::builder()
+        let mut builder = Pfe::builder()
             .ppe_threads(cfg.ppe_threads)
             .reorder(cfg.reorder);
-        let (builder, installed, sends) = install(&cfg.program, builder, ports.sink())?;
+        let mut trace = None;
+        if let Some(spec) = &cfg.trace {
+            let (t, output) = spec.start()?;
+            builder = builder.trace(t);
+            trace = Some(output);
+        }
+        let (builder, installed, sends, targets) =
+            install(&cfg.program, builder, ports.sink(), cfg.control.is_some())?;
         let warnings = sends
             .into_iter()
             .filter(|(port, _)| !cfg.ports.ports.iter().any(|p| p.port == *port))
@@ -277,12 +303,21 @@ impl Live {
         let mut pfe = builder.build()?;
         pfe.start()
             .map_err(|e| ConfigError::new("start", e.to_string()))?;
+        let control = match &cfg.control {
+            Some(addr) => Some(
+                ControlServer::start(addr, Controller::new(pfe.control(), targets))
+                    .map_err(|e| ConfigError::new("control", e.to_string()))?,
+            ),
+            None => None,
+        };
         let ports = ports.start(Arc::new(pfe))?;
         Ok(Live {
             program: cfg.program.name(),
             installed,
             ports,
             warnings,
+            control,
+            trace,
         })
     }
 
@@ -298,7 +333,17 @@ impl Live {
             counters: counters_of(&self.installed, pfe.memory()),
             finished: false,
             warnings: self.warnings.clone(),
+            control: self.control_addr().map(|a| a.to_string()),
+            trace: self.trace.as_ref().map(|t| TraceSummary {
+                written: 0,
+                lost: t.lost(),
+            }),
         }
+    }
+
+    /// The address the control plane listens on, when [`LiveConfig::control`] was given.
+    pub fn control_addr(&self) -> Option<std::net::SocketAddr> {
+        self.control.as_ref().map(ControlServer::addr)
     }
 
     /// The engine.
@@ -309,7 +354,10 @@ impl Live {
     /// Stops receiving, drains the engine through the ports, shuts it down and returns
     /// the final counters. Fails only if something else still holds the engine (a clone of
     /// [`Live::pfe`]'s `Arc`).
-    pub fn stop(self) -> Result<LiveReport, LiveError> {
+    pub fn stop(mut self) -> Result<LiveReport, LiveError> {
+        let control = self.control_addr().map(|a| a.to_string());
+        // The control plane goes first: nothing changes the engine while it drains.
+        drop(self.control.take());
         let elapsed_s = self.ports.elapsed().as_secs_f64();
         let pfe = self.ports.pfe().clone();
         let ports = self.ports.stop();
@@ -321,6 +369,12 @@ impl Live {
             )
         })?;
         let engine = pfe.shutdown();
+        let trace = match self.trace.take() {
+            Some(t) => Some(t.finish().map_err(|e| {
+                ConfigError::new("trace", format!("writing the trace failed: {e}"))
+            })?),
+            None => None,
+        };
         Ok(LiveReport {
             program: self.program,
             elapsed_s,
@@ -329,6 +383,8 @@ impl Live {
             counters,
             finished: true,
             warnings: self.warnings,
+            control,
+            trace,
         })
     }
 }
@@ -359,13 +415,24 @@ fn counters_of(installed: &Installed, mem: &SharedMemory) -> ProgramCounters {
 /// The ports a program sends to, each with what it sends there.
 type Sends = Vec<(Port, String)>;
 
+/// The control plane's targets of a program (beside the engine's own paths).
+type Targets = Vec<Arc<dyn Target>>;
+
+/// Room l3fwd leaves for routes added through the control plane.
+const ROUTE_ROOM: Room = Room {
+    tbl8_groups: 1024,
+    next_hops: 256,
+};
+
 /// Installs `program` in a new shared memory and puts it, the memory, its timers and
-/// `sink` in `builder`; also says which ports the program sends to, and what.
+/// `sink` in `builder`; also says which ports the program sends to, and what, and (with
+/// `control`) what the control plane can change in it.
 fn install(
     program: &LiveProgram,
     builder: PfeBuilder,
     sink: Arc<PortSink>,
-) -> Result<(PfeBuilder, Installed, Sends), ConfigError> {
+    control: bool,
+) -> Result<(PfeBuilder, Installed, Sends, Targets), ConfigError> {
     let builder = builder.sink(sink);
     let sends: Sends = match program {
         LiveProgram::Filter => vec![(
@@ -380,6 +447,7 @@ fn install(
             .map(|j| (Port::from(j.job_id), format!("job {}'s Results", j.job_id)))
             .collect(),
     };
+    let mut targets: Targets = Vec::new();
     let (builder, installed, more) = match program {
         LiveProgram::Filter => {
             let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
@@ -398,9 +466,18 @@ fn install(
             ports.dedup();
             let dir =
                 Dir248::build(&table).map_err(|e| ConfigError::new("routes", e.to_string()))?;
-            let mem = Arc::new(SharedMemory::new(&l3fwd_memory(&dir))?);
-            let l3fwd = L3fwd::install_table(&mem, &dir)
+            let room = if control { ROUTE_ROOM } else { Room::default() };
+            let mut mem_cfg = l3fwd_memory(&dir);
+            mem_cfg.dram_bytes += room.tbl8_groups as u64 * 512;
+            mem_cfg.sram_bytes += room.next_hops as u64 * 16;
+            let mem = Arc::new(SharedMemory::new(&mem_cfg)?);
+            let l3fwd = L3fwd::install_table_with_room(&mem, &dir, room)
                 .map_err(|e| ConfigError::new("memory", e.to_string()))?;
+            if control {
+                let live = LiveRoutes::new(&l3fwd, Arc::clone(&mem), table)
+                    .map_err(|e| ConfigError::new("routes", e.to_string()))?;
+                targets.push(Arc::new(RoutesTarget::new(Arc::new(live))));
+            }
             (
                 builder.program(l3fwd.program()).memory(mem),
                 Installed::Other,
@@ -430,6 +507,18 @@ fn install(
                 e => ConfigError::new("nimble", e.to_string()),
             })?;
             let timers = nimble.timer_specs()?;
+            if control {
+                targets.push(Arc::new(NimbleTarget::new(
+                    nimble.clone(),
+                    Arc::clone(&mem),
+                )));
+                if let Some(ada) = nimble.ada() {
+                    targets.push(Arc::new(AdaTarget::new("rate", Arc::clone(ada))));
+                }
+                if let Some(ada) = nimble.dt_ada() {
+                    targets.push(Arc::new(AdaTarget::new("dt", Arc::clone(ada))));
+                }
+            }
             (
                 builder.program(nimble.program()).memory(mem).timers(timers),
                 Installed::Nimble(nimble),
@@ -440,6 +529,9 @@ fn install(
             let mem = Arc::new(SharedMemory::new(&a.mem_config())?);
             let trio = a.install(&mem, TrioMlConfig::default().local_addr)?;
             let timers = trio.timer_specs()?;
+            if control {
+                targets.push(Arc::new(JobsTarget::new(trio.clone())));
+            }
             (
                 builder
                     .program(trio.program())
@@ -451,5 +543,10 @@ fn install(
             )
         }
     };
-    Ok((builder, installed, sends.into_iter().chain(more).collect()))
+    Ok((
+        builder,
+        installed,
+        sends.into_iter().chain(more).collect(),
+        targets,
+    ))
 }
