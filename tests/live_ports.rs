@@ -1008,17 +1008,36 @@ fn nimble_admits_within_its_bucket_on_live_ports() {
 
 #[test]
 fn trio_ml_aggregates_workers_behind_a_live_port() {
+    aggregate_behind_a_live_port(
+        "trio_ml_aggregates_workers_behind_a_live_port",
+        pfemu::lab::aggregation::Aggregation::TrioMl,
+    );
+}
+
+#[test]
+fn fpisa_aggregates_workers_behind_a_live_port() {
+    aggregate_behind_a_live_port(
+        "fpisa_aggregates_workers_behind_a_live_port",
+        pfemu::lab::aggregation::Aggregation::Fpisa(pfemu::fpisa::Variant::Full),
+    );
+}
+
+/// Two workers send job 1's packets (integers for Trio-ML, FP32 for FPISA) as Ethernet
+/// frames into a veth whose peer is port 1; the Results leave port 1 and both workers get
+/// every sum, exact.
+fn aggregate_behind_a_live_port(test: &str, aggregation: pfemu::lab::aggregation::Aggregation) {
     use pfemu::lab::aggregation::{Aggregation, AggregationSetup};
+    use pfemu::lab::serve::{expected_float_sums, expected_int_sums, seeded_floats, seeded_ints};
     use pfemu::microcode::trio_ml::host::{Worker, WorkerConfig};
     use pfemu::microcode::trio_ml::TrioMlConfig;
 
-    let Some(mut lab) = NetLab::new("trio_ml_aggregates_workers_behind_a_live_port") else {
+    let Some(mut lab) = NetLab::new(test) else {
         return;
     };
     let ends = match pairs(&mut lab, &[1]) {
         Ok(e) => e,
         Err(e) => {
-            println!("skipped: the kernel refused a veth pair: {e}");
+            println!("skipped {test}: the kernel refused a veth pair: {e}");
             return;
         }
     };
@@ -1027,7 +1046,7 @@ fn trio_ml_aggregates_workers_behind_a_live_port() {
         ppe_threads: 2,
         ..LiveConfig::new(
             LiveProgram::Aggregation(AggregationSetup::new(
-                Aggregation::TrioMl,
+                aggregation,
                 vec!["1:2".parse().expect("job")],
             )),
             PortsConfig::new(vec![
@@ -1037,19 +1056,20 @@ fn trio_ml_aggregates_workers_behind_a_live_port() {
     };
     let live = Live::start(&cfg).expect("the ports bind");
     let sock = RawSocket::open(&ends[0].0, true).expect("the workers' socket");
-    let values: Vec<Vec<i32>> = (0..2)
-        .map(|w| (0..3000).map(|i| i * (w + 1) - 7).collect())
-        .collect();
+    let (seed, n) = (11, 3000);
+    let float = matches!(aggregation, Aggregation::Fpisa(_));
     let mut workers: Vec<Worker> = (0..2u8)
         .map(|w| {
-            Worker::new(
-                WorkerConfig {
-                    grads_per_packet: 256,
-                    window: 8,
-                    ..WorkerConfig::new(1, w, TrioMlConfig::default().local_addr)
-                },
-                values[usize::from(w)].clone(),
-            )
+            let wcfg = WorkerConfig {
+                grads_per_packet: 256,
+                window: 8,
+                ..WorkerConfig::new(1, w, TrioMlConfig::default().local_addr)
+            };
+            if float {
+                Worker::from_f32(wcfg, &seeded_floats(seed, w, n))
+            } else {
+                Worker::new(wcfg, seeded_ints(seed, w, n))
+            }
             .expect("worker")
         })
         .collect();
@@ -1070,16 +1090,19 @@ fn trio_ml_aggregates_workers_behind_a_live_port() {
             assert_eq!(sent as usize, out.len(), "{err:?}");
         }
         if sock.wait(Duration::from_millis(50)).expect("poll") {
-            while let Some(n) = sock.try_recv(&mut buf).expect("recv") {
+            while let Some(k) = sock.try_recv(&mut buf).expect("recv") {
                 for w in &mut workers {
-                    w.on_frame(&buf[..n]).expect("a frame the worker can read");
+                    w.on_frame(&buf[..k]).expect("a frame the worker can read");
                 }
             }
         }
     }
     for w in &workers {
-        let want: Vec<i32> = (0..3000).map(|i| 3 * i - 14).collect();
-        assert_eq!(w.sums(), &want[..], "every sum of both workers");
+        if float {
+            assert_eq!(w.float_sums(), expected_float_sums(seed, &[0, 1], n));
+        } else {
+            assert_eq!(w.sums(), &expected_int_sums(seed, &[0, 1], n)[..]);
+        }
     }
     let r = live.stop().expect("stops");
     assert_eq!(r.engine.consumed, r.engine.packets_in, "{:#?}", r.engine);
