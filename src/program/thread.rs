@@ -445,8 +445,15 @@ impl<'a> Thread<'a> {
         let range = lm_range(lm_offset, len)?;
         self.count(XtxnKind::Read);
         self.lm_written = true;
-        self.mem.read(addr, &mut self.core.lm[range])?;
-        self.note(XtxnKind::Read, addr, None);
+        self.mem.read(addr, &mut self.core.lm[range.clone()])?;
+        if self.core.trace.is_some() {
+            // The first word read, as the trace's value.
+            let first = self.core.lm[range.start..range.start + 8]
+                .try_into()
+                .map(u64::from_be_bytes)
+                .ok();
+            self.note_traced(XtxnKind::Read, addr, first);
+        }
         Ok(())
     }
 
