@@ -289,8 +289,7 @@ pub const VETH_DRAIN_DEADLINE: Duration = Duration::from_secs(2);
 const VETH_BURST: u64 = 256;
 
 /// The filter on live ports bound to a veth pair, as a [`Device`] for the RFC 2544
-/// throughput search of [`linerate`](crate::lab::bench::linerate) (`pfemu bench ports
-/// --search`).
+/// throughput search of [`linerate`] (`pfemu bench ports --search`).
 ///
 /// It holds a running [`Live`] (the filter, port 0 on [`VethDeviceConfig::port0`], port 1
 /// on [`VethDeviceConfig::port1`]) and a [`RawSocket`] on [`VethDeviceConfig::offer`], the
