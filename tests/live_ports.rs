@@ -889,6 +889,10 @@ fn a_search_through_a_veth_pair_carries_a_tiny_line_rate_without_loss() {
         trial_duration: Duration::from_millis(200),
         resolution: 0.05,
         max_trials_per_size: 3,
+        // A loaded machine can keep the generator off a core past the trial's end (its
+        // grace is 10 ms here), so the last frames go unsent: the pass asks for half of
+        // them, and zero loss of those offered is checked below.
+        offered_tolerance: 0.5,
         ..LinerateConfig::default()
     };
     let report = linerate::search(&mut dev, &cfg, |_| {}).expect("the search runs");
@@ -899,19 +903,22 @@ fn a_search_through_a_veth_pair_carries_a_tiny_line_rate_without_loss() {
     assert_eq!(
         row.trials.len(),
         1,
-        "the line rate passes at once: {row:#?}"
+        "the line rate passes at once: {row:#?}\n{trials:#?}"
     );
     assert!((row.line_rate_pps - 1000.0).abs() < 1e-6, "{row:#?}");
     assert_eq!(row.percent_of_line_rate, 100.0, "{row:#?}");
     let t = &trials[0];
+    assert_eq!(t.scheduled, 200, "{t:#?}");
     assert_eq!(
-        (t.scheduled, t.offered, t.received),
-        (200, 200, 200),
-        "every frame offered at the rate asked for, none lost: {t:#?}"
+        (t.offered + t.behind, t.refused),
+        (200, 0),
+        "every frame scheduled was offered or left unsent at the end: {t:#?}"
     );
+    assert!(t.offered >= 100, "{t:#?}");
+    assert_eq!(t.received, t.offered, "none lost: {t:#?}");
     assert_eq!((t.veth_dropped, t.port_dropped), (0, 0), "{t:#?}");
     assert!(live.accounted(), "{live:#?}");
-    assert_eq!(live.ports.ports[1].tx_frames, 200, "{live:#?}");
+    assert_eq!(live.ports.ports[1].tx_frames, t.received, "{live:#?}");
 }
 
 #[test]
