@@ -938,6 +938,202 @@ fn the_ports_bench_accounts_for_every_frame_it_offers() {
     );
 }
 
+// ----- RFC 2544 through a veth pair (pfemu bench ports --search) --------------------------------
+
+/// A veth pair for the generator (`g0` - `p0`, port 0) and one out of port 1 (`p1` - `s1`),
+/// IPv6 off on all four (so nothing but the trials' frames crosses them): the device's
+/// settings, or `None` (printed) when the kernel refuses.
+fn search_pairs(lab: &mut NetLab) -> Option<pfemu::lab::live::bench::VethDeviceConfig> {
+    let (g0, p0, p1, s1) = (
+        lab.name("g0"),
+        lab.name("p0"),
+        lab.name("p1"),
+        lab.name("s1"),
+    );
+    if let Err(e) = lab
+        .veth(&g0, &p0, None, 1500)
+        .and_then(|()| lab.veth(&p1, &s1, None, 1500))
+    {
+        println!("skipped: the kernel refused a veth pair: {e}");
+        return None;
+    }
+    Some(pfemu::lab::live::bench::VethDeviceConfig {
+        offer: g0,
+        port0: p0,
+        port1: p1,
+        flows: 16,
+        ppe_threads: 2,
+    })
+}
+
+/// The trials a search recorded are consistent with what the device counted: no more out
+/// than in, never more offered than the rate called for, every trial drained and every
+/// frame accounted for (lost on the veth, in port 0's ring, or through).
+fn check_trials(
+    row: &pfemu::lab::bench::linerate::Row,
+    trials: &[pfemu::lab::live::bench::VethTrial],
+) {
+    assert_eq!(row.trials.len(), trials.len(), "{row:#?}\n{trials:#?}");
+    for (rec, t) in row.trials.iter().zip(trials) {
+        assert_eq!((rec.offered, rec.received), (t.offered, t.received));
+        assert_eq!(rec.expected, t.scheduled, "{t:#?}");
+        assert!(t.received <= t.offered, "more out than offered: {t:#?}");
+        assert!(
+            t.offered + t.refused + t.behind <= t.scheduled,
+            "more sent than scheduled: {t:#?}"
+        );
+        assert!(
+            t.drained,
+            "the trial's frames did not come out in time: {t:#?}"
+        );
+        assert!(t.accounted(), "frames unaccounted for: {t:#?}");
+        assert_eq!(
+            t.received, t.port_in,
+            "the filter forwards every plain IPv4 frame it takes: {t:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_search_through_a_veth_pair_carries_a_tiny_line_rate_without_loss() {
+    use pfemu::lab::bench::linerate::{self, LinerateConfig};
+    use pfemu::lab::live::bench::VethDevice;
+
+    let Some(mut lab) = NetLab::new("a_search_through_a_veth_pair_carries_a_tiny_line_rate") else {
+        return;
+    };
+    let Some(dev_cfg) = search_pairs(&mut lab) else {
+        return;
+    };
+    let mut dev = VethDevice::start(&dev_cfg).expect("the ports bind");
+    // 1000 frames/s of 64 B (84 B on the wire, 672 bits each): any machine carries it.
+    let cfg = LinerateConfig {
+        sizes: vec![64],
+        line_rate_gbps: 672e-9 * 1000.0,
+        trial_duration: Duration::from_millis(200),
+        resolution: 0.05,
+        max_trials_per_size: 3,
+        // A loaded machine can keep the generator off a core past the trial's end (its
+        // grace is 10 ms here), so the last frames go unsent: the pass asks for half of
+        // them, and zero loss of those offered is checked below.
+        offered_tolerance: 0.5,
+        ..LinerateConfig::default()
+    };
+    let report = linerate::search(&mut dev, &cfg, |_| {}).expect("the search runs");
+    let trials = dev.trials().to_vec();
+    let live = dev.stop().expect("stops");
+    let row = &report.rows[0];
+    check_trials(row, &trials);
+    assert_eq!(
+        row.trials.len(),
+        1,
+        "the line rate passes at once: {row:#?}\n{trials:#?}"
+    );
+    assert!((row.line_rate_pps - 1000.0).abs() < 1e-6, "{row:#?}");
+    assert_eq!(row.percent_of_line_rate, 100.0, "{row:#?}");
+    let t = &trials[0];
+    assert_eq!(t.scheduled, 200, "{t:#?}");
+    assert_eq!(
+        (t.offered + t.behind, t.refused),
+        (200, 0),
+        "every frame scheduled was offered or left unsent at the end: {t:#?}"
+    );
+    assert!(t.offered >= 100, "{t:#?}");
+    assert_eq!(t.received, t.offered, "none lost: {t:#?}");
+    assert_eq!((t.veth_dropped, t.port_dropped), (0, 0), "{t:#?}");
+    assert!(live.accounted(), "{live:#?}");
+    assert_eq!(live.ports.ports[1].tx_frames, t.received, "{live:#?}");
+}
+
+#[test]
+fn a_search_through_a_veth_pair_at_an_impossible_line_rate_records_consistent_trials() {
+    use pfemu::lab::bench::linerate::{self, LinerateConfig};
+    use pfemu::lab::live::bench::VethDevice;
+
+    let Some(mut lab) = NetLab::new("a_search_at_an_impossible_line_rate") else {
+        return;
+    };
+    let Some(dev_cfg) = search_pairs(&mut lab) else {
+        return;
+    };
+    let mut dev = VethDevice::start(&dev_cfg).expect("the ports bind");
+    // 100 Gbit/s of 64 B frames is 148.8 Mpps: no sendmmsg loop offers that into a veth.
+    let cfg = LinerateConfig {
+        sizes: vec![64],
+        line_rate_gbps: 100.0,
+        trial_duration: Duration::from_millis(100),
+        max_trials_per_size: 3,
+        ..LinerateConfig::default()
+    };
+    let report = linerate::search(&mut dev, &cfg, |_| {}).expect("the search runs");
+    let trials = dev.trials().to_vec();
+    let live = dev.stop().expect("stops");
+    let row = &report.rows[0];
+    check_trials(row, &trials);
+    assert!(!row.trials[0].pass, "the line rate cannot pass: {row:#?}");
+    assert!(row.trials[0].offered > 0, "{row:#?}");
+    assert!((1..=3).contains(&row.trials.len()), "{row:#?}");
+    assert!(row.percent_of_line_rate < 100.0, "{row:#?}");
+    if let Some(best) = row.trials.iter().rfind(|t| t.pass) {
+        assert_eq!(row.throughput_pps, best.rate_pps, "{row:#?}");
+    }
+    assert!(live.accounted(), "{live:#?}");
+    let offered: u64 = trials.iter().map(|t| t.offered).sum();
+    let lost: u64 = trials.iter().map(|t| t.veth_dropped + t.port_dropped).sum();
+    assert_eq!(
+        live.ports.ports[0].rx_frames + lost,
+        offered,
+        "every frame offered over the search was taken by port 0 or lost on the way"
+    );
+}
+
+#[test]
+fn bench_ports_search_refuses_bad_options_naming_them() {
+    // Refused before any interface is looked at: no root or veth needed.
+    let base = [
+        "bench", "ports", "--offer", "nosuch0", "--port0", "nosuch1", "--port1", "nosuch2",
+    ];
+    for (args, option) in [
+        (&["--search", "--trial-ms=0"][..], "--trial-ms"),
+        (&["--search", "--trial-ms=100000000"], "--trial-ms"),
+        (&["--search", "--loss=-1"], "--loss"),
+        (&["--search", "--loss=NaN"], "--loss"),
+        (&["--search", "--loss=100"], "--loss"),
+        (&["--search", "--resolution=0"], "--resolution"),
+        (&["--search", "--resolution=nan"], "--resolution"),
+        (&["--search", "--line-rate=0"], "--line-rate"),
+        (&["--search", "--line-rate=-10"], "--line-rate"),
+        (&["--search", "--line-rate=NaN"], "--line-rate"),
+        (&["--search", "--line-rate=1e12"], "--line-rate"),
+        (&["--search", "--max-trials=0"], "--max-trials"),
+        (&["--search", "--max-trials=1000"], "--max-trials"),
+        (&["--search", "--sizes=10"], "--sizes"),
+        (&["--search", "--sizes=100000"], "--sizes"),
+        (&["--search", "--ppe-threads=0"], "--ppe-threads"),
+        (&["--search", "--flows=0"], "--flows"),
+        (&["--search", "--size=128"], "--size"),
+        (&["--search", "--duration=3"], "--duration"),
+        (&["--sizes=64"], "--sizes"),
+        (&["--trial-ms=100"], "--trial-ms"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))
+            .args(base)
+            .args(args)
+            .output()
+            .expect("runs pfemu");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(option),
+            "{args:?}: the error names {option}: {err}"
+        );
+        assert!(
+            !err.contains("nosuch"),
+            "{args:?}: refused before the interfaces are looked at: {err}"
+        );
+    }
+}
+
 // ----- the other programs on live ports --------------------------------------------------------
 
 /// Two interfaces in the root namespace joined to `ports` of a live program: returns the

@@ -476,7 +476,8 @@ enum BenchCmd {
         thread.")]
     Nimble(lab::NimbleArgs),
     /// The filter through a real veth pair (frames offered on one veth, taken by a port,
-    /// sent out of another), beside the in-process figure.
+    /// sent out of another), beside the in-process figure; --search: its RFC 2544
+    /// throughput per frame size.
     #[command(after_help = live::BENCH_PORTS_HELP)]
     Ports(live::PortsBenchArgs),
 }

@@ -576,14 +576,15 @@ pub struct PortsBenchArgs {
     /// Port 1's interface, where the filter forwards.
     #[arg(long, value_name = "IFACE")]
     pub port1: String,
-    /// Frame size in bytes.
-    #[arg(long, default_value_t = 64)]
+    /// Frame size in bytes (without --search).
+    #[arg(long, default_value_t = 64, conflicts_with = "search")]
     pub size: usize,
     /// Distinct flows.
     #[arg(long, default_value_t = 1024)]
     pub flows: u32,
-    /// Seconds the generator sends.
-    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = super::parse_secs)]
+    /// Seconds the generator sends (without --search).
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = super::parse_secs,
+          conflicts_with = "search")]
     pub duration: f64,
     /// PPE threads [default: available cores].
     #[arg(long)]
@@ -594,14 +595,49 @@ pub struct PortsBenchArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// RFC 2544 throughput through the pair: per frame size, the highest rate offered
+    /// with no loss (or at most --loss), found by paced trials (as pfemu linerate does).
+    #[arg(long)]
+    pub search: bool,
+    /// --search: frame sizes, bytes, comma-separated [default: 64,128,256,512,1024,1280,1518].
+    #[arg(long, value_delimiter = ',', value_name = "N,...", requires = "search")]
+    pub sizes: Vec<usize>,
+    /// --search: the line rate, Gbit/s: the first trial's rate [default: 10].
+    #[arg(long, value_name = "GBPS", requires = "search")]
+    pub line_rate: Option<f64>,
+    /// --search: milliseconds each trial offers frames [default: 500].
+    #[arg(long, value_name = "MS", requires = "search",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub trial_ms: Option<u64>,
+    /// --search: largest loss a passing trial may have, percent of the frames offered
+    /// [default: 0].
+    #[arg(long, value_name = "PERCENT", requires = "search")]
+    pub loss: Option<f64>,
+    /// --search: the search stops when its bracket is this narrow, percent of the line
+    /// rate [default: 0.5].
+    #[arg(long, value_name = "PERCENT", requires = "search")]
+    pub resolution: Option<f64>,
+    /// --search: most trials per frame size [default: 8].
+    #[arg(long, value_name = "N", requires = "search")]
+    pub max_trials: Option<u32>,
+    /// --search: after a failed line-rate trial, `measured` (next, the rate the pair
+    /// carried) or `bisect` (RFC 2544's binary search) [default: measured].
+    #[arg(long, requires = "search")]
+    pub initial: Option<pfemu::lab::bench::linerate::InitialRate>,
 }
+
+/// The most `pfemu bench ports --search --line-rate` accepts, Gbit/s: far beyond what a
+/// veth pair carries (a search starts at the line rate, so a larger one is a typo).
+pub const MAX_PORTS_LINE_RATE_GBPS: f64 = 1000.0;
 
 /// The `--help` epilogue of `pfemu bench ports`.
 pub const BENCH_PORTS_HELP: &str = "Examples (as root):\n  \
     ip link add gen0 type veth peer name pfe0\n  \
     ip link add pfe1 type veth peer name sink1\n  \
-    for i in gen0 pfe0 pfe1 sink1; do sysctl -qw net.ipv6.conf.$i.disable_ipv6=1; ip link set $i up; done\n  \
-    pfemu bench ports --offer gen0 --port0 pfe0 --port1 pfe1 --size 64 --duration 2\n\n\
+    for i in gen0 pfe0 pfe1 sink1; do sysctl -qw net.ipv6.conf.$i.disable_ipv6=1; ip link set $i mtu 9000 up; done\n  \
+    pfemu bench ports --offer gen0 --port0 pfe0 --port1 pfe1 --size 64 --duration 2\n  \
+    pfemu bench ports --offer gen0 --port0 pfe0 --port1 pfe1 --search --sizes 64,512,1518\n  \
+    pfemu bench ports --offer gen0 --port0 pfe0 --port1 pfe1 --search --line-rate 1 --loss 0.1 --json\n\n\
     One thread sends plain IPv4 frames (all forwarded by the filter) into --offer with \
     sendmmsg as fast as it can for --duration; its veth peer is PFE port 0 (a TPACKET_V3 \
     ring), and port 1 sends them out (sendmmsg) to its own peer. Reports the rates offered, \
@@ -610,10 +646,29 @@ pub const BENCH_PORTS_HELP: &str = "Examples (as root):\n  \
     --port0's rx_dropped; then port 0's ring), and then the in-process filter's rate on the \
     same frames, PPE threads and duration (pfemu bench filter's measurement). Every frame \
     offered is accounted for (exit status 2 if not). The generator, the RX thread and the \
-    PPE threads share the machine's cores.";
+    PPE threads share the machine's cores.\n\n\
+    With --search, an RFC 2544 throughput search through the pair instead (pfemu linerate's \
+    search, with the same options: --sizes, --line-rate, --trial-ms, --loss, --resolution, \
+    --max-trials, --initial). Per frame size, each trial offers frames paced at one rate for \
+    --trial-ms (sendmmsg bursts of up to 256, as many as are due by the clock), waits for \
+    the frames in flight to come out, and counts as received the frames port 1 sent: a \
+    frame lost on the veth (its backlog full: the kernel refuses it with ENOBUFS and \
+    counts it in the veth's drop statistics) or in port 0's ring is lost, as RFC 2544 \
+    counts it. A trial passes with at most --loss lost and at least 99.9% of the frames \
+    its rate calls for offered (a rate the generator cannot keep is not carried). The \
+    first trial is at the line rate (20 bytes of preamble and gap per frame); after a \
+    loss the search narrows until its bracket is --resolution percent of the line rate, \
+    or --max-trials ran. Prints the search's table, then per size the in-process filter's \
+    rate on the same frames and PPE threads (pfemu bench filter for --trial-ms, after the \
+    search; --no-in-process skips it) and the ratio of the two. A frame size larger than \
+    an interface's MTU plus 14 is refused (1518 needs an MTU of 1504, hence mtu 9000 \
+    above). Exit status 2 if a trial's frames are not all accounted for.";
 
 /// Runs `pfemu bench ports`.
 pub fn bench_ports(a: &PortsBenchArgs) -> CliResult {
+    if a.search {
+        return bench_ports_search(a);
+    }
     let cfg = pfemu::lab::live::bench::PortsBenchConfig {
         offer: a.offer.clone(),
         port0: a.port0.clone(),
@@ -673,6 +728,139 @@ pub fn bench_ports(a: &PortsBenchArgs) -> CliResult {
                 "every frame offered is accounted for"
             } else {
                 "FAILED: frames offered and counted disagree"
+            }
+        );
+    }
+    if !r.accounted() {
+        return Err("not every frame offered is accounted for".into());
+    }
+    Ok(())
+}
+
+/// Runs `pfemu bench ports --search`.
+fn bench_ports_search(a: &PortsBenchArgs) -> CliResult {
+    use pfemu::lab::bench::linerate::{LinerateConfig, Progress as SearchProgress};
+    use pfemu::lab::live::bench::{PortsSearchConfig, VethDeviceConfig};
+
+    let d = LinerateConfig::default();
+    // The library takes fractions; say what is wrong in the percent the user typed.
+    let loss = a.loss.unwrap_or(d.loss_tolerance * 100.0);
+    if !(0.0..100.0).contains(&loss) {
+        return Err(
+            format!("invalid option `--loss`: {loss} is not a percentage in [0, 100)").into(),
+        );
+    }
+    let resolution = a.resolution.unwrap_or(d.resolution * 100.0);
+    if !(resolution > 0.0 && resolution <= 100.0) {
+        return Err(format!(
+            "invalid option `--resolution`: {resolution} is not a percentage of the line rate \
+             in (0, 100]"
+        )
+        .into());
+    }
+    let line_rate = a.line_rate.unwrap_or(d.line_rate_gbps);
+    if !(line_rate.is_finite() && line_rate > 0.0 && line_rate <= MAX_PORTS_LINE_RATE_GBPS) {
+        return Err(format!(
+            "invalid option `--line-rate`: {line_rate} is not a number of Gbit/s in (0, \
+             {MAX_PORTS_LINE_RATE_GBPS}]"
+        )
+        .into());
+    }
+    let search = LinerateConfig {
+        sizes: if a.sizes.is_empty() {
+            d.sizes.clone()
+        } else {
+            a.sizes.clone()
+        },
+        loss_tolerance: loss / 100.0,
+        trial_duration: a.trial_ms.map_or(d.trial_duration, Duration::from_millis),
+        resolution: resolution / 100.0,
+        line_rate_gbps: line_rate,
+        max_trials_per_size: a.max_trials.unwrap_or(d.max_trials_per_size),
+        initial_rate: a.initial.unwrap_or(d.initial_rate),
+        ..d
+    };
+    let cfg = PortsSearchConfig {
+        device: VethDeviceConfig {
+            offer: a.offer.clone(),
+            port0: a.port0.clone(),
+            port1: a.port1.clone(),
+            flows: a.flows,
+            ppe_threads: a
+                .ppe_threads
+                .unwrap_or_else(pfemu::pfe::default_ppe_threads),
+        },
+        search,
+        in_process: !a.no_in_process,
+    };
+    cfg.validate()?;
+    eprintln!(
+        "pfemu bench ports --search: filter through {} -> {} | {} -> out, {} PPE threads, \
+         {} Gbit/s line rate, {} ms trials, loss <= {loss}%",
+        a.offer,
+        a.port0,
+        a.port1,
+        cfg.device.ppe_threads,
+        line_rate,
+        cfg.search.trial_duration.as_millis()
+    );
+    let r = pfemu::lab::live::bench::search(&cfg, |p| {
+        if let SearchProgress::Trial {
+            frame_size,
+            index,
+            record,
+        } = p
+        {
+            eprintln!(
+                "  {frame_size} B, trial {index}: {:.4} Mpps asked, {} of {} frames offered, \
+                 {} out, loss {:.3}%: {}",
+                record.rate_pps / 1e6,
+                record.offered,
+                record.expected,
+                record.received,
+                record.loss * 100.0,
+                if record.pass { "pass" } else { "fail" }
+            );
+        }
+    })?;
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        v["accounted"] = serde_json::json!(r.accounted());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "filter through {} -> {} | {} -> out, {} PPE threads",
+            a.offer, a.port0, a.port1, r.ppe_threads
+        );
+        print!("{}", r.search.table());
+        println!(
+            "\n{:>7} {:>12} {:>16} {:>9}",
+            "size B", "ports Mpps", "in-process Mpps", "ratio"
+        );
+        for s in &r.sizes {
+            println!(
+                "{:>7} {:>12.3} {:>16} {:>9}",
+                s.frame_size,
+                s.ports_mpps,
+                s.in_process_mpps
+                    .map_or_else(|| "-".to_string(), |m| format!("{m:.3}")),
+                s.ratio
+                    .map_or_else(|| "-".to_string(), |x| format!("{:.1}%", x * 100.0))
+            );
+        }
+        let lost_on_veth: u64 = r.trials.iter().map(|t| t.veth_dropped).sum();
+        let lost_at_port: u64 = r.trials.iter().map(|t| t.port_dropped).sum();
+        println!(
+            "\n{} trials; frames lost on the veth {lost_on_veth}, in port 0's ring \
+             {lost_at_port}",
+            r.trials.len()
+        );
+        println!(
+            "check: {}",
+            if r.accounted() {
+                "every trial's frames are accounted for"
+            } else {
+                "FAILED: a trial's frames offered and counted disagree (or it did not drain)"
             }
         );
     }

@@ -16,13 +16,19 @@
 //! the in-process filter's rate on the same frames, PPE threads and duration. Every
 //! frame sent is accounted for: [`PortsBenchReport::accounted`].
 
+use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::error::ConfigError;
 use crate::lab::bench::filter::{self, FilterBenchConfig};
+use crate::lab::bench::linerate::{
+    self, Device, DeviceError, LinerateConfig, LinerateError, LinerateReport, Progress, Trial,
+};
 use crate::lab::bench::settings::EngineSettings;
 use crate::lab::bench::traffic::{Traffic, TrafficSpec};
 use crate::lab::live::{Live, LiveConfig, LiveError, LiveProgram, LiveReport};
@@ -101,17 +107,32 @@ fn if_stat(iface: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `pfemu bench filter`'s rate (Mpps) on `traffic` (frames of `size` bytes over `flows`
+/// flows) with `ppe_threads` PPE threads for `duration_s` seconds.
+fn in_process_mpps(
+    traffic: &Traffic,
+    size: usize,
+    flows: u32,
+    ppe_threads: usize,
+    duration_s: f64,
+) -> Result<f64, ConfigError> {
+    let fcfg = FilterBenchConfig {
+        engine: EngineSettings {
+            ppe_threads,
+            ..EngineSettings::default()
+        },
+        size,
+        flows,
+        duration_s: Some(duration_s),
+        ..FilterBenchConfig::default()
+    };
+    Ok(filter::run_with_progress(&fcfg, traffic, |_, _| {})?.mpps)
+}
+
 /// Runs the benchmark (see the module docs).
 pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
     let length = crate::duration::secs_setting("duration", cfg.duration_s)?;
-    let traffic = Traffic::generate(&TrafficSpec {
-        packets: 4096,
-        frame_size: cfg.size,
-        flows: cfg.flows,
-        mix: "ipv4=100".parse()?,
-        seed: 1,
-        ..TrafficSpec::default()
-    })?;
+    let traffic = plain_ipv4(cfg.size, cfg.flows)?;
     let live_cfg = LiveConfig {
         ppe_threads: cfg.ppe_threads,
         ..LiveConfig::new(
@@ -163,17 +184,13 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
         .saturating_sub(dropped_before);
 
     let in_process_mpps = if cfg.in_process {
-        let fcfg = FilterBenchConfig {
-            engine: EngineSettings {
-                ppe_threads: cfg.ppe_threads,
-                ..EngineSettings::default()
-            },
-            size: cfg.size,
-            flows: cfg.flows,
-            duration_s: Some(cfg.duration_s),
-            ..FilterBenchConfig::default()
-        };
-        Some(filter::run_with_progress(&fcfg, &traffic, |_, _| {})?.mpps)
+        Some(in_process_mpps(
+            &traffic,
+            cfg.size,
+            cfg.flows,
+            cfg.ppe_threads,
+            cfg.duration_s,
+        )?)
     } else {
         None
     };
@@ -194,6 +211,561 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
         port_out: p1.tx_frames,
         port_out_mpps: mpps(p1.tx_frames),
         in_process_mpps,
+        live,
+    })
+}
+
+// ----- RFC 2544 through the veth pair ---------------------------------------------------------
+
+/// Where a [`VethDevice`] offers frames, which interfaces its ports are bound to, and the
+/// engine's settings.
+#[derive(Clone, Debug)]
+pub struct VethDeviceConfig {
+    /// The interface the trials send into: a veth whose peer is `port0`.
+    pub offer: String,
+    /// Port 0's interface (the peer of `offer`).
+    pub port0: String,
+    /// Port 1's interface, where the filter forwards.
+    pub port1: String,
+    /// Distinct flows of the generated frames.
+    pub flows: u32,
+    /// PPE threads.
+    pub ppe_threads: usize,
+}
+
+/// What one trial of a [`VethDevice`] counted: the [`Trial`] it reported and where the
+/// frames went. Once the trial drained, `offered == veth_dropped + port_in + port_dropped`
+/// ([`VethTrial::accounted`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VethTrial {
+    /// Frame size, bytes.
+    pub frame_size: usize,
+    /// The rate asked for, frames per second.
+    pub rate_pps: f64,
+    /// Frames that rate calls for over the trial's duration (rounded).
+    pub scheduled: u64,
+    /// Frames offered: the kernel took them from the generator's `sendmmsg`, or refused
+    /// them with `ENOBUFS` because the veth's backlog was full (lost on the veth, counted in
+    /// `veth_dropped`).
+    pub offered: u64,
+    /// Frames the kernel refused for another reason (not offered).
+    pub refused: u64,
+    /// Frames scheduled that the generator had not sent when the trial's time (and a grace
+    /// of 5% of it, 2 to 50 ms) was up: it could not keep the rate (not offered).
+    pub behind: u64,
+    /// Seconds the generator sent.
+    pub send_s: f64,
+    /// Frames lost on the veth (its backlog was full): the offer interface's `tx_dropped`
+    /// and port 0's `rx_dropped` over the trial, or the frames refused with `ENOBUFS` if
+    /// more (the kernel counts such a drop on one side or both, depending on its version).
+    pub veth_dropped: u64,
+    /// Frames port 0 injected into the engine.
+    pub port_in: u64,
+    /// Frames lost at port 0 (ring full, cut).
+    pub port_dropped: u64,
+    /// Frames port 1 sent out: the trial's received count.
+    pub received: u64,
+    /// Whether the trial's frames had all come out (or been counted lost) before the
+    /// drain's deadline ([`VETH_DRAIN_DEADLINE`]).
+    pub drained: bool,
+    /// Seconds spent waiting for the frames in flight after the generator stopped.
+    pub drain_s: f64,
+}
+
+impl VethTrial {
+    /// Every frame offered is accounted for: lost on the veth, injected, or lost at
+    /// port 0; and no more came out of port 1 than went in.
+    pub fn accounted(&self) -> bool {
+        self.offered == self.veth_dropped + self.port_in + self.port_dropped
+            && self.received <= self.port_in
+    }
+}
+
+/// The most a [`VethDevice`] trial waits, after the generator stopped, for the frames in
+/// flight to come out.
+pub const VETH_DRAIN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Frames the generator hands `sendmmsg` at most at once.
+const VETH_BURST: u64 = 256;
+
+/// The filter on live ports bound to a veth pair, as a [`Device`] for the RFC 2544
+/// throughput search of [`linerate`] (`pfemu bench ports --search`).
+///
+/// It holds a running [`Live`] (the filter, port 0 on [`VethDeviceConfig::port0`], port 1
+/// on [`VethDeviceConfig::port1`]) and a [`RawSocket`] on [`VethDeviceConfig::offer`], the
+/// veth peer of port 0. A trial sends plain IPv4 frames of its size (which the filter
+/// forwards; 4096 frames per size, generated once as [`run`] generates them) paced at its
+/// rate: the generator works out from the time elapsed how many frames should have gone,
+/// sends those in `sendmmsg` bursts of up to 256, and sleeps briefly when it is ahead.
+/// Then it waits until the frames in flight came out (port 1's `tx_frames` and port 0's
+/// counters stop changing and nothing is in the engine, within [`VETH_DRAIN_DEADLINE`]),
+/// and reports `received` as the frames port 1 sent during the trial. A frame lost on the
+/// veth or in port 0's ring did not come out: it counts as lost, as RFC 2544 counts a
+/// frame the device under test did not forward. [`VethDevice::trials`] keeps where each
+/// trial's frames went.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use pfemu::lab::bench::linerate::{self, LinerateConfig};
+/// use pfemu::lab::live::bench::{VethDevice, VethDeviceConfig};
+///
+/// let mut dev = VethDevice::start(&VethDeviceConfig {
+///     offer: "gen0".into(),
+///     port0: "pfe0".into(),
+///     port1: "pfe1".into(),
+///     flows: 1024,
+///     ppe_threads: 2,
+/// })?;
+/// let cfg = LinerateConfig {
+///     sizes: vec![64, 1518],
+///     line_rate_gbps: 1.0,
+///     ..LinerateConfig::default()
+/// };
+/// let report = linerate::search(&mut dev, &cfg, |_| {})?;
+/// print!("{}", report.table());
+/// let live = dev.stop()?;
+/// assert!(live.accounted());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct VethDevice {
+    cfg: VethDeviceConfig,
+    live: Live,
+    tx: RawSocket,
+    traffic: HashMap<usize, Traffic>,
+    /// The next frame of the size's traffic to send (frames cycle across trials).
+    next: usize,
+    trials: Vec<VethTrial>,
+}
+
+impl fmt::Debug for VethDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VethDevice")
+            .field("cfg", &self.cfg)
+            .field("live", &self.live)
+            .field("trials", &self.trials.len())
+            .finish()
+    }
+}
+
+/// The frames [`run`] and [`VethDevice`] offer: 4096 plain IPv4 frames of `size` bytes
+/// over `flows` flows.
+fn plain_ipv4(size: usize, flows: u32) -> Result<Traffic, ConfigError> {
+    Traffic::generate(&TrafficSpec {
+        packets: 4096,
+        frame_size: size,
+        flows,
+        mix: "ipv4=100".parse()?,
+        seed: 1,
+        ..TrafficSpec::default()
+    })
+}
+
+/// The MTU of `iface` (`None` when it cannot be read).
+fn if_mtu(iface: &str) -> Option<usize> {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Bytes of an Ethernet header, which a frame has beyond the MTU.
+const ETHERNET_HEADER: usize = 14;
+
+impl VethDevice {
+    /// Starts the filter on the ports and opens the generator's socket.
+    pub fn start(cfg: &VethDeviceConfig) -> Result<VethDevice, LiveError> {
+        let live_cfg = LiveConfig {
+            ppe_threads: cfg.ppe_threads,
+            ..LiveConfig::new(
+                LiveProgram::Filter,
+                PortsConfig::new(vec![
+                    PortSpec {
+                        port: 0,
+                        kind: PortKind::Interface(cfg.port0.clone()),
+                    },
+                    PortSpec {
+                        port: 1,
+                        kind: PortKind::Interface(cfg.port1.clone()),
+                    },
+                ]),
+            )
+        };
+        let tx = RawSocket::open(&cfg.offer, false)?;
+        let live = Live::start(&live_cfg)?;
+        Ok(VethDevice {
+            cfg: cfg.clone(),
+            live,
+            tx,
+            traffic: HashMap::new(),
+            next: 0,
+            trials: Vec::new(),
+        })
+    }
+
+    /// Refuses `frame_size` when a frame that long (Ethernet header included) does not fit
+    /// the MTU of the offer interface or of a port's: the kernel would refuse or drop every
+    /// one, and the search would report a throughput of 0 for a setup fault.
+    pub fn check_frame_size(&self, frame_size: usize) -> Result<(), ConfigError> {
+        for iface in [&self.cfg.offer, &self.cfg.port0, &self.cfg.port1] {
+            if let Some(mtu) = if_mtu(iface) {
+                if frame_size > mtu + ETHERNET_HEADER {
+                    return Err(ConfigError::new(
+                        "sizes",
+                        format!(
+                            "{frame_size} B frames do not fit the MTU of {iface} ({mtu}: \
+                             frames up to {} B); raise it on every interface of the pairs, \
+                             e.g. `ip link set {iface} mtu 9000`",
+                            mtu + ETHERNET_HEADER
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The counters of the live run now.
+    pub fn report(&self) -> LiveReport {
+        self.live.report()
+    }
+
+    /// Where the frames of every trial so far went, in the order run.
+    pub fn trials(&self) -> &[VethTrial] {
+        &self.trials
+    }
+
+    /// The device's settings.
+    pub fn config(&self) -> &VethDeviceConfig {
+        &self.cfg
+    }
+
+    /// Stops the live run (drains it) and returns its final counters.
+    pub fn stop(self) -> Result<LiveReport, LiveError> {
+        self.live.stop()
+    }
+
+    fn veth_dropped_now(&self) -> u64 {
+        if_stat(&self.cfg.offer, "tx_dropped") + if_stat(&self.cfg.port0, "rx_dropped")
+    }
+}
+
+/// The counters a trial takes differences of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Snapshot {
+    port_in: u64,
+    port_dropped: u64,
+    out: u64,
+    /// Frames the engine resolved: sent out of a port (or refused there), dropped, consumed.
+    resolved: u64,
+    packets_in: u64,
+    in_flight: u64,
+}
+
+impl Snapshot {
+    fn of(r: &LiveReport) -> Snapshot {
+        let p0 = r.ports.ports.first().cloned().unwrap_or_default();
+        let p1 = r.ports.ports.get(1).cloned().unwrap_or_default();
+        let e = &r.engine;
+        Snapshot {
+            port_in: p0.rx_frames,
+            port_dropped: p0.rx_dropped(),
+            out: p1.tx_frames,
+            resolved: r.ports.tx_frames() + r.ports.tx_dropped() + e.dropped + e.consumed,
+            packets_in: e.packets_in,
+            in_flight: e.in_flight,
+        }
+    }
+}
+
+impl Device for VethDevice {
+    fn trial(
+        &mut self,
+        frame_size: usize,
+        offered_pps: f64,
+        duration: Duration,
+    ) -> Result<Trial, DeviceError> {
+        if !(offered_pps.is_finite() && offered_pps > 0.0) {
+            return Err(ConfigError::new(
+                "offered_pps",
+                format!("{offered_pps} is not a positive rate in frames per second"),
+            )
+            .into());
+        }
+        self.check_frame_size(frame_size)?;
+        if !self.traffic.contains_key(&frame_size) {
+            let t = plain_ipv4(frame_size, self.cfg.flows)?;
+            self.traffic.insert(frame_size, t);
+        }
+        let traffic = &self.traffic[&frame_size];
+        let n = traffic.len();
+        let before = Snapshot::of(&self.live.report());
+        let veth_before = self.veth_dropped_now();
+
+        // Offer, paced: frame k is due k / rate seconds after the start.
+        let scheduled = (offered_pps * duration.as_secs_f64()).round() as u64;
+        let grace = (duration / 20).clamp(Duration::from_millis(2), Duration::from_millis(50));
+        let (mut attempted, mut accepted, mut enobufs, mut refused) = (0u64, 0u64, 0u64, 0u64);
+        let mut other_error: Option<std::io::Error> = None;
+        let start = Instant::now();
+        while attempted < scheduled {
+            let t = start.elapsed();
+            if t > duration + grace {
+                break;
+            }
+            let due = ((offered_pps * t.as_secs_f64()).floor() as u64)
+                .saturating_add(1)
+                .min(scheduled);
+            if due <= attempted {
+                let next = Duration::from_secs_f64(attempted as f64 / offered_pps);
+                let wait = next.saturating_sub(t).min(Duration::from_millis(1));
+                if wait >= Duration::from_micros(50) {
+                    std::thread::sleep(wait);
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            let burst = (due - attempted).min(VETH_BURST);
+            let frames = (0..burst as usize).map(|k| traffic.frame((self.next + k) % n));
+            let (ok, errors) = self.tx.send_counting(frames);
+            self.next = (self.next + burst as usize) % n;
+            attempted += burst;
+            accepted += ok;
+            for e in errors {
+                if e.raw_os_error() == Some(libc::ENOBUFS) {
+                    enobufs += 1;
+                } else {
+                    refused += 1;
+                    other_error.get_or_insert(e);
+                }
+            }
+        }
+        let send_s = start.elapsed().as_secs_f64();
+        if accepted + enobufs == 0 && refused > 0 {
+            return Err(format!(
+                "the kernel refused every frame sent into {} ({refused} of them): {}",
+                self.cfg.offer,
+                other_error.map_or_else(|| "?".to_string(), |e| e.to_string())
+            )
+            .into());
+        }
+        let offered = accepted + enobufs;
+
+        // Let what is in flight come out: done once every frame offered is counted at
+        // port 0 or lost on the veth, the engine holds nothing, and the counters have
+        // been still for a moment (a few ring block timeouts); or, when frames are
+        // unaccounted for, still for longer; or at the deadline.
+        let drain_start = Instant::now();
+        let deadline = drain_start + VETH_DRAIN_DEADLINE;
+        let mut last = before;
+        let mut still_since = Instant::now();
+        let (drained, now, veth_dropped) = loop {
+            std::thread::sleep(Duration::from_millis(1));
+            let now = Snapshot::of(&self.live.report());
+            let veth = self
+                .veth_dropped_now()
+                .saturating_sub(veth_before)
+                .max(enobufs);
+            if now != last {
+                last = now;
+                still_since = Instant::now();
+            }
+            let at_port0 = (now.port_in - before.port_in)
+                + now.port_dropped.saturating_sub(before.port_dropped)
+                + veth;
+            let engine_done = now.in_flight == 0
+                && now.resolved - before.resolved >= now.packets_in - before.packets_in;
+            let quiet = if at_port0 >= offered {
+                Duration::from_millis(3)
+            } else {
+                Duration::from_millis(50)
+            };
+            if engine_done && still_since.elapsed() >= quiet {
+                break (true, now, veth);
+            }
+            if Instant::now() >= deadline {
+                break (false, now, veth);
+            }
+        };
+        let received = now.out - before.out;
+        self.trials.push(VethTrial {
+            frame_size,
+            rate_pps: offered_pps,
+            scheduled,
+            offered,
+            refused,
+            behind: scheduled - attempted,
+            send_s,
+            veth_dropped,
+            port_in: now.port_in - before.port_in,
+            port_dropped: now.port_dropped.saturating_sub(before.port_dropped),
+            received,
+            drained,
+            drain_s: drain_start.elapsed().as_secs_f64(),
+        });
+        Ok(Trial {
+            offered,
+            received,
+            latency: None,
+        })
+    }
+}
+
+/// `pfemu bench ports --search`'s settings: the device, the search, and whether to measure
+/// the in-process filter beside it.
+#[derive(Clone, Debug)]
+pub struct PortsSearchConfig {
+    /// The veth pair and the engine.
+    pub device: VethDeviceConfig,
+    /// The RFC 2544 search (sizes, line rate, loss tolerance, trials).
+    pub search: LinerateConfig,
+    /// Also run the in-process filter on each size's frames, PPE threads and the trial
+    /// duration, once the search is over (it does not share the cores with the search).
+    pub in_process: bool,
+}
+
+impl PortsSearchConfig {
+    /// Checks every setting but the interfaces (which [`search`] checks when it binds
+    /// them); the error names the first one at fault and why.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.search.validate()?;
+        if self.device.ppe_threads == 0 {
+            return Err(ConfigError::new("ppe_threads", "must be at least 1"));
+        }
+        // The frames' settings (flows).
+        plain_ipv4(self.search.sizes[0], self.device.flows).map(|_| ())
+    }
+}
+
+/// One frame size's throughput through the veth pair beside the in-process rate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SizeComparison {
+    /// Frame size, bytes.
+    pub frame_size: usize,
+    /// The RFC 2544 throughput through the ports, Mpps (the search's result).
+    pub ports_mpps: f64,
+    /// The in-process filter's rate on the same frames and PPE threads, Mpps (it drops
+    /// nothing: it runs as fast as the engine goes).
+    pub in_process_mpps: Option<f64>,
+    /// `ports_mpps / in_process_mpps`.
+    pub ratio: Option<f64>,
+}
+
+/// What `pfemu bench ports --search` measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct PortsSearchReport {
+    /// PPE threads.
+    pub ppe_threads: usize,
+    /// The search's result, per frame size (every trial included).
+    pub search: LinerateReport,
+    /// Per frame size, the throughput beside the in-process rate.
+    pub sizes: Vec<SizeComparison>,
+    /// Where each trial's frames went, in the order run.
+    pub trials: Vec<VethTrial>,
+    /// The live run's final report (ports, engine), over all trials.
+    pub live: LiveReport,
+}
+
+impl PortsSearchReport {
+    /// Every trial drained and accounted for its frames ([`VethTrial::accounted`]), and
+    /// the live run accounted for all of its own ([`LiveReport::accounted`]).
+    pub fn accounted(&self) -> bool {
+        self.live.accounted() && self.trials.iter().all(|t| t.drained && t.accounted())
+    }
+}
+
+/// Why `pfemu bench ports --search` stopped.
+#[derive(Debug)]
+pub enum PortsSearchError {
+    /// The live ports could not start or stop.
+    Live(LiveError),
+    /// The search refused a setting or a trial failed.
+    Search(LinerateError),
+}
+
+impl fmt::Display for PortsSearchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortsSearchError::Live(e) => e.fmt(f),
+            PortsSearchError::Search(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for PortsSearchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PortsSearchError::Live(e) => Some(e),
+            PortsSearchError::Search(e) => Some(e),
+        }
+    }
+}
+
+impl From<LiveError> for PortsSearchError {
+    fn from(e: LiveError) -> Self {
+        PortsSearchError::Live(e)
+    }
+}
+
+impl From<LinerateError> for PortsSearchError {
+    fn from(e: LinerateError) -> Self {
+        PortsSearchError::Search(e)
+    }
+}
+
+impl From<ConfigError> for PortsSearchError {
+    fn from(e: ConfigError) -> Self {
+        PortsSearchError::Search(LinerateError::Config(e))
+    }
+}
+
+/// Runs the RFC 2544 throughput search through the veth pair ([`VethDevice`],
+/// [`linerate::search`]), telling `progress` of every trial; then, if asked, the
+/// in-process filter on each size's frames. The settings are checked before any port
+/// is bound, and every size against the interfaces' MTU before the first trial.
+pub fn search(
+    cfg: &PortsSearchConfig,
+    progress: impl FnMut(Progress<'_>),
+) -> Result<PortsSearchReport, PortsSearchError> {
+    cfg.validate()?;
+    let mut dev = VethDevice::start(&cfg.device)?;
+    let result = cfg
+        .search
+        .sizes
+        .iter()
+        .try_for_each(|&s| dev.check_frame_size(s))
+        .map_err(LinerateError::Config)
+        .and_then(|()| linerate::search(&mut dev, &cfg.search, progress));
+    let trials = dev.trials().to_vec();
+    // Stopped whatever the search's outcome, so the ports and the engine's threads end.
+    let live = dev.stop()?;
+    let mut report = result?;
+    report.program = Some("filter through a veth pair".to_string());
+    let mut sizes = Vec::with_capacity(report.rows.len());
+    for row in &report.rows {
+        let in_process = if cfg.in_process {
+            let traffic = plain_ipv4(row.frame_size, cfg.device.flows)?;
+            Some(in_process_mpps(
+                &traffic,
+                row.frame_size,
+                cfg.device.flows,
+                cfg.device.ppe_threads,
+                cfg.search.trial_duration.as_secs_f64(),
+            )?)
+        } else {
+            None
+        };
+        sizes.push(SizeComparison {
+            frame_size: row.frame_size,
+            ports_mpps: row.mpps,
+            in_process_mpps: in_process,
+            ratio: in_process.map(|m| row.mpps / m.max(1e-9)),
+        });
+    }
+    Ok(PortsSearchReport {
+        ppe_threads: cfg.device.ppe_threads,
+        search: report,
+        sizes,
+        trials,
         live,
     })
 }

@@ -1217,6 +1217,20 @@ impl RawSocket {
         (sent, first)
     }
 
+    /// Sends `frames` as [`RawSocket::send`] does; returns how many were sent and the
+    /// error of each frame that was not (a veth whose peer's backlog is full refuses a
+    /// frame with `ENOBUFS`: it was dropped on the veth).
+    pub fn send_counting<'a>(
+        &self,
+        frames: impl IntoIterator<Item = &'a [u8]>,
+    ) -> (u64, Vec<io::Error>) {
+        let mut errors = Vec::new();
+        let (sent, _) = self
+            .sock
+            .send_batch(&mut frames.into_iter(), &mut |_, e| errors.push(e));
+        (sent, errors)
+    }
+
     /// Receives one frame into `buf` if one is queued (`Ok(None)` otherwise), skipping
     /// frames this host sent. Returns its length (cut to `buf`).
     pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
