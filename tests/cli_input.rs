@@ -264,7 +264,14 @@ fn filter_heading(o: &Output) -> String {
 fn serve_and_worker_errors_name_the_option_typed() {
     let serve = ["serve", "--listen", "127.0.0.1:0", "--job", "1:1"];
     let worker = ["worker", "--server", "127.0.0.1:9", "--src", "0"];
-    let cases: [(&[&str], &[&str], &str, &str); 10] = [
+    // Two hours from now, in Unix milliseconds.
+    let later = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis()
+        + 7_200_000)
+        .to_string();
+    let cases: [(&[&str], &[&str], &str, &str); 11] = [
         (
             &serve,
             &["--ppe-threads", "0"],
@@ -305,6 +312,12 @@ fn serve_and_worker_errors_name_the_option_typed() {
             "grads_per_packet",
         ),
         (&worker, &["--window", "0"], "--window", "window"),
+        (
+            &worker,
+            &["--start-at-ms", &later],
+            "--start-at-ms",
+            "start_at_ms",
+        ),
     ];
     for (base, extra, option, field) in cases {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();

@@ -173,6 +173,12 @@ pub struct WorkerArgs {
     /// kernel has it otherwise).
     #[arg(long)]
     pub no_gro: bool,
+    /// Start sending at this Unix time, in milliseconds (e.g. `$(( $(date +%s%3N) + 3000 ))`),
+    /// once the vector is built: workers started together by a script then begin at the
+    /// same moment, and none measures the time the others spent building theirs. A time
+    /// already past starts at once; more than an hour ahead is refused.
+    #[arg(long, value_name = "UNIX_MS")]
+    pub start_at_ms: Option<u64>,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -503,6 +509,20 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
         gro: !a.no_gro,
         ..ClientConfig::new(a.server)
     };
+    if let Some(ms) = a.start_at_ms {
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+        let wait = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        if wait > Duration::from_secs(3600) {
+            return Err(format!(
+                "invalid option `--start-at-ms`: {ms} is {:.0} s from now, more than an hour",
+                wait.as_secs_f64()
+            )
+            .into());
+        }
+        std::thread::sleep(wait);
+    }
     let t0 = Instant::now();
     let report = serve::allreduce(&ccfg, &mut w).map_err(serve_error)?;
     let wall = t0.elapsed().as_secs_f64();
