@@ -289,8 +289,13 @@ impl Worker {
             return bad("values", "nothing to aggregate".into());
         }
         let chunks = values.len().div_ceil(cfg.grads_per_packet);
+        // Written here, not left to the allocator's zeroed pages: a zeroed allocation is
+        // mapped on first write, which would put a page fault per 1024 sums into the
+        // allreduce (a training loop reuses this buffer every step, faulted in once).
+        let mut sums = Vec::with_capacity(values.len());
+        sums.resize(values.len(), 0);
         Ok(Worker {
-            sums: vec![0; values.len()],
+            sums,
             src_cnt: vec![0; chunks],
             degraded: vec![false; chunks],
             slots: vec![None; cfg.window],
