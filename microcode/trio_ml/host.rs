@@ -292,8 +292,10 @@ impl Worker {
         // Written here, not left to the allocator's zeroed pages: a zeroed allocation is
         // mapped on first write, which would put a page fault per 1024 sums into the
         // allreduce (a training loop reuses this buffer every step, faulted in once).
-        let mut sums = Vec::with_capacity(values.len());
-        sums.resize(values.len(), 0);
+        let mut sums = vec![0; values.len()];
+        // (Through black_box, so that the compiler cannot drop the fill as writing zeros
+        // over zeros.)
+        std::hint::black_box(sums.as_mut_slice()).fill(0);
         Ok(Worker {
             sums,
             src_cnt: vec![0; chunks],
