@@ -32,7 +32,7 @@ use std::io::{self, BufWriter, Write};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -162,29 +162,33 @@ impl TraceSpec {
             }));
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let written = Arc::new(AtomicU64::new(0));
+        let (flag, count) = (Arc::clone(&stop), Arc::clone(&written));
         let format = self.format;
         let thread = std::thread::Builder::new()
             .name("pfemu-trace".into())
-            .spawn(move || write_records(&rx, out, format, &flag))
+            .spawn(move || write_records(&rx, out, format, &flag, &count))
             .map_err(|e| ConfigError::new("trace", format!("cannot start its writer: {e}")))?;
         Ok((
             cfg,
             TraceOutput {
                 sink,
                 stop,
+                written,
                 thread: Some(thread),
             },
         ))
     }
 }
 
-/// Writes records from `rx` until `stop` is set and the queue is empty; returns how many.
+/// Writes records from `rx` until `stop` is set and the queue is empty, counting them in
+/// `written`; returns how many.
 fn write_records(
     rx: &crossbeam_channel::Receiver<TraceRecord>,
     mut out: Box<dyn Write + Send>,
     format: TraceFormat,
     stop: &AtomicBool,
+    count: &AtomicU64,
 ) -> io::Result<u64> {
     let mut written = 0u64;
     loop {
@@ -210,6 +214,7 @@ fn write_records(
             }
         }
         written += 1;
+        count.store(written, Ordering::Relaxed);
     }
 }
 
@@ -217,6 +222,7 @@ fn write_records(
 pub struct TraceOutput {
     sink: Arc<ChannelTraceSink>,
     stop: Arc<AtomicBool>,
+    written: Arc<AtomicU64>,
     thread: Option<JoinHandle<io::Result<u64>>>,
 }
 
@@ -242,6 +248,14 @@ impl TraceOutput {
     /// Records dropped so far because the writer fell behind.
     pub fn lost(&self) -> u64 {
         self.sink.lost()
+    }
+
+    /// What it wrote and lost so far.
+    pub fn summary(&self) -> TraceSummary {
+        TraceSummary {
+            written: self.written.load(Ordering::Relaxed),
+            lost: self.sink.lost(),
+        }
     }
 
     /// Writes what is queued and stops the writer. Call it once the engine has drained

@@ -227,7 +227,7 @@ pub struct LiveReport {
     pub finished: bool,
     /// The control plane's address, when one is served.
     pub control: Option<String>,
-    /// What the trace wrote (records written so far are counted once the run is over).
+    /// What the trace wrote and lost so far.
     pub trace: Option<TraceSummary>,
     /// Setup the user should know about: ports the program sends to that no interface is
     /// bound to (the engine drops such frames: `no_such_port`, `created_invalid`).
@@ -334,10 +334,7 @@ impl Live {
             finished: false,
             warnings: self.warnings.clone(),
             control: self.control_addr().map(|a| a.to_string()),
-            trace: self.trace.as_ref().map(|t| TraceSummary {
-                written: 0,
-                lost: t.lost(),
-            }),
+            trace: self.trace.as_ref().map(TraceOutput::summary),
         }
     }
 
