@@ -845,6 +845,105 @@ fn a_route_added_through_the_control_plane_takes_effect_and_the_trace_shows_it()
     );
 }
 
+/// Trio-ML's and FPISA's workers as processes in namespaces of their own, each behind its
+/// own veth on a Linux bridge that joins them to one PFE port: `pfemu worker --iface` sends
+/// the paper's packets as Ethernet frames on the wire, `pfemu run --program trio-ml` (or
+/// `fpisa`) aggregates them on that port, and the Results (to the job's multicast group)
+/// reach both workers, whose sums are exact. Each worker also sees the other's packets to
+/// the aggregator (the bridge floods them) and must not take them for Results.
+#[test]
+fn worker_processes_in_namespaces_aggregate_through_a_bridge() {
+    let test = "worker_processes_in_namespaces_aggregate_through_a_bridge";
+    let Some(mut lab) = NetLab::new(test) else {
+        return;
+    };
+    let setup = (|| -> Result<Vec<(String, String)>, String> {
+        let br = lab.name("br");
+        ip(&["link", "add", &br, "type", "bridge", "mcast_snooping", "0"])?;
+        lab.links.push(br.clone());
+        disable_ipv6(None, &br)?;
+        ip(&["link", "set", &br, "up"])?;
+        let (pp, pb) = (lab.name("pp"), lab.name("pb"));
+        lab.veth(&pp, &pb, None, 1500)?;
+        ip(&["link", "set", &pb, "master", &br])?;
+        let mut workers = Vec::new();
+        for w in 0..2 {
+            let ns = lab.netns(&format!("W{w}"))?;
+            let (bw, vw) = (lab.name(&format!("b{w}")), lab.name(&format!("v{w}")));
+            lab.veth(&bw, &vw, Some(&ns), 1500)?;
+            ip(&["link", "set", &bw, "master", &br])?;
+            workers.push((ns, vw));
+        }
+        Ok(workers)
+    })();
+    let workers = match setup {
+        Ok(w) => w,
+        Err(e) => {
+            println!("skipped {test}: the kernel refused a bridge, namespaces or veth: {e}");
+            return;
+        }
+    };
+    let pp = lab.name("pp");
+    for (program, fpisa) in [("trio-ml", false), ("fpisa", true)] {
+        let pfemu = Pfemu::spawn(&[
+            "run",
+            "--program",
+            program,
+            "--job",
+            "1:2",
+            "--iface",
+            &format!("1={pp}"),
+            "--ppe-threads",
+            "2",
+            "--stats-every",
+            "0",
+            "--json",
+        ]);
+        pfemu.wait_ready();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for (w, (ns, vw)) in workers.iter().enumerate() {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_pfemu"), "worker"])
+                .args(["--iface", vw, "--src", &w.to_string(), "--workers", "2"])
+                .args(["--gradients", "20000", "--grads-per-packet", "256"])
+                .args(["--window", "8", "--give-up-s", "15", "--json"]);
+            if fpisa {
+                cmd.arg("--fpisa");
+            }
+            let child = cmd
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("starts a worker");
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send((w, child.wait_with_output()));
+            });
+        }
+        for _ in 0..2 {
+            let (w, out) = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+                panic!("{program}: a worker did not finish within {DEADLINE:?}")
+            });
+            let out = out.expect("the worker ran");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{program}: worker {w} failed: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let r: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+            assert_eq!(r["exact"], true, "{program}: worker {w}: {r}");
+            assert_eq!(r["compared"], 20000, "{program}: worker {w}: {r}");
+        }
+        let (code, out) = pfemu.interrupt();
+        assert_eq!(
+            code,
+            Some(0),
+            "{program}: pfemu's exit status; its report: {out}"
+        );
+    }
+}
+
 /// The README shows `pfemu run --help` as it is.
 #[test]
 fn the_readme_shows_pfemu_run_help_as_it_is() {

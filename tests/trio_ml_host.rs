@@ -111,8 +111,18 @@ fn payloads_are_the_packets_without_their_headers() {
     // The Result of chunk 1 (block 1): both take it, one as a frame, one as a payload.
     let sums: Vec<i32> = (0..256).map(|i| i * 3 - 100).collect();
     let (block_id, gen_id) = framed.block_of(1);
+    // From the aggregator back to the worker (a frame to the aggregator is never a Result).
+    let e = framed.config().endpoints;
+    let back = wire::Endpoints {
+        src_mac: e.dst_mac,
+        dst_mac: e.src_mac,
+        src_addr: e.dst_addr,
+        dst_addr: e.src_addr,
+        src_port: e.dst_port,
+        dst_port: e.src_port,
+    };
     let result = wire::agg_packet(&wire::AggPacket {
-        endpoints: framed.config().endpoints,
+        endpoints: back,
         hdr: wire::TrioMlHdrFields {
             job_id: JOB,
             block_id,

@@ -500,6 +500,13 @@ impl Worker {
 
     fn take(&mut self, frame: &[u8], now_ns: Option<u64>) -> Result<Received, HostError> {
         let (hdr, grads) = wire::parse(frame)?;
+        // A packet to the aggregator (another worker's, seen on a shared wire, or this
+        // one's own looped back) is not a Result, whatever its header says.
+        let dst = &frame[wire::IPV4_AT + 16..wire::IPV4_AT + 20];
+        if dst == self.cfg.endpoints.dst_addr.octets() {
+            self.stats.ignored += 1;
+            return Ok(Received::Ignored);
+        }
         self.take_parsed(&hdr, grads, now_ns)
     }
 
@@ -824,8 +831,14 @@ mod tests {
         hdr.src_cnt = src_cnt;
         hdr.degraded = degraded;
         hdr.age_op = u8::from(degraded);
+        // From the aggregator to the job's group, as the program sends it.
+        let e = WorkerConfig::new(1, 0, Ipv4Addr::new(10, 0, 0, 100)).endpoints;
         wire::agg_packet(&AggPacket {
-            endpoints: WorkerConfig::new(1, 0, Ipv4Addr::new(10, 0, 0, 100)).endpoints,
+            endpoints: wire::Endpoints {
+                src_addr: e.dst_addr,
+                dst_addr: Ipv4Addr::new(239, 0, 0, 1),
+                ..e
+            },
             hdr,
             gradients: &sums,
         })

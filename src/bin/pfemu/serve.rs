@@ -115,8 +115,14 @@ pub struct ServeArgs {
 pub struct WorkerArgs {
     /// The server (`pfemu serve --listen`), HOST:PORT, e.g. localhost:12000 (a name
     /// resolves to its first IPv4 address, else its first IPv6 one).
-    #[arg(long, value_parser = parse_addr)]
-    pub server: SocketAddr,
+    #[arg(long, value_parser = parse_addr, required_unless_present = "iface")]
+    pub server: Option<SocketAddr>,
+    /// Instead of a server over UDP, send the packets as Ethernet frames on this Linux
+    /// interface (AF_PACKET; root) to a PFE port running the job's program, e.g. `pfemu run
+    /// --program trio-ml --job 1:4 --iface 1=veth1` on the other end of a veth, and take
+    /// the Results that arrive there (the paper's workers on a wire). Joins no run.
+    #[arg(long, value_name = "NAME", conflicts_with = "server")]
+    pub iface: Option<String>,
     /// The job id.
     #[arg(long, default_value_t = 1)]
     pub job: u8,
@@ -500,15 +506,32 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
     })?;
     let give_up_after = pfemu::duration::secs(a.give_up_s)
         .map_err(|e| format!("invalid option `--give-up-s`: {e}"))?;
-    let ccfg = ClientConfig {
+    if a.iface.is_some() {
+        // What a UDP socket has and an interface does not.
+        for (given, flag) in [
+            (a.drop_every.is_some(), "--drop-every"),
+            (a.no_join, "--no-join"),
+            (a.no_gso, "--no-gso"),
+            (a.no_gro, "--no-gro"),
+        ] {
+            if given {
+                return Err(format!(
+                    "invalid option `{flag}`: applies to a worker of a server (--server), not \
+                     on an interface (--iface)"
+                )
+                .into());
+            }
+        }
+    }
+    let ccfg = a.server.map(|server| ClientConfig {
         give_up_after,
         drop_every: a.drop_every,
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
         join: !a.no_join,
         gso: !a.no_gso,
         gro: !a.no_gro,
-        ..ClientConfig::new(a.server)
-    };
+        ..ClientConfig::new(server)
+    });
     if let Some(ms) = a.start_at_ms {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
         let wait = at
@@ -524,7 +547,25 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
         std::thread::sleep(wait);
     }
     let t0 = Instant::now();
-    let report = serve::allreduce(&ccfg, &mut w).map_err(serve_error)?;
+    let report = match (&a.iface, ccfg) {
+        (Some(iface), _) => {
+            pfemu::lab::live::allreduce_on_interface(iface, &mut w, give_up_after).map_err(|e| {
+                match e {
+                    // The settings it refuses are this command's options, spelt alike
+                    // (`grads_per_packet` is --grads-per-packet).
+                    pfemu::lab::live::LiveError::Config(c) => format!(
+                        "invalid option `--{}`: {}",
+                        c.setting.replace('_', "-"),
+                        c.reason
+                    )
+                    .into(),
+                    e => Box::new(e) as Box<dyn std::error::Error>,
+                }
+            })?
+        }
+        (None, Some(ccfg)) => serve::allreduce(&ccfg, &mut w).map_err(serve_error)?,
+        (None, None) => return Err("give --server or --iface".into()),
+    };
     let wall = t0.elapsed().as_secs_f64();
     let degraded_chunks = w.degraded().iter().filter(|&&d| d).count();
     let src_cnt_min = w.src_counts().iter().copied().min().unwrap_or(0);

@@ -150,6 +150,9 @@ pub enum LiveError {
     Config(ConfigError),
     /// A port could not be bound.
     Port(PortError),
+    /// A worker on an interface ([`allreduce_on_interface`]) stopped: no Result came back
+    /// in time, or the interface failed.
+    Worker(String),
 }
 
 impl fmt::Display for LiveError {
@@ -157,6 +160,7 @@ impl fmt::Display for LiveError {
         match self {
             LiveError::Config(e) => e.fmt(f),
             LiveError::Port(e) => e.fmt(f),
+            LiveError::Worker(e) => f.write_str(e),
         }
     }
 }
@@ -166,6 +170,7 @@ impl std::error::Error for LiveError {
         match self {
             LiveError::Config(e) => Some(e),
             LiveError::Port(e) => Some(e),
+            LiveError::Worker(_) => None,
         }
     }
 }
@@ -546,4 +551,111 @@ fn install(
         sends.into_iter().chain(more).collect(),
         targets,
     ))
+}
+
+/// A Trio-ML or FPISA worker on a Linux interface: what `pfemu worker --iface` runs, the
+/// paper's worker whose packets are Ethernet frames on a wire (a veth, a NIC) to a PFE's
+/// port, not datagrams through a UDP socket.
+///
+/// Sends the worker's packets as frames on `iface` (AF_PACKET), window by window, and
+/// takes every frame that arrives there (promiscuous, so Results to a multicast group
+/// arrive without joining it) until the worker has every Result; retransmits what is
+/// overdue as [`Worker::poll`] says. Fails when nothing comes back for `give_up_after`
+/// (naming how many chunks are missing) or the interface cannot be opened. Needs
+/// `CAP_NET_RAW`.
+pub fn allreduce_on_interface(
+    iface: &str,
+    worker: &mut crate::microcode::trio_ml::host::Worker,
+    give_up_after: std::time::Duration,
+) -> Result<crate::lab::serve::ClientReport, LiveError> {
+    use std::time::{Duration, Instant};
+
+    // A packet is its headers and the gradients; beyond the interface's MTU the kernel
+    // refuses it.
+    let ip_bytes = HEADERS_LEN - 14 + worker.config().grads_per_packet * GRAD_BYTES;
+    let mtu = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()
+        .and_then(|m| m.trim().parse::<usize>().ok());
+    if let Some(mtu) = mtu.filter(|&m| m < ip_bytes) {
+        return Err(ConfigError::new(
+            "grads_per_packet",
+            format!(
+                "{} gradients make {ip_bytes}-byte IP packets, more than `{iface}`'s MTU of \
+                 {mtu}: send fewer per packet or raise the MTU",
+                worker.config().grads_per_packet
+            ),
+        )
+        .into());
+    }
+    let sock = crate::lab::ports::RawSocket::open(iface, true)?;
+    let start = Instant::now();
+    let now = || start.elapsed().as_nanos() as u64;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut sent, mut send_calls, mut recv_calls, mut frames_in, mut bad) = (0, 0, 0, 0, 0);
+    let mut last_progress = Instant::now();
+    while !worker.is_done() {
+        out.clear();
+        worker.poll(now(), &mut out);
+        if !out.is_empty() {
+            let (ok, err) = sock.send(out.iter().map(Vec::as_slice));
+            send_calls += 1;
+            sent += ok;
+            if ok == 0 {
+                if let Some(e) = err {
+                    // Refused frames are resent when overdue; a link that is gone shows
+                    // as no progress.
+                    if e.kind() != std::io::ErrorKind::WouldBlock {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+        }
+        let ready = sock
+            .wait(Duration::from_millis(1))
+            .map_err(|e| LiveError::Worker(format!("waiting on `{iface}`: {e}")))?;
+        if ready {
+            recv_calls += 1;
+            while let Some(n) = sock
+                .try_recv(&mut buf)
+                .map_err(|e| LiveError::Worker(format!("receiving on `{iface}`: {e}")))?
+            {
+                frames_in += 1;
+                match worker.on_frame_at(&buf[..n], now()) {
+                    Ok(crate::microcode::trio_ml::host::Received::Result { .. }) => {
+                        last_progress = Instant::now();
+                    }
+                    Ok(_) => {}
+                    // Frames of other traffic on the wire.
+                    Err(_) => bad += 1,
+                }
+            }
+        }
+        if last_progress.elapsed() > give_up_after {
+            return Err(LiveError::Worker(format!(
+                "no Result on `{iface}` for {:.1} s: {} of the worker's chunks are missing \
+                 ({sent} frames sent); is a PFE running the job's program on the other end?",
+                give_up_after.as_secs_f64(),
+                worker.missing()
+            )));
+        }
+    }
+    let elapsed_s = worker
+        .finished_ns()
+        .map_or(start.elapsed().as_secs_f64(), |ns| ns as f64 / 1e9);
+    let gradients = worker.sums().len();
+    Ok(crate::lab::serve::ClientReport {
+        elapsed_s,
+        gradients,
+        goodput_gbps: (gradients * 32) as f64 / elapsed_s.max(1e-9) / 1e9,
+        stats: worker.stats(),
+        dropped_by_injector: 0,
+        bad_datagrams: bad,
+        run_id: worker.run_id(),
+        datagrams_in: frames_in,
+        recv_calls,
+        send_calls,
+        gro: false,
+        gso: false,
+    })
 }
