@@ -560,7 +560,7 @@ fn install(
 /// Sends the worker's packets as frames on `iface` (AF_PACKET), window by window, and
 /// takes every frame that arrives there (promiscuous, so Results to a multicast group
 /// arrive without joining it) until the worker has every Result; retransmits what is
-/// overdue as [`Worker::poll`] says. Fails when nothing comes back for `give_up_after`
+/// overdue as [`Worker::poll`](crate::microcode::trio_ml::host::Worker::poll) says. Fails when nothing comes back for `give_up_after`
 /// (naming how many chunks are missing) or the interface cannot be opened. Needs
 /// `CAP_NET_RAW`.
 pub fn allreduce_on_interface(
