@@ -1062,13 +1062,8 @@ impl Server {
             upstream_src: cfg.upstream_src,
             up_runs: Mutex::new((0..256).map(|_| UpstreamRun::default()).collect()),
         });
-        let mut builder = Pfe::builder();
-        let mut trace = None;
-        if let Some(spec) = &cfg.trace {
-            let (t, output) = spec.start()?;
-            builder = builder.trace(t);
-            trace = Some(output);
-        }
+        let builder = Pfe::builder();
+        let (builder, trace) = crate::lab::trace::attach(cfg.trace.as_ref(), builder)?;
         let mut pfe = builder
             .program(trio.program())
             .ppe_threads(cfg.ppe_threads)

@@ -41,7 +41,7 @@ use serde::Serialize;
 
 use crate::error::ConfigError;
 use crate::packet::Port;
-use crate::pfe::{ChannelTraceSink, TraceConfig, TraceRecord};
+use crate::pfe::{ChannelTraceSink, PfeBuilder, TraceConfig, TraceRecord};
 
 /// Records queued for the writer at most; beyond them records are dropped and counted.
 pub const QUEUE_RECORDS: usize = 4096;
@@ -178,6 +178,21 @@ impl TraceSpec {
                 thread: Some(thread),
             },
         ))
+    }
+}
+
+/// `builder` tracing what `spec` asks for, and the writer of its records (`None`, and
+/// `builder` as it was, without a spec).
+pub fn attach(
+    spec: Option<&TraceSpec>,
+    builder: PfeBuilder,
+) -> Result<(PfeBuilder, Option<TraceOutput>), ConfigError> {
+    match spec {
+        Some(spec) => {
+            let (trace, output) = spec.start()?;
+            Ok((builder.trace(trace), Some(output)))
+        }
+        None => Ok((builder, None)),
     }
 }
 

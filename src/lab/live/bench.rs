@@ -31,7 +31,9 @@ use crate::lab::bench::linerate::{
 };
 use crate::lab::bench::settings::EngineSettings;
 use crate::lab::bench::traffic::{Traffic, TrafficSpec};
-use crate::lab::live::{Live, LiveConfig, LiveError, LiveProgram, LiveReport};
+use crate::lab::live::{
+    if_mtu, Live, LiveConfig, LiveError, LiveProgram, LiveReport, ETHERNET_HEADER,
+};
 use crate::lab::ports::{PortKind, PortSpec, PortsConfig, RawSocket};
 
 /// A run's settings.
@@ -129,26 +131,26 @@ fn in_process_mpps(
     Ok(filter::run_with_progress(&fcfg, traffic, |_, _| {})?.mpps)
 }
 
+/// The filter from interface `port0` (port 0) to `port1` (port 1) on `ppe_threads`.
+fn filter_between(port0: &str, port1: &str, ppe_threads: usize) -> LiveConfig {
+    let port = |port, name: &str| PortSpec {
+        port,
+        kind: PortKind::Interface(name.to_string()),
+    };
+    LiveConfig {
+        ppe_threads,
+        ..LiveConfig::new(
+            LiveProgram::Filter,
+            PortsConfig::new(vec![port(0, port0), port(1, port1)]),
+        )
+    }
+}
+
 /// Runs the benchmark (see the module docs).
 pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
     let length = crate::duration::secs_setting("duration", cfg.duration_s)?;
     let traffic = plain_ipv4(cfg.size, cfg.flows)?;
-    let live_cfg = LiveConfig {
-        ppe_threads: cfg.ppe_threads,
-        ..LiveConfig::new(
-            LiveProgram::Filter,
-            PortsConfig::new(vec![
-                PortSpec {
-                    port: 0,
-                    kind: PortKind::Interface(cfg.port0.clone()),
-                },
-                PortSpec {
-                    port: 1,
-                    kind: PortKind::Interface(cfg.port1.clone()),
-                },
-            ]),
-        )
-    };
+    let live_cfg = filter_between(&cfg.port0, &cfg.port1, cfg.ppe_threads);
     let tx = RawSocket::open(&cfg.offer, false)?;
     let live = Live::start(&live_cfg)?;
     let dropped_before = if_stat(&cfg.offer, "tx_dropped") + if_stat(&cfg.port0, "rx_dropped");
@@ -360,35 +362,10 @@ fn plain_ipv4(size: usize, flows: u32) -> Result<Traffic, ConfigError> {
     })
 }
 
-/// The MTU of `iface` (`None` when it cannot be read).
-fn if_mtu(iface: &str) -> Option<usize> {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-}
-
-/// Bytes of an Ethernet header, which a frame has beyond the MTU.
-const ETHERNET_HEADER: usize = 14;
-
 impl VethDevice {
     /// Starts the filter on the ports and opens the generator's socket.
     pub fn start(cfg: &VethDeviceConfig) -> Result<VethDevice, LiveError> {
-        let live_cfg = LiveConfig {
-            ppe_threads: cfg.ppe_threads,
-            ..LiveConfig::new(
-                LiveProgram::Filter,
-                PortsConfig::new(vec![
-                    PortSpec {
-                        port: 0,
-                        kind: PortKind::Interface(cfg.port0.clone()),
-                    },
-                    PortSpec {
-                        port: 1,
-                        kind: PortKind::Interface(cfg.port1.clone()),
-                    },
-                ]),
-            )
-        };
+        let live_cfg = filter_between(&cfg.port0, &cfg.port1, cfg.ppe_threads);
         let tx = RawSocket::open(&cfg.offer, false)?;
         let live = Live::start(&live_cfg)?;
         Ok(VethDevice {

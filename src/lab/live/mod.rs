@@ -284,15 +284,10 @@ impl Live {
     /// threads.
     pub fn start(cfg: &LiveConfig) -> Result<Live, LiveError> {
         let ports = LivePorts::open(&cfg.ports)?;
-        let mut builder = Pfe::builder()
+        let builder = Pfe::builder()
             .ppe_threads(cfg.ppe_threads)
             .reorder(cfg.reorder);
-        let mut trace = None;
-        if let Some(spec) = &cfg.trace {
-            let (t, output) = spec.start()?;
-            builder = builder.trace(t);
-            trace = Some(output);
-        }
+        let (builder, trace) = crate::lab::trace::attach(cfg.trace.as_ref(), builder)?;
         let (builder, installed, sends, targets) =
             install(&cfg.program, builder, ports.sink(), cfg.control.is_some())?;
         let warnings = sends
@@ -553,6 +548,16 @@ fn install(
     ))
 }
 
+/// Bytes of an Ethernet header, which a frame has beyond the interface's MTU.
+pub(crate) const ETHERNET_HEADER: usize = 14;
+
+/// The MTU of `iface` (`None` when it cannot be read).
+pub(crate) fn if_mtu(iface: &str) -> Option<usize> {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
 /// A Trio-ML or FPISA worker on a Linux interface: what `pfemu worker --iface` runs, the
 /// paper's worker whose packets are Ethernet frames on a wire (a veth, a NIC) to a PFE's
 /// port, not datagrams through a UDP socket.
@@ -572,11 +577,8 @@ pub fn allreduce_on_interface(
 
     // A packet is its headers and the gradients; beyond the interface's MTU the kernel
     // refuses it.
-    let ip_bytes = HEADERS_LEN - 14 + worker.config().grads_per_packet * GRAD_BYTES;
-    let mtu = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
-        .ok()
-        .and_then(|m| m.trim().parse::<usize>().ok());
-    if let Some(mtu) = mtu.filter(|&m| m < ip_bytes) {
+    let ip_bytes = HEADERS_LEN - ETHERNET_HEADER + worker.config().grads_per_packet * GRAD_BYTES;
+    if let Some(mtu) = if_mtu(iface).filter(|&m| m < ip_bytes) {
         return Err(ConfigError::new(
             "grads_per_packet",
             format!(
