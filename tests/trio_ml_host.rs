@@ -254,11 +254,16 @@ fn loss_and_duplicates_both_ways_still_give_exact_sums() {
     // Duplicates and retransmissions were recognised, never added twice. A copy that
     // reaches a PPE thread only after its block id's next generation finished is
     // `stale_gen` (packets of one worker are processed in parallel, so a resent chunk can
-    // be overtaken by the worker's next one); nothing else is dropped.
+    // be overtaken by the worker's next one), or `result_expired` when it arrives while
+    // that next generation finishes and replaces the kept Result it was being answered
+    // with; nothing else is dropped.
     assert!(stats.drops("duplicate") + stats.drops("retransmit_answered") > 0);
     assert_eq!(
         stats.dropped,
-        stats.drops("duplicate") + stats.drops("retransmit_answered") + stats.drops("stale_gen"),
+        stats.drops("duplicate")
+            + stats.drops("retransmit_answered")
+            + stats.drops("stale_gen")
+            + stats.drops("result_expired"),
         "{:?}",
         stats.dropped_by_reason
     );
