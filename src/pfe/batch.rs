@@ -26,18 +26,44 @@ pub(crate) struct Slot {
     pub ctx: u32,
     /// Sequence number within the reorder context, stamped at ingress.
     pub seq: u32,
+    /// The packet of the same reorder context just before this one, as a
+    /// [`packet_id`] (0: none), stamped at ingress with reordering on: the reorder
+    /// engine releases this packet once that one has left.
+    pub pred: u64,
+}
+
+/// Bits of a [`packet_id`] that hold the packet's index in its batch (batches hold at most
+/// 1024 packets).
+pub(crate) const PACKET_INDEX_BITS: u32 = 16;
+
+/// The id of packet `index` of the batch with sequence number `batch` (batch numbers start
+/// at 1, so 0 is no packet).
+#[inline]
+pub(crate) fn packet_id(batch: u64, index: usize) -> u64 {
+    batch << PACKET_INDEX_BITS | index as u64
+}
+
+/// A [`packet_id`]'s batch number and index.
+#[inline]
+pub(crate) fn split_packet_id(id: u64) -> (u64, usize) {
+    (
+        id >> PACKET_INDEX_BITS,
+        (id & ((1 << PACKET_INDEX_BITS) - 1)) as usize,
+    )
 }
 
 /// The result of one ingress packet: the output records it produced (its own, then any it
 /// created), released together in flow order.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Completion {
-    pub ctx: u32,
-    pub seq: u32,
+    /// The packet its release waits for ([`Slot::pred`]).
+    pub pred: u64,
     pub outs_start: u32,
     pub outs_end: u32,
     /// The packet left (forwarded or multicast): `outs_start` is its own frame.
     pub own: bool,
+    /// The reorder engine has released it (set by the engine).
+    pub released: bool,
 }
 
 impl Slot {
@@ -56,8 +82,12 @@ pub(crate) struct Batch {
     pub done: Vec<Completion>,
     /// When ingress handed the batch to dispatch (the clock's ns), for latency.
     pub ingress_ns: u64,
-    /// The records of the batch's traced packets (empty unless tracing).
-    pub traced: Vec<super::TraceRecord>,
+    /// The batch's number in dispatch order, from 1 (stamped by ingress with its packets'
+    /// [`Slot::pred`]).
+    pub seq: u64,
+    /// The records of the batch's traced packets, by index in the batch (empty unless
+    /// tracing).
+    pub traced: Vec<(u32, super::TraceRecord)>,
 }
 
 impl Batch {
@@ -69,6 +99,7 @@ impl Batch {
             out: OutArena::default(),
             done: Vec::with_capacity(packets),
             ingress_ns: 0,
+            seq: 0,
             traced: Vec::new(),
         }
     }

@@ -399,9 +399,7 @@ impl PfeBuilder {
             pool: ArrayQueue::new(max_batches.min(cfg.capacity + 4)),
             in_flight: sync::CachePadded::new(sync::AtomicU64::new(0)),
             room: RoomWait::new(cfg.capacity as u64),
-            ingress: Mutex::new(IngressState {
-                next_seq: vec![0; cfg.reorder_contexts],
-            }),
+            ingress: Mutex::new(IngressState::new(cfg.reorder_contexts)),
             ingress_counts: CachePadded::new([
                 AtomicU64::new(0),
                 AtomicU64::new(0),
@@ -409,7 +407,7 @@ impl PfeBuilder {
                 AtomicU64::new(0),
             ]),
             latency: cfg.latency.then(|| LatencyRecorder::new(cfg.ppe_threads)),
-            reorder: ReorderStage::new(cfg.reorder_contexts, cfg.ports),
+            reorder: ReorderStage::new(cfg.ports),
             groups: group_table,
             sink,
             tx: TxCounters::new(cfg.ports),

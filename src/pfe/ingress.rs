@@ -9,14 +9,16 @@
 //!    counting runts, oversize frames and frames a custom classifier panicked on as drops;
 //! 2. reserves in-flight room for the batch, as its [`Admit`] says: waiting for it (asleep,
 //!    see `room`), all or nothing, or as much as fits (the rest dropped as `rx_full`);
-//! 3. under the ingress lock, stamps each packet with its reorder context's next sequence
-//!    number and pushes the batch into dispatch, so that sequence order is dispatch order.
+//! 3. under the ingress lock, numbers the batch, stamps each packet with its reorder
+//!    context's next sequence number and with the context's previous packet (the one the
+//!    reorder engine releases it after), and pushes the batch into dispatch, so that
+//!    sequence order is dispatch order.
 
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::batch::{Batch, Slot};
+use super::batch::{packet_id, Batch, Slot};
 use super::stats::{DROP_OVERSIZE, DROP_RUNT, DROP_RX_FULL};
 use super::Pfe;
 use crate::packet::{Packet, Port, MIN_FRAME_BYTES};
@@ -97,7 +99,29 @@ fn five_tuple_key(port: Port, frame: &[u8]) -> u64 {
 
 /// Per-context sequence numbers; owned by whoever holds the ingress lock.
 pub(crate) struct IngressState {
-    pub next_seq: Vec<u32>,
+    /// Per reorder context: its next sequence number and its last packet.
+    pub contexts: Vec<ContextStamp>,
+    /// The number of the last batch pushed into dispatch (0: none yet).
+    pub next_batch: u64,
+}
+
+impl IngressState {
+    pub fn new(contexts: usize) -> Self {
+        IngressState {
+            contexts: vec![ContextStamp::default(); contexts],
+            next_batch: 0,
+        }
+    }
+}
+
+/// What ingress remembers of one reorder context.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ContextStamp {
+    /// The [`packet_id`] of its last packet (0: none yet), the next packet's
+    /// [`Slot::pred`].
+    pub last: u64,
+    /// The next packet's [`Slot::seq`].
+    pub next_seq: u32,
 }
 
 /// What ingress does with a batch when the engine has no room for it.
@@ -331,6 +355,7 @@ impl Pfe {
                     port,
                     ctx,
                     seq: 0,
+                    pred: 0,
                 });
                 if batch.slots.len() == bs {
                     break;
@@ -380,10 +405,14 @@ impl Pfe {
                 if sh.latency.is_some() {
                     batch.ingress_ns = sh.clock.now_ns();
                 }
-                for s in batch.slots.iter_mut() {
-                    let seq = &mut ing.next_seq[s.ctx as usize];
-                    s.seq = *seq;
-                    *seq = seq.wrapping_add(1);
+                ing.next_batch += 1;
+                batch.seq = ing.next_batch;
+                for (i, s) in batch.slots.iter_mut().enumerate() {
+                    let flow = &mut ing.contexts[s.ctx as usize];
+                    s.seq = flow.next_seq;
+                    flow.next_seq = flow.next_seq.wrapping_add(1);
+                    s.pred = flow.last;
+                    flow.last = packet_id(batch.seq, i);
                 }
                 sh.dispatch.push(batch);
             }

@@ -201,7 +201,7 @@ fn dispatch_close_wakes_parked_consumers() {
 fn finish_model(threads: usize, preemptions: Option<usize>) {
     assert!(threads < usize::BITS as usize);
     check(preemptions, move || {
-        let stage = Arc::new(ReorderStage::new(1, 1));
+        let stage = Arc::new(ReorderStage::new(1));
         // Bit `id` is set when batch `id` is retired.
         let retired = Arc::new(AtomicUsize::new(0));
         let finish = {
@@ -211,6 +211,7 @@ fn finish_model(threads: usize, preemptions: Option<usize>) {
                 let mut batch = Box::<Batch>::default();
                 // The batch's mark; it holds no packets, so completing it releases nothing.
                 batch.frames.push(id);
+                batch.seq = u64::from(id) + 1;
                 let tx = TxCounters::new(1);
                 let out = Outlet {
                     groups: &[],
@@ -221,6 +222,7 @@ fn finish_model(threads: usize, preemptions: Option<usize>) {
                 };
                 stage.finish(batch, out, |b, released| {
                     assert_eq!(released, 0);
+                    let Some(b) = b else { return };
                     let bit = 1 << b.frames[0];
                     let before = retired.fetch_or(bit, Ordering::Relaxed);
                     assert_eq!(before & bit, 0, "batch {} completed twice", b.frames[0]);

@@ -36,6 +36,8 @@ mod lifecycle;
 mod loom_tests;
 mod ppe;
 mod reorder;
+#[cfg(all(test, not(loom)))]
+mod reorder_tests;
 mod room;
 #[cfg(test)]
 mod start_tests;
@@ -134,8 +136,9 @@ pub(crate) struct Shared {
     /// Injectors waiting for in-flight room, and their wake-up by the releasing PPE threads
     /// (the protocol is in `room`).
     pub room: RoomWait,
-    /// The next sequence number of each reorder context. Whoever holds the lock also pushes
-    /// the batch it stamped into `dispatch`, so that sequence order is dispatch order.
+    /// The next sequence number and the last packet of each reorder context, and the last
+    /// batch's number. Whoever holds the lock also pushes the batch it stamped into
+    /// `dispatch`, so that sequence order is dispatch order.
     pub ingress: Mutex<IngressState>,
     /// Frames injected (index 0), then the ingress drops by engine drop reason, at index
     /// reason + 1: `runt`, `oversize`, `rx_full`. Only ingress adds to them.

@@ -84,7 +84,7 @@ pub(crate) fn run(
         } else {
             let released = release_unordered(&shared, &batch, &mut queues);
             if let Some((cfg, now)) = trace {
-                for r in batch.traced.drain(..) {
+                for (_, r) in batch.traced.drain(..) {
                     trace::emit(cfg, r, now, false);
                 }
             }
@@ -96,7 +96,7 @@ pub(crate) fn run(
                     leaving.count() as u64,
                 );
             }
-            retire(&shared, batch, released);
+            retire(&shared, Some(batch), released);
         }
     }
 }
@@ -153,13 +153,18 @@ fn run_timer(
     }
 }
 
-/// Counts released packets out of flight and returns the batch to the pool.
-fn retire(shared: &Shared, mut batch: Box<Batch>, released: u64) {
-    // Clear first: once drain sees nothing in flight, the engine holds no shared frame.
-    batch.clear();
-    shared.room.release(&shared.in_flight, released);
-    // A full pool means more batches exist than the capacity needs; let this one go.
-    let _ = shared.pool.push(batch);
+/// Returns a batch whose packets have all left to the pool, and counts `released`
+/// packets out of flight.
+fn retire(shared: &Shared, batch: Option<Box<Batch>>, released: u64) {
+    if let Some(mut batch) = batch {
+        // Clear first: once drain sees nothing in flight, the engine holds no shared frame.
+        batch.clear();
+        // A full pool means more batches exist than the capacity needs; let this one go.
+        let _ = shared.pool.push(batch);
+    }
+    if released > 0 {
+        shared.room.release(&shared.in_flight, released);
+    }
 }
 
 fn release_unordered(shared: &Shared, batch: &Batch, queues: &mut PortQueues) -> u64 {
@@ -255,7 +260,7 @@ fn process_packets<const TRACE: bool>(
         ..
     } = batch;
     let trace = shared.trace.as_deref();
-    for s in slots.iter() {
+    for (index, s) in slots.iter().enumerate() {
         let frame = Batch::frame(frames, by_ref, s);
         let tracing = TRACE && trace.is_some_and(|tr| tr.wants(s.port, frame));
         let mut labels = Vec::new();
@@ -354,14 +359,14 @@ fn process_packets<const TRACE: bool>(
         }
         if tracing {
             let r = trace_record(shared, core, s, labels, &outcome.result, left, now_ns);
-            traced.push(r);
+            traced.push((index as u32, r));
         }
         done.push(Completion {
-            ctx: s.ctx,
-            seq: s.seq,
+            pred: s.pred,
             outs_start: outs_start as u32,
             outs_end: out.recs.len() as u32,
             own: left,
+            released: false,
         });
     }
     for (a, b) in st.xtxns.iter_mut().zip(core.xtxns.iter_mut()) {

@@ -1,13 +1,27 @@
 //! The reorder engine: holds each finished packet until every earlier packet of its flow
-//! has been released, then hands it to egress.
+//! has left, then hands it to egress.
 //!
-//! Ingress stamps each packet with a reorder context (its flow key folded to the number of
-//! contexts; flows that share a context are ordered together, which is safe) and the next
-//! sequence number of that context. PPE threads finish whole batches; the thread that
-//! finishes one takes the engine's lock once for the batch and, for each packet in batch
-//! order, releases it if it is next in its context (then any held successors), or holds a
-//! copy otherwise. A dropped or consumed packet releases its slot with no output. Held
-//! packets stay counted in flight, so the engine's in-flight capacity bounds them.
+//! Ingress numbers the batches in dispatch order and stamps each packet with a reorder
+//! context (its flow key folded to the number of contexts; flows that share a context are
+//! ordered together, which is safe) and with that context's previous packet, its
+//! *predecessor*, named by batch number and index ([`packet_id`]). A packet may leave once
+//! its predecessor has left; by induction, every earlier packet of its context has.
+//!
+//! PPE threads finish whole batches, in any order. The engine keeps a window of batch
+//! numbers from the oldest batch that still has a packet in it: every batch below has been
+//! completed and all its packets have left, so a predecessor there has left, which is all
+//! the engine needs to know of the packets it has forgotten. Completing a batch, it walks
+//! its packets in order: a packet whose predecessor lies below the window, or was released
+//! already, leaves now (into the egress queues); any other one waits in its batch, noted
+//! in its predecessor's batch as a *waiter*. Releasing a packet wakes its waiter, which may
+//! wake its own. A dropped or consumed packet leaves with no output. A batch goes back to
+//! the pool once every packet in it has left; the window's front moves past it.
+//!
+//! So the engine has no table per context (ingress has one, which only ingress touches):
+//! the common case costs a comparison per packet on the batch's own cache lines, and
+//! nothing is copied to be held, since a waiting packet stays in its batch. Held packets
+//! stay counted in flight, so the engine's in-flight capacity bounds them (and the batches
+//! holding them). The design and what it replaced: `pfe/README.md`.
 //!
 //! No PPE thread ever waits for the engine: a finished batch is pushed on a lock-free
 //! queue, and whichever thread holds the engine's lock completes every queued batch before
@@ -16,25 +30,16 @@
 //! unlocking. So a holder descheduled on a small machine delays releases, never the
 //! processing of packets.
 
+use std::collections::VecDeque;
+
 use hashbrown::HashMap;
 
-use super::batch::Batch;
+use super::batch::{packet_id, split_packet_id, Batch};
 use super::egress::{PortQueues, Sink, Span, TxCounters};
 use super::latency::LatencyRecorder;
 use super::trace::{emit, TraceConfig, TraceRecord};
-use crate::packet::{Dest, Port, SRC_FRAMES};
+use crate::packet::Port;
 use crate::sync::{fence, AtomicU64, Mutex, Ordering, SegQueue};
-
-/// A finished packet waiting for an earlier one of its flow: copies of its outputs, and its
-/// batch's ingress stamp (for latency).
-#[derive(Default)]
-struct Held {
-    bytes: Vec<u8>,
-    recs: Vec<(Dest, u32, u32)>,
-    /// The packet left: `recs[0]` is its own frame.
-    own: bool,
-    ingress_ns: u64,
-}
 
 /// Where a releasing thread records latency: the recorder, its shard, and the time now.
 pub(crate) type LatencySink<'a> = Option<(&'a LatencyRecorder, usize, u64)>;
@@ -72,21 +77,24 @@ impl ReorderStage {
         self.held_total.load(Ordering::Relaxed)
     }
 
-    pub fn new(contexts: usize, ports: usize) -> Self {
+    pub fn new(ports: usize) -> Self {
         ReorderStage {
-            engine: Mutex::new(ReorderEngine::new(contexts, ports)),
+            engine: Mutex::new(ReorderEngine::new(ports)),
             finished: SegQueue::new(),
             held_total: AtomicU64::new(0),
         }
     }
 
     /// Hands over a finished batch. If the engine is free, completes it and every other
-    /// queued batch; `retire` gets each completed batch and how many ingress packets left.
+    /// queued batch. `retire` gets each batch all of whose packets have left
+    /// (`Some(batch)`, 0), and after each completion how many ingress packets left
+    /// (`None`, n): batches first, so that a drain that sees nothing in flight finds every
+    /// batch cleared.
     pub fn finish(
         &self,
         batch: Box<Batch>,
         out: Outlet<'_>,
-        mut retire: impl FnMut(Box<Batch>, u64),
+        mut retire: impl FnMut(Option<Box<Batch>>, u64),
     ) {
         self.finished.push(batch);
         loop {
@@ -94,12 +102,15 @@ impl ReorderStage {
             let Some(mut engine) = self.engine.try_lock() else {
                 return;
             };
-            while let Some(mut b) = self.finished.pop() {
-                let (released, held) = engine.complete(&mut b, out);
+            while let Some(b) = self.finished.pop() {
+                let (released, held) = engine.complete(b, out);
                 if held > 0 {
                     self.held_total.fetch_add(held, Ordering::Relaxed);
                 }
-                retire(b, released);
+                for b in engine.retired.drain(..) {
+                    retire(Some(b), 0);
+                }
+                retire(None, released);
             }
             drop(engine);
             // A batch pushed while we held the lock, by a thread whose try_lock failed,
@@ -112,150 +123,276 @@ impl ReorderStage {
     }
 }
 
+/// One batch of the window.
+struct Pending {
+    /// The completed batch, while some of its packets wait (`None` before it is completed,
+    /// and once they have all left).
+    batch: Option<Box<Batch>>,
+    /// Completed, and every packet of it has left.
+    done: bool,
+    /// Packets of `batch` still waiting.
+    waiting: u32,
+    /// Packets of later batches waiting for one of this batch's: (the index here, the
+    /// waiting packet's id). A packet has one waiter at most, the next of its context.
+    waiters: Vec<(u32, u64)>,
+    /// Its place in [`ReorderEngine::touched`] during a completion ([`UNTOUCHED`]: none).
+    touched: u32,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending {
+            batch: None,
+            done: false,
+            waiting: 0,
+            waiters: Vec::new(),
+            touched: UNTOUCHED,
+        }
+    }
+}
+
+/// [`Pending::touched`] of a batch the current completion has not released from.
+const UNTOUCHED: u32 = u32::MAX;
+
+/// A batch the current completion released packets from: its number, and how many of
+/// them left with output (for latency).
+struct Touched {
+    seq: u64,
+    leaving: u64,
+}
+
 pub(crate) struct ReorderEngine {
-    /// Next sequence number to release, per context.
-    next: Vec<u32>,
-    held: HashMap<(u32, u32), Held>,
+    /// The oldest batch not completed or with a packet still waiting: every batch below it
+    /// has been completed and all its packets have left.
+    base: u64,
+    /// Batches `base..base + window.len()`.
+    window: VecDeque<Pending>,
+    /// Window entries to reuse (their `waiters` keep their capacity).
+    spare: Vec<Pending>,
     /// Egress queues live under the same lock so release order is delivery order.
     queues: PortQueues,
-    /// Held packets released by the current batch; their bytes stay here until the
-    /// queues are flushed, then the buffers are reused.
-    releasing: Vec<Held>,
-    /// Spare buffers for held packets, reused instead of allocated.
-    spare: Vec<Held>,
-    /// The records of traced packets being held, by (context, sequence number).
-    held_traces: HashMap<(u32, u32), TraceRecord>,
-    /// Records of traced held packets the current batch released.
+    /// The batches the current completion released from, in the order of their sources
+    /// in the egress flush (the completed batch first).
+    touched: Vec<Touched>,
+    /// Packets whose waiter to wake, while a release walks its chain.
+    wake: Vec<u64>,
+    /// Batches all of whose packets left, for [`ReorderStage::finish`] to retire (boxed:
+    /// they go back to the pool as they came).
+    #[allow(clippy::vec_box)]
+    retired: Vec<Box<Batch>>,
+    /// The records of traced packets being held, by packet id.
+    held_traces: HashMap<u64, TraceRecord>,
+    /// Records of traced held packets the current completion released.
     traces_released: Vec<TraceRecord>,
 }
 
-/// Source index of the first released held packet in a flush (after the batch's packet
-/// buffer and output arena).
-const SRC_HELD_BASE: u32 = 2;
-
 impl ReorderEngine {
-    pub fn new(contexts: usize, ports: usize) -> Self {
+    pub fn new(ports: usize) -> Self {
         ReorderEngine {
-            next: vec![0; contexts],
-            held: HashMap::new(),
-            queues: PortQueues::new(ports),
-            releasing: Vec::new(),
+            // Ingress numbers batches from 1.
+            base: 1,
+            window: VecDeque::new(),
             spare: Vec::new(),
+            queues: PortQueues::new(ports),
+            touched: Vec::new(),
+            wake: Vec::new(),
+            retired: Vec::new(),
             held_traces: HashMap::new(),
             traces_released: Vec::new(),
         }
     }
 
-    /// Releases what the finished batch allows; returns how many ingress packets left and
-    /// how many of the batch's packets had to be held.
-    pub fn complete(&mut self, batch: &mut Batch, out: Outlet<'_>) -> (u64, u64) {
-        let Outlet {
-            groups,
-            sink,
-            tx,
-            latency,
-            trace,
-        } = out;
-        let mut released = 0u64;
-        let mut held = 0u64;
-        // The batch's own packets that leave now (held ones are timed when released).
-        let mut leaving = 0u64;
-        for c in &batch.done {
-            let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
-            let next = &mut self.next[c.ctx as usize];
-            if *next != c.seq {
-                let mut h = self.spare.pop().unwrap_or_default();
-                for r in recs {
-                    let src = if r.src == SRC_FRAMES {
-                        &batch.frames
-                    } else {
-                        &batch.out.bytes
-                    };
-                    let off = h.bytes.len() as u32;
-                    h.bytes
-                        .extend_from_slice(&src[r.off as usize..(r.off + r.len) as usize]);
-                    h.recs.push((r.dest, off, r.len));
-                }
-                h.own = c.own;
-                h.ingress_ns = batch.ingress_ns;
-                self.held.insert((c.ctx, c.seq), h);
-                held += 1;
-                continue;
-            }
-            *next = next.wrapping_add(1);
-            released += 1;
-            leaving += u64::from(!recs.is_empty());
-            for (i, r) in recs.iter().enumerate() {
-                let span = Span::new(r.src, r.off, r.len);
-                self.queues.push(r.dest, span, c.own && i == 0, groups);
-            }
-            if !self.held.is_empty() {
-                released += self.release_held(c.ctx, groups);
-            }
+    /// Whether packet `index` of batch `seq` (not the batch being completed) has left.
+    #[inline]
+    fn has_left(&self, seq: u64, index: usize) -> bool {
+        if seq < self.base {
+            return true;
         }
-        let mut sources: Vec<&[u8]> =
-            Vec::with_capacity(SRC_HELD_BASE as usize + self.releasing.len());
-        sources.push(&batch.frames);
-        sources.push(&batch.out.bytes);
-        sources.extend(self.releasing.iter().map(|h| &h.bytes[..]));
-        self.queues.flush(&sources, sink, tx);
-        if let Some((l, shard, now)) = latency {
-            l.record(shard, now.saturating_sub(batch.ingress_ns), leaving);
-            for h in self.releasing.iter().filter(|h| !h.recs.is_empty()) {
-                l.record(shard, now.saturating_sub(h.ingress_ns), 1);
-            }
-        }
-        for mut h in self.releasing.drain(..) {
-            if self.spare.len() < 1024 {
-                h.bytes.clear();
-                h.recs.clear();
-                self.spare.push(h);
-            }
-        }
-        if let Some((cfg, now)) = trace {
-            self.finish_traces(batch, cfg, now);
-        }
-        (released, held)
+        let p = &self.window[(seq - self.base) as usize];
+        p.done || p.batch.as_ref().is_some_and(|b| b.done[index].released)
     }
 
-    /// Hands on the records of traced packets: the batch's held ones wait for their
-    /// release, its others left with it, and the held ones it released go now.
+    /// Releases what the finished batch allows; returns how many ingress packets left
+    /// (its own and earlier ones' they freed) and how many of its packets had to wait.
+    /// Batches all of whose packets have left go to `retired`.
+    pub fn complete(&mut self, mut batch: Box<Batch>, out: Outlet<'_>) -> (u64, u64) {
+        let seq = batch.seq;
+        assert!(seq >= self.base, "batch {seq} completed twice");
+        let at = (seq - self.base) as usize;
+        while self.window.len() <= at {
+            self.window.push_back(self.spare.pop().unwrap_or_default());
+        }
+        debug_assert!(self.window[at].batch.is_none() && !self.window[at].done);
+        self.window[at].touched = 0;
+        self.touched.push(Touched { seq, leaving: 0 });
+        let mut own = 0u64;
+        let mut woken = 0u64;
+        let mut leaving = 0u64;
+        for i in 0..batch.done.len() {
+            let c = batch.done[i];
+            let (pseq, pi) = split_packet_id(c.pred);
+            let left = if pseq == seq {
+                batch.done[pi].released
+            } else {
+                self.has_left(pseq, pi)
+            };
+            if !left {
+                let p = &mut self.window[(pseq - self.base) as usize];
+                p.waiters.push((pi as u32, packet_id(seq, i)));
+                continue;
+            }
+            batch.done[i].released = true;
+            own += 1;
+            let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
+            leaving += u64::from(!recs.is_empty());
+            for (j, r) in recs.iter().enumerate() {
+                let span = Span::new(r.src, r.off, r.len);
+                self.queues.push(r.dest, span, c.own && j == 0, out.groups);
+            }
+            if !self.window[at].waiters.is_empty() {
+                woken += self.wake_waiters(packet_id(seq, i), out.groups);
+            }
+        }
+        self.touched[0].leaving = leaving;
+        let waiting = batch.done.len() as u64 - own;
+        self.flush(&batch, out);
+        if let Some((cfg, now)) = out.trace {
+            self.finish_traces(&mut batch, cfg, now);
+        }
+        // Retire what emptied, then move the window past the batches done with.
+        for t in self.touched.drain(1..) {
+            let p = &mut self.window[(t.seq - self.base) as usize];
+            p.touched = UNTOUCHED;
+            if p.waiting == 0 {
+                p.done = true;
+                self.retired.extend(p.batch.take());
+            }
+        }
+        self.touched.clear();
+        let p = &mut self.window[at];
+        p.touched = UNTOUCHED;
+        p.waiting = waiting as u32;
+        if waiting == 0 {
+            p.done = true;
+            self.retired.push(batch);
+        } else {
+            p.batch = Some(batch);
+        }
+        while self.window.front().is_some_and(|p| p.done) {
+            let mut p = self.window.pop_front().expect("the front was just seen");
+            debug_assert!(p.waiters.is_empty() && p.batch.is_none());
+            p.done = false;
+            self.spare.push(p);
+            self.base += 1;
+        }
+        (own + woken, waiting)
+    }
+
+    /// Releases the packet waiting for packet `id`, the one waiting for that one, and so
+    /// on; returns how many. Every packet it wakes is in a later batch than `id`'s (a
+    /// waiter is always a later packet), so never in the batch being completed: that
+    /// batch's waiting packets wait for earlier batches, which no release of its own frees.
+    fn wake_waiters(&mut self, id: u64, groups: &[Vec<Port>]) -> u64 {
+        let mut woken = 0;
+        self.wake.push(id);
+        while let Some(id) = self.wake.pop() {
+            let (seq, index) = split_packet_id(id);
+            let p = &mut self.window[(seq - self.base) as usize];
+            let Some(pos) = p.waiters.iter().position(|&(i, _)| i as usize == index) else {
+                continue;
+            };
+            let (_, next) = p.waiters.swap_remove(pos);
+            self.release_waiting(next, groups);
+            woken += 1;
+            self.wake.push(next);
+        }
+        woken
+    }
+
+    /// Releases waiting packet `id` of a completed batch in the window.
+    fn release_waiting(&mut self, id: u64, groups: &[Vec<Port>]) {
+        let (seq, index) = split_packet_id(id);
+        let p = &mut self.window[(seq - self.base) as usize];
+        if p.touched == UNTOUCHED {
+            p.touched = self.touched.len() as u32;
+            self.touched.push(Touched { seq, leaving: 0 });
+        }
+        let src_base = 2 * p.touched;
+        p.waiting -= 1;
+        let b = p
+            .batch
+            .as_mut()
+            .expect("a waiting packet's batch is completed");
+        let c = &mut b.done[index];
+        c.released = true;
+        let recs = &b.out.recs[c.outs_start as usize..c.outs_end as usize];
+        for (j, r) in recs.iter().enumerate() {
+            let span = Span::new(src_base + r.src, r.off, r.len);
+            self.queues.push(r.dest, span, c.own && j == 0, groups);
+        }
+        self.touched[p.touched as usize].leaving += u64::from(!recs.is_empty());
+        if !self.held_traces.is_empty() {
+            if let Some(r) = self.held_traces.remove(&id) {
+                self.traces_released.push(r);
+            }
+        }
+    }
+
+    /// Hands the queued frames to the sink (the completed batch's, then those of the
+    /// earlier batches it released from) and records their latency.
+    fn flush(&mut self, batch: &Batch, out: Outlet<'_>) {
+        let ReorderEngine {
+            base,
+            window,
+            queues,
+            touched,
+            ..
+        } = self;
+        let earlier = |t: &Touched| {
+            window[(t.seq - *base) as usize]
+                .batch
+                .as_deref()
+                .expect("a batch released from is completed")
+        };
+        if touched.len() == 1 {
+            queues.flush(&[&batch.frames, &batch.out.bytes], out.sink, out.tx);
+        } else {
+            let mut sources: Vec<&[u8]> = Vec::with_capacity(2 * touched.len());
+            sources.push(&batch.frames);
+            sources.push(&batch.out.bytes);
+            for t in &touched[1..] {
+                let b = earlier(t);
+                sources.push(&b.frames);
+                sources.push(&b.out.bytes);
+            }
+            queues.flush(&sources, out.sink, out.tx);
+        }
+        if let Some((l, shard, now)) = out.latency {
+            l.record(
+                shard,
+                now.saturating_sub(batch.ingress_ns),
+                touched[0].leaving,
+            );
+            for t in touched[1..].iter().filter(|t| t.leaving > 0) {
+                l.record(shard, now.saturating_sub(earlier(t).ingress_ns), t.leaving);
+            }
+        }
+    }
+
+    /// Hands on the records of traced packets: the batch's waiting ones wait for their
+    /// release, its others left with it, and the waiting ones it released go now.
     #[cold]
     #[inline(never)]
     fn finish_traces(&mut self, batch: &mut Batch, cfg: &TraceConfig, now: u64) {
-        for r in batch.traced.drain(..) {
-            if self.held.contains_key(&r.flow) {
-                self.held_traces.insert(r.flow, r);
-            } else {
+        for (i, r) in batch.traced.drain(..) {
+            if batch.done[i as usize].released {
                 emit(cfg, r, now, false);
+            } else {
+                self.held_traces.insert(packet_id(batch.seq, i as usize), r);
             }
         }
         for r in self.traces_released.drain(..) {
             emit(cfg, r, now, true);
-        }
-    }
-
-    /// Releases the held successors of context `ctx` that are now next in line.
-    fn release_held(&mut self, ctx: u32, groups: &[Vec<Port>]) -> u64 {
-        let mut released = 0;
-        loop {
-            let seq = self.next[ctx as usize];
-            let Some(h) = self.held.remove(&(ctx, seq)) else {
-                return released;
-            };
-            let src = SRC_HELD_BASE + self.releasing.len() as u32;
-            for (i, &(dest, off, len)) in h.recs.iter().enumerate() {
-                self.queues
-                    .push(dest, Span::new(src, off, len), h.own && i == 0, groups);
-            }
-            self.releasing.push(h);
-            if !self.held_traces.is_empty() {
-                if let Some(r) = self.held_traces.remove(&(ctx, seq)) {
-                    self.traces_released.push(r);
-                }
-            }
-            self.next[ctx as usize] = seq.wrapping_add(1);
-            released += 1;
         }
     }
 }
