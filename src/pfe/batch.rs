@@ -24,7 +24,8 @@ pub(crate) struct Slot {
     pub port: Port,
     /// Reorder context (flow hash folded to the number of contexts).
     pub ctx: u32,
-    /// Sequence number within the reorder context, stamped at ingress.
+    /// Sequence number within the reorder context, stamped at ingress when the engine
+    /// traces (it names the packet in trace records; 0 otherwise).
     pub seq: u32,
     /// The packet of the same reorder context just before this one, as a
     /// [`packet_id`] (0: none), stamped at ingress with reordering on: the reorder

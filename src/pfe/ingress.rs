@@ -10,9 +10,9 @@
 //! 2. reserves in-flight room for the batch, as its [`Admit`] says: waiting for it (asleep,
 //!    see `room`), all or nothing, or as much as fits (the rest dropped as `rx_full`);
 //! 3. under the ingress lock, numbers the batch, stamps each packet with its reorder
-//!    context's next sequence number and with the context's previous packet (the one the
-//!    reorder engine releases it after), and pushes the batch into dispatch, so that
-//!    sequence order is dispatch order.
+//!    context's previous packet (the one the reorder engine releases it after; and, when
+//!    tracing, with the context's next sequence number, which names it in the records), and
+//!    pushes the batch into dispatch, so that stamping order is dispatch order.
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -99,8 +99,11 @@ fn five_tuple_key(port: Port, frame: &[u8]) -> u64 {
 
 /// Per-context sequence numbers; owned by whoever holds the ingress lock.
 pub(crate) struct IngressState {
-    /// Per reorder context: its next sequence number and its last packet.
-    pub contexts: Vec<ContextStamp>,
+    /// The [`packet_id`] of each reorder context's last packet (0: none yet), the next
+    /// packet's [`Slot::pred`].
+    pub last: Vec<u64>,
+    /// Each reorder context's next [`Slot::seq`] (stamped only when tracing).
+    pub next_seq: Vec<u32>,
     /// The number of the last batch pushed into dispatch (0: none yet).
     pub next_batch: u64,
 }
@@ -108,20 +111,11 @@ pub(crate) struct IngressState {
 impl IngressState {
     pub fn new(contexts: usize) -> Self {
         IngressState {
-            contexts: vec![ContextStamp::default(); contexts],
+            last: vec![0; contexts],
+            next_seq: vec![0; contexts],
             next_batch: 0,
         }
     }
-}
-
-/// What ingress remembers of one reorder context.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ContextStamp {
-    /// The [`packet_id`] of its last packet (0: none yet), the next packet's
-    /// [`Slot::pred`].
-    pub last: u64,
-    /// The next packet's [`Slot::seq`].
-    pub next_seq: u32,
 }
 
 /// What ingress does with a batch when the engine has no room for it.
@@ -407,12 +401,19 @@ impl Pfe {
                 }
                 ing.next_batch += 1;
                 batch.seq = ing.next_batch;
+                let IngressState { last, next_seq, .. } = &mut *ing;
                 for (i, s) in batch.slots.iter_mut().enumerate() {
-                    let flow = &mut ing.contexts[s.ctx as usize];
-                    s.seq = flow.next_seq;
-                    flow.next_seq = flow.next_seq.wrapping_add(1);
-                    s.pred = flow.last;
-                    flow.last = packet_id(batch.seq, i);
+                    let last = &mut last[s.ctx as usize];
+                    s.pred = *last;
+                    *last = packet_id(batch.seq, i);
+                }
+                // Sequence numbers only name packets in trace records.
+                if sh.trace.is_some() {
+                    for s in batch.slots.iter_mut() {
+                        let seq = &mut next_seq[s.ctx as usize];
+                        s.seq = *seq;
+                        *seq = seq.wrapping_add(1);
+                    }
                 }
                 sh.dispatch.push(batch);
             }

@@ -228,6 +228,9 @@ impl ReorderEngine {
         let mut own = 0u64;
         let mut woken = 0u64;
         let mut leaving = 0u64;
+        // Later batches' packets waiting for this one's. None can join them during the
+        // walk: a packet of this batch that waits, waits for an earlier batch.
+        let waited_for = !self.window[at].waiters.is_empty();
         for i in 0..batch.done.len() {
             let c = batch.done[i];
             let (pseq, pi) = split_packet_id(c.pred);
@@ -249,7 +252,7 @@ impl ReorderEngine {
                 let span = Span::new(r.src, r.off, r.len);
                 self.queues.push(r.dest, span, c.own && j == 0, out.groups);
             }
-            if !self.window[at].waiters.is_empty() {
+            if waited_for {
                 woken += self.wake_waiters(packet_id(seq, i), out.groups);
             }
         }

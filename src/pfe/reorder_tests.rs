@@ -43,11 +43,10 @@ fn stamped(sizes: &[usize], ctxs: &[u32], dropped: &[bool], contexts: usize) -> 
         b.seq = ing.next_batch;
         for i in 0..n {
             let ctx = ctxs[k % ctxs.len()] % contexts as u32;
-            let flow = &mut ing.contexts[ctx as usize];
-            let seq = flow.next_seq;
-            flow.next_seq += 1;
-            let pred = flow.last;
-            flow.last = packet_id(b.seq, i);
+            let seq = ing.next_seq[ctx as usize];
+            ing.next_seq[ctx as usize] += 1;
+            let pred = ing.last[ctx as usize];
+            ing.last[ctx as usize] = packet_id(b.seq, i);
             let off = b.frames.len() as u32;
             b.frames.extend_from_slice(&ctx.to_le_bytes());
             b.frames.extend_from_slice(&seq.to_le_bytes());
