@@ -410,7 +410,7 @@ impl PfeBuilder {
             reorder: ReorderStage::new(cfg.ports),
             groups: group_table,
             sink,
-            tx: TxCounters::new(cfg.ports),
+            tx: TxCounters::new(cfg.ports, cfg.ppe_threads),
             worker_stats: (0..cfg.ppe_threads)
                 .map(|_| CachePadded::new(Mutex::new(WorkerStats::new(drop_reason_names.len()))))
                 .collect(),

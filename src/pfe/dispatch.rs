@@ -55,11 +55,16 @@ pub(crate) struct Dispatch {
     backlog: usize,
     /// Threads woken for a backlog at most (the cores available).
     max_active: usize,
-    /// Batches taken so far: the progress a stalled waiter watches.
-    taken: CachePadded<AtomicU64>,
+    /// Batches taken so far, by PPE thread (modulo the shards, each on its own cache line
+    /// so that pops on different cores do not pass one line between them): the progress a
+    /// stalled waiter watches, summed.
+    taken: Box<[CachePadded<AtomicU64>]>,
     /// Woken whenever a thread is about to park (the timer launcher's parker).
     on_idle: Option<Unparker>,
 }
+
+/// Shards of the taken count at most (threads beyond share them).
+const TAKEN_SHARDS: usize = 16;
 
 /// How long queued work may sit with no batch taken before a waiter wakes another thread.
 const STALL: Duration = Duration::from_millis(1);
@@ -97,7 +102,9 @@ impl Dispatch {
             closed: AtomicBool::new(false),
             backlog: 2,
             max_active: max_active.max(1),
-            taken: CachePadded::new(AtomicU64::new(0)),
+            taken: (0..threads.clamp(1, TAKEN_SHARDS))
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
             on_idle,
         };
         (d, parkers)
@@ -142,10 +149,21 @@ impl Dispatch {
         self.active.load(Ordering::Acquire) >= self.unparkers.len()
     }
 
+    /// Batches and launches taken so far.
+    fn taken(&self) -> u64 {
+        self.taken.iter().map(|t| t.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Counts one taken by PPE thread `me`.
+    #[inline]
+    fn took(&self, me: usize) {
+        self.taken[me % self.taken.len()].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Starts watching for a stall.
     pub fn stall_watch(&self) -> StallWatch {
         StallWatch {
-            taken: self.taken.load(Ordering::Relaxed),
+            taken: self.taken(),
             since: Instant::now(),
         }
     }
@@ -153,7 +171,7 @@ impl Dispatch {
     /// Called by a thread waiting on the engine: if work has been queued with no batch
     /// taken for [`STALL`], wake one more PPE thread even past the cap (step 4).
     pub fn check_stall(&self, w: &mut StallWatch) {
-        let taken = self.taken.load(Ordering::Relaxed);
+        let taken = self.taken();
         if taken != w.taken {
             *w = StallWatch {
                 taken,
@@ -184,7 +202,7 @@ impl Dispatch {
     pub fn pop(&self, me: usize, parker: &Parker) -> Popped {
         loop {
             if let Some(job) = self.pop_spinning() {
-                self.taken.fetch_add(1, Ordering::Relaxed);
+                self.took(me);
                 if let Popped::Batch(_) = job {
                     self.maybe_wake();
                 }
@@ -194,7 +212,7 @@ impl Dispatch {
                 // Work pushed before the close is visible now (the close's store is ordered
                 // after the push), and queued work is done before anyone exits.
                 if let Some(job) = self.pop_any() {
-                    self.taken.fetch_add(1, Ordering::Relaxed);
+                    self.took(me);
                     return job;
                 }
                 return Popped::Closed;

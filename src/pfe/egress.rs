@@ -215,23 +215,48 @@ impl<F: Fn(Port, &[u8]) + Send + Sync> Sink for FnSink<F> {
 
 /// Per-port transmit counters (frames, bytes), published per burst, and what sinks that
 /// panicked lost.
+///
+/// The counters are sharded by releasing PPE thread (modulo [`TX_SHARDS`]): each burst
+/// adds to its releasing thread's own cache lines, so the lines do not move between cores
+/// with every burst; a reader sums the shards.
 pub(crate) struct TxCounters {
-    ports: Box<[CachePadded<[AtomicU64; 2]>]>,
+    ports: usize,
+    shards: usize,
+    /// Lines of 4 ports' (frames, bytes) each, `lines_per_shard` per shard.
+    lines: Box<[CachePadded<[AtomicU64; 8]>]>,
+    lines_per_shard: usize,
     /// Ingress packets lost in a panicking sink: forwarded, multicast.
     lost: [AtomicU64; 2],
     /// The sinks' panics.
     pub sink_panics: PanicLog,
 }
 
+/// Shards of [`TxCounters`] at most (releasing threads beyond share them).
+pub(crate) const TX_SHARDS: usize = 16;
+
 impl TxCounters {
-    pub fn new(ports: usize) -> Self {
+    /// Counters for `ports` ports, written by up to `threads` releasing threads.
+    pub fn new(ports: usize, threads: usize) -> Self {
+        let shards = threads.clamp(1, TX_SHARDS);
+        let lines_per_shard = ports.div_ceil(4).max(1);
         TxCounters {
-            ports: (0..ports)
-                .map(|_| CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]))
+            ports,
+            shards,
+            lines: (0..shards * lines_per_shard)
+                .map(|_| CachePadded::new(Default::default()))
                 .collect(),
+            lines_per_shard,
             lost: [AtomicU64::new(0), AtomicU64::new(0)],
             sink_panics: PanicLog::default(),
         }
+    }
+
+    /// Port `port`'s (frames, bytes) counters in thread `thread`'s shard.
+    #[inline]
+    fn slot(&self, thread: usize, port: usize) -> (&AtomicU64, &AtomicU64) {
+        let line = &self.lines[(thread % self.shards) * self.lines_per_shard + port / 4];
+        let at = (port % 4) * 2;
+        (&line[at], &line[at + 1])
     }
 
     /// Ingress packets a panicking sink lost: (forwarded, multicast).
@@ -242,10 +267,18 @@ impl TxCounters {
         )
     }
 
+    /// (frames, bytes) per port, over every shard.
     pub fn per_port(&self) -> Vec<(u64, u64)> {
-        self.ports
-            .iter()
-            .map(|p| (p[0].load(Ordering::Relaxed), p[1].load(Ordering::Relaxed)))
+        (0..self.ports)
+            .map(|port| {
+                (0..self.shards).fold((0, 0), |(f, b), t| {
+                    let (tf, tb) = self.slot(t, port);
+                    (
+                        f + tf.load(Ordering::Relaxed),
+                        b + tb.load(Ordering::Relaxed),
+                    )
+                })
+            })
             .collect()
     }
 }
@@ -297,8 +330,9 @@ impl PortQueues {
         q.push(span);
     }
 
-    /// Hands every non-empty queue to the sink, reading spans from `sources`, and empties it.
-    pub fn flush(&mut self, sources: &[&[u8]], sink: &dyn Sink, tx: &TxCounters) {
+    /// Hands every non-empty queue to the sink, reading spans from `sources`, and empties it;
+    /// counts what left in `thread`'s shard of `tx`.
+    pub fn flush(&mut self, sources: &[&[u8]], sink: &dyn Sink, tx: &TxCounters, thread: usize) {
         for port in self.dirty.drain(..) {
             let q = &mut self.queues[port as usize];
             let frames = Frames { sources, spans: q };
@@ -306,9 +340,9 @@ impl PortQueues {
             // flight (see `pfe::contain`).
             match catch_unwind(AssertUnwindSafe(|| sink.deliver(port, frames))) {
                 Ok(()) => {
-                    let c = &tx.ports[port as usize];
-                    c[0].fetch_add(frames.len() as u64, Ordering::Relaxed);
-                    c[1].fetch_add(frames.total_bytes(), Ordering::Relaxed);
+                    let (f, b) = tx.slot(thread, port as usize);
+                    f.fetch_add(frames.len() as u64, Ordering::Relaxed);
+                    b.fetch_add(frames.total_bytes(), Ordering::Relaxed);
                 }
                 Err(payload) => {
                     tx.sink_panics.record(payload.as_ref());
@@ -322,5 +356,33 @@ impl PortQueues {
             }
             q.clear();
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Each releasing thread adds to its own shard (threads past the shards share them);
+    /// a reader sees the sum per port, whichever threads released.
+    #[test]
+    fn transmit_counters_sum_every_shard_per_port() {
+        let ports = 6;
+        let threads = TX_SHARDS + 3;
+        let tx = TxCounters::new(ports, threads);
+        let frames: Vec<u8> = vec![0; 100];
+        let mut q = PortQueues::new(ports);
+        for t in 0..threads {
+            for p in 0..ports as Port {
+                // Thread t sends t + 1 frames of p + 1 bytes on every port.
+                for _ in 0..=t {
+                    q.push(Dest::Port(p), Span::new(0, 0, u32::from(p) + 1), false, &[]);
+                }
+            }
+            q.flush(&[&frames], &Discard, &tx, t);
+        }
+        let sent: u64 = (1..=threads as u64).sum();
+        let want: Vec<(u64, u64)> = (0..ports as u64).map(|p| (sent, sent * (p + 1))).collect();
+        assert_eq!(tx.per_port(), want);
     }
 }

@@ -375,10 +375,14 @@ impl Pfe {
             }
             let c = &sh.ingress_counts;
             c[0].fetch_add(seen, Ordering::Relaxed);
-            c[DROP_RUNT + 1].fetch_add(runts, Ordering::Relaxed);
-            c[DROP_OVERSIZE + 1].fetch_add(oversize, Ordering::Relaxed);
-            if no_room > 0 {
-                c[DROP_RX_FULL + 1].fetch_add(no_room, Ordering::Relaxed);
+            for (reason, n) in [
+                (DROP_RUNT, runts),
+                (DROP_OVERSIZE, oversize),
+                (DROP_RX_FULL, no_room),
+            ] {
+                if n > 0 {
+                    c[reason + 1].fetch_add(n, Ordering::Relaxed);
+                }
             }
             taken += match admit {
                 Admit::Offer => seen - runts - oversize - unclassified - no_room,

@@ -212,11 +212,13 @@ fn finish_model(threads: usize, preemptions: Option<usize>) {
                 // The batch's mark; it holds no packets, so completing it releases nothing.
                 batch.frames.push(id);
                 batch.seq = u64::from(id) + 1;
-                let tx = TxCounters::new(1);
+                let tx = TxCounters::new(1, 1);
                 let out = Outlet {
                     groups: &[],
                     sink: &Discard,
                     tx: &tx,
+                    thread: 0,
+                    thread: 0,
                     latency: None,
                     trace: None,
                 };

@@ -47,6 +47,7 @@ pub(crate) fn run(
             Popped::Timer(launch) => {
                 run_timer(
                     &shared,
+                    me,
                     &mut core,
                     launch,
                     &mut timer_out,
@@ -76,13 +77,14 @@ pub(crate) fn run(
                     groups: &shared.groups,
                     sink: &*shared.sink,
                     tx: &shared.tx,
+                    thread: me,
                     latency,
                     trace,
                 },
                 |b, released| retire(&shared, b, released),
             );
         } else {
-            let released = release_unordered(&shared, &batch, &mut queues);
+            let released = release_unordered(&shared, me, &batch, &mut queues);
             if let Some((cfg, now)) = trace {
                 for (_, r) in batch.traced.drain(..) {
                     trace::emit(cfg, r, now, false);
@@ -106,6 +108,7 @@ pub(crate) fn run(
 /// Its verdict means nothing without a packet and is ignored; a fault is counted.
 fn run_timer(
     shared: &Shared,
+    me: usize,
     core: &mut ThreadCore,
     launch: Launch,
     out: &mut OutArena,
@@ -142,7 +145,7 @@ fn run_timer(
             st.created_invalid += 1;
         }
     }
-    queues.flush(&[&[], &out.bytes], &*shared.sink, &shared.tx);
+    queues.flush(&[&[], &out.bytes], &*shared.sink, &shared.tx, me);
     for (a, b) in st.xtxns.iter_mut().zip(core.xtxns.iter_mut()) {
         *a += *b;
         *b = 0;
@@ -167,7 +170,7 @@ fn retire(shared: &Shared, batch: Option<Box<Batch>>, released: u64) {
     }
 }
 
-fn release_unordered(shared: &Shared, batch: &Batch, queues: &mut PortQueues) -> u64 {
+fn release_unordered(shared: &Shared, me: usize, batch: &Batch, queues: &mut PortQueues) -> u64 {
     for c in &batch.done {
         let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
         for (i, r) in recs.iter().enumerate() {
@@ -179,6 +182,7 @@ fn release_unordered(shared: &Shared, batch: &Batch, queues: &mut PortQueues) ->
         &[&batch.frames, &batch.out.bytes],
         &*shared.sink,
         &shared.tx,
+        me,
     );
     batch.done.len() as u64
 }

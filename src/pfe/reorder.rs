@@ -48,13 +48,15 @@ pub(crate) type LatencySink<'a> = Option<(&'a LatencyRecorder, usize, u64)>;
 /// not tracing).
 pub(crate) type TraceTo<'a> = Option<(&'a TraceConfig, u64)>;
 
-/// Where released packets go: the port groups, the sink, the transmit counters, and the
-/// optional latency and trace records of the releasing thread.
+/// Where released packets go: the port groups, the sink, the transmit counters (and the
+/// releasing thread, whose shard of them to add to), and the optional latency and trace
+/// records of the releasing thread.
 #[derive(Clone, Copy)]
 pub(crate) struct Outlet<'a> {
     pub groups: &'a [Vec<Port>],
     pub sink: &'a dyn Sink,
     pub tx: &'a TxCounters,
+    pub thread: usize,
     pub latency: LatencySink<'a>,
     pub trace: TraceTo<'a>,
 }
@@ -358,7 +360,12 @@ impl ReorderEngine {
                 .expect("a batch released from is completed")
         };
         if touched.len() == 1 {
-            queues.flush(&[&batch.frames, &batch.out.bytes], out.sink, out.tx);
+            queues.flush(
+                &[&batch.frames, &batch.out.bytes],
+                out.sink,
+                out.tx,
+                out.thread,
+            );
         } else {
             let mut sources: Vec<&[u8]> = Vec::with_capacity(2 * touched.len());
             sources.push(&batch.frames);
@@ -368,7 +375,7 @@ impl ReorderEngine {
                 sources.push(&b.frames);
                 sources.push(&b.out.bytes);
             }
-            queues.flush(&sources, out.sink, out.tx);
+            queues.flush(&sources, out.sink, out.tx, out.thread);
         }
         if let Some((l, shard, now)) = out.latency {
             l.record(

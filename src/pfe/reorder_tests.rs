@@ -97,11 +97,12 @@ fn complete_all(batches: Vec<Box<Batch>>, order: &[usize]) -> u64 {
     let mut slots: Vec<Option<Box<Batch>>> = batches.into_iter().map(Some).collect();
     let stage = ReorderStage::new(1);
     let sink = Recorder::default();
-    let tx = TxCounters::new(1);
+    let tx = TxCounters::new(1, 1);
     let out = Outlet {
         groups: &[],
         sink: &sink,
         tx: &tx,
+        thread: 0,
         latency: None,
         trace: None,
     };

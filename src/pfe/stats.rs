@@ -70,8 +70,13 @@ impl WorkerStats {
         self.consumed += o.consumed;
         self.created += o.created;
         self.created_invalid += o.created_invalid;
-        for (a, b) in self.drops.iter_mut().zip(&o.drops) {
-            *a += b;
+        // Drops live in their own allocation, which may share a cache line with another
+        // thread's: write only what changed, so publishing a batch with no drops writes
+        // nothing there.
+        for (a, &b) in self.drops.iter_mut().zip(&o.drops) {
+            if b != 0 {
+                *a += b;
+            }
         }
         for (a, b) in self.faults.iter_mut().zip(&o.faults) {
             *a += b;
