@@ -281,6 +281,20 @@ impl Pfe {
     /// seen (with [`Admit::Offer`], those accepted).
     fn submit<F: IngressFrame>(
         &self,
+        frames: impl Iterator<Item = (Port, F)>,
+        admit: Admit,
+    ) -> Result<u64, ()> {
+        // Two copies of the loop: without profiling, no clock reads nor tests per batch.
+        if self.shared.cfg.profile {
+            self.submit_batches::<F, true>(frames, admit)
+        } else {
+            self.submit_batches::<F, false>(frames, admit)
+        }
+    }
+
+    /// [`Pfe::submit`]'s loop; `PROFILE`: time each batch (see `pfe::profile`).
+    fn submit_batches<F: IngressFrame, const PROFILE: bool>(
+        &self,
         mut frames: impl Iterator<Item = (Port, F)>,
         admit: Admit,
     ) -> Result<u64, ()> {
@@ -289,6 +303,7 @@ impl Pfe {
         let mask = (sh.cfg.reorder_contexts - 1) as u64;
         let mut taken = 0u64;
         loop {
+            let _timed = sh.ingress_time.batch::<PROFILE>();
             let mut batch = sh
                 .pool
                 .pop()
@@ -417,8 +432,11 @@ impl Pfe {
                 return false;
             }
             let resume_at = cap - n.max(cap / 4);
-            self.shared.room.wait(in_flight, resume_at, || {
-                self.running().then_some(&self.shared.dispatch)
+            let profile = self.shared.cfg.profile;
+            self.shared.ingress_time.waiting(profile, || {
+                self.shared.room.wait(in_flight, resume_at, || {
+                    self.running().then_some(&self.shared.dispatch)
+                })
             });
         }
     }
