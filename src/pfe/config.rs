@@ -321,9 +321,9 @@ impl PfeBuilder {
     /// Measure where the engine's time goes, stage by stage (off by default): ingress,
     /// dispatch, the program, the reorder engine, the sink, egress and timers, summed over
     /// the threads in [`Stats::profile`](super::Stats::profile). The PPE threads then read
-    /// the monotonic clock a few times per batch and the injecting threads twice per batch;
-    /// off, the engine runs a copy of its loops that reads no clock and tests nothing for
-    /// it. See [`super::StageProfile`].
+    /// the monotonic clock a few times per batch, and the injecting threads twice per call;
+    /// off, the PPE threads run a copy of their loop that reads no clock and tests nothing
+    /// for it, and ingress tests the setting once per call. See [`super::StageProfile`].
     pub fn profile(mut self, on: bool) -> Self {
         self.cfg.profile = on;
         self

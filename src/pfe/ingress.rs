@@ -284,16 +284,13 @@ impl Pfe {
         frames: impl Iterator<Item = (Port, F)>,
         admit: Admit,
     ) -> Result<u64, ()> {
-        // Two copies of the loop: without profiling, no clock reads nor tests per batch.
-        if self.shared.cfg.profile {
-            self.submit_batches::<F, true>(frames, admit)
-        } else {
-            self.submit_batches::<F, false>(frames, admit)
-        }
+        // Timed per call, so the batch loop is the same with profiling on or off.
+        let _timed = self.shared.ingress_time.call(self.shared.cfg.profile);
+        self.submit_batches(frames, admit)
     }
 
-    /// [`Pfe::submit`]'s loop; `PROFILE`: time each batch (see `pfe::profile`).
-    fn submit_batches<F: IngressFrame, const PROFILE: bool>(
+    /// [`Pfe::submit`]'s loop over batches.
+    fn submit_batches<F: IngressFrame>(
         &self,
         mut frames: impl Iterator<Item = (Port, F)>,
         admit: Admit,
@@ -303,7 +300,6 @@ impl Pfe {
         let mask = (sh.cfg.reorder_contexts - 1) as u64;
         let mut taken = 0u64;
         loop {
-            let _timed = sh.ingress_time.batch::<PROFILE>();
             let mut batch = sh
                 .pool
                 .pop()

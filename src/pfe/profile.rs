@@ -3,10 +3,11 @@
 //!
 //! Who measures what, in the order a batch meets the stages:
 //!
-//! 1. An injecting thread times each batch it fills in `Pfe::submit` (validation,
-//!    classification, copy, sequence stamps, the push into dispatch) and adds it to the
-//!    engine's [`IngressTime`]; the time it sleeps waiting for in-flight room is added
-//!    there too, separately.
+//! 1. An injecting thread times each call of `Pfe::submit` (the batches it fills:
+//!    validation, classification, copy, sequence stamps, the push into dispatch) and adds
+//!    it to the engine's [`IngressTime`]; the time it sleeps waiting for in-flight room is
+//!    added there too, separately. Per call rather than per batch, so that ingress's batch
+//!    loop is the same code with profiling on or off.
 //! 2. A PPE thread reads the clock at the boundaries of its stages, a few times per batch
 //!    (a [`Lap`]): after taking work from dispatch (the time parked inside `Dispatch::pop`
 //!    is timed there and kept apart), after running the program, and after the release,
@@ -23,9 +24,9 @@
 //! times are wall-clock time a thread spent in a stage, summed over threads: a thread
 //! descheduled inside a stage (more busy threads than cores) counts the wait there.
 //!
-//! Off (the default), profiling costs nothing: the PPE thread's loop and ingress's batch
-//! loop are compiled twice, with a `const PROFILE: bool`, and in the copy without it every
-//! type here reads no clock and its methods compile to nothing.
+//! Off (the default), profiling costs nothing: the PPE thread's loop is compiled twice,
+//! with a `const PROFILE: bool`, and in the copy without it every type here reads no clock
+//! and its methods compile to nothing; ingress tests the setting once per call.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -213,18 +214,17 @@ impl<const ON: bool> Sink for TimedSink<'_, ON> {
 /// (waiting included), and waiting for in-flight room alone.
 #[derive(Debug, Default)]
 pub(crate) struct IngressTime {
-    /// Nanoseconds in `Pfe::submit`'s batch loop (index 0), of which asleep waiting for
-    /// room (index 1).
+    /// Nanoseconds in `Pfe::submit` (index 0), of which asleep waiting for room (index 1).
     ns: CachePadded<[AtomicU64; 2]>,
 }
 
 impl IngressTime {
-    /// Times one batch of ingress, from now until the guard is dropped (when `ON`).
-    #[inline(always)]
-    pub fn batch<const ON: bool>(&self) -> IngressBatch<'_, ON> {
-        IngressBatch {
+    /// Times one call of ingress, from now until the guard is dropped (when `on`).
+    #[inline]
+    pub fn call(&self, on: bool) -> IngressCall<'_> {
+        IngressCall {
             time: self,
-            start: if ON { Some(Instant::now()) } else { None },
+            start: on.then(Instant::now),
         }
     }
 
@@ -244,24 +244,22 @@ impl IngressTime {
     pub fn totals(&self) -> (u64, u64) {
         let all = self.ns[0].load(Ordering::Relaxed);
         let waiting = self.ns[1].load(Ordering::Relaxed);
-        // A wait is inside a batch's time unless the batch is still being filled.
+        // A wait is inside its call's time, unless the call has not returned yet.
         (all.saturating_sub(waiting), waiting)
     }
 }
 
-/// The guard of [`IngressTime::batch`]: adds the batch's time when dropped, whichever way
-/// the batch ends (dispatched, dropped for lack of room, refused).
-pub(crate) struct IngressBatch<'a, const ON: bool> {
+/// The guard of [`IngressTime::call`]: adds the call's time when dropped, whichever way
+/// the call ends (its frames taken, refused, or the engine stopped).
+pub(crate) struct IngressCall<'a> {
     time: &'a IngressTime,
+    /// `None`: not profiling.
     start: Option<Instant>,
 }
 
-impl<const ON: bool> Drop for IngressBatch<'_, ON> {
-    #[inline(always)]
+impl Drop for IngressCall<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if !ON {
-            return;
-        }
         if let Some(start) = self.start {
             self.time.ns[0].fetch_add(nanos(start.elapsed()), Ordering::Relaxed);
         }
@@ -297,10 +295,11 @@ pub struct StageProfile {
     /// PPE threads running the program: loading heads, the instructions and their XTXNs,
     /// the verdicts, the batch's posted XTXNs, and publishing the counters.
     pub program_ns: u64,
-    /// PPE threads releasing finished batches: through the reorder engine in flow order
-    /// (which includes waiting for its lock's holder to take the batch, never blocking),
-    /// or with reordering off per port in completion order; latency and trace records
-    /// included, the sink's time and retiring excluded.
+    /// PPE threads releasing finished batches: handing them to the reorder engine and,
+    /// for the thread that holds its lock, releasing every queued batch in flow order (its
+    /// own and other threads'), or with reordering off queueing them per port in
+    /// completion order; latency and trace records included, the sink's time and retiring
+    /// excluded.
     pub reorder_ns: u64,
     /// PPE threads inside the sink's [`Sink::deliver`](super::Sink::deliver).
     pub sink_ns: u64,
@@ -409,7 +408,7 @@ mod tests {
         assert_eq!(timed::<false, _>(&mut ns, || 7), 7);
         assert_eq!(ns, 0);
         let ingress = IngressTime::default();
-        drop(ingress.batch::<false>());
+        drop(ingress.call(false));
         ingress.waiting(false, || ());
         assert_eq!(ingress.totals(), (0, 0));
         let sink = super::super::Discard;
@@ -429,12 +428,12 @@ mod tests {
 
         let ingress = IngressTime::default();
         {
-            let _batch = ingress.batch::<true>();
+            let _call = ingress.call(true);
             ingress.waiting(true, pause);
         }
         let (busy, waiting) = ingress.totals();
         assert!(waiting >= 2_000_000);
-        // The batch's own time is what was not waiting.
+        // The call's own time is what was not waiting.
         assert!(busy < waiting, "{busy} {waiting}");
 
         let mut t = StageTimes::default();
