@@ -167,6 +167,90 @@ fn bench_filter_takes_generator_options_and_prints_the_summary() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("mix"));
 }
 
+/// `--profile` adds the table of where the time went to the text and to `--json`: every
+/// stage there, the packets counted those processed. Structure only, never a speed.
+#[test]
+fn bench_filter_profile_prints_where_the_time_went() {
+    let args = [
+        "bench",
+        "filter",
+        "--packets",
+        "100000",
+        "--ppe-threads",
+        "2",
+    ];
+    let out = pfemu(&[&args[..], &["--profile"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let table = text
+        .find("Where the time went")
+        .map(|at| &text[at..])
+        .unwrap_or_else(|| panic!("no profile table in\n{text}"));
+    for stage in [
+        "stage", "ingress", "dispatch", "program", "reorder", "sink", "egress", "total",
+    ] {
+        assert!(
+            table.lines().any(|l| l.trim_start().starts_with(stage)),
+            "no {stage:?} row in\n{table}"
+        );
+    }
+    assert!(table.contains("waiting, not in the total"), "{table}");
+
+    let v = json_of(&pfemu(&[&args[..], &["--profile", "--json"]].concat()));
+    assert_eq!(v["config"]["profile"], true);
+    assert_eq!(v["profile"]["packets"], 100000, "{}", v["profile"]);
+    let p = &v["summary"]["profile"];
+    let stages: Vec<&str> = p["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        ["ingress", "dispatch", "program", "reorder", "sink", "egress", "timers"]
+    );
+    assert!(p["busy_ns_per_packet"].as_f64().unwrap() > 0.0, "{p}");
+
+    // Without the flag, no table and no profile.
+    let plain = pfemu(&args);
+    assert!(plain.status.success());
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("Where the time went"));
+    let v = json_of(&pfemu(&[&args[..], &["--json"]].concat()));
+    assert!(
+        v["profile"].is_null() && v["summary"]["profile"].is_null(),
+        "{v}"
+    );
+}
+
+/// `pfemu run` profiles the filter on generated traffic, and refuses `--profile` on
+/// interfaces (whose engine it does not profile) before touching any.
+#[test]
+fn run_profiles_generated_traffic_only() {
+    let out = pfemu(&[
+        "run",
+        "--packets",
+        "20000",
+        "--ppe-threads",
+        "2",
+        "--profile",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Where the time went"));
+    let live = pfemu(&["run", "--iface", "0=pfemu-noif", "--profile"]);
+    assert!(!live.status.success());
+    let err = String::from_utf8_lossy(&live.stderr);
+    assert!(err.contains("invalid option `--profile`"), "{err}");
+}
+
 #[test]
 fn linerate_writes_its_table_csv_and_plot() {
     let dir = temp_dir("linerate");

@@ -1261,6 +1261,13 @@ fn run(
         matches.is_some_and(|m| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
     };
     if live.is_live() {
+        if cfg.engine.profile {
+            return Err(
+                "invalid option `--profile`: applies to a run on generated traffic \
+                        only (without --iface or --tap)"
+                    .into(),
+            );
+        }
         // Generated traffic's options mean nothing on interfaces.
         for (id, flag) in [
             ("packets", "--packets"),
@@ -1474,6 +1481,18 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
         if medians.len() == 1 {
             println!();
             medians[0].0.summary.print();
+        } else {
+            // The summaries are left out of a comparison, but not what --profile asked for.
+            for (r, _) in &medians {
+                if let Some(p) = &r.summary.profile {
+                    println!(
+                        "\n  {} PPE threads, reorder {}:",
+                        r.ppe_threads,
+                        if r.config.engine.reorder { "on" } else { "off" }
+                    );
+                    print!("{}", p.render());
+                }
+            }
         }
         println!(
             "\ncheck: {}",

@@ -15,6 +15,7 @@ use super::dispatch::Dispatch;
 use super::egress::{Discard, Sink, TxCounters};
 use super::ingress::{FlowClassifier, IngressState};
 use super::latency::LatencyRecorder;
+use super::profile::IngressTime;
 use super::reorder::ReorderStage;
 use super::room::RoomWait;
 use super::stats::{WorkerStats, ENGINE_DROP_REASONS};
@@ -62,6 +63,9 @@ pub struct Config {
     /// Measure each packet's ingress-to-egress latency
     /// ([`Stats::latency`](super::Stats::latency)).
     pub latency: bool,
+    /// Measure where the time goes per stage
+    /// ([`Stats::profile`](super::Stats::profile)).
+    pub profile: bool,
 }
 
 impl Config {
@@ -186,6 +190,7 @@ impl PfeBuilder {
                 max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
                 timers: Vec::new(),
                 latency: false,
+                profile: false,
             },
             ppe_threads: None,
             ports: None,
@@ -313,6 +318,17 @@ impl PfeBuilder {
         self
     }
 
+    /// Measure where the engine's time goes, stage by stage (off by default): ingress,
+    /// dispatch, the program, the reorder engine, the sink, egress and timers, summed over
+    /// the threads in [`Stats::profile`](super::Stats::profile). The PPE threads then read
+    /// the monotonic clock a few times per batch, and the injecting threads twice per call;
+    /// off, the PPE threads run a copy of their loop that reads no clock and tests nothing
+    /// for it, and ingress tests the setting once per call. See [`super::StageProfile`].
+    pub fn profile(mut self, on: bool) -> Self {
+        self.cfg.profile = on;
+        self
+    }
+
     /// Traces the packets `trace` selects (off by default): see [`super::TraceConfig`].
     pub fn trace(mut self, trace: super::TraceConfig) -> Self {
         self.trace = Some(trace);
@@ -406,6 +422,7 @@ impl PfeBuilder {
                 AtomicU64::new(0),
                 AtomicU64::new(0),
             ]),
+            ingress_time: IngressTime::default(),
             latency: cfg.latency.then(|| LatencyRecorder::new(cfg.ppe_threads)),
             reorder: ReorderStage::new(cfg.ports),
             groups: group_table,

@@ -33,6 +33,7 @@
 use std::time::Duration;
 
 use super::batch::Batch;
+use super::profile::timed;
 use crate::sync::{
     fence, ArrayQueue, AtomicBool, AtomicU64, AtomicUsize, Backoff, CachePadded, Instant, Mutex,
     Ordering, Parker, Unparker,
@@ -199,7 +200,20 @@ impl Dispatch {
 
     /// Next timer launch or batch for PPE thread `me`, parking while there is none.
     /// `Closed` once the engine shuts down and both queues are empty.
+    #[cfg_attr(not(test), allow(dead_code))] // the tests pop; the PPE threads pop_timed
     pub fn pop(&self, me: usize, parker: &Parker) -> Popped {
+        self.pop_timed::<false>(me, parker, &mut 0)
+    }
+
+    /// [`Dispatch::pop`], adding the nanoseconds spent parked to `parked_ns` when
+    /// `PROFILE` (see `pfe::profile`).
+    pub fn pop_timed<const PROFILE: bool>(
+        &self,
+        me: usize,
+        parker: &Parker,
+        parked_ns: &mut u64,
+    ) -> Popped {
+        let park = |parked_ns: &mut u64| timed::<PROFILE, _>(parked_ns, || parker.park());
         loop {
             if let Some(job) = self.pop_spinning() {
                 self.took(me);
@@ -227,14 +241,14 @@ impl Dispatch {
                 }
                 // Someone already popped us from the idle stack and will unpark us: take
                 // that token now so it does not cut a later park short.
-                parker.park();
+                park(parked_ns);
                 continue;
             }
             if let Some(hook) = &self.on_idle {
                 hook.unpark();
             }
             loop {
-                parker.park();
+                park(parked_ns);
                 // A waker removes us from the idle stack before unparking; if we are still
                 // on it, this was a spurious wake-up.
                 if !self.idle.lock().contains(&me) {

@@ -299,6 +299,17 @@ impl Pfe {
     /// seen (with [`Admit::Offer`], those accepted).
     fn submit<F: IngressFrame>(
         &self,
+        frames: impl Iterator<Item = (Port, F)>,
+        admit: Admit,
+    ) -> Result<u64, ()> {
+        // Timed per call, so the batch loop is the same with profiling on or off.
+        let _timed = self.shared.ingress_time.call(self.shared.cfg.profile);
+        self.submit_batches(frames, admit)
+    }
+
+    /// [`Pfe::submit`]'s loop over batches.
+    fn submit_batches<F: IngressFrame>(
+        &self,
         mut frames: impl Iterator<Item = (Port, F)>,
         admit: Admit,
     ) -> Result<u64, ()> {
@@ -451,8 +462,11 @@ impl Pfe {
                 return false;
             }
             let resume_at = cap - n.max(cap / 4);
-            self.shared.room.wait(in_flight, resume_at, || {
-                self.running().then_some(&self.shared.dispatch)
+            let profile = self.shared.cfg.profile;
+            self.shared.ingress_time.waiting(profile, || {
+                self.shared.room.wait(in_flight, resume_at, || {
+                    self.running().then_some(&self.shared.dispatch)
+                })
             });
         }
     }

@@ -100,7 +100,13 @@ impl Pfe {
             let builder = std::thread::Builder::new()
                 .name(format!("pfemu-ppe-{me}"))
                 .stack_size(512 * 1024);
-            match spawn(builder, Box::new(move || ppe::run(shared, me, parker, pin))) {
+            // Two copies of the PPE loop: without profiling, no clock reads nor tests for it.
+            let body: Box<dyn FnOnce() + Send> = if shared.cfg.profile {
+                Box::new(move || ppe::run::<true>(shared, me, parker, pin))
+            } else {
+                Box::new(move || ppe::run::<false>(shared, me, parker, pin))
+            };
+            match spawn(builder, body) {
                 Ok(handle) => workers.push(handle),
                 Err(reason) => {
                     drop(workers);

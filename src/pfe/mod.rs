@@ -17,9 +17,9 @@
 //! in-flight room), `dispatch` (batches to PPE threads, idle parking), `ppe` (the PPE
 //! thread's loop), `reorder`, `egress` (port queues and [`Sink`]s), `stats`, `room` (the
 //! injectors' wait for room), `timer_threads` (timer launches), `control` (the handle an
-//! operator reads and changes the running engine through), `latency`, `contain`
-//! (callbacks that panic) and `chassis` (PFEs joined by links). This file holds what they
-//! share: [`Pfe`] itself and `Shared`.
+//! operator reads and changes the running engine through), `latency`, `profile` (where
+//! the time goes per stage), `contain` (callbacks that panic) and `chassis` (PFEs joined
+//! by links). This file holds what they share: [`Pfe`] itself and `Shared`.
 
 mod batch;
 mod chassis;
@@ -35,6 +35,7 @@ mod lifecycle;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod ppe;
+mod profile;
 mod reorder;
 #[cfg(all(test, not(loom)))]
 mod reorder_tests;
@@ -62,6 +63,7 @@ pub use ingress::{FlowClassifier, FlowKeyFn, InjectError, TryInjectError};
 pub use interconnect::{ChassisFabric, FabricStats};
 pub use latency::LatencyStats;
 pub use lifecycle::StartError;
+pub use profile::{StageCost, StageProfile};
 pub use stats::Stats;
 pub use trace::{ChannelTraceSink, TraceConfig, TraceRecord, TraceSelect, TraceSink};
 
@@ -71,6 +73,7 @@ use self::dispatch::Dispatch;
 use self::egress::TxCounters;
 use self::ingress::IngressState;
 use self::latency::LatencyRecorder;
+use self::profile::IngressTime;
 use self::reorder::ReorderStage;
 use self::room::RoomWait;
 use self::stats::WorkerStats;
@@ -143,6 +146,9 @@ pub(crate) struct Shared {
     /// Frames injected (index 0), then the ingress drops by engine drop reason, at index
     /// reason + 1: `runt`, `oversize`, `rx_full`. Only ingress adds to them.
     pub ingress_counts: CachePadded<[AtomicU64; 4]>,
+    /// The injecting threads' time per batch and waiting for room (only with
+    /// `cfg.profile`; see `profile`).
+    pub ingress_time: IngressTime,
     /// Latency histograms, one per PPE thread (`None` unless `cfg.latency`).
     pub latency: Option<LatencyRecorder>,
     /// Holds packets until the earlier packets of their reorder context have left; releases

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use super::batch::{Batch, Completion, Slot};
 use super::dispatch::Popped;
-use super::egress::{PortQueues, Span};
+use super::egress::{PortQueues, Sink, Span};
+use super::profile::{timed, Lap, Stage, TimedSink};
 use super::reorder::Outlet;
 use super::stats::{
     WorkerStats, DROP_FAULT_BASE, DROP_NO_SUCH_GROUP, DROP_NO_SUCH_PORT, DROP_PROGRAM_BASE,
@@ -21,8 +22,8 @@ use crate::program::{Entry, PacketMeta, Thread, ThreadCore, Verdict, DEFAULT_HEA
 use crate::sync::Parker;
 use crate::timer::Launch;
 
-/// The body of PPE thread `me`.
-pub(crate) fn run(
+/// The body of PPE thread `me`; `PROFILE`: time the stages (see `pfe::profile`).
+pub(crate) fn run<const PROFILE: bool>(
     shared: Arc<Shared>,
     me: usize,
     parker: Parker,
@@ -37,12 +38,22 @@ pub(crate) fn run(
     let mut local = WorkerStats::new(shared.drop_reason_names.len());
     let mut queues = PortQueues::new(shared.cfg.ports);
     let mut timer_out = OutArena::default();
+    let mut lap = Lap::<PROFILE>::start();
+    let sink = TimedSink::<PROFILE>::new(&*shared.sink);
     loop {
         if let Some(timers) = &shared.timers {
             // Between batches: launch the timers due (see `pfe::timer_threads`).
             timers.poll(&shared.dispatch, shared.clock.now_ns());
+            local.profile.add(Stage::Timers, lap.split());
         }
-        let mut batch = match shared.dispatch.pop(me, &parker) {
+        let mut parked = 0;
+        let popped = shared
+            .dispatch
+            .pop_timed::<PROFILE>(me, &parker, &mut parked);
+        if PROFILE {
+            local.profile.popped(lap.split(), parked);
+        }
+        let mut batch = match popped {
             Popped::Batch(b) => b,
             Popped::Timer(launch) => {
                 run_timer(
@@ -54,15 +65,21 @@ pub(crate) fn run(
                     &mut queues,
                     &mut local,
                 );
+                local.profile.add(Stage::Timers, lap.split());
                 shared.worker_stats[me].lock().add(&local);
                 local.reset();
                 continue;
             }
-            Popped::Closed => return,
+            Popped::Closed => {
+                // The last release's times (profiling), not published with a batch.
+                shared.worker_stats[me].lock().add(&local);
+                return;
+            }
         };
         process(&shared, &mut core, &mut batch, &mut local);
         // Posted XTXNs land before the batch counts as done, so they are visible after drain.
         core.posted.flush(&shared.mem);
+        local.profile.add(Stage::Program, lap.split());
         shared.worker_stats[me].lock().add(&local);
         local.reset();
         let latency = shared
@@ -70,21 +87,22 @@ pub(crate) fn run(
             .as_ref()
             .map(|l| (l, me, shared.clock.now_ns()));
         let trace = shared.trace.as_ref().map(|t| (&**t, shared.clock.now_ns()));
+        let mut retire_ns = 0;
         if shared.cfg.reorder {
             shared.reorder.finish(
                 batch,
                 Outlet {
                     groups: &shared.groups,
-                    sink: &*shared.sink,
+                    sink: sink.sink(),
                     tx: &shared.tx,
                     thread: me,
                     latency,
                     trace,
                 },
-                |b, released| retire(&shared, b, released),
+                |b, released| timed::<PROFILE, _>(&mut retire_ns, || retire(&shared, b, released)),
             );
         } else {
-            let released = release_unordered(&shared, me, &batch, &mut queues);
+            let released = release_unordered(&shared, me, &batch, &mut queues, sink.sink());
             if let Some((cfg, now)) = trace {
                 for (_, r) in batch.traced.drain(..) {
                     trace::emit(cfg, r, now, false);
@@ -98,7 +116,10 @@ pub(crate) fn run(
                     leaving.count() as u64,
                 );
             }
-            retire(&shared, Some(batch), released);
+            timed::<PROFILE, _>(&mut retire_ns, || retire(&shared, Some(batch), released));
+        }
+        if PROFILE {
+            local.profile.released(lap.split(), sink.take(), retire_ns);
         }
     }
 }
@@ -170,7 +191,13 @@ fn retire(shared: &Shared, batch: Option<Box<Batch>>, released: u64) {
     }
 }
 
-fn release_unordered(shared: &Shared, me: usize, batch: &Batch, queues: &mut PortQueues) -> u64 {
+fn release_unordered(
+    shared: &Shared,
+    me: usize,
+    batch: &Batch,
+    queues: &mut PortQueues,
+    sink: &dyn Sink,
+) -> u64 {
     for c in &batch.done {
         let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
         for (i, r) in recs.iter().enumerate() {
@@ -178,12 +205,7 @@ fn release_unordered(shared: &Shared, me: usize, batch: &Batch, queues: &mut Por
             queues.push(r.dest, span, c.own && i == 0, &shared.groups);
         }
     }
-    queues.flush(
-        &[&batch.frames, &batch.out.bytes],
-        &*shared.sink,
-        &shared.tx,
-        me,
-    );
+    queues.flush(&[&batch.frames, &batch.out.bytes], sink, &shared.tx, me);
     batch.done.len() as u64
 }
 

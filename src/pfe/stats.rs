@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use super::latency::LatencyStats;
+use super::profile::{StageProfile, StageTimes};
 use super::{Pfe, Shared};
 use crate::mem::XtxnKind;
 use crate::program::FaultKind;
@@ -53,6 +54,8 @@ pub(crate) struct WorkerStats {
     pub timer_runs: u64,
     pub timer_instructions: u64,
     pub timer_faults: u64,
+    /// Nanoseconds per stage (all 0 unless the engine profiles).
+    pub profile: StageTimes,
 }
 
 impl WorkerStats {
@@ -89,6 +92,7 @@ impl WorkerStats {
         self.timer_runs += o.timer_runs;
         self.timer_instructions += o.timer_instructions;
         self.timer_faults += o.timer_faults;
+        self.profile.merge(&o.profile);
     }
 
     /// Zeroes every counter in place (no allocation: called once per batch).
@@ -108,6 +112,7 @@ impl WorkerStats {
             timer_runs,
             timer_instructions,
             timer_faults,
+            profile,
         } = self;
         for c in [
             packets,
@@ -127,6 +132,7 @@ impl WorkerStats {
         drops.fill(0);
         faults.fill(0);
         xtxns.fill(0);
+        profile.reset();
     }
 }
 
@@ -205,6 +211,12 @@ pub struct Stats {
     /// [`crate::pfe::FlowClassifier::Custom`] function): how many, and the first one's
     /// message. Panics in program closures are faults (`faults`, `fault_panic`) instead.
     pub callback_panics: BTreeMap<String, (u64, String)>,
+    /// Where the threads' time went per stage (ingress, dispatch, the program, reorder,
+    /// sink, egress, timers), when the engine profiles ([`crate::pfe::PfeBuilder::profile`];
+    /// `None` otherwise). A PPE thread publishes a batch's release times with its next
+    /// batch, so a running engine's profile lags by a batch per thread; a shut-down
+    /// engine's is complete.
+    pub profile: Option<StageProfile>,
 }
 
 impl Stats {
@@ -310,6 +322,10 @@ pub(super) fn snapshot(sh: &Shared) -> Stats {
         timer_faults: total.timer_faults,
         latency: sh.latency.as_ref().map(|l| LatencyStats::of(&l.snapshot())),
         drop_reasons: sh.drop_reason_names.clone(),
+        profile: sh
+            .cfg
+            .profile
+            .then(|| StageProfile::of(total.packets, &total.profile, &sh.ingress_time)),
         ..Stats::default()
     };
     for (name, log) in [

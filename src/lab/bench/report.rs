@@ -1,7 +1,8 @@
 //! The summary every `pfemu bench <program>` prints, in the spirit of DPDK testpmd's port
 //! statistics: packets and rates in and out, drops by reason, latency percentiles, how the
 //! PPE threads shared the load, instructions and XTXNs per packet, and the emulator's
-//! overhead against a plain Rust loop doing the program's work on the same packets.
+//! overhead against a plain Rust loop doing the program's work on the same packets; and, when
+//! the engine was profiled (`--profile`), where its time went per stage.
 //!
 //! [`Summary::from_stats`] builds it from the engine's [`Stats`]; each program's report
 //! carries one (field `summary`), and [`Summary::print`] writes the text form.
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::pfe::{LatencyStats, Stats};
+use crate::pfe::{LatencyStats, StageCost, StageProfile, Stats};
 
 /// Bytes a frame takes on the wire beyond its own: preamble (8) and inter-frame gap (12).
 const WIRE_OVERHEAD_BYTES: u64 = super::traffic::L1_OVERHEAD_BYTES as u64;
@@ -63,6 +64,79 @@ pub struct Summary {
     /// The emulator's overhead: plain loop / emulator (how many times faster the plain loop
     /// is). 0 without a plain loop.
     pub overhead_ratio: f64,
+    /// Where the time went per stage, when the engine was profiled (`--profile`).
+    pub profile: Option<ProfileSummary>,
+}
+
+/// Where an engine's time went per packet, stage by stage: its [`StageProfile`] divided by
+/// the packets the PPE threads processed (`pfemu bench ... --profile`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileSummary {
+    /// Packets the PPE threads processed: what the figures are per.
+    pub packets: u64,
+    /// Each busy stage ([`StageProfile::STAGES`]): nanoseconds summed over threads, per
+    /// packet, and share of the busy time.
+    pub stages: Vec<StageCost>,
+    /// Nanoseconds per packet of every busy stage together.
+    pub busy_ns_per_packet: f64,
+    /// Nanoseconds per packet the PPE threads were parked for lack of work (not busy).
+    pub parked_ns_per_packet: f64,
+    /// Nanoseconds per packet the injecting threads waited for in-flight room (not busy).
+    pub ingress_waiting_ns_per_packet: f64,
+}
+
+impl ProfileSummary {
+    /// The per-packet figures of `profile`.
+    pub fn of(profile: &StageProfile) -> ProfileSummary {
+        ProfileSummary {
+            packets: profile.packets,
+            stages: profile.costs().to_vec(),
+            busy_ns_per_packet: profile.per_packet(profile.busy_ns()),
+            parked_ns_per_packet: profile.per_packet(profile.parked_ns),
+            ingress_waiting_ns_per_packet: profile.per_packet(profile.ingress_waiting_ns),
+        }
+    }
+
+    /// The text form: a table of the busy stages (timers only when they ran), their total,
+    /// and the waits.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "  Where the time went (ns per packet, all threads' time in each stage):"
+        );
+        let _ = writeln!(s, "    {:<10} {:>9} {:>7}", "stage", "ns/pkt", "share");
+        for c in &self.stages {
+            if c.stage == "timers" && c.ns == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "    {:<10} {:>9.1} {:>6.1}%",
+                c.stage,
+                c.ns_per_packet,
+                c.share * 100.0
+            );
+        }
+        let _ = writeln!(
+            s,
+            "    {:<10} {:>9.1} {:>6.1}%",
+            "total",
+            self.busy_ns_per_packet,
+            if self.busy_ns_per_packet > 0.0 {
+                100.0
+            } else {
+                0.0
+            }
+        );
+        let _ = writeln!(
+            s,
+            "    waiting, not in the total: PPE threads parked {:.1} ns/pkt, injectors waiting \
+             for room {:.1} ns/pkt ({} packets)",
+            self.parked_ns_per_packet, self.ingress_waiting_ns_per_packet, self.packets
+        );
+        s
+    }
 }
 
 impl Summary {
@@ -109,6 +183,7 @@ impl Summary {
                 .collect(),
             plain_loop_mpps: 0.0,
             overhead_ratio: 0.0,
+            profile: stats.profile.as_ref().map(ProfileSummary::of),
         }
     }
 
@@ -195,6 +270,9 @@ impl Summary {
             );
         }
         let _ = writeln!(s, "  Elapsed:    {:.3} s", self.elapsed_s);
+        if let Some(p) = &self.profile {
+            s.push_str(&p.render());
+        }
         s
     }
 
@@ -377,6 +455,57 @@ mod tests {
         ] {
             assert!(json.get(key).is_some(), "{key}");
         }
+    }
+
+    #[test]
+    fn the_profile_table_lists_the_busy_stages_per_packet_and_the_waits_apart() {
+        let profile = StageProfile {
+            packets: 1000,
+            ingress_ns: 10_000,
+            ingress_waiting_ns: 7_000,
+            dispatch_ns: 5_000,
+            parked_ns: 3_000,
+            program_ns: 20_000,
+            reorder_ns: 8_000,
+            sink_ns: 2_000,
+            egress_ns: 5_000,
+            timers_ns: 0,
+        };
+        let stats = Stats {
+            profile: Some(profile),
+            ..Stats::default()
+        };
+        let s = Summary::from_stats("filter", &stats, Duration::from_secs(1), 0);
+        let p = s
+            .profile
+            .as_ref()
+            .expect("a profiled run's summary has its profile");
+        assert_eq!(p.busy_ns_per_packet, 50.0);
+        assert_eq!(p.parked_ns_per_packet, 3.0);
+        assert_eq!(p.ingress_waiting_ns_per_packet, 7.0);
+        let text = s.render();
+        for want in [
+            "Where the time went",
+            "ingress         10.0   20.0%",
+            "program         20.0   40.0%",
+            "total           50.0  100.0%",
+            "parked 3.0 ns/pkt, injectors waiting for room 7.0 ns/pkt",
+        ] {
+            assert!(text.contains(want), "{want:?} in\n{text}");
+        }
+        assert!(!text.contains("timers"), "no timers ran: no row\n{text}");
+        let with_timers = ProfileSummary::of(&StageProfile {
+            timers_ns: 1_000,
+            ..profile
+        });
+        assert!(with_timers.render().contains("timers"));
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["profile"]["stages"][2]["stage"], "program");
+        assert!(
+            Summary::from_stats("filter", &Stats::default(), Duration::from_secs(1), 0)
+                .profile
+                .is_none()
+        );
     }
 
     #[test]

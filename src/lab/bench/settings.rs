@@ -16,9 +16,9 @@ use crate::pfe::{
 /// How a benchmark's engine is built: the settings of [`PfeBuilder`] a benchmark varies.
 ///
 /// As command-line options (flattened into a command), the settings a run does not sweep:
-/// `--batch`, `--capacity`, `--reorder-contexts`, `--pin` and `--no-latency`. The PPE
-/// threads and the reordering are the command's own options ([`EngineChoice`] for one
-/// configuration, [`EngineSweep`] for several measured interleaved).
+/// `--batch`, `--capacity`, `--reorder-contexts`, `--pin`, `--no-latency` and `--profile`.
+/// The PPE threads and the reordering are the command's own options ([`EngineChoice`] for
+/// one configuration, [`EngineSweep`] for several measured interleaved).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, clap::Args)]
 pub struct EngineSettings {
     /// PPE threads.
@@ -44,11 +44,14 @@ pub struct EngineSettings {
     #[arg(long = "no-latency", action = clap::ArgAction::SetFalse,
           help = "Do not measure latency (saves two clock reads per batch)")]
     pub latency: bool,
+    /// Print where the time went per stage: ingress, dispatch, program, reorder, egress, sink
+    #[arg(long)]
+    pub profile: bool,
 }
 
 impl Default for EngineSettings {
     /// PPE threads = cores, reordering on, the engine's default batch size, capacity and
-    /// reorder contexts, not pinned, latency measured.
+    /// reorder contexts, not pinned, latency measured, not profiled.
     fn default() -> Self {
         EngineSettings {
             ppe_threads: default_ppe_threads(),
@@ -58,6 +61,7 @@ impl Default for EngineSettings {
             reorder_contexts: DEFAULT_REORDER_CONTEXTS,
             pin: false,
             latency: true,
+            profile: false,
         }
     }
 }
@@ -73,6 +77,7 @@ impl EngineSettings {
             .reorder_contexts(self.reorder_contexts)
             .pin_threads(self.pin)
             .latency(self.latency)
+            .profile(self.profile)
     }
 }
 

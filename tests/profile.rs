@@ -1,0 +1,153 @@
+//! The per-stage profile (`PfeBuilder::profile`): with it on, an engine reports time in
+//! every stage that did work, and the packets it divides by are those processed; off, it
+//! reports none. Structure and counts only: nothing here asserts a speed.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{ether_frame, udp_frame};
+use pfemu::microcode::filter::Filter;
+use pfemu::pfe::{ChannelTraceSink, StageProfile, TraceConfig};
+use pfemu::prelude::*;
+use pfemu::timer::TimerSpec;
+
+/// 90% plain IPv4 over 64 flows, the rest non-IP (dropped by the filter).
+fn frames(n: u32) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            if i % 10 == 9 {
+                ether_frame(0x86dd, 64)
+            } else {
+                udp_frame((i % 64) as u16, i, 64)
+            }
+        })
+        .collect()
+}
+
+/// The filter on `frames` with 2 PPE threads; the final stats and the frames the sink saw.
+fn run_filter(frames: &[Vec<u8>], profile: bool, reorder: bool) -> (Stats, u64) {
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let filter = Filter::install(&mem).unwrap();
+    let sink = Arc::new(CountingSink::new(4));
+    let mut pfe = Pfe::builder()
+        .program(filter.program())
+        .memory(mem)
+        .ppe_threads(2)
+        .reorder(reorder)
+        .profile(profile)
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    // Several calls, so that injectors and PPE threads meet more than once.
+    for chunk in frames.chunks(5_000) {
+        pfe.inject_burst(chunk.iter().map(|f| (0, &f[..]))).unwrap();
+    }
+    pfe.drain();
+    let stats = pfe.shutdown();
+    (stats, sink.total_packets())
+}
+
+/// Every stage's nanoseconds add up to the busy time, and the costs are per processed packet.
+fn check_sums(p: &StageProfile) {
+    let costs = p.costs();
+    assert_eq!(costs.map(|c| c.stage), StageProfile::STAGES);
+    assert_eq!(costs.iter().map(|c| c.ns).sum::<u64>(), p.busy_ns());
+    for c in &costs {
+        assert_eq!(c.ns_per_packet, c.ns as f64 / p.packets as f64, "{c:?}");
+    }
+    let shares: f64 = costs.iter().map(|c| c.share).sum();
+    assert!((shares - 1.0).abs() < 1e-9, "shares sum to {shares}");
+}
+
+#[test]
+fn a_profiled_engine_times_every_stage_that_worked_and_counts_its_packets() {
+    let frames = frames(40_000);
+    for reorder in [true, false] {
+        let (stats, delivered) = run_filter(&frames, true, reorder);
+        assert!(stats.is_conserved());
+        assert_eq!(stats.packets_out, 36_000);
+        assert_eq!(delivered, 36_000);
+        let p = stats
+            .profile
+            .expect("a profiled engine reports its profile");
+        assert_eq!(p.packets, stats.processed(), "reorder {reorder}");
+        assert_eq!(p.packets, 40_000);
+        for (stage, ns) in [
+            ("ingress", p.ingress_ns),
+            ("dispatch", p.dispatch_ns),
+            ("program", p.program_ns),
+            ("reorder", p.reorder_ns),
+            ("sink", p.sink_ns),
+            ("egress", p.egress_ns),
+        ] {
+            assert!(ns > 0, "reorder {reorder}: no time in {stage}: {p:?}");
+        }
+        assert_eq!(p.timers_ns, 0, "no timers, no time in them: {p:?}");
+        check_sums(&p);
+    }
+}
+
+#[test]
+fn an_engine_not_profiled_reports_no_profile() {
+    let (stats, delivered) = run_filter(&frames(5_000), false, true);
+    assert_eq!(delivered, 4_500);
+    assert_eq!(stats.profile, None);
+    // Off is the default.
+    let mut p = Program::builder("forward");
+    let a = p.label("a");
+    p.instr(a, |_| Ok(Done(Verdict::Forward(0))));
+    p.entry(Entry::Packet, a);
+    let pfe = Pfe::builder().program(p.build().unwrap()).build().unwrap();
+    assert!(!pfe.config().profile);
+    assert_eq!(pfe.stats().profile, None);
+}
+
+/// Timer threads are a stage of their own, and a traced engine (which runs the other copy
+/// of the program loop) is profiled as well.
+#[test]
+fn timers_and_traced_packets_are_profiled_too() {
+    let mut p = Program::builder("timers");
+    let [fwd, tick] = p.labels(["forward", "tick"]);
+    p.instr(fwd, |_| Ok(Done(Verdict::Forward(1))));
+    p.instr(tick, |t| {
+        t.emit(Dest::Port(2), 0, 64)?;
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, fwd);
+    p.entry(Entry::Timer(0), tick);
+    let (trace_sink, _records) = ChannelTraceSink::new(100);
+    let mut trace = TraceConfig::new(Arc::new(trace_sink));
+    trace.limit = 100;
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(2)
+        .mem_config(MemConfig {
+            dram_bytes: 0,
+            ..MemConfig::default()
+        })
+        .timers(TimerSpec::staggered(0, 2, 200_000, 0).unwrap())
+        .trace(trace)
+        .profile(true)
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let frames = frames(2_000);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pfe.stats().timer_runs < 10 {
+        assert!(std::time::Instant::now() < deadline, "the timers never ran");
+        pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+            .unwrap();
+        pfe.drain();
+    }
+    let stats = pfe.shutdown();
+    let p = stats.profile.expect("profiled");
+    assert_eq!(p.packets, stats.processed());
+    assert!(p.timers_ns > 0, "{p:?}");
+    assert!(
+        p.program_ns > 0 && p.sink_ns > 0 && p.ingress_ns > 0,
+        "{p:?}"
+    );
+    check_sums(&p);
+}
