@@ -218,7 +218,6 @@ fn finish_model(threads: usize, preemptions: Option<usize>) {
                     sink: &Discard,
                     tx: &tx,
                     thread: 0,
-                    thread: 0,
                     latency: None,
                     trace: None,
                 };
