@@ -2,19 +2,17 @@
 
 #![cfg(feature = "lab")]
 
+mod common;
+
 use std::sync::Arc;
 
 use pfemu::lab::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
-use pfemu::microcode::filter::Filter;
 use pfemu::prelude::*;
 
 fn run_filter(traffic: &Traffic, threads: usize, reorder: bool) {
-    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
-    let filter = Filter::install(&mem).unwrap();
+    let (builder, filter) = common::filter_engine();
     let sink = Arc::new(CountingSink::new(4));
-    let mut pfe = Pfe::builder()
-        .program(filter.program())
-        .memory(mem)
+    let mut pfe = builder
         .ppe_threads(threads)
         .reorder(reorder)
         .sink(sink.clone())

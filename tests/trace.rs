@@ -6,11 +6,10 @@ mod common;
 
 use std::sync::Arc;
 
-use pfemu::microcode::filter::Filter;
 use pfemu::pfe::{ChannelTraceSink, TraceConfig, TraceRecord};
 use pfemu::prelude::*;
 
-use common::{ether_frame, small_memory, udp_frame};
+use common::{ether_frame, udp_frame};
 
 /// The filter on a PFE tracing what `configure` selects; `frames` (port, frame) injected;
 /// the records, the stats and the filter's counter base.
@@ -19,13 +18,10 @@ fn run(
     configure: impl FnOnce(TraceConfig) -> TraceConfig,
     reorder: bool,
 ) -> (Vec<TraceRecord>, Stats, u64) {
-    let mem = small_memory();
-    let filter = Filter::install(&mem).expect("room");
+    let (builder, filter) = common::filter_engine();
     let (sink, rx) = ChannelTraceSink::new(1 << 16);
     let sink = Arc::new(sink);
-    let mut pfe = Pfe::builder()
-        .program(filter.program())
-        .memory(mem)
+    let mut pfe = builder
         .ppe_threads(2)
         .reorder(reorder)
         .trace(configure(TraceConfig::new(sink.clone())))

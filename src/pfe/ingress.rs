@@ -97,7 +97,8 @@ fn five_tuple_key(port: Port, frame: &[u8]) -> u64 {
     mix(mix(addrs) ^ (ports << 8 | proto as u64))
 }
 
-/// Per-context sequence numbers; owned by whoever holds the ingress lock.
+/// What ingress stamps packets from: per reorder context, its last packet and next
+/// sequence number, and the batches' numbering; owned by whoever holds the ingress lock.
 pub(crate) struct IngressState {
     /// The [`packet_id`] of each reorder context's last packet (0: none yet), the next
     /// packet's [`Slot::pred`].

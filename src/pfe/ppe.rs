@@ -44,7 +44,9 @@ pub(crate) fn run<const PROFILE: bool>(
         if let Some(timers) = &shared.timers {
             // Between batches: launch the timers due (see `pfe::timer_threads`).
             timers.poll(&shared.dispatch, shared.clock.now_ns());
-            local.profile.add(Stage::Timers, lap.split());
+            if PROFILE {
+                local.profile.add(Stage::Timers, lap.split());
+            }
         }
         let mut parked = 0;
         let popped = shared
@@ -65,7 +67,9 @@ pub(crate) fn run<const PROFILE: bool>(
                     &mut queues,
                     &mut local,
                 );
-                local.profile.add(Stage::Timers, lap.split());
+                if PROFILE {
+                    local.profile.add(Stage::Timers, lap.split());
+                }
                 shared.worker_stats[me].lock().add(&local);
                 local.reset();
                 continue;
@@ -79,7 +83,9 @@ pub(crate) fn run<const PROFILE: bool>(
         process(&shared, &mut core, &mut batch, &mut local);
         // Posted XTXNs land before the batch counts as done, so they are visible after drain.
         core.posted.flush(&shared.mem);
-        local.profile.add(Stage::Program, lap.split());
+        if PROFILE {
+            local.profile.add(Stage::Program, lap.split());
+        }
         shared.worker_stats[me].lock().add(&local);
         local.reset();
         let latency = shared

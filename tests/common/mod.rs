@@ -89,3 +89,15 @@ pub fn small_mem() -> pfemu::mem::MemConfig {
 pub fn small_memory() -> std::sync::Arc<pfemu::mem::SharedMemory> {
     std::sync::Arc::new(pfemu::mem::SharedMemory::new(&small_mem()).expect("a small memory"))
 }
+
+/// The paper's filter installed in a [`small_memory`], and an engine builder that runs it
+/// on that memory (the rest of the engine is the caller's to set).
+pub fn filter_engine() -> (pfemu::pfe::PfeBuilder, pfemu::microcode::filter::Filter) {
+    let mem = small_memory();
+    let filter =
+        pfemu::microcode::filter::Filter::install(&mem).expect("room for the filter's counters");
+    let builder = pfemu::pfe::Pfe::builder()
+        .program(filter.program())
+        .memory(mem);
+    (builder, filter)
+}

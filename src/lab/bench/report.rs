@@ -106,29 +106,24 @@ impl ProfileSummary {
             "  Where the time went (ns per packet, all threads' time in each stage):"
         );
         let _ = writeln!(s, "    {:<10} {:>9} {:>7}", "stage", "ns/pkt", "share");
-        for c in &self.stages {
-            if c.stage == "timers" && c.ns == 0 {
-                continue;
-            }
+        let mut row = |stage: &str, ns_per_packet: f64, share: f64| {
             let _ = writeln!(
                 s,
-                "    {:<10} {:>9.1} {:>6.1}%",
-                c.stage,
-                c.ns_per_packet,
-                c.share * 100.0
+                "    {stage:<10} {ns_per_packet:>9.1} {:>6.1}%",
+                share * 100.0
             );
-        }
-        let _ = writeln!(
-            s,
-            "    {:<10} {:>9.1} {:>6.1}%",
-            "total",
-            self.busy_ns_per_packet,
-            if self.busy_ns_per_packet > 0.0 {
-                100.0
-            } else {
-                0.0
+        };
+        for c in &self.stages {
+            if c.stage != "timers" || c.ns > 0 {
+                row(c.stage, c.ns_per_packet, c.share);
             }
-        );
+        }
+        let all = if self.busy_ns_per_packet > 0.0 {
+            1.0
+        } else {
+            0.0
+        };
+        row("total", self.busy_ns_per_packet, all);
         let _ = writeln!(
             s,
             "    waiting, not in the total: PPE threads parked {:.1} ns/pkt, injectors waiting \
