@@ -408,11 +408,16 @@ fn bad_options_are_refused_by_name() {
         refused(cfg, option);
     }
     // And on the command line, before anything runs.
+    let dir = std::env::temp_dir().join(format!("pfemu-ada-bad-{}", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))
         .args(["experiment", "ada", "--th-balance=-1", "--out"])
-        .arg(std::env::temp_dir().join(format!("pfemu-ada-bad-{}", std::process::id())))
+        .arg(&dir)
         .output()
         .expect("pfemu runs");
+    // The output directory is made before the options are checked; nothing is written in it.
+    let written = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(written, 0, "a refused run wrote into {}", dir.display());
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--th-balance"), "{stderr}");
