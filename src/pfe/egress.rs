@@ -300,8 +300,9 @@ impl PortQueues {
 
     /// Queues a frame for its destination (already validated against the port and group
     /// tables by the PPE thread); `own` when it is an ingress packet's own frame (not a
-    /// created one).
-    #[inline]
+    /// created one). Always inlined: it runs once per released frame, and as a call it
+    /// cost as much again in register saves as its own work (callgrind).
+    #[inline(always)]
     pub fn push(&mut self, dest: Dest, span: Span, own: bool, groups: &[Vec<Port>]) {
         match dest {
             Dest::Port(p) => {
@@ -321,7 +322,7 @@ impl PortQueues {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn push_port(&mut self, port: Port, span: Span) {
         let q = &mut self.queues[port as usize];
         if q.is_empty() {
