@@ -22,7 +22,7 @@ pub(crate) use self::model::*;
 
 #[cfg(not(loom))]
 mod real {
-    pub(crate) use crossbeam_queue::{ArrayQueue, SegQueue};
+    pub(crate) use crossbeam_queue::ArrayQueue;
     pub(crate) use crossbeam_utils::sync::{Parker, Unparker};
     pub(crate) use crossbeam_utils::{Backoff, CachePadded};
     pub(crate) use parking_lot::{Condvar, Mutex};
@@ -188,29 +188,6 @@ mod model {
 
         pub fn len(&self) -> usize {
             self.0.len()
-        }
-
-        pub fn is_empty(&self) -> bool {
-            self.0.len() == 0
-        }
-    }
-
-    /// `crossbeam_queue::SegQueue`: unbounded.
-    pub(crate) struct SegQueue<T>(Queue<T>);
-
-    impl<T> SegQueue<T> {
-        pub fn new() -> Self {
-            SegQueue(Queue::new(usize::MAX))
-        }
-
-        pub fn push(&self, value: T) {
-            if self.0.push(value).is_err() {
-                unreachable!("an unbounded queue is never full");
-            }
-        }
-
-        pub fn pop(&self) -> Option<T> {
-            self.0.pop()
         }
 
         pub fn is_empty(&self) -> bool {

@@ -201,7 +201,7 @@ fn dispatch_close_wakes_parked_consumers() {
 fn finish_model(threads: usize, preemptions: Option<usize>) {
     assert!(threads < usize::BITS as usize);
     check(preemptions, move || {
-        let stage = Arc::new(ReorderStage::new(1));
+        let stage = Arc::new(ReorderStage::new(1, 64));
         // Bit `id` is set when batch `id` is retired.
         let retired = Arc::new(AtomicUsize::new(0));
         let finish = {

@@ -39,7 +39,7 @@ use super::egress::{PortQueues, Sink, Span, TxCounters};
 use super::latency::LatencyRecorder;
 use super::trace::{emit, TraceConfig, TraceRecord};
 use crate::packet::Port;
-use crate::sync::{fence, AtomicU64, Mutex, Ordering, SegQueue};
+use crate::sync::{fence, ArrayQueue, AtomicU64, Mutex, Ordering};
 
 /// Where a releasing thread records latency: the recorder, its shard, and the time now.
 pub(crate) type LatencySink<'a> = Option<(&'a LatencyRecorder, usize, u64)>;
@@ -68,7 +68,10 @@ pub(crate) struct Outlet<'a> {
 /// Counters are therefore kept in atomics and read without the lock.
 pub(crate) struct ReorderStage {
     engine: Mutex<ReorderEngine>,
-    finished: SegQueue<Box<Batch>>,
+    /// Finished batches not yet completed. Bounded, so it allocates nothing once built (an
+    /// unbounded queue allocated a block every few dozen batches): every batch in it holds
+    /// at least one packet still in flight, so the engine's capacity bounds them.
+    finished: ArrayQueue<Box<Batch>>,
     /// Packets that had to wait for an earlier packet of their flow, ever.
     held_total: AtomicU64,
 }
@@ -79,10 +82,11 @@ impl ReorderStage {
         self.held_total.load(Ordering::Relaxed)
     }
 
-    pub fn new(ports: usize) -> Self {
+    /// The stage of an engine with `ports` ports and at most `capacity` packets in flight.
+    pub fn new(ports: usize, capacity: usize) -> Self {
         ReorderStage {
             engine: Mutex::new(ReorderEngine::new(ports)),
-            finished: SegQueue::new(),
+            finished: ArrayQueue::new(capacity.max(1)),
             held_total: AtomicU64::new(0),
         }
     }
@@ -98,7 +102,11 @@ impl ReorderStage {
         out: Outlet<'_>,
         mut retire: impl FnMut(Option<Box<Batch>>, u64),
     ) {
-        self.finished.push(batch);
+        // Ingress dispatches no empty batch, and a batch's packets stay in flight until it
+        // is completed: so there are never more finished batches than packets in flight.
+        if self.finished.push(batch).is_err() {
+            unreachable!("more finished batches than the in-flight capacity");
+        }
         loop {
             fence(Ordering::SeqCst);
             let Some(mut engine) = self.engine.try_lock() else {

@@ -95,7 +95,7 @@ fn complete_all(batches: Vec<Box<Batch>>, order: &[usize]) -> u64 {
         .collect();
     let sizes: Vec<usize> = batches.iter().map(|b| b.slots.len()).collect();
     let mut slots: Vec<Option<Box<Batch>>> = batches.into_iter().map(Some).collect();
-    let stage = ReorderStage::new(1);
+    let stage = ReorderStage::new(1, 64);
     let sink = Recorder::default();
     let tx = TxCounters::new(1, 1);
     let out = Outlet {
