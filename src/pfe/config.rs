@@ -424,7 +424,7 @@ impl PfeBuilder {
             ]),
             ingress_time: IngressTime::default(),
             latency: cfg.latency.then(|| LatencyRecorder::new(cfg.ppe_threads)),
-            reorder: ReorderStage::new(cfg.ports, cfg.capacity),
+            reorder: ReorderStage::new(cfg.capacity),
             groups: group_table,
             sink,
             tx: TxCounters::new(cfg.ports, cfg.ppe_threads),

@@ -40,7 +40,7 @@ use loom::thread;
 
 use super::batch::Batch;
 use super::dispatch::{Dispatch, Popped};
-use super::egress::{Discard, TxCounters};
+use super::egress::{Discard, PortQueues, TxCounters};
 use super::reorder::{Outlet, ReorderStage};
 use super::room::RoomWait;
 use crate::timer::Launch;
@@ -201,7 +201,7 @@ fn dispatch_close_wakes_parked_consumers() {
 fn finish_model(threads: usize, preemptions: Option<usize>) {
     assert!(threads < usize::BITS as usize);
     check(preemptions, move || {
-        let stage = Arc::new(ReorderStage::new(1, 64));
+        let stage = Arc::new(ReorderStage::new(64));
         // Bit `id` is set when batch `id` is retired.
         let retired = Arc::new(AtomicUsize::new(0));
         let finish = {
@@ -221,7 +221,7 @@ fn finish_model(threads: usize, preemptions: Option<usize>) {
                     latency: None,
                     trace: None,
                 };
-                stage.finish(batch, out, |b, released| {
+                stage.finish(batch, out, &mut PortQueues::new(1), |b, released| {
                     assert_eq!(released, 0);
                     let Some(b) = b else { return };
                     let bit = 1 << b.frames[0];

@@ -105,6 +105,7 @@ pub(crate) fn run<const PROFILE: bool>(
                     latency,
                     trace,
                 },
+                &mut queues,
                 |b, released| timed::<PROFILE, _>(&mut retire_ns, || retire(&shared, b, released)),
             );
         } else {

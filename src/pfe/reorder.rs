@@ -82,10 +82,10 @@ impl ReorderStage {
         self.held_total.load(Ordering::Relaxed)
     }
 
-    /// The stage of an engine with `ports` ports and at most `capacity` packets in flight.
-    pub fn new(ports: usize, capacity: usize) -> Self {
+    /// The stage of an engine with at most `capacity` packets in flight.
+    pub fn new(capacity: usize) -> Self {
         ReorderStage {
-            engine: Mutex::new(ReorderEngine::new(ports)),
+            engine: Mutex::new(ReorderEngine::new()),
             finished: ArrayQueue::new(capacity.max(1)),
             held_total: AtomicU64::new(0),
         }
@@ -96,10 +96,16 @@ impl ReorderStage {
     /// (`Some(batch)`, 0), and after each completion how many ingress packets left
     /// (`None`, n): batches first, so that a drain that sees nothing in flight finds every
     /// batch cleared.
+    ///
+    /// `queues` are the calling thread's egress queues, empty on entry and on return: the
+    /// released frames pass through them to the sink under the engine's lock, so release
+    /// order is delivery order, while their memory stays in the caller's cache rather than
+    /// moving with the lock from thread to thread.
     pub fn finish(
         &self,
         batch: Box<Batch>,
         out: Outlet<'_>,
+        queues: &mut PortQueues,
         mut retire: impl FnMut(Option<Box<Batch>>, u64),
     ) {
         // Ingress dispatches no empty batch, and a batch's packets stay in flight until it
@@ -113,7 +119,7 @@ impl ReorderStage {
                 return;
             };
             while let Some(b) = self.finished.pop() {
-                let (released, held) = engine.complete(b, out);
+                let (released, held) = engine.complete(b, out, queues);
                 if held > 0 {
                     self.held_total.fetch_add(held, Ordering::Relaxed);
                 }
@@ -179,8 +185,6 @@ pub(crate) struct ReorderEngine {
     window: VecDeque<Pending>,
     /// Window entries to reuse (their `waiters` keep their capacity).
     spare: Vec<Pending>,
-    /// Egress queues live under the same lock so release order is delivery order.
-    queues: PortQueues,
     /// The batches the current completion released from, in the order of their sources
     /// in the egress flush (the completed batch first).
     touched: Vec<Touched>,
@@ -197,13 +201,12 @@ pub(crate) struct ReorderEngine {
 }
 
 impl ReorderEngine {
-    pub fn new(ports: usize) -> Self {
+    pub fn new() -> Self {
         ReorderEngine {
             // Ingress numbers batches from 1.
             base: 1,
             window: VecDeque::new(),
             spare: Vec::new(),
-            queues: PortQueues::new(ports),
             touched: Vec::new(),
             wake: Vec::new(),
             retired: Vec::new(),
@@ -225,7 +228,12 @@ impl ReorderEngine {
     /// Releases what the finished batch allows; returns how many ingress packets left
     /// (its own and earlier ones' they freed) and how many of its packets had to wait.
     /// Batches all of whose packets have left go to `retired`.
-    pub fn complete(&mut self, mut batch: Box<Batch>, out: Outlet<'_>) -> (u64, u64) {
+    pub fn complete(
+        &mut self,
+        mut batch: Box<Batch>,
+        out: Outlet<'_>,
+        queues: &mut PortQueues,
+    ) -> (u64, u64) {
         let seq = batch.seq;
         assert!(seq >= self.base, "batch {seq} completed twice");
         let at = (seq - self.base) as usize;
@@ -260,15 +268,15 @@ impl ReorderEngine {
             leaving += u64::from(!recs.is_empty());
             for (j, r) in recs.iter().enumerate() {
                 let span = Span::new(r.src, r.off, r.len);
-                self.queues.push(r.dest, span, c.own && j == 0, out.groups);
+                queues.push(r.dest, span, c.own && j == 0, out.groups);
             }
             if waited_for {
-                woken += self.wake_waiters(packet_id(seq, i), out.groups);
+                woken += self.wake_waiters(packet_id(seq, i), out.groups, queues);
             }
         }
         self.touched[0].leaving = leaving;
         let waiting = batch.done.len() as u64 - own;
-        self.flush(&batch, out);
+        self.flush(&batch, out, queues);
         if let Some((cfg, now)) = out.trace {
             self.finish_traces(&mut batch, cfg, now);
         }
@@ -305,7 +313,7 @@ impl ReorderEngine {
     /// on; returns how many. Every packet it wakes is in a later batch than `id`'s (a
     /// waiter is always a later packet), so never in the batch being completed: that
     /// batch's waiting packets wait for earlier batches, which no release of its own frees.
-    fn wake_waiters(&mut self, id: u64, groups: &[Vec<Port>]) -> u64 {
+    fn wake_waiters(&mut self, id: u64, groups: &[Vec<Port>], queues: &mut PortQueues) -> u64 {
         let mut woken = 0;
         self.wake.push(id);
         while let Some(id) = self.wake.pop() {
@@ -315,7 +323,7 @@ impl ReorderEngine {
                 continue;
             };
             let (_, next) = p.waiters.swap_remove(pos);
-            self.release_waiting(next, groups);
+            self.release_waiting(next, groups, queues);
             woken += 1;
             self.wake.push(next);
         }
@@ -323,7 +331,7 @@ impl ReorderEngine {
     }
 
     /// Releases waiting packet `id` of a completed batch in the window.
-    fn release_waiting(&mut self, id: u64, groups: &[Vec<Port>]) {
+    fn release_waiting(&mut self, id: u64, groups: &[Vec<Port>], queues: &mut PortQueues) {
         let (seq, index) = split_packet_id(id);
         let p = &mut self.window[(seq - self.base) as usize];
         if p.touched == UNTOUCHED {
@@ -341,7 +349,7 @@ impl ReorderEngine {
         let recs = &b.out.recs[c.outs_start as usize..c.outs_end as usize];
         for (j, r) in recs.iter().enumerate() {
             let span = Span::new(src_base + r.src, r.off, r.len);
-            self.queues.push(r.dest, span, c.own && j == 0, groups);
+            queues.push(r.dest, span, c.own && j == 0, groups);
         }
         self.touched[p.touched as usize].leaving += u64::from(!recs.is_empty());
         if !self.held_traces.is_empty() {
@@ -353,11 +361,10 @@ impl ReorderEngine {
 
     /// Hands the queued frames to the sink (the completed batch's, then those of the
     /// earlier batches it released from) and records their latency.
-    fn flush(&mut self, batch: &Batch, out: Outlet<'_>) {
+    fn flush(&mut self, batch: &Batch, out: Outlet<'_>, queues: &mut PortQueues) {
         let ReorderEngine {
             base,
             window,
-            queues,
             touched,
             ..
         } = self;

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use proptest::prelude::*;
 
 use super::batch::{packet_id, Batch, Completion, Slot};
-use super::egress::{Frames, Sink, TxCounters};
+use super::egress::{Frames, PortQueues, Sink, TxCounters};
 use super::ingress::IngressState;
 use super::reorder::{Outlet, ReorderStage};
 use crate::packet::{Dest, Port};
@@ -95,7 +95,7 @@ fn complete_all(batches: Vec<Box<Batch>>, order: &[usize]) -> u64 {
         .collect();
     let sizes: Vec<usize> = batches.iter().map(|b| b.slots.len()).collect();
     let mut slots: Vec<Option<Box<Batch>>> = batches.into_iter().map(Some).collect();
-    let stage = ReorderStage::new(1, 64);
+    let stage = ReorderStage::new(64);
     let sink = Recorder::default();
     let tx = TxCounters::new(1, 1);
     let out = Outlet {
@@ -108,9 +108,10 @@ fn complete_all(batches: Vec<Box<Batch>>, order: &[usize]) -> u64 {
     };
     let mut retired = vec![false; sizes.len()];
     let mut released = 0u64;
+    let mut queues = PortQueues::new(1);
     for &i in order {
         let b = slots[i].take().expect("each batch completed once");
-        stage.finish(b, out, |b, n| {
+        stage.finish(b, out, &mut queues, |b, n| {
             released += n;
             if let Some(b) = b {
                 let i = (b.seq - 1) as usize;
