@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::packet::{OutArena, Port};
+use crate::packet::{OutArena, OutRec, Port};
 
 /// One ingress packet in a batch.
 #[derive(Clone, Copy, Debug)]
@@ -114,6 +114,12 @@ impl Batch {
             Some(frame) => frame,
             None => &frames[slot.off as usize..(slot.off + slot.len) as usize],
         }
+    }
+
+    /// The output records of the packet whose completion is `c`.
+    #[inline]
+    pub fn outputs(&self, c: &Completion) -> &[OutRec] {
+        &self.out.recs[c.outs_start as usize..c.outs_end as usize]
     }
 
     #[inline]

@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crossbeam_utils::CachePadded;
 
 use super::contain::PanicLog;
-use crate::packet::{Dest, Packet, Port};
+use crate::packet::{Dest, OutRec, Packet, Port};
 
 /// Where one frame of a burst is: buffer `src` of the burst's sources, `len` bytes at `off`.
 #[derive(Clone, Copy, Debug)]
@@ -320,6 +320,24 @@ impl PortQueues {
                 }
             }
         }
+    }
+
+    /// Queues one ingress packet's output records (its own frame first when `own`: see
+    /// [`PortQueues::push`]), whose buffers are the flush's sources from `src_base` on;
+    /// returns whether there was any.
+    #[inline(always)]
+    pub fn push_packet(
+        &mut self,
+        recs: &[OutRec],
+        own: bool,
+        src_base: u32,
+        groups: &[Vec<Port>],
+    ) -> bool {
+        for (i, r) in recs.iter().enumerate() {
+            let span = Span::new(src_base + r.src, r.off, r.len);
+            self.push(r.dest, span, own && i == 0, groups);
+        }
+        !recs.is_empty()
     }
 
     #[inline(always)]

@@ -213,14 +213,7 @@ fn finish_model(threads: usize, preemptions: Option<usize>) {
                 batch.frames.push(id);
                 batch.seq = u64::from(id) + 1;
                 let tx = TxCounters::new(1, 1);
-                let out = Outlet {
-                    groups: &[],
-                    sink: &Discard,
-                    tx: &tx,
-                    thread: 0,
-                    latency: None,
-                    trace: None,
-                };
+                let out = Outlet::plain(&Discard, &tx);
                 stage.finish(batch, out, &mut PortQueues::new(1), |b, released| {
                     assert_eq!(released, 0);
                     let Some(b) = b else { return };

@@ -206,11 +206,7 @@ fn release_unordered(
     sink: &dyn Sink,
 ) -> u64 {
     for c in &batch.done {
-        let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
-        for (i, r) in recs.iter().enumerate() {
-            let span = Span::new(r.src, r.off, r.len);
-            queues.push(r.dest, span, c.own && i == 0, &shared.groups);
-        }
+        queues.push_packet(batch.outputs(c), c.own, 0, &shared.groups);
     }
     queues.flush(&[&batch.frames, &batch.out.bytes], sink, &shared.tx, me);
     batch.done.len() as u64

@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 use hashbrown::HashMap;
 
 use super::batch::{packet_id, split_packet_id, Batch};
-use super::egress::{PortQueues, Sink, Span, TxCounters};
+use super::egress::{PortQueues, Sink, TxCounters};
 use super::latency::LatencyRecorder;
 use super::trace::{emit, TraceConfig, TraceRecord};
 use crate::packet::Port;
@@ -59,6 +59,21 @@ pub(crate) struct Outlet<'a> {
     pub thread: usize,
     pub latency: LatencySink<'a>,
     pub trace: TraceTo<'a>,
+}
+
+#[cfg(test)]
+impl<'a> Outlet<'a> {
+    /// Thread 0's outlet to `sink`, with no port groups, latency or trace (tests).
+    pub fn plain(sink: &'a dyn Sink, tx: &'a TxCounters) -> Self {
+        Outlet {
+            groups: &[],
+            sink,
+            tx,
+            thread: 0,
+            latency: None,
+            trace: None,
+        }
+    }
 }
 
 /// The reorder engine and the queue of finished batches waiting for it.
@@ -264,12 +279,7 @@ impl ReorderEngine {
             }
             batch.done[i].released = true;
             own += 1;
-            let recs = &batch.out.recs[c.outs_start as usize..c.outs_end as usize];
-            leaving += u64::from(!recs.is_empty());
-            for (j, r) in recs.iter().enumerate() {
-                let span = Span::new(r.src, r.off, r.len);
-                queues.push(r.dest, span, c.own && j == 0, out.groups);
-            }
+            leaving += u64::from(queues.push_packet(batch.outputs(&c), c.own, 0, out.groups));
             if waited_for {
                 woken += self.wake_waiters(packet_id(seq, i), out.groups, queues);
             }
@@ -344,14 +354,10 @@ impl ReorderEngine {
             .batch
             .as_mut()
             .expect("a waiting packet's batch is completed");
-        let c = &mut b.done[index];
-        c.released = true;
-        let recs = &b.out.recs[c.outs_start as usize..c.outs_end as usize];
-        for (j, r) in recs.iter().enumerate() {
-            let span = Span::new(src_base + r.src, r.off, r.len);
-            queues.push(r.dest, span, c.own && j == 0, groups);
-        }
-        self.touched[p.touched as usize].leaving += u64::from(!recs.is_empty());
+        b.done[index].released = true;
+        let c = &b.done[index];
+        let left = queues.push_packet(b.outputs(c), c.own, src_base, groups);
+        self.touched[p.touched as usize].leaving += u64::from(left);
         if !self.held_traces.is_empty() {
             if let Some(r) = self.held_traces.remove(&id) {
                 self.traces_released.push(r);

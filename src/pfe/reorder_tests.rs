@@ -98,14 +98,7 @@ fn complete_all(batches: Vec<Box<Batch>>, order: &[usize]) -> u64 {
     let stage = ReorderStage::new(64);
     let sink = Recorder::default();
     let tx = TxCounters::new(1, 1);
-    let out = Outlet {
-        groups: &[],
-        sink: &sink,
-        tx: &tx,
-        thread: 0,
-        latency: None,
-        trace: None,
-    };
+    let out = Outlet::plain(&sink, &tx);
     let mut retired = vec![false; sizes.len()];
     let mut released = 0u64;
     let mut queues = PortQueues::new(1);
