@@ -490,3 +490,89 @@ fn yield_reruns_its_label_counts_waits_and_is_bounded_by_the_budget() {
     assert_eq!(out.result.unwrap_err().kind(), FaultKind::InstructionBudget);
     assert_eq!(out.waits, 100);
 }
+
+mod fused_tail_add {
+    //! `Thread::read_tail_post_vadd32_be` against the chunk-by-chunk tail reads and posted
+    //! adds it stands for: the same memory, local memory, verdict or fault, and XTXNs.
+
+    use super::*;
+    use pfemu::mem::WORD_BYTES;
+    use pfemu::packet::DEFAULT_HEAD_BYTES;
+    use pfemu::program::{Harness, HarnessOutcome};
+    use proptest::prelude::*;
+
+    /// Where the chunks go through local memory: the head's start, so a forwarded
+    /// packet's first 64 bytes show what the sequence left there.
+    const LM_AT: usize = pfemu::program::DEFAULT_HEAD_OFFSET;
+
+    fn program(fused: bool, addr: u64, tail_off: usize, len: usize) -> Program {
+        let mut p = Program::builder("tail_add");
+        let a = p.label("a");
+        p.instr(a, move |t| {
+            if fused {
+                t.read_tail_post_vadd32_be(addr, tail_off, LM_AT, len)?;
+            } else {
+                for k in 0..len.div_ceil(64) {
+                    let bytes = 64.min(len - 64 * k);
+                    t.read_tail(tail_off + 64 * k, LM_AT, bytes)?;
+                    t.post_vadd32_be(addr + (64 * k / WORD_BYTES) as u64, LM_AT, bytes)?;
+                }
+            }
+            t.wait_posted();
+            Ok(Done(Verdict::Forward(0)))
+        });
+        p.entry(Entry::Packet, a);
+        p.build().unwrap()
+    }
+
+    /// Runs one of the two on a fresh memory whose SRAM holds `fill`; returns what the
+    /// harness saw and the whole SRAM afterwards.
+    fn outcome(
+        fused: bool,
+        addr: u64,
+        tail_off: usize,
+        len: usize,
+        frame: &[u8],
+        fill: u8,
+    ) -> (HarnessOutcome, Vec<u8>) {
+        let mem = Arc::new(SharedMemory::new(&common::small_mem()).unwrap());
+        let sram = mem.region(pfemu::mem::Region::Sram);
+        let words = (sram.end - sram.start) as usize;
+        let mut bytes = vec![fill; words * WORD_BYTES];
+        for line in bytes.chunks(64).enumerate() {
+            mem.write(sram.start + (line.0 * 8) as u64, line.1).unwrap();
+        }
+        let mut h = Harness::new(mem.clone());
+        let out = h.run(&program(fused, addr, tail_off, len), 0, frame);
+        for (k, line) in bytes.chunks_mut(64).enumerate() {
+            mem.read(sram.start + (k * 8) as u64, line).unwrap();
+        }
+        (out, bytes)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+        #[test]
+        fn matches_the_chunk_by_chunk_sequence(
+            frame_len in DEFAULT_HEAD_BYTES + 1..DEFAULT_HEAD_BYTES + 5000,
+            seed in any::<u8>(),
+            tail_off in 0usize..5100,
+            chunks in 0usize..70,
+            odd in prop::sample::select(vec![0usize, 0, 0, 8, 24]),
+            from_end in 0u64..700,
+            fill in any::<u8>(),
+        ) {
+            let frame: Vec<u8> = (0..frame_len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+            let len = 64 * chunks + odd;
+            // Near SRAM's end (8192 words), so some adds run past it and fault.
+            let addr = 8192u64.saturating_sub(from_end);
+            let (chunked, mem_a) = outcome(false, addr, tail_off, len, &frame, fill);
+            let (fused, mem_b) = outcome(true, addr, tail_off, len, &frame, fill);
+            prop_assert_eq!(&fused.result, &chunked.result);
+            prop_assert_eq!(&fused.output, &chunked.output);
+            prop_assert_eq!(&fused.xtxns, &chunked.xtxns);
+            prop_assert_eq!(&fused.instructions, &chunked.instructions);
+            prop_assert!(mem_a == mem_b, "memory differs");
+        }
+    }
+}

@@ -956,7 +956,23 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
     // and the rest read from the tail; a short last chunk is padded with zero lanes.
     p.instr(l.aggregate_tail, move |t| {
         let n = usize::from(t.get(R_GRAD_CNT));
-        for _ in 0..TAIL_CHUNKS_PER_INSTR {
+        let c = t.get(R_CHUNK);
+        let first = c * CHUNK_GRADS;
+        let at = GRADS_AT + first * GRAD_BYTES;
+        let full = ((n - first) / CHUNK_GRADS).min(TAIL_CHUNKS_PER_INSTR);
+        let mut left = TAIL_CHUNKS_PER_INSTR;
+        if let (Lanes::Int32, true, true) = (lanes, full > 0, at >= t.head_len()) {
+            // Whole chunks wholly in the tail (the usual case): the same tail reads and
+            // adds as the loop below, in one call (`Thread::read_tail_post_vadd32_be`).
+            let addr = t.get(R_BUF) + (c as u64) * lanes.chunk_words();
+            t.read_tail_post_vadd32_be(addr, at - t.head_len(), LM_SCRATCH, full * LINE_BYTES)?;
+            t.set(R_CHUNK, c + full);
+            if (c + full) * CHUNK_GRADS >= n {
+                return Ok(Goto(l.complete_check));
+            }
+            left -= full;
+        }
+        for _ in 0..left {
             let c = t.get(R_CHUNK);
             let first = c * CHUNK_GRADS;
             let bytes = (n - first).min(CHUNK_GRADS) * GRAD_BYTES;

@@ -1,5 +1,6 @@
 //! Runs a program on single frames in the calling thread, without an engine.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::mem::{SharedMemory, XtxnKind};
@@ -22,6 +23,9 @@ pub struct HarnessOutcome {
     pub output: Option<Vec<u8>>,
     /// Packets the program created, with their destinations.
     pub created: Vec<(Dest, Vec<u8>)>,
+    /// The XTXNs the thread issued, by kind ([`XtxnKind::name`]); kinds it did not issue
+    /// are left out.
+    pub xtxns: BTreeMap<&'static str, u64>,
 }
 
 /// Runs a program on single frames in the calling thread, without an engine: for unit
@@ -125,6 +129,10 @@ impl Harness {
     /// Applies posted XTXNs and collects what the thread produced.
     fn finish(&mut self, run: RunOutcome, head: Option<(usize, usize, &[u8])>) -> HarnessOutcome {
         self.core.posted.flush(&self.mem);
+        let xtxns = (XtxnKind::ALL.iter())
+            .filter(|k| self.core.xtxns[k.index()] > 0)
+            .map(|k| (k.name(), self.core.xtxns[k.index()]))
+            .collect();
         self.core.xtxns = [0; XtxnKind::COUNT];
         let output = match (&run.result, head) {
             (Ok(Verdict::Forward(_)) | Ok(Verdict::Multicast(_)), Some((hs, hl, tail))) => {
@@ -155,6 +163,7 @@ impl Harness {
             waits: run.waits,
             output,
             created,
+            xtxns,
         }
     }
 

@@ -757,6 +757,59 @@ impl<'a> Thread<'a> {
         Ok(())
     }
 
+    /// Reads `len` bytes of the tail at `tail_offset` and posts them as a vector add of
+    /// big-endian 32-bit lanes at `addr`: exactly what reading each 64-byte chunk into local
+    /// memory at `lm_offset` ([`Thread::read_tail`]) and posting it from there
+    /// ([`Thread::post_vadd32_be`]) does, chunk after chunk, and counted the same (a
+    /// `tail_read` and a `vadd32x16` XTXN per chunk), with local memory left as that
+    /// sequence leaves it (the last chunk at `lm_offset`); a fault comes at the chunk it
+    /// would have come at, after the chunks before it were posted. It saves the emulator
+    /// the copy through local memory and the per-chunk checks; a program's meaning does
+    /// not change. `len` is a multiple of 64, and `len / 64` chunks at most
+    /// [`crate::mem::MAX_VADD_BYTES`] / 64.
+    pub fn read_tail_post_vadd32_be(
+        &mut self,
+        addr: Addr,
+        tail_offset: usize,
+        lm_offset: usize,
+        len: usize,
+    ) -> Result<(), Fault> {
+        const CHUNK: usize = 64;
+        let whole = len % CHUNK == 0 && len <= crate::mem::MAX_VADD_BYTES;
+        let in_tail = tail_offset
+            .checked_add(len)
+            .is_some_and(|end| end <= self.meta.tail.len());
+        let words = (len / crate::mem::WORD_BYTES) as u64;
+        if len == 0
+            || !whole
+            || !in_tail
+            || lm_range(lm_offset, CHUNK).is_err()
+            || self.mem.check(addr, words).is_err()
+        {
+            // Some chunk faults (or the request is odd): chunk by chunk, as the program
+            // would, so the fault comes where it would have.
+            for k in 0..len.div_ceil(CHUNK) {
+                let at = k * CHUNK;
+                let bytes = CHUNK.min(len - at);
+                self.read_tail(tail_offset + at, lm_offset, bytes)?;
+                let chunk_addr = addr + (at / crate::mem::WORD_BYTES) as u64;
+                self.post_vadd32_be(chunk_addr, lm_offset, bytes)?;
+            }
+            return Ok(());
+        }
+        let data = &self.meta.tail[tail_offset..tail_offset + len];
+        self.core.posted.post_vadd32_be(self.mem, addr, data)?;
+        crate::mem::copy_bytes(
+            &mut self.core.lm[lm_offset..lm_offset + CHUNK],
+            &data[len - CHUNK..],
+        );
+        self.lm_written = true;
+        let chunks = (len / CHUNK) as u64;
+        self.core.xtxns[XtxnKind::TailRead.index()] += chunks;
+        self.core.xtxns[XtxnKind::VAdd32x16.index()] += chunks;
+        Ok(())
+    }
+
     /// Waits for the replies of every outstanding posted XTXN of this thread
     /// ([`Thread::post`], [`Thread::post_vadd32_be`]): when it returns, all of them have been
     /// applied, and are visible to any thread that observes a later XTXN of this one. Call
