@@ -496,6 +496,7 @@ mod fused_tail_add {
     //! adds it stands for: the same memory, local memory, verdict or fault, and XTXNs.
 
     use super::*;
+    use pfemu::fpisa::{Format, Variant};
     use pfemu::mem::WORD_BYTES;
     use pfemu::packet::DEFAULT_HEAD_BYTES;
     use pfemu::program::{Harness, HarnessOutcome};
@@ -505,20 +506,44 @@ mod fused_tail_add {
     /// packet's first 64 bytes show what the sequence left there.
     const LM_AT: usize = pfemu::program::DEFAULT_HEAD_OFFSET;
 
-    fn program(fused: bool, addr: u64, tail_off: usize, len: usize) -> Program {
+    /// The add: 32-bit integer lanes, or FPISA on FP32 lanes (one word each).
+    #[derive(Clone, Copy, Debug)]
+    enum Add {
+        Int,
+        Fpisa(Variant),
+    }
+
+    fn program(add: Add, fused: bool, addr: u64, tail_off: usize, len: usize) -> Program {
         let mut p = Program::builder("tail_add");
         let a = p.label("a");
         p.instr(a, move |t| {
-            if fused {
-                t.read_tail_post_vadd32_be(addr, tail_off, LM_AT, len)?;
-            } else {
-                for k in 0..len.div_ceil(64) {
-                    let bytes = 64.min(len - 64 * k);
-                    t.read_tail(tail_off + 64 * k, LM_AT, bytes)?;
-                    t.post_vadd32_be(addr + (64 * k / WORD_BYTES) as u64, LM_AT, bytes)?;
+            match (add, fused) {
+                (Add::Int, true) => t.read_tail_post_vadd32_be(addr, tail_off, LM_AT, len)?,
+                (Add::Fpisa(v), true) => {
+                    t.read_tail_post_fpisa_add_be(addr, tail_off, LM_AT, len, Format::Fp32, v)?
+                }
+                (_, false) => {
+                    for k in 0..len.div_ceil(64) {
+                        let bytes = 64.min(len - 64 * k);
+                        t.read_tail(tail_off + 64 * k, LM_AT, bytes)?;
+                        match add {
+                            Add::Int => {
+                                let at = addr + (64 * k / WORD_BYTES) as u64;
+                                t.post_vadd32_be(at, LM_AT, bytes)?
+                            }
+                            Add::Fpisa(v) => {
+                                let at = addr + 16 * k as u64;
+                                t.post_fpisa_add_be(at, LM_AT, bytes, Format::Fp32, v)?
+                            }
+                        }
+                    }
                 }
             }
             t.wait_posted();
+            // The FPISA events of the adds, as a program would count them.
+            let c = t.take_fpisa_counts();
+            let events = c.overwrites + (c.left_shifts << 20) + (c.overflows << 40);
+            t.write_u64(0, events)?;
             Ok(Done(Verdict::Forward(0)))
         });
         p.entry(Entry::Packet, a);
@@ -528,6 +553,7 @@ mod fused_tail_add {
     /// Runs one of the two on a fresh memory whose SRAM holds `fill`; returns what the
     /// harness saw and the whole SRAM afterwards.
     fn outcome(
+        add: Add,
         fused: bool,
         addr: u64,
         tail_off: usize,
@@ -543,7 +569,7 @@ mod fused_tail_add {
             mem.write(sram.start + (line.0 * 8) as u64, line.1).unwrap();
         }
         let mut h = Harness::new(mem.clone());
-        let out = h.run(&program(fused, addr, tail_off, len), 0, frame);
+        let out = h.run(&program(add, fused, addr, tail_off, len), 0, frame);
         for (k, line) in bytes.chunks_mut(64).enumerate() {
             mem.read(sram.start + (k * 8) as u64, line).unwrap();
         }
@@ -561,13 +587,14 @@ mod fused_tail_add {
             odd in prop::sample::select(vec![0usize, 0, 0, 8, 24]),
             from_end in 0u64..700,
             fill in any::<u8>(),
+            add in prop::sample::select(vec![Add::Int, Add::Fpisa(Variant::Full), Add::Fpisa(Variant::Approx)]),
         ) {
             let frame: Vec<u8> = (0..frame_len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
             let len = 64 * chunks + odd;
             // Near SRAM's end (8192 words), so some adds run past it and fault.
             let addr = 8192u64.saturating_sub(from_end);
-            let (chunked, mem_a) = outcome(false, addr, tail_off, len, &frame, fill);
-            let (fused, mem_b) = outcome(true, addr, tail_off, len, &frame, fill);
+            let (chunked, mem_a) = outcome(add, false, addr, tail_off, len, &frame, fill);
+            let (fused, mem_b) = outcome(add, true, addr, tail_off, len, &frame, fill);
             prop_assert_eq!(&fused.result, &chunked.result);
             prop_assert_eq!(&fused.output, &chunked.output);
             prop_assert_eq!(&fused.xtxns, &chunked.xtxns);

@@ -123,6 +123,21 @@ pub fn add_chunk(
     t.post_fpisa_add_be(addr, lm_offset, bytes, Format::Fp32, variant)
 }
 
+/// [`add_chunk`] for `bytes` of whole 64-byte chunks read from the tail at `tail_offset`,
+/// through local memory at `lm_offset`, in one call
+/// ([`Thread::read_tail_post_fpisa_add_be`]: the same XTXNs as a tail read and an
+/// [`add_chunk`] per chunk).
+pub fn add_tail_chunks(
+    t: &mut Thread<'_>,
+    variant: Variant,
+    addr: Addr,
+    tail_offset: usize,
+    lm_offset: usize,
+    bytes: usize,
+) -> Result<(), Fault> {
+    t.read_tail_post_fpisa_add_be(addr, tail_offset, lm_offset, bytes, Format::Fp32, variant)
+}
+
 /// Once a packet's adds have landed ([`Thread::wait_posted`]): adds their events (FPISA-A's
 /// overwrites and left shifts, headroom overflows) to the three counters from `counters`
 /// (two words each; the count is the packet count), one posted counter add per nonzero count.

@@ -311,6 +311,25 @@ fn add_chunk(t: &mut Thread<'_>, lanes: Lanes, addr: Addr, lm_offset: usize) -> 
     }
 }
 
+/// Adds `bytes` of whole chunks read from the tail at `tail_offset` (through local memory at
+/// `lm_offset`) to the buffer at `addr`: a tail read and an [`add_chunk`] per chunk, in one
+/// call.
+fn add_tail_chunks(
+    t: &mut Thread<'_>,
+    lanes: Lanes,
+    addr: Addr,
+    tail_offset: usize,
+    lm_offset: usize,
+    bytes: usize,
+) -> Result<(), Fault> {
+    match lanes {
+        Lanes::Int32 => t.read_tail_post_vadd32_be(addr, tail_offset, lm_offset, bytes),
+        Lanes::Fpisa(variant) => {
+            fpisa::add_tail_chunks(t, variant, addr, tail_offset, lm_offset, bytes)
+        }
+    }
+}
+
 /// Whether source `s` is set in the four masks starting at `words` (the words of a record).
 fn mask_has(words: u64, s: u8) -> bool {
     source(s).get(words) != 0
@@ -961,11 +980,12 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         let at = GRADS_AT + first * GRAD_BYTES;
         let full = ((n - first) / CHUNK_GRADS).min(TAIL_CHUNKS_PER_INSTR);
         let mut left = TAIL_CHUNKS_PER_INSTR;
-        if let (Lanes::Int32, true, true) = (lanes, full > 0, at >= t.head_len()) {
+        if full > 0 && at >= t.head_len() {
             // Whole chunks wholly in the tail (the usual case): the same tail reads and
-            // adds as the loop below, in one call (`Thread::read_tail_post_vadd32_be`).
+            // adds as the loop below, in one call.
             let addr = t.get(R_BUF) + (c as u64) * lanes.chunk_words();
-            t.read_tail_post_vadd32_be(addr, at - t.head_len(), LM_SCRATCH, full * LINE_BYTES)?;
+            let tail_offset = at - t.head_len();
+            add_tail_chunks(t, lanes, addr, tail_offset, LM_SCRATCH, full * LINE_BYTES)?;
             t.set(R_CHUNK, c + full);
             if (c + full) * CHUNK_GRADS >= n {
                 return Ok(Goto(l.complete_check));

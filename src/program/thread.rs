@@ -121,6 +121,13 @@ pub struct Thread<'a> {
     lm_written: bool,
 }
 
+/// The posted add [`Thread::read_tail_post_vadd32_be`] and its FPISA twin make.
+#[derive(Clone, Copy)]
+enum TailAdd {
+    Vadd32,
+    Fpisa(crate::fpisa::Format, crate::fpisa::Variant),
+}
+
 #[inline]
 fn lm_range(offset: usize, len: usize) -> Result<std::ops::Range<usize>, Fault> {
     match offset.checked_add(len) {
@@ -765,8 +772,7 @@ impl<'a> Thread<'a> {
     /// sequence leaves it (the last chunk at `lm_offset`); a fault comes at the chunk it
     /// would have come at, after the chunks before it were posted. It saves the emulator
     /// the copy through local memory and the per-chunk checks; a program's meaning does
-    /// not change. `len` is a multiple of 64, and `len / 64` chunks at most
-    /// [`crate::mem::MAX_VADD_BYTES`] / 64.
+    /// not change.
     pub fn read_tail_post_vadd32_be(
         &mut self,
         addr: Addr,
@@ -774,39 +780,83 @@ impl<'a> Thread<'a> {
         lm_offset: usize,
         len: usize,
     ) -> Result<(), Fault> {
+        self.read_tail_post(addr, tail_offset, lm_offset, len, TailAdd::Vadd32)
+    }
+
+    /// [`Thread::read_tail_post_vadd32_be`] for FPISA adds: the tail's 64-byte chunks read
+    /// through local memory at `lm_offset` and posted by [`Thread::post_fpisa_add_be`] one
+    /// after another, in one call, with the same XTXNs, faults and local memory.
+    pub fn read_tail_post_fpisa_add_be(
+        &mut self,
+        addr: Addr,
+        tail_offset: usize,
+        lm_offset: usize,
+        len: usize,
+        fmt: crate::fpisa::Format,
+        variant: crate::fpisa::Variant,
+    ) -> Result<(), Fault> {
+        let add = TailAdd::Fpisa(fmt, variant);
+        self.read_tail_post(addr, tail_offset, lm_offset, len, add)
+    }
+
+    fn read_tail_post(
+        &mut self,
+        addr: Addr,
+        tail_offset: usize,
+        lm_offset: usize,
+        len: usize,
+        add: TailAdd,
+    ) -> Result<(), Fault> {
         const CHUNK: usize = 64;
-        let whole = len % CHUNK == 0 && len <= crate::mem::MAX_VADD_BYTES;
-        let in_tail = tail_offset
-            .checked_add(len)
-            .is_some_and(|end| end <= self.meta.tail.len());
-        let words = (len / crate::mem::WORD_BYTES) as u64;
-        if len == 0
-            || !whole
-            || !in_tail
-            || lm_range(lm_offset, CHUNK).is_err()
-            || self.mem.check(addr, words).is_err()
-        {
+        // Shared-memory words a chunk adds into, and the whole request's size limit.
+        let (chunk_words, max_bytes) = match add {
+            TailAdd::Vadd32 => (CHUNK / crate::mem::WORD_BYTES, crate::mem::MAX_VADD_BYTES),
+            TailAdd::Fpisa(fmt, _) => {
+                let width = (fmt.width() / 8) as usize;
+                (CHUNK / width, crate::mem::MAX_FPISA_LANES * width)
+            }
+        };
+        let chunks = len / CHUNK;
+        let fits = len > 0
+            && len % CHUNK == 0
+            && len <= max_bytes
+            && (tail_offset.checked_add(len)).is_some_and(|end| end <= self.meta.tail.len())
+            && lm_range(lm_offset, CHUNK).is_ok()
+            && self.mem.check(addr, (chunks * chunk_words) as u64).is_ok();
+        if !fits {
             // Some chunk faults (or the request is odd): chunk by chunk, as the program
-            // would, so the fault comes where it would have.
+            // would, so that the fault comes where it would have.
             for k in 0..len.div_ceil(CHUNK) {
-                let at = k * CHUNK;
-                let bytes = CHUNK.min(len - at);
-                self.read_tail(tail_offset + at, lm_offset, bytes)?;
-                let chunk_addr = addr + (at / crate::mem::WORD_BYTES) as u64;
-                self.post_vadd32_be(chunk_addr, lm_offset, bytes)?;
+                let bytes = CHUNK.min(len - k * CHUNK);
+                self.read_tail(tail_offset + k * CHUNK, lm_offset, bytes)?;
+                let at = addr + (k * chunk_words) as u64;
+                match add {
+                    TailAdd::Vadd32 => self.post_vadd32_be(at, lm_offset, bytes)?,
+                    TailAdd::Fpisa(fmt, variant) => {
+                        self.post_fpisa_add_be(at, lm_offset, bytes, fmt, variant)?
+                    }
+                }
             }
             return Ok(());
         }
         let data = &self.meta.tail[tail_offset..tail_offset + len];
-        self.core.posted.post_vadd32_be(self.mem, addr, data)?;
+        let xtxns_per_chunk = match add {
+            TailAdd::Vadd32 => {
+                self.core.posted.post_vadd32_be(self.mem, addr, data)?;
+                (XtxnKind::VAdd32x16, 1)
+            }
+            TailAdd::Fpisa(fmt, variant) => {
+                (self.core.posted).post_fpisa_add_be(self.mem, addr, data, fmt, variant)?;
+                (XtxnKind::FpisaAdd16, chunk_words.div_ceil(16) as u64)
+            }
+        };
         crate::mem::copy_bytes(
             &mut self.core.lm[lm_offset..lm_offset + CHUNK],
             &data[len - CHUNK..],
         );
         self.lm_written = true;
-        let chunks = (len / CHUNK) as u64;
-        self.core.xtxns[XtxnKind::TailRead.index()] += chunks;
-        self.core.xtxns[XtxnKind::VAdd32x16.index()] += chunks;
+        self.core.xtxns[XtxnKind::TailRead.index()] += chunks as u64;
+        self.core.xtxns[xtxns_per_chunk.0.index()] += chunks as u64 * xtxns_per_chunk.1;
         Ok(())
     }
 
