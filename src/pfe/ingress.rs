@@ -106,7 +106,7 @@ pub(crate) struct IngressState {
     /// Each reorder context's next [`Slot::seq`] (stamped only when tracing).
     pub next_seq: Vec<u32>,
     /// The number of the last batch pushed into dispatch (0: none yet).
-    pub next_batch: u64,
+    pub last_batch: u64,
 }
 
 impl IngressState {
@@ -114,7 +114,7 @@ impl IngressState {
         IngressState {
             last: vec![0; contexts],
             next_seq: vec![0; contexts],
-            next_batch: 0,
+            last_batch: 0,
         }
     }
 }
@@ -415,8 +415,8 @@ impl Pfe {
                 if sh.latency.is_some() {
                     batch.ingress_ns = sh.clock.now_ns();
                 }
-                ing.next_batch += 1;
-                batch.seq = ing.next_batch;
+                ing.last_batch += 1;
+                batch.seq = ing.last_batch;
                 let IngressState { last, next_seq, .. } = &mut *ing;
                 for (i, s) in batch.slots.iter_mut().enumerate() {
                     let last = &mut last[s.ctx as usize];

@@ -39,8 +39,8 @@ fn stamped(sizes: &[usize], ctxs: &[u32], dropped: &[bool], contexts: usize) -> 
     let mut batches = Vec::new();
     for &n in sizes {
         let mut b = Box::new(Batch::with_capacity(n));
-        ing.next_batch += 1;
-        b.seq = ing.next_batch;
+        ing.last_batch += 1;
+        b.seq = ing.last_batch;
         for i in 0..n {
             let ctx = ctxs[k % ctxs.len()] % contexts as u32;
             let seq = ing.next_seq[ctx as usize];
