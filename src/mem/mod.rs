@@ -498,6 +498,15 @@ impl XtxnKind {
     pub fn index(self) -> usize {
         self as usize
     }
+
+    /// The nonzero counts of a per-kind array, by kind name, in [`XtxnKind::ALL`]'s order.
+    pub fn named(
+        counts: &[u64; XtxnKind::COUNT],
+    ) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        (XtxnKind::ALL.iter())
+            .map(|k| (k.name(), counts[k.index()]))
+            .filter(|&(_, n)| n > 0)
+    }
 }
 
 impl fmt::Display for XtxnKind {

@@ -354,11 +354,8 @@ pub(super) fn snapshot(sh: &Shared) -> Stats {
             s.faults.insert(k.name().to_string(), n);
         }
     }
-    for k in crate::mem::XtxnKind::ALL {
-        let n = total.xtxns[k.index()];
-        if n > 0 {
-            s.xtxns.insert(k.name().to_string(), n);
-        }
+    for (name, n) in crate::mem::XtxnKind::named(&total.xtxns) {
+        s.xtxns.insert(name.to_string(), n);
     }
     for (port, (frames, bytes)) in sh.tx.per_port().into_iter().enumerate() {
         if frames > 0 {

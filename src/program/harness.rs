@@ -23,9 +23,9 @@ pub struct HarnessOutcome {
     pub output: Option<Vec<u8>>,
     /// Packets the program created, with their destinations.
     pub created: Vec<(Dest, Vec<u8>)>,
-    /// The XTXNs the thread issued, by kind ([`XtxnKind::name`]); kinds it did not issue
-    /// are left out.
-    pub xtxns: BTreeMap<&'static str, u64>,
+    /// The XTXNs the thread issued, by kind ([`XtxnKind::name`]), as in the engine's
+    /// [`crate::pfe::Stats::xtxns`]; kinds it did not issue are left out.
+    pub xtxns: BTreeMap<String, u64>,
 }
 
 /// Runs a program on single frames in the calling thread, without an engine: for unit
@@ -129,9 +129,8 @@ impl Harness {
     /// Applies posted XTXNs and collects what the thread produced.
     fn finish(&mut self, run: RunOutcome, head: Option<(usize, usize, &[u8])>) -> HarnessOutcome {
         self.core.posted.flush(&self.mem);
-        let xtxns = (XtxnKind::ALL.iter())
-            .filter(|k| self.core.xtxns[k.index()] > 0)
-            .map(|k| (k.name(), self.core.xtxns[k.index()]))
+        let xtxns = XtxnKind::named(&self.core.xtxns)
+            .map(|(name, n)| (name.to_string(), n))
             .collect();
         self.core.xtxns = [0; XtxnKind::COUNT];
         let output = match (&run.result, head) {

@@ -840,7 +840,8 @@ impl<'a> Thread<'a> {
             return Ok(());
         }
         let data = &self.meta.tail[tail_offset..tail_offset + len];
-        let xtxns_per_chunk = match add {
+        // The adds' XTXN kind, and how many a chunk counts as.
+        let (kind, per_chunk) = match add {
             TailAdd::Vadd32 => {
                 self.core.posted.post_vadd32_be(self.mem, addr, data)?;
                 (XtxnKind::VAdd32x16, 1)
@@ -856,7 +857,7 @@ impl<'a> Thread<'a> {
         );
         self.lm_written = true;
         self.core.xtxns[XtxnKind::TailRead.index()] += chunks as u64;
-        self.core.xtxns[xtxns_per_chunk.0.index()] += chunks as u64 * xtxns_per_chunk.1;
+        self.core.xtxns[kind.index()] += chunks as u64 * per_chunk;
         Ok(())
     }
 
