@@ -25,6 +25,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use super::wire::{self, AggPacket, Control, Endpoints, TrioMlHdrFields, MAX_GRAD_CNT};
 use pfemu::packet::Port;
 use pfemu::rng::SplitMix64;
+use pfemu::wire::lanes::read_be_i32s;
 use pfemu::wire::WireError;
 
 /// Converts between `f32` gradients and the integers the aggregator adds.
@@ -548,9 +549,9 @@ impl Worker {
             self.stats.ignored += 1;
             return Ok(Received::Ignored);
         }
-        for (dst, b) in self.sums[range].iter_mut().zip(grads.chunks_exact(4)) {
-            *dst = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        }
+        // `grads` holds `grad_cnt` lanes (the payload's parse checked it), as many as
+        // `range`.
+        read_be_i32s(&mut self.sums[range], grads);
         self.src_cnt[c] = hdr.src_cnt;
         self.degraded[c] = hdr.degraded;
         if let Some(now) = now_ns {

@@ -10,6 +10,7 @@
 use std::net::Ipv4Addr;
 
 use pfemu::packet::Dest;
+use pfemu::wire::lanes::{read_be_i32s, write_be_i32s};
 use pfemu::wire::{Ether, Ipv4, Udp, WireError, ETHERTYPE_IPV4, IPPROTO_UDP};
 pub use pfemu::wire::{ETHER_LEN, IPV4_LEN, UDP_LEN};
 
@@ -423,9 +424,7 @@ pub fn agg_packet(p: &AggPacket<'_>) -> Vec<u8> {
     let grad_bytes = p.gradients.len() * GRAD_BYTES;
     let mut f = vec![0u8; HEADERS_LEN + grad_bytes];
     write_headers(&mut f, &p.endpoints, &p.hdr, grad_bytes);
-    for (dst, g) in f[GRADS_AT..].chunks_exact_mut(GRAD_BYTES).zip(p.gradients) {
-        dst.copy_from_slice(&g.to_be_bytes());
-    }
+    write_be_i32s(&mut f[GRADS_AT..], p.gradients);
     f
 }
 
@@ -490,20 +489,15 @@ pub fn append_payload(out: &mut Vec<u8>, hdr: &TrioMlHdrFields, gradients: &[i32
     hdr.write(&mut TrioMlHdr::new_unchecked(
         &mut out[at..at + TRIO_ML_HDR_LEN],
     ));
-    for (dst, g) in out[at + TRIO_ML_HDR_LEN..]
-        .chunks_exact_mut(GRAD_BYTES)
-        .zip(gradients)
-    {
-        dst.copy_from_slice(&g.to_be_bytes());
-    }
+    write_be_i32s(&mut out[at + TRIO_ML_HDR_LEN..], gradients);
 }
 
 /// Decodes gradient bytes (network order) into integers.
 pub fn gradients(bytes: &[u8]) -> Vec<i32> {
-    bytes
-        .chunks_exact(GRAD_BYTES)
-        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    let whole = bytes.len() / GRAD_BYTES * GRAD_BYTES;
+    let mut v = vec![0; whole / GRAD_BYTES];
+    read_be_i32s(&mut v, &bytes[..whole]);
+    v
 }
 
 /// The Ethernet address IPv4 multicast group `addr` maps to (RFC 1112: `01:00:5e` and

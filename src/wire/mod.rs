@@ -12,7 +12,8 @@
 //! read-modify-write XTXNs, from the same description as the view.
 //!
 //! Provided headers: [`Ether`], [`Ipv4`], [`Udp`], [`Tcp`], plus the Internet checksum
-//! helpers [`checksum`] and [`checksum_update16`].
+//! helpers [`checksum`] and [`checksum_update16`]; [`lanes`] moves arrays of 32-bit lanes
+//! to and from network byte order in bulk.
 
 use std::fmt;
 
@@ -20,6 +21,7 @@ mod checksum;
 mod ethernet;
 mod header;
 mod ipv4;
+pub mod lanes;
 mod tcp;
 mod udp;
 
