@@ -532,6 +532,12 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
         gro: !a.no_gro,
         ..ClientConfig::new(server)
     });
+    // The sums the seeded vectors must give, drawn now: after the allreduce, a worker that
+    // finished first would take the CPU from the others still in theirs.
+    let sources: Vec<u8> = (0..a.workers).collect();
+    let expected = file
+        .is_none()
+        .then(|| serve::ExpectedSums::new(a.seed, &sources, w.sums().len(), lanes));
     if let Some(ms) = a.start_at_ms {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
         let wait = at
@@ -571,10 +577,7 @@ pub fn worker(a: &WorkerArgs) -> CliResult {
     let src_cnt_min = w.src_counts().iter().copied().min().unwrap_or(0);
     // Check the chunks every worker contributed to (with seeded vectors): their sums are
     // known.
-    let sources: Vec<u8> = (0..a.workers).collect();
-    let check = file
-        .is_none()
-        .then(|| serve::check_seeded_sums(&w, a.seed, &sources, lanes));
+    let check = expected.map(|e| e.check(&w));
     let SeededCheck {
         compared,
         mismatches,
