@@ -416,6 +416,73 @@ fn shared_frames_leave_as_copied_ones_do_and_the_engine_lets_go_of_them_by_drain
     }
 }
 
+/// A frame given as a header and the rest ([`pfemu::pfe::FrameBytes`]) is the frame the two
+/// make: it leaves whole, the classifier reads it whole, a frame the classifier refuses is
+/// dropped while the frames around it leave intact, and runts and oversize frames are
+/// what their total length makes them.
+#[test]
+fn frames_given_in_two_pieces_are_joined_by_ingress() {
+    let inputs: Vec<Vec<u8>> = (0..40u32)
+        .map(|i| {
+            let mut f = udp_frame((i % 5) as u16, i, 200);
+            for (k, b) in f.iter_mut().enumerate().skip(50) {
+                *b = (k as u32 * 13 + i) as u8;
+            }
+            // Every seventh frame ends in the byte the classifier refuses.
+            f[199] = if i % 7 == 3 { 0xEE } else { i as u8 };
+            f
+        })
+        .collect();
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(forward_all(0))
+        .ppe_threads(2)
+        .batch_size(4)
+        .classifier(pfemu::pfe::FlowClassifier::Custom(Arc::new(
+            |_port, frame: &[u8]| {
+                assert_eq!(frame.len(), 200, "the classifier sees the whole frame");
+                if frame[199] == 0xEE {
+                    panic!("refused");
+                }
+                u64::from(frame[199])
+            },
+        )))
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    // Cut anywhere: before the first byte, inside the headers, in the payload, at the end.
+    let pieces = inputs.iter().enumerate().map(|(i, f)| {
+        let cut = [0, 14, 42, 123, 200][i % 5];
+        (0, (&f[..cut], &f[cut..]))
+    });
+    assert_eq!(pfe.inject_burst(pieces).unwrap(), 40);
+    // A runt and an oversize frame in two pieces are what their total length makes them.
+    let (short, long) = (vec![0u8; 8], vec![0u8; 9000]);
+    pfe.inject_burst([(0, (&short[..], &short[..5])), (0, (&long[..], &long[..]))])
+        .unwrap();
+    assert_eq!(
+        pfe.offer_burst([(0, (&inputs[0][..100], &inputs[0][100..]))])
+            .unwrap(),
+        1
+    );
+    pfe.drain();
+    let mut out: Vec<Vec<u8>> = rx.try_iter().map(|p| p.data).collect();
+    out.sort();
+    let mut want: Vec<Vec<u8>> = inputs
+        .iter()
+        .filter(|f| f[199] != 0xEE)
+        .chain([&inputs[0]])
+        .cloned()
+        .collect();
+    want.sort();
+    assert_eq!(out, want);
+    let s = pfe.shutdown();
+    assert_eq!(s.drops("classifier_panic"), 6, "{s:?}");
+    assert_eq!((s.drops("runt"), s.drops("oversize")), (1, 1), "{s:?}");
+    assert!(s.is_conserved(), "{s:?}");
+}
+
 #[test]
 fn ingress_drops_runts_and_oversize_frames_with_reasons() {
     let sink = Arc::new(CountingSink::new(1));

@@ -70,6 +70,21 @@ pub(crate) struct Completion {
 impl Slot {
     /// [`Slot::shared`] of a frame copied into the packet buffer.
     pub const COPIED: u32 = u32::MAX;
+
+    /// Where a frame of `len` bytes is, as ingress stored it (at `off` in the packet buffer,
+    /// or shared frame `shared`), and nothing else yet: enough for [`Batch::frame`].
+    #[inline]
+    pub fn at(off: u32, shared: u32, len: u32) -> Slot {
+        Slot {
+            off,
+            shared,
+            len,
+            port: 0,
+            ctx: 0,
+            seq: 0,
+            pred: 0,
+        }
+    }
 }
 
 #[derive(Default, Debug)]

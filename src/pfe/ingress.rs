@@ -176,35 +176,83 @@ impl fmt::Display for TryInjectError {
 
 impl std::error::Error for TryInjectError {}
 
-/// A frame as ingress takes it: copied into the batch's packet buffer, or kept by reference.
+/// A frame as [`Pfe::inject_burst`] and [`Pfe::offer_burst`] take it, to copy into the
+/// engine: its bytes in one slice (`&[u8]`), or in two (`(&[u8], &[u8])`: a header, then
+/// the rest), which ingress stores one after the other. The second spares a front end that
+/// puts headers before the payloads it received (`pfemu serve` frames UDP datagrams) the
+/// copy that would join each into a buffer of its own first: the engine's copy joins them.
+///
+/// Implemented for those two forms only (the trait is sealed).
+pub trait FrameBytes<'f>: sealed::Sealed {
+    /// The frame's pieces, in order (the second empty for a single slice).
+    #[doc(hidden)]
+    fn pieces(self) -> [&'f [u8]; 2];
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for &[u8] {}
+    impl Sealed for (&[u8], &[u8]) {}
+}
+
+impl<'f> FrameBytes<'f> for &'f [u8] {
+    #[inline]
+    fn pieces(self) -> [&'f [u8]; 2] {
+        [self, &[]]
+    }
+}
+
+impl<'f> FrameBytes<'f> for (&'f [u8], &'f [u8]) {
+    #[inline]
+    fn pieces(self) -> [&'f [u8]; 2] {
+        [self.0, self.1]
+    }
+}
+
+/// A frame as ingress takes it: copied into the batch's packet buffer (from one piece or
+/// two), or kept by reference.
 trait IngressFrame {
-    /// The frame's bytes.
-    fn bytes(&self) -> &[u8];
+    /// The frame's length in bytes.
+    fn len(&self) -> usize;
     /// Puts the frame into `batch`: its offset in the packet buffer and its index among the
     /// shared frames ([`Slot::COPIED`] when copied).
     fn store(self, batch: &mut Batch) -> (u32, u32);
 }
 
-impl IngressFrame for &[u8] {
-    fn bytes(&self) -> &[u8] {
-        self
+impl IngressFrame for [&[u8]; 2] {
+    #[inline]
+    fn len(&self) -> usize {
+        self[0].len() + self[1].len()
     }
 
+    #[inline]
     fn store(self, batch: &mut Batch) -> (u32, u32) {
         let off = batch.frames.len() as u32;
-        batch.frames.extend_from_slice(self);
+        batch.frames.extend_from_slice(self[0]);
+        batch.frames.extend_from_slice(self[1]);
         (off, Slot::COPIED)
     }
 }
 
 impl IngressFrame for Arc<[u8]> {
-    fn bytes(&self) -> &[u8] {
-        self
+    #[inline]
+    fn len(&self) -> usize {
+        (**self).len()
     }
 
+    #[inline]
     fn store(self, batch: &mut Batch) -> (u32, u32) {
         batch.shared.push(self);
         (0, (batch.shared.len() - 1) as u32)
+    }
+}
+
+/// Takes back the frame [`IngressFrame::store`] just put into `batch`.
+fn unstore(batch: &mut Batch, (off, shared): (u32, u32)) {
+    if shared == Slot::COPIED {
+        batch.frames.truncate(off as usize);
+    } else {
+        batch.shared.pop();
     }
 }
 
@@ -220,7 +268,7 @@ impl Pfe {
             return Err(TryInjectError::NotRunning(packet));
         }
         match self.submit(
-            std::iter::once((packet.port, &packet.data[..])),
+            std::iter::once((packet.port, (&packet.data[..]).pieces())),
             Admit::AllOrNone,
         ) {
             Ok(_) => Ok(()),
@@ -236,14 +284,18 @@ impl Pfe {
 
     /// Injects many frames in dispatch batches (the fast path), waiting whenever the engine
     /// is full. Returns how many frames were taken (all of them).
-    pub fn inject_burst<'f, I>(&self, frames: I) -> Result<u64, InjectError>
+    ///
+    /// A frame is a slice, or a header and the rest in two slices ([`FrameBytes`]).
+    pub fn inject_burst<'f, I, F>(&self, frames: I) -> Result<u64, InjectError>
     where
-        I: IntoIterator<Item = (Port, &'f [u8])>,
+        I: IntoIterator<Item = (Port, F)>,
+        F: FrameBytes<'f>,
     {
         if !self.running() {
             return Err(InjectError::NotRunning);
         }
-        self.submit(frames.into_iter(), Admit::Wait)
+        let frames = frames.into_iter().map(|(port, f)| (port, f.pieces()));
+        self.submit(frames, Admit::Wait)
             .map_err(|_| InjectError::NotRunning)
     }
 
@@ -272,14 +324,16 @@ impl Pfe {
     /// many frames were accepted (the others were dropped at ingress: runts, oversize
     /// frames, or no room). This is how a paced traffic generator measures loss
     /// (`pfemu linerate`).
-    pub fn offer_burst<'f, I>(&self, frames: I) -> Result<u64, InjectError>
+    pub fn offer_burst<'f, I, F>(&self, frames: I) -> Result<u64, InjectError>
     where
-        I: IntoIterator<Item = (Port, &'f [u8])>,
+        I: IntoIterator<Item = (Port, F)>,
+        F: FrameBytes<'f>,
     {
         if !self.running() {
             return Err(InjectError::NotRunning);
         }
-        self.submit(frames.into_iter(), Admit::Offer)
+        let frames = frames.into_iter().map(|(port, f)| (port, f.pieces()));
+        self.submit(frames, Admit::Offer)
             .map_err(|_| InjectError::NotRunning)
     }
 
@@ -326,15 +380,21 @@ impl Pfe {
             let (mut seen, mut runts, mut oversize, mut unclassified) = (0u64, 0u64, 0u64, 0u64);
             for (port, frame) in frames.by_ref() {
                 seen += 1;
-                let bytes = frame.bytes();
-                if bytes.len() < MIN_FRAME_BYTES {
+                let len = frame.len();
+                if len < MIN_FRAME_BYTES {
                     runts += 1;
                     continue;
                 }
-                if bytes.len() > sh.cfg.max_frame_bytes {
+                if len > sh.cfg.max_frame_bytes {
                     oversize += 1;
                     continue;
                 }
+                let len = len as u32;
+                // Stored first, so that the classifier reads a frame given in two pieces
+                // as one.
+                let stored = frame.store(&mut batch);
+                let (off, shared) = stored;
+                let bytes = Batch::frame(&batch.frames, &batch.shared, &Slot::at(off, shared, len));
                 let key = match &sh.cfg.classifier {
                     // A user's function may panic: drop the frame (see `contain`).
                     FlowClassifier::Custom(f) => {
@@ -345,6 +405,7 @@ impl Pfe {
                             Err(payload) => {
                                 sh.classifier_panics.record(payload.as_ref());
                                 unclassified += 1;
+                                unstore(&mut batch, stored);
                                 continue;
                             }
                         }
@@ -352,8 +413,6 @@ impl Pfe {
                     c => c.flow_key(port, bytes),
                 };
                 let ctx = (key & mask) as u32;
-                let len = bytes.len() as u32;
-                let (off, shared) = frame.store(&mut batch);
                 batch.slots.push(Slot {
                     off,
                     shared,

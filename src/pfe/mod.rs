@@ -59,7 +59,7 @@ pub use chassis::{Chassis, ChassisBuilder, ChassisError, ChassisSink};
 pub use config::{default_ppe_threads, Config, PfeBuilder};
 pub use control::{Control, ControlError};
 pub use egress::{ChannelSink, CountingSink, Discard, FnSink, Frames, Sink};
-pub use ingress::{FlowClassifier, FlowKeyFn, InjectError, TryInjectError};
+pub use ingress::{FlowClassifier, FlowKeyFn, FrameBytes, InjectError, TryInjectError};
 pub use interconnect::{ChassisFabric, FabricStats};
 pub use latency::LatencyStats;
 pub use lifecycle::StartError;
