@@ -55,7 +55,10 @@
 //! # Batches
 //!
 //! The front end moves datagrams in batches ([`udp_batch`]): the receive loop takes what
-//! is queued on the socket with one `recvmmsg` and injects the members' frames together;
+//! is queued on the socket with one `recvmmsg` and injects the members' frames together,
+//! each as the Ethernet, IPv4 and UDP headers it makes and the payload where the receive
+//! left it, which the engine's ingress copy joins (after the receive, a datagram's bytes
+//! are copied once, into the engine: [`crate::pfe::FrameBytes`]);
 //! the sink sends the datagrams of each burst of frames leaving the engine with one
 //! `sendmmsg`, a member's Results (equal-sized, 4 KB with 1024 gradients) as one GSO
 //! message; a [`Worker`] run by [`allreduce`] sends what one poll gives with one call and
@@ -865,39 +868,27 @@ pub fn frame_of(
     ep: &Endpoints,
     frame: &mut Vec<u8>,
 ) -> Result<TrioMlHdrFields, DatagramError> {
-    frame.clear();
-    append_frame(payload, ep, frame)
-}
-
-/// [`frame_of`], appending the frame to `frames` (whose other bytes are left alone).
-fn append_frame(
-    payload: &[u8],
-    ep: &Endpoints,
-    frames: &mut Vec<u8>,
-) -> Result<TrioMlHdrFields, DatagramError> {
     let hdr = datagram_header(payload)?;
-    let at = frames.len();
-    frames.resize(at + TRIO_ML_HDR_AT + payload.len(), 0);
-    let frame = &mut frames[at..];
-    wire::write_headers(frame, ep, &hdr, payload.len() - TRIO_ML_HDR_LEN);
-    frame[TRIO_ML_HDR_AT..].copy_from_slice(payload);
+    frame.clear();
+    frame.extend_from_slice(&frame_header(&hdr, payload.len(), ep));
+    frame.extend_from_slice(payload);
     Ok(hdr)
 }
 
-/// Frames built from one receive, injected together.
-#[derive(Default)]
-struct FrameBurst {
-    bytes: Vec<u8>,
-    /// Each frame's ingress port and bytes in `bytes`.
-    frames: Vec<(Port, std::ops::Range<usize>)>,
+/// The Ethernet, IPv4 and UDP headers that go before a datagram's payload of `payload_len`
+/// bytes (Trio-ML header `hdr` and gradients) in a frame with addresses `ep`.
+fn frame_header(hdr: &TrioMlHdrFields, payload_len: usize, ep: &Endpoints) -> [u8; TRIO_ML_HDR_AT] {
+    let mut headers = [0u8; HEADERS_LEN];
+    wire::write_headers(&mut headers, ep, hdr, payload_len - TRIO_ML_HDR_LEN);
+    let mut l2_to_l4 = [0u8; TRIO_ML_HDR_AT];
+    l2_to_l4.copy_from_slice(&headers[..TRIO_ML_HDR_AT]);
+    l2_to_l4
 }
 
-impl FrameBurst {
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.frames.clear();
-    }
-}
+/// The frames of one receive, for the engine, each as its ingress port, the Ethernet, IPv4
+/// and UDP headers the server puts before a datagram, and the datagram's payload where the
+/// receive left it: the engine's ingress copy joins the two ([`crate::pfe::FrameBytes`]).
+type FrameBurst<'p> = Vec<(Port, [u8; TRIO_ML_HDR_AT], &'p [u8])>;
 
 /// When [`Server::run`] returns.
 #[derive(Clone, Copy, Debug, Default)]
@@ -1144,7 +1135,6 @@ impl Server {
         let start = Instant::now();
         let mut last = None::<Instant>;
         let mut rx = RecvBatch::new(RECV_BATCH);
-        let mut burst = FrameBurst::default();
         let c = &self.shared.counters;
         let slots = self.cfg.setup.slots();
         let mut refused = SlotsFullLog::default();
@@ -1180,7 +1170,7 @@ impl Server {
                 }
             }
             last = Some(Instant::now());
-            burst.clear();
+            let mut burst = FrameBurst::with_capacity(RECV_BATCH);
             let mut out = SendBatch::new();
             for d in rx.datagrams() {
                 let Some(from) = d.from else {
@@ -1235,12 +1225,11 @@ impl Server {
 
     /// Injects the frames of `burst`, a dispatch batch at a time (so that an engine that
     /// stopped refuses whole batches, each counted once).
-    fn inject(&self, burst: &FrameBurst) {
+    fn inject(&self, burst: &FrameBurst<'_>) {
         let c = &self.shared.counters;
-        for chunk in burst.frames.chunks(DEFAULT_BATCH_SIZE) {
-            let frames = chunk
-                .iter()
-                .map(|(port, range)| (*port, &burst.bytes[range.clone()]));
+        for chunk in burst.chunks(DEFAULT_BATCH_SIZE) {
+            let frames =
+                (chunk.iter()).map(|(port, headers, payload)| (*port, (&headers[..], *payload)));
             match self.pfe.inject_burst(frames) {
                 Ok(n) => bump(&c.injected, n),
                 Err(_) => bump(&c.not_injected, chunk.len() as u64),
@@ -1255,7 +1244,7 @@ impl Server {
         payload: &'p [u8],
         truncated: bool,
         from: SocketAddr,
-        burst: &mut FrameBurst,
+        burst: &mut FrameBurst<'p>,
         out: &mut SendBatch<'p>,
     ) {
         let c = &self.shared.counters;
@@ -1300,11 +1289,7 @@ impl Server {
             src_port: from.port(),
             dst_port: t.udp_port,
         };
-        let at = burst.bytes.len();
-        if append_frame(payload, &ep, &mut burst.bytes).is_err() {
-            return bump(&c.dropped_bad_length, 1);
-        }
-        burst.frames.push((port, at..burst.bytes.len()));
+        burst.push((port, frame_header(&hdr, payload.len(), &ep), payload));
     }
 }
 
