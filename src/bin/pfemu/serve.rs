@@ -73,9 +73,10 @@ pub struct ServeArgs {
     /// Most gradients per packet (1..=4095).
     #[arg(long, default_value_t = 1024)]
     pub block_grad_max: u16,
-    /// PPE threads.
-    #[arg(long, default_value_t = 4)]
-    pub ppe_threads: usize,
+    /// PPE threads (default: the cores available less one, which the thread receiving the
+    /// datagrams takes; at least one).
+    #[arg(long)]
+    pub ppe_threads: Option<usize>,
     /// Stop after this many seconds (default: run until --idle-exit-ms, SIGINT or SIGTERM;
     /// each stops gracefully and prints the final report).
     #[arg(long, value_parser = super::parse_secs)]
@@ -208,7 +209,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
             block_grad_max: a.block_grad_max,
             ..AggregationSetup::default()
         },
-        ppe_threads: a.ppe_threads,
+        ppe_threads: a.ppe_threads.unwrap_or_else(serve::default_ppe_threads),
         upstream: a.upstream,
         upstream_src: a.upstream_src,
         recv_buffer_bytes: a.recv_buffer_kb.saturating_mul(1024),
