@@ -70,21 +70,6 @@ pub(crate) struct Completion {
 impl Slot {
     /// [`Slot::shared`] of a frame copied into the packet buffer.
     pub const COPIED: u32 = u32::MAX;
-
-    /// Where a frame of `len` bytes is, as ingress stored it (at `off` in the packet buffer,
-    /// or shared frame `shared`), and nothing else yet: enough for [`Batch::frame`].
-    #[inline]
-    pub fn at(off: u32, shared: u32, len: u32) -> Slot {
-        Slot {
-            off,
-            shared,
-            len,
-            port: 0,
-            ctx: 0,
-            seq: 0,
-            pred: 0,
-        }
-    }
 }
 
 #[derive(Default, Debug)]
@@ -125,9 +110,21 @@ impl Batch {
     /// elsewhere).
     #[inline]
     pub fn frame<'b>(frames: &'b [u8], shared: &'b [Arc<[u8]>], slot: &Slot) -> &'b [u8] {
-        match shared.get(slot.shared as usize) {
+        Batch::stored(frames, shared, (slot.off, slot.shared), slot.len)
+    }
+
+    /// The `len` bytes of the frame ingress stored at `(off, shared)` (what
+    /// `IngressFrame::store` returned: see [`Slot::off`] and [`Slot::shared`]).
+    #[inline]
+    pub fn stored<'b>(
+        frames: &'b [u8],
+        shared: &'b [Arc<[u8]>],
+        (off, index): (u32, u32),
+        len: u32,
+    ) -> &'b [u8] {
+        match shared.get(index as usize) {
             Some(frame) => frame,
-            None => &frames[slot.off as usize..(slot.off + slot.len) as usize],
+            None => &frames[off as usize..(off + len) as usize],
         }
     }
 

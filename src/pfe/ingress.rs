@@ -393,8 +393,7 @@ impl Pfe {
                 // Stored first, so that the classifier reads a frame given in two pieces
                 // as one.
                 let stored = frame.store(&mut batch);
-                let (off, shared) = stored;
-                let bytes = Batch::frame(&batch.frames, &batch.shared, &Slot::at(off, shared, len));
+                let bytes = Batch::stored(&batch.frames, &batch.shared, stored, len);
                 let key = match &sh.cfg.classifier {
                     // A user's function may panic: drop the frame (see `contain`).
                     FlowClassifier::Custom(f) => {
@@ -412,6 +411,7 @@ impl Pfe {
                     }
                     c => c.flow_key(port, bytes),
                 };
+                let (off, shared) = stored;
                 let ctx = (key & mask) as u32;
                 batch.slots.push(Slot {
                     off,
