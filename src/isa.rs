@@ -11,7 +11,9 @@
 //! The one `unsafe` of the engine is in the macro's expansion: the call of the AVX2 or
 //! AVX-512 build, made only after the run-time check that the CPU has the features it was
 //! compiled for (the standard library's `is_x86_feature_detected!`). Its kernels' tests also
-//! run under Miri (`.ci/run`). (The lab's other one is `lab::udp_batch`: UDP system calls.)
+//! run under Miri (`.ci/run`). (`wire::lanes::read_be_i32s_streaming` has the other
+//! kernels with `unsafe`: its streaming stores, written with intrinsics. The lab's is
+//! `lab::udp_batch`: UDP system calls.)
 
 /// The builds of a kernel, in the order the dispatch prefers them (last first).
 #[cfg_attr(not(test), allow(dead_code))]

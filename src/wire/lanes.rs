@@ -4,6 +4,11 @@
 //! The loops are compiled for several instruction sets and one is picked at run time, as the
 //! engine's own lane kernels are: the baseline `x86_64` build swaps bytes with a dozen SSE2
 //! instructions per 16 bytes, where AVX2 and AVX-512 swap a whole register with one shuffle.
+//!
+//! [`read_be_i32s_streaming`] is [`read_be_i32s`] for a destination far larger than the
+//! caches: its AVX2 build writes with streaming (non-temporal) stores. This is
+//! the crate's one use of explicit SIMD intrinsics; its `unsafe` is the aligned stores and
+//! the calls after the run-time feature checks.
 
 use crate::isa::with_avx2;
 
@@ -33,6 +38,85 @@ with_avx2! {
     }
 }
 
+/// [`read_be_i32s`] with streaming stores, for a destination that is not read again soon:
+/// a worker's sums, written a packet at a time over a vector far larger than the caches and
+/// read when the allreduce is over.
+///
+/// A cached store first reads the line it writes from memory (to own it), and the line
+/// then pushes another out of the cache. A streaming (non-temporal) store writes whole
+/// lines past the caches: each line crosses the memory bus once, not twice. For a
+/// destination the caches hold, or that is read right after, it is slower than
+/// [`read_be_i32s`]: the lines have to come back from memory.
+///
+/// The AVX2 build streams (picked at run time as for the other kernels, on AVX-512 CPUs
+/// too: the stores, not the register width, are what it saves); other CPUs (and Miri,
+/// which has no streaming stores) get [`read_be_i32s`]. The stores
+/// are fenced before it returns, so whatever hands `dst` to another thread afterwards
+/// (a lock, a channel, a join) hands them over too.
+///
+/// # Panics
+/// If `src.len() != 4 * dst.len()`.
+#[allow(unsafe_code)]
+pub fn read_be_i32s_streaming(dst: &mut [i32], src: &[u8]) {
+    assert_eq!(src.len(), dst.len() * 4, "4 bytes per lane");
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use crate::isa::{allowed, Isa};
+        use std::arch::is_x86_feature_detected as has;
+        if allowed(Isa::Avx2) && has!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { streaming::avx2(dst, src) };
+        }
+    }
+    read_be_i32s(dst, src)
+}
+
+/// The streaming build of [`read_be_i32s_streaming`]: lanes one at a time up to the first
+/// 32-byte aligned lane of `dst`, then a register at a time (load, swap the bytes of each
+/// lane with one shuffle, stream), then the lanes left one at a time, then a store fence.
+/// Callers pass `src.len() == 4 * dst.len()`.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[allow(unsafe_code)]
+mod streaming {
+    use std::arch::x86_64::*;
+
+    /// Lanes one at a time (the unaligned head and the tail).
+    fn lanes(dst: &mut [i32], src: &[u8]) {
+        for (v, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+            *v = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        }
+    }
+
+    /// Lanes before the first one of `dst` aligned to `align` bytes (all of them, if none is).
+    fn head(dst: &[i32], align: usize) -> usize {
+        dst.as_ptr().align_offset(align).min(dst.len())
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn avx2(dst: &mut [i32], src: &[u8]) {
+        const L: usize = 8;
+        let swap = _mm256_set_epi8(
+            12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3, //
+            12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,
+        );
+        let h = head(dst, 4 * L);
+        lanes(&mut dst[..h], &src[..4 * h]);
+        let mut i = h;
+        while i + L <= dst.len() {
+            // SAFETY: lanes `i..i + L` are in `dst` and bytes `4i..4(i + L)` in `src`
+            // (`src.len() == 4 * dst.len()`); `dst[i]` is 32-byte aligned (`head`, then
+            // whole registers).
+            unsafe {
+                let v = _mm256_loadu_si256(src.as_ptr().add(4 * i).cast());
+                _mm256_stream_si256(dst.as_mut_ptr().add(i).cast(), _mm256_shuffle_epi8(v, swap));
+            }
+            i += L;
+        }
+        lanes(&mut dst[i..], &src[4 * i..]);
+        _mm_sfence();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,6 +140,26 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// Every build, from every alignment of the destination (the streaming builds go
+        /// lane by lane up to an aligned lane), writes exactly the destination's lanes.
+        #[test]
+        fn the_streaming_read_matches_the_definition_at_every_alignment(
+            lanes in proptest::collection::vec(any::<i32>(), 0..200),
+            skip in 0usize..16,
+        ) {
+            let bytes: Vec<u8> = lanes.iter().flat_map(|v| v.to_be_bytes()).collect();
+            for isa in ALL {
+                let mut out = vec![7i32; skip + lanes.len() + 1];
+                let n = lanes.len();
+                capped(isa, || read_be_i32s_streaming(&mut out[skip..skip + n], &bytes));
+                prop_assert_eq!(&out[skip..skip + n], &lanes[..], "{:?}", isa);
+                prop_assert!(out[..skip].iter().all(|&v| v == 7), "{:?}: wrote before", isa);
+                prop_assert_eq!(out[skip + n], 7, "{:?}: wrote after", isa);
+            }
+        }
+    }
+
     #[test]
     fn network_order_is_most_significant_byte_first() {
         let mut b = [0u8; 8];
@@ -70,5 +174,11 @@ mod tests {
     #[should_panic(expected = "4 bytes per lane")]
     fn lengths_must_agree() {
         write_be_i32s(&mut [0u8; 7], &[1, 2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "4 bytes per lane")]
+    fn the_streaming_read_checks_lengths_too() {
+        read_be_i32s_streaming(&mut [0i32; 2], &[0u8; 9]);
     }
 }
