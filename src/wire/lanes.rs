@@ -6,9 +6,9 @@
 //! instructions per 16 bytes, where AVX2 and AVX-512 swap a whole register with one shuffle.
 //!
 //! [`read_be_i32s_streaming`] is [`read_be_i32s`] for a destination far larger than the
-//! caches: its AVX2 build writes with streaming (non-temporal) stores. This is
-//! the crate's one use of explicit SIMD intrinsics; its `unsafe` is the aligned stores and
-//! the calls after the run-time feature checks.
+//! caches: its AVX2 build writes with streaming (non-temporal) stores. It is the crate's
+//! one use of explicit SIMD intrinsics; its `unsafe` is the loads and aligned stores, and
+//! the call after the run-time feature check.
 
 use crate::isa::with_avx2;
 
@@ -49,10 +49,11 @@ with_avx2! {
 /// [`read_be_i32s`]: the lines have to come back from memory.
 ///
 /// The AVX2 build streams (picked at run time as for the other kernels, on AVX-512 CPUs
-/// too: the stores, not the register width, are what it saves); other CPUs (and Miri,
-/// which has no streaming stores) get [`read_be_i32s`]. The stores
-/// are fenced before it returns, so whatever hands `dst` to another thread afterwards
-/// (a lock, a channel, a join) hands them over too.
+/// too: the stores, not the register width, are what it saves); other CPUs get
+/// [`read_be_i32s`], and so does Miri, which cannot run the streaming store (the standard
+/// library writes it as inline assembly). The stores are fenced before it returns, so
+/// whatever hands `dst` to another thread afterwards (a lock, a channel, a join) hands
+/// them over too.
 ///
 /// # Panics
 /// If `src.len() != 4 * dst.len()`.
@@ -64,7 +65,7 @@ pub fn read_be_i32s_streaming(dst: &mut [i32], src: &[u8]) {
         use crate::isa::{allowed, Isa};
         use std::arch::is_x86_feature_detected as has;
         if allowed(Isa::Avx2) && has!("avx2") {
-            // SAFETY: the CPU has AVX2, checked just above.
+            // SAFETY: the CPU has AVX2, checked just above; the lengths agree (asserted).
             return unsafe { streaming::avx2(dst, src) };
         }
     }
@@ -141,7 +142,7 @@ mod tests {
     }
 
     proptest! {
-        /// Every build, from every alignment of the destination (the streaming builds go
+        /// Every build, from every alignment of the destination (the streaming build goes
         /// lane by lane up to an aligned lane), writes exactly the destination's lanes.
         #[test]
         fn the_streaming_read_matches_the_definition_at_every_alignment(
