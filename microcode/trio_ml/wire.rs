@@ -394,12 +394,26 @@ pub const HEADERS_LEN: usize = GRADS_AT;
 /// If `buf` is shorter than [`HEADERS_LEN`].
 pub fn write_headers(buf: &mut [u8], ep: &Endpoints, hdr: &TrioMlHdrFields, grad_bytes: usize) {
     let buf = &mut buf[..HEADERS_LEN];
+    write_l2_to_l4(buf, ep, TRIO_ML_HDR_LEN + grad_bytes);
+    let trio = &mut buf[TRIO_ML_HDR_AT..GRADS_AT];
+    trio.fill(0);
+    hdr.write(&mut TrioMlHdr::new_unchecked(trio));
+}
+
+/// Writes the Ethernet, IPv4 and UDP headers of [`write_headers`] alone, for a UDP payload
+/// (Trio-ML header and gradients) of `udp_payload_len` bytes, into the first
+/// [`TRIO_ML_HDR_AT`] bytes of `buf`: what goes before a datagram's payload.
+///
+/// # Panics
+/// If `buf` is shorter than [`TRIO_ML_HDR_AT`].
+pub fn write_l2_to_l4(buf: &mut [u8], ep: &Endpoints, udp_payload_len: usize) {
+    let buf = &mut buf[..TRIO_ML_HDR_AT];
     buf.fill(0);
     let mut eth = Ether::new_unchecked(&mut buf[..ETHER_LEN]);
     eth.set_dmac(mac_u64(ep.dst_mac));
     eth.set_smac(mac_u64(ep.src_mac));
     eth.set_etype(ETHERTYPE_IPV4);
-    let udp_len = UDP_LEN + TRIO_ML_HDR_LEN + grad_bytes;
+    let udp_len = UDP_LEN + udp_payload_len;
     let mut ip = Ipv4::new_unchecked(&mut buf[IPV4_AT..UDP_AT]);
     ip.set_ver(4);
     ip.set_ihl(5);
@@ -413,9 +427,6 @@ pub fn write_headers(buf: &mut [u8], ep: &Endpoints, hdr: &TrioMlHdrFields, grad
     udp.set_src_port(ep.src_port);
     udp.set_dst_port(ep.dst_port);
     udp.set_len(udp_len as u16);
-    hdr.write(&mut TrioMlHdr::new_unchecked(
-        &mut buf[TRIO_ML_HDR_AT..GRADS_AT],
-    ));
 }
 
 /// Builds an aggregation (or Result) frame: headers as [`write_headers`], then the

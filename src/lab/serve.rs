@@ -882,19 +882,17 @@ pub fn frame_of(
 ) -> Result<TrioMlHdrFields, DatagramError> {
     let hdr = datagram_header(payload)?;
     frame.clear();
-    frame.extend_from_slice(&frame_header(&hdr, payload.len(), ep));
+    frame.extend_from_slice(&frame_header(payload.len(), ep));
     frame.extend_from_slice(payload);
     Ok(hdr)
 }
 
 /// The Ethernet, IPv4 and UDP headers that go before a datagram's payload of `payload_len`
-/// bytes (Trio-ML header `hdr` and gradients) in a frame with addresses `ep`.
-fn frame_header(hdr: &TrioMlHdrFields, payload_len: usize, ep: &Endpoints) -> [u8; TRIO_ML_HDR_AT] {
-    let mut headers = [0u8; HEADERS_LEN];
-    wire::write_headers(&mut headers, ep, hdr, payload_len - TRIO_ML_HDR_LEN);
-    let mut l2_to_l4 = [0u8; TRIO_ML_HDR_AT];
-    l2_to_l4.copy_from_slice(&headers[..TRIO_ML_HDR_AT]);
-    l2_to_l4
+/// bytes (Trio-ML header and gradients) in a frame with addresses `ep`.
+fn frame_header(payload_len: usize, ep: &Endpoints) -> [u8; TRIO_ML_HDR_AT] {
+    let mut headers = [0u8; TRIO_ML_HDR_AT];
+    wire::write_l2_to_l4(&mut headers, ep, payload_len);
+    headers
 }
 
 /// The frames of one receive, for the engine, each as its ingress port, the Ethernet, IPv4
@@ -1301,7 +1299,7 @@ impl Server {
             src_port: from.port(),
             dst_port: t.udp_port,
         };
-        burst.push((port, frame_header(&hdr, payload.len(), &ep), payload));
+        burst.push((port, frame_header(payload.len(), &ep), payload));
     }
 }
 

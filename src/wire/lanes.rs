@@ -72,21 +72,16 @@ pub fn read_be_i32s_streaming(dst: &mut [i32], src: &[u8]) {
     read_be_i32s(dst, src)
 }
 
-/// The streaming build of [`read_be_i32s_streaming`]: lanes one at a time up to the first
-/// 32-byte aligned lane of `dst`, then a register at a time (load, swap the bytes of each
-/// lane with one shuffle, stream), then the lanes left one at a time, then a store fence.
+/// The streaming build of [`read_be_i32s_streaming`]: [`read_be_i32s`] (cached) up to the
+/// first 32-byte aligned lane of `dst`, then a register at a time (load, swap the bytes of
+/// each lane with one shuffle, stream), then [`read_be_i32s`] for the lanes left, then a
+/// store fence.
 /// Callers pass `src.len() == 4 * dst.len()`.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[allow(unsafe_code)]
 mod streaming {
+    use super::read_be_i32s;
     use std::arch::x86_64::*;
-
-    /// Lanes one at a time (the unaligned head and the tail).
-    fn lanes(dst: &mut [i32], src: &[u8]) {
-        for (v, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
-            *v = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        }
-    }
 
     /// Lanes before the first one of `dst` aligned to `align` bytes (all of them, if none is).
     fn head(dst: &[i32], align: usize) -> usize {
@@ -101,7 +96,7 @@ mod streaming {
             12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,
         );
         let h = head(dst, 4 * L);
-        lanes(&mut dst[..h], &src[..4 * h]);
+        read_be_i32s(&mut dst[..h], &src[..4 * h]);
         let mut i = h;
         while i + L <= dst.len() {
             // SAFETY: lanes `i..i + L` are in `dst` and bytes `4i..4(i + L)` in `src`
@@ -113,7 +108,7 @@ mod streaming {
             }
             i += L;
         }
-        lanes(&mut dst[i..], &src[4 * i..]);
+        read_be_i32s(&mut dst[i..], &src[4 * i..]);
         _mm_sfence();
     }
 }
