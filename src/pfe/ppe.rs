@@ -258,6 +258,11 @@ fn trace_record(
     }
 }
 
+/// How many slots ahead of the packet being processed its loop prefetches.
+const PREFETCH_SLOTS: usize = 4;
+/// How many packets ahead its loop prefetches the frame (whose slot is already near).
+const PREFETCH_FRAMES: usize = 2;
+
 /// Runs the program on every packet of the batch.
 fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut WorkerStats) {
     // Two copies of the loop: without a trace configured, not a test of it per packet.
@@ -290,6 +295,12 @@ fn process_packets<const TRACE: bool>(
     } = batch;
     let trace = shared.trace.as_deref();
     for (index, s) in slots.iter().enumerate() {
+        // The batch's lines were written on the injecting core: ask for the slots and
+        // frames a few packets ahead, so their misses overlap this packet's work.
+        Batch::prefetch(slots.as_ptr().wrapping_add(index + PREFETCH_SLOTS));
+        if let Some(ahead) = slots.get(index + PREFETCH_FRAMES) {
+            Batch::prefetch(frames.as_ptr().wrapping_add(ahead.off as usize));
+        }
         let frame = Batch::frame(frames, by_ref, s);
         let tracing = TRACE && trace.is_some_and(|tr| tr.wants(s.port, frame));
         let mut labels = Vec::new();

@@ -265,6 +265,18 @@ impl ReorderEngine {
         // walk: a packet of this batch that waits, waits for an earlier batch.
         let waited_for = !self.window[at].waiters.is_empty();
         for i in 0..batch.done.len() {
+            // Completions and output records were written by whichever thread ran the
+            // batch, often on the other core: ask for them a few packets ahead.
+            Batch::prefetch(batch.done.as_ptr().wrapping_add(i + 4));
+            if let Some(ahead) = batch.done.get(i + 2) {
+                Batch::prefetch(
+                    batch
+                        .out
+                        .recs
+                        .as_ptr()
+                        .wrapping_add(ahead.outs_start as usize),
+                );
+            }
             let c = batch.done[i];
             let (pseq, pi) = split_packet_id(c.pred);
             let left = if pseq == seq {
