@@ -168,3 +168,64 @@ fn held_packets_are_the_records_marked_held() {
     seqs.dedup();
     assert_eq!(seqs.len(), 20_000);
 }
+
+/// Ingress gives a frame the same reorder context however the frame is handed to it: in
+/// one slice, in two pieces cut anywhere (the 5-tuple's bytes included), or by reference.
+/// The trace names each packet's context, and each frame here has a length of its own.
+#[test]
+fn a_frame_has_its_flow_context_however_it_is_given() {
+    let frames: Vec<Vec<u8>> = (0..24u16)
+        .map(|i| {
+            let mut f = match i % 4 {
+                3 => ether_frame(0x0806, 64), // non-IP: the port's context
+                _ => udp_frame(i, u32::from(i), 64),
+            };
+            f.resize(64 + usize::from(i), 0);
+            if i % 4 == 1 {
+                f[23] = 6; // TCP: still ports at the same place
+            }
+            if i % 4 == 2 {
+                f[26..30].copy_from_slice(&[192, 168, 0, i as u8]); // another source
+            }
+            f
+        })
+        .collect();
+    let contexts = |inject: &dyn Fn(&Pfe)| -> Vec<(usize, u32)> {
+        let (builder, _) = common::filter_engine();
+        let (sink, rx) = ChannelTraceSink::new(1 << 10);
+        let mut pfe = builder
+            .ppe_threads(2)
+            .trace(TraceConfig::new(Arc::new(sink)))
+            .build()
+            .expect("a valid engine");
+        pfe.start().expect("starts");
+        inject(&pfe);
+        pfe.drain();
+        let mut by_len: Vec<(usize, u32)> = rx.try_iter().map(|r| (r.len, r.flow.0)).collect();
+        by_len.sort();
+        pfe.shutdown();
+        by_len
+    };
+    let whole = contexts(&|pfe| {
+        pfe.inject_burst(frames.iter().map(|f| (1, f.as_slice())))
+            .expect("running");
+    });
+    assert_eq!(whole.len(), frames.len(), "every frame traced once");
+    let distinct: std::collections::HashSet<u32> = whole.iter().map(|&(_, c)| c).collect();
+    assert!(
+        distinct.len() > 10,
+        "the flows spread over contexts: {whole:?}"
+    );
+    for cut in [0, 13, 14, 23, 26, 30, 34, 36, 38, 64] {
+        let cut_in_two = contexts(&|pfe| {
+            pfe.inject_burst(frames.iter().map(|f| (1, (&f[..cut], &f[cut..]))))
+                .expect("running");
+        });
+        assert_eq!(cut_in_two, whole, "frames cut at byte {cut}");
+    }
+    let shared = contexts(&|pfe| {
+        pfe.inject_shared(frames.iter().map(|f| (1, Arc::from(f.as_slice()))))
+            .expect("running");
+    });
+    assert_eq!(shared, whole, "frames given by reference");
+}
