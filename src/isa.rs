@@ -14,6 +14,25 @@
 //! run under Miri (`.ci/run`). (`wire::lanes::read_be_i32s_streaming` has the other
 //! kernels with `unsafe`: its streaming stores, written with intrinsics. The lab's is
 //! `lab::udp_batch`: UDP system calls.)
+//!
+//! [`prefetch`] is here too: a cache hint, whose intrinsic is `unsafe` to call although it
+//! reads nothing and never faults.
+
+/// Asks the cache for the line holding `*ptr` ahead of its use. A hint: it reads nothing the
+/// program sees, never faults (any address will do, valid or not), and does nothing where
+/// the target has no prefetch instruction or under Miri.
+#[inline(always)]
+pub(crate) fn prefetch<T>(ptr: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[allow(unsafe_code)]
+    // SAFETY: `prefetcht0` only moves a line into the cache; it has no effect the program
+    // can observe and does not fault on any address. SSE is part of the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr.cast::<i8>());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = ptr;
+}
 
 /// The builds of a kernel, in the order the dispatch prefers them (last first).
 #[cfg_attr(not(test), allow(dead_code))]

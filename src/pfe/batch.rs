@@ -134,21 +134,6 @@ impl Batch {
         &self.out.recs[c.outs_start as usize..c.outs_end as usize]
     }
 
-    /// Asks the cache for the line holding `*ptr` ahead of its use (a hint: it never
-    /// faults, and does nothing where the target has no prefetch instruction).
-    #[inline(always)]
-    pub fn prefetch<T>(ptr: *const T) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        #[allow(unsafe_code)]
-        // SAFETY: a prefetch is a hint that reads nothing the program sees; it may name
-        // any address, valid or not, and never faults.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr.cast::<i8>());
-        }
-        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-        let _ = ptr;
-    }
-
     #[inline]
     pub fn clear(&mut self) {
         self.frames.clear();

@@ -297,9 +297,9 @@ fn process_packets<const TRACE: bool>(
     for (index, s) in slots.iter().enumerate() {
         // The batch's lines were written on the injecting core: ask for the slots and
         // frames a few packets ahead, so their misses overlap this packet's work.
-        Batch::prefetch(slots.as_ptr().wrapping_add(index + PREFETCH_SLOTS));
+        crate::isa::prefetch(slots.as_ptr().wrapping_add(index + PREFETCH_SLOTS));
         if let Some(ahead) = slots.get(index + PREFETCH_FRAMES) {
-            Batch::prefetch(frames.as_ptr().wrapping_add(ahead.off as usize));
+            crate::isa::prefetch(frames.as_ptr().wrapping_add(ahead.off as usize));
         }
         let frame = Batch::frame(frames, by_ref, s);
         let tracing = TRACE && trace.is_some_and(|tr| tr.wants(s.port, frame));
