@@ -267,9 +267,9 @@ impl ReorderEngine {
         for i in 0..batch.done.len() {
             // Completions and output records were written by whichever thread ran the
             // batch, often on the other core: ask for them a few packets ahead.
-            Batch::prefetch(batch.done.as_ptr().wrapping_add(i + 4));
+            crate::isa::prefetch(batch.done.as_ptr().wrapping_add(i + 4));
             if let Some(ahead) = batch.done.get(i + 2) {
-                Batch::prefetch(
+                crate::isa::prefetch(
                     batch
                         .out
                         .recs
@@ -392,24 +392,26 @@ impl ReorderEngine {
                 .as_deref()
                 .expect("a batch released from is completed")
         };
-        if touched.len() == 1 {
-            queues.flush(
-                &[&batch.frames, &batch.out.bytes],
-                out.sink,
-                out.tx,
-                out.thread,
-            );
-        } else {
-            let mut sources: Vec<&[u8]> = Vec::with_capacity(2 * touched.len());
-            sources.push(&batch.frames);
-            sources.push(&batch.out.bytes);
-            for t in &touched[1..] {
-                let b = earlier(t);
-                sources.push(&b.frames);
-                sources.push(&b.out.bytes);
+        // Each batch released from is two sources (its packet buffer, its output arena).
+        // Up to a few batches they are listed on the stack: a completion that wakes held
+        // packets of earlier batches is common, and should not allocate.
+        const ON_STACK: usize = 8;
+        let mut stack: [&[u8]; 2 * ON_STACK] = [&[]; 2 * ON_STACK];
+        let heap: Vec<&[u8]>;
+        let batches = std::iter::once(batch).chain(touched[1..].iter().map(earlier));
+        let sources: &[&[u8]] = if touched.len() <= ON_STACK {
+            for (pair, b) in stack.chunks_exact_mut(2).zip(batches) {
+                pair[0] = &b.frames;
+                pair[1] = &b.out.bytes;
             }
-            queues.flush(&sources, out.sink, out.tx, out.thread);
-        }
+            &stack[..2 * touched.len()]
+        } else {
+            heap = batches
+                .flat_map(|b| [&b.frames[..], &b.out.bytes[..]])
+                .collect();
+            &heap
+        };
+        queues.flush(sources, out.sink, out.tx, out.thread);
         if let Some((l, shard, now)) = out.latency {
             l.record(
                 shard,
