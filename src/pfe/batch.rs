@@ -72,6 +72,13 @@ impl Slot {
     pub const COPIED: u32 = u32::MAX;
 }
 
+/// How many packets ahead of the one at hand a loop over a batch's records (slots,
+/// completions) asks for them, and for the data they point to (frames, output records):
+/// the lines were written on another core (see `src/pfe/README.md`).
+pub(crate) const PREFETCH_RECORDS: usize = 4;
+/// See [`PREFETCH_RECORDS`].
+pub(crate) const PREFETCH_DATA: usize = 2;
+
 #[derive(Default, Debug)]
 pub(crate) struct Batch {
     /// The packet buffer: ingress frames back to back (heads and tails).

@@ -259,6 +259,19 @@ impl IngressFrame for Arc<[u8]> {
     }
 }
 
+/// The flow key of `frame`, or `None` when the user's classifier panicked on it: the
+/// panic is recorded and the frame is to be dropped (see `contain`).
+fn classify(sh: &super::Shared, port: Port, frame: &[u8]) -> Option<u64> {
+    match &sh.cfg.classifier {
+        FlowClassifier::Custom(f) => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(port, frame)))
+                .map_err(|payload| sh.classifier_panics.record(payload.as_ref()))
+                .ok()
+        }
+        c => Some(c.flow_key(port, frame)),
+    }
+}
+
 /// Takes back the frame [`IngressFrame::store`] just put into `batch`.
 fn unstore(batch: &mut Batch, (off, shared): (u32, u32)) {
     if shared == Slot::COPIED {
@@ -402,37 +415,27 @@ impl Pfe {
                     continue;
                 }
                 let len = len as u32;
-                // A built-in classifier reads a frame given in one piece where it is, before
-                // the copy: reading the copy, its first loads would wait for the copy's
-                // stores (measured: most of ingress's time in the flow key).
-                let early = match (&sh.cfg.classifier, frame.whole()) {
-                    (FlowClassifier::Custom(_), _) | (_, None) => None,
-                    (c, Some(bytes)) => Some(c.flow_key(port, bytes)),
-                };
-                // Otherwise stored first, so that the classifier reads a frame given in two
-                // pieces as one.
-                let stored = frame.store(&mut batch);
-                let key = match (early, &sh.cfg.classifier) {
-                    (Some(key), _) => key,
-                    // A user's function may panic: drop the frame (see `contain`).
-                    (None, FlowClassifier::Custom(f)) => {
-                        let bytes = Batch::stored(&batch.frames, &batch.shared, stored, len);
-                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            f(port, bytes)
-                        })) {
-                            Ok(k) => k,
-                            Err(payload) => {
-                                sh.classifier_panics.record(payload.as_ref());
-                                unclassified += 1;
-                                unstore(&mut batch, stored);
-                                continue;
-                            }
-                        }
+                // A frame given in one piece is classified where it is, before the copy:
+                // reading the copy, the classifier's first loads would wait for the copy's
+                // stores (measured: most of ingress's time in the flow key). One in two
+                // pieces is stored first, so that the classifier reads it as one.
+                let classified = match frame.whole() {
+                    Some(bytes) => {
+                        classify(sh, port, bytes).map(|key| (key, frame.store(&mut batch)))
                     }
-                    (None, c) => c.flow_key(
-                        port,
-                        Batch::stored(&batch.frames, &batch.shared, stored, len),
-                    ),
+                    None => {
+                        let stored = frame.store(&mut batch);
+                        let bytes = Batch::stored(&batch.frames, &batch.shared, stored, len);
+                        let key = classify(sh, port, bytes);
+                        if key.is_none() {
+                            unstore(&mut batch, stored);
+                        }
+                        key.map(|key| (key, stored))
+                    }
+                };
+                let Some((key, stored)) = classified else {
+                    unclassified += 1;
+                    continue;
                 };
                 let (off, shared) = stored;
                 let ctx = (key & mask) as u32;

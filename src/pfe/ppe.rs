@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::batch::{Batch, Completion, Slot};
+use super::batch::{Batch, Completion, Slot, PREFETCH_DATA, PREFETCH_RECORDS};
 use super::dispatch::Popped;
 use super::egress::{PortQueues, Sink, Span};
 use super::profile::{timed, Lap, Stage, TimedSink};
@@ -258,11 +258,6 @@ fn trace_record(
     }
 }
 
-/// How many slots ahead of the packet being processed its loop prefetches.
-const PREFETCH_SLOTS: usize = 4;
-/// How many packets ahead its loop prefetches the frame (whose slot is already near).
-const PREFETCH_FRAMES: usize = 2;
-
 /// Runs the program on every packet of the batch.
 fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut WorkerStats) {
     // Two copies of the loop: without a trace configured, not a test of it per packet.
@@ -297,8 +292,8 @@ fn process_packets<const TRACE: bool>(
     for (index, s) in slots.iter().enumerate() {
         // The batch's lines were written on the injecting core: ask for the slots and
         // frames a few packets ahead, so their misses overlap this packet's work.
-        crate::isa::prefetch(slots.as_ptr().wrapping_add(index + PREFETCH_SLOTS));
-        if let Some(ahead) = slots.get(index + PREFETCH_FRAMES) {
+        crate::isa::prefetch(slots.as_ptr().wrapping_add(index + PREFETCH_RECORDS));
+        if let Some(ahead) = slots.get(index + PREFETCH_DATA) {
             crate::isa::prefetch(frames.as_ptr().wrapping_add(ahead.off as usize));
         }
         let frame = Batch::frame(frames, by_ref, s);

@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 
-use super::batch::{packet_id, split_packet_id, Batch};
+use super::batch::{packet_id, split_packet_id, Batch, PREFETCH_DATA, PREFETCH_RECORDS};
 use super::egress::{PortQueues, Sink, TxCounters};
 use super::latency::LatencyRecorder;
 use super::trace::{emit, TraceConfig, TraceRecord};
@@ -267,15 +267,9 @@ impl ReorderEngine {
         for i in 0..batch.done.len() {
             // Completions and output records were written by whichever thread ran the
             // batch, often on the other core: ask for them a few packets ahead.
-            crate::isa::prefetch(batch.done.as_ptr().wrapping_add(i + 4));
-            if let Some(ahead) = batch.done.get(i + 2) {
-                crate::isa::prefetch(
-                    batch
-                        .out
-                        .recs
-                        .as_ptr()
-                        .wrapping_add(ahead.outs_start as usize),
-                );
+            crate::isa::prefetch(batch.done.as_ptr().wrapping_add(i + PREFETCH_RECORDS));
+            if let Some(ahead) = batch.done.get(i + PREFETCH_DATA) {
+                crate::isa::prefetch(batch.outputs(ahead).as_ptr());
             }
             let c = batch.done[i];
             let (pseq, pi) = split_packet_id(c.pred);
