@@ -53,7 +53,7 @@ pub struct FpisaBenchReport {
     pub variant: &'static str,
     /// The same workload with Trio-ML's integers (median of the interleaved runs).
     pub trio_ml_gradients_per_s: f64,
-    /// `gradients_per_s / trio_ml_gradients_per_s` (the target: at least 0.5).
+    /// `gradients_per_s / trio_ml_gradients_per_s`: FPISA's rate as a share of Trio-ML's.
     pub ratio_to_trio_ml: f64,
     /// The end hosts' conversion cost per gradient.
     pub host: HostCost,
