@@ -84,6 +84,18 @@ pub const fn Done(verdict: Verdict) -> Next {
 }
 
 impl Next {
+    /// The label of a [`Goto`], the most common step: one comparison, not
+    /// [`Next::step`]'s full decode.
+    #[inline(always)]
+    pub(crate) const fn goto_label(self) -> Option<Label> {
+        // A goto is its label alone: the step kind's bits are zero.
+        if self.0 >> STEP_SHIFT == STEP_GOTO {
+            Some(Label(self.0 as u32))
+        } else {
+            None
+        }
+    }
+
     /// What the sequencer will do.
     #[inline(always)]
     pub const fn step(self) -> Step {

@@ -132,7 +132,12 @@ impl Program {
                 }
                 executed += 1;
                 before(Label(pc as u32));
-                match (instrs[pc])(t)?.step() {
+                let next = (instrs[pc])(t)?;
+                if let Some(l) = next.goto_label() {
+                    pc = l.0 as usize;
+                    continue;
+                }
+                match next.step() {
                     Step::Goto(l) => pc = l.0 as usize,
                     Step::Call(l, ret) => {
                         if depth == MAX_CALL_DEPTH {
