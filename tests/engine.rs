@@ -37,6 +37,58 @@ fn gated_forward(gate: Arc<AtomicBool>) -> Program {
     p.build().unwrap()
 }
 
+/// Ingress closes a batch at `batch_size` while the PPE threads keep up, and fills it up
+/// to `max_batch_size` while a backlog waits in dispatch; every packet leaves either way.
+#[test]
+fn batches_grow_to_max_batch_size_under_a_backlog_and_only_then() {
+    for max in [4, 16] {
+        let gate = Arc::new(AtomicBool::new(true));
+        let sink = Arc::new(CountingSink::new(1));
+        let mut pfe = Pfe::builder()
+            .program(gated_forward(gate.clone()))
+            .ppe_threads(1)
+            .batch_size(4)
+            .max_batch_size(max)
+            .capacity(1000)
+            .sink(sink.clone())
+            .build()
+            .unwrap();
+        assert_eq!(pfe.config().max_batch_size, max);
+        pfe.start().unwrap();
+        let frames: Vec<Vec<u8>> = (0..400u16)
+            .map(|i| udp_frame(i % 7, i.into(), 64))
+            .collect();
+        let burst = |pfe: &Pfe, n: usize| {
+            pfe.inject_burst(frames[..n].iter().map(|f| (0, &f[..])))
+                .unwrap();
+        };
+        // Keeping up: a burst of 8 into an idle engine is two batches of 4, whatever the
+        // maximum (the second is filled while at most one waits).
+        for _ in 0..10 {
+            burst(&pfe, 8);
+            pfe.drain();
+        }
+        assert_eq!(pfe.stats().batches, 20, "max {max}");
+        // A backlog: the thread is held inside its first batch, so batches queue behind it.
+        // The first two or three are filled before two wait; every later one is full size.
+        gate.store(false, Ordering::Release);
+        burst(&pfe, 400);
+        gate.store(true, Ordering::Release);
+        pfe.drain();
+        let s = pfe.stats();
+        let backlog_batches = s.batches - 20;
+        if max == 4 {
+            assert_eq!(backlog_batches, 100);
+        } else {
+            // 2 or 3 batches of 4, then (400 - 8 or 12) / 16 rounded up = 25.
+            assert!((27..=28).contains(&backlog_batches), "{backlog_batches}");
+        }
+        assert_eq!(s.packets_out, 480, "max {max}: {s:?}");
+        assert!(s.is_conserved(), "{s:?}");
+        drop(pfe.shutdown());
+    }
+}
+
 #[test]
 fn a_full_engine_hands_packets_back_and_inject_waits() {
     let gate = Arc::new(AtomicBool::new(false));
@@ -570,6 +622,24 @@ fn bad_configurations_are_refused_naming_the_setting() {
         (
             Pfe::builder()
                 .program(forward_all(0))
+                .batch_size(32)
+                .max_batch_size(16),
+            "max_batch_size",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
+                .capacity(100)
+                .max_batch_size(101),
+            "max_batch_size",
+        ),
+        (
+            Pfe::builder().program(forward_all(0)).max_batch_size(1025),
+            "max_batch_size",
+        ),
+        (
+            Pfe::builder()
+                .program(forward_all(0))
                 .reorder_contexts(1000),
             "reorder_contexts",
         ),
@@ -766,6 +836,7 @@ fn latency_is_measured_from_ingress_to_egress_for_packets_that_leave() {
             .program(p.build().unwrap())
             .ppe_threads(1)
             .batch_size(1)
+            .max_batch_size(1)
             .reorder(reorder)
             .clock(clock)
             .latency(true)

@@ -21,8 +21,9 @@ use super::room::RoomWait;
 use super::stats::{WorkerStats, ENGINE_DROP_REASONS};
 use super::timer_threads::TimerState;
 use super::{
-    Pfe, Shared, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, DEFAULT_MAX_FRAME_BYTES, DEFAULT_PORTS,
-    DEFAULT_REORDER_CONTEXTS, MAX_CAPACITY, MAX_PPE_THREADS, STATE_BUILT,
+    Pfe, Shared, DEFAULT_BATCH_GROWTH, DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY,
+    DEFAULT_MAX_FRAME_BYTES, DEFAULT_PORTS, DEFAULT_REORDER_CONTEXTS, MAX_BATCH_SIZE, MAX_CAPACITY,
+    MAX_PPE_THREADS, STATE_BUILT,
 };
 use crate::error::ConfigError;
 use crate::mem::{MemConfig, SharedMemory};
@@ -42,8 +43,11 @@ pub struct Config {
     pub pin_threads: bool,
     /// Bytes of each packet handed to a PPE thread as its head.
     pub head_bytes: usize,
-    /// Packets per dispatch batch.
+    /// Packets per dispatch batch while the PPE threads keep up.
     pub batch_size: usize,
+    /// Packets per dispatch batch at most while a backlog waits for the PPE threads
+    /// ([`PfeBuilder::max_batch_size`]).
+    pub max_batch_size: usize,
     /// Packets in flight at most (queued, being processed, or held for reordering).
     pub capacity: usize,
     /// Per-flow reordering on (true) or release in completion order (false).
@@ -94,10 +98,13 @@ impl Config {
                 ),
             ));
         }
-        if !(1..=1024).contains(&self.batch_size) {
+        if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
             return Err(ConfigError::new(
                 "batch_size",
-                format!("{} is out of range; accepted 1..=1024", self.batch_size),
+                format!(
+                    "{} is out of range; accepted 1..={MAX_BATCH_SIZE}",
+                    self.batch_size
+                ),
             ));
         }
         if self.capacity < self.batch_size || self.capacity > MAX_CAPACITY {
@@ -106,6 +113,17 @@ impl Config {
                 format!(
                     "{} is out of range; accepted batch_size ({})..={MAX_CAPACITY}",
                     self.capacity, self.batch_size,
+                ),
+            ));
+        }
+        let most = MAX_BATCH_SIZE.min(self.capacity);
+        if !(self.batch_size..=most).contains(&self.max_batch_size) {
+            return Err(ConfigError::new(
+                "max_batch_size",
+                format!(
+                    "{} is out of range; accepted batch_size ({})..={most} (at most \
+                     {MAX_BATCH_SIZE}, and at most the capacity)",
+                    self.max_batch_size, self.batch_size,
                 ),
             ));
         }
@@ -146,6 +164,8 @@ pub struct PfeBuilder {
     program: Option<Program>,
     cfg: Config,
     ppe_threads: Option<usize>,
+    /// Asked for with [`PfeBuilder::max_batch_size`] (else derived from the batch size).
+    max_batch_size: Option<usize>,
     /// Ports asked for with [`PfeBuilder::ports`] (else the default, or the sink's).
     ports: Option<usize>,
     groups: Vec<(GroupId, Vec<Port>)>,
@@ -181,6 +201,7 @@ impl PfeBuilder {
                 pin_threads: false,
                 head_bytes: DEFAULT_HEAD_BYTES,
                 batch_size: DEFAULT_BATCH_SIZE,
+                max_batch_size: DEFAULT_BATCH_SIZE * DEFAULT_BATCH_GROWTH,
                 capacity: DEFAULT_CAPACITY,
                 reorder: true,
                 reorder_contexts: DEFAULT_REORDER_CONTEXTS,
@@ -193,6 +214,7 @@ impl PfeBuilder {
                 profile: false,
             },
             ppe_threads: None,
+            max_batch_size: None,
             ports: None,
             groups: Vec::new(),
             mem_config: MemConfig::default(),
@@ -227,9 +249,26 @@ impl PfeBuilder {
         self
     }
 
-    /// Packets per dispatch batch, 1 to 1024 (default 32).
+    /// Packets per dispatch batch while the PPE threads keep up, 1 to [`MAX_BATCH_SIZE`]
+    /// (default 32). See [`PfeBuilder::max_batch_size`] for batches under a backlog.
     pub fn batch_size(mut self, n: usize) -> Self {
         self.cfg.batch_size = n;
+        self
+    }
+
+    /// Packets per dispatch batch at most while a backlog waits for the PPE threads,
+    /// `batch_size` to [`MAX_BATCH_SIZE`] and at most the capacity (default:
+    /// [`DEFAULT_BATCH_GROWTH`] times `batch_size`, within those bounds).
+    ///
+    /// Ingress closes a batch at `batch_size` packets while at most one batch waits in
+    /// dispatch: the PPE threads keep up, and a packet should not wait for others to fill
+    /// its batch. While two or more wait, every running PPE thread has work queued behind
+    /// its own, and ingress fills batches up to this size instead: each batch's hand-offs
+    /// (dispatch, reorder, retiring) are then shared by more packets, when a bigger batch
+    /// delays no packet that would not have waited in the queue anyway. Set it to
+    /// `batch_size` for batches of one size.
+    pub fn max_batch_size(mut self, n: usize) -> Self {
+        self.max_batch_size = Some(n);
         self
     }
 
@@ -350,6 +389,7 @@ impl PfeBuilder {
             program,
             mut cfg,
             ppe_threads,
+            max_batch_size,
             ports,
             groups,
             mem_config,
@@ -362,6 +402,12 @@ impl PfeBuilder {
             ConfigError::new("program", "no program installed; call .program(...)")
         })?;
         cfg.ppe_threads = ppe_threads.unwrap_or_else(default_ppe_threads);
+        cfg.max_batch_size = max_batch_size.unwrap_or_else(|| {
+            (cfg.batch_size.saturating_mul(DEFAULT_BATCH_GROWTH))
+                .min(MAX_BATCH_SIZE)
+                .min(cfg.capacity)
+                .max(cfg.batch_size)
+        });
         cfg.ports = match (ports, sink.ports()) {
             (Some(n), Some(has)) if n > has => {
                 return Err(ConfigError::new(
@@ -513,15 +559,44 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_batch_defaults_to_four_batches_within_the_capacity_and_the_limit() {
+        let built = |b: PfeBuilder| {
+            let mut p = Program::builder("forward");
+            let a = p.label("a");
+            p.instr(a, |_t| Ok(Done(Verdict::Forward(0))));
+            p.entry(Entry::Packet, a);
+            let pfe = b
+                .program(p.build().unwrap())
+                .ppe_threads(1)
+                .build()
+                .unwrap();
+            (pfe.config().batch_size, pfe.config().max_batch_size)
+        };
+        assert_eq!(built(Pfe::builder()), (32, 128));
+        assert_eq!(built(Pfe::builder().batch_size(8).capacity(20)), (8, 20));
+        assert_eq!(built(Pfe::builder().batch_size(500)), (500, MAX_BATCH_SIZE));
+        assert_eq!(
+            built(Pfe::builder().batch_size(8).max_batch_size(8)),
+            (8, 8)
+        );
+    }
+
+    #[test]
     fn validate_accepts_what_build_made_and_names_each_bad_setting() {
         let good = config();
         assert_eq!(good.validate(), Ok(()));
         type Spoil = fn(&mut Config);
-        let cases: [(&str, Spoil); 8] = [
+        let cases: [(&str, Spoil); 11] = [
             ("ppe_threads", |c| c.ppe_threads = 0),
             ("head_bytes", |c| c.head_bytes = 10),
             ("batch_size", |c| c.batch_size = 1025),
             ("capacity", |c| c.capacity = c.batch_size - 1),
+            ("max_batch_size", |c| c.max_batch_size = c.batch_size - 1),
+            ("max_batch_size", |c| c.max_batch_size = MAX_BATCH_SIZE + 1),
+            ("max_batch_size", |c| {
+                c.capacity = 100;
+                c.max_batch_size = 101
+            }),
             ("reorder_contexts", |c| c.reorder_contexts = 3),
             ("ports", |c| c.ports = 0),
             ("instruction_budget", |c| c.instruction_budget = 0),

@@ -64,6 +64,10 @@ pub(crate) struct Dispatch {
     on_idle: Option<Unparker>,
 }
 
+/// A backlog: this many batches queued. From it on, ingress fills bigger batches
+/// ([`Dispatch::backlogged`]); above it, a push or a pop wakes one more thread (step 3).
+const BACKLOG: usize = 2;
+
 /// Shards of the taken count at most (threads beyond share them).
 const TAKEN_SHARDS: usize = 16;
 
@@ -101,7 +105,7 @@ impl Dispatch {
             idle: Mutex::new(Vec::with_capacity(threads)),
             unparkers,
             closed: AtomicBool::new(false),
-            backlog: 2,
+            backlog: BACKLOG,
             max_active: max_active.max(1),
             taken: (0..threads.clamp(1, TAKEN_SHARDS))
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
@@ -109,6 +113,13 @@ impl Dispatch {
             on_idle,
         };
         (d, parkers)
+    }
+
+    /// Whether a backlog waits: at least [`BACKLOG`] batches queued (a snapshot), so every
+    /// running PPE thread has work behind its own. Ingress then fills bigger batches.
+    #[inline]
+    pub fn backlogged(&self) -> bool {
+        self.queue.len() >= BACKLOG
     }
 
     /// Queues a batch. The caller has reserved in-flight capacity, and the queue holds at

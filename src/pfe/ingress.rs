@@ -5,7 +5,8 @@
 //! [`Pfe::inject_shared`], [`Pfe::offer_burst`], [`Pfe::offer_shared`]) goes through one
 //! loop, `Pfe::submit`, which:
 //!
-//! 1. takes an empty batch from the pool and fills it with up to `batch_size` frames,
+//! 1. takes an empty batch from the pool and fills it with up to `batch_size` frames, or
+//!    up to `max_batch_size` while a backlog waits in dispatch (`Dispatch::backlogged`),
 //!    counting runts, oversize frames and frames a custom classifier panicked on as drops;
 //! 2. reserves in-flight room for the batch, as its [`Admit`] says: waiting for it (asleep,
 //!    see `room`), all or nothing, or as much as fits (the rest dropped as `rx_full`);
@@ -394,14 +395,20 @@ impl Pfe {
         admit: Admit,
     ) -> Result<u64, ()> {
         let sh = &*self.shared;
-        let bs = sh.cfg.batch_size;
+        let max_bs = sh.cfg.max_batch_size;
         let mask = (sh.cfg.reorder_contexts - 1) as u64;
         let mut taken = 0u64;
         loop {
             let mut batch = sh
                 .pool
                 .pop()
-                .unwrap_or_else(|| Box::new(Batch::with_capacity(bs)));
+                .unwrap_or_else(|| Box::new(Batch::with_capacity(sh.cfg.batch_size)));
+            // Bigger batches while a backlog waits (see `PfeBuilder::max_batch_size`).
+            let bs = if sh.dispatch.backlogged() {
+                max_bs
+            } else {
+                sh.cfg.batch_size
+            };
             let (mut seen, mut runts, mut oversize, mut unclassified) = (0u64, 0u64, 0u64, 0u64);
             for (port, frame) in frames.by_ref() {
                 seen += 1;

@@ -88,6 +88,11 @@ use crate::timer::Clock;
 pub const MAX_PPE_THREADS: usize = 4096;
 /// Default packets per dispatch batch.
 pub const DEFAULT_BATCH_SIZE: usize = 32;
+/// Largest batch, in packets ([`PfeBuilder::batch_size`], [`PfeBuilder::max_batch_size`]).
+pub const MAX_BATCH_SIZE: usize = 1024;
+/// By default a batch grows under a backlog to this many times
+/// [`PfeBuilder::batch_size`] (see [`PfeBuilder::max_batch_size`]).
+pub const DEFAULT_BATCH_GROWTH: usize = 4;
 /// Largest in-flight capacity, in packets.
 pub const MAX_CAPACITY: usize = 1 << 20;
 /// Default in-flight capacity, in packets.

@@ -180,6 +180,10 @@ pub struct Stats {
     /// Packets the reorder engine held because an earlier packet of their flow had not
     /// finished yet (0 with reordering off).
     pub reorder_held: u64,
+    /// Batches ingress handed to dispatch. The packets it took (`packets_in` less the
+    /// ingress drops) over this is the mean batch: `batch_size` while the PPE threads keep
+    /// up, up to `max_batch_size` under a backlog ([`crate::pfe::PfeBuilder::max_batch_size`]).
+    pub batches: u64,
     /// Instructions executed by packet threads (timer threads' are `timer_instructions`).
     pub instructions: u64,
     /// `Yield` steps taken by packet and timer threads: how often a program waited for
@@ -316,6 +320,7 @@ pub(super) fn snapshot(sh: &Shared) -> Stats {
         } else {
             0
         },
+        batches: sh.ingress.lock().last_batch,
         per_ppe_packets: per_ppe,
         timer_runs: total.timer_runs,
         timer_instructions: total.timer_instructions,

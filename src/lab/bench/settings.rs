@@ -16,7 +16,8 @@ use crate::pfe::{
 /// How a benchmark's engine is built: the settings of [`PfeBuilder`] a benchmark varies.
 ///
 /// As command-line options (flattened into a command), the settings a run does not sweep:
-/// `--batch`, `--capacity`, `--reorder-contexts`, `--pin`, `--no-latency` and `--profile`.
+/// `--batch`, `--max-batch`, `--capacity`, `--reorder-contexts`, `--pin`, `--no-latency` and
+/// `--profile`.
 /// The PPE threads and the reordering are the command's own options ([`EngineChoice`] for
 /// one configuration, [`EngineSweep`] for several measured interleaved).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, clap::Args)]
@@ -27,9 +28,14 @@ pub struct EngineSettings {
     /// Per-flow reordering.
     #[arg(skip = true)]
     pub reorder: bool,
-    /// Packets per dispatch batch.
+    /// Packets per dispatch batch while the PPE threads keep up.
     #[arg(long = "batch", value_name = "N", default_value_t = DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
+    /// Packets per dispatch batch at most while a backlog waits for the PPE threads; equal
+    /// to `--batch` for batches of one size [default: 4 x `--batch`, within `--capacity`
+    /// and 1024].
+    #[arg(long = "max-batch", value_name = "N")]
+    pub max_batch_size: Option<usize>,
     /// Packets in flight at most.
     #[arg(long, default_value_t = DEFAULT_CAPACITY)]
     pub capacity: usize,
@@ -57,6 +63,7 @@ impl Default for EngineSettings {
             ppe_threads: default_ppe_threads(),
             reorder: true,
             batch_size: DEFAULT_BATCH_SIZE,
+            max_batch_size: None,
             capacity: DEFAULT_CAPACITY,
             reorder_contexts: DEFAULT_REORDER_CONTEXTS,
             pin: false,
@@ -69,7 +76,7 @@ impl Default for EngineSettings {
 impl EngineSettings {
     /// `builder` with these settings.
     pub fn apply(&self, builder: PfeBuilder) -> PfeBuilder {
-        builder
+        let builder = builder
             .ppe_threads(self.ppe_threads)
             .reorder(self.reorder)
             .batch_size(self.batch_size)
@@ -77,7 +84,11 @@ impl EngineSettings {
             .reorder_contexts(self.reorder_contexts)
             .pin_threads(self.pin)
             .latency(self.latency)
-            .profile(self.profile)
+            .profile(self.profile);
+        match self.max_batch_size {
+            Some(n) => builder.max_batch_size(n),
+            None => builder,
+        }
     }
 }
 
