@@ -1380,6 +1380,11 @@ fn print_summary(r: &FilterBenchReport) {
         s.per_ppe_packets.iter().max().unwrap_or(&0)
     );
     println!("  held for reorder   {:>12}", s.reorder_held);
+    println!(
+        "  batches            {:>12} mean {:>8.1} packets (see --max-batch)",
+        s.batches,
+        s.mean_batch()
+    );
     println!("  elapsed            {:>12.3} s", r.elapsed_s);
     println!(
         "  throughput         {:>12.2} Mpps {:>8.2} Gbit/s",

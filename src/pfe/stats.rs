@@ -257,6 +257,25 @@ impl Stats {
         }
     }
 
+    /// Packets per batch ingress dispatched, on average: the packets it took (`packets_in`
+    /// less its own drops: runts, oversize frames, `rx_full`, classifier panics) over
+    /// [`Stats::batches`]; 0 before the first batch.
+    pub fn mean_batch(&self) -> f64 {
+        if self.batches == 0 {
+            return 0.0;
+        }
+        let at_ingress: u64 = [
+            DROP_RUNT,
+            DROP_OVERSIZE,
+            DROP_RX_FULL,
+            DROP_CLASSIFIER_PANIC,
+        ]
+        .iter()
+        .filter_map(|&i| self.dropped_by_reason.get(ENGINE_DROP_REASONS[i]))
+        .sum();
+        self.packets_in.saturating_sub(at_ingress) as f64 / self.batches as f64
+    }
+
     /// Drops under one reason, or `None` when `reason` is none of [`Stats::drop_reasons`]
     /// (and nothing was counted under it).
     pub fn try_drops(&self, reason: &str) -> Option<u64> {
@@ -392,6 +411,19 @@ mod tests {
         assert_eq!(s.drops("runt"), 0);
         assert_eq!(s.try_drops("non_ip"), Some(7));
         assert_eq!(s.try_drops("fault_budget"), Some(0));
+    }
+
+    #[test]
+    fn the_mean_batch_counts_what_ingress_took_and_not_what_it_dropped() {
+        let mut s = stats();
+        assert_eq!(s.mean_batch(), 0.0, "no batch yet");
+        s.packets_in = 110;
+        s.batches = 5;
+        // Dropped by the program: still taken by ingress, and so in a batch.
+        assert_eq!(s.mean_batch(), 22.0);
+        s.dropped_by_reason.insert("runt".into(), 6);
+        s.dropped_by_reason.insert("rx_full".into(), 4);
+        assert_eq!(s.mean_batch(), 20.0);
     }
 
     #[test]
