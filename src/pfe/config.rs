@@ -185,6 +185,15 @@ impl fmt::Debug for PfeBuilder {
     }
 }
 
+/// [`PfeBuilder::max_batch_size`] when it is not set: [`DEFAULT_BATCH_GROWTH`] batches,
+/// within the capacity and [`MAX_BATCH_SIZE`], never below the batch itself.
+fn default_max_batch_size(batch_size: usize, capacity: usize) -> usize {
+    (batch_size.saturating_mul(DEFAULT_BATCH_GROWTH))
+        .min(MAX_BATCH_SIZE)
+        .min(capacity)
+        .max(batch_size)
+}
+
 /// PPE threads by default: the cores available to this process.
 pub fn default_ppe_threads() -> usize {
     std::thread::available_parallelism()
@@ -201,7 +210,7 @@ impl PfeBuilder {
                 pin_threads: false,
                 head_bytes: DEFAULT_HEAD_BYTES,
                 batch_size: DEFAULT_BATCH_SIZE,
-                max_batch_size: DEFAULT_BATCH_SIZE * DEFAULT_BATCH_GROWTH,
+                max_batch_size: default_max_batch_size(DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY),
                 capacity: DEFAULT_CAPACITY,
                 reorder: true,
                 reorder_contexts: DEFAULT_REORDER_CONTEXTS,
@@ -402,12 +411,8 @@ impl PfeBuilder {
             ConfigError::new("program", "no program installed; call .program(...)")
         })?;
         cfg.ppe_threads = ppe_threads.unwrap_or_else(default_ppe_threads);
-        cfg.max_batch_size = max_batch_size.unwrap_or_else(|| {
-            (cfg.batch_size.saturating_mul(DEFAULT_BATCH_GROWTH))
-                .min(MAX_BATCH_SIZE)
-                .min(cfg.capacity)
-                .max(cfg.batch_size)
-        });
+        cfg.max_batch_size =
+            max_batch_size.unwrap_or_else(|| default_max_batch_size(cfg.batch_size, cfg.capacity));
         cfg.ports = match (ports, sink.ports()) {
             (Some(n), Some(has)) if n > has => {
                 return Err(ConfigError::new(

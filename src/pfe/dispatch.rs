@@ -52,8 +52,6 @@ pub(crate) struct Dispatch {
     unparkers: Vec<Unparker>,
     /// Set once at shutdown; threads exit when it is set and the queue is empty.
     closed: AtomicBool,
-    /// Queue length above which one more thread is woken.
-    backlog: usize,
     /// Threads woken for a backlog at most (the cores available).
     max_active: usize,
     /// Batches taken so far, by PPE thread (modulo the shards, each on its own cache line
@@ -105,7 +103,6 @@ impl Dispatch {
             idle: Mutex::new(Vec::with_capacity(threads)),
             unparkers,
             closed: AtomicBool::new(false),
-            backlog: BACKLOG,
             max_active: max_active.max(1),
             taken: (0..threads.clamp(1, TAKEN_SHARDS))
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
@@ -151,7 +148,7 @@ impl Dispatch {
 
     fn maybe_wake(&self) {
         let active = self.active.load(Ordering::Relaxed);
-        if active == 0 || (active < self.max_active && self.queue.len() > self.backlog) {
+        if active == 0 || (active < self.max_active && self.queue.len() > BACKLOG) {
             self.wake_one();
         }
     }

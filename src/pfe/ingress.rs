@@ -395,7 +395,6 @@ impl Pfe {
         admit: Admit,
     ) -> Result<u64, ()> {
         let sh = &*self.shared;
-        let max_bs = sh.cfg.max_batch_size;
         let mask = (sh.cfg.reorder_contexts - 1) as u64;
         let mut taken = 0u64;
         loop {
@@ -405,7 +404,7 @@ impl Pfe {
                 .unwrap_or_else(|| Box::new(Batch::with_capacity(sh.cfg.batch_size)));
             // Bigger batches while a backlog waits (see `PfeBuilder::max_batch_size`).
             let bs = if sh.dispatch.backlogged() {
-                max_bs
+                sh.cfg.max_batch_size
             } else {
                 sh.cfg.batch_size
             };
