@@ -435,3 +435,42 @@ fn help_shows_the_configs_defaults_as_typed() {
     let top = help(&["--help"]);
     assert!(top.contains("pfemu <COMMAND> --help"), "{top}");
 }
+
+/// Every command's `--help`, reached by walking the "Commands:" lists from the top, reads
+/// as text for users: no rustdoc link syntax or Rust values leaked from the doc comments
+/// clap takes option help from.
+#[test]
+fn no_help_text_leaks_rustdoc_syntax() {
+    let help = |path: &[String]| {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = pfemu(&args);
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut todo: Vec<Vec<String>> = vec![Vec::new()];
+    let mut seen = 0;
+    while let Some(path) = todo.pop() {
+        let text = help(&path);
+        seen += 1;
+        for leak in ["[`", "`]", "`None`", "`Some"] {
+            assert!(
+                !text.contains(leak),
+                "`pfemu {} --help` shows {leak:?}:\n{text}",
+                path.join(" ")
+            );
+        }
+        let commands = text
+            .lines()
+            .skip_while(|l| l.trim() != "Commands:")
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty());
+        for line in commands {
+            let name = line.split_whitespace().next().expect("a command's name");
+            if name != "help" {
+                todo.push(path.iter().cloned().chain([name.to_string()]).collect());
+            }
+        }
+    }
+    assert!(seen > 20, "walked only {seen} commands");
+}

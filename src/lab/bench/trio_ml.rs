@@ -52,7 +52,11 @@ pub struct TrioMlBenchConfig {
     pub ppe_threads: usize,
     /// Packets in flight in the PFE (ingress waits when they are all taken); `None` sizes it
     /// with [`default_capacity`] (8 MiB of frames, e.g. 2048 of 1024 gradients).
-    #[arg(long)]
+    #[arg(
+        long,
+        help = "Packets in flight in the PFE (ingress waits when they are all taken) \
+                [default: 8 MiB of frames, e.g. 2048 of 1024 gradients]"
+    )]
     pub capacity: Option<usize>,
     /// Run the straggler-scan timer threads meanwhile (`--no-timers` does not).
     #[arg(long = "no-timers", action = clap::ArgAction::SetFalse,
