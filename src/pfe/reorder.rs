@@ -34,11 +34,13 @@ use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 
-use super::batch::{packet_id, split_packet_id, Batch, PREFETCH_DATA, PREFETCH_RECORDS};
+use super::batch::{
+    packet_id, split_packet_id, Batch, Completion, PREFETCH_DATA, PREFETCH_RECORDS,
+};
 use super::egress::{PortQueues, Sink, TxCounters};
 use super::latency::LatencyRecorder;
 use super::trace::{emit, TraceConfig, TraceRecord};
-use crate::packet::Port;
+use crate::packet::{OutRec, Port};
 use crate::sync::{fence, ArrayQueue, AtomicU64, Mutex, Ordering};
 
 /// Where a releasing thread records latency: the recorder, its shard, and the time now.
@@ -259,37 +261,43 @@ impl ReorderEngine {
         self.window[at].touched = 0;
         self.touched.push(Touched { seq, leaving: 0 });
         let mut own = 0u64;
-        let mut woken = 0u64;
         let mut leaving = 0u64;
-        // Later batches' packets waiting for this one's. None can join them during the
-        // walk: a packet of this batch that waits, waits for an earlier batch.
+        // Later batches' packets waiting for this one's, woken once the walk is over.
         let waited_for = !self.window[at].waiters.is_empty();
-        for i in 0..batch.done.len() {
+        // The walk reads the batch through plain slices, whose lengths do not change.
+        let done: &mut [Completion] = &mut batch.done;
+        let recs: &[OutRec] = &batch.out.recs;
+        let base = self.base;
+        for i in 0..done.len() {
             // Completions and output records were written by whichever thread ran the
             // batch, often on the other core: ask for them a few packets ahead.
-            crate::isa::prefetch(batch.done.as_ptr().wrapping_add(i + PREFETCH_RECORDS));
-            if let Some(ahead) = batch.done.get(i + PREFETCH_DATA) {
-                crate::isa::prefetch(batch.outputs(ahead).as_ptr());
+            crate::isa::prefetch(done.as_ptr().wrapping_add(i + PREFETCH_RECORDS));
+            if let Some(ahead) = done.get(i + PREFETCH_DATA) {
+                crate::isa::prefetch(recs.as_ptr().wrapping_add(ahead.outs_start as usize));
             }
-            let c = batch.done[i];
+            let c = done[i];
             let (pseq, pi) = split_packet_id(c.pred);
-            let left = if pseq == seq {
-                batch.done[pi].released
-            } else {
-                self.has_left(pseq, pi)
-            };
+            // Most predecessors are in batches that left whole (or there is none: 0).
+            let left = pseq < base
+                || if pseq == seq {
+                    done[pi].released
+                } else {
+                    self.has_left(pseq, pi)
+                };
             if !left {
-                let p = &mut self.window[(pseq - self.base) as usize];
-                p.waiters.push((pi as u32, packet_id(seq, i)));
+                self.wait_for(pseq, pi, packet_id(seq, i));
                 continue;
             }
-            batch.done[i].released = true;
+            done[i].released = true;
             own += 1;
-            leaving += u64::from(queues.push_packet(batch.outputs(&c), c.own, 0, out.groups));
-            if waited_for {
-                woken += self.wake_waiters(packet_id(seq, i), out.groups, queues);
-            }
+            let outputs = &recs[c.outs_start as usize..c.outs_end as usize];
+            leaving += u64::from(queues.push_packet(outputs, c.own, 0, out.groups));
         }
+        let woken = if waited_for {
+            self.wake_released(at, done, out.groups, queues)
+        } else {
+            0
+        };
         self.touched[0].leaving = leaving;
         let waiting = batch.done.len() as u64 - own;
         self.flush(&batch, out, queues);
@@ -325,10 +333,49 @@ impl ReorderEngine {
         (own + woken, waiting)
     }
 
+    /// Notes packet `waiter` as waiting for packet `index` of batch `seq` (in the window).
+    #[cold]
+    #[inline(never)]
+    fn wait_for(&mut self, seq: u64, index: usize, waiter: u64) {
+        let p = &mut self.window[(seq - self.base) as usize];
+        p.waiters.push((index as u32, waiter));
+    }
+
+    /// After the walk of the batch at window place `at`, whose completions are `done`:
+    /// releases the packets of later batches that waited for one of its packets the walk
+    /// released, and their waiters in turn; returns how many. The others keep waiting (for
+    /// a packet of the batch that waits itself). Waking after the walk rather than after
+    /// each release changes only the order of packets of different contexts.
+    fn wake_released(
+        &mut self,
+        at: usize,
+        done: &[Completion],
+        groups: &[Vec<Port>],
+        queues: &mut PortQueues,
+    ) -> u64 {
+        // Taken out while the chains are woken: a chain starts in a later batch and runs
+        // through the waiters of later batches only (a waiter is never in an earlier batch
+        // than the packet it waits for). The batch's own packets that wait for one of its
+        // packets are among those kept: that packet waits too.
+        let mut waiters = std::mem::take(&mut self.window[at].waiters);
+        let mut woken = 0;
+        waiters.retain(|&(index, next)| {
+            if !done[index as usize].released {
+                return true;
+            }
+            self.release_waiting(next, groups, queues);
+            woken += 1 + self.wake_waiters(next, groups, queues);
+            false
+        });
+        debug_assert!(self.window[at].waiters.is_empty());
+        self.window[at].waiters = waiters;
+        woken
+    }
+
     /// Releases the packet waiting for packet `id`, the one waiting for that one, and so
-    /// on; returns how many. Every packet it wakes is in a later batch than `id`'s (a
-    /// waiter is always a later packet), so never in the batch being completed: that
-    /// batch's waiting packets wait for earlier batches, which no release of its own frees.
+    /// on; returns how many. `id` is in a later batch than the one being completed, and a
+    /// waiter is never in an earlier batch than the packet it waits for, so the chain never
+    /// reaches the batch being completed.
     fn wake_waiters(&mut self, id: u64, groups: &[Vec<Port>], queues: &mut PortQueues) -> u64 {
         let mut woken = 0;
         self.wake.push(id);
