@@ -205,12 +205,14 @@ impl PfeBuilder {
     pub(super) fn new() -> Self {
         PfeBuilder {
             program: None,
+            // `ppe_threads`, `max_batch_size` and `ports` are settled by `build()`, from the
+            // builder's own fields of the same names.
             cfg: Config {
                 ppe_threads: 0,
                 pin_threads: false,
                 head_bytes: DEFAULT_HEAD_BYTES,
                 batch_size: DEFAULT_BATCH_SIZE,
-                max_batch_size: default_max_batch_size(DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY),
+                max_batch_size: 0,
                 capacity: DEFAULT_CAPACITY,
                 reorder: true,
                 reorder_contexts: DEFAULT_REORDER_CONTEXTS,

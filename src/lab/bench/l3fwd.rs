@@ -79,13 +79,8 @@ pub struct L3fwdBenchConfig {
     #[arg(long, default_value_t = L3fwdBenchConfig::default().routes)]
     pub routes: usize,
     /// Read the routes from this file instead of generating them: one `A.B.C.D/LEN PORT`
-    /// per line, `#` comments (see [`RouteTable::parse`]).
-    #[arg(
-        long,
-        value_name = "FILE",
-        help = "Read the routes from this file instead of generating them: one `A.B.C.D/LEN PORT` \
-                per line, `#` comments"
-    )]
+    /// per line, `#` comments.
+    #[arg(long, value_name = "FILE")]
     pub route_file: Option<PathBuf>,
     /// Egress ports the generated routes spread over; also the engine's port count (with
     /// a route file, raised to cover its highest port).

@@ -50,13 +50,9 @@ pub struct TrioMlBenchConfig {
     /// PPE threads (the command's `--ppe-threads` sweeps them).
     #[arg(skip = TrioMlBenchConfig::default().ppe_threads)]
     pub ppe_threads: usize,
-    /// Packets in flight in the PFE (ingress waits when they are all taken); `None` sizes it
-    /// with [`default_capacity`] (8 MiB of frames, e.g. 2048 of 1024 gradients).
-    #[arg(
-        long,
-        help = "Packets in flight in the PFE (ingress waits when they are all taken) \
-                [default: 8 MiB of frames, e.g. 2048 of 1024 gradients]"
-    )]
+    /// Packets in flight in the PFE (ingress waits when they are all taken); unset, 8 MiB of
+    /// frames (e.g. 2048 of 1024 gradients).
+    #[arg(long)]
     pub capacity: Option<usize>,
     /// Run the straggler-scan timer threads meanwhile (`--no-timers` does not).
     #[arg(long = "no-timers", action = clap::ArgAction::SetFalse,
