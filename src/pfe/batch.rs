@@ -10,27 +10,55 @@ use std::sync::Arc;
 
 use crate::packet::{OutArena, OutRec, Port};
 
-/// One ingress packet in a batch.
+/// One ingress packet in a batch: 16 bytes, four to a cache line. The PPE threads read
+/// the slots from the injecting core's cache, so what they do not need (the packet's
+/// reorder context and trace sequence number) is kept beside them, in [`Batch::flows`],
+/// and only when tracing.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Slot {
-    /// Offset of the frame in the batch's packet buffer (0 for a shared frame).
-    pub off: u32,
-    /// Index of the frame in the batch's shared frames, or [`Slot::COPIED`] when it is in
-    /// the packet buffer.
-    pub shared: u32,
-    /// Frame length.
-    pub len: u32,
+    /// The packet of the same reorder context just before this one, as a [`packet_id`]
+    /// (0: none), stamped at ingress: the reorder engine releases this packet once that
+    /// one has left. Until ingress stamps the batch, the packet's reorder context (the
+    /// flow hash folded to the number of contexts).
+    pub pred: u64,
+    /// Where the frame is: in the batch's packet buffer or among its shared frames.
+    pub at: FrameAt,
+    /// Frame length (at most 65 535 bytes: `PfeBuilder::max_frame_bytes`).
+    pub len: u16,
     /// Ingress port.
     pub port: Port,
-    /// Reorder context (flow hash folded to the number of contexts).
-    pub ctx: u32,
-    /// Sequence number within the reorder context, stamped at ingress when the engine
-    /// traces (it names the packet in trace records; 0 otherwise).
-    pub seq: u32,
-    /// The packet of the same reorder context just before this one, as a
-    /// [`packet_id`] (0: none), stamped at ingress with reordering on: the reorder
-    /// engine releases this packet once that one has left.
-    pub pred: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 16);
+
+/// Where ingress stored a frame: its offset in the batch's packet buffer, or its index in
+/// the batch's shared frames (the top bit set). A batch's packet buffer holds at most
+/// 1024 frames of at most 65 535 bytes, so offsets stay far below the flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FrameAt(u32);
+
+impl FrameAt {
+    const SHARED: u32 = 1 << 31;
+
+    /// A frame copied into the packet buffer at `off`.
+    #[inline]
+    pub fn copied(off: usize) -> Self {
+        debug_assert!(off < Self::SHARED as usize);
+        FrameAt(off as u32)
+    }
+
+    /// Shared frame number `index`.
+    #[inline]
+    pub fn shared(index: usize) -> Self {
+        debug_assert!(index < Self::SHARED as usize);
+        FrameAt(Self::SHARED | index as u32)
+    }
+
+    /// The frame's offset in the packet buffer, or `None` for a shared frame.
+    #[inline]
+    pub fn offset(self) -> Option<u32> {
+        (self.0 & Self::SHARED == 0).then_some(self.0)
+    }
 }
 
 /// Bits of a [`packet_id`] that hold the packet's index in its batch (batches hold at most
@@ -67,11 +95,6 @@ pub(crate) struct Completion {
     pub released: bool,
 }
 
-impl Slot {
-    /// [`Slot::shared`] of a frame copied into the packet buffer.
-    pub const COPIED: u32 = u32::MAX;
-}
-
 /// How many packets ahead of the one at hand a loop over a batch's records (slots,
 /// completions) asks for them, and for the data they point to (frames, output records):
 /// the lines were written on another core (see `src/pfe/README.md`).
@@ -96,6 +119,10 @@ pub(crate) struct Batch {
     /// The records of the batch's traced packets, by index in the batch (empty unless
     /// tracing).
     pub traced: Vec<(u32, super::TraceRecord)>,
+    /// Each packet's reorder context and its sequence number within it, by index in the
+    /// batch, which name it in trace records (stamped by ingress only when tracing; empty
+    /// otherwise).
+    pub flows: Vec<(u32, u32)>,
 }
 
 impl Batch {
@@ -109,6 +136,7 @@ impl Batch {
             ingress_ns: 0,
             seq: 0,
             traced: Vec::new(),
+            flows: Vec::new(),
         }
     }
 
@@ -117,21 +145,21 @@ impl Batch {
     /// elsewhere).
     #[inline]
     pub fn frame<'b>(frames: &'b [u8], shared: &'b [Arc<[u8]>], slot: &Slot) -> &'b [u8] {
-        Batch::stored(frames, shared, (slot.off, slot.shared), slot.len)
+        Batch::stored(frames, shared, slot.at, slot.len.into())
     }
 
-    /// The `len` bytes of the frame ingress stored at `(off, shared)` (what
-    /// `IngressFrame::store` returned: see [`Slot::off`] and [`Slot::shared`]).
+    /// The `len` bytes of the frame ingress stored `at` (what `IngressFrame::store`
+    /// returned).
     #[inline]
     pub fn stored<'b>(
         frames: &'b [u8],
         shared: &'b [Arc<[u8]>],
-        (off, index): (u32, u32),
+        at: FrameAt,
         len: u32,
     ) -> &'b [u8] {
-        match shared.get(index as usize) {
-            Some(frame) => frame,
-            None => &frames[off as usize..(off + len) as usize],
+        match at.offset() {
+            Some(off) => &frames[off as usize..(off + len) as usize],
+            None => &shared[(at.0 & !FrameAt::SHARED) as usize],
         }
     }
 
@@ -149,5 +177,6 @@ impl Batch {
         self.out.clear();
         self.done.clear();
         self.traced.clear();
+        self.flows.clear();
     }
 }

@@ -19,7 +19,7 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::batch::{packet_id, Batch, Slot};
+use super::batch::{packet_id, Batch, FrameAt, Slot};
 use super::stats::{DROP_OVERSIZE, DROP_RUNT, DROP_RX_FULL};
 use super::Pfe;
 use crate::packet::{Packet, Port, MIN_FRAME_BYTES};
@@ -104,7 +104,8 @@ pub(crate) struct IngressState {
     /// The [`packet_id`] of each reorder context's last packet (0: none yet), the next
     /// packet's [`Slot::pred`].
     pub last: Vec<u64>,
-    /// Each reorder context's next [`Slot::seq`] (stamped only when tracing).
+    /// Each reorder context's next sequence number (`Batch::flows`, stamped only when
+    /// tracing).
     pub next_seq: Vec<u32>,
     /// The number of the last batch pushed into dispatch (0: none yet).
     pub last_batch: u64,
@@ -215,9 +216,8 @@ impl<'f> FrameBytes<'f> for (&'f [u8], &'f [u8]) {
 trait IngressFrame {
     /// The frame's length in bytes.
     fn len(&self) -> usize;
-    /// Puts the frame into `batch`: its offset in the packet buffer and its index among the
-    /// shared frames ([`Slot::COPIED`] when copied).
-    fn store(self, batch: &mut Batch) -> (u32, u32);
+    /// Puts the frame into `batch` (its packet buffer or its shared frames): where it is.
+    fn store(self, batch: &mut Batch) -> FrameAt;
     /// The frame's bytes, when they are one slice already.
     fn whole(&self) -> Option<&[u8]>;
 }
@@ -229,11 +229,11 @@ impl IngressFrame for [&[u8]; 2] {
     }
 
     #[inline]
-    fn store(self, batch: &mut Batch) -> (u32, u32) {
-        let off = batch.frames.len() as u32;
+    fn store(self, batch: &mut Batch) -> FrameAt {
+        let off = batch.frames.len();
         batch.frames.extend_from_slice(self[0]);
         batch.frames.extend_from_slice(self[1]);
-        (off, Slot::COPIED)
+        FrameAt::copied(off)
     }
 
     #[inline]
@@ -249,9 +249,9 @@ impl IngressFrame for Arc<[u8]> {
     }
 
     #[inline]
-    fn store(self, batch: &mut Batch) -> (u32, u32) {
+    fn store(self, batch: &mut Batch) -> FrameAt {
         batch.shared.push(self);
-        (0, (batch.shared.len() - 1) as u32)
+        FrameAt::shared(batch.shared.len() - 1)
     }
 
     #[inline]
@@ -274,11 +274,10 @@ fn classify(sh: &super::Shared, port: Port, frame: &[u8]) -> Option<u64> {
 }
 
 /// Takes back the frame [`IngressFrame::store`] just put into `batch`.
-fn unstore(batch: &mut Batch, (off, shared): (u32, u32)) {
-    if shared == Slot::COPIED {
-        batch.frames.truncate(off as usize);
-    } else {
-        batch.shared.pop();
+fn unstore(batch: &mut Batch, at: FrameAt) {
+    match at.offset() {
+        Some(off) => batch.frames.truncate(off as usize),
+        None => drop(batch.shared.pop()),
     }
 }
 
@@ -443,16 +442,13 @@ impl Pfe {
                     unclassified += 1;
                     continue;
                 };
-                let (off, shared) = stored;
-                let ctx = (key & mask) as u32;
                 batch.slots.push(Slot {
-                    off,
-                    shared,
-                    len,
+                    // The reorder context, until the batch is stamped below.
+                    pred: key & mask,
+                    at: stored,
+                    // Within `max_frame_bytes`, at most 65 535.
+                    len: len as u16,
                     port,
-                    ctx,
-                    seq: 0,
-                    pred: 0,
                 });
                 if batch.slots.len() == bs {
                     break;
@@ -509,16 +505,17 @@ impl Pfe {
                 ing.last_batch += 1;
                 batch.seq = ing.last_batch;
                 let IngressState { last, next_seq, .. } = &mut *ing;
+                // Sequence numbers only name packets in trace records.
+                let tracing = sh.trace.is_some();
                 for (i, s) in batch.slots.iter_mut().enumerate() {
-                    let last = &mut last[s.ctx as usize];
+                    // `pred` held the packet's reorder context until now.
+                    let ctx = s.pred as usize;
+                    let last = &mut last[ctx];
                     s.pred = *last;
                     *last = packet_id(batch.seq, i);
-                }
-                // Sequence numbers only name packets in trace records.
-                if sh.trace.is_some() {
-                    for s in batch.slots.iter_mut() {
-                        let seq = &mut next_seq[s.ctx as usize];
-                        s.seq = *seq;
+                    if tracing {
+                        let seq = &mut next_seq[ctx];
+                        batch.flows.push((ctx as u32, *seq));
                         *seq = seq.wrapping_add(1);
                     }
                 }

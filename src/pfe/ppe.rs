@@ -226,6 +226,7 @@ fn trace_record(
     shared: &Shared,
     core: &mut ThreadCore,
     s: &Slot,
+    flow: (u32, u32),
     labels: Vec<crate::program::Label>,
     result: &Result<Verdict, crate::program::Fault>,
     left: bool,
@@ -244,7 +245,7 @@ fn trace_record(
     TraceRecord {
         port: s.port,
         len: s.len as usize,
-        flow: (s.ctx, s.seq),
+        flow,
         start_ns,
         instructions: labels
             .into_iter()
@@ -286,6 +287,7 @@ fn process_packets<const TRACE: bool>(
         out,
         done,
         traced,
+        flows,
         ..
     } = batch;
     let trace = shared.trace.as_deref();
@@ -294,7 +296,9 @@ fn process_packets<const TRACE: bool>(
         // frames a few packets ahead, so their misses overlap this packet's work.
         crate::isa::prefetch(slots.as_ptr().wrapping_add(index + PREFETCH_RECORDS));
         if let Some(ahead) = slots.get(index + PREFETCH_DATA) {
-            crate::isa::prefetch(frames.as_ptr().wrapping_add(ahead.off as usize));
+            if let Some(off) = ahead.at.offset() {
+                crate::isa::prefetch(frames.as_ptr().wrapping_add(off as usize));
+            }
         }
         let frame = Batch::frame(frames, by_ref, s);
         let tracing = TRACE && trace.is_some_and(|tr| tr.wants(s.port, frame));
@@ -362,13 +366,15 @@ fn process_packets<const TRACE: bool>(
                 // in the packet buffer when the head kept its place and size, the tail was
                 // not replaced and the frame was copied in (a shared frame is never written),
                 // otherwise into the output arena.
-                let in_buffer = s.shared == Slot::COPIED;
-                if in_buffer && hs == DEFAULT_HEAD_OFFSET && hl == head_len && !core.new_tail_set {
+                let in_buffer = s.at.offset();
+                if let Some(off) = in_buffer
+                    .filter(|_| hs == DEFAULT_HEAD_OFFSET && hl == head_len && !core.new_tail_set)
+                {
                     if lm_written {
-                        let at = s.off as usize;
+                        let at = off as usize;
                         frames[at..at + hl].copy_from_slice(&core.lm[hs..hs + hl]);
                     }
-                    out.push_in_place(dest, s.off, s.len);
+                    out.push_in_place(dest, off, s.len.into());
                 } else {
                     let tail = if core.new_tail_set {
                         &core.new_tail[..]
@@ -393,7 +399,9 @@ fn process_packets<const TRACE: bool>(
             }
         }
         if tracing {
-            let r = trace_record(shared, core, s, labels, &outcome.result, left, now_ns);
+            // Ingress stamps every packet's flow while the engine traces.
+            let flow = flows.get(index).copied().unwrap_or_default();
+            let r = trace_record(shared, core, s, flow, labels, &outcome.result, left, now_ns);
             traced.push((index as u32, r));
         }
         done.push(Completion {

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use proptest::prelude::*;
 
-use super::batch::{packet_id, Batch, Completion, Slot};
+use super::batch::{packet_id, Batch, Completion, FrameAt, Slot};
 use super::egress::{Frames, PortQueues, Sink, TxCounters};
 use super::ingress::IngressState;
 use super::reorder::{Outlet, ReorderStage};
@@ -51,14 +51,12 @@ fn stamped(sizes: &[usize], ctxs: &[u32], dropped: &[bool], contexts: usize) -> 
             b.frames.extend_from_slice(&ctx.to_le_bytes());
             b.frames.extend_from_slice(&seq.to_le_bytes());
             b.slots.push(Slot {
-                off,
-                shared: Slot::COPIED,
+                pred,
+                at: FrameAt::copied(off as usize),
                 len: 8,
                 port: 0,
-                ctx,
-                seq,
-                pred,
             });
+            b.flows.push((ctx, seq));
             let outs_start = b.out.recs.len() as u32;
             let own = !dropped[k % dropped.len()];
             if own {
@@ -85,11 +83,11 @@ fn complete_all(batches: Vec<Box<Batch>>, order: &[usize]) -> u64 {
     let forwarded: Vec<(u32, u32)> = batches
         .iter()
         .flat_map(|b| {
-            b.slots
+            b.flows
                 .iter()
                 .zip(&b.done)
                 .filter(|(_, c)| c.own)
-                .map(|(s, _)| (s.ctx, s.seq))
+                .map(|(&flow, _)| flow)
                 .collect::<Vec<_>>()
         })
         .collect();
