@@ -146,7 +146,8 @@ impl Config {
         if self.instruction_budget == 0 {
             return Err(ConfigError::new("instruction_budget", "must be at least 1"));
         }
-        if !(64..=65_535).contains(&self.max_frame_bytes) {
+        // A batch's slot keeps a frame's length in 16 bits.
+        if !(64..=usize::from(u16::MAX)).contains(&self.max_frame_bytes) {
             return Err(ConfigError::new(
                 "max_frame_bytes",
                 format!(

@@ -446,7 +446,7 @@ impl Pfe {
                     // The reorder context, until the batch is stamped below.
                     pred: key & mask,
                     at: stored,
-                    // Within `max_frame_bytes`, at most 65 535.
+                    // Within `max_frame_bytes`, which validation keeps to 16 bits.
                     len: len as u16,
                     port,
                 });
