@@ -227,6 +227,74 @@ fn bench_filter_profile_prints_where_the_time_went() {
     );
 }
 
+/// `bench trio-ml` and `bench fpisa` take `--profile` too: the table after the summary,
+/// and in `--json` the profile of the aggregation packets the PPE threads processed, with
+/// the timer threads' stage (their straggler scans run meanwhile). Structure only, never a
+/// speed.
+#[test]
+fn bench_trio_ml_and_fpisa_profile_print_where_the_time_went() {
+    let small = [
+        "--workers",
+        "2",
+        "--grads",
+        "64",
+        "--window",
+        "8",
+        "--generations",
+        "2",
+        "--ppe-threads",
+        "2",
+    ];
+    for bench in ["trio-ml", "fpisa"] {
+        let args = [&["bench", bench][..], &small[..]].concat();
+        let out = pfemu(&[&args[..], &["--profile"]].concat());
+        assert!(
+            out.status.success(),
+            "{bench}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let table = text
+            .find("Where the time went")
+            .map(|at| &text[at..])
+            .unwrap_or_else(|| panic!("{bench}: no profile table in\n{text}"));
+        // The timers' row shows when a scan ran, which depends on how long the run took.
+        for stage in ["ingress", "dispatch", "program", "egress", "total"] {
+            assert!(
+                table.lines().any(|l| l.trim_start().starts_with(stage)),
+                "{bench}: no {stage:?} row in\n{table}"
+            );
+        }
+
+        let v = json_of(&pfemu(&[&args[..], &["--profile", "--json"]].concat()));
+        assert_eq!(v["config"]["profile"], true, "{bench}");
+        // 2 workers x 8 blocks x 2 generations.
+        assert_eq!(v["profile"]["packets"], 32, "{bench}: {}", v["profile"]);
+        let p = &v["summary"]["profile"];
+        assert!(
+            p["busy_ns_per_packet"].as_f64().unwrap() > 0.0,
+            "{bench}: {p}"
+        );
+        let stages: Vec<&str> = p["stages"]
+            .as_array()
+            .expect("stages")
+            .iter()
+            .map(|s| s["stage"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            stages,
+            ["ingress", "dispatch", "program", "reorder", "sink", "egress", "timers"],
+            "{bench}"
+        );
+
+        let v = json_of(&pfemu(&[&args[..], &["--json"]].concat()));
+        assert!(
+            v["profile"].is_null() && v["summary"]["profile"].is_null(),
+            "{bench}: profiled without --profile: {v}"
+        );
+    }
+}
+
 /// `pfemu run` profiles the filter on generated traffic, and refuses `--profile` on
 /// interfaces (whose engine it does not profile) before touching any.
 #[test]

@@ -73,6 +73,10 @@ pub struct TrioMlBenchConfig {
     /// What the gradients are: Trio-ML's integers, or FPISA's floats (`pfemu bench fpisa`).
     #[arg(skip = TrioMlBenchConfig::default().lanes)]
     pub lanes: Lanes,
+    /// Print where the time went per stage: ingress, dispatch, program, reorder, egress,
+    /// sink, timers
+    #[arg(long)]
+    pub profile: bool,
 }
 
 impl Default for TrioMlBenchConfig {
@@ -91,6 +95,7 @@ impl Default for TrioMlBenchConfig {
             scan_period_ns: crate::microcode::trio_ml::DEFAULT_SCAN_PERIOD_NS,
             seed: 1,
             lanes: Lanes::Int32,
+            profile: false,
         }
     }
 }
@@ -419,7 +424,7 @@ pub fn run_on(
     if cfg.timers {
         builder = builder.timers(trio.timer_specs()?);
     }
-    let mut pfe = builder.latency(true).build()?;
+    let mut pfe = builder.latency(true).profile(cfg.profile).build()?;
     pfe.start()?;
     let elapsed_d = run_generations(&pfe, traffic, &checker, cfg.generations)?;
     let elapsed = elapsed_d.as_secs_f64();
