@@ -23,6 +23,45 @@ fn json_of(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
 }
 
+/// Runs `pfemu args... --profile`, checks it succeeded, and returns the profile table that
+/// ends its report, checked to have a row for each of `rows` (`what` names the run in
+/// failures).
+fn profile_table(what: &str, args: &[&str], rows: &[&str]) -> String {
+    let out = pfemu(&[args, &["--profile"]].concat());
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let table = text
+        .find("Where the time went")
+        .map(|at| text[at..].to_string())
+        .unwrap_or_else(|| panic!("{what}: no profile table in\n{text}"));
+    for row in rows {
+        assert!(
+            table.lines().any(|l| l.trim_start().starts_with(row)),
+            "{what}: no {row:?} row in\n{table}"
+        );
+    }
+    table
+}
+
+/// The stages of a `--json` report's per-packet profile (`summary.profile`), in order.
+fn profile_stages(summary_profile: &serde_json::Value) -> Vec<String> {
+    summary_profile["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .map(|s| s["stage"].as_str().expect("a stage's name").to_string())
+        .collect()
+}
+
+/// The stages a profile lists, in order.
+const STAGES: [&str; 7] = [
+    "ingress", "dispatch", "program", "reorder", "sink", "egress", "timers",
+];
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pfemu-cli-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -179,41 +218,20 @@ fn bench_filter_profile_prints_where_the_time_went() {
         "--ppe-threads",
         "2",
     ];
-    let out = pfemu(&[&args[..], &["--profile"]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let table = profile_table(
+        "bench filter",
+        &args,
+        &[
+            "stage", "ingress", "dispatch", "program", "reorder", "sink", "egress", "total",
+        ],
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let table = text
-        .find("Where the time went")
-        .map(|at| &text[at..])
-        .unwrap_or_else(|| panic!("no profile table in\n{text}"));
-    for stage in [
-        "stage", "ingress", "dispatch", "program", "reorder", "sink", "egress", "total",
-    ] {
-        assert!(
-            table.lines().any(|l| l.trim_start().starts_with(stage)),
-            "no {stage:?} row in\n{table}"
-        );
-    }
     assert!(table.contains("waiting, not in the total"), "{table}");
 
     let v = json_of(&pfemu(&[&args[..], &["--profile", "--json"]].concat()));
     assert_eq!(v["config"]["profile"], true);
     assert_eq!(v["profile"]["packets"], 100000, "{}", v["profile"]);
     let p = &v["summary"]["profile"];
-    let stages: Vec<&str> = p["stages"]
-        .as_array()
-        .expect("stages")
-        .iter()
-        .map(|s| s["stage"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        stages,
-        ["ingress", "dispatch", "program", "reorder", "sink", "egress", "timers"]
-    );
+    assert_eq!(profile_stages(p), STAGES);
     assert!(p["busy_ns_per_packet"].as_f64().unwrap() > 0.0, "{p}");
 
     // Without the flag, no table and no profile.
@@ -247,24 +265,12 @@ fn bench_trio_ml_and_fpisa_profile_print_where_the_time_went() {
     ];
     for bench in ["trio-ml", "fpisa"] {
         let args = [&["bench", bench][..], &small[..]].concat();
-        let out = pfemu(&[&args[..], &["--profile"]].concat());
-        assert!(
-            out.status.success(),
-            "{bench}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let table = text
-            .find("Where the time went")
-            .map(|at| &text[at..])
-            .unwrap_or_else(|| panic!("{bench}: no profile table in\n{text}"));
         // The timers' row shows when a scan ran, which depends on how long the run took.
-        for stage in ["ingress", "dispatch", "program", "egress", "total"] {
-            assert!(
-                table.lines().any(|l| l.trim_start().starts_with(stage)),
-                "{bench}: no {stage:?} row in\n{table}"
-            );
-        }
+        profile_table(
+            bench,
+            &args,
+            &["ingress", "dispatch", "program", "egress", "total"],
+        );
 
         let v = json_of(&pfemu(&[&args[..], &["--profile", "--json"]].concat()));
         assert_eq!(v["config"]["profile"], true, "{bench}");
@@ -275,17 +281,7 @@ fn bench_trio_ml_and_fpisa_profile_print_where_the_time_went() {
             p["busy_ns_per_packet"].as_f64().unwrap() > 0.0,
             "{bench}: {p}"
         );
-        let stages: Vec<&str> = p["stages"]
-            .as_array()
-            .expect("stages")
-            .iter()
-            .map(|s| s["stage"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            stages,
-            ["ingress", "dispatch", "program", "reorder", "sink", "egress", "timers"],
-            "{bench}"
-        );
+        assert_eq!(profile_stages(p), STAGES, "{bench}");
 
         let v = json_of(&pfemu(&[&args[..], &["--json"]].concat()));
         assert!(

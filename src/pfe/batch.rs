@@ -59,6 +59,13 @@ impl FrameAt {
     pub fn offset(self) -> Option<u32> {
         (self.0 & Self::SHARED == 0).then_some(self.0)
     }
+
+    /// The frame's index among the shared frames (meaningful when [`FrameAt::offset`] is
+    /// `None`).
+    #[inline]
+    fn shared_index(self) -> usize {
+        (self.0 & !Self::SHARED) as usize
+    }
 }
 
 /// Bits of a [`packet_id`] that hold the packet's index in its batch (batches hold at most
@@ -159,7 +166,7 @@ impl Batch {
     ) -> &'b [u8] {
         match at.offset() {
             Some(off) => &frames[off as usize..(off + len) as usize],
-            None => &shared[(at.0 & !FrameAt::SHARED) as usize],
+            None => &shared[at.shared_index()],
         }
     }
 

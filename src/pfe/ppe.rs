@@ -366,10 +366,8 @@ fn process_packets<const TRACE: bool>(
                 // in the packet buffer when the head kept its place and size, the tail was
                 // not replaced and the frame was copied in (a shared frame is never written),
                 // otherwise into the output arena.
-                let in_buffer = s.at.offset();
-                if let Some(off) = in_buffer
-                    .filter(|_| hs == DEFAULT_HEAD_OFFSET && hl == head_len && !core.new_tail_set)
-                {
+                let in_place = hs == DEFAULT_HEAD_OFFSET && hl == head_len && !core.new_tail_set;
+                if let Some(off) = s.at.offset().filter(|_| in_place) {
                     if lm_written {
                         let at = off as usize;
                         frames[at..at + hl].copy_from_slice(&core.lm[hs..hs + hl]);
