@@ -400,6 +400,34 @@ fn other_traffic_is_forwarded_by_route_or_dropped() {
 }
 
 #[test]
+fn adding_a_job_backs_its_buffers_before_any_packet() {
+    // The data path never pays for the storage of a block's buffer: the job's buffers (4 KB
+    // each, 1 MiB for 256 slots) are backed when the job is added.
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let trio = TrioMl::install(&mem, config()).unwrap();
+    let acc_chunks = || {
+        let debug = format!("{mem:?}");
+        let at = debug
+            .find("acc_chunks_materialised: ")
+            .expect("the count is shown")
+            + 25;
+        debug[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+    };
+    assert_eq!(acc_chunks(), 0);
+    trio.add_job(&job(1, &[0, 1])).unwrap();
+    assert_eq!(acc_chunks(), 1);
+    let mut big = job(2, &[0, 1]);
+    big.block_cnt_max = 512;
+    trio.add_job(&big).unwrap();
+    assert_eq!(acc_chunks(), 3);
+}
+
+#[test]
 fn a_full_block_table_refuses_new_blocks() {
     let cfg = TrioMlConfig {
         hash_capacity: 2,

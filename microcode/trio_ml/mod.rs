@@ -636,8 +636,9 @@ impl TrioMl {
     }
 
     /// Validates `job`, allocates its region (record, slot bitmap, slots) in DRAM and its
-    /// aggregation buffers in the accumulator region (in the slots when it is full), writes
-    /// its record and makes it known to the program.
+    /// aggregation buffers in the accumulator region (in the slots when it is full), backs
+    /// both with host memory now (`block_cnt_max` x 4 KB of buffers for 1024 gradients, so
+    /// that no packet pays for it), writes its record and makes it known to the program.
     pub fn add_job(&self, job: &JobConfig) -> Result<(), TrioMlError> {
         self.validate(job)?;
         let mem = &self.inner.mem;
@@ -655,17 +656,20 @@ impl TrioMl {
             )
         };
         let lanes = self.inner.cfg.lanes;
-        let record = mem.alloc(
-            &name,
-            Region::Dram,
-            JobLayout::words(cnt_max, grad_max, lanes),
-        )?;
+        let record_words = JobLayout::words(cnt_max, grad_max, lanes);
+        let record = mem.alloc(&name, Region::Dram, record_words)?;
+        mem.materialise(record, record_words)?;
         let layout = JobLayout::new(record, cnt_max, grad_max, lanes);
         // The aggregation buffers go to the accumulator region, whose engine applies a 4 KB
         // vector add under one stripe lock; when it has no room, they stay in the slots.
         let buf_words = u64::from(cnt_max) * JobLayout::buffer_words(grad_max, lanes);
         let bufs = match mem.alloc(&format!("{name}.buffers"), Region::Acc, buf_words) {
-            Ok(addr) => layout::paddr(addr),
+            Ok(addr) => {
+                // Backed now (as the record above), not by the first packet of each block:
+                // the data path never allocates or takes the page faults of a 4 KB stripe.
+                mem.materialise(addr, buf_words)?;
+                layout::paddr(addr)
+            }
             Err(AllocError::Exhausted { .. }) => 0,
             Err(e) => return Err(e.into()),
         };

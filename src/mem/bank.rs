@@ -10,11 +10,11 @@
 //!   must be atomic as a whole (the policer); single-word operations are one atomic
 //!   instruction or a compare-and-swap loop on the word.
 //! * The accumulator region is a table of 1 MiB chunks too, each holding 256 cache-padded
-//!   stripes of 4 KB, each materialised on its first write: a `Mutex` around the stripe's
-//!   plain `u64` words, so only the lock holder can reach them. The SRAM/DRAM decoders
-//!   (`word`, `span`, `pair`) never hand out an accumulator word: each public operation
-//!   falls back to its `acc_*` counterpart only when the fast decoder refused the address,
-//!   which keeps the SRAM and DRAM paths as they were.
+//!   stripes of 4 KB, each materialised on its first write (or by `materialise`): a
+//!   `Mutex` around the stripe's plain `u64` words, so only the lock holder can reach
+//!   them. The SRAM/DRAM decoders (`word`, `span`, `pair`) never hand out an accumulator
+//!   word: each public operation falls back to its `acc_*` counterpart only when the fast
+//!   decoder refused the address, which keeps the SRAM and DRAM paths as they were.
 //! * The bulk lane loops (vector adds, conversions to and from network order) live in
 //!   `lanes`, compiled for AVX2 as well when the CPU has it.
 
@@ -821,6 +821,30 @@ impl SharedMemory {
         Ok(())
     }
 
+    /// Backs the `words` words from `addr` with storage now, as a first write would (DRAM
+    /// chunks, accumulator stripes; SRAM always is), without changing any word. For the
+    /// control plane, when it sets up a region the data path will write: the packets that
+    /// then use it do not pay for the allocation and its page faults. Checked like any
+    /// access: out of range, nothing is materialised.
+    pub fn materialise(&self, addr: Addr, words: u64) -> Result<(), MemFault> {
+        self.check(addr, words)?;
+        if let Some(off) = self.acc_offset(addr, words) {
+            Self::acc_pieces(off, words, |o, _, _, _| {
+                let chunk = self.acc_chunk(o >> CHUNK_SHIFT);
+                chunk.stripe(((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize);
+            });
+        } else {
+            // In range and not the accumulator: SRAM (an offset past DRAM here) or DRAM.
+            let off = addr.wrapping_sub(DRAM_BASE);
+            if off < self.dram_words {
+                for ci in off >> CHUNK_SHIFT..=(off + words.max(1) - 1) >> CHUNK_SHIFT {
+                    self.chunk(ci);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Applies a posted operation (old values are discarded).
     pub fn apply(&self, op: &Op) -> Result<(), MemFault> {
         match *op {
@@ -1434,6 +1458,53 @@ mod tests {
         assert!(MemFault::BadSize { bytes: 65 }
             .to_string()
             .contains("65 bytes"));
+    }
+
+    /// Stripes of the accumulator region materialised so far.
+    fn acc_stripes(m: &SharedMemory) -> usize {
+        m.acc
+            .iter()
+            .filter_map(|c| c.get())
+            .map(|c| c.stripes.iter().filter(|s| s.get().is_some()).count())
+            .sum()
+    }
+
+    fn dram_chunks(m: &SharedMemory) -> usize {
+        m.dram.iter().filter(|c| c.get().is_some()).count()
+    }
+
+    #[test]
+    fn materialise_backs_exactly_the_range_and_keeps_every_word() {
+        let m = SharedMemory::new(&MemConfig {
+            sram_bytes: 1 << 16,
+            dram_bytes: 4 << 20,
+            acc_bytes: 4 << 20,
+            banks: 4,
+        })
+        .unwrap();
+        m.write_u64(ACC_BASE + ACC_STRIPE_WORDS + 5, 9).unwrap();
+        m.write_u64(DRAM_BASE + CHUNK_WORDS + 5, 8).unwrap();
+        assert_eq!((acc_stripes(&m), dram_chunks(&m)), (1, 1));
+        // Three stripes from the middle of the first: the first, the written one, the third.
+        let words = 2 * ACC_STRIPE_WORDS + 1;
+        m.materialise(ACC_BASE + ACC_STRIPE_WORDS - 1, words)
+            .unwrap();
+        assert_eq!(acc_stripes(&m), 3);
+        // Across a DRAM chunk boundary: the chunk before the written one joins it.
+        m.materialise(DRAM_BASE + CHUNK_WORDS - 1, 2).unwrap();
+        assert_eq!(dram_chunks(&m), 2);
+        m.materialise(0, 8).unwrap();
+        m.materialise(DRAM_BASE + 3 * CHUNK_WORDS, 0).unwrap();
+        assert_eq!((acc_stripes(&m), dram_chunks(&m)), (3, 3));
+        assert_eq!(m.read_u64(ACC_BASE + ACC_STRIPE_WORDS + 5), Ok(9));
+        assert_eq!(m.read_u64(DRAM_BASE + CHUNK_WORDS + 5), Ok(8));
+        assert_eq!(m.read_u64(ACC_BASE + ACC_STRIPE_WORDS - 1), Ok(0));
+        // Out of range (a region's end crossed, or no region): refused, nothing backed.
+        let end = m.region(Region::Acc).end;
+        assert_eq!(m.materialise(end - 1, 2), Err(oor(end - 1, 2)));
+        let dram_end = m.region(Region::Dram).end;
+        assert_eq!(m.materialise(dram_end, 1), Err(oor(dram_end, 1)));
+        assert_eq!((acc_stripes(&m), dram_chunks(&m)), (3, 3));
     }
 
     #[test]

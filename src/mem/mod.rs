@@ -21,6 +21,8 @@
 //! engine turns a [`MemFault`] into a program fault. DRAM storage is materialised lazily in
 //! 1 MiB chunks on first write, so a large configured DRAM costs nothing until touched; an
 //! untouched word reads as zero. The accumulator region is materialised the same way.
+//! [`SharedMemory::materialise`] backs a range ahead of time, for the control plane to call
+//! when it sets up what the data path will write.
 //!
 //! # Banks and read-modify-write engines
 //!
