@@ -405,18 +405,15 @@ fn adding_a_job_backs_its_buffers_before_any_packet() {
     // each, 1 MiB for 256 slots) are backed when the job is added.
     let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
     let trio = TrioMl::install(&mem, config()).unwrap();
-    let acc_chunks = || {
+    let acc_chunks = || -> usize {
         let debug = format!("{mem:?}");
-        let at = debug
-            .find("acc_chunks_materialised: ")
-            .expect("the count is shown")
-            + 25;
-        debug[at..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .unwrap()
-            .parse::<usize>()
-            .unwrap()
+        let (_, count) = debug
+            .split_once("acc_chunks_materialised: ")
+            .expect("the memory's Debug shows the count");
+        let digits = count
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(count.len());
+        count[..digits].parse().unwrap()
     };
     assert_eq!(acc_chunks(), 0);
     trio.add_job(&job(1, &[0, 1])).unwrap();

@@ -828,16 +828,19 @@ impl SharedMemory {
     /// access: out of range, nothing is materialised.
     pub fn materialise(&self, addr: Addr, words: u64) -> Result<(), MemFault> {
         self.check(addr, words)?;
+        // As for `check`, a range of no words stands for its first word.
+        let last = words.max(1) - 1;
         if let Some(off) = self.acc_offset(addr, words) {
-            Self::acc_pieces(off, words, |o, _, _, _| {
-                let chunk = self.acc_chunk(o >> CHUNK_SHIFT);
-                chunk.stripe(((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize);
-            });
+            for s in off / ACC_STRIPE_WORDS..=(off + last) / ACC_STRIPE_WORDS {
+                let o = s * ACC_STRIPE_WORDS;
+                self.acc_chunk(o >> CHUNK_SHIFT)
+                    .stripe(((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize);
+            }
         } else {
             // In range and not the accumulator: SRAM (an offset past DRAM here) or DRAM.
             let off = addr.wrapping_sub(DRAM_BASE);
             if off < self.dram_words {
-                for ci in off >> CHUNK_SHIFT..=(off + words.max(1) - 1) >> CHUNK_SHIFT {
+                for ci in off >> CHUNK_SHIFT..=(off + last) >> CHUNK_SHIFT {
                     self.chunk(ci);
                 }
             }
