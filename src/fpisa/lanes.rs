@@ -25,7 +25,12 @@ with_avx2! {
     /// [`fp32_plain`]) are left alone, uncounted; the return value says whether there were
     /// any, for the caller to add them the slow way.
     pub(crate) fn fpisa_fp32_be(words: &mut [u64], src: &[u8], approx: bool, events: &mut [u64; 3]) -> bool {
-        if approx {
+        // Fresh accumulators (every word 0, as a block's buffer is for its first packet):
+        // the sums are the lanes themselves. Any other add stops the test at its first
+        // word, almost always; a first add tests the rest in vector registers.
+        if words.first().is_none_or(|&w| w == 0) && words.iter().fold(0, |a, &w| a | w) == 0 {
+            fpisa_fp32_into_empty(words, src)
+        } else if approx {
             fpisa_fp32_lanes::<true>(words, src, events)
         } else {
             fpisa_fp32_lanes::<false>(words, src, events)
@@ -37,6 +42,65 @@ with_avx2! {
 /// block whole (16 lanes of 32 bits are one AVX-512 register) instead of splitting the
 /// loop into a vector part and a scalar tail at a length it does not know.
 const BLOCK: usize = 16;
+
+/// [`fpisa_fp32_be`] into accumulators that are all empty (every word 0), for either
+/// variant: each normal lane's sum is the lane itself (its exponent, and its magnitude with
+/// the leading one at bit 23, signed), with nothing to align; zeros and special lanes leave
+/// the word 0. Nothing is counted: an add into an empty accumulator overwrites, shifts and
+/// overflows nothing. The same words as the full loop (a test compares them) at a fraction
+/// of its work: a block's first packet no longer pays for the alignment it does not need.
+/// Returns whether there were special lanes, which are left for the caller.
+#[inline(always)]
+fn fpisa_fp32_into_empty(words: &mut [u64], src: &[u8]) -> bool {
+    assert_eq!(src.len(), words.len() * 4, "4 bytes per lane");
+    // Special lanes per lane position, folded once at the end: a fold per block would chain
+    // the blocks one after the other.
+    let mut specials = [0u32; BLOCK];
+    // Blocks of 16 lanes in 32-bit halves, joined at the end, as the full loop does.
+    let mut blocks = words.chunks_exact_mut(BLOCK);
+    let mut lanes = src.chunks_exact(4 * BLOCK);
+    for (w, s) in (&mut blocks).zip(&mut lanes) {
+        let (mut lo, mut hi) = ([0u32; BLOCK], [0u32; BLOCK]);
+        for i in 0..BLOCK {
+            let bits = u32::from_be_bytes(s[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+            let special;
+            (lo[i], hi[i], special) = fp32_into_empty_lane(bits);
+            specials[i] |= special;
+        }
+        for i in 0..BLOCK {
+            w[i] = (u64::from(hi[i]) << 32) | u64::from(lo[i]);
+        }
+    }
+    for (w, s) in blocks
+        .into_remainder()
+        .iter_mut()
+        .zip(lanes.remainder().chunks_exact(4))
+    {
+        let (lo, hi, special) = fp32_into_empty_lane(u32::from_be_bytes([s[0], s[1], s[2], s[3]]));
+        *w = (u64::from(hi) << 32) | u64::from(lo);
+        specials[0] |= special;
+    }
+    specials.iter().any(|&s| s != 0)
+}
+
+/// One lane of [`fpisa_fp32_into_empty`]: the accumulator's halves (mantissa, exponent) of
+/// FP32 `bits` added into an empty one, and 1 for a special lane (left 0 for the caller).
+#[inline(always)]
+fn fp32_into_empty_lane(bits: u32) -> (u32, u32, u32) {
+    let plain = fp32_plain(bits);
+    let magnitude = ((bits & 0x7F_FFFF) | 0x80_0000) as i32;
+    let man = if bits >> 31 != 0 {
+        -magnitude
+    } else {
+        magnitude
+    };
+    let added = plain && bits & 0x7FFF_FFFF != 0;
+    if added {
+        (man as u32, (bits >> 23) & 0xFF, 0)
+    } else {
+        (0, 0, u32::from(!plain))
+    }
+}
 
 /// [`fpisa_fp32_be`]'s loop for one variant. A block of words is split into its 32-bit
 /// halves first (the mantissa; the exponent and flags), so that the arithmetic runs on
@@ -375,6 +439,53 @@ mod tests {
             prop_assert_eq!(words, want);
             prop_assert_eq!(events, want_events);
             prop_assert_eq!(specials, any_special);
+        }
+
+        /// Into empty accumulators (the fast path every build takes when all the words are
+        /// 0), the kernel is the full loop and `Acc::add`: the same words, no events, the
+        /// same answer about special lanes, for lanes of every kind, both variants.
+        #[test]
+        fn the_fp32_kernel_into_empty_accumulators_is_the_full_loop(
+            lanes in proptest::collection::vec((any::<u32>(), 0u32..6), 1..80),
+            approx in any::<bool>(),
+        ) {
+            use crate::fpisa::{Acc, Format, Variant};
+            let variant = if approx { Variant::Approx } else { Variant::Full };
+            let src: Vec<u8> = lanes
+                .iter()
+                .map(|&(bits, kind)| match kind {
+                    0 => bits & 0x8000_0000,                          // either zero
+                    1 => (bits & 0x807F_FFFF).max(1),                 // subnormal
+                    2 => bits | 0x7F80_0000,                          // Inf, NaN
+                    _ => (bits & 0x807F_FFFF) | (((bits >> 23) & 0xFF).clamp(1, 254) << 23),
+                })
+                .flat_map(u32::to_be_bytes)
+                .collect();
+            let zeros = vec![0u64; lanes.len()];
+            let (words, events, specials) = fpisa_every_build(&zeros, &src, approx)?;
+            // The full loop on the same words, which the dispatch no longer picks for them.
+            let mut full = zeros.clone();
+            let mut full_events = [0u64; 3];
+            let full_specials = if approx {
+                fpisa_fp32_lanes::<true>(&mut full, &src, &mut full_events)
+            } else {
+                fpisa_fp32_lanes::<false>(&mut full, &src, &mut full_events)
+            };
+            prop_assert_eq!(&words, &full);
+            prop_assert_eq!(events, full_events);
+            prop_assert_eq!(events, [0; 3]);
+            prop_assert_eq!(specials, full_specials);
+            for (w, lane) in words.iter().zip(src.chunks_exact(4)) {
+                let bits = u32::from_be_bytes([lane[0], lane[1], lane[2], lane[3]]);
+                let want = if fp32_plain(bits) {
+                    let mut a = Acc::from_word(0);
+                    a.add_bits(bits, Format::Fp32, variant);
+                    a.to_word()
+                } else {
+                    0
+                };
+                prop_assert_eq!(*w, want, "lane {:#010x}", bits);
+            }
         }
 
         /// The bulk renormalization is `Acc::value` in FP32, bit for bit, on any word: every
