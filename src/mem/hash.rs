@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
-use hashbrown::HashMap;
+use hashbrown::hash_table::Entry as Slot;
 use parking_lot::Mutex;
 
 use crate::error::ConfigError;
@@ -65,17 +65,21 @@ impl HashKey {
         &self.bytes[..self.len as usize]
     }
 
-    /// Which shard of `shards` (a power of two) holds the key.
-    fn shard(&self, shards: usize) -> usize {
-        // FNV-1a over the key, then a multiplicative mix so that short keys that differ in
-        // one byte land in different shards.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in self.as_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-        h = (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        (h >> 32) as usize & (shards - 1)
+    /// Whether these are the key's bytes.
+    #[inline(always)]
+    fn is(&self, key: &[u8]) -> bool {
+        self.as_bytes() == key
     }
+}
+
+/// A key's hash: one per hash XTXN, for its shard and its bucket in the shard alike. The
+/// seed is fixed, so that runs are reproducible: the same keys land in the same shards and
+/// buckets, and a scan visits them in the same order, run after run.
+#[inline(always)]
+fn hash_bytes(key: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    const SEED: u64 = 0x243f_6a88_85a3_08d3;
+    foldhash::fast::FixedState::with_seed(SEED).hash_one(key)
 }
 
 impl fmt::Debug for HashKey {
@@ -144,14 +148,17 @@ pub struct HashRecord {
     pub referenced: bool,
 }
 
+/// A record in its shard: the key with its value and REF flag.
 #[derive(Clone, Copy, Debug)]
 struct Record {
+    key: HashKey,
     value: u64,
     referenced: bool,
 }
 
-/// One shard of the table: its records under its own lock (one bank of the engine).
-type Shard = CachePadded<Mutex<HashMap<HashKey, Record>>>;
+/// One shard of the table: its records under its own lock (one bank of the engine), placed
+/// by their keys' [`hash_bytes`].
+type Shard = CachePadded<Mutex<hashbrown::HashTable<Record>>>;
 
 /// A hash table of the hash engine. Share it through an `Arc`; every method takes `&self`.
 pub struct HashTable {
@@ -188,7 +195,10 @@ impl HashTable {
         let per_shard = capacity.div_ceil(shards);
         Ok(HashTable {
             shards: (0..shards)
-                .map(|_| CachePadded::new(Mutex::new(HashMap::with_capacity(per_shard.min(1024)))))
+                .map(|_| {
+                    let records = hashbrown::HashTable::with_capacity(per_shard.min(1024));
+                    CachePadded::new(Mutex::new(records))
+                })
                 .collect(),
             capacity,
             len: CachePadded::new(AtomicUsize::new(0)),
@@ -215,40 +225,60 @@ impl HashTable {
         self.len() == 0
     }
 
-    fn key(key: &[u8]) -> Result<HashKey, HashError> {
-        HashKey::new(key).ok_or(HashError::KeyTooLong { len: key.len() })
+    /// The key's hash, or the error for a key that is too long.
+    #[inline(always)]
+    fn hash(&self, key: &[u8]) -> Result<u64, HashError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(HashError::KeyTooLong { len: key.len() });
+        }
+        Ok(hash_bytes(key))
     }
 
-    fn shard(&self, key: &HashKey) -> &Mutex<HashMap<HashKey, Record>> {
-        &self.shards[key.shard(self.shards.len())]
+    /// The shard of a key with hash `h`: bits the shard's own table does not use for its
+    /// buckets (the low bits) or its control bytes (the top seven).
+    #[inline(always)]
+    fn shard(&self, h: u64) -> &Mutex<hashbrown::HashTable<Record>> {
+        &self.shards[(h >> 32) as usize & (self.shards.len() - 1)]
     }
 
     /// Looks a key up; a found record is marked referenced.
     pub fn lookup(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
-        let key = Self::key(key)?;
-        Ok(self.shard(&key).lock().get_mut(&key).map(|r| {
-            r.referenced = true;
-            r.value
-        }))
+        let h = self.hash(key)?;
+        Ok(self
+            .shard(h)
+            .lock()
+            .find_mut(h, |r| r.key.is(key))
+            .map(|r| {
+                r.referenced = true;
+                r.value
+            }))
     }
 
     /// Looks a key up without marking the record referenced: for the control plane, whose
     /// reads must not keep records alive.
     pub fn peek(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
-        let key = Self::key(key)?;
-        Ok(self.shard(&key).lock().get(&key).map(|r| r.value))
+        let h = self.hash(key)?;
+        Ok(self
+            .shard(h)
+            .lock()
+            .find(h, |r| r.key.is(key))
+            .map(|r| r.value))
     }
 
     /// Creates a record unless one with the key exists (then that one is returned and
     /// marked referenced): of several threads inserting the same key at once, exactly one
     /// creates it and the others learn its value.
     pub fn insert(&self, key: &[u8], value: u64) -> Result<Inserted, HashError> {
-        let key = Self::key(key)?;
-        let mut shard = self.shard(&key).lock();
-        if let Some(r) = shard.get_mut(&key) {
-            r.referenced = true;
-            return Ok(Inserted::Existing(r.value));
-        }
+        let h = self.hash(key)?;
+        let mut shard = self.shard(h).lock();
+        let vacant = match shard.entry(h, |r| r.key.is(key), |r| hash_bytes(r.key.as_bytes())) {
+            Slot::Occupied(mut r) => {
+                let r = r.get_mut();
+                r.referenced = true;
+                return Ok(Inserted::Existing(r.value));
+            }
+            Slot::Vacant(v) => v,
+        };
         // Reserve room before inserting, so the table never holds more than its capacity.
         let reserved = self
             .len
@@ -260,30 +290,35 @@ impl HashTable {
                 capacity: self.capacity,
             });
         }
-        shard.insert(
-            key,
-            Record {
-                value,
-                referenced: true,
-            },
-        );
+        vacant.insert(Record {
+            key: HashKey::new(key).expect("the length was checked"),
+            value,
+            referenced: true,
+        });
         Ok(Inserted::New)
     }
 
     /// Replaces the value of an existing record (marking it referenced); returns the old
     /// value, or `None` if there is no such record.
     pub fn update(&self, key: &[u8], value: u64) -> Result<Option<u64>, HashError> {
-        let key = Self::key(key)?;
-        Ok(self.shard(&key).lock().get_mut(&key).map(|r| {
-            r.referenced = true;
-            std::mem::replace(&mut r.value, value)
-        }))
+        let h = self.hash(key)?;
+        Ok(self
+            .shard(h)
+            .lock()
+            .find_mut(h, |r| r.key.is(key))
+            .map(|r| {
+                r.referenced = true;
+                std::mem::replace(&mut r.value, value)
+            }))
     }
 
     /// Deletes a record; returns its value, or `None` if there was none.
     pub fn delete(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
-        let key = Self::key(key)?;
-        let removed = self.shard(&key).lock().remove(&key);
+        let h = self.hash(key)?;
+        let removed = match self.shard(h).lock().find_entry(h, |r| r.key.is(key)) {
+            Ok(r) => Some(r.remove().0),
+            Err(_) => None,
+        };
         if removed.is_some() {
             self.len.fetch_sub(1, Ordering::AcqRel);
         }
@@ -298,8 +333,8 @@ impl HashTable {
     pub fn records(&self) -> Vec<HashRecord> {
         let mut out = Vec::with_capacity(self.len());
         for shard in self.shards.iter() {
-            out.extend(shard.lock().iter().map(|(key, r)| HashRecord {
-                key: key.as_bytes().to_vec(),
+            out.extend(shard.lock().iter().map(|r| HashRecord {
+                key: r.key.as_bytes().to_vec(),
                 value: r.value,
                 referenced: r.referenced,
             }));
@@ -332,10 +367,10 @@ impl HashTable {
         for shard in &self.shards[first..end] {
             let mut shard = shard.lock();
             let mut deleted = 0;
-            shard.retain(|key, r| {
+            shard.retain(|r| {
                 visited += 1;
                 let was = std::mem::replace(&mut r.referenced, false);
-                match visit(key.as_bytes(), r.value, was) {
+                match visit(r.key.as_bytes(), r.value, was) {
                     ScanAction::Keep => true,
                     ScanAction::Set(value) => {
                         r.value = value;
@@ -526,6 +561,28 @@ mod tests {
             all.sort();
             assert_eq!(all, (0..5_000).collect::<Vec<u64>>(), "{slices} slices");
         }
+    }
+
+    #[test]
+    fn keys_spread_over_every_shard() {
+        // One slice per shard: each scan sees exactly one shard's records.
+        let shards = 64;
+        let t = HashTable::new(10_000, shards).unwrap();
+        let keys = 6_400;
+        for b in 0..keys {
+            t.insert(&key(3, b), 0).unwrap();
+        }
+        let per_shard: Vec<usize> = (0..shards)
+            .map(|i| t.scan(i, shards, |_, _, _| ScanAction::Keep))
+            .collect();
+        assert_eq!(per_shard.iter().sum::<usize>(), keys as usize);
+        let mean = keys as usize / shards;
+        // A binomial count of mean 100 stays well inside these bounds; a hash that left
+        // shard bits unused (or took them from the bucket index) would not.
+        assert!(
+            per_shard.iter().all(|&n| n > mean / 2 && n < 2 * mean),
+            "records per shard: {per_shard:?}"
+        );
     }
 
     #[test]
