@@ -241,17 +241,25 @@ impl HashTable {
         &self.shards[(h >> 32) as usize & (self.shards.len() - 1)]
     }
 
+    /// `f` of the key's record, under its shard's lock, once the record is marked
+    /// referenced; `None` if there is no such record.
+    #[inline(always)]
+    fn referenced<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(&mut Record) -> R,
+    ) -> Result<Option<R>, HashError> {
+        let h = self.hash(key)?;
+        let mut shard = self.shard(h).lock();
+        Ok(shard.find_mut(h, |r| r.key.is(key)).map(|r| {
+            r.referenced = true;
+            f(r)
+        }))
+    }
+
     /// Looks a key up; a found record is marked referenced.
     pub fn lookup(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
-        let h = self.hash(key)?;
-        Ok(self
-            .shard(h)
-            .lock()
-            .find_mut(h, |r| r.key.is(key))
-            .map(|r| {
-                r.referenced = true;
-                r.value
-            }))
+        self.referenced(key, |r| r.value)
     }
 
     /// Looks a key up without marking the record referenced: for the control plane, whose
@@ -301,15 +309,7 @@ impl HashTable {
     /// Replaces the value of an existing record (marking it referenced); returns the old
     /// value, or `None` if there is no such record.
     pub fn update(&self, key: &[u8], value: u64) -> Result<Option<u64>, HashError> {
-        let h = self.hash(key)?;
-        Ok(self
-            .shard(h)
-            .lock()
-            .find_mut(h, |r| r.key.is(key))
-            .map(|r| {
-                r.referenced = true;
-                std::mem::replace(&mut r.value, value)
-            }))
+        self.referenced(key, |r| std::mem::replace(&mut r.value, value))
     }
 
     /// Deletes a record; returns its value, or `None` if there was none.
