@@ -43,29 +43,31 @@ with_avx2! {
 /// loop into a vector part and a scalar tail at a length it does not know.
 const BLOCK: usize = 16;
 
-/// [`fpisa_fp32_be`] into accumulators that are all empty (every word 0), for either
-/// variant: each normal lane's sum is the lane itself (its exponent, and its magnitude with
-/// the leading one at bit 23, signed), with nothing to align; zeros and special lanes leave
-/// the word 0. Nothing is counted: an add into an empty accumulator overwrites, shifts and
-/// overflows nothing. The same words as the full loop (a test compares them) at a fraction
-/// of its work: a block's first packet no longer pays for the alignment it does not need.
-/// Returns whether there were special lanes, which are left for the caller.
+/// The loop both FPISA add kernels run: each word of `words` with its FP32 lane of `src`
+/// (network order, `src.len() == 4 * words.len()`), `lane(i, lo, hi, bits)` giving the
+/// word's new low half (the mantissa) and high half (exponent, flags) from its old ones,
+/// `i` being the lane's position in its block (0 for the lanes past the last whole block).
+/// Whole blocks are split into 32-bit halves first and joined at the end, so that the
+/// arithmetic runs on 32-bit lanes only, 16 to an AVX-512 register; a fixed block length
+/// lets the compiler vectorise a block whole.
 #[inline(always)]
-fn fpisa_fp32_into_empty(words: &mut [u64], src: &[u8]) -> bool {
+fn for_each_lane(
+    words: &mut [u64],
+    src: &[u8],
+    mut lane: impl FnMut(usize, u32, u32, u32) -> (u32, u32),
+) {
     assert_eq!(src.len(), words.len() * 4, "4 bytes per lane");
-    // Special lanes per lane position, folded once at the end: a fold per block would chain
-    // the blocks one after the other.
-    let mut specials = [0u32; BLOCK];
-    // Blocks of 16 lanes in 32-bit halves, joined at the end, as the full loop does.
     let mut blocks = words.chunks_exact_mut(BLOCK);
     let mut lanes = src.chunks_exact(4 * BLOCK);
     for (w, s) in (&mut blocks).zip(&mut lanes) {
-        let (mut lo, mut hi) = ([0u32; BLOCK], [0u32; BLOCK]);
+        let (mut lo, mut hi, mut x) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
         for i in 0..BLOCK {
-            let bits = u32::from_be_bytes(s[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-            let special;
-            (lo[i], hi[i], special) = fp32_into_empty_lane(bits);
-            specials[i] |= special;
+            lo[i] = w[i] as u32;
+            hi[i] = (w[i] >> 32) as u32;
+            x[i] = u32::from_be_bytes(s[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+        }
+        for i in 0..BLOCK {
+            (lo[i], hi[i]) = lane(i, lo[i], hi[i], x[i]);
         }
         for i in 0..BLOCK {
             w[i] = (u64::from(hi[i]) << 32) | u64::from(lo[i]);
@@ -76,10 +78,30 @@ fn fpisa_fp32_into_empty(words: &mut [u64], src: &[u8]) -> bool {
         .iter_mut()
         .zip(lanes.remainder().chunks_exact(4))
     {
-        let (lo, hi, special) = fp32_into_empty_lane(u32::from_be_bytes([s[0], s[1], s[2], s[3]]));
+        let bits = u32::from_be_bytes(s.try_into().expect("4 bytes"));
+        let (lo, hi) = lane(0, *w as u32, (*w >> 32) as u32, bits);
         *w = (u64::from(hi) << 32) | u64::from(lo);
-        specials[0] |= special;
     }
+}
+
+/// [`fpisa_fp32_be`] into accumulators that are all empty (every word 0), for either
+/// variant: each normal lane's sum is the lane itself (its exponent, and its magnitude with
+/// the leading one at bit 23, signed), with nothing to align; zeros and special lanes leave
+/// the word 0. Nothing is counted: an add into an empty accumulator overwrites, shifts and
+/// overflows nothing. The same words as the full loop (a test compares them) at a fraction
+/// of its work: a block's first packet no longer pays for the alignment it does not need.
+/// Returns whether there were special lanes, which are left for the caller.
+#[inline(always)]
+fn fpisa_fp32_into_empty(words: &mut [u64], src: &[u8]) -> bool {
+    // Special lanes per lane position, folded once at the end: a fold per block would chain
+    // the blocks one after the other.
+    let mut specials = [0u32; BLOCK];
+    // The words' halves go unread (they are 0), so the compiler drops their loads.
+    for_each_lane(words, src, |i, _, _, bits| {
+        let (lo, hi, special) = fp32_into_empty_lane(bits);
+        specials[i] |= special;
+        (lo, hi)
+    });
     specials.iter().any(|&s| s != 0)
 }
 
@@ -102,51 +124,23 @@ fn fp32_into_empty_lane(bits: u32) -> (u32, u32, u32) {
     }
 }
 
-/// [`fpisa_fp32_be`]'s loop for one variant. A block of words is split into its 32-bit
-/// halves first (the mantissa; the exponent and flags), so that the arithmetic runs on
-/// 32-bit lanes only, 16 to an AVX-512 register, and joined again at the end.
+/// [`fpisa_fp32_be`]'s add into live sums, for one variant: [`fpisa_fp32_lane`] on every
+/// lane, counting the events per lane position.
 #[inline(always)]
 fn fpisa_fp32_lanes<const APPROX: bool>(
     words: &mut [u64],
     src: &[u8],
     events: &mut [u64; 3],
 ) -> bool {
-    assert_eq!(src.len(), words.len() * 4, "4 bytes per lane");
     // Event counts per lane position, summed once at the end.
     let mut counts = [[0u32; BLOCK]; 4];
-    let mut count = |i: usize, e: u32| {
+    for_each_lane(words, src, |i, lo, hi, bits| {
+        let (lo, hi, e) = fpisa_fp32_lane::<APPROX>(lo, hi, bits);
         for (c, bit) in counts.iter_mut().zip(0..) {
             c[i] += (e >> bit) & 1;
         }
-    };
-    let mut blocks = words.chunks_exact_mut(BLOCK);
-    let mut lanes = src.chunks_exact(4 * BLOCK);
-    for (w, s) in (&mut blocks).zip(&mut lanes) {
-        let (mut lo, mut hi, mut x) = ([0u32; BLOCK], [0u32; BLOCK], [0u32; BLOCK]);
-        for i in 0..BLOCK {
-            lo[i] = w[i] as u32;
-            hi[i] = (w[i] >> 32) as u32;
-            x[i] = u32::from_be_bytes(s[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-        }
-        for i in 0..BLOCK {
-            let e;
-            (lo[i], hi[i], e) = fpisa_fp32_lane::<APPROX>(lo[i], hi[i], x[i]);
-            count(i, e);
-        }
-        for i in 0..BLOCK {
-            w[i] = (u64::from(hi[i]) << 32) | u64::from(lo[i]);
-        }
-    }
-    for (w, s) in blocks
-        .into_remainder()
-        .iter_mut()
-        .zip(lanes.remainder().chunks_exact(4))
-    {
-        let bits = u32::from_be_bytes(s.try_into().expect("4 bytes"));
-        let (lo, hi, e) = fpisa_fp32_lane::<APPROX>(*w as u32, (*w >> 32) as u32, bits);
-        *w = (u64::from(hi) << 32) | u64::from(lo);
-        count(0, e);
-    }
+        (lo, hi)
+    });
     for (e, c) in events.iter_mut().zip(&counts) {
         *e += c.iter().map(|&n| u64::from(n)).sum::<u64>();
     }
