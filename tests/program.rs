@@ -493,7 +493,9 @@ fn yield_reruns_its_label_counts_waits_and_is_bounded_by_the_budget() {
 
 mod fused_tail_add {
     //! `Thread::read_tail_post_vadd32_be` against the chunk-by-chunk tail reads and posted
-    //! adds it stands for: the same memory, local memory, verdict or fault, and XTXNs.
+    //! adds it stands for: the same memory, local memory, verdict or fault, and XTXNs; in
+    //! one call or two that continue each other, and whether the program then waits for
+    //! its posted XTXNs, posts another after them, or just ends.
 
     use super::*;
     use pfemu::fpisa::{Format, Variant};
@@ -513,16 +515,55 @@ mod fused_tail_add {
         Fpisa(Variant),
     }
 
-    fn program(add: Add, fused: bool, addr: u64, tail_off: usize, len: usize) -> Program {
+    impl Add {
+        /// Shared-memory words a 64-byte chunk adds into.
+        fn chunk_words(self) -> u64 {
+            match self {
+                Add::Int => 8,
+                Add::Fpisa(_) => 16,
+            }
+        }
+    }
+
+    /// What the program does after its adds.
+    #[derive(Clone, Copy, Debug)]
+    enum Then {
+        /// Waits for its posted XTXNs, then writes the FPISA events it was told of.
+        Wait,
+        /// Ends without waiting: the adds are applied when the thread ends, or later. (Not
+        /// the FPISA events told so far: an add may be applied at any time up to then.)
+        End,
+        /// Posts a write of the adds' first word (it must land after them), and ends.
+        PostWrite,
+    }
+
+    fn program(
+        add: Add,
+        fused: bool,
+        addr: u64,
+        tail_off: usize,
+        len: usize,
+        split: usize,
+        then: Then,
+    ) -> Program {
         let mut p = Program::builder("tail_add");
         let a = p.label("a");
         p.instr(a, move |t| {
-            match (add, fused) {
-                (Add::Int, true) => t.read_tail_post_vadd32_be(addr, tail_off, LM_AT, len)?,
-                (Add::Fpisa(v), true) => {
-                    t.read_tail_post_fpisa_add_be(addr, tail_off, LM_AT, len, Format::Fp32, v)?
+            let fused_add = |t: &mut Thread<'_>, addr, tail_off, len| match add {
+                Add::Int => t.read_tail_post_vadd32_be(addr, tail_off, LM_AT, len),
+                Add::Fpisa(v) => {
+                    t.read_tail_post_fpisa_add_be(addr, tail_off, LM_AT, len, Format::Fp32, v)
                 }
-                (_, false) => {
+            };
+            match fused {
+                true => {
+                    // In two calls, the second starting where the first ends.
+                    let first = (64 * split).min(len);
+                    fused_add(t, addr, tail_off, first)?;
+                    let at = addr + (first / 64) as u64 * add.chunk_words();
+                    fused_add(t, at, tail_off + first, len - first)?;
+                }
+                false => {
                     for k in 0..len.div_ceil(64) {
                         let bytes = 64.min(len - 64 * k);
                         t.read_tail(tail_off + 64 * k, LM_AT, bytes)?;
@@ -539,7 +580,17 @@ mod fused_tail_add {
                     }
                 }
             }
-            t.wait_posted();
+            match then {
+                Then::Wait => t.wait_posted(),
+                Then::End => return Ok(Done(Verdict::Forward(0))),
+                Then::PostWrite => {
+                    t.post(Op::WriteU64 {
+                        addr,
+                        value: 0x0123_4567_89AB_CDEF,
+                    })?;
+                    return Ok(Done(Verdict::Forward(0)));
+                }
+            }
             // The FPISA events of the adds, as a program would count them.
             let c = t.take_fpisa_counts();
             let events = c.overwrites + (c.left_shifts << 20) + (c.overflows << 40);
@@ -552,12 +603,14 @@ mod fused_tail_add {
 
     /// Runs one of the two on a fresh memory whose SRAM holds `fill`; returns what the
     /// harness saw and the whole SRAM afterwards.
+    #[allow(clippy::too_many_arguments)]
     fn outcome(
         add: Add,
         fused: bool,
         addr: u64,
         tail_off: usize,
         len: usize,
+        (split, then): (usize, Then),
         frame: &[u8],
         fill: u8,
     ) -> (HarnessOutcome, Vec<u8>) {
@@ -569,7 +622,11 @@ mod fused_tail_add {
             mem.write(sram.start + (line.0 * 8) as u64, line.1).unwrap();
         }
         let mut h = Harness::new(mem.clone());
-        let out = h.run(&program(add, fused, addr, tail_off, len), 0, frame);
+        let out = h.run(
+            &program(add, fused, addr, tail_off, len, split, then),
+            0,
+            frame,
+        );
         for (k, line) in bytes.chunks_mut(64).enumerate() {
             mem.read(sram.start + (k * 8) as u64, line).unwrap();
         }
@@ -588,13 +645,16 @@ mod fused_tail_add {
             from_end in 0u64..700,
             fill in any::<u8>(),
             add in prop::sample::select(vec![Add::Int, Add::Fpisa(Variant::Full), Add::Fpisa(Variant::Approx)]),
+            split in 0usize..72,
+            then in prop::sample::select(vec![Then::Wait, Then::End, Then::PostWrite]),
         ) {
             let frame: Vec<u8> = (0..frame_len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
             let len = 64 * chunks + odd;
             // Near SRAM's end (8192 words), so some adds run past it and fault.
             let addr = 8192u64.saturating_sub(from_end);
-            let (chunked, mem_a) = outcome(add, false, addr, tail_off, len, &frame, fill);
-            let (fused, mem_b) = outcome(add, true, addr, tail_off, len, &frame, fill);
+            let how = (split, then);
+            let (chunked, mem_a) = outcome(add, false, addr, tail_off, len, how, &frame, fill);
+            let (fused, mem_b) = outcome(add, true, addr, tail_off, len, how, &frame, fill);
             prop_assert_eq!(&fused.result, &chunked.result);
             prop_assert_eq!(&fused.output, &chunked.output);
             prop_assert_eq!(&fused.xtxns, &chunked.xtxns);

@@ -222,6 +222,12 @@ impl PostedOps {
         self.fpisa_len = 0;
     }
 
+    /// Counts the events of an FPISA add applied on the poster's behalf (a thread's add of
+    /// tail chunks, applied from the tail rather than from this buffer).
+    pub fn note_fpisa_counts(&mut self, c: &FpisaCounts) {
+        self.fpisa_counts.merge(c);
+    }
+
     /// The events of the FPISA adds applied since the last call (overwrites, left shifts,
     /// overflows, and the additions made), and starts counting afresh.
     pub fn take_fpisa_counts(&mut self) -> FpisaCounts {

@@ -151,6 +151,7 @@ fn run_timer(
         &mut t,
         shared.cfg.instruction_budget,
     );
+    t.end();
     core.posted.flush(&shared.mem);
     st.timer_runs += 1;
     st.timer_instructions += outcome.instructions as u64;
@@ -318,7 +319,7 @@ fn process_packets<const TRACE: bool>(
         } else {
             shared.program.run(Entry::Packet, &mut t, budget)
         };
-        let (hs, hl, lm_written) = t.head_window();
+        let (hs, hl, lm_written) = t.end();
         st.packets += 1;
         st.instructions += outcome.instructions as u64;
 

@@ -112,7 +112,7 @@ impl Harness {
         let run = program.run_observed(Entry::Packet, &mut t, self.budget, |l| {
             before(&names[l.0 as usize])
         });
-        let (hs, hl, _) = t.head_window();
+        let (hs, hl, _) = t.end();
         self.finish(run, Some((hs, hl, tail)))
     }
 
@@ -123,6 +123,7 @@ impl Harness {
         let meta = PacketMeta::timer(launch, self.now_ns);
         let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
         let run = program.run(Entry::Timer(launch.entry), &mut t, self.budget);
+        t.end();
         self.finish(run, None)
     }
 
@@ -178,8 +179,9 @@ impl Harness {
             self.out.clear();
             let meta = self.core.load(0, frame, self.head_bytes, 0);
             let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
-            if let Ok(Verdict::Forward(_)) = program.run(Entry::Packet, &mut t, self.budget).result
-            {
+            let run = program.run(Entry::Packet, &mut t, self.budget);
+            t.end();
+            if let Ok(Verdict::Forward(_)) = run.result {
                 forwarded += 1;
             }
         }

@@ -40,6 +40,11 @@ pub(crate) struct ThreadCore {
     pub tcams: TcamCache,
     /// The XTXNs of the packet being traced (`None`: not tracing, the usual case).
     pub trace: Option<Vec<XtxnEvent>>,
+    /// The running thread's posted add of tail chunks not applied yet
+    /// ([`Thread::read_tail_post_vadd32_be`]): a range of that thread's tail, so always
+    /// empty between threads ([`Thread::end`] applies it). Kept here
+    /// rather than in the `Thread` so that a thread's start does not have to clear it.
+    tail_add: TailSpan,
 }
 
 impl ThreadCore {
@@ -76,6 +81,7 @@ impl ThreadCore {
             yields: 0,
             tcams: TcamCache::new(),
             trace: None,
+            tail_add: TailSpan::NONE,
         }
     }
 }
@@ -121,8 +127,33 @@ pub struct Thread<'a> {
     lm_written: bool,
 }
 
-/// The posted add [`Thread::read_tail_post_vadd32_be`] and its FPISA twin make.
+/// A posted add whose lanes are still in the packet's tail: the chunks that
+/// [`Thread::read_tail_post_vadd32_be`] (or its FPISA twin) posted one after another, kept
+/// as a range of the tail rather than copied, and applied from the tail in one request. It
+/// belongs to the thread's posted XTXNs: it is applied before any later post, by
+/// [`Thread::wait_posted`], and at the latest when the thread ends ([`Thread::end`]), while
+/// the tail it names is still there.
 #[derive(Clone, Copy)]
+struct TailSpan {
+    /// Its first shared-memory word.
+    addr: Addr,
+    /// Where its lanes start in the tail, and how many bytes (0: no pending add).
+    offset: usize,
+    len: usize,
+    add: TailAdd,
+}
+
+impl TailSpan {
+    const NONE: TailSpan = TailSpan {
+        addr: 0,
+        offset: 0,
+        len: 0,
+        add: TailAdd::Vadd32,
+    };
+}
+
+/// The posted add [`Thread::read_tail_post_vadd32_be`] and its FPISA twin make.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum TailAdd {
     Vadd32,
     Fpisa(crate::fpisa::Format, crate::fpisa::Variant),
@@ -167,12 +198,15 @@ macro_rules! keyed_hash_ops {
 }
 
 impl<'a> Thread<'a> {
+    /// A new thread context for the packet or timer launch `meta` describes. Whoever makes
+    /// one ends it with [`Thread::end`].
     pub(crate) fn new(
         core: &'a mut ThreadCore,
         mem: &'a SharedMemory,
         out: &'a mut OutArena,
         meta: PacketMeta<'a>,
     ) -> Self {
+        debug_assert_eq!(core.tail_add.len, 0, "the last thread was not ended");
         core.new_tail.clear();
         core.new_tail_set = false;
         Thread {
@@ -185,6 +219,16 @@ impl<'a> Thread<'a> {
         }
     }
 
+    /// Ends the thread: applies its pending add of tail chunks while the tail is there
+    /// (see [`TailSpan`]; its other posted XTXNs stay in the core's buffer). Returns where
+    /// the head ended up in local memory (start, length), and whether local memory was
+    /// written.
+    #[inline]
+    pub(crate) fn end(&mut self) -> (usize, usize, bool) {
+        self.apply_tail_add();
+        (self.meta.head_start, self.meta.head_len, self.lm_written)
+    }
+
     /// The value of a named register (see [`registers!`](crate::registers)).
     #[inline(always)]
     pub fn get<T: RegValue>(&self, reg: Reg<T>) -> T {
@@ -195,11 +239,6 @@ impl<'a> Thread<'a> {
     #[inline(always)]
     pub fn set<T: RegValue>(&mut self, reg: Reg<T>, value: T) {
         self.r[reg.slot()] = value.to_reg();
-    }
-
-    /// Where the head ended up in local memory, and whether local memory was written.
-    pub(crate) fn head_window(&self) -> (usize, usize, bool) {
-        (self.meta.head_start, self.meta.head_len, self.lm_written)
     }
 
     // ----- packet facts -------------------------------------------------------------------
@@ -630,6 +669,7 @@ impl<'a> Thread<'a> {
     ) -> Result<(), Fault> {
         let range = lm_range(lm_offset, len)?;
         let lanes = len / (fmt.width() / 8) as usize;
+        self.apply_tail_add();
         self.core.xtxns[XtxnKind::FpisaAdd16.index()] += lanes.div_ceil(16) as u64;
         self.core
             .posted
@@ -736,6 +776,7 @@ impl<'a> Thread<'a> {
     /// after [`crate::Pfe::drain`]. The address is checked now.
     #[inline(always)]
     pub fn post(&mut self, op: Op) -> Result<(), Fault> {
+        self.apply_tail_add();
         self.count(op.kind());
         self.core.posted.post(self.mem, op)?;
         self.note(op.kind(), op.addr(), None);
@@ -757,6 +798,7 @@ impl<'a> Thread<'a> {
         len: usize,
     ) -> Result<(), Fault> {
         let range = lm_range(lm_offset, len)?;
+        self.apply_tail_add();
         self.core.xtxns[XtxnKind::VAdd32x16.index()] += (len / 64) as u64;
         self.core
             .posted
@@ -771,8 +813,11 @@ impl<'a> Thread<'a> {
     /// `tail_read` and a `vadd32x16` XTXN per chunk), with local memory left as that
     /// sequence leaves it (the last chunk at `lm_offset`); a fault comes at the chunk it
     /// would have come at, after the chunks before it were posted. It saves the emulator
-    /// the copy through local memory and the per-chunk checks; a program's meaning does
-    /// not change.
+    /// the copy through local memory, the per-chunk checks and any copy of the lanes: the
+    /// add stays pending as a range of the tail, continued by the next such call that
+    /// starts where it ends, and is applied from the tail itself (before any later post, by
+    /// [`Thread::wait_posted`], or when the thread ends). A program's meaning does not
+    /// change.
     pub fn read_tail_post_vadd32_be(
         &mut self,
         addr: Addr,
@@ -839,21 +884,36 @@ impl<'a> Thread<'a> {
             }
             return Ok(());
         }
-        let data = &self.meta.tail[tail_offset..tail_offset + len];
         // The adds' XTXN kind, and how many a chunk counts as.
         let (kind, per_chunk) = match add {
-            TailAdd::Vadd32 => {
-                self.core.posted.post_vadd32_be(self.mem, addr, data)?;
-                (XtxnKind::VAdd32x16, 1)
-            }
-            TailAdd::Fpisa(fmt, variant) => {
-                (self.core.posted).post_fpisa_add_be(self.mem, addr, data, fmt, variant)?;
-                (XtxnKind::FpisaAdd16, chunk_words.div_ceil(16) as u64)
-            }
+            TailAdd::Vadd32 => (XtxnKind::VAdd32x16, 1),
+            TailAdd::Fpisa(..) => (XtxnKind::FpisaAdd16, chunk_words.div_ceil(16) as u64),
         };
+        // Posted as a range of the tail, not copied: the lanes are applied from the tail
+        // itself, all of a packet's chunks in one request when they continue one another.
+        let pending = self.core.tail_add;
+        let continues = pending.len > 0
+            && pending.add == add
+            && pending.offset + pending.len == tail_offset
+            && pending.addr + (pending.len / CHUNK * chunk_words) as u64 == addr
+            && pending.len + len <= max_bytes;
+        if continues {
+            self.core.tail_add.len += len;
+        } else {
+            // Posting order: whatever was posted before goes first.
+            self.apply_tail_add();
+            self.core.posted.flush(self.mem);
+            self.core.tail_add = TailSpan {
+                addr,
+                offset: tail_offset,
+                len,
+                add,
+            };
+        }
+        let last = tail_offset + len - CHUNK;
         crate::mem::copy_bytes(
             &mut self.core.lm[lm_offset..lm_offset + CHUNK],
-            &data[len - CHUNK..],
+            &self.meta.tail[last..last + CHUNK],
         );
         self.lm_written = true;
         self.core.xtxns[XtxnKind::TailRead.index()] += chunks as u64;
@@ -867,6 +927,38 @@ impl<'a> Thread<'a> {
     /// it before an XTXN that tells other threads the posted work is done (Trio-ML waits
     /// for its gradient adds before it counts its source in the block).
     pub fn wait_posted(&mut self) {
+        self.apply_tail_add();
         self.core.posted.flush(self.mem);
+    }
+
+    /// Applies the pending add of tail chunks, if any (see [`TailSpan`]).
+    #[inline(always)]
+    fn apply_tail_add(&mut self) {
+        if self.core.tail_add.len != 0 {
+            self.apply_tail_add_now();
+        }
+    }
+
+    #[inline(never)]
+    fn apply_tail_add_now(&mut self) {
+        let TailSpan {
+            addr,
+            offset,
+            len,
+            add,
+        } = std::mem::replace(&mut self.core.tail_add, TailSpan::NONE);
+        let data = &self.meta.tail[offset..offset + len];
+        // Checked chunk by chunk when posted, contiguous in one region: cannot fault.
+        let applied = match add {
+            TailAdd::Vadd32 => self.mem.vadd32_be(addr, data),
+            TailAdd::Fpisa(fmt, variant) => self
+                .mem
+                .fpisa_add_be(addr, data, fmt, variant)
+                .map(|c| self.core.posted.note_fpisa_counts(&c)),
+        };
+        debug_assert!(
+            applied.is_ok(),
+            "posted add of the tail at {addr:#x} faulted when applied: {applied:?}"
+        );
     }
 }
