@@ -15,7 +15,7 @@
 //!   v                                                                         |
 //! aggregate_head <------------------------------------------------------------+
 //!   v
-//! aggregate_tail (four 64-byte chunks per instruction)
+//! aggregate_tail (the loop over 64-byte chunks, up to 4 KB per instruction)
 //!   v
 //! complete_check (rcvd_cnt += 1; the last source closes the block)
 //!   v
@@ -239,11 +239,13 @@ const RESULT_CHUNK_BYTES: usize = 256;
 // last pull reaches furthest, and must stay below LM_AGED.
 const _: () =
     assert!(LM_RESULT_DATA + RESULT_CHUNK_BYTES + fpisa::PULL_WORDS * GRAD_BYTES <= LM_AGED);
-/// Phase two's 64-byte chunks per instruction: 256 bytes of tail, as the Result builder
-/// pulls 256 bytes of sums per instruction. Every chunk is still its own 64-byte tail read
-/// and 16-lane vector add (the XTXNs counted); only the sequencer's dispatch is shared, which
-/// at one chunk per instruction cost about as much as the chunk's two XTXNs.
-const TAIL_CHUNKS_PER_INSTR: usize = 4;
+/// Phase two's 64-byte chunks per instruction: up to 4 KB of tail, the largest vector add
+/// the engine takes in one request ([`MAX_VADD_BYTES`]), so a packet of 1024 gradients runs
+/// phase two in one instruction. Every chunk is still its own 64-byte tail read and 16-lane
+/// vector add, the paper's loop iteration (the XTXNs counted are the loop's); what an
+/// instruction per 256 bytes added was the sequencer's dispatch and a first read of a cold
+/// tail line in each, which cost the engine a fifth of its rate (see `src/pfe/README.md`).
+const TAIL_CHUNKS_PER_INSTR: usize = MAX_VADD_BYTES / LINE_BYTES;
 /// Nanoseconds per millisecond (`block_exp` is in ms).
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -991,55 +993,52 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
 
     // l.aggregate_tail (phase two): the loop over the remaining 64-byte chunks, up to
     // TAIL_CHUNKS_PER_INSTR of them per instruction. Each chunk is one tail read and one
-    // 16-lane vector add, staged in the scratch line from whatever part is left in the head
-    // and the rest read from the tail; a short last chunk is padded with zero lanes.
+    // 16-lane vector add. The chunk across the head's end is staged in the scratch line
+    // from the part left in the head and the rest read from the tail, and a short last
+    // chunk is padded there with zero lanes; the chunks wholly in the tail go in one call.
     p.instr(l.aggregate_tail, move |t| {
         let n = usize::from(t.get(R_GRAD_CNT));
-        let c = t.get(R_CHUNK);
-        let first = c * CHUNK_GRADS;
-        let at = GRADS_AT + first * GRAD_BYTES;
-        let full = ((n - first) / CHUNK_GRADS).min(TAIL_CHUNKS_PER_INSTR);
         let mut left = TAIL_CHUNKS_PER_INSTR;
-        if full > 0 && at >= t.head_len() {
-            // Whole chunks wholly in the tail (the usual case): the same tail reads and
-            // adds as the loop below, in one call.
-            let addr = t.get(R_BUF) + (c as u64) * lanes.chunk_words();
-            let tail_offset = at - t.head_len();
-            add_tail_chunks(t, lanes, addr, tail_offset, LM_SCRATCH, full * LINE_BYTES)?;
-            t.set(R_CHUNK, c + full);
-            if (c + full) * CHUNK_GRADS >= n {
-                return Ok(Goto(l.complete_check));
-            }
-            left -= full;
-        }
-        for _ in 0..left {
+        while left > 0 {
             let c = t.get(R_CHUNK);
             let first = c * CHUNK_GRADS;
-            let bytes = (n - first).min(CHUNK_GRADS) * GRAD_BYTES;
             let at = GRADS_AT + first * GRAD_BYTES;
             let head_len = t.head_len();
-            let from_head = head_len.saturating_sub(at).min(bytes);
-            let head = t.head_offset();
-            let lm = t.lm_mut();
-            if bytes < LINE_BYTES {
-                lm[LM_SCRATCH + bytes..LM_SCRATCH + LINE_BYTES].fill(0);
-            }
-            if from_head > 0 {
-                lm.copy_within(head + at..head + at + from_head, LM_SCRATCH);
-            }
-            if from_head < bytes {
-                t.read_tail(
-                    at + from_head - head_len,
-                    LM_SCRATCH + from_head,
-                    bytes - from_head,
-                )?;
-            }
             let addr = t.get(R_BUF) + (c as u64) * lanes.chunk_words();
-            add_chunk(t, lanes, addr, LM_SCRATCH)?;
-            t.set(R_CHUNK, t.get(R_CHUNK) + 1);
-            if first + CHUNK_GRADS >= n {
+            let full = ((n - first) / CHUNK_GRADS).min(left);
+            let staged = if full > 0 && at >= head_len {
+                // Whole chunks wholly in the tail (the usual case): their tail reads and
+                // adds in one call, as the chunk-by-chunk path below would make them.
+                add_tail_chunks(t, lanes, addr, at - head_len, LM_SCRATCH, full * LINE_BYTES)?;
+                full
+            } else {
+                // One chunk staged in the scratch line: the one across the head's end, or
+                // a short last one.
+                let bytes = (n - first).min(CHUNK_GRADS) * GRAD_BYTES;
+                let from_head = head_len.saturating_sub(at).min(bytes);
+                let head = t.head_offset();
+                let lm = t.lm_mut();
+                if bytes < LINE_BYTES {
+                    lm[LM_SCRATCH + bytes..LM_SCRATCH + LINE_BYTES].fill(0);
+                }
+                if from_head > 0 {
+                    lm.copy_within(head + at..head + at + from_head, LM_SCRATCH);
+                }
+                if from_head < bytes {
+                    t.read_tail(
+                        at + from_head - head_len,
+                        LM_SCRATCH + from_head,
+                        bytes - from_head,
+                    )?;
+                }
+                add_chunk(t, lanes, addr, LM_SCRATCH)?;
+                1
+            };
+            t.set(R_CHUNK, c + staged);
+            if (c + staged) * CHUNK_GRADS >= n {
                 return Ok(Goto(l.complete_check));
             }
+            left -= staged;
         }
         Ok(Goto(l.aggregate_tail))
     });
