@@ -244,7 +244,7 @@ const _: () =
 /// phase two in one instruction. Every chunk is still its own 64-byte tail read and 16-lane
 /// vector add, the paper's loop iteration (the XTXNs counted are the loop's); what an
 /// instruction per 256 bytes added was the sequencer's dispatch and a first read of a cold
-/// tail line in each, which cost the engine a fifth of its rate (see `src/pfe/README.md`).
+/// tail line in each, which cost Trio-ML about a sixth of its rate (`src/pfe/README.md`).
 const TAIL_CHUNKS_PER_INSTR: usize = MAX_VADD_BYTES / LINE_BYTES;
 /// Nanoseconds per millisecond (`block_exp` is in ms).
 const NS_PER_MS: u64 = 1_000_000;

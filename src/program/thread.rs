@@ -42,8 +42,8 @@ pub(crate) struct ThreadCore {
     pub trace: Option<Vec<XtxnEvent>>,
     /// The running thread's posted add of tail chunks not applied yet
     /// ([`Thread::read_tail_post_vadd32_be`]): a range of that thread's tail, so always
-    /// empty between threads ([`Thread::end`] applies it). Kept here
-    /// rather than in the `Thread` so that a thread's start does not have to clear it.
+    /// empty between threads ([`Thread::end`] applies it). Kept here rather than in the
+    /// `Thread` so that a thread's start does not have to clear it.
     tail_add: TailSpan,
 }
 
