@@ -44,7 +44,7 @@ pub(crate) struct ThreadCore {
     /// ([`Thread::read_tail_post_vadd32_be`]): a range of that thread's tail, so always
     /// empty between threads ([`Thread::end`] applies it). Kept here rather than in the
     /// `Thread` so that a thread's start does not have to clear it.
-    tail_add: TailSpan,
+    tail_add: Option<TailSpan>,
 }
 
 impl ThreadCore {
@@ -81,7 +81,7 @@ impl ThreadCore {
             yields: 0,
             tcams: TcamCache::new(),
             trace: None,
-            tail_add: TailSpan::NONE,
+            tail_add: None,
         }
     }
 }
@@ -133,23 +133,13 @@ pub struct Thread<'a> {
 /// belongs to the thread's posted XTXNs: it is applied before any later post, by
 /// [`Thread::wait_posted`], and at the latest when the thread ends ([`Thread::end`]), while
 /// the tail it names is still there.
-#[derive(Clone, Copy)]
 struct TailSpan {
     /// Its first shared-memory word.
     addr: Addr,
-    /// Where its lanes start in the tail, and how many bytes (0: no pending add).
+    /// Where its lanes start in the tail, and how many bytes.
     offset: usize,
     len: usize,
     add: TailAdd,
-}
-
-impl TailSpan {
-    const NONE: TailSpan = TailSpan {
-        addr: 0,
-        offset: 0,
-        len: 0,
-        add: TailAdd::Vadd32,
-    };
 }
 
 /// The posted add [`Thread::read_tail_post_vadd32_be`] and its FPISA twin make.
@@ -206,7 +196,7 @@ impl<'a> Thread<'a> {
         out: &'a mut OutArena,
         meta: PacketMeta<'a>,
     ) -> Self {
-        debug_assert_eq!(core.tail_add.len, 0, "the last thread was not ended");
+        debug_assert!(core.tail_add.is_none(), "the last thread was not ended");
         core.new_tail.clear();
         core.new_tail_set = false;
         Thread {
@@ -853,12 +843,25 @@ impl<'a> Thread<'a> {
         add: TailAdd,
     ) -> Result<(), Fault> {
         const CHUNK: usize = 64;
-        // Shared-memory words a chunk adds into, and the whole request's size limit.
-        let (chunk_words, max_bytes) = match add {
-            TailAdd::Vadd32 => (CHUNK / crate::mem::WORD_BYTES, crate::mem::MAX_VADD_BYTES),
+        // Shared-memory words a chunk adds into, the whole request's size limit, and the
+        // adds' XTXN kind with how many a chunk counts as.
+        let (chunk_words, max_bytes, kind, per_chunk) = match add {
+            TailAdd::Vadd32 => (
+                CHUNK / crate::mem::WORD_BYTES,
+                crate::mem::MAX_VADD_BYTES,
+                XtxnKind::VAdd32x16,
+                1,
+            ),
             TailAdd::Fpisa(fmt, _) => {
                 let width = (fmt.width() / 8) as usize;
-                (CHUNK / width, crate::mem::MAX_FPISA_LANES * width)
+                let lanes = CHUNK / width;
+                let adds = lanes.div_ceil(16) as u64;
+                (
+                    lanes,
+                    crate::mem::MAX_FPISA_LANES * width,
+                    XtxnKind::FpisaAdd16,
+                    adds,
+                )
             }
         };
         let chunks = len / CHUNK;
@@ -884,31 +887,28 @@ impl<'a> Thread<'a> {
             }
             return Ok(());
         }
-        // The adds' XTXN kind, and how many a chunk counts as.
-        let (kind, per_chunk) = match add {
-            TailAdd::Vadd32 => (XtxnKind::VAdd32x16, 1),
-            TailAdd::Fpisa(..) => (XtxnKind::FpisaAdd16, chunk_words.div_ceil(16) as u64),
-        };
         // Posted as a range of the tail, not copied: the lanes are applied from the tail
         // itself, all of a packet's chunks in one request when they continue one another.
-        let pending = self.core.tail_add;
-        let continues = pending.len > 0
-            && pending.add == add
-            && pending.offset + pending.len == tail_offset
-            && pending.addr + (pending.len / CHUNK * chunk_words) as u64 == addr
-            && pending.len + len <= max_bytes;
-        if continues {
-            self.core.tail_add.len += len;
-        } else {
-            // Posting order: whatever was posted before goes first.
-            self.apply_tail_add();
-            self.core.posted.flush(self.mem);
-            self.core.tail_add = TailSpan {
-                addr,
-                offset: tail_offset,
-                len,
-                add,
-            };
+        match &mut self.core.tail_add {
+            Some(p)
+                if p.add == add
+                    && p.offset + p.len == tail_offset
+                    && p.addr + (p.len / CHUNK * chunk_words) as u64 == addr
+                    && p.len + len <= max_bytes =>
+            {
+                p.len += len
+            }
+            _ => {
+                // Posting order: whatever was posted before goes first.
+                self.apply_tail_add();
+                self.core.posted.flush(self.mem);
+                self.core.tail_add = Some(TailSpan {
+                    addr,
+                    offset: tail_offset,
+                    len,
+                    add,
+                });
+            }
         }
         let last = tail_offset + len - CHUNK;
         crate::mem::copy_bytes(
@@ -934,19 +934,23 @@ impl<'a> Thread<'a> {
     /// Applies the pending add of tail chunks, if any (see [`TailSpan`]).
     #[inline(always)]
     fn apply_tail_add(&mut self) {
-        if self.core.tail_add.len != 0 {
-            self.apply_tail_add_now();
+        // Only the test on the common path (no pending add): the rest out of line.
+        if self.core.tail_add.is_some() {
+            self.apply_pending_tail_add();
         }
     }
 
     #[inline(never)]
-    fn apply_tail_add_now(&mut self) {
-        let TailSpan {
+    fn apply_pending_tail_add(&mut self) {
+        let Some(TailSpan {
             addr,
             offset,
             len,
             add,
-        } = std::mem::replace(&mut self.core.tail_add, TailSpan::NONE);
+        }) = self.core.tail_add.take()
+        else {
+            return;
+        };
         let data = &self.meta.tail[offset..offset + len];
         // Checked chunk by chunk when posted, contiguous in one region: cannot fault.
         let applied = match add {
