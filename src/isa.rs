@@ -34,6 +34,21 @@ pub(crate) fn prefetch<T>(ptr: *const T) {
     let _ = ptr;
 }
 
+/// [`prefetch`] of every cache line that holds part of the `len` elements from `ptr`.
+#[inline(always)]
+pub(crate) fn prefetch_range<T>(ptr: *const T, len: usize) {
+    const LINE: usize = 64;
+    let p = ptr.cast::<u8>();
+    let skew = p as usize % LINE;
+    let span = len * std::mem::size_of::<T>() + skew;
+    let first = p.wrapping_sub(skew);
+    let mut at = 0;
+    while at < span {
+        prefetch(first.wrapping_add(at));
+        at += LINE;
+    }
+}
+
 /// The builds of a kernel, in the order the dispatch prefers them (last first).
 #[cfg_attr(not(test), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -185,6 +185,14 @@ impl AccChunk {
     }
 }
 
+/// Asks for the lines of `n` words from `within` of `stripe` before its lock is taken, so
+/// that their misses (a block's sums, often last written on another core) overlap the
+/// lock's own miss instead of following it: a locked instruction lets no later load pass.
+#[inline(always)]
+fn prefetch_piece(stripe: &Stripe, within: usize, n: usize) {
+    crate::isa::prefetch_range(stripe.data_ptr().cast::<u64>().wrapping_add(within), n);
+}
+
 /// What a stripe nobody wrote yet reads as.
 static ZERO_STRIPE: [u64; ACC_STRIPE_WORDS as usize] = [0; ACC_STRIPE_WORDS as usize];
 
@@ -305,9 +313,9 @@ impl SharedMemory {
     pub(super) fn acc_locked(&self, off: u64, words: u64, mut f: impl FnMut(usize, &mut [u64])) {
         Self::acc_pieces(off, words, |o, within, n, i| {
             let chunk = self.acc_chunk(o >> CHUNK_SHIFT);
-            let mut stripe = chunk
-                .stripe(((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize)
-                .lock();
+            let stripe = chunk.stripe(((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize);
+            prefetch_piece(stripe, within, n);
+            let mut stripe = stripe.lock();
             f(i, &mut stripe[within..within + n]);
         });
     }
@@ -322,7 +330,10 @@ impl SharedMemory {
                 .get()
                 .and_then(|chunk| chunk.stripes[si].get())
             {
-                Some(stripe) => f(i, &stripe.lock()[within..within + n]),
+                Some(stripe) => {
+                    prefetch_piece(stripe, within, n);
+                    f(i, &stripe.lock()[within..within + n])
+                }
                 None => f(i, &ZERO_STRIPE[within..within + n]),
             }
         });
@@ -380,6 +391,10 @@ impl SharedMemory {
     fn acc_vadd_be(&self, addr: Addr, fault: MemFault, data: &[u8]) -> Result<(), MemFault> {
         let words = (data.len() / WORD_BYTES) as u64;
         let off = self.acc_offset(addr, words).ok_or(fault)?;
+        // The lanes usually come from a packet's tail, cold: ask for them before the stripe's
+        // lock, whose line is often cold too, so that their misses overlap its miss rather
+        // than follow it (a locked instruction lets no later load pass).
+        crate::isa::prefetch_range(data.as_ptr(), data.len());
         self.acc_locked(off, words, |i, piece| {
             let d = &data[i * WORD_BYTES..(i + piece.len()) * WORD_BYTES];
             add_be_slice(piece, d);

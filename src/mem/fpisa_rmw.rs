@@ -110,6 +110,8 @@ impl SharedMemory {
         // under its lock.
         if fmt == Format::Fp32 {
             if let Some(off) = self.acc_offset(addr, n as u64) {
+                // As `vadd32_be`'s: the cold lanes asked for before the stripe's lock.
+                crate::isa::prefetch_range(data.as_ptr(), data.len());
                 self.acc_locked(off, n as u64, |first, piece| {
                     let src = &data[first * 4..(first + piece.len()) * 4];
                     add_fp32_words(piece, src, variant, &mut counts);
