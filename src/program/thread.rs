@@ -910,7 +910,19 @@ impl<'a> Thread<'a> {
                 });
             }
         }
-        let last = tail_offset + len - CHUNK;
+        // A range that ends at the tail's end or has reached the size limit can be continued
+        // by no later call: apply it now, and the chunk copied into local memory below comes
+        // from lines the add has just read instead of costing a miss of its own.
+        let end = tail_offset + len;
+        let full = self
+            .core
+            .tail_add
+            .as_ref()
+            .is_some_and(|p| p.len == max_bytes);
+        if end == self.meta.tail.len() || full {
+            self.apply_pending_tail_add();
+        }
+        let last = end - CHUNK;
         crate::mem::copy_bytes(
             &mut self.core.lm[lm_offset..lm_offset + CHUNK],
             &self.meta.tail[last..last + CHUNK],
