@@ -20,7 +20,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
-use hashbrown::hash_table::Entry as Slot;
 use parking_lot::Mutex;
 
 use crate::error::ConfigError;
@@ -156,9 +155,148 @@ struct Record {
     referenced: bool,
 }
 
+/// Records a shard holds in its own lines, beside its lock, before its overflow table.
+const IN_PLACE: usize = 6;
+
+/// One shard's records: up to [`IN_PLACE`] of them in place, each with a tag of its key's
+/// hash, the rest in a `hashbrown` table.
+///
+/// Why in place: a hash XTXN on a shard nobody touched lately missed three lines one after
+/// another: the lock's, then the `hashbrown` table's control bytes (their address is in the
+/// table's header, under the lock), then the record's. In place, the records sit in the
+/// shard's own lines, whose addresses the key's hash gives: [`HashTable::locked`] asks for all
+/// of them before it takes the lock, and their misses overlap. Most shards hold a few
+/// records (a table of `capacity` records in `shards` shards averages `capacity / shards`
+/// when full); a shard holding more keeps them in its overflow table, as every shard did
+/// before.
+struct ShardRecords {
+    /// One per place: 0 for an empty place, else [`tag`] of its record's key's hash.
+    tags: [u8; IN_PLACE],
+    places: [Record; IN_PLACE],
+    /// The records past the places, placed by their keys' [`hash_bytes`]; empty (and
+    /// unallocated) in most shards.
+    more: hashbrown::HashTable<Record>,
+}
+
+/// A hash's tag: its top seven bits, with the top bit set so that no tag is 0 (an empty
+/// place). The shard is picked from bits 32 and up, `hashbrown`'s buckets from the low bits.
+#[inline(always)]
+fn tag(h: u64) -> u8 {
+    (h >> 57) as u8 | 0x80
+}
+
+impl ShardRecords {
+    fn new(capacity: usize) -> ShardRecords {
+        const EMPTY: Record = Record {
+            key: HashKey {
+                len: 0,
+                bytes: [0; MAX_KEY_BYTES],
+            },
+            value: 0,
+            referenced: false,
+        };
+        ShardRecords {
+            tags: [0; IN_PLACE],
+            places: [EMPTY; IN_PLACE],
+            more: hashbrown::HashTable::with_capacity(capacity.saturating_sub(IN_PLACE)),
+        }
+    }
+
+    /// The place of the record with key `key` (hash `h`), if it is in place.
+    #[inline(always)]
+    fn place_of(&self, h: u64, key: &[u8]) -> Option<usize> {
+        let t = tag(h);
+        (0..IN_PLACE).find(|&i| self.tags[i] == t && self.places[i].key.is(key))
+    }
+
+    #[inline(always)]
+    fn find(&self, h: u64, key: &[u8]) -> Option<&Record> {
+        match self.place_of(h, key) {
+            Some(i) => Some(&self.places[i]),
+            None if self.more.is_empty() => None,
+            None => self.more.find(h, |r| r.key.is(key)),
+        }
+    }
+
+    #[inline(always)]
+    fn find_mut(&mut self, h: u64, key: &[u8]) -> Option<&mut Record> {
+        match self.place_of(h, key) {
+            Some(i) => Some(&mut self.places[i]),
+            None if self.more.is_empty() => None,
+            None => self.more.find_mut(h, |r| r.key.is(key)),
+        }
+    }
+
+    /// Adds a record whose key is in no record of the shard.
+    fn insert_new(&mut self, h: u64, record: Record) {
+        match self.tags.iter().position(|&t| t == 0) {
+            Some(i) => {
+                self.tags[i] = tag(h);
+                self.places[i] = record;
+            }
+            None => {
+                self.more
+                    .insert_unique(h, record, |r| hash_bytes(r.key.as_bytes()));
+            }
+        }
+    }
+
+    /// Removes the record with key `key` (hash `h`); a record of the overflow table takes
+    /// its place.
+    fn remove(&mut self, h: u64, key: &[u8]) -> Option<Record> {
+        let Some(i) = self.place_of(h, key) else {
+            return match self.more.find_entry(h, |r| r.key.is(key)) {
+                Ok(r) => Some(r.remove().0),
+                Err(_) => None,
+            };
+        };
+        let removed = self.places[i];
+        self.tags[i] = 0;
+        self.refill(i);
+        Some(removed)
+    }
+
+    /// Moves a record of the overflow table, if any, into the empty place `i`.
+    fn refill(&mut self, i: usize) {
+        let Some(r) = self.more.iter().next().copied() else {
+            return;
+        };
+        let h = hash_bytes(r.key.as_bytes());
+        if let Ok(e) = self.more.find_entry(h, |x| x.key == r.key) {
+            e.remove();
+            self.tags[i] = tag(h);
+            self.places[i] = r;
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Record> {
+        (0..IN_PLACE)
+            .filter(|&i| self.tags[i] != 0)
+            .map(|i| &self.places[i])
+            .chain(self.more.iter())
+    }
+
+    /// Keeps the records for which `keep` returns true, in place first.
+    fn retain(&mut self, mut keep: impl FnMut(&mut Record) -> bool) {
+        for i in 0..IN_PLACE {
+            if self.tags[i] != 0 && !keep(&mut self.places[i]) {
+                self.tags[i] = 0;
+            }
+        }
+        if !self.more.is_empty() {
+            self.more.retain(&mut keep);
+            for i in 0..IN_PLACE {
+                if self.tags[i] == 0 {
+                    self.refill(i);
+                }
+            }
+        }
+    }
+}
+
 /// One shard of the table: its records under its own lock (one bank of the engine), placed
 /// by their keys' [`hash_bytes`].
-type Shard = CachePadded<Mutex<hashbrown::HashTable<Record>>>;
+type Shard = CachePadded<Mutex<ShardRecords>>;
 
 /// A hash table of the hash engine. Share it through an `Arc`; every method takes `&self`.
 pub struct HashTable {
@@ -195,10 +333,7 @@ impl HashTable {
         let per_shard = capacity.div_ceil(shards);
         Ok(HashTable {
             shards: (0..shards)
-                .map(|_| {
-                    let records = hashbrown::HashTable::with_capacity(per_shard.min(1024));
-                    CachePadded::new(Mutex::new(records))
-                })
+                .map(|_| CachePadded::new(Mutex::new(ShardRecords::new(per_shard.min(1024)))))
                 .collect(),
             capacity,
             len: CachePadded::new(AtomicUsize::new(0)),
@@ -234,11 +369,15 @@ impl HashTable {
         Ok(hash_bytes(key))
     }
 
-    /// The shard of a key with hash `h`: bits the shard's own table does not use for its
-    /// buckets (the low bits) or its control bytes (the top seven).
+    /// The shard of a key with hash `h`, locked: bits the shard's own table does not use for
+    /// its buckets (the low bits) or its tags (the top seven). Its lines are asked for
+    /// before the lock is taken, so that the misses of the records in place overlap the
+    /// lock's (see [`ShardRecords`]).
     #[inline(always)]
-    fn shard(&self, h: u64) -> &Mutex<hashbrown::HashTable<Record>> {
-        &self.shards[(h >> 32) as usize & (self.shards.len() - 1)]
+    fn locked(&self, h: u64) -> parking_lot::MutexGuard<'_, ShardRecords> {
+        let shard = &self.shards[(h >> 32) as usize & (self.shards.len() - 1)];
+        crate::isa::prefetch_range(shard as *const Shard, 1);
+        shard.lock()
     }
 
     /// `f` of the key's record, under its shard's lock, once the record is marked
@@ -250,8 +389,8 @@ impl HashTable {
         f: impl FnOnce(&mut Record) -> R,
     ) -> Result<Option<R>, HashError> {
         let h = self.hash(key)?;
-        let mut shard = self.shard(h).lock();
-        Ok(shard.find_mut(h, |r| r.key.is(key)).map(|r| {
+        let mut shard = self.locked(h);
+        Ok(shard.find_mut(h, key).map(|r| {
             r.referenced = true;
             f(r)
         }))
@@ -266,11 +405,7 @@ impl HashTable {
     /// reads must not keep records alive.
     pub fn peek(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
         let h = self.hash(key)?;
-        Ok(self
-            .shard(h)
-            .lock()
-            .find(h, |r| r.key.is(key))
-            .map(|r| r.value))
+        Ok(self.locked(h).find(h, key).map(|r| r.value))
     }
 
     /// Creates a record unless one with the key exists (then that one is returned and
@@ -278,15 +413,11 @@ impl HashTable {
     /// creates it and the others learn its value.
     pub fn insert(&self, key: &[u8], value: u64) -> Result<Inserted, HashError> {
         let h = self.hash(key)?;
-        let mut shard = self.shard(h).lock();
-        let vacant = match shard.entry(h, |r| r.key.is(key), |r| hash_bytes(r.key.as_bytes())) {
-            Slot::Occupied(mut r) => {
-                let r = r.get_mut();
-                r.referenced = true;
-                return Ok(Inserted::Existing(r.value));
-            }
-            Slot::Vacant(v) => v,
-        };
+        let mut shard = self.locked(h);
+        if let Some(r) = shard.find_mut(h, key) {
+            r.referenced = true;
+            return Ok(Inserted::Existing(r.value));
+        }
         // Reserve room before inserting, so the table never holds more than its capacity.
         let reserved = self
             .len
@@ -298,11 +429,12 @@ impl HashTable {
                 capacity: self.capacity,
             });
         }
-        vacant.insert(Record {
+        let record = Record {
             key: HashKey::new(key).expect("the length was checked"),
             value,
             referenced: true,
-        });
+        };
+        shard.insert_new(h, record);
         Ok(Inserted::New)
     }
 
@@ -315,10 +447,7 @@ impl HashTable {
     /// Deletes a record; returns its value, or `None` if there was none.
     pub fn delete(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
         let h = self.hash(key)?;
-        let removed = match self.shard(h).lock().find_entry(h, |r| r.key.is(key)) {
-            Ok(r) => Some(r.remove().0),
-            Err(_) => None,
-        };
+        let removed = self.locked(h).remove(h, key);
         if removed.is_some() {
             self.len.fetch_sub(1, Ordering::AcqRel);
         }
@@ -603,6 +732,116 @@ mod tests {
         });
         assert_eq!(created, 500);
         assert_eq!(t.len(), 500);
+    }
+
+    /// One step of [`the_table_is_a_map_with_ref_flags`].
+    #[derive(Clone, Debug)]
+    enum Step {
+        Insert(u8, u64),
+        Lookup(u8),
+        Peek(u8),
+        Update(u8, u64),
+        Delete(u8),
+        /// A scan of the whole table: deletes the records whose value is odd, sets those
+        /// whose value is divisible by 3 to value / 3, keeps the others.
+        Scan,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        // Few keys, so that steps meet the same records; values small, so that scans
+        // delete, set and keep.
+        prop_oneof![
+            (0..40u8, 0..64u64).prop_map(|(k, v)| Step::Insert(k, v)),
+            (0..40u8).prop_map(Step::Lookup),
+            (0..40u8).prop_map(Step::Peek),
+            (0..40u8, 0..64u64).prop_map(|(k, v)| Step::Update(k, v)),
+            (0..40u8).prop_map(Step::Delete),
+            Just(Step::Scan),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a map of keys to (value, REF flag), through every operation, with few
+        /// shards, so that shards hold more records than they keep in place (and deletes
+        /// move records of the overflow table into the places they free). Keys of 1 to 9
+        /// bytes.
+        #[test]
+        fn the_table_is_a_map_with_ref_flags(
+            shards in proptest::sample::select(vec![1usize, 2, 4, 16]),
+            steps in proptest::collection::vec(step(), 1..300),
+        ) {
+            use std::collections::BTreeMap;
+            let t = HashTable::new(32, shards).unwrap();
+            let mut model: BTreeMap<Vec<u8>, (u64, bool)> = BTreeMap::new();
+            let key = |k: u8| vec![k; 1 + usize::from(k) % 9];
+            for s in steps {
+                match s {
+                    Step::Insert(k, v) => {
+                        let got = t.insert(&key(k), v);
+                        let full = model.len() == 32;
+                        let want = match model.get_mut(&key(k)) {
+                            Some((old, r)) => {
+                                *r = true;
+                                Ok(Inserted::Existing(*old))
+                            }
+                            None if full => Err(HashError::Full { capacity: 32 }),
+                            None => {
+                                model.insert(key(k), (v, true));
+                                Ok(Inserted::New)
+                            }
+                        };
+                        proptest::prop_assert_eq!(got, want);
+                    }
+                    Step::Lookup(k) => {
+                        let want = model.get_mut(&key(k)).map(|(v, r)| {
+                            *r = true;
+                            *v
+                        });
+                        proptest::prop_assert_eq!(t.lookup(&key(k)), Ok(want));
+                    }
+                    Step::Peek(k) => {
+                        let want = model.get(&key(k)).map(|(v, _)| *v);
+                        proptest::prop_assert_eq!(t.peek(&key(k)), Ok(want));
+                    }
+                    Step::Update(k, v) => {
+                        let want = model.get_mut(&key(k)).map(|(old, r)| {
+                            *r = true;
+                            std::mem::replace(old, v)
+                        });
+                        proptest::prop_assert_eq!(t.update(&key(k), v), Ok(want));
+                    }
+                    Step::Delete(k) => {
+                        let want = model.remove(&key(k)).map(|(v, _)| v);
+                        proptest::prop_assert_eq!(t.delete(&key(k)), Ok(want));
+                    }
+                    Step::Scan => {
+                        let mut seen = BTreeMap::new();
+                        let visited = t.scan(0, 1, |k, v, was| {
+                            seen.insert(k.to_vec(), (v, was));
+                            match v {
+                                v if v % 2 == 1 => ScanAction::Delete,
+                                v if v % 3 == 0 => ScanAction::Set(v / 3),
+                                _ => ScanAction::Keep,
+                            }
+                        });
+                        proptest::prop_assert_eq!(visited, model.len());
+                        proptest::prop_assert_eq!(&seen, &model);
+                        model = model
+                            .into_iter()
+                            .filter(|(_, (v, _))| v % 2 == 0)
+                            .map(|(k, (v, _))| (k, (if v % 3 == 0 { v / 3 } else { v }, false)))
+                            .collect();
+                    }
+                }
+                proptest::prop_assert_eq!(t.len(), model.len());
+            }
+            let listed: Vec<(Vec<u8>, u64, bool)> =
+                t.records().into_iter().map(|r| (r.key, r.value, r.referenced)).collect();
+            let want: Vec<(Vec<u8>, u64, bool)> =
+                model.into_iter().map(|(k, (v, r))| (k, v, r)).collect();
+            proptest::prop_assert_eq!(listed, want);
+        }
     }
 
     #[test]
