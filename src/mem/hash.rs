@@ -12,7 +12,9 @@
 //! block records point at their aggregation buffers).
 //!
 //! The table is split into shards, each with its own lock (the hash engine's banks), chosen
-//! by the key's hash, so threads working on different records rarely meet. Slices of a scan
+//! by the key's hash, so threads working on different records rarely meet. A shard keeps its
+//! first few records in its own cache lines, beside its lock, so that an XTXN's lines are
+//! known from the key's hash and fetched together (`ShardRecords`). Slices of a scan
 //! are ranges of shards, so a timer thread's scan of slice `i` touches only its shards.
 //! The table's size is fixed at creation: an insert into a full table is refused.
 
