@@ -39,7 +39,7 @@ pub(crate) fn prefetch<T>(ptr: *const T) {
 pub(crate) fn prefetch_range<T>(ptr: *const T, len: usize) {
     const LINE: usize = 64;
     let p = ptr.cast::<u8>();
-    let skew = p as usize % LINE;
+    let skew = p.addr() % LINE;
     let span = len * std::mem::size_of::<T>() + skew;
     let first = p.wrapping_sub(skew);
     let mut at = 0;
