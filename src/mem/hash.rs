@@ -260,13 +260,9 @@ impl ShardRecords {
 
     /// Moves a record of the overflow table, if any, into the empty place `i`.
     fn refill(&mut self, i: usize) {
-        let Some(r) = self.more.iter().next().copied() else {
-            return;
-        };
-        let h = hash_bytes(r.key.as_bytes());
-        if let Ok(e) = self.more.find_entry(h, |x| x.key == r.key) {
-            e.remove();
-            self.tags[i] = tag(h);
+        // The first record the overflow table yields; the iterator, dropped, keeps the rest.
+        if let Some(r) = self.more.extract_if(|_| true).next() {
+            self.tags[i] = tag(hash_bytes(r.key.as_bytes()));
             self.places[i] = r;
         }
     }

@@ -889,14 +889,15 @@ impl<'a> Thread<'a> {
         }
         // Posted as a range of the tail, not copied: the lanes are applied from the tail
         // itself, all of a packet's chunks in one request when they continue one another.
-        match &mut self.core.tail_add {
+        let pending = match &mut self.core.tail_add {
             Some(p)
                 if p.add == add
                     && p.offset + p.len == tail_offset
                     && p.addr + (p.len / CHUNK * chunk_words) as u64 == addr
                     && p.len + len <= max_bytes =>
             {
-                p.len += len
+                p.len += len;
+                p.len
             }
             _ => {
                 // Posting order: whatever was posted before goes first.
@@ -908,18 +909,14 @@ impl<'a> Thread<'a> {
                     len,
                     add,
                 });
+                len
             }
-        }
+        };
         // A range that ends at the tail's end or has reached the size limit can be continued
         // by no later call: apply it now, and the chunk copied into local memory below comes
         // from lines the add has just read instead of costing a miss of its own.
         let end = tail_offset + len;
-        let full = self
-            .core
-            .tail_add
-            .as_ref()
-            .is_some_and(|p| p.len == max_bytes);
-        if end == self.meta.tail.len() || full {
+        if end == self.meta.tail.len() || pending == max_bytes {
             self.apply_pending_tail_add();
         }
         let last = end - CHUNK;
