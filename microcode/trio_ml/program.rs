@@ -390,7 +390,7 @@ fn free_slot(t: &mut Thread<'_>, job: Addr, rec: Addr, lanes: Lanes) -> Result<(
 /// with `cnt_max` at least twice the ids in use, each block finds its slot free at the
 /// first probe. Starting both at `block % cnt_max` made an odd generation's blocks walk the
 /// bitmap past the slots the even one still keeps (`bench trio-ml`: 21.63 reads per packet
-/// then, 21.19 now).
+/// then, 21.19 with the home slots).
 fn home_slot(block: u32, gen: u16, cnt_max: u32) -> u32 {
     let half = cnt_max / 2;
     if half == 0 {
@@ -689,10 +689,15 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         // it up), so one that only stale packets look at still expires.
         let kept_gen = match t.hash_peek(&kept, &kept_key(job, block))? {
             // A kept Result of another run is no answer to this one (and no newer
-            // generation of it): for this run the block id is free.
+            // generation of it): for this run the block id is free. Only a Result of this
+            // generation or a newer one changes the packet's way, so only then is its
+            // record's run read: an older one (the block id's last generation, as every
+            // block's first packet finds) leads on as no Result does, without the read
+            // of a record line nobody has touched since.
             Some(v) => {
                 let (kgen, rec) = parse_kept_value(v);
-                (run_of(t, rec)? == t.get(R_RUN)).then_some((kgen, rec))
+                let answers = kgen == gen || gen_newer(kgen, gen);
+                (answers && run_of(t, rec)? == t.get(R_RUN)).then_some((kgen, rec))
             }
             None => None,
         };
