@@ -175,10 +175,6 @@ pub(super) const CONTRIB_LANE_SHIFT: u32 = Block::CONTRIBUTORS.lane_shift();
 const _: () = assert!(
     Block::CONTRIBUTORS.word() == BLOCK_W_RCVD_CNT && Block::CONTRIBUTORS.lane() == RCVD_CNT_LANE
 );
-/// The word of the block record holding its run id.
-pub(super) const BLOCK_W_RUN: u64 = Block::RUN_ID.word();
-/// The run id in [`BLOCK_W_RUN`].
-pub(super) const BLOCK_RUN: Field = Block::RUN_ID;
 
 /// Byte of the block's line where its key is kept, after the record (`wire::BlockKey`).
 pub(super) const BLOCK_KEY_AT: usize = BLOCK_CTX_LEN;
@@ -404,11 +400,14 @@ pub(super) fn parse_kept_key(key: &[u8; 5]) -> (u8, u32) {
     (key[0], u32::from_be_bytes([key[1], key[2], key[3], key[4]]))
 }
 
-/// Value of a kept result: its generation (bits 32..48) and its block record's 32-bit
-/// address (0..32), with age 0 (bits 48..64: kept scans since a packet last asked for it;
-/// the timer threads count it, see [`kept_age`]).
-pub(super) fn kept_value(gen: u16, record: Addr) -> u64 {
-    u64::from(gen) << 32 | u64::from(paddr(record))
+/// Value of a kept result: its block record's 32-bit address (bits 0..32), its generation
+/// (32..48), its age (48..60: kept scans since a packet last asked for it, 0 here; the
+/// timer threads count it, see [`kept_age`]) and its run (60..64). The run is the record's
+/// own, kept here too so that neither a packet weighing the Result nor the finisher that
+/// replaces it reads the record's line: nobody has touched it for a generation by then.
+pub(super) fn kept_value(gen: u16, record: Addr, run: u8) -> u64 {
+    debug_assert!(run <= super::wire::MAX_RUN_ID, "a run id is 4 bits");
+    u64::from(run) << KEPT_RUN_SHIFT | u64::from(gen) << 32 | u64::from(paddr(record))
 }
 
 /// `(gen, record)` of a [`kept_value`], whatever its age.
@@ -416,21 +415,33 @@ pub(super) fn parse_kept_value(v: u64) -> (u16, Addr) {
     ((v >> 32) as u16, addr_of(v as u32))
 }
 
+/// The run of a [`kept_value`].
+pub(super) fn kept_run(v: u64) -> u8 {
+    (v >> KEPT_RUN_SHIFT) as u8
+}
+
 /// Shift of the age in a [`kept_value`].
 const KEPT_AGE_SHIFT: u32 = 48;
+/// Shift of the run in a [`kept_value`].
+const KEPT_RUN_SHIFT: u32 = 60;
+/// The oldest age a [`kept_value`] holds: its 12 bits.
+pub(super) const MAX_KEPT_AGE: u16 = (1 << (KEPT_RUN_SHIFT - KEPT_AGE_SHIFT)) - 1;
+/// The age's bits in a [`kept_value`].
+const KEPT_AGE_MASK: u64 = (MAX_KEPT_AGE as u64) << KEPT_AGE_SHIFT;
 
 /// The age of a kept result: kept scans since a packet last asked for it.
 pub(super) fn kept_age(v: u64) -> u16 {
-    (v >> KEPT_AGE_SHIFT) as u16
+    ((v & KEPT_AGE_MASK) >> KEPT_AGE_SHIFT) as u16
 }
 
-/// `v` with age `age`.
+/// `v` with age `age` (at most [`MAX_KEPT_AGE`]).
 pub(super) fn with_kept_age(v: u64, age: u16) -> u64 {
-    v & ((1 << KEPT_AGE_SHIFT) - 1) | u64::from(age) << KEPT_AGE_SHIFT
+    debug_assert!(age <= MAX_KEPT_AGE, "a kept age is 12 bits");
+    v & !KEPT_AGE_MASK | u64::from(age) << KEPT_AGE_SHIFT
 }
 
-/// Whether two kept values name the same Result (generation and record), whatever their
-/// ages.
+/// Whether two kept values name the same Result (generation, record and run), whatever
+/// their ages.
 pub(super) fn same_kept(a: u64, b: u64) -> bool {
     with_kept_age(a, 0) == with_kept_age(b, 0)
 }
@@ -563,9 +574,9 @@ mod tests {
         let w1 = word(&line, BLOCK_W_JOB);
         assert_eq!(BLOCK_JOB.get_u32(w1), 0x99AA_BBCC);
         let gate = word(&line, GATE_W);
-        assert_eq!((BLOCK_W_GATE, BLOCK_W_RUN), (GATE_W, GATE_W));
+        assert_eq!((BLOCK_W_GATE, Block::RUN_ID.word()), (GATE_W, GATE_W));
         assert_eq!(BLOCK_GRAD_CNT.get(gate), 0x123);
-        assert_eq!(BLOCK_RUN.get_u8(gate), 0x5);
+        assert_eq!(Block::RUN_ID.get_u8(gate), 0x5);
         assert_eq!(gate & GATE_DEGRADED, GATE_DEGRADED);
         assert_eq!(gate & (GATE_CLOSED | GATE_TAKEN), 0);
         assert_eq!(gate & GATE_IN_FLIGHT, 0x0102);
@@ -604,8 +615,17 @@ mod tests {
         assert_eq!(job_run(0x8500_0000_0000_0000), 5);
         assert_eq!(parse_block_key(&[1]), None);
         assert_eq!(kept_key(9, 1), [9, 0, 0, 0, 1]);
-        let v = kept_value(0xBEEF, DRAM_BASE + 64);
+        let v = kept_value(0xBEEF, DRAM_BASE + 64, 15);
         assert_eq!(parse_kept_value(v), (0xBEEF, DRAM_BASE + 64));
+        assert_eq!((kept_run(v), kept_age(v)), (15, 0));
+        // The age has its own bits: the oldest leaves the Result and its run as they were.
+        let old = with_kept_age(v, MAX_KEPT_AGE);
+        assert_eq!((kept_age(old), kept_run(old)), (MAX_KEPT_AGE, 15));
+        assert_eq!(parse_kept_value(old), (0xBEEF, DRAM_BASE + 64));
+        assert!(same_kept(v, old));
+        assert_eq!(with_kept_age(old, 0), v);
+        assert!(!same_kept(v, kept_value(0xBEEF, DRAM_BASE + 64, 14)));
+        assert!(!same_kept(v, kept_value(0xBEEE, DRAM_BASE + 64, 15)));
         assert!(gen_newer(1, 0));
         assert!(gen_newer(0, 0xFFFF));
         assert!(!gen_newer(0, 0));

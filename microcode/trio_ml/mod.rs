@@ -93,13 +93,15 @@
 //!   a block that is being created.
 //! - **Kept results**: a finished block's record and buffer stay in their slot, found
 //!   through the `kept` hash table keyed `[job_id, block_id]` with value
-//!   `gen_id << 32 | record` (the record as a 32-bit address, below), so a source that
+//!   `run_id << 60 | gen_id << 32 | record` (the record as a 32-bit address, below; the
+//!   run is the record's, kept here so that nobody reads the record's line to learn it:
+//!   that line is cold by the time the next generation comes), so a source that
 //!   lost the Result can ask again. A kept Result is replaced (and its slot freed) when
 //!   the next generation of the block id finishes, or when nobody asked for it during
 //!   [`TrioMlConfig::keep_result_ns`] (so block ids a host stopped using, or a flood of
 //!   new ones, do not hold the job's slots for ever). Timers scan this table every
 //!   [`KEPT_SCAN_EVERY`] periods and count each Result's age (kept scans without a lookup)
-//!   in bits 48..64 of its value; the one that deletes an expired Result under the shard's
+//!   in bits 48..60 of its value; the one that deletes an expired Result under the shard's
 //!   lock deletes its finished marker and frees its slot. A Result being sent again to a
 //!   source is checked to be still kept once it is built, and dropped (`result_expired`)
 //!   if its slot was freed meanwhile.
@@ -212,6 +214,7 @@ pub use layout::Lanes;
 use layout::{
     block_key, job_key, kept_key, kept_value, parse_kept_value, route_key, same_kept, JobLayout,
 };
+use wire::MAX_RUN_ID;
 use wire::{BlockCtx, JobCtx};
 
 /// The timer entry point of the straggler scan (`Entry::Timer(TIMER_ENTRY)`).
@@ -259,8 +262,24 @@ pub struct TrioMlConfig {
     pub keep_result_ns: u64,
 }
 
-/// Kept Results are aged once per this many scan periods ([`TrioMlConfig::keep_result_ns`]).
+/// Kept Results are aged once per this many scan periods ([`TrioMlConfig::keep_result_ns`]),
+/// or a multiple of it for a `keep_result_ns` longer than 4095 such intervals (a kept
+/// Result's age has 12 bits).
 pub const KEPT_SCAN_EVERY: u64 = 16;
+
+/// When kept Results are aged and when one expires: every `every` scan periods
+/// ([`KEPT_SCAN_EVERY`], or the smallest multiple of it that keeps the count within a kept
+/// Result's age, [`layout::MAX_KEPT_AGE`]), and after `scans` kept scans nobody asked for it
+/// (0: never).
+pub(super) fn kept_schedule(keep_result_ns: u64, scan_period_ns: u64) -> (u64, u16) {
+    let scans = |every: u64| keep_result_ns.div_ceil(scan_period_ns.max(1).saturating_mul(every));
+    let stretch = scans(KEPT_SCAN_EVERY).div_ceil(u64::from(layout::MAX_KEPT_AGE));
+    let every = KEPT_SCAN_EVERY.saturating_mul(stretch.max(1));
+    (
+        every,
+        scans(every).min(u64::from(layout::MAX_KEPT_AGE)) as u16,
+    )
+}
 /// Default [`TrioMlConfig::keep_result_ns`]: 1 s.
 pub const DEFAULT_KEEP_RESULT_NS: u64 = 1_000_000_000;
 
@@ -490,21 +509,6 @@ impl TrioMl {
         if cfg.scan_period_ns == 0 {
             return Err(ConfigError::new("scan_period_ns", "must be at least 1 ns").into());
         }
-        if cfg
-            .keep_result_ns
-            .div_ceil(cfg.scan_period_ns * KEPT_SCAN_EVERY)
-            > u64::from(u16::MAX)
-        {
-            return Err(ConfigError::new(
-                "keep_result_ns",
-                format!(
-                    "{} ns is more than 65535 kept scans of {} ns",
-                    cfg.keep_result_ns,
-                    cfg.scan_period_ns * KEPT_SCAN_EVERY
-                ),
-            )
-            .into());
-        }
         let active = HashTable::new(cfg.hash_capacity, cfg.hash_shards)?;
         if cfg.timers == 0 || cfg.timers as usize > active.shards() {
             return Err(ConfigError::new(
@@ -726,7 +730,7 @@ impl TrioMl {
             let key = kept_key(job_id, b.block_id);
             if t.kept
                 .peek(&key)?
-                .is_some_and(|v| same_kept(v, kept_value(b.gen_id, rec)))
+                .is_some_and(|v| same_kept(v, kept_value(b.gen_id, rec, b.run_id)))
             {
                 t.kept.delete(&key)?;
             }
@@ -842,12 +846,12 @@ impl TrioMl {
             .tables
             .kept
             .peek(&kept_key(job_id, block_id))?
-            .is_some_and(|v| same_kept(v, kept_value(gen_id, rec)));
+            .is_some_and(|v| same_kept(v, kept_value(gen_id, rec, b.run_id() & MAX_RUN_ID)));
         Ok(BlockState {
             job_id,
             block_id,
             gen_id,
-            run_id: b.run_id() & wire::MAX_RUN_ID,
+            run_id: b.run_id() & MAX_RUN_ID,
             grad_cnt,
             rcvd_cnt: b.rcvd_cnt(),
             received: sources_of([0, 1, 2, 3].map(|i| b.rcvd_mask(i))),
@@ -952,4 +956,46 @@ fn sources_of(masks: [u64; 4]) -> Vec<u8> {
     (0..=255u8)
         .filter(|&s| masks[usize::from(s / 64)] & 1 << (s % 64) != 0)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kept scans every 16 scan periods while the count fits a kept Result's 12-bit age;
+    /// past that, as few more periods between kept scans as bring it back, so that a
+    /// Result still goes between `keep_result_ns` and one kept interval later.
+    #[test]
+    fn the_kept_schedule_fits_the_age_and_keeps_the_time() {
+        const MS: u64 = 1_000_000;
+        assert_eq!(kept_schedule(DEFAULT_KEEP_RESULT_NS, MS), (16, 63));
+        assert_eq!(kept_schedule(40 * MS, MS), (16, 3));
+        assert_eq!(kept_schedule(0, MS), (16, 0));
+        assert_eq!(kept_schedule(1, MS), (16, 1));
+        let max = u64::from(layout::MAX_KEPT_AGE);
+        assert_eq!(kept_schedule(max * 16 * MS, MS), (16, layout::MAX_KEPT_AGE));
+        for (keep, period) in [
+            (max * 16 * MS + 1, MS),
+            (DEFAULT_KEEP_RESULT_NS, 10_000),
+            (DEFAULT_KEEP_RESULT_NS, 1),
+            (u64::MAX, 1),
+            (u64::MAX, u64::MAX),
+            (3, u64::MAX / 8),
+        ] {
+            let (every, scans) = kept_schedule(keep, period);
+            assert!(every >= KEPT_SCAN_EVERY && every % KEPT_SCAN_EVERY == 0);
+            assert!(
+                (1..=layout::MAX_KEPT_AGE).contains(&scans),
+                "{keep} ns, {period} ns"
+            );
+            // Long enough, by less than one kept interval.
+            let interval = u128::from(every) * u128::from(period);
+            let kept = u128::from(scans) * interval;
+            assert!(kept >= u128::from(keep), "{keep} ns, {period} ns");
+            assert!(kept < u128::from(keep) + interval, "{keep} ns, {period} ns");
+        }
+        // Stretched by the least multiple that fits: 1 s of 10 us periods is 6250 kept
+        // scans of 16 periods, so 3125 of 32.
+        assert_eq!(kept_schedule(DEFAULT_KEEP_RESULT_NS, 10_000), (32, 3125));
+    }
 }

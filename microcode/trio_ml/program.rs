@@ -32,8 +32,9 @@
 //!
 //! timer: scan_blocks (age every block of the slice) -> close_aged (one aged block per
 //!        instruction; the thread that takes it calls finish_block)
-//!        -> scan_kept (every KEPT_SCAN_EVERY periods: age the slice's kept Results, take
-//!        the expired ones) -> free_expired (one per instruction: marker, then slot)
+//!        -> scan_kept (every KEPT_SCAN_EVERY periods, or a multiple: age the slice's kept
+//!        Results, take the expired ones)
+//!        -> free_expired (one per instruction: marker, then slot)
 //! ```
 //!
 //! Each phase is one function that defines its instructions: `parse_phase` (steps 1 and
@@ -98,6 +99,9 @@ pfemu::registers! {
     R_DEST: ResultDest,
     /// A slot to free once the Result is out (0: none).
     R_FREE: Addr,
+    /// The kept value of the Result this block's replaces (while [`R_FREE`] is its slot):
+    /// its generation and run name its finished marker.
+    R_FREE_KEPT: u64,
     /// Where `leave_block` continues: an [`After`].
     R_AFTER: After,
     /// Set when the block was closed before this packet could join it.
@@ -433,11 +437,6 @@ fn claim_free_slot(t: &mut Thread<'_>, l: &JobLayout, home: u32) -> Result<Optio
     Ok(None)
 }
 
-/// The run id of the block record at `rec`.
-fn run_of(t: &mut Thread<'_>, rec: Addr) -> Result<u8, Fault> {
-    Ok(BLOCK_RUN.get_u8(t.read_u64(rec + BLOCK_W_RUN)?) & MAX_RUN_ID)
-}
-
 /// The Join decision, under the job's Join lock: the run source `src` of the job at `job`
 /// joins with `nonce`, given the job's run word `w3` before the lock. A source that joined
 /// the current run before with another nonce restarted: the job moves on to the next run.
@@ -518,6 +517,8 @@ struct Ctx {
     udp_port: u16,
     local_mac: [u8; 6],
     scan_period_ns: u64,
+    /// Scan periods from one kept scan to the next ([`super::kept_schedule`]).
+    kept_every: u64,
     /// Kept scans a Result may go unasked before it is dropped (0: never).
     keep_scans: u16,
     lanes: Lanes,
@@ -534,11 +535,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     let udp_port = cfg.udp_port;
     let local_mac = cfg.local_mac;
     let scan_period_ns = cfg.scan_period_ns;
-    // Kept scans a Result may go unasked before it is dropped (0: never).
-    let keep_scans = cfg
-        .keep_result_ns
-        .div_ceil(scan_period_ns * super::KEPT_SCAN_EVERY)
-        .min(u64::from(u16::MAX)) as u16;
+    let (kept_every, keep_scans) = super::kept_schedule(cfg.keep_result_ns, scan_period_ns);
     let lanes = cfg.lanes;
     let events = tables.fpisa_events.unwrap_or(0);
 
@@ -547,6 +544,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
         udp_port,
         local_mac,
         scan_period_ns,
+        kept_every,
         keep_scans,
         lanes,
         events,
@@ -689,15 +687,10 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         // it up), so one that only stale packets look at still expires.
         let kept_gen = match t.hash_peek(&kept, &kept_key(job, block))? {
             // A kept Result of another run is no answer to this one (and no newer
-            // generation of it): for this run the block id is free. Only a Result of this
-            // generation or a newer one changes the packet's way, so only then is its
-            // record's run read: an older one (the block id's last generation, as every
-            // block's first packet finds) leads on as no Result does, without the read
-            // of a record line nobody has touched since.
+            // generation of it): for this run the block id is free.
             Some(v) => {
                 let (kgen, rec) = parse_kept_value(v);
-                let answers = kgen == gen || gen_newer(kgen, gen);
-                (answers && run_of(t, rec)? == t.get(R_RUN)).then_some((kgen, rec))
+                (kept_run(v) == t.get(R_RUN)).then_some((kgen, rec))
             }
             None => None,
         };
@@ -823,8 +816,8 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 // block's.
                 let done = match t.hash_peek(&kept, &kept_key(job_id, block))? {
                     Some(v) => {
-                        let (kgen, rec) = parse_kept_value(v);
-                        (kgen == gen || gen_newer(kgen, gen)) && run_of(t, rec)? == run
+                        let (kgen, _) = parse_kept_value(v);
+                        (kgen == gen || gen_newer(kgen, gen)) && kept_run(v) == run
                     }
                     None => false,
                 };
@@ -1134,12 +1127,11 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return Ok(Goto(l.release_block));
         }
         let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
-        let value = kept_value(gen, rec);
+        let value = kept_value(gen, rec, run);
         match t.hash_insert(&kept, &key, value) {
             Ok(Inserted::New) => {}
             Ok(Inserted::Existing(old))
-                if gen_newer(parse_kept_value(old).0, gen)
-                    && run_of(t, parse_kept_value(old).1)? == run =>
+                if gen_newer(parse_kept_value(old).0, gen) && kept_run(old) == run =>
             {
                 // A newer generation finished first (hosts ran ahead): send, do not keep.
                 t.set(R_FREE, rec);
@@ -1147,6 +1139,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             Ok(Inserted::Existing(_)) => {
                 if let Some(old) = t.hash_update(&kept, &key, value)? {
                     t.set(R_FREE, parse_kept_value(old).1);
+                    t.set(R_FREE_KEPT, old);
                 }
             }
             Err(HashError::Full { .. }) => t.set(R_FREE, rec),
@@ -1187,10 +1180,13 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return Ok(Call(build_result, l.free_own));
         }
         if old != 0 {
-            let key = t.read_u64(old + BLOCK_KEY_WORD)?;
-            let (block, gen) = ((key >> 16) as u32, key as u16);
-            let run = run_of(t, old)?;
-            t.hash_delete(&active, &block_key(t.get(R_JOB_ID), run, block, gen))?;
+            // Its marker's key: this block id (the kept Result's key is job and block id),
+            // its own generation and run (from its kept value, so its cold record is not
+            // read).
+            let replaced = t.get(R_FREE_KEPT);
+            let (gen, _) = parse_kept_value(replaced);
+            let key = block_key(t.get(R_JOB_ID), kept_run(replaced), t.get(R_BLOCK_ID), gen);
+            t.hash_delete(&active, &key)?;
             free_slot(t, t.get(R_JOB), old, lanes)?;
         }
         // build_result returns to finish_block's caller.
@@ -1320,7 +1316,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     p.instr(l.emit_result, move |t| {
         if t.get(R_ANSWER) == Answer::Sending {
             let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
-            let want = kept_value(t.get(R_GEN_ID), t.get(R_BLK));
+            let want = kept_value(t.get(R_GEN_ID), t.get(R_BLK), t.get(R_RUN));
             if !t
                 .hash_lookup(&kept, &key)?
                 .is_some_and(|v| same_kept(v, want))
@@ -1343,6 +1339,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let finish_block = l.keep_result;
     let Ctx {
         scan_period_ns,
+        kept_every,
         keep_scans,
         lanes,
         ..
@@ -1420,7 +1417,8 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         Ok(Goto(l.close_aged))
     });
 
-    // Every KEPT_SCAN_EVERY periods, age the kept Results of this launch's slice by their
+    // Every kept_every periods (KEPT_SCAN_EVERY, or a multiple: see kept_schedule), age the
+    // kept Results of this launch's slice by their
     // REF flags; delete (under the shard's lock) those unasked for keep_scans kept scans,
     // and list them: this thread owns them now.
     let kept = tables.kept.clone();
@@ -1428,7 +1426,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let Some(launch) = t.timer().copied() else {
             return Ok(Done(Verdict::Consume));
         };
-        if keep_scans == 0 || (launch.scheduled_ns / scan_period_ns) % super::KEPT_SCAN_EVERY != 0 {
+        if keep_scans == 0 || (launch.scheduled_ns / scan_period_ns) % kept_every != 0 {
             return Ok(Done(Verdict::Consume));
         }
         let mut expired: Vec<([u8; 5], u64)> = Vec::new();
@@ -1478,8 +1476,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let (job_id, block) = parse_kept_key(e[..5].try_into().expect("5 bytes"));
         let v = u64::from_be_bytes(e[8..16].try_into().expect("8 bytes"));
         let (gen, rec) = parse_kept_value(v);
-        let run = run_of(t, rec)?;
-        t.hash_delete(&active, &block_key(job_id, run, block, gen))?;
+        t.hash_delete(&active, &block_key(job_id, kept_run(v), block, gen))?;
         let job = job_of(t, rec)?;
         free_slot(t, job, rec, lanes)?;
         Ok(Goto(l.free_expired))
