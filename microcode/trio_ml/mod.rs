@@ -178,9 +178,9 @@
 //! owning one slice of the active table ([`TrioMl::timer_specs`]). Each visit resets a
 //! referenced block's `block_age` and increments an idle one's; a block ages out when
 //! `block_age * scan_period_ns >= block_exp` ms, so between `block_exp` and `block_exp +
-//! scan_period` after its last packet. Every [`KEPT_SCAN_EVERY`]th launch of a timer also
-//! ages its slice of the kept-results table and frees the expired Results (see *Kept
-//! results* above).
+//! scan_period` after its last packet. Every [`KEPT_SCAN_EVERY`]th launch of a timer (or a
+//! multiple of that, see [`TrioMlConfig::keep_result_ns`]) also ages its slice of the
+//! kept-results table and frees the expired Results (see *Kept results* above).
 //!
 //! # Limits
 //!
@@ -256,8 +256,9 @@ pub struct TrioMlConfig {
     pub lanes: Lanes,
     /// A kept Result nobody asked for during this long is dropped and its slot freed, in
     /// nanoseconds (0: kept until the next generation of its block id replaces it). The
-    /// timer threads check kept Results every [`KEPT_SCAN_EVERY`] scan periods, so a Result
-    /// goes between `keep_result_ns` and one such interval later. It must outlast the hosts'
+    /// timer threads check kept Results every [`KEPT_SCAN_EVERY`] scan periods (a multiple
+    /// of that for a time longer than 4095 such intervals), so a Result goes between
+    /// `keep_result_ns` and one such interval later. It must outlast the hosts'
     /// retransmission timeout, or a source that lost the Result cannot get it again.
     pub keep_result_ns: u64,
 }
