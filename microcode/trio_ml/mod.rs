@@ -268,6 +268,9 @@ pub struct TrioMlConfig {
 /// Result's age has 12 bits).
 pub const KEPT_SCAN_EVERY: u64 = 16;
 
+/// Default [`TrioMlConfig::keep_result_ns`]: 1 s.
+pub const DEFAULT_KEEP_RESULT_NS: u64 = 1_000_000_000;
+
 /// When kept Results are aged and when one expires: every `every` scan periods
 /// ([`KEPT_SCAN_EVERY`], or the smallest multiple of it that keeps the count within a kept
 /// Result's age, [`layout::MAX_KEPT_AGE`]), and after `scans` kept scans nobody asked for it
@@ -281,8 +284,6 @@ pub(super) fn kept_schedule(keep_result_ns: u64, scan_period_ns: u64) -> (u64, u
         scans(every).min(u64::from(layout::MAX_KEPT_AGE)) as u16,
     )
 }
-/// Default [`TrioMlConfig::keep_result_ns`]: 1 s.
-pub const DEFAULT_KEEP_RESULT_NS: u64 = 1_000_000_000;
 
 impl Default for TrioMlConfig {
     /// Address 10.0.0.254, MAC 02:00:00:00:00:fe, port 12000, 100 timers scanning every
