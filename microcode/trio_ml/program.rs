@@ -1418,9 +1418,9 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
 
     // Every kept_every periods (KEPT_SCAN_EVERY, or a multiple: see kept_schedule), age the
-    // kept Results of this launch's slice by their
-    // REF flags; delete (under the shard's lock) those unasked for keep_scans kept scans,
-    // and list them: this thread owns them now.
+    // kept Results of this launch's slice by their REF flags; delete (under the shard's
+    // lock) those unasked for keep_scans kept scans, and list them: this thread owns them
+    // now.
     let kept = tables.kept.clone();
     p.instr(l.scan_kept, move |t| {
         let Some(launch) = t.timer().copied() else {
