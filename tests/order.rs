@@ -24,7 +24,7 @@ fn delaying_program() -> Program {
         let h = t.head(46)?;
         let seq = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as u64;
         let mut r = Rng(seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        if seq % 150 == 0 {
+        if seq.is_multiple_of(150) {
             std::thread::sleep(Duration::from_millis(2));
             return Ok(Goto(out));
         }

@@ -719,7 +719,7 @@ fn set_entry(words: &mut [u64], index: usize, e: u16) {
 /// Sets entries `range` to `e`, whole words at a time where the range covers them.
 fn fill(words: &mut [u64], range: std::ops::Range<usize>, e: u16) {
     let mut i = range.start;
-    while i < range.end && i % ENTRIES_PER_WORD != 0 {
+    while i < range.end && !i.is_multiple_of(ENTRIES_PER_WORD) {
         set_entry(words, i, e);
         i += 1;
     }
@@ -1143,7 +1143,7 @@ pub fn header_checksum_ok(header: &[u8]) -> bool {
     sum = (sum & 0xFFFF) + (sum >> 16);
     sum = (sum & 0xFFFF) + (sum >> 16);
     sum = (sum & 0xFFFF) + (sum >> 16);
-    sum == 0xFFFF && header.len() % 4 == 0 && !header.is_empty()
+    sum == 0xFFFF && header.len().is_multiple_of(4) && !header.is_empty()
 }
 
 #[inline(always)]

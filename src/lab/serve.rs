@@ -1421,7 +1421,10 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         let mut batch = SendBatch::new();
         for p in out.iter() {
             sent += 1;
-            if cfg.drop_every.is_some_and(|n| n > 0 && sent % n == 0) {
+            if cfg
+                .drop_every
+                .is_some_and(|n| n > 0 && sent.is_multiple_of(n))
+            {
                 dropped += 1;
                 continue;
             }

@@ -50,7 +50,7 @@ pub(super) fn zeroed_words(n: u64) -> Box<[AtomicU64]> {
 /// Number of words of a read/write of `bytes` bytes, or `BadSize`.
 #[inline]
 fn access_words(bytes: usize) -> Result<u64, MemFault> {
-    if (WORD_BYTES..=MAX_ACCESS_BYTES).contains(&bytes) && bytes % WORD_BYTES == 0 {
+    if (WORD_BYTES..=MAX_ACCESS_BYTES).contains(&bytes) && bytes.is_multiple_of(WORD_BYTES) {
         Ok((bytes / WORD_BYTES) as u64)
     } else {
         Err(MemFault::BadSize { bytes })
@@ -196,7 +196,7 @@ fn prefetch_piece(stripe: &Stripe, within: usize, n: usize) {
 /// What a stripe nobody wrote yet reads as.
 static ZERO_STRIPE: [u64; ACC_STRIPE_WORDS as usize] = [0; ACC_STRIPE_WORDS as usize];
 
-const _: () = assert!(CHUNK_WORDS % ACC_STRIPE_WORDS == 0);
+const _: () = assert!(CHUNK_WORDS.is_multiple_of(ACC_STRIPE_WORDS));
 
 /// One bank's read-modify-write engine: its sequencer for multi-word atomic operations.
 pub(super) struct Bank {
@@ -773,7 +773,7 @@ impl SharedMemory {
     /// bytes of sums) is for.
     pub fn read_lines(&self, addr: Addr, out: &mut [u8]) -> Result<(), MemFault> {
         let bytes = out.len();
-        if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
+        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
             return Err(MemFault::BadSize { bytes });
         }
         let words = (bytes / WORD_BYTES) as u64;
@@ -805,7 +805,7 @@ impl SharedMemory {
     /// pending lanes in a buffer of its own (and merges adds that continue one another).
     pub fn vadd32_be(&self, addr: Addr, data: &[u8]) -> Result<(), MemFault> {
         let bytes = data.len();
-        if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
+        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
             return Err(MemFault::BadSize { bytes });
         }
         let span = match self.span(addr, (bytes / WORD_BYTES) as u64) {
@@ -822,7 +822,7 @@ impl SharedMemory {
     /// e.g. to clear an aggregation buffer. Atomic per word; the range is checked before
     /// anything is written.
     pub fn zero(&self, addr: Addr, bytes: usize) -> Result<(), MemFault> {
-        if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
+        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
             return Err(MemFault::BadSize { bytes });
         }
         let words = (bytes / WORD_BYTES) as u64;

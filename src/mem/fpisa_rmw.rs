@@ -100,7 +100,7 @@ impl SharedMemory {
         variant: Variant,
     ) -> Result<FpisaCounts, MemFault> {
         let width = lane_bytes(fmt);
-        if data.is_empty() || data.len() % width != 0 {
+        if data.is_empty() || !data.len().is_multiple_of(width) {
             return Err(MemFault::BadSize { bytes: data.len() });
         }
         let n = data.len() / width;

@@ -584,7 +584,7 @@ mod tests {
         for b in (0..20).step_by(3) {
             t.lookup(&key(1, b)).unwrap();
         }
-        let referenced = |b: u32| b % 3 == 0;
+        let referenced = |b: u32| b.is_multiple_of(3);
         let want: Vec<HashRecord> = (0..20)
             .map(|b| HashRecord {
                 key: key(1, b).to_vec(),

@@ -248,7 +248,9 @@ impl MemConfig {
     /// `acc_bytes` or `banks`) and states the accepted range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let line = MAX_ACCESS_BYTES as u64;
-        if self.sram_bytes < line || self.sram_bytes > MAX_SRAM_BYTES || self.sram_bytes % line != 0
+        if self.sram_bytes < line
+            || self.sram_bytes > MAX_SRAM_BYTES
+            || !self.sram_bytes.is_multiple_of(line)
         {
             return Err(ConfigError::new(
                 "sram_bytes",
@@ -258,7 +260,7 @@ impl MemConfig {
                 ),
             ));
         }
-        if self.dram_bytes > MAX_DRAM_BYTES || self.dram_bytes % line != 0 {
+        if self.dram_bytes > MAX_DRAM_BYTES || !self.dram_bytes.is_multiple_of(line) {
             return Err(ConfigError::new(
                 "dram_bytes",
                 format!(
@@ -267,7 +269,7 @@ impl MemConfig {
                 ),
             ));
         }
-        if self.acc_bytes > MAX_ACC_BYTES || self.acc_bytes % line != 0 {
+        if self.acc_bytes > MAX_ACC_BYTES || !self.acc_bytes.is_multiple_of(line) {
             return Err(ConfigError::new(
                 "acc_bytes",
                 format!(

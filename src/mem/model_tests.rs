@@ -73,7 +73,7 @@ impl Model {
     }
 
     fn read(&self, a: Addr, len: usize) -> Result<Vec<u8>, MemFault> {
-        if len == 0 || len > 64 || len % 8 != 0 {
+        if len == 0 || len > 64 || !len.is_multiple_of(8) {
             return Err(MemFault::BadSize { bytes: len });
         }
         let n = len as u64 / 8;
@@ -82,7 +82,7 @@ impl Model {
     }
 
     fn write(&mut self, a: Addr, data: &[u8]) -> Result<(), MemFault> {
-        if data.is_empty() || data.len() > 64 || data.len() % 8 != 0 {
+        if data.is_empty() || data.len() > 64 || !data.len().is_multiple_of(8) {
             return Err(MemFault::BadSize { bytes: data.len() });
         }
         let n = data.len() as u64 / 8;
@@ -95,7 +95,7 @@ impl Model {
 
     /// `vadd32_be`: whole lines of big-endian lanes, lane `l` into lane `l % 2` of word `l / 2`.
     fn vadd32_be(&mut self, a: Addr, data: &[u8]) -> Result<(), MemFault> {
-        if data.is_empty() || data.len() > 4096 || data.len() % 64 != 0 {
+        if data.is_empty() || data.len() > 4096 || !data.len().is_multiple_of(64) {
             return Err(MemFault::BadSize { bytes: data.len() });
         }
         Self::range(a, data.len() as u64 / 8)?;

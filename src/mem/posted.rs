@@ -137,7 +137,7 @@ impl PostedOps {
         data: &[u8],
     ) -> Result<(), MemFault> {
         let bytes = data.len();
-        if bytes == 0 || bytes > MAX_VADD_BYTES || bytes % MAX_ACCESS_BYTES != 0 {
+        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
             return Err(MemFault::BadSize { bytes });
         }
         let words = bytes / WORD_BYTES;
@@ -179,7 +179,7 @@ impl PostedOps {
         let width = (fmt.width() / 8) as usize;
         let bytes = data.len();
         let lanes = bytes / width;
-        if bytes == 0 || bytes % width != 0 || lanes > MAX_FPISA_LANES {
+        if bytes == 0 || !bytes.is_multiple_of(width) || lanes > MAX_FPISA_LANES {
             return Err(MemFault::BadSize { bytes });
         }
         mem.check(addr, lanes as u64)?;

@@ -38,7 +38,7 @@ const ONE: Addr = 4096;
 /// The `i`-th spread location: line-aligned, in bank `i % BANKS`, even `i` in SRAM and odd
 /// `i` in DRAM.
 fn spread(i: usize) -> Addr {
-    let base = if i % 2 == 0 { 0 } else { DRAM_BASE };
+    let base = if i.is_multiple_of(2) { 0 } else { DRAM_BASE };
     base + 1024 + 8 * i as Addr
 }
 
@@ -532,7 +532,7 @@ fn vadd32x16_exact() {
     let deltas = |t: usize, j: usize| -> [u32; 16] {
         std::array::from_fn(|i| {
             // some lanes zero, some huge, so the fetch-add and CAS paths both run
-            if (t + i + j) % 5 == 0 {
+            if (t + i + j).is_multiple_of(5) {
                 0
             } else {
                 rnd(t, j, i as u64) as u32
@@ -621,14 +621,14 @@ fn vadd32_be_exact_from_2_to_64_threads() {
             let mut sum = vec![0u32; 2 * GRAD_WORDS as usize];
             for j in 0..ops {
                 let r = rnd(t, j, 99);
-                let words = if r % 8 == 0 {
+                let words = if r.is_multiple_of(8) {
                     8
                 } else {
                     8 * (1 + (r >> 8) % 64)
                 };
                 let off = (r >> 20) % (GRAD_WORDS - words + 1);
                 let data = grad_vector(t, j, words);
-                if words == 8 && r % 16 == 0 {
+                if words == 8 && r.is_multiple_of(16) {
                     let lanes: [u32; 16] = std::array::from_fn(|l| {
                         u32::from_be_bytes(data[4 * l..4 * l + 4].try_into().unwrap())
                     });
@@ -705,7 +705,7 @@ fn acc_mixed_adds_exact() {
                     let n = 8 * (1 + (r >> 20) % 64);
                     let off = (r >> 32) % (GRAD_WORDS - n + 1);
                     let data = grad_vector(t, j, n);
-                    if r % 6 == 0 {
+                    if r.is_multiple_of(6) {
                         m.vadd32_be(base + off, &data).unwrap();
                     } else {
                         // two posted halves that continue each other: one span at the engine
@@ -806,8 +806,8 @@ fn no_carry_to_other_ops(base: Addr) {
                 }
                 6 => {
                     let old = m.fetch_add32(a, (r % 2) as u8, v as u32 & !1).unwrap();
-                    bad += (r % 2 == 0 && old & 1 != 0) as usize;
-                    if r % 7 == 0 {
+                    bad += (r.is_multiple_of(2) && old & 1 != 0) as usize;
+                    if r.is_multiple_of(7) {
                         m.write(a - a % 8, &[0x5A; 64]).unwrap(); // 0x5A: bit 32 clear
                     }
                 }

@@ -99,7 +99,7 @@ impl TraceConfig {
             }
         }
         let n = self.matched.fetch_add(1, Ordering::Relaxed);
-        if n % self.one_in.max(1) != 0 {
+        if !n.is_multiple_of(self.one_in.max(1)) {
             return false;
         }
         if self.limit > 0 {

@@ -866,7 +866,7 @@ impl<'a> Thread<'a> {
         };
         let chunks = len / CHUNK;
         let fits = len > 0
-            && len % CHUNK == 0
+            && len.is_multiple_of(CHUNK)
             && len <= max_bytes
             && (tail_offset.checked_add(len)).is_some_and(|end| end <= self.meta.tail.len())
             && lm_range(lm_offset, CHUNK).is_ok()

@@ -263,7 +263,10 @@ impl Field {
     /// # Panics
     /// If the field does not start on a byte boundary.
     pub const fn byte(self) -> usize {
-        assert!(self.bit % 8 == 0, "the field does not start on a byte");
+        assert!(
+            self.bit.is_multiple_of(8),
+            "the field does not start on a byte"
+        );
         self.bit / 8
     }
 

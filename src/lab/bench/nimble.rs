@@ -732,7 +732,7 @@ pub fn plain_loop(
     while done < packets {
         let take = (packets - done).min(n as u64) as usize;
         for i in 0..take {
-            if (done + i as u64) % batch == 0 {
+            if (done + i as u64).is_multiple_of(batch) {
                 now = start.elapsed().as_nanos() as u64;
             }
             let frame = black_box(traffic.frame(i));

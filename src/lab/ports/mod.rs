@@ -208,7 +208,10 @@ impl Default for RingConfig {
 impl RingConfig {
     /// Checks the layout, naming the setting at fault.
     pub fn check(&self) -> Result<(), ConfigError> {
-        if self.block_bytes < 4096 || self.block_bytes % 4096 != 0 || self.block_bytes > 1 << 26 {
+        if self.block_bytes < 4096
+            || !self.block_bytes.is_multiple_of(4096)
+            || self.block_bytes > 1 << 26
+        {
             return Err(ConfigError::new(
                 "ring_block_bytes",
                 format!(
@@ -217,7 +220,7 @@ impl RingConfig {
                 ),
             ));
         }
-        if self.frame_bytes < 128 || self.block_bytes % self.frame_bytes != 0 {
+        if self.frame_bytes < 128 || !self.block_bytes.is_multiple_of(self.frame_bytes) {
             return Err(ConfigError::new(
                 "ring_frame_bytes",
                 format!(

@@ -445,10 +445,10 @@ impl RxRing {
     pub fn new(sock: &PacketSocket, layout: RingLayout) -> io::Result<RxRing> {
         let page = 4096u32;
         if layout.block_bytes == 0
-            || layout.block_bytes % page != 0
+            || !layout.block_bytes.is_multiple_of(page)
             || layout.blocks == 0
             || layout.frame_bytes == 0
-            || layout.block_bytes % layout.frame_bytes != 0
+            || !layout.block_bytes.is_multiple_of(layout.frame_bytes)
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
