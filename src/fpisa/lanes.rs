@@ -154,17 +154,17 @@ fn fpisa_fp32_lanes<const APPROX: bool>(
 /// for every case and the right ones selected, and the sum's overflow is found from the signs
 /// (both operands are at most `MAN_LIMIT` in magnitude, so a sum that wrapped has the wrong
 /// sign). The events are flags, not bits of one word: counted, each is a vector compare's
-/// mask added in, where bits cost a shift and a mask per event. A zero lane's magnitude is
-/// not masked to 0 (a zero is never added), and the shifts are written as the vector shifts
-/// by lanes behave past 31, so the compiler adds no clamps. Together 1.16x (`cargo bench
-/// --bench rmw -- fpisa/add_full`, 3 rounds interleaved: 613-643 -> 527-558 ns).
+/// mask added in, where bits cost a shift and a mask per event. Only a normal lane is added,
+/// so a zero's magnitude is not masked to 0. Together 68 to 59 instructions per 16 lanes
+/// (FPISA-A 79 to 72), 1.17x (`cargo bench --bench rmw -- fpisa/add_full`, 6 rounds
+/// interleaved).
 #[inline(always)]
 fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32, [bool; 4]) {
     const FLAG_OVERFLOW: u32 = (Acc::OVERFLOW as u32) << 8;
     // The incoming value as MAU0/MAU1 leave it: exponent (FP32's bias is the
     // accumulator's), the sign bit, and the unsigned magnitude with the leading one at bit
-    // 23. Only a normal lane is added; a zero leaves the word alone as the rest do, so its
-    // magnitude need not be 0 (it is never used).
+    // 23. Only a normal lane is added (a zero leaves the word alone, as a special lane
+    // does), so a zero's magnitude need not be 0: it is never used.
     let e_x = ((bits >> 23) & 0xFF) as i32;
     let normal = (e_x as u32).wrapping_sub(1) < 0xFE;
     let plain = normal || bits & 0x7FFF_FFFF == 0;
@@ -182,9 +182,9 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
     // overwrites past it.
     let ahead = d > 0;
     let headroom = d <= HEADROOM as i32;
-    let right = shr_or_zero(magnitude as u32, (-d).max(0) as u32) as i32;
+    let right = magnitude >> (-d).clamp(0, 31);
     let (a, x_mag, exp) = if !APPROX {
-        (m_a >> (d.max(0) as u32).min(31), right, e_a.max(e_x))
+        (m_a >> d.clamp(0, 31), right, e_a.max(e_x))
     } else if !ahead {
         (m_a, right, e_a)
     } else if headroom {
@@ -220,17 +220,6 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
         (man as u32, new_hi, events)
     } else {
         (lo, hi, events)
-    }
-}
-
-/// `x >> s`, and 0 for a shift of 32 or more: a vector shift by lanes does exactly this, so
-/// the compiler needs no clamp of `s`.
-#[inline(always)]
-fn shr_or_zero(x: u32, s: u32) -> u32 {
-    if s < 32 {
-        x >> s
-    } else {
-        0
     }
 }
 
