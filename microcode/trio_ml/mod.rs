@@ -843,17 +843,18 @@ impl TrioMl {
             sums.extend(wire::gradients(&chunk));
         }
         sums.truncate(usize::from(grad_cnt));
+        let run_id = b.run_id() & MAX_RUN_ID;
         let kept = self
             .inner
             .tables
             .kept
             .peek(&kept_key(job_id, block_id))?
-            .is_some_and(|v| same_kept(v, kept_value(gen_id, rec, b.run_id() & MAX_RUN_ID)));
+            .is_some_and(|v| same_kept(v, kept_value(gen_id, rec, run_id)));
         Ok(BlockState {
             job_id,
             block_id,
             gen_id,
-            run_id: b.run_id() & MAX_RUN_ID,
+            run_id,
             grad_cnt,
             rcvd_cnt: b.rcvd_cnt(),
             received: sources_of([0, 1, 2, 3].map(|i| b.rcvd_mask(i))),

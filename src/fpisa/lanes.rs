@@ -11,8 +11,14 @@ use crate::isa::with_avx2;
 /// Whether FP32 bits are a normal number or zero: what [`fpisa_fp32_be`] adds itself.
 #[inline(always)]
 pub(crate) fn fp32_plain(bits: u32) -> bool {
-    let exp = (bits >> 23) & 0xFF;
-    (exp != 0 && exp != 0xFF) || bits & 0x7FFF_FFFF == 0
+    fp32_normal(bits) || bits & 0x7FFF_FFFF == 0
+}
+
+/// Whether FP32 bits are a normal number (exponent 1 to 254): the lanes an add changes a
+/// word for.
+#[inline(always)]
+fn fp32_normal(bits: u32) -> bool {
+    ((bits >> 23) & 0xFF).wrapping_sub(1) < 0xFE
 }
 
 with_avx2! {
@@ -166,8 +172,8 @@ fn fpisa_fp32_lane<const APPROX: bool>(lo: u32, hi: u32, bits: u32) -> (u32, u32
     // 23. Only a normal lane is added (a zero leaves the word alone, as a special lane
     // does), so a zero's magnitude need not be 0: it is never used.
     let e_x = ((bits >> 23) & 0xFF) as i32;
-    let normal = (e_x as u32).wrapping_sub(1) < 0xFE;
-    let plain = normal || bits & 0x7FFF_FFFF == 0;
+    let normal = fp32_normal(bits);
+    let plain = fp32_plain(bits);
     let magnitude = ((bits & 0x7F_FFFF) | 0x80_0000) as i32;
     let m_a = lo as i32;
     let empty = m_a == 0;
