@@ -424,6 +424,97 @@ fn adding_a_job_backs_its_buffers_before_any_packet() {
     assert_eq!(acc_chunks(), 3);
 }
 
+/// Where a job's aggregation buffers go: to the accumulator region when it has room (the
+/// job's DRAM region then holds its records alone, packed), else into the DRAM region,
+/// after the records. Either way every Result of several blocks over several generations
+/// is exact, so no buffer overlaps a record or another buffer; and a job refused for lack
+/// of DRAM takes no accumulator space.
+#[test]
+fn a_jobs_buffers_follow_its_records_when_the_accumulator_has_no_room() {
+    let mut rng = Rng(0x5107);
+    for acc_bytes in [MemConfig::default().acc_bytes, 0] {
+        let mem = Arc::new(
+            SharedMemory::new(&MemConfig {
+                acc_bytes,
+                ..MemConfig::default()
+            })
+            .unwrap(),
+        );
+        let trio = TrioMl::install(&mem, config()).unwrap();
+        let mut j = job(4, &[0, 1]);
+        j.block_cnt_max = 8;
+        trio.add_job(&j).unwrap();
+        let job_regions: Vec<_> = mem
+            .allocations()
+            .into_iter()
+            .filter(|a| a.name.contains(".job4."))
+            .collect();
+        // The record, join words and bitmap (3 lines here), then 8 record lines; the
+        // buffers (1024 gradients: 4 KB each) apart or after them.
+        let head_words = 8 + 256 + 8;
+        let (records, buffers) = (8 * 8, 8 * 512);
+        if acc_bytes > 0 {
+            assert_eq!(job_regions.len(), 2, "{job_regions:?}");
+            assert_eq!(job_regions[0].words, head_words + records);
+            assert_eq!(
+                (job_regions[1].region, job_regions[1].words),
+                (Region::Acc, buffers)
+            );
+        } else {
+            assert_eq!(job_regions.len(), 1, "{job_regions:?}");
+            assert_eq!(job_regions[0].words, head_words + records + buffers);
+        }
+        let mut s = Setup {
+            program: trio.program(),
+            h: Harness::new(mem.clone()),
+            trio,
+        };
+        // Every block open at once (source 0 for all, then source 1), so each block's adds
+        // fall between the others' record writes; then each kept Result asked for again.
+        for gen in 0..3u16 {
+            let grads: Vec<[Vec<i32>; 2]> = (0..4)
+                .map(|_| [random_grads(&mut rng, 1024), random_grads(&mut rng, 1024)])
+                .collect();
+            for (block, [a, _]) in (0u32..).zip(&grads) {
+                assert!(s.consumed(0, &packet(4, block, gen, 0, a)).is_empty());
+            }
+            for (block, [a, b]) in (0u32..).zip(&grads) {
+                assert_eq!(
+                    s.consumed(1, &packet(4, block, gen, 1, b)),
+                    [(
+                        Dest::Group(4),
+                        expected_result(4, block, gen, 2, false, &sum(&[a, b]))
+                    )],
+                    "acc_bytes {acc_bytes}, block {block}, generation {gen}"
+                );
+            }
+            for (block, [a, b]) in (0u32..).zip(&grads) {
+                let want = expected_result(4, block, gen, 2, false, &sum(&[a, b]));
+                assert_eq!(
+                    s.dropped(0, &packet(4, block, gen, 0, a)),
+                    ("retransmit_answered", vec![(Dest::Port(0), want)]),
+                    "acc_bytes {acc_bytes}, kept block {block}, generation {gen}"
+                );
+            }
+        }
+    }
+
+    // DRAM without room for the records: refused, and the accumulator region untouched.
+    let mem = Arc::new(
+        SharedMemory::new(&MemConfig {
+            dram_bytes: 1 << 16,
+            ..MemConfig::default()
+        })
+        .unwrap(),
+    );
+    let trio = TrioMl::install(&mem, config()).unwrap();
+    let before = mem.allocations();
+    let mut big = job(5, &[0, 1]);
+    big.block_cnt_max = 4096;
+    assert!(trio.add_job(&big).is_err());
+    assert_eq!(mem.allocations(), before, "a refused job takes no space");
+}
+
 #[test]
 fn a_full_block_table_refuses_new_blocks() {
     let cfg = TrioMlConfig {

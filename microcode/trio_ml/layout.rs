@@ -253,9 +253,14 @@ impl Lanes {
 }
 
 /// A job's region: its record (one line), its sources' join words (one word per source id,
-/// [`JOIN_WORDS`]), its slot bitmap (`ceil(block_cnt_max / 64)`
-/// words, rounded up to whole lines), then `block_cnt_max` slots, each a block record line
-/// followed by an aggregation buffer of `block_grad_max` gradients rounded up to 64 bytes.
+/// [`JOIN_WORDS`]), its slot bitmap (`ceil(block_cnt_max / 64)` words, rounded up to whole
+/// lines), then `block_cnt_max` slots, one block record line each, back to back; then, only
+/// when the job's aggregation buffers are not in the accumulator region (it had no room
+/// for them), `block_cnt_max` buffers of `block_grad_max` gradients rounded up to 64 bytes.
+///
+/// The records are packed so that they share pages and lines' neighbourhoods: with a
+/// buffer after each record (4 KB for 1024 gradients), every record sat on a page of its
+/// own, and a run over a window of blocks touched a page (and a TLB entry) per block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct JobLayout {
     /// The job record.
@@ -267,10 +272,10 @@ pub(super) struct JobLayout {
     pub bitmap: Addr,
     /// Slots in the pool.
     pub slots: u32,
-    /// Words of one slot (record line + buffer).
-    pub slot_words: u64,
     /// The first slot.
     pub slot0: Addr,
+    /// Words of one aggregation buffer (whole lines).
+    pub buffer_words: u64,
 }
 
 /// Words of the join words: one per source id (whole lines).
@@ -291,8 +296,8 @@ impl JobLayout {
             runs,
             bitmap,
             slots: block_cnt_max,
-            slot_words: LINE_WORDS + Self::buffer_words(block_grad_max, lanes),
             slot0: bitmap + Self::bitmap_words(block_cnt_max).next_multiple_of(LINE_WORDS),
+            buffer_words: Self::buffer_words(block_grad_max, lanes),
         }
     }
 
@@ -306,32 +311,40 @@ impl JobLayout {
         u64::from(block_cnt_max).div_ceil(64)
     }
 
-    /// Words of the whole region.
-    pub fn words(block_cnt_max: u32, block_grad_max: u32, lanes: Lanes) -> u64 {
+    /// Words of the whole region: with the aggregation buffers in it (`buffers_inside`), or
+    /// without them (they are in the accumulator region).
+    pub fn words(
+        block_cnt_max: u32,
+        block_grad_max: u32,
+        lanes: Lanes,
+        buffers_inside: bool,
+    ) -> u64 {
         let l = JobLayout::new(0, block_cnt_max, block_grad_max, lanes);
-        l.slot0 + u64::from(block_cnt_max) * l.slot_words
+        let buffers = if buffers_inside { l.buffer_words } else { 0 };
+        l.slot0 + u64::from(block_cnt_max) * (LINE_WORDS + buffers)
     }
 
     /// Slot `k`'s block record line.
     pub fn slot(&self, k: u32) -> Addr {
-        self.slot0 + u64::from(k) * self.slot_words
+        self.slot0 + u64::from(k) * LINE_WORDS
     }
 
     /// Slot `k`'s aggregation buffer: in the job's accumulator buffers when `bufs` (the
-    /// job line's [`JOB_BUFS_AT`] field) is not 0, else after the slot's record line.
+    /// job line's [`JOB_BUFS_AT`] field) is not 0, else in the region, after every slot.
     pub fn buffer(&self, bufs: u32, k: u32) -> Addr {
-        if bufs == 0 {
-            self.slot(k) + LINE_WORDS
+        let first = if bufs == 0 {
+            self.slot(self.slots)
         } else {
-            addr_of(bufs) + u64::from(k) * (self.slot_words - LINE_WORDS)
-        }
+            addr_of(bufs)
+        };
+        first + u64::from(k) * self.buffer_words
     }
 
     /// The slot whose record is at `record`, if it is one of this job's.
     pub fn slot_of(&self, record: Addr) -> Option<u32> {
         let off = record.checked_sub(self.slot0)?;
-        (off % self.slot_words == 0 && off / self.slot_words < u64::from(self.slots))
-            .then(|| (off / self.slot_words) as u32)
+        (off % LINE_WORDS == 0 && off / LINE_WORDS < u64::from(self.slots))
+            .then_some((off / LINE_WORDS) as u32)
     }
 
     /// The bitmap word and bit of slot `k`.
@@ -495,24 +508,53 @@ mod tests {
         assert_eq!(JobLayout::bitmap_words(100), 2);
         assert_eq!(l.slot0, bitmap + 8);
         // 17 gradients = 68 bytes -> 2 lines.
-        assert_eq!(l.slot_words, 8 + 16);
-        assert_eq!(l.slot(1), bitmap + 8 + 24);
-        assert_eq!(l.buffer(0, 1), bitmap + 8 + 24 + 8);
+        assert_eq!(l.buffer_words, 16);
+        // The records are back to back; buffers in the region follow the last one.
+        assert_eq!(l.slot(1), bitmap + 8 + 8);
+        assert_eq!(l.buffer(0, 0), bitmap + 8 + 100 * 8);
+        assert_eq!(l.buffer(0, 1), bitmap + 8 + 100 * 8 + 16);
         assert_eq!(l.buffer(paddr(ACC_BASE + 64), 2), ACC_BASE + 64 + 2 * 16);
+        // The region holds the records, and the buffers only when they are in it.
+        assert_eq!(
+            JobLayout::words(100, 17, Lanes::Int32, false),
+            l.slot0 - DRAM_BASE + 100 * 8
+        );
+        assert_eq!(
+            JobLayout::words(100, 17, Lanes::Int32, true),
+            l.slot0 - DRAM_BASE + 100 * (8 + 16)
+        );
+        assert_eq!(
+            l.buffer(0, 99) + 16 - DRAM_BASE,
+            JobLayout::words(100, 17, Lanes::Int32, true)
+        );
         assert_eq!(l.slot_of(l.slot(99)), Some(99));
         assert_eq!(l.slot_of(l.slot(100)), None);
-        assert_eq!(l.slot_of(l.slot(3) + 8), None);
+        assert_eq!(l.slot_of(l.slot(3) + 1), None);
+        assert_eq!(l.slot_of(l.slot(3) + 8), Some(4));
+        // A buffer kept in the region is no record.
+        assert_eq!(l.slot_of(l.buffer(0, 0)), None);
         assert_eq!(l.slot_bit(70), (bitmap + 1, 1 << 6));
         assert_eq!(l.valid_bits(0), u64::MAX);
         assert_eq!(l.valid_bits(1), (1 << 36) - 1);
-        assert_eq!(JobLayout::words(100, 17, Lanes::Int32), 16 + 256 + 100 * 24);
         assert_eq!(
-            JobLayout::words(64, 16, Lanes::Int32),
+            JobLayout::words(100, 17, Lanes::Int32, true),
+            16 + 256 + 100 * 24
+        );
+        assert_eq!(
+            JobLayout::words(64, 16, Lanes::Int32, true),
             8 + 256 + 8 + 64 * 16
+        );
+        assert_eq!(
+            JobLayout::words(64, 16, Lanes::Int32, false),
+            8 + 256 + 8 + 64 * 8
         );
         // FPISA: one 8-byte accumulator word per gradient.
         let fp = Lanes::Fpisa(pfemu::fpisa::Variant::Full);
-        assert_eq!(JobLayout::words(100, 17, fp), 16 + 256 + 100 * (8 + 24));
+        assert_eq!(
+            JobLayout::words(100, 17, fp, true),
+            16 + 256 + 100 * (8 + 24)
+        );
+        assert_eq!(JobLayout::new(0, 100, 17, fp).buffer_words, 24);
         assert_eq!((Lanes::Int32.chunk_words(), fp.chunk_words()), (8, 16));
     }
 

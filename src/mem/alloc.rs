@@ -127,6 +127,26 @@ impl AllocState {
         });
         Ok(start)
     }
+
+    /// Every request of `requests` or none: on the first refusal, the ones already made
+    /// are taken back (a bump allocator can: nothing was allocated after them).
+    fn alloc_all(&mut self, requests: &[(&str, Region, u64)]) -> Result<Vec<Addr>, AllocError> {
+        let (free, made) = (self.free.clone(), self.list.len());
+        let mut addrs = Vec::with_capacity(requests.len());
+        for &(name, region, words) in requests {
+            match self.alloc(name, region, words) {
+                Ok(addr) => addrs.push(addr),
+                Err(e) => {
+                    for a in self.list.drain(made..) {
+                        self.by_name.remove(&a.name);
+                    }
+                    self.free = free;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(addrs)
+    }
 }
 
 impl SharedMemory {
@@ -134,6 +154,14 @@ impl SharedMemory {
     /// word. Names are unique across regions.
     pub fn alloc(&self, name: &str, region: Region, words: u64) -> Result<Addr, AllocError> {
         self.allocs.lock().alloc(name, region, words)
+    }
+
+    /// Makes every allocation of `requests` (name, region, words, as [`SharedMemory::alloc`]
+    /// takes them), in order, or none: the first refusal is returned and nothing is left
+    /// allocated. For a layout whose parts depend on each other (a table in one region
+    /// whose shape depends on whether its buffers fit in another).
+    pub fn alloc_all(&self, requests: &[(&str, Region, u64)]) -> Result<Vec<Addr>, AllocError> {
+        self.allocs.lock().alloc_all(requests)
     }
 
     /// The allocation named `name`, if any.
@@ -251,6 +279,37 @@ mod tests {
         );
         // failed requests recorded nothing
         assert_eq!(m.allocations().len(), 2);
+    }
+
+    #[test]
+    fn alloc_all_makes_every_allocation_or_none() {
+        let m = mem(1024, 1024); // 128 words each
+        assert_eq!(m.alloc("first", Region::Sram, 3), Ok(0));
+        // The second request does not fit: the first is taken back, names and space.
+        assert_eq!(
+            m.alloc_all(&[("a", Region::Dram, 16), ("b", Region::Sram, 121)]),
+            Err(AllocError::Exhausted {
+                region: Region::Sram,
+                requested: 121,
+                available: 120
+            })
+        );
+        assert_eq!(m.allocation("a"), None);
+        assert_eq!(m.allocations().len(), 1);
+        // A duplicate name within the requests is refused the same way.
+        assert_eq!(
+            m.alloc_all(&[("a", Region::Dram, 16), ("a", Region::Sram, 1)]),
+            Err(AllocError::Duplicate("a".into()))
+        );
+        assert_eq!(m.allocations().len(), 1);
+        // Nothing was consumed: both fit now, where the failed calls would have put them.
+        assert_eq!(
+            m.alloc_all(&[("a", Region::Dram, 16), ("b", Region::Sram, 120)]),
+            Ok(vec![DRAM_BASE, 8])
+        );
+        let names: Vec<String> = m.allocations().into_iter().map(|a| a.name).collect();
+        assert_eq!(names, ["first", "a", "b"]);
+        assert_eq!(m.alloc_all(&[]), Ok(vec![]));
     }
 
     #[test]
