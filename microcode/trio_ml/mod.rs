@@ -80,7 +80,8 @@
 //!   room (or is configured to 0 bytes), those bytes are 0 and the buffers follow the
 //!   records in the job's DRAM region. (Slots once held their buffers' room after each
 //!   record even when the buffers were elsewhere, which put every record on a page of its
-//!   own: `bench trio-ml` runs 1.09x with them packed.)
+//!   own: `bench trio-ml` runs 1.04x with them packed, 1.09x over its first 16
+//!   generations.)
 //! - **Gradient adds** are posted (fire-and-forget) XTXNs, one per 64-byte chunk; a
 //!   packet's chunks go to consecutive buffer lines, so they reach the engine as one vector
 //!   add. The thread waits for them (`Thread::wait_posted`) before it counts its source, so
