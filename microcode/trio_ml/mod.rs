@@ -671,36 +671,28 @@ impl TrioMl {
         // when the accumulator region has no room, the buffers stay in the region. Both
         // allocations are made or neither, so a refused job takes no space.
         let buf_words = u64::from(cnt_max) * JobLayout::buffer_words(grad_max, lanes);
+        let records_alone = JobLayout::words(cnt_max, grad_max, lanes, false);
         let apart = mem.alloc_all(&[
-            (
-                &name,
-                Region::Dram,
-                JobLayout::words(cnt_max, grad_max, lanes, false),
-            ),
+            (&name, Region::Dram, records_alone),
             (&format!("{name}.buffers"), Region::Acc, buf_words),
         ]);
-        let (record, bufs) = match apart {
+        let (record, record_words, bufs) = match apart {
             Ok(addrs) => {
                 // Backed now (as the records below), not by the first packet of each
                 // block: the data path never allocates or takes the page faults of a 4 KB
                 // stripe.
                 mem.materialise(addrs[1], buf_words)?;
-                (addrs[0], layout::paddr(addrs[1]))
+                (addrs[0], records_alone, layout::paddr(addrs[1]))
             }
             Err(AllocError::Exhausted {
                 region: Region::Acc,
                 ..
-            }) => (
-                mem.alloc(
-                    &name,
-                    Region::Dram,
-                    JobLayout::words(cnt_max, grad_max, lanes, true),
-                )?,
-                0,
-            ),
+            }) => {
+                let words = JobLayout::words(cnt_max, grad_max, lanes, true);
+                (mem.alloc(&name, Region::Dram, words)?, words, 0)
+            }
             Err(e) => return Err(e.into()),
         };
-        let record_words = JobLayout::words(cnt_max, grad_max, lanes, bufs == 0);
         mem.materialise(record, record_words)?;
         let layout = JobLayout::new(record, cnt_max, grad_max, lanes);
 
