@@ -449,9 +449,9 @@ fn a_jobs_buffers_follow_its_records_when_the_accumulator_has_no_room() {
             .into_iter()
             .filter(|a| a.name.contains(".job4."))
             .collect();
-        // The record, join words and bitmap (3 lines here), then 8 record lines; the
-        // buffers (1024 gradients: 4 KB each) apart or after them.
-        let head_words = 8 + 256 + 8;
+        // The record, the counter line, join words and bitmap (4 lines here), then 8
+        // record lines; the buffers (1024 gradients: 4 KB each) apart or after them.
+        let head_words = 16 + 256 + 8;
         let (records, buffers) = (8 * 8, 8 * 512);
         if acc_bytes > 0 {
             assert_eq!(job_regions.len(), 2, "{job_regions:?}");
@@ -742,15 +742,21 @@ fn results_sent_again_while_kept_results_expire_are_never_another_blocks() {
 fn block_total_cnt_carries_across_its_two_words() {
     let mut s = Setup::new(config(), &[job(1, &[0, 1])]);
     let mem = s.trio.memory().clone();
-    let rec = s.trio.job_record_addr(1).unwrap();
-    let set_total = |total: u32| {
+    let counters = s.trio.job_counters_addr(1).unwrap();
+    let record = s.trio.job_record_addr(1).unwrap();
+    let line_at = |at| {
         let mut line = [0u8; 64];
-        mem.read(rec, &mut line).unwrap();
+        mem.read(at, &mut line).unwrap();
+        line
+    };
+    let set_total = |total: u32| {
+        let mut line = line_at(counters);
         JobCtx::new_checked(&mut line[..])
             .unwrap()
             .set_block_total_cnt(total);
-        mem.write(rec, &line).unwrap();
+        mem.write(counters, &line).unwrap();
     };
+    let record_line = line_at(record);
     set_total(0xFFFF);
     s.consumed(0, &packet(1, 0, 0, 0, &[1]));
     let st = s.trio.job_state(1).unwrap();
@@ -760,6 +766,15 @@ fn block_total_cnt_carries_across_its_two_words() {
     let st = s.trio.job_state(1).unwrap();
     assert_eq!((st.block_total_cnt, st.block_exp_ms), (0, 10));
     assert_eq!((st.block_curr_cnt, st.block_grad_max), (2, 1024));
+    // The wrap's carry into the bits where the record has block_exp was taken back: the
+    // counter line holds the two counters and nothing else.
+    let mut want = [0u8; 64];
+    JobCtx::new_checked(&mut want[..])
+        .unwrap()
+        .set_block_curr_cnt(2);
+    assert_eq!(line_at(counters), want);
+    // And the packets never wrote the record: its line is as the job was added.
+    assert_eq!(line_at(record), record_line);
 }
 
 #[test]

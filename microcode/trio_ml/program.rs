@@ -371,7 +371,7 @@ fn take(t: &mut Thread<'_>, rec: Addr) -> Result<bool, Fault> {
 
 /// The job's slot layout, from word 0 of its record.
 fn job_layout(t: &mut Thread<'_>, job: Addr, lanes: Lanes) -> Result<JobLayout, Fault> {
-    let (_, cnt_max, grad_max, _) = job_w0_fields(t.read_u64(job + JOB_W0)?);
+    let (cnt_max, grad_max, _) = job_w0_fields(t.read_u64(job + JOB_W0)?);
     Ok(JobLayout::new(job, cnt_max, grad_max, lanes))
 }
 
@@ -382,7 +382,11 @@ fn free_slot(t: &mut Thread<'_>, job: Addr, rec: Addr, lanes: Lanes) -> Result<(
     if let Some(k) = layout.slot_of(rec) {
         let (word, bit) = layout.slot_bit(k);
         t.fetch_clear(word, bit)?;
-        t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_DEC)?;
+        t.fetch_add32(
+            JobLayout::counters_of(job) + JOB_W0,
+            CURR_CNT_LANE,
+            CURR_CNT_DEC,
+        )?;
     }
     Ok(())
 }
@@ -453,18 +457,22 @@ fn decide_join(t: &mut Thread<'_>, job: Addr, w3: u64, src: u8, nonce: u32) -> R
     Ok(run)
 }
 
-/// Counts a created block in `block_total_cnt`, which straddles words 0 and 1: a 32-bit
-/// add of 1 to its low half (the top 16 bits of word 1); when that half wraps, the carry is
-/// added to the high half (the low 16 bits of word 0) with a second add; and when the whole
-/// counter wraps (every 2^32 blocks) the carry that second add pushed into `block_exp` is
-/// taken back with a third. Between two of these adds a reader may see the counter 65536
-/// low, or (once per 2^32 blocks) `block_exp` one high.
+/// Counts a created block in `block_total_cnt`, in the job's counter line
+/// ([`JOB_COUNTERS`]), where it straddles words 0 and 1 as in the record: a 32-bit add of 1
+/// to its low half (the top 16 bits of word 1); when that half wraps, the carry is added to
+/// the high half (the low 16 bits of word 0) with a second add; and when the whole counter
+/// wraps (every 2^32 blocks) the carry that second add pushed into `block_exp`'s bits (zero
+/// in the counter line) is taken back with a third. Between two of these adds a reader may
+/// see the counter 65536 low.
 fn count_block(t: &mut Thread<'_>, job: Addr) -> Result<(), Fault> {
-    let old_lo = t.fetch_add32(job + JOB_W1, TOTAL_LO_LANE, TOTAL_LO_INC)? >> TOTAL_LO_LANE_SHIFT;
+    let counters = JobLayout::counters_of(job);
+    let old_lo =
+        t.fetch_add32(counters + JOB_W1, TOTAL_LO_LANE, TOTAL_LO_INC)? >> TOTAL_LO_LANE_SHIFT;
     if old_lo == 0xFFFF {
-        let old_hi = t.fetch_add32(job + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_INC)? & TOTAL_HI_LANE_MASK;
+        let old_hi =
+            t.fetch_add32(counters + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_INC)? & TOTAL_HI_LANE_MASK;
         if old_hi == TOTAL_HI_LANE_MASK {
-            t.fetch_add32(job + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_CARRY_BACK)?;
+            t.fetch_add32(counters + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_CARRY_BACK)?;
         }
     }
     Ok(())
@@ -833,9 +841,10 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             Err(e) => return Err(e.into()),
         }
         let job = t.get(R_JOB);
+        let counters = JobLayout::counters_of(job);
         let cnt_max = t.get(R_CNT_MAX);
         let in_use =
-            t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_INC)? >> CURR_CNT_LANE_SHIFT;
+            t.fetch_add32(counters + JOB_W0, CURR_CNT_LANE, CURR_CNT_INC)? >> CURR_CNT_LANE_SHIFT;
         let layout = JobLayout::new(job, cnt_max, t.get(R_GRAD_MAX), lanes);
         let slot = if in_use < cnt_max {
             claim_free_slot(
@@ -847,7 +856,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             None
         };
         let Some(k) = slot else {
-            t.fetch_add32(job + JOB_W0, CURR_CNT_LANE, CURR_CNT_DEC)?;
+            t.fetch_add32(counters + JOB_W0, CURR_CNT_LANE, CURR_CNT_DEC)?;
             // Nobody can have joined a PENDING key: giving it back is safe.
             t.hash_delete(&active, &key)?;
             return drop_as(TrioMlDrop::BlockCntMax);
