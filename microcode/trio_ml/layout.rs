@@ -70,7 +70,7 @@ pub(super) const JOB_W1: u64 = TOTAL_LO.word();
 /// the counters' updates near the memory; on the host a PPE thread's update takes the
 /// whole line from the other cores, and their next reads of the record wait for it to come
 /// back. With the counters on a line of their own the record line is only ever read by the
-/// data path: `bench trio-ml` ran 1.05x faster (paired, interleaved).
+/// data path: `bench trio-ml` ran 1.04x faster (10 rounds, paired, interleaved).
 pub(super) const JOB_COUNTERS: u64 = LINE_WORDS;
 /// Byte of the job line after the record: the job's buffers (`wire::JobBufs`).
 pub(super) const JOB_BUFS_AT: usize = JOB_CTX_LEN;

@@ -155,7 +155,7 @@
 //! change twice per block. On Trio the read-modify-write engines apply those updates near
 //! the memory; on the host an update takes the record's whole cache line from the other
 //! PPE threads' cores, and each of their next reads waits for it to come back. Apart, the
-//! record's line is only ever read by the data path (`bench trio-ml`: 1.05x the rate).
+//! record's line is only ever read by the data path (`bench trio-ml`: 1.04x the rate).
 //! [`TrioMl::job_state`] reads both lines; [`TrioMl::job_counters_addr`] says where the
 //! counters are.
 //!
