@@ -82,7 +82,29 @@ fn a_profiled_engine_times_every_stage_that_worked_and_counts_its_packets() {
         }
         assert_eq!(p.timers_ns, 0, "no timers, no time in them: {p:?}");
         check_sums(&p);
+        check_core_time(&p);
     }
+}
+
+/// The kernel's count of the PPE threads' time (where it gives one: Linux): they ran, and
+/// their time on a core plus their time runnable fits in their loops' wall-clock time
+/// (every stage and the parked time), with a millisecond per thread for the reads of the
+/// count around the loop. A count added whole instead of since the thread started, or
+/// added per batch, would not fit.
+fn check_core_time(p: &StageProfile) {
+    if !std::path::Path::new("/proc/thread-self/schedstat").exists() {
+        assert_eq!((p.on_core_ns, p.runnable_ns), (0, 0), "{p:?}");
+        return;
+    }
+    assert!(p.on_core_ns > 0, "the threads ran: {p:?}");
+    let loops = p.busy_ns() - p.ingress_ns + p.parked_ns;
+    let slack = 2 * 1_000_000;
+    assert!(
+        p.on_core_ns + p.runnable_ns <= loops + slack,
+        "on a core {} + runnable {} > the loops' {loops} ns: {p:?}",
+        p.on_core_ns,
+        p.runnable_ns
+    );
 }
 
 #[test]
@@ -153,4 +175,5 @@ fn timers_and_traced_packets_are_profiled_too() {
         "{p:?}"
     );
     check_sums(&p);
+    check_core_time(&p);
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::batch::{Batch, Completion, Slot, PREFETCH_DATA, PREFETCH_RECORDS};
 use super::dispatch::Popped;
 use super::egress::{PortQueues, Sink, Span};
-use super::profile::{timed, Lap, Stage, TimedSink};
+use super::profile::{timed, CoreTime, Lap, Stage, TimedSink};
 use super::reorder::Outlet;
 use super::stats::{
     WorkerStats, DROP_FAULT_BASE, DROP_NO_SUCH_GROUP, DROP_NO_SUCH_PORT, DROP_PROGRAM_BASE,
@@ -38,6 +38,7 @@ pub(crate) fn run<const PROFILE: bool>(
     let mut local = WorkerStats::new(shared.drop_reason_names.len());
     let mut queues = PortQueues::new(shared.cfg.ports);
     let mut timer_out = OutArena::default();
+    let core_time = CoreTime::start::<PROFILE>();
     let mut lap = Lap::<PROFILE>::start();
     let sink = TimedSink::<PROFILE>::new(&*shared.sink);
     loop {
@@ -75,7 +76,11 @@ pub(crate) fn run<const PROFILE: bool>(
                 continue;
             }
             Popped::Closed => {
-                // The last release's times (profiling), not published with a batch.
+                // The last release's times (profiling), not published with a batch, and
+                // the kernel's count of the thread's time on a core.
+                if PROFILE {
+                    core_time.finish(&mut local.profile);
+                }
                 shared.worker_stats[me].lock().add(&local);
                 return;
             }

@@ -18,11 +18,15 @@
 //! 3. The PPE thread adds the nanoseconds to its local counters ([`StageTimes`] in
 //!    `WorkerStats`), published with the next batch as the others are (and at exit); a
 //!    [`super::Stats`] snapshot sums them with the ingress times into a [`StageProfile`].
+//! 4. When it stops, the PPE thread adds what the kernel counted for it since it started
+//!    ([`CoreTime`]): its time on a core and its time runnable but waiting for one. They
+//!    are not stages; they say how much of the stages' wall-clock time was the thread's.
 //!
 //! The clock is `std::time::Instant` (the monotonic clock, read through the vDSO on Linux),
 //! never the engine's [`Clock`](crate::timer::Clock), which a test may move by hand. The
 //! times are wall-clock time a thread spent in a stage, summed over threads: a thread
-//! descheduled inside a stage (more busy threads than cores) counts the wait there.
+//! descheduled inside a stage (more busy threads than cores) counts the wait there; step 4's
+//! counts say how much of it there was.
 //!
 //! Off (the default), profiling costs nothing: the PPE thread's loop is compiled twice,
 //! with a `const PROFILE: bool`, and in the copy without it every type here reads no clock
@@ -60,10 +64,14 @@ pub(crate) enum Stage {
     Egress,
     /// Launching timers and running timer threads.
     Timers,
+    /// Not a stage: the thread's time on a core, by the kernel's count ([`CoreTime`]).
+    OnCore,
+    /// Not a stage: the thread's time runnable but waiting for a core ([`CoreTime`]).
+    Runnable,
 }
 
 impl Stage {
-    const COUNT: usize = 7;
+    const COUNT: usize = 9;
 }
 
 /// One PPE thread's nanoseconds per [`Stage`], kept with its other counters.
@@ -141,6 +149,43 @@ impl<const ON: bool> Lap<ON> {
         self.last = Some(now);
         ns
     }
+}
+
+/// A thread's time on a core and runnable but off one, by the kernel's scheduler
+/// statistics (`/proc/thread-self/schedstat` on Linux: nanoseconds run, nanoseconds waited
+/// on a run queue), from [`CoreTime::start`] to [`CoreTime::finish`]. Read twice per PPE
+/// thread, when it starts and when it stops: a read is a few system calls, too dear for
+/// every batch. Where the kernel does not report them, both are 0.
+pub(crate) struct CoreTime {
+    /// At the start: (run, waited) nanoseconds; `None` when not profiling or not reported.
+    start: Option<(u64, u64)>,
+}
+
+impl CoreTime {
+    /// The calling thread's counts now, when `ON`.
+    pub fn start<const ON: bool>() -> Self {
+        CoreTime {
+            start: if ON { sched_ns() } else { None },
+        }
+    }
+
+    /// Adds the calling thread's time on a core and runnable since [`CoreTime::start`] to
+    /// `times` ([`Stage::OnCore`], [`Stage::Runnable`]). Call it on the thread that started.
+    pub fn finish(&self, times: &mut StageTimes) {
+        if let (Some((run0, wait0)), Some((run, wait))) = (self.start, sched_ns()) {
+            times.add(Stage::OnCore, run.saturating_sub(run0));
+            times.add(Stage::Runnable, wait.saturating_sub(wait0));
+        }
+    }
+}
+
+/// The calling thread's (run, run-queue wait) nanoseconds from
+/// `/proc/thread-self/schedstat`, or `None` where there is no such file (not Linux, no
+/// procfs, a kernel without scheduler statistics).
+fn sched_ns() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
 }
 
 /// Runs `f`, adding the nanoseconds it took to `ns` when `ON` (with `ON` false, only runs
@@ -309,6 +354,16 @@ pub struct StageProfile {
     /// PPE threads launching due timers and running timer threads (their packets'
     /// delivery included).
     pub timers_ns: u64,
+    /// PPE threads on a core, by the kernel's count (Linux's per-thread scheduler
+    /// statistics), over each thread's whole loop: every stage and the parked time. Counted
+    /// when a thread stops, so a snapshot of a running engine has 0; 0 too where the kernel
+    /// does not report it. Against the stages' wall-clock time it says how much of that
+    /// time was the threads' own.
+    pub on_core_ns: u64,
+    /// PPE threads runnable but waiting for a core (more busy threads than cores), by the
+    /// same count: wall-clock time the stages hold that the threads did not run. Counted as
+    /// [`StageProfile::on_core_ns`] is.
+    pub runnable_ns: u64,
 }
 
 /// One busy stage's share of a [`StageProfile`].
@@ -346,6 +401,8 @@ impl StageProfile {
             sink_ns: threads.get(Stage::Sink),
             egress_ns: threads.get(Stage::Egress),
             timers_ns: threads.get(Stage::Timers),
+            on_core_ns: threads.get(Stage::OnCore),
+            runnable_ns: threads.get(Stage::Runnable),
         }
     }
 
@@ -455,6 +512,26 @@ mod tests {
         assert_eq!(sum.get(Stage::Program), 60);
         sum.reset();
         assert_eq!(sum.get(Stage::Program), 0);
+
+        // The kernel's count: off, nothing is read or added; on, what it adds is the
+        // thread's own since the start, so a thread that has run for 2 ms of sleep has not
+        // been on a core for 2 ms.
+        let mut times = StageTimes::default();
+        let off = CoreTime::start::<false>();
+        assert!(off.start.is_none());
+        off.finish(&mut times);
+        assert_eq!(
+            (times.get(Stage::OnCore), times.get(Stage::Runnable)),
+            (0, 0)
+        );
+        if let Some((run, _)) = sched_ns() {
+            assert!(run > 0);
+            let on = CoreTime::start::<true>();
+            pause();
+            on.finish(&mut times);
+            let wall = 2_000_000;
+            assert!(times.get(Stage::OnCore) < wall, "{times:?}");
+        }
     }
 
     #[test]
@@ -470,6 +547,9 @@ mod tests {
             sink_ns: 25,
             egress_ns: 25,
             timers_ns: 0,
+            // Not stages: not in the busy time.
+            on_core_ns: 300,
+            runnable_ns: 200,
         };
         assert_eq!(p.busy_ns(), 500);
         let c = p.costs();

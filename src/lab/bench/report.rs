@@ -83,6 +83,12 @@ pub struct ProfileSummary {
     pub parked_ns_per_packet: f64,
     /// Nanoseconds per packet the injecting threads waited for in-flight room (not busy).
     pub ingress_waiting_ns_per_packet: f64,
+    /// Nanoseconds per packet the PPE threads ran on a core, by the kernel's count (0 where
+    /// it gives none): [`StageProfile::on_core_ns`].
+    pub on_core_ns_per_packet: f64,
+    /// Nanoseconds per packet the PPE threads were runnable but waited for a core:
+    /// [`StageProfile::runnable_ns`].
+    pub runnable_ns_per_packet: f64,
 }
 
 impl ProfileSummary {
@@ -94,6 +100,8 @@ impl ProfileSummary {
             busy_ns_per_packet: profile.per_packet(profile.busy_ns()),
             parked_ns_per_packet: profile.per_packet(profile.parked_ns),
             ingress_waiting_ns_per_packet: profile.per_packet(profile.ingress_waiting_ns),
+            on_core_ns_per_packet: profile.per_packet(profile.on_core_ns),
+            runnable_ns_per_packet: profile.per_packet(profile.runnable_ns),
         }
     }
 
@@ -130,6 +138,14 @@ impl ProfileSummary {
              for room {:.1} ns/pkt ({} packets)",
             self.parked_ns_per_packet, self.ingress_waiting_ns_per_packet, self.packets
         );
+        if self.on_core_ns_per_packet > 0.0 {
+            let _ = writeln!(
+                s,
+                "    the kernel's count for the PPE threads: on a core {:.1} ns/pkt, runnable but \
+                 waiting for a core {:.1} ns/pkt (inside the stages' wall-clock times)",
+                self.on_core_ns_per_packet, self.runnable_ns_per_packet
+            );
+        }
         s
     }
 }
@@ -465,6 +481,8 @@ mod tests {
             sink_ns: 2_000,
             egress_ns: 5_000,
             timers_ns: 0,
+            on_core_ns: 0,
+            runnable_ns: 0,
         };
         let stats = Stats {
             profile: Some(profile),
@@ -489,6 +507,16 @@ mod tests {
             assert!(text.contains(want), "{want:?} in\n{text}");
         }
         assert!(!text.contains("timers"), "no timers ran: no row\n{text}");
+        // No count from the kernel, no line for it; with one, its figures per packet.
+        assert!(!text.contains("on a core"), "{text}");
+        let counted = ProfileSummary::of(&StageProfile {
+            on_core_ns: 40_000,
+            runnable_ns: 4_000,
+            ..profile
+        });
+        assert!(counted
+            .render()
+            .contains("on a core 40.0 ns/pkt, runnable but waiting for a core 4.0 ns/pkt"));
         let with_timers = ProfileSummary::of(&StageProfile {
             timers_ns: 1_000,
             ..profile
