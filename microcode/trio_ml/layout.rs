@@ -48,17 +48,14 @@ pub(super) fn addr_of(paddr: u32) -> Addr {
 use super::wire::{BlockCtxLayout as Block, JobCtxLayout as Job, BLOCK_CTX_LEN, JOB_CTX_LEN};
 use pfemu::wire::Field;
 
-/// Word 0 of the job record (`block_cnt_max`, `block_grad_max`, `block_exp`) and of its
-/// counter line (`block_curr_cnt` and the high half of `block_total_cnt`): see
-/// [`JOB_COUNTERS`].
+/// Word 0 of the job record: `block_cnt_max`, `block_grad_max`, `block_exp` (and, at their
+/// Figure 17 places, the bits of `block_curr_cnt` and of the high half of
+/// `block_total_cnt`, which stay zero there: see [`JOB_COUNTERS`]).
 pub(super) const JOB_W0: u64 = Job::BLOCK_CURR_CNT.word();
 /// The low half of `block_total_cnt` (the counter straddles words 0 and 1).
 const TOTAL_LO: Field = Field::new(Job::BLOCK_TOTAL_CNT.bit + 16, 16);
 /// The high half of `block_total_cnt`.
 const TOTAL_HI: Field = Field::new(Job::BLOCK_TOTAL_CNT.bit, 16);
-/// Word 1 of the job's counter line: its top 16 bits are the low half of
-/// `block_total_cnt`.
-pub(super) const JOB_W1: u64 = TOTAL_LO.word();
 /// Where a job's counters are, in words after its record: the job's *counter line*, the
 /// line after the record line. It holds Figure 17's `block_curr_cnt` and
 /// `block_total_cnt` at their places in the record (words 0 and 1, so the lanes below
@@ -72,6 +69,13 @@ pub(super) const JOB_W1: u64 = TOTAL_LO.word();
 /// back. With the counters on a line of their own the record line is only ever read by the
 /// data path: `bench trio-ml` ran 1.04x faster (10 rounds, paired, interleaved).
 pub(super) const JOB_COUNTERS: u64 = LINE_WORDS;
+/// The word holding `block_curr_cnt`, in words after the job record (in its counter line).
+pub(super) const JOB_W_CURR_CNT: u64 = JOB_COUNTERS + Job::BLOCK_CURR_CNT.word();
+/// The word holding the high half of `block_total_cnt`, after the record (counter line).
+pub(super) const JOB_W_TOTAL_HI: u64 = JOB_COUNTERS + TOTAL_HI.word();
+/// The word holding the low half of `block_total_cnt` (its top 16 bits), after the record
+/// (counter line).
+pub(super) const JOB_W_TOTAL_LO: u64 = JOB_COUNTERS + TOTAL_LO.word();
 /// Byte of the job line after the record: the job's buffers (`wire::JobBufs`).
 pub(super) const JOB_BUFS_AT: usize = JOB_CTX_LEN;
 /// The word of the job record holding `src_cnt`.
@@ -115,7 +119,7 @@ pub(super) fn parse_join_word(w: u64) -> (u8, u32) {
     ((w >> 32) as u8, w as u32)
 }
 
-/// The 32-bit lane of [`JOB_W0`] holding `block_curr_cnt`.
+/// The 32-bit lane of [`JOB_W_CURR_CNT`] holding `block_curr_cnt`.
 pub(super) const CURR_CNT_LANE: u8 = Job::BLOCK_CURR_CNT.lane();
 /// Shift of `block_curr_cnt` in its lane.
 pub(super) const CURR_CNT_LANE_SHIFT: u32 = Job::BLOCK_CURR_CNT.lane_shift();
@@ -124,13 +128,13 @@ pub(super) const CURR_CNT_INC: u32 = 1 << Job::BLOCK_CURR_CNT.lane_shift();
 /// 32-bit lane delta subtracting 1 from `block_curr_cnt` (`-(1 << 16)` modulo 2^32; the
 /// low 16 bits of the lane are unchanged).
 pub(super) const CURR_CNT_DEC: u32 = CURR_CNT_INC.wrapping_neg();
-/// The lane of [`JOB_W1`] holding the low half of `block_total_cnt`.
+/// The lane of [`JOB_W_TOTAL_LO`] holding the low half of `block_total_cnt`.
 pub(super) const TOTAL_LO_LANE: u8 = TOTAL_LO.lane();
 /// 32-bit lane delta adding 1 to the low half of `block_total_cnt`.
 pub(super) const TOTAL_LO_INC: u32 = 1 << TOTAL_LO.lane_shift();
 /// Shift of the low half of `block_total_cnt` in its lane.
 pub(super) const TOTAL_LO_LANE_SHIFT: u32 = TOTAL_LO.lane_shift();
-/// The lane of [`JOB_W0`] holding the high half of `block_total_cnt`.
+/// The lane of [`JOB_W_TOTAL_HI`] holding the high half of `block_total_cnt`.
 pub(super) const TOTAL_HI_LANE: u8 = TOTAL_HI.lane();
 /// 32-bit lane delta adding 1 to the high half of `block_total_cnt`.
 pub(super) const TOTAL_HI_INC: u32 = 1 << TOTAL_HI.lane_shift();
@@ -302,7 +306,8 @@ impl JobLayout {
         record + JOB_COUNTERS + LINE_WORDS + u64::from(src)
     }
 
-    /// The counter line of the job whose record is at `record` ([`JOB_COUNTERS`]).
+    /// The counter line of the job whose record is at `record` ([`JOB_COUNTERS`]), for the
+    /// control plane (the program adds [`JOB_W_CURR_CNT`] and its kin to the record).
     pub fn counters_of(record: Addr) -> Addr {
         record + JOB_COUNTERS
     }
@@ -613,7 +618,11 @@ mod tests {
         // block_total_cnt: high half in word 0's low lane, low half in word 1's high lane.
         assert_eq!(w0 as u32 & TOTAL_HI_LANE_MASK, 0x89AB);
         assert_eq!((TOTAL_HI_LANE, TOTAL_LO_LANE), (1, 0));
-        let w1 = word(&line, JOB_W1);
+        assert_eq!(
+            (JOB_W_CURR_CNT, JOB_W_TOTAL_HI, JOB_W_TOTAL_LO),
+            (JOB_COUNTERS, JOB_COUNTERS, JOB_COUNTERS + 1)
+        );
+        let w1 = word(&line, TOTAL_LO.word());
         assert_eq!((w1 >> 32) as u32 >> TOTAL_LO_LANE_SHIFT, 0xCDEF);
         let w3 = word(&line, JOB_W_RUN);
         assert_eq!(JOB_W_SRC_CNT, JOB_W_RUN);

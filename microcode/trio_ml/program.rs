@@ -382,11 +382,7 @@ fn free_slot(t: &mut Thread<'_>, job: Addr, rec: Addr, lanes: Lanes) -> Result<(
     if let Some(k) = layout.slot_of(rec) {
         let (word, bit) = layout.slot_bit(k);
         t.fetch_clear(word, bit)?;
-        t.fetch_add32(
-            JobLayout::counters_of(job) + JOB_W0,
-            CURR_CNT_LANE,
-            CURR_CNT_DEC,
-        )?;
+        t.fetch_add32(job + JOB_W_CURR_CNT, CURR_CNT_LANE, CURR_CNT_DEC)?;
     }
     Ok(())
 }
@@ -465,14 +461,13 @@ fn decide_join(t: &mut Thread<'_>, job: Addr, w3: u64, src: u8, nonce: u32) -> R
 /// in the counter line) is taken back with a third. Between two of these adds a reader may
 /// see the counter 65536 low.
 fn count_block(t: &mut Thread<'_>, job: Addr) -> Result<(), Fault> {
-    let counters = JobLayout::counters_of(job);
     let old_lo =
-        t.fetch_add32(counters + JOB_W1, TOTAL_LO_LANE, TOTAL_LO_INC)? >> TOTAL_LO_LANE_SHIFT;
+        t.fetch_add32(job + JOB_W_TOTAL_LO, TOTAL_LO_LANE, TOTAL_LO_INC)? >> TOTAL_LO_LANE_SHIFT;
     if old_lo == 0xFFFF {
         let old_hi =
-            t.fetch_add32(counters + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_INC)? & TOTAL_HI_LANE_MASK;
+            t.fetch_add32(job + JOB_W_TOTAL_HI, TOTAL_HI_LANE, TOTAL_HI_INC)? & TOTAL_HI_LANE_MASK;
         if old_hi == TOTAL_HI_LANE_MASK {
-            t.fetch_add32(counters + JOB_W0, TOTAL_HI_LANE, TOTAL_HI_CARRY_BACK)?;
+            t.fetch_add32(job + JOB_W_TOTAL_HI, TOTAL_HI_LANE, TOTAL_HI_CARRY_BACK)?;
         }
     }
     Ok(())
@@ -841,10 +836,9 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             Err(e) => return Err(e.into()),
         }
         let job = t.get(R_JOB);
-        let counters = JobLayout::counters_of(job);
         let cnt_max = t.get(R_CNT_MAX);
-        let in_use =
-            t.fetch_add32(counters + JOB_W0, CURR_CNT_LANE, CURR_CNT_INC)? >> CURR_CNT_LANE_SHIFT;
+        let in_use = t.fetch_add32(job + JOB_W_CURR_CNT, CURR_CNT_LANE, CURR_CNT_INC)?
+            >> CURR_CNT_LANE_SHIFT;
         let layout = JobLayout::new(job, cnt_max, t.get(R_GRAD_MAX), lanes);
         let slot = if in_use < cnt_max {
             claim_free_slot(
@@ -856,7 +850,7 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             None
         };
         let Some(k) = slot else {
-            t.fetch_add32(counters + JOB_W0, CURR_CNT_LANE, CURR_CNT_DEC)?;
+            t.fetch_add32(job + JOB_W_CURR_CNT, CURR_CNT_LANE, CURR_CNT_DEC)?;
             // Nobody can have joined a PENDING key: giving it back is safe.
             t.hash_delete(&active, &key)?;
             return drop_as(TrioMlDrop::BlockCntMax);

@@ -78,9 +78,7 @@ pub(crate) fn run<const PROFILE: bool>(
             Popped::Closed => {
                 // The last release's times (profiling), not published with a batch, and
                 // the kernel's count of the thread's time on a core.
-                if PROFILE {
-                    core_time.finish(&mut local.profile);
-                }
+                core_time.finish(&mut local.profile);
                 shared.worker_stats[me].lock().add(&local);
                 return;
             }

@@ -172,7 +172,11 @@ impl CoreTime {
     /// Adds the calling thread's time on a core and runnable since [`CoreTime::start`] to
     /// `times` ([`Stage::OnCore`], [`Stage::Runnable`]). Call it on the thread that started.
     pub fn finish(&self, times: &mut StageTimes) {
-        if let (Some((run0, wait0)), Some((run, wait))) = (self.start, sched_ns()) {
+        // Not profiling (or no count at the start): nothing to read.
+        let Some((run0, wait0)) = self.start else {
+            return;
+        };
+        if let Some((run, wait)) = sched_ns() {
             times.add(Stage::OnCore, run.saturating_sub(run0));
             times.add(Stage::Runnable, wait.saturating_sub(wait0));
         }
