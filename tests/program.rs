@@ -492,10 +492,11 @@ fn yield_reruns_its_label_counts_waits_and_is_bounded_by_the_budget() {
 }
 
 mod fused_tail_add {
-    //! `Thread::read_tail_post_vadd32_be` against the chunk-by-chunk tail reads and posted
-    //! adds it stands for: the same memory, local memory, verdict or fault, and XTXNs; in
-    //! one call or two that continue each other, and whether the program then waits for
-    //! its posted XTXNs, posts another after them, or just ends.
+    //! `Thread::read_tail_post_vadd32_be` (and its FPISA and write twins) against the
+    //! chunk-by-chunk tail reads and posted adds (or writes) it stands for: the same memory,
+    //! local memory, verdict or fault, and XTXNs; in one call or two that continue each
+    //! other, and whether the program then waits for its posted XTXNs, posts another after
+    //! them, or just ends.
 
     use super::*;
     use pfemu::fpisa::{Format, Variant};
@@ -508,18 +509,20 @@ mod fused_tail_add {
     /// packet's first 64 bytes show what the sequence left there.
     const LM_AT: usize = pfemu::program::DEFAULT_HEAD_OFFSET;
 
-    /// The add: 32-bit integer lanes, or FPISA on FP32 lanes (one word each).
+    /// The add: 32-bit integer lanes, or FPISA on FP32 lanes (one word each); or no add,
+    /// the chunks written over the words.
     #[derive(Clone, Copy, Debug)]
     enum Add {
         Int,
         Fpisa(Variant),
+        Write,
     }
 
     impl Add {
         /// Shared-memory words a 64-byte chunk adds into.
         fn chunk_words(self) -> u64 {
             match self {
-                Add::Int => 8,
+                Add::Int | Add::Write => 8,
                 Add::Fpisa(_) => 16,
             }
         }
@@ -551,6 +554,7 @@ mod fused_tail_add {
         p.instr(a, move |t| {
             let fused_add = |t: &mut Thread<'_>, addr, tail_off, len| match add {
                 Add::Int => t.read_tail_post_vadd32_be(addr, tail_off, LM_AT, len),
+                Add::Write => t.read_tail_post_write(addr, tail_off, LM_AT, len),
                 Add::Fpisa(v) => {
                     t.read_tail_post_fpisa_add_be(addr, tail_off, LM_AT, len, Format::Fp32, v)
                 }
@@ -571,6 +575,10 @@ mod fused_tail_add {
                             Add::Int => {
                                 let at = addr + (64 * k / WORD_BYTES) as u64;
                                 t.post_vadd32_be(at, LM_AT, bytes)?
+                            }
+                            Add::Write => {
+                                let at = addr + (64 * k / WORD_BYTES) as u64;
+                                t.mem_write(at, LM_AT, bytes)?
                             }
                             Add::Fpisa(v) => {
                                 let at = addr + 16 * k as u64;
@@ -644,7 +652,7 @@ mod fused_tail_add {
             odd in prop::sample::select(vec![0usize, 0, 0, 8, 24]),
             from_end in 0u64..700,
             fill in any::<u8>(),
-            add in prop::sample::select(vec![Add::Int, Add::Fpisa(Variant::Full), Add::Fpisa(Variant::Approx)]),
+            add in prop::sample::select(vec![Add::Int, Add::Fpisa(Variant::Full), Add::Fpisa(Variant::Approx), Add::Write]),
             split in 0usize..72,
             then in prop::sample::select(vec![Then::Wait, Then::End, Then::PostWrite]),
         ) {

@@ -292,6 +292,42 @@ fn gradients_in_the_head_the_tail_and_across_them_sum_exactly() {
     );
 }
 
+/// A new block's first packet writes its gradients over whatever its slot's buffer held
+/// (another block's sums, of more or fewer gradients) instead of zeroing and adding: two
+/// slots serve one block id's generations in turn, of sizes that end in the head, across
+/// it, in a short last chunk, and fill 4 KB, and every Result is exact. Fails if the
+/// creator adds into the old sums.
+#[test]
+fn a_new_blocks_first_packet_writes_over_its_slots_old_sums() {
+    let mut j = job(3, &[0, 1, 2]);
+    j.block_grad_max = 4095;
+    j.block_cnt_max = 2;
+    let mut s = Setup::new(config(), &[j]);
+    let mut rng = Rng(23);
+    let counts = [4095, 35, 1024, 17, 4095, 34, 100, 1, 4095, 49];
+    for (gen, &n) in counts.iter().enumerate() {
+        let g: Vec<Vec<i32>> = (0..3).map(|_| random_grads(&mut rng, n)).collect();
+        let mut created = Vec::new();
+        // The creator is a different source each time.
+        for k in 0..3u8 {
+            let src = (k + gen as u8) % 3;
+            created = s.consumed(
+                src.into(),
+                &packet(3, 7, gen as u16, src, &g[usize::from(src)]),
+            );
+        }
+        assert_eq!(created.len(), 1, "generation {gen}: {n} gradients");
+        let sums = sum(&[&g[0], &g[1], &g[2]]);
+        assert_eq!(
+            created[0].1,
+            expected_result(3, 7, gen as u16, 3, false, &sums),
+            "generation {gen}: {n} gradients"
+        );
+    }
+    // Each generation took the slot its last-but-one left: two slots, both reused.
+    assert_eq!(s.trio.job_state(3).unwrap().block_curr_cnt, 1);
+}
+
 #[test]
 fn a_repeated_source_is_never_added_twice_and_gets_the_kept_result() {
     let mut s = Setup::new(config(), &[job(1, &[0, 1, 2])]);

@@ -86,6 +86,13 @@
 //!   packet's chunks go to consecutive buffer lines, so they reach the engine as one vector
 //!   add. The thread waits for them (`Thread::wait_posted`) before it counts its source, so
 //!   a block is never counted complete before every counted source's gradients landed.
+//!   The packet that creates a block *writes* its gradients instead (64-byte write XTXNs,
+//!   posted the same way), before it publishes the block's record: a slot's buffer holds
+//!   whatever its last block left, and the first packet's lanes, with the last chunk's
+//!   zero padding, are exactly what zeroing the buffer and adding them would leave. The
+//!   paper does not say how a new block's buffer is cleared; writing saves a pass over
+//!   4 KB of lines nobody has touched for a generation. (FPISA's accumulator words are
+//!   not a lane's bits: its creator zeroes the buffer, then adds.)
 //! - **Block records** (Figure 18) live in slots and are found through the `active` hash
 //!   table, keyed `[job_id, run_id, block_id, gen_id]` (8 bytes): the paper keys by job and
 //!   block id; the generation is added so consecutive uses of a block id are separate

@@ -7,7 +7,7 @@
 //! lookup_block --miss / finished marker--> lookup_result --same gen--> answer_result
 //!   | hit                                    | miss or newer gen        (the kept Result,
 //!   |                                        v                          to the source)
-//!   |    create_block -> claim_slot -> zero_buffer -> insert_block ----------+ new
+//!   |    create_block -> claim_slot -> zero_buffer -> insert_block ----------+ new (FPISA)
 //!   v                                     (another thread created it) |       |
 //! check_source <------------------------------------------------------+       |
 //!   v                                                                         |
@@ -20,6 +20,9 @@
 //! complete_check (rcvd_cnt += 1; the last source closes the block)
 //!   v
 //! leave_block --last one out of a closed block--> finish_block --> consume
+//!
+//! new block, integer lanes: claim_slot -> aggregate_head -> aggregate_tail (writing the
+//!   packet's gradients over the buffer's lines) -> insert_block -> complete_check
 //!
 //! finish_block (subroutine): keep_result -> release_block -> free_replaced -> build_result
 //!                             [-> free_own, when the Result is not kept]
@@ -49,7 +52,8 @@
 //! straddles head and tail: phase two takes every remaining chunk (16 gradients, or fewer
 //! for the last, padded with zero lanes), staging the part still in the head and reading
 //! the rest from the tail. Chunk `c` always goes to buffer line `c`, gradient `i` to lane
-//! `i`.
+//! `i`. The packet that creates its block writes its chunks over the buffer's lines instead
+//! of adding them (integer lanes; see the crate's *State*), then publishes the record.
 
 use std::net::Ipv4Addr;
 
@@ -106,6 +110,9 @@ pfemu::registers! {
     R_AFTER: After,
     /// Set when the block was closed before this packet could join it.
     R_CLOSING: bool,
+    /// Set while this packet creates its block with integer lanes: its gradients are
+    /// written into the block's buffer, not added, before the record is published.
+    R_CREATOR: bool,
     /// The job's `block_cnt_max` and `block_grad_max` (while creating a block).
     R_CNT_MAX: u32,
     /// See [`R_CNT_MAX`].
@@ -309,17 +316,22 @@ fn drop_as(r: TrioMlDrop) -> InstrResult {
 /// With FPISA lanes ([`Lanes::Fpisa`]) the chunk's 16 floats go to 16 accumulator words from
 /// `addr` with the engine's shift-and-add instead ([`fpisa::add_chunk`]), posted and merged
 /// the same way.
+///
+/// The packet that creates its block (with integer lanes, [`R_CREATOR`]) writes the chunk
+/// over the line instead, one 64-byte write XTXN: its buffer holds whatever its slot held
+/// last, and the first packet's lanes are what adding them into zeros would leave.
 #[inline]
 fn add_chunk(t: &mut Thread<'_>, lanes: Lanes, addr: Addr, lm_offset: usize) -> Result<(), Fault> {
     match lanes {
+        Lanes::Int32 if t.get(R_CREATOR) => t.mem_write(addr, lm_offset, LINE_BYTES),
         Lanes::Int32 => t.post_vadd32_be(addr, lm_offset, LINE_BYTES),
         Lanes::Fpisa(variant) => fpisa::add_chunk(t, variant, addr, lm_offset, LINE_BYTES),
     }
 }
 
 /// Adds `bytes` of whole chunks read from the tail at `tail_offset` (through local memory at
-/// `lm_offset`) to the buffer at `addr`: a tail read and an [`add_chunk`] per chunk, in one
-/// call.
+/// `lm_offset`) to the buffer at `addr`: a tail read and an [`add_chunk`] per chunk (a
+/// write, for a creator), in one call.
 fn add_tail_chunks(
     t: &mut Thread<'_>,
     lanes: Lanes,
@@ -329,6 +341,9 @@ fn add_tail_chunks(
     bytes: usize,
 ) -> Result<(), Fault> {
     match lanes {
+        Lanes::Int32 if t.get(R_CREATOR) => {
+            t.read_tail_post_write(addr, tail_offset, lm_offset, bytes)
+        }
         Lanes::Int32 => t.read_tail_post_vadd32_be(addr, tail_offset, lm_offset, bytes),
         Lanes::Fpisa(variant) => {
             fpisa::add_tail_chunks(t, variant, addr, tail_offset, lm_offset, bytes)
@@ -857,11 +872,22 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         };
         t.set(R_BLK, layout.slot(k));
         t.set(R_BUF, layout.buffer(t.get(R_BUFS), k));
-        Ok(Goto(l.zero_buffer))
+        Ok(Goto(match lanes {
+            // The packet's own gradients become the buffer's first contents: written over
+            // whatever the slot held, the lines past them zeroed with the last chunk's
+            // padding, before the record is published (no other packet can add meanwhile).
+            Lanes::Int32 => {
+                t.set(R_CREATOR, true);
+                l.aggregate_head
+            }
+            // An FPISA accumulator word is not a lane's bits: zero, then add.
+            Lanes::Fpisa(_) => l.zero_buffer,
+        }))
     });
 }
 
-/// Step 3, continued: zero the block's buffer and publish its record.
+/// Step 3, continued: zero the block's buffer (FPISA; a creator with integer lanes writes
+/// its gradients instead) and publish its record.
 fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let Ctx { lanes, .. } = *c;
 
@@ -881,6 +907,11 @@ fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // publish it in the hash table.
     let active = tables.active.clone();
     p.instr(l.insert_block, move |t| {
+        // A creator's gradients are in the buffer before anyone can find the block.
+        let creator = t.get(R_CREATOR);
+        if creator {
+            t.wait_posted();
+        }
         let (rec, job, buf) = (t.get(R_BLK), t.get(R_JOB), t.get(R_BUF));
         let (block, gen, src) = (t.get(R_BLOCK_ID), t.get(R_GEN_ID), t.get(R_SRC_ID));
         let (exp, grad_cnt, now) = (t.get(R_EXP), t.get(R_GRAD_CNT), t.now_ns());
@@ -908,7 +939,11 @@ fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         // Publish the record under the key this thread claimed.
         t.hash_update(&active, &key, rec)?;
         count_block(t, job)?;
-        Ok(Goto(l.aggregate_head))
+        Ok(Goto(if creator {
+            l.complete_check
+        } else {
+            l.aggregate_head
+        }))
     });
 }
 
@@ -963,6 +998,16 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
 }
 
+/// Where a packet goes once its gradients are in: a creator publishes its block, the others
+/// count their source.
+fn aggregated(t: &Thread<'_>, l: Labels) -> Label {
+    if t.get(R_CREATOR) {
+        l.insert_block
+    } else {
+        l.complete_check
+    }
+}
+
 /// Steps 5 and 6: add the gradients (the head's, then the tail's), count the source; the last one out of a closed block finishes it.
 fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let finish_block = l.keep_result;
@@ -988,7 +1033,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         Ok(Goto(if chunks * CHUNK_GRADS < n {
             l.aggregate_tail
         } else {
-            l.complete_check
+            aggregated(t, l)
         }))
     });
 
@@ -1037,7 +1082,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
             };
             t.set(R_CHUNK, c + staged);
             if (c + staged) * CHUNK_GRADS >= n {
-                return Ok(Goto(l.complete_check));
+                return Ok(Goto(aggregated(t, l)));
             }
             left -= staged;
         }

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::lanes::{add_be_slice, add_packed, add_packed_slice, packed_to_be};
+use super::lanes::{add_be_slice, add_packed, add_packed_slice, be_to_packed, packed_to_be};
 use super::{
     Addr, MemFault, Op, SharedMemory, ACC_BASE, ACC_STRIPE_WORDS, DRAM_BASE, LINE_WORDS,
     MAX_ACCESS_BYTES, MAX_VADD_BYTES, WORD_BYTES,
@@ -815,6 +815,34 @@ impl SharedMemory {
         let (head, tail) = data.split_at(span.head.len() * WORD_BYTES);
         vadd_words(span.tail, be_words(tail));
         vadd_words(span.head, be_words(head));
+        Ok(())
+    }
+
+    /// Writes `data` (64 to 4096 bytes, whole 64-byte lines) to the words from `addr` in one
+    /// request, each 8 bytes taken big-endian as [`SharedMemory::write`] takes them: the
+    /// mirror of [`SharedMemory::read_lines`], e.g. to fill a fresh aggregation buffer with
+    /// a packet's big-endian lanes (the words a vector add of them into zeros would leave).
+    /// Atomic per word; the range is checked before anything is written.
+    pub fn write_lines(&self, addr: Addr, data: &[u8]) -> Result<(), MemFault> {
+        let bytes = data.len();
+        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
+            return Err(MemFault::BadSize { bytes });
+        }
+        let words = (bytes / WORD_BYTES) as u64;
+        match self.span(addr, words) {
+            Ok(span) => span
+                .iter()
+                .zip(be_words(data))
+                .for_each(|(w, v)| w.store(v, STORE)),
+            Err(fault) => {
+                let off = self.acc_offset(addr, words).ok_or(fault)?;
+                // As for a vector add: the data's lines asked for before the stripe's lock.
+                crate::isa::prefetch_range(data.as_ptr(), data.len());
+                self.acc_locked(off, words, |i, piece| {
+                    be_to_packed(piece, &data[i * WORD_BYTES..(i + piece.len()) * WORD_BYTES]);
+                });
+            }
+        }
         Ok(())
     }
 
@@ -1609,6 +1637,52 @@ mod tests {
                 words: 16
             })
         );
+    }
+
+    #[test]
+    fn write_lines_writes_big_endian_words_in_every_region() {
+        let m = SharedMemory::new(&MemConfig {
+            sram_bytes: 1 << 16,
+            dram_bytes: 1 << 21,
+            acc_bytes: 4 << 20,
+            banks: 4,
+        })
+        .unwrap();
+        let data: Vec<u8> = (0..512u32).map(|i| (i * 37 + 11) as u8).collect();
+        // The DRAM range crosses a chunk, the accumulator one a stripe.
+        let acc = ACC_BASE + ACC_STRIPE_WORDS - 24;
+        for base in [8, DRAM_BASE + CHUNK_WORDS - 40, acc] {
+            for i in 0..80 {
+                m.write_u64(base + i, !0).unwrap();
+            }
+            m.write_lines(base + 8, &data).unwrap();
+            // Each word as `write` takes it: 8 bytes, big-endian.
+            for (i, b) in data.chunks_exact(8).enumerate() {
+                let want = u64::from_be_bytes(b.try_into().unwrap());
+                assert_eq!(m.read_u64(base + 8 + i as u64), Ok(want), "base {base:#x}");
+            }
+            let mut back = [0u8; 512];
+            m.read_lines(base + 8, &mut back).unwrap();
+            assert_eq!(&back[..], &data[..], "base {base:#x}");
+            // Only its range is written.
+            for i in (0..8).chain(72..80) {
+                assert_eq!(m.read_u64(base + i), Ok(!0), "base {base:#x} word {i}");
+            }
+        }
+        for bytes in [0, 8, 72, 4160] {
+            let data = vec![0u8; bytes];
+            assert_eq!(m.write_lines(0, &data), Err(MemFault::BadSize { bytes }));
+        }
+        let end = m.region(Region::Acc).end;
+        m.write_u64(end - 8, 7).unwrap();
+        assert_eq!(
+            m.write_lines(end - 8, &[1u8; 128]),
+            Err(MemFault::OutOfRange {
+                addr: end - 8,
+                words: 16
+            })
+        );
+        assert_eq!(m.read_u64(end - 8), Ok(7), "nothing written on a fault");
     }
 
     #[test]

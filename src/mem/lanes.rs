@@ -35,6 +35,17 @@ with_avx2! {
 }
 
 with_avx2! {
+    /// `words[i]` = lane pair `i` of `src`, big-endian lanes written as the words that hold
+    /// them (`src.len() == 8 * words.len()`): the inverse of [`packed_to_be`].
+    pub(super) fn be_to_packed(words: &mut [u64], src: &[u8]) {
+        assert_eq!(src.len(), words.len() * 8, "8 bytes per word");
+        for (w, b) in words.iter_mut().zip(src.chunks_exact(8)) {
+            *w = be_word(b);
+        }
+    }
+}
+
+with_avx2! {
     /// `words[i] = add_packed(words[i], deltas[i])` (equal lengths).
     pub(super) fn add_packed_slice(words: &mut [u64], deltas: &[u64]) {
         assert_eq!(words.len(), deltas.len(), "one delta per word");
@@ -84,6 +95,9 @@ mod tests {
                     let mut back = vec![0; be.len()];
                     packed_to_be(&mut back, &deltas);
                     prop_assert_eq!(&back, &be, "{:?}", isa);
+                    let mut w = words.clone();
+                    be_to_packed(&mut w, &be);
+                    prop_assert_eq!(&w, &deltas, "{:?}", isa);
 
                     let mut a = words.clone();
                     add_packed_slice(&mut a, &deltas);

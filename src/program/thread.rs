@@ -142,11 +142,14 @@ struct TailSpan {
     add: TailAdd,
 }
 
-/// The posted add [`Thread::read_tail_post_vadd32_be`] and its FPISA twin make.
+/// The posted XTXN of a [`TailSpan`]: the add [`Thread::read_tail_post_vadd32_be`] and its
+/// FPISA twin make, or the write [`Thread::read_tail_post_write`] makes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum TailAdd {
     Vadd32,
     Fpisa(crate::fpisa::Format, crate::fpisa::Variant),
+    /// Not an add: the chunks written over the words ([`SharedMemory::write_lines`]).
+    Write,
 }
 
 #[inline]
@@ -818,6 +821,22 @@ impl<'a> Thread<'a> {
         self.read_tail_post(addr, tail_offset, lm_offset, len, TailAdd::Vadd32)
     }
 
+    /// [`Thread::read_tail_post_vadd32_be`] with writes for adds: the tail's 64-byte chunks
+    /// read through local memory at `lm_offset` and each written to its line from `addr`
+    /// ([`Thread::mem_write`] of 64 bytes, one `write` XTXN per chunk), posted like the
+    /// adds and with the same faults and local memory. For a buffer's first contents, e.g.
+    /// the gradients of a block's first packet: the words a vector add of the lanes into
+    /// zeros would leave, without zeroing the buffer first.
+    pub fn read_tail_post_write(
+        &mut self,
+        addr: Addr,
+        tail_offset: usize,
+        lm_offset: usize,
+        len: usize,
+    ) -> Result<(), Fault> {
+        self.read_tail_post(addr, tail_offset, lm_offset, len, TailAdd::Write)
+    }
+
     /// [`Thread::read_tail_post_vadd32_be`] for FPISA adds: the tail's 64-byte chunks read
     /// through local memory at `lm_offset` and posted by [`Thread::post_fpisa_add_be`] one
     /// after another, in one call, with the same XTXNs, faults and local memory.
@@ -843,9 +862,15 @@ impl<'a> Thread<'a> {
         add: TailAdd,
     ) -> Result<(), Fault> {
         const CHUNK: usize = 64;
-        // Shared-memory words a chunk adds into, the whole request's size limit, and the
-        // adds' XTXN kind with how many a chunk counts as.
+        // Shared-memory words a chunk adds into (or writes), the whole request's size limit,
+        // and the XTXN kind with how many a chunk counts as.
         let (chunk_words, max_bytes, kind, per_chunk) = match add {
+            TailAdd::Write => (
+                CHUNK / crate::mem::WORD_BYTES,
+                crate::mem::MAX_VADD_BYTES,
+                XtxnKind::Write,
+                1,
+            ),
             TailAdd::Vadd32 => (
                 CHUNK / crate::mem::WORD_BYTES,
                 crate::mem::MAX_VADD_BYTES,
@@ -879,6 +904,11 @@ impl<'a> Thread<'a> {
                 self.read_tail(tail_offset + k * CHUNK, lm_offset, bytes)?;
                 let at = addr + (k * chunk_words) as u64;
                 match add {
+                    TailAdd::Write => {
+                        // Posting order: whatever was posted before goes first.
+                        self.wait_posted();
+                        self.mem_write(at, lm_offset, bytes)?
+                    }
                     TailAdd::Vadd32 => self.post_vadd32_be(at, lm_offset, bytes)?,
                     TailAdd::Fpisa(fmt, variant) => {
                         self.post_fpisa_add_be(at, lm_offset, bytes, fmt, variant)?
@@ -963,6 +993,7 @@ impl<'a> Thread<'a> {
         let data = &self.meta.tail[offset..offset + len];
         // Checked chunk by chunk when posted, contiguous in one region: cannot fault.
         let applied = match add {
+            TailAdd::Write => self.mem.write_lines(addr, data),
             TailAdd::Vadd32 => self.mem.vadd32_be(addr, data),
             TailAdd::Fpisa(fmt, variant) => self
                 .mem
