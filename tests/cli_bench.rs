@@ -490,6 +490,12 @@ fn help_shows_the_configs_defaults_as_typed() {
         "{filter}"
     );
     assert!(filter.contains("--reorder") && !filter.contains("--no-reorder"));
+    // The help names the pool's real cap, which the overhead ratio depends on.
+    let pool = pfemu::lab::bench::filter::POOL_MAX;
+    assert!(
+        filter.contains(&format!("at most {pool} distinct frames")),
+        "{filter}"
+    );
     let fig14 = help(&["experiment", "fig14", "--help"]);
     assert!(fig14.contains("[default: 2,5,10,20,50]"), "{fig14}");
     assert!(

@@ -197,6 +197,10 @@ fn bench_filter_heading_describes_the_run() {
     assert!(heading.contains("imix"), "{heading}");
     assert!(!heading.contains("64-byte"), "{heading}");
     assert!(heading.contains("3000 packets per run"), "{heading}");
+    assert!(
+        heading.contains("3000 distinct frames replayed"),
+        "{heading}"
+    );
 
     let o = pfemu(&[
         "bench",
@@ -210,6 +214,11 @@ fn bench_filter_heading_describes_the_run() {
     assert!(heading.contains("64-byte"), "{heading}");
     assert!(heading.contains("0.05 s per run"), "{heading}");
     assert!(!heading.contains("10000000"), "{heading}");
+    // The pool is capped: a run by duration replays at most this many frames.
+    assert!(
+        heading.contains("1048576 distinct frames replayed"),
+        "{heading}"
+    );
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(!text.contains("NaN"), "{text}");
 }

@@ -712,4 +712,8 @@ fn filter_bench_verifies_any_mix() {
         .count() as u64;
     assert_eq!(report.counters.non_ip.0, 2 * (v6 + arp) + prefix);
     assert_eq!(report.stats.packets_in, 7_500);
+    assert_eq!(
+        report.pool_frames, 3000,
+        "the report names the pool it replayed"
+    );
 }

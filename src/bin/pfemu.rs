@@ -398,7 +398,13 @@ enum BenchCmd {
         pfemu bench filter --json > report.json\n\n\
         Traffic is generated before the clock starts (90% plain IPv4, 5% IPv4 with options, 5% \
         non-IP); the clock runs from the first frame in to the last frame out, and the filter's \
-        counters are checked against the traffic (exit status 2 if they do not match).")]
+        counters are checked against the traffic (exit status 2 if they do not match).\n\n\
+        The frames come from a pool of at most 1048576 distinct frames (64 MiB of 64-byte \
+        frames; --packets, if fewer), replayed until the run ends; the plain loop runs the \
+        filter's work over the same pool on one thread. A pool larger than the caches is \
+        streamed from memory, so the plain loop's rate, and the overhead ratio with it, \
+        follows the machine's memory more than the engine's does: a smaller pool \
+        (--packets 8192 --duration 2) shows the engine's path with the frames cached.")]
     Filter(FilterArgs),
     /// Launch jitter of staggered timer threads on the real clock.
     #[command(after_help = "Examples:\n  \
@@ -584,7 +590,11 @@ impl TrafficArgs {
             Some(s) => format!("{s} s per run"),
             None => format!("{} packets per run", cfg.packets),
         };
-        format!("{frames}, {} flows, {length}", cfg.flows)
+        let pool = self.spec(cfg).packets;
+        format!(
+            "{frames}, {} flows, {length}, {pool} distinct frames replayed",
+            cfg.flows
+        )
     }
 }
 

@@ -103,6 +103,9 @@ pub struct FilterBenchReport {
     pub xtxns_per_packet: f64,
     /// The filter's shared-memory counters (non-IP, IP options).
     pub counters: FilterCounts,
+    /// Distinct frames in the pool the run replayed (the plain loop runs over the same
+    /// pool: one larger than the caches is streamed from memory).
+    pub pool_frames: usize,
     /// Counters match the generated traffic exactly and every packet is accounted for.
     pub verified: bool,
     /// The common report: rates in and out, drops, latency, PPE load, the plain loop.
@@ -209,6 +212,7 @@ pub fn run_with_progress(
     Ok(FilterBenchReport {
         config: cfg.clone(),
         ppe_threads: cfg.engine.ppe_threads,
+        pool_frames: traffic.len(),
         elapsed_s: elapsed,
         mpps: stats.packets_in as f64 / elapsed / 1e6,
         gbps: bytes as f64 * 8.0 / elapsed / 1e9,
