@@ -566,9 +566,7 @@ impl TrafficArgs {
     /// The generator's pool: the traffic replayed until the run ends.
     fn spec(&self, cfg: &FilterBenchConfig) -> TrafficSpec {
         TrafficSpec {
-            packets: usize::try_from(cfg.packets)
-                .unwrap_or(usize::MAX)
-                .min(filter::POOL_MAX),
+            packets: cfg.pool_frames(),
             frame_size: cfg.size,
             sizes: self.sizes.clone(),
             flows: cfg.flows,
@@ -590,10 +588,10 @@ impl TrafficArgs {
             Some(s) => format!("{s} s per run"),
             None => format!("{} packets per run", cfg.packets),
         };
-        let pool = self.spec(cfg).packets;
         format!(
-            "{frames}, {} flows, {length}, {pool} distinct frames replayed",
-            cfg.flows
+            "{frames}, {} flows, {length}, {} distinct frames replayed",
+            cfg.flows,
+            cfg.pool_frames()
         )
     }
 }

@@ -57,6 +57,16 @@ fn access_words(bytes: usize) -> Result<u64, MemFault> {
     }
 }
 
+/// Number of words of a request of `bytes` bytes of whole 64-byte lines (64 to
+/// [`MAX_VADD_BYTES`]: a vector add, a bulk read, write or zeroing), or `BadSize`.
+#[inline]
+pub(super) fn line_request_words(bytes: usize) -> Result<u64, MemFault> {
+    if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
+        return Err(MemFault::BadSize { bytes });
+    }
+    Ok((bytes / WORD_BYTES) as u64)
+}
+
 /// Wrapping add of `hi` to the high 32-bit lane and `lo` to the low lane, without carry between.
 #[inline]
 fn add_lanes(old: u64, hi: u32, lo: u32) -> u64 {
@@ -772,11 +782,7 @@ impl SharedMemory {
     /// the lines in it, instead of once per line: that is what a bulk pull (a Result's 256
     /// bytes of sums) is for.
     pub fn read_lines(&self, addr: Addr, out: &mut [u8]) -> Result<(), MemFault> {
-        let bytes = out.len();
-        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
-            return Err(MemFault::BadSize { bytes });
-        }
-        let words = (bytes / WORD_BYTES) as u64;
+        let words = line_request_words(out.len())?;
         if let Some(off) = self.acc_offset(addr, words) {
             self.acc_read_be(off, words, out);
             return Ok(());
@@ -804,11 +810,8 @@ impl SharedMemory {
     /// To post a vector add, use [`crate::program::Thread::post_vadd32_be`], which keeps the
     /// pending lanes in a buffer of its own (and merges adds that continue one another).
     pub fn vadd32_be(&self, addr: Addr, data: &[u8]) -> Result<(), MemFault> {
-        let bytes = data.len();
-        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
-            return Err(MemFault::BadSize { bytes });
-        }
-        let span = match self.span(addr, (bytes / WORD_BYTES) as u64) {
+        let words = line_request_words(data.len())?;
+        let span = match self.span(addr, words) {
             Ok(span) => span,
             Err(fault) => return self.acc_vadd_be(addr, fault, data),
         };
@@ -824,11 +827,7 @@ impl SharedMemory {
     /// a packet's big-endian lanes (the words a vector add of them into zeros would leave).
     /// Atomic per word; the range is checked before anything is written.
     pub fn write_lines(&self, addr: Addr, data: &[u8]) -> Result<(), MemFault> {
-        let bytes = data.len();
-        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
-            return Err(MemFault::BadSize { bytes });
-        }
-        let words = (bytes / WORD_BYTES) as u64;
+        let words = line_request_words(data.len())?;
         match self.span(addr, words) {
             Ok(span) => span
                 .iter()
@@ -850,10 +849,7 @@ impl SharedMemory {
     /// e.g. to clear an aggregation buffer. Atomic per word; the range is checked before
     /// anything is written.
     pub fn zero(&self, addr: Addr, bytes: usize) -> Result<(), MemFault> {
-        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
-            return Err(MemFault::BadSize { bytes });
-        }
-        let words = (bytes / WORD_BYTES) as u64;
+        let words = line_request_words(bytes)?;
         match self.span(addr, words) {
             Ok(span) => span.iter().for_each(|w| w.store(0, STORE)),
             Err(fault) => {

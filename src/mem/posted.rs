@@ -2,9 +2,7 @@
 //! program posts through its `Thread` (`Thread::post`, `Thread::post_vadd32_be`,
 //! `Thread::post_fpisa_add_be`), which counts the XTXNs.
 
-use super::{
-    Addr, MemFault, Op, SharedMemory, MAX_ACCESS_BYTES, MAX_FPISA_LANES, MAX_VADD_BYTES, WORD_BYTES,
-};
+use super::{Addr, MemFault, Op, SharedMemory, MAX_FPISA_LANES, MAX_VADD_BYTES, WORD_BYTES};
 use crate::fpisa::{Format, FpisaCounts, Variant};
 
 /// `(addr, packets, bytes)` of a counter addition.
@@ -137,11 +135,7 @@ impl PostedOps {
         data: &[u8],
     ) -> Result<(), MemFault> {
         let bytes = data.len();
-        if bytes == 0 || bytes > MAX_VADD_BYTES || !bytes.is_multiple_of(MAX_ACCESS_BYTES) {
-            return Err(MemFault::BadSize { bytes });
-        }
-        let words = bytes / WORD_BYTES;
-        mem.check(addr, words as u64)?;
+        mem.check(addr, super::bank::line_request_words(bytes)?)?;
         if !self.buf.is_empty() {
             self.apply_ops(mem);
         }

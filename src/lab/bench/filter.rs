@@ -69,6 +69,13 @@ impl Default for FilterBenchConfig {
 }
 
 impl FilterBenchConfig {
+    /// Distinct frames the run generates and replays: `packets`, at most [`POOL_MAX`].
+    pub fn pool_frames(&self) -> usize {
+        usize::try_from(self.packets)
+            .unwrap_or(usize::MAX)
+            .min(POOL_MAX)
+    }
+
     /// How long a run goes on; refuses a `duration_s` that is not a positive number of
     /// seconds up to [`crate::duration::MAX_SECS`].
     pub fn length(&self) -> Result<RunLength, ConfigError> {
@@ -118,9 +125,8 @@ pub fn run(cfg: &FilterBenchConfig) -> Result<FilterBenchReport, ConfigError> {
         return Err(ConfigError::new("packets", "must be at least 1"));
     }
     cfg.length()?;
-    let pool = (cfg.packets as usize).min(POOL_MAX);
     let spec = TrafficSpec {
-        packets: pool,
+        packets: cfg.pool_frames(),
         frame_size: cfg.size,
         flows: cfg.flows,
         seed: cfg.seed,
