@@ -237,10 +237,9 @@ fn three_sources_one_block_result_after_the_third() {
         "UDP 12000 -> 12000"
     );
 
-    // The block is no longer active (its record is only a finished marker); its Result is
-    // kept.
+    // The block is no longer active (its key left the active table); its Result is kept.
     assert!(s.trio.active_blocks().unwrap().is_empty());
-    assert_eq!((s.trio.active_records(), s.trio.kept_records()), (1, 1));
+    assert_eq!((s.trio.active_records(), s.trio.kept_records()), (0, 1));
     let kept = s.trio.kept_results().unwrap();
     assert_eq!(kept.len(), 1);
     assert!(kept[0].kept && kept[0].closed);
@@ -568,13 +567,16 @@ fn a_full_block_table_refuses_new_blocks() {
         (st.block_curr_cnt, st.slots_in_use, st.block_total_cnt),
         (2, 2, 2)
     );
-    // A finished block keeps its record (the finished marker of its kept Result), so
-    // finishing block 0 makes no room; removing the job does.
+    // A finished block leaves the active table (its Result is kept in the other one), so
+    // finishing block 0 makes room for block 2; block 3 then finds the table full again,
+    // until the job is removed.
     assert_eq!(s.consumed(1, &packet(1, 0, 0, 1, &[2])).len(), 1);
-    assert_eq!(s.dropped(0, &packet(1, 2, 0, 0, &[1])).0, "table_full");
+    assert_eq!((s.trio.active_records(), s.trio.kept_records()), (1, 1));
+    assert!(s.consumed(0, &packet(1, 2, 0, 0, &[1])).is_empty());
+    assert_eq!(s.dropped(0, &packet(1, 3, 0, 0, &[1])).0, "table_full");
     s.trio.remove_job(1).unwrap();
     s.trio.add_job(&job(1, &[0, 1])).unwrap();
-    assert!(s.consumed(0, &packet(1, 2, 0, 0, &[1])).is_empty());
+    assert!(s.consumed(0, &packet(1, 3, 0, 0, &[1])).is_empty());
 }
 
 #[test]
@@ -682,8 +684,8 @@ fn kept_results_nobody_asks_for_expire_and_free_their_slots() {
     }
     let st = s.trio.job_state(1).unwrap();
     assert_eq!((st.block_curr_cnt, st.slots_in_use), (1, 1));
-    // One finished marker (block 101's) is left in the active table.
-    assert_eq!(s.trio.active_records(), 1);
+    // Finished blocks left the active table; block 101's Result is still kept.
+    assert_eq!(s.trio.active_records(), 0);
     assert_eq!(s.trio.kept_records(), 1);
     // The freed slots take new blocks again.
     assert_eq!(s.consumed(0, &packet(1, 200, 0, 0, &[7])).len(), 1);
@@ -895,8 +897,8 @@ fn removing_a_job_discards_its_blocks() {
     s.consumed(0, &packet(1, 1, 0, 0, &[1]));
     s.consumed(1, &packet(1, 1, 0, 1, &[1]));
     s.consumed(0, &packet(2, 0, 0, 0, &[1]));
-    // Job 1: block 0 active, block 1 finished (kept, with its marker); job 2: block 0.
-    assert_eq!((s.trio.active_records(), s.trio.kept_records()), (3, 1));
+    // Job 1: block 0 active, block 1 finished (kept); job 2: block 0.
+    assert_eq!((s.trio.active_records(), s.trio.kept_records()), (2, 1));
     s.trio.remove_job(1).unwrap();
     assert_eq!((s.trio.active_records(), s.trio.kept_records()), (1, 0));
     assert_eq!(s.trio.jobs(), [2]);
@@ -1306,8 +1308,8 @@ fn a_pfe_with_256_threads_aggregates_every_block_exactly() {
     assert_eq!(trio.kept_records(), usize::from(JOBS) * BLOCKS as usize);
     assert_eq!(
         trio.active_records(),
-        trio.kept_records(),
-        "finished markers"
+        0,
+        "finished blocks leave the active table"
     );
 }
 

@@ -7,12 +7,13 @@ mod common;
 use std::net::Ipv4Addr;
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use pfemu::microcode::trio_ml::wire::{self, AggPacket, TrioMlHdrFields};
 use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TIMER_ENTRY};
 use pfemu::prelude::*;
-use pfemu::program::Harness;
+use pfemu::program::{Harness, HarnessOutcome};
 use pfemu::timer::Launch;
 
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
@@ -66,18 +67,9 @@ fn group_results(created: &[(Dest, Vec<u8>)]) -> Vec<(u32, u16, u8)> {
         .collect()
 }
 
-/// A packet that found no block and no kept Result, and is descheduled before it claims
-/// the block's key, must not create the block after the block was created by another
-/// packet, aged out, and replaced by its next generation (which deleted its finished
-/// marker): that would send the block's Result to the group a second time.
-///
-/// The interleaving: source 1's generation-0 packet looks block 5 up (nothing yet), then
-/// is held before `claim_slot`. Source 0 creates generation 0; it ages out (a partial
-/// Result, source 1 missing); both sources, having that Result, finish generation 1,
-/// which replaces generation 0's kept Result and deletes its finished marker. Then the
-/// held packet goes on: it is a stale generation.
-#[test]
-fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
+/// An aggregator of job 1 (sources 0 and 1, blocks aging out after 1 ms, Results to group
+/// 1), one timer owning the whole table.
+fn install() -> (Arc<SharedMemory>, TrioMl, Program) {
     let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
     let trio = TrioMl::install(
         &mem,
@@ -100,7 +92,17 @@ fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
     })
     .unwrap();
     let program = trio.program();
+    (mem, trio, program)
+}
 
+/// Runs `frame` (from port `port`) on a thread of its own, held before its first
+/// `claim_slot` until the returned sender says go; returns once it is held there.
+fn hold_before_claim(
+    mem: &Arc<SharedMemory>,
+    program: &Program,
+    port: Port,
+    frame: Vec<u8>,
+) -> (mpsc::Sender<()>, JoinHandle<HarnessOutcome>) {
     let (at_claim_tx, at_claim) = mpsc::channel::<()>();
     let (go, go_rx) = mpsc::channel::<()>();
     let held = {
@@ -108,7 +110,7 @@ fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
         std::thread::spawn(move || {
             let mut h = Harness::new(mem);
             let mut held = false;
-            h.run_observed(&program, 1, &packet(5, 0, 1), |label| {
+            h.run_observed(&program, port, &frame, |label| {
                 if label == "claim_slot" && !held {
                     held = true;
                     at_claim_tx.send(()).unwrap();
@@ -122,6 +124,32 @@ fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
     at_claim
         .recv_timeout(PATIENCE)
         .expect("the held packet reaches claim_slot");
+    (go, held)
+}
+
+/// The name of a verdict: a drop reason, or what else it was.
+fn verdict_name(program: &Program, out: &HarnessOutcome) -> &'static str {
+    match out.result {
+        Ok(Verdict::Drop(r)) => program.drop_reason_name(r),
+        Ok(Verdict::Consume) => "consumed (it created the block again)",
+        ref other => panic!("{other:?}"),
+    }
+}
+
+/// A packet that found no block and no kept Result, and is descheduled before it claims
+/// the block's key, must not create the block after the block was created by another
+/// packet, aged out, and replaced by its next generation: that would send the block's
+/// Result to the group a second time.
+///
+/// The interleaving: source 1's generation-0 packet looks block 5 up (nothing yet), then
+/// is held before `claim_slot`. Source 0 creates generation 0; it ages out (a partial
+/// Result, source 1 missing); both sources, having that Result, finish generation 1,
+/// which replaces generation 0's kept Result. Then the held packet goes on: it is a stale
+/// generation.
+#[test]
+fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
+    let (mem, trio, program) = install();
+    let (go, held) = hold_before_claim(&mem, &program, 1, packet(5, 0, 1));
 
     let mut h = Harness::new(mem.clone());
     let mut sent = Vec::new();
@@ -139,13 +167,9 @@ fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
 
     go.send(()).unwrap();
     let out = held.join().expect("the held packet's thread");
-    let verdict = match out.result {
-        Ok(Verdict::Drop(r)) => program.drop_reason_name(r),
-        Ok(Verdict::Consume) => "consumed (it created the block again)",
-        ref other => panic!("{other:?}"),
-    };
     assert_eq!(
-        verdict, "stale_gen",
+        verdict_name(&program, &out),
+        "stale_gen",
         "a packet of a replaced generation is stale"
     );
     sent.extend(out.created);
@@ -158,4 +182,78 @@ fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
         "one Result per block and generation"
     );
     assert!(trio.active_blocks().unwrap().is_empty());
+}
+
+/// A finished block leaves no record in the active table, so a packet held before it
+/// claims the key of a block that meanwhile was created and finished wins the key: once it
+/// holds it, it must find the block's kept Result and be answered from it, not aggregate a
+/// second block of the same generation and send the group a second Result.
+///
+/// Two interleavings, each on a fresh aggregator: source 1's packet is held before
+/// `claim_slot` while source 0 creates generation 0 and
+/// - the block ages out without source 1 (a partial Result): the held packet is late, and
+///   is sent the partial Result;
+/// - source 1's own packet (the held one is its retransmission) completes the block: the
+///   held packet is answered with the whole Result.
+#[test]
+fn a_packet_held_before_it_creates_a_block_that_finished_is_answered_from_the_kept_result() {
+    for completes in [false, true] {
+        let (mem, trio, program) = install();
+        let (go, held) = hold_before_claim(&mem, &program, 1, packet(5, 0, 1));
+        let mut h = Harness::new(mem.clone());
+        let mut sent = h.run(&program, 0, &packet(5, 0, 0)).created;
+        if completes {
+            sent.extend(h.run(&program, 1, &packet(5, 0, 1)).created);
+        } else {
+            // Referenced at the first scan, idle for 1 ms at the second: a partial Result.
+            for now in [MS, 2 * MS] {
+                sent.extend(scan(&mut h, &program, now));
+            }
+        }
+        let src_cnt = if completes { 2 } else { 1 };
+        assert_eq!(
+            group_results(&sent),
+            [(5, 0, src_cnt)],
+            "completes: {completes}"
+        );
+        assert_eq!(
+            trio.active_records(),
+            0,
+            "the finished block left the active table"
+        );
+
+        go.send(()).unwrap();
+        let out = held.join().expect("the held packet's thread");
+        let want = if completes {
+            "retransmit_answered"
+        } else {
+            "late"
+        };
+        assert_eq!(verdict_name(&program, &out), want, "completes: {completes}");
+        // Answered from the kept Result, to the port it came from.
+        assert_eq!(out.created.len(), 1, "completes: {completes}");
+        let (dest, result) = &out.created[0];
+        assert_eq!(*dest, Dest::Port(1));
+        let (hdr, _) = wire::parse(result).unwrap();
+        assert_eq!(
+            (hdr.block_id, hdr.gen_id, hdr.src_cnt),
+            (5, 0, src_cnt),
+            "completes: {completes}"
+        );
+        sent.extend(out.created);
+        for now in [3 * MS, 4 * MS, 5 * MS] {
+            sent.extend(scan(&mut h, &program, now));
+        }
+        assert_eq!(
+            group_results(&sent),
+            [(5, 0, src_cnt)],
+            "one Result per block and generation (completes: {completes})"
+        );
+        assert_eq!(trio.active_records(), 0, "no block was started again");
+        assert_eq!(
+            trio.job_state(1).unwrap().slots_in_use,
+            1,
+            "only the kept Result's slot"
+        );
+    }
 }

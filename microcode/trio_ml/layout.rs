@@ -414,12 +414,6 @@ pub(super) fn parse_block_key(key: &[u8]) -> Option<(u8, u8, u32, u16)> {
     ))
 }
 
-/// Bit 63 of an active-table value: the block finished and its Result is kept. The record
-/// stays in the table as this *finished marker* until the next generation's Result
-/// replaces the kept one, so a packet of a finished block always finds either the live
-/// record or the marker, never nothing (and never starts the block again).
-pub(super) const FINISHED: u64 = 1 << 63;
-
 /// An active-table value that is no record yet: a thread is creating the block. Creating
 /// starts by inserting the key with this value, so of several packets racing to create a
 /// block exactly one does (and only it counts a slot against `block_cnt_max`); the others
@@ -433,16 +427,11 @@ pub(super) fn kept_key(job: u8, block: u32) -> [u8; 5] {
     [job, b[0], b[1], b[2], b[3]]
 }
 
-/// `(job_id, block_id)` of a [`kept_key`].
-pub(super) fn parse_kept_key(key: &[u8; 5]) -> (u8, u32) {
-    (key[0], u32::from_be_bytes([key[1], key[2], key[3], key[4]]))
-}
-
 /// Value of a kept result: its block record's 32-bit address (bits 0..32), its generation
 /// (32..48), its age (48..60: kept scans since a packet last asked for it, 0 here; the
 /// timer threads count it, see [`kept_age`]) and its run (60..64). The run is the record's
-/// own, kept here too so that neither a packet weighing the Result nor the finisher that
-/// replaces it reads the record's line: nobody has touched it for a generation by then.
+/// own, kept here too so that a packet weighing the Result does not read the record's
+/// line: nobody has touched it for a generation by then.
 pub(super) fn kept_value(gen: u16, record: Addr, run: u8) -> u64 {
     debug_assert!(run <= super::wire::MAX_RUN_ID, "a run id is 4 bits");
     u64::from(run) << KEPT_RUN_SHIFT | u64::from(gen) << 32 | u64::from(paddr(record))

@@ -4,7 +4,7 @@
 //! ```text
 //! parse --not for us--> forward (route by IPv4 destination)
 //!   |
-//! lookup_block --miss / finished marker--> lookup_result --same gen--> answer_result
+//! lookup_block --miss--> lookup_result --same gen--> answer_result
 //!   | hit                                    | miss or newer gen        (the kept Result,
 //!   |                                        v                          to the source)
 //!   |    create_block -> claim_slot -> zero_buffer -> insert_block ----------+ new (FPISA)
@@ -37,7 +37,7 @@
 //!        instruction; the thread that takes it calls finish_block)
 //!        -> scan_kept (every KEPT_SCAN_EVERY periods, or a multiple: age the slice's kept
 //!        Results, take the expired ones)
-//!        -> free_expired (one per instruction: marker, then slot)
+//!        -> free_expired (one slot per instruction)
 //! ```
 //!
 //! Each phase is one function that defines its instructions: `parse_phase` (steps 1 and
@@ -103,9 +103,6 @@ pfemu::registers! {
     R_DEST: ResultDest,
     /// A slot to free once the Result is out (0: none).
     R_FREE: Addr,
-    /// The kept value of the Result this block's replaces (while [`R_FREE`] is its slot):
-    /// its generation and run name its finished marker.
-    R_FREE_KEPT: u64,
     /// Where `leave_block` continues: an [`After`].
     R_AFTER: After,
     /// Set when the block was closed before this packet could join it.
@@ -230,7 +227,8 @@ const LM_BLOCK_REC: usize = LM_RESULT_DATA + RESULT_CHUNK_BYTES;
 const LM_JOB_REC: usize = LM_BLOCK_REC + LINE_BYTES;
 /// Timer threads: the aged blocks found by the scan, [`AGED_ENTRY_BYTES`] each.
 const LM_AGED: usize = 512;
-/// An aged-block entry: the 7-byte block key, a pad byte, the record address.
+/// An aged-block entry: the 8-byte block key and the record's address; an expired Result's
+/// entry: its kept value in the last 8 bytes.
 const AGED_ENTRY_BYTES: usize = 16;
 /// Aged blocks one timer launch finishes at most; the others stay aged and are finished by
 /// the slice's next scan.
@@ -682,12 +680,6 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 // look again and join the record it publishes.
                 Yield(l.lookup_block)
             }
-            Some(rec) if rec & FINISHED != 0 => {
-                // Finished: its Result is kept.
-                t.set(R_BLK, rec & !FINISHED);
-                t.set(R_CLOSING, true);
-                Goto(l.lookup_result)
-            }
             Some(rec) => {
                 t.set(R_BLK, rec);
                 Goto(l.check_source)
@@ -813,11 +805,13 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // block goes on; then count the slot in block_curr_cnt (refused at block_cnt_max) and
     // take one from the job's pool, probing from the block id's home slot.
     // The key being free is not enough: this packet found neither the block nor its kept
-    // Result some instructions ago, and meanwhile the block may have been created,
-    // finished, and replaced by its next generation, which deleted its finished marker (and
-    // kept its own Result first). So the kept Result is looked at again once the key is
-    // ours: a generation kept already (or a newer one) means the block is done, and the
-    // packet is answered or dropped as stale instead of starting it again.
+    // Result some instructions ago, and meanwhile the block may have been created and
+    // finished (a finished block's key goes once its Result is kept), or even replaced by
+    // its next generation. So the kept Result is looked at again once the key is ours: a
+    // generation kept already (or a newer one) means the block is done, and the packet is
+    // answered or dropped as stale instead of starting it again. This check is what keeps
+    // a block from being started twice: a finished block leaves no record in the active
+    // table.
     let active = tables.active.clone();
     let kept = tables.kept.clone();
     p.instr(l.claim_slot, move |t| {
@@ -1187,7 +1181,6 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             Ok(Inserted::Existing(_)) => {
                 if let Some(old) = t.hash_update(&kept, &key, value)? {
                     t.set(R_FREE, parse_kept_value(old).1);
-                    t.set(R_FREE_KEPT, old);
                 }
             }
             Err(HashError::Full { .. }) => t.set(R_FREE, rec),
@@ -1196,29 +1189,23 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         Ok(Goto(l.release_block))
     });
 
-    // finish_block, step 2: the block is no longer active: its record becomes a finished
-    // marker (or goes, if its Result is not kept); build and send its Result.
+    // finish_block, step 2: the block is no longer active: its key goes (its kept Result,
+    // kept first in step 1, now answers its packets: claim_slot looks there before it starts
+    // a block); build and send its Result.
     let active = tables.active.clone();
     p.instr(l.release_block, move |t| {
-        let rec = t.get(R_BLK);
-        let key = packet_block_key(t);
-        if t.get(R_FREE) == rec {
-            t.hash_delete(&active, &key)?;
-        } else {
-            t.hash_update(&active, &key, rec | FINISHED)?;
-        }
+        t.hash_delete(&active, &packet_block_key(t))?;
         t.set(R_DEST, ResultDest::Job);
         t.set(R_ANSWER, Answer::No);
         Ok(Goto(l.free_replaced))
     });
 
-    // finish_block, step 3: free the slot of the Result this one replaced (and its finished
-    // marker) before building this Result. No source needs the old Result any more (each
+    // finish_block, step 3: free the slot of the Result this one replaced before building
+    // this Result. No source needs the old Result any more (each
     // sent this generation only after receiving it), and a source answered from the kept
     // Result (a retransmission, on another PPE thread) may start the block id's next
     // generation at once: the slot must not still count against block_cnt_max by then.
     // This block's own slot, when its Result is not kept, is freed once the Result is built.
-    let active = tables.active.clone();
     p.instr(l.free_replaced, move |t| {
         let old = t.get(R_FREE);
         if old == t.get(R_BLK) {
@@ -1228,13 +1215,6 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return Ok(Call(build_result, l.free_own));
         }
         if old != 0 {
-            // Its marker's key: this block id (the kept Result's key is job and block id),
-            // its own generation and run (from its kept value, so its cold record is not
-            // read).
-            let replaced = t.get(R_FREE_KEPT);
-            let (gen, _) = parse_kept_value(replaced);
-            let key = block_key(t.get(R_JOB_ID), kept_run(replaced), t.get(R_BLOCK_ID), gen);
-            t.hash_delete(&active, &key)?;
             free_slot(t, t.get(R_JOB), old, lanes)?;
         }
         // build_result returns to finish_block's caller.
@@ -1406,8 +1386,8 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             launch.slice as usize,
             launch.slices as usize,
             |key, rec, referenced| {
-                // Finished markers are not aged: their blocks are done.
-                if let (Ok(key), false) = (key.try_into(), rec & FINISHED != 0 || rec == PENDING) {
+                // A key being created has no record to age yet.
+                if let (Ok(key), false) = (key.try_into(), rec == PENDING) {
                     visited.push((key, rec, referenced));
                 }
                 ScanAction::Keep
@@ -1477,12 +1457,12 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         if keep_scans == 0 || (launch.scheduled_ns / scan_period_ns) % kept_every != 0 {
             return Ok(Done(Verdict::Consume));
         }
-        let mut expired: Vec<([u8; 5], u64)> = Vec::new();
+        let mut expired: Vec<u64> = Vec::new();
         t.hash_scan(
             &kept,
             launch.slice as usize,
             launch.slices as usize,
-            |key, v, referenced| {
+            |_, v, referenced| {
                 if referenced {
                     return if kept_age(v) == 0 {
                         ScanAction::Keep
@@ -1492,28 +1472,25 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 }
                 let age = kept_age(v).saturating_add(1);
                 if age >= keep_scans && expired.len() < MAX_AGED_PER_SCAN {
-                    if let Ok(key) = key.try_into() {
-                        expired.push((key, v));
-                        return ScanAction::Delete;
-                    }
+                    expired.push(v);
+                    return ScanAction::Delete;
                 }
                 // Past its time but over this launch's budget: the next kept scan takes it.
                 ScanAction::Set(with_kept_age(v, age.min(keep_scans)))
             },
         );
-        for (i, (key, v)) in expired.iter().enumerate() {
+        for (i, v) in expired.iter().enumerate() {
             let e = t.lm_bytes_mut(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
-            e[..5].copy_from_slice(key);
-            e[8..].copy_from_slice(&v.to_be_bytes());
+            e[BLOCK_KEY_BYTES..].copy_from_slice(&v.to_be_bytes());
         }
         t.set(R_AGED_N, expired.len());
         t.set(R_AGED_I, 0);
         Ok(Goto(l.free_expired))
     });
 
-    // Free one expired Result: its finished marker goes (no block of that generation can be
-    // created while the marker is there, so the key is still this Result's), then its slot.
-    let active = tables.active.clone();
+    // Free one expired Result's slot (its kept record went under the kept shard's lock, so
+    // this thread alone frees it; a late packet of its generation may start the block
+    // again, in another slot).
     p.instr(l.free_expired, move |t| {
         let i = t.get(R_AGED_I);
         if i == t.get(R_AGED_N) {
@@ -1521,10 +1498,8 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         }
         t.set(R_AGED_I, t.get(R_AGED_I) + 1);
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
-        let (job_id, block) = parse_kept_key(e[..5].try_into().expect("5 bytes"));
-        let v = u64::from_be_bytes(e[8..16].try_into().expect("8 bytes"));
-        let (gen, rec) = parse_kept_value(v);
-        t.hash_delete(&active, &block_key(job_id, kept_run(v), block, gen))?;
+        let v = u64::from_be_bytes(e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"));
+        let (_, rec) = parse_kept_value(v);
         let job = job_of(t, rec)?;
         free_slot(t, job, rec, lanes)?;
         Ok(Goto(l.free_expired))

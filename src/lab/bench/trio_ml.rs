@@ -352,8 +352,8 @@ fn install(
             timers: cfg.scan_timers,
             scan_period_ns: cfg.scan_period_ns,
             // Sized to the job, as a deployment would: the active table holds at most one
-            // record per slot (a block, or a kept Result's finished marker) plus the keys
-            // of blocks being created. Its size, not its use, is what the scan timers
+            // record per slot (a block being aggregated) plus the keys of blocks being
+            // created. Its size, not its use, is what the scan timers
             // sweep, so the default 64k records would make them four times busier.
             hash_capacity: (2 * slots as usize).next_power_of_two().max(1024),
             lanes: cfg.lanes,
