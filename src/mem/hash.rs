@@ -36,6 +36,7 @@ pub const DEFAULT_HASH_SHARDS: usize = 1024;
 /// past the key's length are always zero, so equality may compare the whole array, while
 /// hashing reads only the key's own bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub struct HashKey {
     len: u8,
     bytes: [u8; MAX_KEY_BYTES],
@@ -149,16 +150,22 @@ pub struct HashRecord {
     pub referenced: bool,
 }
 
-/// A record in its shard: the key with its value and REF flag.
+/// A record in its shard: the key with its value and REF flag. In this order (`repr(C)`),
+/// so that a record with a short key has its value, flag and key in its first 48 bytes.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 struct Record {
-    key: HashKey,
     value: u64,
     referenced: bool,
+    key: HashKey,
 }
 
 /// Records a shard holds in its own lines, beside its lock, before its overflow table.
 const IN_PLACE: usize = 6;
+
+/// Bytes of a shard [`HashTable::locked`] asks for before it takes the lock: the first two
+/// lines, with the lock, the tags and the first two places (see [`ShardRecords`]).
+const SHARD_PREFETCH_BYTES: usize = 128;
 
 /// One shard's records: up to [`IN_PLACE`] of them in place, each with a tag of its key's
 /// hash, the rest in a `hashbrown` table.
@@ -166,14 +173,24 @@ const IN_PLACE: usize = 6;
 /// Why in place: a hash XTXN on a shard nobody touched lately missed three lines one after
 /// another: the lock's, then the `hashbrown` table's control bytes (their address is in the
 /// table's header, under the lock), then the record's. In place, the records sit in the
-/// shard's own lines, whose addresses the key's hash gives: [`HashTable::locked`] asks for all
-/// of them before it takes the lock, and their misses overlap. Most shards hold a few
-/// records (a table of `capacity` records in `shards` shards averages `capacity / shards`
-/// when full); a shard holding more keeps them in its overflow table, as every shard did
-/// before.
+/// shard's own lines, whose addresses the key's hash gives, and their misses overlap the
+/// lock's. Most shards hold a few records (a table of `capacity` records in `shards` shards
+/// averages `capacity / shards` when full); a shard holding more keeps them in its
+/// overflow table, as every shard did before.
+///
+/// Why in this order (`repr(C)`): the lock, the tags, `spilled` and the first place share
+/// the shard's first line, and an insert takes the first empty place, so in a shard of one
+/// or two records an XTXN needs the first line or two of the six the shard spans.
+/// [`HashTable::locked`] asks for those two ([`SHARD_PREFETCH_BYTES`]) before it takes the
+/// lock; asking for all six, as it did, filled the core's line fill buffers with lines no
+/// XTXN read, while Trio-ML's adds streamed through them.
+#[repr(C)]
 struct ShardRecords {
     /// One per place: 0 for an empty place, else [`tag`] of its record's key's hash.
     tags: [u8; IN_PLACE],
+    /// Whether `more` holds records: read where the tags are, so that a key in no place
+    /// is known to be absent without a look at the overflow table's header.
+    spilled: bool,
     places: [Record; IN_PLACE],
     /// The records past the places, placed by their keys' [`hash_bytes`]; empty (and
     /// unallocated) in most shards.
@@ -199,6 +216,7 @@ impl ShardRecords {
         };
         ShardRecords {
             tags: [0; IN_PLACE],
+            spilled: false,
             places: [EMPTY; IN_PLACE],
             more: hashbrown::HashTable::with_capacity(capacity.saturating_sub(IN_PLACE)),
         }
@@ -215,7 +233,7 @@ impl ShardRecords {
     fn find(&self, h: u64, key: &[u8]) -> Option<&Record> {
         match self.place_of(h, key) {
             Some(i) => Some(&self.places[i]),
-            None if self.more.is_empty() => None,
+            None if !self.spilled => None,
             None => self.more.find(h, |r| r.key.is(key)),
         }
     }
@@ -224,7 +242,7 @@ impl ShardRecords {
     fn find_mut(&mut self, h: u64, key: &[u8]) -> Option<&mut Record> {
         match self.place_of(h, key) {
             Some(i) => Some(&mut self.places[i]),
-            None if self.more.is_empty() => None,
+            None if !self.spilled => None,
             None => self.more.find_mut(h, |r| r.key.is(key)),
         }
     }
@@ -239,6 +257,7 @@ impl ShardRecords {
             None => {
                 self.more
                     .insert_unique(h, record, |r| hash_bytes(r.key.as_bytes()));
+                self.spilled = true;
             }
         }
     }
@@ -247,10 +266,15 @@ impl ShardRecords {
     /// its place.
     fn remove(&mut self, h: u64, key: &[u8]) -> Option<Record> {
         let Some(i) = self.place_of(h, key) else {
-            return match self.more.find_entry(h, |r| r.key.is(key)) {
+            if !self.spilled {
+                return None;
+            }
+            let removed = match self.more.find_entry(h, |r| r.key.is(key)) {
                 Ok(r) => Some(r.remove().0),
                 Err(_) => None,
             };
+            self.spilled = !self.more.is_empty();
+            return removed;
         };
         let removed = self.places[i];
         self.tags[i] = 0;
@@ -260,11 +284,15 @@ impl ShardRecords {
 
     /// Moves a record of the overflow table, if any, into the empty place `i`.
     fn refill(&mut self, i: usize) {
+        if !self.spilled {
+            return;
+        }
         // The first record the overflow table yields; the iterator, dropped, keeps the rest.
         if let Some(r) = self.more.extract_if(|_| true).next() {
             self.tags[i] = tag(hash_bytes(r.key.as_bytes()));
             self.places[i] = r;
         }
+        self.spilled = !self.more.is_empty();
     }
 
     fn iter(&self) -> impl Iterator<Item = &Record> {
@@ -281,8 +309,9 @@ impl ShardRecords {
                 self.tags[i] = 0;
             }
         }
-        if !self.more.is_empty() {
+        if self.spilled {
             self.more.retain(&mut keep);
+            self.spilled = !self.more.is_empty();
             for i in 0..IN_PLACE {
                 if self.tags[i] == 0 {
                     self.refill(i);
@@ -374,7 +403,7 @@ impl HashTable {
     #[inline(always)]
     fn locked(&self, h: u64) -> parking_lot::MutexGuard<'_, ShardRecords> {
         let shard = &self.shards[(h >> 32) as usize & (self.shards.len() - 1)];
-        crate::isa::prefetch_range(shard as *const Shard, 1);
+        crate::isa::prefetch_range((shard as *const Shard).cast::<u8>(), SHARD_PREFETCH_BYTES);
         shard.lock()
     }
 
@@ -525,6 +554,29 @@ mod tests {
     fn key(job: u8, block: u32) -> [u8; 5] {
         let b = block.to_be_bytes();
         [job, b[0], b[1], b[2], b[3]]
+    }
+
+    /// The lock, the tags and the first place share a shard's first line, and the second
+    /// place ends within the lines `locked` asks for: what [`SHARD_PREFETCH_BYTES`] relies on.
+    #[test]
+    fn a_shards_lock_tags_and_first_places_sit_in_its_first_lines() {
+        let t = HashTable::new(16, 1).unwrap();
+        let shard: &Shard = &t.shards[0];
+        let base = (shard as *const Shard).addr();
+        let offset = |p: *const u8| p.addr() - base;
+        // The lock is the mutex's only other field: before the records, in the first line.
+        let records = offset(shard.data_ptr().cast_const().cast());
+        assert!(
+            (1..=8).contains(&records),
+            "records at {records}: the lock first"
+        );
+        let g = shard.lock();
+        let end = |p: *const u8, bytes: usize| offset(p) + bytes;
+        assert!(end(g.tags.as_ptr(), IN_PLACE) <= 64);
+        assert!(end((&raw const g.spilled).cast(), 1) <= 64);
+        let record = std::mem::size_of::<Record>();
+        assert!(end((&raw const g.places[0]).cast(), record) <= 64);
+        assert!(end((&raw const g.places[1]).cast(), record) <= SHARD_PREFETCH_BYTES);
     }
 
     #[test]
