@@ -978,8 +978,8 @@ fn configuration_is_validated() {
 /// [`PACKETS_PER_SCAN`] packets they have run, never with the machine's speed: however the
 /// threads are scheduled, the run spans at most `total / PACKETS_PER_SCAN` periods and 16
 /// more, far less than `keep_result_ns`. So kept Results never expire here (one that
-/// expired would take its block's finished marker with it, and a late packet of the block
-/// would start it again: a second Result).
+/// expired would no longer answer a late packet of its block, which would start the block
+/// again: a second Result).
 #[test]
 fn partial_results_race_with_adders_and_stay_exact() {
     const SOURCES: u8 = 8;
