@@ -95,14 +95,28 @@ fn install() -> (Arc<SharedMemory>, TrioMl, Program) {
     (mem, trio, program)
 }
 
+/// A packet's thread, held before an instruction until [`Held::release`].
+struct Held {
+    go: mpsc::Sender<()>,
+    thread: JoinHandle<HarnessOutcome>,
+}
+
+impl Held {
+    /// Lets the packet go on; its outcome once it has run to the end.
+    fn release(self) -> HarnessOutcome {
+        self.go.send(()).unwrap();
+        self.thread.join().expect("the held packet's thread")
+    }
+}
+
 /// Runs `frame` (from port `port`) on a thread of its own, held before its first
-/// `claim_slot` until the returned sender says go; returns once it is held there.
+/// `claim_slot` until it is released; returns once it is held there.
 fn hold_before_claim(
     mem: &Arc<SharedMemory>,
     program: &Program,
     port: Port,
     frame: Vec<u8>,
-) -> (mpsc::Sender<()>, JoinHandle<HarnessOutcome>) {
+) -> Held {
     let (at_claim_tx, at_claim) = mpsc::channel::<()>();
     let (go, go_rx) = mpsc::channel::<()>();
     let held = {
@@ -124,7 +138,16 @@ fn hold_before_claim(
     at_claim
         .recv_timeout(PATIENCE)
         .expect("the held packet reaches claim_slot");
-    (go, held)
+    Held { go, thread: held }
+}
+
+/// Three more scan periods, at 3, 4 and 5 ms (after the tests' own at 1 and 2 ms): time
+/// for a block started again to age out and send its Result; the packets they created.
+fn later_scans(h: &mut Harness, program: &Program) -> Vec<(Dest, Vec<u8>)> {
+    [3 * MS, 4 * MS, 5 * MS]
+        .into_iter()
+        .flat_map(|now| scan(h, program, now))
+        .collect()
 }
 
 /// The name of a verdict: a drop reason, or what else it was.
@@ -149,7 +172,7 @@ fn verdict_name(program: &Program, out: &HarnessOutcome) -> &'static str {
 #[test]
 fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
     let (mem, trio, program) = install();
-    let (go, held) = hold_before_claim(&mem, &program, 1, packet(5, 0, 1));
+    let held = hold_before_claim(&mem, &program, 1, packet(5, 0, 1));
 
     let mut h = Harness::new(mem.clone());
     let mut sent = Vec::new();
@@ -165,17 +188,14 @@ fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
     }
     assert_eq!(group_results(&sent), [(5, 0, 1), (5, 1, 2)]);
 
-    go.send(()).unwrap();
-    let out = held.join().expect("the held packet's thread");
+    let out = held.release();
     assert_eq!(
         verdict_name(&program, &out),
         "stale_gen",
         "a packet of a replaced generation is stale"
     );
     sent.extend(out.created);
-    for now in [3 * MS, 4 * MS, 5 * MS] {
-        sent.extend(scan(&mut h, &program, now));
-    }
+    sent.extend(later_scans(&mut h, &program));
     assert_eq!(
         group_results(&sent),
         [(5, 0, 1), (5, 1, 2)],
@@ -199,7 +219,7 @@ fn a_packet_held_before_it_creates_its_block_never_makes_a_second_result() {
 fn a_packet_held_before_it_creates_a_block_that_finished_is_answered_from_the_kept_result() {
     for completes in [false, true] {
         let (mem, trio, program) = install();
-        let (go, held) = hold_before_claim(&mem, &program, 1, packet(5, 0, 1));
+        let held = hold_before_claim(&mem, &program, 1, packet(5, 0, 1));
         let mut h = Harness::new(mem.clone());
         let mut sent = h.run(&program, 0, &packet(5, 0, 0)).created;
         if completes {
@@ -222,8 +242,7 @@ fn a_packet_held_before_it_creates_a_block_that_finished_is_answered_from_the_ke
             "the finished block left the active table"
         );
 
-        go.send(()).unwrap();
-        let out = held.join().expect("the held packet's thread");
+        let out = held.release();
         let want = if completes {
             "retransmit_answered"
         } else {
@@ -241,9 +260,7 @@ fn a_packet_held_before_it_creates_a_block_that_finished_is_answered_from_the_ke
             "completes: {completes}"
         );
         sent.extend(out.created);
-        for now in [3 * MS, 4 * MS, 5 * MS] {
-            sent.extend(scan(&mut h, &program, now));
-        }
+        sent.extend(later_scans(&mut h, &program));
         assert_eq!(
             group_results(&sent),
             [(5, 0, src_cnt)],
