@@ -510,12 +510,13 @@ mod fused_tail_add {
     const LM_AT: usize = pfemu::program::DEFAULT_HEAD_OFFSET;
 
     /// The add: 32-bit integer lanes, or FPISA on FP32 lanes (one word each); or no add,
-    /// the chunks written over the words.
+    /// the chunks written over the words (as they are, or as FPISA accumulators).
     #[derive(Clone, Copy, Debug)]
     enum Add {
         Int,
         Fpisa(Variant),
         Write,
+        FpisaWrite(Variant),
     }
 
     impl Add {
@@ -523,7 +524,7 @@ mod fused_tail_add {
         fn chunk_words(self) -> u64 {
             match self {
                 Add::Int | Add::Write => 8,
-                Add::Fpisa(_) => 16,
+                Add::Fpisa(_) | Add::FpisaWrite(_) => 16,
             }
         }
     }
@@ -558,6 +559,9 @@ mod fused_tail_add {
                 Add::Fpisa(v) => {
                     t.read_tail_post_fpisa_add_be(addr, tail_off, LM_AT, len, Format::Fp32, v)
                 }
+                Add::FpisaWrite(v) => {
+                    t.read_tail_post_fpisa_write_be(addr, tail_off, LM_AT, len, Format::Fp32, v)
+                }
             };
             match fused {
                 true => {
@@ -583,6 +587,10 @@ mod fused_tail_add {
                             Add::Fpisa(v) => {
                                 let at = addr + 16 * k as u64;
                                 t.post_fpisa_add_be(at, LM_AT, bytes, Format::Fp32, v)?
+                            }
+                            Add::FpisaWrite(v) => {
+                                let at = addr + 16 * k as u64;
+                                t.fpisa_write_be(at, LM_AT, bytes, Format::Fp32, v)?
                             }
                         }
                     }
@@ -652,7 +660,7 @@ mod fused_tail_add {
             odd in prop::sample::select(vec![0usize, 0, 0, 8, 24]),
             from_end in 0u64..700,
             fill in any::<u8>(),
-            add in prop::sample::select(vec![Add::Int, Add::Fpisa(Variant::Full), Add::Fpisa(Variant::Approx), Add::Write]),
+            add in prop::sample::select(vec![Add::Int, Add::Fpisa(Variant::Full), Add::Fpisa(Variant::Approx), Add::Write, Add::FpisaWrite(Variant::Full), Add::FpisaWrite(Variant::Approx)]),
             split in 0usize..72,
             then in prop::sample::select(vec![Then::Wait, Then::End, Then::PostWrite]),
         ) {

@@ -327,6 +327,77 @@ fn a_new_blocks_first_packet_writes_over_its_slots_old_sums() {
     assert_eq!(s.trio.job_state(3).unwrap().block_curr_cnt, 1);
 }
 
+/// With FPISA lanes the packet that creates a block writes its floats as accumulators over
+/// whatever its slot held, and a short last chunk writes the lines of its gradients only:
+/// blocks of 40 gradients (a buffer of five lines, so a last chunk's second line would lie
+/// in the next slot's buffer) are created next to live blocks in both orders, four at a
+/// time, with a different creator each round, and every Result is exact. Fails if the
+/// creator adds into the old sums, or writes its last chunk's two lines whole.
+#[test]
+fn an_fpisa_blocks_first_packet_writes_accumulators_over_its_slots_old_sums() {
+    use pfemu::fpisa::Variant;
+    use pfemu::microcode::trio_ml::Lanes;
+    // Integer-valued floats of one binade: FPISA adds them exactly, in any order.
+    let exact = |rng: &mut Rng| {
+        let v = 64.0 + (rng.next() % 64) as f32;
+        if rng.next().is_multiple_of(3) {
+            -v
+        } else {
+            v
+        }
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits() as i32).collect::<Vec<i32>>();
+    for variant in [Variant::Full, Variant::Approx] {
+        let mut j = job(3, &[0, 1, 2]);
+        j.block_grad_max = 40;
+        // Four live blocks and the four Results of the generation before, kept.
+        j.block_cnt_max = 8;
+        let cfg = TrioMlConfig {
+            lanes: Lanes::Fpisa(variant),
+            ..config()
+        };
+        let mut s = Setup::new(cfg, &[j]);
+        let mut rng = Rng(29);
+        for (gen, n) in [40, 33, 40, 1, 40, 17, 8, 40].into_iter().enumerate() {
+            let gen = gen as u16;
+            let mut blocks: Vec<u32> = (0..4).collect();
+            if gen % 2 == 1 {
+                blocks.reverse();
+            }
+            let g: Vec<Vec<Vec<f32>>> = (0..4)
+                .map(|_| {
+                    (0..3)
+                        .map(|_| (0..n).map(|_| exact(&mut rng)).collect())
+                        .collect()
+                })
+                .collect();
+            let srcs: Vec<u8> = (0..3).map(|k| (k + gen as u8) % 3).collect();
+            // Every block's first packet, then the others'.
+            for &b in &blocks {
+                let src = srcs[0];
+                let f = packet(3, b, gen, src, &bits(&g[b as usize][usize::from(src)]));
+                assert!(s.consumed(src.into(), &f).is_empty());
+            }
+            for &b in &blocks {
+                let mut created = Vec::new();
+                for &src in &srcs[1..] {
+                    let f = packet(3, b, gen, src, &bits(&g[b as usize][usize::from(src)]));
+                    created = s.consumed(src.into(), &f);
+                }
+                let v = &g[b as usize];
+                let sums: Vec<f32> = (0..n).map(|i| v[0][i] + v[1][i] + v[2][i]).collect();
+                assert_eq!(created.len(), 1, "{variant:?} generation {gen} block {b}");
+                assert_eq!(
+                    created[0].1,
+                    expected_result(3, b, gen, 3, false, &bits(&sums)),
+                    "{variant:?} generation {gen} block {b}: {n} gradients"
+                );
+            }
+        }
+        assert_eq!(s.trio.job_state(3).unwrap().block_curr_cnt, 4);
+    }
+}
+
 #[test]
 fn a_repeated_source_is_never_added_twice_and_gets_the_kept_result() {
     let mut s = Setup::new(config(), &[job(1, &[0, 1, 2])]);

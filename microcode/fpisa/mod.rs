@@ -8,9 +8,11 @@
 //! ([`pfemu::fpisa::Acc`]). The packet's floats are added into the block's accumulators by the
 //! RMW engines' shift-and-add ([`pfemu::mem::SharedMemory::fpisa_add_be`]: the memory unit the
 //! paper proposes, which may shift the stored mantissa), 16 lanes per XTXN, posted and merged
-//! per packet like Trio-ML's vector adds. When a block completes (or its stragglers are given
-//! up on), the Result builder reads the sums and renormalizes each into FP32 (the paper's
-//! egress step, MAU5 to MAU8), so the Result carries floats again. A sum whose mantissa
+//! per packet like Trio-ML's vector adds; a block's first packet writes its floats as the
+//! accumulators they make in empty ones instead ([`write_chunk`]), as Trio-ML's first packet
+//! writes its lanes, so a new block's buffer is never zeroed. When a block completes (or its
+//! stragglers are given up on), the Result builder reads the sums and renormalizes each into
+//! FP32 (the paper's egress step, MAU5 to MAU8), so the Result carries floats again. A sum whose mantissa
 //! overflowed the headroom is carried as its saturated, finite value (see
 //! [`pfemu::fpisa`], "Overflow of the mantissa"); the overflow shows only in the program's
 //! counter ([`TrioMl::fpisa_events`]).
@@ -19,7 +21,7 @@
 //! generations and loss recovery, the timer threads' straggler scan and partial Results. So
 //! this module is the FPISA-specific part only:
 //! - the program steps Trio-ML's program runs for FPISA lanes ([`add_chunk`],
-//!   [`count_events`], [`pull_fp32_sums`]);
+//!   [`write_chunk`] for a block's first packet, [`count_events`], [`pull_fp32_sums`]);
 //! - a front door: [`config`] and [`install`] set Trio-ML up with
 //!   [`Lanes::Fpisa`], [`worker_config`] and
 //!   [`worker`] make an end host that sends and receives floats.
@@ -136,6 +138,35 @@ pub fn add_tail_chunks(
     bytes: usize,
 ) -> Result<(), Fault> {
     t.read_tail_post_fpisa_add_be(addr, tail_offset, lm_offset, bytes, Format::Fp32, variant)
+}
+
+/// The first contents of a block's buffer: the accumulators that adding the `bytes / 4` FP32
+/// gradients at `lm_offset` into empty ones leaves, written over the words from `addr`
+/// whatever they held ([`Thread::fpisa_write_be`]). For the packet that creates its block,
+/// instead of zeroing the buffer and adding into it.
+#[inline]
+pub fn write_chunk(
+    t: &mut Thread<'_>,
+    variant: Variant,
+    addr: Addr,
+    lm_offset: usize,
+    bytes: usize,
+) -> Result<(), Fault> {
+    t.fpisa_write_be(addr, lm_offset, bytes, Format::Fp32, variant)
+}
+
+/// [`write_chunk`] for `bytes` of whole 64-byte chunks read from the tail at `tail_offset`,
+/// through local memory at `lm_offset`, in one call
+/// ([`Thread::read_tail_post_fpisa_write_be`], posted).
+pub fn write_tail_chunks(
+    t: &mut Thread<'_>,
+    variant: Variant,
+    addr: Addr,
+    tail_offset: usize,
+    lm_offset: usize,
+    bytes: usize,
+) -> Result<(), Fault> {
+    t.read_tail_post_fpisa_write_be(addr, tail_offset, lm_offset, bytes, Format::Fp32, variant)
 }
 
 /// Once a packet's adds have landed ([`Thread::wait_posted`]): adds their events (FPISA-A's

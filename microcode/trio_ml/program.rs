@@ -7,13 +7,13 @@
 //! lookup_block --miss--> lookup_result --same gen--> answer_result
 //!   | hit                                    | miss or newer gen        (the kept Result,
 //!   |                                        v                          to the source)
-//!   |    create_block -> claim_slot -> zero_buffer -> insert_block ----------+ new (FPISA)
-//!   v                                     (another thread created it) |       |
-//! check_source <------------------------------------------------------+       |
-//!   v                                                                         |
-//! join_block --closed--> leave_block --> lookup_result (answer, or drop)      |
-//!   v                                                                         |
-//! aggregate_head <------------------------------------------------------------+
+//!   |    create_block -> claim_slot ----------------------------------------------+ new
+//!   v         (another thread created it) |                                      |
+//! check_source <--------------------------+                                      |
+//!   v                                                                            |
+//! join_block --closed--> leave_block --> lookup_result (answer, or drop)         |
+//!   v                                                                            |
+//! aggregate_head <---------------------------------------------------------------+
 //!   v
 //! aggregate_tail (the loop over 64-byte chunks, up to 4 KB per instruction)
 //!   v
@@ -21,8 +21,8 @@
 //!   v
 //! leave_block --last one out of a closed block--> finish_block --> consume
 //!
-//! new block, integer lanes: claim_slot -> aggregate_head -> aggregate_tail (writing the
-//!   packet's gradients over the buffer's lines) -> insert_block -> complete_check
+//! new block: claim_slot -> aggregate_head -> aggregate_tail (writing the packet's
+//!   gradients over the buffer's lines) -> insert_block -> complete_check
 //!
 //! finish_block (subroutine): keep_result -> release_block -> free_replaced -> build_result
 //!                             [-> free_own, when the Result is not kept]
@@ -107,8 +107,8 @@ pfemu::registers! {
     R_AFTER: After,
     /// Set when the block was closed before this packet could join it.
     R_CLOSING: bool,
-    /// Set while this packet creates its block with integer lanes: its gradients are
-    /// written into the block's buffer, not added, before the record is published.
+    /// Set while this packet creates its block: its gradients are written into the block's
+    /// buffer, not added, before the record is published.
     R_CREATOR: bool,
     /// The job's `block_cnt_max` and `block_grad_max` (while creating a block).
     R_CNT_MAX: u32,
@@ -315,14 +315,28 @@ fn drop_as(r: TrioMlDrop) -> InstrResult {
 /// `addr` with the engine's shift-and-add instead ([`fpisa::add_chunk`]), posted and merged
 /// the same way.
 ///
-/// The packet that creates its block (with integer lanes, [`R_CREATOR`]) writes the chunk
-/// over the line instead, one 64-byte write XTXN: its buffer holds whatever its slot held
-/// last, and the first packet's lanes are what adding them into zeros would leave.
-#[inline]
-fn add_chunk(t: &mut Thread<'_>, lanes: Lanes, addr: Addr, lm_offset: usize) -> Result<(), Fault> {
+/// The packet that creates its block ([`R_CREATOR`]) writes the chunk over the buffer
+/// instead: its buffer holds whatever its slot held last, and the first packet's lanes are
+/// what adding them into zeros would leave. With integer lanes that is one 64-byte write
+/// XTXN; with FPISA lanes the accumulators the floats make ([`fpisa::write_chunk`]), the
+/// lines of the chunk's `grads` gradients only (a short last chunk's second line may lie
+/// past the buffer's end).
+#[inline(always)]
+fn add_chunk(
+    t: &mut Thread<'_>,
+    lanes: Lanes,
+    addr: Addr,
+    lm_offset: usize,
+    grads: usize,
+) -> Result<(), Fault> {
     match lanes {
         Lanes::Int32 if t.get(R_CREATOR) => t.mem_write(addr, lm_offset, LINE_BYTES),
         Lanes::Int32 => t.post_vadd32_be(addr, lm_offset, LINE_BYTES),
+        Lanes::Fpisa(variant) if t.get(R_CREATOR) => {
+            // Whole lines of accumulator words: 8 gradients each.
+            let bytes = grads.next_multiple_of(LINE_BYTES / 8) * GRAD_BYTES;
+            fpisa::write_chunk(t, variant, addr, lm_offset, bytes)
+        }
         Lanes::Fpisa(variant) => fpisa::add_chunk(t, variant, addr, lm_offset, LINE_BYTES),
     }
 }
@@ -343,6 +357,9 @@ fn add_tail_chunks(
             t.read_tail_post_write(addr, tail_offset, lm_offset, bytes)
         }
         Lanes::Int32 => t.read_tail_post_vadd32_be(addr, tail_offset, lm_offset, bytes),
+        Lanes::Fpisa(variant) if t.get(R_CREATOR) => {
+            fpisa::write_tail_chunks(t, variant, addr, tail_offset, lm_offset, bytes)
+        }
         Lanes::Fpisa(variant) => {
             fpisa::add_tail_chunks(t, variant, addr, tail_offset, lm_offset, bytes)
         }
@@ -498,7 +515,6 @@ pfemu::labels!(
         answered_late,
         create_block,
         claim_slot,
-        zero_buffer,
         insert_block,
         check_source,
         join_block,
@@ -568,7 +584,7 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     parse_phase(&mut p, l, &c, tables);
     lookup_phase(&mut p, l, &c, tables);
     create_phase(&mut p, l, &c, tables);
-    publish_phase(&mut p, l, &c, tables);
+    publish_phase(&mut p, l, tables);
     join_phase(&mut p, l, &c, tables);
     aggregate_phase(&mut p, l, &c, tables);
     finish_phase(&mut p, l, &c, tables);
@@ -866,46 +882,23 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         };
         t.set(R_BLK, layout.slot(k));
         t.set(R_BUF, layout.buffer(t.get(R_BUFS), k));
-        Ok(Goto(match lanes {
-            // The packet's own gradients become the buffer's first contents: written over
-            // whatever the slot held, the lines past them zeroed with the last chunk's
-            // padding, before the record is published (no other packet can add meanwhile).
-            Lanes::Int32 => {
-                t.set(R_CREATOR, true);
-                l.aggregate_head
-            }
-            // An FPISA accumulator word is not a lane's bits: zero, then add.
-            Lanes::Fpisa(_) => l.zero_buffer,
-        }))
+        // The packet's own gradients become the buffer's first contents: written over
+        // whatever the slot held (as accumulators, with FPISA lanes), the lines past them
+        // zeroed with the last chunk's padding, before the record is published (no other
+        // packet can add meanwhile).
+        t.set(R_CREATOR, true);
+        Ok(Goto(l.aggregate_head))
     });
 }
 
-/// Step 3, continued: zero the block's buffer (FPISA; a creator with integer lanes writes
-/// its gradients instead) and publish its record.
-fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let Ctx { lanes, .. } = *c;
-
-    // Zero the part of the buffer the block uses (whole lines, up to 4 KB per XTXN).
-    p.instr(l.zero_buffer, move |t| {
-        let bytes = (u64::from(t.get(R_GRAD_CNT)) * lanes.buffer_bytes())
-            .next_multiple_of(LINE_BYTES as u64) as usize;
-        let buf = t.get(R_BUF);
-        for done in (0..bytes).step_by(MAX_VADD_BYTES) {
-            let n = (bytes - done).min(MAX_VADD_BYTES);
-            t.mem_zero(buf + (done / 8) as u64, n)?;
-        }
-        Ok(Goto(l.insert_block))
-    });
-
+/// Step 3, continued: publish the new block's record, its creator's gradients written.
+fn publish_phase(p: &mut ProgramBuilder, l: Labels, tables: &Tables) {
     // Write the block record (this packet's source already received and in flight), then
     // publish it in the hash table.
     let active = tables.active.clone();
     p.instr(l.insert_block, move |t| {
-        // A creator's gradients are in the buffer before anyone can find the block.
-        let creator = t.get(R_CREATOR);
-        if creator {
-            t.wait_posted();
-        }
+        // The creator's gradients are in the buffer before anyone can find the block.
+        t.wait_posted();
         let (rec, job, buf) = (t.get(R_BLK), t.get(R_JOB), t.get(R_BUF));
         let (block, gen, src) = (t.get(R_BLOCK_ID), t.get(R_GEN_ID), t.get(R_SRC_ID));
         let (exp, grad_cnt, now) = (t.get(R_EXP), t.get(R_GRAD_CNT), t.now_ns());
@@ -933,11 +926,7 @@ fn publish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         // Publish the record under the key this thread claimed.
         t.hash_update(&active, &key, rec)?;
         count_block(t, job)?;
-        Ok(Goto(if creator {
-            l.complete_check
-        } else {
-            l.aggregate_head
-        }))
+        Ok(Goto(l.complete_check))
     });
 }
 
@@ -1021,6 +1010,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
                 lanes,
                 buf + (c as u64) * lanes.chunk_words(),
                 grads + c * LINE_BYTES,
+                CHUNK_GRADS,
             )?;
         }
         t.set(R_CHUNK, chunks);
@@ -1071,7 +1061,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
                         bytes - from_head,
                     )?;
                 }
-                add_chunk(t, lanes, addr, LM_SCRATCH)?;
+                add_chunk(t, lanes, addr, LM_SCRATCH, bytes / GRAD_BYTES)?;
                 1
             };
             t.set(R_CHUNK, c + staged);

@@ -44,6 +44,16 @@ with_avx2! {
     }
 }
 
+with_avx2! {
+    /// The accumulator words the FP32 lanes of `src` (network order) leave when added into
+    /// empty accumulators, written over `words` whatever they hold: [`fpisa_fp32_be`]'s fast
+    /// path without its test of the words, for a buffer's first contents. Special lanes
+    /// leave their word 0; the return value says whether there were any.
+    pub(crate) fn fpisa_fp32_fresh_be(words: &mut [u64], src: &[u8]) -> bool {
+        fpisa_fp32_into_empty(words, src)
+    }
+}
+
 /// Lanes per block of the FPISA kernels: a fixed count, so the compiler vectorises each
 /// block whole (16 lanes of 32 bits are one AVX-512 register) instead of splitting the
 /// loop into a vector part and a scalar tail at a length it does not know.
@@ -322,19 +332,47 @@ pub(crate) fn add_fp32_words(
 ) {
     let mut events = [0u64; 3];
     if fpisa_fp32_be(words, src, variant == Variant::Approx, &mut events) {
-        for (w, lane) in words.iter_mut().zip(src.chunks_exact(4)) {
-            let bits = u32::from_be_bytes([lane[0], lane[1], lane[2], lane[3]]);
-            if !fp32_plain(bits) {
-                let mut acc = Acc::from_word(*w);
-                let e = acc.add_bits(bits, Format::Fp32, variant);
-                *w = acc.to_word();
-                events[0] += u64::from(e.overwrite);
-                events[1] += u64::from(e.left_shift);
-                events[2] += u64::from(e.overflow);
-            }
+        add_special_lanes(words, src, variant, &mut events);
+    }
+    count(counts, words.len(), events);
+}
+
+/// [`add_fp32_words`] into empty accumulators, whatever `words` holds: each word is set to
+/// what adding its lane into an empty accumulator leaves (the words zeroing and then adding
+/// would leave, with the same counts), in one pass that reads none of them.
+pub(crate) fn write_fp32_words(
+    words: &mut [u64],
+    src: &[u8],
+    variant: Variant,
+    counts: &mut FpisaCounts,
+) {
+    let mut events = [0u64; 3];
+    if fpisa_fp32_fresh_be(words, src) {
+        add_special_lanes(words, src, variant, &mut events);
+    }
+    count(counts, words.len(), events);
+}
+
+/// The lanes the kernels leave alone (neither normal nor zero), added one by one with
+/// [`Acc::add_bits`], their events into `events`.
+#[cold]
+fn add_special_lanes(words: &mut [u64], src: &[u8], variant: Variant, events: &mut [u64; 3]) {
+    for (w, lane) in words.iter_mut().zip(src.chunks_exact(4)) {
+        let bits = u32::from_be_bytes([lane[0], lane[1], lane[2], lane[3]]);
+        if !fp32_plain(bits) {
+            let mut acc = Acc::from_word(*w);
+            let e = acc.add_bits(bits, Format::Fp32, variant);
+            *w = acc.to_word();
+            events[0] += u64::from(e.overwrite);
+            events[1] += u64::from(e.left_shift);
+            events[2] += u64::from(e.overflow);
         }
     }
-    counts.adds += words.len() as u64;
+}
+
+/// Adds `lanes` adds and their `events` (overwrites, left shifts, overflows) to `counts`.
+fn count(counts: &mut FpisaCounts, lanes: usize, events: [u64; 3]) {
+    counts.adds += lanes as u64;
     counts.overwrites += events[0];
     counts.left_shifts += events[1];
     counts.overflows += events[2];
@@ -490,6 +528,42 @@ mod tests {
                     0
                 };
                 prop_assert_eq!(*w, want, "lane {:#010x}", bits);
+            }
+        }
+
+        /// Writing lanes over any words leaves what zeroing the words and adding the lanes
+        /// leaves, with the same counts: lanes of every kind (specials included), both
+        /// variants, every build.
+        #[test]
+        fn writing_fp32_lanes_is_adding_them_into_zeros(
+            lanes in proptest::collection::vec((any::<u32>(), 0u32..6, any::<u64>()), 1..80),
+            approx in any::<bool>(),
+        ) {
+            use crate::fpisa::{FpisaCounts, Variant};
+            let variant = if approx { Variant::Approx } else { Variant::Full };
+            let src: Vec<u8> = lanes
+                .iter()
+                .map(|&(bits, kind, _)| match kind {
+                    0 => bits & 0x8000_0000,
+                    1 => (bits & 0x807F_FFFF).max(1),
+                    2 => bits | 0x7F80_0000,
+                    _ => (bits & 0x807F_FFFF) | (((bits >> 23) & 0xFF).clamp(1, 254) << 23),
+                })
+                .flat_map(u32::to_be_bytes)
+                .collect();
+            let old: Vec<u64> = lanes.iter().map(|&(_, _, w)| w).collect();
+            let mut want = vec![0u64; lanes.len()];
+            let mut want_counts = FpisaCounts::default();
+            add_fp32_words(&mut want, &src, variant, &mut want_counts);
+            for isa in ALL {
+                let (words, counts) = capped(isa, || {
+                    let mut w = old.clone();
+                    let mut c = FpisaCounts::default();
+                    write_fp32_words(&mut w, &src, variant, &mut c);
+                    (w, c)
+                });
+                prop_assert_eq!(&words, &want, "{:?}", isa);
+                prop_assert_eq!(counts, want_counts, "{:?}", isa);
             }
         }
 

@@ -20,7 +20,7 @@
 
 use super::bank::update;
 use super::{Addr, MemFault, SharedMemory};
-use crate::fpisa::lanes::add_fp32_words;
+use crate::fpisa::lanes::{add_fp32_words, write_fp32_words};
 use crate::fpisa::{self, Acc, Decomposed, Events, Format, FpisaCounts, Variant};
 
 /// Most lanes one [`SharedMemory::fpisa_add_lanes`] or [`SharedMemory::fpisa_add_be`] request
@@ -58,7 +58,7 @@ impl SharedMemory {
     ) -> Result<Events, MemFault> {
         let x = fpisa::decompose(bits, fmt);
         let mut c = FpisaCounts::default();
-        self.fpisa_apply(addr, 1, |_| x, variant, &mut c)?;
+        self.fpisa_apply(addr, 1, |_| x, variant, AddTo::Sums, &mut c)?;
         Ok(Events {
             overwrite: c.overwrites > 0,
             left_shift: c.left_shifts > 0,
@@ -84,6 +84,7 @@ impl SharedMemory {
             lanes.len(),
             |i| fpisa::decompose(lanes[i], fmt),
             variant,
+            AddTo::Sums,
             &mut counts,
         )?;
         Ok(counts)
@@ -99,6 +100,34 @@ impl SharedMemory {
         fmt: Format,
         variant: Variant,
     ) -> Result<FpisaCounts, MemFault> {
+        self.fpisa_be(addr, data, fmt, variant, AddTo::Sums)
+    }
+
+    /// Writes the accumulator words that adding `data`'s lanes into empty accumulators
+    /// leaves ([`SharedMemory::fpisa_add_be`] into words that were all zeroed, with the same
+    /// events), whatever the words held: a buffer's first contents, in one pass instead of a
+    /// zeroing and an add. Each word is written atomically; the same lanes and faults as
+    /// [`SharedMemory::fpisa_add_be`]. In hardware this is a plain write: splitting a float
+    /// into an empty accumulator's exponent and mantissa takes a few shifts and masks.
+    pub fn fpisa_write_be(
+        &self,
+        addr: Addr,
+        data: &[u8],
+        fmt: Format,
+        variant: Variant,
+    ) -> Result<FpisaCounts, MemFault> {
+        self.fpisa_be(addr, data, fmt, variant, AddTo::Empty)
+    }
+
+    /// [`SharedMemory::fpisa_add_be`] into the words as they are, or as if they were empty.
+    fn fpisa_be(
+        &self,
+        addr: Addr,
+        data: &[u8],
+        fmt: Format,
+        variant: Variant,
+        into: AddTo,
+    ) -> Result<FpisaCounts, MemFault> {
         let width = lane_bytes(fmt);
         if data.is_empty() || !data.len().is_multiple_of(width) {
             return Err(MemFault::BadSize { bytes: data.len() });
@@ -112,9 +141,13 @@ impl SharedMemory {
             if let Some(off) = self.acc_offset(addr, n as u64) {
                 // As `vadd32_be`'s: the cold lanes asked for before the stripe's lock.
                 crate::isa::prefetch_range(data.as_ptr(), data.len());
+                let kernel = match into {
+                    AddTo::Sums => add_fp32_words,
+                    AddTo::Empty => write_fp32_words,
+                };
                 self.acc_locked(off, n as u64, |first, piece| {
                     let src = &data[first * 4..(first + piece.len()) * 4];
-                    add_fp32_words(piece, src, variant, &mut counts);
+                    kernel(piece, src, variant, &mut counts);
                 });
                 return Ok(counts);
             }
@@ -126,6 +159,7 @@ impl SharedMemory {
                 n,
                 |i| fpisa::decompose(be_lane(data, i, 4), Format::Fp32),
                 variant,
+                into,
                 &mut counts,
             )?,
             Format::Fp16 | Format::Bf16 => self.fpisa_apply(
@@ -133,25 +167,31 @@ impl SharedMemory {
                 n,
                 |i| fpisa::decompose(be_lane(data, i, 2), fmt),
                 variant,
+                into,
                 &mut counts,
             )?,
         }
         Ok(counts)
     }
 
-    /// Adds lane `i`'s value to word `addr + i` for `i < n`, each word atomically, counting
-    /// the events in `counts`.
+    /// Adds lane `i`'s value to word `addr + i` for `i < n` (or to an empty accumulator,
+    /// the result written over the word), each word atomically, counting the events in
+    /// `counts`.
     fn fpisa_apply(
         &self,
         addr: Addr,
         n: usize,
         lane: impl Fn(usize) -> Decomposed,
         variant: Variant,
+        into: AddTo,
         counts: &mut FpisaCounts,
     ) -> Result<(), MemFault> {
         let words = n as u64;
         let add = |w: u64, x: Decomposed| {
-            let mut a = Acc::from_word(w);
+            let mut a = Acc::from_word(match into {
+                AddTo::Sums => w,
+                AddTo::Empty => 0,
+            });
             let e = a.add(x, variant);
             (a.to_word(), e)
         };
@@ -188,6 +228,15 @@ impl SharedMemory {
     pub fn fpisa_read(&self, addr: Addr) -> Result<Acc, MemFault> {
         Ok(Acc::from_word(self.read_u64(addr)?))
     }
+}
+
+/// What an FPISA request adds its lanes into.
+#[derive(Clone, Copy)]
+enum AddTo {
+    /// The accumulators the words hold.
+    Sums,
+    /// Empty accumulators: the words are written, whatever they held.
+    Empty,
 }
 
 fn check_lanes(n: usize) -> Result<(), MemFault> {
@@ -268,6 +317,81 @@ mod tests {
         m.fpisa_add_be(a + 8, &[0x3F, 0xC0], Format::Bf16, Variant::Full)
             .unwrap();
         assert_eq!(m.fpisa_read(a + 8).unwrap().value(Format::Bf16), 0x3FC0);
+    }
+
+    /// A write leaves what zeroing the words and adding the lanes leaves, with the same
+    /// counts, over words holding anything: every region (the accumulator's lanes straddle
+    /// two stripes), every format, both variants, special lanes among them. A faulting
+    /// write writes nothing.
+    #[test]
+    fn a_write_is_an_add_into_zeroed_words_in_every_region_and_format() {
+        let m = mem();
+        // FP32: normal values of both signs, zeros, a subnormal, an infinity, a NaN.
+        let fp32: Vec<u32> = [
+            1.5f32,
+            -2.0,
+            0.0,
+            -0.0,
+            3.0e-39,
+            f32::INFINITY,
+            f32::NAN,
+            1e30,
+        ]
+        .iter()
+        .cycle()
+        .take(40)
+        .enumerate()
+        .map(|(i, v)| (v * (1.0 + i as f32 / 64.0)).to_bits())
+        .collect();
+        let half: Vec<u32> = (0..40u32).map(|i| (i * 0x1357 + 0x3C00) & 0xFFFF).collect();
+        for a in bases(&m) {
+            for (fmt, lanes) in [
+                (Format::Fp32, &fp32),
+                (Format::Fp16, &half),
+                (Format::Bf16, &half),
+            ] {
+                let width = (fmt.width() / 8) as usize;
+                let be: Vec<u8> = lanes
+                    .iter()
+                    .flat_map(|b| b.to_be_bytes()[4 - width..].to_vec())
+                    .collect();
+                for v in [Variant::Full, Variant::Approx] {
+                    let old = |i: u64| 0x8123_4567_89AB_CDEFu64.rotate_left(i as u32);
+                    for i in 0..lanes.len() as u64 {
+                        m.write_u64(a + i, 0).unwrap();
+                    }
+                    let want = m.fpisa_add_be(a, &be, fmt, v).unwrap();
+                    let sums: Vec<u64> = (0..lanes.len() as u64)
+                        .map(|i| m.read_u64(a + i).unwrap())
+                        .collect();
+                    for i in 0..lanes.len() as u64 {
+                        m.write_u64(a + i, old(i)).unwrap();
+                    }
+                    let got = m.fpisa_write_be(a, &be, fmt, v).unwrap();
+                    assert_eq!(got, want, "counts, {fmt:?} {v:?} at {a:#x}");
+                    for (i, &w) in sums.iter().enumerate() {
+                        let at = a + i as u64;
+                        assert_eq!(m.read_u64(at).unwrap(), w, "{fmt:?} {v:?} word {at:#x}");
+                    }
+                }
+            }
+        }
+        let end = m.region(Region::Sram).end;
+        m.write_u64(end - 2, 7).unwrap();
+        let four = [0x3F, 0x80, 0, 0].repeat(4);
+        assert!(matches!(
+            m.fpisa_write_be(end - 2, &four, Format::Fp32, Variant::Full),
+            Err(MemFault::OutOfRange { .. })
+        ));
+        assert_eq!(
+            m.read_u64(end - 2).unwrap(),
+            7,
+            "nothing written on a fault"
+        );
+        assert_eq!(
+            m.fpisa_write_be(0, &[1, 2, 3], Format::Fp32, Variant::Full),
+            Err(MemFault::BadSize { bytes: 3 })
+        );
     }
 
     #[test]

@@ -143,13 +143,16 @@ struct TailSpan {
 }
 
 /// The posted XTXN of a [`TailSpan`]: the add [`Thread::read_tail_post_vadd32_be`] and its
-/// FPISA twin make, or the write [`Thread::read_tail_post_write`] makes.
+/// FPISA twin make, or the write [`Thread::read_tail_post_write`] (or its FPISA twin) makes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum TailAdd {
     Vadd32,
     Fpisa(crate::fpisa::Format, crate::fpisa::Variant),
     /// Not an add: the chunks written over the words ([`SharedMemory::write_lines`]).
     Write,
+    /// Not an add: the accumulators the lanes make, written over the words
+    /// ([`SharedMemory::fpisa_write_be`]).
+    FpisaWrite(crate::fpisa::Format, crate::fpisa::Variant),
 }
 
 #[inline]
@@ -670,8 +673,32 @@ impl<'a> Thread<'a> {
         Ok(())
     }
 
-    /// The events of this thread's posted FPISA adds applied since the last call (after
-    /// [`Thread::wait_posted`], all of them so far).
+    /// Writes the FPISA accumulator words that adding the big-endian `fmt` lanes in `len`
+    /// bytes of local memory at `lm_offset` into empty accumulators leaves, one word per
+    /// lane from `addr`, whatever the words held ([`SharedMemory::fpisa_write_be`]): a
+    /// buffer's first contents without zeroing it first. Counted as one `write` XTXN per
+    /// 64 bytes of words (8 lanes) or part of them: splitting a float into an empty
+    /// accumulator is the thread's own shifts and masks. Its events (special lanes only) are
+    /// collected with the posted adds' by [`Thread::take_fpisa_counts`].
+    pub fn fpisa_write_be(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        len: usize,
+        fmt: crate::fpisa::Format,
+        variant: crate::fpisa::Variant,
+    ) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, len)?;
+        let counts = self
+            .mem
+            .fpisa_write_be(addr, &self.core.lm[range], fmt, variant)?;
+        self.core.xtxns[XtxnKind::Write.index()] += counts.adds.div_ceil(8);
+        self.core.posted.note_fpisa_counts(&counts);
+        Ok(())
+    }
+
+    /// The events of this thread's posted FPISA adds (and its FPISA writes) applied since
+    /// the last call (after [`Thread::wait_posted`], all of them so far).
     pub fn take_fpisa_counts(&mut self) -> crate::fpisa::FpisaCounts {
         self.core.posted.take_fpisa_counts()
     }
@@ -853,6 +880,24 @@ impl<'a> Thread<'a> {
         self.read_tail_post(addr, tail_offset, lm_offset, len, add)
     }
 
+    /// [`Thread::read_tail_post_fpisa_add_be`] with writes for adds: the tail's 64-byte
+    /// chunks read through local memory at `lm_offset` and each written as accumulators from
+    /// `addr` ([`Thread::fpisa_write_be`]; an FP32 chunk is two lines of words, two `write`
+    /// XTXNs), posted like the adds and with the same faults and local memory. For an FPISA
+    /// buffer's first contents: the words adding the lanes into zeros would leave.
+    pub fn read_tail_post_fpisa_write_be(
+        &mut self,
+        addr: Addr,
+        tail_offset: usize,
+        lm_offset: usize,
+        len: usize,
+        fmt: crate::fpisa::Format,
+        variant: crate::fpisa::Variant,
+    ) -> Result<(), Fault> {
+        let add = TailAdd::FpisaWrite(fmt, variant);
+        self.read_tail_post(addr, tail_offset, lm_offset, len, add)
+    }
+
     fn read_tail_post(
         &mut self,
         addr: Addr,
@@ -877,15 +922,18 @@ impl<'a> Thread<'a> {
                 XtxnKind::VAdd32x16,
                 1,
             ),
-            TailAdd::Fpisa(fmt, _) => {
+            TailAdd::Fpisa(fmt, _) | TailAdd::FpisaWrite(fmt, _) => {
                 let width = (fmt.width() / 8) as usize;
                 let lanes = CHUNK / width;
-                let adds = lanes.div_ceil(16) as u64;
+                let (kind, per_chunk) = match add {
+                    TailAdd::FpisaWrite(..) => (XtxnKind::Write, lanes.div_ceil(8)),
+                    _ => (XtxnKind::FpisaAdd16, lanes.div_ceil(16)),
+                };
                 (
                     lanes,
                     crate::mem::MAX_FPISA_LANES * width,
-                    XtxnKind::FpisaAdd16,
-                    adds,
+                    kind,
+                    per_chunk as u64,
                 )
             }
         };
@@ -912,6 +960,10 @@ impl<'a> Thread<'a> {
                     TailAdd::Vadd32 => self.post_vadd32_be(at, lm_offset, bytes)?,
                     TailAdd::Fpisa(fmt, variant) => {
                         self.post_fpisa_add_be(at, lm_offset, bytes, fmt, variant)?
+                    }
+                    TailAdd::FpisaWrite(fmt, variant) => {
+                        self.wait_posted();
+                        self.fpisa_write_be(at, lm_offset, bytes, fmt, variant)?
                     }
                 }
             }
@@ -998,6 +1050,10 @@ impl<'a> Thread<'a> {
             TailAdd::Fpisa(fmt, variant) => self
                 .mem
                 .fpisa_add_be(addr, data, fmt, variant)
+                .map(|c| self.core.posted.note_fpisa_counts(&c)),
+            TailAdd::FpisaWrite(fmt, variant) => self
+                .mem
+                .fpisa_write_be(addr, data, fmt, variant)
                 .map(|c| self.core.posted.note_fpisa_counts(&c)),
         };
         debug_assert!(
