@@ -91,8 +91,10 @@
 //!   whatever its last block left, and the first packet's lanes, with the last chunk's
 //!   zero padding, are exactly what zeroing the buffer and adding them would leave. The
 //!   paper does not say how a new block's buffer is cleared; writing saves a pass over
-//!   4 KB of lines nobody has touched for a generation. (FPISA's accumulator words are
-//!   not a lane's bits: its creator zeroes the buffer, then adds.)
+//!   4 KB of lines nobody has touched for a generation. With FPISA lanes the creator
+//!   writes the accumulators its floats make in empty ones (`Thread::fpisa_write_be`),
+//!   the lines of its gradients only: a short last chunk's second line may lie in the next
+//!   slot's buffer.
 //! - **Block records** (Figure 18) live in slots and are found through the `active` hash
 //!   table, keyed `[job_id, run_id, block_id, gen_id]` (8 bytes): the paper keys by job and
 //!   block id; the generation is added so consecutive uses of a block id are separate
