@@ -12,8 +12,8 @@
 //! accumulators they make in empty ones instead ([`write_chunk`]), as Trio-ML's first packet
 //! writes its lanes, so a new block's buffer is never zeroed. When a block completes (or its
 //! stragglers are given up on), the Result builder reads the sums and renormalizes each into
-//! FP32 (the paper's egress step, MAU5 to MAU8), so the Result carries floats again. A sum whose mantissa
-//! overflowed the headroom is carried as its saturated, finite value (see
+//! FP32 (the paper's egress step, MAU5 to MAU8), so the Result carries floats again. A sum
+//! whose mantissa overflowed the headroom is carried as its saturated, finite value (see
 //! [`pfemu::fpisa`], "Overflow of the mantissa"); the overflow shows only in the program's
 //! counter ([`TrioMl::fpisa_events`]).
 //!
