@@ -8,7 +8,8 @@
 //!   | hit                                    | miss or newer gen        (the kept Result,
 //!   |                                        v                          to the source)
 //!   |    create_block -> claim_slot ----------------------------------------------+ new
-//!   v         (another thread created it) |                                      |
+//!   |    (another thread created it:      |                                      |
+//!   v     lookup_block again, a hit)      |                                      |
 //! check_source <--------------------------+                                      |
 //!   v                                                                            |
 //! join_block --closed--> leave_block --> lookup_result (answer, or drop)         |
