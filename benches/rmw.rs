@@ -14,8 +14,9 @@
 //! for an interleaved comparison of all of them (see `vadd_interleaved`).
 //!
 //! The `fpisa` group measures FPISA's shift-and-add of 1024 FP32 lanes into accumulator words
-//! (`SharedMemory::fpisa_add_be`, both variants) next to the integer vector add of as many
-//! lanes into the same region, and the renormalization of 1024 sums into FP32
+//! (`SharedMemory::fpisa_add_be`, both variants), the write of a block's first packet
+//! (`SharedMemory::fpisa_write_be`), next to the integer vector add of as many lanes into
+//! the same region, and the renormalization of 1024 sums into FP32
 //! (`pfemu::fpisa::fp32_values_be`); one thread, buffers that stay in cache.
 //!
 //! Run: `cargo bench --bench rmw` (add `-- --quick` for a shorter run, or a filter such as
@@ -812,6 +813,15 @@ fn fpisa(c: &mut Criterion) {
             })
         });
     }
+    // A block's first packet: the accumulators its floats make, written over the words.
+    g.bench_function("write", |b| {
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            mem.fpisa_write_be(block(i), pkt(i), Format::Fp32, Variant::Full)
+                .expect("in range")
+        })
+    });
     g.bench_function("vadd32_be", |b| {
         let mut i = 0u64;
         b.iter(|| {
