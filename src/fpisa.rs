@@ -737,7 +737,7 @@ impl FpisaCounts {
 pub fn add_fp32_be(words: &mut [u64], src: &[u8], variant: Variant) -> FpisaCounts {
     assert_eq!(src.len(), 4 * words.len(), "4 bytes per FP32 lane");
     let mut counts = FpisaCounts::default();
-    lanes::add_fp32_words(words, src, variant, &mut counts);
+    lanes::add_fp32_words(words, src, variant, lanes::AddTo::Sums, &mut counts);
     counts
 }
 

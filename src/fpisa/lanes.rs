@@ -320,37 +320,40 @@ fn fp32_value(lo: u32, hi: u32) -> u32 {
     }
 }
 
+/// What an FPISA request adds its lanes into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AddTo {
+    /// The accumulators the words hold.
+    Sums,
+    /// Empty accumulators: each word is set to what adding its lane into an empty one
+    /// leaves (what zeroing the words and then adding would leave, with the same counts),
+    /// whatever it held, in one pass that reads none of them.
+    Empty,
+}
+
 /// FPISA's shift-and-add of the FP32 lanes of `src` (network order) into the accumulator
-/// words `words` (`src.len() == 4 * words.len()`), counting into `counts`: the vectorised
-/// kernel, then the rare special lanes (subnormals, infinities, NaNs) it leaves alone, one by
-/// one. Exactly [`Acc::add_bits`] per lane.
+/// words `words` (`src.len() == 4 * words.len()`) or into empty ones (`into`), counting
+/// into `counts`: the vectorised kernel, then the rare special lanes (subnormals,
+/// infinities, NaNs) it leaves alone, one by one. Exactly [`Acc::add_bits`] per lane.
 pub(crate) fn add_fp32_words(
     words: &mut [u64],
     src: &[u8],
     variant: Variant,
+    into: AddTo,
     counts: &mut FpisaCounts,
 ) {
     let mut events = [0u64; 3];
-    if fpisa_fp32_be(words, src, variant == Variant::Approx, &mut events) {
+    let specials = match into {
+        AddTo::Sums => fpisa_fp32_be(words, src, variant == Variant::Approx, &mut events),
+        AddTo::Empty => fpisa_fp32_fresh_be(words, src),
+    };
+    if specials {
         add_special_lanes(words, src, variant, &mut events);
     }
-    count(counts, words.len(), events);
-}
-
-/// [`add_fp32_words`] into empty accumulators, whatever `words` holds: each word is set to
-/// what adding its lane into an empty accumulator leaves (the words zeroing and then adding
-/// would leave, with the same counts), in one pass that reads none of them.
-pub(crate) fn write_fp32_words(
-    words: &mut [u64],
-    src: &[u8],
-    variant: Variant,
-    counts: &mut FpisaCounts,
-) {
-    let mut events = [0u64; 3];
-    if fpisa_fp32_fresh_be(words, src) {
-        add_special_lanes(words, src, variant, &mut events);
-    }
-    count(counts, words.len(), events);
+    counts.adds += words.len() as u64;
+    counts.overwrites += events[0];
+    counts.left_shifts += events[1];
+    counts.overflows += events[2];
 }
 
 /// The lanes the kernels leave alone (neither normal nor zero), added one by one with
@@ -368,14 +371,6 @@ fn add_special_lanes(words: &mut [u64], src: &[u8], variant: Variant, events: &m
             events[2] += u64::from(e.overflow);
         }
     }
-}
-
-/// Adds `lanes` adds and their `events` (overwrites, left shifts, overflows) to `counts`.
-fn count(counts: &mut FpisaCounts, lanes: usize, events: [u64; 3]) {
-    counts.adds += lanes as u64;
-    counts.overwrites += events[0];
-    counts.left_shifts += events[1];
-    counts.overflows += events[2];
 }
 
 #[cfg(test)]
@@ -554,12 +549,12 @@ mod tests {
             let old: Vec<u64> = lanes.iter().map(|&(_, _, w)| w).collect();
             let mut want = vec![0u64; lanes.len()];
             let mut want_counts = FpisaCounts::default();
-            add_fp32_words(&mut want, &src, variant, &mut want_counts);
+            add_fp32_words(&mut want, &src, variant, AddTo::Sums, &mut want_counts);
             for isa in ALL {
                 let (words, counts) = capped(isa, || {
                     let mut w = old.clone();
                     let mut c = FpisaCounts::default();
-                    write_fp32_words(&mut w, &src, variant, &mut c);
+                    add_fp32_words(&mut w, &src, variant, AddTo::Empty, &mut c);
                     (w, c)
                 });
                 prop_assert_eq!(&words, &want, "{:?}", isa);

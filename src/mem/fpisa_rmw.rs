@@ -20,7 +20,7 @@
 
 use super::bank::update;
 use super::{Addr, MemFault, SharedMemory};
-use crate::fpisa::lanes::{add_fp32_words, write_fp32_words};
+use crate::fpisa::lanes::{add_fp32_words, AddTo};
 use crate::fpisa::{self, Acc, Decomposed, Events, Format, FpisaCounts, Variant};
 
 /// Most lanes one [`SharedMemory::fpisa_add_lanes`] or [`SharedMemory::fpisa_add_be`] request
@@ -141,13 +141,9 @@ impl SharedMemory {
             if let Some(off) = self.acc_offset(addr, n as u64) {
                 // As `vadd32_be`'s: the cold lanes asked for before the stripe's lock.
                 crate::isa::prefetch_range(data.as_ptr(), data.len());
-                let kernel = match into {
-                    AddTo::Sums => add_fp32_words,
-                    AddTo::Empty => write_fp32_words,
-                };
                 self.acc_locked(off, n as u64, |first, piece| {
                     let src = &data[first * 4..(first + piece.len()) * 4];
-                    kernel(piece, src, variant, &mut counts);
+                    add_fp32_words(piece, src, variant, into, &mut counts);
                 });
                 return Ok(counts);
             }
@@ -228,15 +224,6 @@ impl SharedMemory {
     pub fn fpisa_read(&self, addr: Addr) -> Result<Acc, MemFault> {
         Ok(Acc::from_word(self.read_u64(addr)?))
     }
-}
-
-/// What an FPISA request adds its lanes into.
-#[derive(Clone, Copy)]
-enum AddTo {
-    /// The accumulators the words hold.
-    Sums,
-    /// Empty accumulators: the words are written, whatever they held.
-    Empty,
 }
 
 fn check_lanes(n: usize) -> Result<(), MemFault> {
