@@ -99,6 +99,7 @@ impl Program {
     }
 
     /// Runs the thread from `entry` to completion (or a fault), counting instructions.
+    #[inline]
     pub(crate) fn run(&self, entry: Entry, t: &mut Thread<'_>, budget: u32) -> RunOutcome {
         self.run_observed(entry, t, budget, |_| {})
     }
