@@ -89,6 +89,59 @@ fn a_panicking_sink_drops_its_packets_with_a_reason_and_never_hangs() {
     }
 }
 
+/// Forwards each packet as [`forward_by_flow`] does, after creating a copy of its head for
+/// the same port.
+fn forward_by_flow_with_a_copy() -> Program {
+    let mut p = Program::builder("by-flow-with-a-copy");
+    let a = p.label("a");
+    p.instr(a, |t| {
+        let port = u16::from(t.head(0)?[35]);
+        t.emit(Dest::Port(port), t.head_offset(), t.head_len())?;
+        Ok(Done(Verdict::Forward(port)))
+    });
+    p.entry(Entry::Packet, a);
+    p.build().unwrap()
+}
+
+/// The frames a panicking sink loses are counted as dropped ingress packets only where
+/// they were ingress packets: the copies the packets created are not packets in.
+#[test]
+fn a_panicking_sink_drops_the_packets_it_lost_not_the_copies_they_created() {
+    for reorder in [true, false] {
+        let sink = Arc::new(PanicsOnPort1 {
+            delivered: AtomicU64::new(0),
+        });
+        let s = sink.clone();
+        let stats = within("an engine whose sink panics", move || {
+            let mut pfe = Pfe::builder()
+                .program(forward_by_flow_with_a_copy())
+                .ppe_threads(2)
+                .reorder(reorder)
+                .sink(s)
+                .build()
+                .unwrap();
+            pfe.start().unwrap();
+            inject_two_flows(&pfe, 1000);
+            pfe.drain();
+            pfe.shutdown()
+        });
+        // Port 0: 500 packets and their 500 copies.
+        assert_eq!(
+            sink.delivered.load(Ordering::Relaxed),
+            1000,
+            "reorder {reorder}"
+        );
+        assert_eq!(stats.packets_out, 500, "reorder {reorder}: {stats:?}");
+        assert_eq!(
+            stats.drops("sink_panic"),
+            500,
+            "reorder {reorder}: {stats:?}"
+        );
+        assert_eq!(stats.created, 1000, "reorder {reorder}: {stats:?}");
+        assert!(stats.is_conserved(), "reorder {reorder}: {stats:?}");
+    }
+}
+
 /// Panics on every reading.
 struct BrokenClock;
 

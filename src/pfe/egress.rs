@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crossbeam_channel::{Receiver, Sender};
 use crossbeam_utils::CachePadded;
 
+use super::batch::{Completion, PREFETCH_DATA};
 use super::contain::PanicLog;
 use crate::packet::{Dest, OutRec, Packet, Port};
 
@@ -338,6 +339,59 @@ impl PortQueues {
             self.push(r.dest, span, own && i == 0, groups);
         }
         !recs.is_empty()
+    }
+
+    /// Queues the output records of a batch when each is the own frame of a released
+    /// packet (none created, none of a packet that waits): in order, each as its
+    /// packet's own. Records all to one port (the common case) are queued in one copy.
+    #[inline]
+    pub fn push_whole(&mut self, recs: &[OutRec], groups: &[Vec<Port>]) {
+        let Some(first) = recs.first() else {
+            return;
+        };
+        match first.dest {
+            Dest::Port(port) if recs.iter().all(|r| r.dest == first.dest) => {
+                let q = &mut self.queues[port as usize];
+                if q.is_empty() {
+                    self.dirty.push(port);
+                }
+                q.extend(recs.iter().map(|r| Span {
+                    src: r.src,
+                    off: r.off,
+                    len: r.len,
+                    own: Own::Forwarded,
+                }));
+            }
+            _ => {
+                for r in recs {
+                    self.push(r.dest, Span::new(r.src, r.off, r.len), true, groups);
+                }
+            }
+        }
+    }
+
+    /// Queues the outputs of a batch's released packets (`done[i].released`), in batch
+    /// order, from the batch's own buffers; returns how many of them had any.
+    #[inline]
+    pub fn push_released(
+        &mut self,
+        done: &[Completion],
+        recs: &[OutRec],
+        groups: &[Vec<Port>],
+    ) -> u64 {
+        let mut leaving = 0;
+        for (i, c) in done.iter().enumerate() {
+            // The output records were written by whichever thread ran the batch, often on
+            // the other core: ask for them a few packets ahead.
+            if let Some(ahead) = done.get(i + PREFETCH_DATA) {
+                crate::isa::prefetch(recs.as_ptr().wrapping_add(ahead.outs_start as usize));
+            }
+            if c.released {
+                let outputs = &recs[c.outs_start as usize..c.outs_end as usize];
+                leaving += u64::from(self.push_packet(outputs, c.own, 0, groups));
+            }
+        }
+        leaving
     }
 
     #[inline(always)]

@@ -34,9 +34,7 @@ use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 
-use super::batch::{
-    packet_id, split_packet_id, Batch, Completion, PREFETCH_DATA, PREFETCH_RECORDS,
-};
+use super::batch::{packet_id, split_packet_id, Batch, Completion, PREFETCH_RECORDS};
 use super::egress::{PortQueues, Sink, TxCounters};
 use super::latency::LatencyRecorder;
 use super::trace::{emit, TraceConfig, TraceRecord};
@@ -261,7 +259,8 @@ impl ReorderEngine {
         self.window[at].touched = 0;
         self.touched.push(Touched { seq, leaving: 0 });
         let mut own = 0u64;
-        let mut leaving = 0u64;
+        // Packets whose own frame left (forwarded or multicast), of those released.
+        let mut own_frames = 0usize;
         // Later batches' packets waiting for this one's, woken once the walk is over.
         let waited_for = !self.window[at].waiters.is_empty();
         // The walk reads the batch through plain slices, whose lengths do not change.
@@ -269,12 +268,9 @@ impl ReorderEngine {
         let recs: &[OutRec] = &batch.out.recs;
         let base = self.base;
         for i in 0..done.len() {
-            // Completions and output records were written by whichever thread ran the
-            // batch, often on the other core: ask for them a few packets ahead.
+            // Completions were written by whichever thread ran the batch, often on the
+            // other core: ask for them a few packets ahead.
             crate::isa::prefetch(done.as_ptr().wrapping_add(i + PREFETCH_RECORDS));
-            if let Some(ahead) = done.get(i + PREFETCH_DATA) {
-                crate::isa::prefetch(recs.as_ptr().wrapping_add(ahead.outs_start as usize));
-            }
             let c = done[i];
             let (pseq, pi) = split_packet_id(c.pred);
             // Most predecessors are in batches that left whole (or there is none: 0).
@@ -290,9 +286,17 @@ impl ReorderEngine {
             }
             done[i].released = true;
             own += 1;
-            let outputs = &recs[c.outs_start as usize..c.outs_end as usize];
-            leaving += u64::from(queues.push_packet(outputs, c.own, 0, out.groups));
+            own_frames += usize::from(c.own);
         }
+        // Then the released packets' outputs, in batch order: when they are all of the
+        // batch's records, each a released packet's own frame (none created, none of a
+        // packet that waits: the common case), without a second walk of the packets.
+        let leaving = if own_frames == recs.len() {
+            queues.push_whole(recs, out.groups);
+            recs.len() as u64
+        } else {
+            queues.push_released(done, recs, out.groups)
+        };
         let woken = if waited_for {
             self.wake_released(at, done, out.groups, queues)
         } else {
