@@ -171,6 +171,23 @@ pub(crate) fn copy_bytes(to: &mut [u8], from: &[u8]) {
     }
 }
 
+/// `to.copy_from_slice(from)` (equal lengths) for a copy of a few lines, such as a packet
+/// head loaded into local memory: its whole 64-byte lines are copied inline (see
+/// [`copy_bytes`]), the rest by a library call, which a head of whole lines never makes.
+#[inline(always)]
+pub(crate) fn copy_lines(to: &mut [u8], from: &[u8]) {
+    assert_eq!(to.len(), from.len(), "copy_lines of unequal lengths");
+    let mut to = to.chunks_exact_mut(MAX_ACCESS_BYTES);
+    let mut from = from.chunks_exact(MAX_ACCESS_BYTES);
+    for (t, f) in (&mut to).zip(&mut from) {
+        copy_bytes(t, f);
+    }
+    let rest = to.into_remainder();
+    if !rest.is_empty() {
+        rest.copy_from_slice(from.remainder());
+    }
+}
+
 /// A shared-memory address: the index of an 8-byte word (the paper's counters sit at
 /// `DROP_CNT_BASE + ir0*2`).
 pub type Addr = u64;

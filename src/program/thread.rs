@@ -59,7 +59,10 @@ impl ThreadCore {
     ) -> PacketMeta<'f> {
         let head_len = frame.len().min(head_bytes);
         let (head, tail) = frame.split_at(head_len);
-        self.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len].copy_from_slice(head);
+        crate::mem::copy_lines(
+            &mut self.lm[DEFAULT_HEAD_OFFSET..DEFAULT_HEAD_OFFSET + head_len],
+            head,
+        );
         PacketMeta {
             port,
             pkt_len: frame.len(),
