@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::batch::{Batch, Completion, Slot, PREFETCH_DATA, PREFETCH_RECORDS};
+use super::batch::{Batch, Completion, Slot, PREFETCH_FRAMES, PREFETCH_SLOTS};
 use super::dispatch::Popped;
 use super::egress::{PortQueues, Sink, Span};
 use super::profile::{timed, CoreTime, Lap, Stage, TimedSink};
@@ -298,8 +298,8 @@ fn process_packets<const TRACE: bool>(
     for (index, s) in slots.iter().enumerate() {
         // The batch's lines were written on the injecting core: ask for the slots and
         // frames a few packets ahead, so their misses overlap this packet's work.
-        crate::isa::prefetch(slots.as_ptr().wrapping_add(index + PREFETCH_RECORDS));
-        if let Some(ahead) = slots.get(index + PREFETCH_DATA) {
+        crate::isa::prefetch(slots.as_ptr().wrapping_add(index + PREFETCH_SLOTS));
+        if let Some(ahead) = slots.get(index + PREFETCH_FRAMES) {
             if let Some(off) = ahead.at.offset() {
                 crate::isa::prefetch(frames.as_ptr().wrapping_add(off as usize));
             }
