@@ -263,13 +263,15 @@ fn trace_record(
     }
 }
 
-/// Runs the program on every packet of the batch.
-fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut WorkerStats) {
-    // Two copies of the loop: without a trace configured, not a test of it per packet.
-    if shared.trace.is_some() {
-        process_packets::<true>(shared, core, batch, st);
-    } else {
-        process_packets::<false>(shared, core, batch, st);
+crate::isa::with_avx2! {
+    /// Runs the program on every packet of the batch.
+    fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut WorkerStats) {
+        // Two copies of the loop: without a trace configured, not a test of it per packet.
+        if shared.trace.is_some() {
+            process_packets::<true>(shared, core, batch, st);
+        } else {
+            process_packets::<false>(shared, core, batch, st);
+        }
     }
 }
 
