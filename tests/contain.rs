@@ -50,35 +50,46 @@ impl Sink for PanicsOnPort1 {
     }
 }
 
+/// Runs `program` on 2 PPE threads into a [`PanicsOnPort1`] sink, `reorder` on or off:
+/// 1000 packets of two flows (ports 0 and 1), drained, then `more` on the running engine.
+/// Returns the frames the sink delivered and the engine's final counters.
+fn through_a_sink_panicking_on_port_1(
+    program: Program,
+    reorder: bool,
+    more: impl FnOnce(&Pfe) + Send + 'static,
+) -> (u64, Stats) {
+    let sink = Arc::new(PanicsOnPort1 {
+        delivered: AtomicU64::new(0),
+    });
+    let s = sink.clone();
+    let stats = within("an engine whose sink panics", move || {
+        let mut pfe = Pfe::builder()
+            .program(program)
+            .ppe_threads(2)
+            .reorder(reorder)
+            .sink(s)
+            .build()
+            .unwrap();
+        pfe.start().unwrap();
+        inject_two_flows(&pfe, 1000);
+        pfe.drain();
+        more(&pfe);
+        pfe.shutdown()
+    });
+    (sink.delivered.load(Ordering::Relaxed), stats)
+}
+
 #[test]
 fn a_panicking_sink_drops_its_packets_with_a_reason_and_never_hangs() {
     for reorder in [true, false] {
-        let sink = Arc::new(PanicsOnPort1 {
-            delivered: AtomicU64::new(0),
-        });
-        let s = sink.clone();
-        let stats = within("an engine whose sink panics", move || {
-            let mut pfe = Pfe::builder()
-                .program(forward_by_flow())
-                .ppe_threads(2)
-                .reorder(reorder)
-                .sink(s)
-                .build()
-                .unwrap();
-            pfe.start().unwrap();
-            inject_two_flows(&pfe, 1000);
-            pfe.drain();
-            // The PPE threads are alive: more packets go through.
-            for i in 0..100u32 {
-                pfe.inject(Packet::new(0, udp_frame(0, i, 64))).unwrap();
-            }
-            pfe.shutdown()
-        });
-        assert_eq!(
-            sink.delivered.load(Ordering::Relaxed),
-            600,
-            "reorder {reorder}"
-        );
+        let (delivered, stats) =
+            through_a_sink_panicking_on_port_1(forward_by_flow(), reorder, |pfe| {
+                // The PPE threads are alive: more packets go through.
+                for i in 0..100u32 {
+                    pfe.inject(Packet::new(0, udp_frame(0, i, 64))).unwrap();
+                }
+            });
+        assert_eq!(delivered, 600, "reorder {reorder}");
         assert_eq!(stats.packets_out, 600, "{stats:?}");
         assert_eq!(stats.drops("sink_panic"), 500, "{stats:?}");
         assert_eq!(stats.frames_tx, 600, "{stats:?}");
@@ -108,29 +119,10 @@ fn forward_by_flow_with_a_copy() -> Program {
 #[test]
 fn a_panicking_sink_drops_the_packets_it_lost_not_the_copies_they_created() {
     for reorder in [true, false] {
-        let sink = Arc::new(PanicsOnPort1 {
-            delivered: AtomicU64::new(0),
-        });
-        let s = sink.clone();
-        let stats = within("an engine whose sink panics", move || {
-            let mut pfe = Pfe::builder()
-                .program(forward_by_flow_with_a_copy())
-                .ppe_threads(2)
-                .reorder(reorder)
-                .sink(s)
-                .build()
-                .unwrap();
-            pfe.start().unwrap();
-            inject_two_flows(&pfe, 1000);
-            pfe.drain();
-            pfe.shutdown()
-        });
+        let (delivered, stats) =
+            through_a_sink_panicking_on_port_1(forward_by_flow_with_a_copy(), reorder, |_| {});
         // Port 0: 500 packets and their 500 copies.
-        assert_eq!(
-            sink.delivered.load(Ordering::Relaxed),
-            1000,
-            "reorder {reorder}"
-        );
+        assert_eq!(delivered, 1000, "reorder {reorder}");
         assert_eq!(stats.packets_out, 500, "reorder {reorder}: {stats:?}");
         assert_eq!(
             stats.drops("sink_panic"),
