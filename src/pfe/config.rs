@@ -567,7 +567,7 @@ mod tests {
     }
 
     #[test]
-    fn the_largest_batch_defaults_to_four_batches_within_the_capacity_and_the_limit() {
+    fn the_largest_batch_defaults_to_eight_batches_within_the_capacity_and_the_limit() {
         let built = |b: PfeBuilder| {
             let mut p = Program::builder("forward");
             let a = p.label("a");
@@ -580,8 +580,9 @@ mod tests {
                 .unwrap();
             (pfe.config().batch_size, pfe.config().max_batch_size)
         };
-        assert_eq!(built(Pfe::builder()), (32, 128));
-        assert_eq!(built(Pfe::builder().batch_size(8).capacity(20)), (8, 20));
+        assert_eq!(built(Pfe::builder()), (32, 256));
+        assert_eq!(built(Pfe::builder().batch_size(8).capacity(50)), (8, 50));
+        assert_eq!(built(Pfe::builder().batch_size(4)), (4, 32));
         assert_eq!(built(Pfe::builder().batch_size(500)), (500, MAX_BATCH_SIZE));
         assert_eq!(
             built(Pfe::builder().batch_size(8).max_batch_size(8)),

@@ -92,7 +92,7 @@ pub const DEFAULT_BATCH_SIZE: usize = 32;
 pub const MAX_BATCH_SIZE: usize = 1024;
 /// By default a batch grows under a backlog to this many times
 /// [`PfeBuilder::batch_size`] (see [`PfeBuilder::max_batch_size`]).
-pub const DEFAULT_BATCH_GROWTH: usize = 4;
+pub const DEFAULT_BATCH_GROWTH: usize = 8;
 /// Largest in-flight capacity, in packets.
 pub const MAX_CAPACITY: usize = 1 << 20;
 /// Default in-flight capacity, in packets.

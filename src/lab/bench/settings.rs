@@ -32,7 +32,7 @@ pub struct EngineSettings {
     #[arg(long = "batch", value_name = "N", default_value_t = DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
     /// Packets per dispatch batch at most while a backlog waits for the PPE threads; equal
-    /// to `--batch` for batches of one size [default: 4 x `--batch`, within `--capacity`
+    /// to `--batch` for batches of one size [default: 8 x `--batch`, within `--capacity`
     /// and 1024].
     #[arg(long = "max-batch", value_name = "N")]
     pub max_batch_size: Option<usize>,
