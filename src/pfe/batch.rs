@@ -111,7 +111,7 @@ pub(crate) const PREFETCH_DATA: usize = 2;
 /// How many packets ahead of the one it runs a PPE thread asks for a batch's slots (four
 /// to a line), and for the frames they point to. Farther than the reorder engine's: a
 /// frame's line takes a transfer from the injecting core (85-90 ns), about two packets
-/// of the filter's work, and batches are up to 128 packets under load.
+/// of the filter's work, and batches are up to 256 packets under load (by default).
 pub(crate) const PREFETCH_SLOTS: usize = 16;
 /// See [`PREFETCH_SLOTS`].
 pub(crate) const PREFETCH_FRAMES: usize = 8;
