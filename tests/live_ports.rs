@@ -298,6 +298,29 @@ fn check_filter_report(r: &pfemu::lab::live::LiveReport, m: &Mixed) {
     assert!(r.accounted(), "{r:#?}");
 }
 
+/// Runs the filter between port 0 on interface `port0` and `port1`, offers `frames` of
+/// the mix on interface `send` (the other end of `port0`'s pair), collects them on `receive`
+/// (where `port1`'s frames arrive) and checks the report against the mix.
+fn filter_between(port0: &str, port1: PortSpec, send: &str, receive: &str, frames: usize) {
+    let m = mixed(frames);
+    let cfg = LiveConfig {
+        ppe_threads: 2,
+        ..LiveConfig::new(
+            LiveProgram::Filter,
+            PortsConfig::new(vec![
+                PortSpec::interface(&format!("0={port0}")).expect("spec"),
+                port1,
+            ]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the ports bind");
+    let tx = RawSocket::open(send, false).expect("sender");
+    let rx = RawSocket::open(receive, true).expect("receiver");
+    offer_and_collect(&live, &tx, &rx, &m);
+    let r = live.stop().expect("stops");
+    check_filter_report(&r, &m);
+}
+
 #[test]
 fn the_filter_counts_a_mix_sent_into_a_veth_exactly() {
     let Some(mut lab) = NetLab::new("the_filter_counts_a_mix_sent_into_a_veth_exactly") else {
@@ -316,23 +339,8 @@ fn the_filter_counts_a_mix_sent_into_a_veth_exactly() {
         println!("skipped: the kernel refused a veth pair: {e}");
         return;
     }
-    let m = mixed(3000);
-    let cfg = LiveConfig {
-        ppe_threads: 2,
-        ..LiveConfig::new(
-            LiveProgram::Filter,
-            PortsConfig::new(vec![
-                PortSpec::interface(&format!("0={p0}")).expect("spec"),
-                PortSpec::interface(&format!("1={p1}")).expect("spec"),
-            ]),
-        )
-    };
-    let live = Live::start(&cfg).expect("the ports bind");
-    let tx = RawSocket::open(&s0, false).expect("sender");
-    let rx = RawSocket::open(&r1, true).expect("receiver");
-    offer_and_collect(&live, &tx, &rx, &m);
-    let r = live.stop().expect("stops");
-    check_filter_report(&r, &m);
+    let port1 = PortSpec::interface(&format!("1={p1}")).expect("spec");
+    filter_between(&p0, port1, &s0, &r1, 3000);
 }
 
 #[test]
@@ -353,24 +361,9 @@ fn a_tap_port_sends_to_the_host() {
     lab.links.push(tap.clone());
     disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
     ip(&["link", "set", &tap, "mtu", "9000"]).expect("mtu");
-    let m = mixed(600);
-    let cfg = LiveConfig {
-        ppe_threads: 2,
-        ..LiveConfig::new(
-            LiveProgram::Filter,
-            PortsConfig::new(vec![
-                PortSpec::interface(&format!("0={p0}")).expect("spec"),
-                PortSpec::tap(&format!("1={tap}")).expect("spec"),
-            ]),
-        )
-    };
-    let live = Live::start(&cfg).expect("the ports bind");
-    let tx = RawSocket::open(&s0, false).expect("sender");
     // What the port writes to the TAP device arrives at the host on it.
-    let rx = RawSocket::open(&tap, true).expect("receiver on the TAP device");
-    offer_and_collect(&live, &tx, &rx, &m);
-    let r = live.stop().expect("stops");
-    check_filter_report(&r, &m);
+    let port1 = PortSpec::tap(&format!("1={tap}")).expect("spec");
+    filter_between(&p0, port1, &s0, &tap, 600);
 }
 
 #[test]
