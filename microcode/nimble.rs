@@ -9,7 +9,9 @@
 //!    |                             log2 R   rate table   (ADA: + monitoring)  (1-2 lookups)
 //!    |                             log2 dt  uniform table                       (1 lookup)
 //!    |                             2^(sum - C)  antilog table                   (1 lookup)
-//!    |                      --> bucket: tokens = min(tokens + credit, burst)  (1-2 fetch_add)
+//!    |                      --> bucket: tokens += credit                      (1 fetch_add)
+//!    |                      --> take: over the depth? give back the excess,    (1-2 fetch_add)
+//!    |                             at most this packet's credit
 //!    |                             enough for the packet? --> admit --> Forward(out_port)
 //!    |                                                   \--> Drop(rate_exceeded)
 //!    \--> Drop(no_class)
@@ -54,13 +56,19 @@
 //! Every step is one read-modify-write XTXN on the class record, so no update is lost, but
 //! the steps of two packets of a class may interleave: two packets may both find enough
 //! tokens for themselves when there was enough for one, so the bucket overdraws by at most
-//! a packet per thread in flight. The class's clock is kept with a fetch-and-max: the
-//! engine reads its clock once per batch, so packets of a class from two batches carry
-//! different times, and one from the older batch must neither refill nor take the clock
-//! back (with a swap, the next packet of the newer batch would refill the time between the
-//! two batches again: measured, up to 77% past the rate on two cores). So every
-//! nanosecond is refilled once. Under the [`Harness`](pfemu::program::Harness), one packet
-//! at a time, the bucket is exact up to the multiplication.
+//! a packet per thread in flight. The refill is clamped to the bucket's depth without
+//! losing tokens: a packet whose credit took the bucket over its depth gives back the
+//! excess it saw, but never more than its own credit, since the excess it saw may include
+//! another packet's credit that packet gives back itself (giving back all of it, two
+//! packets refilling at once after an idle time emptied a full bucket). Whatever the
+//! interleaving, the refills leave the bucket where they leave it one after the other.
+//! The class's clock is kept with a fetch-and-max: the engine reads its clock once per
+//! batch, so packets of a class from two batches carry different times, and one from the
+//! older batch must neither refill nor take the clock back (with a swap, the next packet
+//! of the newer batch would refill the time between the two batches again: measured, up
+//! to 77% past the rate on two cores). So every nanosecond is refilled once. Under the
+//! [`Harness`](pfemu::program::Harness), one packet at a time, the bucket is exact up to
+//! the multiplication.
 
 use std::fmt;
 use std::sync::Arc;
@@ -593,7 +601,7 @@ impl Nimble {
         let out_port = self.cfg.out_port;
         let mut p = Program::builder("nimble");
         p.drop_reasons::<NimbleDrop>();
-        pfemu::labels!(p => classify, refill, bucket, admit);
+        pfemu::labels!(p => classify, refill, bucket, take, admit);
 
         p.instr(classify, move |t| {
             let class = u64::from(t.port());
@@ -649,16 +657,25 @@ impl Nimble {
         });
 
         p.instr(bucket, move |t| {
+            let credit = t.get(CREDIT);
+            let before = t.fetch_add(t.get(RECORD) + W_TOKENS, credit)?;
+            // The tokens as this packet's credit left them (a bucket overdrawn below zero
+            // holds a negative count).
+            t.set(TOKENS, before.wrapping_add(credit));
+            Ok(Goto(take))
+        });
+
+        p.instr(take, move |t| {
             let rec = t.get(RECORD);
-            let (credit, burst) = (t.get(CREDIT), t.get(BURST));
-            let mut tokens = t.fetch_add(rec + W_TOKENS, credit)? as i64 + credit as i64;
-            if tokens > burst as i64 {
-                // Back to the bucket's depth. Two packets clamping at once may both take
-                // off the excess they saw, which leaves the bucket below its depth: never
-                // above it.
-                let excess = tokens - burst as i64;
+            let (credit, burst) = (t.get(CREDIT) as i64, t.get(BURST) as i64);
+            let mut tokens = t.get(TOKENS) as i64;
+            if tokens > burst {
+                // Back to the bucket's depth, giving back no more than this packet's own
+                // credit: the rest of the excess it saw is other packets' credit, which
+                // they give back themselves (see "Concurrency" above).
+                let excess = (tokens - burst).min(credit);
                 t.fetch_add(rec + W_TOKENS, (-excess) as u64)?;
-                tokens = burst as i64;
+                tokens = burst;
             }
             let need = (t.pkt_len() as i64) << TOKEN_FRAC_BITS;
             if tokens < need {
@@ -708,4 +725,6 @@ pfemu::registers! {
     DT: u64,
     /// The refill, tokens.
     CREDIT: u64,
+    /// The class's tokens just after this packet's refill, two's complement.
+    TOKENS: u64,
 }

@@ -362,3 +362,87 @@ fn a_huge_refill_fills_the_bucket_and_no_more() {
         }
     }
 }
+
+/// Two packets refilling a full bucket at once must not empty it. The first packet of a
+/// class after an idle second earns a full bucket of credit; it adds it and is held (a PPE
+/// thread the host OS deschedules) before it gives the excess back, while a second packet
+/// a microsecond later adds its own credit, finds the bucket over its depth and gives back
+/// what it saw over it. When the first goes on, the bucket must hold what the two refills
+/// one after the other leave: a full bucket less the two packets. (Giving back all the
+/// excess each saw, the two emptied it: every later packet of the first one's batch, which
+/// shares its time and so earns nothing, was dropped.)
+#[test]
+fn two_packets_refilling_at_once_leave_the_bucket_full() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    const PATIENCE: Duration = Duration::from_secs(30);
+    let mem = small_memory();
+    let nimble = Nimble::install(
+        &mem,
+        NimbleConfig {
+            rates_bps: vec![1_000_000_000],
+            arithmetic: Arithmetic::Exact,
+            ..NimbleConfig::default()
+        },
+    )
+    .expect("installs");
+    let program = nimble.program();
+    let frame = vec![0u8; 1500];
+    let depth = 64.0 * 1024.0;
+
+    let (at_take_tx, at_take) = mpsc::channel::<()>();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let held = {
+        let (mem, program, frame) = (mem.clone(), program.clone(), frame.clone());
+        std::thread::spawn(move || {
+            let mut h = Harness::new(mem);
+            h.set_now(1_000 * MS);
+            let mut held = false;
+            h.run_observed(&program, 0, &frame, |label| {
+                if label == "take" && !held {
+                    held = true;
+                    at_take_tx.send(()).unwrap();
+                    go_rx
+                        .recv_timeout(PATIENCE)
+                        .expect("the test lets the packet go on");
+                }
+            })
+        })
+    };
+    at_take
+        .recv_timeout(PATIENCE)
+        .expect("the first packet reaches take");
+    assert_eq!(
+        nimble.tokens(&mem, 0).expect("class 0"),
+        2.0 * depth,
+        "the first packet's credit is in, its excess not yet given back"
+    );
+
+    let mut h = Harness::new(mem.clone());
+    h.set_now(1_000 * MS + US);
+    assert_eq!(h.run(&program, 0, &frame).result, Ok(Verdict::Forward(1)));
+    go.send(()).unwrap();
+    let first = held.join().expect("the held packet's thread");
+    assert_eq!(first.result, Ok(Verdict::Forward(1)));
+    assert_eq!(
+        nimble.tokens(&mem, 0).expect("class 0"),
+        depth - 2.0 * 1500.0,
+        "a full bucket less the two packets"
+    );
+    // Later packets at the second one's time earn nothing and find the bucket as it should
+    // be: 41 more full-size frames fit.
+    for i in 0..41 {
+        assert_eq!(
+            h.run(&program, 0, &frame).result,
+            Ok(Verdict::Forward(1)),
+            "packet {i} after the two"
+        );
+    }
+    assert_ne!(
+        h.run(&program, 0, &frame).result,
+        Ok(Verdict::Forward(1)),
+        "the 44th packet finds too few tokens"
+    );
+    assert_eq!(nimble.counts(&mem, 0).expect("class 0").packets, 43);
+}
