@@ -171,14 +171,31 @@ fn disable_ipv6(ns: Option<&str>, iface: &str) -> Result<(), String> {
 /// Waits for `cond` until the deadline; panics naming `what` when it does not come.
 /// `step(d)` waits at most `d` for progress (on a socket, a channel; a short sleep only
 /// where there is nothing to wait on), and `cond` decides.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool, mut step: impl FnMut(Duration)) {
+fn wait_for(what: &str, cond: impl FnMut() -> bool, step: impl FnMut(Duration)) {
+    wait_explained(what, cond, step, String::new);
+}
+
+/// [`wait_for`] on a live engine: the panic shows its report, so a run that times out
+/// says where the frames went (dropped by the program, refused by an interface, ...).
+fn wait_for_live(live: &Live, what: &str, cond: impl FnMut() -> bool, step: impl FnMut(Duration)) {
+    wait_explained(what, cond, step, || format!(": {:#?}", live.report()));
+}
+
+fn wait_explained(
+    what: &str,
+    mut cond: impl FnMut() -> bool,
+    mut step: impl FnMut(Duration),
+    explain: impl FnOnce() -> String,
+) {
     let end = Instant::now() + DEADLINE;
     while !cond() {
         let left = end.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
+        if left.is_zero() {
+            panic!(
+                "timed out after {DEADLINE:?} waiting for {what}{}",
+                explain()
+            );
+        }
         step(left.min(Duration::from_millis(5)));
     }
 }
@@ -243,7 +260,8 @@ fn offer_and_collect(live: &Live, tx: &RawSocket, rx: &RawSocket, m: &Mixed) {
             let r = live.report();
             r.ports.ports[0].rx_frames + r.ports.ports[0].rx_dropped()
         };
-        wait_for(
+        wait_for_live(
+            live,
             &format!("port 0 to take {sent} frames"),
             || ports() >= sent as u64,
             |d| {
@@ -254,7 +272,8 @@ fn offer_and_collect(live: &Live, tx: &RawSocket, rx: &RawSocket, m: &Mixed) {
             },
         );
     }
-    wait_for(
+    wait_for_live(
+        live,
         &format!("{} forwarded frames on {}", m.plain_ipv4, rx.name()),
         || received.get() >= m.plain_ipv4,
         |d| {
@@ -1275,7 +1294,8 @@ fn nimble_admits_within_its_bucket_on_live_ports() {
     assert_eq!(sent, 100, "{err:?}");
     let mut buf = vec![0u8; 2048];
     let got = std::cell::Cell::new(0);
-    wait_for(
+    wait_for_live(
+        &live,
         &format!("the 100 admitted frames on {}", ends[1].0),
         || got.get() >= 100,
         |d| {
@@ -1368,9 +1388,10 @@ fn aggregate_behind_a_live_port(test: &str, aggregation: pfemu::lab::aggregation
     while !workers.iter().all(Worker::is_done) {
         assert!(
             Instant::now() < end,
-            "timed out waiting for the Results: {} and {} chunks missing",
+            "timed out waiting for the Results: {} and {} chunks missing: {:#?}",
             workers[0].missing(),
-            workers[1].missing()
+            workers[1].missing(),
+            live.report()
         );
         for w in &mut workers {
             out.clear();
