@@ -446,3 +446,82 @@ fn two_packets_refilling_at_once_leave_the_bucket_full() {
     );
     assert_eq!(nimble.counts(&mem, 0).expect("class 0").packets, 43);
 }
+
+/// 256 PPE threads on one class, in bursts after idle times: each burst's batches in
+/// flight at four times at once, so their refills run concurrently, the first of each burst
+/// taking the bucket over its depth. Whatever the interleaving, a burst admits what its
+/// bucket and rate allow: a full bucket (it filled while idle) and the rate times the
+/// burst's time, less what is left at its end (under a frame) and what an overdraw before
+/// it took from the bucket, more by no more than the overdraw, a frame per thread.
+/// Offered 64 times the rate, the bucket is over its depth only at a burst's first
+/// refill, so a refill that loses tokens shows as too few admitted.
+#[test]
+fn hundreds_of_threads_admit_what_the_bucket_allows() {
+    const THREADS: u64 = 256;
+    const FRAME: u64 = 64;
+    const BURSTS: u64 = 16;
+    const STEPS: u64 = 100;
+    // 1 Gbit/s is 125 bytes a microsecond; a step offers 4 batches of 32 frames (8 KB).
+    let (rate_bps, depth) = (1_000_000_000u64, 64 * 1024u64);
+    let (step, quarter, idle) = (US, US / 4, MS);
+    let mem = small_memory();
+    let nimble = Nimble::install(
+        &mem,
+        NimbleConfig {
+            rates_bps: vec![rate_bps],
+            burst_bytes: depth,
+            arithmetic: Arithmetic::Exact,
+            ..NimbleConfig::default()
+        },
+    )
+    .expect("installs");
+    let clock = Arc::new(ManualClock::new());
+    let sink = Arc::new(CountingSink::new(2));
+    let mut pfe = Pfe::builder()
+        .program(nimble.program())
+        .memory(mem.clone())
+        .ppe_threads(THREADS as usize)
+        .clock(clock.clone())
+        .sink(sink.clone())
+        .build()
+        .expect("a valid engine");
+    pfe.start().expect("starts");
+    let frame = vec![0u8; FRAME as usize];
+    let batch = || (0..32).map(|_| (0u16, frame.as_slice()));
+    let (mut now, mut admitted_before, mut offered) = (idle, 0, 0u64);
+    for burst in 0..BURSTS {
+        let first = now;
+        for _ in 0..STEPS {
+            // The engine reads its clock when a thread starts a batch: each batch runs
+            // at the time it went in or at a later one of the step.
+            for i in 0..4 {
+                clock.set(now + i * quarter);
+                offered += pfe.inject_burst(batch()).expect("running");
+            }
+            pfe.drain();
+            now += step;
+        }
+        // The burst refilled from its first time (or up to 3 quarters of a step later)
+        // to its last.
+        let last = now - step + 3 * quarter;
+        let counts = nimble.counts(&mem, 0).expect("class 0");
+        let admitted = counts.bytes - admitted_before;
+        admitted_before = counts.bytes;
+        let earned = depth + exact_credit(rate_bps / 8, last - first) / 1024;
+        let late = exact_credit(rate_bps / 8, 3 * quarter) / 1024;
+        let low = earned - FRAME - THREADS * FRAME - late;
+        let high = earned + THREADS * FRAME;
+        assert!(
+            (low..=high).contains(&admitted),
+            "burst {burst} admitted {admitted} bytes; its bucket and rate allow {earned} \
+             (from {low} to {high})"
+        );
+        now += idle;
+    }
+    let counts = nimble.counts(&mem, 0).expect("class 0");
+    let stats = pfe.shutdown();
+    assert_eq!(offered, BURSTS * STEPS * 128);
+    assert!(stats.is_conserved());
+    assert_eq!(counts.packets + stats.drops("rate_exceeded"), offered);
+    assert_eq!(sink.total_packets(), counts.packets);
+}
