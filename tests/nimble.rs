@@ -373,10 +373,6 @@ fn a_huge_refill_fills_the_bucket_and_no_more() {
 /// shares its time and so earns nothing, was dropped.)
 #[test]
 fn two_packets_refilling_at_once_leave_the_bucket_full() {
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    const PATIENCE: Duration = Duration::from_secs(30);
     let mem = small_memory();
     let nimble = Nimble::install(
         &mem,
@@ -391,28 +387,7 @@ fn two_packets_refilling_at_once_leave_the_bucket_full() {
     let frame = vec![0u8; 1500];
     let depth = 64.0 * 1024.0;
 
-    let (at_take_tx, at_take) = mpsc::channel::<()>();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let held = {
-        let (mem, program, frame) = (mem.clone(), program.clone(), frame.clone());
-        std::thread::spawn(move || {
-            let mut h = Harness::new(mem);
-            h.set_now(1_000 * MS);
-            let mut held = false;
-            h.run_observed(&program, 0, &frame, |label| {
-                if label == "take" && !held {
-                    held = true;
-                    at_take_tx.send(()).unwrap();
-                    go_rx
-                        .recv_timeout(PATIENCE)
-                        .expect("the test lets the packet go on");
-                }
-            })
-        })
-    };
-    at_take
-        .recv_timeout(PATIENCE)
-        .expect("the first packet reaches take");
+    let held = common::hold_before(&mem, &program, "take", (0, 1_000 * MS), frame.clone());
     assert_eq!(
         nimble.tokens(&mem, 0).expect("class 0"),
         2.0 * depth,
@@ -422,8 +397,7 @@ fn two_packets_refilling_at_once_leave_the_bucket_full() {
     let mut h = Harness::new(mem.clone());
     h.set_now(1_000 * MS + US);
     assert_eq!(h.run(&program, 0, &frame).result, Ok(Verdict::Forward(1)));
-    go.send(()).unwrap();
-    let first = held.join().expect("the held packet's thread");
+    let first = held.release();
     assert_eq!(first.result, Ok(Verdict::Forward(1)));
     assert_eq!(
         nimble.tokens(&mem, 0).expect("class 0"),

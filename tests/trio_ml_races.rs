@@ -5,10 +5,7 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use pfemu::microcode::trio_ml::wire::{self, AggPacket, TrioMlHdrFields};
 use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TIMER_ENTRY};
@@ -16,11 +13,10 @@ use pfemu::prelude::*;
 use pfemu::program::{Harness, HarnessOutcome};
 use pfemu::timer::Launch;
 
+use common::Held;
+
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
 const MS: u64 = 1_000_000;
-/// How long the test waits for the held thread to reach its instruction or to finish: a
-/// deadline for a hang, not a measure of speed.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 fn packet(block: u32, gen: u16, src: u8) -> Vec<u8> {
     wire::agg_packet(&AggPacket {
@@ -95,20 +91,6 @@ fn install() -> (Arc<SharedMemory>, TrioMl, Program) {
     (mem, trio, program)
 }
 
-/// A packet's thread, held before an instruction until [`Held::release`].
-struct Held {
-    go: mpsc::Sender<()>,
-    thread: JoinHandle<HarnessOutcome>,
-}
-
-impl Held {
-    /// Lets the packet go on; its outcome once it has run to the end.
-    fn release(self) -> HarnessOutcome {
-        self.go.send(()).unwrap();
-        self.thread.join().expect("the held packet's thread")
-    }
-}
-
 /// Runs `frame` (from port `port`) on a thread of its own, held before its first
 /// `claim_slot` until it is released; returns once it is held there.
 fn hold_before_claim(
@@ -117,28 +99,7 @@ fn hold_before_claim(
     port: Port,
     frame: Vec<u8>,
 ) -> Held {
-    let (at_claim_tx, at_claim) = mpsc::channel::<()>();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let held = {
-        let (mem, program) = (mem.clone(), program.clone());
-        std::thread::spawn(move || {
-            let mut h = Harness::new(mem);
-            let mut held = false;
-            h.run_observed(&program, port, &frame, |label| {
-                if label == "claim_slot" && !held {
-                    held = true;
-                    at_claim_tx.send(()).unwrap();
-                    go_rx
-                        .recv_timeout(PATIENCE)
-                        .expect("the test lets the packet go on");
-                }
-            })
-        })
-    };
-    at_claim
-        .recv_timeout(PATIENCE)
-        .expect("the held packet reaches claim_slot");
-    Held { go, thread: held }
+    common::hold_before(mem, program, "claim_slot", (port, 0), frame)
 }
 
 /// Three more scan periods, at 3, 4 and 5 ms (after the tests' own at 1 and 2 ms): time

@@ -101,3 +101,58 @@ pub fn filter_engine() -> (pfemu::pfe::PfeBuilder, pfemu::microcode::filter::Fil
         .memory(mem);
     (builder, filter)
 }
+
+/// A packet's thread, held before an instruction until [`Held::release`]: a PPE thread the
+/// host OS deschedules between two instructions, replayed deterministically.
+pub struct Held {
+    go: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<pfemu::program::HarnessOutcome>,
+}
+
+/// How long a held packet's test waits for it to reach its instruction or to finish: a
+/// deadline for a hang, not a measure of speed.
+pub const HOLD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Held {
+    /// Lets the packet go on; its outcome once it has run to the end.
+    pub fn release(self) -> pfemu::program::HarnessOutcome {
+        self.go.send(()).expect("the held packet's thread waits");
+        self.thread.join().expect("the held packet's thread")
+    }
+}
+
+/// Runs `frame` (from port `port`, at time `now_ns`) through `program` on a thread of its
+/// own ([`Harness::run_observed`](pfemu::program::Harness::run_observed)), held before the
+/// first instruction labelled `label` until it is released; returns once it is held there.
+pub fn hold_before(
+    mem: &std::sync::Arc<pfemu::mem::SharedMemory>,
+    program: &pfemu::program::Program,
+    label: &'static str,
+    (port, now_ns): (pfemu::packet::Port, u64),
+    frame: Vec<u8>,
+) -> Held {
+    use std::sync::mpsc;
+    let (at_label_tx, at_label) = mpsc::channel::<()>();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let thread = {
+        let (mem, program) = (mem.clone(), program.clone());
+        std::thread::spawn(move || {
+            let mut h = pfemu::program::Harness::new(mem);
+            h.set_now(now_ns);
+            let mut held = false;
+            h.run_observed(&program, port, &frame, |l| {
+                if l == label && !held {
+                    held = true;
+                    at_label_tx.send(()).expect("the test waits for the packet");
+                    go_rx
+                        .recv_timeout(HOLD_PATIENCE)
+                        .expect("the test lets the packet go on");
+                }
+            })
+        })
+    };
+    at_label
+        .recv_timeout(HOLD_PATIENCE)
+        .unwrap_or_else(|_| panic!("the held packet reaches {label}"));
+    Held { go, thread }
+}
