@@ -181,6 +181,7 @@ fn wait_for_live(live: &Live, what: &str, cond: impl FnMut() -> bool, step: impl
     wait_explained(what, cond, step, || format!(": {:#?}", live.report()));
 }
 
+/// [`wait_for`], adding `explain()` to the panic's message.
 fn wait_explained(
     what: &str,
     mut cond: impl FnMut() -> bool,
