@@ -23,11 +23,32 @@ struct Rig {
     pfe: Pfe,
     rxs: Vec<crossbeam_channel::Receiver<Vec<u8>>>,
     trio: TrioMl,
+    /// Gradients a block (and a packet) carries.
+    grads: usize,
 }
 
 /// One PFE with FPISA lanes in `variant`, job `JOB` of `sources` on ports `0..sources`.
 fn rig(sources: u8, window: usize, variant: Variant, timers: Option<u8>) -> Rig {
-    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    rig_sized(
+        sources,
+        window,
+        variant,
+        timers,
+        GRADS,
+        &MemConfig::default(),
+    )
+}
+
+/// [`rig`] with blocks of `grads` gradients, in memories of `mem`.
+fn rig_sized(
+    sources: u8,
+    window: usize,
+    variant: Variant,
+    timers: Option<u8>,
+    grads: usize,
+    mem: &MemConfig,
+) -> Rig {
+    let mem = Arc::new(SharedMemory::new(mem).unwrap());
     let trio = TrioMl::install(
         &mem,
         TrioMlConfig {
@@ -42,7 +63,7 @@ fn rig(sources: u8, window: usize, variant: Variant, timers: Option<u8>) -> Rig 
         job_id: JOB,
         sources: srcs.clone(),
         block_cnt_max: (2 * window) as u16,
-        block_grad_max: GRADS as u16,
+        block_grad_max: grads as u16,
         block_exp_ms: timers.unwrap_or(200),
         out_dest: Dest::Group(0),
         ..JobConfig::default()
@@ -60,12 +81,17 @@ fn rig(sources: u8, window: usize, variant: Variant, timers: Option<u8>) -> Rig 
     }
     let mut pfe = b.build().unwrap();
     pfe.start().unwrap();
-    Rig { pfe, rxs, trio }
+    Rig {
+        pfe,
+        rxs,
+        trio,
+        grads,
+    }
 }
 
-fn worker_cfg(src: u8, window: usize) -> WorkerConfig {
+fn worker_cfg(src: u8, window: usize, grads: usize) -> WorkerConfig {
     WorkerConfig {
-        grads_per_packet: GRADS,
+        grads_per_packet: grads,
         window,
         ..WorkerConfig::new(JOB, src, TrioMlConfig::default().local_addr)
     }
@@ -76,7 +102,8 @@ fn allreduce(r: &Rig, senders: &[u8], floats: &[Vec<f32>], window: usize) -> Vec
     let attached: Vec<Attached> = senders
         .iter()
         .map(|&s| Attached {
-            worker: Worker::from_f32(worker_cfg(s, window), &floats[usize::from(s)]).unwrap(),
+            worker: Worker::from_f32(worker_cfg(s, window, r.grads), &floats[usize::from(s)])
+                .unwrap(),
             port: u16::from(s),
             rx: r.rxs[usize::from(s)].clone(),
             opts: DriveOptions::default(),
@@ -129,6 +156,39 @@ fn four_workers_allreduce_floats_exactly_with_no_scaling_step() {
             stats.xtxns["fpisa_add16"],
             3 * (n as u64).div_ceil(16),
             "one shift-and-add XTXN per 16 floats (the last chunk padded)"
+        );
+    }
+}
+
+/// A block of 24 gradients ends its last chunk of 16 after one line of accumulator words
+/// (8 gradients), and its buffer ends there: the short chunk's adds stay in its lines. Here
+/// the buffers fill the accumulator region, so the last slot's buffer ends the region, where
+/// a 16-word add faulted the packet and left its block unfinished.
+#[test]
+fn a_short_last_chunk_adds_nothing_past_its_block_buffer() {
+    const GRADS_24: usize = 24;
+    let slots = 2 * 2; // `rig`: twice the window
+    let mem = MemConfig {
+        acc_bytes: slots * (GRADS_24 as u64 * 8),
+        ..MemConfig::default()
+    };
+    for variant in [Variant::Full, Variant::Approx] {
+        let r = rig_sized(2, 2, variant, None, GRADS_24, &mem);
+        let n = GRADS_24 * 8;
+        let floats: Vec<Vec<f32>> = (0..2u8).map(|s| exact_values(s, n)).collect();
+        let done = allreduce(&r, &[0, 1], &floats, 2);
+        let want: Vec<f32> = (0..n).map(|i| floats[0][i] + floats[1][i]).collect();
+        for w in &done {
+            assert_eq!(w.float_sums(), want, "{variant:?}");
+        }
+        r.pfe.drain();
+        let stats = r.pfe.stats();
+        assert!(stats.is_conserved());
+        assert_eq!(stats.dropped_by_reason, Default::default(), "{variant:?}");
+        assert_eq!(
+            stats.xtxns["fpisa_add16"],
+            (n as u64).div_ceil(GRADS_24 as u64) * 2,
+            "each block's second packet: one XTXN for its 16 floats, one for its short 8"
         );
     }
 }

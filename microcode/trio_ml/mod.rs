@@ -92,9 +92,11 @@
 //!   zero padding, are exactly what zeroing the buffer and adding them would leave. The
 //!   paper does not say how a new block's buffer is cleared; writing saves a pass over
 //!   4 KB of lines nobody has touched for a generation. With FPISA lanes the creator
-//!   writes the accumulators its floats make in empty ones (`Thread::fpisa_write_be`),
-//!   the lines of its gradients only: a short last chunk's second line may lie in the next
-//!   slot's buffer.
+//!   writes the accumulators its floats make in empty ones (`Thread::fpisa_write_be`).
+//!   A chunk's 16 accumulator words are two lines, and a buffer ends at the line after
+//!   its last gradient's, so an FPISA chunk is written or added over the lines of its
+//!   gradients only: a short last chunk's second line may lie in the next slot's buffer
+//!   or past the region's end.
 //! - **Block records** (Figure 18) live in slots and are found through the `active` hash
 //!   table, keyed `[job_id, run_id, block_id, gen_id]` (8 bytes): the paper keys by job and
 //!   block id; the generation is added so consecutive uses of a block id are separate

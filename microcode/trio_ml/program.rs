@@ -319,9 +319,13 @@ fn drop_as(r: TrioMlDrop) -> InstrResult {
 /// The packet that creates its block ([`R_CREATOR`]) writes the chunk over the buffer
 /// instead: its buffer holds whatever its slot held last, and the first packet's lanes are
 /// what adding them into zeros would leave. With integer lanes that is one 64-byte write
-/// XTXN; with FPISA lanes the accumulators the floats make ([`fpisa::write_chunk`]), the
-/// lines of the chunk's `grads` gradients only (a short last chunk's second line may lie
-/// past the buffer's end).
+/// XTXN; with FPISA lanes the accumulators the floats make ([`fpisa::write_chunk`]).
+///
+/// FPISA's 16 accumulator words are two lines, and a buffer ends at the line after its
+/// last gradient's ([`JobLayout::buffer_words`]):
+/// a short last chunk's second line may lie past it, in the next slot's buffer or past the
+/// region's end. So with FPISA lanes a chunk writes or adds the lines of its `grads`
+/// gradients only (still one `fpisa_add16` XTXN).
 #[inline(always)]
 fn add_chunk(
     t: &mut Thread<'_>,
@@ -330,15 +334,15 @@ fn add_chunk(
     lm_offset: usize,
     grads: usize,
 ) -> Result<(), Fault> {
+    // Whole lines of accumulator words: 8 gradients each.
+    let fpisa_bytes = || grads.next_multiple_of(LINE_BYTES / 8) * GRAD_BYTES;
     match lanes {
         Lanes::Int32 if t.get(R_CREATOR) => t.mem_write(addr, lm_offset, LINE_BYTES),
         Lanes::Int32 => t.post_vadd32_be(addr, lm_offset, LINE_BYTES),
         Lanes::Fpisa(variant) if t.get(R_CREATOR) => {
-            // Whole lines of accumulator words: 8 gradients each.
-            let bytes = grads.next_multiple_of(LINE_BYTES / 8) * GRAD_BYTES;
-            fpisa::write_chunk(t, variant, addr, lm_offset, bytes)
+            fpisa::write_chunk(t, variant, addr, lm_offset, fpisa_bytes())
         }
-        Lanes::Fpisa(variant) => fpisa::add_chunk(t, variant, addr, lm_offset, LINE_BYTES),
+        Lanes::Fpisa(variant) => fpisa::add_chunk(t, variant, addr, lm_offset, fpisa_bytes()),
     }
 }
 
