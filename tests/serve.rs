@@ -1429,3 +1429,84 @@ fn a_server_answers_its_control_plane_and_writes_its_trace() {
     // The control plane stopped with the server.
     assert!(request(&control, "GET", "/stats", None).is_err());
 }
+
+/// A first-level server whose job is removed and added again through its control plane.
+/// The job added takes the server's settings for its jobs (its Results go upstream as
+/// source 0), and its first run has the removed job's run id here: it must still join a
+/// new run above, or the upstream aggregator answers its Results with the removed job's
+/// kept sums.
+#[test]
+fn a_job_added_again_below_joins_a_new_run_above() {
+    use pfemu::lab::control::request;
+    use serde_json::json;
+
+    let (upper, stop_upper, upper_h) = start(config(Aggregation::TrioMl, &["1:1"]));
+    let cfg = ServeConfig {
+        upstream: Some(upper),
+        control: Some("127.0.0.1:0".into()),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..config(Aggregation::TrioMl, &["1:2"])
+    };
+    let server = Server::bind(&cfg).unwrap();
+    let addr = server.local_addr().unwrap();
+    let control = server
+        .control_addr()
+        .expect("a control address")
+        .to_string();
+    let stop = server.stop_handle();
+    let h = std::thread::spawn(move || {
+        server.run(RunLimits {
+            duration: Some(Duration::from_secs(120)),
+            idle_exit: None,
+        })
+    });
+    let call = |command: &str, args: serde_json::Value| {
+        let (status, body) = request(
+            &control,
+            "POST",
+            &format!("/targets/jobs/{command}"),
+            Some(&args),
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{command}: {body}");
+        body
+    };
+    let before = call("list", json!({}));
+
+    let mut run_ids = Vec::new();
+    for seed in [1, 2] {
+        if seed == 2 {
+            call("remove", json!({ "job_id": 1 }));
+            call("add", json!({ "job_id": 1, "sources": [0, 1] }));
+            assert_eq!(
+                call("list", json!({})),
+                before,
+                "the job added is as the first"
+            );
+        }
+        let r = Run::ints(1, &[0, 1], 4 * 256, seed);
+        let want = serve::expected_int_sums(seed, &r.sources, r.gradients);
+        for (w, rep) in run_workers(addr, &r) {
+            assert_eq!(w.sums().len(), want.len());
+            let wrong = w.sums().iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(wrong, 0, "run {seed}: sums not of this run's gradients");
+            run_ids.push(rep.run_id);
+        }
+    }
+    assert!(
+        run_ids.iter().all(|&id| id == run_ids[0]),
+        "the job added again starts at the same run id here: {run_ids:?}"
+    );
+    stop.stop();
+    stop_upper.stop();
+    assert!(h.join().unwrap().engine.is_conserved());
+    let up = upper_h.join().unwrap();
+    assert!(up.engine.is_conserved());
+    let d = &up.engine.dropped_by_reason;
+    assert_eq!(
+        d.get("join_answered"),
+        Some(&2),
+        "a run above for each: {d:?}"
+    );
+    assert_eq!(d.get("retransmit_answered"), None, "{d:?}");
+}

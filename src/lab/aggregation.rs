@@ -238,6 +238,23 @@ impl AggregationSetup {
             .unwrap_or(0)
     }
 
+    /// The settings of job `job_id` as [`AggregationSetup::install`] adds it, without its
+    /// sources: [`AggregationSetup::slots`] slots, Results from `out_src_addr` to
+    /// `239.0.0.<job_id>`, out of port `job_id`. A job added while the program runs (the
+    /// control plane's `jobs add`) starts from these.
+    pub fn job_config(&self, job_id: u8, out_src_addr: Ipv4Addr) -> JobConfig {
+        JobConfig {
+            job_id,
+            sources: Vec::new(),
+            block_cnt_max: self.slots(),
+            block_grad_max: self.block_grad_max,
+            block_exp_ms: self.block_exp_ms,
+            out_src_addr,
+            out_dst_addr: Ipv4Addr::new(239, 0, 0, job_id),
+            out_dest: Dest::Port(u16::from(job_id)),
+        }
+    }
+
     /// Checks the settings and installs the program in `mem` (sized by
     /// [`AggregationSetup::mem_config`]) with every job: [`AggregationSetup::slots`] slots
     /// each, Results from `out_src_addr` (its low byte is their `src_id`) to
@@ -316,14 +333,8 @@ impl AggregationSetup {
                 ));
             }
             trio.add_job(&JobConfig {
-                job_id: j.job_id,
                 sources: (0..j.sources).map(|s| j.first_src + s).collect(),
-                block_cnt_max: slots as u16,
-                block_grad_max: self.block_grad_max,
-                block_exp_ms: self.block_exp_ms,
-                out_src_addr,
-                out_dst_addr: Ipv4Addr::new(239, 0, 0, j.job_id),
-                out_dest: Dest::Port(u16::from(j.job_id)),
+                ..self.job_config(j.job_id, out_src_addr)
             })
             .map_err(|e| match e {
                 TrioMlError::Config(c) => c,

@@ -677,6 +677,16 @@ impl Shared {
         out.push_copy(Some(up), &upstream_join(job_id, self.upstream_src, nonce));
     }
 
+    /// Job `job_id` was added or removed here (the control plane): its next run joins a new
+    /// run above even if the job's run id here repeats the last one's (a job added again
+    /// starts from run 1), and the Results held for the run it left go.
+    fn forget_upstream_run(&self, job_id: u8) {
+        let mut runs = self.up_runs.lock();
+        let run = &mut runs[usize::from(job_id)];
+        bump(&self.counters.results_of_left_runs, run.held.len() as u64);
+        *run = UpstreamRun::default();
+    }
+
     /// Sends again the Joins upstream that are still unanswered after
     /// [`UPSTREAM_JOIN_RESEND`] (datagrams get lost).
     fn resend_upstream_joins(&self, up: SocketAddr) {
@@ -1039,9 +1049,8 @@ impl Server {
         }
         let eng = |e: &dyn fmt::Display| ServeError::Engine(e.to_string());
         let mem = Arc::new(SharedMemory::new(&cfg.setup.mem_config()).map_err(|e| eng(&e))?);
-        let trio = cfg
-            .setup
-            .install(&mem, Ipv4Addr::new(10, 0, 0, cfg.upstream_src))?;
+        let out_src_addr = Ipv4Addr::new(10, 0, 0, cfg.upstream_src);
+        let trio = cfg.setup.install(&mem, out_src_addr)?;
         let socket =
             bind_udp(cfg.listen, cfg.recv_buffer_bytes).map_err(io_err("binding --listen"))?;
         socket
@@ -1079,7 +1088,14 @@ impl Server {
         pfe.start().map_err(|e| eng(&e))?;
         let control = match &cfg.control {
             Some(addr) => {
-                let targets: Vec<Arc<dyn Target>> = vec![Arc::new(JobsTarget::new(trio.clone()))];
+                // A job added here is set up as the server's own jobs are, and starts its
+                // runs afresh: it joins a new run above too, whatever its run id here.
+                let setup = cfg.setup.clone();
+                let up = shared.clone();
+                let jobs = JobsTarget::new(trio.clone())
+                    .template(move |job_id| setup.job_config(job_id, out_src_addr))
+                    .on_change(move |job_id| up.forget_upstream_run(job_id));
+                let targets: Vec<Arc<dyn Target>> = vec![Arc::new(jobs)];
                 Some(
                     ControlServer::start(addr, Controller::new(pfe.control(), targets))
                         .map_err(io_err("starting the control plane (--control)"))?,

@@ -310,12 +310,44 @@ impl Target for NimbleTarget {
 /// Trio-ML's (or FPISA's) jobs: list, add and remove while aggregation runs.
 pub struct JobsTarget {
     trio: TrioMl,
+    template: Box<dyn Fn(u8) -> JobConfig + Send + Sync>,
+    on_change: Option<Box<dyn Fn(u8) + Send + Sync>>,
 }
 
 impl JobsTarget {
-    /// The jobs of `trio`.
+    /// The jobs of `trio`. A job added without a setting takes [`JobConfig::default`]'s.
     pub fn new(trio: TrioMl) -> JobsTarget {
-        JobsTarget { trio }
+        JobsTarget {
+            trio,
+            template: Box::new(|_| JobConfig::default()),
+            on_change: None,
+        }
+    }
+
+    /// A job added with id `job_id` takes the settings it is not given from `template(job_id)`
+    /// (its `job_id` and `sources` are always the request's): for an embedder whose jobs
+    /// need its own settings, such as the Results' source address and port
+    /// ([`AggregationSetup::job_config`](crate::lab::aggregation::AggregationSetup::job_config)).
+    pub fn template(
+        mut self,
+        template: impl Fn(u8) -> JobConfig + Send + Sync + 'static,
+    ) -> JobsTarget {
+        self.template = Box::new(template);
+        self
+    }
+
+    /// Calls `f` with the job's id once this target has added or removed a job: for state
+    /// an embedder keeps per job beside the engine, which a job added again must not
+    /// inherit (`pfemu serve --upstream` forgets the job's run above).
+    pub fn on_change(mut self, f: impl Fn(u8) + Send + Sync + 'static) -> JobsTarget {
+        self.on_change = Some(Box::new(f));
+        self
+    }
+
+    fn changed(&self, job_id: u8) {
+        if let Some(f) = &self.on_change {
+            f(job_id);
+        }
     }
 }
 
@@ -334,7 +366,8 @@ impl Target for JobsTarget {
                 "add",
                 "{\"job_id\": J, \"sources\": [..], \"block_cnt_max\"?, \"block_grad_max\"?, \
                  \"block_exp_ms\"?, \"out_dst_addr\"?: \"a.b.c.d\", \"out_group\"? | \
-                 \"out_port\"?} -> adds job J",
+                 \"out_port\"?} -> adds job J; a setting not given is as this program's jobs \
+                 have it",
             ),
             (
                 "remove",
@@ -366,8 +399,8 @@ impl Target for JobsTarget {
                 .collect::<Result<Vec<Value>, String>>()
                 .map(Value::Array),
             "add" => {
-                let d = JobConfig::default();
                 let job_id: u8 = need(args, "job_id", "from 0 to 255")?;
+                let d = (self.template)(job_id);
                 let sources = match args.get("sources") {
                     Some(Value::Array(s)) => s
                         .iter()
@@ -420,11 +453,13 @@ impl Target for JobsTarget {
                     ..d
                 };
                 self.trio.add_job(&job).map_err(|e| e.to_string())?;
+                self.changed(job_id);
                 Ok(json!({ "job_id": job_id, "added": true }))
             }
             "remove" => {
                 let job_id: u8 = need(args, "job_id", "from 0 to 255")?;
                 self.trio.remove_job(job_id).map_err(|e| e.to_string())?;
+                self.changed(job_id);
                 Ok(json!({ "job_id": job_id, "removed": true }))
             }
             _ => Err(format!("no command `{command}`")),

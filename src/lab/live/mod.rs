@@ -524,10 +524,16 @@ fn install(
         }
         LiveProgram::Aggregation(a) => {
             let mem = Arc::new(SharedMemory::new(&a.mem_config())?);
-            let trio = a.install(&mem, TrioMlConfig::default().local_addr)?;
+            let out_src_addr = TrioMlConfig::default().local_addr;
+            let trio = a.install(&mem, out_src_addr)?;
             let timers = trio.timer_specs()?;
             if control {
-                targets.push(Arc::new(JobsTarget::new(trio.clone())));
+                // A job added while it runs is set up as the jobs given at the start are.
+                let setup = a.clone();
+                targets
+                    .push(Arc::new(JobsTarget::new(trio.clone()).template(
+                        move |job_id| setup.job_config(job_id, out_src_addr),
+                    )));
             }
             (
                 builder
