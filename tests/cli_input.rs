@@ -443,3 +443,103 @@ fn a_closed_output_pipe_ends_commands_without_a_panic() {
         );
     }
 }
+
+/// Values no run can use are refused before anything runs, naming the option: a straggler
+/// late by years, a timer count past what the bench allocates, a line rate, burst, reference
+/// rate or load out of any link's range (they used to hang, abort on allocation, or run
+/// and report 0 Mpps).
+#[test]
+fn values_no_run_can_use_are_refused_naming_the_option() {
+    let cases: [(&[&str], &str); 13] = [
+        (&["demo", "--straggle-ms", "100000000000"], "--straggle-ms"),
+        (&["bench", "timers", "--timers", "4294967295"], "--timers"),
+        (&["bench", "timers", "--timers", "100000000"], "--timers"),
+        (
+            &["bench", "timers", "--period-ms", "0.0000001"],
+            "--period-ms",
+        ),
+        (&["linerate", "--line-rate", "1e30"], "--line-rate"),
+        (&["latency", "--line-rate", "1e30"], "--line-rate"),
+        (&["linerate", "--burst", "4294967296"], "--burst"),
+        (&["latency", "--burst", "100000000"], "--burst"),
+        (
+            &["latency", "--reference-mpps", "1e-30"],
+            "--reference-mpps",
+        ),
+        (&["latency", "--reference-mpps", "1e30"], "--reference-mpps"),
+        (
+            &["latency", "--loads", "1e30", "--reference-mpps", "1"],
+            "--loads",
+        ),
+        (&["latency", "--loads", "0"], "--loads"),
+        (&["latency", "--loads", "NaN"], "--loads"),
+    ];
+    for (args, option) in cases {
+        refused(args, option);
+    }
+    // `--stats-every` is checked before any interface is opened.
+    let err = refused(
+        &[
+            "run",
+            "filter",
+            "--iface",
+            "0=pfemu-none0",
+            "--stats-every",
+            "1e20",
+        ],
+        "--stats-every",
+    );
+    assert!(err.contains("too large"), "{err}");
+    refused(
+        &["bench", "l3fwd", "--route-file", "/nonexistent/routes.txt"],
+        "--route-file",
+    );
+}
+
+/// `--reorder on|off` takes its value wherever the help offers it (it used to be a flag
+/// that refused `off`, so reordering could not be switched off).
+#[test]
+fn reorder_takes_on_and_off() {
+    for (args, off_says) in [
+        (
+            &["run", "filter", "--packets", "1000", "--reorder", "off"][..],
+            "reordering off",
+        ),
+        (
+            &[
+                "bench",
+                "l3fwd",
+                "--routes",
+                "100",
+                "--duration",
+                "0.05",
+                "--reorder",
+                "off",
+                "--json",
+            ][..],
+            "\"reorder\": false",
+        ),
+        (
+            &[
+                "bench",
+                "nimble",
+                "--duration",
+                "0.05",
+                "--reorder",
+                "off",
+                "--json",
+            ][..],
+            "\"reorder\": false",
+        ),
+    ] {
+        let o = pfemu(args);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "pfemu {args:?}: {all}");
+        assert!(all.contains(off_says), "pfemu {args:?}: {all}");
+    }
+    refused(&["bench", "l3fwd", "--reorder", "maybe"], "--reorder");
+}

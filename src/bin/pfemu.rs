@@ -1158,6 +1158,15 @@ fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
     if cfg.block_exp_ms == 0 {
         return Err("invalid option `--block-exp-ms`: must be 1..=255".into());
     }
+    use pfemu::lab::bench::demo::MAX_STRAGGLE_MS;
+    if cfg.straggle_ms > MAX_STRAGGLE_MS {
+        return Err(format!(
+            "invalid option `--straggle-ms`: {} ms is more than the demo waits for its straggler \
+             ({MAX_STRAGGLE_MS} ms)",
+            cfg.straggle_ms
+        )
+        .into());
+    }
     if cfg.straggle_ms < 3 * u64::from(cfg.block_exp_ms) {
         return Err(format!(
             "invalid option `--straggle-ms`: {} ms is too short to be left out; the straggler \

@@ -28,7 +28,8 @@ const ALIASES: &[(&str, &[&str])] = &[
     ("block_grad_max", &["grads"]),
     ("block_exp", &["block-exp-ms"]),
     ("ports", &["iface", "ports"]),
-    ("route_file", &["routes", "route-file"]),
+    ("route_file", &["route-file", "routes"]),
+    ("timer_period", &["period-ms", "scan-period-ms"]),
     ("trace_one_in", &["trace-one-in"]),
     ("trace_file", &["trace-file"]),
 ];

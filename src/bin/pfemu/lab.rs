@@ -302,13 +302,13 @@ pub struct DeviceArgs {
     /// PPE threads [default: available cores].
     #[arg(long)]
     ppe_threads: Option<usize>,
-    /// Frames per burst of the paced generator.
+    /// Frames per burst of the paced generator (1 to 4096).
     #[arg(long, default_value_t = PfeDeviceConfig::default().burst)]
     burst: usize,
     /// Milliseconds each trial offers frames (at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), default_value_t = LinerateConfig::default().trial_duration.as_millis() as u64)]
     trial_ms: u64,
-    /// The line rate, Gbit/s (10, 25, 100, ...).
+    /// The line rate, Gbit/s (10, 25, 100, ...; at most 1000).
     #[arg(long, default_value_t = LinerateConfig::default().line_rate_gbps)]
     line_rate: f64,
     /// Directory for the CSV and SVG files.
@@ -448,7 +448,7 @@ pub struct LatencyArgs {
     /// Frame size, bytes.
     #[arg(long, default_value_t = L3fwdBenchConfig::default().size)]
     size: usize,
-    /// Offered loads, as fractions of the reference rate, comma-separated.
+    /// Offered loads, as fractions of the reference rate (above 0, at most 10), comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "F,...",
           default_value = list_text(&linerate::default_loads()))]
     loads: Vec<f64>,
@@ -459,13 +459,16 @@ pub struct LatencyArgs {
 
 pub fn latency(a: &LatencyArgs) -> CliResult {
     let d = &a.device;
-    let mut dev = d.device()?;
     let trial = Duration::from_millis(d.trial_ms);
+    // Every option is checked before the engine starts or a reference search runs.
+    linerate::check_line_rate(d.line_rate)?;
+    linerate::check_loads(&a.loads)?;
+    if let Some(m) = a.reference_mpps {
+        linerate::check_reference(m * 1e6, &a.loads, trial)?;
+    }
+    let mut dev = d.device()?;
     let reference = match a.reference_mpps {
-        Some(m) if m > 0.0 && m.is_finite() => m * 1e6,
-        Some(m) => {
-            return Err(format!("invalid option `--reference-mpps`: {m} is not positive").into())
-        }
+        Some(m) => m * 1e6,
         None => {
             let cfg = LinerateConfig {
                 sizes: vec![a.size],

@@ -294,13 +294,15 @@ pub fn run(
     reorder: bool,
     duration_s: Option<f64>,
 ) -> CliResult {
-    if !(a.stats_every.is_finite() && a.stats_every >= 0.0) {
-        return Err(format!(
-            "invalid option `--stats-every`: {} is not a number of seconds (0: never)",
-            a.stats_every
+    // 0: never; otherwise a positive, finite number of seconds up to the longest duration.
+    let every = if a.stats_every == 0.0 {
+        None
+    } else {
+        Some(
+            pfemu::duration::secs(a.stats_every)
+                .map_err(|e| format!("invalid option `--stats-every`: {e} (0: never)"))?,
         )
-        .into());
-    }
+    };
     let duration = duration_s
         .map(pfemu::duration::secs)
         .transpose()
@@ -367,7 +369,6 @@ pub fn run(
         }
         let _ = out.flush();
     }
-    let every = (a.stats_every > 0.0).then(|| Duration::from_secs_f64(a.stats_every));
     let mut next_stats = every.map(|e| start + e);
     let mut last: Option<(Instant, LiveReport)> = None;
     loop {
@@ -628,7 +629,7 @@ pub struct PortsBenchArgs {
 
 /// The most `pfemu bench ports --search --line-rate` accepts, Gbit/s: far beyond what a
 /// veth pair carries (a search starts at the line rate, so a larger one is a typo).
-pub const MAX_PORTS_LINE_RATE_GBPS: f64 = 1000.0;
+pub const MAX_PORTS_LINE_RATE_GBPS: f64 = pfemu::lab::bench::linerate::MAX_LINE_RATE_GBPS;
 
 /// The `--help` epilogue of `pfemu bench ports`.
 pub const BENCH_PORTS_HELP: &str = "Examples (as root):\n  \

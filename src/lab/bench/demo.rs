@@ -20,6 +20,10 @@ use crate::pfe::{Pfe, Stats};
 use crate::rng::SplitMix64;
 use crate::timer::ManualClock;
 
+/// The longest a demo's straggler may be late (`--straggle-ms`): a minute. The demo runs
+/// on the real clock, so it waits that long.
+pub const MAX_STRAGGLE_MS: u64 = 60_000;
+
 /// The demo's settings; as command-line options, those of `pfemu demo` (defaults from
 /// [`DemoConfig::default`]).
 #[derive(Clone, Debug, Serialize, clap::Args)]
@@ -39,7 +43,7 @@ pub struct DemoConfig {
     /// Block timeout (the job's `block_exp`), in milliseconds.
     #[arg(long, default_value_t = DemoConfig::default().block_exp_ms)]
     pub block_exp_ms: u8,
-    /// How late the straggler is in round 2, in milliseconds.
+    /// How late the straggler is in round 2, in milliseconds (at most 60000: a minute).
     #[arg(long, default_value_t = DemoConfig::default().straggle_ms)]
     pub straggle_ms: u64,
     /// PPE threads.

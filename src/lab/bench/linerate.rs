@@ -107,11 +107,19 @@ use crate::ConfigError;
 pub const WIRE_OVERHEAD_BYTES: usize = super::traffic::L1_OVERHEAD_BYTES;
 
 /// The Ethernet line rates usually tested, in Gbit/s (1, 10, 25, 40 and 100 GbE). Any
-/// positive rate is accepted by [`LinerateConfig::line_rate_gbps`].
+/// positive rate up to [`MAX_LINE_RATE_GBPS`] is accepted by
+/// [`LinerateConfig::line_rate_gbps`].
 pub const STANDARD_LINE_RATES_GBPS: [f64; 5] = [1.0, 10.0, 25.0, 40.0, 100.0];
 
 /// RFC 2544's frame sizes for Ethernet, the default of [`LinerateConfig::sizes`].
 pub const RFC2544_SIZES: [usize; 7] = [64, 128, 256, 512, 1024, 1280, 1518];
+
+/// The fastest line rate accepted, in Gbit/s (1 Tbit/s: 1.49 G frames/s at 64 bytes).
+pub const MAX_LINE_RATE_GBPS: f64 = 1000.0;
+
+/// The highest offered load of a latency sweep ([`latency_sweep`]), as a fraction of its
+/// reference rate: ten times it.
+pub const MAX_LOAD: f64 = 10.0;
 
 /// Most trials [`LinerateConfig::max_trials_per_size`] accepts.
 pub const MAX_TRIALS_PER_SIZE: u32 = 64;
@@ -370,6 +378,71 @@ fn check_frame_size(setting: &'static str, size: usize) -> Result<(), ConfigErro
     )
 }
 
+/// Checks a line rate (`line_rate_gbps`): positive, finite, at most [`MAX_LINE_RATE_GBPS`].
+pub fn check_line_rate(gbps: f64) -> Result<(), ConfigError> {
+    ensure(
+        gbps.is_finite() && gbps > 0.0 && gbps <= MAX_LINE_RATE_GBPS,
+        "line_rate_gbps",
+        || {
+            format!(
+                "{gbps} is not a number of Gbit/s from above 0 to {MAX_LINE_RATE_GBPS} (e.g. 1, \
+                 10, 25, 40, 100)"
+            )
+        },
+    )
+}
+
+/// Checks a latency sweep's loads (`loads`): at least one, each a fraction of the reference
+/// rate above 0 and at most [`MAX_LOAD`].
+pub fn check_loads(loads: &[f64]) -> Result<(), ConfigError> {
+    ensure(!loads.is_empty(), "loads", || "no load to run".into())?;
+    match loads
+        .iter()
+        .find(|l| !(l.is_finite() && **l > 0.0 && **l <= MAX_LOAD))
+    {
+        Some(l) => Err(ConfigError::new(
+            "loads",
+            format!(
+                "{l} is not a fraction of the reference rate from above 0 to {MAX_LOAD} (1.3 \
+                 is 130%)"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks a latency sweep's reference rate (`reference_pps`, frames per second) for its
+/// `loads` and trials of `duration`: a trial of the lowest load offers at least one frame,
+/// and the rate is at most what [`MAX_LINE_RATE_GBPS`] carries of the smallest frames.
+pub fn check_reference(
+    reference_pps: f64,
+    loads: &[f64],
+    duration: Duration,
+) -> Result<(), ConfigError> {
+    let max = line_rate_pps(MAX_LINE_RATE_GBPS, MIN_FRAME_SIZE);
+    ensure(
+        reference_pps.is_finite() && reference_pps > 0.0 && reference_pps <= max,
+        "reference_pps",
+        || {
+            format!(
+                "{} Mpps is not a rate from above 0 to {:.1} Mpps (a {MAX_LINE_RATE_GBPS} Gbit/s \
+                 link of {MIN_FRAME_SIZE} B frames)",
+                reference_pps / 1e6,
+                max / 1e6
+            )
+        },
+    )?;
+    let lowest = loads.iter().copied().fold(f64::INFINITY, f64::min);
+    let frames = reference_pps * lowest * duration.as_secs_f64();
+    ensure(frames >= 1.0, "reference_pps", || {
+        format!(
+            "{} Mpps is too slow: at load {lowest}, a trial of {duration:?} offers \
+             {frames:.3} frames (at least 1)",
+            reference_pps / 1e6
+        )
+    })
+}
+
 fn check_fraction(setting: &'static str, v: f64) -> Result<(), ConfigError> {
     ensure((0.0..1.0).contains(&v), setting, || {
         format!("{v} is not a fraction in [0, 1) (0.001 is 0.1%)")
@@ -393,10 +466,8 @@ impl LinerateConfig {
         }
         check_fraction("loss_tolerance", self.loss_tolerance)?;
         check_fraction("offered_tolerance", self.offered_tolerance)?;
+        check_line_rate(self.line_rate_gbps)?;
         let gbps = self.line_rate_gbps;
-        ensure(gbps.is_finite() && gbps > 0.0, "line_rate_gbps", || {
-            format!("{gbps} is not a positive number of Gbit/s (e.g. 1, 10, 25, 40, 100)")
-        })?;
         let resolution = self.resolution;
         ensure(resolution > 0.0 && resolution <= 1.0, "resolution", || {
             format!("{resolution} is not a fraction of the line rate in (0, 1] (0.005 is 0.5%)")
@@ -986,22 +1057,9 @@ pub fn latency_sweep<D: Device + ?Sized>(
     duration: Duration,
 ) -> Result<LatencyReport, LinerateError> {
     check_frame_size("frame_size", frame_size)?;
-    if loads.is_empty() {
-        return Err(ConfigError::new("loads", "no load to run").into());
-    }
-    if let Some(&l) = loads.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
-        return Err(ConfigError::new(
-            "loads",
-            format!("{l} is not a positive fraction of the reference rate"),
-        )
-        .into());
-    }
-    ensure(
-        reference_pps.is_finite() && reference_pps > 0.0,
-        "reference_pps",
-        || format!("{reference_pps} is not a positive rate in frames per second"),
-    )?;
+    check_loads(loads)?;
     check_duration("duration", duration)?;
+    check_reference(reference_pps, loads, duration)?;
     let mut rows = Vec::with_capacity(loads.len());
     for &load in loads {
         let rate = load * reference_pps;

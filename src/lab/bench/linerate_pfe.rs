@@ -57,7 +57,7 @@ pub struct PfeDeviceConfig {
     pub program: DeviceProgram,
     /// PPE threads.
     pub ppe_threads: usize,
-    /// Frames per burst of the generator.
+    /// Frames per burst of the generator, 1 to [`MAX_BURST`].
     pub burst: usize,
     /// Distinct flows of the traffic.
     pub flows: u32,
@@ -78,6 +78,9 @@ impl Default for PfeDeviceConfig {
     }
 }
 
+/// The most frames [`PfeDeviceConfig::burst`] takes: a large NIC receive ring.
+pub const MAX_BURST: usize = 4096;
+
 /// A running engine with its program, and the traffic generated so far per frame size.
 pub struct PfeDevice {
     cfg: PfeDeviceConfig,
@@ -88,8 +91,14 @@ pub struct PfeDevice {
 impl PfeDevice {
     /// Builds and starts the engine.
     pub fn new(cfg: PfeDeviceConfig) -> Result<PfeDevice, ConfigError> {
-        if cfg.burst == 0 {
-            return Err(ConfigError::new("burst", "must be at least 1"));
+        if !(1..=MAX_BURST).contains(&cfg.burst) {
+            return Err(ConfigError::new(
+                "burst",
+                format!(
+                    "{} frames is out of range; accepted 1..={MAX_BURST} (a receive ring's worth)",
+                    cfg.burst
+                ),
+            ));
         }
         let (mem, program, ports): (_, Program, usize) = match cfg.program {
             DeviceProgram::Filter => {

@@ -5,7 +5,7 @@
 //! option, and the option's default is the configuration's [`Default`] (so `--help` shows
 //! what a library user gets). The CLI flattens these configurations into its commands.
 
-use clap::builder::BoolishValueParser;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
 use serde::Serialize;
 
@@ -100,7 +100,13 @@ pub struct EngineChoice {
     #[arg(long, default_value_t = default_ppe_threads(), hide_default_value = true)]
     pub ppe_threads: usize,
     /// Per-flow reordering: `on` or `off` (off measures the reorder engine's cost).
-    #[arg(long, default_value = "on", value_parser = BoolishValueParser::new(), value_name = "on|off")]
+    #[arg(
+        long,
+        action = clap::ArgAction::Set,
+        default_value = "on",
+        value_parser = PossibleValuesParser::new(["on", "off"]).map(|v| v == "on"),
+        value_name = "on|off"
+    )]
     pub reorder: bool,
 }
 

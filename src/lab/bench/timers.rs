@@ -24,7 +24,7 @@ use crate::ConfigError;
 /// timers` (defaults from [`TimerBenchConfig::default`]).
 #[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct TimerBenchConfig {
-    /// Staggered timers (the paper's N; it uses 100).
+    /// Staggered timers (the paper's N; it uses 100), at most 1024.
     #[arg(long, default_value_t = TimerBenchConfig::default().timers)]
     pub timers: u32,
     /// Each timer's period, in nanoseconds (launches come every `period_ns / timers`);
@@ -82,8 +82,17 @@ pub struct TimerBenchReport {
     pub mpps: f64,
 }
 
+/// The most timers the benchmark staggers (`--timers`): ten times the paper's 100.
+pub const MAX_TIMERS: u32 = 1024;
+
 /// Runs one configuration.
 pub fn run(cfg: &TimerBenchConfig) -> Result<TimerBenchReport, ConfigError> {
+    if !(1..=MAX_TIMERS).contains(&cfg.timers) {
+        return Err(ConfigError::new(
+            "timers",
+            format!("{} is out of range; accepted 1..={MAX_TIMERS}", cfg.timers),
+        ));
+    }
     let lateness: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::with_capacity(1 << 16)));
     let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
     let filter = Filter::install(&mem).map_err(|e| ConfigError::new("memory", e.to_string()))?;
