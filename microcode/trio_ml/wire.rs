@@ -462,6 +462,9 @@ pub fn parse(frame: &[u8]) -> Result<(TrioMlHdrFields, &[u8]), WireError> {
     }
     let udp = Udp::new_checked(&frame[UDP_AT..])?;
     let udp_len = usize::from(udp.len());
+    if udp_len < UDP_LEN {
+        return Err(malformed("UDP length shorter than the UDP header"));
+    }
     if usize::from(ip.total_len()) != IPV4_LEN + udp_len {
         return Err(malformed("IPv4 total length disagrees with the UDP length"));
     }
@@ -791,6 +794,17 @@ mod tests {
         not_udp[23] = 6;
         assert!(parse(&not_udp).is_err());
         assert!(parse(&ok[..20]).is_err());
+        // A UDP length under the UDP header's 8 bytes, with an IPv4 total length that
+        // agrees with it (found by fuzzing: it panicked slicing the payload).
+        for udp_len in 0..UDP_LEN as u16 {
+            let mut short = ok.clone();
+            Udp::new_unchecked(&mut short[UDP_AT..]).set_len(udp_len);
+            Ipv4::new_unchecked(&mut short[IPV4_AT..]).set_total_len(IPV4_LEN as u16 + udp_len);
+            assert!(
+                matches!(parse(&short), Err(WireError::Malformed { .. })),
+                "UDP length {udp_len}"
+            );
+        }
     }
 
     #[test]
