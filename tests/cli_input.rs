@@ -500,46 +500,25 @@ fn values_no_run_can_use_are_refused_naming_the_option() {
 /// that refused `off`, so reordering could not be switched off).
 #[test]
 fn reorder_takes_on_and_off() {
-    for (args, off_says) in [
+    for (command, off_says) in [
+        ("run filter --packets 1000 --reorder off", "reordering off"),
         (
-            &["run", "filter", "--packets", "1000", "--reorder", "off"][..],
-            "reordering off",
-        ),
-        (
-            &[
-                "bench",
-                "l3fwd",
-                "--routes",
-                "100",
-                "--duration",
-                "0.05",
-                "--reorder",
-                "off",
-                "--json",
-            ][..],
+            "bench l3fwd --routes 100 --duration 0.05 --reorder off --json",
             "\"reorder\": false",
         ),
         (
-            &[
-                "bench",
-                "nimble",
-                "--duration",
-                "0.05",
-                "--reorder",
-                "off",
-                "--json",
-            ][..],
+            "bench nimble --duration 0.05 --reorder off --json",
             "\"reorder\": false",
         ),
     ] {
-        let o = pfemu(args);
+        let o = pfemu(&command.split(' ').collect::<Vec<_>>());
         let all = format!(
             "{}{}",
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
-        assert!(o.status.success(), "pfemu {args:?}: {all}");
-        assert!(all.contains(off_says), "pfemu {args:?}: {all}");
+        assert!(o.status.success(), "pfemu {command}: {all}");
+        assert!(all.contains(off_says), "pfemu {command}: {all}");
     }
     refused(&["bench", "l3fwd", "--reorder", "maybe"], "--reorder");
 }

@@ -41,14 +41,36 @@ fn start_monitored(cfg: ServeConfig) -> (SocketAddr, StopHandle, Monitor, JoinHa
     let addr = server.local_addr().unwrap();
     let stop = server.stop_handle();
     let monitor = server.monitor();
-    let h = std::thread::spawn(move || {
-        server.run(RunLimits {
-            duration: Some(Duration::from_secs(120)),
-            idle_exit: None,
-        })
-    });
+    let h = std::thread::spawn(move || server.run(RUN_LIMITS));
     (addr, stop, monitor, h)
 }
+
+/// [`start`] with the control plane on a free loopback port: the server's address, the
+/// control plane's, a stop handle and the server's thread.
+fn start_with_control(
+    cfg: ServeConfig,
+) -> (SocketAddr, String, StopHandle, JoinHandle<ServeReport>) {
+    let server = Server::bind(&ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        control: Some("127.0.0.1:0".into()),
+        ..cfg
+    })
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let control = server
+        .control_addr()
+        .expect("a control address")
+        .to_string();
+    let stop = server.stop_handle();
+    let h = std::thread::spawn(move || server.run(RUN_LIMITS));
+    (addr, control, stop, h)
+}
+
+/// How long a test's server may run: long enough for any test, so a hung one still ends.
+const RUN_LIMITS: RunLimits = RunLimits {
+    duration: Some(Duration::from_secs(120)),
+    idle_exit: None,
+};
 
 /// An aggregation datagram of generation 0: the Trio-ML header and `grads`.
 fn datagram(job_id: u8, src_id: u8, block_id: u32, grads: &[i32]) -> Vec<u8> {
@@ -1374,29 +1396,15 @@ fn a_server_answers_its_control_plane_and_writes_its_trace() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("trace.jsonl");
     let cfg = ServeConfig {
-        control: Some("127.0.0.1:0".into()),
         trace: Some(TraceSpec {
             limit: 5,
             format: TraceFormat::Json,
             path: Some(path.clone()),
             ..TraceSpec::default()
         }),
-        listen: "127.0.0.1:0".parse().unwrap(),
         ..config(Aggregation::TrioMl, &["1:2"])
     };
-    let server = Server::bind(&cfg).unwrap();
-    let addr = server.local_addr().unwrap();
-    let control = server
-        .control_addr()
-        .expect("a control address")
-        .to_string();
-    let stop = server.stop_handle();
-    let h = std::thread::spawn(move || {
-        server.run(RunLimits {
-            duration: Some(Duration::from_secs(120)),
-            idle_exit: None,
-        })
-    });
+    let (addr, control, stop, h) = start_with_control(cfg);
     let r = Run::ints(1, &[0, 1], 4 * 256, 7);
     check_exact(&r, &run_workers(addr, &r));
 
@@ -1443,23 +1451,9 @@ fn a_job_added_again_below_joins_a_new_run_above() {
     let (upper, stop_upper, upper_h) = start(config(Aggregation::TrioMl, &["1:1"]));
     let cfg = ServeConfig {
         upstream: Some(upper),
-        control: Some("127.0.0.1:0".into()),
-        listen: "127.0.0.1:0".parse().unwrap(),
         ..config(Aggregation::TrioMl, &["1:2"])
     };
-    let server = Server::bind(&cfg).unwrap();
-    let addr = server.local_addr().unwrap();
-    let control = server
-        .control_addr()
-        .expect("a control address")
-        .to_string();
-    let stop = server.stop_handle();
-    let h = std::thread::spawn(move || {
-        server.run(RunLimits {
-            duration: Some(Duration::from_secs(120)),
-            idle_exit: None,
-        })
-    });
+    let (addr, control, stop, h) = start_with_control(cfg);
     let call = |command: &str, args: serde_json::Value| {
         let (status, body) = request(
             &control,
