@@ -33,20 +33,22 @@ fn packet(block: u32, gen: u16, src: u8) -> Vec<u8> {
     })
 }
 
+/// The launch of the one timer, owning the whole table, at `now`.
+fn launch(now: u64) -> Launch {
+    Launch {
+        timer: 0,
+        entry: TIMER_ENTRY,
+        slice: 0,
+        slices: 1,
+        scheduled_ns: now,
+        missed: 0,
+    }
+}
+
 /// One scan period at `now` (one timer owning the whole table); the packets it created.
 fn scan(h: &mut Harness, program: &Program, now: u64) -> Vec<(Dest, Vec<u8>)> {
     h.set_now(now);
-    let out = h.run_timer(
-        program,
-        Launch {
-            timer: 0,
-            entry: TIMER_ENTRY,
-            slice: 0,
-            slices: 1,
-            scheduled_ns: now,
-            missed: 0,
-        },
-    );
+    let out = h.run_timer(program, launch(now));
     assert_eq!(out.result, Ok(Verdict::Consume));
     out.created
 }
@@ -64,8 +66,13 @@ fn group_results(created: &[(Dest, Vec<u8>)]) -> Vec<(u32, u16, u8)> {
 }
 
 /// An aggregator of job 1 (sources 0 and 1, blocks aging out after 1 ms, Results to group
-/// 1), one timer owning the whole table.
+/// 1, 4 slots), one timer owning the whole table.
 fn install() -> (Arc<SharedMemory>, TrioMl, Program) {
+    install_with_slots(4)
+}
+
+/// [`install`] with `slots` block slots.
+fn install_with_slots(slots: u16) -> (Arc<SharedMemory>, TrioMl, Program) {
     let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
     let trio = TrioMl::install(
         &mem,
@@ -82,7 +89,7 @@ fn install() -> (Arc<SharedMemory>, TrioMl, Program) {
         job_id: 1,
         sources: vec![0, 1],
         block_exp_ms: 1,
-        block_cnt_max: 4,
+        block_cnt_max: slots,
         out_dest: Dest::Group(1),
         ..JobConfig::default()
     })
@@ -234,4 +241,50 @@ fn a_packet_held_before_it_creates_a_block_that_finished_is_answered_from_the_ke
             "only the kept Result's slot"
         );
     }
+}
+
+/// A timer thread lists the blocks that aged out, then closes them one by one. While it is
+/// held between the two, the block it listed completes, a later generation's Result frees
+/// its slot, and a new block takes the slot. The timer must not close and finish the new
+/// block under the old one's key: that sent a stale Result of the old block, freed the new
+/// block's slot and left its later packets nothing to join.
+#[test]
+fn a_timer_held_after_listing_an_aged_block_leaves_the_next_block_in_its_slot_alone() {
+    // Two slots: once generation 1 holds one, block 6 can only take generation 0's.
+    let (mem, trio, program) = install_with_slots(2);
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet(5, 0, 0)).created;
+    // Referenced at the first scan, idle for 1 ms at the second: listed as aged.
+    sent.extend(scan(&mut h, &program, MS));
+    let timer = common::hold_timer_before(&mem, &program, "close_aged", 2 * MS, launch(2 * MS));
+
+    h.set_now(2 * MS);
+    sent.extend(h.run(&program, 1, &packet(5, 0, 1)).created);
+    for src in [0u8, 1] {
+        sent.extend(h.run(&program, src.into(), &packet(5, 1, src)).created);
+    }
+    assert_eq!(group_results(&sent), [(5, 0, 2), (5, 1, 2)]);
+    // Generation 1's kept Result replaced generation 0's and freed its slot: block 6 takes it.
+    sent.extend(h.run(&program, 0, &packet(6, 0, 0)).created);
+    let blocks = trio.active_blocks().unwrap();
+    let new = blocks
+        .iter()
+        .find(|b| b.block_id == 6)
+        .expect("block 6 is active");
+    assert_eq!(new.sums, [1; 4], "block 6 holds source 0's gradients");
+    assert_eq!(trio.job_state(1).unwrap().slots_in_use, 2, "both slots");
+
+    let out = timer.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    assert_eq!(
+        group_results(&out.created),
+        [],
+        "the timer sent no Result: the block it listed had finished"
+    );
+    sent.extend(h.run(&program, 1, &packet(6, 0, 1)).created);
+    assert_eq!(
+        group_results(&sent),
+        [(5, 0, 2), (5, 1, 2), (6, 0, 2)],
+        "block 6 completes with both sources"
+    );
 }

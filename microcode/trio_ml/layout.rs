@@ -200,6 +200,14 @@ pub(super) const BLOCK_KEY_AT: usize = BLOCK_CTX_LEN;
 pub(super) const BLOCK_KEY_WORD: u64 = 7;
 const _: () = assert!(BLOCK_KEY_AT == 8 * BLOCK_KEY_WORD as usize + 2);
 
+/// Whether a block record's key word ([`BLOCK_KEY_WORD`]) and gate word ([`GATE_W`]) are
+/// those of block `block`, generation `gen` of run `run`: a slot holds another block once
+/// the one it held finished and a new one took the slot.
+pub(super) fn holds_block(key_word: u64, gate: u64, run: u8, block: u32, gen: u16) -> bool {
+    key_word & 0xFFFF_FFFF_FFFF == u64::from(block) << 16 | u64::from(gen)
+        && Block::RUN_ID.get_u8(gate) & super::wire::MAX_RUN_ID == run
+}
+
 // The gate: who may still add to a block, and who finishes it. The record's `closed`,
 // `taken`, `degraded` and `in_flight` fields, all in the low 32-bit lane of one word:
 //

@@ -219,7 +219,9 @@
 //! A packet thread that faults while adding to a block (an instruction budget too small for
 //! `block_grad_max`, for instance) leaves the block open: it is never finished. Slots are
 //! reused while a thread that looked the block up long before may still hold its address;
-//! run-to-completion threads finish long before a slot comes round again.
+//! run-to-completion threads finish long before a slot comes round again. A timer thread,
+//! which lists the aged blocks of its slice and then closes them one by one (finishing
+//! some on the way), checks that a slot still holds the block it listed before it closes it.
 
 pub mod host;
 mod layout;

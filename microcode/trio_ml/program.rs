@@ -1428,6 +1428,13 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let (job, run, block, gen) =
             parse_block_key(&e[..BLOCK_KEY_BYTES]).expect("a whole block key");
         let rec = u64::from_be_bytes(e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"));
+        // The block listed may have finished since scan_blocks, while this thread closed
+        // the entries before it, and a new block may hold its slot now: close only the
+        // block listed. (What is left is the moment between these reads and the close.)
+        let (key_word, gate) = (t.read_u64(rec + BLOCK_KEY_WORD)?, t.read_u64(rec + GATE_W)?);
+        if !holds_block(key_word, gate, run, block, gen) {
+            return Ok(Goto(l.close_aged));
+        }
         t.set(R_JOB_ID, job);
         t.set(R_RUN, run);
         t.set(R_BLOCK_ID, block);

@@ -119,10 +119,25 @@ impl Harness {
     /// Runs `program` from the timer entry `launch.entry`, as the engine does when a timer
     /// fires: the thread has no packet and sees `launch` through [`Thread::timer`].
     pub fn run_timer(&mut self, program: &Program, launch: Launch) -> HarnessOutcome {
+        self.run_timer_observed(program, launch, |_| {})
+    }
+
+    /// [`Harness::run_timer`], calling `before` with the name of each instruction's label
+    /// just before the instruction runs, as [`Harness::run_observed`] does for a packet: a
+    /// test can hold a timer thread between two instructions while packets run.
+    pub fn run_timer_observed(
+        &mut self,
+        program: &Program,
+        launch: Launch,
+        mut before: impl FnMut(&str),
+    ) -> HarnessOutcome {
         self.out.clear();
         let meta = PacketMeta::timer(launch, self.now_ns);
         let mut t = Thread::new(&mut self.core, &self.mem, &mut self.out, meta);
-        let run = program.run(Entry::Timer(launch.entry), &mut t, self.budget);
+        let names = program.instruction_names();
+        let run = program.run_observed(Entry::Timer(launch.entry), &mut t, self.budget, |l| {
+            before(&names[l.0 as usize])
+        });
         t.end();
         self.finish(run, None)
     }

@@ -102,8 +102,8 @@ pub fn filter_engine() -> (pfemu::pfe::PfeBuilder, pfemu::microcode::filter::Fil
     (builder, filter)
 }
 
-/// A packet's thread, held before an instruction until [`Held::release`]: a PPE thread the
-/// host OS deschedules between two instructions, replayed deterministically.
+/// A packet's (or a timer's) thread, held before an instruction until [`Held::release`]: a
+/// PPE thread the host OS deschedules between two instructions, replayed deterministically.
 pub struct Held {
     go: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<pfemu::program::HarnessOutcome>,
@@ -131,28 +131,59 @@ pub fn hold_before(
     (port, now_ns): (pfemu::packet::Port, u64),
     frame: Vec<u8>,
 ) -> Held {
+    hold_thread_before(mem, now_ns, label, {
+        let program = program.clone();
+        move |h, before| h.run_observed(&program, port, &frame, before)
+    })
+}
+
+/// [`hold_before`] for the timer thread of `launch`
+/// ([`Harness::run_timer_observed`](pfemu::program::Harness::run_timer_observed)).
+pub fn hold_timer_before(
+    mem: &std::sync::Arc<pfemu::mem::SharedMemory>,
+    program: &pfemu::program::Program,
+    label: &'static str,
+    now_ns: u64,
+    launch: pfemu::timer::Launch,
+) -> Held {
+    hold_thread_before(mem, now_ns, label, {
+        let program = program.clone();
+        move |h, before| h.run_timer_observed(&program, launch, before)
+    })
+}
+
+/// Runs `run` on a harness of its own thread (at time `now_ns`), held before the first
+/// instruction labelled `label` until it is released; returns once it is held there.
+fn hold_thread_before(
+    mem: &std::sync::Arc<pfemu::mem::SharedMemory>,
+    now_ns: u64,
+    label: &'static str,
+    run: impl FnOnce(&mut pfemu::program::Harness, &mut dyn FnMut(&str)) -> pfemu::program::HarnessOutcome
+        + Send
+        + 'static,
+) -> Held {
     use std::sync::mpsc;
     let (at_label_tx, at_label) = mpsc::channel::<()>();
     let (go, go_rx) = mpsc::channel::<()>();
     let thread = {
-        let (mem, program) = (mem.clone(), program.clone());
+        let mem = mem.clone();
         std::thread::spawn(move || {
             let mut h = pfemu::program::Harness::new(mem);
             h.set_now(now_ns);
             let mut held = false;
-            h.run_observed(&program, port, &frame, |l| {
+            run(&mut h, &mut |l: &str| {
                 if l == label && !held {
                     held = true;
-                    at_label_tx.send(()).expect("the test waits for the packet");
+                    at_label_tx.send(()).expect("the test waits for the thread");
                     go_rx
                         .recv_timeout(HOLD_PATIENCE)
-                        .expect("the test lets the packet go on");
+                        .expect("the test lets the thread go on");
                 }
             })
         })
     };
     at_label
         .recv_timeout(HOLD_PATIENCE)
-        .unwrap_or_else(|_| panic!("the held packet reaches {label}"));
+        .unwrap_or_else(|_| panic!("the held thread reaches {label}"));
     Held { go, thread }
 }
