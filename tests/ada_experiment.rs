@@ -370,7 +370,7 @@ fn bad_options_are_refused_by_name() {
         },
         "--threads",
     );
-    let nimble: [(&str, Spoil); 18] = [
+    let nimble: [(&str, Spoil); 19] = [
         ("--nimble-rate-gbps", |c| c.nimble_rate_gbps = 0.0),
         ("--nimble-rate-gbps", |c| c.nimble_rate_gbps = f64::NAN),
         ("--nimble-rate-after-gbps", |c| {
@@ -390,6 +390,10 @@ fn bad_options_are_refused_by_name() {
         ("--nimble-controller-us", |c| c.nimble_controller_us = 0),
         ("--nimble-change-us", |c| c.nimble_change_us = 100),
         ("--nimble-change-us", |c| c.nimble_change_us = 5900),
+        // An add that wrapped took this for a time inside the run.
+        ("--nimble-change-us", |c| {
+            c.nimble_change_us = u64::MAX - 100
+        }),
         ("--nimble-dt-monitor-entries", |c| {
             c.nimble_dt_monitor_entries = 4
         }),

@@ -173,6 +173,20 @@ fn what_cannot_fit_in_memory_is_refused_naming_the_option() {
             ][..],
             "--gradients",
         ),
+        // Each worker's vector is --blocks packets of the largest --sizes.
+        (
+            &[
+                "experiment",
+                "--out",
+                std::env::temp_dir().to_str().expect("UTF-8"),
+                "fig15",
+                "--sizes",
+                "4095",
+                "--blocks",
+                "1000000",
+            ][..],
+            "--blocks",
+        ),
     ] {
         let err = refused(args, option);
         assert!(err.contains("memory"), "{err}");

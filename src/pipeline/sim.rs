@@ -48,8 +48,9 @@ use std::ops::Range;
 use super::odg::{Arch, Odg, Op};
 use super::schedule::Schedule;
 
-/// The most processors, and the most slots of an RMT pipe, a simulation takes: far beyond
-/// any switch, small enough that the state fits in memory.
+/// The most processors, the most slots of an RMT pipe, and the most packets a cycle
+/// ([`DrmtOptions::burst`]) a simulation takes: far beyond any switch, small enough that the
+/// state fits in memory.
 pub const MAX_SIM_UNITS: u64 = 1 << 20;
 
 /// How long to run and when to start measuring.
@@ -122,7 +123,7 @@ pub struct DrmtOptions {
     /// The memory cluster of each match's table, by match (the matches in node order);
     /// empty: the k-th match's table in cluster k mod p.
     pub clusters: Vec<usize>,
-    /// Packets the line offers each cycle, at least 1. Observation 1 assumes one: two
+    /// Packets the line offers each cycle, 1 to [`MAX_SIM_UNITS`]. Observation 1 assumes one: two
     /// packets arriving in the same cycle at two processors ask for the same tables in the
     /// same cycles.
     pub burst: u64,
@@ -477,6 +478,14 @@ pub fn simulate_drmt_with(
     }
     if options.burst == 0 {
         return Err(SimError::Zero("burst"));
+    }
+    if options.burst > MAX_SIM_UNITS {
+        // More packets a cycle than processors could ever take; and the offered count
+        // must not overflow.
+        return Err(SimError::TooLarge {
+            setting: "burst",
+            value: options.burst,
+        });
     }
     if schedules.len() != 1 && schedules.len() as u64 != processors {
         return Err(SimError::ScheduleCount {
@@ -949,6 +958,20 @@ mod tests {
             )
             .unwrap_err(),
             SimError::Zero("burst")
+        );
+        assert_eq!(
+            sim(
+                &[fixed()],
+                &DrmtOptions {
+                    burst: u64::MAX,
+                    ..DrmtOptions::default()
+                }
+            )
+            .unwrap_err(),
+            SimError::TooLarge {
+                setting: "burst",
+                value: u64::MAX
+            }
         );
         assert_eq!(
             simulate_rmt(0, 4, &Arch::RMT, &ok).unwrap_err(),

@@ -465,7 +465,7 @@ impl AdaConfig {
             duration,
         )?;
         let two = 2 * self.nimble_window_us;
-        if self.nimble_change_us < two || self.nimble_change_us + two > duration {
+        if self.nimble_change_us < two || self.nimble_change_us.saturating_add(two) > duration {
             return bad(
                 "--nimble-change-us",
                 format!(

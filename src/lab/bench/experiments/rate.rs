@@ -81,11 +81,28 @@ impl RateJob {
     }
 
     /// Measures one point per `(grads, window)`, each on a fresh PFE, the i-th with the
-    /// gradients of round i.
+    /// gradients of round i. Refuses, before any runs, a point whose workers' vectors
+    /// (`--blocks` packets of `grads` gradients each) would not fit in memory.
     pub(super) fn points(
         &self,
         points: impl IntoIterator<Item = (u16, usize)>,
     ) -> Result<Vec<RatePoint>, ExperimentError> {
+        let points: Vec<(u16, usize)> = points.into_iter().collect();
+        for &(grads, _) in &points {
+            let gradients = (self.blocks as u64)
+                .saturating_mul(u64::from(grads))
+                .saturating_mul(u64::from(self.workers));
+            crate::limits::check_fits(
+                "--blocks",
+                gradients,
+                "gradients (over all workers)",
+                crate::lab::bench::demo::BYTES_PER_GRADIENT,
+            )
+            .map_err(|e| ExperimentError::Option {
+                option: "--blocks",
+                reason: e.reason,
+            })?;
+        }
         points
             .into_iter()
             .enumerate()
