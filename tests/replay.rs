@@ -1277,29 +1277,74 @@ fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static)
         .unwrap_or_else(|e| panic!("{what} did not finish within 120 s ({e}): it hangs"))
 }
 
-/// A recorded replay whose schedule does not fit a `Duration` (a gap of 2^32 - 1 s at
-/// speed 1e-10) is refused up front, naming `speed`; it used to panic in `div_f64`.
+/// A recorded replay whose schedule is longer than a week is refused up front, naming
+/// `speed`: a gap of 2^32 - 1 s at speed 1e-10 (it used to panic in `div_f64`), and one
+/// corrupt timestamp 900 000 000 s after the first at speed 1 (it used to wait 28 years).
 #[test]
 fn a_recorded_schedule_too_long_for_the_speed_is_refused() {
-    let dir = scratch("slow-speed");
-    let frames: Vec<Vec<u8>> = (0..2).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
-    let input = dir.join("in.pcap");
-    let times = [Duration::ZERO, Duration::from_secs(u64::from(u32::MAX))];
-    write_capture(&input, &frames, Some(&times));
+    for (speed, gap) in [(1e-10, u64::from(u32::MAX)), (1.0, 900_000_000)] {
+        let dir = scratch("slow-speed");
+        let frames: Vec<Vec<u8>> = (0..2).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+        let input = dir.join("in.pcap");
+        let times = [Duration::ZERO, Duration::from_secs(gap)];
+        write_capture(&input, &frames, Some(&times));
+        let cfg = ReplayConfig {
+            timing: Timing::Recorded { speed },
+            ppe_threads: 1,
+            ..ReplayConfig::default()
+        };
+        let out = dir.join("out");
+        let e = within(&format!("a replay at speed {speed}"), move || {
+            replay_file(&cfg, &input, &out)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .unwrap_err();
+        assert!(e.contains("`speed`") && e.contains("too long"), "{e}");
+        assert!(
+            !dir.join("out").exists(),
+            "nothing written, not even the directory"
+        );
+    }
+}
+
+/// A capture that is refused (empty, truncated) leaves the outputs of the replay before it
+/// in the directory as they were: they used to be removed before the capture was read.
+#[test]
+fn a_refused_capture_leaves_the_earlier_outputs() {
+    let dir = scratch("refused-keeps");
+    let frames: Vec<Vec<u8>> = (0..4).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+    let good = dir.join("good.pcap");
+    write_capture(&good, &frames, None);
+    let out = dir.join("out");
     let cfg = ReplayConfig {
-        timing: Timing::Recorded { speed: 1e-10 },
         ppe_threads: 1,
         ..ReplayConfig::default()
     };
-    let out = dir.join("out");
-    let e = within("a replay at speed 1e-10", move || {
-        replay_file(&cfg, &input, &out)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .unwrap_err();
-    assert!(e.contains("`speed`") && e.contains("too long"), "{e}");
-    assert!(!dir.join("out/port1.pcap").exists(), "nothing written");
+    let r = replay_file(&cfg, &good, &out).unwrap();
+    assert!(!r.files.is_empty(), "the good capture wrote outputs");
+    let before: Vec<(PathBuf, Vec<u8>)> = r
+        .files
+        .iter()
+        .map(|f| (f.clone(), std::fs::read(f).unwrap()))
+        .collect();
+    let bytes = std::fs::read(&good).unwrap();
+    for (name, bad) in [
+        ("empty", &bytes[..0]),
+        ("truncated", &bytes[..bytes.len() - 10]),
+    ] {
+        let path = dir.join(format!("{name}.pcap"));
+        std::fs::write(&path, bad).unwrap();
+        assert!(replay_file(&cfg, &path, &out).is_err(), "{name} is refused");
+        for (f, content) in &before {
+            assert_eq!(
+                std::fs::read(f).ok().as_ref(),
+                Some(content),
+                "{name}: {} is as the good replay left it",
+                f.display()
+            );
+        }
+    }
 }
 
 /// At a huge speed the egress timestamps (first input + wall time x speed) would pass the

@@ -38,7 +38,8 @@
 //!
 //! - [`Timing::AsFast`]: frames are injected in bursts as fast as the engine takes them.
 //! - [`Timing::Recorded`]: frame `i` is injected `(ts_i - ts_0) / speed` after the first
-//!   (a schedule longer than [`crate::duration::MAX_SECS`] is refused as a `speed` error),
+//!   (a schedule longer than a week is refused as a `speed` error: more likely a corrupt
+//!   timestamp than a capture to wait for),
 //!   the thread sleeping in between (so precision is the OS's sleep granularity, some tens
 //!   of microseconds); a capture whose timestamps go backwards injects such frames at once.
 //!
@@ -1107,8 +1108,12 @@ struct Schedule {
     start: Instant,
 }
 
+/// The longest a replay at recorded times may take, in seconds: a week. A longer schedule is
+/// more likely a corrupt timestamp than a capture someone wants to wait for.
+const MAX_RECORDED_SECS: f64 = 7.0 * 24.0 * 3600.0;
+
 impl Schedule {
-    /// Refuses a recorded-time schedule no `Duration` (or no one) can wait for: the last
+    /// Refuses a recorded-time schedule longer than [`MAX_RECORDED_SECS`]: the last
     /// injection is due (longest gap) / speed after the first. Checked before anything
     /// starts.
     fn check(timing: Timing, packets: &[InPacket], base: Duration) -> Result<(), ReplayError> {
@@ -1121,14 +1126,15 @@ impl Schedule {
             .max()
             .unwrap_or(Duration::ZERO);
         let secs = gap.as_secs_f64() / speed;
-        if secs > crate::duration::MAX_SECS {
+        if secs > MAX_RECORDED_SECS {
             return Err(ConfigError::new(
                 "speed",
                 format!(
-                    "at speed {speed} the capture's {} s would take {secs:e} s to replay, too \
-                     long (at most {} s)",
+                    "at speed {speed} the capture's {} s (its first packet to its latest) would \
+                     take {secs:e} s to replay, too long: at most {MAX_RECORDED_SECS} s (a \
+                     week). A timestamp far from the others is likely corrupt; --timing fast \
+                     replays without waiting",
                     gap.as_secs_f64(),
-                    crate::duration::MAX_SECS
                 ),
             )
             .into());
@@ -1140,7 +1146,7 @@ impl Schedule {
     fn due(&self, p: &InPacket) -> Option<Duration> {
         match self.timing {
             Timing::AsFast => None,
-            // At most MAX_SECS (checked before the start): the conversion cannot fail.
+            // At most MAX_RECORDED_SECS (checked before the start): the conversion cannot fail.
             Timing::Recorded { .. } => Some(
                 Duration::try_from_secs_f64(
                     p.ts.saturating_sub(self.base).as_secs_f64() / self.speed,
@@ -1196,11 +1202,25 @@ pub fn replay<R: Read>(
     name: &str,
     open: Opener,
 ) -> Result<ReplayReport, ReplayError> {
+    replay_checked(cfg, input, name, open, || Ok(()))
+}
+
+/// [`replay`], calling `checked` once the capture and the configuration have passed every
+/// check, before the engine starts: a refused capture leaves what `checked` would change
+/// (an earlier replay's outputs) as it was.
+fn replay_checked<R: Read>(
+    cfg: &ReplayConfig,
+    input: R,
+    name: &str,
+    open: Opener,
+    checked: impl FnOnce() -> Result<(), ReplayError>,
+) -> Result<ReplayReport, ReplayError> {
     let speed = speed_of(cfg.timing)?;
     let Capture { format, packets } = read_capture(input, name)?;
     let (ports, ports_needed) = ingress_ports(cfg, &packets)?;
     let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
     Schedule::check(cfg.timing, &packets, base)?;
+    checked()?;
     let sink = Arc::new(PcapSink {
         outputs: Mutex::new(Outputs {
             open,
@@ -1383,8 +1403,9 @@ fn replay_one_by_one(
 /// every port that sent anything and, with [`ReplayConfig::write_drops`],
 /// `out_dir/dropped.pcap` (when anything was dropped). Creates `out_dir` if needed.
 /// Output captures of an earlier replay into `out_dir` (files named `port<N>.pcap` and
-/// `dropped.pcap`) are removed first, so the directory holds this replay's outputs only;
-/// other files are left alone.
+/// `dropped.pcap`) are removed once the capture has passed its checks, so the directory
+/// holds this replay's outputs only; other files are left alone. A capture refused leaves
+/// the directory as it was.
 pub fn replay_file(
     cfg: &ReplayConfig,
     pcap: &Path,
@@ -1395,11 +1416,14 @@ pub fn replay_file(
         file: name.clone(),
         source,
     })?;
-    std::fs::create_dir_all(out_dir).map_err(|e| ReplayError::Write {
-        output: out_dir.display().to_string(),
-        reason: format!("cannot create the output directory: {e}"),
-    })?;
-    remove_stale_outputs(out_dir)?;
+    // Only once the capture passed its checks: a bad one leaves the directory as it was.
+    let prepare = || {
+        std::fs::create_dir_all(out_dir).map_err(|e| ReplayError::Write {
+            output: out_dir.display().to_string(),
+            reason: format!("cannot create the output directory: {e}"),
+        })?;
+        remove_stale_outputs(out_dir)
+    };
     let created = Arc::new(Mutex::new(Vec::new()));
     let dir = out_dir.to_path_buf();
     let log = created.clone();
@@ -1410,7 +1434,7 @@ pub fn replay_file(
         log.lock().push(path);
         Ok(Box::new(io::BufWriter::new(f)) as Box<dyn Write + Send>)
     });
-    let mut report = replay(cfg, io::BufReader::new(file), &name, open)?;
+    let mut report = replay_checked(cfg, io::BufReader::new(file), &name, open, prepare)?;
     let mut files = std::mem::take(&mut *created.lock());
     files.sort();
     report.files = files;
