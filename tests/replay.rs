@@ -439,6 +439,17 @@ fn bad_captures_fail_with_clear_errors() {
         "{e}"
     );
     assert!(!out.join("port1.pcap").exists(), "nothing written on error");
+    // A record whose length field claims 32 MiB with 9 MiB of the file after it: the
+    // length is corrupt, the file is not cut short.
+    let mut corrupt = bytes[..bytes.len() - 30].to_vec();
+    let second = corrupt.len() - (100 - 30) - 16;
+    corrupt[second + 8..second + 12].copy_from_slice(&(32u32 << 20).to_le_bytes());
+    corrupt.resize(corrupt.len() + (9 << 20), 0);
+    let e = err("corrupt_length.pcap", &corrupt).to_string();
+    assert!(
+        e.contains("record 2") && e.contains("corrupt") && !e.contains("truncated"),
+        "{e}"
+    );
 
     // Not Ethernet.
     let mut w = PcapWriter::with_header(

@@ -480,15 +480,19 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Capture, ReplayErro
             "only {got} bytes long: not a pcap capture (the file header alone is 24 bytes)"
         )));
     }
-    let input = io::Cursor::new(magic).chain(input);
+    let ended = std::rc::Rc::new(std::cell::Cell::new(false));
+    let input = Ends {
+        inner: io::Cursor::new(magic).chain(input),
+        ended: ended.clone(),
+    };
     match u32::from_be_bytes(magic) {
         0xA1B2_C3D4 | 0xA1B2_3C4D | 0xD4C3_B2A1 | 0x4D3C_B2A1 => Ok(Capture {
             format: "pcap",
-            packets: read_pcap(input, file)?,
+            packets: read_pcap(input, file, &ended)?,
         }),
         0x0A0D_0D0A => Ok(Capture {
             format: "pcapng",
-            packets: read_pcapng(input, file)?,
+            packets: read_pcapng(input, file, &ended)?,
         }),
         m => Err(capture_err(format!(
             "not a pcap capture (magic number 0x{m:08x}; pcap starts with a1b2c3d4, \
@@ -497,13 +501,46 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Capture, ReplayErro
     }
 }
 
-/// The error of a failed read of a capture's record `what` (e.g. "packet record 3").
-fn record_err(file: &str, e: PcapError, what: impl FnOnce() -> String) -> ReplayError {
+/// A capture's reader that notes whether it reached the end of the file. The pcap reader
+/// reports a record it cannot take whole as an early end of file, both when the file ends
+/// inside the record and when the record's length field claims more than the reader takes
+/// at once (a corrupt length, the file going on after it); this tells the two apart.
+struct Ends<R> {
+    inner: R,
+    ended: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<R: Read> Read for Ends<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.ended.set(true);
+        }
+        Ok(n)
+    }
+}
+
+/// The error of a failed read of a capture's record `what` (e.g. "packet record 3");
+/// `ended`: the file's end was reached (see [`Ends`]).
+fn record_err(
+    file: &str,
+    ended: &std::cell::Cell<bool>,
+    e: PcapError,
+    what: impl FnOnce() -> String,
+) -> ReplayError {
     match e {
         PcapError::IoError(ref io) if io.kind() == io::ErrorKind::UnexpectedEof => {
             ReplayError::Capture {
                 file: file.to_string(),
-                reason: format!("truncated: the file ends inside {}", what()),
+                reason: if ended.get() {
+                    format!("truncated: the file ends inside {}", what())
+                } else {
+                    format!(
+                        "{} is corrupt: its length runs past what a record can be, while the \
+                         file goes on after it",
+                        what()
+                    )
+                },
             }
         }
         PcapError::IoError(source) => ReplayError::Read {
@@ -532,13 +569,17 @@ fn check_record_len(file: &str, n: usize, len: usize) -> Result<(), ReplayError>
 }
 
 /// Reads the packets of a classic pcap capture.
-fn read_pcap<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+fn read_pcap<R: Read>(
+    input: R,
+    file: &str,
+    ended: &std::cell::Cell<bool>,
+) -> Result<Vec<InPacket>, ReplayError> {
     let capture_err = |reason: String| ReplayError::Capture {
         file: file.to_string(),
         reason,
     };
-    let mut reader =
-        PcapReader::new(input).map_err(|e| record_err(file, e, || "its 24-byte header".into()))?;
+    let mut reader = PcapReader::new(input)
+        .map_err(|e| record_err(file, ended, e, || "its 24-byte header".into()))?;
     let header = reader.header();
     if header.datalink != DataLink::ETHERNET {
         return Err(ReplayError::LinkType {
@@ -555,7 +596,7 @@ fn read_pcap<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayError
     while let Some(rec) = reader.next_raw_packet() {
         let n = packets.len();
         let rec = rec.map_err(|e| {
-            record_err(file, e, || {
+            record_err(file, ended, e, || {
                 format!("packet record {} (after {n} complete packets)", n + 1)
             })
         })?;
@@ -616,13 +657,17 @@ fn pcapng_time(units: u64, tsresol: u8) -> Duration {
 }
 
 /// Reads the packets of a pcapng capture (see the module docs).
-fn read_pcapng<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+fn read_pcapng<R: Read>(
+    input: R,
+    file: &str,
+    ended: &std::cell::Cell<bool>,
+) -> Result<Vec<InPacket>, ReplayError> {
     let capture_err = |reason: String| ReplayError::Capture {
         file: file.to_string(),
         reason,
     };
     let mut reader = PcapNgReader::new(input).map_err(|e| {
-        record_err(file, e, || {
+        record_err(file, ended, e, || {
             "its first pcapng block (the Section Header Block)".into()
         })
     })?;
@@ -635,7 +680,7 @@ fn read_pcapng<R: Read>(input: R, file: &str) -> Result<Vec<InPacket>, ReplayErr
         blocks += 1;
         let n = packets.len();
         let block = block.map_err(|e| {
-            record_err(file, e, || {
+            record_err(file, ended, e, || {
                 format!("pcapng block {blocks} (after {n} complete packets)")
             })
         })?;
