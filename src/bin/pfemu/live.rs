@@ -627,10 +627,6 @@ pub struct PortsBenchArgs {
     pub initial: Option<pfemu::lab::bench::linerate::InitialRate>,
 }
 
-/// The most `pfemu bench ports --search --line-rate` accepts, Gbit/s: far beyond what a
-/// veth pair carries (a search starts at the line rate, so a larger one is a typo).
-pub const MAX_PORTS_LINE_RATE_GBPS: f64 = pfemu::lab::bench::linerate::MAX_LINE_RATE_GBPS;
-
 /// The `--help` epilogue of `pfemu bench ports`.
 pub const BENCH_PORTS_HELP: &str = "Examples (as root):\n  \
     ip link add gen0 type veth peer name pfe0\n  \
@@ -760,13 +756,8 @@ fn bench_ports_search(a: &PortsBenchArgs) -> CliResult {
         .into());
     }
     let line_rate = a.line_rate.unwrap_or(d.line_rate_gbps);
-    if !(line_rate.is_finite() && line_rate > 0.0 && line_rate <= MAX_PORTS_LINE_RATE_GBPS) {
-        return Err(format!(
-            "invalid option `--line-rate`: {line_rate} is not a number of Gbit/s in (0, \
-             {MAX_PORTS_LINE_RATE_GBPS}]"
-        )
-        .into());
-    }
+    pfemu::lab::bench::linerate::check_line_rate(line_rate)
+        .map_err(|e| format!("invalid option `--line-rate`: {}", e.reason))?;
     let search = LinerateConfig {
         sizes: if a.sizes.is_empty() {
             d.sizes.clone()

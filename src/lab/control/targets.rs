@@ -311,7 +311,7 @@ impl Target for NimbleTarget {
 pub struct JobsTarget {
     trio: TrioMl,
     template: Box<dyn Fn(u8) -> JobConfig + Send + Sync>,
-    on_change: Option<Box<dyn Fn(u8) + Send + Sync>>,
+    on_change: Box<dyn Fn(u8) + Send + Sync>,
 }
 
 impl JobsTarget {
@@ -320,7 +320,7 @@ impl JobsTarget {
         JobsTarget {
             trio,
             template: Box::new(|_| JobConfig::default()),
-            on_change: None,
+            on_change: Box::new(|_| {}),
         }
     }
 
@@ -340,14 +340,8 @@ impl JobsTarget {
     /// an embedder keeps per job beside the engine, which a job added again must not
     /// inherit (`pfemu serve --upstream` forgets the job's run above).
     pub fn on_change(mut self, f: impl Fn(u8) + Send + Sync + 'static) -> JobsTarget {
-        self.on_change = Some(Box::new(f));
+        self.on_change = Box::new(f);
         self
-    }
-
-    fn changed(&self, job_id: u8) {
-        if let Some(f) = &self.on_change {
-            f(job_id);
-        }
     }
 }
 
@@ -453,13 +447,13 @@ impl Target for JobsTarget {
                     ..d
                 };
                 self.trio.add_job(&job).map_err(|e| e.to_string())?;
-                self.changed(job_id);
+                (self.on_change)(job_id);
                 Ok(json!({ "job_id": job_id, "added": true }))
             }
             "remove" => {
                 let job_id: u8 = need(args, "job_id", "from 0 to 255")?;
                 self.trio.remove_job(job_id).map_err(|e| e.to_string())?;
-                self.changed(job_id);
+                (self.on_change)(job_id);
                 Ok(json!({ "job_id": job_id, "removed": true }))
             }
             _ => Err(format!("no command `{command}`")),
