@@ -1779,6 +1779,71 @@ fn a_restarted_run_starts_at_once_even_behind_the_last_runs_generations() {
     assert_eq!((st.block_curr_cnt, st.slots_in_use), (1, 1));
 }
 
+/// A job restarted again and again comes back to its run ids (4 bits): an id is taken
+/// again only once nothing of its last run holds a slot, so a kept Result of that run never
+/// answers the new one.
+#[test]
+fn a_run_id_comes_back_only_once_its_last_runs_results_are_gone() {
+    let mut s = Setup::new(config(), &[job(1, &[0])]);
+    assert_eq!(join(&mut s, 1, 0, 100), 1);
+    let (h, sums) = result_of(&s.consumed(0, &packet_in(1, 1, 7, 0, 0, &[7])));
+    assert_eq!((h.run_id, sums), (1, vec![7]));
+    // Fourteen restarts that finish nothing: runs 2 to 15.
+    for run in 2..=15u8 {
+        assert_eq!(join(&mut s, 1, 0, 100 + u32::from(run)), run);
+    }
+    // The next restart wraps past run 1, whose Result of block 7 is still kept ...
+    let run = join(&mut s, 1, 0, 200);
+    assert_ne!(run, 15, "a restart starts a new run");
+    // ... and the new run aggregates block 7, generation 0, afresh.
+    let (h, sums) = result_of(&s.consumed(0, &packet_in(run, 1, 7, 0, 0, &[100])));
+    assert_eq!((h.run_id, sums), (run, vec![100]));
+    // Its Result replaced run 1's, whose slot is free again.
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!((st.block_curr_cnt, st.slots_in_use), (1, 1));
+}
+
+/// When every other run id still has Results kept, a restart's Join is refused (counted,
+/// not answered: the worker sends it again) until the old Results expire.
+#[test]
+fn a_join_waits_while_every_other_run_id_holds_results() {
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS,
+        timers: 4,
+        hash_shards: 16,
+        // Kept scans every 16 ms: a Result nobody asks for goes at the first one.
+        keep_result_ns: 16 * MS,
+        ..config()
+    };
+    let mut j = job(1, &[0]);
+    j.block_cnt_max = 32;
+    let mut s = Setup::new(cfg, &[j]);
+    // Runs 1 to 15 each finish a block of their own id.
+    for run in 1..=15u8 {
+        assert_eq!(join(&mut s, 1, 0, 100 + u32::from(run)), run);
+        let block = u32::from(run);
+        let (h, _) = result_of(&s.consumed(0, &packet_in(run, 1, block, 0, 0, &[1])));
+        assert_eq!(h.run_id, run);
+    }
+    let ep = common::worker_endpoints(0, LOCAL, 12000);
+    let restart = wire::join_packet(ep, 1, 0, 300);
+    let (reason, created) = s.dropped(0, &restart);
+    assert_eq!((reason, created.len()), ("runs_busy", 0));
+    // The job stays in run 15: its packets are still aggregated.
+    assert_eq!(s.trio.job_state(1).unwrap().run_id, 15);
+    let (h, sums) = result_of(&s.consumed(0, &packet_in(15, 1, 40, 0, 0, &[3])));
+    assert_eq!((h.run_id, sums), (15, vec![3]));
+    // Kept scans at 16 and 32 ms (a Result kept since the last one is young at the first)
+    // drop every Result nobody asked for: the Join sent again joins run 1 afresh.
+    for now in 1..=32 {
+        assert!(s.scan(now * MS).is_empty());
+    }
+    assert_eq!(s.trio.kept_records(), 0);
+    assert_eq!(join(&mut s, 1, 0, 300), 1);
+    let (h, sums) = result_of(&s.consumed(0, &packet_in(1, 1, 1, 0, 0, &[9])));
+    assert_eq!((h.run_id, sums), (1, vec![9]));
+}
+
 #[test]
 fn gradients_of_a_superseded_run_are_refused_and_told_the_current_run() {
     let cfg = TrioMlConfig {

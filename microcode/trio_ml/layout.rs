@@ -204,8 +204,29 @@ const _: () = assert!(BLOCK_KEY_AT == 8 * BLOCK_KEY_WORD as usize + 2);
 /// those of block `block`, generation `gen` of run `run`: a slot holds another block once
 /// the one it held finished and a new one took the slot.
 pub(super) fn holds_block(key_word: u64, gate: u64, run: u8, block: u32, gen: u16) -> bool {
-    key_word & 0xFFFF_FFFF_FFFF == u64::from(block) << 16 | u64::from(gen)
-        && Block::RUN_ID.get_u8(gate) & super::wire::MAX_RUN_ID == run
+    key_word & 0xFFFF_FFFF_FFFF == u64::from(block) << 16 | u64::from(gen) && block_run(gate) == run
+}
+
+/// The run of the block whose record's gate word ([`GATE_W`]) is `gate`.
+pub(super) fn block_run(gate: u64) -> u8 {
+    Block::RUN_ID.get_u8(gate) & super::wire::MAX_RUN_ID
+}
+
+/// The run a Join that starts a new one takes after `current`: the first id from
+/// [`next_run`]`(current)` on, other than `current`, that is not in `in_use` (bit `r` set:
+/// some slot of the job holds a block or a kept Result of run `r`); `None` while every
+/// other id is. Run ids have 4 bits, so a job that restarts often comes back to an id
+/// while its last run may still have Results kept: taking only a free id, nothing of that
+/// run can answer the new one, or be joined by it.
+pub(super) fn free_run_after(current: u8, in_use: u16) -> Option<u8> {
+    let mut run = next_run(current);
+    for _ in 0..super::wire::MAX_RUN_ID {
+        if run != current && in_use & 1 << run == 0 {
+            return Some(run);
+        }
+        run = next_run(run);
+    }
+    None
 }
 
 // The gate: who may still add to a block, and who finishes it. The record's `closed`,
@@ -684,6 +705,14 @@ mod tests {
             Some((1, 9, 0x0203_0405, 0x0607))
         );
         assert_eq!((next_run(0), next_run(1), next_run(15)), (1, 2, 1));
+        assert_eq!(free_run_after(0, 0), Some(1));
+        assert_eq!(free_run_after(15, 0), Some(1));
+        assert_eq!(free_run_after(15, 1 << 1 | 1 << 15), Some(2));
+        assert_eq!(free_run_after(3, 0xFFFE & !(1 << 9)), Some(9));
+        assert_eq!(free_run_after(14, 0xFFFE & !(1 << 2)), Some(2));
+        // Only the current run's own id free, or none: no run to move to.
+        assert_eq!(free_run_after(15, 0b0111_1111_1111_1110), None);
+        assert_eq!(free_run_after(3, 0xFFFE), None);
         assert_eq!(parse_join_word(join_word(7, 0xDEAD_BEEF)), (7, 0xDEAD_BEEF));
         assert_eq!(job_run(0x8500_0000_0000_0000), 5);
         assert_eq!(parse_block_key(&[1]), None);

@@ -133,8 +133,13 @@
 //! - **Runs** ([`wire::Control`]): a job's current run id is byte 24 of its record (bits
 //!   56..60 of word 3, beside `src_cnt`; bit 63 is the Join handler's lock), and after the
 //!   record each source id has a *join word*: the run it last joined and its nonce. A Join
-//!   from a source that joined the current run with another nonce starts the next run. A
-//!   block's run is byte 18 of its record. A kept Result of another run than a packet's is
+//!   from a source that joined the current run with another nonce starts the next run. Run
+//!   ids have 4 bits, so a job that restarts often comes back to an id: a new run takes the
+//!   first id after the current one that no slot holds (the Join reads the slot bitmap and
+//!   the run of each slot in use), so nothing of the id's last run can answer the new one
+//!   (or be joined by it). While every other id still holds slots (15 restarts within
+//!   `keep_result_ns`, each leaving Results) the Join is refused as `runs_busy` and the
+//!   worker sends it again. A block's run is byte 18 of its record. A kept Result of another run than a packet's is
 //!   no answer to it (the block id is free for that run), and is replaced when that run's
 //!   block finishes; a block of a run its job has left is freed without a Result when it
 //!   finishes (it ages out). Gradients of such a run are dropped as `stale_run` and
@@ -200,7 +205,8 @@
 //! finished block: answered with the kept Result), `stale_gen` (a generation older than the
 //! kept one), `result_expired` (a kept Result expired while it was being sent again),
 //! `stale_run` (gradients of a run the job has left; answered Superseded), `join_answered`
-//! (a Join, answered with the run), `bad_control` (a control message that is not a Join
+//! (a Join, answered with the run), `runs_busy` (a Join that would start a new run while
+//! every other run id still holds slots of its last run), `bad_control` (a control message that is not a Join
 //! with no gradients).
 //! Aggregated packets are consumed.
 //!

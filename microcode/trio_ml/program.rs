@@ -294,6 +294,9 @@ pfemu::drop_reasons! {
         StaleRun = "stale_run",
         /// A Join, answered with Joined.
         JoinAnswered = "join_answered",
+        /// A Join that would start a new run while every other run id still holds slots
+        /// (kept Results of earlier runs): not answered, so the worker sends it again.
+        RunsBusy = "runs_busy",
         /// A malformed or unexpected control message.
         BadControl = "bad_control",
     }
@@ -474,18 +477,50 @@ fn claim_free_slot(t: &mut Thread<'_>, l: &JobLayout, home: u32) -> Result<Optio
 
 /// The Join decision, under the job's Join lock: the run source `src` of the job at `job`
 /// joins with `nonce`, given the job's run word `w3` before the lock. A source that joined
-/// the current run before with another nonce restarted: the job moves on to the next run.
-fn decide_join(t: &mut Thread<'_>, job: Addr, w3: u64, src: u8, nonce: u32) -> Result<u8, Fault> {
+/// the current run before with another nonce restarted: the job moves on to a new run, the
+/// first id after the current one that no slot holds ([`runs_in_use`], [`free_run_after`]).
+/// `None` while every other id is held: the Join is refused, and the worker, which sends it
+/// again until it is answered, joins once the old Results expire.
+fn decide_join(
+    t: &mut Thread<'_>,
+    job: Addr,
+    w3: u64,
+    src: u8,
+    nonce: u32,
+    lanes: Lanes,
+) -> Result<Option<u8>, Fault> {
     let at = JobLayout::join_word_of(job, src);
     let current = job_run(w3);
     let (joined, their_nonce) = parse_join_word(t.read_u64(at)?);
     let run = if current == 0 || (joined == current && their_nonce != nonce) {
-        next_run(current)
+        let layout = job_layout(t, job, lanes)?;
+        match free_run_after(current, runs_in_use(t, &layout)?) {
+            Some(run) => run,
+            None => return Ok(None),
+        }
     } else {
         current
     };
     t.write_u64(at, join_word(run, nonce))?;
-    Ok(run)
+    Ok(Some(run))
+}
+
+/// The runs whose blocks or kept Results hold slots of the job: bit `r` for run `r`. Reads
+/// the slot bitmap and the gate word of each slot in use (a restart's Join, not the data
+/// path: nothing is counted per block). A slot being claimed still shows the run of the
+/// block it held before, which at worst keeps that id out for this Join; a kept Result's
+/// record keeps its run until its slot is freed.
+fn runs_in_use(t: &mut Thread<'_>, l: &JobLayout) -> Result<u16, Fault> {
+    let mut in_use = 0u16;
+    for w in 0..JobLayout::bitmap_words(l.slots) {
+        let mut bits = t.read_u64(l.bitmap + w)? & l.valid_bits(w);
+        while bits != 0 {
+            let k = (w * 64) as u32 + bits.trailing_zeros();
+            bits &= bits - 1;
+            in_use |= 1 << block_run(t.read_u64(l.slot(k) + GATE_W)?);
+        }
+    }
+    Ok(in_use)
 }
 
 /// Counts a created block in `block_total_cnt`, in the job's counter line
@@ -1514,11 +1549,13 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         local_addr,
         udp_port,
         local_mac,
+        lanes,
         ..
     } = *c;
 
     // The run protocol (wire::Control). join_run: a source of the job joins its run, under
-    // the job's Join lock (one bit of the run word, held for two XTXNs): see decide_join.
+    // the job's Join lock (one bit of the run word, held for two XTXNs, or for a read of
+    // the slots when a new run starts): see decide_join.
     let jobs = tables.jobs.clone();
     p.instr(l.join_run, move |t| {
         let Some(job) = t.hash_lookup(&jobs, &job_key(t.get(R_JOB_ID)))? else {
@@ -1534,8 +1571,12 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             // Another Join of the job holds the lock.
             return Ok(Yield(l.join_run));
         }
-        let run = match decide_join(t, job, w3, src, t.get(R_BLOCK_ID)) {
-            Ok(run) => run,
+        let run = match decide_join(t, job, w3, src, t.get(R_BLOCK_ID), lanes) {
+            Ok(Some(run)) => run,
+            Ok(None) => {
+                t.fetch_clear(job + JOB_W_RUN, JOB_RUN_LOCK)?;
+                return drop_as(TrioMlDrop::RunsBusy);
+            }
             Err(fault) => {
                 t.fetch_clear(job + JOB_W_RUN, JOB_RUN_LOCK)?;
                 return Err(fault);
