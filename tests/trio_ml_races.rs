@@ -288,3 +288,43 @@ fn a_timer_held_after_listing_an_aged_block_leaves_the_next_block_in_its_slot_al
         "block 6 completes with both sources"
     );
 }
+
+/// Two generations of one block id finishing at once (sources that run ahead): each finds
+/// the same older kept Result to replace. The one held between finding it and replacing it
+/// must not then replace the newer generation's Result, nor free its slot: it keeps its
+/// own Result out of the table and frees its own slot.
+#[test]
+fn a_generation_held_before_it_replaces_the_kept_result_leaves_a_newer_one_kept() {
+    let (mem, trio, program) = install();
+    let mut h = Harness::new(mem.clone());
+    let mut sent = Vec::new();
+    for src in [0, 1] {
+        sent.extend(h.run(&program, u16::from(src), &packet(5, 0, src)).created);
+    }
+    // Generation 1 completes on a thread held as it replaces generation 0's kept Result ...
+    sent.extend(h.run(&program, 0, &packet(5, 1, 0)).created);
+    let held = common::hold_before(&mem, &program, "replace_kept", (1, 0), packet(5, 1, 1));
+    // ... while generation 2 completes and replaces it first.
+    for src in [0, 1] {
+        sent.extend(h.run(&program, u16::from(src), &packet(5, 2, src)).created);
+    }
+    let out = held.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    sent.extend(out.created);
+    let mut results = group_results(&sent);
+    results.sort_unstable();
+    assert_eq!(results, [(5, 0, 2), (5, 1, 2), (5, 2, 2)]);
+    let kept = trio.kept_result(1, 5).unwrap().expect("a kept Result");
+    assert_eq!(kept.gen_id, 2, "the newest generation stays kept");
+    let st = trio.job_state(1).unwrap();
+    assert_eq!(
+        (st.block_curr_cnt, st.slots_in_use),
+        (1, 1),
+        "only the kept Result's slot"
+    );
+    // Its slot still holds its sums: a retransmission is answered with them.
+    let out = h.run(&program, 1, &packet(5, 2, 1));
+    assert_eq!(verdict_name(&program, &out), "retransmit_answered");
+    let (hdr, sums) = wire::parse(&out.created[0].1).unwrap();
+    assert_eq!((hdr.gen_id, wire::gradients(sums)), (2, vec![3; 4]));
+}

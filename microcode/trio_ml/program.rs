@@ -25,7 +25,8 @@
 //! new block: claim_slot -> aggregate_head -> aggregate_tail (writing the packet's
 //!   gradients over the buffer's lines) -> insert_block -> complete_check
 //!
-//! finish_block (subroutine): keep_result -> release_block -> free_replaced -> build_result
+//! finish_block (subroutine): keep_result [-> replace_kept, over an older kept Result]
+//!                             -> release_block -> free_replaced -> build_result
 //!                             [-> free_own, when the Result is not kept]
 //! build_result (subroutine): result_headers -> result_tail (256 B per instruction)
 //!                            -> emit_result
@@ -104,6 +105,8 @@ pfemu::registers! {
     R_DEST: ResultDest,
     /// A slot to free once the Result is out (0: none).
     R_FREE: Addr,
+    /// The kept Result `keep_result` found for the block id, which `replace_kept` replaces.
+    R_SEEN: u64,
     /// Where `leave_block` continues: an [`After`].
     R_AFTER: After,
     /// Set when the block was closed before this packet could join it.
@@ -566,6 +569,7 @@ pfemu::labels!(
         drop_duplicate,
         closing_drop,
         keep_result,
+        replace_kept,
         release_block,
         free_replaced,
         free_own,
@@ -1208,14 +1212,29 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 // A newer generation finished first (hosts ran ahead): send, do not keep.
                 t.set(R_FREE, rec);
             }
-            Ok(Inserted::Existing(_)) => {
-                if let Some(old) = t.hash_update(&kept, &key, value)? {
-                    t.set(R_FREE, parse_kept_value(old).1);
-                }
+            Ok(Inserted::Existing(old)) => {
+                t.set(R_SEEN, old);
+                return Ok(Goto(l.replace_kept));
             }
             Err(HashError::Full { .. }) => t.set(R_FREE, rec),
             Err(e) => return Err(e.into()),
         }
+        Ok(Goto(l.release_block))
+    });
+
+    // finish_block, step 1 continued: replace the older (or other run's) kept Result that
+    // keep_result found, if it is still the one kept, and free its slot next. If another
+    // thread replaced it meanwhile (a newer generation finishing at the same time, with
+    // sources that run ahead), or a timer aged or expired it, decide again.
+    let kept = tables.kept.clone();
+    p.instr(l.replace_kept, move |t| {
+        let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
+        let value = kept_value(t.get(R_GEN_ID), t.get(R_BLK), t.get(R_RUN));
+        let seen = t.get(R_SEEN);
+        if t.hash_compare_update(&kept, &key, seen, value)? != Some(seen) {
+            return Ok(Goto(l.keep_result));
+        }
+        t.set(R_FREE, parse_kept_value(seen).1);
         Ok(Goto(l.release_block))
     });
 

@@ -471,6 +471,29 @@ impl HashTable {
         self.referenced(key, |r| std::mem::replace(&mut r.value, value))
     }
 
+    /// Replaces the value of an existing record only if it is still `expected` (then marking
+    /// the record referenced); returns the value found, or `None` if there is no such
+    /// record. The record holds `value` now exactly when that is `Some(expected)`: a
+    /// read-decide-replace of one record by several threads, without losing an update made
+    /// between the read and the replace.
+    pub fn compare_update(
+        &self,
+        key: &[u8],
+        expected: u64,
+        value: u64,
+    ) -> Result<Option<u64>, HashError> {
+        let h = self.hash(key)?;
+        let mut shard = self.locked(h);
+        Ok(shard.find_mut(h, key).map(|r| {
+            let found = r.value;
+            if found == expected {
+                r.value = value;
+                r.referenced = true;
+            }
+            found
+        }))
+    }
+
     /// Deletes a record; returns its value, or `None` if there was none.
     pub fn delete(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
         let h = self.hash(key)?;
@@ -577,6 +600,57 @@ mod tests {
         let record = std::mem::size_of::<Record>();
         assert!(end((&raw const g.places[0]).cast(), record) <= 64);
         assert!(end((&raw const g.places[1]).cast(), record) <= SHARD_PREFETCH_BYTES);
+    }
+
+    /// A compare-update replaces only the value it was given, marks only a record it
+    /// changed referenced, and, looped, lets threads keep the largest of their values
+    /// without losing one to a replace between another thread's read and its own.
+    #[test]
+    fn compare_update_replaces_only_the_value_expected() {
+        let t = HashTable::new(100, 4).unwrap();
+        assert_eq!(t.compare_update(&key(1, 7), 0, 5), Ok(None));
+        assert_eq!(t.insert(&key(1, 7), 70), Ok(Inserted::New));
+        t.scan(0, 1, |_, _, _| ScanAction::Keep);
+        assert_eq!(t.compare_update(&key(1, 7), 69, 80), Ok(Some(70)));
+        assert_eq!(t.records()[0].value, 70);
+        assert!(
+            !t.records()[0].referenced,
+            "a compare that failed refers to nothing"
+        );
+        assert_eq!(t.compare_update(&key(1, 7), 70, 80), Ok(Some(70)));
+        assert_eq!(
+            (t.records()[0].value, t.records()[0].referenced),
+            (80, true)
+        );
+
+        let t = std::sync::Arc::new(HashTable::new(100, 4).unwrap());
+        t.insert(&key(2, 2), 0).unwrap();
+        let threads: Vec<_> = (0..64u64)
+            .map(|i| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for round in 0..200u64 {
+                        let mine = (round * 64 + i) * 7919 % 12_800;
+                        let mut seen = t.peek(&key(2, 2)).unwrap().unwrap();
+                        while seen < mine {
+                            match t.compare_update(&key(2, 2), seen, mine).unwrap() {
+                                Some(v) if v == seen => break,
+                                Some(v) => seen = v,
+                                None => unreachable!("the record stays"),
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        let max = (0..64u64)
+            .flat_map(|i| (0..200u64).map(move |r| (r * 64 + i) * 7919 % 12_800))
+            .max()
+            .unwrap();
+        assert_eq!(t.peek(&key(2, 2)), Ok(Some(max)));
     }
 
     #[test]

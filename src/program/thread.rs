@@ -747,6 +747,22 @@ impl<'a> Thread<'a> {
         Ok(old)
     }
 
+    /// Replaces an existing record's value if it is still `expected`: the value found, or
+    /// `None` if there is none (the record holds `value` now exactly when that is
+    /// `Some(expected)`). See [`HashTable::compare_update`]. Counted as a `hash_update`.
+    pub fn hash_compare_update(
+        &mut self,
+        table: &HashTable,
+        key: &[u8],
+        expected: u64,
+        value: u64,
+    ) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashUpdate);
+        let found = table.compare_update(key, expected, value)?;
+        self.note_key(XtxnKind::HashUpdate, key, found);
+        Ok(found)
+    }
+
     /// Scans slice `slice` of `slices` of a hash table, testing and clearing each record's
     /// REF flag; see [`HashTable::scan`]. `visit` runs under the shard's lock: it must not
     /// issue hash XTXNs on the same table (collect what to do, then do it).
