@@ -38,3 +38,79 @@ fn the_manual_clock_needs_every_packet_in_flight_at_once() {
     .unwrap_err();
     assert!(err.to_string().contains("window"), "{err}");
 }
+
+/// A library caller gets the settings the CLI refuses refused too, before anything runs:
+/// a straggler late by years used to be waited for.
+#[test]
+fn settings_no_demo_can_run_are_refused_before_it_starts() {
+    let base = DemoConfig {
+        gradients: 5_000,
+        ppe_threads: 2,
+        ..DemoConfig::default()
+    };
+    let cases = [
+        (
+            DemoConfig {
+                straggle_ms: u64::MAX,
+                ..base.clone()
+            },
+            "straggle_ms",
+        ),
+        (
+            DemoConfig {
+                straggle_ms: 10,
+                ..base.clone()
+            },
+            "straggle_ms",
+        ),
+        (
+            DemoConfig {
+                workers: 1,
+                ..base.clone()
+            },
+            "workers",
+        ),
+        (
+            DemoConfig {
+                block_exp_ms: 0,
+                ..base.clone()
+            },
+            "block_exp_ms",
+        ),
+        (
+            DemoConfig {
+                gradients: 0,
+                ..base.clone()
+            },
+            "gradients",
+        ),
+        (
+            DemoConfig {
+                window: 40_000,
+                ..base.clone()
+            },
+            "window",
+        ),
+    ];
+    for (cfg, setting) in cases {
+        assert_eq!(cfg.check().unwrap_err().setting, setting, "{cfg:?}");
+        // run refuses it too, at once (on a thread, so that a demo that ran would fail the
+        // deadline rather than hang the test).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c = cfg.clone();
+        std::thread::spawn(move || tx.send(run(&c).map(|_| ()).map_err(|e| e.to_string())));
+        let err = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("run refuses a setting without running")
+            .unwrap_err();
+        assert!(err.contains(setting), "{err}");
+    }
+    // With the manual clock the straggler's delay is not used: a short one runs.
+    assert!(DemoConfig {
+        straggle_ms: 0,
+        manual_clock: true,
+        ..base
+    }
+    .check()
+    .is_ok());
+}

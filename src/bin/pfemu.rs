@@ -1143,39 +1143,8 @@ fn bench_timers(a: &TimerArgs) -> CliResult {
 }
 
 fn demo(cfg: &DemoConfig, json: bool) -> CliResult {
-    if cfg.workers < 2 {
-        return Err("invalid option `--workers`: the demo needs at least 2".into());
-    }
-    if cfg.gradients == 0 {
-        return Err("invalid option `--gradients`: must be at least 1".into());
-    }
-    pfemu::limits::check_fits(
-        "--gradients",
-        (cfg.gradients as u64).saturating_mul(u64::from(cfg.workers)),
-        "gradients (over all workers)",
-        pfemu::lab::bench::demo::BYTES_PER_GRADIENT,
-    )?;
-    if cfg.block_exp_ms == 0 {
-        return Err("invalid option `--block-exp-ms`: must be 1..=255".into());
-    }
-    use pfemu::lab::bench::demo::MAX_STRAGGLE_MS;
-    if cfg.straggle_ms > MAX_STRAGGLE_MS {
-        return Err(format!(
-            "invalid option `--straggle-ms`: {} ms is more than the demo waits for its straggler \
-             ({MAX_STRAGGLE_MS} ms)",
-            cfg.straggle_ms
-        )
-        .into());
-    }
-    if cfg.straggle_ms < 3 * u64::from(cfg.block_exp_ms) {
-        return Err(format!(
-            "invalid option `--straggle-ms`: {} ms is too short to be left out; the straggler \
-             must be late by at least 3 x the block timeout ({} ms)",
-            cfg.straggle_ms,
-            3 * u64::from(cfg.block_exp_ms)
-        )
-        .into());
-    }
+    // Refused settings name their option (`flags::refused_option`).
+    cfg.check()?;
     if !json {
         println!(
             "pfemu: Trio-ML (Trio paper §4-5) on one PFE with {} PPE threads: {} workers \

@@ -76,6 +76,68 @@ impl Default for DemoConfig {
     }
 }
 
+impl DemoConfig {
+    /// Refuses settings the demo cannot run, naming the setting: fewer than 2 workers, no
+    /// gradients or more than memory holds, a zero block timeout, a straggler later than
+    /// [`MAX_STRAGGLE_MS`] or too early to be left out (less than 3 block timeouts; not
+    /// checked with the manual clock, which does not use it), a window or packet size past
+    /// the job's 16-bit limits. [`run`] checks first; `pfemu demo` checks before it prints
+    /// anything.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.workers < 2 {
+            return Err(ConfigError::new("workers", "the demo needs at least 2"));
+        }
+        if self.gradients == 0 {
+            return Err(ConfigError::new("gradients", "must be at least 1"));
+        }
+        crate::limits::check_fits(
+            "gradients",
+            (self.gradients as u64).saturating_mul(u64::from(self.workers)),
+            "gradients (over all workers)",
+            BYTES_PER_GRADIENT,
+        )?;
+        if self.block_exp_ms == 0 {
+            return Err(ConfigError::new("block_exp_ms", "must be 1..=255"));
+        }
+        if self.straggle_ms > MAX_STRAGGLE_MS {
+            return Err(ConfigError::new(
+                "straggle_ms",
+                format!(
+                    "{} ms is more than the demo waits for its straggler ({MAX_STRAGGLE_MS} ms)",
+                    self.straggle_ms
+                ),
+            ));
+        }
+        let shortest = 3 * u64::from(self.block_exp_ms);
+        if !self.manual_clock && self.straggle_ms < shortest {
+            return Err(ConfigError::new(
+                "straggle_ms",
+                format!(
+                    "{} ms is too short to be left out; the straggler must be late by at \
+                     least 3 x the block timeout ({shortest} ms)",
+                    self.straggle_ms
+                ),
+            ));
+        }
+        self.job_limits().map(|_| ())
+    }
+
+    /// The job's `block_cnt_max` (two slots per block of the window) and `block_grad_max`.
+    fn job_limits(&self) -> Result<(u16, u16), ConfigError> {
+        let too_big = |setting: &'static str, v: usize| {
+            ConfigError::new(setting, format!("{v} is too large; at most {}", u16::MAX))
+        };
+        let block_cnt_max = self
+            .window
+            .checked_mul(2)
+            .and_then(|w| u16::try_from(w).ok())
+            .ok_or_else(|| too_big("window", self.window))?;
+        let block_grad_max = u16::try_from(self.grads_per_packet)
+            .map_err(|_| too_big("grads_per_packet", self.grads_per_packet))?;
+        Ok((block_cnt_max, block_grad_max))
+    }
+}
+
 /// What one allreduce round did.
 #[derive(Clone, Debug, Serialize)]
 pub struct RoundReport {
@@ -163,23 +225,9 @@ fn time_out_blocks(
 
 /// Runs the demo.
 pub fn run(cfg: &DemoConfig) -> Result<DemoReport, super::BenchError> {
+    cfg.check()?;
     let n = cfg.workers;
-    crate::limits::check_fits(
-        "gradients",
-        (cfg.gradients as u64).saturating_mul(u64::from(n)),
-        "gradients (over all workers)",
-        BYTES_PER_GRADIENT,
-    )?;
-    let too_big = |setting: &'static str, v: usize| {
-        crate::ConfigError::new(setting, format!("{v} is too large; at most {}", u16::MAX))
-    };
-    let block_cnt_max = cfg
-        .window
-        .checked_mul(2)
-        .and_then(|w| u16::try_from(w).ok())
-        .ok_or_else(|| too_big("window", cfg.window))?;
-    let block_grad_max = u16::try_from(cfg.grads_per_packet)
-        .map_err(|_| too_big("grads_per_packet", cfg.grads_per_packet))?;
+    let (block_cnt_max, block_grad_max) = cfg.job_limits()?;
     let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
     let trio = TrioMl::install(&mem, TrioMlConfig::default())?;
     let sources: Vec<u8> = (0..n).collect();
