@@ -1798,9 +1798,16 @@ fn a_run_id_comes_back_only_once_its_last_runs_results_are_gone() {
     // ... and the new run aggregates block 7, generation 0, afresh.
     let (h, sums) = result_of(&s.consumed(0, &packet_in(run, 1, 7, 0, 0, &[100])));
     assert_eq!((h.run_id, sums), (run, vec![100]));
-    // Its Result replaced run 1's, whose slot is free again.
+    // Its Result replaced run 1's, whose slot is free again ...
     let st = s.trio.job_state(1).unwrap();
     assert_eq!((st.block_curr_cnt, st.slots_in_use), (1, 1));
+    // ... so once the ids after it are used, run 1 comes back.
+    for next in run + 1..=15 {
+        assert_eq!(join(&mut s, 1, 0, 300 + u32::from(next)), next);
+    }
+    assert_eq!(join(&mut s, 1, 0, 400), 1);
+    let (h, sums) = result_of(&s.consumed(0, &packet_in(1, 1, 7, 0, 0, &[5])));
+    assert_eq!((h.run_id, sums), (1, vec![5]));
 }
 
 /// When every other run id still has Results kept, a restart's Join is refused (counted,

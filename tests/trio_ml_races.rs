@@ -328,3 +328,41 @@ fn a_generation_held_before_it_replaces_the_kept_result_leaves_a_newer_one_kept(
     let (hdr, sums) = wire::parse(&out.created[0].1).unwrap();
     assert_eq!((hdr.gen_id, wire::gradients(sums)), (2, vec![3; 4]));
 }
+
+/// Source `src`'s Join of job 1 with `nonce`: the run the aggregator answers.
+fn join(h: &mut Harness, program: &Program, src: u8, nonce: u32) -> u8 {
+    let ep = common::worker_endpoints(src, LOCAL, wire::DEFAULT_UDP_PORT);
+    let out = h.run(
+        program,
+        u16::from(src),
+        &wire::join_packet(ep, 1, src, nonce),
+    );
+    assert_eq!(verdict_name(program, &out), "join_answered");
+    let (hdr, _) = wire::parse(&out.created[0].1).unwrap();
+    match wire::Control::of(&hdr) {
+        Some(wire::Control::Joined { run_id, .. }) => run_id,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A block being created holds its run id from the moment it takes its slot: a restart's
+/// Join that comes round to that id meanwhile takes another, or the held packet would
+/// create a block of the earlier run under the new run's id, for the new run to join.
+#[test]
+fn a_run_id_whose_block_is_being_created_is_not_taken_again() {
+    let (mem, trio, program) = install();
+    let mut h = Harness::new(mem.clone());
+    assert_eq!(join(&mut h, &program, 0, 100), 1);
+    let mut frame = packet(5, 0, 0);
+    wire::TrioMlHdr::new_unchecked(&mut frame[wire::TRIO_ML_HDR_AT..]).set_run_id(1);
+    let held = common::hold_before(&mem, &program, "aggregate_head", (0, 0), frame);
+    // Source 0 restarts 14 times (runs 2 to 15, none of which holds a slot), then once more.
+    for run in 2..=15u8 {
+        assert_eq!(join(&mut h, &program, 0, 100 + u32::from(run)), run);
+    }
+    let run = join(&mut h, &program, 0, 200);
+    assert_eq!(run, 2, "run 1 still has a block being created");
+    let out = held.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    assert_eq!(trio.job_state(1).unwrap().run_id, 2);
+}

@@ -212,6 +212,12 @@ pub(super) fn block_run(gate: u64) -> u8 {
     Block::RUN_ID.get_u8(gate) & super::wire::MAX_RUN_ID
 }
 
+/// `(value, mask)` of a masked write of run `run` into a block record's gate word
+/// ([`GATE_W`]), its other fields untouched.
+pub(super) fn gate_run(run: u8) -> (u64, u64) {
+    (Block::RUN_ID.place(u64::from(run)), Block::RUN_ID.mask())
+}
+
 /// The run a Join that starts a new one takes after `current`: the first id from
 /// [`next_run`]`(current)` on, other than `current`, that is not in `in_use` (bit `r` set:
 /// some slot of the job holds a block or a kept Result of run `r`); `None` while every

@@ -510,9 +510,11 @@ fn decide_join(
 
 /// The runs whose blocks or kept Results hold slots of the job: bit `r` for run `r`. Reads
 /// the slot bitmap and the gate word of each slot in use (a restart's Join, not the data
-/// path: nothing is counted per block). A slot being claimed still shows the run of the
-/// block it held before, which at worst keeps that id out for this Join; a kept Result's
-/// record keeps its run until its slot is freed.
+/// path: nothing is counted per block). `claim_slot` writes its run into a slot's gate as
+/// it takes the slot, and a kept Result's record keeps its run until its slot is freed.
+/// (A packet that passed its run's check and is held before it claims a slot can still
+/// create a block of an id that came back meanwhile, as any packet of a run left 15 runs
+/// ago could: 4 bits cannot tell them apart.)
 fn runs_in_use(t: &mut Thread<'_>, l: &JobLayout) -> Result<u16, Fault> {
     let mut in_use = 0u16;
     for w in 0..JobLayout::bitmap_words(l.slots) {
@@ -924,6 +926,10 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             t.hash_delete(&active, &key)?;
             return drop_as(TrioMlDrop::BlockCntMax);
         };
+        // The slot is the run's from now on: a Join reading the slots for a free run id
+        // (runs_in_use) must not see the run of the block the record held before.
+        let (run_bits, run_mask) = gate_run(run);
+        t.masked_write(layout.slot(k) + GATE_W, run_bits, run_mask)?;
         t.set(R_BLK, layout.slot(k));
         t.set(R_BUF, layout.buffer(t.get(R_BUFS), k));
         // The packet's own gradients become the buffer's first contents: written over

@@ -281,8 +281,10 @@ pub const CTL_SUPERSEDED: u8 = 3;
 /// with a nonce of its own (random per process), and the aggregator answers
 /// [`Control::Joined`] with the job's current run id, which the worker then puts in every
 /// packet's `run_id`. The aggregator keys blocks and kept Results by run, and starts a new
-/// run (the next run id, 1 to 15 round) when a source that has joined the current run
-/// joins again with another nonce: that source restarted, so a new run began. A repeated
+/// run when a source that has joined the current run joins again with another nonce: that
+/// source restarted, so a new run began. The new run takes the next id (1 to 15, round)
+/// that no block or kept Result of an earlier run still holds; while every other id is
+/// held the Join is not answered (`runs_busy`) and the worker sends it again. A repeated
 /// Join with the same nonce (its answer was lost) is answered with the same run. Gradients
 /// of a run that is no longer current are dropped (`stale_run`) and answered with
 /// [`Control::Superseded`], so their worker stops with a clear error instead of waiting.
