@@ -91,6 +91,36 @@ fn settings_no_demo_can_run_are_refused_before_it_starts() {
             },
             "window",
         ),
+        // Within 16 bits, but more slots than a job has.
+        (
+            DemoConfig {
+                window: 3_000,
+                ..base.clone()
+            },
+            "window",
+        ),
+        (
+            DemoConfig {
+                grads_per_packet: 0,
+                ..base.clone()
+            },
+            "grads_per_packet",
+        ),
+        (
+            DemoConfig {
+                grads_per_packet: 5_000,
+                ..base.clone()
+            },
+            "grads_per_packet",
+        ),
+        (
+            DemoConfig {
+                window: 4,
+                manual_clock: true,
+                ..base.clone()
+            },
+            "window",
+        ),
     ];
     for (cfg, setting) in cases {
         assert_eq!(cfg.check().unwrap_err().setting, setting, "{cfg:?}");

@@ -270,6 +270,9 @@ pub const DEFAULT_ROUTE_CAPACITY: usize = 1024;
 /// Jobs one Trio-ML holds (`job_id` is 8 bits).
 pub const MAX_JOBS: usize = 256;
 
+/// The most slots a job may have ([`JobConfig::block_cnt_max`]).
+pub const MAX_BLOCK_CNT: u16 = 4095;
+
 /// How Trio-ML is installed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrioMlConfig {
@@ -654,10 +657,13 @@ impl TrioMl {
                 format!("{} sources; accepted 1..=255", ids.len()),
             ));
         }
-        if !(1..=4095).contains(&job.block_cnt_max) {
+        if !(1..=MAX_BLOCK_CNT).contains(&job.block_cnt_max) {
             return Err(ConfigError::new(
                 "block_cnt_max",
-                format!("{} is out of range; accepted 1..=4095", job.block_cnt_max),
+                format!(
+                    "{} is out of range; accepted 1..={MAX_BLOCK_CNT}",
+                    job.block_cnt_max
+                ),
             ));
         }
         if !(1..=wire::MAX_GRAD_CNT).contains(&job.block_grad_max) {

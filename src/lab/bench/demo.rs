@@ -80,9 +80,12 @@ impl DemoConfig {
     /// Refuses settings the demo cannot run, naming the setting: fewer than 2 workers, no
     /// gradients or more than memory holds, a zero block timeout, a straggler later than
     /// [`MAX_STRAGGLE_MS`] or too early to be left out (less than 3 block timeouts; not
-    /// checked with the manual clock, which does not use it), a window or packet size past
-    /// the job's 16-bit limits. [`run`] checks first; `pfemu demo` checks before it prints
-    /// anything.
+    /// checked with the manual clock, which does not use it), a window or packet size the
+    /// job cannot hold (two slots per block of the window, at most
+    /// [`MAX_BLOCK_CNT`](crate::microcode::trio_ml::MAX_BLOCK_CNT) in all; at most
+    /// [`MAX_GRAD_CNT`](crate::microcode::trio_ml::wire::MAX_GRAD_CNT) gradients a packet),
+    /// or, with the manual clock, a window shorter than a worker's packets. [`run`] checks
+    /// first; `pfemu demo` checks before it prints anything.
     pub fn check(&self) -> Result<(), ConfigError> {
         if self.workers < 2 {
             return Err(ConfigError::new("workers", "the demo needs at least 2"));
@@ -119,21 +122,43 @@ impl DemoConfig {
                 ),
             ));
         }
-        self.job_limits().map(|_| ())
+        let (_, block_grad_max) = self.job_limits()?;
+        let chunks = self.gradients.div_ceil(usize::from(block_grad_max));
+        if self.manual_clock && self.window < chunks {
+            return Err(ConfigError::new(
+                "window",
+                format!(
+                    "{} is less than the {chunks} packets per worker, which the manual clock \
+                     needs in flight at once",
+                    self.window
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The job's `block_cnt_max` (two slots per block of the window) and `block_grad_max`.
     fn job_limits(&self) -> Result<(u16, u16), ConfigError> {
-        let too_big = |setting: &'static str, v: usize| {
-            ConfigError::new(setting, format!("{v} is too large; at most {}", u16::MAX))
+        use crate::microcode::trio_ml::{wire::MAX_GRAD_CNT, MAX_BLOCK_CNT};
+        let max_window = usize::from(MAX_BLOCK_CNT / 2);
+        let block_cnt_max = match self.window {
+            w @ 1.. if w <= max_window => 2 * w as u16,
+            w => {
+                return Err(ConfigError::new(
+                    "window",
+                    format!("{w} is out of range; accepted 1..={max_window} (two slots a block)"),
+                ))
+            }
         };
-        let block_cnt_max = self
-            .window
-            .checked_mul(2)
-            .and_then(|w| u16::try_from(w).ok())
-            .ok_or_else(|| too_big("window", self.window))?;
-        let block_grad_max = u16::try_from(self.grads_per_packet)
-            .map_err(|_| too_big("grads_per_packet", self.grads_per_packet))?;
+        let block_grad_max = match self.grads_per_packet {
+            g @ 1.. if g <= usize::from(MAX_GRAD_CNT) => g as u16,
+            g => {
+                return Err(ConfigError::new(
+                    "grads_per_packet",
+                    format!("{g} is out of range; accepted 1..={MAX_GRAD_CNT}"),
+                ))
+            }
+        };
         Ok((block_cnt_max, block_grad_max))
     }
 }
@@ -241,17 +266,6 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, super::BenchError> {
         ..JobConfig::default()
     })?;
     let chunks = cfg.gradients.div_ceil(cfg.grads_per_packet) as u64;
-    if cfg.manual_clock && (cfg.window as u64) < chunks {
-        return Err(ConfigError::new(
-            "window",
-            format!(
-                "{} is less than the {chunks} packets per worker, which the manual clock \
-                 needs in flight at once",
-                cfg.window
-            ),
-        )
-        .into());
-    }
     let clock = cfg.manual_clock.then(|| Arc::new(ManualClock::new()));
     let (sink, rxs) = port_channels(usize::from(n));
     let mut builder = Pfe::builder()
