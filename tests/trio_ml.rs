@@ -1851,6 +1851,62 @@ fn a_join_waits_while_every_other_run_id_holds_results() {
     assert_eq!((h.run_id, sums), (1, vec![9]));
 }
 
+/// Results kept "until replaced" (`keep_result_ns` 0) still go once their run is left: the
+/// kept scans drop them at the second that finds the run left, so a job that restarted 15
+/// times, every run leaving a Result, is not refused a run for ever; the current run's
+/// Results stay.
+#[test]
+fn results_of_left_runs_go_even_when_results_are_kept_until_replaced() {
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS,
+        timers: 4,
+        hash_shards: 16,
+        keep_result_ns: 0,
+        ..config()
+    };
+    let mut j = job(1, &[0]);
+    j.block_cnt_max = 32;
+    let mut s = Setup::new(cfg, &[j]);
+    for run in 1..=15u8 {
+        assert_eq!(join(&mut s, 1, 0, 100 + u32::from(run)), run);
+        let block = u32::from(run);
+        result_of(&s.consumed(0, &packet_in(run, 1, block, 0, 0, &[1])));
+    }
+    let ep = common::worker_endpoints(0, LOCAL, 12000);
+    assert_eq!(
+        s.dropped(0, &wire::join_packet(ep, 1, 0, 300)).0,
+        "runs_busy"
+    );
+    // The kept scan at 16 ms marks runs 1 to 14's Results, the one at 32 ms drops them.
+    for now in 1..=31 {
+        assert!(s.scan(now * MS).is_empty());
+    }
+    assert_eq!(s.trio.kept_records(), 15, "marked, not yet dropped");
+    assert!(s.scan(32 * MS).is_empty());
+    let kept: Vec<(u32, u8)> = s
+        .trio
+        .kept_results()
+        .unwrap()
+        .iter()
+        .map(|b| (b.block_id, b.run_id))
+        .collect();
+    assert_eq!(kept, [(15, 15)], "only the current run's Result stays");
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!((st.block_curr_cnt, st.slots_in_use), (1, 1));
+    // Run 15's Result is still answered, and the restart now joins run 1.
+    let (reason, created) = s.dropped(0, &packet_in(15, 1, 15, 0, 0, &[1]));
+    assert_eq!(
+        (reason, result_of(&created).1),
+        ("retransmit_answered", vec![1])
+    );
+    assert_eq!(join(&mut s, 1, 0, 300), 1);
+    // Later kept scans leave the Result of run 15 (now left) no longer than two scans.
+    for now in 33..=64 {
+        assert!(s.scan(now * MS).is_empty());
+    }
+    assert_eq!(s.trio.kept_records(), 0);
+}
+
 #[test]
 fn gradients_of_a_superseded_run_are_refused_and_told_the_current_run() {
     let cfg = TrioMlConfig {

@@ -212,12 +212,6 @@ pub(super) fn block_run(gate: u64) -> u8 {
     Block::RUN_ID.get_u8(gate) & super::wire::MAX_RUN_ID
 }
 
-/// `(value, mask)` of a masked write of run `run` into a block record's gate word
-/// ([`GATE_W`]), its other fields untouched.
-pub(super) fn gate_run(run: u8) -> (u64, u64) {
-    (Block::RUN_ID.place(u64::from(run)), Block::RUN_ID.mask())
-}
-
 /// The run a Join that starts a new one takes after `current`: the first id from
 /// [`next_run`]`(current)` on, other than `current`, that is not in `in_use` (bit `r` set:
 /// some slot of the job holds a block or a kept Result of run `r`); `None` while every
@@ -488,6 +482,12 @@ const KEPT_AGE_SHIFT: u32 = 48;
 const KEPT_RUN_SHIFT: u32 = 60;
 /// The oldest age a [`kept_value`] holds: its 12 bits.
 pub(super) const MAX_KEPT_AGE: u16 = (1 << (KEPT_RUN_SHIFT - KEPT_AGE_SHIFT)) - 1;
+/// The most kept scans a Result may go unasked before it expires: ages up to this count
+/// scans; [`LEFT_RUN_MARK`], the largest age, marks a Result of a run its job has left.
+pub(super) const MAX_KEPT_SCANS: u16 = MAX_KEPT_AGE - 1;
+/// The age that marks a kept Result whose run its job had left at the last kept scan: the
+/// next kept scan deletes it if its run is still left and nobody asked for it.
+pub(super) const LEFT_RUN_MARK: u16 = MAX_KEPT_AGE;
 /// The age's bits in a [`kept_value`].
 const KEPT_AGE_MASK: u64 = (MAX_KEPT_AGE as u64) << KEPT_AGE_SHIFT;
 

@@ -137,9 +137,11 @@
 //!   ids have 4 bits, so a job that restarts often comes back to an id: a new run takes the
 //!   first id after the current one that no slot holds (the Join reads the slot bitmap and
 //!   the run of each slot in use), so nothing of the id's last run can answer the new one
-//!   (or be joined by it). While every other id still holds slots (15 restarts within
-//!   `keep_result_ns`, each leaving Results) the Join is refused as `runs_busy` and the
-//!   worker sends it again. A block's run is byte 18 of its record. A kept Result of another run than a packet's is
+//!   (or be joined by it). The kept scans drop the Results of a run its job has left
+//!   within two of them (16 to 32 scan periods; nobody of that run is left to ask),
+//!   whatever `keep_result_ns`, and its open blocks age out; while every other id still
+//!   holds slots (15 restarts within that time, each leaving Results) the Join is refused
+//!   as `runs_busy` and the worker sends it again. A block's run is byte 18 of its record. A kept Result of another run than a packet's is
 //!   no answer to it (the block id is free for that run), and is replaced when that run's
 //!   block finishes; a block of a run its job has left is freed without a Result when it
 //!   finishes (it ages out). Gradients of such a run are dropped as `stale_run` and
@@ -300,15 +302,17 @@ pub struct TrioMlConfig {
     /// A kept Result nobody asked for during this long is dropped and its slot freed, in
     /// nanoseconds (0: kept until the next generation of its block id replaces it). The
     /// timer threads check kept Results every [`KEPT_SCAN_EVERY`] scan periods (a multiple
-    /// of that for a time longer than 4095 such intervals), so a Result goes between
+    /// of that for a time longer than 4094 such intervals), so a Result goes between
     /// `keep_result_ns` and one such interval later. It must outlast the hosts'
     /// retransmission timeout, or a source that lost the Result cannot get it again.
+    /// Whatever this time, a Result of a run its job has left goes within two such
+    /// intervals (see *Runs* in the module documentation).
     pub keep_result_ns: u64,
 }
 
 /// Kept Results are aged once per this many scan periods ([`TrioMlConfig::keep_result_ns`]),
-/// or a multiple of it for a `keep_result_ns` longer than 4095 such intervals (a kept
-/// Result's age has 12 bits).
+/// or a multiple of it for a `keep_result_ns` longer than 4094 such intervals (a kept
+/// Result's age has 12 bits, and its largest value marks a Result of a left run).
 pub const KEPT_SCAN_EVERY: u64 = 16;
 
 /// Default [`TrioMlConfig::keep_result_ns`]: 1 s.
@@ -316,15 +320,15 @@ pub const DEFAULT_KEEP_RESULT_NS: u64 = 1_000_000_000;
 
 /// When kept Results are aged and when one expires: every `every` scan periods
 /// ([`KEPT_SCAN_EVERY`], or the smallest multiple of it that keeps the count within a kept
-/// Result's age, [`layout::MAX_KEPT_AGE`]), and after `scans` kept scans nobody asked for it
+/// Result's age, [`layout::MAX_KEPT_SCANS`]), and after `scans` kept scans nobody asked for it
 /// (0: never).
 pub(super) fn kept_schedule(keep_result_ns: u64, scan_period_ns: u64) -> (u64, u16) {
     let scans = |every: u64| keep_result_ns.div_ceil(scan_period_ns.max(1).saturating_mul(every));
-    let stretch = scans(KEPT_SCAN_EVERY).div_ceil(u64::from(layout::MAX_KEPT_AGE));
+    let stretch = scans(KEPT_SCAN_EVERY).div_ceil(u64::from(layout::MAX_KEPT_SCANS));
     let every = KEPT_SCAN_EVERY.saturating_mul(stretch.max(1));
     (
         every,
-        scans(every).min(u64::from(layout::MAX_KEPT_AGE)) as u16,
+        scans(every).min(u64::from(layout::MAX_KEPT_SCANS)) as u16,
     )
 }
 
@@ -1046,8 +1050,11 @@ mod tests {
         assert_eq!(kept_schedule(40 * MS, MS), (16, 3));
         assert_eq!(kept_schedule(0, MS), (16, 0));
         assert_eq!(kept_schedule(1, MS), (16, 1));
-        let max = u64::from(layout::MAX_KEPT_AGE);
-        assert_eq!(kept_schedule(max * 16 * MS, MS), (16, layout::MAX_KEPT_AGE));
+        let max = u64::from(layout::MAX_KEPT_SCANS);
+        assert_eq!(
+            kept_schedule(max * 16 * MS, MS),
+            (16, layout::MAX_KEPT_SCANS)
+        );
         for (keep, period) in [
             (max * 16 * MS + 1, MS),
             (DEFAULT_KEEP_RESULT_NS, 10_000),
@@ -1059,7 +1066,7 @@ mod tests {
             let (every, scans) = kept_schedule(keep, period);
             assert!(every >= KEPT_SCAN_EVERY && every % KEPT_SCAN_EVERY == 0);
             assert!(
-                (1..=layout::MAX_KEPT_AGE).contains(&scans),
+                (1..=layout::MAX_KEPT_SCANS).contains(&scans),
                 "{keep} ns, {period} ns"
             );
             // Long enough, by less than one kept interval.

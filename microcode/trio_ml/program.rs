@@ -22,8 +22,9 @@
 //!   v
 //! leave_block --last one out of a closed block--> finish_block --> consume
 //!
-//! new block: claim_slot -> aggregate_head -> aggregate_tail (writing the packet's
-//!   gradients over the buffer's lines) -> insert_block -> complete_check
+//! new block: claim_slot (writing the record) -> aggregate_head -> aggregate_tail (writing
+//!   the packet's gradients over the buffer's lines) -> insert_block (publishing the
+//!   record) -> complete_check
 //!
 //! finish_block (subroutine): keep_result [-> replace_kept, over an older kept Result]
 //!                             -> release_block -> free_replaced -> build_result
@@ -510,8 +511,8 @@ fn decide_join(
 
 /// The runs whose blocks or kept Results hold slots of the job: bit `r` for run `r`. Reads
 /// the slot bitmap and the gate word of each slot in use (a restart's Join, not the data
-/// path: nothing is counted per block). `claim_slot` writes its run into a slot's gate as
-/// it takes the slot, and a kept Result's record keeps its run until its slot is freed.
+/// path: nothing is counted per block). `claim_slot` writes the new block's record as it
+/// takes the slot, and a kept Result's record keeps its run until its slot is freed.
 /// (A packet that passed its run's check and is held before it claims a slot can still
 /// create a block of an id that came back meanwhile, as any packet of a run left 15 runs
 /// ago could: 4 bits cannot tell them apart.)
@@ -926,12 +927,12 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             t.hash_delete(&active, &key)?;
             return drop_as(TrioMlDrop::BlockCntMax);
         };
-        // The slot is the run's from now on: a Join reading the slots for a free run id
-        // (runs_in_use) must not see the run of the block the record held before.
-        let (run_bits, run_mask) = gate_run(run);
-        t.masked_write(layout.slot(k) + GATE_W, run_bits, run_mask)?;
         t.set(R_BLK, layout.slot(k));
         t.set(R_BUF, layout.buffer(t.get(R_BUFS), k));
+        // The block's record goes into the slot at once (nobody finds it before
+        // insert_block publishes it): a Join reading the slots for a free run id
+        // (runs_in_use) must not see the run of the block the slot held before.
+        write_record(t)?;
         // The packet's own gradients become the buffer's first contents: written over
         // whatever the slot held (as accumulators, with FPISA lanes), the lines past them
         // zeroed with the last chunk's padding, before the record is published (no other
@@ -941,37 +942,45 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
 }
 
+/// Writes a new block's record line into its slot ([`R_BLK`]): its limits, buffer, run, the
+/// creator's source received and in flight, and (after the record) its block id and
+/// generation.
+fn write_record(t: &mut Thread<'_>) -> Result<(), Fault> {
+    let (rec, job, buf) = (t.get(R_BLK), t.get(R_JOB), t.get(R_BUF));
+    let (block, gen, src) = (t.get(R_BLOCK_ID), t.get(R_GEN_ID), t.get(R_SRC_ID));
+    let (exp, grad_cnt, now) = (t.get(R_EXP), t.get(R_GRAD_CNT), t.now_ns());
+    let run = t.get(R_RUN);
+    let line = t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?;
+    line.fill(0);
+    let mut b = BlockCtx::new_checked(&mut *line)?;
+    b.set_block_exp(exp);
+    b.set_block_age(0);
+    b.set_block_start_time(now);
+    b.set_job_ctx_paddr(paddr(job));
+    b.set_aggr_paddr(paddr(buf));
+    b.set_grad_cnt(grad_cnt);
+    b.set_rcvd_cnt(0);
+    b.set_rcvd_mask(usize::from(src / 64), 1 << (src % 64));
+    // The creator is in flight; the record names its run ...
+    b.set_in_flight(1);
+    b.set_run_id(run);
+    // ... and the line its block, after the record.
+    let mut key = BlockKey::new_checked(&mut line[BLOCK_KEY_AT..])?;
+    key.set_block_id(block);
+    key.set_gen_id(gen);
+    t.mem_write(rec, LM_SCRATCH, LINE_BYTES)
+}
+
 /// Step 3, continued: publish the new block's record, its creator's gradients written.
 fn publish_phase(p: &mut ProgramBuilder, l: Labels, tables: &Tables) {
-    // Write the block record (this packet's source already received and in flight), then
-    // publish it in the hash table.
+    // Publish the block record (written by claim_slot, this packet's source already
+    // received and in flight) in the hash table.
     let active = tables.active.clone();
     p.instr(l.insert_block, move |t| {
         // The creator's gradients are in the buffer before anyone can find the block.
         t.wait_posted();
-        let (rec, job, buf) = (t.get(R_BLK), t.get(R_JOB), t.get(R_BUF));
-        let (block, gen, src) = (t.get(R_BLOCK_ID), t.get(R_GEN_ID), t.get(R_SRC_ID));
-        let (exp, grad_cnt, now) = (t.get(R_EXP), t.get(R_GRAD_CNT), t.now_ns());
-        let run = t.get(R_RUN);
-        let line = t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?;
-        line.fill(0);
-        let mut b = BlockCtx::new_checked(&mut *line)?;
-        b.set_block_exp(exp);
-        b.set_block_age(0);
-        b.set_block_start_time(now);
-        b.set_job_ctx_paddr(paddr(job));
-        b.set_aggr_paddr(paddr(buf));
-        b.set_grad_cnt(grad_cnt);
-        b.set_rcvd_cnt(0);
-        b.set_rcvd_mask(usize::from(src / 64), 1 << (src % 64));
-        // The creator is in flight; the record names its run ...
-        b.set_in_flight(1);
-        b.set_run_id(run);
-        // ... and the line its block, after the record.
-        let mut key = BlockKey::new_checked(&mut line[BLOCK_KEY_AT..])?;
-        key.set_block_id(block);
-        key.set_gen_id(gen);
-        t.mem_write(rec, LM_SCRATCH, LINE_BYTES)?;
+        let (rec, job) = (t.get(R_BLK), t.get(R_JOB));
+        let (run, block, gen) = (t.get(R_RUN), t.get(R_BLOCK_ID), t.get(R_GEN_ID));
         let key = block_key(t.get(R_JOB_ID), run, block, gen);
         // Publish the record under the key this thread claimed.
         t.hash_update(&active, &key, rec)?;
@@ -1510,21 +1519,61 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // Every kept_every periods (KEPT_SCAN_EVERY, or a multiple: see kept_schedule), age the
     // kept Results of this launch's slice by their REF flags; delete (under the shard's
     // lock) those unasked for keep_scans kept scans, and list them: this thread owns them
-    // now.
+    // now. Results of a run their job has left go at the second kept scan that finds them
+    // so (whatever keep_result_ns, even 0): nobody of that run is left to ask, and they
+    // hold run ids a restart's Join needs. The first scan marks them (their age at
+    // LEFT_RUN_MARK), a later one deletes those still marked, of a left run and not asked
+    // for since:
+    // the jobs' runs are read before the scan, so a Result of a run a Join started during
+    // it looks left once, but is its job's run at the next scan and is unmarked.
     let kept = tables.kept.clone();
+    let jobs = tables.jobs.clone();
     p.instr(l.scan_kept, move |t| {
         let Some(launch) = t.timer().copied() else {
             return Ok(Done(Verdict::Consume));
         };
-        if keep_scans == 0 || (launch.scheduled_ns / scan_period_ns) % kept_every != 0 {
+        if (launch.scheduled_ns / scan_period_ns) % kept_every != 0 {
             return Ok(Done(Verdict::Consume));
+        }
+        let mut records: Vec<(u8, Addr)> = Vec::new();
+        t.hash_scan(&jobs, 0, 1, |key, rec, _| {
+            records.push((key[0], rec));
+            ScanAction::Keep
+        });
+        // The job's current run, by job id (None: no such job, or no run yet).
+        let mut current = [None::<u8>; super::MAX_JOBS];
+        for (job, rec) in records {
+            let run = job_run(t.read_u64(rec + JOB_W_RUN)?);
+            current[usize::from(job)] = (run != 0).then_some(run);
         }
         let mut expired: Vec<u64> = Vec::new();
         t.hash_scan(
             &kept,
             launch.slice as usize,
             launch.slices as usize,
-            |_, v, referenced| {
+            |key, v, referenced| {
+                let run = kept_run(v);
+                let left = run != 0 && current[usize::from(key[0])].is_some_and(|c| c != run);
+                let marked = kept_age(v) == LEFT_RUN_MARK;
+                if left {
+                    if marked && !referenced && expired.len() < MAX_AGED_PER_SCAN {
+                        expired.push(v);
+                        return ScanAction::Delete;
+                    }
+                    return if marked {
+                        ScanAction::Keep
+                    } else {
+                        ScanAction::Set(with_kept_age(v, LEFT_RUN_MARK))
+                    };
+                }
+                if marked {
+                    // Marked while its run looked left, and its job's run now: it ages
+                    // afresh.
+                    return ScanAction::Set(with_kept_age(v, 0));
+                }
+                if keep_scans == 0 {
+                    return ScanAction::Keep;
+                }
                 if referenced {
                     return if kept_age(v) == 0 {
                         ScanAction::Keep
