@@ -458,7 +458,8 @@ pub(super) fn kept_key(job: u8, block: u32) -> [u8; 5] {
 
 /// Value of a kept result: its block record's 32-bit address (bits 0..32), its generation
 /// (32..48), its age (48..60: kept scans since a packet last asked for it, 0 here; the
-/// timer threads count it, see [`kept_age`]) and its run (60..64). The run is the record's
+/// timer threads count it, see [`kept_age`], and mark a Result of a left run with
+/// [`LEFT_RUN_MARK`]) and its run (60..64). The run is the record's
 /// own, kept here too so that a packet weighing the Result does not read the record's
 /// line: nobody has touched it for a generation by then.
 pub(super) fn kept_value(gen: u16, record: Addr, run: u8) -> u64 {

@@ -116,8 +116,9 @@
 //!   [`TrioMlConfig::keep_result_ns`] (so block ids a host stopped using, or a flood of
 //!   new ones, do not hold the job's slots for ever). Timers scan this table every
 //!   [`KEPT_SCAN_EVERY`] periods and count each Result's age (kept scans without a lookup)
-//!   in bits 48..60 of its value; the one that deletes an expired Result under the shard's
-//!   lock frees its slot. A Result being sent again to a
+//!   in bits 48..60 of its value (its largest value marks a Result of a run its job has
+//!   left: see *Runs*); the one that deletes an expired Result under the shard's lock
+//!   frees its slot. A Result being sent again to a
 //!   source is checked to be still kept once it is built, and dropped (`result_expired`)
 //!   if its slot was freed meanwhile.
 //! - A finished block's key leaves the active table once its Result is kept (in that
@@ -137,12 +138,13 @@
 //!   ids have 4 bits, so a job that restarts often comes back to an id: a new run takes the
 //!   first id after the current one that no slot holds (the Join reads the slot bitmap and
 //!   the run of each slot in use), so nothing of the id's last run can answer the new one
-//!   (or be joined by it). The kept scans drop the Results of a run its job has left
-//!   within two of them (16 to 32 scan periods; nobody of that run is left to ask),
-//!   whatever `keep_result_ns`, and its open blocks age out; while every other id still
-//!   holds slots (15 restarts within that time, each leaving Results) the Join is refused
-//!   as `runs_busy` and the worker sends it again. A block's run is byte 18 of its record. A kept Result of another run than a packet's is
-//!   no answer to it (the block id is free for that run), and is replaced when that run's
+//!   (or be joined by it). Whatever `keep_result_ns`, the kept scans drop a Result of a run
+//!   its job has left at the second of them that finds it so and not asked for since
+//!   (its run's workers are superseded, so it is asked for only by their retransmissions
+//!   in flight), and the run's open blocks age out; while every other id still holds
+//!   slots (15 restarts within that time, each leaving Results) the Join is refused as
+//!   `runs_busy` and the worker sends it again. A block's run is byte 18 of its record. A
+//!   kept Result of another run than a packet's is no answer to it (the block id is free for that run), and is replaced when that run's
 //!   block finishes; a block of a run its job has left is freed without a Result when it
 //!   finishes (it ages out). Gradients of such a run are dropped as `stale_run` and
 //!   answered with [`wire::Control::Superseded`]. Run 0 is the paper's header alone.

@@ -1520,8 +1520,9 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // kept Results of this launch's slice by their REF flags; delete (under the shard's
     // lock) those unasked for keep_scans kept scans, and list them: this thread owns them
     // now. Results of a run their job has left go at the second kept scan that finds them
-    // so (whatever keep_result_ns, even 0): nobody of that run is left to ask, and they
-    // hold run ids a restart's Join needs. The first scan marks them (their age at
+    // so (whatever keep_result_ns, even 0): that run's workers are superseded (only their
+    // retransmissions in flight still ask), and the Results hold run ids a restart's Join
+    // needs. The first scan marks them (their age at
     // LEFT_RUN_MARK), a later one deletes those still marked, of a left run and not asked
     // for since:
     // the jobs' runs are read before the scan, so a Result of a run a Join started during
