@@ -19,6 +19,11 @@ const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
 const MS: u64 = 1_000_000;
 
 fn packet(block: u32, gen: u16, src: u8) -> Vec<u8> {
+    packet_with(block, gen, src, &[i32::from(src) + 1; 4])
+}
+
+/// Source `src`'s packet of job 1's block `block`, generation `gen`, with `gradients`.
+fn packet_with(block: u32, gen: u16, src: u8, gradients: &[i32]) -> Vec<u8> {
     wire::agg_packet(&AggPacket {
         endpoints: common::worker_endpoints(src, LOCAL, wire::DEFAULT_UDP_PORT),
         hdr: TrioMlHdrFields {
@@ -26,10 +31,10 @@ fn packet(block: u32, gen: u16, src: u8) -> Vec<u8> {
             block_id: block,
             gen_id: gen,
             src_id: src,
-            grad_cnt: 4,
+            grad_cnt: gradients.len() as u16,
             ..Default::default()
         },
-        gradients: &[i32::from(src) + 1; 4],
+        gradients,
     })
 }
 
@@ -365,4 +370,65 @@ fn a_run_id_whose_block_is_being_created_is_not_taken_again() {
     let out = held.release();
     assert_eq!(out.result, Ok(Verdict::Consume));
     assert_eq!(trio.job_state(1).unwrap().run_id, 2);
+}
+
+/// [`packet`] with gradients of its generation: `gen * 10 + src + 1`.
+fn packet_of_gen(block: u32, gen: u16, src: u8) -> Vec<u8> {
+    packet_with(
+        block,
+        gen,
+        src,
+        &[i32::from(gen) * 10 + i32::from(src) + 1; 4],
+    )
+}
+
+/// The finisher of a generation builds its Result from its slot. With sources that run
+/// ahead, the next generation may finish meanwhile and replace it: the slot of the
+/// Result being built must not be freed (and taken by a later block, whose gradients
+/// would go out in this Result) before the build has read it.
+#[test]
+fn a_result_held_while_it_is_built_is_not_overwritten_by_a_later_generation() {
+    let (mem, _trio, program) = install();
+    let mut h = Harness::new(mem.clone());
+    let mut sent = Vec::new();
+    for src in [0, 1] {
+        sent.extend(
+            h.run(&program, u16::from(src), &packet_of_gen(5, 0, src))
+                .created,
+        );
+    }
+    // Generation 1's finisher is held as it copies its sums out ...
+    sent.extend(h.run(&program, 0, &packet_of_gen(5, 1, 0)).created);
+    let held = common::hold_before(
+        &mem,
+        &program,
+        "result_tail",
+        (1, 0),
+        packet_of_gen(5, 1, 1),
+    );
+    // ... while generation 2 finishes, and generation 3 starts.
+    for src in [0, 1] {
+        sent.extend(
+            h.run(&program, u16::from(src), &packet_of_gen(5, 2, src))
+                .created,
+        );
+    }
+    sent.extend(h.run(&program, 0, &packet_of_gen(5, 3, 0)).created);
+    let out = held.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    sent.extend(out.created);
+    let mut results: Vec<(u16, Vec<i32>)> = sent
+        .iter()
+        .filter(|(d, _)| *d == Dest::Group(1))
+        .map(|(_, f)| {
+            let (h, sums) = wire::parse(f).unwrap();
+            (h.gen_id, wire::gradients(sums))
+        })
+        .collect();
+    results.sort();
+    // Each generation's sums: (gen * 10 + 1) + (gen * 10 + 2).
+    assert_eq!(
+        results,
+        [(0, vec![3; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
+    );
 }

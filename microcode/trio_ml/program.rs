@@ -26,8 +26,10 @@
 //!   the packet's gradients over the buffer's lines) -> insert_block (publishing the
 //!   record) -> complete_check
 //!
-//! finish_block (subroutine): keep_result [-> replace_kept, over an older kept Result]
-//!                             -> release_block -> free_replaced -> build_result
+//! finish_block (subroutine): finish_start -> result_headers -> result_tail (the Result
+//!                             built from the slot while nobody else can free it)
+//!                             -> keep_result [-> replace_kept, over an older kept Result]
+//!                             -> release_block -> free_replaced -> emit_result
 //!                             [-> free_own, when the Result is not kept]
 //! build_result (subroutine): result_headers -> result_tail (256 B per instruction)
 //!                            -> emit_result
@@ -571,6 +573,7 @@ pfemu::labels!(
         consume,
         drop_duplicate,
         closing_drop,
+        finish_start,
         keep_result,
         replace_kept,
         release_block,
@@ -1052,7 +1055,7 @@ fn aggregated(t: &Thread<'_>, l: Labels) -> Label {
 
 /// Steps 5 and 6: add the gradients (the head's, then the tail's), count the source; the last one out of a closed block finishes it.
 fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let finish_block = l.keep_result;
+    let finish_block = l.finish_start;
     let Ctx { lanes, events, .. } = *c;
     let _ = tables;
 
@@ -1193,29 +1196,42 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
     });
 }
 
-/// The `finish_block` subroutine: keep the Result, retire the block, free the replaced Result's slot, then build the Result.
+/// The `finish_block` subroutine: build the Result, keep it, retire the block, free the replaced Result's slot, then send the Result.
 fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let build_result = l.result_headers;
     let Ctx { lanes, .. } = *c;
 
-    // finish_block, step 1: keep the Result (record and buffer stay in their slot) in the
+    // finish_block, step 1: build the Result (result_headers and result_tail copy the sums
+    // out of the slot, then continue at keep_result). Before the Result is kept nobody else
+    // can free the slot; once it is kept, a newer generation finishing (with sources that
+    // run ahead) may replace it and free the slot at once, and a block taking the slot would
+    // write its gradients into a Result being copied out.
+    p.instr(l.finish_start, move |t| {
+        let job = job_of(t, t.get(R_BLK))?;
+        t.set(R_JOB, job);
+        if left_run(t, job)? {
+            return silent(t, l);
+        }
+        t.set(R_DEST, ResultDest::Job);
+        t.set(R_ANSWER, Answer::No);
+        Ok(Goto(build_result))
+    });
+
+    // finish_block, step 2: keep the Result (record and buffer stay in their slot) in the
     // kept-results table, replacing an older generation of the block id, whose slot is
     // freed next.
     let kept = tables.kept.clone();
     p.instr(l.keep_result, move |t| {
         let rec = t.get(R_BLK);
         let gen = t.get(R_GEN_ID);
-        let job = job_of(t, rec)?;
-        t.set(R_JOB, job);
+        let job = t.get(R_JOB);
         t.set(R_FREE, 0);
         t.set(R_SILENT, false);
         let run = t.get(R_RUN);
-        if run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?) {
-            // A block of a run the job has left (it aged out after a source started a new
-            // run): nobody of its run is left to want it. Freed without a Result.
-            t.set(R_FREE, rec);
-            t.set(R_SILENT, true);
-            return Ok(Goto(l.release_block));
+        if left_run(t, job)? {
+            // The job left the run while the Result was built.
+            t.clear_tail();
+            return silent(t, l);
         }
         let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
         let value = kept_value(gen, rec, run);
@@ -1237,7 +1253,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         Ok(Goto(l.release_block))
     });
 
-    // finish_block, step 1 continued: replace the older (or other run's) kept Result that
+    // finish_block, step 2 continued: replace the older (or other run's) kept Result that
     // keep_result found, if it is still the one kept, and free its slot next. If another
     // thread replaced it meanwhile (a newer generation finishing at the same time, with
     // sources that run ahead), or a timer aged or expired it, decide again.
@@ -1253,36 +1269,35 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         Ok(Goto(l.release_block))
     });
 
-    // finish_block, step 2: the block is no longer active: its key goes (its kept Result,
-    // kept first in step 1, now answers its packets: claim_slot looks there before it starts
-    // a block); build and send its Result.
+    // finish_block, step 3: the block is no longer active: its key goes (its kept Result,
+    // kept first in step 2, now answers its packets: claim_slot looks there before it starts
+    // a block).
     let active = tables.active.clone();
     p.instr(l.release_block, move |t| {
         t.hash_delete(&active, &packet_block_key(t))?;
-        t.set(R_DEST, ResultDest::Job);
-        t.set(R_ANSWER, Answer::No);
         Ok(Goto(l.free_replaced))
     });
 
-    // finish_block, step 3: free the slot of the Result this one replaced before building
+    // finish_block, step 4: free the slot of the Result this one replaced before sending
     // this Result. No source needs the old Result any more (each
     // sent this generation only after receiving it), and a source answered from the kept
     // Result (a retransmission, on another PPE thread) may start the block id's next
     // generation at once: the slot must not still count against block_cnt_max by then.
-    // This block's own slot, when its Result is not kept, is freed once the Result is built.
+    // This block's own slot, when its Result is not kept, is freed once the Result is sent.
+    let emit_result = l.emit_result;
     p.instr(l.free_replaced, move |t| {
         let old = t.get(R_FREE);
         if old == t.get(R_BLK) {
             if t.get(R_SILENT) {
                 return Ok(Goto(l.free_own));
             }
-            return Ok(Call(build_result, l.free_own));
+            return Ok(Call(emit_result, l.free_own));
         }
         if old != 0 {
             free_slot(t, t.get(R_JOB), old, lanes)?;
         }
-        // build_result returns to finish_block's caller.
-        Ok(Goto(build_result))
+        // emit_result returns to finish_block's caller.
+        Ok(Goto(emit_result))
     });
     p.instr(l.free_own, move |t| {
         free_slot(t, t.get(R_JOB), t.get(R_BLK), lanes)?;
@@ -1290,7 +1305,21 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
 }
 
-/// Step 7, the `build_result` subroutine: the Result's headers, its sums 256 bytes per instruction, and the send.
+/// Whether the block being finished ([`R_RUN`]) is of a run its job (at `job`) has left.
+fn left_run(t: &mut Thread<'_>, job: Addr) -> Result<bool, Fault> {
+    let run = t.get(R_RUN);
+    Ok(run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?))
+}
+
+/// A block of a run its job has left (it aged out after a source started a new run):
+/// nobody of its run is left to want it. Freed without a Result.
+fn silent(t: &mut Thread<'_>, l: Labels) -> InstrResult {
+    t.set(R_FREE, t.get(R_BLK));
+    t.set(R_SILENT, true);
+    Ok(Goto(l.release_block))
+}
+
+/// Step 7, the `build_result` subroutine: the Result's headers, its sums 256 bytes per instruction, and the send (a block's finisher keeps its Result between the two).
 fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let Ctx {
         udp_port,
@@ -1393,6 +1422,9 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_CHUNK, t.get(R_CHUNK) + 1);
         Ok(Goto(if start + len < total {
             l.result_tail
+        } else if t.get(R_ANSWER) == Answer::No {
+            // A block's finisher keeps its Result before it sends it (finish_block).
+            l.keep_result
         } else {
             l.emit_result
         }))
@@ -1428,7 +1460,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
 /// The timer threads (§5): age the blocks of the launch's slice and finish the aged ones; age the kept Results and free the expired ones.
 fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
-    let finish_block = l.keep_result;
+    let finish_block = l.finish_start;
     let Ctx {
         scan_period_ns,
         kept_every,
