@@ -1810,28 +1810,35 @@ fn a_run_id_comes_back_only_once_its_last_runs_results_are_gone() {
     assert_eq!((h.run_id, sums), (1, vec![5]));
 }
 
-/// When every other run id still has Results kept, a restart's Join is refused (counted,
-/// not answered: the worker sends it again) until the old Results expire.
-#[test]
-fn a_join_waits_while_every_other_run_id_holds_results() {
+/// Job 1 (source 0, 32 slots, scans every ms by 4 timers, kept Results dropped after
+/// `keep_result_ns`) after runs 1 to 15, each joined by a restart of source 0 (nonce
+/// `100 + run`), finished a block of their own id (block `run`, gradients `[1]`).
+fn fifteen_runs_each_keeping_a_result(keep_result_ns: u64) -> Setup {
     let cfg = TrioMlConfig {
         scan_period_ns: MS,
         timers: 4,
         hash_shards: 16,
-        // Kept scans every 16 ms: a Result nobody asks for goes at the first one.
-        keep_result_ns: 16 * MS,
+        keep_result_ns,
         ..config()
     };
     let mut j = job(1, &[0]);
     j.block_cnt_max = 32;
     let mut s = Setup::new(cfg, &[j]);
-    // Runs 1 to 15 each finish a block of their own id.
     for run in 1..=15u8 {
         assert_eq!(join(&mut s, 1, 0, 100 + u32::from(run)), run);
         let block = u32::from(run);
         let (h, _) = result_of(&s.consumed(0, &packet_in(run, 1, block, 0, 0, &[1])));
         assert_eq!(h.run_id, run);
     }
+    s
+}
+
+/// When every other run id still has Results kept, a restart's Join is refused (counted,
+/// not answered: the worker sends it again) until the old Results expire.
+#[test]
+fn a_join_waits_while_every_other_run_id_holds_results() {
+    // Kept scans every 16 ms: a Result nobody asks for goes at the first one.
+    let mut s = fifteen_runs_each_keeping_a_result(16 * MS);
     let ep = common::worker_endpoints(0, LOCAL, 12000);
     let restart = wire::join_packet(ep, 1, 0, 300);
     let (reason, created) = s.dropped(0, &restart);
@@ -1857,21 +1864,7 @@ fn a_join_waits_while_every_other_run_id_holds_results() {
 /// Results stay.
 #[test]
 fn results_of_left_runs_go_even_when_results_are_kept_until_replaced() {
-    let cfg = TrioMlConfig {
-        scan_period_ns: MS,
-        timers: 4,
-        hash_shards: 16,
-        keep_result_ns: 0,
-        ..config()
-    };
-    let mut j = job(1, &[0]);
-    j.block_cnt_max = 32;
-    let mut s = Setup::new(cfg, &[j]);
-    for run in 1..=15u8 {
-        assert_eq!(join(&mut s, 1, 0, 100 + u32::from(run)), run);
-        let block = u32::from(run);
-        result_of(&s.consumed(0, &packet_in(run, 1, block, 0, 0, &[1])));
-    }
+    let mut s = fifteen_runs_each_keeping_a_result(0);
     let ep = common::worker_endpoints(0, LOCAL, 12000);
     assert_eq!(
         s.dropped(0, &wire::join_packet(ep, 1, 0, 300)).0,

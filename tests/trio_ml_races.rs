@@ -303,16 +303,12 @@ fn a_generation_held_before_it_replaces_the_kept_result_leaves_a_newer_one_kept(
     let (mem, trio, program) = install();
     let mut h = Harness::new(mem.clone());
     let mut sent = Vec::new();
-    for src in [0, 1] {
-        sent.extend(h.run(&program, u16::from(src), &packet(5, 0, src)).created);
-    }
+    sent.extend(from_both(&mut h, &program, |src| packet(5, 0, src)));
     // Generation 1 completes on a thread held as it replaces generation 0's kept Result ...
     sent.extend(h.run(&program, 0, &packet(5, 1, 0)).created);
     let held = common::hold_before(&mem, &program, "replace_kept", (1, 0), packet(5, 1, 1));
     // ... while generation 2 completes and replaces it first.
-    for src in [0, 1] {
-        sent.extend(h.run(&program, u16::from(src), &packet(5, 2, src)).created);
-    }
+    sent.extend(from_both(&mut h, &program, |src| packet(5, 2, src)));
     let out = held.release();
     assert_eq!(out.result, Ok(Verdict::Consume));
     sent.extend(out.created);
@@ -372,6 +368,19 @@ fn a_run_id_whose_block_is_being_created_is_not_taken_again() {
     assert_eq!(trio.job_state(1).unwrap().run_id, 2);
 }
 
+/// Runs source 0's and then source 1's packet (`frame(src)`, from port `src`); the packets
+/// they created.
+fn from_both(
+    h: &mut Harness,
+    program: &Program,
+    frame: impl Fn(u8) -> Vec<u8>,
+) -> Vec<(Dest, Vec<u8>)> {
+    [0u8, 1]
+        .into_iter()
+        .flat_map(|src| h.run(program, u16::from(src), &frame(src)).created)
+        .collect()
+}
+
 /// [`packet`] with gradients of its generation: `gen * 10 + src + 1`.
 fn packet_of_gen(block: u32, gen: u16, src: u8) -> Vec<u8> {
     packet_with(
@@ -391,12 +400,7 @@ fn a_result_held_while_it_is_built_is_not_overwritten_by_a_later_generation() {
     let (mem, _trio, program) = install();
     let mut h = Harness::new(mem.clone());
     let mut sent = Vec::new();
-    for src in [0, 1] {
-        sent.extend(
-            h.run(&program, u16::from(src), &packet_of_gen(5, 0, src))
-                .created,
-        );
-    }
+    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 0, src)));
     // Generation 1's finisher is held as it copies its sums out ...
     sent.extend(h.run(&program, 0, &packet_of_gen(5, 1, 0)).created);
     let held = common::hold_before(
@@ -407,12 +411,7 @@ fn a_result_held_while_it_is_built_is_not_overwritten_by_a_later_generation() {
         packet_of_gen(5, 1, 1),
     );
     // ... while generation 2 finishes, and generation 3 starts.
-    for src in [0, 1] {
-        sent.extend(
-            h.run(&program, u16::from(src), &packet_of_gen(5, 2, src))
-                .created,
-        );
-    }
+    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 2, src)));
     sent.extend(h.run(&program, 0, &packet_of_gen(5, 3, 0)).created);
     let out = held.release();
     assert_eq!(out.result, Ok(Verdict::Consume));

@@ -1206,12 +1206,11 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // can free the slot; once it is kept, a newer generation finishing (with sources that
     // run ahead) may replace it and free the slot at once, and a block taking the slot would
     // write its gradients into a Result being copied out.
+    // A block of a run its job has left is found so at keep_result, after the build:
+    // rare, and one read of the job's run the fewer per finished block.
     p.instr(l.finish_start, move |t| {
         let job = job_of(t, t.get(R_BLK))?;
         t.set(R_JOB, job);
-        if left_run(t, job)? {
-            return silent(t, l);
-        }
         t.set(R_DEST, ResultDest::Job);
         t.set(R_ANSWER, Answer::No);
         Ok(Goto(build_result))
@@ -1228,10 +1227,14 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_FREE, 0);
         t.set(R_SILENT, false);
         let run = t.get(R_RUN);
-        if left_run(t, job)? {
-            // The job left the run while the Result was built.
+        if run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?) {
+            // A block of a run the job has left (it aged out after a source started a new
+            // run): nobody of its run is left to want it. Freed without a Result, the one
+            // built dropped.
             t.clear_tail();
-            return silent(t, l);
+            t.set(R_FREE, rec);
+            t.set(R_SILENT, true);
+            return Ok(Goto(l.release_block));
         }
         let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
         let value = kept_value(gen, rec, run);
@@ -1303,20 +1306,6 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         free_slot(t, t.get(R_JOB), t.get(R_BLK), lanes)?;
         Ok(Return)
     });
-}
-
-/// Whether the block being finished ([`R_RUN`]) is of a run its job (at `job`) has left.
-fn left_run(t: &mut Thread<'_>, job: Addr) -> Result<bool, Fault> {
-    let run = t.get(R_RUN);
-    Ok(run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?))
-}
-
-/// A block of a run its job has left (it aged out after a source started a new run):
-/// nobody of its run is left to want it. Freed without a Result.
-fn silent(t: &mut Thread<'_>, l: Labels) -> InstrResult {
-    t.set(R_FREE, t.get(R_BLK));
-    t.set(R_SILENT, true);
-    Ok(Goto(l.release_block))
 }
 
 /// Step 7, the `build_result` subroutine: the Result's headers, its sums 256 bytes per instruction, and the send (a block's finisher keeps its Result between the two).
@@ -1554,11 +1543,10 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // now. Results of a run their job has left go at the second kept scan that finds them
     // so (whatever keep_result_ns, even 0): that run's workers are superseded (only their
     // retransmissions in flight still ask), and the Results hold run ids a restart's Join
-    // needs. The first scan marks them (their age at
-    // LEFT_RUN_MARK), a later one deletes those still marked, of a left run and not asked
-    // for since:
-    // the jobs' runs are read before the scan, so a Result of a run a Join started during
-    // it looks left once, but is its job's run at the next scan and is unmarked.
+    // needs. The first scan marks them (their age at LEFT_RUN_MARK), a later one deletes
+    // those still marked, of a left run and not asked for since. The jobs' runs are read
+    // before the scan, so a Result of a run a Join started during it looks left once, but
+    // is its job's run at the next scan and is unmarked.
     let kept = tables.kept.clone();
     let jobs = tables.jobs.clone();
     p.instr(l.scan_kept, move |t| {
