@@ -357,12 +357,12 @@ fn trio_ml_agrees() -> PerPacket {
         ("block_gate_word", Some(XtxnKind::Read)),
         ("job_src_mask", Some(XtxnKind::Read)),
         ("job_run_word", Some(XtxnKind::Read)),
-        ("enter_gate", Some(XtxnKind::Add32)),
+        ("enter_gate", Some(XtxnKind::FetchAdd)),
         ("mark_received", Some(XtxnKind::FetchOr)),
         ("add_chunk_0", Some(XtxnKind::VAdd32x16)),
         ("add_chunk_1", Some(XtxnKind::VAdd32x16)),
         ("count_source", Some(XtxnKind::Add32)),
-        ("leave_gate", Some(XtxnKind::Add32)),
+        ("leave_gate", Some(XtxnKind::FetchAdd)),
         ("consume", None),
     ];
     let all: Vec<&str> = MAPPING.iter().map(|(n, _)| *n).collect();

@@ -416,7 +416,16 @@ fn a_result_held_while_it_is_built_is_not_overwritten_by_a_later_generation() {
     let out = held.release();
     assert_eq!(out.result, Ok(Verdict::Consume));
     sent.extend(out.created);
-    let mut results: Vec<(u16, Vec<i32>)> = sent
+    // Each generation's sums: (gen * 10 + 1) + (gen * 10 + 2).
+    assert_eq!(
+        sums_by_gen(&sent),
+        [(0, vec![3; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
+    );
+}
+
+/// `(gen, sums)` of each Result sent to the job's group, by generation.
+fn sums_by_gen(created: &[(Dest, Vec<u8>)]) -> Vec<(u16, Vec<i32>)> {
+    let mut results: Vec<(u16, Vec<i32>)> = created
         .iter()
         .filter(|(d, _)| *d == Dest::Group(1))
         .map(|(_, f)| {
@@ -425,9 +434,115 @@ fn a_result_held_while_it_is_built_is_not_overwritten_by_a_later_generation() {
         })
         .collect();
     results.sort();
-    // Each generation's sums: (gen * 10 + 1) + (gen * 10 + 2).
+    results
+}
+
+/// Generation 0 of block 5 ages out with source 0 alone while source 1's packet of it is
+/// held at `labels` in turn (it found the block in the active table before), then
+/// generation 1 replaces its kept Result and frees its slot, and source 0 starts generation
+/// 2 in that slot (two slots: the only one free). With `in_gate`, the held packet goes on
+/// to its second label before generation 1 runs. The harness, the Results sent so far and
+/// the held packet.
+fn slot_taken_again_under(
+    in_gate: bool,
+
+    labels: &[&'static str],
+) -> (Harness, Program, Vec<(Dest, Vec<u8>)>, common::Held) {
+    let (mem, _trio, program) = install_with_slots(2);
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
+    let mut held = common::hold_before_each(&mem, &program, labels, (1, 0), packet_of_gen(5, 0, 1));
+    sent.extend(scan(&mut h, &program, MS));
+    sent.extend(scan(&mut h, &program, 2 * MS));
     assert_eq!(
-        results,
-        [(0, vec![3; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
+        sums_by_gen(&sent),
+        [(0, vec![1; 4])],
+        "generation 0 aged out"
+    );
+    if in_gate {
+        // Into generation 0's closed gate, while its slot still holds it.
+        held.step();
+    }
+    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
+    sent.extend(h.run(&program, 0, &packet_of_gen(5, 2, 0)).created);
+    (h, program, sent, held)
+}
+
+/// A packet that found its block in the active table and is descheduled before it joins
+/// the block's gate (before it reads the block's record, or after), while the block
+/// finishes and a new block takes its slot, must not add to that new block: the slot's
+/// tag tells it its block is gone, and it looks again. Before the tag, it added generation
+/// 0's gradients to generation 2 and completed it for source 1, whose own packet of
+/// generation 2 was then answered as a retransmission.
+#[test]
+fn a_packet_whose_block_left_its_slot_does_not_join_the_block_there_now() {
+    for label in ["check_source", "join_block"] {
+        let (mut h, program, mut sent, held) = slot_taken_again_under(false, &[label]);
+        let out = held.release();
+        assert_eq!(
+            verdict_name(&program, &out),
+            "stale_gen",
+            "held before {label}: generation 1's Result is kept"
+        );
+        assert_eq!(out.created, [], "held before {label}");
+        sent.extend(h.run(&program, 1, &packet_of_gen(5, 2, 1)).created);
+        assert_eq!(
+            sums_by_gen(&sent),
+            [(0, vec![1; 4]), (1, vec![23; 4]), (2, vec![43; 4])],
+            "held before {label}"
+        );
+    }
+}
+
+/// A packet that entered a finished block's closed gate is still in it when the block's
+/// slot goes to a new block: the new block counts it in flight, and the new block's last
+/// source to leave is the last out once that packet has left. Before, the new record was
+/// written over the count: the held packet's leave took the new block's gate below zero and
+/// generation 2 never finished.
+#[test]
+fn a_packet_in_the_gate_of_a_slot_taken_again_is_counted_by_the_new_block() {
+    let (mut h, program, mut sent, held) =
+        slot_taken_again_under(true, &["join_block", "leave_block"]);
+    let out = held.release();
+    assert_eq!(verdict_name(&program, &out), "stale_gen");
+    sent.extend(h.run(&program, 1, &packet_of_gen(5, 2, 1)).created);
+    assert_eq!(
+        sums_by_gen(&sent),
+        [(0, vec![1; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
+    );
+}
+
+/// A packet that entered a new block's gate under its old block's tag, and is still there
+/// when the new block's last source closes it and leaves, leaves last; it knows nothing of
+/// the new block and does not finish it. The timer does, once the block ages: a whole
+/// Result, not a partial one.
+#[test]
+fn a_block_left_closed_by_a_packet_of_another_is_finished_by_the_timer() {
+    let (mut h, program, mut sent, mut held) =
+        slot_taken_again_under(false, &["join_block", "leave_block"]);
+    // Into generation 2's gate under generation 0's tag.
+    held.step();
+    let last = h.run(&program, 1, &packet_of_gen(5, 2, 1));
+    assert_eq!(last.result, Ok(Verdict::Consume));
+    assert_eq!(
+        sums_by_gen(&last.created),
+        [],
+        "the held packet is still in the gate"
+    );
+    let out = held.release();
+    assert_eq!(verdict_name(&program, &out), "stale_gen");
+    assert_eq!(
+        sums_by_gen(&out.created),
+        [],
+        "it does not finish another's block"
+    );
+    sent.extend(later_scans(&mut h, &program));
+    assert_eq!(
+        sums_by_gen(&sent),
+        [(0, vec![1; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
+    );
+    assert!(
+        group_results(&sent).contains(&(5, 2, 2)),
+        "generation 2's Result counts both sources"
     );
 }

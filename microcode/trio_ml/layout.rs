@@ -200,13 +200,6 @@ pub(super) const BLOCK_KEY_AT: usize = BLOCK_CTX_LEN;
 pub(super) const BLOCK_KEY_WORD: u64 = 7;
 const _: () = assert!(BLOCK_KEY_AT == 8 * BLOCK_KEY_WORD as usize + 2);
 
-/// Whether a block record's key word ([`BLOCK_KEY_WORD`]) and gate word ([`GATE_W`]) are
-/// those of block `block`, generation `gen` of run `run`: a slot holds another block once
-/// the one it held finished and a new one took the slot.
-pub(super) fn holds_block(key_word: u64, gate: u64, run: u8, block: u32, gen: u16) -> bool {
-    key_word & 0xFFFF_FFFF_FFFF == u64::from(block) << 16 | u64::from(gen) && block_run(gate) == run
-}
-
 /// The run of the block whose record's gate word ([`GATE_W`]) is `gate`.
 pub(super) fn block_run(gate: u64) -> u8 {
     Block::RUN_ID.get_u8(gate) & super::wire::MAX_RUN_ID
@@ -230,15 +223,27 @@ pub(super) fn free_run_after(current: u8, in_use: u16) -> Option<u8> {
 }
 
 // The gate: who may still add to a block, and who finishes it. The record's `closed`,
-// `taken`, `degraded` and `in_flight` fields, all in the low 32-bit lane of one word:
+// `taken`, `degraded` and `in_flight` fields, all in the low 32-bit lane of one word, which
+// also holds the block's run and its slot's tag:
 //
-// - An adder enters with a 32-bit add of 1 to IN_FLIGHT, which returns the old gate: if it
-//   was CLOSED, the adder adds nothing and leaves (subtracts 1 again).
-// - The thread whose `rcvd_cnt` increment completes the block, and a timer thread that
-//   finds it aged, CLOSE it (fetch-or); a closed block admits no new adder.
-// - Whoever sees the gate CLOSED with nobody IN_FLIGHT right after its own XTXN (the closer
-//   if nobody was in flight, else the last adder to leave) then sets TAKEN (fetch-or); the
-//   one that finds TAKEN clear finishes the block: its sums and counts are final.
+// - A thread enters with a 64-bit add of 1 to IN_FLIGHT, which returns the old word. If
+//   its tag is not the one under which the thread found the block in the active table
+//   (`active_value`), the slot holds another block now: the thread adds nothing, leaves
+//   (subtracts 1 again) and looks its block up anew. If the gate was CLOSED, it adds
+//   nothing and leaves.
+// - The thread whose `rcvd_cnt` increment completes the block CLOSEs it (fetch-or); a timer
+//   thread that finds it aged enters, closes it and leaves. A closed block admits no new
+//   adder.
+// - Whoever leaves a CLOSED gate as the last one IN_FLIGHT (the last adder, or the timer)
+//   then sets TAKEN (fetch-or); the one that finds TAKEN clear finishes the block: its
+//   sums and counts are final. A thread that entered under another tag never finishes: a
+//   block it leaves closed and empty is finished by the next thread through its gate (a
+//   packet of the block, or the timer once the block ages).
+// - A thread claiming a slot for a new block enters first, then writes the gate word
+//   under a mask that keeps IN_FLIGHT (threads that entered under the old tag are still
+//   counted, and subtract themselves when they leave), the new tag (the old one plus 1)
+//   first, then the rest of the record: a thread that reads the record and then finds the
+//   tag it expects (`check_source`) read the record of its own block.
 
 /// The gate's word (see above).
 pub(super) const GATE_W: u64 = Block::CLOSED.word();
@@ -255,17 +260,27 @@ pub(super) const GATE_TAKEN: u64 = Block::TAKEN.mask();
 pub(super) const GATE_DEGRADED: u64 = Block::DEGRADED.mask();
 /// IN_FLIGHT: adders between entering and leaving.
 pub(super) const GATE_IN_FLIGHT: u64 = Block::IN_FLIGHT.mask();
-/// Lane delta: one adder enters.
-pub(super) const GATE_ENTER: u32 = 1 << Block::IN_FLIGHT.lane_shift();
-/// Lane delta: one adder leaves (`-1` modulo 2^32).
-pub(super) const GATE_LEAVE: u32 = GATE_ENTER.wrapping_neg();
+/// Word delta: one thread enters (a 64-bit add, so that it returns the tag too).
+pub(super) const GATE_ENTER: u64 = 1 << Block::IN_FLIGHT.shift();
+/// Word delta: one thread leaves (`-1` modulo 2^64: IN_FLIGHT is the word's low bits, and
+/// never below 1 before a leave, so nothing borrows from the fields above it).
+pub(super) const GATE_LEAVE: u64 = GATE_ENTER.wrapping_neg();
+/// The slot's tag ([`BlockCtx`]'s `slot_tag`), in [`GATE_W`].
+pub(super) const GATE_TAG: Field = Block::SLOT_TAG;
 const _: () = assert!(
     GATE_LANE == 1
         && Block::TAKEN.word() == GATE_W
         && Block::DEGRADED.word() == GATE_W
         && Block::IN_FLIGHT.word() == GATE_W
         && Block::IN_FLIGHT.lane() == GATE_LANE
+        && Block::IN_FLIGHT.shift() == 0
+        && Block::SLOT_TAG.word() == GATE_W
 );
+
+/// The slot tag in a gate word.
+pub(super) fn gate_tag(gate: u64) -> u8 {
+    GATE_TAG.get_u8(gate)
+}
 
 // ----- per-job memory -----------------------------------------------------------------------
 
@@ -449,6 +464,17 @@ pub(super) fn parse_block_key(key: &[u8]) -> Option<(u8, u8, u32, u16)> {
 /// wait for it to publish the record, then join. A creator that fails (job full, no
 /// slot) deletes the key, and the waiters try again.
 pub(super) const PENDING: u64 = 1 << 62;
+
+/// Value of an active block: its record's 32-bit address (bits 0..32) and its slot's tag
+/// (32..40; see [`gate_tag`]). Never [`PENDING`].
+pub(super) fn active_value(record: Addr, tag: u8) -> u64 {
+    u64::from(tag) << 32 | u64::from(paddr(record))
+}
+
+/// `(record, tag)` of an [`active_value`].
+pub(super) fn parse_active_value(v: u64) -> (Addr, u8) {
+    (addr_of(v as u32), (v >> 32) as u8)
+}
 
 /// Key of a kept result: `job_id`, `block_id` (big-endian).
 pub(super) fn kept_key(job: u8, block: u32) -> [u8; 5] {

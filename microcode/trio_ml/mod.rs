@@ -228,10 +228,15 @@
 //!
 //! A packet thread that faults while adding to a block (an instruction budget too small for
 //! `block_grad_max`, for instance) leaves the block open: it is never finished. Slots are
-//! reused while a thread that looked the block up long before may still hold its address;
-//! run-to-completion threads finish long before a slot comes round again. A timer thread,
-//! which lists the aged blocks of its slice and then closes them one by one (finishing
-//! some on the way), checks that a slot still holds the block it listed before it closes it.
+//! reused while a thread that found a block long before (a packet descheduled between its
+//! lookup and the block's gate, a timer thread closing the aged blocks it listed) may still
+//! hold the block's address. The active table names a block by its slot and the slot's
+//! 8-bit tag, which each new block in the slot advances, and a thread entering the gate
+//! checks it: one that finds another tag adds nothing and looks its block up again (a
+//! timer leaves the block alone). Only a thread held while its slot took 256 new blocks
+//! would be fooled. Such a thread, still in the gate when the new block's last source
+//! leaves, leaves the block closed and unfinished; the timer finishes it once it ages
+//! (a whole Result, `block_exp` late).
 
 pub mod host;
 mod layout;

@@ -96,6 +96,9 @@ pfemu::registers! {
     R_GRAD_CNT: u16,
     /// The block record's address.
     R_BLK: Addr,
+    /// The tag of the block's slot ([`gate_tag`]) when the packet found the block (or
+    /// claimed the slot).
+    R_TAG: u8,
     /// The job record's address.
     R_JOB: Addr,
     /// The job's `src_cnt`.
@@ -114,6 +117,8 @@ pfemu::registers! {
     R_AFTER: After,
     /// Set when the block was closed before this packet could join it.
     R_CLOSING: bool,
+    /// Set when the closed block had this packet's source received already.
+    R_RECEIVED: bool,
     /// Set while this packet creates its block: its gradients are written into the block's
     /// buffer, not added, before the record is published.
     R_CREATOR: bool,
@@ -169,6 +174,9 @@ enum After {
     Duplicate,
     /// The block was closed before the packet could join; look at kept results.
     Closing,
+    /// The slot holds another block than the one the packet found (its tag changed): look
+    /// the block up again.
+    Gone,
 }
 
 impl RegValue for After {
@@ -177,13 +185,15 @@ impl RegValue for After {
             After::Consume => 0,
             After::Duplicate => 1,
             After::Closing => 2,
+            After::Gone => 3,
         }
     }
     fn from_reg(bits: u64) -> Self {
         match bits {
             0 => After::Consume,
             1 => After::Duplicate,
-            _ => After::Closing,
+            2 => After::Closing,
+            _ => After::Gone,
         }
     }
 }
@@ -746,8 +756,10 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 // look again and join the record it publishes.
                 Yield(l.lookup_block)
             }
-            Some(rec) => {
+            Some(v) => {
+                let (rec, tag) = parse_active_value(v);
                 t.set(R_BLK, rec);
+                t.set(R_TAG, tag);
                 Goto(l.check_source)
             }
             None => Goto(l.lookup_result),
@@ -946,13 +958,20 @@ fn create_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 }
 
 /// Writes a new block's record line into its slot ([`R_BLK`]): its limits, buffer, run, the
-/// creator's source received and in flight, and (after the record) its block id and
-/// generation.
+/// creator's source received and in flight, the slot's next tag ([`R_TAG`]), and (after the
+/// record) its block id and generation.
+///
+/// Threads that found the slot's previous block may still enter and leave its gate (see the
+/// layout's *gate*): the creator enters first, the gate word is written under a mask that
+/// keeps their count in flight, with the new tag, and only then the rest of the line.
 fn write_record(t: &mut Thread<'_>) -> Result<(), Fault> {
     let (rec, job, buf) = (t.get(R_BLK), t.get(R_JOB), t.get(R_BUF));
     let (block, gen, src) = (t.get(R_BLOCK_ID), t.get(R_GEN_ID), t.get(R_SRC_ID));
     let (exp, grad_cnt, now) = (t.get(R_EXP), t.get(R_GRAD_CNT), t.now_ns());
     let run = t.get(R_RUN);
+    // The creator is in flight.
+    let tag = gate_tag(t.fetch_add(rec + GATE_W, GATE_ENTER)?).wrapping_add(1);
+    t.set(R_TAG, tag);
     let line = t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?;
     line.fill(0);
     let mut b = BlockCtx::new_checked(&mut *line)?;
@@ -964,14 +983,22 @@ fn write_record(t: &mut Thread<'_>) -> Result<(), Fault> {
     b.set_grad_cnt(grad_cnt);
     b.set_rcvd_cnt(0);
     b.set_rcvd_mask(usize::from(src / 64), 1 << (src % 64));
-    // The creator is in flight; the record names its run ...
-    b.set_in_flight(1);
+    // The record names its run and its slot's tag ...
     b.set_run_id(run);
+    b.set_slot_tag(tag);
     // ... and the line its block, after the record.
     let mut key = BlockKey::new_checked(&mut line[BLOCK_KEY_AT..])?;
     key.set_block_id(block);
     key.set_gen_id(gen);
-    t.mem_write(rec, LM_SCRATCH, LINE_BYTES)
+    let gate_at = LM_SCRATCH + 8 * GATE_W as usize;
+    let gate = u64::from_be_bytes(t.lm_bytes(gate_at, 8)?.try_into().expect("8 bytes"));
+    t.masked_write(rec + GATE_W, gate, !GATE_IN_FLIGHT)?;
+    t.mem_write(rec, LM_SCRATCH, gate_at - LM_SCRATCH)?;
+    t.mem_write(
+        rec + GATE_W + 1,
+        gate_at + 8,
+        LINE_BYTES - (gate_at + 8 - LM_SCRATCH),
+    )
 }
 
 /// Step 3, continued: publish the new block's record, its creator's gradients written.
@@ -986,7 +1013,7 @@ fn publish_phase(p: &mut ProgramBuilder, l: Labels, tables: &Tables) {
         let (run, block, gen) = (t.get(R_RUN), t.get(R_BLOCK_ID), t.get(R_GEN_ID));
         let key = block_key(t.get(R_JOB_ID), run, block, gen);
         // Publish the record under the key this thread claimed.
-        t.hash_update(&active, &key, rec)?;
+        t.hash_update(&active, &key, active_value(rec, t.get(R_TAG)))?;
         count_block(t, job)?;
         Ok(Goto(l.complete_check))
     });
@@ -1002,6 +1029,11 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let rec = t.get(R_BLK);
         let w1 = t.read_u64(rec + BLOCK_W_JOB)?;
         let w2 = t.read_u64(rec + BLOCK_W_GATE)?;
+        if gate_tag(w2) != t.get(R_TAG) {
+            // The block finished and its slot holds another since the lookup (a new block
+            // writes its tag before the word read first here): look again.
+            return Ok(Goto(l.lookup_block));
+        }
         let job = addr_of(BLOCK_JOB.get_u32(w1));
         t.set(R_BUF, addr_of(BLOCK_BUF.get_across(w1, w2) as u32));
         t.set(R_JOB, job);
@@ -1027,13 +1059,22 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // Enter the block's gate, then mark the source received (once).
     p.instr(l.join_block, move |t| {
         let rec = t.get(R_BLK);
-        let gate = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_ENTER)?);
-        if gate & GATE_CLOSED != 0 {
-            t.set(R_AFTER, After::Closing);
+        let gate = t.fetch_add(rec + GATE_W, GATE_ENTER)?;
+        if gate_tag(gate) != t.get(R_TAG) {
+            // The slot holds another block since check_source.
+            t.set(R_AFTER, After::Gone);
             return Ok(Goto(l.leave_block));
         }
         let src = t.get(R_SRC_ID);
         let bit = source(src);
+        if gate & GATE_CLOSED != 0 {
+            // Read while in the gate, and trusted if the slot's tag is still ours when we
+            // leave (a new block writes its tag before its sources).
+            let received = t.read_u64(rec + bit.word())? & bit.mask() != 0;
+            t.set(R_RECEIVED, received);
+            t.set(R_AFTER, After::Closing);
+            return Ok(Goto(l.leave_block));
+        }
         if t.fetch_or(rec + bit.word(), bit.mask())? & bit.mask() != 0 {
             // A retransmission: never added twice.
             t.set(R_AFTER, After::Duplicate);
@@ -1162,17 +1203,25 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         Ok(Goto(l.leave_block))
     });
 
-    // Leave the gate; the last one out of a closed block finishes it.
+    // Leave the gate; the last one out of a closed block finishes it (unless it entered
+    // under another tag: it knows nothing of the block the slot holds now, which the next
+    // thread through its gate finishes).
     p.instr(l.leave_block, move |t| {
         let rec = t.get(R_BLK);
-        let old = u64::from(t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_LEAVE)?);
+        let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
         let next = match t.get(R_AFTER) {
             After::Consume => l.consume,
             After::Duplicate => l.drop_duplicate,
             After::Closing => {
                 t.set(R_CLOSING, true);
+                if gate_tag(old) != t.get(R_TAG) {
+                    // The block's slot was taken again while we were in its gate: what
+                    // join_block read of it may be the new block's.
+                    t.set(R_RECEIVED, false);
+                }
                 l.lookup_result
             }
+            After::Gone => return Ok(Goto(l.lookup_block)),
         };
         let last_out = old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
         if last_out && take(t, rec)? {
@@ -1186,9 +1235,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
     // Closed before we could join, and no Result kept yet: a repeat of a source the block
     // has, or a straggler the block's Result (on its way to the job) leaves out.
     p.instr(l.closing_drop, move |t| {
-        let src = t.get(R_SRC_ID);
-        let received = mask_has(t.read_u64(t.get(R_BLK) + source(src).word())?, src);
-        drop_as(if received {
+        drop_as(if t.get(R_RECEIVED) {
             TrioMlDrop::Duplicate
         } else {
             TrioMlDrop::Late
@@ -1470,16 +1517,17 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             &active,
             launch.slice as usize,
             launch.slices as usize,
-            |key, rec, referenced| {
+            |key, value, referenced| {
                 // A key being created has no record to age yet.
-                if let (Ok(key), false) = (key.try_into(), rec == PENDING) {
-                    visited.push((key, rec, referenced));
+                if let (Ok(key), false) = (key.try_into(), value == PENDING) {
+                    visited.push((key, value, referenced));
                 }
                 ScanAction::Keep
             },
         );
         let mut aged = 0;
-        for (key, rec, referenced) in visited {
+        for (key, value, referenced) in visited {
+            let (rec, _) = parse_active_value(value);
             let w0 = t.read_u64(rec + BLOCK_W_AGE)?;
             // 8-bit fields: the casts keep all of them.
             let (exp, age) = (BLOCK_EXP.get_u8(w0), BLOCK_AGE.get_u8(w0));
@@ -1496,7 +1544,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 let entry = LM_AGED + aged * AGED_ENTRY_BYTES;
                 let e = t.lm_bytes_mut(entry, AGED_ENTRY_BYTES)?;
                 e[..BLOCK_KEY_BYTES].copy_from_slice(&key);
-                e[BLOCK_KEY_BYTES..].copy_from_slice(&rec.to_be_bytes());
+                e[BLOCK_KEY_BYTES..].copy_from_slice(&value.to_be_bytes());
                 aged += 1;
             }
         }
@@ -1505,9 +1553,12 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         Ok(Goto(l.close_aged))
     });
 
-    // Close one aged block: no adder may join it any more. If nobody is adding, this
-    // thread finishes it (a partial Result: age_op = 1, degraded); otherwise the last adder
-    // to leave does.
+    // Close one aged block: no adder may join it any more. The thread enters the block's
+    // gate under the tag it listed the block with, closes it and leaves: if nobody else is
+    // in the gate, it finishes the block (a partial Result: age_op = 1, degraded), else the
+    // last adder to leave does. The block listed may have finished since scan_blocks,
+    // while this thread closed the entries before it, and a new block may hold its slot
+    // now: its tag tells, and that block is left alone.
     p.instr(l.close_aged, move |t| {
         let i = t.get(R_AGED_I);
         if i == t.get(R_AGED_N) {
@@ -1517,21 +1568,21 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let e = t.lm_bytes(LM_AGED + i * AGED_ENTRY_BYTES, AGED_ENTRY_BYTES)?;
         let (job, run, block, gen) =
             parse_block_key(&e[..BLOCK_KEY_BYTES]).expect("a whole block key");
-        let rec = u64::from_be_bytes(e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"));
-        // The block listed may have finished since scan_blocks, while this thread closed
-        // the entries before it, and a new block may hold its slot now: close only the
-        // block listed. (What is left is the moment between these reads and the close.)
-        let (key_word, gate) = (t.read_u64(rec + BLOCK_KEY_WORD)?, t.read_u64(rec + GATE_W)?);
-        if !holds_block(key_word, gate, run, block, gen) {
+        let (rec, tag) = parse_active_value(u64::from_be_bytes(
+            e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"),
+        ));
+        if gate_tag(t.fetch_add(rec + GATE_W, GATE_ENTER)?) != tag {
+            t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
             return Ok(Goto(l.close_aged));
         }
-        t.set(R_JOB_ID, job);
-        t.set(R_RUN, run);
-        t.set(R_BLOCK_ID, block);
-        t.set(R_GEN_ID, gen);
-        t.set(R_BLK, rec);
-        let old = t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
-        if old & GATE_CLOSED == 0 && old & GATE_IN_FLIGHT == 0 && take(t, rec)? {
+        t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
+        let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
+        if old & GATE_IN_FLIGHT == 1 && take(t, rec)? {
+            t.set(R_JOB_ID, job);
+            t.set(R_RUN, run);
+            t.set(R_BLOCK_ID, block);
+            t.set(R_GEN_ID, gen);
+            t.set(R_BLK, rec);
             return Ok(Call(finish_block, l.close_aged));
         }
         Ok(Goto(l.close_aged))

@@ -113,7 +113,10 @@ pfemu::header! {
         /// Trio-ML, in the padding (byte 18): the block's run id (0: a client of the
         /// paper's header alone).
         run_id: 8,
-        _: 8,
+        /// Trio-ML, in the padding (byte 19): how many blocks the slot has held, mod 256.
+        /// The active table names a block by its slot and this tag, and a thread entering
+        /// the gate checks it: a slot reused since the thread found it is not its block.
+        slot_tag: 8,
         /// Trio-ML's gate (see the `layout` module), in the padding: no adder may enter.
         closed: 1,
         /// The gate: a thread has claimed the finishing of the block.

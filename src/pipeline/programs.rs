@@ -160,17 +160,19 @@ pub fn l3fwd(routes: u64) -> Odg {
 /// Result: work per block, not per packet). `parse`'s checks are conditions on the header.
 ///
 /// - `active_block` (64-bit key: job, run, block, generation; [`TRIO_ML_BLOCK_RECORDS`]
-///   entries): `lookup_block`'s `t.hash_lookup(&active, &key)`, the block's record.
+///   entries): `lookup_block`'s `t.hash_lookup(&active, &key)`, the block's record and its
+///   slot's tag.
 /// - `block_job_word`, `block_gate_word` (16-bit key, the record's slot;
 ///   [`TRIO_ML_BLOCK_RECORDS`] entries): `check_source`'s `t.read_u64(rec + BLOCK_W_JOB)` (the
 ///   job record's and the buffer's address) and `t.read_u64(rec + BLOCK_W_GATE)` (the
-///   buffer's address, the block's gradient count).
+///   buffer's address, the block's gradient count, the slot's tag).
 /// - `job_src_mask`, `job_run_word` (8-bit key, the job; [`TRIO_ML_JOBS`] entries):
 ///   `check_source`'s `t.read_u64(job + word)` (is the source a member?) and
 ///   `t.read_u64(job + JOB_W_SRC_CNT)` (the job's sources and run), at the job
 ///   `block_job_word` gave.
 /// - `enter_gate` (1 field, the gate's count in flight): `join_block`'s
-///   `t.fetch_add32(rec + GATE_W, GATE_LANE, GATE_ENTER)`, predicated on the checks.
+///   `t.fetch_add(rec + GATE_W, GATE_ENTER)`, predicated on the checks (its slot tag is
+///   compared with the one `active_block` gave).
 /// - `mark_received` (1 field, the source's bit): `join_block`'s
 ///   `t.fetch_or(rec + bit.word(), bit.mask())`, unless the gate was closed.
 /// - `add_chunk_0`, `add_chunk_1` (16 fields, one 32-bit lane each): `aggregate_head`'s
@@ -178,8 +180,7 @@ pub fn l3fwd(routes: u64) -> Odg {
 ///   already received.
 /// - `count_source` (2 fields: `rcvd_cnt`, the contributors): `complete_check`'s
 ///   `t.fetch_add32(rec + BLOCK_W_RCVD_CNT, ..)`, after `t.wait_posted()` saw both adds land.
-/// - `leave_gate` (1 field): `leave_block`'s `t.fetch_add32(rec + GATE_W, GATE_LANE,
-///   GATE_LEAVE)`.
+/// - `leave_gate` (1 field): `leave_block`'s `t.fetch_add(rec + GATE_W, GATE_LEAVE)`.
 /// - `consume` (1 field, the verdict): `Done(Verdict::Consume)`, once `leave_gate` showed the
 ///   packet is not the last out of a closed block.
 pub fn trio_ml_aggregation() -> Odg {

@@ -106,6 +106,7 @@ pub fn filter_engine() -> (pfemu::pfe::PfeBuilder, pfemu::microcode::filter::Fil
 /// PPE thread the host OS deschedules between two instructions, replayed deterministically.
 pub struct Held {
     go: std::sync::mpsc::Sender<()>,
+    at_label: std::sync::mpsc::Receiver<&'static str>,
     thread: std::thread::JoinHandle<pfemu::program::HarnessOutcome>,
 }
 
@@ -119,6 +120,15 @@ impl Held {
         self.go.send(()).expect("the held packet's thread waits");
         self.thread.join().expect("the held packet's thread")
     }
+
+    /// Lets the packet go on to the next of the labels it is held at
+    /// ([`hold_before_each`]); returns once it is held there.
+    pub fn step(&mut self) {
+        self.go.send(()).expect("the held packet's thread waits");
+        if self.at_label.recv_timeout(HOLD_PATIENCE).is_err() {
+            panic!("the held thread reaches its next label");
+        }
+    }
 }
 
 /// Runs `frame` (from port `port`, at time `now_ns`) through `program` on a thread of its
@@ -128,10 +138,23 @@ pub fn hold_before(
     mem: &std::sync::Arc<pfemu::mem::SharedMemory>,
     program: &pfemu::program::Program,
     label: &'static str,
+    at: (pfemu::packet::Port, u64),
+    frame: Vec<u8>,
+) -> Held {
+    hold_before_each(mem, program, &[label], at, frame)
+}
+
+/// [`hold_before`] at each of `labels` in turn: held before the first instruction labelled
+/// `labels[0]`, then ([`Held::step`]) before the next instruction labelled `labels[1]`, and
+/// so on.
+pub fn hold_before_each(
+    mem: &std::sync::Arc<pfemu::mem::SharedMemory>,
+    program: &pfemu::program::Program,
+    labels: &[&'static str],
     (port, now_ns): (pfemu::packet::Port, u64),
     frame: Vec<u8>,
 ) -> Held {
-    hold_thread_before(mem, now_ns, label, {
+    hold_thread_before(mem, now_ns, labels, {
         let program = program.clone();
         move |h, before| h.run_observed(&program, port, &frame, before)
     })
@@ -146,35 +169,37 @@ pub fn hold_timer_before(
     now_ns: u64,
     launch: pfemu::timer::Launch,
 ) -> Held {
-    hold_thread_before(mem, now_ns, label, {
+    hold_thread_before(mem, now_ns, &[label], {
         let program = program.clone();
         move |h, before| h.run_timer_observed(&program, launch, before)
     })
 }
 
 /// Runs `run` on a harness of its own thread (at time `now_ns`), held before the first
-/// instruction labelled `label` until it is released; returns once it is held there.
+/// instruction labelled `labels[0]` until it is let go on, then before the next labelled
+/// `labels[1]`, and so on; returns once it is held at the first.
 fn hold_thread_before(
     mem: &std::sync::Arc<pfemu::mem::SharedMemory>,
     now_ns: u64,
-    label: &'static str,
+    labels: &[&'static str],
     run: impl FnOnce(&mut pfemu::program::Harness, &mut dyn FnMut(&str)) -> pfemu::program::HarnessOutcome
         + Send
         + 'static,
 ) -> Held {
     use std::sync::mpsc;
-    let (at_label_tx, at_label) = mpsc::channel::<()>();
+    let (at_label_tx, at_label) = mpsc::channel::<&'static str>();
     let (go, go_rx) = mpsc::channel::<()>();
+    let mut waiting = Vec::from(labels).into_iter().peekable();
     let thread = {
         let mem = mem.clone();
         std::thread::spawn(move || {
             let mut h = pfemu::program::Harness::new(mem);
             h.set_now(now_ns);
-            let mut held = false;
             run(&mut h, &mut |l: &str| {
-                if l == label && !held {
-                    held = true;
-                    at_label_tx.send(()).expect("the test waits for the thread");
+                if let Some(label) = waiting.next_if(|w| *w == l) {
+                    at_label_tx
+                        .send(label)
+                        .expect("the test waits for the thread");
                     go_rx
                         .recv_timeout(HOLD_PATIENCE)
                         .expect("the test lets the thread go on");
@@ -182,8 +207,13 @@ fn hold_thread_before(
             })
         })
     };
+    let first = labels.first().expect("a label to hold at");
     at_label
         .recv_timeout(HOLD_PATIENCE)
-        .unwrap_or_else(|_| panic!("the held thread reaches {label}"));
-    Held { go, thread }
+        .unwrap_or_else(|_| panic!("the held thread reaches {first}"));
+    Held {
+        go,
+        at_label,
+        thread,
+    }
 }
