@@ -13,6 +13,7 @@ use pfemu::ada::block::{
     add_controller, controller_timer, Ada, AdaConfig, AntilogTable, ControlPlane, LookupTable,
 };
 use pfemu::ada::AdaError;
+use pfemu::mem::tcam::TcamError;
 use pfemu::prelude::*;
 use pfemu::program::Harness;
 use pfemu::rng::SplitMix64;
@@ -227,6 +228,23 @@ fn bad_settings_are_refused_by_name() {
         LookupTable::uniform(Op::Sqrt, 33),
         Err(AdaError::SignificantBits(33))
     ));
+}
+
+/// A uniform population too large for a block is refused with the block's own error, the
+/// capacity it would need (counted, not built: `tests/ada_alloc.rs` checks that).
+#[test]
+fn uniform_tables_too_large_for_a_block_are_refused() {
+    let too_large =
+        |capacity_entries| Some(AdaError::Tcam(TcamError::BadCapacity { capacity_entries }));
+    for op in [Op::Sqrt, Op::Mul] {
+        // 2^s (33 - s) entries: 45 056 fit, 86 016 and 163 840 do not.
+        let t = LookupTable::uniform(op, 11).expect("fits a block");
+        assert_eq!(t.tcam().entries().1.len(), 45_056);
+        assert_eq!(LookupTable::uniform(op, 12).err(), too_large(86_016));
+        assert_eq!(LookupTable::uniform(op, 13).err(), too_large(163_840));
+    }
+    // Antilog tables have s + 6 significant bits over 23-bit keys: 90 112 entries at s = 7.
+    assert_eq!(AntilogTable::new(Op::Mul, 7).err(), too_large(90_112));
 }
 
 /// The antilog tables are prefix tables of the 32-bit key (every mask ones from the top bit

@@ -27,7 +27,7 @@
 //!   of the result's last place. The antilog table uses `s + 6` significant bits, so that
 //!   the six integer bits of a log sum do not eat the precision of its fraction.
 
-use super::trie::{uniform_population, TernaryEntry};
+use super::trie::{uniform_population, uniform_population_len, TernaryEntry};
 use super::AdaError;
 use crate::mem::tcam::TcamEntry;
 
@@ -43,6 +43,16 @@ pub const ANTILOG_BITS: u32 = 23;
 
 /// Added to a log difference so that the antilog key of a quotient is never negative.
 pub const DIV_OFFSET: u64 = 32 << FRAC_BITS;
+
+/// The most entries an [`ArithTable`] holds in one table (operand or antilog): 2^24, 512 MiB
+/// of [`LookupEntry`]. The tables are software (the reference matcher, the experiments), so
+/// they may be larger than a ternary match block
+/// ([`MAX_TCAM_ENTRIES`](crate::mem::tcam::MAX_TCAM_ENTRIES)); the bound turns a request
+/// for a huge one (2^32 entries at 32 significant bits) into an error instead of an
+/// allocation that can abort the process. The uniform operand table fits up to 20
+/// significant bits (`2^20 * 13` entries), and every antilog table fits (at most
+/// `2^ANTILOG_BITS`).
+pub const MAX_TABLE_ENTRIES: u64 = 1 << 24;
 
 const ONE: f64 = (1u64 << FRAC_BITS) as f64;
 
@@ -121,10 +131,54 @@ pub fn antilog_table(op: Op, s: u32) -> Vec<LookupEntry> {
     if !op.is_binary() {
         return Vec::new();
     }
-    let bits = s.saturating_add(6).min(ANTILOG_BITS);
-    table_of(&uniform_population(ANTILOG_BITS, bits), |k| {
-        op.antilog_result(k)
-    })
+    table_of(
+        &uniform_population(ANTILOG_BITS, antilog_significant_bits(s)),
+        |k| op.antilog_result(k),
+    )
+}
+
+/// The significant bits of the antilog table for operand tables of `s` significant bits:
+/// `s + 6`, at most [`ANTILOG_BITS`].
+fn antilog_significant_bits(s: u32) -> u32 {
+    s.saturating_add(6).min(ANTILOG_BITS)
+}
+
+/// The number of entries of [`antilog_table`]`(op, s)`, without building it (0 for
+/// one-operand operations).
+pub fn antilog_table_len(op: Op, s: u32) -> u64 {
+    if op.is_binary() {
+        uniform_population_len(ANTILOG_BITS, antilog_significant_bits(s))
+    } else {
+        0
+    }
+}
+
+/// Refuses a table of `entries` above [`MAX_TABLE_ENTRIES`] with
+/// [`AdaError::TableTooLarge`].
+fn check_table_len(
+    table: &'static str,
+    entries: u64,
+    significant_bits: Option<u32>,
+) -> Result<(), AdaError> {
+    if entries > MAX_TABLE_ENTRIES {
+        return Err(AdaError::TableTooLarge {
+            table,
+            entries,
+            max: MAX_TABLE_ENTRIES,
+            significant_bits,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses the antilog table of `op` for operand tables of `s` significant bits when it
+/// would exceed [`MAX_TABLE_ENTRIES`].
+fn check_antilog_len(op: Op, s: u32) -> Result<(), AdaError> {
+    check_table_len(
+        "antilog",
+        antilog_table_len(op, s),
+        Some(antilog_significant_bits(s)),
+    )
 }
 
 /// An operation computed by lookup on 32-bit operands.
@@ -247,10 +301,23 @@ pub struct ArithTable {
 
 impl ArithTable {
     /// The prior work's uniform population with `s` significant bits (both tables).
+    ///
+    /// # Errors
+    ///
+    /// [`AdaError::SignificantBits`] for `s` above 32, and [`AdaError::TableTooLarge`] when
+    /// the operand table ([`uniform_population_len`]`(32, s)` entries: `s` above 20) or the
+    /// antilog table ([`antilog_table_len`]) would exceed [`MAX_TABLE_ENTRIES`], before
+    /// either is built.
     pub fn uniform(op: Op, significant_bits: u32) -> Result<Self, AdaError> {
         if significant_bits > OPERAND_BITS {
             return Err(AdaError::SignificantBits(significant_bits));
         }
+        check_table_len(
+            "operand",
+            uniform_population_len(OPERAND_BITS, significant_bits),
+            Some(significant_bits),
+        )?;
+        check_antilog_len(op, significant_bits)?;
         let entries = uniform_population(OPERAND_BITS, significant_bits);
         Self::from_entries(op, &entries, significant_bits)
     }
@@ -258,6 +325,12 @@ impl ArithTable {
     /// A table on given operand entries (ADA's: [`super::trie::BinningTrie::populate`] over
     /// 32-bit operands, disjoint and covering); two-operand operations get a uniform antilog
     /// table with `antilog_significant_bits + 6` significant bits.
+    ///
+    /// # Errors
+    ///
+    /// [`AdaError::SignificantBits`] for `antilog_significant_bits` above 32, and
+    /// [`AdaError::TableTooLarge`] for more than [`MAX_TABLE_ENTRIES`] operand entries or
+    /// an antilog table ([`antilog_table_len`]) above it, before either table is built.
     pub fn from_entries(
         op: Op,
         entries: &[TernaryEntry],
@@ -266,6 +339,8 @@ impl ArithTable {
         if antilog_significant_bits > OPERAND_BITS {
             return Err(AdaError::SignificantBits(antilog_significant_bits));
         }
+        check_table_len("operand", entries.len() as u64, None)?;
+        check_antilog_len(op, antilog_significant_bits)?;
         let operand = table_of(entries, |x| op.operand_result(x));
         let antilog = if op.is_binary() {
             antilog_table(op, antilog_significant_bits)
@@ -405,6 +480,53 @@ mod tests {
         }
         // Square: 2^-s + 2^-(2s+2).
         assert_eq!(Op::Square.error_bound(4), 1.0 / 16.0 + 1.0 / 1024.0);
+    }
+
+    /// Tables above `MAX_TABLE_ENTRIES` are refused before they are built; the largest the
+    /// CLI asks for (s = 15, its largest budget of 2^20 entries) are not.
+    #[test]
+    fn tables_too_large_are_refused_before_they_are_built() {
+        assert!(uniform_population_len(OPERAND_BITS, 20) <= MAX_TABLE_ENTRIES);
+        assert!(uniform_population_len(OPERAND_BITS, 21) > MAX_TABLE_ENTRIES);
+        let err = ArithTable::uniform(Op::Mul, 21).err();
+        assert_eq!(
+            err,
+            Some(AdaError::TableTooLarge {
+                table: "operand",
+                entries: 12 << 21,
+                max: MAX_TABLE_ENTRIES,
+                significant_bits: Some(21),
+            })
+        );
+        let msg = err.map(|e| e.to_string()).unwrap_or_default();
+        for part in [
+            "operand table",
+            "25165824",
+            "21 significant bits",
+            "16777216",
+        ] {
+            assert!(msg.contains(part), "{msg}");
+        }
+        assert!(matches!(
+            ArithTable::uniform(Op::Square, 32),
+            Err(AdaError::TableTooLarge {
+                entries: 0x1_0000_0000,
+                ..
+            })
+        ));
+        // Every antilog table fits: at most 2^ANTILOG_BITS entries.
+        for s in 0..=OPERAND_BITS {
+            assert!(antilog_table_len(Op::Div, s) <= MAX_TABLE_ENTRIES);
+            assert_eq!(antilog_table_len(Op::Sqrt, s), 0);
+        }
+        for op in [Op::Sqrt, Op::Mul] {
+            let t = ArithTable::uniform(op, 15).expect("the CLI's largest");
+            assert_eq!(
+                t.operand_entries() as u64,
+                uniform_population_len(OPERAND_BITS, 15)
+            );
+            assert_eq!(t.antilog_table().len() as u64, antilog_table_len(op, 15));
+        }
     }
 
     #[test]

@@ -35,8 +35,12 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::arith::{antilog_table, table_of, Op, ANTILOG_BITS, DIV_OFFSET, OPERAND_BITS};
-use super::trie::{uniform_population, Bin, BinningTrie, TernaryEntry, Update};
+use super::arith::{
+    antilog_table, antilog_table_len, table_of, Op, ANTILOG_BITS, DIV_OFFSET, OPERAND_BITS,
+};
+use super::trie::{
+    uniform_population, uniform_population_len, Bin, BinningTrie, TernaryEntry, Update,
+};
 use super::AdaError;
 use crate::error::ConfigError;
 use crate::mem::tcam::{MatchMode, Tcam, TcamEntry, TcamError, MAX_TCAM_ENTRIES};
@@ -97,12 +101,23 @@ impl LookupTable {
 
     /// The prior work's uniform population with `s` significant bits, installed: exactly
     /// `2^s (33 - s)` entries (all 2^32 operands exact at `s = 32`, too many for a block).
+    ///
+    /// # Errors
+    ///
+    /// [`AdaError::SignificantBits`] for `s` above 32, and
+    /// [`AdaError::Tcam`]`(`[`TcamError::BadCapacity`]`)` when the population
+    /// ([`uniform_population_len`]`(32, s)` entries) would not fit a block, more than
+    /// [`MAX_TCAM_ENTRIES`] (`s` above 11): counted, so refused before it is built.
     pub fn uniform(op: Op, s: u32) -> Result<LookupTable, AdaError> {
         if s > OPERAND_BITS {
             return Err(AdaError::SignificantBits(s));
         }
+        // The block refuses a capacity above MAX_TCAM_ENTRIES: ask for it before building
+        // the population (2^32 entries at s = 32).
+        let len = uniform_population_len(OPERAND_BITS, s);
+        let capacity = usize::try_from(len).unwrap_or(usize::MAX).max(1);
+        let table = LookupTable::new(op, capacity).map_err(AdaError::Tcam)?;
         let entries = uniform_population(OPERAND_BITS, s);
-        let table = LookupTable::new(op, entries.len().max(1)).map_err(AdaError::Tcam)?;
         table.install(&mut ControlPlane, &entries)?;
         Ok(table)
     }
@@ -156,7 +171,14 @@ pub struct AntilogTable {
 
 impl AntilogTable {
     /// The antilog table of `op` for operand tables of `s` significant bits
-    /// ([`antilog_table`]); refuses a one-operand `op`.
+    /// ([`antilog_table`]).
+    ///
+    /// # Errors
+    ///
+    /// [`AdaError::NotBinary`] for a one-operand `op`, [`AdaError::SignificantBits`] for
+    /// `s` above 32, and [`AdaError::Tcam`]`(`[`TcamError::BadCapacity`]`)` when the table
+    /// ([`antilog_table_len`] entries) would not fit a block, more than
+    /// [`MAX_TCAM_ENTRIES`] (`s` above 6): counted, so refused before it is built.
     pub fn new(op: Op, s: u32) -> Result<AntilogTable, AdaError> {
         if !op.is_binary() {
             return Err(AdaError::NotBinary(op));
@@ -164,11 +186,12 @@ impl AntilogTable {
         if s > OPERAND_BITS {
             return Err(AdaError::SignificantBits(s));
         }
+        let len = usize::try_from(antilog_table_len(op, s)).unwrap_or(usize::MAX);
+        let tcam = Tcam::new(len, MatchMode::LongestPrefix).map_err(AdaError::Tcam)?;
         let entries: Vec<TcamEntry> = antilog_table(op, s)
             .iter()
             .map(|e| e.tcam_entry(ANTILOG_BITS))
             .collect();
-        let tcam = Tcam::new(entries.len(), MatchMode::LongestPrefix).map_err(AdaError::Tcam)?;
         tcam.replace(entries).map_err(AdaError::Tcam)?;
         Ok(AntilogTable { op, tcam })
     }

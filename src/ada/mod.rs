@@ -39,7 +39,9 @@ use crate::mem::tcam::TcamError;
 pub enum AdaError {
     /// Operand widths are 1 to 32 bits.
     OperandBits(u32),
-    /// The monitoring table needs at least one entry and at most `2^operand_bits`.
+    /// The monitoring table needs at least one entry and at most
+    /// [`trie::max_monitoring_entries`]: one per operand (`2^operand_bits`) and no more than a
+    /// ternary match block holds ([`MAX_TCAM_ENTRIES`](crate::mem::tcam::MAX_TCAM_ENTRIES)).
     MonitoringEntries {
         /// The entries asked for.
         entries: u64,
@@ -72,6 +74,20 @@ pub enum AdaError {
     },
     /// An antilog table is for a two-operand operation only.
     NotBinary(arith::Op),
+    /// A software calculation table ([`arith::ArithTable`]) would hold more than
+    /// [`arith::MAX_TABLE_ENTRIES`] entries; it is refused before it is built.
+    TableTooLarge {
+        /// Which table: `"operand"` or `"antilog"`.
+        table: &'static str,
+        /// The entries it would hold.
+        entries: u64,
+        /// The bound, [`arith::MAX_TABLE_ENTRIES`].
+        max: u64,
+        /// The significant bits of its uniform population (the antilog table's own, `s + 6`
+        /// capped at [`arith::ANTILOG_BITS`]); `None` for operand entries given by the
+        /// caller.
+        significant_bits: Option<u32>,
+    },
     /// A ternary match block refused a table.
     Tcam(TcamError),
     /// An [`block::AdaConfig`] setting is out of range.
@@ -85,10 +101,19 @@ impl fmt::Display for AdaError {
             AdaError::MonitoringEntries {
                 entries,
                 operand_bits,
-            } => write!(
-                f,
-                "{entries} monitoring entries for {operand_bits}-bit operands: must be 1 to 2^{operand_bits}"
-            ),
+            } => {
+                let max = trie::max_monitoring_entries(*operand_bits);
+                let why = if max < 1u64.checked_shl(*operand_bits).unwrap_or(u64::MAX) {
+                    "a ternary match block's largest"
+                } else {
+                    "one per operand"
+                };
+                write!(
+                    f,
+                    "{entries} monitoring entries for {operand_bits}-bit operands: must be 1 to \
+                     {max} ({why})"
+                )
+            }
             AdaError::OperandTooWide {
                 value,
                 operand_bits,
@@ -104,6 +129,18 @@ impl fmt::Display for AdaError {
             ),
             AdaError::NotBinary(op) => {
                 write!(f, "{op:?} takes one operand: it has no antilog table")
+            }
+            AdaError::TableTooLarge {
+                table,
+                entries,
+                max,
+                significant_bits,
+            } => {
+                write!(f, "the {table} table would hold {entries} entries")?;
+                if let Some(s) = significant_bits {
+                    write!(f, " (uniform population, {s} significant bits)")?;
+                }
+                write!(f, ": at most {max} (MAX_TABLE_ENTRIES)")
             }
             AdaError::Tcam(e) => e.fmt(f),
             AdaError::Config(e) => e.fmt(f),

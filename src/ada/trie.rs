@@ -21,6 +21,7 @@
 //! so in a `Choice:` comment, and the tests pin the choices down.
 
 use super::AdaError;
+use crate::mem::tcam::MAX_TCAM_ENTRIES;
 
 /// A bin (a leaf of the trie): the operands whose top `len` bits (of `bits`) are `prefix`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,11 +138,19 @@ impl BinningTrie {
     ///
     /// Choice: when `M` is not a power of two, the `M - 2^b` entries left over stay unused
     /// (the paper's `b = log(M)` assumes a power of two).
+    ///
+    /// # Errors
+    ///
+    /// [`AdaError::OperandBits`] for a width outside 1 to 32, and
+    /// [`AdaError::MonitoringEntries`] for `entries` of 0 or above
+    /// [`max_monitoring_entries`]`(operand_bits)`: one entry per operand at most, and no more
+    /// than a ternary match block holds ([`MAX_TCAM_ENTRIES`], as the monitoring table is
+    /// one). Both are refused before any bin is built.
     pub fn new(entries: u64, operand_bits: u32) -> Result<Self, AdaError> {
         if !(1..=32).contains(&operand_bits) {
             return Err(AdaError::OperandBits(operand_bits));
         }
-        if entries == 0 || entries > 1u64 << operand_bits {
+        if entries == 0 || entries > max_monitoring_entries(operand_bits) {
             return Err(AdaError::MonitoringEntries {
                 entries,
                 operand_bits,
@@ -414,6 +423,15 @@ impl BinningTrie {
     }
 }
 
+/// The most monitoring entries [`BinningTrie::new`] accepts for `operand_bits`-bit operands:
+/// one per operand (`2^operand_bits`), and at most [`MAX_TCAM_ENTRIES`], since the monitoring
+/// table is a ternary match block.
+pub fn max_monitoring_entries(operand_bits: u32) -> u64 {
+    1u64.checked_shl(operand_bits)
+        .unwrap_or(u64::MAX)
+        .min(MAX_TCAM_ENTRIES as u64)
+}
+
 /// Line 16's test: `(max - min) / max >= th_balance`, and `min < max` (module doc of
 /// [`BinningTrie::update`]).
 fn unbalanced(max: u64, min: u64, th_balance: f64) -> bool {
@@ -477,11 +495,28 @@ impl TernaryEntry {
 /// The prior work's uniform population (Sharma et al., the paper's \[10\]): entries of the
 /// form `0^p 1 (0|1)^s x^r` over `operand_bits`-bit operands: the leading one and `s`
 /// significant bits after it match, the rest are wildcards; operands below `2^(s+1)` get
-/// exact entries. That is `2^s (operand_bits + 1 - s)` entries for `s < operand_bits`.
+/// exact entries. That is [`uniform_population_len`] entries: `2^s (operand_bits + 1 - s)`
+/// for `s < operand_bits`, one per operand for `s >= operand_bits` (2^32 at 32 bits: count
+/// them before building them).
 pub fn uniform_population(operand_bits: u32, significant_bits: u32) -> Vec<TernaryEntry> {
     let mut out = Vec::new();
     refine(0, 0, operand_bits, significant_bits, &mut out, usize::MAX);
     out
+}
+
+/// The number of entries of [`uniform_population`]`(operand_bits, significant_bits)`,
+/// without building it: the `2^(s+1)` operands below `2^(s+1)` exact, then `2^s` entries
+/// for each of the `operand_bits - s - 1` higher positions of the leading one, so
+/// `2^s (operand_bits + 1 - s)` for `s < operand_bits`; every operand exact,
+/// `2^operand_bits`, for `s >= operand_bits`. Saturates at `u64::MAX` (widths of 64 bits or
+/// more, which no table has).
+pub fn uniform_population_len(operand_bits: u32, significant_bits: u32) -> u64 {
+    let pow = |e: u32| 1u64.checked_shl(e).unwrap_or(u64::MAX);
+    if significant_bits >= operand_bits {
+        pow(operand_bits)
+    } else {
+        pow(significant_bits).saturating_mul(u64::from(operand_bits + 1 - significant_bits))
+    }
 }
 
 /// The uniform population restricted to the node `prefix`/`len`, appended to `out`:
@@ -777,6 +812,61 @@ mod tests {
                 assert_eq!(next, 1 << bits);
             }
         }
+    }
+
+    #[test]
+    fn uniform_population_len_counts_without_building() {
+        for bits in 1..=12 {
+            for s in 0..=bits {
+                assert_eq!(
+                    uniform_population_len(bits, s),
+                    uniform_population(bits, s).len() as u64,
+                    "bits={bits} s={s}"
+                );
+            }
+        }
+        assert_eq!(uniform_population_len(32, 0), 33);
+        assert_eq!(uniform_population_len(32, 13), 163_840);
+        assert_eq!(uniform_population_len(32, 31), 1 << 32);
+        assert_eq!(uniform_population_len(32, 32), 1 << 32);
+        assert_eq!(uniform_population_len(32, 40), 1 << 32);
+        assert_eq!(uniform_population_len(64, 64), u64::MAX, "saturates");
+    }
+
+    /// The monitoring table is a ternary match block: at most `MAX_TCAM_ENTRIES` entries
+    /// (and one per operand), refused before any bin is built.
+    #[test]
+    fn monitoring_entries_are_bounded_by_a_block() {
+        let refused = |entries, operand_bits| {
+            Some(AdaError::MonitoringEntries {
+                entries,
+                operand_bits,
+            })
+        };
+        assert_eq!(max_monitoring_entries(3), 8);
+        assert_eq!(max_monitoring_entries(16), 1 << 16);
+        assert_eq!(max_monitoring_entries(32), MAX_TCAM_ENTRIES as u64);
+        // Just above a block: 65 536 bins if accepted.
+        assert_eq!(BinningTrie::new(65_537, 32).err(), refused(65_537, 32));
+        let t = BinningTrie::new(65_536, 32).expect("a block's worth");
+        assert_eq!(t.entries(), 65_536);
+        // 2^32 bins (96 GiB) if it were built.
+        assert_eq!(BinningTrie::new(1 << 32, 32).err(), refused(1 << 32, 32));
+        assert!(BinningTrie::new(1 << 16, 16).is_ok());
+        assert_eq!(
+            BinningTrie::new((1 << 16) + 1, 16).err(),
+            refused((1 << 16) + 1, 16)
+        );
+        // The message states the real bound.
+        let msg = refused(65_537, 32)
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            msg.contains("must be 1 to 65536 (a ternary match block's largest)"),
+            "{msg}"
+        );
+        let msg = refused(9, 3).map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("must be 1 to 8 (one per operand)"), "{msg}");
     }
 
     /// Algorithm 3's entries cover every operand exactly once, in operand order, whatever

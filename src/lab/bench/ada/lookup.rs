@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::binning::{converge, Monitoring, Source};
 use super::dist::Dist;
-use crate::ada::arith::{ArithTable, Op};
-use crate::ada::trie::BinningTrie;
+use crate::ada::arith::{ArithTable, Op, OPERAND_BITS};
+use crate::ada::trie::{uniform_population_len, BinningTrie};
 use crate::ada::AdaError;
 use crate::lab::bench::experiments::ExperimentError;
 use crate::rng::SplitMix64;
@@ -103,9 +103,9 @@ pub fn error_of(op: Op, exact: f64, approx: f64) -> f64 {
 }
 
 /// Operand table entries of the uniform population with `s` significant bits over 32-bit
-/// operands: `2^s (33 - s)`.
+/// operands: `2^s (33 - s)` ([`uniform_population_len`] over 32 bits).
 pub fn uniform_entries(s: u32) -> u64 {
-    (1u64 << s) * u64::from(33 - s.min(32))
+    uniform_population_len(OPERAND_BITS, s)
 }
 
 /// The most significant bits whose uniform population fits `budget` entries.
@@ -562,6 +562,8 @@ mod tests {
         assert_eq!(uniform_bits_for(64), Some(1));
         assert_eq!(uniform_bits_for(896), Some(5));
         assert_eq!(uniform_bits_for(32), None);
+        // The CLI's largest budget: s = 15, well within ArithTable's MAX_TABLE_ENTRIES.
+        assert_eq!(uniform_bits_for(super::super::MAX_BUDGET), Some(15));
         for s in 0..16 {
             let t = ArithTable::uniform(Op::Sqrt, s).expect("valid");
             assert_eq!(t.operand_entries() as u64, uniform_entries(s));
