@@ -18,7 +18,7 @@ use pcap_file::pcapng::blocks::interface_description::{
 };
 use pcap_file::pcapng::blocks::simple_packet::SimplePacketBlock;
 use pcap_file::pcapng::{Block, PcapNgWriter};
-use pcap_file::DataLink;
+use pcap_file::{DataLink, Endianness};
 use pfemu::fpisa::{Acc, Format, Variant};
 use pfemu::lab::aggregation::{Aggregation, AggregationSetup, JobSpec};
 use pfemu::lab::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
@@ -1411,6 +1411,272 @@ fn pcapng_timestamps_past_2106_are_refused_on_input() {
         "{msg}"
     );
     assert!(!dir.join("out/port1.pcap").exists(), "nothing written");
+}
+
+/// A pcapng block as raw little-endian bytes: `type_`, its total length, `body` padded to 4
+/// bytes, the total length again.
+fn raw_block(type_: u32, body: &[u8]) -> Vec<u8> {
+    let len = (12 + body.len().next_multiple_of(4)) as u32;
+    let mut b = Vec::with_capacity(len as usize);
+    b.extend_from_slice(&type_.to_le_bytes());
+    b.extend_from_slice(&len.to_le_bytes());
+    b.extend_from_slice(body);
+    b.resize(len as usize - 4, 0);
+    b.extend_from_slice(&len.to_le_bytes());
+    b
+}
+
+/// Where each block of a little-endian pcapng capture lies in `bytes`.
+fn ng_blocks(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut blocks = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        blocks.push(at..at + len);
+        at += len;
+    }
+    blocks
+}
+
+/// A little-endian pcapng capture: its Section Header Block, an Ethernet interface (block 2,
+/// snap length `snaplen`) and an Enhanced Packet Block per frame (blocks 3, 4, ...).
+fn ng_capture(snaplen: u32, frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut w = PcapNgWriter::with_endianness(Vec::new(), Endianness::Little).expect("writer");
+    w.write_block(&Block::InterfaceDescription(InterfaceDescriptionBlock {
+        linktype: DataLink::ETHERNET,
+        snaplen,
+        options: vec![],
+    }))
+    .expect("idb");
+    for (i, f) in frames.iter().enumerate() {
+        w.write_block(&epb(0, 1_000_000 * (i as u64 + 1), f))
+            .expect("epb");
+    }
+    w.into_inner()
+}
+
+/// `bytes` with its block `index` (0-based) replaced by `with`.
+fn replace_block(bytes: &[u8], index: usize, with: &[u8]) -> Vec<u8> {
+    let r = ng_blocks(bytes)[index].clone();
+    [&bytes[..r.start], with, &bytes[r.end..]].concat()
+}
+
+/// An Interface Description Block's body: Ethernet, snap length 0, then `options` (raw
+/// bytes, each option's code and length included) and the end of options.
+fn idb_body(options: &[u8]) -> Vec<u8> {
+    let mut body = vec![1, 0, 0, 0, 0, 0, 0, 0];
+    body.extend_from_slice(options);
+    body.extend_from_slice(&[0; 4]);
+    body
+}
+
+/// The error replaying `bytes` (written to `dir/name`) gives, as text.
+fn replay_err(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).expect("write");
+    let e = replay_file(&ReplayConfig::default(), &p, &dir.join("out"))
+        .expect_err(name)
+        .to_string();
+    assert!(e.contains(name), "{e}");
+    assert!(!dir.join("out").exists(), "{name}: nothing written");
+    e
+}
+
+/// A block whose content is malformed (an option or a field running past the block's end, an
+/// option of the wrong length) is reported as malformed, naming the block. pcap-file's
+/// streaming reader used to take a field running past its slice (its "need more bytes") for
+/// a block the file had not given whole yet, read on, and report the file as truncated.
+#[test]
+fn a_malformed_pcapng_block_is_malformed_not_truncated() {
+    let dir = scratch("pcapng-malformed");
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+    let good = ng_capture(0, &frames);
+    let le = |v: u16| v.to_le_bytes();
+    let opt = |code: u16, len: u16, value: &[u8]| -> Vec<u8> {
+        let mut o = [le(code), le(len)].concat();
+        o.extend_from_slice(value);
+        o.resize(4 + value.len().next_multiple_of(4), 0);
+        o
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        // if_tsresol of length 0 (it is one byte).
+        (
+            "tsresol0",
+            replace_block(&good, 1, &raw_block(1, &idb_body(&opt(9, 0, &[])))),
+            "IfTsResol",
+        ),
+        // A custom option (code 2989) too short for its 4-byte Private Enterprise Number: the
+        // crate's "need more bytes".
+        (
+            "custom2",
+            replace_block(&good, 1, &raw_block(1, &idb_body(&opt(2989, 2, &[1, 2])))),
+            "runs past the block's end",
+        ),
+        // An option whose length runs past the block's end.
+        (
+            "optlen",
+            replace_block(
+                &good,
+                1,
+                &raw_block(
+                    1,
+                    &[&[1, 0, 0, 0, 0, 0, 0, 0][..], &opt(2, 200, &[])].concat(),
+                ),
+            ),
+            "length + pad.len() > slice.len()",
+        ),
+    ];
+    for (name, bytes, why) in &cases {
+        let e = replay_err(&dir, &format!("{name}.pcapng"), bytes);
+        assert!(
+            e.contains("pcapng block 2 (after 0 complete packets) is malformed")
+                && e.contains(why)
+                && !e.contains("truncated"),
+            "{name}: {e}"
+        );
+    }
+
+    // An Enhanced Packet Block whose captured length runs past the block's end (block 4,
+    // after one good packet).
+    let blocks = ng_blocks(&good);
+    let mut bad = good.clone();
+    let caplen = blocks[3].start + 20;
+    bad[caplen..caplen + 4].copy_from_slice(&1000u32.to_le_bytes());
+    let e = replay_err(&dir, "caplen.pcapng", &bad);
+    assert!(
+        e.contains("pcapng block 4 (after 1 complete packets) is malformed")
+            && e.contains("captured_len")
+            && !e.contains("truncated"),
+        "{e}"
+    );
+    // A block whose two length fields differ.
+    let mut bad = good.clone();
+    let trailer = blocks[2].end - 4;
+    bad[trailer..trailer + 4].copy_from_slice(&12u32.to_le_bytes());
+    let e = replay_err(&dir, "trailer.pcapng", &bad);
+    assert!(
+        e.contains("pcapng block 3 (after 0 complete packets) is malformed")
+            && !e.contains("truncated"),
+        "{e}"
+    );
+    // The Section Header Block is named as such.
+    let mut bad = good.clone();
+    bad[27] = 1; // its trailing length no longer matches (28)
+    let e = replay_err(&dir, "shb.pcapng", &bad);
+    assert!(
+        e.contains("its first pcapng block (the Section Header Block) is malformed"),
+        "{e}"
+    );
+}
+
+/// A capture cut inside a block is truncated (inside a block's header or body, the block
+/// named); one that ends between blocks is read to its end; a block whose length field is
+/// impossible is corrupt, also when the file goes on after it, and nothing is allocated for
+/// the length it claims.
+#[test]
+fn pcapng_blocks_are_framed_before_they_are_parsed() {
+    let dir = scratch("pcapng-framing");
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+    let good = ng_capture(0, &frames);
+    let blocks = ng_blocks(&good);
+    assert_eq!(blocks.len(), 5);
+
+    for (name, cut) in [
+        ("cut_body", blocks[3].start + 40),
+        ("cut_header", blocks[3].start + 5),
+        ("cut_trailer", blocks[3].end - 1),
+    ] {
+        let e = replay_err(&dir, &format!("{name}.pcapng"), &good[..cut]);
+        assert!(
+            e.contains("truncated: the file ends inside pcapng block 4 (after 1 complete packets)"),
+            "{name}: {e}"
+        );
+    }
+    let e = replay_err(&dir, "cut_shb.pcapng", &good[..20]);
+    assert!(
+        e.contains(
+            "truncated: the file ends inside its first pcapng block (the Section Header Block)"
+        ),
+        "{e}"
+    );
+    // Cut between blocks: the two packets before the cut.
+    let p = dir.join("two.pcapng");
+    std::fs::write(&p, &good[..blocks[3].end]).expect("write");
+    let cfg = ReplayConfig {
+        ppe_threads: 1,
+        ..ReplayConfig::default()
+    };
+    let r = replay_file(&cfg, &p, &dir.join("two")).expect("replay");
+    assert_eq!((r.format.as_str(), r.packets_in), ("pcapng", 2));
+
+    // Block 3's length field: 2 GiB - 16 with the rest of the file (two blocks) after it,
+    // not a multiple of 4, below the 12 bytes of a block's frame.
+    for (len, says) in [
+        (0x7fff_fff0u32, "claims 2147483632 bytes"),
+        (0x0000_0102, "length 258, not a multiple of 4"),
+        (8, "length 8, less than the 12 bytes"),
+    ] {
+        let mut bad = good.clone();
+        let at = blocks[2].start + 4;
+        bad[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        let e = replay_err(&dir, &format!("len{len}.pcapng"), &bad);
+        assert!(
+            e.contains("pcapng block 3 (after 0 complete packets)")
+                && e.contains(says)
+                && e.contains("the file is corrupt")
+                && !e.contains("truncated"),
+            "{e}"
+        );
+    }
+    // A block with a Section Header Block's type but no byte-order magic: the byte order
+    // of its length is unknown.
+    let mut bad = good.clone();
+    bad[blocks[2].start..blocks[2].start + 4].copy_from_slice(&[0x0A, 0x0D, 0x0D, 0x0A]);
+    let e = replay_err(&dir, "magic.pcapng", &bad);
+    assert!(
+        e.contains("pcapng block 3 (after 0 complete packets): its byte-order magic is 0x00000000")
+            && e.contains("the file is corrupt"),
+        "{e}"
+    );
+}
+
+/// Sections of either byte order follow each other; each numbers its interfaces from 0 and
+/// has its own timestamp resolutions.
+#[test]
+fn pcapng_sections_of_both_byte_orders_follow_each_other() {
+    let dir = scratch("pcapng-sections");
+    let frame = |i: u8| udp_frame([10, 0, 0, i], 64, 64);
+    // A section of `interfaces` interfaces (nanosecond ticks) and one packet on `on`.
+    let section = |endianness: Endianness, interfaces: u32, on: u32, secs: u64, f: &[u8]| {
+        let mut w = PcapNgWriter::with_endianness(Vec::new(), endianness).expect("writer");
+        for i in 0..interfaces {
+            w.write_block(&idb(DataLink::ETHERNET, Some(9), &format!("eth{i}")))
+                .expect("idb");
+        }
+        w.write_block(&epb(on, secs * 1_000_000_000, f))
+            .expect("epb");
+        w.into_inner()
+    };
+    let bytes = [
+        section(Endianness::Big, 1, 0, 1, &frame(1)),
+        section(Endianness::Little, 2, 1, 2, &frame(2)),
+        section(Endianness::Big, 1, 0, 3, &frame(3)),
+    ]
+    .concat();
+    let p = dir.join("in.pcapng");
+    std::fs::write(&p, bytes).expect("write");
+    let cfg = ReplayConfig {
+        ppe_threads: 1,
+        write_drops: true,
+        ..ReplayConfig::default()
+    };
+    let r = replay_file(&cfg, &p, &dir.join("out")).expect("replay");
+    assert_eq!(r.packets_in, 3);
+    assert_eq!(r.packets_in_by_port, BTreeMap::from([(0, 2), (1, 1)]));
+    assert_eq!(
+        frames_of(&dir.join("out/port1.pcap")),
+        vec![frame(1), frame(2), frame(3)]
+    );
 }
 
 // ----- the sample captures the README replays -----------------------------------------------

@@ -34,6 +34,13 @@
 //! Packet Block is refused (rewrite the file with `editcap`); blocks that carry no packet
 //! (name resolution, interface statistics, ...) are skipped.
 //!
+//! pcapng errors name the block (counted from 1, the Section Header Block first) and the
+//! complete packets before it. Each block is framed before it is parsed: a file that ends
+//! inside a block is **truncated**; a block whose length field cannot be right (not a
+//! multiple of 4, under 12 bytes, over [`MAX_PCAPNG_BLOCK_BYTES`]) is **corrupt**, with
+//! nothing allocated for it; a whole block whose content does not parse (a field or an
+//! option running past its end, an option of the wrong length, ...) is **malformed**.
+//!
 //! # Timing
 //!
 //! - [`Timing::AsFast`]: frames are injected in bursts as fast as the engine takes them.
@@ -148,7 +155,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
-use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use serde::Serialize;
 
@@ -166,6 +173,9 @@ use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, Stats, DEFAULT_PORTS};
 pub const OUT_SNAPLEN: u32 = 262_144;
 /// Largest packet record accepted in an input capture; a larger one means a corrupt file.
 pub const MAX_RECORD_BYTES: u32 = 262_144;
+/// Largest pcapng block accepted: a packet block of [`MAX_RECORD_BYTES`] with room for its
+/// fields and options. A longer one means a corrupt length field.
+pub const MAX_PCAPNG_BLOCK_BYTES: u32 = MAX_RECORD_BYTES + 65_536;
 /// Frames per burst in [`Timing::AsFast`] replays.
 const BURST: usize = 1024;
 /// Most ports an engine has.
@@ -458,20 +468,10 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Capture, ReplayErro
     };
     // Look at the magic number first, for errors that say what the file is.
     let mut magic = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        match input.read(&mut magic[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(source) => {
-                return Err(ReplayError::Read {
-                    file: file.to_string(),
-                    source,
-                })
-            }
-        }
-    }
+    let got = read_up_to(&mut input, &mut magic).map_err(|source| ReplayError::Read {
+        file: file.to_string(),
+        source,
+    })?;
     if got == 0 {
         return Err(capture_err("the file is empty, not a pcap capture".into()));
     }
@@ -480,19 +480,22 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Capture, ReplayErro
             "only {got} bytes long: not a pcap capture (the file header alone is 24 bytes)"
         )));
     }
-    let ended = std::rc::Rc::new(std::cell::Cell::new(false));
-    let input = Ends {
-        inner: io::Cursor::new(magic).chain(input),
-        ended: ended.clone(),
-    };
+    let input = io::Cursor::new(magic).chain(input);
     match u32::from_be_bytes(magic) {
-        0xA1B2_C3D4 | 0xA1B2_3C4D | 0xD4C3_B2A1 | 0x4D3C_B2A1 => Ok(Capture {
-            format: "pcap",
-            packets: read_pcap(input, file, &ended)?,
-        }),
+        0xA1B2_C3D4 | 0xA1B2_3C4D | 0xD4C3_B2A1 | 0x4D3C_B2A1 => {
+            let ended = std::rc::Rc::new(std::cell::Cell::new(false));
+            let input = Ends {
+                inner: input,
+                ended: ended.clone(),
+            };
+            Ok(Capture {
+                format: "pcap",
+                packets: read_pcap(input, file, &ended)?,
+            })
+        }
         0x0A0D_0D0A => Ok(Capture {
             format: "pcapng",
-            packets: read_pcapng(input, file, &ended)?,
+            packets: read_pcapng(io::BufReader::new(input), file)?,
         }),
         m => Err(capture_err(format!(
             "not a pcap capture (magic number 0x{m:08x}; pcap starts with a1b2c3d4, \
@@ -501,10 +504,25 @@ fn read_capture<R: Read>(mut input: R, file: &str) -> Result<Capture, ReplayErro
     }
 }
 
-/// A capture's reader that notes whether it reached the end of the file. The pcap reader
-/// reports a record it cannot take whole as an early end of file, both when the file ends
-/// inside the record and when the record's length field claims more than the reader takes
-/// at once (a corrupt length, the file going on after it); this tells the two apart.
+/// Reads into `buf` until it is full or the input ends; returns how many bytes it read.
+fn read_up_to<R: Read>(input: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// A classic pcap capture's reader that notes whether it reached the end of the file.
+/// pcap-file's pcap reader reports a record it cannot take whole as an early end of file,
+/// both when the file ends inside the record and when the record's length field claims more
+/// than the reader takes at once (a corrupt length, the file going on after it); this tells
+/// the two apart. (pcapng blocks are framed here instead: [`next_pcapng_block`].)
 struct Ends<R> {
     inner: R,
     ended: std::rc::Rc<std::cell::Cell<bool>>,
@@ -656,34 +674,146 @@ fn pcapng_time(units: u64, tsresol: u8) -> Duration {
     )
 }
 
-/// Reads the packets of a pcapng capture (see the module docs).
-fn read_pcapng<R: Read>(
-    input: R,
+/// Type of a pcapng Section Header Block (the same in either byte order).
+const SHB_TYPE: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+
+/// Reads the next pcapng block whole into `buf` (its type, lengths and body): `Ok(false)`
+/// when the file ends cleanly before it. `section` is the byte order of the section it is
+/// in (`None` for the first block, a Section Header Block, which tells its own); `what`
+/// names the block in errors. The length field is checked before anything is allocated
+/// for it, so a corrupt length is reported as such and a file that ends inside a block as
+/// truncated; the block's content is left to the caller (pcap-file's parser), which now
+/// sees it whole.
+fn next_pcapng_block<R: Read>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+    section: Option<Endianness>,
     file: &str,
-    ended: &std::cell::Cell<bool>,
-) -> Result<Vec<InPacket>, ReplayError> {
+    what: &dyn Fn() -> String,
+) -> Result<bool, ReplayError> {
     let capture_err = |reason: String| ReplayError::Capture {
         file: file.to_string(),
         reason,
     };
-    let mut reader = PcapNgReader::new(input).map_err(|e| {
-        record_err(file, ended, e, || {
-            "its first pcapng block (the Section Header Block)".into()
-        })
-    })?;
+    let read_err = |source| ReplayError::Read {
+        file: file.to_string(),
+        source,
+    };
+    let truncated = || capture_err(format!("truncated: the file ends inside {}", what()));
+    // The type and the length, and for a Section Header Block its byte-order magic.
+    let mut head = [0u8; 12];
+    let got = read_up_to(input, &mut head[..8]).map_err(read_err)?;
+    if got == 0 && section.is_some() {
+        return Ok(false);
+    }
+    if got < 8 {
+        return Err(truncated());
+    }
+    let shb = head[..4] == SHB_TYPE;
+    let endianness = if shb {
+        if read_up_to(input, &mut head[8..]).map_err(read_err)? < 4 {
+            return Err(truncated());
+        }
+        match u32::from_be_bytes([head[8], head[9], head[10], head[11]]) {
+            0x1A2B_3C4D => Endianness::Big,
+            0x4D3C_2B1A => Endianness::Little,
+            m => {
+                return Err(capture_err(format!(
+                    "{}: its byte-order magic is 0x{m:08x}, not a Section Header Block's \
+                     (1a2b3c4d or its byte swap): the file is corrupt",
+                    what()
+                )))
+            }
+        }
+    } else {
+        // Only the first block has no section, and it starts with the SHB's type.
+        section.unwrap_or(Endianness::Little)
+    };
+    let len_bytes = [head[4], head[5], head[6], head[7]];
+    let len = match endianness {
+        Endianness::Big => u32::from_be_bytes(len_bytes),
+        Endianness::Little => u32::from_le_bytes(len_bytes),
+    };
+    let bad_len = if len % 4 != 0 {
+        Some(format!("has length {len}, not a multiple of 4"))
+    } else if len < 12 {
+        Some(format!(
+            "has length {len}, less than the 12 bytes of a block's type and lengths"
+        ))
+    } else if len > MAX_PCAPNG_BLOCK_BYTES {
+        Some(format!(
+            "claims {len} bytes, more than a block can be (at most {MAX_PCAPNG_BLOCK_BYTES}: \
+             a packet of {MAX_RECORD_BYTES} bytes and room for its fields and options)"
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = bad_len {
+        return Err(capture_err(format!(
+            "{} {why}: the file is corrupt",
+            what()
+        )));
+    }
+    let head_len = if shb { 12 } else { 8 };
+    buf.clear();
+    buf.extend_from_slice(&head[..head_len]);
+    buf.resize(len as usize, 0);
+    if read_up_to(input, &mut buf[head_len..]).map_err(read_err)? < len as usize - head_len {
+        return Err(truncated());
+    }
+    Ok(true)
+}
+
+/// The error of pcap-file's parser for the whole pcapng block `what`: its content is
+/// malformed (the block's framing was checked when it was read).
+fn malformed_block(file: &str, what: String, e: PcapError) -> ReplayError {
+    let why = match e {
+        PcapError::IncompleteBuffer => "a field or option runs past the block's end".to_string(),
+        PcapError::InvalidField(f) => f.to_string(),
+        PcapError::Utf8Error(e) => format!("a text option is not UTF-8 ({e})"),
+        other => other.to_string(),
+    };
+    ReplayError::Capture {
+        file: file.to_string(),
+        reason: format!("{what} is malformed: {why}"),
+    }
+}
+
+/// Reads the packets of a pcapng capture (see the module docs).
+fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
+    let capture_err = |reason: String| ReplayError::Capture {
+        file: file.to_string(),
+        reason,
+    };
+    // Blocks are framed here and parsed whole (see `next_pcapng_block`).
+    let mut buf = Vec::new();
+    let first = || "its first pcapng block (the Section Header Block)".to_string();
+    next_pcapng_block(&mut input, &mut buf, None, file, &first)?;
+    let (_, mut parser) = PcapNgParser::new(&buf).map_err(|e| malformed_block(file, first(), e))?;
     let mut interfaces: Vec<Interface> = Vec::new();
     let mut packets: Vec<InPacket> = Vec::new();
     // Simple Packet Blocks have no timestamp: the indices of those waiting for one.
     let mut untimed: Vec<usize> = Vec::new();
     let mut blocks = 1usize;
-    while let Some(block) = reader.next_block() {
+    loop {
         blocks += 1;
         let n = packets.len();
-        let block = block.map_err(|e| {
-            record_err(file, ended, e, || {
-                format!("pcapng block {blocks} (after {n} complete packets)")
-            })
-        })?;
+        let what = || format!("pcapng block {blocks} (after {n} complete packets)");
+        let section = parser.section().endianness;
+        if !next_pcapng_block(&mut input, &mut buf, Some(section), file, &what)? {
+            break;
+        }
+        let (_, block) = parser
+            .next_block(&buf)
+            .map_err(|e| malformed_block(file, what(), e))?;
+        let no_interface = |interface: u32, interfaces: &[Interface]| {
+            capture_err(format!(
+                "packet record {} (block {blocks}) is on interface {interface}, but the \
+                 section describes {} interfaces",
+                n + 1,
+                interfaces.len()
+            ))
+        };
         let (interface, ts, orig_len, data) = match block {
             Block::SectionHeader(_) => {
                 interfaces.clear();
@@ -743,12 +873,7 @@ fn read_pcapng<R: Read>(
         };
         check_record_len(file, n + 1, data.len())?;
         let Some(iface) = interfaces.get(interface as usize) else {
-            return Err(capture_err(format!(
-                "packet record {} (block {blocks}) is on interface {interface}, but the \
-                 section describes {} interfaces",
-                n + 1,
-                interfaces.len()
-            )));
+            return Err(no_interface(interface, &interfaces));
         };
         if iface.link_type != DataLink::ETHERNET {
             return Err(ReplayError::LinkType {
