@@ -1640,6 +1640,56 @@ fn pcapng_blocks_are_framed_before_they_are_parsed() {
     );
 }
 
+/// A Simple Packet Block carries min(original length, interface 0's snap length) bytes; one
+/// holding fewer is refused (its padding used to be replayed as packet data), and one
+/// before any Interface Description Block names the missing interface.
+#[test]
+fn a_simple_packet_block_shorter_than_its_captured_length_is_refused() {
+    let dir = scratch("pcapng-short-spb");
+    let spb = |original_len: u32, data: &[u8]| {
+        let mut body = original_len.to_le_bytes().to_vec();
+        body.extend_from_slice(data);
+        raw_block(3, &body)
+    };
+    let frame = udp_frame([10, 0, 0, 1], 100, 64);
+    for (snaplen, calls_for) in [(0u32, 100), (80, 80)] {
+        // 61 bytes, padded to 64 in the block.
+        let bytes = [ng_capture(snaplen, &[]), spb(100, &frame[..61])].concat();
+        let e = replay_err(&dir, &format!("short{snaplen}.pcapng"), &bytes);
+        assert!(
+            e.contains(&format!(
+                "packet record 1 (block 3): a Simple Packet Block holding 64 bytes where its \
+                 original length 100 and interface 0's snaplen {snaplen} call for {calls_for}: \
+                 the file is corrupt"
+            )),
+            "{e}"
+        );
+    }
+    // Snap length 80: 80 bytes of the 100 are the whole packet as captured.
+    let p = dir.join("snap80.pcapng");
+    std::fs::write(&p, [ng_capture(80, &[]), spb(100, &frame[..80])].concat()).expect("write");
+    let cfg = ReplayConfig {
+        ppe_threads: 1,
+        ..ReplayConfig::default()
+    };
+    let r = replay_file(&cfg, &p, &dir.join("snap80")).expect("replay");
+    assert_eq!((r.packets_in, r.bytes_in, r.truncated_in), (1, 80, 1));
+
+    // No interface before it.
+    let shb = &ng_capture(0, &[])[..28];
+    let e = replay_err(
+        &dir,
+        "noidb.pcapng",
+        &[shb, &spb(64, &frame[..64])].concat(),
+    );
+    assert!(
+        e.contains(
+            "packet record 1 (block 2) is on interface 0, but the section describes 0 interfaces"
+        ),
+        "{e}"
+    );
+}
+
 /// Sections of either byte order follow each other; each numbers its interfaces from 0 and
 /// has its own timestamp resolutions.
 #[test]

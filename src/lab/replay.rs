@@ -27,9 +27,10 @@
 //!
 //! pcapng details: Enhanced Packet Blocks are timed at their interface's resolution
 //! (`if_tsresol`: `10^-n` or `2^-n` seconds, microseconds when absent) plus its
-//! `if_tsoffset` seconds. Simple Packet Blocks belong to interface 0, carry
-//! `min(original length, the interface's snap length)` bytes and no timestamp: they take
-//! the timestamp of the packet before them (the first timestamped packet's, before it).
+//! `if_tsoffset` seconds. Simple Packet Blocks belong to interface 0 (which must come
+//! before them), carry `min(original length, the interface's snap length)` bytes (snap
+//! length 0: no limit) and no timestamp: they take the timestamp of the packet before them
+//! (the first timestamped packet's, before it).
 //! Interface ids count from 0 again in each section, as pcapng defines them. The obsolete
 //! Packet Block is refused (rewrite the file with `editcap`); blocks that carry no packet
 //! (name resolution, interface statistics, ...) are skipped.
@@ -39,7 +40,9 @@
 //! inside a block is **truncated**; a block whose length field cannot be right (not a
 //! multiple of 4, under 12 bytes, over [`MAX_PCAPNG_BLOCK_BYTES`]) is **corrupt**, with
 //! nothing allocated for it; a whole block whose content does not parse (a field or an
-//! option running past its end, an option of the wrong length, ...) is **malformed**.
+//! option running past its end, an option of the wrong length, ...) is **malformed**. A
+//! Simple Packet Block holding fewer bytes than it must (see above) is corrupt: its padding
+//! is not replayed as packet data.
 //!
 //! # Timing
 //!
@@ -850,16 +853,33 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
                 )
             }
             Block::SimplePacket(spb) => {
-                let snaplen = interfaces.first().map_or(0, |i| i.snaplen);
-                let mut data = spb.data.into_owned();
-                // The block's data is padded to 4 bytes: keep the captured length only.
+                let Some(iface) = interfaces.first() else {
+                    return Err(no_interface(0, &interfaces));
+                };
+                // The block holds min(original length, snap length) bytes (snap length 0:
+                // no limit), padded to 4 bytes: keep the captured length only.
+                let snaplen = iface.snaplen;
                 let caplen = if snaplen == 0 {
                     spb.original_len
                 } else {
                     spb.original_len.min(snaplen)
                 };
-                data.truncate(caplen as usize);
-                (0, None, spb.original_len, data)
+                let held = spb.data.len();
+                if held < caplen as usize {
+                    return Err(capture_err(format!(
+                        "packet record {} (block {blocks}): a Simple Packet Block holding \
+                         {held} bytes where its original length {} and interface 0's snaplen \
+                         {snaplen} call for {caplen}: the file is corrupt",
+                        n + 1,
+                        spb.original_len
+                    )));
+                }
+                (
+                    0,
+                    None,
+                    spb.original_len,
+                    spb.data[..caplen as usize].to_vec(),
+                )
             }
             Block::Packet(_) => {
                 return Err(capture_err(format!(
