@@ -24,6 +24,7 @@ use pfemu::lab::aggregation::{Aggregation, AggregationSetup, JobSpec};
 use pfemu::lab::bench::traffic::{FrameClass, Mix, Traffic, TrafficSpec};
 use pfemu::lab::replay::{
     replay_file, ReplayConfig, ReplayError, ReplayProgram, ReplayReport, Routes, Timing,
+    MAX_PCAPNG_BLOCK_BYTES,
 };
 use pfemu::microcode::filter::DEFAULT_OUT_PORT;
 use pfemu::microcode::l3fwd::{udp_frame, write_udp_frame, RouteTable};
@@ -1416,13 +1417,22 @@ fn pcapng_timestamps_past_2106_are_refused_on_input() {
 /// A pcapng block as raw little-endian bytes: `type_`, its total length, `body` padded to 4
 /// bytes, the total length again.
 fn raw_block(type_: u32, body: &[u8]) -> Vec<u8> {
+    raw_block_in(Endianness::Little, type_, body)
+}
+
+/// A pcapng block as raw bytes of the byte order `endianness` (see [`raw_block`]).
+fn raw_block_in(endianness: Endianness, type_: u32, body: &[u8]) -> Vec<u8> {
+    let word = |v: u32| match endianness {
+        Endianness::Big => v.to_be_bytes(),
+        Endianness::Little => v.to_le_bytes(),
+    };
     let len = (12 + body.len().next_multiple_of(4)) as u32;
     let mut b = Vec::with_capacity(len as usize);
-    b.extend_from_slice(&type_.to_le_bytes());
-    b.extend_from_slice(&len.to_le_bytes());
+    b.extend_from_slice(&word(type_));
+    b.extend_from_slice(&word(len));
     b.extend_from_slice(body);
     b.resize(len as usize - 4, 0);
-    b.extend_from_slice(&len.to_le_bytes());
+    b.extend_from_slice(&word(len));
     b
 }
 
@@ -1453,6 +1463,12 @@ fn ng_capture(snaplen: u32, frames: &[Vec<u8>]) -> Vec<u8> {
             .expect("epb");
     }
     w.into_inner()
+}
+
+/// `bytes` with `block` inserted before its block `index` (0-based).
+fn insert_block(bytes: &[u8], index: usize, block: &[u8]) -> Vec<u8> {
+    let at = ng_blocks(bytes)[index].start;
+    [&bytes[..at], block, &bytes[at..]].concat()
 }
 
 /// `bytes` with its block `index` (0-based) replaced by `with`.
@@ -1688,6 +1704,163 @@ fn a_simple_packet_block_shorter_than_its_captured_length_is_refused() {
         ),
         "{e}"
     );
+}
+
+/// A Decryption Secrets Block's body in the byte order `endianness`: a TLS key log
+/// (secrets type "TLSK") of `len` bytes, as `editcap --inject-secrets tls,KEYLOG` writes it.
+fn dsb_body(endianness: Endianness, len: usize) -> Vec<u8> {
+    let word = |v: u32| match endianness {
+        Endianness::Big => v.to_be_bytes(),
+        Endianness::Little => v.to_le_bytes(),
+    };
+    let mut body = [word(0x544C_534B), word(len as u32)].concat();
+    body.extend(std::iter::repeat_n(b'k', len));
+    body
+}
+
+/// Type of a pcapng Decryption Secrets Block.
+const DSB: u32 = 0x0000_000A;
+/// Type of a pcapng custom block (that may not be copied).
+const CUSTOM: u32 = 0x4000_0BAD;
+
+/// The three frames of [`ng_capture`] with blocks that carry no packet between them, larger
+/// than any block replay parses: SHB, IDB, a 1 MiB Decryption Secrets Block (block 3), EPB,
+/// a 400 KiB custom block (block 5), EPB, a block of a type pcapng does not define
+/// (block 7), EPB (block 8).
+fn ng_capture_with_skipped_blocks(frames: &[Vec<u8>]) -> Vec<u8> {
+    let dsb = raw_block(DSB, &dsb_body(Endianness::Little, 1 << 20));
+    assert!(dsb.len() > MAX_PCAPNG_BLOCK_BYTES as usize);
+    let custom_body = [&32473u32.to_le_bytes()[..], &vec![7; 400 << 10]].concat();
+    let custom = raw_block(CUSTOM, &custom_body);
+    assert!(custom.len() > MAX_PCAPNG_BLOCK_BYTES as usize);
+    let unknown = raw_block(0x0000_0FFF, &[1, 2, 3, 4, 5]);
+    let bytes = ng_capture(0, frames);
+    let bytes = insert_block(&bytes, 4, &unknown);
+    let bytes = insert_block(&bytes, 3, &custom);
+    insert_block(&bytes, 2, &dsb)
+}
+
+/// Blocks that carry no packet (decryption secrets, custom, unknown, ...) are skipped
+/// whatever their length, in either byte order, and still count in the blocks' numbering; a
+/// block replay parses is still bounded by `MAX_PCAPNG_BLOCK_BYTES`.
+#[test]
+fn pcapng_blocks_without_packets_are_skipped_whatever_their_length() {
+    let dir = scratch("pcapng-skip");
+    let frames: Vec<Vec<u8>> = (0..4).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+    let le = ng_capture_with_skipped_blocks(&frames[..3]);
+    assert_eq!(ng_blocks(&le).len(), 8);
+    // A big-endian section after it: IDB, a 1 MiB Decryption Secrets Block, EPB.
+    let mut w = PcapNgWriter::with_endianness(Vec::new(), Endianness::Big).expect("writer");
+    w.write_block(&idb(DataLink::ETHERNET, None, "eth0"))
+        .expect("idb");
+    w.get_mut().extend(raw_block_in(
+        Endianness::Big,
+        DSB,
+        &dsb_body(Endianness::Big, 1 << 20),
+    ));
+    w.write_block(&epb(0, 4_000_000, &frames[3])).expect("epb");
+    let bytes = [le.clone(), w.into_inner()].concat();
+
+    let p = dir.join("in.pcapng");
+    std::fs::write(&p, &bytes).expect("write");
+    let cfg = ReplayConfig {
+        ppe_threads: 1,
+        ..ReplayConfig::default()
+    };
+    let r = replay_file(&cfg, &p, &dir.join("ok")).expect("replay");
+    assert_eq!((r.format.as_str(), r.packets_in), ("pcapng", 4));
+    assert_eq!(frames_of(&dir.join("ok/port1.pcap")), frames);
+
+    // Blocks after skipped ones are numbered as they lie in the file: a corrupt length in
+    // the last packet block of the first section (block 8, after 2 packets), over the bound
+    // of a block that is parsed.
+    let blocks = ng_blocks(&le);
+    let mut bad = le.clone();
+    let at = blocks[7].start + 4;
+    bad[at..at + 4].copy_from_slice(&(MAX_PCAPNG_BLOCK_BYTES + 4).to_le_bytes());
+    let e = replay_err(&dir, "bound.pcapng", &bad);
+    assert!(
+        e.contains("pcapng block 8 (after 2 complete packets) claims")
+            && e.contains("more than an Enhanced Packet Block can be")
+            && e.contains("the file is corrupt")
+            && !e.contains("truncated"),
+        "{e}"
+    );
+}
+
+/// A file that ends inside a skipped block (its length field claiming more than the file
+/// holds included) is truncated; a skipped block whose trailing length differs from its
+/// leading one, or whose length cannot be right, is corrupt.
+#[test]
+fn a_skipped_pcapng_block_is_framed_like_any_other() {
+    let dir = scratch("pcapng-skip-errors");
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+    let good = ng_capture_with_skipped_blocks(&frames);
+    let blocks = ng_blocks(&good);
+
+    // Cut inside the secrets' body, inside the custom block's trailer, inside the unknown
+    // block's header.
+    for (name, cut, says) in [
+        (
+            "cut_dsb",
+            blocks[2].start + 1000,
+            "block 3 (after 0 complete",
+        ),
+        ("cut_custom", blocks[4].end - 2, "block 5 (after 1 complete"),
+        (
+            "cut_unknown",
+            blocks[6].start + 6,
+            "block 7 (after 2 complete",
+        ),
+    ] {
+        let e = replay_err(&dir, &format!("{name}.pcapng"), &good[..cut]);
+        assert!(
+            e.contains(&format!("truncated: the file ends inside pcapng {says}")),
+            "{name}: {e}"
+        );
+    }
+    // The secrets' length field claiming more than the file holds, the file going on after
+    // it: truncated, whatever the length (no bound for a skipped block but a u32's).
+    for len in [0x7fff_fff0u32, 0xffff_fffc] {
+        let mut bad = good.clone();
+        let at = blocks[2].start + 4;
+        bad[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        let e = replay_err(&dir, &format!("long{len}.pcapng"), &bad);
+        assert!(
+            e.contains("truncated: the file ends inside pcapng block 3 (after 0 complete"),
+            "{e}"
+        );
+    }
+    // The custom block's trailing length differs from its leading one.
+    let mut bad = good.clone();
+    let at = blocks[4].end - 4;
+    bad[at..at + 4].copy_from_slice(&16u32.to_le_bytes());
+    let e = replay_err(&dir, "trailer.pcapng", &bad);
+    let len = blocks[4].len();
+    assert!(
+        e.contains(&format!(
+            "pcapng block 5 (after 1 complete packets) (type 0x40000bad, no packet, skipped) \
+             has length {len} but trailing length 16: the file is corrupt"
+        )) && !e.contains("truncated"),
+        "{e}"
+    );
+    // A length that is no multiple of 4, or under 12 bytes.
+    for (len, says) in [
+        (1_048_590u32, "not a multiple of 4"),
+        (8, "less than the 12"),
+    ] {
+        let mut bad = good.clone();
+        let at = blocks[6].start + 4;
+        bad[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        let e = replay_err(&dir, &format!("len{len}.pcapng"), &bad);
+        assert!(
+            e.contains(&format!(
+                "pcapng block 7 (after 2 complete packets) has length {len}"
+            )) && e.contains(says)
+                && e.contains("the file is corrupt"),
+            "{e}"
+        );
+    }
 }
 
 /// Sections of either byte order follow each other; each numbers its interfaces from 0 and

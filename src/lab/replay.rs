@@ -32,17 +32,23 @@
 //! length 0: no limit) and no timestamp: they take the timestamp of the packet before them
 //! (the first timestamped packet's, before it).
 //! Interface ids count from 0 again in each section, as pcapng defines them. The obsolete
-//! Packet Block is refused (rewrite the file with `editcap`); blocks that carry no packet
-//! (name resolution, interface statistics, ...) are skipped.
+//! Packet Block is refused (rewrite the file with `editcap`). Blocks that carry no packet
+//! (name resolution, interface statistics, decryption secrets such as a TLS key log
+//! injected with `editcap --inject-secrets`, systemd journal entries, custom and unknown
+//! blocks) are skipped whatever their length: read past in bounded pieces, never held in
+//! memory, and not parsed.
 //!
-//! pcapng errors name the block (counted from 1, the Section Header Block first) and the
-//! complete packets before it. Each block is framed before it is parsed: a file that ends
-//! inside a block is **truncated**; a block whose length field cannot be right (not a
-//! multiple of 4, under 12 bytes, over [`MAX_PCAPNG_BLOCK_BYTES`]) is **corrupt**, with
-//! nothing allocated for it; a whole block whose content does not parse (a field or an
-//! option running past its end, an option of the wrong length, ...) is **malformed**. A
-//! Simple Packet Block holding fewer bytes than it must (see above) is corrupt: its padding
-//! is not replayed as packet data.
+//! pcapng errors name the block (counted from 1, the Section Header Block first, skipped
+//! blocks included) and the complete packets before it. Each block is framed before it is
+//! parsed: a file that ends inside a block (a skipped one included) is **truncated**; a
+//! block whose length field cannot be right (not a multiple of 4, under 12 bytes, or, for
+//! the Section Header, Interface Description and packet blocks that are parsed, over
+//! [`MAX_PCAPNG_BLOCK_BYTES`]) is **corrupt**, with nothing allocated for it, and so is a
+//! skipped block whose trailing length differs from its leading one; a parsed block whose
+//! content does not parse (a field or an option running past its end, an option of the
+//! wrong length, lengths that differ, ...) is **malformed**. A Simple Packet Block holding
+//! fewer bytes than it must (see above) is corrupt: its padding is not replayed as packet
+//! data.
 //!
 //! # Timing
 //!
@@ -176,8 +182,12 @@ use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, Stats, DEFAULT_PORTS};
 pub const OUT_SNAPLEN: u32 = 262_144;
 /// Largest packet record accepted in an input capture; a larger one means a corrupt file.
 pub const MAX_RECORD_BYTES: u32 = 262_144;
-/// Largest pcapng block accepted: a packet block of [`MAX_RECORD_BYTES`] with room for its
-/// fields and options. A longer one means a corrupt length field.
+/// Largest pcapng block replay reads whole to parse it (a Section Header, Interface
+/// Description, Enhanced Packet, Simple Packet or obsolete Packet Block): a packet block of
+/// [`MAX_RECORD_BYTES`] with room for its fields and options. A longer one means a corrupt
+/// length field. Blocks that carry no packet (name resolution, interface statistics,
+/// decryption secrets, journal entries, custom and unknown blocks) are skipped unread and
+/// are not bounded by it: any length a pcapng block can have (a `u32`) is accepted for them.
 pub const MAX_PCAPNG_BLOCK_BYTES: u32 = MAX_RECORD_BYTES + 65_536;
 /// Frames per burst in [`Timing::AsFast`] replays.
 const BURST: usize = 1024;
@@ -680,12 +690,44 @@ fn pcapng_time(units: u64, tsresol: u8) -> Duration {
 /// Type of a pcapng Section Header Block (the same in either byte order).
 const SHB_TYPE: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
 
-/// Reads the next pcapng block whole into `buf` (its type, lengths and body): `Ok(false)`
-/// when the file ends cleanly before it. `section` is the byte order of the section it is
-/// in (`None` for the first block, a Section Header Block, which tells its own); `what`
-/// names the block in errors. The length field is checked before anything is allocated
-/// for it, so a corrupt length is reported as such and a file that ends inside a block as
-/// truncated; the block's content is left to the caller (pcap-file's parser), which now
+/// The name, with its article, of a pcapng block of type `type_` (read in its section's
+/// byte order) that replay reads whole and parses: the Section Header and Interface
+/// Description Blocks, which set the reader's state, and the blocks that carry a packet
+/// (Enhanced and Simple Packet Blocks, and the obsolete Packet Block, refused with its own
+/// message). `None` for any other block: it carries no packet and changes nothing the
+/// reader keeps, so it is skipped unread.
+fn parsed_pcapng_block(type_: u32) -> Option<&'static str> {
+    match type_ {
+        0x0A0D_0D0A => Some("a Section Header Block"),
+        1 => Some("an Interface Description Block"),
+        2 => Some("an obsolete Packet Block"),
+        3 => Some("a Simple Packet Block"),
+        6 => Some("an Enhanced Packet Block"),
+        _ => None,
+    }
+}
+
+/// What [`next_pcapng_block`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NextBlock {
+    /// The file ended cleanly, between blocks.
+    End,
+    /// A block to parse, read whole into the buffer.
+    Read,
+    /// A block that carries no packet, read past without being kept (the buffer is left as
+    /// it was).
+    Skipped,
+}
+
+/// Reads the next pcapng block: whole into `buf` (its type, lengths and body) when replay
+/// parses it ([`NextBlock::Read`]); past it, in bounded pieces and whatever its length, when
+/// it carries no packet ([`NextBlock::Skipped`], see [`parsed_pcapng_block`]);
+/// [`NextBlock::End`] when the file ends cleanly before it. `section` is the byte order of
+/// the section it is in (`None` for the first block, a Section Header Block, which tells its
+/// own); `what` names the block in errors. The length field is checked before anything is
+/// allocated for it, so a corrupt length is reported as such and a file that ends inside a
+/// block as truncated; a skipped block's trailing length is checked against its leading
+/// one here, a parsed block's content is left to the caller (pcap-file's parser), which
 /// sees it whole.
 fn next_pcapng_block<R: Read>(
     input: &mut R,
@@ -693,7 +735,7 @@ fn next_pcapng_block<R: Read>(
     section: Option<Endianness>,
     file: &str,
     what: &dyn Fn() -> String,
-) -> Result<bool, ReplayError> {
+) -> Result<NextBlock, ReplayError> {
     let capture_err = |reason: String| ReplayError::Capture {
         file: file.to_string(),
         reason,
@@ -707,7 +749,7 @@ fn next_pcapng_block<R: Read>(
     let mut head = [0u8; 12];
     let got = read_up_to(input, &mut head[..8]).map_err(read_err)?;
     if got == 0 && section.is_some() {
-        return Ok(false);
+        return Ok(NextBlock::End);
     }
     if got < 8 {
         return Err(truncated());
@@ -732,30 +774,53 @@ fn next_pcapng_block<R: Read>(
         // Only the first block has no section, and it starts with the SHB's type.
         section.unwrap_or(Endianness::Little)
     };
-    let len_bytes = [head[4], head[5], head[6], head[7]];
-    let len = match endianness {
-        Endianness::Big => u32::from_be_bytes(len_bytes),
-        Endianness::Little => u32::from_le_bytes(len_bytes),
+    let u32_of = |b: [u8; 4]| match endianness {
+        Endianness::Big => u32::from_be_bytes(b),
+        Endianness::Little => u32::from_le_bytes(b),
     };
+    let type_ = u32_of([head[0], head[1], head[2], head[3]]);
+    let len = u32_of([head[4], head[5], head[6], head[7]]);
+    let parsed = parsed_pcapng_block(type_);
     let bad_len = if len % 4 != 0 {
         Some(format!("has length {len}, not a multiple of 4"))
     } else if len < 12 {
         Some(format!(
             "has length {len}, less than the 12 bytes of a block's type and lengths"
         ))
-    } else if len > MAX_PCAPNG_BLOCK_BYTES {
-        Some(format!(
-            "claims {len} bytes, more than a block can be (at most {MAX_PCAPNG_BLOCK_BYTES}: \
-             a packet of {MAX_RECORD_BYTES} bytes and room for its fields and options)"
-        ))
     } else {
-        None
+        match parsed {
+            Some(name) if len > MAX_PCAPNG_BLOCK_BYTES => Some(format!(
+                "claims {len} bytes, more than {name} can be (at most \
+                 {MAX_PCAPNG_BLOCK_BYTES}: a packet of {MAX_RECORD_BYTES} bytes and room for \
+                 its fields and options)"
+            )),
+            _ => None,
+        }
     };
     if let Some(why) = bad_len {
         return Err(capture_err(format!(
             "{} {why}: the file is corrupt",
             what()
         )));
+    }
+    if parsed.is_none() {
+        // No packet and nothing the reader keeps: the body is read and dropped a piece at a
+        // time, however long it is, then the trailing length is checked.
+        let body = u64::from(len) - 12;
+        let skipped = io::copy(&mut (&mut *input).take(body), &mut io::sink()).map_err(read_err)?;
+        let mut trailer = [0u8; 4];
+        if skipped < body || read_up_to(input, &mut trailer).map_err(read_err)? < 4 {
+            return Err(truncated());
+        }
+        let trailing = u32_of(trailer);
+        if trailing != len {
+            return Err(capture_err(format!(
+                "{} (type 0x{type_:08x}, no packet, skipped) has length {len} but trailing \
+                 length {trailing}: the file is corrupt",
+                what()
+            )));
+        }
+        return Ok(NextBlock::Skipped);
     }
     let head_len = if shb { 12 } else { 8 };
     buf.clear();
@@ -764,7 +829,7 @@ fn next_pcapng_block<R: Read>(
     if read_up_to(input, &mut buf[head_len..]).map_err(read_err)? < len as usize - head_len {
         return Err(truncated());
     }
-    Ok(true)
+    Ok(NextBlock::Read)
 }
 
 /// The error of pcap-file's parser for the whole pcapng block `what`: its content is
@@ -791,6 +856,7 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
     // Blocks are framed here and parsed whole (see `next_pcapng_block`).
     let mut buf = Vec::new();
     let first = || "its first pcapng block (the Section Header Block)".to_string();
+    // The file starts with a Section Header Block's type (its magic number): read whole.
     next_pcapng_block(&mut input, &mut buf, None, file, &first)?;
     let (_, mut parser) = PcapNgParser::new(&buf).map_err(|e| malformed_block(file, first(), e))?;
     let mut interfaces: Vec<Interface> = Vec::new();
@@ -803,8 +869,12 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
         let n = packets.len();
         let what = || format!("pcapng block {blocks} (after {n} complete packets)");
         let section = parser.section().endianness;
-        if !next_pcapng_block(&mut input, &mut buf, Some(section), file, &what)? {
-            break;
+        match next_pcapng_block(&mut input, &mut buf, Some(section), file, &what)? {
+            NextBlock::End => break,
+            // No packet, and nothing the parser keeps (its section and interfaces): it need
+            // not see the block. It still counts in the blocks' numbering.
+            NextBlock::Skipped => continue,
+            NextBlock::Read => {}
         }
         let (_, block) = parser
             .next_block(&buf)
@@ -887,8 +957,9 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
                      (rewrite the file with `editcap IN OUT.pcapng`)"
                 )))
             }
-            // Name resolution, interface statistics, journal entries, unknown blocks: no
-            // packets.
+            // Not reached: blocks of any other type (name resolution, interface statistics,
+            // decryption secrets, journal entries, custom and unknown blocks) carry no packet
+            // and are skipped unread by `next_pcapng_block`.
             _ => continue,
         };
         check_record_len(file, n + 1, data.len())?;
