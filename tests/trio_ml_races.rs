@@ -437,18 +437,24 @@ fn sums_by_gen(created: &[(Dest, Vec<u8>)]) -> Vec<(u16, Vec<i32>)> {
     results
 }
 
+/// Block 5 with its slot taken again under a held packet ([`slot_taken_again_under`]).
+struct SlotTakenAgain {
+    h: Harness,
+    program: Program,
+    trio: TrioMl,
+    /// The Results sent so far.
+    sent: Vec<(Dest, Vec<u8>)>,
+    /// Source 1's packet of generation 0.
+    held: common::Held,
+}
+
 /// Generation 0 of block 5 ages out with source 0 alone while source 1's packet of it is
 /// held at `labels` in turn (it found the block in the active table before), then
 /// generation 1 replaces its kept Result and frees its slot, and source 0 starts generation
 /// 2 in that slot (two slots: the only one free). With `in_gate`, the held packet goes on
-/// to its second label before generation 1 runs. The harness, the Results sent so far and
-/// the held packet.
-fn slot_taken_again_under(
-    in_gate: bool,
-
-    labels: &[&'static str],
-) -> (Harness, Program, Vec<(Dest, Vec<u8>)>, common::Held) {
-    let (mem, _trio, program) = install_with_slots(2);
+/// to its second label before generation 1 runs.
+fn slot_taken_again_under(in_gate: bool, labels: &[&'static str]) -> SlotTakenAgain {
+    let (mem, trio, program) = install_with_slots(2);
     let mut h = Harness::new(mem.clone());
     let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
     let mut held = common::hold_before_each(&mem, &program, labels, (1, 0), packet_of_gen(5, 0, 1));
@@ -465,7 +471,28 @@ fn slot_taken_again_under(
     }
     sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
     sent.extend(h.run(&program, 0, &packet_of_gen(5, 2, 0)).created);
-    (h, program, sent, held)
+    SlotTakenAgain {
+        h,
+        program,
+        trio,
+        sent,
+        held,
+    }
+}
+
+/// Each generation's sums: (gen * 10 + 1) + (gen * 10 + 2), generation 0's from source 0
+/// alone (it aged out).
+fn three_generations() -> Vec<(u16, Vec<i32>)> {
+    vec![(0, vec![1; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
+}
+
+/// Once a test is over: no block left active, generation 2's Result kept and answering.
+fn only_generation_2_kept(trio: &TrioMl, h: &mut Harness, program: &Program) {
+    assert_eq!(trio.active_records(), 0, "no block is left active");
+    let kept = trio.kept_result(1, 5).unwrap().expect("a kept Result");
+    assert_eq!(kept.gen_id, 2);
+    let again = h.run(program, 0, &packet_of_gen(5, 2, 0));
+    assert_eq!(verdict_name(program, &again), "retransmit_answered");
 }
 
 /// A packet that found its block in the active table and is descheduled before it joins
@@ -477,7 +504,13 @@ fn slot_taken_again_under(
 #[test]
 fn a_packet_whose_block_left_its_slot_does_not_join_the_block_there_now() {
     for label in ["check_source", "join_block"] {
-        let (mut h, program, mut sent, held) = slot_taken_again_under(false, &[label]);
+        let SlotTakenAgain {
+            mut h,
+            program,
+            trio,
+            mut sent,
+            held,
+        } = slot_taken_again_under(false, &[label]);
         let out = held.release();
         assert_eq!(
             verdict_name(&program, &out),
@@ -488,9 +521,10 @@ fn a_packet_whose_block_left_its_slot_does_not_join_the_block_there_now() {
         sent.extend(h.run(&program, 1, &packet_of_gen(5, 2, 1)).created);
         assert_eq!(
             sums_by_gen(&sent),
-            [(0, vec![1; 4]), (1, vec![23; 4]), (2, vec![43; 4])],
+            three_generations(),
             "held before {label}"
         );
+        only_generation_2_kept(&trio, &mut h, &program);
     }
 }
 
@@ -501,15 +535,52 @@ fn a_packet_whose_block_left_its_slot_does_not_join_the_block_there_now() {
 /// generation 2 never finished.
 #[test]
 fn a_packet_in_the_gate_of_a_slot_taken_again_is_counted_by_the_new_block() {
-    let (mut h, program, mut sent, held) =
-        slot_taken_again_under(true, &["join_block", "leave_block"]);
+    let SlotTakenAgain {
+        mut h,
+        program,
+        trio,
+        mut sent,
+        held,
+    } = slot_taken_again_under(true, &["join_block", "leave_block"]);
     let out = held.release();
     assert_eq!(verdict_name(&program, &out), "stale_gen");
     sent.extend(h.run(&program, 1, &packet_of_gen(5, 2, 1)).created);
+    assert_eq!(sums_by_gen(&sent), three_generations());
+    only_generation_2_kept(&trio, &mut h, &program);
+}
+
+/// A packet still in the gate of a block that was being finished when it entered, when the
+/// block's slot goes to a new block and that block's last source closes it and leaves,
+/// leaves last; it must not finish the new block under its own block's key (which left
+/// the new block's key active for ever, and freed its slot). The timer finishes it once it
+/// ages.
+#[test]
+fn a_packet_in_a_finished_blocks_gate_does_not_finish_the_next_block_in_its_slot() {
+    let SlotTakenAgain {
+        mut h,
+        program,
+        trio,
+        mut sent,
+        held,
+    } = slot_taken_again_under(true, &["join_block", "leave_block"]);
+    let last = h.run(&program, 1, &packet_of_gen(5, 2, 1));
+    assert_eq!(last.result, Ok(Verdict::Consume));
     assert_eq!(
-        sums_by_gen(&sent),
-        [(0, vec![1; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
+        sums_by_gen(&last.created),
+        [],
+        "the held packet is in the gate"
     );
+    let out = held.release();
+    assert_eq!(verdict_name(&program, &out), "stale_gen");
+    assert_eq!(sums_by_gen(&out.created), [], "not its block to finish");
+    let scans = later_scans(&mut h, &program);
+    sent.extend(scans);
+    assert_eq!(sums_by_gen(&sent), three_generations());
+    assert!(
+        group_results(&sent).contains(&(5, 2, 2)),
+        "generation 2's Result counts both sources"
+    );
+    only_generation_2_kept(&trio, &mut h, &program);
 }
 
 /// A packet that entered a new block's gate under its old block's tag, and is still there
@@ -518,8 +589,13 @@ fn a_packet_in_the_gate_of_a_slot_taken_again_is_counted_by_the_new_block() {
 /// Result, not a partial one.
 #[test]
 fn a_block_left_closed_by_a_packet_of_another_is_finished_by_the_timer() {
-    let (mut h, program, mut sent, mut held) =
-        slot_taken_again_under(false, &["join_block", "leave_block"]);
+    let SlotTakenAgain {
+        mut h,
+        program,
+        trio,
+        mut sent,
+        mut held,
+    } = slot_taken_again_under(false, &["join_block", "leave_block"]);
     // Into generation 2's gate under generation 0's tag.
     held.step();
     let last = h.run(&program, 1, &packet_of_gen(5, 2, 1));
@@ -527,22 +603,17 @@ fn a_block_left_closed_by_a_packet_of_another_is_finished_by_the_timer() {
     assert_eq!(
         sums_by_gen(&last.created),
         [],
-        "the held packet is still in the gate"
+        "the held packet is in the gate"
     );
     let out = held.release();
     assert_eq!(verdict_name(&program, &out), "stale_gen");
-    assert_eq!(
-        sums_by_gen(&out.created),
-        [],
-        "it does not finish another's block"
-    );
-    sent.extend(later_scans(&mut h, &program));
-    assert_eq!(
-        sums_by_gen(&sent),
-        [(0, vec![1; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
-    );
+    assert_eq!(sums_by_gen(&out.created), [], "not its block to finish");
+    let scans = later_scans(&mut h, &program);
+    sent.extend(scans);
+    assert_eq!(sums_by_gen(&sent), three_generations());
     assert!(
         group_results(&sent).contains(&(5, 2, 2)),
         "generation 2's Result counts both sources"
     );
+    only_generation_2_kept(&trio, &mut h, &program);
 }

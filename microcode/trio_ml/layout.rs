@@ -236,9 +236,14 @@ pub(super) fn free_run_after(current: u8, in_use: u16) -> Option<u8> {
 //   adder.
 // - Whoever leaves a CLOSED gate as the last one IN_FLIGHT (the last adder, or the timer)
 //   then sets TAKEN (fetch-or); the one that finds TAKEN clear finishes the block: its
-//   sums and counts are final. A thread that entered under another tag never finishes: a
-//   block it leaves closed and empty is finished by the next thread through its gate (a
-//   packet of the block, or the timer once the block ages).
+//   sums and counts are final.
+// - A thread in the gate keeps the block in its slot only if it entered before TAKEN was
+//   set: once a block is taken, its finisher may free the slot, and a new block take it,
+//   while a thread that entered the taken gate is still in it. So a thread finishes only
+//   a block whose tag it still finds when it leaves, and the timer closes only a block it
+//   entered untaken. One that finds another tag on leaving may have been the last out of
+//   the new block: that block, closed and empty, is finished by the next thread through
+//   its gate (a packet of the block, or the timer once the block ages).
 // - A thread claiming a slot for a new block enters first, then writes the gate word
 //   under a mask that keeps IN_FLIGHT (threads that entered under the old tag are still
 //   counted, and subtract themselves when they leave), the new tag (the old one plus 1)
@@ -247,9 +252,6 @@ pub(super) fn free_run_after(current: u8, in_use: u16) -> Option<u8> {
 
 /// The gate's word (see above).
 pub(super) const GATE_W: u64 = Block::CLOSED.word();
-/// The gate's 32-bit lane in [`GATE_W`] (the low one, so a lane value and the word's low
-/// bits are the same: the masks below serve both).
-pub(super) const GATE_LANE: u8 = Block::CLOSED.lane();
 /// CLOSED: no adder may enter any more.
 pub(super) const GATE_CLOSED: u64 = Block::CLOSED.mask();
 /// TAKEN: a thread has claimed the finishing of the block.
@@ -268,11 +270,9 @@ pub(super) const GATE_LEAVE: u64 = GATE_ENTER.wrapping_neg();
 /// The slot's tag ([`BlockCtx`]'s `slot_tag`), in [`GATE_W`].
 pub(super) const GATE_TAG: Field = Block::SLOT_TAG;
 const _: () = assert!(
-    GATE_LANE == 1
-        && Block::TAKEN.word() == GATE_W
+    Block::TAKEN.word() == GATE_W
         && Block::DEGRADED.word() == GATE_W
         && Block::IN_FLIGHT.word() == GATE_W
-        && Block::IN_FLIGHT.lane() == GATE_LANE
         && Block::IN_FLIGHT.shift() == 0
         && Block::SLOT_TAG.word() == GATE_W
 );
@@ -707,9 +707,7 @@ mod tests {
         assert_eq!(gate & GATE_DEGRADED, GATE_DEGRADED);
         assert_eq!(gate & (GATE_CLOSED | GATE_TAKEN), 0);
         assert_eq!(gate & GATE_IN_FLIGHT, 0x0102);
-        // The gate is the low lane: a lane value and the word's low bits agree.
-        assert_eq!(GATE_LANE, 1);
-        assert_eq!(u64::from(gate as u32) & GATE_IN_FLIGHT, 0x0102);
+        assert_eq!(gate_tag(gate), 0);
         let lane = (word(&line, BLOCK_W_RCVD_CNT) >> 32) as u32;
         assert_eq!(RCVD_CNT_LANE, 0);
         assert_eq!(lane >> RCVD_CNT_LANE_SHIFT & 0xFF, 0x42);

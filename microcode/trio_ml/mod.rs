@@ -101,7 +101,8 @@
 //!   table, keyed `[job_id, run_id, block_id, gen_id]` (8 bytes): the paper keys by job and
 //!   block id; the generation is added so consecutive uses of a block id are separate
 //!   records, and the run (below) so a job's new run never joins an earlier run's block.
-//!   The value is the record's word address. The timer threads scan this table. A block
+//!   The value is the record's 32-bit address and its slot's tag (see *Limits*). The
+//!   timer threads scan this table. A block
 //!   is created by whichever of its packets first inserts its key (with a *pending*
 //!   value): only that thread counts a slot against `block_cnt_max`; packets racing it
 //!   wait for the record and join, so a job at its slot limit never refuses a packet of
@@ -234,9 +235,11 @@
 //! 8-bit tag, which each new block in the slot advances, and a thread entering the gate
 //! checks it: one that finds another tag adds nothing and looks its block up again (a
 //! timer leaves the block alone). Only a thread held while its slot took 256 new blocks
-//! would be fooled. Such a thread, still in the gate when the new block's last source
-//! leaves, leaves the block closed and unfinished; the timer finishes it once it ages
-//! (a whole Result, `block_exp` late).
+//! would be fooled. A thread that entered a block already being finished does not keep
+//! its slot from being taken again, so no thread finishes a block whose tag it does not
+//! find when it leaves; if it was the last out of the new block, it leaves it closed and
+//! unfinished, and the timer finishes it once it ages (a whole Result, `block_exp`
+//! late).
 
 pub mod host;
 mod layout;

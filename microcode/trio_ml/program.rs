@@ -1031,8 +1031,9 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let w2 = t.read_u64(rec + BLOCK_W_GATE)?;
         if gate_tag(w2) != t.get(R_TAG) {
             // The block finished and its slot holds another since the lookup (a new block
-            // writes its tag before the word read first here): look again.
-            return Ok(Goto(l.lookup_block));
+            // writes its tag before the word read first here): look again, once its
+            // finisher has had time to take its key out of the table.
+            return Ok(Yield(l.lookup_block));
         }
         let job = addr_of(BLOCK_JOB.get_u32(w1));
         t.set(R_BUF, addr_of(BLOCK_BUF.get_across(w1, w2) as u32));
@@ -1203,27 +1204,29 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         Ok(Goto(l.leave_block))
     });
 
-    // Leave the gate; the last one out of a closed block finishes it (unless it entered
-    // under another tag: it knows nothing of the block the slot holds now, which the next
-    // thread through its gate finishes).
+    // Leave the gate; the last one out of a closed block finishes it. Not if the slot's tag
+    // changed: a thread that entered a block being finished (or under an old tag) knows
+    // nothing of the block the slot holds now, which the next thread through its gate
+    // finishes (see the layout's gate).
     p.instr(l.leave_block, move |t| {
         let rec = t.get(R_BLK);
         let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
+        let ours = gate_tag(old) == t.get(R_TAG);
         let next = match t.get(R_AFTER) {
             After::Consume => l.consume,
             After::Duplicate => l.drop_duplicate,
             After::Closing => {
                 t.set(R_CLOSING, true);
-                if gate_tag(old) != t.get(R_TAG) {
+                if !ours {
                     // The block's slot was taken again while we were in its gate: what
                     // join_block read of it may be the new block's.
                     t.set(R_RECEIVED, false);
                 }
                 l.lookup_result
             }
-            After::Gone => return Ok(Goto(l.lookup_block)),
+            After::Gone => return Ok(Yield(l.lookup_block)),
         };
-        let last_out = old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
+        let last_out = ours && old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
         if last_out && take(t, rec)? {
             t.set(R_DEST, ResultDest::Job);
             return Ok(Call(finish_block, next));
@@ -1558,7 +1561,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // in the gate, it finishes the block (a partial Result: age_op = 1, degraded), else the
     // last adder to leave does. The block listed may have finished since scan_blocks,
     // while this thread closed the entries before it, and a new block may hold its slot
-    // now: its tag tells, and that block is left alone.
+    // now: its tag tells, and that block is left alone; so is a block being finished.
     p.instr(l.close_aged, move |t| {
         let i = t.get(R_AGED_I);
         if i == t.get(R_AGED_N) {
@@ -1571,13 +1574,16 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let (rec, tag) = parse_active_value(u64::from_be_bytes(
             e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"),
         ));
-        if gate_tag(t.fetch_add(rec + GATE_W, GATE_ENTER)?) != tag {
+        let gate = t.fetch_add(rec + GATE_W, GATE_ENTER)?;
+        if gate_tag(gate) != tag || gate & GATE_TAKEN != 0 {
+            // Another block now, or this one being finished: in its gate, this thread does
+            // not keep it in its slot. Leave it alone.
             t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
             return Ok(Goto(l.close_aged));
         }
         t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
         let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
-        if old & GATE_IN_FLIGHT == 1 && take(t, rec)? {
+        if gate_tag(old) == tag && old & GATE_IN_FLIGHT == 1 && take(t, rec)? {
             t.set(R_JOB_ID, job);
             t.set(R_RUN, run);
             t.set(R_BLOCK_ID, block);
