@@ -585,10 +585,10 @@ fn a_packet_in_a_finished_blocks_gate_does_not_finish_the_next_block_in_its_slot
 
 /// A packet that entered a new block's gate under its old block's tag, and is still there
 /// when the new block's last source closes it and leaves, leaves last; it knows nothing of
-/// the new block and does not finish it. The timer does, once the block ages: a whole
-/// Result, not a partial one.
+/// the new block and does not finish it. The block's next packet through its gate does (a
+/// retransmission, finding it closed): a whole Result to the group, and its answer.
 #[test]
-fn a_block_left_closed_by_a_packet_of_another_is_finished_by_the_timer() {
+fn a_block_left_closed_by_a_packet_of_another_is_finished_by_its_next_packet() {
     let SlotTakenAgain {
         mut h,
         program,
@@ -608,12 +608,14 @@ fn a_block_left_closed_by_a_packet_of_another_is_finished_by_the_timer() {
     let out = held.release();
     assert_eq!(verdict_name(&program, &out), "stale_gen");
     assert_eq!(sums_by_gen(&out.created), [], "not its block to finish");
-    let scans = later_scans(&mut h, &program);
-    sent.extend(scans);
-    assert_eq!(sums_by_gen(&sent), three_generations());
-    assert!(
-        group_results(&sent).contains(&(5, 2, 2)),
-        "generation 2's Result counts both sources"
+    let again = h.run(&program, 0, &packet_of_gen(5, 2, 0));
+    assert_eq!(verdict_name(&program, &again), "retransmit_answered");
+    assert_eq!(
+        group_results(&again.created),
+        [(5, 2, 2)],
+        "the retransmission finished generation 2, with both sources"
     );
+    sent.extend(again.created);
+    assert_eq!(sums_by_gen(&sent), three_generations());
     only_generation_2_kept(&trio, &mut h, &program);
 }

@@ -234,16 +234,17 @@ pub(super) fn free_run_after(current: u8, in_use: u16) -> Option<u8> {
 // - The thread whose `rcvd_cnt` increment completes the block CLOSEs it (fetch-or); a timer
 //   thread that finds it aged enters, closes it and leaves. A closed block admits no new
 //   adder.
-// - Whoever leaves a CLOSED gate as the last one IN_FLIGHT (the last adder, or the timer)
-//   then sets TAKEN (fetch-or); the one that finds TAKEN clear finishes the block: its
-//   sums and counts are final.
-// - A thread in the gate keeps the block in its slot only if it entered before TAKEN was
-//   set: once a block is taken, its finisher may free the slot, and a new block take it,
-//   while a thread that entered the taken gate is still in it. So a thread finishes only
-//   a block whose tag it still finds when it leaves, and the timer closes only a block it
-//   entered untaken. One that finds another tag on leaving may have been the last out of
-//   the new block: that block, closed and empty, is finished by the next thread through
-//   its gate (a packet of the block, or the timer once the block ages).
+// - Whoever leaves a CLOSED gate as the last one IN_FLIGHT (the last adder, a packet that
+//   found the block closed, or the timer) then sets TAKEN (fetch-or); the one that finds
+//   TAKEN clear finishes the block: its sums and counts are final.
+// - A thread in the gate keeps the block in its slot only if it entered the gate open:
+//   once a block is closed, its last leaver may take and finish it, its finisher free the
+//   slot, and a new block take it, while a thread that entered the closed gate is still in
+//   it. So a thread finishes only a block whose tag it still finds when it leaves, and the
+//   timer closes only a gate it entered open. One that finds another tag on leaving may
+//   have been the last out of the new block: that block, closed and empty, is finished by
+//   the next thread through its gate (a packet of the block, or the timer once the block
+//   ages).
 // - A thread claiming a slot for a new block enters first, then writes the gate word
 //   under a mask that keeps IN_FLIGHT (threads that entered under the old tag are still
 //   counted, and subtract themselves when they leave), the new tag (the old one plus 1)

@@ -168,7 +168,12 @@
 //!   its source; the thread that completes a block, or a timer thread that finds it aged,
 //!   closes it; whoever then sees it closed and empty takes it and finishes it. So a
 //!   partial Result is never read while a late source is still adding, and exactly one
-//!   thread finishes each block, without spinning.
+//!   thread finishes each block, without spinning. Threads enter and leave with 64-bit adds
+//!   over the whole word, which also hold the block's run (byte 18) and its slot's tag:
+//! - a block's *slot tag* (byte 19): how many blocks its slot has held, mod 256, advanced by
+//!   each new block there, and kept with the record's address in the active table. A
+//!   thread that finds another tag in the gate than the table gave it has found another
+//!   block (see *Limits*).
 //! - bytes 58-63 of a block's line: its block id and generation, for the control plane.
 //!
 //! # Where the job record differs from the paper's
@@ -235,11 +240,14 @@
 //! 8-bit tag, which each new block in the slot advances, and a thread entering the gate
 //! checks it: one that finds another tag adds nothing and looks its block up again (a
 //! timer leaves the block alone). Only a thread held while its slot took 256 new blocks
-//! would be fooled. A thread that entered a block already being finished does not keep
-//! its slot from being taken again, so no thread finishes a block whose tag it does not
-//! find when it leaves; if it was the last out of the new block, it leaves it closed and
-//! unfinished, and the timer finishes it once it ages (a whole Result, `block_exp`
-//! late).
+//! would be fooled. A thread that entered a closed block does not keep its slot from
+//! being taken again, so no thread finishes a block whose tag it does not find when it
+//! leaves; if it was the last out of the new block, it leaves it closed and unfinished,
+//! and the next packet of that block through its gate (a retransmission) or the timer,
+//! once the block ages, finishes it (a whole Result if every source was in, `block_exp`
+//! late at most). A thread that faults between entering a gate and leaving it (its
+//! instruction budget run out, say) stays counted there: that block is never finished,
+//! and its key and slot stay taken.
 
 pub mod host;
 mod layout;

@@ -1557,11 +1557,14 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
 
     // Close one aged block: no adder may join it any more. The thread enters the block's
-    // gate under the tag it listed the block with, closes it and leaves: if nobody else is
-    // in the gate, it finishes the block (a partial Result: age_op = 1, degraded), else the
-    // last adder to leave does. The block listed may have finished since scan_blocks,
-    // while this thread closed the entries before it, and a new block may hold its slot
-    // now: its tag tells, and that block is left alone; so is a block being finished.
+    // gate under the tag it listed the block with, closes it if it is open, and leaves: if
+    // nobody else is in the gate, it finishes the block (a partial Result, age_op = 1 and
+    // degraded, unless every source was in), else the last adder to leave does. The block
+    // listed may have finished since scan_blocks, while this thread closed the entries
+    // before it, and a new block may hold its slot now: its tag tells, and that block is
+    // left alone. A gate found closed is only left: the block may be between its last
+    // leaver's leave and its take, then finished and its slot taken again before this
+    // thread's close, which would close the new block.
     p.instr(l.close_aged, move |t| {
         let i = t.get(R_AGED_I);
         if i == t.get(R_AGED_N) {
@@ -1581,7 +1584,10 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
             return Ok(Goto(l.close_aged));
         }
-        t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
+        if gate & GATE_CLOSED == 0 {
+            // Open when we entered: the block stays in its slot while we are in its gate.
+            t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
+        }
         let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
         if gate_tag(old) == tag && old & GATE_IN_FLIGHT == 1 && take(t, rec)? {
             t.set(R_JOB_ID, job);
