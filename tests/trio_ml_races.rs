@@ -78,6 +78,11 @@ fn install() -> (Arc<SharedMemory>, TrioMl, Program) {
 
 /// [`install`] with `slots` block slots.
 fn install_with_slots(slots: u16) -> (Arc<SharedMemory>, TrioMl, Program) {
+    install_keeping(slots, TrioMlConfig::default().keep_result_ns)
+}
+
+/// [`install_with_slots`], kept Results dropped after `keep_result_ns` without a request.
+fn install_keeping(slots: u16, keep_result_ns: u64) -> (Arc<SharedMemory>, TrioMl, Program) {
     let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
     let trio = TrioMl::install(
         &mem,
@@ -86,6 +91,7 @@ fn install_with_slots(slots: u16) -> (Arc<SharedMemory>, TrioMl, Program) {
             scan_period_ns: MS,
             timers: 1,
             hash_shards: 16,
+            keep_result_ns,
             ..TrioMlConfig::default()
         },
     )
@@ -618,4 +624,43 @@ fn a_block_left_closed_by_a_packet_of_another_is_finished_by_its_next_packet() {
     sent.extend(again.created);
     assert_eq!(sums_by_gen(&sent), three_generations());
     only_generation_2_kept(&trio, &mut h, &program);
+}
+
+/// A kept Result sent again is copied out of its slot 256 bytes per instruction. If the
+/// Result expires during the copy, its slot is taken again and the same block (a late
+/// packet starts it anew) is finished and kept there again, the table's entry is the same
+/// as before: the copy, half the old sums and half the new, must not be sent. Before the
+/// slot's tag was checked, it was.
+#[test]
+fn a_kept_result_taken_again_while_it_is_copied_out_is_not_sent() {
+    // Kept Results go at the second kept scan (every 16 ms) that finds them unasked.
+    let (mem, trio, program) = install_keeping(2, 1);
+    let mut h = Harness::new(mem.clone());
+    let old = |src: u8| packet_with(5, 0, src, &[i32::from(src) + 1; 128]);
+    let new = |src: u8| packet_with(5, 0, src, &[10 * (i32::from(src) + 1); 128]);
+    let sent = from_both(&mut h, &program, old);
+    assert_eq!(group_results(&sent), [(5, 0, 2)]);
+    // Source 0 asks for the Result again; held after its first 64 sums are copied out.
+    let mut held = common::hold_before_each(
+        &mem,
+        &program,
+        &["result_tail", "result_tail"],
+        (0, 0),
+        old(0),
+    );
+    held.step();
+    let expired = [16 * MS, 32 * MS]
+        .into_iter()
+        .flat_map(|now| scan(&mut h, &program, now))
+        .count();
+    assert_eq!((expired, trio.kept_records()), (0, 0), "the Result expired");
+    // Block 5 again from late packets: the same key, the same slot (the other is free but
+    // not its home), kept again.
+    let again = from_both(&mut h, &program, new);
+    assert_eq!(sums_by_gen(&again), [(0, vec![30; 128])]);
+    let kept = trio.kept_result(1, 5).unwrap().expect("kept again");
+    assert_eq!((kept.gen_id, kept.run_id), (0, 0));
+    let out = held.release();
+    assert_eq!(verdict_name(&program, &out), "result_expired");
+    assert_eq!(out.created, [], "no Result of mixed sums");
 }

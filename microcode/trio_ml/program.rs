@@ -97,7 +97,8 @@ pfemu::registers! {
     /// The block record's address.
     R_BLK: Addr,
     /// The tag of the block's slot ([`gate_tag`]) when the packet found the block (or
-    /// claimed the slot).
+    /// claimed the slot); while a kept Result is sent again, its slot's tag when the copy
+    /// began.
     R_TAG: u8,
     /// The job record's address.
     R_JOB: Addr,
@@ -1380,6 +1381,11 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         );
         let (contributors, lower_partial, run) =
             (b.contributors(), b.degraded(), b.run_id() & MAX_RUN_ID);
+        if t.get(R_ANSWER) == Answer::Sending {
+            // A kept Result's slot may be taken again while it is copied out: emit_result
+            // looks for the same tag once the copy is done.
+            t.set(R_TAG, b.slot_tag());
+        }
         let key = BlockKey::new_checked(t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, BLOCK_KEY_LEN)?)?;
         let (block, gen) = (key.block_id(), key.gen_id());
         t.mem_read(job, LM_JOB_REC, LINE_BYTES)?;
@@ -1474,7 +1480,10 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // A kept Result sent again is checked to be kept still: the timer threads delete an
     // expired one from the table before they free its slot (and a replaced one is updated
     // in the table before its slot is freed), so a Result still kept after it was read is
-    // whole; otherwise it may hold another block's sums and is not sent.
+    // whole; otherwise it may hold another block's sums and is not sent. Nor is one whose
+    // slot's tag changed since result_headers: the slot was freed and taken again during
+    // the copy (and the block kept again there, under the same key: the table alone
+    // cannot tell).
     let kept = tables.kept.clone();
     p.instr(l.emit_result, move |t| {
         if t.get(R_ANSWER) == Answer::Sending {
@@ -1483,6 +1492,7 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             if !t
                 .hash_lookup(&kept, &key)?
                 .is_some_and(|v| same_kept(v, want))
+                || gate_tag(t.read_u64(t.get(R_BLK) + GATE_W)?) != t.get(R_TAG)
             {
                 t.set(R_ANSWER, Answer::Expired);
                 return Ok(Return);
