@@ -664,3 +664,40 @@ fn a_kept_result_taken_again_while_it_is_copied_out_is_not_sent() {
     assert_eq!(verdict_name(&program, &out), "result_expired");
     assert_eq!(out.created, [], "no Result of mixed sums");
 }
+
+/// A finisher held between keeping its Result and taking its block's key out of the active
+/// table, while the next generation replaces the Result and a new block takes the slot,
+/// leaves a stale entry behind for that time: a packet of the block that finds it drops
+/// it (the slot's tag says it is stale) and is answered as for a finished block, rather
+/// than looking it up again and again until its instruction budget runs out.
+#[test]
+fn a_stale_active_entry_is_dropped_by_the_packet_that_finds_it() {
+    let (mem, trio, program) = install_with_slots(2);
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
+    let finisher = common::hold_before(
+        &mem,
+        &program,
+        "release_block",
+        (1, 0),
+        packet_of_gen(5, 0, 1),
+    );
+    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
+    sent.extend(h.run(&program, 0, &packet(6, 0, 0)).created);
+    assert_eq!(
+        trio.active_records(),
+        2,
+        "block 6, and generation 0's stale entry"
+    );
+    let again = h.run(&program, 0, &packet_of_gen(5, 0, 0));
+    assert_eq!(verdict_name(&program, &again), "stale_gen");
+    assert_eq!(trio.active_records(), 1, "block 6 alone");
+    let out = finisher.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    sent.extend(out.created);
+    sent.extend(h.run(&program, 1, &packet(6, 0, 1)).created);
+    let mut results = group_results(&sent);
+    results.sort();
+    assert_eq!(results, [(5, 0, 2), (5, 1, 2), (6, 0, 2)]);
+    assert_eq!(trio.active_records(), 0);
+}

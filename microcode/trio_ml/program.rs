@@ -66,7 +66,7 @@ use super::layout::*;
 use super::wire::*;
 use super::{Tables, TrioMlConfig};
 use crate::microcode::fpisa;
-use pfemu::mem::hash::{HashError, Inserted, ScanAction};
+use pfemu::mem::hash::{HashError, HashTable, Inserted, ScanAction};
 use pfemu::mem::{Addr, MAX_VADD_BYTES};
 use pfemu::prelude::*;
 use pfemu::program::{ProgramBuilder, RegValue, DEFAULT_HEAD_OFFSET, LOCAL_MEMORY_BYTES};
@@ -1023,18 +1023,17 @@ fn publish_phase(p: &mut ProgramBuilder, l: Labels, tables: &Tables) {
 /// Step 4: check the source against the job and the block, and join the block's gate.
 fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let _ = c;
-    let _ = tables;
 
     // 4. check_source: a member of the job, with the block's gradient count.
+    let active = tables.active.clone();
     p.instr(l.check_source, move |t| {
         let rec = t.get(R_BLK);
         let w1 = t.read_u64(rec + BLOCK_W_JOB)?;
         let w2 = t.read_u64(rec + BLOCK_W_GATE)?;
         if gate_tag(w2) != t.get(R_TAG) {
             // The block finished and its slot holds another since the lookup (a new block
-            // writes its tag before the word read first here): look again, once its
-            // finisher has had time to take its key out of the table.
-            return Ok(Yield(l.lookup_block));
+            // writes its tag before the word read first here): look again.
+            return forget_stale_block(t, &active, l);
         }
         let job = addr_of(BLOCK_JOB.get_u32(w1));
         t.set(R_BUF, addr_of(BLOCK_BUF.get_across(w1, w2) as u32));
@@ -1086,6 +1085,16 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     });
 }
 
+/// The slot of the block the packet found in the active table holds another block now (its
+/// tag changed): the block finished, and its finisher has yet to take the key out of the
+/// table (or faulted before it could). The entry is stale: it goes, unless it changed
+/// meanwhile, and the packet looks its block up again.
+fn forget_stale_block(t: &mut Thread<'_>, active: &HashTable, l: Labels) -> Result<Next, Fault> {
+    let stale = active_value(t.get(R_BLK), t.get(R_TAG));
+    t.hash_compare_delete(active, &packet_block_key(t), stale)?;
+    Ok(Goto(l.lookup_block))
+}
+
 /// Where a packet goes once its gradients are in: a creator publishes its block, the others
 /// count their source.
 fn aggregated(t: &Thread<'_>, l: Labels) -> Label {
@@ -1100,7 +1109,6 @@ fn aggregated(t: &Thread<'_>, l: Labels) -> Label {
 fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     let finish_block = l.finish_start;
     let Ctx { lanes, events, .. } = *c;
-    let _ = tables;
 
     // 5. l.aggregate_head (phase one): the 16-gradient chunks that lie wholly in the head,
     // straight from local memory.
@@ -1205,6 +1213,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         Ok(Goto(l.leave_block))
     });
 
+    let active = tables.active.clone();
     // Leave the gate; the last one out of a closed block finishes it. Not if the slot's tag
     // changed: a thread that entered a block being finished (or under an old tag) knows
     // nothing of the block the slot holds now, which the next thread through its gate
@@ -1225,7 +1234,7 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
                 }
                 l.lookup_result
             }
-            After::Gone => return Ok(Yield(l.lookup_block)),
+            After::Gone => return forget_stale_block(t, &active, l),
         };
         let last_out = ours && old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
         if last_out && take(t, rec)? {

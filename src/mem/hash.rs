@@ -494,6 +494,21 @@ impl HashTable {
         }))
     }
 
+    /// Deletes a record only if its value is still `expected`; returns the value found, or
+    /// `None` if there is no such record. The record is gone exactly when that is
+    /// `Some(expected)`: a thread that found a record stale removes it without removing one
+    /// put in its place meanwhile.
+    pub fn compare_delete(&self, key: &[u8], expected: u64) -> Result<Option<u64>, HashError> {
+        let h = self.hash(key)?;
+        let mut shard = self.locked(h);
+        let found = shard.find_mut(h, key).map(|r| r.value);
+        if found == Some(expected) {
+            shard.remove(h, key);
+            self.len.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(found)
+    }
+
     /// Deletes a record; returns its value, or `None` if there was none.
     pub fn delete(&self, key: &[u8]) -> Result<Option<u64>, HashError> {
         let h = self.hash(key)?;
@@ -605,6 +620,48 @@ mod tests {
     /// A compare-update replaces only the value it was given, marks only a record it
     /// changed referenced, and, looped, lets threads keep the largest of their values
     /// without losing one to a replace between another thread's read and its own.
+    #[test]
+    fn compare_delete_removes_only_the_value_expected() {
+        let t = HashTable::new(100, 4).unwrap();
+        assert_eq!(t.compare_delete(&key(1, 7), 0), Ok(None));
+        assert_eq!(t.insert(&key(1, 7), 70), Ok(Inserted::New));
+        assert_eq!(t.compare_delete(&key(1, 7), 69), Ok(Some(70)));
+        assert_eq!((t.len(), t.peek(&key(1, 7)).unwrap()), (1, Some(70)));
+        assert_eq!(t.compare_delete(&key(1, 7), 70), Ok(Some(70)));
+        assert_eq!((t.len(), t.peek(&key(1, 7)).unwrap()), (0, None));
+
+        // 32 threads find the same stale record; one removes it, and never the record put in
+        // its place, whatever the interleaving.
+        let t = std::sync::Arc::new(HashTable::new(100, 4).unwrap());
+        for round in 0..100u64 {
+            t.insert(&key(2, 2), round).unwrap();
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(32));
+            let removed: u64 = (0..32u64)
+                .map(|i| {
+                    let (t, barrier) = (t.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let gone = t.compare_delete(&key(2, 2), round).unwrap() == Some(round);
+                        if gone && i % 2 == 0 {
+                            // Put a new record in its place at once.
+                            t.insert(&key(2, 2), 1_000 + round).unwrap();
+                        }
+                        u64::from(gone)
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .sum();
+            assert_eq!(removed, 1, "round {round}");
+            if let Some(v) = t.peek(&key(2, 2)).unwrap() {
+                assert_eq!(v, 1_000 + round, "only a new record is left");
+                t.delete(&key(2, 2)).unwrap();
+            }
+            assert_eq!(t.len(), 0);
+        }
+    }
+
     #[test]
     fn compare_update_replaces_only_the_value_expected() {
         let t = HashTable::new(100, 4).unwrap();

@@ -763,6 +763,21 @@ impl<'a> Thread<'a> {
         Ok(found)
     }
 
+    /// Deletes a record if its value is still `expected`: the value found, or `None` if there
+    /// is none (the record is gone exactly when that is `Some(expected)`). See
+    /// [`HashTable::compare_delete`]. Counted as a `hash_delete`.
+    pub fn hash_compare_delete(
+        &mut self,
+        table: &HashTable,
+        key: &[u8],
+        expected: u64,
+    ) -> Result<Option<u64>, Fault> {
+        self.count(XtxnKind::HashDelete);
+        let found = table.compare_delete(key, expected)?;
+        self.note_key(XtxnKind::HashDelete, key, found);
+        Ok(found)
+    }
+
     /// Scans slice `slice` of `slices` of a hash table, testing and clearing each record's
     /// REF flag; see [`HashTable::scan`]. `visit` runs under the shard's lock: it must not
     /// issue hash XTXNs on the same table (collect what to do, then do it).
