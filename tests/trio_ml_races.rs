@@ -473,7 +473,7 @@ fn slot_taken_again_under(in_gate: bool, labels: &[&'static str]) -> SlotTakenAg
     );
     if in_gate {
         // Into generation 0's closed gate, while its slot still holds it.
-        held.step();
+        assert!(held.step(), "the held packet goes on to its next label");
     }
     sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
     sent.extend(h.run(&program, 0, &packet_of_gen(5, 2, 0)).created);
@@ -603,7 +603,7 @@ fn a_block_left_closed_by_a_packet_of_another_is_finished_by_its_next_packet() {
         mut held,
     } = slot_taken_again_under(false, &["join_block", "leave_block"]);
     // Into generation 2's gate under generation 0's tag.
-    held.step();
+    assert!(held.step(), "the held packet goes on to its next label");
     let last = h.run(&program, 1, &packet_of_gen(5, 2, 1));
     assert_eq!(last.result, Ok(Verdict::Consume));
     assert_eq!(
@@ -648,7 +648,7 @@ fn a_kept_result_taken_again_while_it_is_copied_out_is_not_sent() {
         (0, 0),
         old(0),
     );
-    held.step();
+    assert!(held.step(), "the held packet goes on to its next label");
     let expired = [16 * MS, 32 * MS]
         .into_iter()
         .flat_map(|now| scan(&mut h, &program, now))
@@ -700,4 +700,86 @@ fn a_stale_active_entry_is_dropped_by_the_packet_that_finds_it() {
     results.sort();
     assert_eq!(results, [(5, 0, 2), (5, 1, 2), (6, 0, 2)]);
     assert_eq!(trio.active_records(), 0);
+}
+
+/// A retransmission found the kept Result, and was descheduled before its copy began; the
+/// Result expired meanwhile, and a late packet started the block anew in the same slot. The
+/// copy must not go out: the block there is not finished (it would send the new block's
+/// partial sums, or a mix of them and its final ones, as the kept Result).
+#[test]
+fn a_kept_result_whose_slot_holds_a_block_being_filled_is_not_sent() {
+    let (mem, trio, program) = install_keeping(2, 1);
+    let mut h = Harness::new(mem.clone());
+    let old = |src: u8| packet_with(5, 0, src, &[i32::from(src) + 1; 128]);
+    let new = |src: u8| packet_with(5, 0, src, &[10 * (i32::from(src) + 1); 128]);
+    from_both(&mut h, &program, old);
+    let mut held = common::hold_before_each(
+        &mem,
+        &program,
+        &["result_headers", "result_tail", "result_tail"],
+        (0, 0),
+        old(0),
+    );
+    for now in [16 * MS, 32 * MS] {
+        scan(&mut h, &program, now);
+    }
+    assert_eq!(trio.kept_records(), 0, "the Result expired");
+    let started = h.run(&program, 1, &new(1));
+    assert_eq!(
+        (started.result, started.created),
+        (Ok(Verdict::Consume), vec![])
+    );
+    if held.step() {
+        // Without the check, the copy goes on: its first chunk from the block started
+        // anew, the rest once that block is finished and kept again.
+        assert!(held.step(), "the held packet goes on to its next label");
+        let finished = h.run(&program, 0, &new(0));
+        assert_eq!(sums_by_gen(&finished.created), [(0, vec![30; 128])]);
+    }
+    let out = held.release();
+    assert_eq!(verdict_name(&program, &out), "result_expired");
+    assert_eq!(out.created, [], "no Result of a block being filled");
+}
+
+/// A finisher held between keeping its Result and taking its key out of the active table,
+/// while the Result expires, another block takes its slot, and a late packet of its block
+/// finds the entry stale, removes it and starts the block anew in another slot: the
+/// finisher must then leave the new entry alone (it removed it, and the new block was lost
+/// with its slot).
+#[test]
+fn a_finisher_leaves_the_entry_of_its_block_started_anew_alone() {
+    let (mem, trio, program) = install_keeping(2, 1);
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
+    let finisher = common::hold_before(
+        &mem,
+        &program,
+        "release_block",
+        (1, 0),
+        packet_of_gen(5, 0, 1),
+    );
+    for now in [16 * MS, 32 * MS] {
+        sent.extend(scan(&mut h, &program, now));
+    }
+    assert_eq!(trio.kept_records(), 0, "the Result expired");
+    // Block 6's generation 0 has block 5's home slot, free again.
+    sent.extend(h.run(&program, 0, &packet(6, 0, 0)).created);
+    let late = h.run(&program, 0, &packet_of_gen(5, 0, 0));
+    assert_eq!(late.result, Ok(Verdict::Consume), "block 5 started anew");
+    assert_eq!(trio.active_records(), 2);
+    let out = finisher.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    sent.extend(out.created);
+    assert_eq!(trio.active_records(), 2, "block 5 anew, and block 6");
+    sent.extend(h.run(&program, 1, &packet_of_gen(5, 0, 1)).created);
+    sent.extend(h.run(&program, 1, &packet(6, 0, 1)).created);
+    let mut results = group_results(&sent);
+    results.sort();
+    assert_eq!(results, [(5, 0, 2), (5, 0, 2), (6, 0, 2)]);
+    assert_eq!(trio.active_records(), 0);
+    assert_eq!(
+        trio.job_state(1).unwrap().slots_in_use,
+        2,
+        "two Results kept"
+    );
 }

@@ -97,8 +97,7 @@ pfemu::registers! {
     /// The block record's address.
     R_BLK: Addr,
     /// The tag of the block's slot ([`gate_tag`]) when the packet found the block (or
-    /// claimed the slot); while a kept Result is sent again, its slot's tag when the copy
-    /// began.
+    /// claimed the slot); while a Result is built, its slot's tag when the build began.
     R_TAG: u8,
     /// The job record's address.
     R_JOB: Addr,
@@ -1335,9 +1334,14 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // finish_block, step 3: the block is no longer active: its key goes (its kept Result,
     // kept first in step 2, now answers its packets: claim_slot looks there before it starts
     // a block).
+    // Only the entry of this block (its slot and tag): if the slot was freed and taken again
+    // since keep_result (a newer generation replaced the Result, or it expired), a packet
+    // that found the entry stale may have removed it already, and a packet of the block
+    // may have started it anew (its Result expired): that entry stays.
     let active = tables.active.clone();
     p.instr(l.release_block, move |t| {
-        t.hash_delete(&active, &packet_block_key(t))?;
+        let ours = active_value(t.get(R_BLK), t.get(R_TAG));
+        t.hash_compare_delete(&active, &packet_block_key(t), ours)?;
         Ok(Goto(l.free_replaced))
     });
 
@@ -1390,10 +1394,16 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         );
         let (contributors, lower_partial, run) =
             (b.contributors(), b.degraded(), b.run_id() & MAX_RUN_ID);
-        if t.get(R_ANSWER) == Answer::Sending {
-            // A kept Result's slot may be taken again while it is copied out: emit_result
-            // looks for the same tag once the copy is done.
-            t.set(R_TAG, b.slot_tag());
+        let (tag, taken) = (b.slot_tag(), b.taken());
+        // The slot's tag: a finisher's block's entry in the active table (release_block);
+        // for a kept Result sent again, what emit_result looks for once the copy is done (the
+        // slot may be taken again meanwhile).
+        t.set(R_TAG, tag);
+        if t.get(R_ANSWER) == Answer::Sending && !taken {
+            // Not a finished block's: the kept Result expired, and a block took its slot
+            // (the same block started anew, perhaps) since lookup_result found it.
+            t.set(R_ANSWER, Answer::Expired);
+            return Ok(Return);
         }
         let key = BlockKey::new_checked(t.lm_bytes(LM_BLOCK_REC + BLOCK_KEY_AT, BLOCK_KEY_LEN)?)?;
         let (block, gen) = (key.block_id(), key.gen_id());

@@ -617,9 +617,8 @@ mod tests {
         assert!(end((&raw const g.places[1]).cast(), record) <= SHARD_PREFETCH_BYTES);
     }
 
-    /// A compare-update replaces only the value it was given, marks only a record it
-    /// changed referenced, and, looped, lets threads keep the largest of their values
-    /// without losing one to a replace between another thread's read and its own.
+    /// A compare-delete removes only the value it was given, and of threads that found the
+    /// same record, one removes it and none the record put in its place.
     #[test]
     fn compare_delete_removes_only_the_value_expected() {
         let t = HashTable::new(100, 4).unwrap();
@@ -636,32 +635,37 @@ mod tests {
         for round in 0..100u64 {
             t.insert(&key(2, 2), round).unwrap();
             let barrier = std::sync::Arc::new(std::sync::Barrier::new(32));
-            let removed: u64 = (0..32u64)
-                .map(|i| {
+            let outcomes: Vec<(bool, bool)> = (0..32u64)
+                .map(|_| {
                     let (t, barrier) = (t.clone(), barrier.clone());
                     std::thread::spawn(move || {
                         barrier.wait();
                         let gone = t.compare_delete(&key(2, 2), round).unwrap() == Some(round);
-                        if gone && i % 2 == 0 {
-                            // Put a new record in its place at once.
+                        // In odd rounds the remover puts a new record in its place at once.
+                        let put = gone && round % 2 == 1;
+                        if put {
                             t.insert(&key(2, 2), 1_000 + round).unwrap();
                         }
-                        u64::from(gone)
+                        (gone, put)
                     })
                 })
                 .collect::<Vec<_>>()
                 .into_iter()
                 .map(|h| h.join().unwrap())
-                .sum();
+                .collect();
+            let removed = outcomes.iter().filter(|o| o.0).count();
+            let put = outcomes.iter().any(|o| o.1);
             assert_eq!(removed, 1, "round {round}");
-            if let Some(v) = t.peek(&key(2, 2)).unwrap() {
-                assert_eq!(v, 1_000 + round, "only a new record is left");
-                t.delete(&key(2, 2)).unwrap();
-            }
+            let left = t.peek(&key(2, 2)).unwrap();
+            assert_eq!(left, put.then_some(1_000 + round), "round {round}");
+            t.delete(&key(2, 2)).unwrap();
             assert_eq!(t.len(), 0);
         }
     }
 
+    /// A compare-update replaces only the value it was given, marks only a record it
+    /// changed referenced, and, looped, lets threads keep the largest of their values
+    /// without losing one to a replace between another thread's read and its own.
     #[test]
     fn compare_update_replaces_only_the_value_expected() {
         let t = HashTable::new(100, 4).unwrap();

@@ -117,16 +117,22 @@ pub const HOLD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30
 impl Held {
     /// Lets the packet go on; its outcome once it has run to the end.
     pub fn release(self) -> pfemu::program::HarnessOutcome {
-        self.go.send(()).expect("the held packet's thread waits");
+        // A thread that already ran to its end no longer waits.
+        let _ = self.go.send(());
         self.thread.join().expect("the held packet's thread")
     }
 
     /// Lets the packet go on to the next of the labels it is held at
-    /// ([`hold_before_each`]); returns once it is held there.
-    pub fn step(&mut self) {
+    /// ([`hold_before_each`]); returns once it is held there (true), or once it has run to
+    /// its end without reaching it (false: [`Held::release`] gives its outcome).
+    pub fn step(&mut self) -> bool {
         self.go.send(()).expect("the held packet's thread waits");
-        if self.at_label.recv_timeout(HOLD_PATIENCE).is_err() {
-            panic!("the held thread reaches its next label");
+        match self.at_label.recv_timeout(HOLD_PATIENCE) {
+            Ok(_) => true,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => false,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the held thread neither reaches its next label nor ends")
+            }
         }
     }
 }
