@@ -555,6 +555,22 @@ fn a_packet_in_the_gate_of_a_slot_taken_again_is_counted_by_the_new_block() {
     only_generation_2_kept(&trio, &mut h, &program);
 }
 
+/// Generation 2's last source closes it and leaves while the held packet is still in its
+/// gate (so no Result yet); then the held packet leaves, last, is dropped as stale, and
+/// finishes nothing.
+fn leave_after_the_last_source(h: &mut Harness, program: &Program, held: common::Held) {
+    let last = h.run(program, 1, &packet_of_gen(5, 2, 1));
+    assert_eq!(last.result, Ok(Verdict::Consume));
+    assert_eq!(
+        sums_by_gen(&last.created),
+        [],
+        "the held packet is in the gate"
+    );
+    let out = held.release();
+    assert_eq!(verdict_name(program, &out), "stale_gen");
+    assert_eq!(sums_by_gen(&out.created), [], "not its block to finish");
+}
+
 /// A packet still in the gate of a block that was being finished when it entered, when the
 /// block's slot goes to a new block and that block's last source closes it and leaves,
 /// leaves last; it must not finish the new block under its own block's key (which left
@@ -569,16 +585,7 @@ fn a_packet_in_a_finished_blocks_gate_does_not_finish_the_next_block_in_its_slot
         mut sent,
         held,
     } = slot_taken_again_under(true, &["join_block", "leave_block"]);
-    let last = h.run(&program, 1, &packet_of_gen(5, 2, 1));
-    assert_eq!(last.result, Ok(Verdict::Consume));
-    assert_eq!(
-        sums_by_gen(&last.created),
-        [],
-        "the held packet is in the gate"
-    );
-    let out = held.release();
-    assert_eq!(verdict_name(&program, &out), "stale_gen");
-    assert_eq!(sums_by_gen(&out.created), [], "not its block to finish");
+    leave_after_the_last_source(&mut h, &program, held);
     let scans = later_scans(&mut h, &program);
     sent.extend(scans);
     assert_eq!(sums_by_gen(&sent), three_generations());
@@ -604,16 +611,7 @@ fn a_block_left_closed_by_a_packet_of_another_is_finished_by_its_next_packet() {
     } = slot_taken_again_under(false, &["join_block", "leave_block"]);
     // Into generation 2's gate under generation 0's tag.
     assert!(held.step(), "the held packet goes on to its next label");
-    let last = h.run(&program, 1, &packet_of_gen(5, 2, 1));
-    assert_eq!(last.result, Ok(Verdict::Consume));
-    assert_eq!(
-        sums_by_gen(&last.created),
-        [],
-        "the held packet is in the gate"
-    );
-    let out = held.release();
-    assert_eq!(verdict_name(&program, &out), "stale_gen");
-    assert_eq!(sums_by_gen(&out.created), [], "not its block to finish");
+    leave_after_the_last_source(&mut h, &program, held);
     let again = h.run(&program, 0, &packet_of_gen(5, 2, 0));
     assert_eq!(verdict_name(&program, &again), "retransmit_answered");
     assert_eq!(
