@@ -83,6 +83,15 @@ fn install_with_slots(slots: u16) -> (Arc<SharedMemory>, TrioMl, Program) {
 
 /// [`install_with_slots`], kept Results dropped after `keep_result_ns` without a request.
 fn install_keeping(slots: u16, keep_result_ns: u64) -> (Arc<SharedMemory>, TrioMl, Program) {
+    install_job(slots, keep_result_ns, 1)
+}
+
+/// [`install_keeping`], blocks aging out after `block_exp_ms`.
+fn install_job(
+    slots: u16,
+    keep_result_ns: u64,
+    block_exp_ms: u8,
+) -> (Arc<SharedMemory>, TrioMl, Program) {
     let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
     let trio = TrioMl::install(
         &mem,
@@ -99,7 +108,7 @@ fn install_keeping(slots: u16, keep_result_ns: u64) -> (Arc<SharedMemory>, TrioM
     trio.add_job(&JobConfig {
         job_id: 1,
         sources: vec![0, 1],
-        block_exp_ms: 1,
+        block_exp_ms,
         block_cnt_max: slots,
         out_dest: Dest::Group(1),
         ..JobConfig::default()
@@ -621,6 +630,73 @@ fn a_block_left_closed_by_a_packet_of_another_is_finished_by_its_next_packet() {
     );
     sent.extend(again.created);
     assert_eq!(sums_by_gen(&sent), three_generations());
+    only_generation_2_kept(&trio, &mut h, &program);
+}
+
+/// The last one out of a closed block takes it (sets TAKEN, to finish it) after it left the
+/// gate. Descheduled between the two, while another thread goes through the closed gate,
+/// leaves last and finishes the block, its slot is freed (the next generation's Result
+/// replaces this one) and a new block takes it: the late take finds the new block's tag and
+/// must not finish that block. Before, it sent generation 2's partial sums (source 0's
+/// alone) as a Result, and generation 2's own last source then finished nothing.
+#[test]
+fn a_last_leaver_held_before_its_take_does_not_finish_the_next_block_in_its_slot() {
+    let (mem, trio, program) = install_with_slots(2);
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
+    let held = common::hold_before(&mem, &program, "take_block", (1, 0), packet_of_gen(5, 0, 1));
+    // Source 0's retransmission finds the block closed and empty, leaves it last, and takes
+    // and finishes it.
+    let again = h.run(&program, 0, &packet_of_gen(5, 0, 0));
+    assert_eq!(verdict_name(&program, &again), "retransmit_answered");
+    sent.extend(again.created);
+    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
+    sent.extend(h.run(&program, 0, &packet_of_gen(5, 2, 0)).created);
+    let out = held.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    assert_eq!(sums_by_gen(&out.created), [], "not its block to finish");
+    sent.extend(h.run(&program, 1, &packet_of_gen(5, 2, 1)).created);
+    assert_eq!(
+        sums_by_gen(&sent),
+        [(0, vec![3; 4]), (1, vec![23; 4]), (2, vec![43; 4])]
+    );
+    assert!(
+        group_results(&sent).contains(&(5, 2, 2)),
+        "generation 2's Result counts both sources"
+    );
+    only_generation_2_kept(&trio, &mut h, &program);
+}
+
+/// [`a_last_leaver_held_before_its_take_does_not_finish_the_next_block_in_its_slot`] for
+/// the timer: it closes an aged block and leaves it last, and is descheduled before its
+/// take while a late packet goes through the closed gate and finishes the block.
+#[test]
+fn a_timer_held_before_its_take_does_not_finish_the_next_block_in_its_slot() {
+    let (mem, trio, program) = install_with_slots(2);
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
+    sent.extend(scan(&mut h, &program, MS));
+    let timer = common::hold_timer_before(&mem, &program, "take_aged", 2 * MS, launch(2 * MS));
+    h.set_now(2 * MS);
+    // Source 1's packet finds generation 0 closed, leaves it last, and finishes it without
+    // its source (aged: a partial Result).
+    sent.extend(h.run(&program, 1, &packet_of_gen(5, 0, 1)).created);
+    assert_eq!(
+        sums_by_gen(&sent),
+        [(0, vec![1; 4])],
+        "generation 0 aged out"
+    );
+    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
+    sent.extend(h.run(&program, 0, &packet_of_gen(5, 2, 0)).created);
+    let out = timer.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    assert_eq!(sums_by_gen(&out.created), [], "not its block to finish");
+    sent.extend(h.run(&program, 1, &packet_of_gen(5, 2, 1)).created);
+    assert_eq!(sums_by_gen(&sent), three_generations());
+    assert!(
+        group_results(&sent).contains(&(5, 2, 2)),
+        "generation 2's Result counts both sources"
+    );
     only_generation_2_kept(&trio, &mut h, &program);
 }
 

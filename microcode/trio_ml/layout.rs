@@ -236,7 +236,12 @@ pub(super) fn free_run_after(current: u8, in_use: u16) -> Option<u8> {
 //   adder.
 // - Whoever leaves a CLOSED gate as the last one IN_FLIGHT (the last adder, a packet that
 //   found the block closed, or the timer) then sets TAKEN (fetch-or); the one that finds
-//   TAKEN clear finishes the block: its sums and counts are final.
+//   TAKEN clear finishes the block: its sums and counts are final. The take follows the
+//   leave: by then another thread may have gone through the closed gate, left last, taken
+//   and finished the block, and a new block taken the slot. A take that finds another tag
+//   in the word its fetch-or returns clears the TAKEN it set and finishes nothing (if the
+//   new block's own last leaver found TAKEN set in that window, the new block is left
+//   closed and empty: see below).
 // - A thread in the gate keeps the block in its slot only if it entered the gate open:
 //   once a block is closed, its last leaver may take and finish it, its finisher free the
 //   slot, and a new block take it, while a thread that entered the closed gate is still in

@@ -242,7 +242,9 @@
 //! timer leaves the block alone). Only a thread held while its slot took 256 new blocks
 //! would be fooled. A thread that entered a closed block does not keep its slot from
 //! being taken again, so no thread finishes a block whose tag it does not find when it
-//! leaves; if it was the last out of the new block, it leaves it closed and unfinished,
+//! leaves, nor one whose tag it does not find when it takes it (after its leave). If it
+//! was the last out of the new block, or its take kept the new block's last one out from
+//! taking it, it leaves that block closed and unfinished,
 //! and the next packet of that block through its gate (a retransmission) or the timer,
 //! once the block ages, finishes it (a whole Result if every source was in, `block_exp`
 //! late at most). A thread that faults between entering a gate and leaving it (its

@@ -20,7 +20,8 @@
 //!   v
 //! complete_check (rcvd_cnt += 1; the last source closes the block)
 //!   v
-//! leave_block --last one out of a closed block--> finish_block --> consume
+//! leave_block --last one out of a closed block--> take_block --taken--> finish_block
+//!   --> consume
 //!
 //! new block: claim_slot (writing the record) -> aggregate_head -> aggregate_tail (writing
 //!   the packet's gradients over the buffer's lines) -> insert_block (publishing the
@@ -39,7 +40,8 @@
 //!       has left--> superseded --> control_reply (Superseded)
 //!
 //! timer: scan_blocks (age every block of the slice) -> close_aged (one aged block per
-//!        instruction; the thread that takes it calls finish_block)
+//!        instruction; the last one out goes to take_aged, and calls finish_block if it
+//!        takes the block)
 //!        -> scan_kept (every KEPT_SCAN_EVERY periods, or a multiple: age the slice's kept
 //!        Results, take the expired ones)
 //!        -> free_expired (one slot per instruction)
@@ -418,9 +420,21 @@ fn packet_block_key(t: &Thread<'_>) -> [u8; BLOCK_KEY_BYTES] {
     )
 }
 
-/// Sets the gate's TAKEN bit; true if this thread set it (and so finishes the block).
-fn take(t: &mut Thread<'_>, rec: Addr) -> Result<bool, Fault> {
-    Ok(t.fetch_or(rec + GATE_W, GATE_TAKEN)? & GATE_TAKEN == 0)
+/// Sets the gate's TAKEN bit; true if this thread set it on the block of slot tag `tag`
+/// (and so finishes the block). The take follows the thread's leave, outside the gate: the
+/// block may have been finished by another thread meanwhile and a new block have taken the
+/// slot. A TAKEN set on that block is cleared again and the take fails: the new block, if
+/// its own last leaver failed its take meanwhile, is left closed and empty, and the next
+/// thread through its gate (or the timer) finishes it.
+fn take(t: &mut Thread<'_>, rec: Addr, tag: u8) -> Result<bool, Fault> {
+    let old = t.fetch_or(rec + GATE_W, GATE_TAKEN)?;
+    if gate_tag(old) != tag {
+        if old & GATE_TAKEN == 0 {
+            t.fetch_clear(rec + GATE_W, GATE_TAKEN)?;
+        }
+        return Ok(false);
+    }
+    Ok(old & GATE_TAKEN == 0)
 }
 
 /// The job's slot layout, from word 0 of its record.
@@ -580,6 +594,7 @@ pfemu::labels!(
         aggregate_tail,
         complete_check,
         leave_block,
+        take_block,
         consume,
         drop_duplicate,
         closing_drop,
@@ -594,6 +609,7 @@ pfemu::labels!(
         emit_result,
         scan_blocks,
         close_aged,
+        take_aged,
         scan_kept,
         free_expired,
         join_run,
@@ -1094,6 +1110,16 @@ fn forget_stale_block(t: &mut Thread<'_>, active: &HashTable, l: Labels) -> Resu
     Ok(Goto(l.lookup_block))
 }
 
+/// Where a packet goes once it left its block's gate ([`R_AFTER`]; never [`After::Gone`],
+/// which looks the block up again at once).
+fn after_leave(t: &Thread<'_>, l: Labels) -> Label {
+    match t.get(R_AFTER) {
+        After::Consume => l.consume,
+        After::Duplicate => l.drop_duplicate,
+        After::Closing | After::Gone => l.lookup_result,
+    }
+}
+
 /// Where a packet goes once its gradients are in: a creator publishes its block, the others
 /// count their source.
 fn aggregated(t: &Thread<'_>, l: Labels) -> Label {
@@ -1213,17 +1239,16 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
     });
 
     let active = tables.active.clone();
-    // Leave the gate; the last one out of a closed block finishes it. Not if the slot's tag
-    // changed: a thread that entered a block being finished (or under an old tag) knows
-    // nothing of the block the slot holds now, which the next thread through its gate
-    // finishes (see the layout's gate).
+    // Leave the gate; the last one out of a closed block takes it (next instruction). Not if
+    // the slot's tag changed: a thread that entered a block being finished (or under an old
+    // tag) knows nothing of the block the slot holds now, which the next thread through its
+    // gate finishes (see the layout's gate).
     p.instr(l.leave_block, move |t| {
         let rec = t.get(R_BLK);
         let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
         let ours = gate_tag(old) == t.get(R_TAG);
-        let next = match t.get(R_AFTER) {
-            After::Consume => l.consume,
-            After::Duplicate => l.drop_duplicate,
+        match t.get(R_AFTER) {
+            After::Gone => return forget_stale_block(t, &active, l),
             After::Closing => {
                 t.set(R_CLOSING, true);
                 if !ours {
@@ -1231,13 +1256,22 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
                     // join_block read of it may be the new block's.
                     t.set(R_RECEIVED, false);
                 }
-                l.lookup_result
             }
-            After::Gone => return forget_stale_block(t, &active, l),
-        };
+            After::Consume | After::Duplicate => {}
+        }
         let last_out = ours && old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
-        if last_out && take(t, rec)? {
-            t.set(R_DEST, ResultDest::Job);
+        Ok(Goto(if last_out {
+            l.take_block
+        } else {
+            after_leave(t, l)
+        }))
+    });
+    // The last one out takes the block, outside the gate (it left): the one that sets
+    // TAKEN on the block it left finishes it.
+    p.instr(l.take_block, move |t| {
+        let next = after_leave(t, l);
+        let (rec, tag) = (t.get(R_BLK), t.get(R_TAG));
+        if take(t, rec, tag)? {
             return Ok(Call(finish_block, next));
         }
         Ok(Goto(next))
@@ -1618,12 +1652,22 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             t.fetch_or(rec + GATE_W, GATE_CLOSED)?;
         }
         let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
-        if gate_tag(old) == tag && old & GATE_IN_FLIGHT == 1 && take(t, rec)? {
+        if gate_tag(old) == tag && old & GATE_IN_FLIGHT == 1 {
+            // The last one out: the block is this thread's to take.
             t.set(R_JOB_ID, job);
             t.set(R_RUN, run);
             t.set(R_BLOCK_ID, block);
             t.set(R_GEN_ID, gen);
             t.set(R_BLK, rec);
+            t.set(R_TAG, tag);
+            return Ok(Goto(l.take_aged));
+        }
+        Ok(Goto(l.close_aged))
+    });
+    // As take_block, for the timer: it finishes the block it takes, then closes the next.
+    p.instr(l.take_aged, move |t| {
+        let (rec, tag) = (t.get(R_BLK), t.get(R_TAG));
+        if take(t, rec, tag)? {
             return Ok(Call(finish_block, l.close_aged));
         }
         Ok(Goto(l.close_aged))
