@@ -776,6 +776,47 @@ fn a_stale_active_entry_is_dropped_by_the_packet_that_finds_it() {
     assert_eq!(trio.active_records(), 0);
 }
 
+/// A stale active entry (its finisher held before it removes it, while the slot is taken
+/// again) names the record of the block now in the slot: the timer must age that block by
+/// its own entry alone. Before, each scan aged it through both entries, and it aged out
+/// early: a partial Result before its `block_exp`.
+#[test]
+fn a_stale_active_entry_does_not_age_the_block_in_its_slot() {
+    let (mem, trio, program) = install_job(2, TrioMlConfig::default().keep_result_ns, 3);
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
+    let finisher = common::hold_before(
+        &mem,
+        &program,
+        "release_block",
+        (1, 0),
+        packet_of_gen(5, 0, 1),
+    );
+    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
+    sent.extend(h.run(&program, 0, &packet(6, 0, 0)).created);
+    assert_eq!(
+        trio.active_records(),
+        2,
+        "block 6, and generation 0's stale entry"
+    );
+    // Block 6 is referenced at the first scan, then idle for 1, 2 and 3 ms: it ages out at
+    // the fourth.
+    for now in [MS, 2 * MS, 3 * MS] {
+        sent.extend(scan(&mut h, &program, now));
+    }
+    assert_eq!(
+        group_results(&sent),
+        [(5, 1, 2)],
+        "block 6 has not aged out yet (generation 0's Result goes once its finisher goes on)"
+    );
+    sent.extend(scan(&mut h, &program, 4 * MS));
+    assert_eq!(group_results(&sent), [(5, 1, 2), (6, 0, 1)]);
+    let out = finisher.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    assert_eq!(group_results(&out.created), [(5, 0, 2)]);
+    assert_eq!(trio.active_records(), 0);
+}
+
 /// A retransmission found the kept Result, and was descheduled before its copy began; the
 /// Result expired meanwhile, and a late packet started the block anew in the same slot. The
 /// copy must not go out: the block there is not finished (it would send the new block's

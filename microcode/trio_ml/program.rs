@@ -1593,7 +1593,12 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         );
         let mut aged = 0;
         for (key, value, referenced) in visited {
-            let (rec, _) = parse_active_value(value);
+            let (rec, tag) = parse_active_value(value);
+            if gate_tag(t.read_u64(rec + GATE_W)?) != tag {
+                // A stale entry (its block's finisher has yet to remove it): the slot
+                // holds another block, aged by its own entry alone.
+                continue;
+            }
             let w0 = t.read_u64(rec + BLOCK_W_AGE)?;
             // 8-bit fields: the casts keep all of them.
             let (exp, age) = (BLOCK_EXP.get_u8(w0), BLOCK_AGE.get_u8(w0));
