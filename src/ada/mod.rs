@@ -48,6 +48,14 @@ pub enum AdaError {
         /// The operand width.
         operand_bits: u32,
     },
+    /// A cap on the bins ([`trie::BinningTrie::with_max_entries`]) below the bins the trie
+    /// already has.
+    MaxEntriesBelowBins {
+        /// The cap asked for.
+        max_entries: usize,
+        /// The bins the trie has.
+        bins: usize,
+    },
     /// An operand does not fit the trie's operand width.
     OperandTooWide {
         /// The operand.
@@ -98,6 +106,11 @@ impl fmt::Display for AdaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AdaError::OperandBits(b) => write!(f, "operand width {b} bits: must be 1 to 32"),
+            AdaError::MaxEntriesBelowBins { max_entries, bins } => write!(
+                f,
+                "a cap of {max_entries} monitoring entries is below the trie's {bins} bins: \
+                 it must be at least {bins}"
+            ),
             AdaError::MonitoringEntries {
                 entries,
                 operand_bits,

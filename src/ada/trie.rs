@@ -176,12 +176,12 @@ impl BinningTrie {
     /// Caps the bins at `entries` (the monitoring TCAM's capacity): Algorithm 2 grows the
     /// trie only while it has fewer, and rebalances within them after that. The paper's
     /// Nimble experiment starts from 8 monitoring entries and may grow to 12. Refuses a cap
-    /// below the bins the trie already has.
+    /// below the bins the trie already has ([`AdaError::MaxEntriesBelowBins`]).
     pub fn with_max_entries(mut self, entries: usize) -> Result<Self, AdaError> {
         if entries < self.leaves.len() {
-            return Err(AdaError::MonitoringEntries {
-                entries: entries as u64,
-                operand_bits: self.bits,
+            return Err(AdaError::MaxEntriesBelowBins {
+                max_entries: entries,
+                bins: self.leaves.len(),
             });
         }
         self.max_entries = entries;
@@ -986,10 +986,21 @@ mod tests {
         let mut t = BinningTrie::new(8, 16)
             .and_then(|t| t.with_max_entries(12))
             .expect("valid");
-        assert!(BinningTrie::new(8, 16)
+        let below = BinningTrie::new(8, 16)
             .expect("valid")
             .with_max_entries(7)
-            .is_err());
+            .expect_err("a cap below the bins");
+        assert_eq!(
+            below,
+            AdaError::MaxEntriesBelowBins {
+                max_entries: 7,
+                bins: 8
+            }
+        );
+        assert_eq!(
+            below.to_string(),
+            "a cap of 7 monitoring entries is below the trie's 8 bins: it must be at least 8"
+        );
         for _ in 0..60 {
             record_n(&mut t, 40_000, 100);
             record_n(&mut t, 3, 1);
