@@ -778,8 +778,9 @@ fn a_stale_active_entry_is_dropped_by_the_packet_that_finds_it() {
 
 /// A stale active entry (its finisher held before it removes it, while the slot is taken
 /// again) names the record of the block now in the slot: the timer must age that block by
-/// its own entry alone. Before, each scan aged it through both entries, and it aged out
-/// early: a partial Result before its `block_exp`.
+/// its own entry alone, and removes the stale one (which a finisher that faulted would
+/// leave for ever). Before, each scan aged the block through both entries, and it aged
+/// out early: a partial Result before its `block_exp`.
 #[test]
 fn a_stale_active_entry_does_not_age_the_block_in_its_slot() {
     let (mem, trio, program) = install_job(2, TrioMlConfig::default().keep_result_ns, 3);
@@ -800,8 +801,10 @@ fn a_stale_active_entry_does_not_age_the_block_in_its_slot() {
         "block 6, and generation 0's stale entry"
     );
     // Block 6 is referenced at the first scan, then idle for 1, 2 and 3 ms: it ages out at
-    // the fourth.
-    for now in [MS, 2 * MS, 3 * MS] {
+    // the fourth. The first scan removes the stale entry.
+    sent.extend(scan(&mut h, &program, MS));
+    assert_eq!(trio.active_records(), 1, "the stale entry went");
+    for now in [2 * MS, 3 * MS] {
         sent.extend(scan(&mut h, &program, now));
     }
     assert_eq!(

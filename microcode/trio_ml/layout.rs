@@ -249,7 +249,8 @@ pub(super) fn free_run_after(current: u8, in_use: u16) -> Option<u8> {
 //   timer closes only a gate it entered open. One that finds another tag on leaving may
 //   have been the last out of the new block: that block, closed and empty, is finished by
 //   the next thread through its gate (a packet of the block, or the timer once the block
-//   ages).
+//   ages; a timer that finds it TAKEN by a stale take leaves it, and the next scan lists
+//   it again).
 // - A thread claiming a slot for a new block enters first, then writes the gate word
 //   under a mask that keeps IN_FLIGHT (threads that entered under the old tag are still
 //   counted, and subtract themselves when they leave), the new tag (the old one plus 1)

@@ -242,14 +242,26 @@
 //! timer leaves the block alone). Only a thread held while its slot took 256 new blocks
 //! would be fooled. A thread that entered a closed block does not keep its slot from
 //! being taken again, so no thread finishes a block whose tag it does not find when it
-//! leaves, nor one whose tag it does not find when it takes it (after its leave). If it
-//! was the last out of the new block, or its take kept the new block's last one out from
-//! taking it, it leaves that block closed and unfinished,
-//! and the next packet of that block through its gate (a retransmission) or the timer,
-//! once the block ages, finishes it (a whole Result if every source was in, `block_exp`
-//! late at most). A thread that faults between entering a gate and leaving it (its
-//! instruction budget run out, say) stays counted there: that block is never finished,
-//! and its key and slot stay taken.
+//! leaves, nor one whose tag it does not find when it takes it (after its leave: such a
+//! take sets TAKEN and clears it again). If it was the last out of the new block, or its
+//! take kept the new block's last one out from taking it, it leaves that block closed and
+//! unfinished, and the next packet of that block through its gate (a retransmission) or
+//! the timer, once the block ages, finishes it (a whole Result if every source was in,
+//! `block_exp` and a scan period late at most, a period more if the timer found the block
+//! TAKEN by such a take). A thread that faults between entering a gate and leaving it
+//! (its instruction budget run out, say), or between a stale take's setting TAKEN and
+//! clearing it, leaves that block unfinished for ever, its key and slot taken.
+//!
+//! A finisher removes its block's key from the active table after its Result is kept; if
+//! the slot is freed and taken again in between, the entry is stale, and whoever finds it
+//! so (a packet of the block, or the timer's scan) removes it. Windows remain inside one
+//! instruction, between reading a slot's tag and acting on the slot: the timer writes a
+//! block's age right after checking its tag, so a block taking the slot in that moment
+//! gets the old block's age (and may age out early); and a retransmission that checks a
+//! kept Result's slot is TAKEN, then copies it, can be fooled by a stale take's TAKEN if,
+//! while it was held, the Result expired and its block was started anew in the slot and
+//! kept again under the same generation (like the tag's wrap, a thread held for the
+//! lifetime of several blocks).
 
 pub mod host;
 mod layout;

@@ -1595,8 +1595,11 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         for (key, value, referenced) in visited {
             let (rec, tag) = parse_active_value(value);
             if gate_tag(t.read_u64(rec + GATE_W)?) != tag {
-                // A stale entry (its block's finisher has yet to remove it): the slot
-                // holds another block, aged by its own entry alone.
+                // A stale entry: its block finished and the slot holds another, which is
+                // aged by its own entry alone. The finisher has yet to remove the entry (or
+                // faulted before it could, and no packet of the block came since to find it
+                // stale): it goes, unless it changed meanwhile (as in forget_stale_block).
+                t.hash_compare_delete(&active, &key, value)?;
                 continue;
             }
             let w0 = t.read_u64(rec + BLOCK_W_AGE)?;
