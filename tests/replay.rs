@@ -1519,14 +1519,23 @@ fn a_malformed_pcapng_block_is_malformed_not_truncated() {
         (
             "tsresol0",
             replace_block(&good, 1, &raw_block(1, &idb_body(&opt(9, 0, &[])))),
-            "IfTsResol",
+            "if_tsresol of 0 bytes (it is 1)",
         ),
-        // A custom option (code 2989) too short for its 4-byte Private Enterprise Number: the
-        // crate's "need more bytes".
+        // A custom option (code 2989) too short for its 4-byte Private Enterprise Number.
         (
             "custom2",
             replace_block(&good, 1, &raw_block(1, &idb_body(&opt(2989, 2, &[1, 2])))),
-            "runs past the block's end",
+            "custom option 2989 holds 2 bytes, less than its 4-byte Private Enterprise Number",
+        ),
+        // if_name not UTF-8.
+        (
+            "name",
+            replace_block(
+                &good,
+                1,
+                &raw_block(1, &idb_body(&opt(2, 2, &[0xff, 0xfe]))),
+            ),
+            "if_name is not UTF-8",
         ),
         // An option whose length runs past the block's end.
         (
@@ -1539,7 +1548,7 @@ fn a_malformed_pcapng_block_is_malformed_not_truncated() {
                     &[&[1, 0, 0, 0, 0, 0, 0, 0][..], &opt(2, 200, &[])].concat(),
                 ),
             ),
-            "length + pad.len() > slice.len()",
+            "option 2 (200 bytes and its padding) runs past the block's end",
         ),
     ];
     for (name, bytes, why) in &cases {
@@ -1582,6 +1591,48 @@ fn a_malformed_pcapng_block_is_malformed_not_truncated() {
     assert!(
         e.contains("its first pcapng block (the Section Header Block) is malformed"),
         "{e}"
+    );
+}
+
+/// An interface's options as capture tools write them are read: `if_tzone` (4 bytes, which
+/// pcap-file's parser refused), options replay does not know, and the ones it uses
+/// (`if_tsresol`, `if_tsoffset`) applied to the packets' times.
+#[test]
+fn pcapng_interface_options_are_read_whatever_else_they_hold() {
+    let dir = scratch("pcapng-idb-options");
+    let opt = |code: u16, value: &[u8]| -> Vec<u8> {
+        let mut o = [code.to_le_bytes(), (value.len() as u16).to_le_bytes()].concat();
+        o.extend_from_slice(value);
+        o.resize(4 + value.len().next_multiple_of(4), 0);
+        o
+    };
+    let options = [
+        opt(10, &[0, 0, 0, 0]),          // if_tzone
+        opt(9, &[9]),                    // if_tsresol: nanoseconds
+        opt(14, &1000i64.to_le_bytes()), // if_tsoffset: 1000 s
+        opt(0x7777, &[1, 2, 3]),         // unknown to replay
+        opt(2, b"eth9"),                 // if_name
+    ]
+    .concat();
+    let mut non_ip = udp_frame([10, 0, 0, 1], 80, 64);
+    non_ip[12..14].copy_from_slice(&[0x86, 0xDD]);
+    let good = ng_capture(0, &[non_ip.clone()]);
+    let bytes = replace_block(&good, 1, &raw_block(1, &idb_body(&options)));
+    let input = dir.join("in.pcapng");
+    std::fs::write(&input, bytes).expect("write");
+    let cfg = ReplayConfig {
+        write_drops: true,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("out");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    assert_eq!(r.packets_in, 1);
+    // ng_capture's packet is at 1_000_000 ticks: 1 ms in nanoseconds, after the offset.
+    let dropped = read_capture(&out.join("dropped.pcap"));
+    assert_eq!(
+        dropped,
+        [(Duration::new(1000, 1_000_000), 80, non_ip)],
+        "the packet's time"
     );
 }
 

@@ -163,7 +163,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
-use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use serde::Serialize;
@@ -689,6 +688,8 @@ fn pcapng_time(units: u64, tsresol: u8) -> Duration {
 
 /// Type of a pcapng Section Header Block (the same in either byte order).
 const SHB_TYPE: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+/// The type of an Interface Description Block.
+const IDB_TYPE: u32 = 1;
 
 /// The name, with its article, of a pcapng block of type `type_` (read in its section's
 /// byte order) that replay reads whole and parses: the Section Header and Interface
@@ -847,6 +848,103 @@ fn malformed_block(file: &str, what: String, e: PcapError) -> ReplayError {
     }
 }
 
+/// The Interface Description Block read whole into `block` (type, lengths and body), in a
+/// section of byte order `endianness`; the error says what is malformed. Parsed here rather
+/// than by pcap-file, whose parser refuses a correct 4-byte `if_tzone`: the fields replay
+/// uses (link type, snap length, `if_name`, `if_tsresol`, `if_tsoffset`) are checked, other
+/// options are walked past (a custom option must hold its 4-byte Private Enterprise
+/// Number), and every option must end inside the block.
+fn parse_idb(block: &[u8], endianness: Endianness) -> Result<Interface, String> {
+    let u16_at = |at: usize| {
+        let b = [block[at], block[at + 1]];
+        match endianness {
+            Endianness::Big => u16::from_be_bytes(b),
+            Endianness::Little => u16::from_le_bytes(b),
+        }
+    };
+    let u32_at = |at: usize| {
+        let b = [block[at], block[at + 1], block[at + 2], block[at + 3]];
+        match endianness {
+            Endianness::Big => u32::from_be_bytes(b),
+            Endianness::Little => u32::from_le_bytes(b),
+        }
+    };
+    // Type and length, the body, the trailing length (the framing checked the length).
+    let end = block.len() - 4;
+    if u32_at(end) as usize != block.len() {
+        return Err(format!(
+            "its trailing length {} is not its length {}",
+            u32_at(end),
+            block.len()
+        ));
+    }
+    if end < 16 {
+        return Err(
+            "it is shorter than its link type, reserved field and snap length (8 bytes)".into(),
+        );
+    }
+    let mut i = Interface {
+        link_type: DataLink::from(u32::from(u16_at(8))),
+        snaplen: u32_at(12),
+        tsresol: 6,
+        tsoffset: 0,
+        name: None,
+    };
+    let mut at = 16;
+    while at < end {
+        if end - at < 4 {
+            return Err(format!(
+                "an option's code and length run past the block's end ({} bytes left)",
+                end - at
+            ));
+        }
+        let (code, len) = (u16_at(at), usize::from(u16_at(at + 2)));
+        let value_at = at + 4;
+        if len.next_multiple_of(4) > end - value_at {
+            return Err(format!(
+                "option {code} ({len} bytes and its padding) runs past the block's end"
+            ));
+        }
+        let value = &block[value_at..value_at + len];
+        let sized = |name: &str, want: usize| {
+            if len == want {
+                Ok(())
+            } else {
+                Err(format!("{name} of {len} bytes (it is {want})"))
+            }
+        };
+        match code {
+            // opt_endofopt: anything after it is padding.
+            0 => break,
+            2 => match std::str::from_utf8(value) {
+                Ok(name) => i.name = Some(name.to_string()),
+                Err(e) => return Err(format!("if_name is not UTF-8 ({e})")),
+            },
+            9 => {
+                sized("if_tsresol", 1)?;
+                i.tsresol = value[0];
+            }
+            14 => {
+                sized("if_tsoffset", 8)?;
+                let v: [u8; 8] = value.try_into().expect("8 bytes");
+                i.tsoffset = match endianness {
+                    Endianness::Big => i64::from_be_bytes(v),
+                    Endianness::Little => i64::from_le_bytes(v),
+                };
+            }
+            2988 | 2989 | 19372 | 19373 if len < 4 => {
+                return Err(format!(
+                    "custom option {code} holds {len} bytes, less than its 4-byte Private \
+                     Enterprise Number"
+                ))
+            }
+            _ => {}
+        }
+        at = value_at + len.next_multiple_of(4);
+    }
+    Ok(i)
+}
+
 /// Reads the packets of a pcapng capture (see the module docs).
 fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, ReplayError> {
     let capture_err = |reason: String| ReplayError::Capture {
@@ -876,6 +974,16 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
             NextBlock::Skipped => continue,
             NextBlock::Read => {}
         }
+        let block_type = match section {
+            Endianness::Big => u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]),
+            Endianness::Little => u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]),
+        };
+        if block_type == IDB_TYPE {
+            let i = parse_idb(&buf, section)
+                .map_err(|why| capture_err(format!("{} is malformed: {why}", what())))?;
+            interfaces.push(i);
+            continue;
+        }
         let (_, block) = parser
             .next_block(&buf)
             .map_err(|e| malformed_block(file, what(), e))?;
@@ -892,25 +1000,8 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
                 interfaces.clear();
                 continue;
             }
-            Block::InterfaceDescription(idb) => {
-                let mut i = Interface {
-                    link_type: idb.linktype,
-                    snaplen: idb.snaplen,
-                    tsresol: 6,
-                    tsoffset: 0,
-                    name: None,
-                };
-                for opt in &idb.options {
-                    match opt {
-                        InterfaceDescriptionOption::IfTsResol(r) => i.tsresol = *r,
-                        InterfaceDescriptionOption::IfTsOffset(o) => i.tsoffset = *o as i64,
-                        InterfaceDescriptionOption::IfName(s) => i.name = Some(s.to_string()),
-                        _ => {}
-                    }
-                }
-                interfaces.push(i);
-                continue;
-            }
+            // Parsed above (parse_idb), never handed to the parser.
+            Block::InterfaceDescription(_) => unreachable!("interface blocks are parsed here"),
             Block::EnhancedPacket(epb) => {
                 // pcap-file reads the 64-bit tick count as nanoseconds whatever the
                 // interface's resolution; undo that and apply the resolution here.
