@@ -63,7 +63,7 @@ fn list_schedules_are_valid_and_never_beat_the_lower_bound() {
         ] {
             let lb = lower_bound(&odg, &arch);
             for period in 1..=lb.processors + 4 {
-                let Some(s) = list_schedule(&odg, &arch, period) else {
+                let Some(s) = list_schedule(&odg, &arch, period).expect("every node fits") else {
                     continue;
                 };
                 found += 1;
@@ -97,7 +97,9 @@ fn with_resources_to_spare_the_list_schedule_is_the_critical_path() {
         let odg = random_odg(seed, 10);
         let lb = lower_bound(&odg, &roomy);
         assert_eq!(lb.processors, 1);
-        let s = list_schedule(&odg, &roomy, 1).expect("everything fits one class");
+        let s = list_schedule(&odg, &roomy, 1)
+            .expect("every node fits")
+            .expect("everything fits one class");
         assert_eq!(validate(&odg, &roomy, &s), Ok(()));
         assert_eq!(s.latency(&odg, &roomy), lb.latency, "seed {seed}");
     }
@@ -106,7 +108,9 @@ fn with_resources_to_spare_the_list_schedule_is_the_critical_path() {
 #[test]
 fn figure_5_gets_the_schedule_with_the_no_op() {
     let (odg, arch) = pfemu::pipeline::examples::figure_5();
-    let s = list_schedule(&odg, &arch, 2).expect("P = 2 has a schedule");
+    let s = list_schedule(&odg, &arch, 2)
+        .expect("every node fits")
+        .expect("P = 2 has a schedule");
     assert_eq!(validate(&odg, &arch, &s), Ok(()));
     // One cycle longer than the naive schedule's, for the no-op: the paper's Figure 5b.
     assert_eq!(
@@ -143,11 +147,123 @@ fn fewest_processors_never_needs_more_than_the_fine_stage_plan_and_validates() {
                 "seed {seed}: {} > {stages}",
                 s.period
             );
-            if (s.period..=u64::from(stages)).all(|p| list_schedule(&odg, &arch, p).is_none()) {
+            if (s.period..=u64::from(stages)).all(|p| list_schedule(&odg, &arch, p) == Ok(None)) {
                 list_alone_worse += 1;
             }
         }
     }
     // The stage layout is what keeps IPC 1 from spreading matches over too many times.
     assert!(list_alone_worse > 0, "the stage layout never helped");
+}
+
+fn action(name: &str, fields: u32) -> Node {
+    Node {
+        name: name.into(),
+        op: Op::Action { fields },
+    }
+}
+
+#[test]
+fn capacity_sums_do_not_wrap_and_a_node_wider_than_a_cycle_is_refused_by_name() {
+    use pfemu::pipeline::{
+        assign_stages, simulate_drmt, validate_stages, Granularity, ListError, SimConfig,
+        StagePlan, StageViolation, Violation,
+    };
+    // 10 + 4294967290 fields wrap to 4 in u32, under dRMT's A = 32.
+    let odg = Odg::new(
+        vec![action("small", 10), action("huge", 4_294_967_290)],
+        vec![],
+    )
+    .expect("a graph");
+    let err = list_schedule(&odg, &Arch::DRMT, 2).expect_err("`huge` fits no class");
+    assert_eq!(
+        err,
+        ListError::ActionTooWide {
+            node: "huge".into(),
+            fields: 4_294_967_290,
+            capacity: 32
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "`huge` modifies 4294967290 fields, more than a processor's A = 32"
+    );
+    let both_at_0 = Schedule {
+        period: 2,
+        start: vec![0, 0],
+    };
+    assert_eq!(
+        validate(&odg, &Arch::DRMT, &both_at_0),
+        Err(vec![Violation::ActionCapacity {
+            class: 0,
+            used: 4_294_967_300,
+            capacity: 32
+        }])
+    );
+    // A key wider than M̄ units of b bits, likewise.
+    let wide_key = Odg::new(
+        vec![Node {
+            name: "wide".into(),
+            op: Op::Match {
+                key_bits: 8 * 80 + 1,
+                entries: 1,
+            },
+        }],
+        vec![],
+    )
+    .expect("a graph");
+    assert_eq!(
+        list_schedule(&wide_key, &Arch::DRMT, 4),
+        Err(ListError::MatchTooWide {
+            node: "wide".into(),
+            units: 9,
+            capacity: 8
+        })
+    );
+    // Capacity u32::MAX: two actions of u32::MAX - 1 fields each fit one at a time, not
+    // both; a sum that saturated at u32::MAX would pass them together.
+    let roomy = Arch {
+        action_capacity: u32::MAX,
+        ..Arch::DRMT
+    };
+    let odg = Odg::new(
+        vec![action("a", u32::MAX - 1), action("b", u32::MAX - 1)],
+        vec![],
+    )
+    .expect("a graph");
+    assert_eq!(
+        list_schedule(&odg, &roomy, 1),
+        Ok(None),
+        "one class holds one"
+    );
+    let s = list_schedule(&odg, &roomy, 2)
+        .expect("each fits")
+        .expect("two classes hold both");
+    assert_eq!(validate(&odg, &roomy, &s), Ok(()));
+    assert_ne!(s.start[0] % 2, s.start[1] % 2);
+    let together = Schedule {
+        period: 1,
+        start: vec![0, 0],
+    };
+    assert!(matches!(
+        &validate(&odg, &roomy, &together).unwrap_err()[..],
+        [Violation::ActionCapacity { used, .. }] if *used == 2 * u64::from(u32::MAX - 1)
+    ));
+    let sim = SimConfig {
+        cycles: 20,
+        warmup: 10,
+    };
+    let r = simulate_drmt(&odg, &roomy, &together, 1, &sim).expect("runs");
+    assert!(r.resource_violations > 0, "{r:?}");
+    let plan = assign_stages(&odg, &roomy, Granularity::Fine).expect("each fits a stage");
+    assert_eq!(plan.stages, 2);
+    let one_stage = StagePlan {
+        stage: vec![0, 0],
+        stages: 1,
+        ..plan
+    };
+    assert!(matches!(
+        &validate_stages(&odg, &roomy, &one_stage).unwrap_err()[..],
+        [StageViolation::ActionCapacity { used, .. }] if *used == 2 * u64::from(u32::MAX - 1)
+    ));
 }

@@ -162,7 +162,9 @@ fn the_ilp_beats_greedy_placement_where_earliest_is_wrong() {
     let (odg, arch) = greedy_trap();
     // Greedy starts M0 and Asmall at 0 (class 0, one field used); Abig is ready at 2, class 0
     // has one field left, so it waits for class 1 at 3.
-    let list = list_schedule(&odg, &arch, 2).unwrap();
+    let list = list_schedule(&odg, &arch, 2)
+        .expect("every node fits")
+        .expect("a schedule");
     assert_eq!(list.start, vec![0, 3, 0, 1]);
     // Holding Asmall back to 1 (class 1) leaves class 0 whole for Abig at 2, and Mx shares
     // class 0 with M0 at a second time, which IPC 2 allows. Unseeded, so that the solver
@@ -207,7 +209,7 @@ fn a_period_with_no_schedule_is_proven_infeasible() {
     // The units fit two classes (3 <= 2 * 2), but two of the three matches share a class,
     // where IPC 1 makes them start together, which their dependency forbids.
     assert_eq!(lower_bound(&odg, &arch).processors, 2);
-    assert_eq!(list_schedule(&odg, &arch, 2), None);
+    assert_eq!(list_schedule(&odg, &arch, 2), Ok(None));
     for options in [generous(), plain()] {
         let out = ilp_schedule(&odg, &arch, 2, &options);
         assert_eq!(out.status, IlpStatus::Infeasible, "{out:?}");

@@ -2,8 +2,9 @@
 //! scheduler for dRMT's cyclic schedule, the fast heuristic that will seed the ILP.
 
 use std::collections::BTreeSet;
+use std::fmt;
 
-use super::odg::{Arch, Odg, Op};
+use super::odg::{Arch, Odg, Op, TooWide};
 use super::rmt::{assign_stages, drmt_from_stages, Granularity};
 use super::schedule::Schedule;
 
@@ -66,11 +67,61 @@ fn tails(odg: &Odg, arch: &Arch) -> Vec<u64> {
     tail
 }
 
-/// What one residue class holds so far.
+/// Why [`list_schedule`] refused its input (giving up on a valid input is `Ok(None)`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListError {
+    /// `node`'s key needs `units` match units, more than a processor's M̄ in one cycle: no
+    /// class of any schedule can hold it.
+    MatchTooWide {
+        /// The match.
+        node: String,
+        /// Match units its key takes.
+        units: u32,
+        /// M̄.
+        capacity: u32,
+    },
+    /// `node` modifies `fields` fields, more than a processor's Ā in one cycle.
+    ActionTooWide {
+        /// The action.
+        node: String,
+        /// Fields modified.
+        fields: u32,
+        /// Ā.
+        capacity: u32,
+    },
+}
+
+impl fmt::Display for ListError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListError::MatchTooWide {
+                node,
+                units,
+                capacity,
+            } => write!(
+                f,
+                "`{node}` needs {units} match units, more than a processor's M = {capacity}"
+            ),
+            ListError::ActionTooWide {
+                node,
+                fields,
+                capacity,
+            } => write!(
+                f,
+                "`{node}` modifies {fields} fields, more than a processor's A = {capacity}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ListError {}
+
+/// What one residue class holds so far (in u64: a u32 capacity plus a u32 demand does not
+/// overflow).
 #[derive(Clone, Default)]
 struct Class {
-    units: u32,
-    fields: u32,
+    units: u64,
+    fields: u64,
     match_times: BTreeSet<u64>,
     action_times: BTreeSet<u64>,
 }
@@ -78,9 +129,32 @@ struct Class {
 /// A cyclic schedule with period `period` found by list scheduling: nodes in order of their
 /// longest path to the end (among those whose predecessors are placed), each at the earliest
 /// start its dependencies allow whose residue class still has the match units or action
-/// fields and the IPC it needs. `None` when some node fits no class (the heuristic gives up;
-/// a schedule may still exist).
-pub fn list_schedule(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedule> {
+/// fields and the IPC it needs. `Ok(None)` when some node fits no class (the heuristic gives
+/// up; a schedule may still exist) or the period is 0; an error when a node alone exceeds a
+/// cycle's M̄ or Ā, so that no schedule exists at any period, naming it.
+pub fn list_schedule(odg: &Odg, arch: &Arch, period: u64) -> Result<Option<Schedule>, ListError> {
+    match arch.too_wide(odg) {
+        Some(TooWide::Match { node, units }) => {
+            return Err(ListError::MatchTooWide {
+                node,
+                units,
+                capacity: arch.match_capacity,
+            })
+        }
+        Some(TooWide::Action { node, fields }) => {
+            return Err(ListError::ActionTooWide {
+                node,
+                fields,
+                capacity: arch.action_capacity,
+            })
+        }
+        None => {}
+    }
+    Ok(list_schedule_checked(odg, arch, period))
+}
+
+/// [`list_schedule`] once every node fits a class on its own.
+fn list_schedule_checked(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedule> {
     let n = odg.nodes().len();
     if period == 0 {
         return None;
@@ -120,10 +194,13 @@ fn place(classes: &mut [Class], arch: &Arch, op: Op, earliest: u64, period: u64)
     for (r, c) in classes.iter().enumerate() {
         let (fits, times) = match op {
             Op::Match { key_bits, .. } => (
-                c.units + arch.match_units(key_bits) <= arch.match_capacity,
+                c.units + u64::from(arch.match_units(key_bits)) <= u64::from(arch.match_capacity),
                 &c.match_times,
             ),
-            Op::Action { fields } => (c.fields + fields <= arch.action_capacity, &c.action_times),
+            Op::Action { fields } => (
+                c.fields + u64::from(fields) <= u64::from(arch.action_capacity),
+                &c.action_times,
+            ),
         };
         if !fits {
             continue;
@@ -146,11 +223,11 @@ fn place(classes: &mut [Class], arch: &Arch, op: Op, earliest: u64, period: u64)
     let c = &mut classes[(t % period) as usize];
     match op {
         Op::Match { key_bits, .. } => {
-            c.units += arch.match_units(key_bits);
+            c.units += u64::from(arch.match_units(key_bits));
             c.match_times.insert(t);
         }
         Op::Action { fields } => {
-            c.fields += fields;
+            c.fields += u64::from(fields);
             c.action_times.insert(t);
         }
     }
@@ -166,7 +243,7 @@ fn place(classes: &mut [Class], arch: &Arch, op: Op, earliest: u64, period: u64)
 /// random graphs of §4 it needs a third fewer processors at IPC 1. Of two schedules, the one
 /// with the lower latency.
 pub fn heuristic_schedule(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedule> {
-    let list = list_schedule(odg, arch, period);
+    let list = list_schedule(odg, arch, period).ok().flatten();
     let stages = assign_stages(odg, arch, Granularity::Fine)
         .ok()
         .filter(|plan| u64::from(plan.stages) <= period)

@@ -53,7 +53,9 @@ pub use describe::{
 
 #[cfg(feature = "ilp")]
 pub use ilp::{ilp_fewest_processors, ilp_schedule, IlpFailure, IlpOptions, IlpOutcome, IlpStatus};
-pub use list::{fewest_processors, heuristic_schedule, list_schedule, lower_bound, LowerBound};
+pub use list::{
+    fewest_processors, heuristic_schedule, list_schedule, lower_bound, ListError, LowerBound,
+};
 pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
 pub use programs::PfeProfile;
 pub use rmt::{

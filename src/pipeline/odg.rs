@@ -203,4 +203,30 @@ impl Arch {
     pub fn match_units(&self, key_bits: u32) -> u32 {
         key_bits.div_ceil(self.unit_bits.max(1))
     }
+
+    /// The first node of `odg` that alone needs more than one cycle's match units (M̄) or
+    /// action fields (Ā): no class of a dRMT schedule, and no RMT stage, can hold it.
+    pub(super) fn too_wide(&self, odg: &Odg) -> Option<TooWide> {
+        odg.nodes().iter().find_map(|node| match node.op {
+            Op::Match { key_bits, .. } if self.match_units(key_bits) > self.match_capacity => {
+                Some(TooWide::Match {
+                    node: node.name.clone(),
+                    units: self.match_units(key_bits),
+                })
+            }
+            Op::Action { fields } if fields > self.action_capacity => Some(TooWide::Action {
+                node: node.name.clone(),
+                fields,
+            }),
+            _ => None,
+        })
+    }
+}
+
+/// A node wider than one cycle's capacity ([`Arch::too_wide`]).
+pub(super) enum TooWide {
+    /// A match whose key needs `units` match units.
+    Match { node: String, units: u32 },
+    /// An action modifying `fields` fields.
+    Action { node: String, fields: u32 },
 }

@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::odg::{Arch, Odg, Op};
+use super::odg::{Arch, Odg, Op, TooWide};
 use super::schedule::Schedule;
 
 /// How finely RMT may split a table across stages.
@@ -110,7 +110,7 @@ pub enum StageViolation {
         /// The stage.
         stage: u32,
         /// Match units used.
-        used: u32,
+        used: u64,
         /// M̄.
         capacity: u32,
     },
@@ -119,7 +119,7 @@ pub enum StageViolation {
         /// The stage.
         stage: u32,
         /// Fields modified.
-        used: u32,
+        used: u64,
         /// Ā.
         capacity: u32,
     },
@@ -429,24 +429,25 @@ pub fn validate_stages(
             });
         }
     }
-    // Match units and action fields per stage; stages may be many and sparse.
-    let mut usage: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+    // Match units and action fields per stage; stages may be many and sparse. Sums of u32
+    // demands in u64 cannot overflow (fewer than 2^32 nodes) and are compared exactly.
+    let mut usage: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for v in 0..n {
         let (u, f) = usage.entry(s[v]).or_default();
         match nodes[v].op {
-            Op::Match { key_bits, .. } => *u = u.saturating_add(arch.match_units(key_bits)),
-            Op::Action { fields } => *f = f.saturating_add(fields),
+            Op::Match { key_bits, .. } => *u += u64::from(arch.match_units(key_bits)),
+            Op::Action { fields } => *f += u64::from(fields),
         }
     }
     for (&stage, &(u, f)) in &usage {
-        if u > arch.match_capacity {
+        if u > u64::from(arch.match_capacity) {
             bad.push(StageViolation::MatchCapacity {
                 stage,
                 used: u,
                 capacity: arch.match_capacity,
             });
         }
-        if f > arch.action_capacity {
+        if f > u64::from(arch.action_capacity) {
             bad.push(StageViolation::ActionCapacity {
                 stage,
                 used: f,
@@ -509,26 +510,23 @@ pub fn assign_stages(
 }
 
 fn list_assign(odg: &Odg, arch: &Arch, granularity: Granularity) -> Result<StagePlan, RmtError> {
-    let nodes = odg.nodes();
     // A coarse table's demand is its match's and its one action's, so checking nodes suffices.
-    for node in nodes {
-        match node.op {
-            Op::Match { key_bits, .. } if arch.match_units(key_bits) > arch.match_capacity => {
-                return Err(RmtError::MatchTooWide {
-                    node: node.name.clone(),
-                    units: arch.match_units(key_bits),
-                    capacity: arch.match_capacity,
-                });
-            }
-            Op::Action { fields } if fields > arch.action_capacity => {
-                return Err(RmtError::ActionTooWide {
-                    node: node.name.clone(),
-                    fields,
-                    capacity: arch.action_capacity,
-                });
-            }
-            _ => {}
+    match arch.too_wide(odg) {
+        Some(TooWide::Match { node, units }) => {
+            return Err(RmtError::MatchTooWide {
+                node,
+                units,
+                capacity: arch.match_capacity,
+            })
         }
+        Some(TooWide::Action { node, fields }) => {
+            return Err(RmtError::ActionTooWide {
+                node,
+                fields,
+                capacity: arch.action_capacity,
+            })
+        }
+        None => {}
     }
     let u = Units::new(odg, arch, granularity);
     let k = u.units.len();

@@ -50,7 +50,7 @@ pub enum Violation {
         /// The residue class.
         class: u64,
         /// Match units used.
-        used: u32,
+        used: u64,
         /// M̄.
         capacity: u32,
     },
@@ -59,7 +59,7 @@ pub enum Violation {
         /// The residue class.
         class: u64,
         /// Fields modified.
-        used: u32,
+        used: u64,
         /// Ā.
         capacity: u32,
     },
@@ -181,28 +181,29 @@ pub fn validate(odg: &Odg, arch: &Arch, schedule: &Schedule) -> Result<(), Vec<V
     let classes: BTreeSet<u64> = t.iter().map(|s| s % p).collect();
     for class in classes {
         let in_class = (0..n).filter(|&v| t[v] % p == class);
-        let (mut units, mut fields) = (0u32, 0u32);
+        // Sums of u32 demands in u64: exact, as fewer than 2^32 nodes cannot overflow them.
+        let (mut units, mut fields) = (0u64, 0u64);
         let (mut match_times, mut action_times) = (BTreeSet::new(), BTreeSet::new());
         for v in in_class {
             match odg.nodes()[v].op {
                 Op::Match { key_bits, .. } => {
-                    units += arch.match_units(key_bits);
+                    units += u64::from(arch.match_units(key_bits));
                     match_times.insert(t[v]);
                 }
                 Op::Action { fields: f } => {
-                    fields += f;
+                    fields += u64::from(f);
                     action_times.insert(t[v]);
                 }
             }
         }
-        if units > arch.match_capacity {
+        if units > u64::from(arch.match_capacity) {
             bad.push(Violation::MatchCapacity {
                 class,
                 used: units,
                 capacity: arch.match_capacity,
             });
         }
-        if fields > arch.action_capacity {
+        if fields > u64::from(arch.action_capacity) {
             bad.push(Violation::ActionCapacity {
                 class,
                 used: fields,

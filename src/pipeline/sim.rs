@@ -343,8 +343,9 @@ impl Tally {
 /// The operations a schedule starts at one offset from a packet's arrival.
 struct Step {
     offset: u64,
-    units: u32,
-    fields: u32,
+    /// Match units and action fields, summed in u64: exact for any graph.
+    units: u64,
+    fields: u64,
     matches: bool,
     actions: bool,
     /// The match nodes started, as a range of [`Plan::tables`].
@@ -384,13 +385,13 @@ impl Plan {
             };
             match odg.nodes()[v].op {
                 Op::Match { key_bits, .. } => {
-                    step.units = step.units.saturating_add(arch.match_units(key_bits));
+                    step.units += u64::from(arch.match_units(key_bits));
                     step.matches = true;
                     tables.push(v);
                     step.tables.end = tables.len();
                 }
                 Op::Action { fields } => {
-                    step.fields = step.fields.saturating_add(fields);
+                    step.fields += u64::from(fields);
                     step.actions = true;
                 }
             }
@@ -544,7 +545,7 @@ pub fn simulate_drmt_with(
         for cpu in &mut cpus {
             let plan = &plans[cpu.plan];
             // 2. Issue what each packet's schedule starts now, and check the processor.
-            let (mut units, mut fields, mut matching, mut acting) = (0u32, 0u32, 0u32, 0u32);
+            let (mut units, mut fields, mut matching, mut acting) = (0u64, 0u64, 0u32, 0u32);
             for packet in &mut cpu.packets {
                 let Some(step) = plan.steps.get(packet.next) else {
                     continue;
@@ -573,8 +574,8 @@ pub fn simulate_drmt_with(
                         tally.cluster_requests_max.max(cluster_requests[cluster]);
                 }
             }
-            tally.resource_violations += u64::from(units > arch.match_capacity)
-                + u64::from(fields > arch.action_capacity)
+            tally.resource_violations += u64::from(units > u64::from(arch.match_capacity))
+                + u64::from(fields > u64::from(arch.action_capacity))
                 + u64::from(matching > arch.ipc)
                 + u64::from(acting > arch.ipc);
             // 4. Completions: every packet on a processor has the same latency, so the
@@ -847,7 +848,9 @@ mod tests {
     fn the_list_schedule_runs_at_one_packet_a_period_per_processor() {
         let (odg, arch) = figure_5();
         for period in 2..6 {
-            let s = list_schedule(&odg, &arch, period).unwrap();
+            let s = list_schedule(&odg, &arch, period)
+                .expect("every node fits a class")
+                .expect("a schedule");
             let latency = s.latency(&odg, &arch);
             for processors in 1..=period {
                 let config = SimConfig {
