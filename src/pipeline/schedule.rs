@@ -19,10 +19,14 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// The schedule's latency: the last node's start plus its own latency.
+    /// The schedule's latency: the last node's start plus its own latency (saturating at
+    /// `u64::MAX`; nodes without a start, in a schedule of the wrong shape, count nothing).
     pub fn latency(&self, odg: &Odg, arch: &Arch) -> u64 {
-        (0..odg.nodes().len())
-            .map(|v| self.start[v] + odg.latency(arch, v))
+        self.start
+            .iter()
+            .take(odg.nodes().len())
+            .enumerate()
+            .map(|(v, &t)| t.saturating_add(odg.latency(arch, v)))
             .max()
             .unwrap_or(0)
     }
@@ -41,8 +45,8 @@ pub enum Violation {
         to: String,
         /// Cycles it must wait (ΔM or ΔA).
         needed: u64,
-        /// Cycles it waits (negative: it starts first).
-        got: i64,
+        /// Cycles it waits (negative: it starts first); exact for any two u64 starts.
+        got: i128,
     },
     /// The matches of class `class` (start times ≡ class mod P) need `used` match units,
     /// more than M̄.
@@ -167,8 +171,9 @@ pub fn validate(odg: &Odg, arch: &Arch, schedule: &Schedule) -> Result<(), Vec<V
     let t = &schedule.start;
     for e in odg.edges() {
         let needed = odg.latency(arch, e.from);
-        let got = t[e.to] as i64 - t[e.from] as i64;
-        if got < needed as i64 {
+        // In i128 the difference of two u64 starts is exact: no start is taken as negative.
+        let got = i128::from(t[e.to]) - i128::from(t[e.from]);
+        if got < i128::from(needed) {
             bad.push(Violation::Dependency {
                 from: odg.nodes()[e.from].name.clone(),
                 to: odg.nodes()[e.to].name.clone(),
@@ -433,6 +438,40 @@ mod tests {
         assert!(bad
             .iter()
             .any(|v| matches!(v, Violation::MatchCapacity { .. })));
+    }
+
+    #[test]
+    fn a_dependency_is_checked_on_starts_of_any_size() {
+        // M -> A: the action waits ΔM = 22. A match at u64::MAX read as an i64 would be -1,
+        // and the action at 30 would seem 31 cycles after it.
+        let odg = Odg::new(vec![m("M"), a("A")], vec![Edge { from: 0, to: 1 }]).unwrap();
+        let s = Schedule {
+            period: 1,
+            start: vec![u64::MAX, 30],
+        };
+        assert_eq!(
+            validate(&odg, &Arch::DRMT, &s),
+            Err(vec![Violation::Dependency {
+                from: "M".into(),
+                to: "A".into(),
+                needed: 22,
+                got: 30 - i128::from(u64::MAX),
+            }])
+        );
+        assert_eq!(s.latency(&odg, &Arch::DRMT), u64::MAX, "saturates");
+        // The far end the other way round is a long wait, not a violation.
+        let far = Schedule {
+            period: 1,
+            start: vec![0, u64::MAX],
+        };
+        assert_eq!(validate(&odg, &Arch::DRMT, &far), Ok(()));
+        assert_eq!(far.latency(&odg, &Arch::DRMT), u64::MAX);
+        // A schedule short of starts has the latency of those it has.
+        let short = Schedule {
+            period: 1,
+            start: vec![5],
+        };
+        assert_eq!(short.latency(&odg, &Arch::DRMT), 5 + 22);
     }
 
     #[test]
