@@ -10,7 +10,8 @@
 //!
 //! Each node is a match (a key of `key_bits` bits into a table of `entries`) or an action
 //! (modifying `fields` fields); each edge `[from, to]` says `to` waits for `from`'s result
-//! (ΔM after a match, ΔA after an action). Unknown fields are refused, so a misspelt one is
+//! (ΔM after a match, ΔA after an action; there is no ordering-only edge of zero latency, as
+//! the paper's code has: see [`Edge`]). Unknown fields are refused, so a misspelt one is
 //! an error rather than a default. [`Description::to_odg`] checks the graph;
 //! [`Odg::describe`] writes a built graph back out.
 

@@ -30,8 +30,19 @@ pub struct Node {
     pub op: Op,
 }
 
-/// A dependency: `to` may start only once `from`'s result is there, the match latency ΔM
-/// after a match, the action latency ΔA after an action.
+/// A dependency: `to` reads, or is predicated on, `from`'s result, so it may start only once
+/// that result is there: the match latency ΔM after a match, the action latency ΔA after an
+/// action. This is the dRMT paper's τ(u, v), "ΔA or ΔM" (§3.3), and pfemu's only kind of edge:
+/// its latency comes from the kind of `from`, never from the edge.
+///
+/// Where pfemu differs from the paper: the paper's published scheduler (`schedule_dag.py`
+/// in its code) also has ordering-only dependencies that wait a latency dS, zero there: a
+/// reverse read (a match must read a field before a later action overwrites it) and an RMT
+/// successor dependency (a table ordered after another, resolved by predication). pfemu
+/// cannot express those: written as an edge, such an ordering waits the full ΔM or ΔA. That
+/// is safe (a schedule valid with the longer wait is valid with none) but may cost latency,
+/// processors or stages that the paper's code would not spend. The shipped programs have no
+/// such edge ([`programs`](super::programs)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Edge {
@@ -150,7 +161,8 @@ impl Odg {
     }
 
     /// The cycles `to` must wait after `from` starts on `arch`: ΔM after a match, ΔA after
-    /// an action.
+    /// an action (every edge from `from` alike: see [`Edge`] for the zero-latency kinds of
+    /// the paper's code that pfemu does not have).
     pub fn latency(&self, arch: &Arch, from: usize) -> u64 {
         match self.nodes[from].op {
             Op::Match { .. } => arch.match_latency,

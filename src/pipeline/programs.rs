@@ -10,9 +10,12 @@
 //! - **An action** per write the program makes: a write, counter update or read-modify-write
 //!   XTXN (a stateful ALU's work in a pipeline), a header rewrite, the verdict (the egress
 //!   port, or dropping the packet). Its fields are the fields it modifies.
-//! - **Edges** are the program's data and control dependencies, of the kinds the dRMT paper
-//!   uses: a match feeding a later match's key or predicating an action (waiting ΔM), an
-//!   action whose result a later operation reads or is predicated on (waiting ΔA).
+//! - **Edges** are the program's data and control dependencies, each on a result, the dRMT
+//!   paper's τ(u, v) of ΔM or ΔA (§3.3): a match feeding a later match's key or predicating
+//!   an action (waiting ΔM), an action whose result a later operation reads, is predicated
+//!   on, or must see completed (waiting ΔA). None is an ordering alone, such as a read that
+//!   must precede a later write: the paper's code gives those (reverse-read and successor
+//!   dependencies) a latency of zero, which pfemu's graphs cannot express ([`Edge`]).
 //! - **Conditions** (branches on header fields, or on a value read) take no match or action
 //!   resources and are contracted, as the paper's generator does ([`super::examples::random`]):
 //!   their predecessors become their successors' predecessors. Registers that only carry a
