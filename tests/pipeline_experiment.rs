@@ -8,7 +8,9 @@
 use std::process::Command;
 
 use pfemu::lab::bench::experiments::Figure;
-use pfemu::lab::bench::pipelines::{pipelines, Architecture, PipelinesConfig};
+use pfemu::lab::bench::pipelines::{
+    pipelines, Architecture, PipelinesConfig, MAX_CURVE_PROCESSORS, MAX_ODG_NODES,
+};
 
 fn small() -> PipelinesConfig {
     PipelinesConfig {
@@ -168,6 +170,97 @@ fn bad_options_and_files_are_refused_by_name() {
         text.contains("--odg") && text.contains("bad.json"),
         "{text}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A JSON chain of `tables` tables, each matching on what the previous one's action wrote.
+fn chain(tables: usize) -> String {
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for t in 0..tables {
+        nodes.push(format!(
+            r#"{{"name": "m{t}", "match": {{"key_bits": 32, "entries": 16}}}}"#
+        ));
+        nodes.push(format!(r#"{{"name": "a{t}", "action": {{"fields": 1}}}}"#));
+        edges.push(format!(r#"["m{t}", "a{t}"]"#));
+        if t > 0 {
+            edges.push(format!(r#"["a{}", "m{t}"]"#, t - 1));
+        }
+    }
+    format!(
+        r#"{{"name": "chain", "nodes": [{}], "edges": [{}]}}"#,
+        nodes.join(", "),
+        edges.join(", ")
+    )
+}
+
+#[test]
+fn a_large_odg_is_refused_and_a_long_curve_is_cut_with_a_note() {
+    let dir = std::env::temp_dir().join(format!("pfemu-odg-large-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // One table more than the limit allows nodes for.
+    let big = dir.join("big.json");
+    std::fs::write(&big, chain(MAX_ODG_NODES / 2 + 1)).expect("write");
+    let e = pipelines(
+        &PipelinesConfig {
+            graphs: 0,
+            odg: vec![big],
+            ..small()
+        },
+        &|_, _| {},
+    )
+    .expect_err("too many nodes");
+    let text = e.to_string();
+    assert!(
+        text.contains("--odg")
+            && text.contains("big.json")
+            && text.contains(&format!(
+                "{} nodes, at most {MAX_ODG_NODES}",
+                MAX_ODG_NODES + 2
+            )),
+        "{text}"
+    );
+    // A chain needing more stages than the curve simulates: cut there, and said so.
+    let long = dir.join("long.json");
+    let tables = MAX_CURVE_PROCESSORS as usize + 4;
+    std::fs::write(&long, chain(tables)).expect("write");
+    let r = pipelines(
+        &PipelinesConfig {
+            graphs: 0,
+            odg: vec![long],
+            // dRMT at IPC 1 starts the chain's matches at distinct times: a class each.
+            max_processors: 2 * tables as u64,
+            ..small()
+        },
+        &|_, _| {},
+    )
+    .expect("a long chain within the limits runs");
+    let row = r
+        .rows
+        .iter()
+        .find(|r| r.graph.ends_with("long.json"))
+        .expect("its row");
+    assert_eq!(
+        row.placements[0].processors,
+        Some(tables as u64),
+        "a stage per table"
+    );
+    let points: Vec<_> = r
+        .throughput
+        .iter()
+        .filter(|p| p.graph == row.graph)
+        .collect();
+    assert_eq!(
+        points.iter().map(|p| p.processors).max(),
+        Some(MAX_CURVE_PROCESSORS)
+    );
+    assert!(
+        r.notes.iter().any(|n| n.contains("long.json")
+            && n.contains(&format!("up to {MAX_CURVE_PROCESSORS} processors only"))),
+        "{:?}",
+        r.notes
+    );
+    assert!(r.table().contains("note: "), "{}", r.table());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -278,6 +278,8 @@ pub struct PipelinesReport {
     pub throughput: Vec<ThroughputPoint>,
     /// The paper's results beside this run's.
     pub claims: Vec<Claim>,
+    /// What the run left out, and why: throughput points not simulated.
+    pub notes: Vec<String>,
     /// Every schedule valid, every simulated throughput as promised, no contention.
     pub verified: bool,
     /// Wall-clock seconds of the whole run.
@@ -334,9 +336,11 @@ pub fn pipelines(
         .iter()
         .zip(&rows)
         .filter(|(i, _)| i.kind == "program");
-    let mut throughput = Vec::new();
+    let (mut throughput, mut notes) = (Vec::new(), Vec::new());
     for (input, row) in programs {
-        throughput.extend(throughput_curve(cfg, &input.odg, row)?);
+        let (points, note) = throughput_curve(cfg, &input.odg, row)?;
+        throughput.extend(points);
+        notes.extend(note);
     }
     let verified = rows.iter().all(|r| r.valid)
         && throughput
@@ -348,6 +352,7 @@ pub fn pipelines(
         rows,
         throughput,
         claims,
+        notes,
         verified,
         seconds: start.elapsed().as_secs_f64(),
     })
@@ -363,16 +368,53 @@ fn program(name: &str, odg: Odg, pfe: &'static str) -> Input {
     }
 }
 
-/// Reads a program's ODG from a JSON description.
+/// The most nodes an `--odg` graph may have: twice the random graphs' largest (200 slots,
+/// at most 400 nodes), far above the shipped programs' dozen. Every graph is scheduled at
+/// each period up to `--max-processors` and simulated, which grows faster than its size.
+pub const MAX_ODG_NODES: usize = 800;
+/// The most edges an `--odg` graph may have: 16 per node of the largest.
+pub const MAX_ODG_EDGES: usize = 16 * MAX_ODG_NODES;
+/// The largest `--odg` file read, in bytes.
+pub const MAX_ODG_BYTES: u64 = 16 << 20;
+/// The most processors (and RMT stages) the throughput curve simulates: past them a point
+/// costs a schedule and two simulations of a pipe that long, and the curve's shape (RMT's
+/// cliff, dRMT's decline) shows well before. A program that needs more is cut, with a note.
+pub const MAX_CURVE_PROCESSORS: u64 = 64;
+
+/// Reads a program's ODG from a JSON description, within [`MAX_ODG_BYTES`],
+/// [`MAX_ODG_NODES`] and [`MAX_ODG_EDGES`].
 fn read_odg(path: &Path) -> Result<Odg, ExperimentError> {
+    use std::io::Read;
     let option = |reason: String| ExperimentError::Option {
         option: "--odg",
         reason,
     };
-    let text = std::fs::read_to_string(path)
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_ODG_BYTES + 1).read_to_string(&mut text))
         .map_err(|e| option(format!("cannot read {}: {e}", path.display())))?;
+    if text.len() as u64 > MAX_ODG_BYTES {
+        return Err(option(format!(
+            "{}: larger than {MAX_ODG_BYTES} bytes",
+            path.display()
+        )));
+    }
     let description: pipeline::Description =
         serde_json::from_str(&text).map_err(|e| option(format!("{}: {e}", path.display())))?;
+    if description.nodes.len() > MAX_ODG_NODES {
+        return Err(option(format!(
+            "{}: {} nodes, at most {MAX_ODG_NODES}",
+            path.display(),
+            description.nodes.len()
+        )));
+    }
+    if description.edges.len() > MAX_ODG_EDGES {
+        return Err(option(format!(
+            "{}: {} edges, at most {MAX_ODG_EDGES}",
+            path.display(),
+            description.edges.len()
+        )));
+    }
     description
         .to_odg()
         .map_err(|e| option(format!("{}: {e}", path.display())))
@@ -538,22 +580,43 @@ fn status_name(s: IlpStatus) -> &'static str {
 
 /// Throughput as processors shrink from what line rate needs to 1, simulated: RMT with its
 /// coarse stage count, dRMT (IPC 1) with the heuristics' schedule of the fewest processors
-/// (below that count) or of a period equal to the processors (from it up).
+/// (below that count) or of a period equal to the processors (from it up). At most
+/// [`MAX_CURVE_PROCESSORS`] processors; the notes say what was left out.
 fn throughput_curve(
     cfg: &PipelinesConfig,
     odg: &Odg,
     row: &GraphRow,
-) -> Result<Vec<ThroughputPoint>, ExperimentError> {
+) -> Result<(Vec<ThroughputPoint>, Vec<String>), ExperimentError> {
     let run = |e: pipeline::SimError| ExperimentError::Run(format!("{}: {e}", row.graph));
-    let mut points = Vec::new();
+    let (mut points, mut notes) = (Vec::new(), Vec::new());
     let arch = Arch::DRMT;
     let rmt = row.at(Architecture::Rmt).processors;
     let fewest = fewest_processors(odg, &arch, cfg.max_processors);
     let (Some(stages), Some(fewest)) = (rmt, fewest) else {
-        return Ok(points);
+        notes.push(format!(
+            "{}: no throughput curve: {}",
+            row.graph,
+            if rmt.is_none() {
+                "no RMT stage plan".to_string()
+            } else {
+                format!(
+                    "no dRMT schedule within --max-processors {}",
+                    cfg.max_processors
+                )
+            }
+        ));
+        return Ok((points, notes));
     };
     let stage_time = Arch::RMT.match_latency + Arch::RMT.action_latency;
-    for n in 1..=stages.max(fewest.period) {
+    let last = stages.max(fewest.period);
+    if last > MAX_CURVE_PROCESSORS {
+        notes.push(format!(
+            "{}: throughput simulated up to {MAX_CURVE_PROCESSORS} processors only, of the \
+             {last} that line rate needs on RMT or dRMT",
+            row.graph
+        ));
+    }
+    for n in 1..=last.min(MAX_CURVE_PROCESSORS) {
         // RMT repeats every n stages' time per pass; a packet makes ceil(S / n) passes.
         let pattern = n * stage_time * stages.div_ceil(n);
         let sim = window(cfg.sim_cycles, pattern, pattern);
@@ -587,7 +650,7 @@ fn throughput_curve(
             conflicts: d.contentions + d.resource_violations,
         });
     }
-    Ok(points)
+    Ok((points, notes))
 }
 
 /// A warm-up past the first packet's latency, then a measured window of as many cycles, both
@@ -929,6 +992,9 @@ impl Figure for PipelinesReport {
         }
         for c in &self.claims {
             t += &format!("{}: paper: {}; measured: {}\n", c.what, c.paper, c.measured);
+        }
+        for note in &self.notes {
+            t += &format!("note: {note}\n");
         }
         t += &format!("{} graphs in {:.1} s", self.rows.len(), self.seconds);
         t
