@@ -265,6 +265,53 @@ fn a_large_odg_is_refused_and_a_long_curve_is_cut_with_a_note() {
 }
 
 #[test]
+fn a_node_wider_than_a_stage_or_a_processor_is_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("pfemu-odg-wide-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // 300 fields fit neither an RMT stage (A = 224) nor a dRMT processor (A = 32); 40 fit
+    // the stage only; a 641-bit key takes 9 match units of 80 bits, one more than M = 8.
+    for (file, node, want) in [
+        (
+            "fat.json",
+            r#"{"name": "fat", "action": {"fields": 300}}"#,
+            "`fat` modifies 300 fields, more than a stage's A = 224 (Table 1's RMT)",
+        ),
+        (
+            "forty.json",
+            r#"{"name": "forty", "action": {"fields": 40}}"#,
+            "`forty` modifies 40 fields, more than a processor's A = 32 (Table 1's dRMT)",
+        ),
+        (
+            "key.json",
+            r#"{"name": "key", "match": {"key_bits": 641, "entries": 1}}"#,
+            "`key` needs 9 match units, more than a stage's M = 8",
+        ),
+    ] {
+        let path = dir.join(file);
+        std::fs::write(
+            &path,
+            format!(r#"{{"name": "p", "nodes": [{node}], "edges": []}}"#),
+        )
+        .expect("write");
+        let e = pipelines(
+            &PipelinesConfig {
+                graphs: 0,
+                odg: vec![path],
+                ..small()
+            },
+            &|_, _| {},
+        )
+        .expect_err(file);
+        let text = e.to_string();
+        assert!(
+            text.contains("--odg") && text.contains(file) && text.contains(want),
+            "{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_command_writes_its_files_and_json() {
     let dir = std::env::temp_dir().join(format!("pfemu-pipelines-{}", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_pfemu"))

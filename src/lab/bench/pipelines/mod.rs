@@ -25,8 +25,8 @@ use super::plot::{self, Line, Panel, Panels, Series};
 use super::PlotError;
 use crate::pipeline::{
     self, assign_stages, examples, fewest_processors, heuristic_schedule, ilp_fewest_processors,
-    lower_bound, rmt_throughput, simulate_drmt, simulate_rmt, validate, validate_stages, Arch,
-    Granularity, IlpOptions, IlpStatus, Odg, Op, Schedule, SimConfig,
+    list_schedule, lower_bound, rmt_throughput, simulate_drmt, simulate_rmt, validate,
+    validate_stages, Arch, Granularity, IlpOptions, IlpStatus, Odg, Op, Schedule, SimConfig,
 };
 
 mod pfe;
@@ -415,9 +415,16 @@ fn read_odg(path: &Path) -> Result<Odg, ExperimentError> {
             description.edges.len()
         )));
     }
-    description
+    let odg = description
         .to_odg()
-        .map_err(|e| option(format!("{}: {e}", path.display())))
+        .map_err(|e| option(format!("{}: {e}", path.display())))?;
+    // A node wider than a stage or a processor fits no placement: say which, rather than
+    // leaving its columns empty.
+    assign_stages(&odg, &Arch::RMT, Granularity::Coarse)
+        .map_err(|e| option(format!("{}: {e} (Table 1's RMT)", path.display())))?;
+    list_schedule(&odg, &Arch::DRMT, 1)
+        .map_err(|e| option(format!("{}: {e} (Table 1's dRMT)", path.display())))?;
+    Ok(odg)
 }
 
 /// Evaluates `inputs` on `cfg.threads` threads; rows in the inputs' order.
@@ -457,14 +464,14 @@ fn evaluate(cfg: &PipelinesConfig, input: &Input) -> Result<GraphRow, Experiment
         (Architecture::Rmt, Granularity::Coarse),
         (Architecture::RmtFine, Granularity::Fine),
     ] {
-        let plan = assign_stages(odg, &Arch::RMT, granularity).ok();
-        valid &= plan
-            .as_ref()
-            .is_none_or(|p| validate_stages(odg, &Arch::RMT, p).is_ok());
-        let latency = plan.as_ref().map(|p| p.latency(&Arch::RMT));
+        // `--odg` graphs are checked as they are read; the others fit by construction.
+        let plan = assign_stages(odg, &Arch::RMT, granularity)
+            .map_err(|e| ExperimentError::Run(format!("{}: {e}", input.name)))?;
+        valid &= validate_stages(odg, &Arch::RMT, &plan).is_ok();
+        let latency = Some(plan.latency(&Arch::RMT));
         placements.push(Placement {
             architecture: a,
-            processors: plan.as_ref().map(|p| u64::from(p.stages)),
+            processors: Some(u64::from(plan.stages)),
             latency,
             threads: latency,
             list_processors: None,
