@@ -267,3 +267,113 @@ fn capacity_sums_do_not_wrap_and_a_node_wider_than_a_cycle_is_refused_by_name() 
         [StageViolation::ActionCapacity { used, .. }] if *used == 2 * u64::from(u32::MAX - 1)
     ));
 }
+
+#[test]
+fn out_of_range_architectures_and_periods_are_refused_by_name() {
+    use pfemu::pipeline::{
+        assign_stages, heuristic_schedule, simulate_drmt, simulate_rmt, ArchError, Granularity,
+        ListError, RmtError, SimConfig, SimError, Violation, MAX_PERIOD,
+    };
+    let (odg, arch) = pfemu::pipeline::examples::figure_5();
+    let schedule = Schedule {
+        period: 2,
+        start: vec![0, 0, 3, 3, 5, 5, 6],
+    };
+    let sim = SimConfig {
+        cycles: 200,
+        warmup: 100,
+    };
+    for (bad, field, value) in [
+        (
+            Arch {
+                match_capacity: 0,
+                ..arch
+            },
+            "match_capacity",
+            0,
+        ),
+        (
+            Arch {
+                unit_bits: 0,
+                ..arch
+            },
+            "unit_bits",
+            0,
+        ),
+        (
+            Arch {
+                action_capacity: 0,
+                ..arch
+            },
+            "action_capacity",
+            0,
+        ),
+        (Arch { ipc: 0, ..arch }, "ipc", 0),
+        (
+            Arch {
+                match_latency: Arch::MAX_LATENCY + 1,
+                ..arch
+            },
+            "match_latency",
+            Arch::MAX_LATENCY + 1,
+        ),
+        (
+            Arch {
+                action_latency: u64::MAX,
+                ..arch
+            },
+            "action_latency",
+            u64::MAX,
+        ),
+    ] {
+        let e = bad.check().expect_err(field);
+        assert_eq!((e.field, e.value), (field, value));
+        assert!(
+            e.to_string()
+                .starts_with(&format!("Arch::{field} is {value}: ")),
+            "{e}"
+        );
+        assert_eq!(list_schedule(&odg, &bad, 2), Err(ListError::Arch(e)));
+        assert_eq!(
+            assign_stages(&odg, &bad, Granularity::Fine),
+            Err(RmtError::Arch(e))
+        );
+        assert_eq!(
+            validate(&odg, &bad, &schedule),
+            Err(vec![Violation::Arch(e)])
+        );
+        assert_eq!(
+            simulate_drmt(&odg, &bad, &schedule, 2, &sim),
+            Err(SimError::Arch(e))
+        );
+        assert_eq!(simulate_rmt(3, 3, &bad, &sim), Err(SimError::Arch(e)));
+        assert_eq!(heuristic_schedule(&odg, &bad, 4), None);
+        assert_eq!(fewest_processors(&odg, &bad, 64), None);
+    }
+    for ok in [Arch::DRMT, Arch::RMT, arch] {
+        assert_eq!(ok.check(), Ok(()));
+    }
+    let slow = Arch {
+        match_latency: Arch::MAX_LATENCY,
+        ..arch
+    };
+    assert_eq!(slow.check(), Ok::<(), ArchError>(()));
+    // Periods: 0 and past MAX_PERIOD are refused, not one class booked per cycle.
+    assert_eq!(list_schedule(&odg, &arch, 0), Err(ListError::Period(0)));
+    assert_eq!(
+        list_schedule(&odg, &arch, 1 << 40),
+        Err(ListError::Period(1 << 40))
+    );
+    assert!(ListError::Period(0).to_string().contains("1 to 65536"));
+    let s = list_schedule(&odg, &arch, MAX_PERIOD)
+        .expect("in range")
+        .expect("room to spare");
+    assert_eq!(validate(&odg, &arch, &s), Ok(()));
+    // The stage layout still serves any period.
+    let s = heuristic_schedule(&odg, &arch, 1 << 40).expect("the stage layout");
+    assert_eq!(validate(&odg, &arch, &s), Ok(()));
+    // A node wider than a cycle has no schedule at any period: the search ends at once,
+    // whatever its limit.
+    let fat = Odg::new(vec![action("fat", 33)], vec![]).expect("a graph");
+    assert_eq!(fewest_processors(&fat, &Arch::DRMT, u64::MAX), None);
+}

@@ -311,6 +311,60 @@ fn a_node_wider_than_a_stage_or_a_processor_is_refused_by_name() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A graph whose heuristics find a schedule at 4 processors and at 6 (RMT's stages and
+/// more: the stage layout) but not at 5, where the list scheduler's greedy placement fails.
+const GAP: &str = r#"{"name": "gap", "nodes": [
+    {"name": "n0", "action": {"fields": 20}}, {"name": "n1", "match": {"key_bits": 320, "entries": 1}},
+    {"name": "n2", "action": {"fields": 25}}, {"name": "n3", "action": {"fields": 5}},
+    {"name": "n4", "match": {"key_bits": 80, "entries": 1}}, {"name": "n5", "match": {"key_bits": 400, "entries": 1}},
+    {"name": "n6", "action": {"fields": 25}}, {"name": "n7", "action": {"fields": 9}},
+    {"name": "n8", "action": {"fields": 10}}, {"name": "n9", "match": {"key_bits": 320, "entries": 1}},
+    {"name": "n10", "match": {"key_bits": 80, "entries": 1}}, {"name": "n11", "match": {"key_bits": 400, "entries": 1}},
+    {"name": "n12", "match": {"key_bits": 80, "entries": 1}}],
+  "edges": [["n1", "n2"], ["n0", "n3"], ["n2", "n3"], ["n3", "n4"], ["n0", "n5"], ["n3", "n5"],
+    ["n1", "n6"], ["n0", "n7"], ["n0", "n8"], ["n1", "n8"], ["n6", "n8"], ["n2", "n9"], ["n5", "n9"],
+    ["n6", "n9"], ["n7", "n9"], ["n2", "n10"], ["n4", "n10"], ["n6", "n10"], ["n7", "n10"],
+    ["n9", "n10"], ["n3", "n11"], ["n6", "n11"], ["n2", "n12"], ["n4", "n12"], ["n7", "n12"]]}"#;
+
+#[test]
+fn a_curve_point_without_a_drmt_schedule_is_noted() {
+    let dir = std::env::temp_dir().join(format!("pfemu-odg-gap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("gap.json");
+    std::fs::write(&path, GAP).expect("write");
+    let r = pipelines(
+        &PipelinesConfig {
+            graphs: 0,
+            odg: vec![path],
+            ..small()
+        },
+        &|_, _| {},
+    )
+    .expect("runs");
+    let graph = r
+        .rows
+        .iter()
+        .find(|r| r.graph.ends_with("gap.json"))
+        .expect("its row")
+        .graph
+        .clone();
+    let at = |a: Architecture, n: u64| {
+        r.throughput
+            .iter()
+            .any(|p| p.graph == graph && p.architecture == a && p.processors == n)
+    };
+    assert!(at(Architecture::Rmt, 5) && !at(Architecture::Drmt1, 5));
+    assert!(at(Architecture::Drmt1, 4));
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.starts_with(&graph) && n.contains("no dRMT (IPC 1) point at [5] processors")),
+        "{:?}",
+        r.notes
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_command_writes_its_files_and_json() {
     let dir = std::env::temp_dir().join(format!("pfemu-pipelines-{}", std::process::id()));

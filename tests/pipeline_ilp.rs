@@ -277,3 +277,28 @@ fn with_resources_to_spare_the_ilp_meets_the_critical_path() {
         }
     }
 }
+
+#[test]
+fn a_time_limit_past_any_instant_is_no_limit_and_a_bad_architecture_is_named() {
+    let (odg, arch) = figure_5();
+    // Duration::MAX added to an Instant overflows: it means no limit, seeded or plain.
+    for options in [generous(), plain()] {
+        let out = ilp_schedule(
+            &odg,
+            &arch,
+            2,
+            &IlpOptions {
+                time_limit: Duration::MAX,
+                ..options
+            },
+        );
+        assert!(proven(&out), "{out:?}");
+        assert_eq!(last_start(&valid(&odg, &arch, &out)), 6);
+    }
+    let bad = Arch { ipc: 0, ..arch };
+    let out = ilp_schedule(&odg, &bad, 2, &generous());
+    assert_eq!(out.status, IlpStatus::SolverFailed);
+    assert_eq!(out.schedule, None);
+    let failure = out.failure.expect("a reason");
+    assert_eq!(failure.to_string(), "Arch::ipc is 0: it must be at least 1");
+}

@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions, Variable};
 
 use super::list::{earliest_starts, heuristic_schedule, lower_bound};
-use super::odg::{Arch, Odg, Op};
+use super::odg::{Arch, ArchError, Odg, Op};
 use super::schedule::{validate, Schedule, Violation};
 
 /// How [`ilp_schedule`] solves: the solver's time limit and the speed-ups on.
@@ -106,14 +106,17 @@ pub enum IlpStatus {
     TimeLimit,
     /// No valid schedule exists at this period.
     Infeasible,
-    /// The solver failed or answered with an invalid schedule ([`IlpOutcome::failure`] says
-    /// which); the schedule is the seed's, if there is one.
+    /// The solver failed or answered with an invalid schedule, or the architecture was
+    /// refused ([`IlpOutcome::failure`] says which); the schedule is the seed's, if there is
+    /// one.
     SolverFailed,
 }
 
 /// Why the solver's answer was not used.
 #[derive(Clone, Debug, PartialEq)]
 pub enum IlpFailure {
+    /// The architecture fails [`Arch::check`]: nothing was solved.
+    Arch(ArchError),
     /// The solver returned an error (or called the seeded problem infeasible).
     Solver(microlp::Error),
     /// A node's start could not be read back: no start, or several, near 1.
@@ -125,6 +128,7 @@ pub enum IlpFailure {
 impl fmt::Display for IlpFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            IlpFailure::Arch(e) => write!(f, "{e}"),
             IlpFailure::Solver(e) => write!(f, "the ILP solver failed: {e}"),
             IlpFailure::Unreadable(node) => {
                 write!(f, "the ILP's answer gives `{node}` no single start time")
@@ -144,6 +148,7 @@ impl std::error::Error for IlpFailure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             IlpFailure::Solver(e) => Some(e),
+            IlpFailure::Arch(e) => Some(e),
             IlpFailure::Unreadable(_) | IlpFailure::Invalid(_) => None,
         }
     }
@@ -203,6 +208,12 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
         failure: None,
         unresolved_periods: Vec::new(),
     };
+    if let Err(e) = arch.check() {
+        out.status = IlpStatus::SolverFailed;
+        out.failure = Some(IlpFailure::Arch(e));
+        out.elapsed = began.elapsed();
+        return out;
+    }
     let n = odg.nodes().len();
     let asap = earliest_starts(odg, arch);
     if period == 0 || (options.bounds && !resources_fit(odg, arch, period)) {
@@ -235,7 +246,8 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
         asap: &asap,
         bound: out.bound,
         options,
-        deadline: began + options.time_limit,
+        // A limit past what an Instant can hold is no limit.
+        deadline: began.checked_add(options.time_limit),
     };
     let result = match &seed {
         _ if options.bounds => {
@@ -316,7 +328,8 @@ struct Program<'a> {
     asap: &'a [u64],
     bound: u64,
     options: &'a IlpOptions,
-    deadline: Instant,
+    /// `None`: no limit.
+    deadline: Option<Instant>,
 }
 
 impl Program<'_> {
@@ -324,8 +337,10 @@ impl Program<'_> {
     /// counted in `out` (the largest so far) and the solve in `out.solves`.
     fn solve(&self, horizon: u64, warm: Option<&Schedule>, out: &mut IlpOutcome) -> Solved {
         let (odg, arch, period) = (self.odg, self.arch, self.period);
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let left = self
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
             return Solved::Interrupted;
         }
         let model = Model::build(
@@ -345,7 +360,9 @@ impl Program<'_> {
         };
         out.solves += 1;
         let mut solve = SolveOptions::default();
-        solve.time_limit = Some(left);
+        // The solver adds its limit to an Instant of its own: keep that sum representable.
+        const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+        solve.time_limit = left.map(|l| l.min(CENTURY));
         solve.warm_start = warm.map(|s| warm_start(odg, &model.x, &model.ipc, model.t, s));
         let solution = match problem.solve_with(solve) {
             Ok(microlp::SolveOutcome::Solution(solution)) => solution,

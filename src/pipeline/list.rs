@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::odg::{Arch, Odg, Op, TooWide};
+use super::odg::{Arch, ArchError, Odg, Op, TooWide};
 use super::rmt::{assign_stages, drmt_from_stages, Granularity};
 use super::schedule::Schedule;
 
@@ -37,7 +37,7 @@ pub fn lower_bound(odg: &Odg, arch: &Arch) -> LowerBound {
         latency: earliest_starts(odg, arch)
             .iter()
             .enumerate()
-            .map(|(v, t)| t + odg.latency(arch, v))
+            .map(|(v, t)| t.saturating_add(odg.latency(arch, v)))
             .max()
             .unwrap_or(0),
     }
@@ -48,7 +48,7 @@ pub(super) fn earliest_starts(odg: &Odg, arch: &Arch) -> Vec<u64> {
     let mut t = vec![0u64; odg.nodes().len()];
     for &v in odg.topological_order() {
         for e in odg.edges().iter().filter(|e| e.from == v) {
-            t[e.to] = t[e.to].max(t[v] + odg.latency(arch, v));
+            t[e.to] = t[e.to].max(t[v].saturating_add(odg.latency(arch, v)));
         }
     }
     t
@@ -61,15 +61,24 @@ fn tails(odg: &Odg, arch: &Arch) -> Vec<u64> {
         let own = odg.latency(arch, v);
         tail[v] = own;
         for e in odg.edges().iter().filter(|e| e.from == v) {
-            tail[v] = tail[v].max(own + tail[e.to]);
+            tail[v] = tail[v].max(own.saturating_add(tail[e.to]));
         }
     }
     tail
 }
 
+/// The largest period (processors) [`list_schedule`] takes: it books one residue class per
+/// cycle of the period, and a switch has far fewer processors (the paper's need at most a few
+/// dozen; `pfemu experiment pipelines` searches up to 1024).
+pub const MAX_PERIOD: u64 = 1 << 16;
+
 /// Why [`list_schedule`] refused its input (giving up on a valid input is `Ok(None)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ListError {
+    /// The architecture fails [`Arch::check`].
+    Arch(ArchError),
+    /// The period is 0 or above [`MAX_PERIOD`].
+    Period(u64),
     /// `node`'s key needs `units` match units, more than a processor's M̄ in one cycle: no
     /// class of any schedule can hold it.
     MatchTooWide {
@@ -94,6 +103,8 @@ pub enum ListError {
 impl fmt::Display for ListError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ListError::Arch(e) => write!(f, "{e}"),
+            ListError::Period(p) => write!(f, "a period of {p}: it must be 1 to {MAX_PERIOD}"),
             ListError::MatchTooWide {
                 node,
                 units,
@@ -130,9 +141,14 @@ struct Class {
 /// longest path to the end (among those whose predecessors are placed), each at the earliest
 /// start its dependencies allow whose residue class still has the match units or action
 /// fields and the IPC it needs. `Ok(None)` when some node fits no class (the heuristic gives
-/// up; a schedule may still exist) or the period is 0; an error when a node alone exceeds a
-/// cycle's M̄ or Ā, so that no schedule exists at any period, naming it.
+/// up; a schedule may still exist). An error for an architecture that fails [`Arch::check`],
+/// a period of 0 or above [`MAX_PERIOD`], or a node that alone exceeds a cycle's M̄ or Ā (no
+/// schedule exists at any period), naming it.
 pub fn list_schedule(odg: &Odg, arch: &Arch, period: u64) -> Result<Option<Schedule>, ListError> {
+    arch.check().map_err(ListError::Arch)?;
+    if !(1..=MAX_PERIOD).contains(&period) {
+        return Err(ListError::Period(period));
+    }
     match arch.too_wide(odg) {
         Some(TooWide::Match { node, units }) => {
             return Err(ListError::MatchTooWide {
@@ -153,12 +169,9 @@ pub fn list_schedule(odg: &Odg, arch: &Arch, period: u64) -> Result<Option<Sched
     Ok(list_schedule_checked(odg, arch, period))
 }
 
-/// [`list_schedule`] once every node fits a class on its own.
+/// [`list_schedule`] once its input is checked.
 fn list_schedule_checked(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedule> {
     let n = odg.nodes().len();
-    if period == 0 {
-        return None;
-    }
     let tail = tails(odg, arch);
     let mut preds_left = vec![0usize; n];
     for e in odg.edges() {
@@ -241,8 +254,11 @@ fn place(classes: &mut [Class], arch: &Arch, op: Op, earliest: u64, period: u64)
 /// from the fine-grained RMT solution. List scheduling spreads matches over more start times
 /// than IPC leaves classes for on deep graphs; the stage layout never does, so on the
 /// random graphs of §4 it needs a third fewer processors at IPC 1. Of two schedules, the one
-/// with the lower latency.
+/// with the lower latency. `None` also for an architecture that fails [`Arch::check`].
 pub fn heuristic_schedule(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedule> {
+    if arch.check().is_err() {
+        return None;
+    }
     let list = list_schedule(odg, arch, period).ok().flatten();
     let stages = assign_stages(odg, arch, Granularity::Fine)
         .ok()
@@ -255,8 +271,14 @@ pub fn heuristic_schedule(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedul
 }
 
 /// The fewest processors, from the lower bound up to `max_processors`, for which
-/// [`heuristic_schedule`] finds a schedule, with that schedule.
+/// [`heuristic_schedule`] finds a schedule, with that schedule. `None` at once when none can
+/// exist: an architecture that fails [`Arch::check`], or a node wider than a cycle's M̄ or Ā.
+/// The search ends by the fine-grained stage plan's stage count, where the stage layout
+/// always has a schedule.
 pub fn fewest_processors(odg: &Odg, arch: &Arch, max_processors: u64) -> Option<Schedule> {
+    if arch.check().is_err() || arch.too_wide(odg).is_some() {
+        return None;
+    }
     let from = lower_bound(odg, arch).processors;
     (from..=max_processors).find_map(|p| heuristic_schedule(odg, arch, p))
 }

@@ -7,7 +7,9 @@
 //! latency ΔM, one from an action the action latency ΔA. An [`Arch`] gives a processor's
 //! (or an RMT stage's) match capacity M̄ in units of b-bit keys, its action capacity Ā in
 //! fields, the two latencies, and its inter-packet concurrency IPC; [`Arch::DRMT`] and
-//! [`Arch::RMT`] are Table 1's.
+//! [`Arch::RMT`] are Table 1's. The schedulers, validators and simulators refuse an `Arch`
+//! that fails [`Arch::check`] (a capacity, unit size or IPC of 0, a latency over 2^20
+//! cycles), naming the field.
 //!
 //! A dRMT schedule is one packet's start times, repeated for every packet: packets reach a
 //! processor every P cycles (P processors fed round-robin), so at any cycle the processor runs,
@@ -55,8 +57,9 @@ pub use describe::{
 pub use ilp::{ilp_fewest_processors, ilp_schedule, IlpFailure, IlpOptions, IlpOutcome, IlpStatus};
 pub use list::{
     fewest_processors, heuristic_schedule, list_schedule, lower_bound, ListError, LowerBound,
+    MAX_PERIOD,
 };
-pub use odg::{Arch, Edge, Node, Odg, OdgError, Op};
+pub use odg::{Arch, ArchError, Edge, Node, Odg, OdgError, Op};
 pub use programs::PfeProfile;
 pub use rmt::{
     assign_stages, coarse_tables, drmt_from_stages, rmt_throughput, stage_lower_bound,

@@ -211,6 +211,44 @@ impl Arch {
         ipc: 1,
     };
 
+    /// The largest match or action latency [`Arch::check`] accepts, in cycles: far above any
+    /// real pipeline's (Table 1's are 2 to 22), and small enough that a start plus a chain of
+    /// such latencies cannot overflow.
+    pub const MAX_LATENCY: u64 = 1 << 20;
+
+    /// Checks the parameters, naming the first out of range: the capacities, the match unit
+    /// size and IPC at least 1 (a processor with no match units, or one that starts no
+    /// packet's operations, runs nothing), the latencies at most [`Arch::MAX_LATENCY`]. The
+    /// schedulers, validators and simulators refuse an architecture that fails it.
+    pub fn check(&self) -> Result<(), ArchError> {
+        let at_least_1 = [
+            ("match_capacity", self.match_capacity),
+            ("unit_bits", self.unit_bits),
+            ("action_capacity", self.action_capacity),
+            ("ipc", self.ipc),
+        ];
+        if let Some(&(field, _)) = at_least_1.iter().find(|(_, v)| *v == 0) {
+            return Err(ArchError {
+                field,
+                value: 0,
+                allowed: "at least 1",
+            });
+        }
+        for (field, value) in [
+            ("match_latency", self.match_latency),
+            ("action_latency", self.action_latency),
+        ] {
+            if value > Arch::MAX_LATENCY {
+                return Err(ArchError {
+                    field,
+                    value,
+                    allowed: "at most 2^20 cycles",
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Match units a key of `key_bits` takes.
     pub fn match_units(&self, key_bits: u32) -> u32 {
         key_bits.div_ceil(self.unit_bits.max(1))
@@ -234,6 +272,29 @@ impl Arch {
         })
     }
 }
+
+/// An [`Arch`] parameter out of range ([`Arch::check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArchError {
+    /// The field, as [`Arch`] names it.
+    pub field: &'static str,
+    /// Its value.
+    pub value: u64,
+    /// What it may be.
+    pub allowed: &'static str,
+}
+
+impl fmt::Display for ArchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Arch::{} is {}: it must be {}",
+            self.field, self.value, self.allowed
+        )
+    }
+}
+
+impl std::error::Error for ArchError {}
 
 /// A node wider than one cycle's capacity ([`Arch::too_wide`]).
 pub(super) enum TooWide {

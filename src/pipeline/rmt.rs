@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::odg::{Arch, Odg, Op, TooWide};
+use super::odg::{Arch, ArchError, Odg, Op, TooWide};
 use super::schedule::Schedule;
 
 /// How finely RMT may split a table across stages.
@@ -90,6 +90,8 @@ impl StagePlan {
 /// What makes a stage plan invalid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StageViolation {
+    /// The architecture fails [`Arch::check`]: nothing is checked against it.
+    Arch(ArchError),
     /// The plan does not give every node a stage, or its stage count is not one more than
     /// its last stage.
     Shape(String),
@@ -140,6 +142,7 @@ pub enum StageViolation {
 impl fmt::Display for StageViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            StageViolation::Arch(e) => write!(f, "{e}"),
             StageViolation::Shape(why) => f.write_str(why),
             StageViolation::Dependency {
                 from,
@@ -182,6 +185,8 @@ impl fmt::Display for StageViolation {
 /// Why no stage plan was made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RmtError {
+    /// The architecture fails [`Arch::check`].
+    Arch(ArchError),
     /// `node`'s key needs `units` match units, more than a stage's M̄.
     MatchTooWide {
         /// The match.
@@ -205,6 +210,7 @@ pub enum RmtError {
 impl fmt::Display for RmtError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RmtError::Arch(e) => write!(f, "{e}"),
             RmtError::MatchTooWide {
                 node,
                 units,
@@ -373,6 +379,7 @@ pub fn validate_stages(
     arch: &Arch,
     plan: &StagePlan,
 ) -> Result<(), Vec<StageViolation>> {
+    arch.check().map_err(|e| vec![StageViolation::Arch(e)])?;
     let nodes = odg.nodes();
     let n = nodes.len();
     // One more than the last stage; `None` past u32, which no stage count can say.
@@ -469,7 +476,8 @@ pub fn validate_stages(
 ///
 /// The fine result is never worse than the coarse one: when the coarse plan (a valid fine
 /// plan too) uses fewer stages, it is returned, relabelled fine. A node that alone exceeds a
-/// stage's M̄ or Ā is refused, naming it.
+/// stage's M̄ or Ā is refused, naming it, and so is an architecture that fails
+/// [`Arch::check`].
 ///
 /// ```
 /// use pfemu::pipeline::{assign_stages, validate_stages, Arch, Edge, Granularity, Node, Odg, Op};
@@ -493,6 +501,7 @@ pub fn assign_stages(
     arch: &Arch,
     granularity: Granularity,
 ) -> Result<StagePlan, RmtError> {
+    arch.check().map_err(RmtError::Arch)?;
     let plan = list_assign(odg, arch, granularity)?;
     if granularity == Granularity::Fine {
         // A greedy order can miss what the coarser rules found; the coarse plan obeys the

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::odg::{Arch, Odg, Op};
+use super::odg::{Arch, ArchError, Odg, Op};
 
 /// One packet's schedule on a processor that receives a packet every `period` cycles (P
 /// processors fed round-robin): the cycle each node starts, counted from the packet's
@@ -35,6 +35,8 @@ impl Schedule {
 /// What makes a schedule invalid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Violation {
+    /// The architecture fails [`Arch::check`]: nothing is checked against it.
+    Arch(ArchError),
     /// The schedule does not give every node of the graph a start, or its period is 0.
     Shape(String),
     /// `to` starts `got` cycles after `from`, which needs `needed`.
@@ -104,6 +106,7 @@ pub enum Violation {
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Violation::Arch(e) => write!(f, "{e}"),
             Violation::Shape(why) => f.write_str(why),
             Violation::Dependency {
                 from,
@@ -156,8 +159,10 @@ impl fmt::Display for Violation {
 
 /// Checks `schedule` for `odg` on `arch`: every dependency's latency, and per residue class
 /// mod P the match units (M̄), the action fields (Ā) and the distinct start times of matches
-/// and of actions (IPC). Returns every violation found, in that order.
+/// and of actions (IPC). Returns every violation found, in that order; an architecture that
+/// fails [`Arch::check`] is the only violation named.
 pub fn validate(odg: &Odg, arch: &Arch, schedule: &Schedule) -> Result<(), Vec<Violation>> {
+    arch.check().map_err(|e| vec![Violation::Arch(e)])?;
     let n = odg.nodes().len();
     if schedule.period == 0 || schedule.start.len() != n {
         return Err(vec![Violation::Shape(format!(

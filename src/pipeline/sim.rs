@@ -45,7 +45,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
 
-use super::odg::{Arch, Odg, Op};
+use super::odg::{Arch, ArchError, Odg, Op};
 use super::schedule::Schedule;
 
 /// The most processors, the most slots of an RMT pipe, and the most packets a cycle
@@ -141,6 +141,8 @@ impl Default for DrmtOptions {
 /// Why a simulation was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SimError {
+    /// The architecture fails [`Arch::check`].
+    Arch(ArchError),
     /// `cycles` is not more than `warmup`: nothing would be measured.
     NoWindow {
         /// The cycles asked for.
@@ -198,6 +200,7 @@ pub enum SimError {
 impl fmt::Display for SimError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            SimError::Arch(e) => write!(f, "{e}"),
             SimError::NoWindow { cycles, warmup } => write!(
                 f,
                 "cycles ({cycles}) must exceed warmup ({warmup}): nothing would be measured"
@@ -467,6 +470,7 @@ pub fn simulate_drmt_with(
     options: &DrmtOptions,
     config: &SimConfig,
 ) -> Result<SimReport, SimError> {
+    arch.check().map_err(SimError::Arch)?;
     let (warmup, end) = config.window()?;
     if processors == 0 {
         return Err(SimError::Zero("processors"));
@@ -655,6 +659,7 @@ pub fn simulate_rmt(
     arch: &Arch,
     config: &SimConfig,
 ) -> Result<SimReport, SimError> {
+    arch.check().map_err(SimError::Arch)?;
     let (warmup, end) = config.window()?;
     if needed_stages == 0 {
         return Err(SimError::Zero("needed_stages"));

@@ -278,7 +278,8 @@ pub struct PipelinesReport {
     pub throughput: Vec<ThroughputPoint>,
     /// The paper's results beside this run's.
     pub claims: Vec<Claim>,
-    /// What the run left out, and why: throughput points not simulated.
+    /// What the run left out, and why: throughput points not simulated, or without a dRMT
+    /// schedule.
     pub notes: Vec<String>,
     /// Every schedule valid, every simulated throughput as promised, no contention.
     pub verified: bool,
@@ -623,6 +624,8 @@ fn throughput_curve(
             row.graph
         ));
     }
+    // Processor counts at which the heuristics found no dRMT schedule: RMT's point only.
+    let mut no_schedule = Vec::new();
     for n in 1..=last.min(MAX_CURVE_PROCESSORS) {
         // RMT repeats every n stages' time per pass; a packet makes ceil(S / n) passes.
         let pattern = n * stage_time * stages.div_ceil(n);
@@ -641,7 +644,10 @@ fn throughput_curve(
         } else {
             heuristic_schedule(odg, &arch, n)
         };
-        let Some(schedule) = schedule else { continue };
+        let Some(schedule) = schedule else {
+            no_schedule.push(n);
+            continue;
+        };
         let sim = window(
             cfg.sim_cycles,
             schedule.period,
@@ -656,6 +662,13 @@ fn throughput_curve(
             measured: d.throughput,
             conflicts: d.contentions + d.resource_violations,
         });
+    }
+    if !no_schedule.is_empty() {
+        notes.push(format!(
+            "{}: no dRMT (IPC 1) point at {:?} processors: the heuristics found no schedule \
+             with a period of that many (the ILP is not run for the curve)",
+            row.graph, no_schedule
+        ));
     }
     Ok((points, notes))
 }
