@@ -156,20 +156,28 @@ fn bad_options_and_files_are_refused_by_name() {
         r#"{"name": "x", "nodes": [{"name": "a", "action": {"fields": 1}}], "edges": [["a", "b"]]}"#,
     )
     .expect("write");
-    let e = pipelines(
-        &PipelinesConfig {
-            graphs: 0,
-            odg: vec![bad.clone(), dir.join("missing.json")],
-            ..small()
-        },
-        &|_, _| {},
-    )
-    .expect_err("an edge to a node that does not exist");
-    let text = e.to_string();
-    assert!(
-        text.contains("--odg") && text.contains("bad.json"),
-        "{text}"
-    );
+    // Each file its own run, so that each refusal is reached.
+    for (file, why) in [
+        (bad, "edge 0 names `b`, which no node is called"),
+        (dir.join("missing.json"), "cannot read"),
+    ] {
+        let e = pipelines(
+            &PipelinesConfig {
+                graphs: 0,
+                odg: vec![file.clone()],
+                ..small()
+            },
+            &|_, _| {},
+        )
+        .expect_err(why);
+        let text = e.to_string();
+        assert!(
+            text.contains("--odg")
+                && text.contains(&file.display().to_string())
+                && text.contains(why),
+            "{text}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1016,16 +1016,45 @@ mod tests {
             stages: u32::MAX,
         };
         assert_eq!(validate_stages(&odg, &Arch::RMT, &far), Ok(()));
-        for v in [
-            StageViolation::Shape("x".into()),
-            StageViolation::TableSplit {
-                table: "t".into(),
-                node: "n".into(),
-                stage: 1,
-                table_stage: 0,
-            },
+        // Each violation's text names what is wrong and where.
+        for (v, text) in [
+            (StageViolation::Shape("x".into()), "x"),
+            (
+                StageViolation::TableSplit {
+                    table: "t".into(),
+                    node: "n".into(),
+                    stage: 1,
+                    table_stage: 0,
+                },
+                "`n` of table `t` sits in stage 1, the table's match in stage 0",
+            ),
+            (
+                StageViolation::Dependency {
+                    from: "a".into(),
+                    to: "b".into(),
+                    stage: 0,
+                    earliest: 1,
+                },
+                "`b` sits in stage 0, but its dependency on `a` needs stage 1 or later",
+            ),
+            (
+                StageViolation::MatchCapacity {
+                    stage: 2,
+                    used: 9,
+                    capacity: 8,
+                },
+                "stage 2: matches need 9 match units, more than M = 8",
+            ),
+            (
+                StageViolation::ActionCapacity {
+                    stage: 3,
+                    used: 225,
+                    capacity: 224,
+                },
+                "stage 3: actions modify 225 fields, more than A = 224",
+            ),
         ] {
-            assert!(!v.to_string().is_empty());
+            assert_eq!(v.to_string(), text);
         }
     }
 
