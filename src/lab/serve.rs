@@ -426,6 +426,9 @@ pub struct ServeStats {
     pub upstream_results_in: u64,
     /// Run-protocol answers from the upstream aggregator (Joined, Superseded).
     pub upstream_control_in: u64,
+    /// Joins this first-level server sent upstream (the first of a run, and those sent
+    /// again while unanswered): the upstream aggregator answers each one.
+    pub upstream_joins_sent: u64,
     /// Results from the upstream aggregator of a run this server is no longer in, dropped.
     pub upstream_stale_in: u64,
     /// Results of a run the job here has left, not sent upstream (a first-level server).
@@ -497,6 +500,7 @@ struct Counters {
     gso_refused: AtomicU64,
     upstream_results_in: AtomicU64,
     upstream_control_in: AtomicU64,
+    upstream_joins_sent: AtomicU64,
     upstream_stale_in: AtomicU64,
     results_of_left_runs: AtomicU64,
     results_held_over: AtomicU64,
@@ -674,6 +678,7 @@ impl Shared {
             held: Vec::new(),
         };
         drop(runs);
+        bump(&self.counters.upstream_joins_sent, 1);
         out.push_copy(Some(up), &upstream_join(job_id, self.upstream_src, nonce));
     }
 
@@ -695,6 +700,7 @@ impl Shared {
             if let Some((nonce, sent)) = &mut run.pending {
                 if sent.elapsed() >= UPSTREAM_JOIN_RESEND {
                     *sent = Instant::now();
+                    bump(&self.counters.upstream_joins_sent, 1);
                     out.push_copy(
                         Some(up),
                         &upstream_join(job_id as u8, self.upstream_src, *nonce),
@@ -818,6 +824,7 @@ impl Shared {
             not_injected: l(&c.not_injected),
             upstream_results_in: l(&c.upstream_results_in),
             upstream_control_in: l(&c.upstream_control_in),
+            upstream_joins_sent: l(&c.upstream_joins_sent),
             upstream_stale_in: l(&c.upstream_stale_in),
             results_of_left_runs: l(&c.results_of_left_runs),
             results_held_over: l(&c.results_held_over),
@@ -1386,6 +1393,9 @@ pub struct ClientReport {
     pub bad_datagrams: u64,
     /// The run the worker joined (0: it did not join; see [`ClientConfig::join`]).
     pub run_id: u8,
+    /// Joins sent: one, or more when the answer was late or lost (each is answered again,
+    /// with the same run: the server's engine counts every one as `join_answered`).
+    pub joins_sent: u64,
     /// Datagrams received from the server.
     pub datagrams_in: u64,
     /// Receive system calls that returned datagrams.
@@ -1477,6 +1487,7 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         dropped_by_injector: dropped,
         bad_datagrams: rx.bad,
         run_id: worker.run_id(),
+        joins_sent: rx.joins_sent,
         datagrams_in: rx.datagrams,
         recv_calls: rx.recv_calls,
         send_calls: rx.send_calls,
@@ -1499,6 +1510,8 @@ struct ClientRx {
     refused: u64,
     /// Datagrams that were not aggregation packets, or that the worker refused.
     bad: u64,
+    /// Joins sent.
+    joins_sent: u64,
     recv_calls: u64,
     send_calls: u64,
 }
@@ -1519,6 +1532,7 @@ impl ClientRx {
             datagrams: 0,
             refused: 0,
             bad: 0,
+            joins_sent: 0,
             recv_calls: 0,
             send_calls: 0,
         }
@@ -1593,6 +1607,7 @@ fn join(cfg: &ClientConfig, rx: &mut ClientRx, worker: &mut Worker) -> Result<u8
             let mut batch = SendBatch::new();
             batch.push(None, &join[TRIO_ML_HDR_AT..]);
             rx.send(&batch);
+            rx.joins_sent += 1;
             sent_at = Some(Instant::now());
         }
         let mut run = None;

@@ -660,6 +660,8 @@ pub fn allreduce_on_interface(
         dropped_by_injector: 0,
         bad_datagrams: bad,
         run_id: worker.run_id(),
+        // On an interface the worker joins no run.
+        joins_sent: 0,
         datagrams_in: frames_in,
         recv_calls,
         send_calls,
