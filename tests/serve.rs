@@ -1595,3 +1595,103 @@ fn a_job_added_again_below_joins_a_new_run_above() {
         "{retransmitted} retransmitted: {d:?}"
     );
 }
+
+/// Options out of range are refused at once, naming the option: before the worker sends
+/// anything (a worker that went on would wait for the server, or run the whole allreduce
+/// first), and before the server serves.
+#[test]
+fn options_out_of_range_are_refused_by_name() {
+    // A server that never answers: nothing may reach it.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let server = silent.local_addr().unwrap().to_string();
+    for (args, option) in [
+        // Its nanoseconds do not fit 64 bits (they wrapped to about 0.45 ms).
+        (["--retransmit-ms", "18446744073710"], "--retransmit-ms"),
+        (["--drop-every", "0"], "--drop-every"),
+        (["--workers", "0"], "--workers"),
+    ] {
+        let mut all = vec!["--server", &server, "--src", "0", "--give-up-s", "30"];
+        all.extend(args);
+        let out = worker_process(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&format!("`{option}`")), "{args:?}: {err}");
+    }
+    silent.set_nonblocking(true).unwrap();
+    assert!(
+        silent.recv(&mut [0u8; 64]).is_err(),
+        "a refused worker sent a datagram"
+    );
+    // The largest value that fits is taken.
+    let mut all = vec!["--server", &server, "--src", "0", "--give-up-s", "0.2"];
+    all.extend(["--retransmit-ms", "18446744073709"]);
+    let err = String::from_utf8_lossy(&worker_process(&all).stderr).into_owned();
+    assert!(!err.contains("--retransmit-ms"), "{err}");
+
+    // The server: an idle exit of 0 (it stopped after the first receive), and an upstream
+    // that is the server itself (its Joins went to itself). `--seconds` ends a server
+    // that is not refused.
+    for args in [
+        &["--listen", "127.0.0.1:0", "--idle-exit-ms", "0"][..],
+        &["--listen", "127.0.0.1:9", "--upstream", "127.0.0.1:9"],
+    ] {
+        let out = Command::new(BIN)
+            .args(["serve", "--job", "1:1", "--seconds", "5"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        let option = args[2];
+        assert!(err.contains(&format!("`{option}`")), "{args:?}: {err}");
+    }
+    // The same through the library, with the port the system chose: the unspecified
+    // address listens on loopback too.
+    let port = UdpSocket::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = ServeConfig {
+        listen: SocketAddr::from(([0, 0, 0, 0], port)),
+        upstream: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+        ..config(Aggregation::TrioMl, &["1:1"])
+    };
+    match Server::bind(&cfg) {
+        Err(serve::ServeError::Config { setting, reason }) => {
+            assert_eq!(setting, "upstream", "{reason}")
+        }
+        // Another process took the port meanwhile: nothing to check.
+        Err(serve::ServeError::Io { .. }) => eprintln!("port {port} taken meanwhile: skipped"),
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+/// A worker whose packets are larger than the server takes (`--grads-per-packet` above its
+/// `--block-grad-max`: the engine drops them without an answer) is told that this may be
+/// why no Result came, not only that the server's window may be too small.
+#[test]
+fn a_worker_whose_packets_are_too_large_is_told_which_options_to_check() {
+    let (addr, stop, h) = start(config_with(Aggregation::TrioMl, &["1:1"], |s| {
+        s.block_grad_max = 256
+    }));
+    let mut w = Worker::new(serve::worker_config(1, 0, 1024, 4, None), vec![1; 2048]).unwrap();
+    let cfg = ClientConfig {
+        give_up_after: Duration::from_secs(2),
+        ..ClientConfig::new(addr)
+    };
+    let e = serve::allreduce(&cfg, &mut w).unwrap_err();
+    let msg = e.to_string();
+    let serve::ServeError::NoProgress(p) = e else {
+        panic!("not NoProgress: {msg}")
+    };
+    // The Join was answered: the server is there.
+    assert!(!p.joining && p.datagrams > 0, "{msg}");
+    assert!(
+        msg.contains("--block-grad-max") && msg.contains("--grads-per-packet 1024"),
+        "{msg}"
+    );
+    stop.stop();
+    let rep = h.join().unwrap();
+    assert!(rep.engine.drops("block_grad_max") >= 2, "{:?}", rep.engine);
+}

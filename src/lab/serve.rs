@@ -278,6 +278,9 @@ pub struct NoProgress {
     pub refused: u64,
     /// Chunks still without a Result.
     pub missing: usize,
+    /// The worker's gradients per packet: a server whose `--block-grad-max` is lower drops
+    /// every packet without an answer.
+    pub grads_per_packet: usize,
 }
 
 impl fmt::Display for NoProgress {
@@ -319,9 +322,11 @@ impl fmt::Display for NoProgress {
             write!(
                 f,
                 "gave up after {waited} s without a Result: {} chunks missing, though {} \
-                 datagrams came back from {server} (is another process of job {job_id} \
-                 using source {src_id}, or the server's --window below the worker's?)",
-                self.missing, self.datagrams
+                 datagrams came back from {server} (is the server's --block-grad-max below \
+                 this worker's --grads-per-packet {}? It drops such packets without an \
+                 answer. Or is another process of job {job_id} using source {src_id}, or the \
+                 server's --window below the worker's?)",
+                self.missing, self.datagrams, self.grads_per_packet
             )
         }
     }
@@ -1054,12 +1059,31 @@ impl Server {
                 ),
             });
         }
+        let upstream_is_self = |listen: SocketAddr| ServeError::Config {
+            setting: "upstream",
+            reason: format!(
+                "{} is this server's own address (--listen {listen}): its Joins and Results \
+                 would come back to itself; give the upper aggregator's address",
+                cfg.upstream.map_or(String::new(), |u| u.to_string())
+            ),
+        };
+        if cfg.upstream == Some(cfg.listen) {
+            return Err(upstream_is_self(cfg.listen));
+        }
         let eng = |e: &dyn fmt::Display| ServeError::Engine(e.to_string());
         let mem = Arc::new(SharedMemory::new(&cfg.setup.mem_config()).map_err(|e| eng(&e))?);
         let out_src_addr = Ipv4Addr::new(10, 0, 0, cfg.upstream_src);
         let trio = cfg.setup.install(&mem, out_src_addr)?;
         let socket =
             bind_udp(cfg.listen, cfg.recv_buffer_bytes).map_err(io_err("binding --listen"))?;
+        // Port 0, or the unspecified address, names this socket only once it is bound.
+        if let (Some(up), Ok(bound)) = (cfg.upstream, socket.local_addr()) {
+            let this_host = up.ip().is_loopback() || up.ip().is_unspecified();
+            let same_ip = up.ip() == bound.ip() || (bound.ip().is_unspecified() && this_host);
+            if up.port() == bound.port() && same_ip {
+                return Err(upstream_is_self(bound));
+            }
+        }
         socket
             .set_read_timeout(Some(Duration::from_millis(50)))
             .map_err(io_err("setting the socket's read timeout"))?;
@@ -1587,6 +1611,7 @@ impl ClientRx {
             datagrams: self.datagrams,
             refused: self.refused,
             missing: worker.missing(),
+            grads_per_packet: worker.config().grads_per_packet,
         })
     }
 }
@@ -1673,7 +1698,9 @@ pub fn worker_config(
     WorkerConfig {
         grads_per_packet,
         window,
-        retransmit_after_ns: retransmit_after.map(|d| d.as_nanos() as u64),
+        // Saturating: a timeout past 584 years is never, not a wrapped short one.
+        retransmit_after_ns: retransmit_after
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
         ..WorkerConfig::new(job_id, src_id, TrioMlConfig::default().local_addr)
     }
 }

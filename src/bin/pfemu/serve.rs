@@ -81,7 +81,8 @@ pub struct ServeArgs {
     /// each stops gracefully and prints the final report).
     #[arg(long, value_parser = super::parse_secs)]
     pub seconds: Option<f64>,
-    /// Stop after this long without a datagram, once one has arrived.
+    /// Stop after this long without a datagram, once one has arrived (at least 1; leave it
+    /// out to run until --seconds, SIGINT or SIGTERM).
     #[arg(long)]
     pub idle_exit_ms: Option<u64>,
     /// Send Results to this aggregator, HOST:PORT (as one source of its job), instead of
@@ -130,7 +131,8 @@ pub struct WorkerArgs {
     /// This worker's source id.
     #[arg(long)]
     pub src: u8,
-    /// Workers in the job (sources 0..N): with --seed, the sums are checked against them.
+    /// Workers in the job (sources 0..N, N at least 1): with --seed, the sums are checked
+    /// against them.
     #[arg(long, default_value_t = 4)]
     pub workers: u8,
     /// Gradients in the vector (with --seed).
@@ -158,13 +160,14 @@ pub struct WorkerArgs {
     /// of its job, a window of them at a time.
     #[arg(long, default_value_t = 4096)]
     pub recv_buffer_kb: usize,
-    /// Resend a packet whose Result has not come back in this many milliseconds (0: never).
+    /// Resend a packet whose Result has not come back in this many milliseconds (0: never;
+    /// at most 18446744073709, the nanoseconds of which fit 64 bits).
     #[arg(long, default_value_t = 50)]
     pub retransmit_ms: u64,
     /// Give up after this many seconds without a Result.
     #[arg(long, default_value_t = 10.0, value_parser = super::parse_secs)]
     pub give_up_s: f64,
-    /// Fault injection: drop every N-th packet this worker sends.
+    /// Fault injection: drop every N-th packet this worker sends (N at least 1).
     #[arg(long)]
     pub drop_every: Option<u64>,
     /// Do not join the job's run first: speak the paper's header alone. A worker that joins
@@ -219,6 +222,16 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         control: a.runtime.control.clone(),
         trace: a.runtime.trace_spec(),
     };
+    if a.idle_exit_ms == Some(0) {
+        // 0 would stop the server after the first receive.
+        return Err(OptionError {
+            option: "--idle-exit-ms",
+            reason: "0 stops at the first datagram; give at least 1, or leave the option out \
+                     to run until --seconds, SIGINT or SIGTERM"
+                .into(),
+        }
+        .into());
+    }
     // Checked by clap (`parse_secs`); converted before binding, so nothing can fail later.
     let duration = a
         .seconds
@@ -396,6 +409,7 @@ pub fn option_of(setting: &str) -> Option<&'static str> {
         "speed" => "--speed",
         "port" => "--port",
         "ppe_threads" => "--ppe-threads",
+        "upstream" => "--upstream",
         _ => return None,
     })
 }
@@ -473,8 +487,39 @@ fn floats_of(v: &[f64]) -> Result<Vec<f32>, String> {
         .collect()
 }
 
+/// The options of `pfemu worker` that are out of range whatever else is given, refused
+/// before anything is built or sent.
+fn check_worker_args(a: &WorkerArgs) -> Result<(), OptionError> {
+    let refuse = |option, reason: String| Err(OptionError { option, reason });
+    // The worker counts time in nanoseconds, in 64 bits.
+    if a.retransmit_ms.checked_mul(1_000_000).is_none() {
+        return refuse(
+            "--retransmit-ms",
+            format!(
+                "{} ms does not fit the worker's 64-bit nanosecond clock (at most {})",
+                a.retransmit_ms,
+                u64::MAX / 1_000_000
+            ),
+        );
+    }
+    if a.drop_every == Some(0) {
+        return refuse(
+            "--drop-every",
+            "0 drops nothing; give N >= 1 (drop every N-th packet), or leave the option out".into(),
+        );
+    }
+    if a.workers == 0 {
+        return refuse(
+            "--workers",
+            "a job has at least one worker (sources 0..N, N >= 1)".into(),
+        );
+    }
+    Ok(())
+}
+
 /// `pfemu worker`.
 pub fn worker(a: &WorkerArgs) -> CliResult {
+    check_worker_args(a)?;
     let retransmit = (a.retransmit_ms > 0).then(|| Duration::from_millis(a.retransmit_ms));
     let wcfg = serve::worker_config(a.job, a.src, a.grads_per_packet, a.window, retransmit);
     if a.vector.is_none() {
