@@ -275,6 +275,8 @@ pub struct Worker {
     /// The run this worker joined ([`Worker::take_joined`]); 0: none, the paper's header
     /// alone.
     run_id: u8,
+    /// Once joined, also take Results that carry no run ([`Worker::take_results_without_run`]).
+    results_without_run: bool,
 }
 
 impl Worker {
@@ -315,6 +317,7 @@ impl Worker {
             latencies: Vec::new(),
             finished_ns: None,
             run_id: 0,
+            results_without_run: false,
             cfg,
             values,
         })
@@ -390,6 +393,22 @@ impl Worker {
     /// The run this worker joined (0: none; its packets carry the paper's header alone).
     pub fn run_id(&self) -> u8 {
         self.run_id
+    }
+
+    /// Once joined, also take Results that carry no run (run 0), as well as those of the run
+    /// joined. Off by default: a joined worker takes only its run's Results, never the
+    /// run-0 Results of clients of the same job that speak the paper's header alone (the
+    /// same block and generation ids, other gradients; the job's Results go to every
+    /// member).
+    ///
+    /// Turn it on for a worker that joins its aggregator below an in-engine hierarchy (a
+    /// first-level PFE whose job's Results go to a top-level PFE, whose Results come back
+    /// down through the first-level PFE's routes unchanged): a Result going up a hierarchy
+    /// carries no run, so the top's blocks are of run 0, and so are its Results. Under
+    /// `pfemu serve --upstream` it is not needed: a first-level server takes part in the
+    /// run protocol upstream and puts its own job's run in the Results it fans out.
+    pub fn take_results_without_run(&mut self, on: bool) {
+        self.results_without_run = on;
     }
 
     /// Chunk `c`'s Trio-ML header and gradients.
@@ -537,9 +556,11 @@ impl Worker {
             self.stats.ignored += 1;
             return Ok(Received::Ignored);
         }
-        // A Result of another run (a Result going down from the top of a hierarchy carries
-        // none, run 0).
-        let other_run = hdr.run_id != 0 && hdr.run_id != self.run_id;
+        // A Result of another run than this worker's (run 0 when it joined none), except
+        // the run-0 Results of an in-engine hierarchy's top when told to take them (see
+        // `take_results_without_run`).
+        let without_run = hdr.run_id == 0 && self.results_without_run;
+        let other_run = hdr.run_id != self.run_id && !without_run;
         if other_run || hdr.job_id != self.cfg.job_id || hdr.block_id as usize >= self.cfg.window {
             self.stats.ignored += 1;
             return Ok(Received::Ignored);
@@ -954,6 +975,78 @@ mod tests {
         assert!(w.is_done());
         let want: Vec<i32> = values.iter().map(|v| 3 * v).collect();
         assert!(w.sums() == want, "the streamed sums differ");
+    }
+
+    /// A joined worker takes its run's Results only: not another run's, nor the run-0
+    /// Results of clients of its job that joined none (same block and generation, other
+    /// sums), unless told to (below an in-engine hierarchy, whose top's Results carry no
+    /// run). A worker that joined none takes run-0 Results only.
+    #[test]
+    fn a_joined_worker_takes_only_its_runs_results() {
+        let joined = |run: u8| {
+            let mut w = Worker::new(cfg(1, 4), vec![1, 2, 3, 4]).unwrap();
+            let c = w.config();
+            let mut hdr = Control::Joined {
+                run_id: run,
+                nonce: 9,
+            }
+            .header(c.job_id, c.src_id);
+            hdr.grad_cnt = 0;
+            let e = c.endpoints;
+            let frame = wire::agg_packet(&AggPacket {
+                endpoints: wire::Endpoints {
+                    src_addr: e.dst_addr,
+                    dst_addr: e.src_addr,
+                    ..e
+                },
+                hdr,
+                gradients: &[],
+            });
+            if run != 0 {
+                assert_eq!(w.take_joined(&frame, 9), Some(run));
+            }
+            let mut out = Vec::new();
+            w.poll(0, &mut out);
+            (w, out.remove(0))
+        };
+        // The Result of the worker's chunk, in run `run`.
+        let result_in = |packet: &[u8], run: u8| {
+            let mut r = result_of(packet, 2, 2, false);
+            wire::TrioMlHdr::new_unchecked(&mut r[wire::TRIO_ML_HDR_AT..wire::GRADS_AT])
+                .set_run_id(run);
+            r
+        };
+        let (mut w, packet) = joined(3);
+        assert_eq!(w.run_id(), 3);
+        for other in [0, 2] {
+            assert_eq!(
+                w.on_frame(&result_in(&packet, other)).unwrap(),
+                Received::Ignored,
+                "run {other}"
+            );
+        }
+        assert_eq!(
+            w.on_frame(&result_in(&packet, 3)).unwrap(),
+            Received::Result { chunk: 0 }
+        );
+        // Below an in-engine hierarchy.
+        let (mut w, packet) = joined(3);
+        w.take_results_without_run(true);
+        assert_eq!(
+            w.on_frame(&result_in(&packet, 0)).unwrap(),
+            Received::Result { chunk: 0 }
+        );
+        // Joined none.
+        let (mut w, packet) = joined(0);
+        assert_eq!(
+            w.on_frame(&result_in(&packet, 3)).unwrap(),
+            Received::Ignored
+        );
+        assert_eq!(
+            w.on_frame(&result_in(&packet, 0)).unwrap(),
+            Received::Result { chunk: 0 }
+        );
+        assert_eq!(w.sums(), [2, 4, 6, 8]);
     }
 
     #[test]
