@@ -1695,3 +1695,79 @@ fn a_worker_whose_packets_are_too_large_is_told_which_options_to_check() {
     let rep = h.join().unwrap();
     assert!(rep.engine.drops("block_grad_max") >= 2, "{:?}", rep.engine);
 }
+
+/// A first-level server whose job above moves on to another run (here: the upper server
+/// restarts, its job starting afresh) while the job below stays in its run: the upper
+/// server answers its Results with Superseded, and it joins the job above again, holding
+/// its Results meanwhile; the member's retransmission brings the lost Result up again in
+/// the new run, and it comes back down. (It used to count the Superseded and go on sending
+/// in the old run: its members waited in vain.)
+#[test]
+fn a_first_level_server_joins_again_when_the_job_above_moves_on() {
+    use pfemu::microcode::trio_ml::host::WorkerConfig;
+    use pfemu::microcode::trio_ml::wire::Control;
+
+    let upper_cfg = config(Aggregation::TrioMl, &["1:1"]);
+    let (up, up_stop, up_h) = start(upper_cfg.clone());
+    let (a, a_stop, a_m, a_h) = start_monitored(ServeConfig {
+        upstream: Some(up),
+        ..config(Aggregation::TrioMl, &["1:1"])
+    });
+    // The member, by hand: it stays in one run all along.
+    let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let deadline = Duration::from_secs(30);
+    // Sends `d` every 100 ms until a datagram that `answers` comes back.
+    let ask = |d: &[u8], what: &str, answers: &dyn Fn(&TrioMlHdrFields) -> bool| {
+        let t0 = Instant::now();
+        loop {
+            assert!(t0.elapsed() < deadline, "no {what}: {:?}", a_m.stats());
+            member.send_to(d, a).unwrap();
+            let t = Instant::now();
+            while let Some(r) = recv_within(&member, Duration::from_millis(100)) {
+                let hdr = serve::datagram_header(&r).unwrap();
+                if answers(&hdr) {
+                    return r;
+                }
+                if t.elapsed() > Duration::from_millis(100) {
+                    break;
+                }
+            }
+        }
+    };
+    let ep = WorkerConfig::new(1, 0, "10.0.0.100".parse().unwrap()).endpoints;
+    let join = wire::join_packet(ep, 1, 0, 0x5eed)[wire::TRIO_ML_HDR_AT..].to_vec();
+    let joined = ask(&join, "Joined", &|h| {
+        matches!(Control::of(h), Some(Control::Joined { nonce: 0x5eed, .. }))
+    });
+    let run = serve::datagram_header(&joined).unwrap().run_id;
+    // Block `b` of this run, until its Result comes back.
+    let block = |b: u32| {
+        let mut d = datagram(1, 0, b, &[b as i32 + 10, -7]);
+        TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(run);
+        let r = ask(&d, "Result", &|h| !h.ctl && h.block_id == b);
+        let hdr = serve::datagram_header(&r).unwrap();
+        assert_eq!((hdr.run_id, hdr.src_cnt), (run, 1), "{hdr:?}");
+        assert_eq!(wire::gradients(&r[TRIO_ML_HDR_LEN..]), [b as i32 + 10, -7]);
+    };
+    block(0);
+    // The upper server restarts at the same address.
+    up_stop.stop();
+    up_h.join().unwrap();
+    let again = Server::bind(&ServeConfig {
+        listen: up,
+        ..upper_cfg
+    })
+    .unwrap();
+    let up_stop = again.stop_handle();
+    let up_h = std::thread::spawn(move || again.run(RUN_LIMITS));
+    block(1);
+    a_stop.stop();
+    let f = a_h.join().unwrap().front_end;
+    assert!(f.upstream_superseded >= 1, "{f:?}");
+    // A Join for the run below, and one after the Superseded at least.
+    assert!(f.upstream_joins_sent >= 2, "{f:?}");
+    assert_eq!(f.unaccounted(), 0, "{f:?}");
+    up_stop.stop();
+    let rep = up_h.join().unwrap();
+    assert!(rep.engine.drops("join_answered") >= 1, "{:?}", rep.engine);
+}

@@ -43,7 +43,12 @@
 //!   not sent ([`ServeStats::results_of_left_runs`]); Results from above are fanned out only
 //!   if they are of that run ([`ServeStats::upstream_stale_in`] counts the others), with the
 //!   job's run here in their header. So a job restarted through a tree is never answered
-//!   with the last run's sums at either level. Members that never join (run 0) keep the
+//!   with the last run's sums at either level. When the upstream aggregator answers a
+//!   Result with Superseded (the job above moved on to another run: it restarted, or
+//!   another of its sources started a new run), this server joins the job above again
+//!   with a new nonce and holds the Results meanwhile, as for a new run here
+//!   ([`ServeStats::upstream_superseded`]); the Results lost up there come up again with
+//!   the members' retransmissions. Members that never join (run 0) keep the
 //!   server out of the protocol upstream too, as before.
 //!
 //! Datagrams that are not aggregation packets are dropped and counted in [`ServeStats`]:
@@ -431,9 +436,13 @@ pub struct ServeStats {
     pub upstream_results_in: u64,
     /// Run-protocol answers from the upstream aggregator (Joined, Superseded).
     pub upstream_control_in: u64,
-    /// Joins this first-level server sent upstream (the first of a run, and those sent
-    /// again while unanswered): the upstream aggregator answers each one.
+    /// Joins this first-level server sent upstream (the first of a run, those sent again
+    /// while unanswered, and those after a Superseded): the upstream aggregator answers
+    /// each one.
     pub upstream_joins_sent: u64,
+    /// Superseded answers from the upstream aggregator that made this server join the job
+    /// above again (its job there had moved on to another run: e.g. it restarted).
+    pub upstream_superseded: u64,
     /// Results from the upstream aggregator of a run this server is no longer in, dropped.
     pub upstream_stale_in: u64,
     /// Results of a run the job here has left, not sent upstream (a first-level server).
@@ -506,6 +515,7 @@ struct Counters {
     upstream_results_in: AtomicU64,
     upstream_control_in: AtomicU64,
     upstream_joins_sent: AtomicU64,
+    upstream_superseded: AtomicU64,
     upstream_stale_in: AtomicU64,
     results_of_left_runs: AtomicU64,
     results_held_over: AtomicU64,
@@ -741,7 +751,28 @@ impl Shared {
                     }
                 }
             }
-            Some(_) => bump(&c.upstream_control_in, 1),
+            // The job above left the run this server is in (the upper aggregator restarted,
+            // or another of its sources started a new run): the Result that was answered so
+            // is lost up there, and so would be every later one. Join the job's run there
+            // again, and hold the Results meanwhile; the members' retransmissions bring the
+            // lost ones up again. A Superseded naming the run this server is in answers a
+            // Result of a run it has already left: nothing to do.
+            Some(Control::Superseded { run_id }) => {
+                bump(&c.upstream_control_in, 1);
+                if run.pending.is_none() && run.up != 0 && run_id != run.up {
+                    bump(&c.upstream_superseded, 1);
+                    let nonce = random_nonce();
+                    run.pending = Some((nonce, Instant::now()));
+                    run.up = 0;
+                    drop(runs);
+                    bump(&c.upstream_joins_sent, 1);
+                    out.push_copy(
+                        Some(up),
+                        &upstream_join(hdr.job_id, self.upstream_src, nonce),
+                    );
+                }
+            }
+            Some(Control::Join { .. }) => bump(&c.upstream_control_in, 1),
             None if hdr.ctl || hdr.run_id != run.up => bump(&c.upstream_stale_in, 1),
             None => {
                 let local = run.local;
@@ -830,6 +861,7 @@ impl Shared {
             upstream_results_in: l(&c.upstream_results_in),
             upstream_control_in: l(&c.upstream_control_in),
             upstream_joins_sent: l(&c.upstream_joins_sent),
+            upstream_superseded: l(&c.upstream_superseded),
             upstream_stale_in: l(&c.upstream_stale_in),
             results_of_left_runs: l(&c.results_of_left_runs),
             results_held_over: l(&c.results_held_over),
