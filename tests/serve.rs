@@ -1531,6 +1531,8 @@ fn a_job_added_again_below_joins_a_new_run_above() {
         start_monitored(config(Aggregation::TrioMl, &["1:1"]));
     let cfg = ServeConfig {
         upstream: Some(upper),
+        // As the job added again (through the control plane) does.
+        first_run: Some(1),
         ..config(Aggregation::TrioMl, &["1:2"])
     };
     let (addr, control, stop, h) = start_with_control(cfg);
@@ -1548,6 +1550,7 @@ fn a_job_added_again_below_joins_a_new_run_above() {
     let before = call("list", json!({}));
 
     let mut run_ids = Vec::new();
+    let mut upper_runs = Vec::new();
     let mut retransmitted = 0;
     for seed in [1, 2] {
         if seed == 2 {
@@ -1568,15 +1571,14 @@ fn a_job_added_again_below_joins_a_new_run_above() {
             run_ids.push(rep.run_id);
             retransmitted += rep.stats.retransmitted;
         }
+        upper_runs.push(upper_m.trio_ml().job_state(1).unwrap().run_id);
     }
     assert!(
         run_ids.iter().all(|&id| id == run_ids[0]),
         "the job added again starts at the same run id here: {run_ids:?}"
     );
-    // A run above for each: the upper job's runs are 1, then 2 (a Join sent again while
-    // unanswered gets the same run).
-    let upper_run = upper_m.trio_ml().job_state(1).unwrap().run_id;
-    assert_eq!(upper_run, 2, "a run above for each");
+    // A run above for each (a Join sent again while unanswered gets the same run).
+    assert!(upper_runs[0] != upper_runs[1], "{upper_runs:?}");
     stop.stop();
     stop_upper.stop();
     let below = h.join().unwrap();
@@ -1707,8 +1709,14 @@ fn a_first_level_server_joins_again_when_the_job_above_moves_on() {
     use pfemu::microcode::trio_ml::host::WorkerConfig;
     use pfemu::microcode::trio_ml::wire::Control;
 
+    // The restarted upper server's job starts at another run than the first's (as it does
+    // at random 14 times in 15): with the same, it would take the Results of the run it
+    // no longer knows.
     let upper_cfg = config(Aggregation::TrioMl, &["1:1"]);
-    let (up, up_stop, up_h) = start(upper_cfg.clone());
+    let (up, up_stop, up_h) = start(ServeConfig {
+        first_run: Some(1),
+        ..upper_cfg.clone()
+    });
     let (a, a_stop, a_m, a_h) = start_monitored(ServeConfig {
         upstream: Some(up),
         ..config(Aggregation::TrioMl, &["1:1"])
@@ -1755,6 +1763,7 @@ fn a_first_level_server_joins_again_when_the_job_above_moves_on() {
     up_h.join().unwrap();
     let again = Server::bind(&ServeConfig {
         listen: up,
+        first_run: Some(2),
         ..upper_cfg
     })
     .unwrap();
@@ -1770,4 +1779,105 @@ fn a_first_level_server_joins_again_when_the_job_above_moves_on() {
     up_stop.stop();
     let rep = up_h.join().unwrap();
     assert!(rep.engine.drops("join_answered") >= 1, "{:?}", rep.engine);
+}
+
+/// A restarted server forgets its jobs' runs. Its jobs start at another run than the last
+/// instance's, so a worker of the last instance that still sends its run's gradients is
+/// answered Superseded and stops, instead of having them added to the new run's blocks
+/// (both instances started at run 1, and the new one took them). Without `first_run`,
+/// each instance draws its jobs' first runs at random.
+#[test]
+fn a_restarted_server_supersedes_the_last_instances_workers() {
+    use pfemu::microcode::trio_ml::wire::Control;
+
+    let first = |run: Option<u8>| ServeConfig {
+        first_run: run,
+        ..config(Aggregation::TrioMl, &["1:2"])
+    };
+    let (addr, stop, m, h) = start_monitored(first(Some(3)));
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A worker of run 3 (source 0, which joined it) sends block 0, and the instance stops.
+    let ep = pfemu::microcode::trio_ml::host::WorkerConfig::new(1, 0, "10.0.0.9".parse().unwrap())
+        .endpoints;
+    let join = wire::join_packet(ep, 1, 0, 77)[wire::TRIO_ML_HDR_AT..].to_vec();
+    send_paced(&s, &join, addr, &m);
+    let joined = recv_within(&s, Duration::from_secs(30)).expect("the Joined");
+    let hdr = serve::datagram_header(&joined).unwrap();
+    assert_eq!(
+        Control::of(&hdr),
+        Some(Control::Joined {
+            run_id: 3,
+            nonce: 77
+        })
+    );
+    let mut d = datagram(1, 0, 0, &[5]);
+    TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(3);
+    send_paced(&s, &d, addr, &m);
+    stop.stop();
+    h.join().unwrap();
+    // (The monitor holds the instance's socket.)
+    drop(m);
+    // The next instance, at the same address, starts at run 4, which a new worker (source
+    // 1) joins; the old worker's next packet of run 3 is answered Superseded (naming run
+    // 4), not aggregated. (With both instances at the same run, as when every instance
+    // started at run 1, it was added to the new run's block 1.)
+    let again = Server::bind(&ServeConfig {
+        listen: addr,
+        ..first(Some(4))
+    })
+    .unwrap();
+    let (stop, m) = (again.stop_handle(), again.monitor());
+    let h = std::thread::spawn(move || again.run(RUN_LIMITS));
+    let new_worker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let ep = pfemu::microcode::trio_ml::host::WorkerConfig::new(1, 1, "10.0.0.9".parse().unwrap())
+        .endpoints;
+    let join = wire::join_packet(ep, 1, 1, 78)[wire::TRIO_ML_HDR_AT..].to_vec();
+    send_paced(&new_worker, &join, addr, &m);
+    let joined = recv_within(&new_worker, Duration::from_secs(30)).expect("the Joined");
+    let hdr = serve::datagram_header(&joined).unwrap();
+    assert_eq!(
+        Control::of(&hdr),
+        Some(Control::Joined {
+            run_id: 4,
+            nonce: 78
+        })
+    );
+    let mut d = datagram(1, 0, 1, &[6]);
+    TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(3);
+    send_paced(&s, &d, addr, &m);
+    // (The partial Result of block 0 from the first instance's stop may come first.)
+    let superseded = (0..3)
+        .filter_map(|_| recv_within(&s, Duration::from_secs(30)))
+        .map(|r| serve::datagram_header(&r).unwrap())
+        .find(|h| h.ctl);
+    assert_eq!(
+        superseded.as_ref().and_then(Control::of),
+        Some(Control::Superseded { run_id: 4 }),
+        "{superseded:?}"
+    );
+    assert_eq!(m.trio_ml().job_state(1).unwrap().block_total_cnt, 0);
+    stop.stop();
+    let rep = h.join().unwrap();
+    assert_eq!(rep.engine.drops("stale_run"), 1, "{:?}", rep.engine);
+
+    // Drawn at random per instance, in 1..=15: eight instances all alike would be one
+    // draw in 15^7.
+    let runs: std::collections::BTreeSet<u8> = (0..8)
+        .map(|_| {
+            let (_, stop, m, h) = start_monitored(first(None));
+            let run = m.trio_ml().job_state(1).unwrap().run_id;
+            stop.stop();
+            h.join().unwrap();
+            run
+        })
+        .collect();
+    assert!(runs.iter().all(|r| (1..=15).contains(r)), "{runs:?}");
+    assert!(runs.len() > 1, "{runs:?}");
+    // A first run outside 1..=15 is refused by name.
+    for bad in [0, 16] {
+        match Server::bind(&first(Some(bad))) {
+            Err(serve::ServeError::Config { setting, .. }) => assert_eq!(setting, "first_run"),
+            other => panic!("{bad}: not refused: {other:?}"),
+        }
+    }
 }

@@ -841,6 +841,39 @@ impl TrioMl {
         Ok(())
     }
 
+    /// Makes `run` (1 to [`wire::MAX_RUN_ID`]) job `job_id`'s run before anybody joined it:
+    /// its first Join joins `run`, not run 1. An aggregator that restarts forgets its runs;
+    /// starting its jobs at another run than the last instance's means the last instance's
+    /// workers, still sending their run's gradients, are answered Superseded (`stale_run`)
+    /// instead of having them added to the new run's blocks. Packets without a run (the
+    /// paper's header alone) are taken as before. Call it before the job's traffic starts;
+    /// refused once a source joined the job.
+    pub fn start_runs_at(&self, job_id: u8, run: u8) -> Result<(), TrioMlError> {
+        if !(1..=MAX_RUN_ID).contains(&run) {
+            return Err(TrioMlError::Config(ConfigError::new(
+                "run",
+                format!("{run} is not in 1..={MAX_RUN_ID}"),
+            )));
+        }
+        let jobs = self.inner.jobs.lock();
+        let layout = jobs
+            .get(&job_id)
+            .ok_or(TrioMlError::NoSuchJob(job_id))?
+            .layout;
+        let mem = &self.inner.mem;
+        let at = layout.record + layout::JOB_W_RUN;
+        let w = mem.read_u64(at)?;
+        if layout::job_run(w) != 0 {
+            return Err(TrioMlError::Config(ConfigError::new(
+                "run",
+                format!("job {job_id} has a run already: a source joined it"),
+            )));
+        }
+        let w = w & !layout::JOB_RUN_MASK | u64::from(run) << layout::JOB_RUN_SHIFT;
+        mem.write_u64(at, w)?;
+        Ok(())
+    }
+
     /// Adds (or replaces) the route of IPv4 destination `dst` for standard forwarding.
     pub fn add_route(&self, dst: Ipv4Addr, dest: Dest) -> Result<(), TrioMlError> {
         let key = route_key(dst.into());

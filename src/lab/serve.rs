@@ -132,7 +132,7 @@ use crate::microcode::trio_ml::wire::{
     self, Control, Endpoints, TrioMlHdr, TrioMlHdrFields, GRADS_AT, GRAD_BYTES, HEADERS_LEN,
     MAX_GRAD_CNT, TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN,
 };
-use crate::microcode::trio_ml::{TrioMl, TrioMlConfig};
+use crate::microcode::trio_ml::{TrioMl, TrioMlConfig, TrioMlError};
 use crate::packet::Port;
 use crate::pfe::{Frames, Pfe, Sink, Stats, DEFAULT_BATCH_SIZE};
 use crate::rng::{mix, SplitMix64};
@@ -181,6 +181,13 @@ pub struct ServeConfig {
     /// Trace these packets ([`crate::lab::trace`]); [`ServeReport::trace`] says what was
     /// written.
     pub trace: Option<TraceSpec>,
+    /// The run (1..=15) each job's first Join joins ([`TrioMl::start_runs_at`]); `None`:
+    /// drawn at random per job and server instance. A restarted server forgets its jobs'
+    /// runs: starting them at run 1 again, it took the gradients its last instance's
+    /// workers of run 1 still sent into the new run's blocks. Drawn at random, the new
+    /// instance's run differs from the last one's 14 times in 15, and those workers are
+    /// answered Superseded. (Jobs added through the control plane start at run 1.)
+    pub first_run: Option<u8>,
 }
 
 /// Default [`ServeConfig::ppe_threads`]: the cores available to the process less one, which
@@ -214,6 +221,7 @@ impl Default for ServeConfig {
             gro: true,
             control: None,
             trace: None,
+            first_run: None,
         }
     }
 }
@@ -1106,6 +1114,18 @@ impl Server {
         let mem = Arc::new(SharedMemory::new(&cfg.setup.mem_config()).map_err(|e| eng(&e))?);
         let out_src_addr = Ipv4Addr::new(10, 0, 0, cfg.upstream_src);
         let trio = cfg.setup.install(&mem, out_src_addr)?;
+        for j in &cfg.setup.jobs {
+            let run = cfg
+                .first_run
+                .unwrap_or_else(|| (random_nonce() % u32::from(wire::MAX_RUN_ID)) as u8 + 1);
+            trio.start_runs_at(j.job_id, run).map_err(|e| match e {
+                TrioMlError::Config(c) => ServeError::Config {
+                    setting: "first_run",
+                    reason: c.reason,
+                },
+                e => eng(&e),
+            })?;
+        }
         let socket =
             bind_udp(cfg.listen, cfg.recv_buffer_bytes).map_err(io_err("binding --listen"))?;
         // Port 0, or the unspecified address, names this socket only once it is bound.

@@ -221,6 +221,8 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         gro: !a.no_gro,
         control: a.runtime.control.clone(),
         trace: a.runtime.trace_spec(),
+        // At random: a restarted server's jobs start at another run than the last one's.
+        first_run: None,
     };
     if a.idle_exit_ms == Some(0) {
         // 0 would stop the server after the first receive.
