@@ -1881,3 +1881,101 @@ fn a_restarted_server_supersedes_the_last_instances_workers() {
         }
     }
 }
+
+/// The front end's members (each job's sources, with their ingress ports) are fixed when
+/// the server starts, so the control plane refuses to add a job the server did not start
+/// with, or sources outside its job's (it used to add them to the engine, whose sources'
+/// datagrams then never reached them); a job removed and added again with its sources is
+/// served.
+#[test]
+fn the_control_plane_refuses_jobs_the_server_cannot_serve() {
+    use pfemu::lab::control::request;
+    use serde_json::json;
+
+    let (addr, control, stop, h) = start_with_control(config(Aggregation::TrioMl, &["1:2"]));
+    let call = |command: &str, args: serde_json::Value| {
+        request(
+            &control,
+            "POST",
+            &format!("/targets/jobs/{command}"),
+            Some(&args),
+        )
+        .unwrap()
+    };
+    let (status, body) = call("add", json!({ "job_id": 9, "sources": [0] }));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("job 9") && body.contains("--job 9:N"),
+        "{body}"
+    );
+    assert_eq!(call("remove", json!({ "job_id": 1 })).0, 200);
+    let (status, body) = call("add", json!({ "job_id": 1, "sources": [0, 1, 5] }));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("source 5") && body.contains("0..2"), "{body}");
+    let (status, body) = call("add", json!({ "job_id": 1, "sources": [0, 1] }));
+    assert_eq!(status, 200, "{body}");
+    let r = Run::ints(1, &[0, 1], 4 * 256, 3);
+    check_exact(&r, &run_workers(addr, &r));
+    stop.stop();
+    assert!(h.join().unwrap().engine.is_conserved());
+}
+
+/// A frame the engine sends out of the stranger port answers a datagram from a source
+/// outside its job at the front end: it goes to nobody (counted unroutable), never to the
+/// job's members. (Here the engine's job is given a source the front end does not have,
+/// behind the control plane's back.)
+#[test]
+fn answers_to_strangers_are_never_fanned_out_to_the_members() {
+    use pfemu::microcode::trio_ml::host::WorkerConfig;
+
+    let cfg = config(Aggregation::TrioMl, &["1:2"]);
+    let job = cfg.setup.job_config(1, "10.0.0.0".parse().unwrap());
+    let (addr, stop, m, h) = start_monitored(cfg);
+    let trio = m.trio_ml();
+    trio.remove_job(1).unwrap();
+    trio.add_job(&pfemu::microcode::trio_ml::JobConfig {
+        sources: vec![0, 1, 5],
+        ..job
+    })
+    .unwrap();
+    // Member 0 joins: the front end knows its address.
+    let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let join = |src: u8, nonce: u32| {
+        let ep = WorkerConfig::new(1, src, "10.0.0.9".parse().unwrap()).endpoints;
+        wire::join_packet(ep, 1, src, nonce)[wire::TRIO_ML_HDR_AT..].to_vec()
+    };
+    send_paced(&member, &join(0, 1), addr, &m);
+    assert!(
+        recv_within(&member, Duration::from_secs(30)).is_some(),
+        "the Joined"
+    );
+    // (The sink counts a datagram once its send returned, which may be after it arrived.)
+    let t0 = Instant::now();
+    while m.stats().datagrams_out < 1 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", m.stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Source 5, a stranger at the front end, joins: the engine answers out of the stranger
+    // port.
+    let before = m.stats();
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send_paced(&stranger, &join(5, 2), addr, &m);
+    let t0 = Instant::now();
+    let after = loop {
+        let f = m.stats();
+        if f.results > before.results
+            && (f.unroutable > before.unroutable || f.datagrams_out > before.datagrams_out)
+        {
+            break f;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no answer: {f:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(after.strangers, 1, "{after:?}");
+    assert_eq!(after.unroutable, before.unroutable + 1, "{after:?}");
+    assert_eq!(after.datagrams_out, before.datagrams_out, "{after:?}");
+    stop.stop();
+    let f = h.join().unwrap().front_end;
+    assert_eq!(f.datagrams_out, before.datagrams_out, "{f:?}");
+    assert_eq!(f.unaccounted(), 0, "{f:?}");
+}

@@ -25,7 +25,8 @@
 //!   each frame leaving the engine and sends the payload as a datagram: a frame on a job
 //!   port is fanned out to every member of the job (this emulates the multicast group), a
 //!   frame on a peer port (a kept Result answering one source's retransmission) goes to that
-//!   peer only.
+//!   peer only, and a frame on [`STRANGER_PORT`] (an answer to a datagram from outside its
+//!   job) to nobody, counted in [`ServeStats::unroutable`].
 //! - **Hierarchy.** With [`ServeConfig::upstream`] set, this server is a first-level
 //!   aggregator: each job's Results carry `src_id` [`ServeConfig::upstream_src`] (the low byte
 //!   of `out_src_addr`) and every Result leaving the engine, whatever its port, goes to the
@@ -132,7 +133,7 @@ use crate::microcode::trio_ml::wire::{
     self, Control, Endpoints, TrioMlHdr, TrioMlHdrFields, GRADS_AT, GRAD_BYTES, HEADERS_LEN,
     MAX_GRAD_CNT, TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN,
 };
-use crate::microcode::trio_ml::{TrioMl, TrioMlConfig, TrioMlError};
+use crate::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TrioMlError};
 use crate::packet::Port;
 use crate::pfe::{Frames, Pfe, Sink, Stats, DEFAULT_BATCH_SIZE};
 use crate::rng::{mix, SplitMix64};
@@ -176,7 +177,9 @@ pub struct ServeConfig {
     /// it has it; [`ServeStats::gro`] says whether it was used.
     pub gro: bool,
     /// Serve the runtime control plane ([`crate::lab::control`]) on this address while the
-    /// server runs: counters, memory, timers and the jobs ([`Server::control_addr`]).
+    /// server runs: counters, memory, timers and the jobs ([`Server::control_addr`]). The
+    /// members are fixed by [`ServeConfig::setup`]'s jobs: a job added must be one of them
+    /// (removed before), with sources among its own; others are refused.
     pub control: Option<String>,
     /// Trace these packets ([`crate::lab::trace`]); [`ServeReport::trace`] says what was
     /// written.
@@ -809,6 +812,11 @@ impl Shared {
             return;
         };
         let payload = &frame[TRIO_ML_HDR_AT..GRADS_AT + grads.len()];
+        if port == STRANGER_PORT {
+            // An answer to a datagram from a source outside its job (whose sender is not
+            // remembered): nobody to send it to, and never the job's members.
+            return bump(&self.counters.unroutable, 1);
+        }
         if let Some(up) = self.upstream {
             if !hdr.ctl {
                 return self.send_upstream(&hdr, payload, up, out);
@@ -1175,9 +1183,11 @@ impl Server {
                 // runs afresh: it joins a new run above too, whatever its run id here.
                 let setup = cfg.setup.clone();
                 let up = shared.clone();
+                let members = shared.jobs;
                 let jobs = JobsTarget::new(trio.clone())
                     .template(move |job_id| setup.job_config(job_id, out_src_addr))
-                    .on_change(move |job_id| up.forget_upstream_run(job_id));
+                    .on_change(move |job_id| up.forget_upstream_run(job_id))
+                    .check_add(move |job| servable(&members, job));
                 let targets: Vec<Arc<dyn Target>> = vec![Arc::new(jobs)];
                 Some(
                     ControlServer::start(addr, Controller::new(pfe.control(), targets))
@@ -1400,6 +1410,31 @@ impl Server {
         };
         burst.push((port, frame_header(payload.len(), &ep), payload));
     }
+}
+
+/// Whether a job added through the control plane can be served: the front end's members
+/// (the jobs' sources, each with its ingress port) are fixed when the server starts, so a
+/// job added must be one of the jobs it started with, with sources among theirs. Anything
+/// else would be aggregated by the engine but never reached by its sources' datagrams.
+fn servable(members: &[Option<JobMembers>; 256], job: &JobConfig) -> Result<(), String> {
+    let j = job.job_id;
+    let Some(m) = members[usize::from(j)] else {
+        return Err(format!(
+            "pfemu serve fixes its jobs and their sources when it starts (--job, \
+             --jobs-file): job {j} is not one of them, so its datagrams would be dropped as \
+             an unknown job; restart the server with --job {j}:N"
+        ));
+    };
+    if let Some(&s) = job.sources.iter().find(|&&s| m.member(s).is_none()) {
+        let (first, end) = (m.first_src, u16::from(m.first_src) + u16::from(m.sources));
+        return Err(format!(
+            "pfemu serve fixes its jobs and their sources when it starts (--job, \
+             --jobs-file): source {s} is not among job {j}'s sources {first}..{end}, so its \
+             datagrams would never reach the job; restart the server with the sources in \
+             --job"
+        ));
+    }
+    Ok(())
 }
 
 /// How a client ([`allreduce`]) talks to the server.

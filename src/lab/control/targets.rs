@@ -307,11 +307,15 @@ impl Target for NimbleTarget {
     }
 }
 
+/// Says why a job cannot be added, if it cannot ([`JobsTarget::check_add`]).
+type AddCheck = Box<dyn Fn(&JobConfig) -> Result<(), String> + Send + Sync>;
+
 /// Trio-ML's (or FPISA's) jobs: list, add and remove while aggregation runs.
 pub struct JobsTarget {
     trio: TrioMl,
     template: Box<dyn Fn(u8) -> JobConfig + Send + Sync>,
     on_change: Box<dyn Fn(u8) + Send + Sync>,
+    check_add: AddCheck,
 }
 
 impl JobsTarget {
@@ -321,7 +325,18 @@ impl JobsTarget {
             trio,
             template: Box::new(|_| JobConfig::default()),
             on_change: Box::new(|_| {}),
+            check_add: Box::new(|_| Ok(())),
         }
+    }
+
+    /// Refuses a job to add when `check` says why: for an embedder that cannot serve some
+    /// jobs (`pfemu serve` knows its members, the jobs' sources, only from its start).
+    pub fn check_add(
+        mut self,
+        check: impl Fn(&JobConfig) -> Result<(), String> + Send + Sync + 'static,
+    ) -> JobsTarget {
+        self.check_add = Box::new(check);
+        self
     }
 
     /// A job added with id `job_id` takes the settings it is not given from `template(job_id)`
@@ -446,6 +461,7 @@ impl Target for JobsTarget {
                     out_dest,
                     ..d
                 };
+                (self.check_add)(&job)?;
                 self.trio.add_job(&job).map_err(|e| e.to_string())?;
                 (self.on_change)(job_id);
                 Ok(json!({ "job_id": job_id, "added": true }))
