@@ -1450,3 +1450,282 @@ fn without_the_capability_the_error_names_the_interface() {
         "{err}"
     );
 }
+
+// ----- stopping under a flood ------------------------------------------------------------------
+
+/// The longest a stop may take under a flood before the test calls it a hang (a deadline for
+/// a hang, not a measure of speed).
+const STOP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Threads flooding a port: more than its RX thread (with the engine's) gets of the cores,
+/// so frames always wait for it.
+const FLOOD_SENDERS: usize = 3;
+
+/// A thread that keeps frames flowing into an interface, as fast as `sendmmsg` goes, until
+/// told to stop (or for at most twice [`STOP_DEADLINE`] and the setup's deadline).
+struct Flood {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Frames the kernel took from the sender so far.
+    accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<FloodCount>>,
+}
+
+/// What a [`Flood`] sent.
+#[derive(Debug)]
+struct FloodCount {
+    /// Frames the kernel took.
+    accepted: u64,
+    /// Frames it refused with `ENOBUFS` (dropped on a veth whose backlog was full).
+    enobufs: u64,
+    /// The first other error, which ends the flood.
+    error: Option<String>,
+}
+
+impl Flood {
+    /// `senders` threads, each with its own socket on `iface`.
+    fn start(iface: &str, senders: usize) -> Flood {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let threads = (0..senders)
+            .map(|_| {
+                let sock = RawSocket::open(iface, false).expect("the flood's socket");
+                let (flag, count) = (Arc::clone(&stop), Arc::clone(&accepted));
+                std::thread::spawn(move || {
+                    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+                    let end = Instant::now() + 2 * STOP_DEADLINE + DEADLINE;
+                    let mut c = FloodCount {
+                        accepted: 0,
+                        enobufs: 0,
+                        error: None,
+                    };
+                    while !flag.load(Ordering::Relaxed) && Instant::now() < end {
+                        let (ok, errors) = sock.send_counting(std::iter::repeat_n(&frame[..], 64));
+                        c.accepted += ok;
+                        count.fetch_add(ok, Ordering::Relaxed);
+                        for e in errors {
+                            if e.raw_os_error() == Some(libc::ENOBUFS) {
+                                c.enobufs += 1;
+                            } else {
+                                c.error = Some(e.to_string());
+                                return c;
+                            }
+                        }
+                    }
+                    c
+                })
+            })
+            .collect();
+        Flood {
+            stop,
+            accepted,
+            threads,
+        }
+    }
+
+    /// Frames the kernel took from the flood so far.
+    fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Whether the flood still runs (every sender).
+    fn flowing(&self) -> bool {
+        !self.threads.is_empty() && self.threads.iter().all(|t| !t.is_finished())
+    }
+
+    /// Stops the flood and returns what it sent, summed over the senders.
+    fn finish(mut self) -> FloodCount {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut sum = FloodCount {
+            accepted: 0,
+            enobufs: 0,
+            error: None,
+        };
+        for t in std::mem::take(&mut self.threads) {
+            let c = t.join().expect("a sender's thread");
+            sum.accepted += c.accepted;
+            sum.enobufs += c.enobufs;
+            sum.error = sum.error.or(c.error);
+        }
+        sum
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in std::mem::take(&mut self.threads) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the filter on `port` (port 0 only: what it forwards to port 1 is dropped as
+/// `no_such_port`), floods it through `send` until `overflowing()` says the port cannot keep
+/// up (so a frame is always waiting for its RX thread), and stops the run while the flood
+/// goes on. Fails if the stop does not return within [`STOP_DEADLINE`]; returns the report
+/// and what the flood sent in all (stopped after the run was).
+fn stop_under_a_flood(
+    port: PortSpec,
+    send: &str,
+    overflowing: impl Fn(&Live) -> bool,
+) -> (pfemu::lab::live::LiveReport, FloodCount) {
+    let cfg = LiveConfig {
+        ppe_threads: 1,
+        ..LiveConfig::new(LiveProgram::Filter, PortsConfig::new(vec![port]))
+    };
+    let live = Live::start(&cfg).expect("the port binds");
+    let flood = Flood::start(send, FLOOD_SENDERS);
+    wait_for_live(
+        &live,
+        "the flood to overflow the port (frames always waiting for its RX thread)",
+        || {
+            assert!(flood.flowing(), "the flood stopped early");
+            overflowing(&live)
+        },
+        std::thread::sleep,
+    );
+    let before = flood.accepted();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let stopper = std::thread::spawn(move || {
+        let _ = tx.send(live.stop());
+    });
+    let r = match rx.recv_timeout(STOP_DEADLINE) {
+        Ok(r) => r.expect("stops"),
+        Err(_) => panic!(
+            "Live::stop did not return within {STOP_DEADLINE:?} while frames kept arriving \
+             (the RX thread never looked at its stop flag?)"
+        ),
+    };
+    assert!(
+        flood.flowing() && flood.accepted() > before,
+        "the flood still ran while the run stopped"
+    );
+    let _ = stopper.join();
+    let sent = flood.finish();
+    assert_eq!(sent.error, None, "the flood's sends: {sent:?}");
+    (r, sent)
+}
+
+#[test]
+fn an_interface_port_stops_while_frames_keep_arriving() {
+    let Some(mut lab) = NetLab::new("an_interface_port_stops_while_frames_keep_arriving") else {
+        return;
+    };
+    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
+    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
+        println!("skipped: the kernel refused a veth pair: {e}");
+        return;
+    }
+    let port = PortSpec::interface(&format!("0={p0}")).expect("spec");
+    let (r, sent) = stop_under_a_flood(port, &s0, |live| {
+        live.report().ports.ports[0].rx_kernel_drops > 0
+    });
+    let p = &r.ports.ports[0];
+    assert!(r.accounted(), "{r:#?}");
+    assert!(p.rx_frames > 0 && p.rx_kernel_drops > 0, "{p:#?}");
+    // Every frame the port counts (injected, dropped by the full ring, left in it at the
+    // stop) is one the flood sent: none counted twice, none made up.
+    assert!(
+        p.rx_frames + p.rx_dropped() <= sent.accepted,
+        "the port counted more frames than were sent: {p:#?}\n{sent:?}"
+    );
+    assert_eq!(p.rx_errors, 0, "{p:#?}");
+}
+
+#[test]
+fn a_tap_port_stops_while_frames_keep_arriving() {
+    let Some(mut lab) = NetLab::new("a_tap_port_stops_while_frames_keep_arriving") else {
+        return;
+    };
+    let tap = lab.name("tap");
+    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
+        println!("skipped: the kernel refused a TAP device: {e}");
+        return;
+    }
+    lab.links.push(tap.clone());
+    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    // A long queue, so the host's senders keep frames waiting for the port even when the
+    // machine's scheduler pauses them all for a moment.
+    ip(&["link", "set", &tap, "txqueuelen", "100000"]).expect("txqueuelen");
+    let port = PortSpec::tap(&format!("0={tap}")).expect("spec");
+    let tx_dropped = || {
+        std::fs::read_to_string(format!("/sys/class/net/{tap}/statistics/tx_dropped"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // The host's frames wait in the TAP device's queue; when the port reads slower than
+    // the host sends, it overflows and the host counts TX drops.
+    let (r, sent) = stop_under_a_flood(port, &tap, |_| tx_dropped() > 0);
+    let p = &r.ports.ports[0];
+    assert!(r.accounted(), "{r:#?}");
+    assert!(p.rx_frames > 0, "{p:#?}");
+    assert!(
+        p.rx_frames + p.rx_dropped() <= sent.accepted,
+        "the port counted more frames than were sent: {p:#?}\n{sent:?}"
+    );
+    assert_eq!(p.rx_errors, 0, "{p:#?}");
+}
+
+#[test]
+fn pfemu_run_stops_on_ctrl_c_while_frames_keep_arriving() {
+    let test = "pfemu_run_stops_on_ctrl_c_while_frames_keep_arriving";
+    let Some(mut lab) = NetLab::new(test) else {
+        return;
+    };
+    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
+    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
+        println!("skipped {test}: the kernel refused a veth pair: {e}");
+        return;
+    }
+    let pfemu = Pfemu::spawn(&[
+        "run",
+        "--program",
+        "filter",
+        "--iface",
+        &format!("0={p0}"),
+        "--ppe-threads",
+        "1",
+        "--stats-every",
+        "0.05",
+        "--json",
+    ]);
+    pfemu.wait_ready();
+    let flood = Flood::start(&s0, FLOOD_SENDERS);
+    // The counters' lines say `drops RX/TX` per port: wait until the ring overflows.
+    let end = Instant::now() + DEADLINE;
+    loop {
+        assert!(
+            Instant::now() < end,
+            "the flood did not overflow port 0's ring within {DEADLINE:?}"
+        );
+        let line = pfemu.wait_line("[");
+        let drops = line
+            .split("drops ")
+            .nth(1)
+            .and_then(|d| d.split('/').next())
+            .and_then(|d| d.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("a counters line without `drops N/M`: {line}"));
+        if drops > 0 {
+            break;
+        }
+    }
+    let before = flood.accepted();
+    let (code, out) = pfemu.interrupt();
+    assert!(
+        flood.flowing() && flood.accepted() > before,
+        "the flood still ran while pfemu stopped"
+    );
+    let sent = flood.finish();
+    assert_eq!(code, Some(0), "pfemu's exit status; its report: {out}");
+    let r: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let p = &r["ports"]["ports"][0];
+    let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("`{k}` in {p}"));
+    assert!(n("rx_frames") > 0 && n("rx_kernel_drops") > 0, "{p}");
+    assert!(
+        n("rx_frames") + n("rx_kernel_drops") + n("rx_unread") <= sent.accepted,
+        "the port counted more frames than were sent: {p}\n{sent:?}"
+    );
+}

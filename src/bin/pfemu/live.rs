@@ -55,12 +55,14 @@ pub const HELP: &str = "Examples:\n  \
     or after --ring-block-timeout-ms) and written with sendmmsg. Needs root (CAP_NET_RAW, \
     and CAP_NET_ADMIN for TAP). Prints `ready: ...` once every port is bound, then a line \
     of counters every --stats-every seconds, and runs until Ctrl-C (SIGINT, SIGTERM) or \
-    --duration; then it stops receiving, lets everything in flight leave, and prints every \
-    port's counters (--json: one JSON object; the other lines go to standard error), the \
-    engine's, the program's, and a check line: every frame received entered the engine and \
-    every frame the engine sent left a port or was counted as a drop (exit status 2 if \
-    not). Drops at the interfaces are counted: rx_kernel_drops (the ring was full), \
-    rx_truncated (longer than a ring block), rx_unread (in the ring at the stop), and tx \
+    --duration; then it stops receiving (taking what the rings hold then, however fast frames \
+    keep arriving), lets everything in flight leave, and prints every port's counters \
+    (--json: one JSON object; the other lines go to standard error), the engine's, the \
+    program's, and a check line: every frame received entered the engine and every frame \
+    the engine sent left a port or was counted as a drop (exit status 2 if not). A second \
+    Ctrl-C during the stop exits at once, without the report (exit status 130). Drops at the \
+    interfaces are counted: rx_kernel_drops (the ring was full), rx_truncated (longer than \
+    a ring block), rx_unread (in the ring or the TAP device's queue at the stop), and tx \
     errors by errno (EMSGSIZE: longer than the MTU).\n\n\
     Programs on interfaces: filter (plain IPv4 out of port 1); l3fwd --routes FILE (one \
     `A.B.C.D/LEN PORT` per line; forwarded frames leave port p with destination MAC \
@@ -286,6 +288,10 @@ impl LiveArgs {
     }
 }
 
+/// The exit status after a second Ctrl-C (SIGINT or SIGTERM) cut the stop short: 128 + SIGINT,
+/// as a shell reports a program the signal ended.
+const INTERRUPTED_TWICE: i32 = 130;
+
 /// Runs `workload` on the interfaces of `a` until Ctrl-C or `duration_s`.
 pub fn run(
     a: &LiveArgs,
@@ -327,7 +333,15 @@ pub fn run(
         trace: a.runtime.trace_spec(),
     };
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
+    let mut interrupted = false;
     ctrlc::set_handler(move || {
+        if interrupted {
+            // The first one asked for a stop that has not finished (an interface still
+            // flooding, a send waiting): the user wants out now.
+            eprintln!("pfemu: interrupted again: exiting without the final report");
+            std::process::exit(INTERRUPTED_TWICE);
+        }
+        interrupted = true;
         let _ = stop_tx.try_send(());
     })
     .map_err(|e| format!("cannot install the SIGINT/SIGTERM handler: {e}"))?;

@@ -36,18 +36,21 @@
 //! buffer full waits, which is backpressure on the engine, for at most [`SEND_TIMEOUT`].
 //! The ring defaults to 64 blocks of 256 KiB (16 MiB per port, about 100 000 small frames)
 //! with a 1 ms block timeout: big blocks amortise the handover at load, and the timeout
-//! bounds what a lone frame (a ping) waits. An RX thread looks at the stop flag every
-//! [`PortsConfig::poll_ms`] (20 ms).
+//! bounds what a lone frame (a ping) waits. An RX thread looks at the stop flag before every
+//! block (or TAP burst) it takes, and every [`PortsConfig::poll_ms`] (20 ms) while idle; once
+//! it is up, the thread takes what is ready then (the blocks handed over and the one in
+//! progress; a TAP device's queue) and no more, so a flood that never lets the ring empty
+//! does not keep it running: what arrives after stays, counted as `rx_unread`.
 //!
 //! # Nothing silently lost
 //!
 //! Every frame is counted somewhere ([`PortStats`]): received and injected (`rx_frames`,
 //! which add up to the engine's `packets_in`), dropped by the kernel because the ring was
 //! full (`rx_kernel_drops`), cut short by the ring (`rx_truncated`: longer than a block),
-//! in a block that did not parse (`rx_bad_block_frames`), or still in the ring when the
-//! port stopped (`rx_unread`). Out: sent (`tx_frames`) or refused by the kernel
-//! (`tx_errors`, by error: `EMSGSIZE` for a frame longer than the interface's MTU,
-//! `ENETDOWN`, `ENOBUFS`, ...), and frames for a port no interface is bound to
+//! in a block that did not parse (`rx_bad_block_frames`), or still in the ring (or a TAP
+//! device's queue) when the port stopped (`rx_unread`). Out: sent (`tx_frames`) or refused
+//! by the kernel (`tx_errors`, by error: `EMSGSIZE` for a frame longer than the interface's
+//! MTU, `ENETDOWN`, `ENOBUFS`, ...), and frames for a port no interface is bound to
 //! ([`PortsReport::tx_unbound`]).
 //!
 //! # Frames as a wire carries them
@@ -261,8 +264,8 @@ pub struct PortsConfig {
     pub ports: Vec<PortSpec>,
     /// The receive ring of each interface port.
     pub ring: RingConfig,
-    /// How long an RX thread waits in `poll` before it looks at the stop flag again, ms
-    /// (how long [`RunningPorts::stop`] may wait for it).
+    /// How long an idle RX thread waits in `poll` before it looks at the stop flag again,
+    /// ms (how long [`RunningPorts::stop`] may wait for an idle port).
     pub poll_ms: u32,
     /// Send buffer of each interface's socket, bytes (a full buffer makes the PPE thread
     /// sending wait, as a full TX queue backs up a NIC).
@@ -433,8 +436,9 @@ pub struct PortStats {
     pub rx_outgoing_skipped: u64,
     /// Frames the RX thread could not inject because the engine had stopped.
     pub rx_engine_stopped: u64,
-    /// Frames the kernel took and had not handed over when the port stopped (counted at
-    /// [`RunningPorts::stop`] only: a running ring always holds some).
+    /// Frames that arrived and were not taken when the port stopped (counted at
+    /// [`RunningPorts::stop`] only: a running ring always holds some): left in the ring,
+    /// or in a TAP device's queue (read and discarded then).
     pub rx_unread: u64,
     /// Frames whose offloaded TCP/UDP checksum was completed.
     pub rx_checksums_completed: u64,
@@ -561,14 +565,45 @@ impl Bound {
         }
     }
 
-    /// Frames the kernel handed to the ring that the RX thread has not taken (the kernel's
-    /// count is read by [`Bound::stats`] first).
+    /// Frames that arrived and were not taken by the time the port stopped (its RX thread
+    /// has ended). An interface: those in the ring, the kernel's count (read by
+    /// [`Bound::stats`] first) less those the RX thread took. A TAP device: those in its
+    /// queue, read here and discarded, at most a queue's worth (a host that keeps sending
+    /// refills it; what is still queued when the port closes was sent after the stop).
     fn unread(&self) -> u64 {
-        let k = *self.counters.kernel.lock();
-        (k.packets.saturating_sub(k.drops))
-            .saturating_sub(self.counters.rx_seen.load(Ordering::Relaxed))
+        match &self.io {
+            PortIo::Packet(_) => {
+                let k = *self.counters.kernel.lock();
+                (k.packets.saturating_sub(k.drops))
+                    .saturating_sub(self.counters.rx_seen.load(Ordering::Relaxed))
+            }
+            PortIo::Tap(tap) => {
+                let mut buf = vec![0u8; 65_536];
+                let mut n = 0;
+                while n < self.tap_queue_len() {
+                    match tap.try_read(&mut buf) {
+                        Ok(Some(_)) => n += 1,
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+                n as u64
+            }
+        }
+    }
+
+    /// How many frames a TAP device queues for the port at most (its `txqueuelen`,
+    /// [`TAP_QUEUE_DEFAULT`] when it cannot be read).
+    fn tap_queue_len(&self) -> usize {
+        std::fs::read_to_string(format!("/sys/class/net/{}/tx_queue_len", self.kind.name()))
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(TAP_QUEUE_DEFAULT)
+            .max(1)
     }
 }
+
+/// The queue of a TAP device whose `txqueuelen` cannot be read: the kernel's default.
+const TAP_QUEUE_DEFAULT: usize = 1000;
 
 /// What the sink, the RX threads and the handles share.
 #[derive(Debug)]
@@ -891,8 +926,9 @@ impl RunningPorts {
         &self.pfe
     }
 
-    /// Stops receiving (each RX thread takes what the kernel already handed over, within
-    /// a block timeout), drains the engine so everything in flight leaves through the
+    /// Stops receiving (each RX thread takes what the kernel had handed over when it saw
+    /// the stop, and the block in progress within a block timeout; no more, however fast
+    /// frames keep arriving), drains the engine so everything in flight leaves through the
     /// ports, and returns the final counters, with the frames still unread counted in
     /// [`PortStats::rx_unread`]. The engine keeps running (shut it down after).
     pub fn stop(mut self) -> PortsReport {
@@ -909,8 +945,8 @@ impl RunningPorts {
         r
     }
 
-    /// Sets the stop flag and joins the RX threads (each within a poll and a block
-    /// timeout).
+    /// Sets the stop flag and joins the RX threads (each within a poll, the blocks ready
+    /// when it saw the flag, and a block timeout).
     fn stop_threads(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         for h in std::mem::take(&mut self.threads) {
@@ -1016,20 +1052,33 @@ impl RxThread {
         let mut frames: Vec<RxFrame> = Vec::new();
         let mut srcs: Vec<Src> = Vec::new();
         let mut scratch: Vec<u8> = Vec::new();
-        // After the stop flag: one more wait of a block timeout, for the block in progress.
+        // Once the stop flag is up, the blocks still to take: those handed over by then and
+        // the block in progress. Under a flood a block is always ready, so the flag is
+        // looked at before every block, and what arrives after it stays in the ring
+        // (counted as `rx_unread`).
+        let mut left: Option<usize> = None;
+        // Whether the one wait (of a block timeout) for the block in progress is done.
         let mut last_wait = false;
         loop {
+            if left.is_none() && self.stop.load(Ordering::Relaxed) {
+                left = Some(ring.ready_blocks() + 1);
+            }
+            if left == Some(0) {
+                return;
+            }
             let took = ring.with_ready_block(|block| {
                 self.take_block(block, &mut frames, &mut srcs, &mut scratch)
             });
             if took.is_some() {
+                if let Some(n) = &mut left {
+                    *n -= 1;
+                }
                 continue;
             }
-            let stopping = self.stop.load(Ordering::Relaxed);
-            if stopping && last_wait {
-                return;
-            }
-            let timeout = if stopping {
+            let timeout = if left.is_some() {
+                if last_wait {
+                    return;
+                }
                 last_wait = true;
                 2 * self.block_timeout_ms + 1
             } else {
@@ -1114,9 +1163,18 @@ impl RxThread {
         };
         let mut arena = vec![0u8; SLOTS * SLOT];
         let mut srcs: Vec<Src> = Vec::with_capacity(SLOTS);
+        // Once the stop flag is up, the frames still to take: at most what the device's
+        // queue held then. Under a flood a frame is always waiting, so the flag is looked
+        // at before every burst; what arrives after stays queued (counted as `rx_unread`
+        // at the stop).
+        let mut left: Option<usize> = None;
         loop {
+            if left.is_none() && self.stop.load(Ordering::Relaxed) {
+                left = Some(self.bound().tap_queue_len());
+            }
+            let room = left.map_or(SLOTS, |n| n.min(SLOTS));
             srcs.clear();
-            while srcs.len() < SLOTS {
+            while srcs.len() < room {
                 let at = srcs.len() * SLOT;
                 match tap.try_read(&mut arena[at..at + SLOT]) {
                     Ok(Some(n)) => srcs.push(Src::Ring(at..at + n)),
@@ -1134,10 +1192,15 @@ impl RxThread {
                 };
                 self.inject(&arena, &[], &srcs, &mut t);
                 self.publish(&t);
-                continue;
+                if let Some(n) = &mut left {
+                    *n -= srcs.len();
+                }
             }
-            if self.stop.load(Ordering::Relaxed) {
+            if left.is_some() && (srcs.len() < room || left == Some(0)) {
                 return;
+            }
+            if !srcs.is_empty() {
+                continue;
             }
             match tap.poll(self.poll_ms) {
                 Ok(_) => {}

@@ -535,6 +535,17 @@ impl RxRing {
         }
     }
 
+    /// How many blocks in a row, from the next one on, the kernel has handed over (at most
+    /// every block): what [`RxRing::with_ready_block`] can take now without waiting.
+    pub fn ready_blocks(&self) -> usize {
+        (0..self.blocks)
+            .take_while(|k| {
+                let i = (self.next + k) % self.blocks;
+                self.status(i).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+            })
+            .count()
+    }
+
     /// If the next block is ours (the kernel retired it), runs `f` on its bytes and hands
     /// it back to the kernel; `None` when the kernel still fills it.
     pub fn with_ready_block<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
