@@ -1043,11 +1043,153 @@ fn the_ports_bench_accounts_for_every_frame_it_offers() {
     })
     .expect("the bench runs");
     assert!(r.offered > 0 && r.port_out > 0, "{r:#?}");
+    assert_eq!(r.offer_stopped, None, "{r:#?}");
+    assert_eq!(r.offer_errors, 0, "{r:#?}");
+    // Exact whether or not the veth's backlog overflowed: a frame it dropped was refused
+    // with ENOBUFS, offered and counted lost once (the veth's own counters count it on both
+    // ends, and also count attempts the generator sent again).
     assert!(r.accounted(), "{r:#?}");
+    assert!(r.veth_dropped <= r.veth_drop_counters, "{r:#?}");
     assert_eq!(
         r.port_out, r.port_in,
         "the filter forwards every plain IPv4 frame"
     );
+}
+
+/// Holds `N` packet sockets on interface `IFACE` (argv 1 and 2), each with a tiny receive
+/// buffer, until killed: the kernel hands every frame arriving on `IFACE` to each of them
+/// (and drops it there), which makes receiving a frame on it that much slower.
+const PY_LISTENERS: &str = r#"
+import socket, sys, time
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    s.bind((sys.argv[1], 0))
+    held.append(s)
+print('ready', flush=True)
+while True:
+    time.sleep(3600)
+"#;
+
+/// The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status).
+fn allowed_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or("");
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+            cpus.extend(a..=b);
+        }
+    }
+    cpus
+}
+
+/// Runs `cmd` to its end, failing the test if it takes longer than the deadline.
+fn output_within(mut cmd: Command, what: &str) -> std::process::Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(DEADLINE) {
+        Ok(out) => out.unwrap_or_else(|e| panic!("{what}: {e}")),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("{what} did not end within {DEADLINE:?}")
+        }
+    }
+}
+
+#[test]
+fn the_ports_bench_accounts_for_frames_the_veth_drops() {
+    let test = "the_ports_bench_accounts_for_frames_the_veth_drops";
+    let Some(mut lab) = NetLab::new(test) else {
+        return;
+    };
+    let cpus = allowed_cpus();
+    if cpus.len() < 2 {
+        println!("skipped {test}: it needs two CPUs (the generator on one, port 0's on another)");
+        return;
+    }
+    for tool in ["python3", "taskset"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            println!("skipped {test}: {tool} is not installed");
+            return;
+        }
+    }
+    let Some(dev) = search_pairs(&mut lab) else {
+        return;
+    };
+    // The frames the generator sends on the first CPU are received on port 0's interface
+    // on the last (RPS), where every one is also handed to 100 sockets: the veth's backlog
+    // on that CPU fills faster than it empties, and the veth drops frames (ENOBUFS).
+    let (first, last) = (cpus[0], cpus[cpus.len() - 1]);
+    let rps = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", dev.port0);
+    let mask = format!("{:x}", 1u128 << last);
+    if let Err(e) = std::fs::write(&rps, &mask) {
+        println!(
+            "skipped {test}: cannot steer {}'s frames to CPU {last} ({rps}: {e})",
+            dev.port0
+        );
+        return;
+    }
+    let mut listeners = Command::new("python3")
+        .args(["-c", PY_LISTENERS, &dev.port0, "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts the listeners");
+    let out = listeners.stdout.take().expect("the listeners' stdout");
+    lab.children.push(listeners);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(DEADLINE)
+        .expect("the listeners start within the deadline");
+    assert!(line.contains("ready"), "the listeners said: {line}");
+
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", &first.to_string(), env!("CARGO_BIN_EXE_pfemu")]);
+    cmd.args([
+        "bench", "ports", "--offer", &dev.offer, "--port0", &dev.port0,
+    ]);
+    cmd.args(["--port1", &dev.port1, "--duration", "1", "--flows", "16"]);
+    cmd.args(["--ppe-threads", "1", "--no-in-process", "--json"]);
+    let out = output_within(cmd, "pfemu bench ports");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("`{k}` in {r}"));
+    assert!(
+        n("veth_dropped") > 0,
+        "the veth's backlog did not overflow, so this run checks nothing: {r}"
+    );
+    assert_eq!(r["accounted"], true, "{r}");
+    assert_eq!(
+        n("offered"),
+        n("veth_dropped") + n("port_in") + n("port_dropped"),
+        "every frame offered (ENOBUFS ones included) is lost on the veth once, or at port 0: {r}"
+    );
+    assert!(n("veth_drop_counters") >= n("veth_dropped"), "{r}");
+    assert_eq!(r["offer_stopped"], serde_json::Value::Null, "{r}");
+    assert_eq!(n("offer_errors"), 0, "{r}");
 }
 
 // ----- RFC 2544 through a veth pair (pfemu bench ports --search) --------------------------------

@@ -653,11 +653,13 @@ pub const BENCH_PORTS_HELP: &str = "Examples (as root):\n  \
     sendmmsg as fast as it can for --duration; its veth peer is PFE port 0 (a TPACKET_V3 \
     ring), and port 1 sends them out (sendmmsg) to its own peer. Reports the rates offered, \
     taken by port 0 and sent by port 1, where frames were lost (the veth's backlog \
-    overflows first when the PFE is slower than the sender: --offer's tx_dropped and \
-    --port0's rx_dropped; then port 0's ring), and then the in-process filter's rate on the \
-    same frames, PPE threads and duration (pfemu bench filter's measurement). Every frame \
-    offered is accounted for (exit status 2 if not). The generator, the RX thread and the \
-    PPE threads share the machine's cores.\n\n\
+    overflows first when the PFE is slower than the sender: the kernel refuses such a frame \
+    with ENOBUFS, and the generator counts it as offered and lost and goes on; then port 0's \
+    ring), and then the in-process filter's rate on the same frames, PPE threads and \
+    duration (pfemu bench filter's measurement). Every frame offered is accounted for (exit \
+    status 2 if not). A generator whose every frame of a burst is refused for another \
+    reason (the interface went down) stops, with a warning that says why. The generator, \
+    the RX thread and the PPE threads share the machine's cores.\n\n\
     With --search, an RFC 2544 throughput search through the pair instead (pfemu linerate's \
     search, with the same options: --sizes, --line-rate, --trial-ms, --loss, --resolution, \
     --max-trials, --initial). Per frame size, each trial offers frames paced at one rate for \
@@ -697,6 +699,9 @@ pub fn bench_ports(a: &PortsBenchArgs) -> CliResult {
         pfemu::lab::live::LiveError::Config(c) => Box::new(c) as Box<dyn std::error::Error>,
         e => Box::new(e) as Box<dyn std::error::Error>,
     })?;
+    if let Some(why) = &r.offer_stopped {
+        eprintln!("warning: the generator stopped before --duration was up: {why}");
+    }
     if a.json {
         let mut v = serde_json::to_value(&r)?;
         v["accounted"] = serde_json::json!(r.accounted());
@@ -711,8 +716,9 @@ pub fn bench_ports(a: &PortsBenchArgs) -> CliResult {
             r.offered, r.offered_mpps, r.offer_errors
         );
         println!(
-            "  lost on the veth     {:>12} frames            (its backlog was full)",
-            r.veth_dropped
+            "  lost on the veth     {:>12} frames            (its backlog was full: ENOBUFS; \
+             the veth's own count, with attempts sent again: {})",
+            r.veth_dropped, r.veth_drop_counters
         );
         println!(
             "  port 0 took          {:>12} frames {:>9.3} Mpps",

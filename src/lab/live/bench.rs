@@ -11,10 +11,21 @@
 //! interface, whose veth peer is bound to port 0, as fast as one `sendmmsg` loop goes, for
 //! the run's duration; port 1 sends them out. The report gives the rates offered, taken
 //! by port 0 and sent out of port 1, where frames were lost (on the veth, whose backlog
-//! overflows before the ring when the receiver is slower than the sender: the offer
-//! interface's `tx_dropped` and port 0's `rx_dropped`; in the ring; on the way out), and
-//! the in-process filter's rate on the same frames, PPE threads and duration. Every
-//! frame sent is accounted for: [`PortsBenchReport::accounted`].
+//! overflows before the ring when the receiver is slower than the sender; in the ring; on
+//! the way out), and the in-process filter's rate on the same frames, PPE threads and
+//! duration. Every frame offered is accounted for: [`PortsBenchReport::accounted`].
+//!
+//! # Frames lost on the veth
+//!
+//! A veth whose peer's backlog is full drops the frame in the sender's `sendmmsg` call,
+//! which refuses it with `ENOBUFS`: it was offered and lost on the veth, and the generator
+//! goes on. The kernel counts that drop twice, as the offer interface's `tx_dropped` and as
+//! port 0's `rx_dropped` (checked on Linux 6.18: one dropped frame adds one to each), so the
+//! two are never summed. Neither is the measure of frames lost: a frame refused in the
+//! middle of a `sendmmsg` call is dropped and counted too, but the call only returns how
+//! many went before it, and the generator sends that frame again. The frames refused with
+//! `ENOBUFS` are exactly the frames lost on the veth; the larger of the two counters is
+//! reported beside them (`veth_drop_counters`: those and the attempts sent again).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -66,15 +77,23 @@ pub struct PortsBenchReport {
     pub ppe_threads: usize,
     /// Seconds the generator sent.
     pub elapsed_s: f64,
-    /// Frames the generator's `sendmmsg` calls took.
+    /// Frames offered: the generator's `sendmmsg` calls took them, or refused them with
+    /// `ENOBUFS` because the veth's backlog was full (lost on the veth: `veth_dropped`).
     pub offered: u64,
-    /// Frames the kernel refused to the generator.
+    /// Frames the kernel refused to the generator for another reason (not offered).
     pub offer_errors: u64,
+    /// Why the generator stopped before the run's duration: the kernel refused a whole
+    /// burst for a reason other than `ENOBUFS` (the interface went down or away).
+    pub offer_stopped: Option<String>,
     /// `offered` per second, millions.
     pub offered_mpps: f64,
     /// Frames lost on the veth between the generator and port 0 (its backlog was full):
-    /// the offer interface's `tx_dropped` and port 0's `rx_dropped` over the run.
+    /// those the kernel refused with `ENOBUFS` (see the module docs).
     pub veth_dropped: u64,
+    /// The veth's own drop count over the run: the larger of the offer interface's
+    /// `tx_dropped` and port 0's `rx_dropped` (each drop is counted on both). At least
+    /// `veth_dropped` on Linux 6.18: it also counts the attempts the generator sent again.
+    pub veth_drop_counters: u64,
     /// Frames port 0 injected into the engine.
     pub port_in: u64,
     /// `port_in` per second, millions.
@@ -107,6 +126,96 @@ fn if_stat(iface: &str, name: &str) -> u64 {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The veth's drop counters between the generator and port 0: the offer interface's
+/// `tx_dropped` and port 0's `rx_dropped`.
+#[derive(Clone, Copy, Debug)]
+struct VethDrops {
+    tx: u64,
+    rx: u64,
+}
+
+impl VethDrops {
+    fn now(offer: &str, port0: &str) -> VethDrops {
+        VethDrops {
+            tx: if_stat(offer, "tx_dropped"),
+            rx: if_stat(port0, "rx_dropped"),
+        }
+    }
+
+    /// Drops since `before`: the larger of the two counters' increase, as Linux counts
+    /// one drop on both sides.
+    fn since(&self, before: &VethDrops) -> u64 {
+        self.tx
+            .saturating_sub(before.tx)
+            .max(self.rx.saturating_sub(before.rx))
+    }
+}
+
+/// What a generator offered, burst by burst.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Offer {
+    /// Frames the kernel took.
+    accepted: u64,
+    /// Frames it refused with `ENOBUFS`: the veth's backlog was full, the frame was lost
+    /// on the veth. Offered.
+    enobufs: u64,
+    /// Frames it refused for another reason: not offered.
+    refused: u64,
+    /// The first of those other refusals.
+    first_error: Option<String>,
+    /// Why the generator stopped early: a burst was refused whole, not for `ENOBUFS`.
+    stopped: Option<String>,
+}
+
+impl Offer {
+    /// Frames offered: taken, or lost on the veth.
+    fn offered(&self) -> u64 {
+        self.accepted + self.enobufs
+    }
+
+    /// Adds a burst that the kernel took `ok` frames of, refusing the others with
+    /// `errors`. False when the generator should stop: the kernel refused every frame, not
+    /// for a full backlog (`ENOBUFS`, which passes), so the next burst would fare the same.
+    fn add(&mut self, ok: u64, errors: Vec<std::io::Error>, iface: &str) -> bool {
+        self.accepted += ok;
+        let mut other = 0;
+        for e in errors {
+            if e.raw_os_error() == Some(libc::ENOBUFS) {
+                self.enobufs += 1;
+            } else {
+                other += 1;
+                self.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        self.refused += other;
+        if ok == 0 && other > 0 && self.stopped.is_none() {
+            self.stopped = Some(format!(
+                "the kernel refused a whole burst sent into {iface}: {}",
+                self.first_error.as_deref().unwrap_or("?")
+            ));
+            return false;
+        }
+        true
+    }
+}
+
+/// Offers bursts with `send` (which returns the frames the kernel took and the error of
+/// each it refused) until `stop` is set or a burst is refused whole ([`Offer::add`]).
+fn offer_until(
+    stop: &AtomicBool,
+    iface: &str,
+    mut send: impl FnMut() -> (u64, Vec<std::io::Error>),
+) -> Offer {
+    let mut offer = Offer::default();
+    while !stop.load(Ordering::Relaxed) {
+        let (ok, errors) = send();
+        if !offer.add(ok, errors, iface) {
+            break;
+        }
+    }
+    offer
 }
 
 /// `pfemu bench filter`'s rate (Mpps) on `traffic` (frames of `size` bytes over `flows`
@@ -153,37 +262,28 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
     let live_cfg = filter_between(&cfg.port0, &cfg.port1, cfg.ppe_threads);
     let tx = RawSocket::open(&cfg.offer, false)?;
     let live = Live::start(&live_cfg)?;
-    let dropped_before = if_stat(&cfg.offer, "tx_dropped") + if_stat(&cfg.port0, "rx_dropped");
+    let veth_before = VethDrops::now(&cfg.offer, &cfg.port0);
 
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
-    let (offered, errors) = std::thread::scope(|s| {
+    let offer = std::thread::scope(|s| {
         let gen = s.spawn(|| {
-            let (mut sent, mut errors) = (0u64, 0u64);
             let n = traffic.len();
             let mut i = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                let burst = (0..256).map(|k| traffic.frame((i + k) % n));
-                let (ok, err) = tx.send(burst);
-                sent += ok;
-                errors += 256 - ok;
-                if err.is_some() && ok == 0 {
-                    // The kernel refuses every frame (the link went down): stop offering.
-                    break;
-                }
-                i = (i + 256) % n;
-            }
-            (sent, errors)
+            offer_until(&stop, &cfg.offer, || {
+                let at = i;
+                i = (i + VETH_BURST as usize) % n;
+                tx.send_counting((0..VETH_BURST as usize).map(|k| traffic.frame((at + k) % n)))
+            })
         });
         // The run's clock: the scope waits for the generator, which looks at `stop`.
         std::thread::sleep(length);
         stop.store(true, Ordering::Relaxed);
-        gen.join().unwrap_or((0, 0))
+        gen.join().unwrap_or_default()
     });
     let elapsed = start.elapsed().as_secs_f64();
     let live = live.stop()?;
-    let veth_dropped = (if_stat(&cfg.offer, "tx_dropped") + if_stat(&cfg.port0, "rx_dropped"))
-        .saturating_sub(dropped_before);
+    let veth_drop_counters = VethDrops::now(&cfg.offer, &cfg.port0).since(&veth_before);
 
     let in_process_mpps = if cfg.in_process {
         Some(in_process_mpps(
@@ -203,10 +303,12 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
         size: cfg.size,
         ppe_threads: cfg.ppe_threads,
         elapsed_s: elapsed,
-        offered,
-        offer_errors: errors,
-        offered_mpps: mpps(offered),
-        veth_dropped,
+        offered: offer.offered(),
+        offer_errors: offer.refused,
+        offered_mpps: mpps(offer.offered()),
+        offer_stopped: offer.stopped,
+        veth_dropped: offer.enobufs,
+        veth_drop_counters,
         port_in: p0.rx_frames,
         port_in_mpps: mpps(p0.rx_frames),
         port_dropped: p0.rx_dropped(),
@@ -257,10 +359,13 @@ pub struct VethTrial {
     pub behind: u64,
     /// Seconds the generator sent.
     pub send_s: f64,
-    /// Frames lost on the veth (its backlog was full): the offer interface's `tx_dropped`
-    /// and port 0's `rx_dropped` over the trial, or the frames refused with `ENOBUFS` if
-    /// more (the kernel counts such a drop on one side or both, depending on its version).
+    /// Frames lost on the veth (its backlog was full): those the kernel refused with
+    /// `ENOBUFS` (see the module docs).
     pub veth_dropped: u64,
+    /// The veth's own drop count over the trial: the larger of the offer interface's
+    /// `tx_dropped` and port 0's `rx_dropped` (each drop is counted on both). At least
+    /// `veth_dropped` on Linux 6.18: it also counts the attempts the generator sent again.
+    pub veth_drop_counters: u64,
     /// Frames port 0 injected into the engine.
     pub port_in: u64,
     /// Frames lost at port 0 (ring full, cut).
@@ -420,8 +525,8 @@ impl VethDevice {
         self.live.stop()
     }
 
-    fn veth_dropped_now(&self) -> u64 {
-        if_stat(&self.cfg.offer, "tx_dropped") + if_stat(&self.cfg.port0, "rx_dropped")
+    fn veth_drops_now(&self) -> VethDrops {
+        VethDrops::now(&self.cfg.offer, &self.cfg.port0)
     }
 }
 
@@ -475,7 +580,7 @@ impl Device for VethDevice {
         let traffic = &self.traffic[&frame_size];
         let n = traffic.len();
         let before = Snapshot::of(&self.live.report());
-        let veth_before = self.veth_dropped_now();
+        let veth_before = self.veth_drops_now();
 
         // Offer, paced: frame k is due k / rate seconds after the start.
         let scheduled = (offered_pps * duration.as_secs_f64()).round() as u64;
@@ -535,20 +640,16 @@ impl Device for VethDevice {
         let deadline = drain_start + VETH_DRAIN_DEADLINE;
         let mut last = before;
         let mut still_since = Instant::now();
-        let (drained, now, veth_dropped) = loop {
+        let (drained, now) = loop {
             std::thread::sleep(Duration::from_millis(1));
             let now = Snapshot::of(&self.live.report());
-            let veth = self
-                .veth_dropped_now()
-                .saturating_sub(veth_before)
-                .max(enobufs);
             if now != last {
                 last = now;
                 still_since = Instant::now();
             }
             let at_port0 = (now.port_in - before.port_in)
                 + now.port_dropped.saturating_sub(before.port_dropped)
-                + veth;
+                + enobufs;
             let engine_done = now.in_flight == 0
                 && now.resolved - before.resolved >= now.packets_in - before.packets_in;
             let quiet = if at_port0 >= offered {
@@ -557,12 +658,13 @@ impl Device for VethDevice {
                 Duration::from_millis(50)
             };
             if engine_done && still_since.elapsed() >= quiet {
-                break (true, now, veth);
+                break (true, now);
             }
             if Instant::now() >= deadline {
-                break (false, now, veth);
+                break (false, now);
             }
         };
+        let veth_drop_counters = self.veth_drops_now().since(&veth_before);
         let received = now.out - before.out;
         self.trials.push(VethTrial {
             frame_size,
@@ -572,7 +674,8 @@ impl Device for VethDevice {
             refused,
             behind: scheduled - attempted,
             send_s,
-            veth_dropped,
+            veth_dropped: enobufs,
+            veth_drop_counters,
             port_in: now.port_in - before.port_in,
             port_dropped: now.port_dropped.saturating_sub(before.port_dropped),
             received,
@@ -745,4 +848,86 @@ pub fn search(
         trials,
         live,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(n: usize, errno: i32) -> Vec<std::io::Error> {
+        (0..n)
+            .map(|_| std::io::Error::from_raw_os_error(errno))
+            .collect()
+    }
+
+    /// A burst the veth refuses whole with ENOBUFS (its backlog full) is offered and lost,
+    /// and the generator goes on; other refusals are not offered.
+    #[test]
+    fn frames_refused_with_enobufs_are_offered_and_the_generator_goes_on() {
+        let stop = AtomicBool::new(false);
+        let mut bursts = vec![
+            (0, errors(256, libc::ENOBUFS)),
+            (100, errors(156, libc::ENOBUFS)),
+            (250, errors(6, libc::EMSGSIZE)),
+            (256, Vec::new()),
+        ]
+        .into_iter();
+        let offer = offer_until(&stop, "gen0", || {
+            let b = bursts.next().expect("stops after the last burst");
+            if bursts.len() == 0 {
+                stop.store(true, Ordering::Relaxed);
+            }
+            b
+        });
+        assert_eq!(bursts.len(), 0, "every burst was sent: {offer:?}");
+        assert_eq!(
+            (offer.accepted, offer.enobufs, offer.refused),
+            (606, 412, 6),
+            "{offer:?}"
+        );
+        assert_eq!(offer.offered(), 1018);
+        assert_eq!(offer.stopped, None);
+        assert!(
+            offer
+                .first_error
+                .as_deref()
+                .is_some_and(|e| e.contains("long")),
+            "{offer:?}"
+        );
+    }
+
+    /// A burst refused whole for another reason (the interface went down) stops the
+    /// generator, saying why.
+    #[test]
+    fn a_burst_refused_whole_for_another_reason_stops_the_generator_saying_why() {
+        let stop = AtomicBool::new(false);
+        let mut calls = 0;
+        let offer = offer_until(&stop, "gen0", || {
+            calls += 1;
+            match calls {
+                1 => (256, Vec::new()),
+                _ => (0, errors(256, libc::ENETDOWN)),
+            }
+        });
+        assert_eq!(calls, 2);
+        assert_eq!(
+            (offer.accepted, offer.enobufs, offer.refused),
+            (256, 0, 256)
+        );
+        let why = offer.stopped.expect("a reason");
+        assert!(why.contains("gen0") && why.contains("down"), "{why}");
+    }
+
+    /// Linux counts one veth drop on both ends: the larger increase, not the sum.
+    #[test]
+    fn veth_drops_take_the_larger_side_not_the_sum() {
+        let before = VethDrops { tx: 10, rx: 3 };
+        assert_eq!(VethDrops { tx: 15, rx: 8 }.since(&before), 5);
+        assert_eq!(VethDrops { tx: 10, rx: 7 }.since(&before), 4);
+        assert_eq!(
+            VethDrops { tx: 9, rx: 3 }.since(&before),
+            0,
+            "a counter reset"
+        );
+    }
 }
