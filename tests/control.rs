@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use pfemu::lab::control::{
-    request, AdaTarget, ControlServer, Controller, NimbleTarget, Target, TcamTarget,
+    request, AdaTarget, ControlServer, Controller, NimbleTarget, ServerLimits, Target, TcamTarget,
+    MAX_HEAD,
 };
 use pfemu::microcode::nimble::{Nimble, NimbleConfig};
 use pfemu::prelude::*;
@@ -409,6 +410,119 @@ fn the_http_server_serves_and_refuses() {
     assert!(metrics.contains("pfemu_packets_in_total 100"), "{metrics}");
     prometheus_parses(&metrics);
     drop(server);
+    pfe.shutdown();
+}
+
+/// A client that trickles its request a byte at a time, each well within any read
+/// timeout, is cut off at the deadline for the whole request (408), and the server then
+/// answers the next client.
+#[test]
+fn a_client_trickling_its_request_is_cut_off_at_the_request_deadline() {
+    use std::io::{ErrorKind, Read, Write};
+
+    let (pfe, _nimble, ctl) = rig();
+    let limits = ServerLimits {
+        request_deadline: Duration::from_millis(300),
+    };
+    let server = ControlServer::start_with_limits("127.0.0.1:0", ctl, limits).expect("a port");
+    let addr = server.addr().to_string();
+    let mut s = std::net::TcpStream::connect(&addr).expect("connects");
+    s.write_all(b"GET /stats HTTP/1.1\r\nX-Trickle: ")
+        .expect("writes");
+    // A header that never ends, one byte at a time, each after waiting up to 1 ms for
+    // the answer.
+    s.set_read_timeout(Some(Duration::from_millis(1)))
+        .expect("a timeout");
+    let end = Instant::now() + PATIENCE;
+    let (mut sent, mut reply, mut buf) = (0usize, Vec::new(), [0u8; 4096]);
+    loop {
+        assert!(
+            Instant::now() < end,
+            "still trickling after {PATIENCE:?} ({sent} bytes): the server never cut it off"
+        );
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                reply.extend_from_slice(&buf[..n]);
+                break;
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("reading the answer after {sent} bytes: {e}"),
+        }
+        if s.write_all(b"a").is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    s.set_read_timeout(Some(PATIENCE)).expect("a timeout");
+    let _ = s.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(
+        reply.starts_with("HTTP/1.1 408"),
+        "after {sent} bytes the answer is a timeout: {reply}"
+    );
+    assert!(
+        sent < MAX_HEAD,
+        "cut off by the deadline, not by the header limit ({sent} bytes)"
+    );
+    // The server is free again.
+    let (status, body) = request(&addr, "GET", "/stats", None).expect("answers");
+    assert_eq!(status, 200, "{body}");
+    drop(server);
+    pfe.shutdown();
+}
+
+/// The length of the accept queue of the TCP socket listening on `port` (from
+/// /proc/net/tcp, whose `rx_queue` of a listening socket is its backlog), if it is there.
+fn accept_queue(port: u16) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local_port = f.get(1)?.rsplit(':').next()?;
+        if u16::from_str_radix(local_port, 16).ok()? != port || *f.get(3)? != "0A" {
+            return None;
+        }
+        u64::from_str_radix(f.get(4)?.split(':').nth(1)?, 16).ok()
+    })
+}
+
+/// Dropping the server while it serves a client that sends nothing cuts that client off:
+/// the drop does not wait for the request's deadline (an hour here).
+#[test]
+fn stopping_the_server_cuts_off_an_idle_client() {
+    use std::io::Read;
+
+    let (pfe, _nimble, ctl) = rig();
+    let limits = ServerLimits {
+        request_deadline: Duration::from_secs(3600),
+    };
+    let server = ControlServer::start_with_limits("127.0.0.1:0", ctl, limits).expect("a port");
+    let port = server.addr().port();
+    let mut idle = std::net::TcpStream::connect(server.addr()).expect("connects");
+    // Connected: in the listener's queue until the server takes it to serve.
+    let end = Instant::now() + PATIENCE;
+    while accept_queue(port) != Some(0) {
+        assert!(
+            Instant::now() < end,
+            "the server did not take the connection (accept queue: {:?})",
+            accept_queue(port)
+        );
+        std::thread::yield_now();
+    }
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        drop(server);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(PATIENCE).unwrap_or_else(|_| {
+        panic!("dropping the server did not return within {PATIENCE:?} while a client idled")
+    });
+    idle.set_read_timeout(Some(PATIENCE)).expect("a timeout");
+    let mut rest = Vec::new();
+    match idle.read_to_end(&mut rest) {
+        Ok(_) => assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest)),
+        Err(e) => assert_ne!(e.kind(), std::io::ErrorKind::WouldBlock, "not closed: {e}"),
+    }
     pfe.shutdown();
 }
 

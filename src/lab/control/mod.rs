@@ -7,9 +7,11 @@
 //! (`--control` takes any address; the default, loopback, keeps it local). The server is
 //! deliberately small: HTTP/1.1, one request per connection (`Connection: close`),
 //! `Content-Length` bodies of at most [`MAX_BODY`], headers of at most [`MAX_HEAD`], and a
-//! read timeout, so a slow or malformed client gets a clear error and never stalls it for
-//! long. Requests are served one at a time on the server's own thread, never on a PPE
-//! thread: control never slows the data path beyond the XTXNs it makes.
+//! deadline for the whole request ([`READ_TIMEOUT`], however the client trickles its
+//! bytes), so a slow or malformed client gets a clear error and never stalls it for long;
+//! stopping the server cuts off the client it is serving. Requests are served one at a time
+//! on the server's own thread, never on a PPE thread: control never slows the data path
+//! beyond the XTXNs it makes.
 //!
 //! | request | what |
 //! | --- | --- |
@@ -43,7 +45,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use serde_json::{json, Value};
 
@@ -56,7 +60,9 @@ pub const MAX_BODY: usize = 1 << 20;
 pub const MAX_HEAD: usize = 16 << 10;
 /// Most words one memory read or write may cover.
 pub const MAX_WORDS: u64 = 4096;
-/// How long the server waits for a client's request before answering 408.
+/// How long the server waits for a client's whole request (its line, headers and body,
+/// however they trickle in) before answering 408; its answer, too, must be taken within
+/// as long. The default of [`ServerLimits::request_deadline`].
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// The address `--control` listens on by default (loopback only).
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9477";
@@ -553,10 +559,28 @@ fn parse_query(q: &str) -> Result<BTreeMap<String, String>, String> {
 
 // ----- the HTTP server -----------------------------------------------------------------------
 
+/// How long a client may hold the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// The most a request may take to arrive, all of it, and then its answer to be taken:
+    /// past it the client gets 408 (or is cut off). [`READ_TIMEOUT`] by default.
+    pub request_deadline: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            request_deadline: READ_TIMEOUT,
+        }
+    }
+}
+
 /// A control server on its own thread; stops (and frees its address) when dropped.
 pub struct ControlServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    /// The connection being served, shut down by the drop so the thread ends at once.
+    serving: Arc<Mutex<Option<TcpStream>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -564,6 +588,21 @@ impl ControlServer {
     /// Listens on `addr` (port 0: any free port, see [`ControlServer::addr`]) and serves
     /// `controller` until dropped. Refuses an address it cannot bind, naming it.
     pub fn start(addr: &str, controller: Controller) -> io::Result<ControlServer> {
+        ControlServer::start_with_limits(addr, controller, ServerLimits::default())
+    }
+
+    /// [`ControlServer::start`] with `limits` on each client.
+    pub fn start_with_limits(
+        addr: &str,
+        controller: Controller,
+        limits: ServerLimits,
+    ) -> io::Result<ControlServer> {
+        if limits.request_deadline.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the control server's request_deadline must be more than 0",
+            ));
+        }
         let listener = TcpListener::bind(addr).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -572,13 +611,20 @@ impl ControlServer {
         })?;
         let bound = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let serving = Arc::new(Mutex::new(None));
+        let server = Server {
+            controller,
+            limits,
+            stop: Arc::clone(&stop),
+            serving: Arc::clone(&serving),
+        };
         let thread = std::thread::Builder::new()
             .name("pfemu-control".into())
-            .spawn(move || serve(listener, controller, &flag))?;
+            .spawn(move || server.serve(listener))?;
         Ok(ControlServer {
             addr: bound,
             stop,
+            serving,
             thread: Some(thread),
         })
     }
@@ -592,6 +638,11 @@ impl ControlServer {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        // Cut off the client being served (its read or write returns at once), so a slow
+        // or idle one does not hold the stop for its deadline.
+        if let Some(s) = self.serving.lock().take() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         // Wake the blocking accept; it sees the flag and returns.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
         if let Some(t) = self.thread.take() {
@@ -600,33 +651,100 @@ impl Drop for ControlServer {
     }
 }
 
-fn serve(listener: TcpListener, controller: Controller, stop: &AtomicBool) {
-    for stream in listener.incoming() {
-        if stop.load(Ordering::Acquire) {
-            return;
-        }
-        // A connection that fails before a request is the client's problem, not ours.
-        if let Ok(stream) = stream {
-            let _ = answer(stream, &controller);
+/// The server's thread.
+struct Server {
+    controller: Controller,
+    limits: ServerLimits,
+    stop: Arc<AtomicBool>,
+    serving: Arc<Mutex<Option<TcpStream>>>,
+}
+
+impl Server {
+    fn serve(self, listener: TcpListener) {
+        for stream in listener.incoming() {
+            // A connection that fails before a request is the client's problem, not ours.
+            let Ok(stream) = stream else {
+                if self.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                continue;
+            };
+            {
+                // Under the lock, so the drop either sees this connection or we see its
+                // flag.
+                let mut serving = self.serving.lock();
+                if self.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                *serving = stream.try_clone().ok();
+            }
+            let _ = answer(&stream, &self.controller, self.limits);
+            self.serving.lock().take();
         }
     }
 }
 
-/// Reads one request from `stream`, answers it and closes the connection.
-fn answer(stream: TcpStream, controller: &Controller) -> io::Result<()> {
-    stream.set_read_timeout(Some(READ_TIMEOUT))?;
-    stream.set_write_timeout(Some(READ_TIMEOUT))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+/// A connection whose reads and writes all end by `deadline`: each waits at most the time
+/// left, so a client that trickles its bytes gains nothing by it.
+struct Timed<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Timed<'_> {
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request's deadline passed",
+            ));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Timed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+impl Write for Timed<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        (&mut &*self.stream).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&mut &*self.stream).flush()
+    }
+}
+
+/// Reads one request from `stream` within the deadline, answers it within as long, and
+/// closes the connection.
+fn answer(stream: &TcpStream, controller: &Controller, limits: ServerLimits) -> io::Result<()> {
+    let mut reader = BufReader::new(Timed {
+        stream,
+        deadline: Instant::now() + limits.request_deadline,
+    });
     let response = match read_request(&mut reader) {
         Ok((method, target, body)) => controller.handle(&method, &target, &body),
         Err(r) => r,
     };
-    write_response(&stream, &response)?;
+    write_response(
+        &mut Timed {
+            stream,
+            deadline: Instant::now() + limits.request_deadline,
+        },
+        &response,
+    )?;
     // A refused request may have left bytes unread; closing on them would reset the
     // connection and lose the answer at the client. Close our side, then read and discard
     // a little for a moment, as HTTP servers do.
     stream.shutdown(std::net::Shutdown::Write)?;
-    stream.set_read_timeout(Some(LINGER))?;
+    reader.get_mut().deadline = Instant::now() + LINGER;
     let _ = io::copy(&mut reader.take(LINGER_BYTES), &mut io::sink());
     Ok(())
 }
@@ -719,7 +837,7 @@ fn read_request(r: &mut impl BufRead) -> Result<(String, String, Vec<u8>), Respo
     Ok((method.to_string(), target.to_string(), body))
 }
 
-fn write_response(mut stream: &TcpStream, r: &Response) -> io::Result<()> {
+fn write_response(stream: &mut impl Write, r: &Response) -> io::Result<()> {
     let reason = match r.status {
         200 => "OK",
         400 => "Bad Request",
@@ -729,14 +847,15 @@ fn write_response(mut stream: &TcpStream, r: &Response) -> io::Result<()> {
         413 => "Payload Too Large",
         _ => "Error",
     };
-    write!(
-        stream,
+    // One buffer, one write (or a few, for a large body): each write looks at the deadline.
+    let reply = format!(
         "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
         r.status,
         r.content_type,
         r.body.len(),
         r.body
-    )?;
+    );
+    stream.write_all(reply.as_bytes())?;
     stream.flush()
 }
 
