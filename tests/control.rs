@@ -260,7 +260,7 @@ fn every_path_answers_while_traffic_flows() {
         "/memory",
         r#"{"addr": 1099511627776, "words": [1]}"#,
         400,
-        "word 1099511627776",
+        "invalid `addr` 0x10000000000",
     );
     refused(&ctl, "POST", "/memory", "not json", 400, "not JSON");
     refused(
@@ -346,6 +346,92 @@ fn every_path_answers_while_traffic_flows() {
         400,
         "not running",
     );
+}
+
+/// Reads and writes whose words run past the address space or out of a memory region are
+/// refused whole, naming `addr`, and nothing is written; the server answers after them.
+#[test]
+fn memory_ranges_past_the_end_are_refused_naming_addr() {
+    let (pfe, _nimble, ctl) = rig();
+    let top = u64::MAX;
+    // Past the last word address: `start + words` would wrap.
+    for words in [2, 4096] {
+        refused(
+            &ctl,
+            "GET",
+            &format!("/memory?addr={top:#x}&words={words}"),
+            "",
+            400,
+            "invalid `addr` 0xffffffffffffffff",
+        );
+        let ones = vec![1u64; words];
+        refused(
+            &ctl,
+            "POST",
+            "/memory",
+            &json!({ "addr": top, "words": ones }).to_string(),
+            400,
+            "invalid `addr` 0xffffffffffffffff",
+        );
+    }
+    refused(
+        &ctl,
+        "GET",
+        &format!("/memory?addr={top:#x}&words=1"),
+        "",
+        400,
+        "invalid `addr`",
+    );
+    // Across the end of SRAM: the last word is mapped, the one after is not.
+    let last = common::small_mem().sram_words() - 1;
+    let before = ok(
+        &ctl,
+        "GET",
+        &format!("/memory?addr={last}&words=1"),
+        Value::Null,
+    );
+    refused(
+        &ctl,
+        "GET",
+        &format!("/memory?addr={last}&words=2"),
+        "",
+        400,
+        "invalid `addr`",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/memory",
+        &json!({ "addr": last, "words": [7, 7] }).to_string(),
+        400,
+        "invalid `addr`",
+    );
+    assert_eq!(
+        ok(
+            &ctl,
+            "GET",
+            &format!("/memory?addr={last}&words=1"),
+            Value::Null
+        ),
+        before,
+        "a refused write wrote nothing"
+    );
+    // Through the server: it answers 400 and goes on serving.
+    let server = ControlServer::start("127.0.0.1:0", ctl).expect("a free port");
+    let addr = server.addr().to_string();
+    let (status, body) = request(
+        &addr,
+        "GET",
+        "/memory?addr=0xffffffffffffffff&words=2",
+        None,
+    )
+    .expect("answers");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("`addr`"), "{body}");
+    let (status, body) = request(&addr, "GET", "/stats", None).expect("still answers");
+    assert_eq!(status, 200, "{body}");
+    drop(server);
+    pfe.shutdown();
 }
 
 /// The server end to end: the client, a request a byte at a time, malformed requests, a

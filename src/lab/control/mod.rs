@@ -253,7 +253,9 @@ impl Controller {
     }
 
     /// The first word a request names: `addr`, or `region` (a named region) and `offset`
-    /// (words into it, 0 by default), checked to leave room for `words` words in the region.
+    /// (words into it, 0 by default), checked to leave room for `words` words in the named
+    /// region, and all `words` words to lie in one mapped memory region (so a read or write
+    /// past one is refused whole, before any word is touched).
     fn resolve(
         &self,
         addr: Option<u64>,
@@ -266,8 +268,16 @@ impl Controller {
                 "invalid `words`: {words}, must be from 1 to {MAX_WORDS}"
             ));
         }
-        match (addr, region) {
-            (Some(a), None) => Ok(a),
+        let start = match (addr, region) {
+            (Some(a), None) => {
+                if a.checked_add(words).is_none() {
+                    return Err(format!(
+                        "invalid `addr` {a:#x}: {words} words from it run past the last word \
+                         address (2^64 - 1)"
+                    ));
+                }
+                a
+            }
             (None, Some(name)) => {
                 let a = self.ctl.memory().allocation(name).ok_or_else(|| {
                     let names: Vec<String> = self
@@ -286,13 +296,18 @@ impl Controller {
                         a.words
                     ));
                 }
-                Ok(a.addr + offset)
+                a.addr + offset
             }
-            (Some(_), Some(_)) => Err("give `addr` or `region`, not both".into()),
+            (Some(_), Some(_)) => return Err("give `addr` or `region`, not both".into()),
             (None, None) => {
-                Err("give `addr` (a word address) or `region` (a region's name)".into())
+                return Err("give `addr` (a word address) or `region` (a region's name)".into())
             }
-        }
+        };
+        self.ctl
+            .memory()
+            .check(start, words)
+            .map_err(|e| format!("invalid `addr` {start:#x} with `words` {words}: {e}"))?;
+        Ok(start)
     }
 
     fn read_memory(&self, q: &BTreeMap<String, String>) -> Result<Value, String> {
@@ -333,14 +348,9 @@ impl Controller {
             .map(|r| r.as_str().ok_or("`region` must be a string"))
             .transpose()?;
         let offset = opt_u64(args, "offset")?.unwrap_or(0);
+        // The whole range is checked first, so a bad address writes nothing.
         let start = self.resolve(addr, region, offset, words.len() as u64)?;
         let mem = self.ctl.memory();
-        // Check the whole range first, so a bad address writes nothing.
-        mem.read_u64(start)
-            .map_err(|e| format!("word {start}: {e}"))?;
-        let last = start + words.len() as u64 - 1;
-        mem.read_u64(last)
-            .map_err(|e| format!("word {last}: {e}"))?;
         for (i, &w) in words.iter().enumerate() {
             let a = start + i as u64;
             mem.write_u64(a, w).map_err(|e| format!("word {a}: {e}"))?;
