@@ -1871,3 +1871,51 @@ fn pfemu_run_stops_on_ctrl_c_while_frames_keep_arriving() {
         "the port counted more frames than were sent: {p}\n{sent:?}"
     );
 }
+
+/// A TAP device deleted under a running port: its receive thread counts the error once,
+/// says so, and reads no more (it does not spin on a descriptor that fails at once).
+#[test]
+fn a_deleted_tap_device_ends_its_ports_receiving_with_one_error() {
+    let Some(mut lab) = NetLab::new("a_deleted_tap_device_ends_its_ports_receiving") else {
+        return;
+    };
+    let tap = lab.name("tap");
+    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
+        println!("skipped: the kernel refused a TAP device: {e}");
+        return;
+    }
+    lab.links.push(tap.clone());
+    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    let cfg = LiveConfig {
+        ppe_threads: 1,
+        ..LiveConfig::new(
+            LiveProgram::Filter,
+            PortsConfig::new(vec![PortSpec::tap(&format!("0={tap}")).expect("spec")]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the port binds");
+    ip(&["link", "del", &tap]).expect("deletes the TAP device");
+    // Its receive thread finds out on its next read or poll, and says so.
+    wait_for_live(
+        &live,
+        "the port to report that its TAP device failed",
+        || {
+            let r = live.report();
+            r.ports.warnings.iter().any(|w| w.contains(&tap))
+        },
+        std::thread::sleep,
+    );
+    let r = live.stop().expect("stops");
+    let p = &r.ports.ports[0];
+    assert_eq!(
+        p.rx_errors, 1,
+        "one error, counted once: the thread stopped reading: {p:#?}"
+    );
+    assert!(
+        p.last_rx_error
+            .as_deref()
+            .is_some_and(|e| e.contains("no more")),
+        "{p:#?}"
+    );
+    assert!(r.accounted(), "{r:#?}");
+}

@@ -447,7 +447,8 @@ pub struct PortStats {
     pub rx_checksums_left: u64,
     /// Frames whose VLAN tag the kernel had taken out and that got it back.
     pub rx_vlan_restored: u64,
-    /// Receive errors (the socket's pending error, a failed read).
+    /// Receive errors (the socket's pending error, a failed read). A TAP port whose read
+    /// or poll fails (its device was deleted) counts one, warns, and receives no more.
     pub rx_errors: u64,
     /// The last receive error.
     pub last_rx_error: Option<String>,
@@ -1174,13 +1175,14 @@ impl RxThread {
             }
             let room = left.map_or(SLOTS, |n| n.min(SLOTS));
             srcs.clear();
+            let mut failed = None;
             while srcs.len() < room {
                 let at = srcs.len() * SLOT;
                 match tap.try_read(&mut arena[at..at + SLOT]) {
                     Ok(Some(n)) => srcs.push(Src::Ring(at..at + n)),
                     Ok(None) => break,
                     Err(e) => {
-                        self.bound().counters.rx_error(format!("read: {e}"));
+                        failed = Some(format!("read: {e}"));
                         break;
                     }
                 }
@@ -1196,6 +1198,9 @@ impl RxThread {
                     *n -= srcs.len();
                 }
             }
+            if let Some(why) = failed {
+                return self.tap_failed(&why);
+            }
             if left.is_some() && (srcs.len() < room || left == Some(0)) {
                 return;
             }
@@ -1203,6 +1208,11 @@ impl RxThread {
                 continue;
             }
             match tap.poll(self.poll_ms) {
+                // A TAP descriptor signals an error only once its device is gone; it
+                // would signal it at once on every poll.
+                Ok(ev) if sys::has_error(ev) => {
+                    return self.tap_failed("poll: the device reports an error")
+                }
                 Ok(_) => {}
                 Err(e) => {
                     self.bound().counters.rx_error(format!("poll: {e}"));
@@ -1210,6 +1220,19 @@ impl RxThread {
                 }
             }
         }
+    }
+
+    /// Ends a TAP port's receiving after a read or poll failed (the device was deleted:
+    /// `EBADFD`, and every later read or poll fails at once): counts the error once and
+    /// warns, rather than retrying at full speed.
+    fn tap_failed(&self, why: &str) {
+        let b = self.bound();
+        b.counters
+            .rx_error(format!("{why}; the port reads no more from it"));
+        self.shared.warnings.lock().push(format!(
+            "port {}: {}: {why}: the port receives no more from it (was the device deleted?)",
+            b.port, b.kind
+        ));
     }
 }
 
