@@ -238,6 +238,37 @@ fn every_path_answers_while_traffic_flows() {
         "`words`",
     );
     refused(&ctl, "GET", "/memory?addr=banana", "", 400, "`addr`");
+    // Percent-encoded names are decoded; a malformed escape is refused by name.
+    ok(
+        &ctl,
+        "GET",
+        "/memory?region=nimble%2Eclasses&words=1",
+        Value::Null,
+    );
+    refused(
+        &ctl,
+        "GET",
+        "/memory?region=nimble%2",
+        "",
+        400,
+        "invalid percent-encoding in `region`",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/cl%zzasses/list",
+        "",
+        400,
+        "invalid percent-encoding in the path",
+    );
+    refused(
+        &ctl,
+        "POST",
+        "/targets/classes%2Flist/list",
+        "",
+        404,
+        "no target `classes/list`",
+    );
     refused(
         &ctl,
         "GET",
@@ -739,6 +770,17 @@ fn pfemu_ctl_reads_and_changes_a_running_pfe() {
     let (code, _, err) = run(&["timer", "0", "--period-ms", "NaN"]);
     assert_ne!(code, Some(0));
     assert!(err.contains("--period-ms"), "{err}");
+    // Names go into the URL percent-encoded: one with a space, `/`, `&` or `?` is still
+    // the one name, refused as such.
+    let (code, _, err) = run(&["call", "no such/table?", "list"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no target `no such/table?`"), "{err}");
+    let (code, _, err) = run(&["call", "classes", "a b"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no command `a b`"), "{err}");
+    let (code, _, err) = run(&["read", "--region", "x&words=9999", "--words", "1"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no region `x&words=9999`"), "{err}");
     drop(server);
     let (code, _, err) = run(&["stats"]);
     assert_ne!(code, Some(0));

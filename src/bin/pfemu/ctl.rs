@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use pfemu::lab::control::{request, DEFAULT_ADDR};
+use pfemu::lab::control::{percent_encode, request, DEFAULT_ADDR};
 
 use super::CliResult;
 
@@ -113,7 +113,11 @@ impl At {
     fn query(&self) -> Result<String, String> {
         match (&self.addr, &self.region) {
             (Some(a), None) => Ok(format!("addr={a}")),
-            (None, Some(r)) => Ok(format!("region={r}&offset={}", self.offset)),
+            (None, Some(r)) => Ok(format!(
+                "region={}&offset={}",
+                percent_encode(r),
+                self.offset
+            )),
             _ => Err("give --addr or --region".into()),
         }
     }
@@ -178,7 +182,15 @@ pub fn ctl(a: &CtlArgs) -> CliResult {
                     .map_err(|e| format!("the arguments are not JSON ({e}): {text}"))?,
                 None => json!({}),
             };
-            ("POST", format!("/targets/{target}/{command}"), Some(b))
+            (
+                "POST",
+                format!(
+                    "/targets/{}/{}",
+                    percent_encode(target),
+                    percent_encode(command)
+                ),
+                Some(b),
+            )
         }
     };
     let (status, text) = request(&a.addr, method, &path, body.as_ref())?;

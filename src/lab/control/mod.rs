@@ -25,8 +25,10 @@
 //! | `GET /targets` | the program's tables and their commands |
 //! | `POST /targets/T/C` `{..}` | run command C of target T ([`Target`]) |
 //!
-//! Numbers are JSON numbers; addresses and words are `u64` (a word beyond 2^53 comes back
-//! exact, as JSON numbers are read by this server, but some clients round them). Every
+//! Path segments and query values are percent-decoded (`%2F` is a `/` inside a name; see
+//! [`percent_encode`]). Numbers are JSON numbers; addresses and words are `u64` (a word
+//! beyond 2^53 comes back exact, as JSON numbers are read by this server, but some clients
+//! round them). Every
 //! error is a JSON `{"error": ".."}` with status 400 (a bad request, naming what is wrong),
 //! 404 (no such path, target or command) or 405 (a method the path does not take).
 //!
@@ -159,7 +161,16 @@ impl Controller {
                 Err(e) => return Response::error(400, format!("the body is not JSON: {e}")),
             }
         };
-        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let decoded = match path
+            .trim_matches('/')
+            .split('/')
+            .map(|p| percent_decode(p, "the path"))
+            .collect::<Result<Vec<String>, String>>()
+        {
+            Ok(d) => d,
+            Err(e) => return Response::error(400, e),
+        };
+        let parts: Vec<&str> = decoded.iter().map(String::as_str).collect();
         let result = match (method, parts.as_slice()) {
             ("GET", ["metrics"]) => {
                 return Response {
@@ -562,9 +573,52 @@ fn parse_query(q: &str) -> Result<BTreeMap<String, String>, String> {
         if !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(format!("invalid query parameter `{k}`"));
         }
-        out.insert(k.to_string(), v.to_string());
+        out.insert(k.to_string(), percent_decode(v, &format!("`{k}`"))?);
     }
     Ok(out)
+}
+
+/// `s` as a path segment or query value: every byte but the unreserved ones (`A-Z`, `a-z`,
+/// `0-9`, `-`, `.`, `_`, `~`) as `%XX`, so a name with `/`, `&`, `?` or a space stays one
+/// segment or value (the server decodes it). What `pfemu ctl` puts in its URLs.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// `s` with its `%XX` escapes decoded; refuses a malformed escape or bytes that are not
+/// UTF-8, naming `what` (the path, a query parameter).
+fn percent_decode(s: &str, what: &str) -> Result<String, String> {
+    if !s.contains('%') {
+        return Ok(s.to_string());
+    }
+    let bad = || format!("invalid percent-encoding in {what}: `{s}`");
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let digit = |k: usize| {
+                bytes
+                    .get(k)
+                    .and_then(|&c| char::from(c).to_digit(16))
+                    .ok_or_else(bad)
+            };
+            out.push((digit(i + 1)? * 16 + digit(i + 2)?) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
 }
 
 // ----- the HTTP server -----------------------------------------------------------------------
