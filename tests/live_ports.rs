@@ -1919,3 +1919,51 @@ fn a_deleted_tap_device_ends_its_ports_receiving_with_one_error() {
     );
     assert!(r.accounted(), "{r:#?}");
 }
+
+/// A frame longer than the engine takes (what a host with segmentation offload on hands a
+/// veth) is dropped at ingress as `oversize`, counted, and the report says why and what to
+/// do about it.
+#[test]
+fn a_frame_longer_than_the_engine_takes_is_dropped_as_oversize_with_a_warning() {
+    let Some(mut lab) = NetLab::new("a_frame_longer_than_the_engine_takes") else {
+        return;
+    };
+    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
+    if let Err(e) = lab.veth(&s0, &p0, None, 16000) {
+        println!("skipped: the kernel refused a veth pair with a 16000-byte MTU: {e}");
+        return;
+    }
+    let cfg = LiveConfig {
+        ppe_threads: 1,
+        ..LiveConfig::new(
+            LiveProgram::Filter,
+            PortsConfig::new(vec![PortSpec::interface(&format!("0={p0}")).expect("spec")]),
+        )
+    };
+    let live = Live::start(&cfg).expect("the port binds");
+    let tx = RawSocket::open(&s0, false).expect("sender");
+    let long = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 12_000, 64);
+    assert_eq!(long.len(), 12_000);
+    let (sent, err) = tx.send([&long[..]]);
+    assert_eq!(sent, 1, "{err:?}");
+    wait_for_live(
+        &live,
+        "port 0 to take the frame",
+        || live.report().ports.ports[0].rx_frames == 1,
+        std::thread::sleep,
+    );
+    let r = live.stop().expect("stops");
+    assert_eq!(
+        r.engine.dropped_by_reason.get("oversize"),
+        Some(&1),
+        "{r:#?}"
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("oversize") && w.contains("gso_max_segs")),
+        "the report says why: {:#?}",
+        r.warnings
+    );
+    assert!(r.accounted(), "{r:#?}");
+}

@@ -73,8 +73,10 @@ pub const HELP: &str = "Examples:\n  \
     fpisa-approx --job JOB:N (aggregation packets to 10.0.0.254, UDP port 12000; job J's \
     Results leave port J).\n\n\
     Hosts that send TCP through a veth must turn segmentation offload off on their end \
-    (`ip link set dev X gso_max_segs 1`), or their frames exceed the MTU and are counted \
-    as EMSGSIZE tx errors. Offloaded checksums are completed by the ports.\n\n\
+    (`ip link set dev X gso_max_segs 1`), or their frames exceed the MTU: those longer \
+    than the engine takes (9216 bytes) are dropped as they arrive (oversize), the others \
+    are counted as EMSGSIZE tx errors where they leave; a warning says so. Offloaded \
+    checksums are completed by the ports.\n\n\
     While it runs on interfaces: --control [ADDR] serves the runtime control plane (HTTP with \
     JSON; `pfemu ctl` is its client): counters, shared memory, timers, and the program's \
     tables (l3fwd's routes: `pfemu ctl --control ADDR call routes add '{\"route\": \

@@ -234,8 +234,9 @@ pub struct LiveReport {
     pub control: Option<String>,
     /// What the trace wrote and lost so far.
     pub trace: Option<TraceSummary>,
-    /// Setup the user should know about: ports the program sends to that no interface is
-    /// bound to (the engine drops such frames: `no_such_port`, `created_invalid`).
+    /// What the user should know about: ports the program sends to that no interface is
+    /// bound to (the engine drops such frames: `no_such_port`, `created_invalid`), frames
+    /// longer than the engine takes (`oversize`: a host's segmentation offload).
     pub warnings: Vec<String>,
 }
 
@@ -325,14 +326,15 @@ impl Live {
     /// approximately; see [`Live::stop`]).
     pub fn report(&self) -> LiveReport {
         let pfe = self.ports.pfe();
+        let engine = pfe.stats();
         LiveReport {
             program: self.program,
             elapsed_s: self.ports.elapsed().as_secs_f64(),
             ports: self.ports.report(),
-            engine: pfe.stats(),
+            warnings: warnings(&self.warnings, &engine, pfe.config().max_frame_bytes),
+            engine,
             counters: counters_of(&self.installed, pfe.memory()),
             finished: false,
-            warnings: self.warnings.clone(),
             control: self.control_addr().map(|a| a.to_string()),
             trace: self.trace.as_ref().map(TraceOutput::summary),
         }
@@ -359,6 +361,7 @@ impl Live {
         let pfe = self.ports.pfe().clone();
         let ports = self.ports.stop();
         let counters = counters_of(&self.installed, pfe.memory());
+        let max_frame_bytes = pfe.config().max_frame_bytes;
         let pfe = Arc::try_unwrap(pfe).map_err(|_| {
             ConfigError::new(
                 "pfe",
@@ -376,14 +379,27 @@ impl Live {
             program: self.program,
             elapsed_s,
             ports,
+            warnings: warnings(&self.warnings, &engine, max_frame_bytes),
             engine,
             counters,
             finished: true,
-            warnings: self.warnings,
             control,
             trace,
         })
     }
+}
+
+/// A report's warnings: the setup's, then what the engine's drops say about the hosts.
+fn warnings(setup: &[String], engine: &Stats, max_frame_bytes: usize) -> Vec<String> {
+    let mut out = setup.to_vec();
+    if let Some(n) = engine.dropped_by_reason.get("oversize").filter(|&&n| n > 0) {
+        out.push(format!(
+            "{n} frames longer than the engine takes ({max_frame_bytes} bytes) were dropped as \
+             they arrived (oversize); if a host sends TCP through a veth, turn its \
+             segmentation offload off (`ip link set dev IFACE gso_max_segs 1`)"
+        ));
+    }
+    out
 }
 
 /// The program's own counters in `mem`.

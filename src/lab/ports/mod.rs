@@ -59,9 +59,12 @@
 //! exist ([`fix`]): TCP/UDP checksums still to be summed (completed here, counted in
 //! `rx_checksums_completed`) and VLAN tags taken out (put back, `rx_vlan_restored`).
 //! Segmentation offload cannot be undone here: a host that sends TCP through a veth with
-//! TSO on hands over frames larger than the MTU, which leave as `EMSGSIZE` errors; turn
-//! it off on the hosts' interfaces (`ip link set dev X gso_max_segs 1`, or
-//! `ethtool -K X tso off gso off`).
+//! TSO on hands over frames of up to 64 KB. Those longer than the engine takes
+//! ([`crate::pfe::DEFAULT_MAX_FRAME_BYTES`], 9216 bytes, by default) are dropped as they
+//! arrive (`oversize` among the engine's drops, with a warning in the live report); the
+//! shorter ones that exceed the MTU of the interface they leave by are refused there
+//! (`EMSGSIZE` transmit errors, with a warning). Turn it off on the hosts' interfaces
+//! (`ip link set dev X gso_max_segs 1`, or `ethtool -K X tso off gso off`).
 //!
 //! All unsafe code (sockets, the ring's mapping and handover, ioctls) is in `ports/sys.rs`; the
 //! ring's blocks are read by the safe [`ring::parse_block`].
