@@ -66,6 +66,68 @@ fn latency_sweep_measures_every_point_the_same_on_any_number_of_threads() {
     assert!(one.table().contains("Figure 9"), "{}", one.table());
 }
 
+/// Above an architecture's saturation its infinite queues grow every cycle: a point whose
+/// backlog passes `--max-backlog` stops there, holding no more than the bound and one
+/// cycle's arrivals, and is reported saturated, with no latency (null in JSON, empty in
+/// CSV, "saturated" in the table) rather than a number that looks like one.
+#[test]
+fn a_saturated_point_stops_at_its_backlog_bound_and_says_so() {
+    let bound = 2_000;
+    let cfg = FabricLatencyConfig {
+        switch: SwitchSettings {
+            max_backlog: bound,
+            ..short(2)
+        },
+        loads: vec![0.2, 0.99],
+    };
+    let r = fabric_latency(&cfg, &quiet).unwrap();
+    assert!(r.verified);
+    let saturated: Vec<_> = r
+        .rows
+        .iter()
+        .filter(|x| x.report.saturated_at.is_some())
+        .collect();
+    // RRM-1 and PIM-1 carry about 0.3 and 0.65 of an 8-port switch's line: at 0.99 their
+    // queues grow by 3 cells a cycle and more, past 2,000 within the run's 4,500 cycles.
+    for arch in ["PIM-1", "RRM-1"] {
+        assert!(
+            saturated
+                .iter()
+                .any(|x| x.architecture == arch && x.traffic == "uniform"),
+            "{arch} at 0.99 is not saturated"
+        );
+    }
+    for x in &saturated {
+        assert_eq!(x.report.load, 0.99, "{x:?}");
+        let queued = x.report.counters.queued;
+        assert!(queued > bound && queued <= bound + 8, "{x:?}");
+        assert_eq!((x.report.mean_latency, x.report.max_latency), (None, None));
+        let json = serde_json::to_value(x).unwrap();
+        assert!(json["mean_latency"].is_null() && json["avg_worst_latency"].is_null());
+    }
+    // Under uniform traffic CPRR carries 0.99 with a short queue and reports its latency.
+    for x in r
+        .rows
+        .iter()
+        .filter(|x| x.architecture == "CPRR" && x.traffic == "uniform")
+    {
+        assert!(x.report.saturated_at.is_none() && x.report.mean_latency.is_some());
+    }
+    let table = r.table();
+    assert!(table.contains("saturated"), "{table}");
+    let csv = r.csv_rows();
+    let header = r.csv_header();
+    let col = |name| header.iter().position(|h| *h == name).unwrap();
+    let rrm = csv
+        .iter()
+        .find(|row| row[0] == "uniform" && row[1] == "RRM-1" && row[2] == "0.99")
+        .unwrap();
+    assert_eq!(
+        (&rrm[col("mean_latency")][..], &rrm[col("saturated")][..]),
+        ("", "true")
+    );
+}
+
 #[test]
 fn loss_search_finds_the_smallest_depth_without_loss() {
     let cfg = FabricLossConfig {
@@ -121,7 +183,7 @@ fn loss_search_finds_the_smallest_depth_without_loss() {
     }
     // Depth 1 loses at 0.95 in every model, and the loss falls with the depth.
     for z in &r.zero_loss {
-        assert!(z.loss_at_depth_1 > 0.0, "{z:?}");
+        assert!(z.loss_at_depth_1.is_some_and(|l| l > 0.0), "{z:?}");
     }
     assert_eq!(r.key.len(), 4, "{:?}", r.key);
 }
@@ -151,6 +213,8 @@ fn bad_options_are_refused_by_name() {
     assert_eq!(lat(&|c| c.switch.burst = 0.5), "--burst");
     assert_eq!(lat(&|c| c.switch.burst = f64::INFINITY), "--burst");
     assert_eq!(lat(&|c| c.switch.same = -0.1), "--same");
+    assert_eq!(lat(&|c| c.switch.max_backlog = 0), "--max-backlog");
+    assert_eq!(lat(&|c| c.switch.max_backlog = u64::MAX), "--max-backlog");
     let loss = |f: &dyn Fn(&mut FabricLossConfig)| {
         let mut c = FabricLossConfig {
             switch: short(1),
@@ -160,6 +224,8 @@ fn bad_options_are_refused_by_name() {
         option(fabric_loss(&c, &quiet).unwrap_err())
     };
     assert_eq!(loss(&|c| c.depths = vec![0, 4]), "--depths");
+    assert_eq!(loss(&|c| c.depths = vec![4, (1 << 20) + 1]), "--depths");
+    assert_eq!(loss(&|c| c.depths = vec![]), "--depths");
     assert_eq!(loss(&|c| c.near_one = 1.01), "--near-one");
     assert_eq!(loss(&|c| c.max_depth = 0), "--max-depth");
     let bench = |f: &dyn Fn(&mut FabricBenchConfig)| {

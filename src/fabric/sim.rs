@@ -16,13 +16,25 @@
 //! as many threads as it likes; the same arguments always give the same [`Report`].
 //!
 //! Memory: a queued cell takes 24 bytes and storage is kept at its high-water mark. Above an
-//! architecture's saturation with infinite FIFOs the backlog grows with the run (PIM-1 at
-//! r = 1 on 16 ports: about 0.36 x 16 cells a cycle, 140 MB after 10^6 cycles), and so does
-//! the drain; a sweep that goes there wants finite FIFOs or shorter runs.
+//! architecture's saturation with infinite FIFOs the backlog grows every cycle (PIM-1 at
+//! r = 1 on 16 ports: about 0.36 x 16 cells a cycle, 140 MB after 10^6 cycles), and without
+//! a limit a long run would take all the memory there is. So a run is held to a backlog:
+//! after any cycle that leaves more than `max_backlog` cells queued ([`DEFAULT_MAX_BACKLOG`],
+//! 4 x 10^6, for [`simulate`]), it stops there, without a drain, and its report says it was
+//! saturated ([`Report::saturated_at`]) instead of giving latencies or a loss ratio, which a
+//! stopped run does not have. A run's memory is then at most about twice the bound's cells
+//! (the queues' spare capacity), some 200 MB by default. The bound is on memory, not a test of
+//! stability: a run too short to reach it above saturation reports numbers that grow with
+//! its length, and a carried load below the offered one.
 
 use super::{AnyFabric, Cell, Counters, Fabric, FabricConfig, Outputs, Traffic, TrafficGen};
 use crate::error::ConfigError;
 use crate::rng::mix;
+
+/// The backlog [`simulate`] lets a run build up, in cells queued in the fabric: 4 x 10^6,
+/// about 100 MB of cells. A run that passes it stops, reported saturated (see the module's
+/// doc); [`simulate_bounded`] takes another bound.
+pub const DEFAULT_MAX_BACKLOG: u64 = 4_000_000;
 
 /// What a run measured. Latencies are in cycles, in queues (see [`super`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -38,25 +50,36 @@ pub struct Report {
     pub warmup_cycles: u64,
     /// The measured window's length.
     pub cycles: u64,
+    /// The most cells the fabric could hold queued before the run stopped.
+    pub max_backlog: u64,
+    /// The cycle after which the fabric held more than `max_backlog` cells, if it did: the
+    /// load is beyond what the switch carries, so its queues grew until the run stopped
+    /// there, undrained. The counts below are those up to that cycle; the latencies and the
+    /// loss ratio, which a stopped run does not have, are absent.
+    pub saturated_at: Option<u64>,
     /// Cells that arrived in the window.
     pub measured: u64,
     /// Of those, the cells that left (in the window or the drain).
     pub delivered: u64,
     /// Of those, the cells dropped.
     pub dropped: u64,
-    /// Of those, the cells still queued when the drain stopped (CPRR's simple arbiter only).
+    /// Of those, the cells still queued when the drain stopped (CPRR's simple arbiter only;
+    /// 0 in a saturated run, which has no drain).
     pub stranded: u64,
-    /// The mean latency of the delivered measured cells (Figures 9 and 11).
-    pub mean_latency: f64,
+    /// The mean latency of the delivered measured cells (Figures 9 and 11); absent when the
+    /// run was saturated.
+    pub mean_latency: Option<f64>,
     /// The paper's "average worst-case latency" (Figure 12), read as: the largest latency
-    /// of a measured cell at each output, averaged over the outputs that delivered one.
-    pub avg_worst_latency: f64,
-    /// The largest latency of any measured cell.
-    pub max_latency: u64,
-    /// Cells that left in the window, per output per cycle: the carried load.
-    pub throughput: f64,
-    /// `dropped / measured` (Figure 13).
-    pub loss_ratio: f64,
+    /// of a measured cell at each output, averaged over the outputs that delivered one;
+    /// absent when the run was saturated.
+    pub avg_worst_latency: Option<f64>,
+    /// The largest latency of any measured cell; absent when the run was saturated.
+    pub max_latency: Option<u64>,
+    /// Cells that left in the window, per output per cycle: the carried load. Over the
+    /// window's cycles that ran, so absent only when a saturated run stopped before it.
+    pub throughput: Option<f64>,
+    /// `dropped / measured` (Figure 13); absent when the run was saturated.
+    pub loss_ratio: Option<f64>,
     /// Cycles the drain took.
     pub drain_cycles: u64,
     /// The fabric's counters at the end, over all three phases.
@@ -108,12 +131,14 @@ struct Plan {
     load: f64,
     warmup_cycles: u64,
     cycles: u64,
+    max_backlog: u64,
 }
 
 fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
     let Plan {
         warmup_cycles,
         cycles,
+        max_backlog,
         ..
     } = plan;
     let ports = fabric.ports();
@@ -128,15 +153,20 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
     };
     let mut arrivals = Vec::with_capacity(ports);
     let mut out = Outputs::with_ports(ports);
+    let mut saturated_at = None;
     for now in 0..warmup_cycles.saturating_add(cycles) {
         gen.generate(&mut arrivals);
         fabric
             .step(&arrivals, &mut out)
             .expect("the generator draws one cell per input to ports in range");
         tally.observe(now, &arrivals, &out);
+        if fabric.counters().queued > max_backlog {
+            saturated_at = Some(now);
+            break;
+        }
     }
     let mut drain_cycles = 0;
-    while tally.outstanding() > 0 {
+    while saturated_at.is_none() && tally.outstanding() > 0 {
         let now = fabric.now();
         fabric
             .step(&[], &mut out)
@@ -149,21 +179,28 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
     }
     let worst: Vec<u64> = tally.worst.iter().flatten().copied().collect();
     let ratio = |n: f64, d: f64| if d > 0.0 { n / d } else { 0.0 };
+    // A saturated run stopped with measured cells still queued: no latency or loss to give.
+    let finished = saturated_at.is_none();
+    let window_cycles_run = saturated_at.map_or(cycles, |s| (s + 1).saturating_sub(warmup_cycles));
     Report {
         config: plan.config,
         traffic: plan.traffic,
         load: plan.load,
         warmup_cycles,
         cycles,
+        max_backlog,
+        saturated_at,
         measured: tally.measured,
         delivered: tally.delivered,
         dropped: tally.dropped,
-        stranded: tally.outstanding(),
-        mean_latency: ratio(tally.latency_sum as f64, tally.delivered as f64),
-        avg_worst_latency: ratio(worst.iter().sum::<u64>() as f64, worst.len() as f64),
-        max_latency: worst.iter().copied().max().unwrap_or(0),
-        throughput: ratio(tally.left_in_window as f64, ports as f64 * cycles as f64),
-        loss_ratio: ratio(tally.dropped as f64, tally.measured as f64),
+        stranded: if finished { tally.outstanding() } else { 0 },
+        mean_latency: finished.then(|| ratio(tally.latency_sum as f64, tally.delivered as f64)),
+        avg_worst_latency: finished
+            .then(|| ratio(worst.iter().sum::<u64>() as f64, worst.len() as f64)),
+        max_latency: finished.then(|| worst.iter().copied().max().unwrap_or(0)),
+        throughput: (window_cycles_run > 0)
+            .then(|| tally.left_in_window as f64 / (ports as f64 * window_cycles_run as f64)),
+        loss_ratio: finished.then(|| ratio(tally.dropped as f64, tally.measured as f64)),
         drain_cycles,
         counters: fabric.counters().clone(),
     }
@@ -172,7 +209,8 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
 /// Runs `config` under `traffic` at input rate `load` for `warmup_cycles`, then measures
 /// `cycles`, then drains (see the module's doc). `seed` decides the traffic and the
 /// scheduler's random choices, from separate streams: two architectures run with the same
-/// seed see the same arrivals.
+/// seed see the same arrivals. A run whose backlog passes [`DEFAULT_MAX_BACKLOG`] cells
+/// stops there and is reported saturated.
 pub fn simulate(
     config: &FabricConfig,
     traffic: Traffic,
@@ -181,6 +219,34 @@ pub fn simulate(
     cycles: u64,
     seed: u64,
 ) -> Result<Report, ConfigError> {
+    simulate_bounded(
+        config,
+        traffic,
+        load,
+        warmup_cycles,
+        cycles,
+        seed,
+        DEFAULT_MAX_BACKLOG,
+    )
+}
+
+/// [`simulate`], with the run stopped and reported saturated once more than `max_backlog`
+/// cells (at least 1) are queued in the fabric.
+pub fn simulate_bounded(
+    config: &FabricConfig,
+    traffic: Traffic,
+    load: f64,
+    warmup_cycles: u64,
+    cycles: u64,
+    seed: u64,
+    max_backlog: u64,
+) -> Result<Report, ConfigError> {
+    if max_backlog == 0 {
+        return Err(ConfigError::new(
+            "max_backlog",
+            "0 cells: the bound on a run's queued cells is at least 1",
+        ));
+    }
     let mut fabric = config.build(mix(seed ^ 0xFAB_5EED))?;
     let mut gen = TrafficGen::new(traffic, config.ports, load, mix(seed))?;
     let plan = Plan {
@@ -189,6 +255,7 @@ pub fn simulate(
         load,
         warmup_cycles,
         cycles,
+        max_backlog,
     };
     // One match, then a loop monomorphised for the architecture.
     Ok(match &mut fabric {
@@ -200,17 +267,17 @@ pub fn simulate(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Architecture, Depth};
+    use super::super::{Architecture, Depth, Iterations, Scheduler};
     use super::*;
 
     #[test]
     fn a_quiet_switch_has_no_latency() {
         let config = FabricConfig::new(Architecture::OqXbar, 4, Depth::Infinite);
         let r = simulate(&config, Traffic::Bernoulli, 0.0, 10, 100, 1).unwrap();
-        assert_eq!((r.measured, r.delivered, r.mean_latency), (0, 0, 0.0));
+        assert_eq!((r.measured, r.delivered, r.mean_latency), (0, 0, Some(0.0)));
         let r = simulate(&config, Traffic::Bernoulli, 0.05, 100, 1000, 1).unwrap();
         assert_eq!(r.measured, r.delivered);
-        assert!(r.mean_latency < 0.1);
+        assert!(r.mean_latency.is_some_and(|l| l < 0.1));
         assert!(r.counters.conserved());
     }
 
@@ -222,5 +289,43 @@ mod tests {
         let config = FabricConfig::new(Architecture::OqXbar, 100, Depth::Infinite);
         let err = simulate(&config, Traffic::Bernoulli, 0.5, 0, 1, 1).unwrap_err();
         assert_eq!(err.setting, "ports");
+        let config = FabricConfig::new(Architecture::OqXbar, 4, Depth::Infinite);
+        let err = simulate_bounded(&config, Traffic::Bernoulli, 0.5, 0, 1, 1, 0).unwrap_err();
+        assert_eq!(err.setting, "max_backlog");
+    }
+
+    /// Above saturation with infinite FIFOs the backlog grows every cycle: the run stops
+    /// once it passes the bound, with no more cells queued than the bound and one cycle's
+    /// arrivals, and reports no latency or loss. Without the bound the same run would queue
+    /// 7 cells a cycle and more, tens of thousands over its 5,200 cycles.
+    #[test]
+    fn a_saturated_run_stops_at_its_backlog_bound() {
+        let rrm_1 = Architecture::Voq(Scheduler::Rrm, Iterations::One);
+        let config = FabricConfig::new(rrm_1, 16, Depth::Infinite);
+        let bound = 5_000;
+        let r = simulate_bounded(&config, Traffic::Bernoulli, 0.99, 200, 5_000, 3, bound).unwrap();
+        let stopped = r.saturated_at.expect("RRM-1 does not carry 0.99");
+        assert!((200..5_200).contains(&stopped), "{r:?}");
+        assert!(
+            r.counters.queued > bound && r.counters.queued <= bound + 16,
+            "{r:?}"
+        );
+        assert!(r.counters.conserved());
+        assert_eq!(r.drain_cycles, 0);
+        assert_eq!(
+            (r.mean_latency, r.avg_worst_latency, r.max_latency),
+            (None, None, None)
+        );
+        assert_eq!(r.loss_ratio, None);
+        // The carried load is still measured, over the window's cycles that ran.
+        assert!(r.throughput.is_some_and(|t| t < 0.9), "{r:?}");
+        // A bound passed in the warm-up leaves no window to measure.
+        let r = simulate_bounded(&config, Traffic::Bernoulli, 0.99, 5_000, 5_000, 3, 100).unwrap();
+        assert!(r.saturated_at.is_some_and(|s| s < 5_000), "{r:?}");
+        assert_eq!((r.measured, r.throughput), (0, None));
+        // A stable point runs to its end as before.
+        let r = simulate_bounded(&config, Traffic::Bernoulli, 0.2, 1_000, 5_000, 3, 5_000).unwrap();
+        assert_eq!(r.saturated_at, None);
+        assert!(r.mean_latency.is_some() && r.loss_ratio == Some(0.0));
     }
 }

@@ -107,9 +107,9 @@ pub fn fabric_latency(
     let md1_deviation = rows
         .iter()
         .filter(|r| r.traffic == "uniform" && r.architecture == "CPRR" && r.report.load <= 0.9)
-        .map(|r| {
+        .filter_map(|r| {
             let exact = oq_bernoulli_wait(s.ports, r.report.load);
-            (r.report.mean_latency - exact).abs() / exact.max(1e-9)
+            Some((r.report.mean_latency? - exact).abs() / exact.max(1e-9))
         })
         .fold(0.0, f64::max);
     let key = latency_claims(&rows, &cfg.loads);
@@ -137,9 +137,11 @@ fn latency_claims(rows: &[LatencyRow], loads: &[f64]) -> Vec<Claim> {
         rows.iter()
             .find(|r| r.traffic == traffic && r.architecture == arch && r.report.load == top)
     };
+    // The latencies of a row that has them (not saturated).
+    let latencies = |r: &LatencyRow| Some((r.report.mean_latency?, r.report.avg_worst_latency?));
     let mut claims = Vec::new();
     for (traffic, paper_best, ratio, cprr_worst, best_worst) in PAPER_NEAR_ONE {
-        let Some(cprr) = at(traffic, "CPRR") else {
+        let Some((c_mean, c_worst)) = at(traffic, "CPRR").and_then(latencies) else {
             continue;
         };
         // The best alternative: the crossbar scheduler with the lowest mean latency.
@@ -147,49 +149,53 @@ fn latency_claims(rows: &[LatencyRow], loads: &[f64]) -> Vec<Claim> {
             .iter()
             .filter(|r| r.traffic == traffic && r.report.load == top)
             .filter(|r| r.architecture != "CPRR" && r.architecture != "OQ-xbar")
-            .min_by(|a, b| a.report.mean_latency.total_cmp(&b.report.mean_latency));
-        let Some(best) = best else { continue };
-        let c = &cprr.report;
-        let b = &best.report;
+            .filter_map(|r| Some((r, latencies(r)?)))
+            .min_by(|a, b| a.1 .0.total_cmp(&b.1 .0));
+        let Some((best, (b_mean, b_worst))) = best else {
+            continue;
+        };
         claims.push(Claim {
             what: format!("{traffic}, r = {top}: mean latency, best alternative over CPRR"),
             paper: format!("{paper_best}: {ratio}x"),
             measured: format!(
                 "{}: {:.1} / {:.1} = {:.1}x",
                 best.architecture,
-                b.mean_latency,
-                c.mean_latency,
-                b.mean_latency / c.mean_latency.max(1e-9)
+                b_mean,
+                c_mean,
+                b_mean / c_mean.max(1e-9)
             ),
         });
         claims.push(Claim {
             what: format!("{traffic}, r = {top}: average worst-case latency, cycles"),
             paper: format!("CPRR {cprr_worst}, {paper_best} {best_worst}"),
-            measured: format!(
-                "CPRR {:.0}, {} {:.0}",
-                c.avg_worst_latency, best.architecture, b.avg_worst_latency
-            ),
+            measured: format!("CPRR {:.0}, {} {:.0}", c_worst, best.architecture, b_worst),
         });
     }
     claims
 }
 
 impl FabricLatencyReport {
-    /// The rows of one traffic model and architecture, in rate order.
-    fn series(&self, traffic: &str, arch: &str, y: impl Fn(&Report) -> f64) -> Series {
+    /// The rows of one traffic model and architecture, in rate order, those that have a `y`
+    /// (a saturated point has no latency).
+    fn series(&self, traffic: &str, arch: &str, y: impl Fn(&Report) -> Option<f64>) -> Series {
         Series {
             name: arch.to_string(),
             points: self
                 .rows
                 .iter()
                 .filter(|r| r.traffic == traffic && r.architecture == arch)
-                .map(|r| (r.report.load, y(&r.report)))
+                .filter_map(|r| Some((r.report.load, y(&r.report)?)))
                 .collect(),
         }
     }
 
     /// One panel per traffic model of `y` against the input rate, every architecture.
-    fn panels(&self, y_label: &str, y_log: bool, y: impl Fn(&Report) -> f64 + Copy) -> Vec<Panel> {
+    fn panels(
+        &self,
+        y_label: &str,
+        y_log: bool,
+        y: impl Fn(&Report) -> Option<f64> + Copy,
+    ) -> Vec<Panel> {
         ["uniform", "bursty", "nonuniform"]
             .iter()
             .zip([
@@ -248,6 +254,7 @@ impl Figure for FabricLatencyReport {
             "measured",
             "delivered",
             "dropped",
+            "saturated",
             "md1_eq7",
         ]
     }
@@ -257,17 +264,20 @@ impl Figure for FabricLatencyReport {
             .iter()
             .map(|r| {
                 let p = &r.report;
+                // An absent value (a saturated point's latency) is an empty field.
+                let or_empty = |v: Option<String>| v.unwrap_or_default();
                 vec![
                     r.traffic.to_string(),
                     r.architecture.clone(),
                     p.load.to_string(),
-                    format!("{:.4}", p.mean_latency),
-                    format!("{:.2}", p.avg_worst_latency),
-                    p.max_latency.to_string(),
-                    format!("{:.5}", p.throughput),
+                    or_empty(p.mean_latency.map(|v| format!("{v:.4}"))),
+                    or_empty(p.avg_worst_latency.map(|v| format!("{v:.2}"))),
+                    or_empty(p.max_latency.map(|v| v.to_string())),
+                    or_empty(p.throughput.map(|v| format!("{v:.5}"))),
                     p.measured.to_string(),
                     p.delivered.to_string(),
                     p.dropped.to_string(),
+                    p.saturated_at.is_some().to_string(),
                     format!("{:.4}", md1_wait(p.load)),
                 ]
             })
@@ -348,11 +358,25 @@ impl Figure for FabricLatencyReport {
                     let v = self.rows.iter().find(|r| {
                         r.traffic == traffic && r.architecture == name && r.report.load == load
                     });
-                    t += &format!("{:>10.2}", v.map_or(f64::NAN, |r| r.report.mean_latency));
+                    t += &match v.map(|r| &r.report) {
+                        Some(r) if r.saturated_at.is_some() => format!("{:>10}", "saturated"),
+                        Some(Report {
+                            mean_latency: Some(m),
+                            ..
+                        }) => format!("{m:>10.2}"),
+                        _ => format!("{:>10}", "-"),
+                    };
                 }
                 t += "\n";
             }
             t += "\n";
+        }
+        if self.rows.iter().any(|r| r.report.saturated_at.is_some()) {
+            t += &format!(
+                "saturated: the point's queues passed --max-backlog ({} cells) and it stopped: \
+                 the switch does not carry that load\n",
+                self.config.switch.max_backlog
+            );
         }
         t += &format!(
             "Figure 9: CPRR's mean latency is within {:.1}% of the exact output-queue wait, \

@@ -26,18 +26,18 @@ pub struct FabricLossConfig {
           default_value = crate::lab::bench::settings::list_text(&FabricLossConfig::default().loads),
           help = "Input rates r to measure, in (0, 1]")]
     pub loads: Vec<f64>,
-    /// FIFO depths D to measure.
+    /// FIFO depths D to measure, 1 to 2^20.
     #[arg(long, value_name = "D,...", value_delimiter = ',',
           default_value = crate::lab::bench::settings::list_text(&FabricLossConfig::default().depths),
-          help = "FIFO depths D to measure (each of the P x P FIFOs)")]
+          help = "FIFO depths D to measure (each of the P x P FIFOs), 1 to 1048576")]
     pub depths: Vec<usize>,
     /// The rate "near 1" at which the smallest depth without loss is searched.
     #[arg(long, default_value_t = FabricLossConfig::default().near_one,
           help = "The input rate near 1 at which the smallest depth without loss is searched")]
     pub near_one: f64,
-    /// The deepest FIFO the search tries.
+    /// The deepest FIFO the search tries, 1 to 2^20.
     #[arg(long, default_value_t = FabricLossConfig::default().max_depth,
-          help = "The deepest FIFO the zero-loss search tries")]
+          help = "The deepest FIFO the zero-loss search tries, 1 to 1048576")]
     pub max_depth: usize,
 }
 
@@ -54,6 +54,10 @@ impl Default for FabricLossConfig {
         }
     }
 }
+
+/// The deepest FIFO `--depths` and `--max-depth` take: 2^20 cells, so that P x P FIFOs of
+/// it stay within reach of a machine's memory (the backlog bound stops a point before).
+const MAX_DEPTH: usize = 1 << 20;
 
 /// The architectures of Figure 13: CPRR and the best alternative per traffic model.
 fn loss_architectures(traffic: Traffic) -> [Architecture; 2] {
@@ -92,8 +96,8 @@ pub struct ZeroLossDepth {
     pub load: f64,
     /// The depth, or `None` when even `max_depth` lost cells.
     pub depth: Option<usize>,
-    /// The loss ratio at depth 1.
-    pub loss_at_depth_1: f64,
+    /// The loss ratio at depth 1 (absent if that point was saturated).
+    pub loss_at_depth_1: Option<f64>,
 }
 
 /// The report of [`fabric_loss`].
@@ -123,13 +127,16 @@ pub fn fabric_loss(
     s.check()?;
     check_loads("--loads", &cfg.loads)?;
     check_loads("--near-one", &[cfg.near_one])?;
-    if cfg.depths.is_empty() || cfg.depths.contains(&0) {
-        return bad("--depths", "give depths of at least 1".into());
+    if cfg.depths.is_empty() {
+        return bad("--depths", "give at least one depth".into());
     }
-    if cfg.max_depth == 0 || cfg.max_depth > 1 << 20 {
+    if let Some(d) = cfg.depths.iter().find(|d| !(1..=MAX_DEPTH).contains(*d)) {
+        return bad("--depths", format!("{d}: a depth is 1 to {MAX_DEPTH}"));
+    }
+    if cfg.max_depth == 0 || cfg.max_depth > MAX_DEPTH {
         return bad(
             "--max-depth",
-            format!("{}: 1 to {}", cfg.max_depth, 1 << 20),
+            format!("{}: 1 to {MAX_DEPTH}", cfg.max_depth),
         );
     }
     let start = Instant::now();
@@ -188,7 +195,7 @@ fn zero_loss_depths(
         /// Deepest depth known to lose, and shallowest known not to (if any).
         lossy: usize,
         clean: Option<usize>,
-        loss_at_1: f64,
+        loss_at_1: Option<f64>,
     }
     let s = &cfg.switch;
     let mut searches: Vec<Search> = Vec::new();
@@ -199,7 +206,7 @@ fn zero_loss_depths(
                 architecture,
                 lossy: 0,
                 clean: None,
-                loss_at_1: 0.0,
+                loss_at_1: None,
             });
         }
     }
@@ -216,7 +223,7 @@ fn zero_loss_depths(
             if d == 1 {
                 x.loss_at_1 = r.loss_ratio;
             }
-            if r.dropped == 0 {
+            if loses_nothing(&r) {
                 x.clean = Some(x.clean.map_or(d, |c| c.min(d)));
             } else {
                 x.lossy = x.lossy.max(d);
@@ -238,7 +245,7 @@ fn zero_loss_depths(
         for (&i, r) in open.iter().zip(run_points(s, &pts, progress)?) {
             let x = &mut searches[i];
             let d = mid(x);
-            if r.dropped == 0 {
+            if loses_nothing(&r) {
                 x.clean = Some(d);
             } else {
                 x.lossy = d;
@@ -255,6 +262,12 @@ fn zero_loss_depths(
             loss_at_depth_1: x.loss_at_1,
         })
         .collect())
+}
+
+/// Whether a run of the search loses nothing: a saturated run, stopped early, does not
+/// count, whatever it had dropped by then.
+fn loses_nothing(r: &Report) -> bool {
+    r.saturated_at.is_none() && r.dropped == 0
 }
 
 fn loss_claims(zero: &[ZeroLossDepth], rows: &[LossRow]) -> Vec<Claim> {
@@ -285,9 +298,9 @@ fn loss_claims(zero: &[ZeroLossDepth], rows: &[LossRow]) -> Vec<Claim> {
                 what: format!("uniform, r = {}: loss at depth 1", c.report.load),
                 paper: "CPRR 5.2%, PIM 16.1%".into(),
                 measured: format!(
-                    "CPRR {:.1}%, PIM {:.1}%",
-                    c.report.loss_ratio * 100.0,
-                    p.report.loss_ratio * 100.0
+                    "CPRR {}, PIM {}",
+                    percent(c.report.loss_ratio, 1),
+                    percent(p.report.loss_ratio, 1)
                 ),
             });
         }
@@ -307,6 +320,13 @@ fn loss_claims(zero: &[ZeroLossDepth], rows: &[LossRow]) -> Vec<Claim> {
     claims
 }
 
+/// A loss ratio in percent with `decimals`, or `saturated` for a point that has none.
+fn percent(ratio: Option<f64>, decimals: usize) -> String {
+    ratio.map_or("saturated".into(), |r| {
+        format!("{:.*}%", decimals, r * 100.0)
+    })
+}
+
 impl Figure for FabricLossReport {
     fn name(&self) -> &'static str {
         "fabric-loss"
@@ -323,6 +343,7 @@ impl Figure for FabricLossReport {
             "dropped",
             "stranded",
             "throughput",
+            "saturated",
         ]
     }
 
@@ -331,16 +352,19 @@ impl Figure for FabricLossReport {
             .iter()
             .map(|r| {
                 let p = &r.report;
+                // An absent value (a saturated point's loss ratio) is an empty field.
+                let or_empty = |v: Option<String>| v.unwrap_or_default();
                 vec![
                     r.traffic.to_string(),
                     r.architecture.clone(),
                     p.load.to_string(),
                     r.depth.to_string(),
-                    format!("{:.6}", p.loss_ratio),
+                    or_empty(p.loss_ratio.map(|v| format!("{v:.6}"))),
                     p.measured.to_string(),
                     p.dropped.to_string(),
                     p.stranded.to_string(),
-                    format!("{:.5}", p.throughput),
+                    or_empty(p.throughput.map(|v| format!("{v:.5}"))),
+                    p.saturated_at.is_some().to_string(),
                 ]
             })
             .collect()
@@ -367,7 +391,7 @@ impl Figure for FabricLossReport {
                                         && r.architecture == name
                                         && r.report.load == load
                                 })
-                                .map(|r| (r.depth as f64, r.report.loss_ratio))
+                                .filter_map(|r| Some((r.depth as f64, r.report.loss_ratio?)))
                                 .collect(),
                         },
                         color: i,
@@ -399,13 +423,13 @@ impl Figure for FabricLossReport {
         let mut t = String::from("smallest FIFO depth without loss, and loss at depth 1\n");
         for z in &self.zero_loss {
             t += &format!(
-                "{:<11} {:<6} r = {}: {:>18}  loss at D = 1: {:.2}%\n",
+                "{:<11} {:<6} r = {}: {:>18}  loss at D = 1: {}\n",
                 z.traffic,
                 z.architecture,
                 z.load,
                 z.depth
                     .map_or(format!("> {}", self.config.max_depth), |d| d.to_string()),
-                z.loss_at_depth_1 * 100.0
+                percent(z.loss_at_depth_1, 2)
             );
         }
         for c in &self.key {

@@ -14,8 +14,12 @@
 //!   Trio-ML's hierarchical aggregation through it under background load.
 //! - [`fabric_bench`] (`pfemu bench fabric`): how fast each architecture simulates.
 //!
-//! A point is one [`simulate`] run: a warm-up, a window of `--cycles` cycles whose arrivals
-//! are measured, and a drain. Points run on `--threads` threads. Each point's seed comes from
+//! A point is one [`simulate_bounded`] run: a warm-up, a window of `--cycles` cycles whose
+//! arrivals are measured, and a drain. A point whose backlog passes `--max-backlog` cells
+//! (4 x 10^6 by default, about 100 MB of cells, up to twice that with the queues' spare
+//! room) stops there and is reported saturated, without latencies: above an architecture's
+//! saturation its queues grow every cycle, and a long run would otherwise take all the
+//! memory there is. Points run on `--threads` threads, each holding its own backlog. Each point's seed comes from
 //! the run's seed, its traffic model and its input rate only, so every architecture sees the
 //! same arrivals and the results do not depend on the number of threads.
 
@@ -26,7 +30,8 @@ use serde::Serialize;
 
 use super::experiments::ExperimentError;
 use crate::error::ConfigError;
-use crate::fabric::{simulate, Architecture, Depth, FabricConfig, Report, Traffic};
+use crate::fabric::DEFAULT_MAX_BACKLOG;
+use crate::fabric::{simulate_bounded, Architecture, Depth, FabricConfig, Report, Traffic};
 use crate::rng::mix;
 
 mod bench;
@@ -63,6 +68,10 @@ pub struct SwitchSettings {
     /// Nonuniform traffic: the chance a cell goes to the output of its input's index, p.
     #[arg(long, default_value_t = SwitchSettings::default().same, help = "Nonuniform traffic: chance a cell goes to its own port's output, p")]
     pub same: f64,
+    /// Cells a point may hold queued before it stops, reported saturated.
+    #[arg(long, default_value_t = SwitchSettings::default().max_backlog,
+          help = "Cells a point may hold queued before it stops, reported saturated (memory: about 24 bytes a cell, up to twice that)")]
+    pub max_backlog: u64,
     /// Seed of the traffic and of PIM's random choices.
     #[arg(long, default_value_t = SwitchSettings::default().seed, help = "Seed of the traffic and of PIM's random choices")]
     pub seed: u64,
@@ -73,8 +82,8 @@ pub struct SwitchSettings {
 }
 
 impl Default for SwitchSettings {
-    /// 16 ports, 10^6 measured cycles after 10^5 of warm-up, s = 32, p = 0.5, seed 1,
-    /// threads = cores.
+    /// 16 ports, 10^6 measured cycles after 10^5 of warm-up, s = 32, p = 0.5, a backlog of
+    /// at most [`DEFAULT_MAX_BACKLOG`] cells, seed 1, threads = cores.
     fn default() -> Self {
         SwitchSettings {
             ports: 16,
@@ -82,6 +91,7 @@ impl Default for SwitchSettings {
             warmup: 100_000,
             burst: 32.0,
             same: 0.5,
+            max_backlog: DEFAULT_MAX_BACKLOG,
             seed: 1,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
@@ -92,6 +102,8 @@ impl Default for SwitchSettings {
 const MAX_THREADS: usize = 1024;
 /// Most cycles a point may measure or warm up (a point of 10^10 cycles takes hours).
 pub(super) const MAX_CYCLES: u64 = 10_000_000_000;
+/// The largest `--max-backlog`: 10^9 cells, some 24 to 48 GB per point.
+const MAX_BACKLOG: u64 = 1_000_000_000;
 
 impl SwitchSettings {
     /// The paper's three traffic models with these settings' s and p.
@@ -124,6 +136,12 @@ impl SwitchSettings {
         }
         if self.warmup > MAX_CYCLES {
             return bad("--warmup", format!("{}: at most {MAX_CYCLES}", self.warmup));
+        }
+        if self.max_backlog == 0 || self.max_backlog > MAX_BACKLOG {
+            return bad(
+                "--max-backlog",
+                format!("{} cells: 1 to {MAX_BACKLOG}", self.max_backlog),
+            );
         }
         if self.threads == 0 || self.threads > MAX_THREADS {
             return bad("--threads", format!("{}: 1 to {MAX_THREADS}", self.threads));
@@ -189,7 +207,15 @@ pub(super) fn run_points(
                 let Some(p) = points.get(i) else { break };
                 let config = FabricConfig::new(p.architecture, s.ports, p.depth);
                 let seed = point_seed(s.seed, p.traffic, p.load);
-                let r = simulate(&config, p.traffic, p.load, s.warmup, s.cycles, seed);
+                let r = simulate_bounded(
+                    &config,
+                    p.traffic,
+                    p.load,
+                    s.warmup,
+                    s.cycles,
+                    seed,
+                    s.max_backlog,
+                );
                 results.lock()[i] = Some(r);
                 progress(done.fetch_add(1, Ordering::Relaxed) + 1, points.len());
             });
