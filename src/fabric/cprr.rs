@@ -24,6 +24,19 @@
 //! Without drops the two arbiters behave alike and the group is one FIFO written P cells a
 //! cycle: the OQ-xbar, up to the order within a cycle (§5.5, equations 5-6).
 //!
+//! # Order
+//!
+//! An input sends at most one cell a cycle, so the order within a cycle never puts two cells
+//! of one flow (one input, one output) out of order, and until its group's first drop an
+//! output sends each flow's cells in the order they arrived. A drop breaks that: the arbiter
+//! reads FIFOs by position, and from the hole's FIFO it takes the cell written P positions
+//! later (the simple arbiter waits for it if need be), which leaves before the cells written
+//! between; with either arbiter, a later cell of a flow can overtake an earlier one at that
+//! output from then on. So per-flow order holds with infinite FIFOs, and with
+//! finite ones at an output that has dropped nothing; `tests/fabric.rs` checks both, and
+//! that drops do reorder. (The OQ-xbar and the VOQ crossbars keep it always: their queues
+//! are FIFOs.)
+//!
 //! # Loss (§5.5)
 //!
 //! The cells of one cycle for one output go to distinct FIFOs, so none is dropped while
@@ -378,7 +391,9 @@ mod tests {
     }
 
     /// §5.4: a drop leaves a hole in the rotation, and the simple arbiter then waits at the
-    /// empty FIFO while a cell sits in the other one; the round-robin arbiter takes it.
+    /// empty FIFO while a cell sits in the other one; the round-robin arbiter takes it. The
+    /// simple arbiter then reads the next write first: two cells of one flow (input 0 to
+    /// output 0) leave in the wrong order.
     #[test]
     fn a_drop_desynchronises_the_simple_arbiter() {
         for arbiter in [OutputArbiter::Simple, OutputArbiter::RoundRobin] {
@@ -403,8 +418,9 @@ mod tests {
                     s.step(&[], &mut out).unwrap();
                     assert!(out.departures.is_empty(), "and keeps waiting");
                     assert_eq!(s.counters().queued, 1);
-                    // The next write fills FIFO 1; the arbiter takes it, then FIFO 0's.
-                    s.step(&[Cell::new(1, 0, 10)], &mut out).unwrap();
+                    // The next write, the same flow's, fills FIFO 1; the arbiter takes it,
+                    // then FIFO 0's: cell 10 overtakes cell 9.
+                    s.step(&[Cell::new(0, 0, 10)], &mut out).unwrap();
                     assert_eq!(out.departures[0].tag, 10);
                     s.step(&[], &mut out).unwrap();
                     assert_eq!(out.departures[0].tag, 9);

@@ -89,6 +89,10 @@
 //!   6.25% below the M/D/1 curve, on the exact one.
 //! - §5.5's "P free places in a group suffice" holds only until the group's first drop; the
 //!   loss bound it supports held in every run (see [`Cprr`]'s doc).
+//! - §5.5 says two cells of different cycles leave CPRR in the order they came; so they do,
+//!   for one output, until its group's first drop. After it the output arbiter reads a FIFO
+//!   one row early and a later cell of a flow can overtake an earlier one (see [`Cprr`]'s
+//!   doc, "Order"); the OQ-xbar and the VOQ crossbars keep every flow's order always.
 //! - The VOQ schedulers follow their original papers (see [`Voq`]'s doc); where a paper
 //!   leaves the iterations open (RRM's pointers after the first iteration; DRRM's and
 //!   EDRRM's extra iterations), the choice is stated there.

@@ -205,7 +205,8 @@ impl ChassisBuilder {
     /// Sends every link through a switch fabric ([`ChassisFabric`]: its architecture,
     /// cell size, FIFO depth and background traffic) instead of an ideal wire: frames
     /// between PFEs are cut into cells, meet the fabric's contention and are reassembled
-    /// (see [`ChassisFabric`]).
+    /// (see [`ChassisFabric`]). Frames keep their order between two PFEs except through
+    /// CPRR with finite FIFOs once a cell has dropped (see [`ChassisFabric`]).
     pub fn fabric(&mut self, fabric: ChassisFabric) -> &mut Self {
         self.fabric = Some(fabric);
         self

@@ -20,9 +20,14 @@
 //!    microsecond of wall time (the fabric clock relative to packet time), and frames meet
 //!    the background's contention.
 //!
-//! Cells of one frame leave in order: they enter the same input for the same output on
-//! consecutive cycles, and every architecture keeps that order (§5.5 of the Hipernetch
-//! paper for CPRR; the VOQs and output queues are FIFOs).
+//! Order: a frame is delivered only once all its cells are out, and a frame that lost one is
+//! dropped whole, so a delivered frame is always whole. Frames from one PFE to another arrive
+//! in the order they were sent through the OQ-xbar and the VOQ crossbars (their queues are
+//! FIFOs), and through CPRR while nothing drops, as with the default infinite FIFOs. Through
+//! CPRR with finite FIFOs, once a cell (a frame's or a background cell) drops at a PFE's
+//! output, a later frame to that PFE can overtake an earlier one from the same PFE: the
+//! drop's hole desynchronises the output arbiter (`fabric::Cprr`'s doc, "Order"). The far
+//! PFE's reorder engine does not repair it; it orders the frames as they enter.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,7 +52,9 @@ use crate::rng::SplitMix64;
 /// `ceil(len / cell_bytes)` cells queued at its PFE's input; each cycle every input offers
 /// its next cell (or, with probability `background`, a background cell to a random
 /// output); a frame whose last cell leaves enters the far PFE, and a frame that lost a cell
-/// at a full FIFO is dropped and counted ([`FabricStats`]). Without background traffic
+/// at a full FIFO is dropped and counted ([`FabricStats`]); CPRR with finite FIFOs can,
+/// after such a drop, deliver a PFE's frames out of order (see the module's doc). Without
+/// background traffic
 /// the fabric runs cycles only while frames are in it (time counted in cycles of work);
 /// with background traffic it runs continuously at `cycles_per_us` cycles per microsecond
 /// of wall time, so frames meet the background's contention.
@@ -512,6 +519,78 @@ mod tests {
         assert_eq!(s.frames_out + s.dropped(), 2);
         assert_eq!(gone, 2, "every frame accounted for: delivered or dropped");
         assert_eq!(r.ready[1].len() as u64, s.frames_out);
+    }
+
+    /// Three PFEs send one-cell frames to a fourth in irregular bursts. Through CPRR with
+    /// FIFOs of depth 1, cells drop, and a drop's hole lets a later frame of a PFE overtake an
+    /// earlier one (`fabric::Cprr`'s doc, "Order"); with infinite FIFOs, or through the
+    /// OQ-xbar whatever it drops, each PFE's frames arrive in the order sent.
+    #[test]
+    fn cprr_frames_keep_their_order_unless_a_cell_drops() {
+        let cases = [
+            (
+                Architecture::Cprr(OutputArbiter::Simple),
+                Depth::Finite(1),
+                true,
+            ),
+            (
+                Architecture::Cprr(OutputArbiter::Simple),
+                Depth::Infinite,
+                false,
+            ),
+            (Architecture::OqXbar, Depth::Finite(1), false),
+        ];
+        for (architecture, depth, reorders) in cases {
+            let cfg = ChassisFabric {
+                architecture,
+                depth,
+                ..ChassisFabric::default()
+            };
+            let mut r = FabricRunner::new(cfg, 4).unwrap();
+            // Frame i from PFE `from` carries i; a few frames per PFE, then a few cycles.
+            let mut i = 0u32;
+            for round in 0..200u32 {
+                for from in 0..3u32 {
+                    for _ in 0..1 + (round * 7 + from * 3) % 5 {
+                        let frame = [from.to_le_bytes(), i.to_le_bytes()].concat();
+                        r.admit(Crossing {
+                            from: from as usize,
+                            to: 3,
+                            to_port: 7,
+                            frame,
+                        });
+                        i += 1;
+                    }
+                }
+                for _ in 0..round % 9 {
+                    r.cycle();
+                }
+            }
+            settle(&mut r);
+            let field =
+                |f: &[u8], k: usize| u32::from_le_bytes([f[k], f[k + 1], f[k + 2], f[k + 3]]);
+            let overtaken = (0..3u32)
+                .map(|from| {
+                    let sent: Vec<u32> = r.ready[3]
+                        .iter()
+                        .filter(|(_, f)| field(f, 0) == from)
+                        .map(|(_, f)| field(f, 4))
+                        .collect();
+                    sent.windows(2).filter(|w| w[0] > w[1]).count()
+                })
+                .sum::<usize>();
+            let s = r.snapshot();
+            assert_eq!(
+                s.dropped() > 0,
+                depth != Depth::Infinite,
+                "{architecture}: {s:?}"
+            );
+            assert_eq!(
+                overtaken > 0,
+                reorders,
+                "{architecture} {depth:?}: {overtaken}"
+            );
+        }
     }
 
     #[test]
