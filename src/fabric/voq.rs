@@ -37,8 +37,9 @@
 //!   unmatched input sends one request, to the next output at or after its request pointer
 //!   `r` that it holds a cell for (and that is unmatched). *Grant*: every output grants the
 //!   next requesting input at or after `g`; a grant is a match (an input made one request).
-//!   `r` moves one past the output if the request is granted, `g` one past the granted
-//!   input; in the first iteration only.
+//!   `r` moves one past the output if the request is granted, and to the requested output
+//!   (it "remains at that nonempty VOQ") if not; `g` moves one past the granted input; in
+//!   the first iteration only.
 //! - **EDRRM**, DRRM with exhaustive service (Li, Panwar & Chao, "The dual round-robin
 //!   matching switch with exhaustive service", HPSR 2002). As DRRM, but an input keeps its
 //!   request pointer on the output it was just served for as long as that VOQ still holds
@@ -316,7 +317,7 @@ impl Voq {
             } else if granted {
                 one_past(j, p)
             } else {
-                self.input_ptr[i]
+                j // stays on the VOQ it asked for, to ask again first
             };
         }
     }
@@ -476,6 +477,30 @@ mod tests {
             srcs.push(out.departures[0].src);
         }
         assert_eq!(srcs, [0, 1, 0, 1]);
+    }
+
+    /// DRRM's request pointer (Li, Panwar & Chao 2001): one past the output if the request
+    /// is granted, and on the requested output if not. Inputs 0 and 1 both ask output 2;
+    /// output 2 grants input 0, and input 1's pointer goes from 0 to 2. So in the next cycle,
+    /// holding cells for outputs 0 and 2, input 1 asks output 2 again and sends that cell
+    /// first (a pointer left at 0 would ask output 0).
+    #[test]
+    fn drrm_request_pointer_stays_on_a_refused_output() {
+        let mut s = voq(3, Scheduler::Drrm, Iterations::One);
+        let mut out = Outputs::default();
+        s.step(&[Cell::new(0, 2, 0), Cell::new(1, 2, 1)], &mut out)
+            .unwrap();
+        assert_eq!(
+            out.departures.iter().map(|c| c.tag).collect::<Vec<_>>(),
+            [0]
+        );
+        assert_eq!((s.input_ptr[0], s.input_ptr[1]), (0, 2));
+        s.step(&[Cell::new(1, 0, 2)], &mut out).unwrap();
+        assert_eq!(
+            out.departures.iter().map(|c| c.tag).collect::<Vec<_>>(),
+            [1]
+        );
+        assert_eq!(s.input_ptr[1], 0, "granted: one past output 2");
     }
 
     /// A matching never pairs an input or an output twice, under every scheduler.
