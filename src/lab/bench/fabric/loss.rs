@@ -85,7 +85,8 @@ pub struct LossRow {
     pub report: Report,
 }
 
-/// The smallest FIFO depth without loss at the rate near 1.
+/// The smallest FIFO depth without loss at the rate near 1: no cell dropped in the run,
+/// warm-up included, and none stranded.
 #[derive(Clone, Debug, Serialize)]
 pub struct ZeroLossDepth {
     /// `uniform`, `bursty` or `nonuniform`.
@@ -264,10 +265,11 @@ fn zero_loss_depths(
         .collect())
 }
 
-/// Whether a run of the search loses nothing: a saturated run, stopped early, does not
-/// count, whatever it had dropped by then.
+/// Whether a run of the search loses nothing: no cell dropped in the whole run, warm-up
+/// included (a depth whose warm-up drops is not one without loss, even if the window's
+/// cells happen to get through), none stranded, and not stopped saturated.
 fn loses_nothing(r: &Report) -> bool {
-    r.saturated_at.is_none() && r.dropped == 0
+    r.saturated_at.is_none() && r.counters.dropped_total() == 0 && r.stranded == 0
 }
 
 fn loss_claims(zero: &[ZeroLossDepth], rows: &[LossRow]) -> Vec<Claim> {
