@@ -287,6 +287,7 @@ fn bad_options_are_refused_by_name() {
     assert_eq!(lat(&|c| c.switch.cycles = 0), "--cycles");
     assert_eq!(lat(&|c| c.switch.burst = 0.5), "--burst");
     assert_eq!(lat(&|c| c.switch.burst = f64::INFINITY), "--burst");
+    assert_eq!(lat(&|c| c.switch.burst = 1e16), "--burst");
     assert_eq!(lat(&|c| c.switch.same = -0.1), "--same");
     assert_eq!(lat(&|c| c.switch.max_backlog = 0), "--max-backlog");
     assert_eq!(lat(&|c| c.switch.max_backlog = u64::MAX), "--max-backlog");

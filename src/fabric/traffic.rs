@@ -29,10 +29,17 @@
 //! which solved for n gives the n above. At r = 1, n = 1: bursts follow each other with no
 //! idle cycle, which is why the chain is not limited to `1 - 1/(s + 1)` as the two-state
 //! On/Off model is (§6.1). With s = 1 it is Bernoulli traffic.
+//!
+//! s is at most [`MAX_BURST`], 10^9 cells: from s = 2^53 (about 9 x 10^15) on, `1 - 1/s`
+//! rounds to the largest draw in [0, 1) or to 1, so a burst would never end, and well
+//! before that q loses the precision that makes the mean burst s.
 
 use super::Cell;
 use crate::error::ConfigError;
 use crate::rng::SplitMix64;
+
+/// The longest mean burst [`Traffic::Bursty`] takes, in cells (see the module's doc).
+pub const MAX_BURST: f64 = 1e9;
 
 /// A traffic model of §6.1.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -40,7 +47,8 @@ use crate::rng::SplitMix64;
 pub enum Traffic {
     /// (a) Uniform Bernoulli arrivals.
     Bernoulli,
-    /// (b) Uniform bursty arrivals with mean burst `burst` (the paper's s, at least 1).
+    /// (b) Uniform bursty arrivals with mean burst `burst` (the paper's s, 1 to
+    /// [`MAX_BURST`]).
     Bursty {
         /// The mean burst length in cells.
         burst: f64,
@@ -73,10 +81,13 @@ impl Traffic {
     pub fn validate(self) -> Result<(), ConfigError> {
         match self {
             Traffic::Bernoulli => Ok(()),
-            Traffic::Bursty { burst } if burst >= 1.0 && burst.is_finite() => Ok(()),
+            Traffic::Bursty { burst } if (1.0..=MAX_BURST).contains(&burst) => Ok(()),
             Traffic::Bursty { burst } => Err(ConfigError::new(
                 "burst",
-                format!("{burst}: the mean burst is at least 1 cell"),
+                format!(
+                    "{burst}: the mean burst is 1 to {MAX_BURST:e} cells (near 2^53 and beyond, \
+                     1 - 1/s rounds to 1 and a burst would not end)"
+                ),
             )),
             Traffic::Nonuniform { same } if (0.0..=1.0).contains(&same) => Ok(()),
             Traffic::Nonuniform { same } => Err(ConfigError::new(
@@ -292,11 +303,32 @@ mod tests {
         assert!((to_3_from_0 / from_0 - 0.5 / 15.0).abs() < 0.01);
     }
 
+    /// Why bursts are bounded: a burst goes on while a draw in [0, 1) is below q = 1 - 1/s.
+    /// At s = 10^16, q is the largest draw, 1 - 2^-53, and at 10^17 it is 1: the burst
+    /// would not end. At the bound q is some 10^7 draws below the largest.
+    #[test]
+    fn the_longest_burst_still_ends() {
+        let q = |s: f64| 1.0 - 1.0 / s;
+        let largest_draw = 1.0 - f64::EPSILON / 2.0;
+        assert_eq!((q(1e16), q(1e17)), (largest_draw, 1.0));
+        assert!(q(MAX_BURST) < largest_draw);
+        assert!(TrafficGen::new(Traffic::Bursty { burst: MAX_BURST }, 4, 0.5, 1).is_ok());
+    }
+
     #[test]
     fn parameters_are_checked() {
         let bad = [
             (Traffic::Bernoulli, 1.5, "load"),
             (Traffic::Bursty { burst: 0.5 }, 0.5, "burst"),
+            (Traffic::Bursty { burst: f64::NAN }, 0.5, "burst"),
+            (Traffic::Bursty { burst: 1e16 }, 0.5, "burst"),
+            (
+                Traffic::Bursty {
+                    burst: MAX_BURST * 2.0,
+                },
+                0.5,
+                "burst",
+            ),
             (Traffic::Nonuniform { same: 2.0 }, 0.5, "same"),
         ];
         for (traffic, load, setting) in bad {

@@ -63,7 +63,7 @@ pub struct SwitchSettings {
     #[arg(long, default_value_t = SwitchSettings::default().warmup, help = "Warm-up cycles per point, not measured")]
     pub warmup: u64,
     /// Mean burst of the bursty traffic, s (the paper: 32).
-    #[arg(long, default_value_t = SwitchSettings::default().burst, help = "Mean burst of the bursty traffic, s, in cells")]
+    #[arg(long, default_value_t = SwitchSettings::default().burst, help = "Mean burst of the bursty traffic, s, in cells (1 to 1e9)")]
     pub burst: f64,
     /// Nonuniform traffic: the chance a cell goes to the output of its input's index, p.
     #[arg(long, default_value_t = SwitchSettings::default().same, help = "Nonuniform traffic: chance a cell goes to its own port's output, p")]
