@@ -71,6 +71,47 @@ fn latency_sweep_measures_every_point_the_same_on_any_number_of_threads() {
     assert!(one.md1_deviation.is_some());
 }
 
+/// A point that delivers no measured cell has no latency: `-` in the table, null in JSON,
+/// not a mean of 0.0 cycles that reads like a perfect switch. (One cycle at r = 0.01 on 4
+/// ports: with this seed no traffic model brings a cell.)
+#[test]
+fn a_point_with_nothing_delivered_has_no_latency() {
+    let r = fabric_latency(
+        &FabricLatencyConfig {
+            switch: SwitchSettings {
+                ports: 4,
+                cycles: 1,
+                warmup: 0,
+                ..short(1)
+            },
+            loads: vec![0.01],
+        },
+        &quiet,
+    )
+    .unwrap();
+    for x in &r.rows {
+        let p = &x.report;
+        assert_eq!(p.delivered, 0, "{x:?}");
+        assert_eq!(
+            (p.mean_latency, p.avg_worst_latency, p.max_latency),
+            (None, None, None)
+        );
+        let json = serde_json::to_value(x).unwrap();
+        assert!(
+            json["mean_latency"].is_null() && json["max_latency"].is_null(),
+            "{json}"
+        );
+    }
+    let table = r.table();
+    let values: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("0.01"))
+        .flat_map(|l| l.split_whitespace().skip(1))
+        .collect();
+    assert_eq!(values.len(), 36, "{table}");
+    assert!(values.iter().all(|v| *v == "-"), "{table}");
+}
+
 /// Figure 9's claim is over the rates up to 0.9: a sweep with none says nothing of it
 /// (absent in the report, no line in the table), rather than "within 0.0%".
 #[test]

@@ -67,13 +67,14 @@ pub struct Report {
     /// 0 in a saturated run, which has no drain).
     pub stranded: u64,
     /// The mean latency of the delivered measured cells (Figures 9 and 11); absent when the
-    /// run was saturated.
+    /// run was saturated or delivered none (no cell, no latency: not a latency of 0).
     pub mean_latency: Option<f64>,
     /// The paper's "average worst-case latency" (Figure 12), read as: the largest latency
     /// of a measured cell at each output, averaged over the outputs that delivered one;
-    /// absent when the run was saturated.
+    /// absent when the run was saturated or delivered none.
     pub avg_worst_latency: Option<f64>,
-    /// The largest latency of any measured cell; absent when the run was saturated.
+    /// The largest latency of any measured cell; absent when the run was saturated or
+    /// delivered none.
     pub max_latency: Option<u64>,
     /// Cells that left in the window, per output per cycle: the carried load. Over the
     /// window's cycles that ran, so absent only when a saturated run stopped before it.
@@ -179,8 +180,10 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
     }
     let worst: Vec<u64> = tally.worst.iter().flatten().copied().collect();
     let ratio = |n: f64, d: f64| if d > 0.0 { n / d } else { 0.0 };
-    // A saturated run stopped with measured cells still queued: no latency or loss to give.
+    // A saturated run stopped with measured cells still queued: no latency or loss to give;
+    // nor a latency when no measured cell left.
     let finished = saturated_at.is_none();
+    let latencies = finished && tally.delivered > 0;
     let window_cycles_run = saturated_at.map_or(cycles, |s| (s + 1).saturating_sub(warmup_cycles));
     Report {
         config: plan.config,
@@ -194,10 +197,9 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
         delivered: tally.delivered,
         dropped: tally.dropped,
         stranded: if finished { tally.outstanding() } else { 0 },
-        mean_latency: finished.then(|| ratio(tally.latency_sum as f64, tally.delivered as f64)),
-        avg_worst_latency: finished
-            .then(|| ratio(worst.iter().sum::<u64>() as f64, worst.len() as f64)),
-        max_latency: finished.then(|| worst.iter().copied().max().unwrap_or(0)),
+        mean_latency: latencies.then(|| tally.latency_sum as f64 / tally.delivered as f64),
+        avg_worst_latency: latencies.then(|| worst.iter().sum::<u64>() as f64 / worst.len() as f64),
+        max_latency: worst.iter().copied().max().filter(|_| latencies),
         throughput: (window_cycles_run > 0)
             .then(|| tally.left_in_window as f64 / (ports as f64 * window_cycles_run as f64)),
         loss_ratio: finished.then(|| ratio(tally.dropped as f64, tally.measured as f64)),
@@ -270,11 +272,18 @@ mod tests {
     use super::super::{Architecture, Depth, Iterations, Scheduler};
     use super::*;
 
+    /// With no cell delivered there is no latency to report: absent, not 0 as for a
+    /// perfect switch.
     #[test]
     fn a_quiet_switch_has_no_latency() {
         let config = FabricConfig::new(Architecture::OqXbar, 4, Depth::Infinite);
         let r = simulate(&config, Traffic::Bernoulli, 0.0, 10, 100, 1).unwrap();
-        assert_eq!((r.measured, r.delivered, r.mean_latency), (0, 0, Some(0.0)));
+        assert_eq!((r.measured, r.delivered), (0, 0));
+        assert_eq!(
+            (r.mean_latency, r.avg_worst_latency, r.max_latency),
+            (None, None, None)
+        );
+        assert_eq!((r.throughput, r.loss_ratio), (Some(0.0), Some(0.0)));
         let r = simulate(&config, Traffic::Bernoulli, 0.05, 100, 1000, 1).unwrap();
         assert_eq!(r.measured, r.delivered);
         assert!(r.mean_latency.is_some_and(|l| l < 0.1));
