@@ -399,7 +399,11 @@ fn runs_can_go_to_threads() {
 
 /// Figure 13's two numbers for uniform traffic at r = 1 on 16 ports, with FIFOs of depth 1:
 /// the paper's loss is 5.2% for CPRR and 16.1% for the best alternative, PIM; and at r near
-/// 1 (0.99 here) CPRR needs depth 33 for no loss where PIM still drops.
+/// 1 (0.99 here), at depth 33, the paper's smallest depth without loss for CPRR, CPRR loses
+/// nothing where PIM still drops. (How deep this model's CPRR must be depends on the run:
+/// with this seed depth 32 loses nothing either, in the debug and the release runs alike,
+/// and depth 30 loses in the release run's 200,000 cycles but not in 20,000;
+/// `pfemu experiment fabric-loss` searches the smallest depth.)
 #[test]
 fn figure_13_uniform_loss_points() {
     let n = cycles(20_000, 200_000);
@@ -422,6 +426,8 @@ fn figure_13_uniform_loss_points() {
     assert!((p - 0.161).abs() < 0.006, "PIM at depth 1: {p}");
     assert_eq!(loss(CPRR, 33, 0.99), 0.0);
     assert!(loss(pim, 33, 0.99) > 0.0005);
+    // Not "needs 33": one less does as well here.
+    assert_eq!(loss(CPRR, 32, 0.99), 0.0);
 }
 
 /// Figures 11 and 12 near r = 1 (0.99), 16 ports, infinite FIFOs: CPRR has the lowest mean

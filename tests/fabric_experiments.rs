@@ -202,14 +202,14 @@ fn loss_search_finds_the_smallest_depth_without_loss() {
     let cfg = FabricLossConfig {
         switch: short(2),
         loads: vec![0.9],
-        depths: vec![1, 4],
+        depths: vec![1, 2, 4, 8],
         near_one: 0.95,
         max_depth: 64,
     };
     let r = fabric_loss(&cfg, &quiet).unwrap();
     assert!(r.verified);
-    // 3 traffic models x 2 architectures x 1 rate x 2 depths.
-    assert_eq!(r.rows.len(), 12);
+    // 3 traffic models x 2 architectures x 1 rate x 4 depths.
+    assert_eq!(r.rows.len(), 24);
     assert_eq!(r.zero_loss.len(), 6);
     let found = r.zero_loss.iter().filter(|z| z.depth.is_some()).count();
     assert!(
@@ -251,9 +251,28 @@ fn loss_search_finds_the_smallest_depth_without_loss() {
             );
         }
     }
-    // Depth 1 loses at 0.95 in every model, and the loss falls with the depth.
+    // Depth 1 loses at 0.95 in every model, and at 0.9 the loss falls with the depth: it
+    // never grows from one depth to the next, and the deepest loses less than depth 1.
     for z in &r.zero_loss {
         assert!(z.loss_at_depth_1.is_some_and(|l| l > 0.0), "{z:?}");
+        let by_depth: Vec<f64> = r
+            .rows
+            .iter()
+            .filter(|x| x.traffic == z.traffic && x.architecture == z.architecture)
+            .map(|x| {
+                x.report
+                    .loss_ratio
+                    .expect("finite FIFOs do not saturate here")
+            })
+            .collect();
+        assert_eq!(by_depth.len(), cfg.depths.len());
+        assert!(
+            by_depth.windows(2).all(|w| w[1] <= w[0]),
+            "{} {}: {by_depth:?}",
+            z.traffic,
+            z.architecture
+        );
+        assert!(by_depth[by_depth.len() - 1] < by_depth[0], "{by_depth:?}");
     }
     assert_eq!(r.key.len(), 4, "{:?}", r.key);
 }

@@ -67,7 +67,9 @@
 //!
 //! On 16 ports (`tests/fabric.rs`): with FIFOs of depth 1 at r = 1 under uniform traffic
 //! the model loses 5.2% with CPRR and 16.1% with PIM, the paper's Figure 13 numbers; at
-//! r = 0.99 CPRR needs depth 33 for no loss, as in the paper, where PIM still drops. Near
+//! r = 0.99 CPRR loses nothing at depth 33, the paper's smallest depth without loss, where
+//! PIM still drops (how much shallower this model's CPRR may go depends on the run's length
+//! and seed: `pfemu experiment fabric-loss` searches it). Near
 //! r = 1 CPRR has the lowest mean and worst-case latency of the twelve, and the best VOQ
 //! scheduler is the paper's for each traffic model (PIM, PIM, EDRRM). The ratios of
 //! Figures 11 and 12 depend on how near to 1 "near 1" is and on the run's length; the
