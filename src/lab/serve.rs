@@ -47,7 +47,8 @@
 //!   with the last run's sums at either level. When the upstream aggregator answers a
 //!   Result with Superseded (the job above moved on to another run: it restarted, or
 //!   another of its sources started a new run), this server joins the job above again
-//!   with a new nonce and holds the Results meanwhile, as for a new run here
+//!   with the nonce it joined with (so the job above takes it for a source joining its
+//!   current run, never for a restart) and holds the Results meanwhile, as for a new run here
 //!   ([`ServeStats::upstream_superseded`]); the Results lost up there come up again with
 //!   the members' retransmissions. Members that never join (run 0) keep the
 //!   server out of the protocol upstream too, as before.
@@ -622,6 +623,10 @@ struct UpstreamRun {
     up: u8,
     /// The nonce of a Join sent upstream and not answered yet, and when it was last sent.
     pending: Option<(u32, Instant)>,
+    /// The nonce of the Join that joined run `local` above: a Join after a Superseded goes
+    /// with it, so that the job above takes it for this source joining its current run, not
+    /// for a restart (a late Superseded, of a run above left since, must not start another).
+    nonce: u32,
     /// Results of run `local` waiting for that answer.
     held: Vec<Vec<u8>>,
 }
@@ -701,6 +706,7 @@ impl Shared {
             local: run_id,
             up: 0,
             pending: Some((nonce, Instant::now())),
+            nonce,
             held: Vec::new(),
         };
         drop(runs);
@@ -772,7 +778,7 @@ impl Shared {
                 bump(&c.upstream_control_in, 1);
                 if run.pending.is_none() && run.up != 0 && run_id != run.up {
                     bump(&c.upstream_superseded, 1);
-                    let nonce = random_nonce();
+                    let nonce = run.nonce;
                     run.pending = Some((nonce, Instant::now()));
                     run.up = 0;
                     drop(runs);

@@ -59,8 +59,9 @@ pub const HELP: &str = "Examples:\n  \
     keep arriving), lets everything in flight leave, and prints every port's counters \
     (--json: one JSON object; the other lines go to standard error), the engine's, the \
     program's, and a check line: every frame received entered the engine and every frame \
-    the engine sent left a port or was counted as a drop (exit status 2 if not). A second \
-    Ctrl-C during the stop exits at once, without the report (exit status 130). Drops at the \
+    the engine sent left a port or was counted as a drop (exit status 2 if not). A Ctrl-C \
+    during the stop (a second one, or one after --duration ended) exits at once, without the \
+    report (exit status 130). Drops at the \
     interfaces are counted: rx_kernel_drops (the ring was full), rx_truncated (longer than \
     a ring block), rx_unread (in the ring or the TAP device's queue at the stop), and tx \
     errors by errno (EMSGSIZE: longer than the MTU).\n\n\
@@ -290,8 +291,8 @@ impl LiveArgs {
     }
 }
 
-/// The exit status after a second Ctrl-C (SIGINT or SIGTERM) cut the stop short: 128 + SIGINT,
-/// as a shell reports a program the signal ended.
+/// The exit status after a Ctrl-C (SIGINT or SIGTERM) during the stop cut it short: 128 +
+/// SIGINT, as a shell reports a program the signal ended.
 const INTERRUPTED_TWICE: i32 = 130;
 
 /// Runs `workload` on the interfaces of `a` until Ctrl-C or `duration_s`.
@@ -335,15 +336,16 @@ pub fn run(
         trace: a.runtime.trace_spec(),
     };
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
-    let mut interrupted = false;
+    // Up once the stop has begun: asked for by a first Ctrl-C, or at --duration's end.
+    let stopping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler_stopping = std::sync::Arc::clone(&stopping);
     ctrlc::set_handler(move || {
-        if interrupted {
-            // The first one asked for a stop that has not finished (an interface still
-            // flooding, a send waiting): the user wants out now.
-            eprintln!("pfemu: interrupted again: exiting without the final report");
+        if handler_stopping.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // A stop that has not finished (an interface still flooding, a send waiting):
+            // the user wants out now.
+            eprintln!("pfemu: interrupted during the stop: exiting without the final report");
             std::process::exit(INTERRUPTED_TWICE);
         }
-        interrupted = true;
         let _ = stop_tx.try_send(());
     })
     .map_err(|e| format!("cannot install the SIGINT/SIGTERM handler: {e}"))?;
@@ -416,6 +418,7 @@ pub fn run(
             }
         }
     }
+    stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     let r = live
         .stop()
         .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)?;

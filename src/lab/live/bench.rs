@@ -255,6 +255,32 @@ fn filter_between(port0: &str, port1: &str, ppe_threads: usize) -> LiveConfig {
     }
 }
 
+/// Waits until every frame `offer` offered is counted at port 0 (taken, or dropped there)
+/// or was lost on the veth, and port 0's counters have been still for a moment, or
+/// [`VETH_DRAIN_DEADLINE`]: frames still in the veth's backlog when the generator stops
+/// reach the port's ring a moment later, and stopping the port before then would leave
+/// them in no counter.
+fn drain_into_port0(live: &Live, offer: &Offer) {
+    let deadline = Instant::now() + VETH_DRAIN_DEADLINE;
+    let mut last = Snapshot::of(&live.report());
+    let mut still_since = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(1));
+        let now = Snapshot::of(&live.report());
+        if now != last {
+            last = now;
+            still_since = Instant::now();
+        }
+        let at_port0 = now.port_in + now.port_dropped + offer.enobufs;
+        let all_there = at_port0 >= offer.offered();
+        if (all_there && still_since.elapsed() >= Duration::from_millis(3))
+            || Instant::now() >= deadline
+        {
+            return;
+        }
+    }
+}
+
 /// Runs the benchmark (see the module docs).
 pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
     let length = crate::duration::secs_setting("duration", cfg.duration_s)?;
@@ -282,6 +308,7 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
         gen.join().unwrap_or_default()
     });
     let elapsed = start.elapsed().as_secs_f64();
+    drain_into_port0(&live, &offer);
     let live = live.stop()?;
     let veth_drop_counters = VethDrops::now(&cfg.offer, &cfg.port0).since(&veth_before);
 

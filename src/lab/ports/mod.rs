@@ -583,8 +583,8 @@ impl Bound {
             }
             PortIo::Tap(tap) => {
                 let mut buf = vec![0u8; 65_536];
-                let mut n = 0;
-                while n < self.tap_queue_len() {
+                let (mut n, most) = (0, self.tap_queue_len());
+                while n < most {
                     match tap.try_read(&mut buf) {
                         Ok(Some(_)) => n += 1,
                         Ok(None) | Err(_) => break,
