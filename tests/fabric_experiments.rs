@@ -101,6 +101,10 @@ fn a_point_with_nothing_delivered_has_no_latency() {
             json["mean_latency"].is_null() && json["max_latency"].is_null(),
             "{json}"
         );
+        // One key per field: the row's traffic name beside the run's traffic model.
+        let text = serde_json::to_string(x).unwrap();
+        assert_eq!(text.matches("\"traffic\":").count(), 1, "{text}");
+        assert_eq!(json["traffic_name"], x.traffic, "{json}");
     }
     let table = r.table();
     let values: Vec<&str> = table

@@ -41,7 +41,9 @@ impl Default for FabricLatencyConfig {
 /// One architecture under one traffic model at one input rate.
 #[derive(Clone, Debug, Serialize)]
 pub struct LatencyRow {
-    /// `uniform`, `bursty` or `nonuniform`.
+    /// `uniform`, `bursty` or `nonuniform` (in JSON `traffic_name`: the run's `traffic`
+    /// is the model with its parameters).
+    #[serde(rename = "traffic_name")]
     pub traffic: &'static str,
     /// As the paper names it (`CPRR`, `OQ-xbar`, `PIM`, `PIM-1`, ...).
     pub architecture: String,

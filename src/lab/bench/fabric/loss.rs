@@ -74,7 +74,9 @@ fn loss_architectures(traffic: Traffic) -> [Architecture; 2] {
 /// One architecture under one traffic model at one rate and depth.
 #[derive(Clone, Debug, Serialize)]
 pub struct LossRow {
-    /// `uniform`, `bursty` or `nonuniform`.
+    /// `uniform`, `bursty` or `nonuniform` (in JSON `traffic_name`: the run's `traffic`
+    /// is the model with its parameters).
+    #[serde(rename = "traffic_name")]
     pub traffic: &'static str,
     /// As the paper names it.
     pub architecture: String,
