@@ -166,8 +166,8 @@ fn action(name: &str, fields: u32) -> Node {
 #[test]
 fn capacity_sums_do_not_wrap_and_a_node_wider_than_a_cycle_is_refused_by_name() {
     use pfemu::pipeline::{
-        assign_stages, simulate_drmt, validate_stages, Granularity, ListError, SimConfig,
-        StagePlan, StageViolation, Violation,
+        assign_stages, simulate_drmt, validate_stages, Granularity, Holder, ListError, SimConfig,
+        StagePlan, StageViolation, TooWide, Violation, Width,
     };
     // 10 + 4294967290 fields wrap to 4 in u32, under dRMT's A = 32.
     let odg = Odg::new(
@@ -178,11 +178,12 @@ fn capacity_sums_do_not_wrap_and_a_node_wider_than_a_cycle_is_refused_by_name() 
     let err = list_schedule(&odg, &Arch::DRMT, 2).expect_err("`huge` fits no class");
     assert_eq!(
         err,
-        ListError::ActionTooWide {
+        ListError::TooWide(TooWide {
             node: "huge".into(),
-            fields: 4_294_967_290,
-            capacity: 32
-        }
+            width: Width::Fields(4_294_967_290),
+            capacity: 32,
+            holder: Holder::Processor,
+        })
     );
     assert_eq!(
         err.to_string(),
@@ -214,11 +215,12 @@ fn capacity_sums_do_not_wrap_and_a_node_wider_than_a_cycle_is_refused_by_name() 
     .expect("a graph");
     assert_eq!(
         list_schedule(&wide_key, &Arch::DRMT, 4),
-        Err(ListError::MatchTooWide {
+        Err(ListError::TooWide(TooWide {
             node: "wide".into(),
-            units: 9,
-            capacity: 8
-        })
+            width: Width::MatchUnits(9),
+            capacity: 8,
+            holder: Holder::Processor,
+        }))
     );
     // Capacity u32::MAX: two actions of u32::MAX - 1 fields each fit one at a time, not
     // both; a sum that saturated at u32::MAX would pass them together.

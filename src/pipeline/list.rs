@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::odg::{Arch, ArchError, Odg, Op, TooWide};
+use super::odg::{Arch, ArchError, Holder, Odg, Op, TooWide};
 use super::rmt::{assign_stages, drmt_from_stages, Granularity};
 use super::schedule::Schedule;
 
@@ -79,25 +79,9 @@ pub enum ListError {
     Arch(ArchError),
     /// The period is 0 or above [`MAX_PERIOD`].
     Period(u64),
-    /// `node`'s key needs `units` match units, more than a processor's M̄ in one cycle: no
-    /// class of any schedule can hold it.
-    MatchTooWide {
-        /// The match.
-        node: String,
-        /// Match units its key takes.
-        units: u32,
-        /// M̄.
-        capacity: u32,
-    },
-    /// `node` modifies `fields` fields, more than a processor's Ā in one cycle.
-    ActionTooWide {
-        /// The action.
-        node: String,
-        /// Fields modified.
-        fields: u32,
-        /// Ā.
-        capacity: u32,
-    },
+    /// A node alone needs more than a processor's M̄ or Ā in one cycle: no class of any
+    /// schedule can hold it.
+    TooWide(TooWide),
 }
 
 impl fmt::Display for ListError {
@@ -105,22 +89,7 @@ impl fmt::Display for ListError {
         match self {
             ListError::Arch(e) => write!(f, "{e}"),
             ListError::Period(p) => write!(f, "a period of {p}: it must be 1 to {MAX_PERIOD}"),
-            ListError::MatchTooWide {
-                node,
-                units,
-                capacity,
-            } => write!(
-                f,
-                "`{node}` needs {units} match units, more than a processor's M = {capacity}"
-            ),
-            ListError::ActionTooWide {
-                node,
-                fields,
-                capacity,
-            } => write!(
-                f,
-                "`{node}` modifies {fields} fields, more than a processor's A = {capacity}"
-            ),
+            ListError::TooWide(e) => write!(f, "{e}"),
         }
     }
 }
@@ -149,22 +118,8 @@ pub fn list_schedule(odg: &Odg, arch: &Arch, period: u64) -> Result<Option<Sched
     if !(1..=MAX_PERIOD).contains(&period) {
         return Err(ListError::Period(period));
     }
-    match arch.too_wide(odg) {
-        Some(TooWide::Match { node, units }) => {
-            return Err(ListError::MatchTooWide {
-                node,
-                units,
-                capacity: arch.match_capacity,
-            })
-        }
-        Some(TooWide::Action { node, fields }) => {
-            return Err(ListError::ActionTooWide {
-                node,
-                fields,
-                capacity: arch.action_capacity,
-            })
-        }
-        None => {}
+    if let Some(e) = arch.too_wide(odg, Holder::Processor) {
+        return Err(ListError::TooWide(e));
     }
     Ok(list_schedule_checked(odg, arch, period))
 }
@@ -276,7 +231,7 @@ pub fn heuristic_schedule(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedul
 /// The search ends by the fine-grained stage plan's stage count, where the stage layout
 /// always has a schedule.
 pub fn fewest_processors(odg: &Odg, arch: &Arch, max_processors: u64) -> Option<Schedule> {
-    if arch.check().is_err() || arch.too_wide(odg).is_some() {
+    if arch.check().is_err() || arch.too_wide(odg, Holder::Processor).is_some() {
         return None;
     }
     let from = lower_bound(odg, arch).processors;

@@ -9,7 +9,9 @@
 //! fields, the two latencies, and its inter-packet concurrency IPC; [`Arch::DRMT`] and
 //! [`Arch::RMT`] are Table 1's. The schedulers, validators and simulators refuse an `Arch`
 //! that fails [`Arch::check`] (a capacity, unit size or IPC of 0, a latency over 2^20
-//! cycles), naming the field.
+//! cycles), naming the field. The list scheduler and the stage assignment refuse a graph
+//! with a node that alone needs more than one cycle's M̄ or Ā (no schedule can hold it),
+//! naming it: a [`TooWide`] in [`ListError`] and [`RmtError`] alike.
 //!
 //! A dRMT schedule is one packet's start times, repeated for every packet: packets reach a
 //! processor every P cycles (P processors fed round-robin), so at any cycle the processor runs,
@@ -59,7 +61,7 @@ pub use list::{
     fewest_processors, heuristic_schedule, list_schedule, lower_bound, ListError, LowerBound,
     MAX_PERIOD,
 };
-pub use odg::{Arch, ArchError, Edge, Node, Odg, OdgError, Op};
+pub use odg::{Arch, ArchError, Edge, Holder, Node, Odg, OdgError, Op, TooWide, Width};
 pub use programs::PfeProfile;
 pub use rmt::{
     assign_stages, coarse_tables, drmt_from_stages, rmt_throughput, stage_lower_bound,

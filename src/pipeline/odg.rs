@@ -255,20 +255,23 @@ impl Arch {
     }
 
     /// The first node of `odg` that alone needs more than one cycle's match units (M̄) or
-    /// action fields (Ā): no class of a dRMT schedule, and no RMT stage, can hold it.
-    pub(super) fn too_wide(&self, odg: &Odg) -> Option<TooWide> {
-        odg.nodes().iter().find_map(|node| match node.op {
-            Op::Match { key_bits, .. } if self.match_units(key_bits) > self.match_capacity => {
-                Some(TooWide::Match {
-                    node: node.name.clone(),
-                    units: self.match_units(key_bits),
-                })
-            }
-            Op::Action { fields } if fields > self.action_capacity => Some(TooWide::Action {
+    /// action fields (Ā), named as `holder`'s: no class of a dRMT schedule, and no RMT stage,
+    /// can hold it.
+    pub(super) fn too_wide(&self, odg: &Odg, holder: Holder) -> Option<TooWide> {
+        odg.nodes().iter().find_map(|node| {
+            let (width, capacity) = match node.op {
+                Op::Match { key_bits, .. } => (
+                    Width::MatchUnits(self.match_units(key_bits)),
+                    self.match_capacity,
+                ),
+                Op::Action { fields } => (Width::Fields(fields), self.action_capacity),
+            };
+            (width.get() > capacity).then(|| TooWide {
                 node: node.name.clone(),
-                fields,
-            }),
-            _ => None,
+                width,
+                capacity,
+                holder,
+            })
         })
     }
 }
@@ -296,10 +299,99 @@ impl fmt::Display for ArchError {
 
 impl std::error::Error for ArchError {}
 
-/// A node wider than one cycle's capacity ([`Arch::too_wide`]).
-pub(super) enum TooWide {
-    /// A match whose key needs `units` match units.
-    Match { node: String, units: u32 },
-    /// An action modifying `fields` fields.
-    Action { node: String, fields: u32 },
+/// A node that alone needs more than one cycle of a processor (dRMT) or a stage (RMT) has:
+/// a key of more match units than M̄, or an action of more fields than Ā. No class of any
+/// dRMT schedule, and no RMT stage, can hold it, at any number of processors or stages.
+/// [`list_schedule`](super::list_schedule) and [`assign_stages`](super::assign_stages)
+/// refuse such a graph with it ([`ListError::TooWide`](super::ListError::TooWide),
+/// [`RmtError::TooWide`](super::RmtError::TooWide)), naming the first such node.
+///
+/// ```
+/// use pfemu::pipeline::{list_schedule, Arch, Holder, ListError, Node, Odg, Op, TooWide, Width};
+///
+/// let fat = Node {
+///     name: "fat".into(),
+///     op: Op::Action { fields: 40 },
+/// };
+/// let odg = Odg::new(vec![fat], vec![])?;
+/// let err = list_schedule(&odg, &Arch::DRMT, 1).unwrap_err();
+/// let want = TooWide {
+///     node: "fat".into(),
+///     width: Width::Fields(40),
+///     capacity: 32,
+///     holder: Holder::Processor,
+/// };
+/// assert_eq!(err, ListError::TooWide(want));
+/// assert_eq!(err.to_string(), "`fat` modifies 40 fields, more than a processor's A = 32");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TooWide {
+    /// The node.
+    pub node: String,
+    /// What it needs in one cycle.
+    pub width: Width,
+    /// What one cycle has of that: M̄ (match units) for a match, Ā (fields) for an action.
+    pub capacity: u32,
+    /// Whose cycle: the capacity is a dRMT processor's or an RMT stage's.
+    pub holder: Holder,
 }
+
+/// What a node needs in one cycle ([`TooWide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Width {
+    /// A match: the match units its key takes ([`Arch::match_units`]).
+    MatchUnits(u32),
+    /// An action: the fields it modifies.
+    Fields(u32),
+}
+
+impl Width {
+    /// The units or fields.
+    pub fn get(self) -> u32 {
+        match self {
+            Width::MatchUnits(n) | Width::Fields(n) => n,
+        }
+    }
+}
+
+/// Whose capacity an [`Arch`] gives, as an error names it ([`TooWide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// A dRMT processor ([`list_schedule`](super::list_schedule)).
+    Processor,
+    /// An RMT stage ([`assign_stages`](super::assign_stages)).
+    Stage,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Holder::Processor => "processor",
+            Holder::Stage => "stage",
+        })
+    }
+}
+
+impl fmt::Display for TooWide {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let TooWide {
+            node,
+            width,
+            capacity,
+            holder,
+        } = self;
+        match width {
+            Width::MatchUnits(units) => write!(
+                f,
+                "`{node}` needs {units} match units, more than a {holder}'s M = {capacity}"
+            ),
+            Width::Fields(fields) => write!(
+                f,
+                "`{node}` modifies {fields} fields, more than a {holder}'s A = {capacity}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TooWide {}

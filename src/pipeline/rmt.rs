@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::odg::{Arch, ArchError, Odg, Op, TooWide};
+use super::odg::{Arch, ArchError, Holder, Odg, Op, TooWide};
 use super::schedule::Schedule;
 
 /// How finely RMT may split a table across stages.
@@ -187,46 +187,15 @@ impl fmt::Display for StageViolation {
 pub enum RmtError {
     /// The architecture fails [`Arch::check`].
     Arch(ArchError),
-    /// `node`'s key needs `units` match units, more than a stage's M̄.
-    MatchTooWide {
-        /// The match.
-        node: String,
-        /// Match units its key takes.
-        units: u32,
-        /// M̄.
-        capacity: u32,
-    },
-    /// `node` modifies `fields` fields, more than a stage's Ā.
-    ActionTooWide {
-        /// The action.
-        node: String,
-        /// Fields modified.
-        fields: u32,
-        /// Ā.
-        capacity: u32,
-    },
+    /// A node alone needs more than a stage's M̄ or Ā.
+    TooWide(TooWide),
 }
 
 impl fmt::Display for RmtError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RmtError::Arch(e) => write!(f, "{e}"),
-            RmtError::MatchTooWide {
-                node,
-                units,
-                capacity,
-            } => write!(
-                f,
-                "`{node}` needs {units} match units, more than a stage's M = {capacity}"
-            ),
-            RmtError::ActionTooWide {
-                node,
-                fields,
-                capacity,
-            } => write!(
-                f,
-                "`{node}` modifies {fields} fields, more than a stage's A = {capacity}"
-            ),
+            RmtError::TooWide(e) => write!(f, "{e}"),
         }
     }
 }
@@ -520,22 +489,8 @@ pub fn assign_stages(
 
 fn list_assign(odg: &Odg, arch: &Arch, granularity: Granularity) -> Result<StagePlan, RmtError> {
     // A coarse table's demand is its match's and its one action's, so checking nodes suffices.
-    match arch.too_wide(odg) {
-        Some(TooWide::Match { node, units }) => {
-            return Err(RmtError::MatchTooWide {
-                node,
-                units,
-                capacity: arch.match_capacity,
-            })
-        }
-        Some(TooWide::Action { node, fields }) => {
-            return Err(RmtError::ActionTooWide {
-                node,
-                fields,
-                capacity: arch.action_capacity,
-            })
-        }
-        None => {}
+    if let Some(e) = arch.too_wide(odg, Holder::Stage) {
+        return Err(RmtError::TooWide(e));
     }
     let u = Units::new(odg, arch, granularity);
     let k = u.units.len();
@@ -731,7 +686,7 @@ pub fn drmt_from_stages(odg: &Odg, plan: &StagePlan, arch: &Arch, processors: u6
 
 #[cfg(test)]
 mod tests {
-    use super::super::odg::{Edge, Node};
+    use super::super::odg::{Edge, Node, Width};
     use super::super::schedule::validate;
     use super::*;
 
@@ -837,19 +792,33 @@ mod tests {
             let err = assign_stages(&wide_key, &Arch::RMT, granularity).unwrap_err();
             assert_eq!(
                 err,
-                RmtError::MatchTooWide {
+                RmtError::TooWide(TooWide {
                     node: "wide".into(),
-                    units: 9,
-                    capacity: 8
-                }
+                    width: Width::MatchUnits(9),
+                    capacity: 8,
+                    holder: Holder::Stage,
+                })
             );
-            assert!(err.to_string().contains("`wide`"), "{err}");
+            assert_eq!(
+                err.to_string(),
+                "`wide` needs 9 match units, more than a stage's M = 8"
+            );
         }
         let fat = Odg::new(vec![a("fat", 225)], vec![]).unwrap();
-        assert!(matches!(
-            assign_stages(&fat, &Arch::RMT, Granularity::Fine),
-            Err(RmtError::ActionTooWide { fields: 225, .. })
-        ));
+        let err = assign_stages(&fat, &Arch::RMT, Granularity::Fine).unwrap_err();
+        assert_eq!(
+            err,
+            RmtError::TooWide(TooWide {
+                node: "fat".into(),
+                width: Width::Fields(225),
+                capacity: 224,
+                holder: Holder::Stage,
+            })
+        );
+        assert_eq!(
+            err.to_string(),
+            "`fat` modifies 225 fields, more than a stage's A = 224"
+        );
         // A match's second action is a table of its own, after the match's table.
         let odg = Odg::new(
             vec![m("t", 32), a("t_a", 150), a("t_b", 150)],
