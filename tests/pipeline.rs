@@ -379,3 +379,78 @@ fn out_of_range_architectures_and_periods_are_refused_by_name() {
     let fat = Odg::new(vec![action("fat", 33)], vec![]).expect("a graph");
     assert_eq!(fewest_processors(&fat, &Arch::DRMT, u64::MAX), None);
 }
+
+/// `n` nodes, matches and actions in turn, and the first `edges` of the edges from each
+/// node to its next 17 (a DAG: every edge goes forward).
+fn dense_chain(n: usize, edges: usize) -> (Vec<Node>, Vec<Edge>) {
+    let nodes = (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                Node {
+                    name: format!("M{i}"),
+                    op: Op::Match {
+                        key_bits: 32,
+                        entries: 1024,
+                    },
+                }
+            } else {
+                action(&format!("A{i}"), 1)
+            }
+        })
+        .collect();
+    let edges = (0..n)
+        .flat_map(|from| (from + 1..n.min(from + 18)).map(move |to| Edge { from, to }))
+        .take(edges)
+        .collect();
+    (nodes, edges)
+}
+
+#[test]
+fn a_graph_beyond_the_limits_is_refused_by_its_constructor_naming_the_limit() {
+    use pfemu::pipeline::OdgError;
+    // At the limits: built, and the schedulers take it (one class per node holds any
+    // chain at IPC 1).
+    let (nodes, edges) = dense_chain(Odg::MAX_NODES, Odg::MAX_EDGES);
+    assert_eq!(
+        edges.len(),
+        Odg::MAX_EDGES,
+        "the generator reaches the limit"
+    );
+    let odg = Odg::new(nodes, edges).expect("within the limits");
+    assert!(lower_bound(&odg, &Arch::DRMT).latency > 0);
+    let s = list_schedule(&odg, &Arch::DRMT, Odg::MAX_NODES as u64)
+        .expect("a valid input")
+        .expect("a class per node");
+    assert_eq!(validate(&odg, &Arch::DRMT, &s), Ok(()));
+    // One node more, or one edge more, is refused, the limit named.
+    let (nodes, edges) = dense_chain(Odg::MAX_NODES + 1, 0);
+    let err = Odg::new(nodes, edges).unwrap_err();
+    assert_eq!(err, OdgError::TooManyNodes(801));
+    assert_eq!(
+        err.to_string(),
+        "801 nodes: a graph may have at most 800 (Odg::MAX_NODES)"
+    );
+    let (nodes, edges) = dense_chain(Odg::MAX_NODES, Odg::MAX_EDGES + 1);
+    let err = Odg::new(nodes, edges).unwrap_err();
+    assert_eq!(err, OdgError::TooManyEdges(12_801));
+    assert_eq!(
+        err.to_string(),
+        "12801 edges: a graph may have at most 12800 (Odg::MAX_EDGES)"
+    );
+    // The sizes are checked before anything else: a million nodes, and edges to nowhere,
+    // are refused for their count (checking each name against the others' first, as the
+    // constructor once did, would compare 10^11 pairs).
+    let million = (0..1_000_000)
+        .map(|i| action(&format!("x{i}"), 1))
+        .collect();
+    assert_eq!(
+        Odg::new(million, vec![]),
+        Err(OdgError::TooManyNodes(1_000_000))
+    );
+    let nowhere = vec![Edge { from: 7, to: 9 }; Odg::MAX_EDGES + 1];
+    assert_eq!(
+        Odg::new(vec![], nowhere),
+        Err(OdgError::TooManyEdges(Odg::MAX_EDGES + 1))
+    );
+    assert_eq!(Odg::check_size(Odg::MAX_NODES, Odg::MAX_EDGES), Ok(()));
+}

@@ -9,8 +9,9 @@ use std::process::Command;
 
 use pfemu::lab::bench::experiments::Figure;
 use pfemu::lab::bench::pipelines::{
-    pipelines, Architecture, PipelinesConfig, MAX_CURVE_PROCESSORS, MAX_ODG_NODES,
+    pipelines, Architecture, PipelinesConfig, MAX_CURVE_PROCESSORS, MAX_ODG_EDGES, MAX_ODG_NODES,
 };
+use pfemu::pipeline::Odg;
 
 fn small() -> PipelinesConfig {
     PipelinesConfig {
@@ -200,6 +201,14 @@ fn chain(tables: usize) -> String {
         nodes.join(", "),
         edges.join(", ")
     )
+}
+
+/// `--odg`'s limits are the library's: a graph the command refuses for its size, a library
+/// caller's [`Odg::new`] refuses too, and no larger.
+#[test]
+fn the_odg_limits_are_the_librarys() {
+    assert_eq!(MAX_ODG_NODES, Odg::MAX_NODES);
+    assert_eq!(MAX_ODG_EDGES, Odg::MAX_EDGES);
 }
 
 #[test]

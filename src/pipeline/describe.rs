@@ -15,6 +15,7 @@
 //! an error rather than a default. [`Description::to_odg`] checks the graph;
 //! [`Odg::describe`] writes a built graph back out.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -96,7 +97,8 @@ pub enum DescribeError {
     BothOps(String),
     /// A node is neither a match nor an action.
     NoOp(String),
-    /// The graph itself is refused (duplicate names, a cycle, an empty operation).
+    /// The graph itself is refused (too many nodes or edges, duplicate names, a cycle, an
+    /// empty operation).
     Graph(OdgError),
 }
 
@@ -136,9 +138,12 @@ impl From<OdgError> for DescribeError {
 }
 
 impl Description {
-    /// The graph described, checked as [`Odg::new`] checks it: every node exactly one
-    /// operation, every edge between named nodes, names unique, no cycle, no empty operation.
+    /// The graph described, checked as [`Odg::new`] checks it: within [`Odg::MAX_NODES`]
+    /// and [`Odg::MAX_EDGES`] (checked first, before any node is read), every node exactly
+    /// one operation, every edge between named nodes, names unique, no cycle, no empty
+    /// operation.
     pub fn to_odg(&self) -> Result<Odg, DescribeError> {
+        Odg::check_size(self.nodes.len(), self.edges.len())?;
         let nodes = self
             .nodes
             .iter()
@@ -158,10 +163,15 @@ impl Description {
                 })
             })
             .collect::<Result<Vec<Node>, DescribeError>>()?;
+        // The first node of each name (a second one is refused by `Odg::new`).
+        let mut by_name = HashMap::with_capacity(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            by_name.entry(n.name.as_str()).or_insert(i);
+        }
         let index = |edge: usize, name: &str| {
-            nodes
-                .iter()
-                .position(|n| n.name == name)
+            by_name
+                .get(name)
+                .copied()
                 .ok_or_else(|| DescribeError::UnknownNode {
                     edge,
                     name: name.to_string(),
@@ -299,6 +309,55 @@ mod tests {
             let err = read(&text).expect_err(&text);
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_description_beyond_the_limits_is_refused_before_it_is_read() {
+        // Nodes with no operation: were they read first, the error would name one.
+        let nothing = |i: usize| NodeDescription {
+            name: format!("n{i}"),
+            lookup: None,
+            action: None,
+        };
+        let big = Description {
+            name: "big".into(),
+            nodes: (0..=Odg::MAX_NODES).map(nothing).collect(),
+            edges: vec![],
+        };
+        let err = big.to_odg().unwrap_err();
+        assert_eq!(err, DescribeError::Graph(OdgError::TooManyNodes(801)));
+        assert_eq!(
+            err.to_string(),
+            "801 nodes: a graph may have at most 800 (Odg::MAX_NODES)"
+        );
+        // Edges naming no node, likewise.
+        let dense = Description {
+            name: "dense".into(),
+            nodes: vec![],
+            edges: vec![("a".into(), "b".into()); Odg::MAX_EDGES + 1],
+        };
+        let err = dense.to_odg().unwrap_err();
+        assert_eq!(err, DescribeError::Graph(OdgError::TooManyEdges(12_801)));
+        assert_eq!(
+            err.to_string(),
+            "12801 edges: a graph may have at most 12800 (Odg::MAX_EDGES)"
+        );
+        // At the limits, a description reads, its edges looked up by name.
+        let chain = Description {
+            name: "chain".into(),
+            nodes: (0..Odg::MAX_NODES)
+                .map(|i| NodeDescription {
+                    action: Some(ActionDescription { fields: 1 }),
+                    ..nothing(i)
+                })
+                .collect(),
+            edges: (1..Odg::MAX_NODES)
+                .map(|i| (format!("n{}", i - 1), format!("n{i}")))
+                .collect(),
+        };
+        let odg = chain.to_odg().expect("within the limits");
+        assert_eq!(odg.edges()[798], Edge { from: 798, to: 799 });
+        assert_eq!(odg.describe("chain"), chain);
     }
 
     #[test]

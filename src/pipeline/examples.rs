@@ -61,7 +61,15 @@ pub fn figure_5() -> (Odg, Arch) {
 /// Conditions take no match or action resources and their successors wait 0 cycles on
 /// them, so they are contracted: each condition's predecessors become its successors'
 /// predecessors. The same `seed` and `n` always give the same graph.
+///
+/// A slot makes at most two nodes, so `n` may be at most half [`Odg::MAX_NODES`] (400
+/// slots, with about 10 edges a slot, far under [`Odg::MAX_EDGES`]); a larger `n` panics.
 pub fn random(seed: u64, n: usize) -> Odg {
+    assert!(
+        n <= Odg::MAX_NODES / 2,
+        "{n} slots: at most Odg::MAX_NODES / 2 = {}",
+        Odg::MAX_NODES / 2
+    );
     use crate::rng::SplitMix64;
     let mut rng = SplitMix64::new(seed);
     let p = 1 + (n.saturating_sub(1)).div_ceil(10) as u64;
@@ -147,7 +155,7 @@ pub fn random(seed: u64, n: usize) -> Odg {
             }
         }
     }
-    Odg::new(nodes, edges).expect("edges go from earlier slots to later ones")
+    Odg::new(nodes, edges).expect("edges go from earlier slots to later ones, within the limits")
 }
 
 #[cfg(test)]
@@ -190,5 +198,24 @@ mod tests {
             "{edges} edges: dependencies beyond match -> action"
         );
         assert_ne!(random(1, 20), random(2, 20));
+    }
+
+    #[test]
+    fn the_largest_random_graphs_are_within_the_limits() {
+        for seed in 0..3 {
+            let odg = random(seed, Odg::MAX_NODES / 2);
+            assert!(odg.nodes().len() <= Odg::MAX_NODES);
+            assert!(
+                odg.edges().len() <= Odg::MAX_EDGES / 2,
+                "{} edges: well within the limit",
+                odg.edges().len()
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "401 slots: at most Odg::MAX_NODES / 2 = 400")]
+    fn a_random_graph_beyond_the_limits_is_refused() {
+        random(1, Odg::MAX_NODES / 2 + 1);
     }
 }

@@ -36,7 +36,10 @@
 //!
 //! A graph is built in code ([`Odg::new`]), read from a file a user writes (a
 //! `Description`, JSON with the `serde` feature), or taken from [`programs`]: the shipped
-//! programs' graphs, with what the same programs cost on the run-to-completion PFE.
+//! programs' graphs, with what the same programs cost on the run-to-completion PFE. Every
+//! graph is within [`Odg::MAX_NODES`] nodes and [`Odg::MAX_EDGES`] edges: the constructor
+//! refuses a larger one ([`OdgError::TooManyNodes`], [`OdgError::TooManyEdges`]) before
+//! any work on it, so no scheduler is handed a graph it would take hours on.
 
 #[cfg(feature = "serde")]
 mod describe;

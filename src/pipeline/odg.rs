@@ -63,6 +63,10 @@ pub enum OdgError {
     Cycle(String),
     /// A match with a key of 0 bits, or an action modifying no field.
     Empty(String),
+    /// More nodes than [`Odg::MAX_NODES`] (the count given).
+    TooManyNodes(usize),
+    /// More edges than [`Odg::MAX_EDGES`] (the count given).
+    TooManyEdges(usize),
 }
 
 impl fmt::Display for OdgError {
@@ -71,6 +75,16 @@ impl fmt::Display for OdgError {
             OdgError::DuplicateName(n) => write!(f, "two nodes are named `{n}`"),
             OdgError::NoSuchNode(i) => write!(f, "an edge names node {i}, which does not exist"),
             OdgError::Cycle(n) => write!(f, "the dependencies close a cycle through `{n}`"),
+            OdgError::TooManyNodes(n) => write!(
+                f,
+                "{n} nodes: a graph may have at most {} (Odg::MAX_NODES)",
+                Odg::MAX_NODES
+            ),
+            OdgError::TooManyEdges(n) => write!(
+                f,
+                "{n} edges: a graph may have at most {} (Odg::MAX_EDGES)",
+                Odg::MAX_EDGES
+            ),
             OdgError::Empty(n) => {
                 write!(
                     f,
@@ -94,11 +108,27 @@ pub struct Odg {
 }
 
 impl Odg {
-    /// The graph of `nodes` and `edges`, checked: names unique, edges between existing
-    /// nodes, no cycle, no empty operation.
+    /// The most nodes a graph may have: twice the largest random graph `pfemu experiment
+    /// pipelines` draws (200 slots, at most 400 nodes), far above a real program's (the
+    /// shipped ones have a dozen or two). Every scheduler's work grows faster than the graph
+    /// (the list scheduler's with nodes × edges, the ILP's variables with nodes × its
+    /// horizon), and a caller typically schedules at each period up to some bound and
+    /// simulates: past this, one graph could take hours or exhaust memory. [`Odg::new`]
+    /// refuses a larger graph, so every graph the schedulers, validators and simulators take
+    /// is within it; `pfemu experiment pipelines --odg` checks the same limits.
+    pub const MAX_NODES: usize = 800;
+    /// The most edges a graph may have: 16 per node of the largest (the random graphs have
+    /// about 7 per node).
+    pub const MAX_EDGES: usize = 16 * Odg::MAX_NODES;
+
+    /// The graph of `nodes` and `edges`, checked: at most [`Odg::MAX_NODES`] nodes and
+    /// [`Odg::MAX_EDGES`] edges (checked first, before any work on them), names unique,
+    /// edges between existing nodes, no cycle, no empty operation.
     pub fn new(nodes: Vec<Node>, edges: Vec<Edge>) -> Result<Odg, OdgError> {
-        for (i, n) in nodes.iter().enumerate() {
-            if nodes[..i].iter().any(|m| m.name == n.name) {
+        Odg::check_size(nodes.len(), edges.len())?;
+        let mut names = std::collections::HashSet::with_capacity(nodes.len());
+        for n in &nodes {
+            if !names.insert(n.name.as_str()) {
                 return Err(OdgError::DuplicateName(n.name.clone()));
             }
             if matches!(
@@ -138,6 +168,19 @@ impl Odg {
             edges,
             order,
         })
+    }
+
+    /// Whether a graph of `nodes` nodes and `edges` edges is within [`Odg::MAX_NODES`] and
+    /// [`Odg::MAX_EDGES`], as [`Odg::new`] checks it first: for a caller that builds a graph
+    /// from something larger (a file, a generator), to refuse it before building it.
+    pub fn check_size(nodes: usize, edges: usize) -> Result<(), OdgError> {
+        if nodes > Odg::MAX_NODES {
+            return Err(OdgError::TooManyNodes(nodes));
+        }
+        if edges > Odg::MAX_EDGES {
+            return Err(OdgError::TooManyEdges(edges));
+        }
+        Ok(())
     }
 
     /// The nodes.
