@@ -62,7 +62,49 @@ fn frames_cross_a_fabric_of_each_architecture_and_none_is_lost() {
             (10_000, 10_000, 0)
         );
         assert_eq!(s.cells_in, 40_000, "{architecture}");
+        // An input sends one cell a cycle: a frame takes at least its 4 cycles.
+        assert!(
+            s.mean_frame_cycles.is_some_and(|m| m >= 4.0) && s.max_frame_cycles >= 4,
+            "{architecture}: {s:?}"
+        );
     }
+}
+
+/// A fabric no frame crossed has no mean time for its frames (`None`, not 0 cycles): the
+/// leaf sends everything out of a port of its own, never up its link.
+#[test]
+fn a_fabric_that_delivered_nothing_has_no_mean_frame_time() {
+    let out: Arc<Mutex<Vec<Left>>> = Arc::default();
+    let mut c = Chassis::builder();
+    let leaf = c.pfe("leaf", engine(relay(0, 1, 1)));
+    let top = c.pfe("top", engine(relay(1, 1, 1)));
+    c.link((leaf, 60), (top, 1));
+    c.fabric(ChassisFabric {
+        cell_bytes: 16,
+        ..ChassisFabric::default()
+    });
+    {
+        let out = out.clone();
+        c.sink(Arc::new(
+            move |pfe: usize, port: u16, frames: Frames<'_>| {
+                out.lock()
+                    .extend(frames.iter().map(|f| (pfe, port, f.to_vec())));
+            },
+        ));
+    }
+    let chassis = c.start().unwrap();
+    for seq in 0..100 {
+        chassis
+            .pfe(leaf)
+            .inject_frame(0, &udp_frame(seq as u16, seq, 64))
+            .unwrap();
+    }
+    chassis.drain();
+    let s = chassis.fabric_stats().expect("fabric counters");
+    chassis.shutdown();
+    assert_eq!(out.lock().len(), 100, "every frame left the leaf");
+    assert_eq!((s.frames_in, s.frames_out, s.dropped()), (0, 0, 0));
+    assert_eq!(s.mean_frame_cycles, None, "{s:?}");
 }
 
 /// Sends 5000 frames up a leaf to a top that reflects them, over an ideal link or

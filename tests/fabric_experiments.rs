@@ -473,7 +473,10 @@ fn aggregation_through_the_chassis_fabric_is_exact_under_background_load() {
             row.fabric.background_cells == 0,
             "{row:?}"
         );
-        assert!(row.fabric.mean_frame_cycles > 0.0);
+        assert!(
+            row.fabric.mean_frame_cycles.is_some_and(|m| m > 0.0),
+            "{row:?}"
+        );
     }
     let bad = |f: &dyn Fn(&mut FabricChassisConfig)| {
         let mut c = cfg.clone();
@@ -488,4 +491,69 @@ fn aggregation_through_the_chassis_fabric_is_exact_under_background_load() {
     assert_eq!(bad(&|c| c.window = 0), "--window");
     assert_eq!(bad(&|c| c.cell_bytes = 0), "--cell-bytes");
     assert_eq!(bad(&|c| c.cycles_per_us = f64::NAN), "--cycles-per-us");
+}
+
+/// A chassis row whose fabric delivered no frame has no mean time in it: `-` in the table,
+/// an empty CSV field, null in JSON, no point drawn; not a mean of 0.0 cycles that reads
+/// like an instant fabric. The row beside it, with frames, prints its mean.
+#[test]
+fn a_chassis_row_with_nothing_delivered_has_no_mean_frame_time() {
+    use pfemu::lab::bench::fabric::{ChassisRow, FabricChassisReport};
+    use pfemu::pfe::FabricStats;
+    let row = |architecture: &str, fabric: FabricStats| ChassisRow {
+        architecture: architecture.into(),
+        background: 0.0,
+        span_cycles: fabric.span_cycles(),
+        seconds: 0.5,
+        fabric,
+        sums_exact: false,
+    };
+    let r = FabricChassisReport {
+        config: FabricChassisConfig::default(),
+        rows: vec![
+            // What a fabric that saw no frame reports.
+            row("CPRR", FabricStats::default()),
+            row(
+                "OQ-xbar",
+                FabricStats {
+                    frames_in: 4,
+                    frames_out: 4,
+                    mean_frame_cycles: Some(12.5),
+                    max_frame_cycles: 20,
+                    ..FabricStats::default()
+                },
+            ),
+        ],
+        verified: false,
+    };
+    assert_eq!(r.rows[0].fabric.mean_frame_cycles, None);
+    let table = r.table();
+    let columns = |name: &str| -> Vec<String> {
+        let line = table.lines().find(|l| l.starts_with(name)).expect(name);
+        line.split_whitespace().map(String::from).collect()
+    };
+    // architecture, background, span, seconds, frames, mean, max
+    assert_eq!(columns("CPRR")[4..], ["0", "-", "0"], "{table}");
+    assert_eq!(columns("OQ-xbar")[4..], ["4", "12.5", "20"], "{table}");
+    let mean = r
+        .csv_header()
+        .iter()
+        .position(|h| *h == "mean_frame_cycles")
+        .expect("a mean column");
+    let csv = r.csv_rows();
+    assert_eq!(
+        (csv[0][mean].as_str(), csv[1][mean].as_str()),
+        ("", "12.50")
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert!(
+        json["rows"][0]["fabric"]["mean_frame_cycles"].is_null(),
+        "{json}"
+    );
+    assert_eq!(json["rows"][1]["fabric"]["mean_frame_cycles"], 12.5);
+    let dir = std::env::temp_dir().join(format!("pfemu-chassis-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let svg = dir.join("chassis.svg");
+    r.draw(&svg).expect("drawn without the missing point");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -140,8 +140,9 @@ pub struct FabricStats {
     /// Cycles the fabric ran.
     pub cycles: u64,
     /// Mean cycles from a delivered frame's first cell entering the fabric to its last cell
-    /// leaving it (its wait at the input included).
-    pub mean_frame_cycles: f64,
+    /// leaving it (its wait at the input included); `None` when no frame was delivered (a
+    /// mean of nothing, not 0 cycles).
+    pub mean_frame_cycles: Option<f64>,
     /// The largest of those.
     pub max_frame_cycles: u64,
     /// The cycle the first frame's cells were queued at their input.
@@ -361,11 +362,8 @@ impl FabricRunner {
     /// A snapshot of the counters.
     fn snapshot(&self) -> FabricStats {
         let mut s = self.stats.clone();
-        s.mean_frame_cycles = if s.frames_out > 0 {
-            self.frame_cycles as f64 / s.frames_out as f64
-        } else {
-            0.0
-        };
+        s.mean_frame_cycles =
+            (s.frames_out > 0).then(|| self.frame_cycles as f64 / s.frames_out as f64);
         s
     }
 
@@ -480,7 +478,7 @@ mod tests {
             let want: u64 = (0..20).map(|i| (64 + i as u64).div_ceil(16)).sum::<u64>() + 20 * 7;
             assert_eq!(s.cells_in, want);
             assert!(
-                s.max_frame_cycles >= 7 && s.mean_frame_cycles > 0.0,
+                s.max_frame_cycles >= 7 && s.mean_frame_cycles.is_some_and(|m| m > 0.0),
                 "{s:?}"
             );
             // One output takes a cell a cycle: the span is at least every cell's cycle,

@@ -356,7 +356,11 @@ impl Figure for FabricChassisReport {
                     r.span_cycles.to_string(),
                     format!("{:.4}", r.seconds),
                     r.fabric.frames_out.to_string(),
-                    format!("{:.2}", r.fabric.mean_frame_cycles),
+                    // No frame delivered, no mean: an empty field.
+                    r.fabric
+                        .mean_frame_cycles
+                        .map(|m| format!("{m:.2}"))
+                        .unwrap_or_default(),
                     r.fabric.max_frame_cycles.to_string(),
                     r.fabric.cycles.to_string(),
                     r.fabric.background_cells.to_string(),
@@ -367,20 +371,21 @@ impl Figure for FabricChassisReport {
     }
 
     fn draw(&self, path: &Path) -> Result<(), PlotError> {
-        let line = |i: usize, a: Architecture, y: &dyn Fn(&ChassisRow) -> f64| Line {
+        // The rows that have a `y` (a run that delivered no frame has no mean).
+        let line = |i: usize, a: Architecture, y: &dyn Fn(&ChassisRow) -> Option<f64>| Line {
             series: Series {
                 name: a.name(),
                 points: self
                     .rows
                     .iter()
                     .filter(|r| r.architecture == a.name())
-                    .map(|r| (r.background, y(r)))
+                    .filter_map(|r| Some((r.background, y(r)?)))
                     .collect(),
             },
             color: i,
             dashed: false,
         };
-        let panel = |title: &str, y_label: &str, y: &dyn Fn(&ChassisRow) -> f64| Panel {
+        let panel = |title: &str, y_label: &str, y: &dyn Fn(&ChassisRow) -> Option<f64>| Panel {
             title: title.into(),
             x_label: "background load (cells / input / cycle)".into(),
             y_label: y_label.into(),
@@ -402,7 +407,7 @@ impl Figure for FabricChassisReport {
                         r.fabric.mean_frame_cycles
                     }),
                     panel("aggregation time in the fabric", "cycles", &|r| {
-                        r.span_cycles as f64
+                        Some(r.span_cycles as f64)
                     }),
                 ],
             },
@@ -415,14 +420,18 @@ impl Figure for FabricChassisReport {
             "", "background", "span cycles", "seconds", "frames", "mean cycles", "max cycles"
         );
         for r in &self.rows {
+            // No frame delivered, no mean: `-`.
+            let mean = r
+                .fabric
+                .mean_frame_cycles
+                .map_or(format!("{:>12}", "-"), |m| format!("{m:>12.1}"));
             t += &format!(
-                "{:<10} {:>10} {:>12} {:>9.3} {:>8} {:>12.1} {:>10}\n",
+                "{:<10} {:>10} {:>12} {:>9.3} {:>8} {mean} {:>10}\n",
                 r.architecture,
                 r.background,
                 r.span_cycles,
                 r.seconds,
                 r.fabric.frames_out,
-                r.fabric.mean_frame_cycles,
                 r.fabric.max_frame_cycles
             );
         }
