@@ -495,6 +495,74 @@ fn slot_taken_again_under(in_gate: bool, labels: &[&'static str]) -> SlotTakenAg
     }
 }
 
+/// How [`stale_entry_under`] frees the slot of block 5's generation 0 under its held
+/// finisher.
+#[derive(Clone, Copy)]
+enum Freed {
+    /// Both sources' packets of generation 1: it finishes, and its Result replaces
+    /// generation 0's kept one (sent to the group, in `sent`).
+    ByGeneration1,
+    /// Scans at 16 and 32 ms: generation 0's kept Result expires (a job that keeps Results
+    /// 1 ns); nothing is sent.
+    ByExpiry,
+}
+
+/// Block 5 with a stale active entry under its held finisher ([`stale_entry_under`]).
+struct StaleEntry {
+    h: Harness,
+    program: Program,
+    trio: TrioMl,
+    /// The Results sent so far.
+    sent: Vec<(Dest, Vec<u8>)>,
+    /// Source 1's packet of generation 0, held before `release_block`.
+    finisher: common::Held,
+}
+
+/// The stale-entry tests' opening, on `installed` (a job of two slots): source 0's packet of
+/// block 5's generation 0, then source 1's, which finishes it and keeps its Result, held
+/// before `release_block` (before it takes the block's key out of the active table). Then
+/// generation 0's slot is freed as `freed` says, and source 0's packet of block 6 takes
+/// it: block 5's home slot, free again.
+///
+/// The state it leaves: the finisher held (generation 0's Result not sent yet: it goes
+/// once the finisher goes on); block 6 started in the slot with source 0 alone; generation
+/// 0's entry still in the active table, stale (its slot's tag is block 6's now), beside
+/// block 6's; `sent` holding generation 1's Result if [`Freed::ByGeneration1`], and
+/// nothing else.
+fn stale_entry_under(
+    (mem, trio, program): (Arc<SharedMemory>, TrioMl, Program),
+    freed: Freed,
+) -> StaleEntry {
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
+    let finisher = common::hold_before(
+        &mem,
+        &program,
+        "release_block",
+        (1, 0),
+        packet_of_gen(5, 0, 1),
+    );
+    match freed {
+        Freed::ByGeneration1 => {
+            sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
+        }
+        Freed::ByExpiry => {
+            for now in [16 * MS, 32 * MS] {
+                sent.extend(scan(&mut h, &program, now));
+            }
+            assert_eq!(trio.kept_records(), 0, "the Result expired");
+        }
+    }
+    sent.extend(h.run(&program, 0, &packet(6, 0, 0)).created);
+    StaleEntry {
+        h,
+        program,
+        trio,
+        sent,
+        finisher,
+    }
+}
+
 /// Each generation's sums: (gen * 10 + 1) + (gen * 10 + 2), generation 0's from source 0
 /// alone (it aged out).
 fn three_generations() -> Vec<(u16, Vec<i32>)> {
@@ -746,18 +814,13 @@ fn a_kept_result_taken_again_while_it_is_copied_out_is_not_sent() {
 /// than looking it up again and again until its instruction budget runs out.
 #[test]
 fn a_stale_active_entry_is_dropped_by_the_packet_that_finds_it() {
-    let (mem, trio, program) = install_with_slots(2);
-    let mut h = Harness::new(mem.clone());
-    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
-    let finisher = common::hold_before(
-        &mem,
-        &program,
-        "release_block",
-        (1, 0),
-        packet_of_gen(5, 0, 1),
-    );
-    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
-    sent.extend(h.run(&program, 0, &packet(6, 0, 0)).created);
+    let StaleEntry {
+        mut h,
+        program,
+        trio,
+        mut sent,
+        finisher,
+    } = stale_entry_under(install_with_slots(2), Freed::ByGeneration1);
     assert_eq!(
         trio.active_records(),
         2,
@@ -783,18 +846,14 @@ fn a_stale_active_entry_is_dropped_by_the_packet_that_finds_it() {
 /// out early: a partial Result before its `block_exp`.
 #[test]
 fn a_stale_active_entry_does_not_age_the_block_in_its_slot() {
-    let (mem, trio, program) = install_job(2, TrioMlConfig::default().keep_result_ns, 3);
-    let mut h = Harness::new(mem.clone());
-    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
-    let finisher = common::hold_before(
-        &mem,
-        &program,
-        "release_block",
-        (1, 0),
-        packet_of_gen(5, 0, 1),
-    );
-    sent.extend(from_both(&mut h, &program, |src| packet_of_gen(5, 1, src)));
-    sent.extend(h.run(&program, 0, &packet(6, 0, 0)).created);
+    let installed = install_job(2, TrioMlConfig::default().keep_result_ns, 3);
+    let StaleEntry {
+        mut h,
+        program,
+        trio,
+        mut sent,
+        finisher,
+    } = stale_entry_under(installed, Freed::ByGeneration1);
     assert_eq!(
         trio.active_records(),
         2,
@@ -866,22 +925,14 @@ fn a_kept_result_whose_slot_holds_a_block_being_filled_is_not_sent() {
 /// with its slot).
 #[test]
 fn a_finisher_leaves_the_entry_of_its_block_started_anew_alone() {
-    let (mem, trio, program) = install_keeping(2, 1);
-    let mut h = Harness::new(mem.clone());
-    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
-    let finisher = common::hold_before(
-        &mem,
-        &program,
-        "release_block",
-        (1, 0),
-        packet_of_gen(5, 0, 1),
-    );
-    for now in [16 * MS, 32 * MS] {
-        sent.extend(scan(&mut h, &program, now));
-    }
-    assert_eq!(trio.kept_records(), 0, "the Result expired");
-    // Block 6's generation 0 has block 5's home slot, free again.
-    sent.extend(h.run(&program, 0, &packet(6, 0, 0)).created);
+    // Block 6's generation 0 has block 5's home slot, free again once the Result expired.
+    let StaleEntry {
+        mut h,
+        program,
+        trio,
+        mut sent,
+        finisher,
+    } = stale_entry_under(install_keeping(2, 1), Freed::ByExpiry);
     let late = h.run(&program, 0, &packet_of_gen(5, 0, 0));
     assert_eq!(late.result, Ok(Verdict::Consume), "block 5 started anew");
     assert_eq!(trio.active_records(), 2);
