@@ -369,12 +369,11 @@ fn program(name: &str, odg: Odg, pfe: &'static str) -> Input {
     }
 }
 
-/// The most nodes an `--odg` graph may have: twice the random graphs' largest (200 slots,
-/// at most 400 nodes), far above the shipped programs' dozen. Every graph is scheduled at
-/// each period up to `--max-processors` and simulated, which grows faster than its size.
-pub const MAX_ODG_NODES: usize = 800;
-/// The most edges an `--odg` graph may have: 16 per node of the largest.
-pub const MAX_ODG_EDGES: usize = 16 * MAX_ODG_NODES;
+/// The most nodes an `--odg` graph may have: the library's [`Odg::MAX_NODES`], which
+/// [`Odg::new`] enforces for every caller.
+pub const MAX_ODG_NODES: usize = Odg::MAX_NODES;
+/// The most edges an `--odg` graph may have: the library's [`Odg::MAX_EDGES`].
+pub const MAX_ODG_EDGES: usize = Odg::MAX_EDGES;
 /// The largest `--odg` file read, in bytes.
 pub const MAX_ODG_BYTES: u64 = 16 << 20;
 /// The most processors (and RMT stages) the throughput curve simulates: past them a point
@@ -402,20 +401,7 @@ fn read_odg(path: &Path) -> Result<Odg, ExperimentError> {
     }
     let description: pipeline::Description =
         serde_json::from_str(&text).map_err(|e| option(format!("{}: {e}", path.display())))?;
-    if description.nodes.len() > MAX_ODG_NODES {
-        return Err(option(format!(
-            "{}: {} nodes, at most {MAX_ODG_NODES}",
-            path.display(),
-            description.nodes.len()
-        )));
-    }
-    if description.edges.len() > MAX_ODG_EDGES {
-        return Err(option(format!(
-            "{}: {} edges, at most {MAX_ODG_EDGES}",
-            path.display(),
-            description.edges.len()
-        )));
-    }
+    // `to_odg` refuses a graph over the limits before it reads a node.
     let odg = description
         .to_odg()
         .map_err(|e| option(format!("{}: {e}", path.display())))?;
