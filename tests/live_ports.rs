@@ -1814,6 +1814,131 @@ fn a_tap_port_stops_while_frames_keep_arriving() {
     assert_eq!(p.rx_errors, 0, "{p:#?}");
 }
 
+/// Sends `n` copies of `frame` into `iface` through `tx`, each accepted by the kernel (a
+/// veth that refuses one with `ENOBUFS` gets it again).
+fn send_exactly(tx: &RawSocket, frame: &[u8], n: u64) {
+    let end = Instant::now() + DEADLINE;
+    let mut sent = 0;
+    while sent < n {
+        assert!(
+            Instant::now() < end,
+            "sent only {sent} of {n} frames into {} within {DEADLINE:?}",
+            tx.name()
+        );
+        let (ok, errors) =
+            tx.send_counting(std::iter::repeat_n(frame, (n - sent).min(64) as usize));
+        sent += ok;
+        for e in errors {
+            assert_eq!(
+                e.raw_os_error(),
+                Some(libc::ENOBUFS),
+                "sending into {}: {e}",
+                tx.name()
+            );
+        }
+    }
+}
+
+/// A stopped interface port takes no more frames, although its socket stays open (for
+/// sending) as long as the engine lives: frames that arrive after `RunningPorts::stop`
+/// enter none of its counters, nor the kernel's count for it, so the stop's counts are
+/// final, and every frame the kernel handed the port is taken or counted as dropped.
+#[test]
+fn a_stopped_interface_port_takes_no_more_frames() {
+    use pfemu::lab::ports::LivePorts;
+    use pfemu::mem::{MemConfig, SharedMemory};
+    use pfemu::microcode::filter::Filter;
+    use pfemu::pfe::Pfe;
+    use std::sync::Arc;
+
+    let Some(mut lab) = NetLab::new("a_stopped_interface_port_takes_no_more_frames") else {
+        return;
+    };
+    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
+    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
+        println!("skipped: the kernel refused a veth pair: {e}");
+        return;
+    }
+    const BEFORE: u64 = 200;
+    const AFTER: u64 = 300;
+    let ports = LivePorts::open(&PortsConfig::new(vec![PortSpec::interface(&format!(
+        "0={p0}"
+    ))
+    .expect("spec")]))
+    .expect("the port binds");
+    // The sink (and with it the port's socket) outlives the stop: the engine holds it.
+    let sink = ports.sink();
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
+    let filter = Filter::install(&mem).expect("the filter installs");
+    let mut pfe = Pfe::builder()
+        .ppe_threads(1)
+        .sink(sink.clone())
+        .program(filter.program())
+        .memory(mem)
+        .build()
+        .expect("the engine builds");
+    pfe.start().expect("the engine starts");
+    let running = ports.start(Arc::new(pfe)).expect("the port starts");
+    let pfe = Arc::clone(running.pfe());
+    let tx = RawSocket::open(&s0, false).expect("the sender's socket");
+    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+
+    send_exactly(&tx, &frame, BEFORE);
+    wait_for(
+        &format!("port 0 to take the {BEFORE} frames sent before the stop"),
+        || {
+            let p = &running.report().ports[0];
+            p.rx_frames + p.rx_dropped() >= BEFORE
+        },
+        std::thread::sleep,
+    );
+    let stopped = running.stop();
+    let at_stop = stopped.ports[0].clone();
+    assert!(at_stop.rx_accounted(), "{at_stop:#?}");
+    assert_eq!(
+        (at_stop.rx_kernel_frames, at_stop.rx_frames),
+        (BEFORE, BEFORE),
+        "the kernel handed the port the frames sent, and it took them all: {at_stop:#?}"
+    );
+
+    // Frames arriving now reach the interface (an observer on it sees them all, and the
+    // last one after the port's socket was offered every other: the kernel hands a frame
+    // to every socket on the interface before it takes the next), but not the port.
+    let observer = RawSocket::open(&p0, true).expect("the observer's socket");
+    send_exactly(&tx, &frame, AFTER + 1);
+    let (mut seen, mut buf) = (0u64, vec![0u8; 2048]);
+    wait_for(
+        &format!(
+            "the observer on {p0} to see the {} frames sent after the stop",
+            AFTER + 1
+        ),
+        || {
+            while let Ok(Some(_)) = observer.try_recv(&mut buf) {
+                seen += 1;
+            }
+            seen > AFTER
+        },
+        |d| {
+            let _ = observer.wait(d);
+        },
+    );
+    let after = sink.report().ports[0].clone();
+    assert_eq!(
+        after.rx_kernel_frames,
+        at_stop.rx_kernel_frames,
+        "{} frames arrived at {p0} after the stop; the stopped port's socket took some of \
+         them, which no counter of the stop's report holds: {after:#?}",
+        AFTER + 1
+    );
+    assert_eq!(after, at_stop, "the counters after the stop are the stop's");
+    assert!(after.rx_accounted(), "{after:#?}");
+    drop(sink);
+    let engine = Arc::try_unwrap(pfe)
+        .unwrap_or_else(|_| panic!("the engine is still shared"))
+        .shutdown();
+    assert_eq!(engine.packets_in, BEFORE, "{engine:#?}");
+}
+
 #[test]
 fn pfemu_run_stops_on_ctrl_c_while_frames_keep_arriving() {
     let _alone = alone();

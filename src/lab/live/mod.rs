@@ -241,13 +241,15 @@ pub struct LiveReport {
 }
 
 impl LiveReport {
-    /// Every frame accounted for (exact once the run is over): the frames the ports
-    /// injected are the engine's `packets_in`, each of which left, was consumed or dropped
-    /// (`Stats::is_conserved`, nothing in flight), and every frame the engine handed the
-    /// ports left or was counted as a transmit drop.
+    /// Every frame accounted for (exact once the run is over): every frame the kernel
+    /// handed a port was taken or counted as dropped ([`PortsReport::rx_accounted`]), the
+    /// frames the ports injected are the engine's `packets_in`, each of which left, was
+    /// consumed or dropped (`Stats::is_conserved`, nothing in flight), and every frame the
+    /// engine handed the ports left or was counted as a transmit drop.
     pub fn accounted(&self) -> bool {
         let e = &self.engine;
-        self.ports.rx_frames() == e.packets_in
+        self.ports.rx_accounted()
+            && self.ports.rx_frames() == e.packets_in
             && e.is_conserved()
             && e.in_flight == 0
             && self.ports.tx_frames() + self.ports.tx_dropped() == e.frames_tx

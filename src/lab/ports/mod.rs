@@ -37,18 +37,26 @@
 //! The ring defaults to 64 blocks of 256 KiB (16 MiB per port, about 100 000 small frames)
 //! with a 1 ms block timeout: big blocks amortise the handover at load, and the timeout
 //! bounds what a lone frame (a ping) waits. An RX thread looks at the stop flag before every
-//! block (or TAP burst) it takes, and every [`PortsConfig::poll_ms`] (20 ms) while idle; once
-//! it is up, the thread takes what is ready then (the blocks handed over and the one in
-//! progress; a TAP device's queue) and no more, so a flood that never lets the ring empty
-//! does not keep it running: what arrives after stays, counted as `rx_unread`.
+//! block (or TAP burst) it takes, and every [`PortsConfig::poll_ms`] (20 ms) while idle. Once
+//! it is up, an interface port's thread first stops the kernel's delivery to its socket (a
+//! classic BPF filter that takes no frame, then a rebinding that waits for the frames on
+//! their way in), so nothing more enters the ring however fast frames keep arriving, and
+//! then takes every frame the ring holds (the kernel's count says how many), the block in
+//! progress included: the kernel's count is final, and every frame in it is taken or counted
+//! as dropped. A TAP port's thread takes what the device's queue held at the stop and no
+//! more; what arrives after is read and discarded at the stop, counted as `rx_unread`.
 //!
 //! # Nothing silently lost
 //!
-//! Every frame is counted somewhere ([`PortStats`]): received and injected (`rx_frames`,
+//! Every frame the kernel hands a port (`rx_kernel_frames`) is counted once somewhere
+//! ([`PortStats`], [`PortStats::rx_accounted`]): received and injected (`rx_frames`,
 //! which add up to the engine's `packets_in`), dropped by the kernel because the ring was
 //! full (`rx_kernel_drops`), cut short by the ring (`rx_truncated`: longer than a block),
 //! in a block that did not parse (`rx_bad_block_frames`), or still in the ring (or a TAP
-//! device's queue) when the port stopped (`rx_unread`). Out: sent (`tx_frames`) or refused
+//! device's queue) when the port stopped (`rx_unread`). A stopped interface port takes no
+//! more frames (they arrive at the interface, and the host counts them there), so the
+//! counts of [`RunningPorts::stop`] are final although the socket stays open, for sending,
+//! until the engine shuts down. Out: sent (`tx_frames`) or refused
 //! by the kernel (`tx_errors`, by error: `EMSGSIZE` for a frame longer than the interface's
 //! MTU, `ENETDOWN`, `ENOBUFS`, ...), and frames for a port no interface is bound to
 //! ([`PortsReport::tx_unbound`]).
@@ -372,6 +380,10 @@ struct Counters {
     rx_errors: AtomicU64,
     /// Frames the RX thread took from the ring, whatever became of them.
     rx_seen: AtomicU64,
+    /// Frames left untaken at the stop (set once, by [`RunningPorts::stop`]).
+    rx_unread: AtomicU64,
+    /// Whether the kernel's delivery to the port was stopped ([`Bound::stop_delivery`]).
+    rx_closed: AtomicBool,
     tx_frames: CachePadded<AtomicU64>,
     tx_bytes: AtomicU64,
     tx_errors: Mutex<BTreeMap<String, u64>>,
@@ -423,6 +435,13 @@ pub struct PortStats {
     pub rx_frames: u64,
     /// Their bytes.
     pub rx_bytes: u64,
+    /// Frames the kernel handed to the port: an interface's `PACKET_STATISTICS`
+    /// `tp_packets` (the frames it stored in the ring and those it dropped because the ring
+    /// was full), a TAP device's frames read. Once the port has stopped, every one of them
+    /// is in exactly one other counter: `rx_frames + rx_dropped() + rx_outgoing_skipped`
+    /// ([`PortStats::rx_accounted`]). A stopped port takes no more frames, so this count
+    /// does not grow after [`RunningPorts::stop`].
+    pub rx_kernel_frames: u64,
     /// Frames dropped by the kernel because the receive ring was full (`PACKET_STATISTICS`
     /// `tp_drops`; 0 for a TAP port, whose overflow the host counts as its TX drops).
     pub rx_kernel_drops: u64,
@@ -439,9 +458,11 @@ pub struct PortStats {
     pub rx_outgoing_skipped: u64,
     /// Frames the RX thread could not inject because the engine had stopped.
     pub rx_engine_stopped: u64,
-    /// Frames that arrived and were not taken when the port stopped (counted at
-    /// [`RunningPorts::stop`] only: a running ring always holds some): left in the ring,
-    /// or in a TAP device's queue (read and discarded then).
+    /// Frames the kernel had handed to the port and that were not taken when it stopped
+    /// (counted at [`RunningPorts::stop`] only: a running ring always holds some). An
+    /// interface port takes everything its ring holds at the stop, so this stays 0 unless
+    /// the kernel failed to hand over a block in time; a TAP port: frames left in the
+    /// device's queue (read and discarded then).
     pub rx_unread: u64,
     /// Frames whose offloaded TCP/UDP checksum was completed.
     pub rx_checksums_completed: u64,
@@ -464,6 +485,13 @@ pub struct PortStats {
 }
 
 impl PortStats {
+    /// Whether every frame the kernel handed to the port is in one of its counters: taken
+    /// (injected, skipped as outgoing) or dropped ([`PortStats::rx_dropped`]). Exact once
+    /// the port has stopped; while it runs, the counters are read one after another.
+    pub fn rx_accounted(&self) -> bool {
+        self.rx_kernel_frames == self.rx_frames + self.rx_dropped() + self.rx_outgoing_skipped
+    }
+
     /// Frames that arrived and were lost before the engine: kernel drops, cut frames, bad
     /// blocks, frames offered to a stopped engine, frames left unread.
     pub fn rx_dropped(&self) -> u64 {
@@ -499,6 +527,12 @@ impl PortsReport {
         self.ports.iter().map(|p| p.rx_frames).sum()
     }
 
+    /// Whether every port accounts for every frame the kernel handed it
+    /// ([`PortStats::rx_accounted`]; exact once the ports have stopped).
+    pub fn rx_accounted(&self) -> bool {
+        self.ports.iter().all(PortStats::rx_accounted)
+    }
+
     /// Frames lost on reception over all ports ([`PortStats::rx_dropped`]).
     pub fn rx_dropped(&self) -> u64 {
         self.ports.iter().map(PortStats::rx_dropped).sum()
@@ -527,29 +561,63 @@ enum PortIo {
 struct Bound {
     port: Port,
     kind: PortKind,
+    /// The interface's index (0 for a TAP port).
+    ifindex: i32,
     io: PortIo,
     counters: Counters,
 }
 
 impl Bound {
-    /// The counters now; polls the kernel's receive statistics first.
-    fn stats(&self) -> PortStats {
-        let c = &self.counters;
+    /// The kernel's receive statistics since the port opened: reads (and so resets) the
+    /// kernel's, adding them to those read before, under the lock so that no reader sees
+    /// a read not yet added.
+    fn kernel_stats(&self) -> sys::KernelStats {
+        let mut acc = self.counters.kernel.lock();
         if let PortIo::Packet(s) = &self.io {
             if let Ok(k) = s.take_stats() {
-                let mut acc = c.kernel.lock();
                 acc.packets += k.packets;
                 acc.drops += k.drops;
                 acc.freezes += k.freezes;
             }
         }
-        let k = *c.kernel.lock();
+        *acc
+    }
+
+    /// Stops the kernel's delivery of frames to an interface port's socket, once (see
+    /// [`PacketSocket::stop_receiving`]); a warning says so when it cannot.
+    fn stop_delivery(&self, warnings: &Mutex<Vec<String>>) {
+        let PortIo::Packet(sock) = &self.io else {
+            return;
+        };
+        if self.counters.rx_closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = sock.stop_receiving(self.ifindex) {
+            // Without the filter the ring keeps filling: what arrives until the stop's
+            // count is counted as unread, but frames arriving after it are in no counter.
+            warnings.lock().push(format!(
+                "port {}: {}: could not stop the kernel's delivery at the stop ({e}): \
+                 frames arriving until the port closes may be in no counter",
+                self.port, self.kind
+            ));
+        }
+    }
+
+    /// The counters now; polls the kernel's receive statistics first.
+    fn stats(&self) -> PortStats {
+        let c = &self.counters;
+        let k = self.kernel_stats();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let rx_unread = get(&c.rx_unread);
         PortStats {
             port: self.port,
             binding: Some(self.kind.clone()),
             rx_frames: get(&c.rx_frames),
             rx_bytes: get(&c.rx_bytes),
+            rx_kernel_frames: match self.io {
+                PortIo::Packet(_) => k.packets,
+                PortIo::Tap(_) => get(&c.rx_seen) + rx_unread,
+            },
             rx_kernel_drops: k.drops,
             rx_ring_full_events: k.freezes,
             rx_truncated: get(&c.rx_truncated),
@@ -557,7 +625,7 @@ impl Bound {
             rx_bad_blocks: get(&c.rx_bad_blocks),
             rx_outgoing_skipped: get(&c.rx_outgoing),
             rx_engine_stopped: get(&c.rx_engine_stopped),
-            rx_unread: 0,
+            rx_unread,
             rx_checksums_completed: get(&c.rx_checksums_completed),
             rx_checksums_left: get(&c.rx_checksums_left),
             rx_vlan_restored: get(&c.rx_vlan_restored),
@@ -570,14 +638,14 @@ impl Bound {
     }
 
     /// Frames that arrived and were not taken by the time the port stopped (its RX thread
-    /// has ended). An interface: those in the ring, the kernel's count (read by
-    /// [`Bound::stats`] first) less those the RX thread took. A TAP device: those in its
+    /// has ended, having stopped the kernel's delivery). An interface: those in the ring,
+    /// the kernel's final count less those the RX thread took. A TAP device: those in its
     /// queue, read here and discarded, at most a queue's worth (a host that keeps sending
     /// refills it; what is still queued when the port closes was sent after the stop).
     fn unread(&self) -> u64 {
         match &self.io {
             PortIo::Packet(_) => {
-                let k = *self.counters.kernel.lock();
+                let k = self.kernel_stats();
                 (k.packets.saturating_sub(k.drops))
                     .saturating_sub(self.counters.rx_seen.load(Ordering::Relaxed))
             }
@@ -692,6 +760,16 @@ impl Sink for PortSink {
     }
 }
 
+impl PortSink {
+    /// The ports' counters now. The sink lives as long as the engine built with it, and
+    /// the interfaces stay bound (for sending) until then, so this reads them after
+    /// [`RunningPorts::stop`] too: a stopped port takes no more frames, and its counters
+    /// stay as the stop's report gave them (but for what the engine still sends).
+    pub fn report(&self) -> PortsReport {
+        self.shared.report()
+    }
+}
+
 /// Ports bound to interfaces, not yet receiving (see the module docs).
 #[derive(Debug)]
 pub struct LivePorts {
@@ -745,10 +823,11 @@ impl LivePorts {
         let mut rings = Vec::new();
         let mut warnings = Vec::new();
         for s in &cfg.ports {
-            let (io, ring) = open_port(s, cfg, &mut warnings)?;
+            let (io, ifindex, ring) = open_port(s, cfg, &mut warnings)?;
             bound.push(Bound {
                 port: s.port,
                 kind: s.kind.clone(),
+                ifindex,
                 io,
                 counters: Counters::default(),
             });
@@ -831,12 +910,12 @@ impl LivePorts {
     }
 }
 
-/// Opens one port: its I/O, and for an interface its ring.
+/// Opens one port: its I/O, and for an interface its index and ring.
 fn open_port(
     s: &PortSpec,
     cfg: &PortsConfig,
     warnings: &mut Vec<String>,
-) -> Result<(PortIo, Option<RxRing>), PortError> {
+) -> Result<(PortIo, i32, Option<RxRing>), PortError> {
     let err = |source: io::Error| match source.kind() {
         io::ErrorKind::PermissionDenied => PortError::Permission {
             port: s.port,
@@ -852,7 +931,7 @@ fn open_port(
     match &s.kind {
         PortKind::Tap(name) => {
             let tap = Tap::open(name).map_err(err)?;
-            Ok((PortIo::Tap(tap), None))
+            Ok((PortIo::Tap(tap), 0, None))
         }
         PortKind::Interface(name) => {
             let ifindex = sys::if_index(name).map_err(|e| {
@@ -891,7 +970,7 @@ fn open_port(
                     s.port
                 ));
             }
-            Ok((PortIo::Packet(sock), Some(ring)))
+            Ok((PortIo::Packet(sock), ifindex, Some(ring)))
         }
     }
 }
@@ -930,27 +1009,25 @@ impl RunningPorts {
         &self.pfe
     }
 
-    /// Stops receiving (each RX thread takes what the kernel had handed over when it saw
-    /// the stop, and the block in progress within a block timeout; no more, however fast
-    /// frames keep arriving), drains the engine so everything in flight leaves through the
-    /// ports, and returns the final counters, with the frames still unread counted in
-    /// [`PortStats::rx_unread`]. The engine keeps running (shut it down after).
+    /// Stops receiving (each interface port stops the kernel's delivery to its socket, then
+    /// takes every frame the kernel had stored in its ring; a TAP port takes what its
+    /// device's queue held; no more, however fast frames keep arriving), drains the engine
+    /// so everything in flight leaves through the ports, and returns the final counters,
+    /// with the frames still unread counted in [`PortStats::rx_unread`]. The engine keeps
+    /// running (shut it down after); the ports take no more frames.
     pub fn stop(mut self) -> PortsReport {
         self.stop_threads();
         self.pfe.drain();
-        let mut r = self.shared.report();
-        for (p, b) in r.ports.iter_mut().zip({
-            let mut b: Vec<&Bound> = self.shared.bound.iter().collect();
-            b.sort_by_key(|b| b.port);
-            b
-        }) {
-            p.rx_unread = b.unread();
+        for b in &self.shared.bound {
+            // Done by its RX thread, unless that ended early (an error).
+            b.stop_delivery(&self.shared.warnings);
+            b.counters.rx_unread.store(b.unread(), Ordering::Relaxed);
         }
-        r
+        self.shared.report()
     }
 
-    /// Sets the stop flag and joins the RX threads (each within a poll, the blocks ready
-    /// when it saw the flag, and a block timeout).
+    /// Sets the stop flag and joins the RX threads (each within a poll, and the frames its
+    /// ring held when it saw the flag).
     fn stop_threads(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         for h in std::mem::take(&mut self.threads) {
@@ -970,6 +1047,13 @@ impl Drop for RunningPorts {
     fn drop(&mut self) {
         self.stop_threads();
     }
+}
+
+/// How long a stopping interface port waits for the kernel to hand over the frames it had
+/// stored: the block in progress is handed over within two block timeouts, and a second
+/// more allows for a loaded machine.
+fn stop_wait(block_timeout_ms: i32) -> Duration {
+    Duration::from_millis(2 * u64::try_from(block_timeout_ms).unwrap_or(0) + 1000)
 }
 
 /// Where a frame to inject is: in the ring block, or in the scratch buffer (a frame that
@@ -1056,39 +1140,19 @@ impl RxThread {
         let mut frames: Vec<RxFrame> = Vec::new();
         let mut srcs: Vec<Src> = Vec::new();
         let mut scratch: Vec<u8> = Vec::new();
-        // Once the stop flag is up, the blocks still to take: those handed over by then and
-        // the block in progress. Under a flood a block is always ready, so the flag is
-        // looked at before every block, and what arrives after it stays in the ring
-        // (counted as `rx_unread`).
-        let mut left: Option<usize> = None;
-        // Whether the one wait (of a block timeout) for the block in progress is done.
-        let mut last_wait = false;
         loop {
-            if left.is_none() && self.stop.load(Ordering::Relaxed) {
-                left = Some(ring.ready_blocks() + 1);
-            }
-            if left == Some(0) {
-                return;
+            // Under a flood a block is always ready, so the flag is looked at before every
+            // block.
+            if self.stop.load(Ordering::Relaxed) {
+                return self.finish_ring(sock, &mut ring, &mut frames, &mut srcs, &mut scratch);
             }
             let took = ring.with_ready_block(|block| {
                 self.take_block(block, &mut frames, &mut srcs, &mut scratch)
             });
             if took.is_some() {
-                if let Some(n) = &mut left {
-                    *n -= 1;
-                }
                 continue;
             }
-            let timeout = if left.is_some() {
-                if last_wait {
-                    return;
-                }
-                last_wait = true;
-                2 * self.block_timeout_ms + 1
-            } else {
-                self.poll_ms
-            };
-            match sock.poll(timeout) {
+            match sock.poll(self.poll_ms) {
                 Ok(ev) if sys::has_error(ev) => {
                     if let Some(e) = sock.take_error() {
                         self.bound().counters.rx_error(e.to_string());
@@ -1097,6 +1161,53 @@ impl RxThread {
                 Ok(_) => {}
                 Err(e) => {
                     self.bound().counters.rx_error(format!("poll: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The end of an interface port's receiving: stops the kernel's delivery to the socket
+    /// (after which nothing enters the ring, nor is anything on its way in), then takes
+    /// every frame the kernel had stored, the block it was filling included (handed over
+    /// within a block timeout). The kernel's count says how many that is, so the work is
+    /// bounded by the ring's size however fast frames keep arriving; what is not taken by
+    /// [`stop_wait`] (the kernel did not hand the block over) is counted as `rx_unread`.
+    fn finish_ring(
+        &self,
+        sock: &PacketSocket,
+        ring: &mut RxRing,
+        frames: &mut Vec<RxFrame>,
+        srcs: &mut Vec<Src>,
+        scratch: &mut Vec<u8>,
+    ) {
+        let b = self.bound();
+        b.stop_delivery(&self.shared.warnings);
+        let k = b.kernel_stats();
+        let stored = k.packets.saturating_sub(k.drops);
+        let deadline = Instant::now() + stop_wait(self.block_timeout_ms);
+        loop {
+            while ring
+                .with_ready_block(|block| self.take_block(block, frames, srcs, scratch))
+                .is_some()
+            {}
+            if b.counters.rx_seen.load(Ordering::Relaxed) >= stored {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
+            match sock.poll(ms) {
+                Ok(ev) if sys::has_error(ev) => {
+                    if let Some(e) = sock.take_error() {
+                        b.counters.rx_error(e.to_string());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    b.counters.rx_error(format!("poll: {e}"));
                     return;
                 }
             }

@@ -205,10 +205,17 @@ impl PacketSocket {
     /// Binds the socket to interface `ifindex`, all protocols: from now on it receives the
     /// interface's frames and sends out of it.
     pub fn bind(&self, ifindex: i32) -> io::Result<()> {
+        self.bind_protocol(ifindex, ETH_P_ALL_BE)
+            .map_err(|e| io::Error::new(e.kind(), format!("bind: {e}")))
+    }
+
+    /// Binds the socket to interface `ifindex` and protocol `protocol_be` (network byte
+    /// order, not 0: 0 keeps the current one). The error is the OS error as it is.
+    fn bind_protocol(&self, ifindex: i32, protocol_be: u16) -> io::Result<()> {
         // SAFETY: `sockaddr_ll` is plain data for which all-zero bytes are valid.
         let mut sll: libc::sockaddr_ll = unsafe { MaybeUninit::zeroed().assume_init() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETH_P_ALL_BE;
+        sll.sll_protocol = protocol_be;
         sll.sll_ifindex = ifindex;
         // SAFETY: `sll` is a valid `sockaddr_ll` living across the call, and the length
         // given is its size.
@@ -220,9 +227,59 @@ impl PacketSocket {
             )
         };
         if r != 0 {
-            return Err(os_error("bind"));
+            return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Stops the kernel's delivery of frames to the socket for good, sending being
+    /// unchanged: once this returns, no frame enters the socket (its receive ring), nor is
+    /// one still on its way in, so what the ring holds and `PACKET_STATISTICS` counts are
+    /// final.
+    ///
+    /// First a classic BPF filter that takes no frame (`ret #0`; the kernel runs it before
+    /// it counts or stores a frame, so a refused frame is in none of the socket's counters).
+    /// A receive path that passed the old (absent) filter just before may still be storing
+    /// its frame, so then the socket is bound to another protocol and back
+    /// (`ifindex` being the interface it is bound to): each rebinding takes the socket off
+    /// the interface and waits for every receive in progress to end (the kernel's
+    /// `synchronize_net`). Frames sent while it is rebound carry another protocol in the
+    /// kernel's metadata only (not in their bytes), for that moment.
+    ///
+    /// An `ENODEV` from the rebinding means the interface is gone, and with it any frame
+    /// to come: not an error.
+    pub fn stop_receiving(&self, ifindex: i32) -> io::Result<()> {
+        let mut drop_all = libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        };
+        let prog = libc::sock_fprog {
+            len: 1,
+            filter: &mut drop_all,
+        };
+        // `prog` points to `drop_all`, which lives across the call; the kernel copies the
+        // program in (see `set_opt` for the rest).
+        set_opt(
+            &self.fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &prog,
+            "SO_ATTACH_FILTER (a filter that takes no frame)",
+        )?;
+        let fence = (libc::ETH_P_802_3 as u16).to_be();
+        match self
+            .bind_protocol(ifindex, fence)
+            .and_then(|()| self.bind_protocol(ifindex, ETH_P_ALL_BE))
+        {
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(()),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("rebinding to wait for frames on their way in: {e}"),
+            )),
+            Ok(()) => Ok(()),
+        }
     }
 
     /// Puts the interface in promiscuous mode for as long as this socket lives (the kernel
@@ -533,17 +590,6 @@ impl RxRing {
                 .add(i * self.block_bytes + BLOCK_STATUS_AT)
                 .cast::<AtomicU32>()
         }
-    }
-
-    /// How many blocks in a row, from the next one on, the kernel has handed over (at most
-    /// every block): what [`RxRing::with_ready_block`] can take now without waiting.
-    pub fn ready_blocks(&self) -> usize {
-        (0..self.blocks)
-            .take_while(|k| {
-                let i = (self.next + k) % self.blocks;
-                self.status(i).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
-            })
-            .count()
     }
 
     /// If the next block is ours (the kernel retired it), runs `f` on its bytes and hands
