@@ -603,11 +603,123 @@ fn accept_queue(port: u16) -> Option<u64> {
     })
 }
 
-/// Dropping the server while it serves a client that sends nothing cuts that client off:
-/// the drop does not wait for the request's deadline (an hour here).
+/// The send and receive queues of the established TCP socket from local port `local` to
+/// remote port `remote` (bytes the peer has not acknowledged, bytes the socket's owner has
+/// not read), from /proc/net/tcp, if it is there.
+fn tcp_queues(local: u16, remote: u16) -> Option<(u64, u64)> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if port(f.get(1)?)? != local || port(f.get(2)?)? != remote || *f.get(3)? != "01" {
+            return None;
+        }
+        let (tx, rx) = f.get(4)?.split_once(':')?;
+        Some((
+            u64::from_str_radix(tx, 16).ok()?,
+            u64::from_str_radix(rx, 16).ok()?,
+        ))
+    })
+}
+
+/// Waits (up to [`PATIENCE`]) until `cond` holds, panicking with `what` and `state()`.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool, state: impl Fn() -> String) {
+    let end = Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(
+            Instant::now() < end,
+            "waited {PATIENCE:?} for {what} ({})",
+            state()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Connects to `server` and waits until the server has accepted the connection (its side
+/// is established, and the listener's accept queue is empty), so that it serves this
+/// client before any that connects later.
+fn connect_and_be_taken(server: &ControlServer) -> std::net::TcpStream {
+    let port = server.addr().port();
+    let s = std::net::TcpStream::connect(server.addr()).expect("connects");
+    let mine = s.local_addr().expect("an address").port();
+    wait_until(
+        "the server to accept the connection",
+        || tcp_queues(port, mine).is_some() && accept_queue(port) == Some(0),
+        || {
+            format!(
+                "server side {:?}, accept queue {:?}",
+                tcp_queues(port, mine),
+                accept_queue(port)
+            )
+        },
+    );
+    s
+}
+
+/// What a client gets until the server closes the connection (within [`PATIENCE`]).
+fn reply_of(s: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    s.set_read_timeout(Some(PATIENCE)).expect("a timeout");
+    let mut out = Vec::new();
+    if let Err(e) = s.read_to_end(&mut out) {
+        assert!(
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "the server did not close the connection within {PATIENCE:?}: {e}"
+        );
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A client that connects and sends nothing, and one that sends part of a request, hold the
+/// server (it serves one client at a time) only until the request deadline: each is
+/// answered 408 and the client after them is answered, while both are still connected.
+#[test]
+fn idle_clients_are_cut_off_at_the_request_deadline_and_the_next_is_answered() {
+    use std::io::Write;
+
+    let (pfe, _nimble, ctl) = rig();
+    let limits = ServerLimits {
+        request_deadline: Duration::from_millis(300),
+    };
+    let server = ControlServer::start_with_limits("127.0.0.1:0", ctl, limits).expect("a port");
+    // The server serves the idle client first: the others connect after it took it.
+    let mut idle = connect_and_be_taken(&server);
+    let mut partial = std::net::TcpStream::connect(server.addr()).expect("connects");
+    partial
+        .write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\n")
+        .expect("writes");
+    let mut next = std::net::TcpStream::connect(server.addr()).expect("connects");
+    next.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("writes");
+    let answer = reply_of(&mut next);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the client after an idle one and a partial one is answered while they are still \
+         connected: {answer}"
+    );
+    let idle_reply = reply_of(&mut idle);
+    assert!(
+        idle_reply.starts_with("HTTP/1.1 408") && idle_reply.contains("in time"),
+        "the client that sent nothing was cut off at the deadline: {idle_reply}"
+    );
+    let partial_reply = reply_of(&mut partial);
+    assert!(
+        partial_reply.starts_with("HTTP/1.1 408"),
+        "the client that sent part of a request was cut off at the deadline: {partial_reply}"
+    );
+    drop(server);
+    pfe.shutdown();
+}
+
+/// Dropping the server while it waits on a client that sends no more cuts that client off:
+/// the drop does not wait for the request's deadline (an hour here), nor for a client
+/// that connected after and sends nothing.
 #[test]
 fn stopping_the_server_cuts_off_an_idle_client() {
-    use std::io::Read;
+    use std::io::Write;
 
     let (pfe, _nimble, ctl) = rig();
     let limits = ServerLimits {
@@ -615,31 +727,44 @@ fn stopping_the_server_cuts_off_an_idle_client() {
     };
     let server = ControlServer::start_with_limits("127.0.0.1:0", ctl, limits).expect("a port");
     let port = server.addr().port();
-    let mut idle = std::net::TcpStream::connect(server.addr()).expect("connects");
-    // Connected: in the listener's queue until the server takes it to serve.
-    let end = Instant::now() + PATIENCE;
-    while accept_queue(port) != Some(0) {
-        assert!(
-            Instant::now() < end,
-            "the server did not take the connection (accept queue: {:?})",
-            accept_queue(port)
-        );
-        std::thread::yield_now();
-    }
+    let mut stalled = connect_and_be_taken(&server);
+    let mine = stalled.local_addr().expect("an address").port();
+    // One byte of a request, then nothing: once the server has read it (the byte was
+    // acknowledged, and the server's side holds no unread byte), the server is serving this
+    // client and waits for the rest of its request, as it would for a client that sends
+    // nothing (which the test could not see it read).
+    stalled.write_all(b"G").expect("writes");
+    wait_until(
+        "the server to read the client's first byte",
+        || {
+            tcp_queues(mine, port).is_some_and(|(unacked, _)| unacked == 0)
+                && tcp_queues(port, mine).is_some_and(|(_, unread)| unread == 0)
+        },
+        || {
+            format!(
+                "client side {:?}, server side {:?}",
+                tcp_queues(mine, port),
+                tcp_queues(port, mine)
+            )
+        },
+    );
+    // And one that connects behind it and sends nothing.
+    let mut queued = std::net::TcpStream::connect(server.addr()).expect("connects");
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || {
         drop(server);
         let _ = tx.send(());
     });
     rx.recv_timeout(PATIENCE).unwrap_or_else(|_| {
-        panic!("dropping the server did not return within {PATIENCE:?} while a client idled")
+        panic!(
+            "dropping the server did not return within {PATIENCE:?} while it waited on a \
+             client's request (its deadline is an hour: the stop did not cut the client off)"
+        )
     });
-    idle.set_read_timeout(Some(PATIENCE)).expect("a timeout");
-    let mut rest = Vec::new();
-    match idle.read_to_end(&mut rest) {
-        Ok(_) => assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest)),
-        Err(e) => assert_ne!(e.kind(), std::io::ErrorKind::WouldBlock, "not closed: {e}"),
-    }
+    let rest = reply_of(&mut stalled);
+    assert!(rest.is_empty(), "cut off without an answer: {rest}");
+    let rest = reply_of(&mut queued);
+    assert!(rest.is_empty(), "never served: {rest}");
     pfe.shutdown();
 }
 
