@@ -1051,6 +1051,9 @@ fn the_ports_bench_accounts_for_every_frame_it_offers() {
     // ends, and also count attempts the generator sent again).
     assert!(r.accounted(), "{r:#?}");
     assert!(r.veth_dropped <= r.veth_drop_counters, "{r:#?}");
+    // The premise of veth_dropped: this kernel's veth reports every drop to the sender, so
+    // the frames it delivered to port 0 are the ones offered less those.
+    assert_eq!(r.veth_delivered, r.offered - r.veth_dropped, "{r:#?}");
     assert_eq!(
         r.port_out, r.port_in,
         "the filter forwards every plain IPv4 frame"
@@ -1191,6 +1194,12 @@ fn the_ports_bench_accounts_for_frames_the_veth_drops() {
         "every frame offered (ENOBUFS ones included) is lost on the veth once, or at port 0: {r}"
     );
     assert!(n("veth_drop_counters") >= n("veth_dropped"), "{r}");
+    assert_eq!(
+        n("veth_delivered"),
+        n("offered") - n("veth_dropped"),
+        "this kernel's veth reports every drop to the sender (ENOBUFS): it delivered the \
+         rest to port 0: {r}"
+    );
     assert_eq!(r["offer_stopped"], serde_json::Value::Null, "{r}");
     assert_eq!(n("offer_errors"), 0, "{r}");
 }
@@ -1244,6 +1253,11 @@ fn check_trials(
             "the trial's frames did not come out in time: {t:#?}"
         );
         assert!(t.accounted(), "frames unaccounted for: {t:#?}");
+        assert_eq!(
+            t.veth_delivered,
+            t.offered - t.veth_dropped,
+            "the veth delivered to port 0 what it did not refuse with ENOBUFS: {t:#?}"
+        );
         assert_eq!(
             t.received, t.port_in,
             "the filter forwards every plain IPv4 frame it takes: {t:#?}"

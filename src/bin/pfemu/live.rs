@@ -726,6 +726,11 @@ pub fn bench_ports(a: &PortsBenchArgs) -> CliResult {
             r.veth_dropped, r.veth_drop_counters
         );
         println!(
+            "  veth to port 0       {:>12} frames            (offered less those lost, where \
+             the kernel reports veth drops to the sender)",
+            r.veth_delivered
+        );
+        println!(
             "  port 0 took          {:>12} frames {:>9.3} Mpps",
             r.port_in, r.port_in_mpps
         );

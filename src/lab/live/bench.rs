@@ -26,6 +26,16 @@
 //! many went before it, and the generator sends that frame again. The frames refused with
 //! `ENOBUFS` are exactly the frames lost on the veth; the larger of the two counters is
 //! reported beside them (`veth_drop_counters`: those and the attempts sent again).
+//!
+//! That holds on kernels whose veth reports a drop to the sender (checked on Linux 6.18;
+//! `veth_xmit` has returned the drop since 2024). On an older kernel a veth drops
+//! silently: the sender's `sendmmsg` counts the frame as sent, `veth_dropped` misses it,
+//! and the frame is in no counter, so [`PortsBenchReport::accounted`] is false. The cross-check is
+//! `veth_delivered`, the frames the veth handed to port 0's interface (its `rx_packets`):
+//! where drops are reported it equals `offered - veth_dropped`; what it falls short by
+//! is what the veth dropped silently (and `veth_drop_counters` counts those too). Frames
+//! that something else sends into the offer interface (the host's IPv6 or ARP, unless
+//! turned off) add to it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -88,12 +98,19 @@ pub struct PortsBenchReport {
     /// `offered` per second, millions.
     pub offered_mpps: f64,
     /// Frames lost on the veth between the generator and port 0 (its backlog was full):
-    /// those the kernel refused with `ENOBUFS` (see the module docs).
+    /// those the kernel refused with `ENOBUFS`. Complete where the veth reports its drops
+    /// to the sender (checked on Linux 6.18); an older kernel's veth drops frames silently,
+    /// which this misses: `veth_delivered` shows them (see the module docs).
     pub veth_dropped: u64,
     /// The veth's own drop count over the run: the larger of the offer interface's
     /// `tx_dropped` and port 0's `rx_dropped` (each drop is counted on both). At least
     /// `veth_dropped` on Linux 6.18: it also counts the attempts the generator sent again.
     pub veth_drop_counters: u64,
+    /// Frames the veth handed to port 0's interface over the run (its `rx_packets`):
+    /// `offered - veth_dropped` on a kernel whose veth reports every drop to the sender
+    /// (checked on Linux 6.18); less on an older one, whose veth drops frames silently, by
+    /// those frames (see the module docs).
+    pub veth_delivered: u64,
     /// Frames port 0 injected into the engine.
     pub port_in: u64,
     /// `port_in` per second, millions.
@@ -128,12 +145,14 @@ fn if_stat(iface: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// The veth's drop counters between the generator and port 0: the offer interface's
-/// `tx_dropped` and port 0's `rx_dropped`.
+/// The veth's counters between the generator and port 0: its drops (the offer interface's
+/// `tx_dropped` and port 0's `rx_dropped`) and the frames it delivered (port 0's
+/// `rx_packets`).
 #[derive(Clone, Copy, Debug)]
 struct VethDrops {
     tx: u64,
     rx: u64,
+    delivered: u64,
 }
 
 impl VethDrops {
@@ -141,7 +160,13 @@ impl VethDrops {
         VethDrops {
             tx: if_stat(offer, "tx_dropped"),
             rx: if_stat(port0, "rx_dropped"),
+            delivered: if_stat(port0, "rx_packets"),
         }
+    }
+
+    /// Frames the veth delivered to port 0's interface since `before`.
+    fn delivered_since(&self, before: &VethDrops) -> u64 {
+        self.delivered.saturating_sub(before.delivered)
     }
 
     /// Drops since `before`: the larger of the two counters' increase, as Linux counts
@@ -310,7 +335,8 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
     let elapsed = start.elapsed().as_secs_f64();
     drain_into_port0(&live, &offer);
     let live = live.stop()?;
-    let veth_drop_counters = VethDrops::now(&cfg.offer, &cfg.port0).since(&veth_before);
+    let veth_after = VethDrops::now(&cfg.offer, &cfg.port0);
+    let veth_drop_counters = veth_after.since(&veth_before);
 
     let in_process_mpps = if cfg.in_process {
         Some(in_process_mpps(
@@ -336,6 +362,7 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
         offer_stopped: offer.stopped,
         veth_dropped: offer.enobufs,
         veth_drop_counters,
+        veth_delivered: veth_after.delivered_since(&veth_before),
         port_in: p0.rx_frames,
         port_in_mpps: mpps(p0.rx_frames),
         port_dropped: p0.rx_dropped(),
@@ -387,12 +414,18 @@ pub struct VethTrial {
     /// Seconds the generator sent.
     pub send_s: f64,
     /// Frames lost on the veth (its backlog was full): those the kernel refused with
-    /// `ENOBUFS` (see the module docs).
+    /// `ENOBUFS`. Complete where the veth reports its drops to the sender (checked on Linux
+    /// 6.18); an older kernel's veth drops frames silently, which this misses:
+    /// `veth_delivered` shows them (see the module docs).
     pub veth_dropped: u64,
     /// The veth's own drop count over the trial: the larger of the offer interface's
     /// `tx_dropped` and port 0's `rx_dropped` (each drop is counted on both). At least
     /// `veth_dropped` on Linux 6.18: it also counts the attempts the generator sent again.
     pub veth_drop_counters: u64,
+    /// Frames the veth handed to port 0's interface over the trial (its `rx_packets`):
+    /// `offered - veth_dropped` where the veth reports every drop to the sender (checked
+    /// on Linux 6.18); less, by the frames it dropped silently, on an older kernel.
+    pub veth_delivered: u64,
     /// Frames port 0 injected into the engine.
     pub port_in: u64,
     /// Frames lost at port 0 (ring full, cut).
@@ -691,7 +724,8 @@ impl Device for VethDevice {
                 break (false, now);
             }
         };
-        let veth_drop_counters = self.veth_drops_now().since(&veth_before);
+        let veth_after = self.veth_drops_now();
+        let veth_drop_counters = veth_after.since(&veth_before);
         let received = now.out - before.out;
         self.trials.push(VethTrial {
             frame_size,
@@ -703,6 +737,7 @@ impl Device for VethDevice {
             send_s,
             veth_dropped: enobufs,
             veth_drop_counters,
+            veth_delivered: veth_after.delivered_since(&veth_before),
             port_in: now.port_in - before.port_in,
             port_dropped: now.port_dropped.saturating_sub(before.port_dropped),
             received,
@@ -948,13 +983,14 @@ mod tests {
     /// Linux counts one veth drop on both ends: the larger increase, not the sum.
     #[test]
     fn veth_drops_take_the_larger_side_not_the_sum() {
-        let before = VethDrops { tx: 10, rx: 3 };
-        assert_eq!(VethDrops { tx: 15, rx: 8 }.since(&before), 5);
-        assert_eq!(VethDrops { tx: 10, rx: 7 }.since(&before), 4);
-        assert_eq!(
-            VethDrops { tx: 9, rx: 3 }.since(&before),
-            0,
-            "a counter reset"
-        );
+        let d = |tx, rx| VethDrops {
+            tx,
+            rx,
+            delivered: 0,
+        };
+        let before = d(10, 3);
+        assert_eq!(d(15, 8).since(&before), 5);
+        assert_eq!(d(10, 7).since(&before), 4);
+        assert_eq!(d(9, 3).since(&before), 0, "a counter reset");
     }
 }
