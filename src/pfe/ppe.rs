@@ -161,8 +161,9 @@ fn run_timer(
     if let Err(fault) = outcome.result {
         st.faults[fault.kind().index()] += 1;
         st.timer_faults += 1;
-        // The thread's work is abandoned, packets it created included.
-        out.recs.clear();
+        // The packets it created were discarded with its work (those of its program's
+        // fault handler remain).
+        st.count_fault_handler(&outcome.fault_handler);
     }
     for r in &out.recs {
         st.created += 1;
@@ -359,8 +360,9 @@ fn process_packets<const TRACE: bool>(
                 let k = fault.kind().index();
                 st.faults[k] += 1;
                 st.drops[DROP_FAULT_BASE + k] += 1;
-                // The thread's work is abandoned, packets it created included.
-                out.recs.truncate(outs_start);
+                // The packets it created were discarded with its work (those of its
+                // program's fault handler remain).
+                st.count_fault_handler(&outcome.fault_handler);
                 None
             }
         };

@@ -54,6 +54,9 @@ pub(crate) struct WorkerStats {
     pub timer_runs: u64,
     pub timer_instructions: u64,
     pub timer_faults: u64,
+    /// Fault handlers run, and of those the ones that faulted.
+    pub fault_handlers: u64,
+    pub fault_handler_faults: u64,
     /// Nanoseconds per stage (all 0 unless the engine profiles).
     pub profile: StageTimes,
 }
@@ -92,7 +95,17 @@ impl WorkerStats {
         self.timer_runs += o.timer_runs;
         self.timer_instructions += o.timer_instructions;
         self.timer_faults += o.timer_faults;
+        self.fault_handlers += o.fault_handlers;
+        self.fault_handler_faults += o.fault_handler_faults;
         self.profile.merge(&o.profile);
+    }
+
+    /// Counts the fault handler a faulting thread ran, if its program has one.
+    pub fn count_fault_handler(&mut self, handled: &Option<Result<(), crate::program::Fault>>) {
+        if let Some(h) = handled {
+            self.fault_handlers += 1;
+            self.fault_handler_faults += u64::from(h.is_err());
+        }
     }
 
     /// Zeroes every counter in place (no allocation: called once per batch).
@@ -112,6 +125,8 @@ impl WorkerStats {
             timer_runs,
             timer_instructions,
             timer_faults,
+            fault_handlers,
+            fault_handler_faults,
             profile,
         } = self;
         for c in [
@@ -126,6 +141,8 @@ impl WorkerStats {
             timer_runs,
             timer_instructions,
             timer_faults,
+            fault_handlers,
+            fault_handler_faults,
         ] {
             *c = 0;
         }
@@ -203,6 +220,12 @@ pub struct Stats {
     /// Timer threads that faulted (also counted in `faults` by kind; they had no packet
     /// to drop).
     pub timer_faults: u64,
+    /// Fault handlers run by threads that faulted (packet and timer threads of a program
+    /// with one: [`crate::program::ProgramBuilder::on_fault`]).
+    pub fault_handlers: u64,
+    /// Of those, the ones that faulted in turn (they are not handled again, and the
+    /// packets they created are discarded).
+    pub fault_handler_faults: u64,
     /// Launches skipped because the same timer's previous thread had not finished.
     pub timer_overruns: u64,
     /// Timer periods skipped because the launcher woke up more than a period late.
@@ -344,6 +367,8 @@ pub(super) fn snapshot(sh: &Shared) -> Stats {
         timer_runs: total.timer_runs,
         timer_instructions: total.timer_instructions,
         timer_faults: total.timer_faults,
+        fault_handlers: total.fault_handlers,
+        fault_handler_faults: total.fault_handler_faults,
         latency: sh.latency.as_ref().map(|l| LatencyStats::of(&l.snapshot())),
         drop_reasons: sh.drop_reason_names.clone(),
         profile: sh

@@ -54,6 +54,7 @@ pub struct ProgramBuilder {
     pub(super) instrs: Vec<Option<Instr>>,
     pub(super) duplicates: Vec<String>,
     pub(super) entries: Vec<(Entry, Label)>,
+    pub(super) fault_entry: Option<Label>,
     pub(super) drop_reasons: Vec<&'static str>,
     pub(super) misplaced_reasons: Vec<&'static str>,
 }
@@ -90,6 +91,63 @@ impl ProgramBuilder {
     /// Sets where threads start for an entry point.
     pub fn entry(&mut self, entry: Entry, label: Label) -> &mut Self {
         self.entries.push((entry, label));
+        self
+    }
+
+    /// Sets the program's fault handler: a thread (packet or timer) that faults continues at
+    /// `label` before its packet is dropped, with its registers and local memory as the
+    /// fault left them, an empty call stack and a fresh instruction budget (the engine's,
+    /// and at least [`DEFAULT_INSTRUCTION_BUDGET`], so that a budget set small to catch a
+    /// runaway loop does not starve the clean-up). The packets the thread created before
+    /// the fault are discarded; the handler's own are sent, unless it faults in turn (it
+    /// is not handled again). Whatever the handler returns, the packet is dropped under
+    /// the fault's reason; the engine counts handlers run and handlers that faulted
+    /// ([`crate::pfe::Stats::fault_handlers`]).
+    ///
+    /// A program whose threads hold shared state across instructions (a lock, a count of
+    /// threads in a section) gives it back here: the thread notes in a register what it
+    /// holds, and the handler reads it. Setting it twice keeps the last label.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use pfemu::prelude::*;
+    /// use pfemu::program::{FaultKind, Harness};
+    ///
+    /// pfemu::registers! {
+    ///     /// Set while the thread holds the lock word.
+    ///     HOLDS: bool,
+    /// }
+    /// let mem = Arc::new(SharedMemory::new(&MemConfig::default())?);
+    /// let lock = mem.alloc("lock", Region::Sram, 1)?;
+    /// let mut p = Program::builder("spin");
+    /// pfemu::labels!(p => take, spin, on_fault);
+    /// p.instr(take, move |t| {
+    ///     t.fetch_or(lock, 1)?;
+    ///     t.set(HOLDS, true);
+    ///     Ok(Goto(spin))
+    /// });
+    /// // A runaway loop: it faults once the budget runs out, holding the lock.
+    /// p.instr(spin, move |_t| Ok(Goto(spin)));
+    /// p.instr(on_fault, move |t| {
+    ///     if t.get(HOLDS) {
+    ///         t.fetch_clear(lock, 1)?;
+    ///     }
+    ///     Ok(Done(Verdict::Consume))
+    /// });
+    /// p.entry(Entry::Packet, take);
+    /// p.on_fault(on_fault);
+    /// let program = p.build()?;
+    ///
+    /// let mut h = Harness::new(mem.clone());
+    /// h.set_budget(100);
+    /// let out = h.run(&program, 0, &[0u8; 64]);
+    /// assert_eq!(out.result.unwrap_err().kind(), FaultKind::InstructionBudget);
+    /// assert_eq!(out.fault_handler, Some(Ok(())));
+    /// assert_eq!(mem.read_u64(lock)?, 0, "the handler gave the lock back");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_fault(&mut self, label: Label) -> &mut Self {
+        self.fault_entry = Some(label);
         self
     }
 
@@ -158,6 +216,7 @@ impl ProgramBuilder {
                 instrs,
                 packet_entry,
                 timer_entries,
+                fault_entry: self.fault_entry,
                 drop_reasons: self.drop_reasons,
             }),
         })

@@ -14,15 +14,19 @@ use super::*;
 pub struct HarnessOutcome {
     /// The verdict, or the fault that ended the thread.
     pub result: Result<Verdict, Fault>,
-    /// Instructions executed.
+    /// Instructions executed (a fault handler's included).
     pub instructions: u32,
     /// [`Yield`](super::Yield) steps taken (waits for other threads).
     pub waits: u32,
     /// The packet as it would leave (head as the program left it, then the tail), when the
     /// program forwarded or multicast it.
     pub output: Option<Vec<u8>>,
-    /// Packets the program created, with their destinations.
+    /// Packets the program created, with their destinations (of a thread that faulted,
+    /// only those its fault handler created).
     pub created: Vec<(Dest, Vec<u8>)>,
+    /// How the program's fault handler ended, when the thread faulted and the program has
+    /// one ([`ProgramBuilder::on_fault`]): `Ok` if it ran to completion, else its own fault.
+    pub fault_handler: Option<Result<(), Fault>>,
     /// The XTXNs the thread issued, by kind ([`XtxnKind::name`]), as in the engine's
     /// [`crate::pfe::Stats::xtxns`]; kinds it did not issue are left out.
     pub xtxns: BTreeMap<String, u64>,
@@ -179,6 +183,7 @@ impl Harness {
             output,
             created,
             xtxns,
+            fault_handler: run.fault_handler,
         }
     }
 

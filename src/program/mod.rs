@@ -44,7 +44,10 @@
 //! local-memory, tail or shared-memory access, a call deeper than [`MAX_CALL_DEPTH`], a
 //! return with an empty call stack, a header that does not fit the bytes, a runaway loop
 //! that exceeds the instruction budget, or a panic inside a closure ends the packet with a
-//! [`Fault`]; the engine drops it with the fault's reason and goes on.
+//! [`Fault`]; the engine drops it with the fault's reason and goes on. A program whose
+//! threads hold shared state across instructions can give it back first, in a fault handler
+//! ([`ProgramBuilder::on_fault`]) that the faulting thread runs with its registers and local
+//! memory.
 //!
 //! A program never waits by itself: an instruction that finds something another thread
 //! holds for a few XTXNs (a record being created, a lock) returns [`Yield`]`(label)`, and the

@@ -12,6 +12,9 @@ pub(super) struct ProgramInner {
     pub(super) instrs: Vec<Instr>,
     pub(super) packet_entry: Label,
     pub(super) timer_entries: Vec<(u16, Label)>,
+    /// Where a faulting thread goes before its packet is dropped
+    /// ([`ProgramBuilder::on_fault`]).
+    pub(super) fault_entry: Option<Label>,
     pub(super) drop_reasons: Vec<&'static str>,
 }
 
@@ -38,6 +41,10 @@ pub(crate) struct RunOutcome {
     pub instructions: u32,
     /// [`Yield`](super::Yield) steps taken.
     pub waits: u32,
+    /// How the program's fault handler ([`ProgramBuilder::on_fault`]) ended, when the
+    /// thread faulted and the program has one: `Ok` if it ran to completion (whatever its
+    /// verdict), else its own fault.
+    pub fault_handler: Option<Result<(), Fault>>,
 }
 
 impl Program {
@@ -49,6 +56,7 @@ impl Program {
             instrs: Vec::new(),
             duplicates: Vec::new(),
             entries: Vec::new(),
+            fault_entry: None,
             drop_reasons: Vec::new(),
             misplaced_reasons: Vec::new(),
         }
@@ -104,7 +112,20 @@ impl Program {
         self.run_observed(entry, t, budget, |_| {})
     }
 
+    /// The label a faulting thread continues at ([`ProgramBuilder::on_fault`]), if any.
+    pub fn fault_entry(&self) -> Option<&str> {
+        self.inner
+            .fault_entry
+            .map(|l| self.inner.labels[l.0 as usize].as_str())
+    }
+
     /// [`Program::run`], calling `before` with each instruction's label before it runs.
+    ///
+    /// A thread that faults has the packets it created discarded; then, if the program has
+    /// a fault handler ([`ProgramBuilder::on_fault`]), the thread runs it from its label
+    /// with its registers and local memory as the fault left them, an empty call stack and
+    /// a fresh budget (`budget`, and at least [`DEFAULT_INSTRUCTION_BUDGET`]). The outcome
+    /// stays the fault; the handler's instructions and waits are counted with the thread's.
     #[inline]
     pub(crate) fn run_observed(
         &self,
@@ -118,20 +139,65 @@ impl Program {
                 result: Err(FaultDetail::NoEntry.into()),
                 instructions: 0,
                 waits: 0,
+                fault_handler: None,
             };
         };
+        let created = t.created_len();
         let mut executed = 0u32;
         let mut waits = 0u32;
+        let result = self.execute(start, t, budget, &mut executed, &mut waits, &mut before);
+        let mut fault_handler = None;
+        if result.is_err() {
+            // The thread's work is abandoned, packets it created included.
+            t.discard_created(created);
+            if let Some(handler) = self.inner.fault_entry {
+                let created = t.created_len();
+                let mut ran = 0u32;
+                let handled = self.execute(
+                    handler,
+                    t,
+                    budget.max(DEFAULT_INSTRUCTION_BUDGET),
+                    &mut ran,
+                    &mut waits,
+                    &mut before,
+                );
+                if handled.is_err() {
+                    // A handler that faults is abandoned in turn.
+                    t.discard_created(created);
+                }
+                executed = executed.saturating_add(ran);
+                fault_handler = Some(handled.map(|_| ()));
+            }
+        }
+        RunOutcome {
+            result,
+            instructions: executed,
+            waits,
+            fault_handler,
+        }
+    }
+    /// Runs the thread from `start` until it is done or faults, within `budget`
+    /// instructions, counting them in `executed` and its waits in `waits`.
+    #[inline(always)]
+    fn execute(
+        &self,
+        start: Label,
+        t: &mut Thread<'_>,
+        budget: u32,
+        executed: &mut u32,
+        waits: &mut u32,
+        before: &mut impl FnMut(Label),
+    ) -> Result<Verdict, Fault> {
         let result = catch_unwind(AssertUnwindSafe(|| {
             let instrs = &self.inner.instrs;
             let mut pc = start.0 as usize;
             let mut stack = [0u32; MAX_CALL_DEPTH];
             let mut depth = 0usize;
             loop {
-                if executed >= budget {
+                if *executed >= budget {
                     return Err(FaultDetail::InstructionBudget(budget).into());
                 }
-                executed += 1;
+                *executed += 1;
                 before(Label(pc as u32));
                 let next = (instrs[pc])(t)?;
                 if let Some(l) = next.goto_label() {
@@ -165,22 +231,17 @@ impl Program {
                     }
                     Step::Done(v) => return Ok(v),
                     Step::Yield(l) => {
-                        waits += 1;
+                        *waits += 1;
                         t.core.yields += 1;
-                        wait_for_others(waits);
+                        wait_for_others(*waits);
                         pc = l.0 as usize;
                     }
                 }
             }
         }));
-        let result = match result {
+        match result {
             Ok(r) => r,
             Err(payload) => Err(FaultDetail::Panic(panic_message(payload.as_ref())).into()),
-        };
-        RunOutcome {
-            result,
-            instructions: executed,
-            waits,
         }
     }
 }

@@ -445,6 +445,17 @@ impl<'a> Thread<'a> {
         Ok(())
     }
 
+    /// Packets created so far (the sequencer discards a faulting run's).
+    #[inline]
+    pub(super) fn created_len(&self) -> usize {
+        self.out.recs.len()
+    }
+
+    /// Discards the packets created after the first `n`.
+    pub(super) fn discard_created(&mut self, n: usize) {
+        self.out.recs.truncate(n);
+    }
+
     // ----- shared memory XTXNs (synchronous unless noted) ---------------------------------
 
     #[inline]
