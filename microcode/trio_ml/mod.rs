@@ -168,7 +168,8 @@
 //!   its source; the thread that completes a block, or a timer thread that finds it aged,
 //!   closes it; whoever then sees it closed and empty takes it and finishes it. So a
 //!   partial Result is never read while a late source is still adding, and exactly one
-//!   thread finishes each block, without spinning. Threads enter and leave with 64-bit adds
+//!   thread finishes each block, without spinning. A thread that faults in the gate leaves
+//!   it in the program's fault handler (see *Limits*). Threads enter and leave with 64-bit adds
 //!   over the whole word, which also hold the block's run (byte 18) and its slot's tag:
 //! - a block's *slot tag* (byte 19): how many blocks its slot has held, mod 256, advanced by
 //!   each new block there, and kept with the record's address in the active table. A
@@ -232,9 +233,7 @@
 //!
 //! # Limits
 //!
-//! A packet thread that faults while adding to a block (an instruction budget too small for
-//! `block_grad_max`, for instance) leaves the block open: it is never finished. Slots are
-//! reused while a thread that found a block long before (a packet descheduled between its
+//! Slots are reused while a thread that found a block long before (a packet descheduled between its
 //! lookup and the block's gate, a timer thread closing the aged blocks it listed) may still
 //! hold the block's address. The active table names a block by its slot and the slot's
 //! 8-bit tag, which each new block in the slot advances, and a thread entering the gate
@@ -248,9 +247,40 @@
 //! unfinished, and the next packet of that block through its gate (a retransmission) or
 //! the timer, once the block ages, finishes it (a whole Result if every source was in,
 //! `block_exp` and a scan period late at most, a period more if the timer found the block
-//! TAKEN by such a take). A thread that faults between entering a gate and leaving it
-//! (its instruction budget run out, say), or between a stale take's setting TAKEN and
-//! clearing it, leaves that block unfinished for ever, its key and slot taken.
+//! TAKEN by such a take).
+//!
+//! A thread that faults (its instruction budget run out, say: the engine drops its packet
+//! and goes on) gives back what it holds in the program's fault handler
+//! ([`pfemu::program::ProgramBuilder::on_fault`]), which the engine runs with the thread's
+//! registers and local memory before it drops the packet. After each XTXN that takes or
+//! gives back a share of a block, a register notes what the thread holds: a block it is
+//! creating, a place in a gate, the take a last leaver owes, a TAKEN a stale take set, a
+//! finish it began. So a creator gives its block back (the PENDING key and the slot:
+//! nobody could have joined a block not published), an adder leaves the gate (and takes and
+//! finishes the block if it was the last one out of a closed block), a last leaver takes
+//! its block, a stale take clears its TAKEN, and a finisher finishes its block (again from
+//! the start, or from `release_block` on once its Result is kept: the Result built is still
+//! in local memory and the new tail). The other way, the timer taking a block that has
+//! stayed closed and aged with adders in its gate for some more scans, would be wrong: an
+//! adder that the host merely descheduled (more PPE threads than cores) cannot be told
+//! from one that faulted, and one overtaken while it adds would add into a Result being
+//! copied out, or into the next block of a slot freed meanwhile. Only the engine knows that
+//! a thread faulted.
+//!
+//! What faults still cost: a source whose packet faults while it adds was marked received
+//! and is never counted, so its retransmissions are dropped as duplicates and the block
+//! completes only when it ages out; that partial Result (`age_op` 1, degraded) may hold
+//! the part of the packet's gradients added before the fault. Results a thread sent before
+//! it faulted are discarded with its packet (the engine's rule), and the handler sends
+//! again only the Result of the block it finishes: a timer thread that faulted after
+//! finishing other aged blocks loses their Results (they are kept, and answer their
+//! sources' retransmissions). A fault inside one instruction, between two of its XTXNs (a
+//! budget runs out between instructions: only a program bug, a memory fault or a panic
+//! faults there), is given back only where the register is noted between them: the stale
+//! take's TAKEN is; a `claim_slot` between its key and its gate, or a finisher between
+//! keeping its Result and noting it, is not. A handler that faults in turn (its budget is
+//! the engine's, and at least [`pfemu::program::DEFAULT_INSTRUCTION_BUDGET`]) is not
+//! handled again.
 //!
 //! A finisher removes its block's key from the active table after its Result is kept; if
 //! the slot is freed and taken again in between, the entry is stale, and whoever finds it
@@ -1018,8 +1048,8 @@ impl TrioMl {
     /// Lets the engine running this program (`pfe`, its timers started) finish every open
     /// block: each times out `block_exp` after its last packet and sends its partial
     /// Result. Waits until no block is open, or until their number has not gone down for
-    /// `patience` (a block left open by a faulted thread never finishes); returns the blocks
-    /// still open. For a graceful stop: stop injecting, call this, then shut down.
+    /// `patience` (a block is left open for ever only by a thread that faulted inside one
+    /// instruction: see *Limits* in the module documentation); returns the blocks still open. For a graceful stop: stop injecting, call this, then shut down.
     ///
     /// `patience` is counted in the timers' scans that ran (`patience / scan_period_ns` whole
     /// scans), not in wall time: blocks age by scans, and a loaded machine that starves the

@@ -30,8 +30,9 @@
 //! finish_block (subroutine): finish_start -> result_headers -> result_tail (the Result
 //!                             built from the slot while nobody else can free it)
 //!                             -> keep_result [-> replace_kept, over an older kept Result]
-//!                             -> release_block -> free_replaced -> emit_result
-//!                             [-> free_own, when the Result is not kept]
+//!                             -> release_block -> free_replaced (the replaced Result's
+//!                             slot, or this block's when its Result is not kept)
+//!                             -> emit_result
 //! build_result (subroutine): result_headers -> result_tail (256 B per instruction)
 //!                            -> emit_result
 //!
@@ -45,12 +46,19 @@
 //!        -> scan_kept (every KEPT_SCAN_EVERY periods, or a multiple: age the slice's kept
 //!        Results, take the expired ones)
 //!        -> free_expired (one slot per instruction)
+//!
+//! fault handler (a packet or timer thread that faulted, before the engine drops its
+//!                packet): on_fault (gives back what R_HELD says the thread holds: a block
+//!                being created, a place in a gate, a take it owes, a finish it began)
+//!                [-> fault_take] [-> finish_block, whole or from release_block]
+//!                -> fault_done
 //! ```
 //!
 //! Each phase is one function that defines its instructions: `parse_phase` (steps 1 and
 //! 8), `lookup_phase` (2, and loss recovery), `create_phase` and `publish_phase` (3),
 //! `join_phase` (4), `aggregate_phase` (5 and 6), `finish_phase` and `result_phase` (7),
-//! `timer_phase` (the straggler scan) and `run_phase` (the run protocol). They share the
+//! `timer_phase` (the straggler scan), `run_phase` (the run protocol) and `fault_phase`
+//! (the fault handler). They share the
 //! labels (`Labels`, declared once), the typed registers (`R_*`, from `registers!`) and
 //! the drop reasons ([`TrioMlDrop`]).
 //!
@@ -144,6 +152,52 @@ pfemu::registers! {
     /// Set while a kept Result is sent again to one source ([`Answer::Sending`]); emit_result
     /// sets [`Answer::Expired`] instead of sending when the Result stopped being kept.
     R_ANSWER: Answer,
+    /// What the thread holds that other threads wait for ([`Held`]): what the fault
+    /// handler (`on_fault`) gives back if the thread faults.
+    R_HELD: Held,
+}
+
+/// What a thread holds that other threads wait for ([`R_HELD`]), noted after each XTXN
+/// that takes or gives back a share of a block, so that a thread that faults (its
+/// instruction budget run out, say) gives it back in the program's fault handler instead
+/// of leaving the block unfinished for ever. The block is [`R_BLK`], its slot's tag
+/// [`R_TAG`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    /// Nothing.
+    Nothing,
+    /// A block being created: its key (PENDING) in the active table, its slot, and a place
+    /// in its gate; the record is not published yet, so nobody else joined it.
+    Creating,
+    /// A place in the block's gate (under whatever tag the slot had: one that finds
+    /// another than [`R_TAG`] leaves it all the same).
+    Gate,
+    /// The thread left the closed block last: it owes the block its take.
+    Take,
+    /// TAKEN, set by a stale take on a block of another tag, not cleared yet.
+    StaleTaken,
+    /// The block, taken: its finish has committed nothing yet (it starts again).
+    Finishing,
+    /// The block, taken, its Result kept (or its slot's fate decided): its finish goes on
+    /// at release_block.
+    Releasing,
+}
+
+impl RegValue for Held {
+    fn to_reg(self) -> u64 {
+        self as u64
+    }
+    fn from_reg(bits: u64) -> Self {
+        match bits {
+            1 => Held::Creating,
+            2 => Held::Gate,
+            3 => Held::Take,
+            4 => Held::StaleTaken,
+            5 => Held::Finishing,
+            6 => Held::Releasing,
+            _ => Held::Nothing,
+        }
+    }
 }
 
 /// Where a Result goes ([`R_DEST`]).
@@ -426,15 +480,22 @@ fn packet_block_key(t: &Thread<'_>) -> [u8; BLOCK_KEY_BYTES] {
 /// slot. A TAKEN set on that block is cleared again and the take fails: the new block, if
 /// its own last leaver failed its take meanwhile, is left closed and empty, and the next
 /// thread through its gate (or the timer) finishes it.
+///
+/// The thread owes the block this take ([`Held::Take`]) until it returns; then it holds the
+/// block to finish ([`Held::Finishing`]) or nothing.
 fn take(t: &mut Thread<'_>, rec: Addr, tag: u8) -> Result<bool, Fault> {
     let old = t.fetch_or(rec + GATE_W, GATE_TAKEN)?;
     if gate_tag(old) != tag {
         if old & GATE_TAKEN == 0 {
+            t.set(R_HELD, Held::StaleTaken);
             t.fetch_clear(rec + GATE_W, GATE_TAKEN)?;
         }
+        t.set(R_HELD, Held::Nothing);
         return Ok(false);
     }
-    Ok(old & GATE_TAKEN == 0)
+    let won = old & GATE_TAKEN == 0;
+    t.set(R_HELD, if won { Held::Finishing } else { Held::Nothing });
+    Ok(won)
 }
 
 /// The job's slot layout, from word 0 of its record.
@@ -603,7 +664,6 @@ pfemu::labels!(
         replace_kept,
         release_block,
         free_replaced,
-        free_own,
         result_headers,
         result_tail,
         emit_result,
@@ -615,6 +675,9 @@ pfemu::labels!(
         join_run,
         superseded,
         control_reply,
+        on_fault,
+        fault_take,
+        fault_done,
     }
 );
 
@@ -667,7 +730,9 @@ pub(super) fn build(cfg: &TrioMlConfig, tables: &Tables) -> Program {
     result_phase(&mut p, l, &c, tables);
     timer_phase(&mut p, l, &c, tables);
     run_phase(&mut p, l, &c, tables);
+    fault_phase(&mut p, l, &c, tables);
     p.entry(Entry::Packet, l.parse);
+    p.on_fault(l.on_fault);
     p.entry(Entry::Timer(super::TIMER_ENTRY), l.scan_blocks);
     p.build()
         .expect("the Trio-ML program defines every label it declares")
@@ -988,6 +1053,7 @@ fn write_record(t: &mut Thread<'_>) -> Result<(), Fault> {
     // The creator is in flight.
     let tag = gate_tag(t.fetch_add(rec + GATE_W, GATE_ENTER)?).wrapping_add(1);
     t.set(R_TAG, tag);
+    t.set(R_HELD, Held::Creating);
     let line = t.lm_bytes_mut(LM_SCRATCH, LINE_BYTES)?;
     line.fill(0);
     let mut b = BlockCtx::new_checked(&mut *line)?;
@@ -1030,6 +1096,8 @@ fn publish_phase(p: &mut ProgramBuilder, l: Labels, tables: &Tables) {
         let key = block_key(t.get(R_JOB_ID), run, block, gen);
         // Publish the record under the key this thread claimed.
         t.hash_update(&active, &key, active_value(rec, t.get(R_TAG)))?;
+        // Published: others may join it now, and this thread is one adder in its gate.
+        t.set(R_HELD, Held::Gate);
         count_block(t, job)?;
         Ok(Goto(l.complete_check))
     });
@@ -1076,6 +1144,7 @@ fn join_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     p.instr(l.join_block, move |t| {
         let rec = t.get(R_BLK);
         let gate = t.fetch_add(rec + GATE_W, GATE_ENTER)?;
+        t.set(R_HELD, Held::Gate);
         if gate_tag(gate) != t.get(R_TAG) {
             // The slot holds another block since check_source.
             t.set(R_AFTER, After::Gone);
@@ -1247,6 +1316,8 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
         let rec = t.get(R_BLK);
         let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
         let ours = gate_tag(old) == t.get(R_TAG);
+        let last_out = ours && old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
+        t.set(R_HELD, if last_out { Held::Take } else { Held::Nothing });
         match t.get(R_AFTER) {
             After::Gone => return forget_stale_block(t, &active, l),
             After::Closing => {
@@ -1259,7 +1330,6 @@ fn aggregate_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) 
             }
             After::Consume | After::Duplicate => {}
         }
-        let last_out = ours && old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
         Ok(Goto(if last_out {
             l.take_block
         } else {
@@ -1327,6 +1397,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             t.clear_tail();
             t.set(R_FREE, rec);
             t.set(R_SILENT, true);
+            t.set(R_HELD, Held::Releasing);
             return Ok(Goto(l.release_block));
         }
         let key = kept_key(t.get(R_JOB_ID), t.get(R_BLOCK_ID));
@@ -1346,6 +1417,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             Err(HashError::Full { .. }) => t.set(R_FREE, rec),
             Err(e) => return Err(e.into()),
         }
+        t.set(R_HELD, Held::Releasing);
         Ok(Goto(l.release_block))
     });
 
@@ -1362,6 +1434,7 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return Ok(Goto(l.keep_result));
         }
         t.set(R_FREE, parse_kept_value(seen).1);
+        t.set(R_HELD, Held::Releasing);
         Ok(Goto(l.release_block))
     });
 
@@ -1384,25 +1457,24 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // sent this generation only after receiving it), and a source answered from the kept
     // Result (a retransmission, on another PPE thread) may start the block id's next
     // generation at once: the slot must not still count against block_cnt_max by then.
-    // This block's own slot, when its Result is not kept, is freed once the Result is sent.
+    // This block's own slot, when its Result is not kept, is freed here too, for the same
+    // reason: the Result was copied out of it already (result_tail), and a slot taken
+    // again meanwhile changes none of it. A block of a left run sends nothing.
+    // R_FREE is cleared once freed: a fault handler that finishes the block from
+    // release_block (Held::Releasing) frees no slot twice.
     let emit_result = l.emit_result;
     p.instr(l.free_replaced, move |t| {
         let old = t.get(R_FREE);
-        if old == t.get(R_BLK) {
-            if t.get(R_SILENT) {
-                return Ok(Goto(l.free_own));
-            }
-            return Ok(Call(emit_result, l.free_own));
-        }
         if old != 0 {
             free_slot(t, t.get(R_JOB), old, lanes)?;
+            t.set(R_FREE, 0);
+        }
+        if t.get(R_SILENT) {
+            t.set(R_HELD, Held::Nothing);
+            return Ok(Return);
         }
         // emit_result returns to finish_block's caller.
         Ok(Goto(emit_result))
-    });
-    p.instr(l.free_own, move |t| {
-        free_slot(t, t.get(R_JOB), t.get(R_BLK), lanes)?;
-        Ok(Return)
     });
 }
 
@@ -1556,6 +1628,8 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return Err(FaultDetail::Panic("a Result sent before its headers".into()).into());
         };
         t.emit(nh_dest(nh), LM_RESULT_HDR, HEADERS_LEN)?;
+        // A finisher's block is finished.
+        t.set(R_HELD, Held::Nothing);
         Ok(Return)
     });
 }
@@ -1648,11 +1722,20 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let (rec, tag) = parse_active_value(u64::from_be_bytes(
             e[BLOCK_KEY_BYTES..].try_into().expect("8 bytes"),
         ));
+        // The block, for a fault handler as for take_aged and finish_block.
+        t.set(R_JOB_ID, job);
+        t.set(R_RUN, run);
+        t.set(R_BLOCK_ID, block);
+        t.set(R_GEN_ID, gen);
+        t.set(R_BLK, rec);
+        t.set(R_TAG, tag);
         let gate = t.fetch_add(rec + GATE_W, GATE_ENTER)?;
+        t.set(R_HELD, Held::Gate);
         if gate_tag(gate) != tag || gate & GATE_TAKEN != 0 {
             // Another block now, or this one being finished: in its gate, this thread does
             // not keep it in its slot. Leave it alone.
             t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
+            t.set(R_HELD, Held::Nothing);
             return Ok(Goto(l.close_aged));
         }
         if gate & GATE_CLOSED == 0 {
@@ -1662,14 +1745,10 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
         if gate_tag(old) == tag && old & GATE_IN_FLIGHT == 1 {
             // The last one out: the block is this thread's to take.
-            t.set(R_JOB_ID, job);
-            t.set(R_RUN, run);
-            t.set(R_BLOCK_ID, block);
-            t.set(R_GEN_ID, gen);
-            t.set(R_BLK, rec);
-            t.set(R_TAG, tag);
+            t.set(R_HELD, Held::Take);
             return Ok(Goto(l.take_aged));
         }
+        t.set(R_HELD, Held::Nothing);
         Ok(Goto(l.close_aged))
     });
     // As take_block, for the timer: it finishes the block it takes, then closes the next.
@@ -1875,6 +1954,74 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             TrioMlDrop::StaleRun
         })
     });
+}
+
+/// The fault handler (`on_fault`): a thread that faults (its instruction budget run out,
+/// say; the engine then drops its packet) gives back what it holds ([`R_HELD`]), so that
+/// no block is left unfinished for ever. The engine runs it with the thread's registers
+/// and local memory as the fault left them.
+///
+/// - Creating: the block was never published, so nobody else can have joined it: the
+///   thread leaves the gate it entered, deletes the PENDING key and frees the slot. The
+///   block never existed; its sources' retransmissions start it again.
+/// - Gate: it leaves the gate, as leave_block does, and if it is the last one out of a
+///   closed block, takes and finishes it. A source whose packet faulted while adding was
+///   marked received and never counted: the block completes only when it ages out, with a
+///   partial Result (`age_op` 1, degraded) whose sums may hold the part of that packet's
+///   gradients added before the fault.
+/// - Take: it takes the block it left last (and finishes it if the take is its own).
+/// - StaleTaken: it clears the TAKEN it set on a block of another tag.
+/// - Finishing: it finishes the block from the start (nothing of it was committed).
+/// - Releasing: it finishes the block from release_block on (its Result kept): the
+///   Result, built before keep_result, is still in local memory and the new tail (the
+///   engine discarded the packets the thread sent before its fault; emitting is the
+///   finish's last step).
+///
+/// Posted XTXNs of the thread are applied first, so none lands after its gate is left.
+fn fault_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
+    let finish_block = l.finish_start;
+    let Ctx { lanes, .. } = *c;
+    let active = tables.active.clone();
+    p.instr(l.on_fault, move |t| {
+        t.wait_posted();
+        let (rec, tag) = (t.get(R_BLK), t.get(R_TAG));
+        match t.get(R_HELD) {
+            Held::Nothing => {}
+            Held::Creating => {
+                t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
+                t.hash_compare_delete(&active, &packet_block_key(t), PENDING)?;
+                free_slot(t, t.get(R_JOB), rec, lanes)?;
+                t.set(R_HELD, Held::Nothing);
+            }
+            Held::Gate => {
+                let old = t.fetch_add(rec + GATE_W, GATE_LEAVE)?;
+                let last_out =
+                    gate_tag(old) == tag && old & GATE_CLOSED != 0 && old & GATE_IN_FLIGHT == 1;
+                if last_out {
+                    t.set(R_HELD, Held::Take);
+                    return Ok(Goto(l.fault_take));
+                }
+                t.set(R_HELD, Held::Nothing);
+            }
+            Held::Take => return Ok(Goto(l.fault_take)),
+            Held::StaleTaken => {
+                t.fetch_clear(rec + GATE_W, GATE_TAKEN)?;
+                t.set(R_HELD, Held::Nothing);
+            }
+            Held::Finishing => return Ok(Call(finish_block, l.fault_done)),
+            Held::Releasing => return Ok(Call(l.release_block, l.fault_done)),
+        }
+        Ok(Goto(l.fault_done))
+    });
+    p.instr(l.fault_take, move |t| {
+        let (rec, tag) = (t.get(R_BLK), t.get(R_TAG));
+        if take(t, rec, tag)? {
+            return Ok(Call(finish_block, l.fault_done));
+        }
+        Ok(Goto(l.fault_done))
+    });
+    // The handler's verdict is ignored: the packet is dropped under its fault's reason.
+    p.instr(l.fault_done, |_t| Ok(Done(Verdict::Consume)));
 }
 
 #[cfg(test)]
