@@ -112,7 +112,8 @@
 //!   `run_id << 60 | gen_id << 32 | record` (the record as a 32-bit address, below; the
 //!   run is the record's, kept here so that nobody reads the record's line to learn it:
 //!   that line is cold by the time the next generation comes), so a source that
-//!   lost the Result can ask again. A kept Result is replaced (and its slot freed) when
+//!   lost the Result can ask again (one that asks for an older generation than the kept one
+//!   is told the generation is gone, [`wire::Gone`]). A kept Result is replaced (and its slot freed) when
 //!   the next generation of the block id finishes, or when nobody asked for it during
 //!   [`TrioMlConfig::keep_result_ns`] (so block ids a host stopped using, or a flood of
 //!   new ones, do not hold the job's slots for ever). Timers scan this table every
@@ -214,7 +215,8 @@
 //! the block); `late` (a source that missed an aged-out block; answered with the kept
 //! partial Result when there is one), `retransmit_answered` (a source asks again for a
 //! finished block: answered with the kept Result), `stale_gen` (a generation older than the
-//! kept one), `result_expired` (a kept Result expired while it was being sent again),
+//! kept one: its Result is gone for good, and a server's packet is answered with
+//! [`wire::Gone`]), `result_expired` (a kept Result expired while it was being sent again),
 //! `stale_run` (gradients of a run the job has left; answered Superseded), `join_answered`
 //! (a Join, answered with the run), `runs_busy` (a Join that would start a new run while
 //! every other run id still holds slots of its last run), `bad_control` (a control message that is not a Join

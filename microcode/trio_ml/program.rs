@@ -5,7 +5,9 @@
 //! parse --not for us--> forward (route by IPv4 destination)
 //!   |
 //! lookup_block --miss--> lookup_result --same gen--> answer_result
-//!   | hit                                    | miss or newer gen        (the kept Result,
+//!   | hit                                    |  \--older gen--> control_reply (Gone, to
+//!   |                                        |                  a server; stale_gen)
+//!   |                                        | miss or newer gen        (the kept Result,
 //!   |                                        v                          to the source)
 //!   |    create_block -> claim_slot ----------------------------------------------+ new
 //!   |    (another thread created it:      |                                      |
@@ -90,7 +92,8 @@ pfemu::registers! {
     R_SILENT: bool,
     /// The run id a control reply carries.
     R_REPLY_RUN: u8,
-    /// The opcode of the control reply being built ([`CTL_JOINED`] or [`CTL_SUPERSEDED`]).
+    /// The opcode of the control reply being built ([`CTL_JOINED`], [`CTL_SUPERSEDED`] or
+    /// [`CTL_GONE`]).
     R_CTL_OP: u8,
     /// The packet's `run_id` (the block's, while a block is finished).
     R_RUN: u8,
@@ -358,7 +361,8 @@ pfemu::drop_reasons! {
         Late = "late",
         /// A retransmission, answered with the kept Result.
         RetransmitAnswered = "retransmit_answered",
-        /// A generation older than the kept Result's.
+        /// A generation older than the kept Result's (a server's is answered with
+        /// [`Gone`]).
         StaleGen = "stale_gen",
         /// The kept Result expired while it was sent again.
         ResultExpired = "result_expired",
@@ -869,7 +873,14 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 Goto(l.answer_result)
             }
             Some((kgen, _)) if gen_newer(kgen, gen) => {
-                Done(Verdict::Drop(TrioMlDrop::StaleGen.into()))
+                // The generation's Result is gone for good (replaced by a newer one): tell
+                // a server, which would otherwise ask again until it gives up.
+                if t.view::<TrioMlHdr>(TRIO_ML_HDR_AT)?.src_cnt() == 0 {
+                    t.set(R_CTL_OP, CTL_GONE);
+                    Goto(l.control_reply)
+                } else {
+                    Done(Verdict::Drop(TrioMlDrop::StaleGen.into()))
+                }
             }
             // The block closed under us and its Result is not kept yet: it is on its way
             // to the whole job.
@@ -1915,20 +1926,28 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_CTL_OP, CTL_SUPERSEDED);
         Ok(Goto(l.control_reply))
     });
-    // A control reply to the packet's sender, out of the port it came from.
+    // A control reply to the packet's sender, out of the port it came from: Joined,
+    // Superseded, or (loss recovery, from lookup_result) Gone.
     p.instr(l.control_reply, move |t| {
         let from_mac = t.view::<Ether>(0)?.smac().to_be_bytes();
         let from_addr = t.view::<Ipv4>(IPV4_AT)?.src_addr();
         let from_port = t.view::<Udp>(UDP_AT)?.src_port();
         let op = t.get(R_CTL_OP);
         let run_id = t.get(R_REPLY_RUN);
-        let control = if op == CTL_JOINED {
-            Control::Joined {
+        let (job_id, src_id) = (t.get(R_JOB_ID), t.get(R_SRC_ID));
+        let hdr = match op {
+            CTL_JOINED => Control::Joined {
                 run_id,
                 nonce: t.get(R_BLOCK_ID),
             }
-        } else {
-            Control::Superseded { run_id }
+            .header(job_id, src_id),
+            CTL_GONE => Gone {
+                block_id: t.get(R_BLOCK_ID),
+                gen_id: t.get(R_GEN_ID),
+                run_id: t.get(R_RUN),
+            }
+            .header(job_id, src_id),
+            _ => Control::Superseded { run_id }.header(job_id, src_id),
         };
         let ep = Endpoints {
             src_mac: local_mac,
@@ -1945,13 +1964,12 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             src_port: udp_port,
             dst_port: from_port,
         };
-        let hdr = control.header(t.get(R_JOB_ID), t.get(R_SRC_ID));
         write_headers(t.lm_bytes_mut(LM_RESULT_HDR, HEADERS_LEN)?, &ep, &hdr, 0);
         t.emit(Dest::Port(t.port()), LM_RESULT_HDR, HEADERS_LEN)?;
-        drop_as(if op == CTL_JOINED {
-            TrioMlDrop::JoinAnswered
-        } else {
-            TrioMlDrop::StaleRun
+        drop_as(match op {
+            CTL_JOINED => TrioMlDrop::JoinAnswered,
+            CTL_GONE => TrioMlDrop::StaleGen,
+            _ => TrioMlDrop::StaleRun,
         })
     });
 }

@@ -46,7 +46,8 @@ pfemu::header! {
         /// The aggregation is partial (not every source contributed).
         degraded: 1,
         /// pfemu's extension, in the first padding bit: the packet is a control message
-        /// of the run protocol ([`Control`]), not gradients; `age_op` holds its opcode.
+        /// (of the run protocol, [`Control`], or of loss recovery, [`Gone`]), not
+        /// gradients; `age_op` holds its opcode.
         ctl: 1,
         _: 1,
         /// Source id of the packet.
@@ -273,6 +274,9 @@ pub const CTL_JOINED: u8 = 2;
 /// Control opcode: the aggregator's answer to gradients of a run that is no longer the
 /// job's current run.
 pub const CTL_SUPERSEDED: u8 = 3;
+/// Control opcode: the aggregator's answer to gradients of a generation whose Result it
+/// no longer keeps ([`Gone`]).
+pub const CTL_GONE: u8 = 4;
 
 /// A control message of pfemu's run protocol, carried in a Trio-ML header with `ctl` set
 /// and no gradients.
@@ -345,6 +349,58 @@ impl Control {
             src_id,
             ctl: true,
             run_id,
+            ..TrioMlHdrFields::default()
+        }
+    }
+}
+
+/// Aggregator to worker, in loss recovery: generation `gen_id` of block `block_id` is gone.
+/// The aggregator keeps one Result per block id, the last generation's, so a worker asking
+/// for an older generation (a retransmission of gradients whose Result it lost) can no
+/// longer be answered with it: with straggler mitigation the next generation can finish
+/// without that worker (its block aged out) and replace the Result. The aggregator drops
+/// such a packet as `stale_gen` and answers it with `Gone`, so the worker settles the chunk
+/// as lost at once ([`super::host::Worker::lost`]) instead of sending it again until it
+/// gives up.
+///
+/// A control message like [`Control`]'s (`ctl` set, no gradients, the opcode
+/// [`CTL_GONE`] in `age_op`), about loss recovery rather than runs: it carries the block
+/// id, the generation and the run of the packet answered, and `src_id` is the worker's.
+/// [`Control::of`] does not decode it (it is `None` there, as an unknown opcode is).
+///
+/// Only a server's packet is answered (header `src_cnt` 0): an aggregator below, whose
+/// Result came too late, does not retransmit and would take the message for a packet to
+/// forward or a bad control message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Gone {
+    /// The block id asked for.
+    pub block_id: u32,
+    /// The generation asked for, older than the one the aggregator keeps.
+    pub gen_id: u16,
+    /// The run of the packet answered.
+    pub run_id: u8,
+}
+
+impl Gone {
+    /// The `Gone` a header carries, if it is one (`ctl` set, opcode [`CTL_GONE`]).
+    pub fn of(h: &TrioMlHdrFields) -> Option<Gone> {
+        (h.ctl && h.age_op == CTL_GONE).then_some(Gone {
+            block_id: h.block_id,
+            gen_id: h.gen_id,
+            run_id: h.run_id,
+        })
+    }
+
+    /// The header of this message to source `src_id` of job `job_id` (no gradients).
+    pub fn header(self, job_id: u8, src_id: u8) -> TrioMlHdrFields {
+        TrioMlHdrFields {
+            job_id,
+            block_id: self.block_id,
+            age_op: CTL_GONE,
+            src_id,
+            gen_id: self.gen_id,
+            ctl: true,
+            run_id: self.run_id,
             ..TrioMlHdrFields::default()
         }
     }
@@ -590,6 +646,33 @@ mod tests {
             ..data
         };
         assert_eq!(Control::of(&unknown), None);
+    }
+
+    #[test]
+    fn gone_round_trips_through_the_header_and_is_no_run_control() {
+        let g = Gone {
+            block_id: 0x0A0B_0C0D,
+            gen_id: 0xFFFE,
+            run_id: 6,
+        };
+        let h = g.header(3, 9);
+        assert_eq!((h.job_id, h.src_id, h.grad_cnt, h.ctl), (3, 9, 0, true));
+        let mut buf = [0u8; TRIO_ML_HDR_LEN];
+        h.write(&mut TrioMlHdr::new_checked(&mut buf[..]).unwrap());
+        let back = TrioMlHdrFields::read(&TrioMlHdr::new_checked(&buf[..]).unwrap());
+        assert_eq!(Gone::of(&back), Some(g));
+        assert_eq!(Control::of(&back), None);
+        for c in [
+            Control::Join { nonce: 4 },
+            Control::Superseded { run_id: 6 },
+        ] {
+            assert_eq!(Gone::of(&c.header(3, 9)), None);
+        }
+        let data = TrioMlHdrFields {
+            age_op: CTL_GONE,
+            ..TrioMlHdrFields::default()
+        };
+        assert_eq!(Gone::of(&data), None, "a data packet that aged out");
     }
 
     /// Every field of the job record set to a distinct value; the bytes written by hand.
