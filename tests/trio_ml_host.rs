@@ -491,3 +491,144 @@ fn hierarchical_aggregation(fabric: Option<ChassisFabric>) -> Option<FabricStats
     assert_eq!(stats[t].created, chunks, "one top-level Result per block");
     fabric
 }
+
+/// A worker that lost a generation's Result (its own packet and the Result's copy to it
+/// were dropped) while the job went on without it (straggler mitigation: the block aged
+/// out, and so did the block id's next generation, which replaced the kept Result) is told
+/// the generation is gone when it sends the chunk again: it settles the chunk as lost at
+/// once, counted, and takes the next chunk's Result from the kept one. Without the answer
+/// its retransmissions were dropped as `stale_gen` in silence, and it waited until it gave
+/// up. The engine runs on a manual clock; the workers are driven by hand (sans-IO).
+#[test]
+fn a_worker_asking_for_a_gone_generation_is_told_and_loses_only_that_chunk() {
+    const MS: u64 = 1_000_000;
+    let clock = Arc::new(pfemu::timer::ManualClock::new());
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let trio = TrioMl::install(
+        &mem,
+        TrioMlConfig {
+            timers: 1,
+            scan_period_ns: MS,
+            ..TrioMlConfig::default()
+        },
+    )
+    .unwrap();
+    trio.add_job(&JobConfig {
+        job_id: JOB,
+        sources: vec![0, 1],
+        block_cnt_max: 2,
+        block_grad_max: 256,
+        block_exp_ms: 1,
+        out_dest: Dest::Group(0),
+        ..JobConfig::default()
+    })
+    .unwrap();
+    let (sink, rxs) = port_channels(2);
+    let mut pfe = Pfe::builder()
+        .program(trio.program())
+        .ppe_threads(2)
+        .memory(mem)
+        .multicast_group(0, vec![0, 1])
+        .timers(trio.timer_specs().unwrap())
+        .clock(clock.clone())
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    // Two chunks of 4 values, one block id: chunk 1 is block 0's generation 1.
+    let cfg = |src| WorkerConfig {
+        grads_per_packet: 4,
+        ..worker_cfg(src, 1, Some(10))
+    };
+    let mut a = Worker::new(cfg(0), values(0, 8)).unwrap();
+    let mut b = Worker::new(cfg(1), values(1, 8)).unwrap();
+    let mut out = Vec::new();
+    // The clock to `until` ms, a tenth of a scan period at a time, from `from` ms; what
+    // each worker got meanwhile.
+    let scans_to = |from: u64, until: u64| {
+        for tenth in from * 10 - 9..=until * 10 {
+            clock.set(tenth * MS / 10);
+            pfe.settle_timers();
+        }
+        pfe.drain();
+        (
+            rxs[0].try_iter().collect::<Vec<_>>(),
+            rxs[1].try_iter().collect::<Vec<_>>(),
+        )
+    };
+
+    // Generation 0: B's packet is lost, the block ages out with A's alone, and B's copy of
+    // the partial Result is lost too.
+    a.poll(0, &mut out);
+    for p in out.drain(..) {
+        pfe.inject_frame(0, &p).unwrap();
+    }
+    b.poll(0, &mut out);
+    assert_eq!(out.drain(..).count(), 1, "B's chunk 0, lost");
+    let (to_a, to_b) = scans_to(1, 2);
+    assert_eq!(
+        (to_a.len(), to_b.len()),
+        (1, 1),
+        "the partial Result of generation 0"
+    );
+    assert_eq!(a.on_frame(&to_a[0]).unwrap(), Received::Result { chunk: 0 });
+    // Generation 1: A alone again; it ages out and replaces generation 0's kept Result.
+    a.poll(2 * MS, &mut out);
+    for p in out.drain(..) {
+        pfe.inject_frame(0, &p).unwrap();
+    }
+    let (to_a, _) = scans_to(3, 4);
+    assert_eq!(a.on_frame(&to_a[0]).unwrap(), Received::Result { chunk: 1 });
+    assert!(a.is_done());
+    let kept = trio
+        .kept_result(JOB, 0)
+        .unwrap()
+        .expect("generation 1 kept");
+    assert_eq!(kept.gen_id, 1);
+
+    // B sends chunk 0 again: generation 0 is gone, and B is told so.
+    b.poll(10 * MS, &mut out);
+    assert_eq!(b.stats().retransmitted, 1);
+    for p in out.drain(..) {
+        pfe.inject_frame(1, &p).unwrap();
+    }
+    pfe.drain();
+    let answers: Vec<Vec<u8>> = rxs[1].try_iter().collect();
+    assert_eq!(answers.len(), 1, "the retransmission is answered");
+    let (hdr, _) = wire::parse(&answers[0]).unwrap();
+    assert_eq!(
+        wire::Gone::of(&hdr),
+        Some(wire::Gone {
+            block_id: 0,
+            gen_id: 0,
+            run_id: 0
+        })
+    );
+    assert_eq!(
+        b.on_frame(&answers[0]).unwrap(),
+        Received::Result { chunk: 0 }
+    );
+    assert_eq!(b.lost(), [true, false]);
+    assert_eq!(b.stats().lost, 1);
+    // Its window free, B sends chunk 1 at once and is answered with the kept Result.
+    b.poll(10 * MS, &mut out);
+    assert_eq!(out.len(), 1);
+    for p in out.drain(..) {
+        pfe.inject_frame(1, &p).unwrap();
+    }
+    pfe.drain();
+    let answers: Vec<Vec<u8>> = rxs[1].try_iter().collect();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(
+        b.on_frame(&answers[0]).unwrap(),
+        Received::Result { chunk: 1 }
+    );
+    assert!(b.is_done());
+    assert_eq!(&b.sums()[4..], &values(0, 8)[4..], "chunk 1: A's alone");
+    assert_eq!(&b.sums()[..4], [0; 4], "chunk 0: lost");
+    assert_eq!(b.src_counts(), [0, 1]);
+    let stats = pfe.shutdown();
+    assert_eq!(stats.drops("stale_gen"), 1);
+    assert_eq!(stats.drops("late"), 1);
+    assert!(stats.is_conserved());
+}

@@ -13,7 +13,9 @@
 //!   a job uses the same (block, generation) for the same chunk. A worker that sees no
 //!   result in time sends the chunk again; the aggregator never adds a source twice, and
 //!   keeps a finished block's result until the slot's next generation so a retransmission
-//!   is answered again.
+//!   is answered again. Once the next generation finished without this worker (straggler
+//!   mitigation: its block aged out) the result is gone, and the aggregator says so
+//!   ([`wire::Gone`]): the worker settles that chunk as lost ([`Worker::lost`]) at once.
 //! - [`drive`] runs one worker against an engine in the calling thread (inject, receive,
 //!   retransmit), with an optional [`Lossy`] fault injector on both directions.
 
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::wire::{self, AggPacket, Control, Endpoints, TrioMlHdrFields, MAX_GRAD_CNT};
+use super::wire::{self, AggPacket, Control, Endpoints, Gone, TrioMlHdrFields, MAX_GRAD_CNT};
 use pfemu::packet::Port;
 use pfemu::rng::SplitMix64;
 use pfemu::wire::lanes::{read_be_i32s, read_be_i32s_streaming};
@@ -186,12 +188,18 @@ pub struct WorkerStats {
     pub degraded: u64,
     /// Results for chunks already complete or not outstanding (duplicates), ignored.
     pub ignored: u64,
+    /// Chunks settled as lost: the aggregator answered that their generation's result is
+    /// gone ([`wire::Gone`]; see [`Worker::lost`]).
+    pub lost: u64,
 }
 
 /// What [`Worker::on_frame`] did with a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Received {
-    /// The result of chunk `chunk`.
+    /// Chunk `chunk` is settled: its result arrived, or the aggregator answered that its
+    /// generation's result is gone ([`wire::Gone`]), and the chunk is lost
+    /// ([`Worker::lost`]: no sums, `src_cnt` 0). Either way it needs nothing more, and its
+    /// slot of the window is free.
     Result {
         /// The chunk's index in the model.
         chunk: usize,
@@ -260,9 +268,11 @@ pub struct Worker {
     cfg: WorkerConfig,
     values: Vec<i32>,
     sums: Vec<i32>,
-    /// Per chunk: sources in its result (0 until it arrives).
+    /// Per chunk: sources in its result (0 until it arrives, and for a lost chunk).
     src_cnt: Vec<u8>,
     degraded: Vec<bool>,
+    /// Per chunk: its result is gone ([`wire::Gone`]).
+    lost: Vec<bool>,
     /// Per block id (slot): the chunk it carries now, if its result is still missing.
     slots: Vec<Option<Slot>>,
     next_chunk: usize,
@@ -310,6 +320,7 @@ impl Worker {
             sums,
             src_cnt: vec![0; chunks],
             degraded: vec![false; chunks],
+            lost: vec![false; chunks],
             slots: vec![None; cfg.window],
             next_chunk: 0,
             done: 0,
@@ -494,7 +505,8 @@ impl Worker {
     }
 
     /// Takes a frame from the aggregator. A Result for an outstanding chunk is stored and
-    /// frees its slot; anything else this worker does not need is ignored (Results of
+    /// frees its slot; so does a [`wire::Gone`] for it, which settles the chunk as lost
+    /// ([`Worker::lost`]); anything else this worker does not need is ignored (Results of
     /// another run than the one it joined among them). A [`Control::Superseded`] for this
     /// worker's job, once it joined a run, is [`HostError::Superseded`].
     pub fn on_frame(&mut self, frame: &[u8]) -> Result<Received, HostError> {
@@ -543,6 +555,9 @@ impl Worker {
         grads: &[u8],
         now_ns: Option<u64>,
     ) -> Result<Received, HostError> {
+        if Gone::of(hdr).is_some() {
+            return Ok(self.take_gone(hdr, now_ns));
+        }
         if hdr.ctl {
             let joined = hdr.job_id == self.cfg.job_id && self.run_id != 0;
             if let (Some(Control::Superseded { run_id }), true) = (Control::of(hdr), joined) {
@@ -556,24 +571,13 @@ impl Worker {
             self.stats.ignored += 1;
             return Ok(Received::Ignored);
         }
-        // A Result of another run than this worker's (run 0 when it joined none), except
-        // the run-0 Results of an in-engine hierarchy's top when told to take them (see
-        // `take_results_without_run`).
-        let without_run = hdr.run_id == 0 && self.results_without_run;
-        let other_run = hdr.run_id != self.run_id && !without_run;
-        if other_run || hdr.job_id != self.cfg.job_id || hdr.block_id as usize >= self.cfg.window {
-            self.stats.ignored += 1;
-            return Ok(Received::Ignored);
-        }
-        let s = hdr.block_id as usize;
-        let Some(slot) = self.slots[s] else {
+        let Some((s, slot)) = self.outstanding(hdr) else {
             self.stats.ignored += 1;
             return Ok(Received::Ignored);
         };
         let c = slot.chunk;
-        let g = self.cfg.grads_per_packet;
-        let range = c * g..((c + 1) * g).min(self.values.len());
-        if self.block_of(c).1 != hdr.gen_id || range.len() != usize::from(hdr.grad_cnt) {
+        let range = self.range_of(c);
+        if range.len() != usize::from(hdr.grad_cnt) {
             self.stats.ignored += 1;
             return Ok(Received::Ignored);
         }
@@ -591,14 +595,60 @@ impl Worker {
         if let Some(now) = now_ns {
             self.latencies.push(now.saturating_sub(slot.first_ns));
         }
+        self.settle(s, now_ns);
+        self.stats.results += 1;
+        self.stats.degraded += u64::from(hdr.degraded);
+        Ok(Received::Result { chunk: c })
+    }
+
+    /// The slot of the window and the outstanding chunk a frame from the aggregator names:
+    /// this worker's job and run (see [`Worker::take_results_without_run`]), a block id of
+    /// the window whose chunk is still without a result, and that chunk's generation.
+    fn outstanding(&self, hdr: &TrioMlHdrFields) -> Option<(usize, Slot)> {
+        // A Result of another run than this worker's (run 0 when it joined none), except
+        // the run-0 Results of an in-engine hierarchy's top when told to take them (see
+        // `take_results_without_run`).
+        let without_run = hdr.run_id == 0 && self.results_without_run;
+        let other_run = hdr.run_id != self.run_id && !without_run;
+        if other_run || hdr.job_id != self.cfg.job_id || hdr.block_id as usize >= self.cfg.window {
+            return None;
+        }
+        let s = hdr.block_id as usize;
+        let slot = self.slots[s]?;
+        (self.block_of(slot.chunk).1 == hdr.gen_id).then_some((s, slot))
+    }
+
+    /// The values of chunk `c`.
+    fn range_of(&self, c: usize) -> std::ops::Range<usize> {
+        let g = self.cfg.grads_per_packet;
+        c * g..((c + 1) * g).min(self.values.len())
+    }
+
+    /// Slot `s`'s chunk needs nothing more: the slot is free for the next chunk.
+    fn settle(&mut self, s: usize, now_ns: Option<u64>) {
         if self.done + 1 == self.chunks() {
             self.finished_ns = now_ns;
         }
         self.slots[s] = None;
         self.done += 1;
-        self.stats.results += 1;
-        self.stats.degraded += u64::from(hdr.degraded);
-        Ok(Received::Result { chunk: c })
+    }
+
+    /// A [`Gone`]: the outstanding chunk it names is lost (no sums, `src_cnt` 0, degraded);
+    /// one this worker is not waiting for is ignored.
+    fn take_gone(&mut self, hdr: &TrioMlHdrFields, now_ns: Option<u64>) -> Received {
+        let Some((s, slot)) = self.outstanding(hdr) else {
+            self.stats.ignored += 1;
+            return Received::Ignored;
+        };
+        let c = slot.chunk;
+        let range = self.range_of(c);
+        self.sums[range].fill(0);
+        self.src_cnt[c] = 0;
+        self.degraded[c] = true;
+        self.lost[c] = true;
+        self.settle(s, now_ns);
+        self.stats.lost += 1;
+        Received::Result { chunk: c }
     }
 
     /// Every chunk's result has arrived.
@@ -621,9 +671,19 @@ impl Worker {
         &self.src_cnt
     }
 
-    /// Per chunk: the result is partial (a straggler was left out).
+    /// Per chunk: the result is partial (a straggler was left out), or lost.
     pub fn degraded(&self) -> &[bool] {
         &self.degraded
+    }
+
+    /// Per chunk: lost, its result gone: this worker lost the result of the chunk's
+    /// generation (and every answer to its retransmissions) while the job's next generation
+    /// of the block id finished without it and replaced the result at the aggregator, which
+    /// answered [`wire::Gone`]. A lost chunk's sums are zeros and its `src_cnt` 0 (so
+    /// [`Worker::mean`] gives zeros: the chunk's gradients are skipped this step), and
+    /// [`WorkerStats::lost`] counts it.
+    pub fn lost(&self) -> &[bool] {
+        &self.lost
     }
 
     /// The averaged gradients: each sum rescaled and divided by its chunk's `src_cnt`
@@ -1047,6 +1107,101 @@ mod tests {
             Received::Result { chunk: 0 }
         );
         assert_eq!(w.sums(), [2, 4, 6, 8]);
+    }
+
+    /// The aggregator's [`Gone`] for a frame of this worker: block `block`, generation
+    /// `gen`, run `run`.
+    fn gone_frame(block: u32, gen: u16, run: u8) -> Vec<u8> {
+        let c = cfg(2, 4);
+        let e = c.endpoints;
+        wire::agg_packet(&AggPacket {
+            endpoints: wire::Endpoints {
+                src_addr: e.dst_addr,
+                dst_addr: e.src_addr,
+                ..e
+            },
+            hdr: Gone {
+                block_id: block,
+                gen_id: gen,
+                run_id: run,
+            }
+            .header(c.job_id, c.src_id),
+            gradients: &[],
+        })
+    }
+
+    /// A Gone for an outstanding chunk settles it as lost at once: zero sums, `src_cnt` 0,
+    /// degraded, counted, its slot free for the next chunk. One for another generation,
+    /// run or block id, or for a chunk already settled, is ignored.
+    #[test]
+    fn a_gone_generation_settles_its_chunk_as_lost() {
+        let mut w = Worker::new(
+            WorkerConfig {
+                retransmit_after_ns: Some(1_000),
+                ..cfg(2, 4)
+            },
+            (1..=16).collect(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        w.poll(0, &mut out);
+        assert_eq!(
+            out.len(),
+            2,
+            "chunks 0 and 1, blocks 0 and 1 of generation 0"
+        );
+        for (frame, why) in [
+            (gone_frame(0, 1, 0), "another generation"),
+            (gone_frame(0, 0, 3), "another run"),
+            (gone_frame(5, 0, 0), "a block id out of the window"),
+        ] {
+            assert_eq!(w.on_frame(&frame).unwrap(), Received::Ignored, "{why}");
+        }
+        assert_eq!(w.stats().lost, 0);
+        assert_eq!(
+            w.on_frame_at(&gone_frame(0, 0, 0), 500).unwrap(),
+            Received::Result { chunk: 0 }
+        );
+        assert_eq!(w.lost(), [true, false, false, false]);
+        assert_eq!(w.src_counts()[0], 0);
+        assert!(w.degraded()[0]);
+        assert_eq!(&w.sums()[..4], [0, 0, 0, 0]);
+        assert_eq!(w.stats().lost, 1);
+        assert_eq!(w.stats().results, 0, "a lost chunk is no result");
+        assert_eq!(
+            w.on_frame(&gone_frame(0, 0, 0)).unwrap(),
+            Received::Ignored,
+            "settled already"
+        );
+        // Slot 0 is free: chunk 2 goes (generation 1), and only chunk 1 is overdue later.
+        out.clear();
+        w.poll(600, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(wire::parse(&out[0]).unwrap().0.gen_id, 1);
+        out.clear();
+        w.poll(1_000, &mut out);
+        let again: Vec<u32> = out
+            .iter()
+            .map(|p| wire::parse(p).unwrap().0.block_id)
+            .collect();
+        assert_eq!(again, [1], "the lost chunk is not sent again");
+        // The rest arrive: the worker is done, chunk 0 lost.
+        w.on_frame(&result_of(&out[0], 2, 2, false)).unwrap();
+        let mut last = Vec::new();
+        w.poll(1_100, &mut last);
+        let gen1 = wire::parse(&last[0]).unwrap();
+        assert_eq!((gen1.0.block_id, gen1.0.gen_id), (1, 1));
+        w.on_frame(&result_of(&last[0], 2, 2, false)).unwrap();
+        let mut third = Vec::new();
+        w.poll(1_200, &mut third);
+        assert!(third.is_empty());
+        // Chunk 2 (sent at 600) is still out: its Result settles the allreduce.
+        w.on_frame(&result_of(&w.packet(2), 2, 2, false)).unwrap();
+        assert!(w.is_done());
+        assert_eq!(w.lost(), [true, false, false, false]);
+        assert_eq!(w.sums()[4..], (5..=16).map(|v| 2 * v).collect::<Vec<_>>());
+        let m = w.mean(Scaling { factor: 1.0 });
+        assert_eq!(m[..4], [0.0; 4], "a lost chunk's mean is zeros");
     }
 
     #[test]
