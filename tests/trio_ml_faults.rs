@@ -486,3 +486,39 @@ fn in_the_engine_threads_out_of_budget_finish_their_blocks_in_their_handlers() {
     assert_eq!((stats.fault_handlers, stats.fault_handler_faults), (2, 0));
     assert!(stats.is_conserved());
 }
+
+/// A timer that deleted expired Results from the kept table and faults before it freed
+/// their slots frees them in its handler (it listed them: nobody else would). Without the
+/// handler the slots stayed taken for ever, though no block or Result held them.
+#[test]
+fn a_timer_that_faults_before_it_frees_expired_results_frees_them_in_its_handler() {
+    let (mem, trio, program) = install();
+    let mut h = Harness::new(mem.clone());
+    for block in [1u32, 2] {
+        for src in [0u8, 1] {
+            h.run(&program, src.into(), &packet_with(block, 0, src, &[1, 2]));
+        }
+    }
+    assert_eq!(trio.kept_records(), 2);
+    assert_eq!(trio.job_state(1).unwrap().block_curr_cnt, 2);
+    // Kept scans every 16 ms: the first finds the Results asked for (kept just now), the
+    // second finds them unasked and expires them.
+    scan(&mut h, &program, 16 * MS);
+    assert_eq!(trio.kept_records(), 2);
+    h.set_now(32 * MS);
+    let mut fired = false;
+    let out = h.run_timer_observed(
+        &program,
+        launch(32 * MS),
+        fault_before("free_expired", &mut fired),
+    );
+    assert!(fired);
+    assert_fault(&out, FaultKind::Panic);
+    assert_eq!(trio.kept_records(), 0, "the Results expired");
+    let state = trio.job_state(1).unwrap();
+    assert_eq!(
+        (state.block_curr_cnt, state.slots_in_use),
+        (0, 0),
+        "both slots freed"
+    );
+}

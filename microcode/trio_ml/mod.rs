@@ -257,12 +257,13 @@
 //! registers and local memory before it drops the packet. After each XTXN that takes or
 //! gives back a share of a block, a register notes what the thread holds: a block it is
 //! creating, a place in a gate, the take a last leaver owes, a TAKEN a stale take set, a
-//! finish it began. So a creator gives its block back (the PENDING key and the slot:
+//! finish it began, the slots of the expired Results a timer listed. So a creator gives its block back (the PENDING key and the slot:
 //! nobody could have joined a block not published), an adder leaves the gate (and takes and
 //! finishes the block if it was the last one out of a closed block), a last leaver takes
 //! its block, a stale take clears its TAKEN, and a finisher finishes its block (again from
 //! the start, or from `release_block` on once its Result is kept: the Result built is still
-//! in local memory and the new tail). The other way, the timer taking a block that has
+//! in local memory and the new tail), and a timer frees the rest of the expired Results'
+//! slots it listed (it deleted their kept records: nobody else would). The other way, the timer taking a block that has
 //! stayed closed and aged with adders in its gate for some more scans, would be wrong: an
 //! adder that the host merely descheduled (more PPE threads than cores) cannot be told
 //! from one that faulted, and one overtaken while it adds would add into a Result being

@@ -51,9 +51,10 @@
 //!
 //! fault handler (a packet or timer thread that faulted, before the engine drops its
 //!                packet): on_fault (gives back what R_HELD says the thread holds: a block
-//!                being created, a place in a gate, a take it owes, a finish it began)
+//!                being created, a place in a gate, a take it owes, a finish it began,
+//!                expired Results' slots to free)
 //!                [-> fault_take] [-> finish_block, whole or from release_block]
-//!                -> fault_done
+//!                [-> free_expired] -> fault_done
 //! ```
 //!
 //! Each phase is one function that defines its instructions: `parse_phase` (steps 1 and
@@ -184,6 +185,9 @@ enum Held {
     /// The block, taken, its Result kept (or its slot's fate decided): its finish goes on
     /// at release_block.
     Releasing,
+    /// A timer's expired Results, deleted from the kept table and listed in local memory
+    /// ([`R_AGED_N`]), their slots freed up to [`R_AGED_I`]: nobody else frees them.
+    FreeingExpired,
 }
 
 impl RegValue for Held {
@@ -198,6 +202,7 @@ impl RegValue for Held {
             4 => Held::StaleTaken,
             5 => Held::Finishing,
             6 => Held::Releasing,
+            7 => Held::FreeingExpired,
             _ => Held::Nothing,
         }
     }
@@ -1851,6 +1856,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         }
         t.set(R_AGED_N, expired.len());
         t.set(R_AGED_I, 0);
+        t.set(R_HELD, Held::FreeingExpired);
         Ok(Goto(l.free_expired))
     });
 
@@ -1860,6 +1866,7 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     p.instr(l.free_expired, move |t| {
         let i = t.get(R_AGED_I);
         if i == t.get(R_AGED_N) {
+            t.set(R_HELD, Held::Nothing);
             return Ok(Done(Verdict::Consume));
         }
         t.set(R_AGED_I, t.get(R_AGED_I) + 1);
@@ -1994,6 +2001,8 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 ///   Result, built before keep_result, is still in local memory and the new tail (the
 ///   engine discarded the packets the thread sent before its fault; emitting is the
 ///   finish's last step).
+/// - FreeingExpired: a timer frees the rest of the expired Results' slots it listed (it
+///   deleted their kept records, so nobody else would).
 ///
 /// Posted XTXNs of the thread are applied first, so none lands after its gate is left.
 fn fault_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
@@ -2028,6 +2037,8 @@ fn fault_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             }
             Held::Finishing => return Ok(Call(finish_block, l.fault_done)),
             Held::Releasing => return Ok(Call(l.release_block, l.fault_done)),
+            // free_expired ends the thread once every listed slot is freed.
+            Held::FreeingExpired => return Ok(Goto(l.free_expired)),
         }
         Ok(Goto(l.fault_done))
     });
