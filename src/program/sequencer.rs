@@ -145,28 +145,17 @@ impl Program {
         let created = t.created_len();
         let mut executed = 0u32;
         let mut waits = 0u32;
-        let result = self.execute(start, t, budget, &mut executed, &mut waits, &mut before);
+        let result =
+            self.execute::<false>(start, t, budget, &mut executed, &mut waits, &mut before);
         let mut fault_handler = None;
         if result.is_err() {
             // The thread's work is abandoned, packets it created included.
             t.discard_created(created);
             if let Some(handler) = self.inner.fault_entry {
-                let created = t.created_len();
-                let mut ran = 0u32;
-                let handled = self.execute(
-                    handler,
-                    t,
-                    budget.max(DEFAULT_INSTRUCTION_BUDGET),
-                    &mut ran,
-                    &mut waits,
-                    &mut before,
-                );
-                if handled.is_err() {
-                    // A handler that faults is abandoned in turn.
-                    t.discard_created(created);
-                }
+                let (ran, handled) =
+                    self.run_fault_handler(handler, t, budget, &mut waits, &mut before);
                 executed = executed.saturating_add(ran);
-                fault_handler = Some(handled.map(|_| ()));
+                fault_handler = Some(handled);
             }
         }
         RunOutcome {
@@ -176,10 +165,44 @@ impl Program {
             fault_handler,
         }
     }
+
+    /// Runs the fault handler `handler` on the thread that faulted (see
+    /// [`Program::run_observed`]); returns its instructions and how it ended. Out of line
+    /// and its own instance of [`Program::execute`]: the packet path's instance keeps its
+    /// closure inlined into `catch_unwind`, with no frame set up per packet.
+    #[cold]
+    #[inline(never)]
+    fn run_fault_handler(
+        &self,
+        handler: Label,
+        t: &mut Thread<'_>,
+        budget: u32,
+        waits: &mut u32,
+        before: &mut impl FnMut(Label),
+    ) -> (u32, Result<(), Fault>) {
+        let created = t.created_len();
+        let mut ran = 0u32;
+        let handled = self.execute::<true>(
+            handler,
+            t,
+            budget.max(DEFAULT_INSTRUCTION_BUDGET),
+            &mut ran,
+            waits,
+            before,
+        );
+        if handled.is_err() {
+            // A handler that faults is abandoned in turn.
+            t.discard_created(created);
+        }
+        (ran, handled.map(|_| ()))
+    }
+
     /// Runs the thread from `start` until it is done or faults, within `budget`
-    /// instructions, counting them in `executed` and its waits in `waits`.
+    /// instructions, counting them in `executed` and its waits in `waits`. `HANDLER` only
+    /// makes the fault handler's instance a type of its own (see
+    /// [`Program::run_fault_handler`]).
     #[inline(always)]
-    fn execute(
+    fn execute<const HANDLER: bool>(
         &self,
         start: Label,
         t: &mut Thread<'_>,
