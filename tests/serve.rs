@@ -891,6 +891,119 @@ fn random_datagrams_are_all_accounted_for() {
     assert!(rep.engine.faults.is_empty(), "{:?}", rep.engine.faults);
 }
 
+/// Datagrams the kernel drops because the server's receive buffer is full are counted
+/// (`kernel_dropped`, the kernel's own count for the socket): every datagram sent is
+/// received or counted dropped, and the report warns, naming the option that raises the
+/// buffer. The overflow is forced: a burst far larger than the smallest buffer, sent before
+/// the server reads at all.
+#[test]
+fn datagrams_the_kernel_drops_for_a_full_buffer_are_counted() {
+    let server = Server::bind(&ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        // The smallest buffer the kernel grants: a few datagrams.
+        recv_buffer_bytes: 1,
+        // One message per datagram, so the kernel counts datagrams.
+        gro: false,
+        ..config(Aggregation::TrioMl, &["1:1"])
+    })
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let m = server.monitor();
+    let stop = server.stop_handle();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Job 9 is not configured: each datagram received is dropped as an unknown job.
+    let d = datagram(9, 0, 1, &[7; 256]);
+    let sent = 200u64;
+    for _ in 0..sent {
+        s.send_to(&d, addr).unwrap();
+    }
+    let h = std::thread::spawn(move || server.run(RUN_LIMITS));
+    // Until every datagram is received or counted dropped.
+    let t0 = Instant::now();
+    loop {
+        let f = m.stats();
+        if f.datagrams_in + f.kernel_dropped >= sent {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{sent} sent: {f:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A last one, queued once the buffer was emptied: it carries the kernel's count too.
+    send_paced(&s, &d, addr, &m);
+    stop.stop();
+    let rep = h.join().unwrap();
+    let f = &rep.front_end;
+    assert!(
+        f.kernel_dropped > 0,
+        "200 datagrams fitted a few KiB: {f:?}"
+    );
+    assert_eq!(f.datagrams_in + f.kernel_dropped, sent + 1, "{f:?}");
+    assert_eq!(f.dropped_unknown_job, f.datagrams_in, "{f:?}");
+    assert_eq!(f.unaccounted(), 0, "{f:?}");
+    let warned = |what: &str| rep.warnings.iter().any(|w| w.contains(what));
+    assert!(
+        warned("dropped by the kernel") && warned("--recv-buffer-kb"),
+        "{:?}",
+        rep.warnings
+    );
+}
+
+/// A receive buffer granted smaller than asked for (Linux caps it at
+/// `net.core.rmem_max`) is a warning in the human report too, naming the option and the
+/// cap; a size the kernel cannot take is refused by name.
+#[test]
+fn a_receive_buffer_granted_smaller_than_asked_is_a_warning() {
+    let Some(rmem_max) = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+    else {
+        eprintln!("no net.core.rmem_max: nothing caps the buffer");
+        return;
+    };
+    // More than the kernel grants (twice the cap), whatever the cap.
+    let asked_kb = (2 * rmem_max / 1024 + 1024).to_string();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--job", "1:1"])
+        .args(["--seconds", "0.1", "--recv-buffer-kb", &asked_kb])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let warning = text
+        .lines()
+        .find(|l| l.starts_with("warning: ") && l.contains("receive buffer"))
+        .unwrap_or_else(|| panic!("no warning: {text}"));
+    assert!(
+        warning.contains(&format!("{asked_kb} KiB asked for (--recv-buffer-kb)"))
+            && warning.contains("net.core.rmem_max"),
+        "{warning}"
+    );
+    // The --json report has it among its warnings too.
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--job", "1:1", "--json"])
+        .args(["--seconds", "0.1", "--recv-buffer-kb", &asked_kb])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rep: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let warnings = rep["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("--recv-buffer-kb")),
+        "{rep}"
+    );
+    // Past what setsockopt takes: refused, naming the option.
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--job", "1:1"])
+        .args(["--seconds", "0.1", "--recv-buffer-kb", "4194304"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("`--recv-buffer-kb`"), "{err}");
+}
+
 /// Stopping waits for the open blocks to time out, so a source whose peers never came
 /// still gets its partial Result.
 #[test]

@@ -57,7 +57,11 @@
 //! shorter than the header, a length that is not the header plus `grad_cnt` gradients, or a
 //! job not configured here. The engine counts its own drops (`unknown_source`, `duplicate`,
 //! `block_cnt_max`, ...) in its [`Stats`]. Every datagram is accounted for:
-//! [`ServeStats::unaccounted`] is 0.
+//! [`ServeStats::unaccounted`] is 0. Datagrams that never reach the server, because the
+//! kernel dropped them while the listening socket's receive buffer was full, are counted
+//! too, in [`ServeStats::kernel_dropped`] (the kernel's count for the socket), with a
+//! warning in the report; so is a receive buffer granted smaller than
+//! [`ServeConfig::recv_buffer_bytes`] asked for.
 //!
 //! # Batches
 //!
@@ -207,6 +211,36 @@ pub fn default_ppe_threads() -> usize {
 
 /// Default [`ServeConfig::recv_buffer_bytes`]: 4 MiB.
 pub const DEFAULT_RECV_BUFFER_BYTES: usize = 4 << 20;
+
+/// Largest [`ServeConfig::recv_buffer_bytes`]: what `setsockopt(SO_RCVBUF)` takes (a C
+/// `int`, which the kernel doubles).
+pub const MAX_RECV_BUFFER_BYTES: usize = (i32::MAX / 2) as usize;
+
+/// The warning for a listening socket's receive buffer granted smaller than asked for
+/// (`None` when it is not), naming the option and the system setting that raise it.
+pub fn recv_buffer_warning(asked: usize, granted: u64) -> Option<String> {
+    (asked > 0 && granted < asked as u64).then(|| {
+        format!(
+            "the kernel granted the listening socket a receive buffer of {} KiB, less than \
+             the {} KiB asked for (--recv-buffer-kb): Linux caps it at net.core.rmem_max, so \
+             bursts of datagrams may overflow it (counted in kernel_dropped); raise the cap \
+             (sysctl -w net.core.rmem_max={asked})",
+            granted / 1024,
+            asked / 1024
+        )
+    })
+}
+
+/// The warning for `n` datagrams the kernel dropped because the listening socket's receive
+/// buffer (`granted` bytes) was full.
+pub fn kernel_dropped_warning(n: u64, granted: u64) -> String {
+    format!(
+        "{n} datagrams dropped by the kernel before they were received: the listening \
+         socket's receive buffer ({} KiB) was full; raise --recv-buffer-kb (and \
+         net.core.rmem_max) or lower the clients' window",
+        granted / 1024
+    )
+}
 
 impl Default for ServeConfig {
     /// 127.0.0.1:12000, the default [`AggregationSetup`] (Trio-ML; give jobs),
@@ -425,8 +459,18 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> ServeError {
 /// What the front end counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ServeStats {
-    /// The listening socket's receive buffer as the kernel granted it, bytes.
+    /// The listening socket's receive buffer as the kernel granted it, bytes (Linux grants
+    /// twice what is asked for, its bookkeeping counting in it, up to twice
+    /// `net.core.rmem_max`; [`ServeReport::warnings`] says when it is less than
+    /// [`ServeConfig::recv_buffer_bytes`]).
     pub recv_buffer_bytes: u64,
+    /// Datagrams the kernel dropped before the server could receive them, because the
+    /// listening socket's receive buffer was full (the kernel's count for the socket,
+    /// `SO_RXQ_OVFL`, and `SO_MEMINFO` for those after the last datagram received; 0 where
+    /// the kernel has neither). Not in `datagrams_in`: what reached the host is
+    /// `datagrams_in + kernel_dropped`. A sender's GSO message coalesced whole for GRO
+    /// (loopback) and dropped may count once.
+    pub kernel_dropped: u64,
     /// Datagrams received.
     pub datagrams_in: u64,
     /// Their payload bytes.
@@ -512,6 +556,8 @@ impl ServeStats {
 
 #[derive(Default)]
 struct Counters {
+    /// The kernel's drop count as the last datagram received carried it (with its wraps).
+    kernel_dropped: AtomicU64,
     datagrams_in: AtomicU64,
     bytes_in: AtomicU64,
     injected: AtomicU64,
@@ -871,7 +917,12 @@ impl Shared {
     fn stats(&self) -> ServeStats {
         let c = &self.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        // The drop count the datagrams carried, and those dropped since the last one.
+        let seen = l(&c.kernel_dropped);
+        let kernel_dropped = udp_batch::socket_drops(&self.socket)
+            .map_or(seen, |now| seen + u64::from(now.wrapping_sub(seen as u32)));
         ServeStats {
+            kernel_dropped,
             datagrams_in: l(&c.datagrams_in),
             bytes_in: l(&c.bytes_in),
             injected: l(&c.injected),
@@ -1124,6 +1175,16 @@ impl Server {
         if cfg.upstream == Some(cfg.listen) {
             return Err(upstream_is_self(cfg.listen));
         }
+        if cfg.recv_buffer_bytes > MAX_RECV_BUFFER_BYTES {
+            return Err(ServeError::Config {
+                setting: "recv_buffer_bytes",
+                reason: format!(
+                    "{} bytes is more than the kernel takes ({MAX_RECV_BUFFER_BYTES} bytes at \
+                     most; Linux caps it at net.core.rmem_max anyway)",
+                    cfg.recv_buffer_bytes
+                ),
+            });
+        }
         let eng = |e: &dyn fmt::Display| ServeError::Engine(e.to_string());
         let mem = Arc::new(SharedMemory::new(&cfg.setup.mem_config()).map_err(|e| eng(&e))?);
         let out_src_addr = Ipv4Addr::new(10, 0, 0, cfg.upstream_src);
@@ -1153,6 +1214,8 @@ impl Server {
         socket
             .set_read_timeout(Some(Duration::from_millis(50)))
             .map_err(io_err("setting the socket's read timeout"))?;
+        // Best effort: without it, `kernel_dropped` stays 0.
+        udp_batch::enable_drop_count(&socket);
         let gro = cfg.gro && udp_batch::enable_gro(&socket);
         let shared = Arc::new(Shared {
             gso: Gso::probe(&socket, cfg.gso),
@@ -1263,6 +1326,12 @@ impl Server {
         let c = &self.shared.counters;
         let slots = self.cfg.setup.slots();
         let mut refused = SlotsFullLog::default();
+        if self.cfg.log_warnings {
+            let granted = self.shared.stats().recv_buffer_bytes;
+            if let Some(w) = recv_buffer_warning(self.cfg.recv_buffer_bytes, granted) {
+                eprintln!("pfemu serve: warning: {w}");
+            }
+        }
         loop {
             if self.cfg.log_warnings {
                 refused.check(&self.pfe, slots);
@@ -1277,7 +1346,11 @@ impl Server {
                 break;
             }
             match rx.recv(&self.socket) {
-                Ok(_) => bump(&c.recv_calls, 1),
+                Ok(_) => {
+                    bump(&c.recv_calls, 1);
+                    c.kernel_dropped
+                        .store(rx.kernel_dropped(), Ordering::Relaxed);
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -1320,7 +1393,18 @@ impl Server {
         drop(self.control.take());
         let trace_output = self.trace.take();
         let engine = self.pfe.shutdown();
+        let front_end = self.shared.stats();
         let mut warnings = Vec::new();
+        warnings.extend(recv_buffer_warning(
+            self.cfg.recv_buffer_bytes,
+            front_end.recv_buffer_bytes,
+        ));
+        if front_end.kernel_dropped > 0 {
+            warnings.push(kernel_dropped_warning(
+                front_end.kernel_dropped,
+                front_end.recv_buffer_bytes,
+            ));
+        }
         let full = engine.drops("block_cnt_max");
         if full > 0 {
             warnings.push(slots_full_warning(full, slots));
@@ -1334,7 +1418,7 @@ impl Server {
         });
         ServeReport {
             elapsed_s: start.elapsed().as_secs_f64(),
-            front_end: self.shared.stats(),
+            front_end,
             engine,
             open_blocks_at_stop,
             open_blocks_left,

@@ -6,7 +6,11 @@
 //!   ones already queued behind it (`MSG_WAITFORONE`). With GRO on ([`enable_gro`]) the
 //!   kernel may hand several datagrams of one sender over as one message, with their size in
 //!   a `UDP_GRO` control message; [`RecvBatch::datagrams`] cuts them apart again, so callers
-//!   see the datagrams exactly as they were sent.
+//!   see the datagrams exactly as they were sent. With drop counting on
+//!   ([`enable_drop_count`], `SO_RXQ_OVFL`) each message carries the socket's count of
+//!   datagrams the kernel dropped so far (its receive buffer was full), which
+//!   [`RecvBatch::kernel_dropped`] keeps; [`socket_drops`] reads the count now
+//!   (`SO_MEMINFO`), drops after the last message received included.
 //! - **Sending.** A [`SendBatch`] collects datagrams, each for a destination (or for the
 //!   socket's connected peer), and [`SendBatch::send`] sends them with `sendmmsg`. With GSO
 //!   on ([`Gso`]) consecutive datagrams for one destination travel as one message with a
@@ -62,6 +66,22 @@ pub fn enable_gro(socket: &UdpSocket) -> bool {
     sys::set_udp_option(socket, sys::UDP_GRO, 1).is_ok()
 }
 
+/// Turns on the kernel's drop count for `socket` (`SO_RXQ_OVFL`): every message received
+/// from then on carries the number of datagrams the kernel dropped on the socket so far
+/// because its receive buffer was full ([`RecvBatch::kernel_dropped`]). `false` when the
+/// kernel does not have it (not Linux).
+pub fn enable_drop_count(socket: &UdpSocket) -> bool {
+    sys::set_socket_option(socket, sys::SO_RXQ_OVFL, 1).is_ok()
+}
+
+/// The datagrams the kernel has dropped on `socket` so far, now (`SO_MEMINFO`, Linux 4.6
+/// and later; `None` without it): as [`RecvBatch::kernel_dropped`] counts them, and also
+/// those dropped after the last message received. The kernel counts in 32 bits: the count
+/// wraps at 2^32.
+pub fn socket_drops(socket: &UdpSocket) -> Option<u32> {
+    sys::socket_drops(socket)
+}
+
 /// Whether a socket's sends use GSO: asked for and found in the kernel when made, and
 /// turned off for good the first time the kernel refuses a GSO message. Shared by the
 /// threads sending on one socket.
@@ -110,6 +130,9 @@ struct Message {
     /// The size of its datagrams but the last (GRO); `None`: one datagram.
     segment: Option<usize>,
     truncated: bool,
+    /// The socket's drop count when the message was queued (`SO_RXQ_OVFL`; the kernel
+    /// leaves it out while the count is 0).
+    drops: Option<u32>,
 }
 
 /// Buffers for receiving many messages with one system call (see the module docs).
@@ -119,6 +142,10 @@ pub struct RecvBatch {
     /// The messages of the last [`RecvBatch::recv`].
     messages: Vec<Message>,
     capacity: usize,
+    /// The last drop count a message carried (the kernel's 32 bits), and the count with
+    /// its wraps.
+    drops: Option<u32>,
+    kernel_dropped: u64,
 }
 
 impl std::fmt::Debug for RecvBatch {
@@ -126,6 +153,7 @@ impl std::fmt::Debug for RecvBatch {
         f.debug_struct("RecvBatch")
             .field("capacity", &self.capacity)
             .field("messages", &self.messages.len())
+            .field("kernel_dropped", &self.kernel_dropped)
             .finish()
     }
 }
@@ -138,7 +166,20 @@ impl RecvBatch {
             buf: vec![0u8; capacity * RECV_SLOT],
             messages: Vec::with_capacity(capacity),
             capacity,
+            drops: None,
+            kernel_dropped: 0,
         }
+    }
+
+    /// Datagrams the kernel dropped on the socket because its receive buffer was full, as
+    /// of the last message received that said so (drop counting must be on:
+    /// [`enable_drop_count`]; 0 otherwise). The kernel gives a count per socket since it was
+    /// made, so this is the socket's count when the batch received all that was received on
+    /// it. Drops after the last message received show in the next one, or in
+    /// [`socket_drops`]. A sender's GSO message that reaches a GRO socket (loopback) is
+    /// one buffer to the kernel: dropped whole, it may count once.
+    pub fn kernel_dropped(&self) -> u64 {
+        self.kernel_dropped
     }
 
     /// Receives what is queued on `socket`: waits for the first message as a `recv` would
@@ -147,7 +188,17 @@ impl RecvBatch {
     /// least 1); [`RecvBatch::datagrams`] gives their datagrams.
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         self.messages.clear();
-        sys::recv_batch(socket, &mut self.buf, self.capacity, &mut self.messages)
+        let got = sys::recv_batch(socket, &mut self.buf, self.capacity, &mut self.messages)?;
+        for m in &self.messages {
+            if let Some(now) = m.drops {
+                // The kernel's count is cumulative and wraps at 2^32; messages come in the
+                // order they were queued, so the count never goes back.
+                let since = now.wrapping_sub(self.drops.unwrap_or(0));
+                self.kernel_dropped += u64::from(since);
+                self.drops = Some(now);
+            }
+        }
+        Ok(got)
     }
 
     /// The datagrams of the messages the last [`RecvBatch::recv`] took, in order: a GRO
@@ -399,13 +450,13 @@ mod sys {
     use std::mem::{size_of, zeroed};
     use std::os::fd::AsRawFd;
 
-    pub(super) use libc::UDP_GRO;
+    pub(super) use libc::{SO_RXQ_OVFL, UDP_GRO};
 
-    /// Control-message room for one `int` (GRO's segment size) or `u16` (GSO's), aligned
-    /// as `cmsghdr`.
+    /// Control-message room for two messages of an `int` or `u32` each (GRO's segment size
+    /// and `SO_RXQ_OVFL`'s drop count; GSO's `u16`), aligned as `cmsghdr`.
     #[derive(Clone, Copy)]
     #[repr(C, align(8))]
-    struct Cmsg([u8; 32]);
+    struct Cmsg([u8; 64]);
 
     /// `CMSG_SPACE` of a value of `len` bytes.
     fn cmsg_space(len: usize) -> usize {
@@ -414,12 +465,20 @@ mod sys {
     }
 
     pub(super) fn set_udp_option(socket: &UdpSocket, name: i32, value: i32) -> io::Result<()> {
+        set_option(socket, libc::SOL_UDP, name, value)
+    }
+
+    pub(super) fn set_socket_option(socket: &UdpSocket, name: i32, value: i32) -> io::Result<()> {
+        set_option(socket, libc::SOL_SOCKET, name, value)
+    }
+
+    fn set_option(socket: &UdpSocket, level: i32, name: i32, value: i32) -> io::Result<()> {
         // SAFETY: `value` is a live `c_int` and its size is passed with it; the descriptor is
         // `socket`'s, open for the call.
         let r = unsafe {
             libc::setsockopt(
                 socket.as_raw_fd(),
-                libc::SOL_UDP,
+                level,
                 name,
                 (&value as *const i32).cast(),
                 size_of::<i32>() as libc::socklen_t,
@@ -430,6 +489,27 @@ mod sys {
         } else {
             Err(io::Error::last_os_error())
         }
+    }
+
+    /// The socket's drop count from `SO_MEMINFO` (an array of `u32`, the drops at
+    /// `SK_MEMINFO_DROPS`).
+    pub(super) fn socket_drops(socket: &UdpSocket) -> Option<u32> {
+        // `SK_MEMINFO_VARS` is 10 in Linux 6.x; the kernel writes what fits.
+        let mut info = [0u32; 16];
+        let mut len = size_of_val(&info) as libc::socklen_t;
+        // SAFETY: `info` and `len` are live and `len` is `info`'s size; the kernel writes at
+        // most `len` bytes and sets `len` to what it wrote.
+        let r = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_MEMINFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let at = libc::SK_MEMINFO_DROPS as usize;
+        (r == 0 && len as usize >= (at + 1) * size_of::<u32>()).then(|| info[at])
     }
 
     /// The kernel knows `UDP_SEGMENT` (reading it succeeds).
@@ -469,7 +549,7 @@ mod sys {
         let n = capacity.min(buf.len() / RECV_SLOT);
         // SAFETY: all-zero is a valid `sockaddr_storage` (plain integers).
         let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { zeroed() }; n];
-        let mut cmsgs = vec![Cmsg([0; 32]); n];
+        let mut cmsgs = vec![Cmsg([0; 64]); n];
         let mut iovs: Vec<io::IoSliceMut<'_>> = buf
             .chunks_mut(RECV_SLOT)
             .take(n)
@@ -485,7 +565,8 @@ mod sys {
                 h.msg_hdr.msg_iov = (&mut iovs[i] as *mut io::IoSliceMut<'_>).cast();
                 h.msg_hdr.msg_iovlen = 1;
                 h.msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
-                h.msg_hdr.msg_controllen = cmsg_space(size_of::<i32>()) as _;
+                // Room for the GRO segment size and the drop count.
+                h.msg_hdr.msg_controllen = (2 * cmsg_space(size_of::<i32>())) as _;
                 h
             })
             .collect();
@@ -508,6 +589,7 @@ mod sys {
         for (h, name) in hdrs.iter().zip(&names).take(got) {
             let m = &h.msg_hdr;
             let mut segment = None;
+            let mut drops = None;
             // SAFETY: `m` is a header the kernel filled: its control pointer and length
             // describe the part of the control buffer it wrote, which is alive.
             let mut c = unsafe { libc::CMSG_FIRSTHDR(m) };
@@ -522,6 +604,10 @@ mod sys {
                     let seg = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()) };
                     segment = usize::try_from(seg).ok().filter(|&s| s > 0);
                 }
+                if level == libc::SOL_SOCKET && kind == SO_RXQ_OVFL && len >= cmsg_len_of_int() {
+                    // SAFETY: as for the segment size: a `u32` after the header, checked.
+                    drops = Some(unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) });
+                }
                 // SAFETY: as for CMSG_FIRSTHDR; CMSG_NXTHDR returns null past the end.
                 c = unsafe { libc::CMSG_NXTHDR(m, c) };
             }
@@ -532,6 +618,7 @@ mod sys {
                 from: addr.as_socket(),
                 segment,
                 truncated: m.msg_flags & libc::MSG_TRUNC != 0,
+                drops,
             });
         }
         Ok(got)
@@ -554,7 +641,7 @@ mod sys {
             .iter()
             .map(|m| m.to.map(socket2::SockAddr::from))
             .collect();
-        let mut cmsgs = vec![Cmsg([0; 32]); plan.len()];
+        let mut cmsgs = vec![Cmsg([0; 64]); plan.len()];
         let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(plan.len());
         for ((m, name), cmsg) in plan.iter().zip(&names).zip(cmsgs.iter_mut()) {
             // SAFETY: all-zero is a valid `mmsghdr` (null pointers, zero lengths).
@@ -570,7 +657,7 @@ mod sys {
             if let Some(seg) = m.segment {
                 h.msg_hdr.msg_control = cmsg.0.as_mut_ptr().cast();
                 h.msg_hdr.msg_controllen = cmsg_space(size_of::<u16>()) as _;
-                // SAFETY: the header's control buffer is `cmsg` (32 bytes, aligned as
+                // SAFETY: the header's control buffer is `cmsg` (64 bytes, aligned as
                 // `cmsghdr`), at least CMSG_SPACE(2) long, so CMSG_FIRSTHDR is a whole
                 // header in it and CMSG_DATA has room for the `u16` after it.
                 unsafe {
@@ -609,9 +696,18 @@ mod sys {
     use super::*;
 
     pub(super) const UDP_GRO: i32 = 0;
+    pub(super) const SO_RXQ_OVFL: i32 = 0;
 
     pub(super) fn set_udp_option(_: &UdpSocket, _: i32, _: i32) -> io::Result<()> {
         Err(io::ErrorKind::Unsupported.into())
+    }
+
+    pub(super) fn set_socket_option(_: &UdpSocket, _: i32, _: i32) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    pub(super) fn socket_drops(_: &UdpSocket) -> Option<u32> {
+        None
     }
 
     pub(super) fn gso_supported(_: &UdpSocket) -> bool {
@@ -634,6 +730,7 @@ mod sys {
             from: Some(from),
             segment: None,
             truncated: false,
+            drops: None,
         });
         Ok(1)
     }
@@ -837,6 +934,57 @@ mod tests {
         let r = batch.send_planned(&a, &gso, 1000);
         assert_eq!((r.datagrams, r.gso_refused, r.calls), (200, 0, 1));
         assert_eq!(receive(&mut rx, &b, 200).0, many);
+    }
+
+    #[test]
+    fn the_datagrams_the_kernel_drops_for_a_full_buffer_are_counted() {
+        // The smallest receive buffer the kernel grants (a few KiB), and a burst of 200
+        // datagrams of 1000 bytes sent before anything is read: most cannot be queued.
+        let s = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .unwrap();
+        s.set_recv_buffer_size(1).unwrap();
+        s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        let b: UdpSocket = s.into();
+        b.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        assert!(enable_drop_count(&b), "Linux has SO_RXQ_OVFL");
+        let a = loopback();
+        let to = b.local_addr().unwrap();
+        let sent = 200u64;
+        for i in 0..sent {
+            a.send_to(&datagram(i as u16, 1000), to).unwrap();
+        }
+        let mut rx = RecvBatch::new(64);
+        let mut received = 0u64;
+        // Until every datagram sent was received or dropped, by the kernel's own count now
+        // (loopback may hand datagrams over a little after the send returned).
+        let drops = || u64::from(socket_drops(&b).expect("Linux has SO_MEMINFO"));
+        let t0 = std::time::Instant::now();
+        while received + drops() < sent {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{received} received and {} dropped of {sent}",
+                drops()
+            );
+            if rx.recv(&b).is_ok() {
+                received += rx.datagrams().count() as u64;
+            }
+        }
+        assert_eq!(received + drops(), sent);
+        assert!(
+            received < sent,
+            "{received} of {sent} fitted a buffer of a few KiB"
+        );
+        // Each message carries the count when it was queued: the last drops show in the
+        // next message (the buffer is empty now, so it is queued).
+        a.send_to(&datagram(999, 10), to).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        rx.recv(&b).expect("the last datagram");
+        assert_eq!(rx.kernel_dropped(), sent - received);
     }
 
     #[test]

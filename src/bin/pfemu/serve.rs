@@ -93,7 +93,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 0)]
     pub upstream_src: u8,
     /// Receive buffer asked for the listening socket, KiB (the kernel caps it at
-    /// net.core.rmem_max; 0 keeps the system's default).
+    /// net.core.rmem_max, with a warning; 0 keeps the system's default). Datagrams that
+    /// arrive while it is full are dropped by the kernel, counted in kernel_dropped.
     #[arg(long, default_value_t = 4096)]
     pub recv_buffer_kb: usize,
     /// Send each burst of Results for a member as single datagrams, not as one UDP GSO
@@ -303,8 +304,11 @@ pub fn serve(a: &ServeArgs) -> CliResult {
             f.readdressed
         );
         println!(
-            "dropped: {} short, {} bad length, {} unknown job; {} from sources outside their \
-             job (the engine drops them); {} unroutable, {} socket errors",
+            "dropped: {} by the kernel (receive buffer of {} KiB full), {} short, {} bad \
+             length, {} unknown job; {} from sources outside their job (the engine drops \
+             them); {} unroutable, {} socket errors",
+            f.kernel_dropped,
+            f.recv_buffer_bytes / 1024,
             f.dropped_short,
             f.dropped_bad_length,
             f.dropped_unknown_job,
@@ -412,6 +416,7 @@ pub fn option_of(setting: &str) -> Option<&'static str> {
         "port" => "--port",
         "ppe_threads" => "--ppe-threads",
         "upstream" => "--upstream",
+        "recv_buffer_bytes" => "--recv-buffer-kb",
         _ => return None,
     })
 }
