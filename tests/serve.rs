@@ -1039,6 +1039,165 @@ fn stopping_sends_the_partial_results_of_open_blocks() {
     panic!("the block timed out before the stop in every attempt");
 }
 
+/// Stopping a first-level server: the partial Result of its open block goes up while it
+/// stops, and the upper level's answer still reaches the member. (It used to stop reading
+/// its socket before the open blocks finished: the answers to the last partial Results it
+/// sent up were never read, and its members waited in vain.)
+#[test]
+fn a_stopping_first_level_server_passes_the_answers_to_its_last_results_down() {
+    // The block must still be open when the stop comes (see
+    // `stopping_sends_the_partial_results_of_open_blocks`).
+    for attempt in 0..3 {
+        let (up, up_stop, up_h) = start(config(Aggregation::TrioMl, &["1:1"]));
+        let (a, a_stop, a_m, a_h) = start_monitored(ServeConfig {
+            upstream: Some(up),
+            // However long the answer takes on this machine.
+            stop_upstream_wait: Duration::from_secs(60),
+            ..config(Aggregation::TrioMl, &["1:2"])
+        });
+        // Source 0 of two: its block waits for source 1, which never comes.
+        let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+        send_paced(&member, &datagram(1, 0, 7, &[10, -20, 30]), a, &a_m);
+        let t0 = Instant::now();
+        while a_m.trio_ml().active_blocks().unwrap().is_empty() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        a_stop.stop();
+        let rep = a_h.join().unwrap();
+        up_stop.stop();
+        let upper = up_h.join().unwrap();
+        if rep.open_blocks_at_stop != 1 {
+            eprintln!("attempt {attempt}: the block timed out before the stop; again");
+            continue;
+        }
+        let f = &rep.front_end;
+        assert_eq!(rep.open_blocks_left, 0, "{rep:?}");
+        assert_eq!(upper.front_end.injected, 1, "{:?}", upper.front_end);
+        assert_eq!(
+            (f.upstream_results_in, f.upstream_unanswered),
+            (1, 0),
+            "{f:?}"
+        );
+        assert_eq!(f.unaccounted(), 0, "{f:?}");
+        // The server fanned the answer out before it returned.
+        let res = recv_within(&member, Duration::from_secs(10)).expect("the upper's answer");
+        let hdr = serve::datagram_header(&res).unwrap();
+        assert_eq!((hdr.job_id, hdr.block_id), (1, 7), "{hdr:?}");
+        assert!(
+            hdr.degraded,
+            "a partial Result below stays degraded above: {hdr:?}"
+        );
+        assert_eq!(wire::gradients(&res[TRIO_ML_HDR_LEN..]), vec![10, -20, 30]);
+        return;
+    }
+    panic!("the block timed out before the stop in every attempt");
+}
+
+/// A stopping first-level server keeps reading its socket while it owes its members
+/// Results: here one held for its Join upstream, which the upper aggregator (played by the
+/// test) answers only after the stop. A member's datagram that arrives meanwhile is counted
+/// (`dropped_stopping`), not injected; the Joined releases the held Result, which goes up,
+/// and the answer to it comes down to the member before the server stops.
+#[test]
+fn a_stopping_first_level_server_counts_members_datagrams_and_waits_for_its_answers() {
+    use pfemu::microcode::trio_ml::host::WorkerConfig;
+    use pfemu::microcode::trio_ml::wire::Control;
+
+    let upper = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (a, a_stop, a_m, a_h) = start_monitored(ServeConfig {
+        upstream: Some(upper.local_addr().unwrap()),
+        first_run: Some(1),
+        stop_upstream_wait: Duration::from_secs(60),
+        ..config(Aggregation::TrioMl, &["1:1"])
+    });
+    let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let deadline = Duration::from_secs(60);
+    // The next datagram from `s` that `wanted` takes, within the deadline.
+    let next = |s: &UdpSocket, what: &str, wanted: &dyn Fn(&TrioMlHdrFields) -> bool| {
+        let t0 = Instant::now();
+        loop {
+            assert!(t0.elapsed() < deadline, "no {what}: {:?}", a_m.stats());
+            if let Some(d) = recv_within(s, Duration::from_millis(100)) {
+                if wanted(&serve::datagram_header(&d).unwrap()) {
+                    return d;
+                }
+            }
+        }
+    };
+    let ep = WorkerConfig::new(1, 0, "10.0.0.100".parse().unwrap()).endpoints;
+    let join = wire::join_packet(ep, 1, 0, 0x5eed)[wire::TRIO_ML_HDR_AT..].to_vec();
+    member.send_to(&join, a).unwrap();
+    let joined = next(&member, "Joined", &|h| Control::of(h).is_some());
+    let run = serve::datagram_header(&joined).unwrap().run_id;
+    // The server joins the job above; the upper aggregator does not answer yet.
+    let up_join = next(&upper, "Join upstream", &|h| {
+        matches!(Control::of(h), Some(Control::Join { .. }))
+    });
+    let nonce = serve::datagram_header(&up_join).unwrap().block_id;
+    // Block 7's Result (one source: at once) is held for the Joined.
+    let mut d = datagram(1, 0, 7, &[5, 6]);
+    TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(run);
+    member.send_to(&d, a).unwrap();
+    let t0 = Instant::now();
+    while a_m.stats().results < 2 {
+        assert!(t0.elapsed() < deadline, "no Result: {:?}", a_m.stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    a_stop.stop();
+    // The member sends on while the server stops: counted, not injected. The stop takes
+    // effect at the receive loop's next turn, so its Join is sent again until one is
+    // counted (one taken before that is answered with a Joined, as ever).
+    let t0 = Instant::now();
+    while a_m.stats().dropped_stopping < 1 {
+        assert!(t0.elapsed() < deadline, "not counted: {:?}", a_m.stats());
+        member.send_to(&join, a).unwrap();
+        let sent = Instant::now();
+        while a_m.stats().dropped_stopping < 1 && sent.elapsed() < Duration::from_millis(100) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // The upper aggregator answers the Join: the held Result goes up in its run 5.
+    let a_addr = a;
+    let mut answer = Vec::new();
+    wire::append_payload(
+        &mut answer,
+        &Control::Joined { run_id: 5, nonce }.header(1, 0),
+        &[],
+    );
+    upper.send_to(&answer, a_addr).unwrap();
+    let result = next(&upper, "Result upstream", &|h| !h.ctl);
+    let (mut hdr, grads) = wire::parse_payload(&result).unwrap();
+    assert_eq!((hdr.block_id, hdr.run_id), (7, 5), "{hdr:?}");
+    assert_eq!(wire::gradients(grads), [5, 6]);
+    // Its answer: the sums of two first-level servers, say.
+    hdr.src_cnt = 2;
+    let mut answer = Vec::new();
+    wire::append_payload(&mut answer, &hdr, &[50, 60]);
+    upper.send_to(&answer, a_addr).unwrap();
+    let rep = a_h.join().unwrap();
+    let f = &rep.front_end;
+    assert_eq!(
+        (
+            f.dropped_stopping,
+            f.upstream_results_in,
+            f.upstream_unanswered
+        ),
+        (1, 1, 0),
+        "{f:?}"
+    );
+    assert_eq!(f.unaccounted(), 0, "{f:?}");
+    // The answer reached the member before the server stopped, in the member's run.
+    let res = next(&member, "answer", &|h| !h.ctl);
+    let hdr = serve::datagram_header(&res).unwrap();
+    assert_eq!(
+        (hdr.block_id, hdr.run_id, hdr.src_cnt),
+        (7, run, 2),
+        "{hdr:?}"
+    );
+    assert_eq!(wire::gradients(&res[TRIO_ML_HDR_LEN..]), [50, 60]);
+}
+
 /// `pfemu serve` as a child process; returns it and the address it printed.
 fn spawn_server(args: &[&str]) -> (Child, SocketAddr) {
     let mut child = Command::new(BIN)

@@ -96,12 +96,24 @@
 //!
 //! # Stopping
 //!
-//! [`StopHandle::stop`] (SIGINT or SIGTERM in `pfemu serve`) stops the receive loop, then
-//! the server waits for the blocks still open to time out, so their partial Results go out
-//! like any other (about one block timeout; [`TrioMl::finish_open_blocks`] gives up when
-//! none has finished for twice the timeout and 0.5 s more, counted in the timers' scans so
-//! that a loaded machine is waited for), and shuts the engine down after
-//! it drained: no Result the engine built or owes is lost.
+//! [`StopHandle::stop`] (SIGINT or SIGTERM in `pfemu serve`) stops injecting: from the
+//! receive loop's next turn, the members' datagrams are still received and counted, in
+//! [`ServeStats::dropped_stopping`], but not injected (nor their senders remembered), so no
+//! new block opens. Meanwhile the server waits for the blocks still open to time out, so
+//! their partial Results go out like any other (about one block timeout;
+//! [`TrioMl::finish_open_blocks`] gives up when none has finished for twice the timeout and
+//! 0.5 s more, counted in the timers' scans so that a loaded machine is waited for), and
+//! shuts the engine down after it drained: no Result the engine built or owes is lost.
+//!
+//! A first-level server goes on reading the upstream aggregator's datagrams all the while,
+//! fanning its Results out and taking its answers to Joins as ever, and after the engine stopped
+//! it waits for the answers its members are owed: to every Result it sent up while
+//! stopping (the partial Results of the open blocks among them) and to those it holds for a
+//! Join upstream, until they have all come, or until
+//! [`ServeConfig::stop_upstream_wait`] (2 s by default) has passed since the engine
+//! stopped and since the last Result went up. Those still unanswered then are counted in
+//! [`ServeStats::upstream_unanswered`]. (Answers to Results sent up before the stop that
+//! come after the server stopped are not read.)
 //!
 //! # Clients
 //!
@@ -196,7 +208,16 @@ pub struct ServeConfig {
     /// instance's run differs from the last one's 14 times in 15, and those workers are
     /// answered Superseded. (Jobs added through the control plane start at run 1.)
     pub first_run: Option<u8>,
+    /// How long a stopping first-level server (with [`ServeConfig::upstream`]) waits for
+    /// the upstream aggregator's answers to the Results it sent up while stopping, after
+    /// the engine stopped and after the last of them went up (see the module docs,
+    /// *Stopping*; default: [`DEFAULT_STOP_UPSTREAM_WAIT`]).
+    pub stop_upstream_wait: Duration,
 }
+
+/// Default [`ServeConfig::stop_upstream_wait`]: 2 s, a round trip and the longest block
+/// timeout up there (255 ms) several times over.
+pub const DEFAULT_STOP_UPSTREAM_WAIT: Duration = Duration::from_secs(2);
 
 /// Default [`ServeConfig::ppe_threads`]: the cores available to the process less one, which
 /// the thread receiving the datagrams takes; at least one.
@@ -260,6 +281,7 @@ impl Default for ServeConfig {
             control: None,
             trace: None,
             first_run: None,
+            stop_upstream_wait: DEFAULT_STOP_UPSTREAM_WAIT,
         }
     }
 }
@@ -488,6 +510,10 @@ pub struct ServeStats {
     pub strangers: u64,
     /// Injections the engine refused because it had stopped (not injected).
     pub not_injected: u64,
+    /// Members' datagrams that arrived while the server was stopping (after the stop was
+    /// asked for, while the open blocks finished and the upstream aggregator's answers
+    /// came): not injected, so that no new block opens, and their senders not remembered.
+    pub dropped_stopping: u64,
     /// Results from the upstream aggregator fanned out to members.
     pub upstream_results_in: u64,
     /// Run-protocol answers from the upstream aggregator (Joined, Superseded).
@@ -506,6 +532,11 @@ pub struct ServeStats {
     /// Results dropped because more than [`MAX_HELD_RESULTS`] waited for the upstream
     /// aggregator's answer to a Join.
     pub results_held_over: u64,
+    /// Results a stopping first-level server sent up (or held for a Join upstream) whose
+    /// answer had not come when it stopped waiting ([`ServeConfig::stop_upstream_wait`]):
+    /// their members get no Result for them. 0 unless the upstream aggregator stopped or
+    /// datagrams were lost.
+    pub upstream_unanswered: u64,
     /// Result frames that left the engine.
     pub results: u64,
     /// Datagrams sent (a fanned-out Result counts once per member).
@@ -539,8 +570,9 @@ pub struct ServeStats {
 }
 
 impl ServeStats {
-    /// Datagrams received and neither dropped, fanned out from upstream, injected nor
-    /// refused by a stopped engine: 0 unless the front end lost one.
+    /// Datagrams received and neither dropped (by the front end, or while stopping),
+    /// fanned out from upstream, injected nor refused by a stopped engine: 0 unless the
+    /// front end lost one.
     pub fn unaccounted(&self) -> i128 {
         i128::from(self.datagrams_in)
             - i128::from(self.dropped_short)
@@ -551,6 +583,7 @@ impl ServeStats {
             - i128::from(self.upstream_stale_in)
             - i128::from(self.injected)
             - i128::from(self.not_injected)
+            - i128::from(self.dropped_stopping)
     }
 }
 
@@ -566,6 +599,8 @@ struct Counters {
     dropped_unknown_job: AtomicU64,
     strangers: AtomicU64,
     not_injected: AtomicU64,
+    dropped_stopping: AtomicU64,
+    upstream_unanswered: AtomicU64,
     readdressed: AtomicU64,
     recv_calls: AtomicU64,
     send_calls: AtomicU64,
@@ -586,6 +621,12 @@ struct Counters {
 
 fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Counts one in `c`; nothing to return.
+fn bump_none<T>(c: &AtomicU64) -> Option<T> {
+    bump(c, 1);
+    None
 }
 
 /// The members of one job: member indices `first..first + sources` are its sources
@@ -644,6 +685,20 @@ struct Shared {
     upstream_src: u8,
     /// Per job id: this server's run at the upstream aggregator (a first-level server).
     up_runs: Mutex<Vec<UpstreamRun>>,
+    /// The server is stopping: Results sent up from now on are awaited.
+    stopping: AtomicBool,
+    /// Results sent up while stopping whose answer has not come.
+    awaited: Mutex<Awaited>,
+}
+
+/// What a stopping first-level server waits for: the upstream aggregator's answers to the
+/// Results it sent up while stopping.
+#[derive(Debug, Default)]
+struct Awaited {
+    /// Each Result's job, block and generation, which its answer has too.
+    results: std::collections::HashSet<(u8, u32, u16)>,
+    /// When the last of them went up.
+    last_sent: Option<Instant>,
 }
 
 /// Results a first-level server holds per job while its Join upstream is unanswered: one
@@ -733,7 +788,24 @@ impl Shared {
         }
         let up_run = run.up;
         drop(runs);
+        self.sent_up(hdr);
         set_run_id(out.push_copy(Some(up), payload), up_run);
+    }
+
+    /// A Result goes up: while stopping, its answer is awaited.
+    fn sent_up(&self, hdr: &TrioMlHdrFields) {
+        if self.stopping.load(Ordering::Acquire) {
+            let mut a = self.awaited.lock();
+            a.results.insert((hdr.job_id, hdr.block_id, hdr.gen_id));
+            a.last_sent = Some(Instant::now());
+        }
+    }
+
+    /// Results owed to the members that the upstream aggregator has yet to answer: sent up
+    /// while stopping, or held for a Join upstream.
+    fn unanswered_upstream(&self) -> u64 {
+        let held: usize = self.up_runs.lock().iter().map(|r| r.held.len()).sum();
+        (self.awaited.lock().results.len() + held) as u64
     }
 
     /// A member joined run `run_id` of job `job_id` here: when that is a new run, this server
@@ -810,6 +882,7 @@ impl Shared {
                     let held = std::mem::take(&mut run.held);
                     drop(runs);
                     for r in held {
+                        self.sent_up(&TrioMlHdrFields::read(&TrioMlHdr::new_unchecked(&r[..])));
                         set_run_id(out.push_copy(Some(up), &r), run_id);
                     }
                 }
@@ -841,6 +914,10 @@ impl Shared {
                 let local = run.local;
                 drop(runs);
                 bump(&c.upstream_results_in, 1);
+                if self.stopping.load(Ordering::Acquire) {
+                    let key = (hdr.job_id, hdr.block_id, hdr.gen_id);
+                    self.awaited.lock().results.remove(&key);
+                }
                 let peers = self.peers.read();
                 let mut list = peers.fanout[usize::from(hdr.job_id)].iter();
                 // One copy with this level's run, sent to every member.
@@ -914,6 +991,111 @@ impl Shared {
         Some(i)
     }
 
+    /// Receives what is queued on the socket into `rx` (waiting up to the read timeout) and
+    /// counts the call; `false` when nothing came.
+    fn receive(&self, rx: &mut RecvBatch) -> bool {
+        let c = &self.counters;
+        match rx.recv(&self.socket) {
+            Ok(_) => {
+                bump(&c.recv_calls, 1);
+                c.kernel_dropped
+                    .store(rx.kernel_dropped(), Ordering::Relaxed);
+                true
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                false
+            }
+            Err(_) => {
+                // E.g. an ICMP port unreachable reported for an earlier send.
+                bump(&c.socket_errors, 1);
+                false
+            }
+        }
+    }
+
+    /// One datagram from `from`, counted: dropped if it is no aggregation packet or of a
+    /// job not configured here, handled if it is the upstream aggregator's (into `out`);
+    /// otherwise its header: a member's (or a stranger's) datagram for the engine.
+    fn take_datagram<'p>(
+        &self,
+        payload: &'p [u8],
+        truncated: bool,
+        from: SocketAddr,
+        out: &mut SendBatch<'p>,
+    ) -> Option<TrioMlHdrFields> {
+        let c = &self.counters;
+        bump(&c.datagrams_in, 1);
+        bump(&c.bytes_in, payload.len() as u64);
+        let hdr = match datagram_header(payload) {
+            // Cut short by the buffer: whatever its header says, not all of it is here.
+            Ok(_) if truncated => return bump_none(&c.dropped_bad_length),
+            Ok(h) => h,
+            Err(DatagramError::Short) => return bump_none(&c.dropped_short),
+            Err(DatagramError::BadLength) => return bump_none(&c.dropped_bad_length),
+        };
+        if let Some(up) = self.upstream.filter(|&up| up == from) {
+            self.on_upstream_datagram(&hdr, payload, up, out);
+            return None;
+        }
+        if self.jobs[usize::from(hdr.job_id)].is_none() {
+            return bump_none(&c.dropped_unknown_job);
+        }
+        Some(hdr)
+    }
+
+    /// The receive loop while the server stops (see the module docs, *Stopping*): the
+    /// upstream aggregator's datagrams are handled as ever, members' are counted in
+    /// `dropped_stopping`. Runs until `engine_stopped`, then, for a first-level server,
+    /// until every Result it owes its members has been answered from above, or `wait` has
+    /// passed since the engine stopped and since the last Result went up.
+    fn receive_while_stopping(
+        &self,
+        rx: &mut RecvBatch,
+        engine_stopped: &AtomicBool,
+        wait: Duration,
+    ) {
+        let c = &self.counters;
+        let mut stopped_at = None;
+        loop {
+            if let Some(up) = self.upstream {
+                self.resend_upstream_joins(up);
+            }
+            if engine_stopped.load(Ordering::Acquire) {
+                let at = *stopped_at.get_or_insert_with(Instant::now);
+                let owed = self.unanswered_upstream();
+                let last = self.awaited.lock().last_sent.map_or(at, |t| t.max(at));
+                if owed == 0 || last.elapsed() >= wait {
+                    c.upstream_unanswered.store(owed, Ordering::Relaxed);
+                    return;
+                }
+            }
+            if !self.receive(rx) {
+                continue;
+            }
+            let mut out = SendBatch::new();
+            for d in rx.datagrams() {
+                let Some(from) = d.from else {
+                    bump(&c.socket_errors, 1);
+                    continue;
+                };
+                if self
+                    .take_datagram(d.payload, d.truncated, from, &mut out)
+                    .is_some()
+                {
+                    bump(&c.dropped_stopping, 1);
+                }
+            }
+            self.flush(&out);
+        }
+    }
+
     fn stats(&self) -> ServeStats {
         let c = &self.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -931,6 +1113,8 @@ impl Shared {
             dropped_unknown_job: l(&c.dropped_unknown_job),
             strangers: l(&c.strangers),
             not_injected: l(&c.not_injected),
+            dropped_stopping: l(&c.dropped_stopping),
+            upstream_unanswered: l(&c.upstream_unanswered),
             upstream_results_in: l(&c.upstream_results_in),
             upstream_control_in: l(&c.upstream_control_in),
             upstream_joins_sent: l(&c.upstream_joins_sent),
@@ -1097,7 +1281,9 @@ impl SlotsFullLog {
 pub struct StopHandle(Arc<AtomicBool>);
 
 impl StopHandle {
-    /// Asks the server to stop; [`Server::run`] returns within about 50 ms.
+    /// Asks the server to stop: [`Server::run`] stops injecting within about 50 ms, and
+    /// returns once the open blocks finished and, for a first-level server, the answers
+    /// from above came (see the module docs, *Stopping*).
     pub fn stop(&self) {
         self.0.store(true, Ordering::Release);
     }
@@ -1232,6 +1418,8 @@ impl Server {
             upstream: cfg.upstream,
             upstream_src: cfg.upstream_src,
             up_runs: Mutex::new((0..256).map(|_| UpstreamRun::default()).collect()),
+            stopping: AtomicBool::new(false),
+            awaited: Mutex::new(Awaited::default()),
         });
         let builder = Pfe::builder();
         let (builder, trace) = crate::lab::trace::attach(cfg.trace.as_ref(), builder)?;
@@ -1345,27 +1533,8 @@ impl Server {
             {
                 break;
             }
-            match rx.recv(&self.socket) {
-                Ok(_) => {
-                    bump(&c.recv_calls, 1);
-                    c.kernel_dropped
-                        .store(rx.kernel_dropped(), Ordering::Relaxed);
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    continue
-                }
-                Err(_) => {
-                    // E.g. an ICMP port unreachable reported for an earlier send.
-                    bump(&c.socket_errors, 1);
-                    continue;
-                }
+            if !self.shared.receive(&mut rx) {
+                continue;
             }
             last = Some(Instant::now());
             let mut burst = FrameBurst::with_capacity(RECV_BATCH);
@@ -1381,6 +1550,16 @@ impl Server {
             self.inject(&burst);
             self.shared.flush(&out);
         }
+        // Stopping: the socket is still read while the open blocks finish (members'
+        // datagrams are counted, not injected; the upstream aggregator's answers are fanned
+        // out), and a first-level server then waits for the answers to what it sent up.
+        self.shared.stopping.store(true, Ordering::Release);
+        let engine_stopped = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (shared, stopped) = (self.shared.clone(), engine_stopped.clone());
+            let wait = self.cfg.stop_upstream_wait;
+            std::thread::spawn(move || shared.receive_while_stopping(&mut rx, &stopped, wait))
+        };
         let open_blocks_at_stop = self.open_blocks();
         // The open blocks time out and send their partial Results (a starved timer scan
         // ages them slower than the clock: the patience counts scans, not time).
@@ -1393,6 +1572,10 @@ impl Server {
         drop(self.control.take());
         let trace_output = self.trace.take();
         let engine = self.pfe.shutdown();
+        engine_stopped.store(true, Ordering::Release);
+        if let Err(panic) = reader.join() {
+            std::panic::resume_unwind(panic);
+        }
         let front_end = self.shared.stats();
         let mut warnings = Vec::new();
         warnings.extend(recv_buffer_warning(
@@ -1457,21 +1640,9 @@ impl Server {
         out: &mut SendBatch<'p>,
     ) {
         let c = &self.shared.counters;
-        bump(&c.datagrams_in, 1);
-        bump(&c.bytes_in, payload.len() as u64);
-        let hdr = match datagram_header(payload) {
-            // Cut short by the buffer: whatever its header says, not all of it is here.
-            Ok(_) if truncated => return bump(&c.dropped_bad_length, 1),
-            Ok(h) => h,
-            Err(DatagramError::Short) => return bump(&c.dropped_short, 1),
-            Err(DatagramError::BadLength) => return bump(&c.dropped_bad_length, 1),
+        let Some(hdr) = self.shared.take_datagram(payload, truncated, from, out) else {
+            return;
         };
-        if let Some(up) = self.shared.upstream.filter(|&up| up == from) {
-            return self.shared.on_upstream_datagram(&hdr, payload, up, out);
-        }
-        if self.shared.jobs[usize::from(hdr.job_id)].is_none() {
-            return bump(&c.dropped_unknown_job, 1);
-        }
         let member = self.shared.learn(from, hdr.job_id, hdr.src_id);
         let (port, src_addr, src_mac) = match member {
             // Member indices are below the ports the engine has (checked in `bind`).

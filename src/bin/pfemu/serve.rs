@@ -224,6 +224,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         trace: a.runtime.trace_spec(),
         // At random: a restarted server's jobs start at another run than the last one's.
         first_run: None,
+        stop_upstream_wait: serve::DEFAULT_STOP_UPSTREAM_WAIT,
     };
     if a.idle_exit_ms == Some(0) {
         // 0 would stop the server after the first receive.
@@ -323,8 +324,12 @@ pub fn serve(a: &ServeArgs) -> CliResult {
             );
         }
         println!(
-            "stop: {} blocks open, {} still open after waiting for their timeout",
-            report.open_blocks_at_stop, report.open_blocks_left
+            "stop: {} blocks open, {} still open after waiting for their timeout; {} \
+             members' datagrams dropped while stopping; {} Results sent up without an answer",
+            report.open_blocks_at_stop,
+            report.open_blocks_left,
+            f.dropped_stopping,
+            f.upstream_unanswered
         );
         println!(
             "engine: {} in, {} consumed, {} dropped {:?}",
