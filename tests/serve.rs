@@ -1953,7 +1953,8 @@ fn options_out_of_range_are_refused_by_name() {
 
 /// A worker whose packets are larger than the server takes (`--grads-per-packet` above its
 /// `--block-grad-max`: the engine drops them without an answer) is told that this may be
-/// why no Result came, not only that the server's window may be too small.
+/// why no Result came, not only that the server's window may be too small; the server's
+/// report warns of the packets it dropped so, naming both options.
 #[test]
 fn a_worker_whose_packets_are_too_large_is_told_which_options_to_check() {
     let (addr, stop, h) = start(config_with(Aggregation::TrioMl, &["1:1"], |s| {
@@ -1978,6 +1979,16 @@ fn a_worker_whose_packets_are_too_large_is_told_which_options_to_check() {
     stop.stop();
     let rep = h.join().unwrap();
     assert!(rep.engine.drops("block_grad_max") >= 2, "{:?}", rep.engine);
+    // The worker cannot know (no answer tells it), but the server's report says why.
+    let warning = rep
+        .warnings
+        .iter()
+        .find(|w| w.contains("block_grad_max"))
+        .unwrap_or_else(|| panic!("no warning: {:?}", rep.warnings));
+    assert!(
+        warning.contains("--block-grad-max 256") && warning.contains("--grads-per-packet 256"),
+        "{warning}"
+    );
 }
 
 /// A first-level server whose job above moves on to another run (here: the upper server

@@ -184,8 +184,9 @@ pub struct ServeConfig {
     /// the default buffer (about 200 KB) overflows with four workers of window 16.
     pub recv_buffer_bytes: usize,
     /// Print a warning to standard error while the server runs when blocks are refused
-    /// because a job's slots are full (at most once a second; [`ServeReport::warnings`]
-    /// has the total either way).
+    /// because a job's slots are full, or packets because they carry more gradients than
+    /// [`AggregationSetup::block_grad_max`] (at most once a second; [`ServeReport::warnings`]
+    /// has the totals either way).
     pub log_warnings: bool,
     /// Send a burst of Results for one member as one GSO message (`UDP_SEGMENT`) when the
     /// kernel has it; [`ServeStats::gso`] says whether it was used.
@@ -395,11 +396,15 @@ impl fmt::Display for NoProgress {
             write!(
                 f,
                 "gave up after {waited} s without a Result: {} chunks missing, though {} \
-                 datagrams came back from {server} (is the server's --block-grad-max below \
-                 this worker's --grads-per-packet {}? It drops such packets without an \
-                 answer. Or is another process of job {job_id} using source {src_id}, or the \
-                 server's --window below the worker's?)",
-                self.missing, self.datagrams, self.grads_per_packet
+                 datagrams came back from {server} (is the server's --block-grad-max, {} \
+                 unless set, below this worker's --grads-per-packet {}? It drops such packets \
+                 without an answer, and warns of them as block_grad_max in its report. Or is \
+                 another process of job {job_id} using source {src_id}, or the server's \
+                 --window below the worker's?)",
+                self.missing,
+                self.datagrams,
+                AggregationSetup::default().block_grad_max,
+                self.grads_per_packet
             )
         }
     }
@@ -1251,16 +1256,30 @@ pub fn slots_full_warning(n: u64, slots: u16) -> String {
     )
 }
 
-/// Logs blocks refused as `block_cnt_max` while the server runs: at most once a second, to
-/// standard error, when the count went up.
-#[derive(Default)]
-struct SlotsFullLog {
-    checked: Option<Instant>,
-    logged: u64,
+/// The warning for `n` packets dropped as `block_grad_max`: more gradients than the
+/// server's `grad_max` per packet. Their workers get no answer (the protocol has none for
+/// it), so only the server can say why.
+pub fn grad_max_warning(n: u64, grad_max: u16) -> String {
+    format!(
+        "{n} packets dropped as block_grad_max: they carried more than --block-grad-max \
+         {grad_max} gradients, and their workers get no answer; give the workers \
+         --grads-per-packet {grad_max} at most, or raise --block-grad-max (at most {})",
+        wire::MAX_GRAD_CNT
+    )
 }
 
-impl SlotsFullLog {
-    fn check(&mut self, pfe: &Pfe, slots: u16) {
+/// Logs packets the engine refuses for the server's limits while it runs (blocks refused as
+/// `block_cnt_max`, packets too large as `block_grad_max`): at most once a second, to
+/// standard error, when a count went up.
+#[derive(Default)]
+struct LimitsLog {
+    checked: Option<Instant>,
+    slots_full: u64,
+    too_large: u64,
+}
+
+impl LimitsLog {
+    fn check(&mut self, pfe: &Pfe, slots: u16, grad_max: u16) {
         if self
             .checked
             .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
@@ -1268,10 +1287,16 @@ impl SlotsFullLog {
             return;
         }
         self.checked = Some(Instant::now());
-        let n = pfe.stats().drops("block_cnt_max");
-        if n > self.logged {
+        let stats = pfe.stats();
+        let n = stats.drops("block_cnt_max");
+        if n > self.slots_full {
             eprintln!("pfemu serve: warning: {}", slots_full_warning(n, slots));
-            self.logged = n;
+            self.slots_full = n;
+        }
+        let n = stats.drops("block_grad_max");
+        if n > self.too_large {
+            eprintln!("pfemu serve: warning: {}", grad_max_warning(n, grad_max));
+            self.too_large = n;
         }
     }
 }
@@ -1513,7 +1538,8 @@ impl Server {
         let mut rx = RecvBatch::new(RECV_BATCH);
         let c = &self.shared.counters;
         let slots = self.cfg.setup.slots();
-        let mut refused = SlotsFullLog::default();
+        let grad_max = self.cfg.setup.block_grad_max;
+        let mut refused = LimitsLog::default();
         if self.cfg.log_warnings {
             let granted = self.shared.stats().recv_buffer_bytes;
             if let Some(w) = recv_buffer_warning(self.cfg.recv_buffer_bytes, granted) {
@@ -1522,7 +1548,7 @@ impl Server {
         }
         loop {
             if self.cfg.log_warnings {
-                refused.check(&self.pfe, slots);
+                refused.check(&self.pfe, slots, grad_max);
             }
             if let Some(up) = self.shared.upstream {
                 self.shared.resend_upstream_joins(up);
@@ -1591,6 +1617,10 @@ impl Server {
         let full = engine.drops("block_cnt_max");
         if full > 0 {
             warnings.push(slots_full_warning(full, slots));
+        }
+        let too_large = engine.drops("block_grad_max");
+        if too_large > 0 {
+            warnings.push(grad_max_warning(too_large, grad_max));
         }
         let trace = trace_output.and_then(|t| match t.finish() {
             Ok(summary) => Some(summary),
