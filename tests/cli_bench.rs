@@ -85,6 +85,10 @@ fn bench_l3fwd_reports_mpps_and_the_common_summary() {
     ]));
     assert!(v["mpps"].as_f64().unwrap() > 0.0, "{v}");
     assert_eq!(v["verified"], true);
+    assert_eq!(
+        v["verified_all_runs"], true,
+        "every run's check, beside the median's"
+    );
     assert_eq!(v["packets_in"], 20000);
     let s = &v["summary"];
     for key in [
@@ -288,6 +292,7 @@ fn bench_trio_ml_and_fpisa_profile_print_where_the_time_went() {
             v["profile"].is_null() && v["summary"]["profile"].is_null(),
             "{bench}: profiled without --profile: {v}"
         );
+        assert_eq!(v["verified_all_runs"], true, "{bench}: {v}");
     }
 }
 

@@ -33,6 +33,7 @@ use pfemu::lab::bench::fabric::{
 use pfemu::lab::bench::filter::{self, FilterBenchConfig, FilterBenchReport};
 use pfemu::lab::bench::fpisa_accuracy::{self, AccuracyConfig};
 use pfemu::lab::bench::pipelines::PipelinesConfig;
+use pfemu::lab::bench::runs::Median;
 pub(crate) use pfemu::lab::bench::settings::parse_secs;
 use pfemu::lab::bench::timers::{self, TimerBenchConfig};
 use pfemu::lab::bench::traffic::{FlowDist, FrameSizes, Mix, TrafficSpec};
@@ -398,7 +399,7 @@ enum BenchCmd {
         pfemu bench filter --json > report.json\n\n\
         Traffic is generated before the clock starts (90% plain IPv4, 5% IPv4 with options, 5% \
         non-IP); the clock runs from the first frame in to the last frame out, and the filter's \
-        counters are checked against the traffic (exit status 2 if they do not match).\n\n\
+        counters are checked against the traffic in every run (exit status 2 if they do not match).\n\n\
         The frames come from a pool of at most 1048576 distinct frames (64 MiB of 64-byte \
         frames; --packets, if fewer), replayed until the run ends; the plain loop runs the \
         filter's work over the same pool on one thread. A pool larger than the caches is \
@@ -428,8 +429,8 @@ enum BenchCmd {
         pfemu bench trio-ml --grads 1024 --window 2047 --workers 4 --json\n\n\
         Each worker streams `window` blocks of `grads` gradients per generation; a generation \
         starts when the previous one's Results are out. The clock runs from the first packet \
-        in to the last Result out; the last generation's sums are checked (exit status 2 if \
-        they do not match). The baseline is one thread adding the same packets into the same \
+        in to the last Result out; the last generation's sums are checked in every run (exit status \
+        2 if they do not match). The baseline is one thread adding the same packets into the same \
         layout with no engine.")]
     TrioMl(TrioMlArgs),
     /// FPISA aggregation (native FP32 gradients, the engine's shift-and-add) against
@@ -441,7 +442,8 @@ enum BenchCmd {
         32-bit integers and with FPISA lanes (each gradient an FPISA accumulator, added with \
         the RMW engine's shift-and-add, renormalized into FP32 in the Result). The FPISA \
         traffic is integer-valued floats of one binade, which FPISA adds exactly in any order, \
-        so every Result is checked bit for bit. Reports the FPISA run (the same fields as \
+        so every Result is checked bit for bit, in every run of both kinds (exit status 2 if \
+        a Trio-ML or an FPISA sum is wrong or missing). Reports the FPISA run (the same fields as \
         `pfemu bench trio-ml --json`), its ratio to Trio-ML, and the end hosts' conversion \
         cost per gradient (Trio-ML scales floats to integers and back; FPISA sends the bits).")]
     Fpisa(FpisaArgs),
@@ -454,7 +456,7 @@ enum BenchCmd {
         Routes are generated (or read from --route-file) and loaded into the DIR-24-8 table \
         in shared memory (tbl24 in DRAM, next hops in SRAM); traffic goes to addresses the \
         routes cover. Forwards per port and drops per reason are checked against a reference \
-        longest-prefix match (exit status 2 if they differ). The summary prints the rates, \
+        longest-prefix match in every run (exit status 2 if they differ). The summary prints the rates, \
         drops, latency, PPE load, per-packet costs and the plain loop's rate on the same \
         frames.")]
     L3fwd(lab::L3fwdArgs),
@@ -513,7 +515,8 @@ struct TrioMlArgs {
     /// cores].
     #[arg(long, value_delimiter = ',', value_name = "N[,N...]")]
     ppe_threads: Vec<usize>,
-    /// Runs of each configuration; the report gives the median.
+    /// Runs of each configuration; the report gives the median, and every run must pass
+    /// its check.
     #[arg(long, default_value_t = 1)]
     runs: usize,
     /// Print one JSON object instead of the table.
@@ -529,7 +532,8 @@ struct FilterArgs {
     sweep: EngineSweep,
     #[command(flatten)]
     traffic: TrafficArgs,
-    /// Runs of each configuration; the report gives the median.
+    /// Runs of each configuration; the report gives the median, and every run must pass
+    /// its check.
     #[arg(long, default_value_t = 1)]
     runs: usize,
     /// Print one JSON object instead of the table.
@@ -944,7 +948,7 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
             );
         }
     })?;
-    let verified = r.fpisa.verified;
+    let verified = r.verified_all_runs;
     if json_out {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
@@ -982,19 +986,23 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
         );
         println!();
         f.summary.print();
-        println!(
-            "  check: {}",
-            if verified {
-                "every Result arrived; the last generation's sums match bit for bit"
-            } else {
-                "FAILED: Results were missing or their sums did not match"
-            }
-        );
+        match &r.failed_runs {
+            None => println!(
+                "  check: in every run of both kinds, every Result arrived; the last \
+                 generation's sums match bit for bit"
+            ),
+            Some(runs) => println!(
+                "  check: FAILED in {runs}: Results were missing or their sums did not match"
+            ),
+        }
     }
-    if verified {
-        Ok(())
-    } else {
-        Err("FPISA Results did not match the expected sums".into())
+    match (verified, &r.failed_runs) {
+        (true, _) => Ok(()),
+        (false, runs) => Err(format!(
+            "{}: Results were missing or their sums did not match",
+            runs.as_deref().unwrap_or("a run")
+        )
+        .into()),
     }
 }
 
@@ -1034,21 +1042,30 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
             results[i].push(r);
         }
     }
-    let medians: Vec<TrioMlBenchReport> = results
+    let sets: Vec<Median<TrioMlBenchReport>> = results
         .into_iter()
-        .map(|mut rs| {
-            rs.sort_by(|x, y| x.gradients_per_s.total_cmp(&y.gradients_per_s));
-            rs.swap_remove(rs.len() / 2)
-        })
+        .map(|rs| Median::of(rs, |r| r.gradients_per_s, |r| r.verified).expect("runs >= 1"))
         .collect();
-    let verified = medians.iter().all(|r| r.verified);
+    let failed = failed_configurations(&sets, |r| format!("{} PPE threads", r.ppe_threads));
+    let medians: Vec<&TrioMlBenchReport> = sets.iter().map(|m| &m.median).collect();
     if a.json {
-        if medians.len() == 1 {
-            println!("{}", serde_json::to_string_pretty(&medians[0])?);
+        let objects = sets
+            .iter()
+            .map(|m| {
+                let mut v = serde_json::to_value(&m.median)?;
+                v["verified_all_runs"] = json!(m.verified_all_runs());
+                Ok(v)
+            })
+            .collect::<Result<Vec<_>, serde_json::Error>>()?;
+        if objects.len() == 1 {
+            println!("{}", serde_json::to_string_pretty(&objects[0])?);
         } else {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&json!({ "results": medians }))?
+                serde_json::to_string_pretty(&json!({
+                    "results": objects,
+                    "verified_all_runs": failed.is_none(),
+                }))?
             );
         }
     } else {
@@ -1078,25 +1095,27 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
                 r.stats.timer_runs
             );
         }
-        let r = &medians[0];
+        let r = medians[0];
         println!(
             "\n  {} Results of {} gradients, instructions per gradient {:.4}\n",
             r.stats.created, r.grads, r.instructions_per_gradient
         );
         r.summary.print();
-        println!(
-            "  check: {}",
-            if verified {
-                "every Result arrived; the last generation's sums match"
-            } else {
-                "FAILED: Results were missing or their sums did not match"
-            }
-        );
+        match &failed {
+            None => println!(
+                "  check: in every run, every Result arrived; the last generation's sums match"
+            ),
+            Some(runs) => println!(
+                "  check: FAILED in {runs}: Results were missing or their sums did not match"
+            ),
+        }
     }
-    if !verified {
-        return Err("Trio-ML Results were missing or their sums did not match".into());
+    match failed {
+        None => Ok(()),
+        Some(runs) => {
+            Err(format!("{runs}: Trio-ML Results were missing or their sums did not match").into())
+        }
     }
-    Ok(())
 }
 
 fn bench_timers(a: &TimerArgs) -> CliResult {
@@ -1421,34 +1440,35 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
             results[i].push(r);
         }
     }
-    let medians: Vec<(FilterBenchReport, Vec<f64>)> = results
+    let sets: Vec<Median<FilterBenchReport>> = results
         .into_iter()
-        .map(|mut rs| {
-            let all: Vec<f64> = rs.iter().map(|r| r.mpps).collect();
-            rs.sort_by(|a, b| a.mpps.total_cmp(&b.mpps));
-            (rs.swap_remove(rs.len() / 2), all)
-        })
+        .map(|rs| Median::of(rs, |r| r.mpps, |r| r.verified).expect("runs >= 1"))
         .collect();
-    let verified = medians.iter().all(|(r, _)| r.verified);
+    let failed = failed_configurations(&sets, |r| {
+        format!(
+            "{} PPE threads, reorder {}",
+            r.ppe_threads,
+            if r.config.engine.reorder { "on" } else { "off" }
+        )
+    });
+    let medians: Vec<&FilterBenchReport> = sets.iter().map(|m| &m.median).collect();
     if json {
-        let objects: Vec<serde_json::Value> = medians
+        let objects = sets
             .iter()
-            .map(|(r, all)| {
-                let mut v = serde_json::to_value(r).expect("reports serialise");
-                v["mpps_runs"] = json!(all);
-                v
-            })
-            .collect();
+            .map(lab::median_json)
+            .collect::<Result<Vec<_>, _>>()?;
         if objects.len() == 1 {
             println!("{}", serde_json::to_string_pretty(&objects[0])?);
         } else {
-            let base = medians[0].0.mpps;
-            let ratios: Vec<f64> = medians.iter().map(|(r, _)| r.mpps / base).collect();
+            let base = medians[0].mpps;
+            let ratios: Vec<f64> = medians.iter().map(|r| r.mpps / base).collect();
             println!(
                 "{}",
-                serde_json::to_string_pretty(
-                    &json!({ "results": objects, "mpps_ratio_to_first": ratios })
-                )?
+                serde_json::to_string_pretty(&json!({
+                    "results": objects,
+                    "mpps_ratio_to_first": ratios,
+                    "verified_all_runs": failed.is_none(),
+                }))?
             );
         }
     } else {
@@ -1457,8 +1477,8 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
             "{:>12} {:>8} {:>10} {:>10} {:>9} {:>9}",
             "ppe_threads", "reorder", "Mpps", "Gbit/s", "instr/pkt", "vs first"
         );
-        let base = medians[0].0.mpps;
-        for (r, _) in &medians {
+        let base = medians[0].mpps;
+        for r in &medians {
             println!(
                 "{:>12} {:>8} {:>10.2} {:>10.2} {:>9.2} {:>8.2}x",
                 r.ppe_threads,
@@ -1471,10 +1491,10 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
         }
         if medians.len() == 1 {
             println!();
-            medians[0].0.summary.print();
+            medians[0].summary.print();
         } else {
             // The summaries are left out of a comparison, but not what --profile asked for.
-            for (r, _) in &medians {
+            for r in &medians {
                 if let Some(p) = &r.summary.profile {
                     println!(
                         "\n  {} PPE threads, reorder {}:",
@@ -1485,18 +1505,38 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
                 }
             }
         }
-        println!(
-            "\ncheck: {}",
-            if verified {
-                "in every run the counters match the generated traffic; every packet is \
-                 accounted for"
+        match &failed {
+            None => println!(
+                "\ncheck: in every run the counters match the generated traffic; every packet \
+                 is accounted for"
+            ),
+            Some(runs) => println!(
+                "\ncheck: FAILED in {runs}: the counters did not match the generated traffic"
+            ),
+        }
+    }
+    match failed {
+        None => Ok(()),
+        Some(runs) => {
+            Err(format!("{runs}: the filter's counters did not match the generated traffic").into())
+        }
+    }
+}
+
+/// The runs that failed their check, of every configuration of a sweep (each named by
+/// `name` of its median report when there are several): `run 2 of 3 (4 PPE threads)`;
+/// `None` when every run of every configuration passed.
+fn failed_configurations<R>(sets: &[Median<R>], name: impl Fn(&R) -> String) -> Option<String> {
+    let failed: Vec<String> = sets
+        .iter()
+        .filter_map(|m| {
+            let runs = m.failed_runs()?;
+            Some(if sets.len() == 1 {
+                runs
             } else {
-                "FAILED: the counters did not match the generated traffic"
-            }
-        );
-    }
-    if !verified {
-        return Err("the filter's counters did not match the generated traffic".into());
-    }
-    Ok(())
+                format!("{runs} ({})", name(&m.median))
+            })
+        })
+        .collect();
+    (!failed.is_empty()).then(|| failed.join("; "))
 }

@@ -14,6 +14,7 @@ use pfemu::lab::bench::linerate::{
 use pfemu::lab::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
 use pfemu::lab::bench::nimble::{self, NimbleBenchConfig, NimbleBenchReport};
 use pfemu::lab::bench::report::Progress;
+use pfemu::lab::bench::runs::Median;
 use pfemu::lab::bench::settings::list_text;
 use pfemu::lab::bench::EngineChoice;
 use pfemu::pfe::default_ppe_threads;
@@ -23,33 +24,26 @@ use super::CliResult;
 /// `--runs` and `--json`, as every packet benchmark here takes them.
 #[derive(clap::Args, Debug)]
 pub struct Runs {
-    /// Runs; the report gives the median.
+    /// Runs; the report gives the median, and every run must pass its check.
     #[arg(long, default_value_t = 1)]
     runs: usize,
-    /// Print one JSON object (the median run) instead of the summary.
+    /// Print one JSON object (the median run, with `verified_all_runs`) instead of the
+    /// summary.
     #[arg(long)]
     json: bool,
 }
 
-/// What [`Runs::median`] measured.
-struct Measured<R> {
-    /// The report of the median `mpps`.
-    median: R,
-    /// Every run's `mpps`, in run order.
-    mpps_runs: Vec<f64>,
-    /// The other runs' reports.
-    others: Vec<R>,
-}
-
 impl Runs {
     /// Runs `run` `--runs` times, each with a progress bar (none with `--json`) and a line
-    /// on standard error (`line` of the report).
+    /// on standard error (`line` of the report); the median by `mpps`, and which runs
+    /// failed `verified`.
     fn median<R>(
         &self,
         mut run: impl FnMut(&Progress) -> Result<R, Box<dyn std::error::Error>>,
         mpps: impl Fn(&R) -> f64,
+        verified: impl Fn(&R) -> bool,
         line: impl Fn(&R) -> String,
-    ) -> Result<Measured<R>, Box<dyn std::error::Error>> {
+    ) -> Result<Median<R>, Box<dyn std::error::Error>> {
         if self.runs == 0 {
             return Err("invalid option `--runs`: must be at least 1".into());
         }
@@ -63,30 +57,35 @@ impl Runs {
             }
             runs.push(r);
         }
-        let all: Vec<f64> = runs.iter().map(&mpps).collect();
-        runs.sort_by(|x, y| mpps(x).total_cmp(&mpps(y)));
-        let median = runs.remove(runs.len() / 2);
-        Ok(Measured {
-            median,
-            mpps_runs: all,
-            others: runs,
-        })
+        Ok(Median::of(runs, mpps, verified).expect("at least one run"))
     }
 
-    /// Prints `report` as one JSON object with every run's `mpps` beside it, and `more`.
-    fn print_json<R: serde::Serialize>(
-        &self,
-        report: &R,
-        all: &[f64],
-        more: &[(&str, serde_json::Value)],
-    ) -> CliResult {
-        let mut v = serde_json::to_value(report)?;
-        v["mpps_runs"] = serde_json::json!(all);
-        for (k, x) in more {
-            v[*k] = x.clone();
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+    /// Prints the median report of `m` as one JSON object with every run's `mpps` and
+    /// `verified_all_runs` beside it.
+    fn print_json<R: serde::Serialize>(&self, m: &Median<R>) -> CliResult {
+        println!("{}", serde_json::to_string_pretty(&median_json(m)?)?);
         Ok(())
+    }
+}
+
+/// The median report of `m` as JSON, with every run's `mpps` (`mpps_runs`, in run order)
+/// and whether every run passed its check (`verified_all_runs`; `verified` is the median
+/// run's).
+pub(crate) fn median_json<R: serde::Serialize>(
+    m: &Median<R>,
+) -> Result<serde_json::Value, serde_json::Error> {
+    let mut v = serde_json::to_value(&m.median)?;
+    v["mpps_runs"] = serde_json::json!(m.measures);
+    v["verified_all_runs"] = serde_json::json!(m.verified_all_runs());
+    Ok(v)
+}
+
+/// The error of a benchmark some run of which failed its check: which runs, and `what` did
+/// not check out. `Ok` when every run passed.
+pub(crate) fn check_every_run<R>(m: &Median<R>, what: &str) -> CliResult {
+    match m.failed_runs() {
+        None => Ok(()),
+        Some(runs) => Err(format!("{runs}: {what}").into()),
     }
 }
 
@@ -116,17 +115,14 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
     let workload = l3fwd::prepare(&cfg);
     spinner.finish();
     let workload = workload?;
-    let Measured {
-        median: r,
-        mpps_runs: all,
-        ..
-    } = a.runs.median(
+    let m = a.runs.median(
         |bar| {
             Ok(l3fwd::run_with_progress(&cfg, &workload, |f, n| {
                 bar.set(f, format!("{n} frames"))
             })?)
         },
         |r| r.mpps,
+        |r| r.verified,
         |r| {
             format!(
                 "{:.2} Mpps (plain loop {:.2}){}",
@@ -140,28 +136,26 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
             )
         },
     )?;
+    let r = &m.median;
     if a.runs.json {
-        a.runs.print_json(&r, &all, &[])?;
+        a.runs.print_json(&m)?;
     } else {
         println!(
             "\nl3fwd: {} routes ({} tbl8 groups), {}-byte frames, {} PPE threads, median of {}:\n",
             r.routes, r.tbl8_groups, cfg.size, cfg.engine.ppe_threads, a.runs.runs
         );
         r.summary.print();
-        println!(
-            "  check: {}",
-            if r.verified {
-                "every packet accounted for; forwards per port and drops per reason match \
-                 the reference longest-prefix match"
-            } else {
-                "MISMATCH against the reference longest-prefix match"
+        match m.failed_runs() {
+            None => println!(
+                "  check: in every run, every packet accounted for; forwards per port and \
+                 drops per reason match the reference longest-prefix match"
+            ),
+            Some(runs) => {
+                println!("  check: MISMATCH against the reference longest-prefix match in {runs}")
             }
-        );
+        }
     }
-    if !r.verified {
-        return Err("l3fwd's forwards or drops did not match the reference".into());
-    }
-    Ok(())
+    check_every_run(&m, "l3fwd's forwards or drops did not match the reference")
 }
 
 #[derive(clap::Args, Debug)]
@@ -180,17 +174,14 @@ pub fn bench_nimble(a: &NimbleArgs) -> CliResult {
         ..a.cfg.clone()
     };
     let traffic = nimble::prepare(&cfg)?;
-    let Measured {
-        median: r,
-        mpps_runs: all,
-        others,
-    } = a.runs.median(
+    let m = a.runs.median(
         |bar| {
             Ok(nimble::run_with_progress(&cfg, &traffic, |f, n| {
                 bar.set(f, format!("{n} frames"))
             })?)
         },
         |r| r.mpps,
+        |r| r.verified,
         |r| {
             format!(
                 "{:.2} Mpps, {:.1}% admitted (plain loop {:.2}){}",
@@ -201,25 +192,21 @@ pub fn bench_nimble(a: &NimbleArgs) -> CliResult {
             )
         },
     )?;
-    let verified = r.verified && others.iter().all(|o| o.verified);
     if a.runs.json {
-        let all_runs = serde_json::json!(verified);
-        a.runs
-            .print_json(&r, &all, &[("verified_all_runs", all_runs)])?;
+        a.runs.print_json(&m)?;
     } else {
-        print_nimble(&r, &cfg, a.runs.runs);
+        print_nimble(&m, &cfg);
     }
-    if !verified {
-        return Err(
-            "nimble's verdicts or admitted bytes did not check out (see `verified`)".into(),
-        );
-    }
-    Ok(())
+    check_every_run(
+        &m,
+        "nimble's verdicts or admitted bytes did not check out (see `verified`)",
+    )
 }
 
-/// The text form of a `pfemu bench nimble` report: the limiter's verdicts per class, ADA's
-/// controller, then the common summary and the check.
-fn print_nimble(r: &NimbleBenchReport, cfg: &NimbleBenchConfig, runs: usize) {
+/// The text form of a `pfemu bench nimble` report (its median run): the limiter's verdicts
+/// per class, ADA's controller, then the common summary and the check of every run.
+fn print_nimble(m: &Median<NimbleBenchReport>, cfg: &NimbleBenchConfig) {
+    let (r, runs) = (&m.median, m.runs());
     println!(
         "\nnimble ({}): {} classes at {} Gbit/s each, {}-byte frames, {} PPE threads, median \
          of {runs}:\n",
@@ -271,15 +258,19 @@ fn print_nimble(r: &NimbleBenchReport, cfg: &NimbleBenchConfig, runs: usize) {
     }
     println!();
     r.summary.print();
-    println!(
-        "  check: {}",
-        if r.verified {
-            "every packet accounted for; admitted + rate_exceeded + no_class = offered; the \
-             sink saw every admitted packet; every class within its bucket's bound"
-        } else {
-            "FAILED: see the classes marked OVER, or the counts above"
+    match m.failed_runs() {
+        None => println!(
+            "  check: in every run, every packet accounted for; admitted + rate_exceeded + \
+             no_class = offered; the sink saw every admitted packet; every class within its \
+             bucket's bound"
+        ),
+        Some(runs) if r.verified => {
+            println!("  check: FAILED in {runs} (see its line above); the median run shown passed")
         }
-    );
+        Some(runs) => {
+            println!("  check: FAILED in {runs}: see the classes marked OVER, or the counts above")
+        }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::runs::Median;
 use super::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
 use crate::fpisa::Variant;
 use crate::microcode::trio_ml::host::Scaling;
@@ -25,7 +26,8 @@ pub struct FpisaBenchConfig {
     pub base: TrioMlBenchConfig,
     /// Full FPISA (the shift-and-add unit) or FPISA-A.
     pub variant: Variant,
-    /// Runs of each kind, interleaved; the report gives the medians.
+    /// Runs of each kind, interleaved; the report gives the medians, and every run of both
+    /// kinds must pass its check ([`FpisaBenchReport::verified_all_runs`]).
     pub runs: usize,
 }
 
@@ -57,11 +59,32 @@ pub struct FpisaBenchReport {
     pub ratio_to_trio_ml: f64,
     /// The end hosts' conversion cost per gradient.
     pub host: HostCost,
+    /// Every run of both kinds, FPISA's and Trio-ML's integers, passed its check (every
+    /// Result arrived and its sums match); `verified` is the median FPISA run's alone.
+    pub verified_all_runs: bool,
+    /// The runs that failed their check, by kind ([`failed_runs`]); `None` when every run
+    /// passed.
+    #[serde(skip)]
+    pub failed_runs: Option<String>,
 }
 
-fn median(mut rs: Vec<TrioMlBenchReport>) -> TrioMlBenchReport {
-    rs.sort_by(|x, y| x.gradients_per_s.total_cmp(&y.gradients_per_s));
-    rs.swap_remove(rs.len() / 2)
+/// The runs of either kind that failed their check, as text (`trio-ml run 2 of 3; fpisa
+/// run 1 of 3`); `None` when every run of both kinds passed. The comparison is only as good
+/// as both sides' results: a wrong Trio-ML sum fails the benchmark as a wrong FPISA one does.
+pub fn failed_runs<A, B>(trio_ml: &Median<A>, fpisa: &Median<B>) -> Option<String> {
+    let failed: Vec<String> = [
+        ("trio-ml", trio_ml.failed_runs()),
+        ("fpisa", fpisa.failed_runs()),
+    ]
+    .into_iter()
+    .filter_map(|(kind, runs)| runs.map(|r| format!("{kind} {r}")))
+    .collect();
+    (!failed.is_empty()).then(|| failed.join("; "))
+}
+
+/// The median by rate, every run's check kept.
+fn median(rs: Vec<TrioMlBenchReport>) -> Median<TrioMlBenchReport> {
+    Median::of(rs, |r| r.gradients_per_s, |r| r.verified).expect("at least one run")
 }
 
 /// Runs both kinds `cfg.runs` times, interleaved, and measures the hosts' conversions.
@@ -93,6 +116,8 @@ pub fn run(
         fps.push(r);
     }
     let (int, fp) = (median(ints), median(fps));
+    let failed = failed_runs(&int, &fp);
+    let (int, fp) = (int.median, fp.median);
     Ok(FpisaBenchReport {
         variant: match cfg.variant {
             Variant::Full => "full",
@@ -102,6 +127,8 @@ pub fn run(
         ratio_to_trio_ml: fp.gradients_per_s / int.gradients_per_s,
         host: host_cost(1 << 22),
         fpisa: fp,
+        verified_all_runs: failed.is_none(),
+        failed_runs: failed,
     })
 }
 
@@ -151,5 +178,35 @@ pub fn host_cost(n: usize) -> HostCost {
         fpisa_receive_ns,
         trio_ml_send_ns,
         trio_ml_receive_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fake runs: (gradients per second, verified).
+    fn runs(rs: &[(f64, bool)]) -> Median<(f64, bool)> {
+        Median::of(rs.to_vec(), |r| r.0, |r| r.1).expect("runs")
+    }
+
+    #[test]
+    fn every_run_of_both_kinds_must_pass() {
+        let good = runs(&[(1.0, true), (2.0, true), (3.0, true)]);
+        assert_eq!(failed_runs(&good, &good), None);
+        // A wrong Trio-ML sum fails the benchmark, even in a single run.
+        assert_eq!(
+            failed_runs(&runs(&[(1.0, false)]), &runs(&[(1.0, true)])).as_deref(),
+            Some("trio-ml run 1 of 1")
+        );
+        // A failed FPISA run other than the median (2.0) fails it too.
+        let fp = runs(&[(1.0, true), (2.0, true), (3.0, false)]);
+        assert!(fp.median.1);
+        assert_eq!(failed_runs(&good, &fp).as_deref(), Some("fpisa run 3 of 3"));
+        let int = runs(&[(1.0, false), (2.0, true), (3.0, true)]);
+        assert_eq!(
+            failed_runs(&int, &fp).as_deref(),
+            Some("trio-ml run 1 of 3; fpisa run 3 of 3")
+        );
     }
 }

@@ -15,6 +15,7 @@ pub mod nimble;
 pub mod pipelines;
 pub mod plot;
 pub mod report;
+pub mod runs;
 pub mod settings;
 pub mod timers;
 pub mod traffic;
