@@ -269,15 +269,32 @@ fn set_gen(frames: &mut [Arc<[u8]>], gen: u16) {
     }
 }
 
-/// Checks the last generation's Results as they leave (port 0's copy of each).
+/// Checks the last generation's Results as they leave (port 0's copy of each): each must
+/// carry exactly its block's sums, and each block must be answered once. `checked` counts
+/// the distinct blocks answered correctly; `bad` the Results that were wrong, short, long,
+/// of no block, or a second answer for a block.
 struct Checker {
     expect: Vec<Vec<i32>>,
     checking: AtomicBool,
+    /// The blocks answered so far, a bit per block id.
+    answered: Vec<AtomicU64>,
     checked: AtomicU64,
     bad: AtomicU64,
 }
 
 impl Checker {
+    fn new(expect: Vec<Vec<i32>>) -> Self {
+        Checker {
+            answered: (0..expect.len().div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            expect,
+            checking: AtomicBool::new(false),
+            checked: AtomicU64::new(0),
+            bad: AtomicU64::new(0),
+        }
+    }
+
     fn deliver(&self, port: Port, f: &[u8]) {
         if port != 0 {
             return;
@@ -285,23 +302,28 @@ impl Checker {
         if !self.checking.load(Ordering::Relaxed) {
             return;
         }
-        {
-            let ok = match wire::parse(f) {
-                Ok((h, grads)) => self.expect.get(h.block_id as usize).is_some_and(|e| {
-                    h.src_cnt as usize > 0
-                        && !h.degraded
-                        && grads
-                            .chunks_exact(4)
-                            .zip(e)
-                            .all(|(b, v)| i32::from_be_bytes([b[0], b[1], b[2], b[3]]) == *v)
-                }),
-                Err(_) => false,
-            };
-            if ok {
-                self.checked.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.bad.fetch_add(1, Ordering::Relaxed);
-            }
+        let block = match wire::parse(f) {
+            Ok((h, grads)) => self.expect.get(h.block_id as usize).and_then(|e| {
+                let ok = h.src_cnt as usize > 0
+                    && !h.degraded
+                    && grads.len() == e.len() * 4
+                    && grads
+                        .chunks_exact(4)
+                        .zip(e)
+                        .all(|(b, v)| i32::from_be_bytes([b[0], b[1], b[2], b[3]]) == *v);
+                ok.then_some(h.block_id as usize)
+            }),
+            Err(_) => None,
+        };
+        // A block's first correct answer counts; any other answer for it is one too many.
+        let first = block.is_some_and(|b| {
+            let bit = 1u64 << (b % 64);
+            self.answered[b / 64].fetch_or(bit, Ordering::Relaxed) & bit == 0
+        });
+        if first {
+            self.checked.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.bad.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -408,12 +430,7 @@ pub fn run_on(
     let g = u64::from(cfg.grads);
     let (mem, trio) = install(cfg, slots)?;
     let sources: Vec<u8> = (0..cfg.workers).collect();
-    let checker = Arc::new(Checker {
-        expect: std::mem::take(&mut traffic.sums),
-        checking: AtomicBool::new(false),
-        checked: AtomicU64::new(0),
-        bad: AtomicU64::new(0),
-    });
+    let checker = Arc::new(Checker::new(std::mem::take(&mut traffic.sums)));
     let sink = {
         let c = checker.clone();
         FnSink(move |port: Port, frame: &[u8]| c.deliver(port, frame))
@@ -592,4 +609,74 @@ fn plain_loop<S: Copy>(
     std::hint::black_box(results);
     let gradients = traffic.frames.len() as u64 * u64::from(cfg.generations) * g as u64;
     gradients as f64 / elapsed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Result of `block` carrying `sums` (of two sources), as the engine sends it.
+    fn result(block: u32, sums: &[i32]) -> Vec<u8> {
+        wire::agg_packet(&AggPacket {
+            endpoints: endpoints(0, TrioMlConfig::default().local_addr),
+            hdr: TrioMlHdrFields {
+                job_id: 1,
+                block_id: block,
+                src_cnt: 2,
+                grad_cnt: sums.len() as u16,
+                ..TrioMlHdrFields::default()
+            },
+            gradients: sums,
+        })
+    }
+
+    fn checker() -> Checker {
+        let c = Checker::new(vec![vec![1, 2, 3], vec![4, 5, 6]]);
+        c.checking.store(true, Ordering::Relaxed);
+        c
+    }
+
+    fn counts(c: &Checker) -> (u64, u64) {
+        (
+            c.checked.load(Ordering::Relaxed),
+            c.bad.load(Ordering::Relaxed),
+        )
+    }
+
+    #[test]
+    fn every_block_answered_once_with_its_sums_checks_out() {
+        let c = checker();
+        c.deliver(0, &result(0, &[1, 2, 3]));
+        c.deliver(1, &result(0, &[9, 9, 9])); // another port's copy: not checked
+        c.deliver(0, &result(1, &[4, 5, 6]));
+        assert_eq!(counts(&c), (2, 0));
+    }
+
+    #[test]
+    fn a_short_result_is_bad() {
+        let c = checker();
+        // Its two sums match the first two expected: a zip would stop there and pass it.
+        c.deliver(0, &result(0, &[1, 2]));
+        c.deliver(0, &result(1, &[4, 5, 6, 7]));
+        assert_eq!(counts(&c), (0, 2));
+    }
+
+    #[test]
+    fn a_second_answer_for_a_block_is_bad_and_not_counted_again() {
+        let c = checker();
+        c.deliver(0, &result(0, &[1, 2, 3]));
+        c.deliver(0, &result(0, &[1, 2, 3]));
+        // Two good frames, but one block: block 1 was never answered.
+        assert_eq!(counts(&c), (1, 1));
+        c.deliver(0, &result(1, &[4, 5, 6]));
+        assert_eq!(counts(&c), (2, 1));
+    }
+
+    #[test]
+    fn a_result_of_no_block_or_not_parsing_is_bad() {
+        let c = checker();
+        c.deliver(0, &result(2, &[1, 2, 3]));
+        c.deliver(0, &[0u8; 20]);
+        assert_eq!(counts(&c), (0, 2));
+    }
 }
