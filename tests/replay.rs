@@ -1636,6 +1636,113 @@ fn pcapng_interface_options_are_read_whatever_else_they_hold() {
     );
 }
 
+/// A little-endian Enhanced Packet Block of interface 0 at `ticks` holding `frame`, then
+/// `options` (raw bytes, each option's code and length included; no end of options added).
+fn raw_epb(ticks: u64, frame: &[u8], options: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for v in [
+        0,
+        (ticks >> 32) as u32,
+        ticks as u32,
+        frame.len() as u32,
+        frame.len() as u32,
+    ] {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    body.extend_from_slice(frame);
+    body.resize(body.len().next_multiple_of(4), 0);
+    body.extend_from_slice(options);
+    raw_block(6, &body)
+}
+
+/// A little-endian Section Header Block (version 1.0, section length unknown) with
+/// `options` (raw bytes; no end of options added).
+fn raw_shb(options: &[u8]) -> Vec<u8> {
+    let mut body = vec![0x4D, 0x3C, 0x2B, 0x1A, 1, 0, 0, 0];
+    body.extend_from_slice(&(-1i64).to_le_bytes());
+    body.extend_from_slice(options);
+    raw_block(0x0A0D_0D0A, &body)
+}
+
+/// pcapng lets a writer end a block's options at the block's end without `opt_endofopt`
+/// ("readers must not assume it"); pcap-file's parser refused such an Enhanced Packet or
+/// Section Header Block as "malformed: Invalid option". Replay reads them, and still names
+/// an option of the wrong size or running past the block's end.
+#[test]
+fn pcapng_options_may_end_at_the_blocks_end_without_an_end_marker() {
+    let dir = scratch("pcapng-no-endofopt");
+    let frame = udp_frame([10, 0, 0, 1], 64, 64);
+    let good = ng_capture(0, std::slice::from_ref(&frame));
+    let epb_flags = [2, 0, 4, 0, 0, 0, 0, 0];
+    // shb_userappl "pfemu" (5 bytes and 3 of padding).
+    let userappl = [&[4, 0, 5, 0][..], b"pfemu", &[0, 0, 0]].concat();
+    let cases = [
+        (
+            "epb",
+            replace_block(&good, 2, &raw_epb(1_000_000, &frame, &epb_flags)),
+        ),
+        ("shb", replace_block(&good, 0, &raw_shb(&userappl))),
+        (
+            "both",
+            replace_block(
+                &replace_block(&good, 2, &raw_epb(1_000_000, &frame, &epb_flags)),
+                0,
+                &raw_shb(&userappl),
+            ),
+        ),
+        // With the end marker and padding after it, as before.
+        (
+            "marked",
+            replace_block(
+                &good,
+                2,
+                &raw_epb(1_000_000, &frame, &[&epb_flags[..], &[0; 8]].concat()),
+            ),
+        ),
+        // A second section whose header has no end marker either.
+        (
+            "second-section",
+            [&good[..], &raw_shb(&userappl), &good[28..]].concat(),
+        ),
+    ];
+    for (name, bytes) in &cases {
+        let input = dir.join(format!("{name}.pcapng"));
+        std::fs::write(&input, bytes).expect("write");
+        let r = replay_file(&ReplayConfig::default(), &input, &dir.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = if *name == "second-section" { 2 } else { 1 };
+        assert_eq!(
+            (r.format.as_str(), r.packets_in),
+            ("pcapng", want),
+            "{name}"
+        );
+    }
+
+    // Options are still checked, naming the field.
+    for (name, bytes, why) in [
+        (
+            "flags2",
+            replace_block(&good, 2, &raw_epb(1_000_000, &frame, &[2, 0, 2, 0, 0, 0, 0, 0])),
+            "pcapng block 3 (after 0 complete packets) is malformed: epb_flags of 2 bytes (it is 4)",
+        ),
+        (
+            "flagslong",
+            replace_block(&good, 2, &raw_epb(1_000_000, &frame, &[2, 0, 8, 0, 0, 0, 0, 0])),
+            "pcapng block 3 (after 0 complete packets) is malformed: option 2 (8 bytes and its \
+             padding) runs past the block's end",
+        ),
+        (
+            "shbopt",
+            replace_block(&good, 0, &raw_shb(&[4, 0, 9, 0, b'p', b'f', 0, 0])),
+            "its first pcapng block (the Section Header Block) is malformed: option 4 (9 bytes \
+             and its padding) runs past the block's end",
+        ),
+    ] {
+        let e = replay_err(&dir, &format!("{name}.pcapng"), &bytes);
+        assert!(e.contains(why), "{name}: {e}");
+    }
+}
+
 /// A capture cut inside a block is truncated (inside a block's header or body, the block
 /// named); one that ends between blocks is read to its end; a block whose length field is
 /// impossible is corrupt, also when the file goes on after it, and nothing is allocated for

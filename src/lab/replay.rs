@@ -46,9 +46,10 @@
 //! [`MAX_PCAPNG_BLOCK_BYTES`]) is **corrupt**, with nothing allocated for it, and so is a
 //! skipped block whose trailing length differs from its leading one; a parsed block whose
 //! content does not parse (a field or an option running past its end, an option of the
-//! wrong length, lengths that differ, ...) is **malformed**. A Simple Packet Block holding
-//! fewer bytes than it must (see above) is corrupt: its padding is not replayed as packet
-//! data.
+//! wrong length, lengths that differ, ...) is **malformed**. A block's options end at
+//! `opt_endofopt` or, where a writer left that out (pcapng allows it), at the block's end.
+//! A Simple Packet Block holding fewer bytes than it must (see above) is corrupt: its
+//! padding is not replayed as packet data.
 //!
 //! # Timing
 //!
@@ -163,7 +164,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
-use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use serde::Serialize;
 
@@ -688,8 +688,16 @@ fn pcapng_time(units: u64, tsresol: u8) -> Duration {
 
 /// Type of a pcapng Section Header Block (the same in either byte order).
 const SHB_TYPE: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+/// [`SHB_TYPE`] as a number.
+const SHB_TYPE_U32: u32 = 0x0A0D_0D0A;
 /// The type of an Interface Description Block.
 const IDB_TYPE: u32 = 1;
+/// The type of the obsolete Packet Block.
+const OBSOLETE_PB_TYPE: u32 = 2;
+/// The type of a Simple Packet Block.
+const SPB_TYPE: u32 = 3;
+/// The type of an Enhanced Packet Block.
+const EPB_TYPE: u32 = 6;
 
 /// The name, with its article, of a pcapng block of type `type_` (read in its section's
 /// byte order) that replay reads whole and parses: the Section Header and Interface
@@ -699,11 +707,11 @@ const IDB_TYPE: u32 = 1;
 /// reader keeps, so it is skipped unread.
 fn parsed_pcapng_block(type_: u32) -> Option<&'static str> {
     match type_ {
-        0x0A0D_0D0A => Some("a Section Header Block"),
-        1 => Some("an Interface Description Block"),
-        2 => Some("an obsolete Packet Block"),
-        3 => Some("a Simple Packet Block"),
-        6 => Some("an Enhanced Packet Block"),
+        SHB_TYPE_U32 => Some("a Section Header Block"),
+        IDB_TYPE => Some("an Interface Description Block"),
+        OBSOLETE_PB_TYPE => Some("an obsolete Packet Block"),
+        SPB_TYPE => Some("a Simple Packet Block"),
+        EPB_TYPE => Some("an Enhanced Packet Block"),
         _ => None,
     }
 }
@@ -728,8 +736,8 @@ enum NextBlock {
 /// own); `what` names the block in errors. The length field is checked before anything is
 /// allocated for it, so a corrupt length is reported as such and a file that ends inside a
 /// block as truncated; a skipped block's trailing length is checked against its leading
-/// one here, a parsed block's content is left to the caller (pcap-file's parser), which
-/// sees it whole.
+/// one here, a parsed block's content is left to the caller ([`parse_shb`], [`parse_idb`],
+/// [`parse_epb`], [`parse_spb`]), which sees it whole.
 fn next_pcapng_block<R: Read>(
     input: &mut R,
     buf: &mut Vec<u8>,
@@ -833,115 +841,216 @@ fn next_pcapng_block<R: Read>(
     Ok(NextBlock::Read)
 }
 
-/// The error of pcap-file's parser for the whole pcapng block `what`: its content is
-/// malformed (the block's framing was checked when it was read).
-fn malformed_block(file: &str, what: String, e: PcapError) -> ReplayError {
-    let why = match e {
-        PcapError::IncompleteBuffer => "a field or option runs past the block's end".to_string(),
-        PcapError::InvalidField(f) => f.to_string(),
-        PcapError::Utf8Error(e) => format!("a text option is not UTF-8 ({e})"),
-        other => other.to_string(),
-    };
-    ReplayError::Capture {
-        file: file.to_string(),
-        reason: format!("{what} is malformed: {why}"),
-    }
+/// A pcapng block read whole (its type, lengths and body) in its section's byte order, as
+/// [`next_pcapng_block`] framed it. Replay parses the blocks it reads itself rather than with
+/// pcap-file's parser, which refuses a correct 4-byte `if_tzone` and any option list that
+/// ends at the block's end without `opt_endofopt`, which the pcapng specification lets a
+/// writer leave out.
+struct NgBlock<'a> {
+    bytes: &'a [u8],
+    endianness: Endianness,
 }
 
-/// The Interface Description Block read whole into `block` (type, lengths and body), in a
-/// section of byte order `endianness`; the error says what is malformed. Parsed here rather
-/// than by pcap-file, whose parser refuses a correct 4-byte `if_tzone`: the fields replay
-/// uses (link type, snap length, `if_name`, `if_tsresol`, `if_tsoffset`) are checked, other
-/// options are walked past (a custom option must hold its 4-byte Private Enterprise
-/// Number), and every option must end inside the block.
-fn parse_idb(block: &[u8], endianness: Endianness) -> Result<Interface, String> {
-    let u16_at = |at: usize| {
-        let b = [block[at], block[at + 1]];
-        match endianness {
+impl NgBlock<'_> {
+    fn u16_at(&self, at: usize) -> u16 {
+        let b = [self.bytes[at], self.bytes[at + 1]];
+        match self.endianness {
             Endianness::Big => u16::from_be_bytes(b),
             Endianness::Little => u16::from_le_bytes(b),
         }
-    };
-    let u32_at = |at: usize| {
-        let b = [block[at], block[at + 1], block[at + 2], block[at + 3]];
-        match endianness {
+    }
+
+    fn u32_at(&self, at: usize) -> u32 {
+        let b: [u8; 4] = self.bytes[at..at + 4].try_into().expect("4 bytes");
+        match self.endianness {
             Endianness::Big => u32::from_be_bytes(b),
             Endianness::Little => u32::from_le_bytes(b),
         }
+    }
+
+    /// Where the body ends (the trailing length's offset), once the trailing length is
+    /// checked against the length, and the body holds at least `fixed` bytes of fields
+    /// (`fields` names them).
+    fn body_end(&self, fixed: usize, fields: &str) -> Result<usize, String> {
+        // Type and length, the body, the trailing length (the framing checked the length).
+        let end = self.bytes.len() - 4;
+        if self.u32_at(end) as usize != self.bytes.len() {
+            return Err(format!(
+                "its trailing length {} is not its length {}",
+                self.u32_at(end),
+                self.bytes.len()
+            ));
+        }
+        if end < 8 + fixed {
+            return Err(format!("it is shorter than its {fields} ({fixed} bytes)"));
+        }
+        Ok(end)
+    }
+
+    /// Walks the options from `at` to the body's `end`, calling `each` with every option's
+    /// code and value: up to `opt_endofopt` (anything after it is padding) or, where a
+    /// writer left that out, the block's end. Every option must end inside the block, and a
+    /// custom option must hold its 4-byte Private Enterprise Number.
+    fn options(
+        &self,
+        mut at: usize,
+        end: usize,
+        mut each: impl FnMut(u16, &[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        while at < end {
+            if end - at < 4 {
+                return Err(format!(
+                    "an option's code and length run past the block's end ({} bytes left)",
+                    end - at
+                ));
+            }
+            let (code, len) = (self.u16_at(at), usize::from(self.u16_at(at + 2)));
+            if code == 0 {
+                // opt_endofopt.
+                return Ok(());
+            }
+            let value_at = at + 4;
+            if len.next_multiple_of(4) > end - value_at {
+                return Err(format!(
+                    "option {code} ({len} bytes and its padding) runs past the block's end"
+                ));
+            }
+            if matches!(code, 2988 | 2989 | 19372 | 19373) && len < 4 {
+                return Err(format!(
+                    "custom option {code} holds {len} bytes, less than its 4-byte Private \
+                     Enterprise Number"
+                ));
+            }
+            each(code, &self.bytes[value_at..value_at + len])?;
+            at = value_at + len.next_multiple_of(4);
+        }
+        Ok(())
+    }
+}
+
+/// An option of fixed size: `Ok` when `value` is `want` bytes, else the error naming it.
+fn sized(name: &str, value: &[u8], want: usize) -> Result<(), String> {
+    if value.len() == want {
+        Ok(())
+    } else {
+        Err(format!("{name} of {} bytes (it is {want})", value.len()))
+    }
+}
+
+/// The Section Header Block read whole into `block`: the byte order of its section. Its
+/// options are walked (none is used), ending at `opt_endofopt` or the block's end.
+fn parse_shb(block: &[u8]) -> Result<Endianness, String> {
+    // The framing read the byte-order magic (and refused any other).
+    let endianness = match u32::from_be_bytes(block[8..12].try_into().expect("4 bytes")) {
+        0x1A2B_3C4D => Endianness::Big,
+        _ => Endianness::Little,
     };
-    // Type and length, the body, the trailing length (the framing checked the length).
-    let end = block.len() - 4;
-    if u32_at(end) as usize != block.len() {
+    let b = NgBlock {
+        bytes: block,
+        endianness,
+    };
+    // Byte-order magic, major and minor version, section length.
+    let end = b.body_end(16, "byte-order magic, versions and section length")?;
+    b.options(24, end, |_, _| Ok(()))?;
+    Ok(endianness)
+}
+
+/// An Enhanced Packet Block's fields.
+struct Epb<'a> {
+    interface: u32,
+    /// The timestamp's 64-bit tick count (of the interface's resolution).
+    ticks: u64,
+    orig_len: u32,
+    data: &'a [u8],
+}
+
+/// The Enhanced Packet Block read whole into `block`, in a section of byte order
+/// `endianness`; the error says what is malformed. Its options are walked (none is used;
+/// those of a fixed size must have it), ending at `opt_endofopt` or the block's end.
+fn parse_epb(block: &[u8], endianness: Endianness) -> Result<Epb<'_>, String> {
+    let b = NgBlock {
+        bytes: block,
+        endianness,
+    };
+    let end = b.body_end(20, "interface id, timestamp, captured and original lengths")?;
+    let caplen = b.u32_at(20) as usize;
+    let data_at = 28;
+    if caplen.next_multiple_of(4) > end - data_at {
         return Err(format!(
-            "its trailing length {} is not its length {}",
-            u32_at(end),
-            block.len()
+            "its captured_len {caplen} (and its padding) runs past the block's end ({} bytes \
+             for the packet)",
+            end - data_at
         ));
     }
-    if end < 16 {
-        return Err(
-            "it is shorter than its link type, reserved field and snap length (8 bytes)".into(),
-        );
-    }
+    b.options(
+        data_at + caplen.next_multiple_of(4),
+        end,
+        |code, value| match code {
+            2 => sized("epb_flags", value, 4),
+            4 => sized("epb_dropcount", value, 8),
+            5 => sized("epb_packetid", value, 8),
+            6 => sized("epb_queue", value, 4),
+            _ => Ok(()),
+        },
+    )?;
+    Ok(Epb {
+        interface: b.u32_at(8),
+        ticks: (u64::from(b.u32_at(12)) << 32) | u64::from(b.u32_at(16)),
+        orig_len: b.u32_at(24),
+        data: &block[data_at..data_at + caplen],
+    })
+}
+
+/// The Simple Packet Block read whole into `block`: its original length and the bytes it
+/// holds (the packet and its padding).
+fn parse_spb(block: &[u8], endianness: Endianness) -> Result<(u32, &[u8]), String> {
+    let b = NgBlock {
+        bytes: block,
+        endianness,
+    };
+    let end = b.body_end(4, "original length")?;
+    Ok((b.u32_at(8), &block[12..end]))
+}
+
+/// The Interface Description Block read whole into `block` (type, lengths and body), in a
+/// section of byte order `endianness`; the error says what is malformed. The fields replay
+/// uses (link type, snap length, `if_name`, `if_tsresol`, `if_tsoffset`) are checked, other
+/// options are walked past ([`NgBlock::options`]).
+fn parse_idb(block: &[u8], endianness: Endianness) -> Result<Interface, String> {
+    let b = NgBlock {
+        bytes: block,
+        endianness,
+    };
+    let end = b.body_end(8, "link type, reserved field and snap length")?;
     let mut i = Interface {
-        link_type: DataLink::from(u32::from(u16_at(8))),
-        snaplen: u32_at(12),
+        link_type: DataLink::from(u32::from(b.u16_at(8))),
+        snaplen: b.u32_at(12),
         tsresol: 6,
         tsoffset: 0,
         name: None,
     };
-    let mut at = 16;
-    while at < end {
-        if end - at < 4 {
-            return Err(format!(
-                "an option's code and length run past the block's end ({} bytes left)",
-                end - at
-            ));
-        }
-        let (code, len) = (u16_at(at), usize::from(u16_at(at + 2)));
-        let value_at = at + 4;
-        if len.next_multiple_of(4) > end - value_at {
-            return Err(format!(
-                "option {code} ({len} bytes and its padding) runs past the block's end"
-            ));
-        }
-        let value = &block[value_at..value_at + len];
-        let sized = |name: &str, want: usize| {
-            if len == want {
-                Ok(())
-            } else {
-                Err(format!("{name} of {len} bytes (it is {want})"))
-            }
-        };
+    b.options(16, end, |code, value| {
         match code {
-            // opt_endofopt: anything after it is padding.
-            0 => break,
             2 => match std::str::from_utf8(value) {
                 Ok(name) => i.name = Some(name.to_string()),
                 Err(e) => return Err(format!("if_name is not UTF-8 ({e})")),
             },
             9 => {
-                sized("if_tsresol", 1)?;
+                sized("if_tsresol", value, 1)?;
                 i.tsresol = value[0];
             }
             14 => {
-                sized("if_tsoffset", 8)?;
+                sized("if_tsoffset", value, 8)?;
                 let v: [u8; 8] = value.try_into().expect("8 bytes");
                 i.tsoffset = match endianness {
                     Endianness::Big => i64::from_be_bytes(v),
                     Endianness::Little => i64::from_le_bytes(v),
                 };
             }
-            2988 | 2989 | 19372 | 19373 if len < 4 => {
-                return Err(format!(
-                    "custom option {code} holds {len} bytes, less than its 4-byte Private \
-                     Enterprise Number"
-                ))
-            }
             _ => {}
         }
-        at = value_at + len.next_multiple_of(4);
-    }
+        Ok(())
+    })?;
     Ok(i)
 }
 
@@ -951,12 +1060,13 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
         file: file.to_string(),
         reason,
     };
+    let malformed = |what: String, why: String| capture_err(format!("{what} is malformed: {why}"));
     // Blocks are framed here and parsed whole (see `next_pcapng_block`).
     let mut buf = Vec::new();
     let first = || "its first pcapng block (the Section Header Block)".to_string();
     // The file starts with a Section Header Block's type (its magic number): read whole.
     next_pcapng_block(&mut input, &mut buf, None, file, &first)?;
-    let (_, mut parser) = PcapNgParser::new(&buf).map_err(|e| malformed_block(file, first(), e))?;
+    let mut section = parse_shb(&buf).map_err(|why| malformed(first(), why))?;
     let mut interfaces: Vec<Interface> = Vec::new();
     let mut packets: Vec<InPacket> = Vec::new();
     // Simple Packet Blocks have no timestamp: the indices of those waiting for one.
@@ -966,11 +1076,10 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
         blocks += 1;
         let n = packets.len();
         let what = || format!("pcapng block {blocks} (after {n} complete packets)");
-        let section = parser.section().endianness;
         match next_pcapng_block(&mut input, &mut buf, Some(section), file, &what)? {
             NextBlock::End => break,
-            // No packet, and nothing the parser keeps (its section and interfaces): it need
-            // not see the block. It still counts in the blocks' numbering.
+            // No packet, and nothing the reader keeps (its section and interfaces). It still
+            // counts in the blocks' numbering.
             NextBlock::Skipped => continue,
             NextBlock::Read => {}
         }
@@ -978,15 +1087,6 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
             Endianness::Big => u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]),
             Endianness::Little => u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]),
         };
-        if block_type == IDB_TYPE {
-            let i = parse_idb(&buf, section)
-                .map_err(|why| capture_err(format!("{} is malformed: {why}", what())))?;
-            interfaces.push(i);
-            continue;
-        }
-        let (_, block) = parser
-            .next_block(&buf)
-            .map_err(|e| malformed_block(file, what(), e))?;
         let no_interface = |interface: u32, interfaces: &[Interface]| {
             capture_err(format!(
                 "packet record {} (block {blocks}) is on interface {interface}, but the \
@@ -995,25 +1095,29 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
                 interfaces.len()
             ))
         };
-        let (interface, ts, orig_len, data) = match block {
-            Block::SectionHeader(_) => {
+        let (interface, ts, orig_len, data) = match block_type {
+            SHB_TYPE_U32 => {
+                section = parse_shb(&buf).map_err(|why| malformed(what(), why))?;
                 interfaces.clear();
                 continue;
             }
-            // Parsed above (parse_idb), never handed to the parser.
-            Block::InterfaceDescription(_) => unreachable!("interface blocks are parsed here"),
-            Block::EnhancedPacket(epb) => {
-                // pcap-file reads the 64-bit tick count as nanoseconds whatever the
-                // interface's resolution; undo that and apply the resolution here.
-                let units = u64::try_from(epb.timestamp.as_nanos()).unwrap_or(u64::MAX);
+            IDB_TYPE => {
+                let i = parse_idb(&buf, section).map_err(|why| malformed(what(), why))?;
+                interfaces.push(i);
+                continue;
+            }
+            EPB_TYPE => {
+                let epb = parse_epb(&buf, section).map_err(|why| malformed(what(), why))?;
                 (
-                    epb.interface_id,
-                    Some(units),
-                    epb.original_len,
-                    epb.data.into_owned(),
+                    epb.interface,
+                    Some(epb.ticks),
+                    epb.orig_len,
+                    epb.data.to_vec(),
                 )
             }
-            Block::SimplePacket(spb) => {
+            SPB_TYPE => {
+                let (orig_len, held) =
+                    parse_spb(&buf, section).map_err(|why| malformed(what(), why))?;
                 let Some(iface) = interfaces.first() else {
                     return Err(no_interface(0, &interfaces));
                 };
@@ -1021,28 +1125,22 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
                 // no limit), padded to 4 bytes: keep the captured length only.
                 let snaplen = iface.snaplen;
                 let caplen = if snaplen == 0 {
-                    spb.original_len
+                    orig_len
                 } else {
-                    spb.original_len.min(snaplen)
+                    orig_len.min(snaplen)
                 };
-                let held = spb.data.len();
-                if held < caplen as usize {
+                if held.len() < caplen as usize {
                     return Err(capture_err(format!(
                         "packet record {} (block {blocks}): a Simple Packet Block holding \
-                         {held} bytes where its original length {} and interface 0's snaplen \
-                         {snaplen} call for {caplen}: the file is corrupt",
+                         {} bytes where its original length {orig_len} and interface 0's \
+                         snaplen {snaplen} call for {caplen}: the file is corrupt",
                         n + 1,
-                        spb.original_len
+                        held.len()
                     )));
                 }
-                (
-                    0,
-                    None,
-                    spb.original_len,
-                    spb.data[..caplen as usize].to_vec(),
-                )
+                (0, None, orig_len, held[..caplen as usize].to_vec())
             }
-            Block::Packet(_) => {
+            OBSOLETE_PB_TYPE => {
                 return Err(capture_err(format!(
                     "block {blocks} is an obsolete Packet Block, which replay does not read \
                      (rewrite the file with `editcap IN OUT.pcapng`)"
@@ -1051,7 +1149,7 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
             // Not reached: blocks of any other type (name resolution, interface statistics,
             // decryption secrets, journal entries, custom and unknown blocks) carry no packet
             // and are skipped unread by `next_pcapng_block`.
-            _ => continue,
+            _ => unreachable!("only the blocks parsed_pcapng_block names are read"),
         };
         check_record_len(file, n + 1, data.len())?;
         let Some(iface) = interfaces.get(interface as usize) else {
