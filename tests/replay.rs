@@ -1341,13 +1341,38 @@ fn a_refused_capture_leaves_the_earlier_outputs() {
         .map(|f| (f.clone(), std::fs::read(f).unwrap()))
         .collect();
     let bytes = std::fs::read(&good).unwrap();
-    for (name, bad) in [
-        ("empty", &bytes[..0]),
-        ("truncated", &bytes[..bytes.len() - 10]),
-    ] {
+    let capture = |name: &str, bad: &[u8]| {
         let path = dir.join(format!("{name}.pcap"));
         std::fs::write(&path, bad).unwrap();
-        assert!(replay_file(&cfg, &path, &out).is_err(), "{name} is refused");
+        path
+    };
+    // Settings checked only in building the engine are refused before the outputs go too.
+    let zero_threads = ReplayConfig {
+        ppe_threads: 0,
+        ..ReplayConfig::default()
+    };
+    let no_route_file = ReplayConfig {
+        program: ReplayProgram::L3fwd(Routes::File(dir.join("no-such-routes.txt"))),
+        ..cfg.clone()
+    };
+    for (name, path, cfg, says) in [
+        ("empty", capture("empty", &bytes[..0]), &cfg, "empty"),
+        (
+            "truncated",
+            capture("truncated", &bytes[..bytes.len() - 10]),
+            &cfg,
+            "truncated",
+        ),
+        ("ppe_threads 0", good.clone(), &zero_threads, "ppe_threads"),
+        (
+            "a missing route file",
+            good.clone(),
+            &no_route_file,
+            "no-such-routes.txt",
+        ),
+    ] {
+        let e = replay_file(cfg, &path, &out).expect_err(name).to_string();
+        assert!(e.contains(says), "{name}: {e}");
         for (f, content) in &before {
             assert_eq!(
                 std::fs::read(f).ok().as_ref(),

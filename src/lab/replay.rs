@@ -1656,8 +1656,9 @@ pub fn replay<R: Read>(
 }
 
 /// [`replay`], calling `checked` once the capture and the configuration have passed every
-/// check, before the engine starts: a refused capture leaves what `checked` would change
-/// (an earlier replay's outputs) as it was.
+/// check (the engine built, not started: PPE threads, routes, DIR-24-8 table, aggregation
+/// jobs), before the engine starts: a refused capture or setting leaves what `checked` would
+/// change (an earlier replay's outputs) as it was.
 fn replay_checked<R: Read>(
     cfg: &ReplayConfig,
     input: R,
@@ -1670,7 +1671,6 @@ fn replay_checked<R: Read>(
     let (ports, ports_needed) = ingress_ports(cfg, &packets)?;
     let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
     Schedule::check(cfg.timing, &packets, base)?;
-    checked()?;
     let sink = Arc::new(PcapSink {
         outputs: Mutex::new(Outputs {
             open,
@@ -1686,6 +1686,8 @@ fn replay_checked<R: Read>(
         mut pfe,
         aggregation,
     } = build_engine(cfg, sink.clone(), ports_needed.min(MAX_PORTS))?;
+    // Every setting is checked by now (some only in building the engine).
+    checked()?;
     pfe.start().map_err(engine_err)?;
 
     let mut report = input_report(cfg, format, &packets, &ports);
@@ -1853,9 +1855,9 @@ fn replay_one_by_one(
 /// every port that sent anything and, with [`ReplayConfig::write_drops`],
 /// `out_dir/dropped.pcap` (when anything was dropped). Creates `out_dir` if needed.
 /// Output captures of an earlier replay into `out_dir` (files named `port<N>.pcap` and
-/// `dropped.pcap`) are removed once the capture has passed its checks, so the directory
-/// holds this replay's outputs only; other files are left alone. A capture refused leaves
-/// the directory as it was.
+/// `dropped.pcap`) are removed once the capture and the settings have passed their checks,
+/// so the directory holds this replay's outputs only; other files are left alone. A
+/// capture or a setting refused leaves the directory as it was.
 pub fn replay_file(
     cfg: &ReplayConfig,
     pcap: &Path,
@@ -1866,7 +1868,8 @@ pub fn replay_file(
         file: name.clone(),
         source,
     })?;
-    // Only once the capture passed its checks: a bad one leaves the directory as it was.
+    // Only once the capture and the settings passed their checks: a bad one leaves the
+    // directory as it was.
     let prepare = || {
         std::fs::create_dir_all(out_dir).map_err(|e| ReplayError::Write {
             output: out_dir.display().to_string(),
