@@ -670,7 +670,7 @@ fn main() -> ExitCode {
         }) => live::bench_ports(&a),
         Some(Command::Linerate(a)) => lab::linerate(&a),
         Some(Command::Latency(a)) => lab::latency(&a),
-        Some(Command::Replay(a)) => replay::replay(&a),
+        Some(Command::Replay(a)) => replay::replay(&a, matches.subcommand_matches("replay")),
         Some(Command::Serve(a)) => serve::serve(&a),
         Some(Command::Worker(a)) => serve::worker(&a),
         Some(Command::Ctl(a)) => ctl::ctl(&a),

@@ -88,10 +88,11 @@ pub struct ReplayArgs {
     /// The program to run.
     #[arg(long, value_enum, default_value_t = ReplayProgramArg::Filter)]
     program: ReplayProgramArg,
-    /// l3fwd: routes to generate (random prefixes over --route-ports ports).
+    /// l3fwd: routes to generate (random prefixes over --route-ports ports; not with
+    /// --route-file).
     #[arg(long, default_value_t = 1000)]
     routes: usize,
-    /// l3fwd: egress ports the generated routes use.
+    /// l3fwd: egress ports the generated routes use (not with --route-file).
     #[arg(long, default_value_t = 16)]
     route_ports: u16,
     /// l3fwd: load the routes from this file instead of generating them.
@@ -100,7 +101,8 @@ pub struct ReplayArgs {
     /// When to inject frames.
     #[arg(long, value_enum, default_value_t = TimingArg::Fast)]
     timing: TimingArg,
-    /// Speed-up factor of --timing recorded (2 = twice as fast as recorded).
+    /// Speed-up factor of --timing recorded (2 = twice as fast as recorded; positive and
+    /// finite).
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
     /// Ingress port of every packet (pcapng: of interface 0; interface i enters on
@@ -147,12 +149,42 @@ pub struct ReplayArgs {
     json: bool,
 }
 
-pub fn replay(a: &ReplayArgs) -> CliResult {
-    if a.timing == TimingArg::Fast && a.speed != 1.0 {
+/// `pfemu replay`. `matches` (the subcommand's) tells an option typed from its default: an
+/// option that does not apply to the replay asked for is refused by name, never ignored.
+pub fn replay(a: &ReplayArgs, matches: Option<&clap::ArgMatches>) -> CliResult {
+    let given = |id: &str| {
+        matches.is_some_and(|m| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+    };
+    // The value first: a speed that is no speed is wrong whatever the timing.
+    if !(a.speed.is_finite() && a.speed > 0.0) {
+        return Err(format!(
+            "invalid option `--speed`: {} is not a positive, finite speed-up factor",
+            a.speed
+        )
+        .into());
+    }
+    if a.timing == TimingArg::Fast && (given("speed") || a.speed != 1.0) {
         return Err("invalid option `--speed`: applies to `--timing recorded` only".into());
     }
     if a.program != ReplayProgramArg::L3fwd && a.route_file.is_some() {
         return Err("invalid option `--route-file`: applies to `--program l3fwd` only".into());
+    }
+    for (id, flag) in [("routes", "--routes"), ("route_ports", "--route-ports")] {
+        if !given(id) {
+            continue;
+        }
+        if a.program != ReplayProgramArg::L3fwd {
+            return Err(
+                format!("invalid option `{flag}`: applies to `--program l3fwd` only").into(),
+            );
+        }
+        if a.route_file.is_some() {
+            return Err(format!(
+                "invalid option `{flag}`: shapes generated routes, which --route-file \
+                 replaces (the routes come from the file)"
+            )
+            .into());
+        }
     }
     let aggregation = a.program.aggregation();
     if aggregation.is_none() {
