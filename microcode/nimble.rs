@@ -49,7 +49,10 @@
 //! The time since the last packet is looked up in a uniform table with
 //! `dt_significant_bits` significant bits, or, with `dt_ada`, in a table ADA keeps where
 //! the times fall (the paper's ADA(ΔT); both: ADA(ΔT, R)), monitored and re-populated by
-//! the same controller. The antilog table is uniform and fixed.
+//! the same controller. The time's key is 32 bits too: a time of 2^32 ns (4.3 s) or more is
+//! looked up shifted right until it fits and its log put back by adding the shift, as the
+//! rate's, so an idle time of any length is refilled in full (up to the bucket's depth).
+//! The antilog table is uniform and fixed.
 //!
 //! # Concurrency
 //!
@@ -389,6 +392,17 @@ fn rate_key(bytes_per_s: u64) -> u32 {
 /// log of the rate.
 const RATE_LOG_SHIFT: u64 = (RATE_SHIFT as u64) << 16;
 
+/// The time's lookup key for `dt_ns` and what to add to the key's log to make it the
+/// time's: `dt_ns` itself and 0 when it fits the 32-bit key (under 2^32 ns, 4.3 s), else
+/// `dt_ns >> k` and `k` in the logs' fixed point for the least `k` that makes it fit, as
+/// [`RATE_SHIFT`] does for the rate (dropping the low `k` bits errs low by under 2^-31).
+/// The log sum stays inside the antilog's key: at most `(34 + 64) * 2^16 - C`, about
+/// `78.1 * 2^16`, below `2^23`.
+fn dt_key(dt_ns: u64) -> (u32, u64) {
+    let k = (u64::BITS - dt_ns.leading_zeros()).saturating_sub(32);
+    ((dt_ns >> k) as u32, u64::from(k) << 16)
+}
+
 /// log2 of `bytes_per_s` in `2^16` fixed point, as the control plane computes it (0 for 0).
 fn exact_log(bytes_per_s: u64) -> u64 {
     if bytes_per_s == 0 {
@@ -587,8 +601,8 @@ impl Nimble {
             RateTable::Fixed(table) => table.get(key).map(|l| l + RATE_LOG_SHIFT),
             RateTable::Ada(a) => a.table().get(key).map(|l| l + RATE_LOG_SHIFT),
         };
-        let dt = u32::try_from(dt_ns).unwrap_or(u32::MAX);
-        (log_rate.zip(t.dt.get(dt)))
+        let (dt, dt_log_shift) = dt_key(dt_ns);
+        (log_rate.zip(t.dt.get(dt).map(|l| l + dt_log_shift)))
             .and_then(|(lr, lt)| (lr + lt).checked_sub(LOG_SCALE))
             .and_then(|k| t.antilog.tcam().lookup(u32::try_from(k).ok()?))
             .map_or(0, |h| h.result)
@@ -642,7 +656,8 @@ impl Nimble {
             // The tables cover every key, so a missing log is a zero operand: no refill.
             let credit = match log_rate {
                 Some(lr) => {
-                    let lt = tables.dt.lookup(t, u32::try_from(dt).unwrap_or(u32::MAX));
+                    let (key, shift) = dt_key(dt);
+                    let lt = tables.dt.lookup(t, key).map(|l| l + shift);
                     // A log sum below `C` is less than a token.
                     lt.and_then(|lt| (lr + lt).checked_sub(LOG_SCALE))
                         .and_then(|k| tables.antilog.product(t, k, 0))

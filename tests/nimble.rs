@@ -499,3 +499,84 @@ fn hundreds_of_threads_admit_what_the_bucket_allows() {
     assert_eq!(counts.packets + stats.drops("rate_exceeded"), offered);
     assert_eq!(sink.total_packets(), counts.packets);
 }
+
+/// An idle time longer than the time's 32-bit key (2^32 ns, 4.3 s) is refilled in full:
+/// the bucket emptied at 1 ns, 10 s at 100 KB/s earn 1 MB, under the 1 MiB bucket, and
+/// exactly 666 frames of 1500 bytes pass before one drops. (Looked up as 2^32 - 1 ns, the
+/// lookup arithmetics refilled 4.3 s: 286 frames.) Each arithmetic admits what its error
+/// bound allows around the exact refill (capped at the bucket's depth), through the
+/// program, and computes the refill within that bound from the control side.
+#[test]
+fn an_idle_time_beyond_the_times_key_is_refilled_in_full() {
+    const S: u64 = 1_000_000_000;
+    let (rate_bps, burst, frame_len) = (800_000u64, 1u64 << 20, 1500u64);
+    let frame = vec![0u8; frame_len as usize];
+    let exact = exact_credit(rate_bps / 8, 10 * S) as f64 / 1024.0;
+    assert_eq!(exact, 1_000_000.0);
+    for arith in arithmetics() {
+        let name = arith.name();
+        let mem = small_memory();
+        let nimble = Nimble::install(
+            &mem,
+            NimbleConfig {
+                rates_bps: vec![rate_bps],
+                burst_bytes: burst,
+                arithmetic: arith,
+                ..NimbleConfig::default()
+            },
+        )
+        .expect("installs");
+        let bound = match arith {
+            Arithmetic::Exact => 0.0,
+            Arithmetic::Uniform { significant_bits } => Op::Mul.error_bound(significant_bits),
+            // The rate's log exact: the 6 bits of the time's and antilog tables.
+            Arithmetic::Static => Op::Mul.error_bound(6),
+            // The bound of the entry ADA's table answers the rate with (its key, the rate
+            // over 4), with the time's and antilog tables' 6 bits.
+            Arithmetic::Ada(_) => {
+                let key = rate_bps / 8 / 4;
+                let ada = nimble.ada().expect("ADA");
+                let e = ada.entries().into_iter().find(|e| e.matches(key));
+                let e = e.expect("ADA's table covers every key");
+                let half_width = ((!e.mask & 0xffff_ffff) + 1) as f64 / 2.0;
+                Op::Mul.entry_error_bound(half_width / e.value as f64, 0.5f64.powi(7), 6)
+            }
+        };
+        let program = nimble.program();
+        let mut h = Harness::new(mem.clone());
+        let mut admit_until_drop = |now: u64| {
+            h.set_now(now);
+            let mut n = 0u64;
+            while h.run(&program, 0, &frame).result == Ok(Verdict::Forward(1)) {
+                n += 1;
+            }
+            n
+        };
+        assert_eq!(
+            admit_until_drop(1),
+            burst / frame_len,
+            "{name}: the full bucket"
+        );
+        let left = nimble.tokens(&mem, 0).expect("class 0");
+        let n = admit_until_drop(1 + 10 * S);
+        // The frames the bucket holds after a refill within the bound (a byte of rounding).
+        let frames = |refill: f64| ((left + refill).min(burst as f64) / frame_len as f64) as u64;
+        let (low, high) = (
+            frames(exact * (1.0 - bound) - 1.0),
+            frames(exact * (1.0 + bound) + 1.0),
+        );
+        assert!(
+            (low..=high).contains(&n),
+            "{name}: {n} frames after 10 s idle; within {bound} of the exact refill, {low} \
+             to {high}"
+        );
+        if arith == Arithmetic::Exact {
+            assert_eq!(n, 666);
+        }
+        let credit = nimble.credit(rate_bps / 8, 10 * S) as f64 / 1024.0;
+        assert!(
+            Op::Mul.within(bound, exact, credit),
+            "{name}: credit() gives {credit} bytes for 10 s, exact {exact}"
+        );
+    }
+}

@@ -631,7 +631,8 @@ impl Bound {
 /// Points per octave of [`refill_excess`]'s sweep.
 const SWEEP_STEPS_PER_OCTAVE: u32 = 1024;
 /// Octaves of [`refill_excess`]'s sweep: every time the time's table is looked up by, 1 ns
-/// to 2^32 ns (longer times are looked up as 2^32 - 1).
+/// to 2^32 ns (a longer time is looked up shifted right into the top octave, its low bits
+/// dropped, which only lowers the refill).
 const SWEEP_OCTAVES: std::ops::Range<u32> = 0..32;
 /// Refills below this many tokens (a byte) are left out of the sweep: their rounding, half
 /// a token, is the bound's token per packet.
