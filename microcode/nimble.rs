@@ -76,11 +76,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use pfemu::ada::arith::Op;
+use pfemu::ada::arith::{antilog_table_len, Op};
 use pfemu::ada::block::{
     add_controller, controller_timer, Ada, AdaConfig, AdaStats, AntilogTable, LookupTable,
 };
 use pfemu::ada::AdaError;
+use pfemu::mem::tcam::MAX_TCAM_ENTRIES;
 use pfemu::mem::{Addr, AllocError, MemFault, Op as MemOp, Region, SharedMemory};
 use pfemu::packet::Port;
 use pfemu::prelude::*;
@@ -116,6 +117,9 @@ pub const RATE_SHIFT: u32 = 2;
 /// The fastest rate a class may have: the largest that fits the rate's key, in bits per
 /// second (about 137 Gbit/s).
 pub const MAX_RATE_BPS: u64 = ((u32::MAX as u64) << RATE_SHIFT) * 8;
+/// The most significant bits an antilog table fits a ternary match block with
+/// ([`antilog_table_len`] at most [`MAX_TCAM_ENTRIES`]: 49,152 entries at 6, 90,112 at 7).
+pub const MAX_ANTILOG_SIGNIFICANT_BITS: u32 = 6;
 /// Most classes.
 pub const MAX_CLASSES: usize = 4096;
 /// The timer entry the controller runs at.
@@ -178,7 +182,8 @@ pub struct NimbleConfig {
     /// ADA on the time since the last packet too (not with [`Arithmetic::Exact`], which
     /// multiplies natively); `None`: the uniform table of `dt_significant_bits`.
     pub dt_ada: Option<AdaConfig>,
-    /// Significant bits the antilog table is built for ([`AntilogTable::new`]).
+    /// Significant bits the antilog table is built for ([`AntilogTable::new`]), at most
+    /// [`MAX_ANTILOG_SIGNIFICANT_BITS`] (the table must fit a ternary match block).
     pub antilog_significant_bits: u32,
     /// Where admitted packets go.
     pub out_port: Port,
@@ -231,16 +236,25 @@ impl NimbleConfig {
                 format!("{}: must be from 1 to 2^40", self.burst_bytes),
             ));
         }
-        for (setting, s) in [
-            ("dt_significant_bits", self.dt_significant_bits),
-            ("antilog_significant_bits", self.antilog_significant_bits),
-        ] {
-            if s > 10 {
-                return Err(ConfigError::new(
-                    setting,
-                    format!("{s}: at most 10 (the table must fit a ternary match block)"),
-                ));
-            }
+        if self.dt_significant_bits > 10 {
+            return Err(ConfigError::new(
+                "dt_significant_bits",
+                format!(
+                    "{}: at most 10 (the table must fit a ternary match block)",
+                    self.dt_significant_bits
+                ),
+            ));
+        }
+        let s = self.antilog_significant_bits;
+        if s > MAX_ANTILOG_SIGNIFICANT_BITS {
+            return Err(ConfigError::new(
+                "antilog_significant_bits",
+                format!(
+                    "{s}: at most {MAX_ANTILOG_SIGNIFICANT_BITS} (the antilog table would hold \
+                     {} entries, a ternary match block at most {MAX_TCAM_ENTRIES})",
+                    antilog_table_len(Op::Mul, s)
+                ),
+            ));
         }
         if self.controller_period_ns == 0 {
             return Err(ConfigError::new(

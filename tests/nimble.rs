@@ -332,9 +332,31 @@ fn bad_settings_are_refused_by_name() {
         let e = Nimble::install(&small_memory(), cfg).expect_err(setting);
         assert!(e.to_string().contains(setting), "{setting}: {e}");
     }
-    let n = Nimble::install(&small_memory(), good).expect("installs");
+    let n = Nimble::install(&small_memory(), good.clone()).expect("installs");
     let m = small_memory();
     assert!(n.set_rate(&m, 1, 1).is_err(), "one class only");
+}
+
+/// The antilog table must fit a ternary match block: 49,152 entries at 6 significant
+/// bits, 90,112 at 7, which the block refuses. The check refuses 7 by name, before any
+/// table is built; 6 installs.
+#[test]
+fn the_antilog_table_is_bounded_by_a_block() {
+    use pfemu::ada::arith::antilog_table_len;
+    use pfemu::mem::tcam::MAX_TCAM_ENTRIES;
+    use pfemu::microcode::nimble::MAX_ANTILOG_SIGNIFICANT_BITS;
+    let fits = |s| antilog_table_len(Op::Mul, s) <= MAX_TCAM_ENTRIES as u64;
+    assert!(fits(MAX_ANTILOG_SIGNIFICANT_BITS) && !fits(MAX_ANTILOG_SIGNIFICANT_BITS + 1));
+    assert_eq!(MAX_ANTILOG_SIGNIFICANT_BITS, 6);
+    let cfg = |s| NimbleConfig {
+        antilog_significant_bits: s,
+        ..NimbleConfig::default()
+    };
+    let e = cfg(7).check().expect_err("90,112 entries");
+    assert_eq!(e.setting, "antilog_significant_bits");
+    assert!(e.to_string().contains("at most 6"), "{e}");
+    assert!(Nimble::install(&small_memory(), cfg(7)).is_err());
+    Nimble::install(&small_memory(), cfg(6)).expect("49,152 entries fit");
 }
 
 /// A clock far from 0 (or a class idle for years): the refill is capped at a full bucket,
