@@ -172,3 +172,33 @@ fn ada_populations_are_within_their_entries_bounds() {
         }
     }
 }
+
+/// A `th_expansion` deeper than any trie never triggers step 1's expansion, up to
+/// `u32::MAX`, whose sum with the depth overflowed (a panic; in release a wrap that
+/// expanded every epoch with hits): balanced hits leave the trie alone, and a point mass
+/// already in a one-operand bin changes nothing.
+#[test]
+fn an_expansion_threshold_beyond_any_depth_never_grows() {
+    let record = |t: &mut BinningTrie, v: u64| {
+        for _ in 0..50 {
+            t.record(v).expect("8-bit operand");
+        }
+    };
+    let mut t = BinningTrie::new(4, 8).expect("valid");
+    for v in [10, 80, 150, 220] {
+        record(&mut t, v);
+    }
+    assert_eq!(t.update(TH_BALANCE, u32::MAX), Update::Unchanged);
+    assert_eq!(t.entries(), 4);
+    // A point mass at 200, driven into a bin of its own by the paper's threshold.
+    for _ in 0..40 {
+        record(&mut t, 200);
+        t.update(TH_BALANCE, TH_EXPANSION);
+    }
+    let i = t.bin_of(200).expect("in range");
+    assert_eq!(t.leaves()[i].len, 8, "a bin of its own");
+    let bins = t.leaves().to_vec();
+    record(&mut t, 200);
+    assert_eq!(t.update(TH_BALANCE, u32::MAX), Update::Unchanged);
+    assert_eq!(t.leaves(), &bins[..]);
+}

@@ -167,7 +167,7 @@ fn an_idle_epoch_changes_nothing_and_a_frozen_controller_stays_put() {
 #[test]
 fn bad_settings_are_refused_by_name() {
     let good = AdaConfig::new(Op::Mul);
-    let cases: [(&str, AdaConfig); 6] = [
+    let cases: [(&str, AdaConfig); 8] = [
         (
             "monitor_entries",
             AdaConfig {
@@ -210,6 +210,21 @@ fn bad_settings_are_refused_by_name() {
                 ..good
             },
         ),
+        // Deeper than a 32-bit trie gets (u32::MAX overflowed the depth's sum).
+        (
+            "th_expansion",
+            AdaConfig {
+                th_expansion: 33,
+                ..good
+            },
+        ),
+        (
+            "th_expansion",
+            AdaConfig {
+                th_expansion: u32::MAX,
+                ..good
+            },
+        ),
     ];
     for (setting, cfg) in cases {
         match Ada::new(cfg) {
@@ -220,6 +235,11 @@ fn bad_settings_are_refused_by_name() {
             other => panic!("{setting}: expected a refusal, got {other:?}"),
         }
     }
+    Ada::new(AdaConfig {
+        th_expansion: 32,
+        ..good
+    })
+    .expect("32 levels: a trie's deepest");
     assert!(matches!(
         AntilogTable::new(Op::Square, 4),
         Err(AdaError::NotBinary(Op::Square))

@@ -246,7 +246,7 @@ pub struct AdaConfig {
     /// Algorithm 2's `th_balance`: rebalance when `(max - min) / max` reaches it (0 to 1).
     pub th_balance: f64,
     /// Algorithm 2's `th_expansion`: grow the monitoring when the trie deepened by this many
-    /// levels since it last grew (0: never grow).
+    /// levels since it last grew (0: never grow), at most 32 (the operands' width).
     pub th_expansion: u32,
 }
 
@@ -292,6 +292,15 @@ impl AdaConfig {
                     "{}: must be from max_monitor_entries ({}) to {MAX_TCAM_ENTRIES} (every bin \
                      needs an entry)",
                     self.table_entries, self.max_monitor_entries
+                ),
+            ));
+        }
+        if self.th_expansion > OPERAND_BITS {
+            return Err(ConfigError::new(
+                "th_expansion",
+                format!(
+                    "{}: at most {OPERAND_BITS} levels, the trie's deepest (0: never grow)",
+                    self.th_expansion
                 ),
             ));
         }

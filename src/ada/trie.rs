@@ -257,7 +257,8 @@ impl BinningTrie {
     ///    the table last grew, split the hottest bin without merging (one entry more).
     ///    Choice: "change in depth" is measured from the last expansion (the text's "if the
     ///    depth keeps increasing"), `>=` as the pseudocode (the text says "more than");
-    ///    `th_expansion == 0` disables expansion; an epoch that expands does not also
+    ///    `th_expansion == 0` disables expansion (so does one above the operand width,
+    ///    which no trie deepens by); an epoch that expands does not also
     ///    rebalance, since the new children have no hits of their own yet.
     /// 2. Balance (line 16): with `max` the hits of the hottest splittable bin and `min`
     ///    the summed hits of the coldest sibling pair not containing it, rebalance when
@@ -300,7 +301,8 @@ impl BinningTrie {
             return Update::Unchanged;
         }
         let can_grow = th_expansion > 0 && self.leaves.len() < self.max_entries;
-        if can_grow && self.depth() >= self.depth_at_expansion + th_expansion {
+        // Saturating: a threshold deeper than any trie (up to u32::MAX) never grows here.
+        if can_grow && self.depth() >= self.depth_at_expansion.saturating_add(th_expansion) {
             let split = self.split(hot);
             self.depth_at_expansion = self.depth();
             return Update::Expanded { split };
