@@ -202,3 +202,31 @@ fn an_expansion_threshold_beyond_any_depth_never_grows() {
     assert_eq!(t.update(TH_BALANCE, u32::MAX), Update::Unchanged);
     assert_eq!(t.leaves(), &bins[..]);
 }
+
+/// A trie of one bin (Algorithm 1 with `M = 1`) never adapts, however skewed its hits:
+/// so the controller's settings ask for at least two monitoring entries.
+#[test]
+fn a_one_bin_trie_never_adapts_so_the_settings_refuse_it() {
+    let mut t = BinningTrie::new(1, 8).expect("valid");
+    for _ in 0..10 {
+        for _ in 0..100 {
+            t.record(200).expect("8-bit operand");
+        }
+        assert_eq!(t.update(TH_BALANCE, TH_EXPANSION), Update::Unchanged);
+    }
+    assert_eq!(t.entries(), 1);
+    // Two bins do: the hot one splits.
+    let mut two = BinningTrie::new(2, 8).expect("valid");
+    for _ in 0..100 {
+        two.record(200).expect("8-bit operand");
+    }
+    assert_ne!(two.update(TH_BALANCE, TH_EXPANSION), Update::Unchanged);
+    let cfg = |monitor_entries| pfemu::ada::block::AdaConfig {
+        monitor_entries,
+        ..pfemu::ada::block::AdaConfig::new(Op::Square)
+    };
+    let e = cfg(1).check().expect_err("one bin");
+    assert_eq!(e.setting, "monitor_entries");
+    assert!(e.reason.contains("from 2"), "{e}");
+    cfg(2).check().expect("two bins adapt");
+}

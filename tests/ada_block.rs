@@ -167,11 +167,19 @@ fn an_idle_epoch_changes_nothing_and_a_frozen_controller_stays_put() {
 #[test]
 fn bad_settings_are_refused_by_name() {
     let good = AdaConfig::new(Op::Mul);
-    let cases: [(&str, AdaConfig); 8] = [
+    let cases: [(&str, AdaConfig); 9] = [
         (
             "monitor_entries",
             AdaConfig {
                 monitor_entries: 0,
+                ..good
+            },
+        ),
+        // One bin, which Algorithm 2 never changes.
+        (
+            "monitor_entries",
+            AdaConfig {
+                monitor_entries: 1,
                 ..good
             },
         ),

@@ -216,6 +216,14 @@ fn bad_options_are_refused_by_name() {
         },
         "--monitor-entries",
     );
+    // One bin never adapts.
+    refused(
+        AdaConfig {
+            monitor_entries: 1,
+            ..small()
+        },
+        "--monitor-entries",
+    );
     refused(
         AdaConfig {
             th_balance: f64::NAN,

@@ -237,7 +237,8 @@ impl AntilogTable {
 pub struct AdaConfig {
     /// What the calculation table computes of the operand.
     pub op: Op,
-    /// Algorithm 1's `M`: the monitoring entries to start with (`2^floor(log2 M)` bins).
+    /// Algorithm 1's `M`: the monitoring entries to start with (`2^floor(log2 M)` bins), at
+    /// least 2 (one bin never adapts, [`BinningTrie::update`]).
     pub monitor_entries: u64,
     /// The monitoring block's capacity: the trie grows to at most this many bins.
     pub max_monitor_entries: usize,
@@ -267,11 +268,13 @@ impl AdaConfig {
     /// Checks the settings, naming the one at fault.
     pub fn check(&self) -> Result<(), ConfigError> {
         let max = self.max_monitor_entries as u64;
-        if self.monitor_entries == 0 || self.monitor_entries > max {
+        if self.monitor_entries < 2 || self.monitor_entries > max {
             return Err(ConfigError::new(
                 "monitor_entries",
                 format!(
-                    "{}: must be from 1 to max_monitor_entries ({max})",
+                    "{}: must be from 2 to max_monitor_entries ({max}) (one entry is one bin \
+                     over every operand, which Algorithm 2 never splits: it has no sibling \
+                     to balance against)",
                     self.monitor_entries
                 ),
             ));

@@ -273,6 +273,10 @@ impl BinningTrie {
     /// 3. Growth stops at [`max_entries`](Self::max_entries) bins (the monitoring TCAM's
     ///    capacity); the trie then only rebalances.
     ///
+    /// A trie of one bin (`M = 1`: `b = 0`, the root) never changes: it has no sibling pair
+    /// to merge and no other bin to be unbalanced against, and its depth, 0, never grows.
+    /// [`AdaConfig`](super::block::AdaConfig) asks for at least 2 entries.
+    ///
     /// Choice: counters reset each epoch, so every decision is taken on the hits since the
     /// last update and the trie follows a shifting distribution rather than its history.
     /// Populate (Algorithm 3) before calling this, while the epoch's hits are there.

@@ -145,7 +145,7 @@ pub struct AdaConfig {
     pub epoch_operands: usize,
     /// Algorithm 1's M: monitoring entries at first (`floor(log2 M)` significant bits).
     #[arg(long, default_value_t = AdaConfig::default().monitor_entries,
-          help = "Monitoring entries at first, Algorithm 1's M (1 to 65536)")]
+          help = "Monitoring entries at first, Algorithm 1's M (2 to 65536; one bin never adapts)")]
     pub monitor_entries: u64,
     /// Algorithm 2's balance threshold (the paper: 20%).
     #[arg(long, default_value_t = AdaConfig::default().th_balance,
@@ -351,7 +351,8 @@ impl AdaConfig {
     /// Checks the settings, naming the option at fault.
     pub fn check(&self) -> Result<(), ExperimentError> {
         in_range("--epoch-operands", self.epoch_operands, 1, 10_000_000)?;
-        in_range("--monitor-entries", self.monitor_entries, 1, 65_536)?;
+        // One entry is one bin over every operand, which Algorithm 2 never changes.
+        in_range("--monitor-entries", self.monitor_entries, 2, 65_536)?;
         if !(self.th_balance > 0.0 && self.th_balance <= 1.0) {
             return bad(
                 "--th-balance",
