@@ -230,3 +230,18 @@ fn a_one_bin_trie_never_adapts_so_the_settings_refuse_it() {
     assert!(e.reason.contains("from 2"), "{e}");
     cfg(2).check().expect("two bins adapt");
 }
+
+/// Hit counters near `u64::MAX` (set from outside, as a controller reads them) do not
+/// overflow Algorithm 2's pair sums: the coldest pair not holding the hottest bin sums
+/// `1 + u64::MAX`, which saturates, is no colder than the hottest bin, and nothing merges;
+/// Algorithm 3 still covers every operand.
+#[test]
+fn counters_near_the_top_do_not_overflow_the_trie() {
+    let mut t = BinningTrie::new(4, 8).expect("valid");
+    t.set_hits(&[u64::MAX, 0, 1, u64::MAX])
+        .expect("one count per bin");
+    assert_eq!(t.populate(64).expect("enough").len(), 64);
+    assert_eq!(t.update(TH_BALANCE, TH_EXPANSION), Update::Unchanged);
+    t.set_hits(&[u64::MAX; 4]).expect("one count per bin");
+    assert_eq!(t.update(TH_BALANCE, TH_EXPANSION), Update::Unchanged);
+}

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pfemu::ada::arith::{Op, FRAC_BITS};
+use pfemu::ada::arith::{Op, DIV_OFFSET, FRAC_BITS};
 use pfemu::ada::block::{
     add_controller, controller_timer, Ada, AdaConfig, AntilogTable, ControlPlane, LookupTable,
+    TableAccess,
 };
 use pfemu::ada::AdaError;
-use pfemu::mem::tcam::TcamError;
+use pfemu::mem::tcam::{Tcam, TcamEntry, TcamError};
 use pfemu::prelude::*;
 use pfemu::program::Harness;
 use pfemu::rng::SplitMix64;
@@ -449,4 +450,58 @@ fn an_epoch_after_a_foreign_monitoring_table_restores_the_bins() {
         ada.get(12_345);
     }
     assert_eq!(ada.epoch(&mut ControlPlane).expect("an epoch").hits, 100);
+}
+
+/// Logs and counters far beyond any table's come back as no answer or a saturated count,
+/// never an overflow: the antilog lookups on logs near `u64::MAX` (through a thread, as a
+/// program runs them), and an epoch on hit counters near `u64::MAX` (read through a
+/// [`TableAccess`] of the caller's).
+#[test]
+fn huge_logs_and_counters_do_not_overflow() {
+    let mul = Arc::new(AntilogTable::new(Op::Mul, 6).expect("valid"));
+    let div = Arc::new(AntilogTable::new(Op::Div, 6).expect("valid"));
+    let answers = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut p = Program::builder("huge");
+    let go = p.label("go");
+    {
+        let (mul, div, answers) = (mul.clone(), div.clone(), answers.clone());
+        p.instr(go, move |t| {
+            let got = vec![
+                mul.product(t, u64::MAX, 1),
+                mul.product(t, 1, u64::MAX),
+                div.quotient(t, u64::MAX, 0),
+                div.quotient(t, u64::MAX - DIV_OFFSET + 1, 1),
+                // In range still answers.
+                mul.product(t, 3 << FRAC_BITS, 4 << FRAC_BITS),
+            ];
+            *answers.lock() = got;
+            Ok(Done(Verdict::Consume))
+        });
+    }
+    p.entry(Entry::Packet, go);
+    let mut h = Harness::new(small_memory());
+    let program = p.build().expect("valid");
+    assert_eq!(
+        h.run(&program, 0, &operand_frame(1)).result,
+        Ok(Verdict::Consume)
+    );
+    assert_eq!(*answers.lock(), [None, None, None, None, Some(128)]);
+
+    /// Reads every counter as `u64::MAX / 2`.
+    struct Huge;
+    impl TableAccess for Huge {
+        fn read_hits(&mut self, tcam: &Tcam) -> (u64, Vec<u64>) {
+            let (version, hits) = tcam.hits();
+            (version, vec![u64::MAX / 2; hits.len()])
+        }
+        fn write_table(&mut self, tcam: &Tcam, entries: Vec<TcamEntry>) -> Result<u64, TcamError> {
+            tcam.replace(entries)
+        }
+    }
+    let ada = Ada::new(AdaConfig::new(Op::Square)).expect("valid");
+    let e = ada.epoch(&mut Huge).expect("an epoch");
+    assert_eq!(e.hits, u64::MAX, "eight counters of 2^63 - 1, saturated");
+    assert_eq!(e.reads, 8);
+    // The table still covers every operand.
+    assert!(ada.get(123_456_789).is_some());
 }

@@ -198,25 +198,27 @@ impl AntilogTable {
 
     /// `a * b` from `log_a` and `log_b` (each an [`Op::Mul`] [`LookupTable`]'s result) as an
     /// XTXN of `t`, rounded to an integer. Zero operands have no log: the program handles
-    /// them before the lookups (`0 * b = 0`). `None` for a [`Op::Div`] table.
+    /// them before the lookups (`0 * b = 0`). `None` for a [`Op::Div`] table, or logs whose
+    /// sum is beyond the table's keys (no table's logs are).
     #[inline]
     pub fn product(&self, t: &mut Thread<'_>, log_a: u64, log_b: u64) -> Option<u64> {
         if self.op != Op::Mul {
             return None;
         }
-        t.tcam_lookup(&self.tcam, u32::try_from(log_a + log_b).ok()?)
+        t.tcam_lookup(&self.tcam, u32::try_from(log_a.checked_add(log_b)?).ok()?)
             .map(|h| h.result)
     }
 
     /// `a / b` in fixed point from `log_a` and `log_b` (each an [`Op::Div`]
-    /// [`LookupTable`]'s result) as an XTXN of `t`. `None` for a [`Op::Mul`] table, or a
-    /// quotient below the table's smallest (`a / b < 2^-32`).
+    /// [`LookupTable`]'s result) as an XTXN of `t`. `None` for a [`Op::Mul`] table, a
+    /// quotient below the table's smallest (`a / b < 2^-32`), or logs beyond the table's
+    /// keys.
     #[inline]
     pub fn quotient(&self, t: &mut Thread<'_>, log_a: u64, log_b: u64) -> Option<u64> {
         if self.op != Op::Div {
             return None;
         }
-        let key = (log_a + DIV_OFFSET).checked_sub(log_b)?;
+        let key = log_a.checked_add(DIV_OFFSET)?.checked_sub(log_b)?;
         t.tcam_lookup(&self.tcam, u32::try_from(key).ok()?)
             .map(|h| h.result)
     }
@@ -347,7 +349,7 @@ pub struct AdaStats {
 /// What one [`Ada::epoch`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Epoch {
-    /// Operands counted by the monitoring since the last epoch.
+    /// Operands counted by the monitoring since the last epoch (saturating at `u64::MAX`).
     pub hits: u64,
     /// Whether the calculation table was re-populated.
     pub repopulated: bool,
@@ -479,7 +481,8 @@ impl Ada {
             });
         }
         st.trie.set_hits(&hits)?;
-        let total: u64 = hits.iter().sum();
+        // Counters read from outside may be anything: saturate rather than overflow.
+        let total = hits.iter().fold(0u64, |sum, &h| sum.saturating_add(h));
         if total == 0 {
             self.counters.idle_epochs.fetch_add(1, Ordering::Relaxed);
             return Ok(Epoch { reads, ..idle });

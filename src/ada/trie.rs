@@ -314,7 +314,7 @@ impl BinningTrie {
         let cold = (0..self.leaves.len().saturating_sub(1))
             .filter(|&i| i != hot && i + 1 != hot)
             .filter(|&i| self.leaves[i].is_sibling_pair(&self.leaves[i + 1]))
-            .min_by_key(|&i| (self.leaves[i].hits + self.leaves[i + 1].hits, i));
+            .min_by_key(|&i| (self.pair_hits(i), i));
         let Some(cold) = cold else {
             // Choice: the only sibling pair holds the hottest bin, so the trie is a chain
             // toward it and can deepen there only by growing. When the hits are unbalanced
@@ -332,7 +332,7 @@ impl BinningTrie {
                 _ => Update::Unchanged,
             };
         };
-        let min = self.leaves[cold].hits + self.leaves[cold + 1].hits;
+        let min = self.pair_hits(cold);
         if !unbalanced(max, min, th_balance) {
             return Update::Unchanged;
         }
@@ -353,6 +353,12 @@ impl BinningTrie {
             split,
             merged: parent.pattern(),
         }
+    }
+
+    /// The hits of leaves `i` and `i + 1`, saturating (counters set from outside,
+    /// [`set_hits`](Self::set_hits), may be anything).
+    fn pair_hits(&self, i: usize) -> u64 {
+        self.leaves[i].hits.saturating_add(self.leaves[i + 1].hits)
     }
 
     /// Replace leaf `i` by its two children (each with half its hits); its pattern.
