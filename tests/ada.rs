@@ -245,3 +245,35 @@ fn counters_near_the_top_do_not_overflow_the_trie() {
     t.set_hits(&[u64::MAX; 4]).expect("one count per bin");
     assert_eq!(t.update(TH_BALANCE, TH_EXPANSION), Update::Unchanged);
 }
+
+/// A population budget is capped by what a table may hold, `MAX_TABLE_ENTRIES`: over
+/// 32-bit operands, one entry more is refused before anything is built, and so is
+/// `u64::MAX` (2^32 entries, 96 GiB: the process aborted building them). A narrow trie
+/// takes any budget, since it never needs more than one entry per operand.
+#[test]
+fn populations_larger_than_a_table_are_refused() {
+    use pfemu::ada::arith::MAX_TABLE_ENTRIES;
+    use pfemu::ada::AdaError;
+    let t = BinningTrie::new(4, 32).expect("valid");
+    let too_large = |entries| {
+        Err(AdaError::TableTooLarge {
+            table: "operand",
+            entries,
+            max: MAX_TABLE_ENTRIES,
+            significant_bits: None,
+        })
+    };
+    assert_eq!(
+        t.populate(MAX_TABLE_ENTRIES + 1),
+        too_large(MAX_TABLE_ENTRIES + 1)
+    );
+    assert_eq!(t.populate(u64::MAX), too_large(1 << 32));
+    let msg = t.populate(u64::MAX).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        msg.contains("4294967296 entries") && msg.contains("16777216"),
+        "{msg}"
+    );
+    let narrow = BinningTrie::new(4, 8).expect("valid");
+    assert_eq!(narrow.populate(u64::MAX).expect("256 at most").len(), 256);
+    assert_eq!(t.populate(1 << 12).expect("fits").len(), 1 << 12);
+}

@@ -20,6 +20,7 @@
 //! The paper's pseudocode is partly garbled; each place where this module had to choose says
 //! so in a `Choice:` comment, and the tests pin the choices down.
 
+use super::arith::MAX_TABLE_ENTRIES;
 use super::AdaError;
 use crate::mem::tcam::MAX_TCAM_ENTRIES;
 
@@ -407,7 +408,24 @@ impl BinningTrie {
     /// uses one per operand, and the entries it cannot use go to the bins that can, the
     /// hottest first (ties to the lowest operands). The result is shorter than `budget` only
     /// when every operand has an exact entry.
+    ///
+    /// # Errors
+    ///
+    /// [`AdaError::BudgetBelowBins`] for a budget below one entry per bin, and
+    /// [`AdaError::TableTooLarge`] when the table would hold more than
+    /// [`MAX_TABLE_ENTRIES`] entries (`budget`, or one per operand if that is fewer: a
+    /// budget of `u64::MAX` over 32-bit operands asks for 2^32), refused before it is built.
     pub fn populate(&self, budget: u64) -> Result<Vec<TernaryEntry>, AdaError> {
+        let operands = 1u64.checked_shl(self.bits).unwrap_or(u64::MAX);
+        let entries = budget.min(operands);
+        if entries > MAX_TABLE_ENTRIES {
+            return Err(AdaError::TableTooLarge {
+                table: "operand",
+                entries,
+                max: MAX_TABLE_ENTRIES,
+                significant_bits: None,
+            });
+        }
         let mut shares = self.allocate(budget)?;
         let size = |b: &Bin| 1u64.checked_shl(b.wildcards()).unwrap_or(u64::MAX);
         let mut spare: u64 = (self.leaves.iter().zip(&mut shares))
