@@ -377,7 +377,17 @@ impl BinningTrie {
     ///
     /// Top-down from the root, each node's entries go to its two subtrees in proportion to
     /// their aggregated hits (rounded to nearest, the rest to the right), a subtree with no
-    /// hits at all sharing equally per bin (the paper's "equal share").
+    /// hits at all sharing equally per bin.
+    ///
+    /// Choice: that equal split is pfemu's reading of the paper. Its text says a sub-tree
+    /// without frequency data gets "an equal share of the entries for the entire
+    /// sub-tree"; its pseudocode initialises `w(b) = 0.5` for every node, which stays where
+    /// the hits are 0 (the ratio `f(child) / f(b)` is 0/0), an equal share per *child*.
+    /// The two differ when the children hold different numbers of bins, and only for a
+    /// trie with no hits at all (the first table, [`Ada::new`](super::block::Ada::new)):
+    /// a subtree without hits under a node with hits gets none of the proportional split.
+    /// Per bin, every bin of such a trie gets the same share, as the text reads; per child,
+    /// a shallow bin would get as many entries as the whole of a deep sibling subtree.
     ///
     /// Choice: before the proportional split, every bin gets one entry, so that every
     /// operand still matches an entry of its bin, and the bin reaching down to 0 (`0^d
@@ -468,7 +478,9 @@ fn unbalanced(max: u64, min: u64, th_balance: f64) -> bool {
     min < max && (max - min) as f64 / max as f64 >= th_balance
 }
 
-/// Split `n` entries over `leaves`, the leaves under a node of depth `depth`.
+/// Split `n` entries over `leaves`, the leaves under a node of depth `depth`: in
+/// proportion to each child's hits, or, under a node without hits, to each child's bins
+/// (pfemu's reading of the paper's equal share, [`BinningTrie::allocate`]).
 fn split_budget(leaves: &[Bin], depth: u32, n: u64, out: &mut Vec<u64>) {
     if leaves.len() <= 1 {
         out.extend(leaves.iter().map(|_| n));

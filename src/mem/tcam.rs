@@ -462,7 +462,9 @@ pub(crate) struct TcamCache {
     next: usize,
 }
 
-/// Blocks a [`TcamCache`] holds at once (a program rarely uses more: Nimble uses four).
+/// Blocks a [`TcamCache`] holds at once (a program rarely uses more: Nimble uses up to
+/// five, the rate's monitoring and table, the time's table and, with `dt_ada`, its
+/// monitoring, and the antilog).
 const TCAM_CACHE_SLOTS: usize = 8;
 
 struct CachedTable {

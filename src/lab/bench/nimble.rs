@@ -290,7 +290,7 @@ pub struct ClassReport {
     /// ([`refill_excess`]).
     pub refill_excess: f64,
     /// The most bytes the class may admit (module doc:
-    /// `R T (1 + e) (1 + w) + B + n/1024 + P s`).
+    /// `R T (1 + e) + B + n/1024 + P s`).
     pub allowed_bytes: f64,
     /// Bytes admitted beyond `R T (1 + e) + B` (negative: below it): what the class leaked
     /// past its rate, the concurrency overdraw.
