@@ -14,7 +14,7 @@ use pfemu::ada::block::{
     TableAccess,
 };
 use pfemu::ada::AdaError;
-use pfemu::mem::tcam::{Tcam, TcamEntry, TcamError};
+use pfemu::mem::tcam::{MatchMode, Tcam, TcamEntry, TcamError};
 use pfemu::prelude::*;
 use pfemu::program::Harness;
 use pfemu::rng::SplitMix64;
@@ -374,11 +374,12 @@ fn mul_and_div_on_the_blocks_are_within_their_bounds() {
 }
 
 /// Lookups from several threads while the controller re-populates the table again and
-/// again: every lookup finds an entry (each table covers every operand, and a lookup never
-/// sees part of one table and part of another), and each result is the exact square of an
-/// entry's representative.
+/// again: every lookup finds an entry (each table covers every operand), and each result
+/// is the exact square of an entry's representative. (Every table's results are squares,
+/// so this cannot tell one table from another: the next test checks that a lookup reads
+/// one whole table.)
 #[test]
-fn lookups_during_re_population_always_find_a_whole_table() {
+fn lookups_during_re_population_always_find_an_entry() {
     let ada = Arc::new(Ada::new(AdaConfig::new(Op::Square)).expect("valid"));
     let deadline = Instant::now() + Duration::from_secs(120);
     let stop = AtomicBool::new(false);
@@ -419,6 +420,157 @@ fn lookups_during_re_population_always_find_a_whole_table() {
         "the table changed under the readers: {st:?}"
     );
     assert!(lookups.load(Ordering::Relaxed) >= 300);
+}
+
+/// Generations of a versioned table: generation `g` (installed as the block's version
+/// `g`) has a catch-all entry and, for `i < VERSIONED_PREFIXES`, a /16 entry at
+/// [`versioned_hi`]`(g, i)` with a /24 entry inside it; every result is `g << 32` and the
+/// entry's number, so a result names its table, and the prefixes move with `g`, so a key
+/// aimed at one generation's entries falls elsewhere in the next.
+const VERSIONED_PREFIXES: u32 = 256;
+
+/// The top 16 bits of generation `g`'s `i`-th /16 (distinct in `i`: 251 is odd).
+fn versioned_hi(g: u64, i: u32) -> u32 {
+    ((u64::from(i) * 251 + g * 97) % 65_536) as u32
+}
+
+/// Bits 8..16 of generation `g`'s /24s.
+fn versioned_lo(g: u64) -> u32 {
+    (g % 256) as u32
+}
+
+/// Generation `g` of the versioned table (see [`VERSIONED_PREFIXES`]).
+fn versioned_table(g: u64) -> Vec<TcamEntry> {
+    let entry = |value, mask, n: u32| TcamEntry {
+        value,
+        mask,
+        priority: 0,
+        result: (g << 32) | u64::from(n),
+    };
+    let mut t = vec![entry(0, 0, 0)];
+    for i in 0..VERSIONED_PREFIXES {
+        let hi = versioned_hi(g, i) << 16;
+        t.push(entry(hi, 0xffff_0000, 1 + i));
+        t.push(entry(
+            hi | versioned_lo(g) << 8,
+            0xffff_ff00,
+            1 + VERSIONED_PREFIXES + i,
+        ));
+    }
+    t
+}
+
+/// What generation `g`'s table answers for `key`: its longest matching prefix.
+fn versioned_answer(g: u64, key: u32) -> u64 {
+    let n = (0..VERSIONED_PREFIXES)
+        .find(|&i| versioned_hi(g, i) == key >> 16)
+        .map_or(0, |i| {
+            if (key >> 8) & 0xff == versioned_lo(g) {
+                1 + VERSIONED_PREFIXES + i
+            } else {
+                1 + i
+            }
+        });
+    (g << 32) | u64::from(n)
+}
+
+/// Lookups through the per-thread table cache PPE threads use (each reader a [`Harness`],
+/// whose thread keeps its cache from packet to packet) while the control side replaces a
+/// table generation after generation. Each result names its generation, and must be that
+/// generation's answer for the key: a lookup that read part of one table and part of
+/// another (or a cached table mixed with a newer one) would answer with an entry that is
+/// not the longest match of its own table. Each lookup also reads the generation current
+/// when it started or a newer one, never older than one it read before. The writer waits
+/// for every reader to finish a lookup started after each replacement, so every reader
+/// reads every generation, whatever the machine's speed.
+#[test]
+fn lookups_through_thread_caches_read_one_whole_table() {
+    const READERS: usize = 3;
+    let generations: u64 = if cfg!(miri) { 10 } else { 300 };
+    let tcam = Arc::new(
+        Tcam::new(
+            1 + 2 * VERSIONED_PREFIXES as usize,
+            MatchMode::LongestPrefix,
+        )
+        .expect("valid"),
+    );
+    assert_eq!(tcam.replace(versioned_table(1)), Ok(1));
+    let published = AtomicU64::new(1);
+    let done: [AtomicU64; READERS] = Default::default();
+    let stop = AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..READERS)
+            .map(|r| {
+                let (tcam, published, done, stop) = (&tcam, &published, &done[r], &stop);
+                s.spawn(move || {
+                    let mut p = Program::builder("versioned");
+                    let go = p.label("go");
+                    let table = Arc::clone(tcam);
+                    p.instr(go, move |t| {
+                        let key = u32::from_be_bytes(t.head(14)?[..4].try_into().expect("4"));
+                        let r = t.tcam_lookup(&table, key).map_or(u64::MAX, |h| h.result);
+                        t.head_mut(18)?[..8].copy_from_slice(&r.to_be_bytes());
+                        Ok(Done(Verdict::Forward(1)))
+                    });
+                    p.entry(Entry::Packet, go);
+                    let program = p.build().expect("valid");
+                    let mut h = Harness::new(small_memory());
+                    let mut rng = SplitMix64::new(r as u64);
+                    let mut seen = std::collections::BTreeSet::new();
+                    let mut last = 0;
+                    while !stop.load(Ordering::Acquire) {
+                        assert!(Instant::now() < deadline, "reader {r} ran out of time");
+                        let current = published.load(Ordering::Acquire);
+                        // A key aimed at the current generation's /24s, its /16s, or anywhere.
+                        let i = rng.below(u64::from(VERSIONED_PREFIXES)) as u32;
+                        let aimed = versioned_hi(current, i) << 16 | rng.below(256) as u32;
+                        let key = match rng.below(3) {
+                            0 => aimed & !0xff00 | versioned_lo(current) << 8,
+                            1 => aimed,
+                            _ => rng.below(1 << 32) as u32,
+                        };
+                        let out = h.run(&program, 0, &operand_frame(key)).output;
+                        let out = out.expect("forwarded");
+                        let got = u64::from_be_bytes(out[18..26].try_into().expect("8"));
+                        let g = got >> 32;
+                        assert_eq!(got, versioned_answer(g, key), "{key:#x}: not one table");
+                        assert!(
+                            g >= current && g >= last,
+                            "{key:#x}: generation {g} read \
+                                after {last}, with {current} current"
+                        );
+                        last = g;
+                        seen.insert(g);
+                        done.fetch_add(1, Ordering::AcqRel);
+                    }
+                    seen.len() as u64
+                })
+            })
+            .collect();
+        'generations: for g in 1..=generations {
+            if g > 1 {
+                assert_eq!(tcam.replace(versioned_table(g)), Ok(g));
+                published.store(g, Ordering::Release);
+            }
+            // Two lookups more: the second started after the replacement.
+            let marks: Vec<u64> = done.iter().map(|d| d.load(Ordering::Acquire)).collect();
+            for (d, m) in done.iter().zip(marks) {
+                while d.load(Ordering::Acquire) < m + 2 {
+                    assert!(Instant::now() < deadline, "the writer ran out of time");
+                    if readers.iter().any(|r| r.is_finished()) {
+                        break 'generations; // A reader failed: its join says why.
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+        stop.store(true, Ordering::Release);
+        for r in readers {
+            let seen = r.join().expect("a reader");
+            assert_eq!(seen, generations, "every reader read every generation");
+        }
+    });
 }
 
 /// A monitoring table replaced behind the controller's back (from the control side) has
