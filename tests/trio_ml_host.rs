@@ -606,7 +606,7 @@ fn a_worker_asking_for_a_gone_generation_is_told_and_loses_only_that_chunk() {
     );
     assert_eq!(
         b.on_frame(&answers[0]).unwrap(),
-        Received::Result { chunk: 0 }
+        Received::Lost { chunk: 0 }
     );
     assert_eq!(b.lost(), [true, false]);
     assert_eq!(b.stats().lost, 1);

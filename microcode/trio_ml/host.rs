@@ -196,11 +196,16 @@ pub struct WorkerStats {
 /// What [`Worker::on_frame`] did with a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Received {
-    /// Chunk `chunk` is settled: its result arrived, or the aggregator answered that its
-    /// generation's result is gone ([`wire::Gone`]), and the chunk is lost
-    /// ([`Worker::lost`]: no sums, `src_cnt` 0). Either way it needs nothing more, and its
-    /// slot of the window is free.
+    /// Chunk `chunk`'s result arrived: it needs nothing more, and its slot of the window
+    /// is free.
     Result {
+        /// The chunk's index in the model.
+        chunk: usize,
+    },
+    /// The aggregator answered that chunk `chunk`'s result is gone ([`wire::Gone`]): the
+    /// chunk is settled as lost ([`Worker::lost`]: zero sums, `src_cnt` 0, degraded). It
+    /// needs nothing more either, and its slot of the window is free.
+    Lost {
         /// The chunk's index in the model.
         chunk: usize,
     },
@@ -648,7 +653,7 @@ impl Worker {
         self.lost[c] = true;
         self.settle(s, now_ns);
         self.stats.lost += 1;
-        Received::Result { chunk: c }
+        Received::Lost { chunk: c }
     }
 
     /// Every chunk's result has arrived.
@@ -1160,7 +1165,7 @@ mod tests {
         assert_eq!(w.stats().lost, 0);
         assert_eq!(
             w.on_frame_at(&gone_frame(0, 0, 0), 500).unwrap(),
-            Received::Result { chunk: 0 }
+            Received::Lost { chunk: 0 }
         );
         assert_eq!(w.lost(), [true, false, false, false]);
         assert_eq!(w.src_counts()[0], 0);

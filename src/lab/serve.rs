@@ -1862,7 +1862,7 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         rx.send(&batch);
         drop(batch);
         let superseded = rx.recv(|p| match worker.on_payload_at(p, now()) {
-            Ok(Received::Result { .. }) => {
+            Ok(Received::Result { .. } | Received::Lost { .. }) => {
                 last_progress = Instant::now();
                 Ok(true)
             }

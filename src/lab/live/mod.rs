@@ -648,7 +648,10 @@ pub fn allreduce_on_interface(
             {
                 frames_in += 1;
                 match worker.on_frame_at(&buf[..n], now()) {
-                    Ok(crate::microcode::trio_ml::host::Received::Result { .. }) => {
+                    Ok(
+                        crate::microcode::trio_ml::host::Received::Result { .. }
+                        | crate::microcode::trio_ml::host::Received::Lost { .. },
+                    ) => {
                         last_progress = Instant::now();
                     }
                     Ok(_) => {}

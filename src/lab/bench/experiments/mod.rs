@@ -356,7 +356,10 @@ fn drive_timed(
             Ok(frame) => {
                 for f in std::iter::once(frame).chain(rx.try_iter()) {
                     let now = ns_since(base);
-                    if let Received::Result { chunk } = worker.on_frame_at(&f, now)? {
+                    // A lost chunk (its generation gone) is settled too.
+                    if let Received::Result { chunk } | Received::Lost { chunk } =
+                        worker.on_frame_at(&f, now)?
+                    {
                         arrived_ns[chunk] = now;
                         last_progress = Instant::now();
                     }
