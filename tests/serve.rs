@@ -960,8 +960,14 @@ fn a_receive_buffer_granted_smaller_than_asked_is_a_warning() {
         eprintln!("no net.core.rmem_max: nothing caps the buffer");
         return;
     };
-    // More than the kernel grants (twice the cap), whatever the cap.
-    let asked_kb = (2 * rmem_max / 1024 + 1024).to_string();
+    // More than the cap, though less than twice the cap the kernel then reports (it
+    // keeps double the size for its bookkeeping): capped all the same.
+    let asked_kb = rmem_max / 1024 + 1024;
+    if asked_kb * 1024 > serve::MAX_RECV_BUFFER_BYTES as u64 {
+        eprintln!("net.core.rmem_max {rmem_max} is above what --recv-buffer-kb takes");
+        return;
+    }
+    let asked_kb = asked_kb.to_string();
     let out = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--job", "1:1"])
         .args(["--seconds", "0.1", "--recv-buffer-kb", &asked_kb])
@@ -1149,9 +1155,11 @@ fn a_stopping_first_level_server_counts_members_datagrams_and_waits_for_its_answ
     // effect at the receive loop's next turn, so its Join is sent again until one is
     // counted (one taken before that is answered with a Joined, as ever).
     let t0 = Instant::now();
+    let mut joins_after_stop = 0u64;
     while a_m.stats().dropped_stopping < 1 {
         assert!(t0.elapsed() < deadline, "not counted: {:?}", a_m.stats());
         member.send_to(&join, a).unwrap();
+        joins_after_stop += 1;
         let sent = Instant::now();
         while a_m.stats().dropped_stopping < 1 && sent.elapsed() < Duration::from_millis(100) {
             std::thread::sleep(Duration::from_millis(1));
@@ -1178,13 +1186,16 @@ fn a_stopping_first_level_server_counts_members_datagrams_and_waits_for_its_answ
     let rep = a_h.join().unwrap();
     let f = &rep.front_end;
     assert_eq!(
-        (
-            f.dropped_stopping,
-            f.upstream_results_in,
-            f.upstream_unanswered
-        ),
-        (1, 1, 0),
+        (f.upstream_results_in, f.upstream_unanswered),
+        (1, 0),
         "{f:?}"
+    );
+    // Every Join sent after the stop was either taken before the stop took effect or
+    // counted; one was counted at least (more on a loaded machine, where the count came
+    // after the next resend).
+    assert!(
+        (1..=joins_after_stop).contains(&f.dropped_stopping),
+        "{joins_after_stop} Joins sent after the stop: {f:?}"
     );
     assert_eq!(f.unaccounted(), 0, "{f:?}");
     // The answer reached the member before the server stopped, in the member's run.

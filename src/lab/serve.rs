@@ -240,14 +240,18 @@ pub const MAX_RECV_BUFFER_BYTES: usize = (i32::MAX / 2) as usize;
 
 /// The warning for a listening socket's receive buffer granted smaller than asked for
 /// (`None` when it is not), naming the option and the system setting that raise it.
+/// `granted` is what the kernel reports (`SO_RCVBUF`): Linux keeps twice the size it
+/// takes, for its own bookkeeping, so a buffer granted in full reads `2 * asked`, and one
+/// capped at `net.core.rmem_max` reads less.
 pub fn recv_buffer_warning(asked: usize, granted: u64) -> Option<String> {
-    (asked > 0 && granted < asked as u64).then(|| {
+    let asked = asked as u64;
+    (asked > 0 && granted < asked.saturating_mul(2)).then(|| {
         format!(
-            "the kernel granted the listening socket a receive buffer of {} KiB, less than \
+            "the kernel capped the listening socket's receive buffer at {} KiB, less than \
              the {} KiB asked for (--recv-buffer-kb): Linux caps it at net.core.rmem_max, so \
              bursts of datagrams may overflow it (counted in kernel_dropped); raise the cap \
              (sysctl -w net.core.rmem_max={asked})",
-            granted / 1024,
+            granted / 2 / 1024,
             asked / 1024
         )
     })
@@ -488,7 +492,7 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> ServeError {
 pub struct ServeStats {
     /// The listening socket's receive buffer as the kernel granted it, bytes (Linux grants
     /// twice what is asked for, its bookkeeping counting in it, up to twice
-    /// `net.core.rmem_max`; [`ServeReport::warnings`] says when it is less than
+    /// `net.core.rmem_max`; [`ServeReport::warnings`] says when the kernel capped it below
     /// [`ServeConfig::recv_buffer_bytes`]).
     pub recv_buffer_bytes: u64,
     /// Datagrams the kernel dropped before the server could receive them, because the
@@ -1581,6 +1585,15 @@ impl Server {
         // out), and a first-level server then waits for the answers to what it sent up.
         self.shared.stopping.store(true, Ordering::Release);
         let engine_stopped = Arc::new(AtomicBool::new(false));
+        // Set when the engine has stopped, or when this thread unwinds before that: the
+        // reader must not outlive the stop on a socket nobody will read from.
+        struct SetOnDrop(Arc<AtomicBool>);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let stopped_guard = SetOnDrop(engine_stopped.clone());
         let reader = {
             let (shared, stopped) = (self.shared.clone(), engine_stopped.clone());
             let wait = self.cfg.stop_upstream_wait;
@@ -1598,7 +1611,7 @@ impl Server {
         drop(self.control.take());
         let trace_output = self.trace.take();
         let engine = self.pfe.shutdown();
-        engine_stopped.store(true, Ordering::Release);
+        drop(stopped_guard);
         if let Err(panic) = reader.join() {
             std::panic::resume_unwind(panic);
         }
