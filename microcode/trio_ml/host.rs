@@ -832,7 +832,9 @@ pub fn drive(
                 for f in frames {
                     let copies = opts.downlink.as_mut().map_or(1, Lossy::copies);
                     for _ in 0..copies {
-                        if let Received::Result { .. } = worker.on_frame_at(&f, now())? {
+                        if let Received::Result { .. } | Received::Lost { .. } =
+                            worker.on_frame_at(&f, now())?
+                        {
                             last_progress = Instant::now();
                         }
                     }

@@ -112,8 +112,9 @@
 //!   `run_id << 60 | gen_id << 32 | record` (the record as a 32-bit address, below; the
 //!   run is the record's, kept here so that nobody reads the record's line to learn it:
 //!   that line is cold by the time the next generation comes), so a source that
-//!   lost the Result can ask again (one that asks for an older generation than the kept one
-//!   is told the generation is gone, [`wire::Gone`]). A kept Result is replaced (and its slot freed) when
+//!   lost the Result can ask again (a server that asks for an older generation than the kept
+//!   one, of the same run, is told the generation is gone, [`wire::Gone`]; an aggregator
+//!   below, which does not retransmit, is not). A kept Result is replaced (and its slot freed) when
 //!   the next generation of the block id finishes, or when nobody asked for it during
 //!   [`TrioMlConfig::keep_result_ns`] (so block ids a host stopped using, or a flood of
 //!   new ones, do not hold the job's slots for ever). Timers scan this table every
@@ -275,15 +276,23 @@
 //! completes only when it ages out; that partial Result (`age_op` 1, degraded) may hold
 //! the part of the packet's gradients added before the fault. Results a thread sent before
 //! it faulted are discarded with its packet (the engine's rule), and the handler sends
-//! again only the Result of the block it finishes: a timer thread that faulted after
-//! finishing other aged blocks loses their Results (they are kept, and answer their
-//! sources' retransmissions). A fault inside one instruction, between two of its XTXNs (a
+//! again only the Result of the block it finishes: a finisher that faults after its send
+//! (a packet thread running out of budget on its way to `consume`, a timer thread after
+//! finishing other aged blocks) loses the Results it sent. A kept one answers its sources'
+//! retransmissions; one that was not kept (a left run's block, a generation older than the
+//! one kept, a full kept table) is gone, and its sources give up on it. (An engine call
+//! keeping a thread's packets created so far, for a finisher to make after its send, would
+//! close this.) A block whose every adder faulted (a creator out of budget before it
+//! counted itself) ages out and is finished with `src_cnt` 0, its sums what the faulted
+//! adds left. A fault inside one instruction, between two of its XTXNs (a
 //! budget runs out between instructions: only a program bug, a memory fault or a panic
 //! faults there), is given back only where the register is noted between them: the stale
 //! take's TAKEN is; a `claim_slot` between its key and its gate, or a finisher between
-//! keeping its Result and noting it, is not. A handler that faults in turn (its budget is
-//! the engine's, and at least [`pfemu::program::DEFAULT_INSTRUCTION_BUDGET`]) is not
-//! handled again.
+//! keeping its Result and noting it, is not; a fault between `free_slot`'s two XTXNs
+//! leaks that slot rather than freeing it twice (the register is cleared first). A
+//! handler that faults in turn (its budget is the engine's, and at least
+//! [`pfemu::program::DEFAULT_INSTRUCTION_BUDGET`]) is not handled again, and leaves what
+//! it held as a thread without a handler would.
 //!
 //! A finisher removes its block's key from the active table after its Result is kept; if
 //! the slot is freed and taken again in between, the entry is stale, and whoever finds it

@@ -1476,14 +1476,15 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
     // This block's own slot, when its Result is not kept, is freed here too, for the same
     // reason: the Result was copied out of it already (result_tail), and a slot taken
     // again meanwhile changes none of it. A block of a left run sends nothing.
-    // R_FREE is cleared once freed: a fault handler that finishes the block from
-    // release_block (Held::Releasing) frees no slot twice.
+    // R_FREE is cleared before the slot is freed: a fault handler that finishes the block
+    // from release_block (Held::Releasing) frees no slot twice, even after a fault between
+    // free_slot's two XTXNs (which leaks the slot instead, as free_expired does).
     let emit_result = l.emit_result;
     p.instr(l.free_replaced, move |t| {
         let old = t.get(R_FREE);
         if old != 0 {
-            free_slot(t, t.get(R_JOB), old, lanes)?;
             t.set(R_FREE, 0);
+            free_slot(t, t.get(R_JOB), old, lanes)?;
         }
         if t.get(R_SILENT) {
             t.set(R_HELD, Held::Nothing);

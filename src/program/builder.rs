@@ -95,8 +95,8 @@ impl ProgramBuilder {
     }
 
     /// Sets the program's fault handler: a thread (packet or timer) that faults continues at
-    /// `label` before its packet is dropped, with its registers and local memory as the
-    /// fault left them, an empty call stack and a fresh instruction budget (the engine's,
+    /// `label` before its packet is dropped, with its registers, local memory and new tail
+    /// as the fault left them, an empty call stack and a fresh instruction budget (the engine's,
     /// and at least [`DEFAULT_INSTRUCTION_BUDGET`], so that a budget set small to catch a
     /// runaway loop does not starve the clean-up). The packets the thread created before
     /// the fault are discarded; the handler's own are sent, unless it faults in turn (it
