@@ -496,10 +496,11 @@ pub struct ServeStats {
     /// [`ServeConfig::recv_buffer_bytes`]).
     pub recv_buffer_bytes: u64,
     /// Datagrams the kernel dropped before the server could receive them, because the
-    /// listening socket's receive buffer was full (the kernel's count for the socket,
-    /// `SO_RXQ_OVFL`, and `SO_MEMINFO` for those after the last datagram received; 0 where
-    /// the kernel has neither). Not in `datagrams_in`: what reached the host is
-    /// `datagrams_in + kernel_dropped`. A sender's GSO message coalesced whole for GRO
+    /// listening socket's receive buffer was full (the kernel's count of the socket's
+    /// drops, `SO_RXQ_OVFL`, and `SO_MEMINFO` for those after the last datagram received;
+    /// 0 where the kernel has neither; the count also holds the rare datagram dropped for a
+    /// bad checksum). Not in `datagrams_in`: what reached the host is `datagrams_in +
+    /// kernel_dropped`, and what was still queued when the server stopped. A sender's GSO message coalesced whole for GRO
     /// (loopback) and dropped may count once.
     pub kernel_dropped: u64,
     /// Datagrams received.
