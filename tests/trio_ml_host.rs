@@ -589,6 +589,13 @@ fn a_worker_asking_for_a_gone_generation_is_told_and_loses_only_that_chunk() {
     // B sends chunk 0 again: generation 0 is gone, and B is told so.
     b.poll(10 * MS, &mut out);
     assert_eq!(b.stats().retransmitted, 1);
+    // First a stranger (source 5, not in the job) asks for it: dropped as
+    // `unknown_source`, as a stranger asking for a kept Result is, and told nothing.
+    let mut stranger = out[0].clone();
+    wire::TrioMlHdr::new_unchecked(&mut stranger[wire::TRIO_ML_HDR_AT..]).set_src_id(5);
+    pfe.inject_frame(1, &stranger).unwrap();
+    pfe.drain();
+    assert_eq!(rxs[1].try_iter().count(), 0, "a stranger is told nothing");
     for p in out.drain(..) {
         pfe.inject_frame(1, &p).unwrap();
     }
@@ -629,6 +636,7 @@ fn a_worker_asking_for_a_gone_generation_is_told_and_loses_only_that_chunk() {
     assert_eq!(b.src_counts(), [0, 1]);
     let stats = pfe.shutdown();
     assert_eq!(stats.drops("stale_gen"), 1);
+    assert_eq!(stats.drops("unknown_source"), 1);
     assert_eq!(stats.drops("late"), 1);
     assert!(stats.is_conserved());
 }

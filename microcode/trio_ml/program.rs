@@ -877,15 +877,19 @@ fn lookup_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 t.set(R_BLK, rec);
                 Goto(l.answer_result)
             }
-            Some((kgen, _)) if gen_newer(kgen, gen) => {
+            Some((kgen, rec)) if gen_newer(kgen, gen) => {
                 // The generation's Result is gone for good (replaced by a newer one): tell
-                // a server, which would otherwise ask again until it gives up.
-                if t.view::<TrioMlHdr>(TRIO_ML_HDR_AT)?.src_cnt() == 0 {
-                    t.set(R_CTL_OP, CTL_GONE);
-                    Goto(l.control_reply)
-                } else {
-                    Done(Verdict::Drop(TrioMlDrop::StaleGen.into()))
+                // a server of the job, which would otherwise ask again until it gives up
+                // (a stranger is dropped as answer_result drops it).
+                if t.view::<TrioMlHdr>(TRIO_ML_HDR_AT)?.src_cnt() != 0 {
+                    return Ok(Done(Verdict::Drop(TrioMlDrop::StaleGen.into())));
                 }
+                let (job, src) = (job_of(t, rec)?, t.get(R_SRC_ID));
+                if !mask_has(t.read_u64(job + source(src).word())?, src) {
+                    return drop_as(TrioMlDrop::UnknownSource);
+                }
+                t.set(R_CTL_OP, CTL_GONE);
+                Goto(l.control_reply)
             }
             // The block closed under us and its Result is not kept yet: it is on its way
             // to the whole job.
