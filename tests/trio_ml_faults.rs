@@ -522,3 +522,45 @@ fn a_timer_that_faults_before_it_frees_expired_results_frees_them_in_its_handler
         "both slots freed"
     );
 }
+
+/// A block whose only packet faulted after publishing it, before it counted itself (its
+/// handler left the gate), counts no source when it ages out: it is freed without a
+/// Result (one counting nobody, its sums what the faulted adds left, would look like a
+/// server's packet to an aggregator above), and the sources' packets then make it anew,
+/// with an exact Result.
+#[test]
+fn a_block_every_packet_of_which_faulted_is_freed_without_a_result() {
+    let (mem, trio, program) = install();
+    let mut h = Harness::new(mem.clone());
+    run_faulting_before(
+        &mut h,
+        &program,
+        0,
+        &packet_with(3, 0, 0, &[1, 2, 3]),
+        "complete_check",
+    );
+    let block = &trio.active_blocks().unwrap()[0];
+    assert_eq!(block.rcvd_cnt, 0, "published, nobody counted");
+
+    // Referenced at the first scan, idle for 1 ms at the second: it ages out, silently.
+    let mut sent = scan(&mut h, &program, MS);
+    sent.extend(scan(&mut h, &program, 2 * MS));
+    assert!(
+        group_results(&sent).is_empty(),
+        "a Result counting nobody was sent: {:?}",
+        group_results(&sent)
+    );
+    assert!(trio.active_blocks().unwrap().is_empty());
+    let state = trio.job_state(1).unwrap();
+    assert_eq!((state.block_curr_cnt, state.slots_in_use), (0, 0));
+    assert_eq!(trio.kept_records(), 0);
+
+    // Both sources send again: a new block, whole and exact.
+    h.run(&program, 0, &packet_with(3, 0, 0, &[1, 2, 3]));
+    let out = h.run(&program, 1, &packet_with(3, 0, 1, &[10, 20, 30]));
+    let results = group_results(&out.created);
+    assert_eq!(results.len(), 1);
+    let (hdr, sums) = &results[0];
+    assert_eq!((hdr.src_cnt, hdr.degraded), (2, false));
+    assert_eq!(*sums, [11, 22, 33]);
+}

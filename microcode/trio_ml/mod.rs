@@ -283,8 +283,8 @@
 //! one kept, a full kept table) is gone, and its sources give up on it. (An engine call
 //! keeping a thread's packets created so far, for a finisher to make after its send, would
 //! close this.) A block whose every adder faulted (a creator out of budget before it
-//! counted itself) ages out and is finished with `src_cnt` 0, its sums what the faulted
-//! adds left. A fault inside one instruction, between two of its XTXNs (a
+//! counted itself) ages out and is freed without a Result (its sums would be what the
+//! faulted adds left, counting nobody); the sources' retransmissions make it anew. A fault inside one instruction, between two of its XTXNs (a
 //! budget runs out between instructions: only a program bug, a memory fault or a panic
 //! faults there), is given back only where the register is noted between them: the stale
 //! take's TAKEN is; a `claim_slot` between its key and its gate, or a finisher between

@@ -1410,7 +1410,16 @@ fn finish_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         t.set(R_FREE, 0);
         t.set(R_SILENT, false);
         let run = t.get(R_RUN);
-        if run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?) {
+        // The Result built counts no source: every packet that entered the block faulted
+        // before it counted itself (their fault handlers left the gate, and the block aged
+        // out). Its sums are what the faulted adds left, and an aggregator above would take
+        // a Result counting nobody for a server's packet: freed without a Result, so the
+        // sources' retransmissions make the block anew.
+        let nobody =
+            TrioMlHdr::new_unchecked(t.lm_bytes(LM_RESULT_HDR + TRIO_ML_HDR_AT, TRIO_ML_HDR_LEN)?)
+                .src_cnt()
+                == 0;
+        if nobody || run != 0 && run != job_run(t.read_u64(job + JOB_W_RUN)?) {
             // A block of a run the job has left (it aged out after a source started a new
             // run): nobody of its run is left to want it. Freed without a Result, the one
             // built dropped.
