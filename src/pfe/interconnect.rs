@@ -143,11 +143,13 @@ pub struct FabricStats {
     /// leaving it (its wait at the input included); `None` when no frame was delivered (a
     /// mean of nothing, not 0 cycles).
     pub mean_frame_cycles: Option<f64>,
-    /// The largest of those.
+    /// The largest of those (0 when no frame was delivered: `mean_frame_cycles` is `None`
+    /// then).
     pub max_frame_cycles: u64,
-    /// The cycle the first frame's cells were queued at their input.
+    /// The cycle the first frame's cells were queued at their input (0 when no frame
+    /// entered).
     pub first_frame_cycle: u64,
-    /// The cycle the last delivered frame's last cell left.
+    /// The cycle the last delivered frame's last cell left (0 when no frame was delivered).
     pub last_frame_cycle: u64,
 }
 
