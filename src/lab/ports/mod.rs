@@ -565,6 +565,10 @@ struct Bound {
     ifindex: i32,
     io: PortIo,
     counters: Counters,
+    /// Held for reading while frames are sent, and for writing while the stop rebinds the
+    /// socket ([`Bound::stop_delivery`]): no frame leaves while the socket is bound to
+    /// another protocol, which the kernel would give it.
+    tx_gate: parking_lot::RwLock<()>,
 }
 
 impl Bound {
@@ -592,7 +596,11 @@ impl Bound {
         if self.counters.rx_closed.swap(true, Ordering::Relaxed) {
             return;
         }
-        if let Err(e) = sock.stop_receiving(self.ifindex) {
+        let stopped = {
+            let _no_sends = self.tx_gate.write();
+            sock.stop_receiving(self.ifindex)
+        };
+        if let Err(e) = stopped {
             // Without the filter the ring keeps filling: what arrives until the stop's
             // count is counted as unread, but frames arriving after it are in no counter.
             warnings.lock().push(format!(
@@ -736,7 +744,10 @@ impl Sink for PortSink {
         };
         let c = &b.counters;
         let (sent, bytes) = match &b.io {
-            PortIo::Packet(s) => s.send_batch(&mut frames.iter(), &mut |_, e| c.tx_failed(&e)),
+            PortIo::Packet(s) => {
+                let _rebinding_waits = b.tx_gate.read();
+                s.send_batch(&mut frames.iter(), &mut |_, e| c.tx_failed(&e))
+            }
             PortIo::Tap(t) => {
                 let (mut n, mut bytes) = (0, 0);
                 for f in frames.iter() {
@@ -830,6 +841,7 @@ impl LivePorts {
                 ifindex,
                 io,
                 counters: Counters::default(),
+                tx_gate: parking_lot::RwLock::new(()),
             });
             rings.push(ring);
         }

@@ -243,8 +243,8 @@ impl PacketSocket {
     /// its frame, so then the socket is bound to another protocol and back
     /// (`ifindex` being the interface it is bound to): each rebinding takes the socket off
     /// the interface and waits for every receive in progress to end (the kernel's
-    /// `synchronize_net`). Frames sent while it is rebound carry another protocol in the
-    /// kernel's metadata only (not in their bytes), for that moment.
+    /// `synchronize_net`). A frame sent while it is rebound would carry another protocol in
+    /// the kernel's metadata (not in its bytes): a port holds its sends meanwhile.
     ///
     /// An `ENODEV` from the rebinding means the interface is gone, and with it any frame
     /// to come: not an error.
