@@ -294,7 +294,7 @@ fn serve_and_worker_errors_name_the_option_typed() {
         .as_millis()
         + 7_200_000)
         .to_string();
-    let cases: [(&[&str], &[&str], &str, &str); 11] = [
+    let cases: [(&[&str], &[&str], &str, &str); 12] = [
         (
             &serve,
             &["--ppe-threads", "0"],
@@ -340,6 +340,12 @@ fn serve_and_worker_errors_name_the_option_typed() {
             &["--start-at-ms", &later],
             "--start-at-ms",
             "start_at_ms",
+        ),
+        (
+            &worker,
+            &["--recv-buffer-kb", "4194304"],
+            "--recv-buffer-kb",
+            "recv_buffer_bytes",
         ),
     ];
     for (base, extra, option, field) in cases {

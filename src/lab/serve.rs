@@ -1833,6 +1833,16 @@ pub struct ClientReport {
 /// What one poll gives leaves with one system call (a window's packets as GSO messages
 /// where the kernel has it), and each receive takes every Result queued.
 pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport, ServeError> {
+    if cfg.recv_buffer_bytes > MAX_RECV_BUFFER_BYTES {
+        return Err(ServeError::Config {
+            setting: "recv_buffer_bytes",
+            reason: format!(
+                "{} bytes is more than the kernel takes ({MAX_RECV_BUFFER_BYTES} bytes at \
+                 most; Linux caps it at net.core.rmem_max anyway)",
+                cfg.recv_buffer_bytes
+            ),
+        });
+    }
     let socket =
         bind_udp(cfg.bind, cfg.recv_buffer_bytes).map_err(io_err("binding the worker's socket"))?;
     socket
