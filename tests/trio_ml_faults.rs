@@ -11,10 +11,9 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use pfemu::microcode::trio_ml::wire::{self, AggPacket, TrioMlHdrFields};
-use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TIMER_ENTRY};
+use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
 use pfemu::prelude::*;
 use pfemu::program::{FaultKind, Harness, HarnessOutcome, DEFAULT_INSTRUCTION_BUDGET};
-use pfemu::timer::Launch;
 
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
 const MS: u64 = 1_000_000;
@@ -44,25 +43,7 @@ fn grads(src: u8, n: usize) -> Vec<i32> {
         .collect()
 }
 
-/// The launch of the one timer, owning the whole table, at `now`.
-fn launch(now: u64) -> Launch {
-    Launch {
-        timer: 0,
-        entry: TIMER_ENTRY,
-        slice: 0,
-        slices: 1,
-        scheduled_ns: now,
-        missed: 0,
-    }
-}
-
-/// One scan period at `now` (one timer owning the whole table); the packets it created.
-fn scan(h: &mut Harness, program: &Program, now: u64) -> Vec<(Dest, Vec<u8>)> {
-    h.set_now(now);
-    let out = h.run_timer(program, launch(now));
-    assert_eq!(out.result, Ok(Verdict::Consume));
-    out.created
-}
+use common::{trio_ml_launch as launch, trio_ml_scan as scan};
 
 /// The Results sent to the job's group: header and sums.
 fn group_results(created: &[(Dest, Vec<u8>)]) -> Vec<(TrioMlHdrFields, Vec<i32>)> {

@@ -8,10 +8,9 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use pfemu::microcode::trio_ml::wire::{self, AggPacket, TrioMlHdrFields};
-use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TIMER_ENTRY};
+use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig};
 use pfemu::prelude::*;
 use pfemu::program::{Harness, HarnessOutcome};
-use pfemu::timer::Launch;
 
 use common::Held;
 
@@ -38,25 +37,7 @@ fn packet_with(block: u32, gen: u16, src: u8, gradients: &[i32]) -> Vec<u8> {
     })
 }
 
-/// The launch of the one timer, owning the whole table, at `now`.
-fn launch(now: u64) -> Launch {
-    Launch {
-        timer: 0,
-        entry: TIMER_ENTRY,
-        slice: 0,
-        slices: 1,
-        scheduled_ns: now,
-        missed: 0,
-    }
-}
-
-/// One scan period at `now` (one timer owning the whole table); the packets it created.
-fn scan(h: &mut Harness, program: &Program, now: u64) -> Vec<(Dest, Vec<u8>)> {
-    h.set_now(now);
-    let out = h.run_timer(program, launch(now));
-    assert_eq!(out.result, Ok(Verdict::Consume));
-    out.created
-}
+use common::{trio_ml_launch as launch, trio_ml_scan as scan};
 
 /// `(block, gen, src_cnt)` of each Result sent to the job's group.
 fn group_results(created: &[(Dest, Vec<u8>)]) -> Vec<(u32, u16, u8)> {

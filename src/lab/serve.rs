@@ -291,6 +291,21 @@ impl Default for ServeConfig {
     }
 }
 
+/// Refuses a receive buffer larger than `SO_RCVBUF` takes (a C `int`, which the kernel
+/// doubles): handed to the kernel, it would wrap to a tiny buffer.
+fn check_recv_buffer(bytes: usize) -> Result<(), ServeError> {
+    if bytes > MAX_RECV_BUFFER_BYTES {
+        return Err(ServeError::Config {
+            setting: "recv_buffer_bytes",
+            reason: format!(
+                "{bytes} bytes is more than the kernel takes ({MAX_RECV_BUFFER_BYTES} bytes at \
+                 most; Linux caps it at net.core.rmem_max anyway)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// A UDP socket bound to `addr`, its receive buffer raised to `recv_buffer` bytes when
 /// asked (best effort: the kernel grants at most its maximum, which is not an error).
 fn bind_udp(addr: SocketAddr, recv_buffer: usize) -> io::Result<UdpSocket> {
@@ -1391,16 +1406,7 @@ impl Server {
         if cfg.upstream == Some(cfg.listen) {
             return Err(upstream_is_self(cfg.listen));
         }
-        if cfg.recv_buffer_bytes > MAX_RECV_BUFFER_BYTES {
-            return Err(ServeError::Config {
-                setting: "recv_buffer_bytes",
-                reason: format!(
-                    "{} bytes is more than the kernel takes ({MAX_RECV_BUFFER_BYTES} bytes at \
-                     most; Linux caps it at net.core.rmem_max anyway)",
-                    cfg.recv_buffer_bytes
-                ),
-            });
-        }
+        check_recv_buffer(cfg.recv_buffer_bytes)?;
         let eng = |e: &dyn fmt::Display| ServeError::Engine(e.to_string());
         let mem = Arc::new(SharedMemory::new(&cfg.setup.mem_config()).map_err(|e| eng(&e))?);
         let out_src_addr = Ipv4Addr::new(10, 0, 0, cfg.upstream_src);
@@ -1833,16 +1839,7 @@ pub struct ClientReport {
 /// What one poll gives leaves with one system call (a window's packets as GSO messages
 /// where the kernel has it), and each receive takes every Result queued.
 pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport, ServeError> {
-    if cfg.recv_buffer_bytes > MAX_RECV_BUFFER_BYTES {
-        return Err(ServeError::Config {
-            setting: "recv_buffer_bytes",
-            reason: format!(
-                "{} bytes is more than the kernel takes ({MAX_RECV_BUFFER_BYTES} bytes at \
-                 most; Linux caps it at net.core.rmem_max anyway)",
-                cfg.recv_buffer_bytes
-            ),
-        });
-    }
+    check_recv_buffer(cfg.recv_buffer_bytes)?;
     let socket =
         bind_udp(cfg.bind, cfg.recv_buffer_bytes).map_err(io_err("binding the worker's socket"))?;
     socket

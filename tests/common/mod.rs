@@ -223,3 +223,28 @@ fn hold_thread_before(
         thread,
     }
 }
+
+/// The launch of Trio-ML's one timer, owning the whole table, at `now`.
+pub fn trio_ml_launch(now: u64) -> pfemu::timer::Launch {
+    pfemu::timer::Launch {
+        timer: 0,
+        entry: pfemu::microcode::trio_ml::TIMER_ENTRY,
+        slice: 0,
+        slices: 1,
+        scheduled_ns: now,
+        missed: 0,
+    }
+}
+
+/// One Trio-ML scan period at `now` (one timer owning the whole table); the packets it
+/// created.
+pub fn trio_ml_scan(
+    h: &mut pfemu::program::Harness,
+    program: &pfemu::program::Program,
+    now: u64,
+) -> Vec<(pfemu::packet::Dest, Vec<u8>)> {
+    h.set_now(now);
+    let out = h.run_timer(program, trio_ml_launch(now));
+    assert_eq!(out.result, Ok(pfemu::program::Verdict::Consume));
+    out.created
+}
