@@ -24,7 +24,8 @@ its gradients the worker sends a Join (ctl 1, age_op 1, block_id a random nonce,
 gradients) until the aggregator answers Joined (age_op 2, the nonce, the job's run id); then
 every packet carries the run id, and Results of another run are ignored. So a restarted job
 never takes the sums kept from its last run. An answer Superseded (age_op 3) means another
-worker of the job started a new run: this one stops. `--no-join` speaks the paper's header
+worker of the job started a new run (or, naming run 0, that the aggregator restarted since
+this worker joined it): this one stops. `--no-join` speaks the paper's header
 alone (fine for a job's single run).
 
 Chunk c of the vector goes out as block c % window, generation c // window; the next chunk of
@@ -132,8 +133,13 @@ def main():
             gcnt, result_run = word & 0x0FFF, word >> 12
             if flags & CTL:
                 if job == a.job and flags >> 4 == SUPERSEDED and run:
-                    print("job %d moved on to run %d: this run stops" % (job, result_run),
-                          file=sys.stderr)
+                    if result_run == 0:
+                        print("the aggregator has no run of job %d for this worker (it "
+                              "restarted since the worker joined): this run stops" % job,
+                              file=sys.stderr)
+                    else:
+                        print("job %d moved on to run %d: this run stops" % (job, result_run),
+                              file=sys.stderr)
                     return 1
                 continue
             slot = slots.get(block)

@@ -1209,6 +1209,112 @@ fn a_stopping_first_level_server_counts_members_datagrams_and_waits_for_its_answ
     assert_eq!(wire::gradients(&res[TRIO_ML_HDR_LEN..]), [50, 60]);
 }
 
+/// `--stop-upstream-wait-ms` sets how long a stopping first-level server waits for the
+/// upper level's answers (`ServeConfig::stop_upstream_wait`, 2 s unless given): refused,
+/// naming the option, unless a positive number of milliseconds up to 10^12, and without
+/// `--upstream`; shown in `--help`; and honoured, here with a Result held for a Join the
+/// upper level (a silent socket) never answers.
+#[test]
+fn the_stop_upstream_wait_is_an_option_of_serve() {
+    use pfemu::microcode::trio_ml::host::WorkerConfig;
+    use pfemu::microcode::trio_ml::wire::Control;
+
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let upstream = silent.local_addr().unwrap().to_string();
+    let serve_args = |extra: &[&str]| -> Vec<String> {
+        ["serve", "--listen", "127.0.0.1:0", "--job", "1:1", "--json"]
+            .iter()
+            .chain(extra)
+            .map(|a| a.to_string())
+            .collect()
+    };
+    for bad in ["nan", "-1", "0", "1e300", "inf", "2s"] {
+        let wait = format!("--stop-upstream-wait-ms={bad}");
+        let out = Command::new(BIN)
+            .args(serve_args(&[
+                "--seconds",
+                "5",
+                "--upstream",
+                &upstream,
+                &wait,
+            ]))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains("'--stop-upstream-wait-ms <MS>'"),
+            "{bad}: {err}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(serve_args(&[
+            "--seconds",
+            "5",
+            "--stop-upstream-wait-ms",
+            "100",
+        ]))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--upstream"), "{err}");
+    let help = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--stop-upstream-wait-ms <MS>") && help.contains("[default: 2000]"),
+        "{help}"
+    );
+
+    // A member joins, and sends a block whose Result is held for the server's Join above,
+    // which never comes: the server exits the wait given after its idle exit (500 ms), not
+    // the default 2 s after it.
+    let waited = |wait_ms: &str| {
+        let mut child = Command::new(BIN)
+            .args(serve_args(&[
+                "--idle-exit-ms",
+                "500",
+                "--upstream",
+                &upstream,
+                "--stop-upstream-wait-ms",
+                wait_ms,
+            ]))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let addr = listening_addr(&mut child);
+        let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let ep = WorkerConfig::new(1, 0, "10.0.0.9".parse().unwrap()).endpoints;
+        let join = wire::join_packet(ep, 1, 0, 5)[wire::TRIO_ML_HDR_AT..].to_vec();
+        let run = loop {
+            member.send_to(&join, addr).unwrap();
+            if let Some(d) = recv_within(&member, Duration::from_millis(100)) {
+                match Control::of(&serve::datagram_header(&d).unwrap()) {
+                    Some(Control::Joined { run_id, .. }) => break run_id,
+                    other => panic!("not a Joined: {other:?}"),
+                }
+            }
+        };
+        let mut d = datagram(1, 0, 7, &[5]);
+        TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(run);
+        member.send_to(&d, addr).unwrap();
+        let sent = Instant::now();
+        let rep = server_report(child);
+        let f = &rep["front_end"];
+        assert_eq!(f["upstream_unanswered"], 1, "{rep}");
+        assert!(f["upstream_joins_sent"].as_u64().unwrap() >= 1, "{rep}");
+        sent.elapsed()
+    };
+    let short = waited("100");
+    assert!(short < Duration::from_millis(2400), "{short:?}");
+    let long = waited("3000.5");
+    assert!(long >= Duration::from_millis(3500), "{long:?}");
+}
+
 /// `pfemu serve` as a child process; returns it and the address it printed.
 fn spawn_server(args: &[&str]) -> (Child, SocketAddr) {
     let mut child = Command::new(BIN)
@@ -2007,15 +2113,21 @@ fn a_worker_whose_packets_are_too_large_is_told_which_options_to_check() {
 /// server answers its Results with Superseded, and it joins the job above again, holding
 /// its Results meanwhile; the member's retransmission brings the lost Result up again in
 /// the new run, and it comes back down. (It used to count the Superseded and go on sending
-/// in the old run: its members waited in vain.)
+/// in the old run: its members waited in vain.) The restarted upper server's job starts at
+/// another run, or at the same one (as the random draw does 1 time in 15): the first-level
+/// server has not joined the new instance, which answers Superseded naming run 0 (it used
+/// to take the Results of the run it no longer knew).
 #[test]
 fn a_first_level_server_joins_again_when_the_job_above_moves_on() {
+    for again_at in [2, 1] {
+        joins_again_when_the_job_above_moves_on(again_at);
+    }
+}
+
+fn joins_again_when_the_job_above_moves_on(again_at: u8) {
     use pfemu::microcode::trio_ml::host::WorkerConfig;
     use pfemu::microcode::trio_ml::wire::Control;
 
-    // The restarted upper server's job starts at another run than the first's (as it does
-    // at random 14 times in 15): with the same, it would take the Results of the run it
-    // no longer knows.
     let upper_cfg = config(Aggregation::TrioMl, &["1:1"]);
     let (up, up_stop, up_h) = start(ServeConfig {
         first_run: Some(1),
@@ -2067,7 +2179,7 @@ fn a_first_level_server_joins_again_when_the_job_above_moves_on() {
     up_h.join().unwrap();
     let again = Server::bind(&ServeConfig {
         listen: up,
-        first_run: Some(2),
+        first_run: Some(again_at),
         ..upper_cfg
     })
     .unwrap();
@@ -2083,86 +2195,109 @@ fn a_first_level_server_joins_again_when_the_job_above_moves_on() {
     up_stop.stop();
     let rep = up_h.join().unwrap();
     assert!(rep.engine.drops("join_answered") >= 1, "{:?}", rep.engine);
+    // The new instance took none of the Results it had not been joined for.
+    assert!(rep.front_end.not_joined >= 1, "{:?}", rep.front_end);
+    assert_eq!(rep.engine.drops("stale_run"), 0, "{:?}", rep.engine);
 }
 
-/// A restarted server forgets its jobs' runs. Its jobs start at another run than the last
-/// instance's, so a worker of the last instance that still sends its run's gradients is
-/// answered Superseded and stops, instead of having them added to the new run's blocks
-/// (both instances started at run 1, and the new one took them). Without `first_run`,
-/// each instance draws its jobs' first runs at random.
+/// A restarted server forgets its jobs' runs, and the workers of its last instance may still
+/// send theirs. The front end takes a member's datagrams of a run only from the address it
+/// joined this instance from, so such a worker's gradients are answered Superseded naming
+/// run 0 (`not_joined`), never added to the new run's block nor sent its Results, whatever
+/// run the new instance's job has: here the last instance's run 3 again (as the random draw
+/// gives 1 time in 15: its gradients then went into the new run's block 1), another run,
+/// and the same run with the old worker's own source joined again by a new process. The
+/// new worker's block gets its gradients alone (a partial Result at the block timeout).
 #[test]
-fn a_restarted_server_supersedes_the_last_instances_workers() {
+fn a_restarted_server_never_takes_the_last_instances_workers() {
+    use pfemu::microcode::trio_ml::host::WorkerConfig;
     use pfemu::microcode::trio_ml::wire::Control;
 
     let first = |run: Option<u8>| ServeConfig {
         first_run: run,
         ..config(Aggregation::TrioMl, &["1:2"])
     };
-    let (addr, stop, m, h) = start_monitored(first(Some(3)));
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    // A worker of run 3 (source 0, which joined it) sends block 0, and the instance stops.
-    let ep = pfemu::microcode::trio_ml::host::WorkerConfig::new(1, 0, "10.0.0.9".parse().unwrap())
-        .endpoints;
-    let join = wire::join_packet(ep, 1, 0, 77)[wire::TRIO_ML_HDR_AT..].to_vec();
-    send_paced(&s, &join, addr, &m);
-    let joined = recv_within(&s, Duration::from_secs(30)).expect("the Joined");
-    let hdr = serve::datagram_header(&joined).unwrap();
-    assert_eq!(
-        Control::of(&hdr),
-        Some(Control::Joined {
-            run_id: 3,
-            nonce: 77
+    let join = |src: u8, nonce: u32| {
+        let ep = WorkerConfig::new(1, src, "10.0.0.9".parse().unwrap()).endpoints;
+        wire::join_packet(ep, 1, src, nonce)[wire::TRIO_ML_HDR_AT..].to_vec()
+    };
+    let joined = |s: &UdpSocket| {
+        let d = recv_within(s, Duration::from_secs(30)).expect("the Joined");
+        Control::of(&serve::datagram_header(&d).unwrap())
+    };
+    let of_run = |src: u8, block: u32, grad: i32, run: u8| {
+        let mut d = datagram(1, src, block, &[grad]);
+        TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(run);
+        d
+    };
+    for (new_run, new_src) in [(3, 1), (4, 1), (3, 0)] {
+        let case = format!("new instance at run {new_run}, new worker of source {new_src}");
+        // The last instance, at run 3: the old worker (source 0) joins it.
+        let (addr, stop, m, h) = start_monitored(first(Some(3)));
+        let old = UdpSocket::bind("127.0.0.1:0").unwrap();
+        send_paced(&old, &join(0, 77), addr, &m);
+        assert_eq!(
+            joined(&old),
+            Some(Control::Joined {
+                run_id: 3,
+                nonce: 77
+            })
+        );
+        stop.stop();
+        h.join().unwrap();
+        // (The monitor holds the instance's socket.)
+        drop(m);
+        // The next instance, at the same address: a new worker joins it.
+        let again = Server::bind(&ServeConfig {
+            listen: addr,
+            ..first(Some(new_run))
         })
-    );
-    let mut d = datagram(1, 0, 0, &[5]);
-    TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(3);
-    send_paced(&s, &d, addr, &m);
-    stop.stop();
-    h.join().unwrap();
-    // (The monitor holds the instance's socket.)
-    drop(m);
-    // The next instance, at the same address, starts at run 4, which a new worker (source
-    // 1) joins; the old worker's next packet of run 3 is answered Superseded (naming run
-    // 4), not aggregated. (With both instances at the same run, as when every instance
-    // started at run 1, it was added to the new run's block 1.)
-    let again = Server::bind(&ServeConfig {
-        listen: addr,
-        ..first(Some(4))
-    })
-    .unwrap();
-    let (stop, m) = (again.stop_handle(), again.monitor());
-    let h = std::thread::spawn(move || again.run(RUN_LIMITS));
-    let new_worker = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let ep = pfemu::microcode::trio_ml::host::WorkerConfig::new(1, 1, "10.0.0.9".parse().unwrap())
-        .endpoints;
-    let join = wire::join_packet(ep, 1, 1, 78)[wire::TRIO_ML_HDR_AT..].to_vec();
-    send_paced(&new_worker, &join, addr, &m);
-    let joined = recv_within(&new_worker, Duration::from_secs(30)).expect("the Joined");
-    let hdr = serve::datagram_header(&joined).unwrap();
-    assert_eq!(
-        Control::of(&hdr),
-        Some(Control::Joined {
-            run_id: 4,
-            nonce: 78
-        })
-    );
-    let mut d = datagram(1, 0, 1, &[6]);
-    TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(3);
-    send_paced(&s, &d, addr, &m);
-    // (The partial Result of block 0 from the first instance's stop may come first.)
-    let superseded = (0..3)
-        .filter_map(|_| recv_within(&s, Duration::from_secs(30)))
-        .map(|r| serve::datagram_header(&r).unwrap())
-        .find(|h| h.ctl);
-    assert_eq!(
-        superseded.as_ref().and_then(Control::of),
-        Some(Control::Superseded { run_id: 4 }),
-        "{superseded:?}"
-    );
-    assert_eq!(m.trio_ml().job_state(1).unwrap().block_total_cnt, 0);
-    stop.stop();
-    let rep = h.join().unwrap();
-    assert_eq!(rep.engine.drops("stale_run"), 1, "{:?}", rep.engine);
+        .unwrap();
+        let (stop, m) = (again.stop_handle(), again.monitor());
+        let h = std::thread::spawn(move || again.run(RUN_LIMITS));
+        let new = UdpSocket::bind("127.0.0.1:0").unwrap();
+        send_paced(&new, &join(new_src, 78), addr, &m);
+        assert_eq!(
+            joined(&new),
+            Some(Control::Joined {
+                run_id: new_run,
+                nonce: 78
+            }),
+            "{case}"
+        );
+        // The old worker sends on in its run 3: answered Superseded, naming no run.
+        send_paced(&old, &of_run(0, 1, 6, 3), addr, &m);
+        let answer = recv_within(&old, Duration::from_secs(30)).expect("an answer");
+        assert_eq!(
+            Control::of(&serve::datagram_header(&answer).unwrap()),
+            Some(Control::Superseded { run_id: 0 }),
+            "{case}: {answer:?}"
+        );
+        // The new worker's block 1 is its alone: a partial Result at the block timeout
+        // (with the old worker's gradients in, it was complete at once, [16] of 2 sources).
+        send_paced(&new, &of_run(new_src, 1, 10, new_run), addr, &m);
+        let r = recv_within(&new, Duration::from_secs(30)).expect("the Result");
+        let hdr = serve::datagram_header(&r).unwrap();
+        assert_eq!(
+            (hdr.ctl, hdr.block_id, hdr.run_id, hdr.src_cnt, hdr.degraded),
+            (false, 1, new_run, 1, true),
+            "{case}: {hdr:?}"
+        );
+        assert_eq!(wire::gradients(&r[TRIO_ML_HDR_LEN..]), [10], "{case}");
+        // The old worker is no member here: the Result was not fanned out to it.
+        assert_eq!(
+            recv_within(&old, Duration::from_millis(300)),
+            None,
+            "{case}"
+        );
+        stop.stop();
+        let rep = h.join().unwrap();
+        let f = rep.front_end;
+        assert_eq!(f.not_joined, 1, "{case}: {f:?}");
+        assert_eq!(f.unaccounted(), 0, "{case}: {f:?}");
+        assert_eq!(rep.engine.drops("stale_run"), 0, "{case}: {:?}", rep.engine);
+        assert_eq!(rep.engine.drops("duplicate"), 0, "{case}: {:?}", rep.engine);
+    }
 
     // Drawn at random per instance, in 1..=15: eight instances all alike would be one
     // draw in 15^7.
@@ -2184,6 +2319,82 @@ fn a_restarted_server_supersedes_the_last_instances_workers() {
             other => panic!("{bad}: not refused: {other:?}"),
         }
     }
+}
+
+/// A job removed and added again through the control plane forgets its members' joins, in
+/// the engine and at the front end alike: a worker that joined the job before is answered
+/// Superseded (run 0) when it sends on, even in the run id the job's new life gives a new
+/// worker (both run 1 here), and is sent none of the new run's Results.
+#[test]
+fn a_job_added_again_forgets_its_members_joins() {
+    use pfemu::lab::control::request;
+    use pfemu::microcode::trio_ml::host::WorkerConfig;
+    use pfemu::microcode::trio_ml::wire::Control;
+    use serde_json::json;
+
+    let (addr, control, stop, h) = start_with_control(ServeConfig {
+        first_run: Some(1),
+        ..config(Aggregation::TrioMl, &["1:2"])
+    });
+    let call = |command: &str, args: serde_json::Value| {
+        request(
+            &control,
+            "POST",
+            &format!("/targets/jobs/{command}"),
+            Some(&args),
+        )
+        .unwrap()
+        .0
+    };
+    let join = |s: &UdpSocket, src: u8, nonce: u32| {
+        let ep = WorkerConfig::new(1, src, "10.0.0.9".parse().unwrap()).endpoints;
+        s.send_to(
+            &wire::join_packet(ep, 1, src, nonce)[wire::TRIO_ML_HDR_AT..],
+            addr,
+        )
+        .unwrap();
+        let d = recv_within(s, Duration::from_secs(30)).expect("the Joined");
+        Control::of(&serve::datagram_header(&d).unwrap())
+    };
+    let old = UdpSocket::bind("127.0.0.1:0").unwrap();
+    assert_eq!(
+        join(&old, 0, 7),
+        Some(Control::Joined {
+            run_id: 1,
+            nonce: 7
+        })
+    );
+    assert_eq!(call("remove", json!({ "job_id": 1 })), 200);
+    assert_eq!(call("add", json!({ "job_id": 1, "sources": [0, 1] })), 200);
+    let new = UdpSocket::bind("127.0.0.1:0").unwrap();
+    assert_eq!(
+        join(&new, 1, 8),
+        Some(Control::Joined {
+            run_id: 1,
+            nonce: 8
+        })
+    );
+    let of_run_1 = |src: u8, grad: i32| {
+        let mut d = datagram(1, src, 0, &[grad]);
+        TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(1);
+        d
+    };
+    old.send_to(&of_run_1(0, 6), addr).unwrap();
+    let answer = recv_within(&old, Duration::from_secs(30)).expect("an answer");
+    assert_eq!(
+        Control::of(&serve::datagram_header(&answer).unwrap()),
+        Some(Control::Superseded { run_id: 0 })
+    );
+    // The new worker's block 0 is its alone: a partial Result at the block timeout.
+    new.send_to(&of_run_1(1, 10), addr).unwrap();
+    let r = recv_within(&new, Duration::from_secs(30)).expect("the Result");
+    let hdr = serve::datagram_header(&r).unwrap();
+    assert_eq!((hdr.ctl, hdr.src_cnt), (false, 1), "{hdr:?}");
+    assert_eq!(wire::gradients(&r[TRIO_ML_HDR_LEN..]), [10]);
+    assert_eq!(recv_within(&old, Duration::from_millis(300)), None);
+    stop.stop();
+    let f = h.join().unwrap().front_end;
+    assert_eq!((f.not_joined, f.unaccounted()), (1, 0), "{f:?}");
 }
 
 /// The front end's members (each job's sources, with their ingress ports) are fixed when

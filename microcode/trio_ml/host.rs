@@ -83,14 +83,15 @@ pub enum HostError {
         missing: usize,
     },
     /// The aggregator answered this worker's gradients with [`Control::Superseded`]: the
-    /// job has moved on to another run (a member joined again, e.g. after a restart), so
-    /// this run's sums can no longer be completed.
+    /// job has moved on to another run (a member joined again, e.g. after a restart), or
+    /// (`current` 0) the aggregator has no run of the job for this worker (it restarted
+    /// since the worker joined), so this run's sums can no longer be completed.
     Superseded {
         /// The job.
         job_id: u8,
         /// The run this worker joined.
         run_id: u8,
-        /// The job's run now.
+        /// The job's run now (0: none for this worker).
         current: u8,
         /// Chunks still without a result.
         missing: usize,
@@ -105,6 +106,18 @@ impl std::fmt::Display for HostError {
             HostError::TimedOut { missing } => {
                 write!(f, "gave up waiting: {missing} chunks without a result")
             }
+            HostError::Superseded {
+                job_id,
+                run_id,
+                current: 0,
+                missing,
+            } => write!(
+                f,
+                "the aggregator has no run of job {job_id} for this worker, which joined run \
+                 {run_id} (the aggregator restarted since, or the job was added again, or \
+                 another process joined as this source): this run stops with {missing} \
+                 chunks without a result"
+            ),
             HostError::Superseded {
                 job_id,
                 run_id,

@@ -311,9 +311,12 @@ pub enum Control {
         /// The nonce of the Join answered.
         nonce: u32,
     },
-    /// Aggregator to worker: the job has moved on to run `run_id`.
+    /// Aggregator to worker: the job has moved on to run `run_id`; with `run_id` 0, the
+    /// aggregator has no run of the job for the sender (the job has none yet, or, from
+    /// `pfemu serve`, the sender has not joined this server instance: it restarted since).
+    /// Either way the sender's run is over.
     Superseded {
-        /// The job's current run.
+        /// The job's current run (0: none for the sender).
         run_id: u8,
     },
 }

@@ -16,7 +16,9 @@
 //!   to [`TrioMlConfig::local_addr`]) + UDP (from the sender's UDP port to
 //!   [`TrioMlConfig::udp_port`]) + the payload unchanged, injected on the member's port.
 //!   The server remembers the address each member last sent from: that is where the
-//!   member's Results go, so a worker that restarts on a new port is answered there. A
+//!   member's Results go, so a worker that restarts on a new port is answered there (a
+//!   datagram of a run counts from the address the member joined from alone: see *Runs
+//!   across restarts*). A
 //!   datagram naming a source outside its job's sources is injected on [`STRANGER_PORT`]
 //!   from [`STRANGER_IP`] for the engine to drop (`unknown_source`), and its sender is not
 //!   remembered: the front end's state is fixed by the configuration, whatever arrives.
@@ -50,8 +52,42 @@
 //!   with the nonce it joined with (so the job above takes it for a source joining its
 //!   current run, never for a restart) and holds the Results meanwhile, as for a new run here
 //!   ([`ServeStats::upstream_superseded`]); the Results lost up there come up again with
-//!   the members' retransmissions. Members that never join (run 0) keep the
+//!   the members' retransmissions. A Superseded naming run 0 (the upstream aggregator
+//!   restarted and this server has not joined it: see *Runs across restarts*) is handled
+//!   the same way. Members that never join (run 0) keep the
 //!   server out of the protocol upstream too, as before.
+//!
+//! # Runs across restarts
+//!
+//! A server instance starts with no member joined, and a member's datagram of a run
+//! (gradients with a `run_id`, or a request for a kept Result) counts only from the
+//! address that member last sent a Join from to this instance. From any other address it
+//! is not injected, its sender is not remembered, and the front end answers it with
+//! [`Control::Superseded`] naming run 0 (this server has no run of the job for that
+//! sender), counted in [`ServeStats::not_joined`]. So the workers of an earlier instance,
+//! still sending when the server restarted, are never added to this instance's blocks nor
+//! answered with its Results, whatever run id the new instance's job has. Run ids have 4
+//! bits: a restarted server's job comes back to the last instance's run id
+//! ([`ServeConfig::first_run`], drawn at random, does 1 time in 15), and neither the run
+//! id nor anything else in a data packet tells the two instances' workers apart (the nonce
+//! travels in the Join alone). What this server knows of its members does: the address each
+//! joined from. The same holds for an earlier process of a source that joined again from
+//! another address while the old one still sends (one source, two processes: the engine's
+//! per-source state cannot tell them apart). Such a worker stops with
+//! [`HostError::Superseded`]; a first-level server answered so by its upstream aggregator
+//! joins the job above again (see *Runs in a tree*), so a restarted upper server takes its
+//! lower servers back at once. The fan-out goes to the addresses the front end took
+//! datagrams from, so those senders get none of the job's Results either. Datagrams without
+//! a run (clients of the paper's header alone) are taken from any address, as before: such
+//! clients are not protected against a restart, as they are not against another run of
+//! their job.
+//!
+//! Nothing outlives the instance (no state file to keep, lose or share between servers),
+//! the guarantee does not depend on the run id drawn, and the wire is unchanged: the answer
+//! is the protocol's Superseded, with the run 0 it already names when a job has no run. A
+//! job added again through the control plane forgets its members' joins and addresses, as
+//! the engine forgets their joins with the job. A worker whose address changes while it
+//! runs (NAT rebinding) is answered the same way and must join again.
 //!
 //! Datagrams that are not aggregation packets are dropped and counted in [`ServeStats`]:
 //! shorter than the header, a length that is not the header plus `grad_cnt` gradients, or a
@@ -110,7 +146,8 @@
 //! it waits for the answers its members are owed: to every Result it sent up while
 //! stopping (the partial Results of the open blocks among them) and to those it holds for a
 //! Join upstream, until they have all come, or until
-//! [`ServeConfig::stop_upstream_wait`] (2 s by default) has passed since the engine
+//! [`ServeConfig::stop_upstream_wait`] (2 s by default, `--stop-upstream-wait-ms`) has
+//! passed since the engine
 //! stopped and since the last Result went up. Those still unanswered then are counted in
 //! [`ServeStats::upstream_unanswered`]. (Answers to Results sent up before the stop that
 //! come after the server stopped are not read.)
@@ -204,15 +241,19 @@ pub struct ServeConfig {
     pub trace: Option<TraceSpec>,
     /// The run (1..=15) each job's first Join joins ([`TrioMl::start_runs_at`]); `None`:
     /// drawn at random per job and server instance. A restarted server forgets its jobs'
-    /// runs: starting them at run 1 again, it took the gradients its last instance's
-    /// workers of run 1 still sent into the new run's blocks. Drawn at random, the new
-    /// instance's run differs from the last one's 14 times in 15, and those workers are
-    /// answered Superseded. (Jobs added through the control plane start at run 1.)
+    /// runs, and its last instance's workers may still send theirs: what keeps their
+    /// gradients out of the new instance's blocks is the front end, which takes a member's
+    /// datagrams of a run only from the address it joined this instance from (module docs,
+    /// *Runs across restarts*), whatever this setting, two instances given the same run
+    /// included. The draw guards nothing; it only makes two instances' runs differ (in
+    /// traces and reports) 14 times in 15. (Jobs added through the control plane start at
+    /// run 1.)
     pub first_run: Option<u8>,
     /// How long a stopping first-level server (with [`ServeConfig::upstream`]) waits for
     /// the upstream aggregator's answers to the Results it sent up while stopping, after
     /// the engine stopped and after the last of them went up (see the module docs,
-    /// *Stopping*; default: [`DEFAULT_STOP_UPSTREAM_WAIT`]).
+    /// *Stopping*; default: [`DEFAULT_STOP_UPSTREAM_WAIT`]; `pfemu serve
+    /// --stop-upstream-wait-ms`).
     pub stop_upstream_wait: Duration,
 }
 
@@ -539,6 +580,12 @@ pub struct ServeStats {
     /// asked for, while the open blocks finished and the upstream aggregator's answers
     /// came): not injected, so that no new block opens, and their senders not remembered.
     pub dropped_stopping: u64,
+    /// Members' datagrams of a run (gradients with a `run_id`) from an address that has
+    /// not joined this server as that member: a worker of an earlier instance of this
+    /// server, or an earlier process of a source that joined again from elsewhere. Not
+    /// injected, their senders not remembered, each answered Superseded naming run 0 (see
+    /// the module docs, *Runs across restarts*).
+    pub not_joined: u64,
     /// Results from the upstream aggregator fanned out to members.
     pub upstream_results_in: u64,
     /// Run-protocol answers from the upstream aggregator (Joined, Superseded).
@@ -596,8 +643,8 @@ pub struct ServeStats {
 
 impl ServeStats {
     /// Datagrams received and neither dropped (by the front end, or while stopping),
-    /// fanned out from upstream, injected nor refused by a stopped engine: 0 unless the
-    /// front end lost one.
+    /// answered as not joined, fanned out from upstream, injected nor refused by a stopped
+    /// engine: 0 unless the front end lost one.
     pub fn unaccounted(&self) -> i128 {
         i128::from(self.datagrams_in)
             - i128::from(self.dropped_short)
@@ -609,6 +656,7 @@ impl ServeStats {
             - i128::from(self.injected)
             - i128::from(self.not_injected)
             - i128::from(self.dropped_stopping)
+            - i128::from(self.not_joined)
     }
 }
 
@@ -625,6 +673,7 @@ struct Counters {
     strangers: AtomicU64,
     not_injected: AtomicU64,
     dropped_stopping: AtomicU64,
+    not_joined: AtomicU64,
     upstream_unanswered: AtomicU64,
     readdressed: AtomicU64,
     recv_calls: AtomicU64,
@@ -688,10 +737,55 @@ fn job_members(specs: &[JobSpec]) -> [Option<JobMembers>; 256] {
 
 /// Where members are: fixed in size by the configuration.
 struct Peers {
-    /// Per member: the address it last sent from.
+    /// Per member: the address it last sent from (a datagram the front end took: a Join, a
+    /// datagram without a run, or one of a run from the address it joined from).
     addrs: Vec<Option<SocketAddr>>,
+    /// Per member: the address its last Join to this server instance came from (`None`:
+    /// it has not joined here). Its datagrams of a run count from that address alone (see
+    /// the module docs, *Runs across restarts*).
+    joined: Vec<Option<SocketAddr>>,
     /// Per job id: the distinct addresses of its members (the fan-out list).
     fanout: Vec<Vec<SocketAddr>>,
+}
+
+impl Peers {
+    /// Makes job `job`'s fan-out list (id `job_id`) from its members' addresses again.
+    fn refan(&mut self, job_id: u8, job: JobMembers) {
+        let members = job.first as usize..(job.first + u32::from(job.sources)) as usize;
+        let mut list: Vec<SocketAddr> = self.addrs[members].iter().flatten().copied().collect();
+        list.sort_unstable();
+        list.dedup();
+        self.fanout[usize::from(job_id)] = list;
+    }
+}
+
+/// What the front end makes of a datagram of a configured job ([`Shared::admit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// Member `i`'s: for the engine, on its port.
+    Member(u32),
+    /// From a source outside its job: for the engine to drop, on [`STRANGER_PORT`].
+    Stranger,
+    /// A member's datagram of a run, from an address that has not joined this server as
+    /// that member: answered Superseded (run 0) and counted in [`ServeStats::not_joined`].
+    NotJoined,
+}
+
+/// Whether `hdr` is a Join (a control message without gradients; the engine refuses any
+/// other as `bad_control`).
+fn is_join(hdr: &TrioMlHdrFields) -> bool {
+    hdr.grad_cnt == 0 && matches!(Control::of(hdr), Some(Control::Join { .. }))
+}
+
+/// The payload of the front end's answer to a member's datagram of a run from an address
+/// that has not joined this server as that member ([`Admission::NotJoined`]): Superseded,
+/// naming run 0 (this server has no run of the job for that sender).
+fn not_joined_answer(job_id: u8, src_id: u8) -> [u8; TRIO_ML_HDR_LEN] {
+    let mut b = [0u8; TRIO_ML_HDR_LEN];
+    Control::Superseded { run_id: 0 }
+        .header(job_id, src_id)
+        .write(&mut TrioMlHdr::new_unchecked(&mut b[..]));
+    b
 }
 
 /// State shared by the receive loop and the egress sink (PPE threads).
@@ -916,8 +1010,10 @@ impl Shared {
             // or another of its sources started a new run): the Result that was answered so
             // is lost up there, and so would be every later one. Join the job's run there
             // again, and hold the Results meanwhile; the members' retransmissions bring the
-            // lost ones up again. A Superseded naming the run this server is in answers a
-            // Result of a run it has already left: nothing to do.
+            // lost ones up again. A Superseded naming run 0 says the same of an upstream
+            // aggregator that restarted (this server has not joined it). A Superseded naming
+            // the run this server is in answers a Result of a run it has already left:
+            // nothing to do.
             Some(Control::Superseded { run_id }) => {
                 bump(&c.upstream_control_in, 1);
                 if run.pending.is_none() && run.up != 0 && run_id != run.up {
@@ -996,24 +1092,56 @@ impl Shared {
         }
     }
 
-    /// The member index of `(job_id, src_id)` after remembering that it sent from `from`;
-    /// `None` for a source outside the job (or a job not configured here).
-    fn learn(&self, from: SocketAddr, job_id: u8, src_id: u8) -> Option<u32> {
-        let job = self.jobs[usize::from(job_id)]?;
-        let i = job.member(src_id)?;
-        if self.peers.read().addrs[i as usize] == Some(from) {
-            return Some(i);
+    /// What becomes of a datagram of job `hdr.job_id` (configured here) from `from`: a
+    /// member's is admitted and its sender remembered, unless it is of a run (gradients with
+    /// a `run_id`) and `from` has not joined this server as that member, when it is answered
+    /// Superseded with run 0 (into `out`) and neither injected nor remembered. A Join makes
+    /// `from` the member's joined address. (See the module docs, *Runs across restarts*.)
+    fn admit(&self, from: SocketAddr, hdr: &TrioMlHdrFields, out: &mut SendBatch<'_>) -> Admission {
+        let Some(job) = self.jobs[usize::from(hdr.job_id)] else {
+            return Admission::Stranger;
+        };
+        let Some(i) = job.member(hdr.src_id) else {
+            return Admission::Stranger;
+        };
+        let k = i as usize;
+        let join = is_join(hdr);
+        {
+            let p = self.peers.read();
+            if !hdr.ctl && hdr.run_id != 0 && p.joined[k] != Some(from) {
+                drop(p);
+                bump(&self.counters.not_joined, 1);
+                out.push_copy(Some(from), &not_joined_answer(hdr.job_id, hdr.src_id));
+                return Admission::NotJoined;
+            }
+            if p.addrs[k] == Some(from) && (!join || p.joined[k] == Some(from)) {
+                return Admission::Member(i);
+            }
         }
         let mut p = self.peers.write();
-        if p.addrs[i as usize].replace(from).is_some_and(|a| a != from) {
+        if join {
+            p.joined[k] = Some(from);
+        }
+        if p.addrs[k].replace(from).is_some_and(|a| a != from) {
             bump(&self.counters.readdressed, 1);
         }
-        let members = job.first as usize..(job.first + u32::from(job.sources)) as usize;
-        let mut list: Vec<SocketAddr> = p.addrs[members].iter().flatten().copied().collect();
-        list.sort_unstable();
-        list.dedup();
-        p.fanout[usize::from(job_id)] = list;
-        Some(i)
+        p.refan(hdr.job_id, job);
+        Admission::Member(i)
+    }
+
+    /// Job `job_id` was added or removed here (the control plane): its members have joined
+    /// nothing of the job as it is now (the engine forgot their joins with the job), so their
+    /// addresses are forgotten too, until they join again (or send without a run).
+    fn forget_members(&self, job_id: u8) {
+        let Some(job) = self.jobs[usize::from(job_id)] else {
+            return;
+        };
+        let mut p = self.peers.write();
+        for k in job.first as usize..(job.first + u32::from(job.sources)) as usize {
+            p.addrs[k] = None;
+            p.joined[k] = None;
+        }
+        p.refan(job_id, job);
     }
 
     /// Receives what is queued on the socket into `rx` (waiting up to the read timeout) and
@@ -1139,6 +1267,7 @@ impl Shared {
             strangers: l(&c.strangers),
             not_injected: l(&c.not_injected),
             dropped_stopping: l(&c.dropped_stopping),
+            not_joined: l(&c.not_joined),
             upstream_unanswered: l(&c.upstream_unanswered),
             upstream_results_in: l(&c.upstream_results_in),
             upstream_control_in: l(&c.upstream_control_in),
@@ -1411,6 +1540,9 @@ impl Server {
         let mem = Arc::new(SharedMemory::new(&cfg.setup.mem_config()).map_err(|e| eng(&e))?);
         let out_src_addr = Ipv4Addr::new(10, 0, 0, cfg.upstream_src);
         let trio = cfg.setup.install(&mem, out_src_addr)?;
+        // The runs may repeat the last instance's: its workers are kept out by the front
+        // end, which takes datagrams of a run only from members that joined this instance
+        // (see the module docs, *Runs across restarts*).
         for j in &cfg.setup.jobs {
             let run = cfg
                 .first_run
@@ -1448,6 +1580,7 @@ impl Server {
             jobs: job_members(&cfg.setup.jobs),
             peers: RwLock::new(Peers {
                 addrs: vec![None; members],
+                joined: vec![None; members],
                 fanout: vec![Vec::new(); 256],
             }),
             counters: Counters::default(),
@@ -1479,7 +1612,10 @@ impl Server {
                 let members = shared.jobs;
                 let jobs = JobsTarget::new(trio.clone())
                     .template(move |job_id| setup.job_config(job_id, out_src_addr))
-                    .on_change(move |job_id| up.forget_upstream_run(job_id))
+                    .on_change(move |job_id| {
+                        up.forget_upstream_run(job_id);
+                        up.forget_members(job_id);
+                    })
                     .check_add(move |job| servable(&members, job));
                 let targets: Vec<Arc<dyn Target>> = vec![Arc::new(jobs)];
                 Some(
@@ -1693,15 +1829,15 @@ impl Server {
         let Some(hdr) = self.shared.take_datagram(payload, truncated, from, out) else {
             return;
         };
-        let member = self.shared.learn(from, hdr.job_id, hdr.src_id);
-        let (port, src_addr, src_mac) = match member {
+        let (port, src_addr, src_mac) = match self.shared.admit(from, &hdr, out) {
             // Member indices are below the ports the engine has (checked in `bind`).
-            Some(i) => (
+            Admission::Member(i) => (
                 PEER_PORT_BASE + i as u16,
                 peer_ip(i),
                 [0x02, 0x01, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8],
             ),
-            None => {
+            Admission::NotJoined => return,
+            Admission::Stranger => {
                 bump(&c.strangers, 1);
                 (
                     STRANGER_PORT,

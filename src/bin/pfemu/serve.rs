@@ -92,6 +92,19 @@ pub struct ServeArgs {
     /// This aggregator's source id in the upstream job.
     #[arg(long, default_value_t = 0)]
     pub upstream_src: u8,
+    /// With --upstream: how long a stopping server waits, in milliseconds, for the upper
+    /// level's answers to the Results it sent up while stopping (or held for its Join
+    /// above), from when its engine stopped and from the last of them sent (positive, at most
+    /// 10^12). Its members get those answers; the ones still missing then are counted in
+    /// upstream_unanswered.
+    #[arg(
+        long,
+        value_name = "MS",
+        requires = "upstream",
+        value_parser = pfemu::lab::bench::settings::parse_millis,
+        default_value_t = serve::DEFAULT_STOP_UPSTREAM_WAIT.as_millis() as f64
+    )]
+    pub stop_upstream_wait_ms: f64,
     /// Receive buffer asked for the listening socket, KiB (the kernel caps it at
     /// net.core.rmem_max, with a warning; 0 keeps the system's default). Datagrams that
     /// arrive while it is full are dropped by the kernel, counted in kernel_dropped.
@@ -222,9 +235,12 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         gro: !a.no_gro,
         control: a.runtime.control.clone(),
         trace: a.runtime.trace_spec(),
-        // At random: a restarted server's jobs start at another run than the last one's.
+        // At random (the front end, not the draw, keeps a restarted server's jobs apart
+        // from the last instance's workers: see `pfemu::lab::serve`, Runs across restarts).
         first_run: None,
-        stop_upstream_wait: serve::DEFAULT_STOP_UPSTREAM_WAIT,
+        // Checked by clap (`parse_millis`): the conversion cannot fail.
+        stop_upstream_wait: pfemu::duration::millis(a.stop_upstream_wait_ms)
+            .map_err(|e| format!("invalid option `--stop-upstream-wait-ms`: {e}"))?,
     };
     if a.idle_exit_ms == Some(0) {
         // 0 would stop the server after the first receive.
@@ -307,13 +323,15 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         println!(
             "dropped: {} by the kernel (receive buffer of {} KiB full), {} short, {} bad \
              length, {} unknown job; {} from sources outside their job (the engine drops \
-             them); {} unroutable, {} socket errors",
+             them); {} of a run from senders that had not joined this server (answered \
+             Superseded); {} unroutable, {} socket errors",
             f.kernel_dropped,
             f.recv_buffer_bytes / 1024,
             f.dropped_short,
             f.dropped_bad_length,
             f.dropped_unknown_job,
             f.strangers,
+            f.not_joined,
             f.unroutable,
             f.socket_errors
         );
