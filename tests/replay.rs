@@ -1689,6 +1689,82 @@ fn raw_shb(options: &[u8]) -> Vec<u8> {
     raw_block(0x0A0D_0D0A, &body)
 }
 
+/// A Section Header Block of pcapng version `major.minor` (little-endian, section length
+/// unknown, no options).
+fn raw_shb_version(major: u16, minor: u16) -> Vec<u8> {
+    let mut body = vec![0x4D, 0x3C, 0x2B, 0x1A];
+    body.extend_from_slice(&major.to_le_bytes());
+    body.extend_from_slice(&minor.to_le_bytes());
+    body.extend_from_slice(&(-1i64).to_le_bytes());
+    raw_block(0x0A0D_0D0A, &body)
+}
+
+/// Replay reads sections of pcapng version 1.0, and 1.2, which some writers wrote and the
+/// pcapng specification has readers take for 1.0. A Section Header Block of another version
+/// (another major version is another format; another minor version of 1 may hold what a
+/// reader of 1.0 cannot read) is refused, naming the block and the version: it used to be
+/// read as 1.0 whatever its version said.
+#[test]
+fn pcapng_sections_of_another_version_are_refused() {
+    let dir = scratch("pcapng-version");
+    let frame = udp_frame([10, 0, 0, 1], 64, 64);
+    let good = ng_capture(0, std::slice::from_ref(&frame));
+    // The Section Header Block is block 0, the interface block 1, the packet block 2.
+    let with_version =
+        |major: u16, minor: u16| replace_block(&good, 0, &raw_shb_version(major, minor));
+    let second_section = |major: u16, minor: u16| {
+        [
+            &good[..],
+            &raw_shb_version(major, minor),
+            &good[ng_blocks(&good)[1].start..],
+        ]
+        .concat()
+    };
+    for (name, bytes, packets) in [
+        ("v1.0", with_version(1, 0), 1),
+        ("v1.2", with_version(1, 2), 1),
+        ("second-v1.2", second_section(1, 2), 2),
+    ] {
+        let input = dir.join(format!("{name}.pcapng"));
+        std::fs::write(&input, &bytes).expect("write");
+        let r = replay_file(&ReplayConfig::default(), &input, &dir.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(r.packets_in, packets, "{name}");
+    }
+    for (name, bytes, says) in [
+        (
+            "v2.0",
+            with_version(2, 0),
+            "its first pcapng block (the Section Header Block) says pcapng version 2.0; \
+             replay reads version 1.0 (and 1.2, which the pcapng specification has readers \
+             take for 1.0): another major version is another format",
+        ),
+        ("v0.0", with_version(0, 0), "says pcapng version 0.0"),
+        (
+            "v65535.0",
+            with_version(u16::MAX, 0),
+            "says pcapng version 65535.0",
+        ),
+        (
+            "v1.1",
+            with_version(1, 1),
+            "says pcapng version 1.1; replay reads version 1.0 (and 1.2, which the pcapng \
+             specification has readers take for 1.0): a later minor version may hold what a \
+             reader of 1.0 cannot read",
+        ),
+        ("v1.3", with_version(1, 3), "says pcapng version 1.3"),
+        (
+            "second-v2.0",
+            second_section(2, 0),
+            "pcapng block 4 (after 1 complete packets) says pcapng version 2.0",
+        ),
+    ] {
+        let e = replay_err(&dir, &format!("{name}.pcapng"), &bytes);
+        assert!(e.contains(says), "{name}: {e}");
+        assert!(!e.contains("malformed"), "{name}: {e}");
+    }
+}
+
 /// pcapng lets a writer end a block's options at the block's end without `opt_endofopt`
 /// ("readers must not assume it"); pcap-file's parser refused such an Enhanced Packet or
 /// Section Header Block as "malformed: Invalid option". Replay reads them, and still names

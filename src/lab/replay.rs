@@ -25,7 +25,11 @@
 //!   capture, tshark's `frame.interface_id`) enters on port [`ReplayConfig::port`]` + i`;
 //!   [`ReplayReport::packets_in_by_port`] counts them.
 //!
-//! pcapng details: Enhanced Packet Blocks are timed at their interface's resolution
+//! pcapng details: every section must be of pcapng version 1.0, or 1.2, which some writers
+//! wrote and which the pcapng specification has readers take for 1.0; a Section Header
+//! Block of any other version is refused, naming it (another major version is another
+//! format, and another minor version of 1 may hold what a reader of 1.0 cannot read).
+//! Enhanced Packet Blocks are timed at their interface's resolution
 //! (`if_tsresol`: `10^-n` or `2^-n` seconds, microseconds when absent) plus its
 //! `if_tsoffset` seconds. Simple Packet Blocks belong to interface 0 (which must come
 //! before them), carry `min(original length, the interface's snap length)` bytes (snap
@@ -175,7 +179,7 @@ use crate::microcode::l3fwd::{Dir248, L3fwd, RouteTable};
 use crate::microcode::trio_ml::wire::{self, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT, UDP_AT};
 use crate::microcode::trio_ml::{TrioMl, TrioMlConfig};
 use crate::packet::Port;
-use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, Stats, DEFAULT_PORTS};
+use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, StartError, Stats, DEFAULT_PORTS};
 
 /// Snap length of the captures written (tcpdump's largest).
 pub const OUT_SNAPLEN: u32 = 262_144;
@@ -937,9 +941,34 @@ fn sized(name: &str, value: &[u8], want: usize) -> Result<(), String> {
     }
 }
 
-/// The Section Header Block read whole into `block`: the byte order of its section. Its
-/// options are walked (none is used), ending at `opt_endofopt` or the block's end.
-fn parse_shb(block: &[u8]) -> Result<Endianness, String> {
+/// Why a Section Header Block was refused ([`parse_shb`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ShbError {
+    /// Its content does not parse (what is wrong).
+    Malformed(String),
+    /// It is of a pcapng version replay does not read: its major and minor version.
+    Version(u16, u16),
+}
+
+impl From<String> for ShbError {
+    fn from(why: String) -> Self {
+        ShbError::Malformed(why)
+    }
+}
+
+/// Whether replay reads a section of pcapng version `major.minor`: version 1.0, and 1.2,
+/// which some writers wrote and which the pcapng specification has readers take for 1.0
+/// (only block types were added). Another major version is another format (its blocks
+/// need not be laid out as 1's), and another minor version of 1 may hold what a reader of
+/// 1.0 cannot read; libpcap refuses both too.
+fn pcapng_version_read(major: u16, minor: u16) -> bool {
+    major == 1 && matches!(minor, 0 | 2)
+}
+
+/// The Section Header Block read whole into `block`: the byte order of its section, once
+/// its version is one replay reads ([`pcapng_version_read`]). Its options are walked (none
+/// is used), ending at `opt_endofopt` or the block's end.
+fn parse_shb(block: &[u8]) -> Result<Endianness, ShbError> {
     // The framing read the byte-order magic (and refused any other).
     let endianness = match u32::from_be_bytes(block[8..12].try_into().expect("4 bytes")) {
         0x1A2B_3C4D => Endianness::Big,
@@ -951,8 +980,33 @@ fn parse_shb(block: &[u8]) -> Result<Endianness, String> {
     };
     // Byte-order magic, major and minor version, section length.
     let end = b.body_end(16, "byte-order magic, versions and section length")?;
+    // Before the options: a section of another version may lay them out otherwise.
+    let (major, minor) = (b.u16_at(12), b.u16_at(14));
+    if !pcapng_version_read(major, minor) {
+        return Err(ShbError::Version(major, minor));
+    }
     b.options(24, end, |_, _| Ok(()))?;
     Ok(endianness)
+}
+
+/// The error for a Section Header Block (`what` names it) that [`parse_shb`] refused.
+fn shb_err(file: &str, what: String, e: ShbError) -> ReplayError {
+    let reason = match e {
+        ShbError::Malformed(why) => format!("{what} is malformed: {why}"),
+        ShbError::Version(major, minor) => format!(
+            "{what} says pcapng version {major}.{minor}; replay reads version 1.0 (and 1.2, \
+             which the pcapng specification has readers take for 1.0){}",
+            if major == 1 {
+                ": a later minor version may hold what a reader of 1.0 cannot read"
+            } else {
+                ": another major version is another format"
+            }
+        ),
+    };
+    ReplayError::Capture {
+        file: file.to_string(),
+        reason,
+    }
 }
 
 /// An Enhanced Packet Block's fields.
@@ -1066,7 +1120,7 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
     let first = || "its first pcapng block (the Section Header Block)".to_string();
     // The file starts with a Section Header Block's type (its magic number): read whole.
     next_pcapng_block(&mut input, &mut buf, None, file, &first)?;
-    let mut section = parse_shb(&buf).map_err(|why| malformed(first(), why))?;
+    let mut section = parse_shb(&buf).map_err(|e| shb_err(file, first(), e))?;
     let mut interfaces: Vec<Interface> = Vec::new();
     let mut packets: Vec<InPacket> = Vec::new();
     // Simple Packet Blocks have no timestamp: the indices of those waiting for one.
@@ -1097,7 +1151,7 @@ fn read_pcapng<R: Read>(mut input: R, file: &str) -> Result<Vec<InPacket>, Repla
         };
         let (interface, ts, orig_len, data) = match block_type {
             SHB_TYPE_U32 => {
-                section = parse_shb(&buf).map_err(|why| malformed(what(), why))?;
+                section = parse_shb(&buf).map_err(|e| shb_err(file, what(), e))?;
                 interfaces.clear();
                 continue;
             }
@@ -1652,19 +1706,24 @@ pub fn replay<R: Read>(
     name: &str,
     open: Opener,
 ) -> Result<ReplayReport, ReplayError> {
-    replay_checked(cfg, input, name, open, || Ok(()))
+    replay_checked(cfg, input, name, open, || Ok(()), Pfe::start)
 }
 
+/// Starts a built engine: [`Pfe::start`], or a test's stand-in that fails it.
+type StartFn<'a> = &'a mut dyn FnMut(&mut Pfe) -> Result<(), StartError>;
+
 /// [`replay`], calling `checked` once the capture and the configuration have passed every
-/// check (the engine built, not started: PPE threads, routes, DIR-24-8 table, aggregation
-/// jobs), before the engine starts: a refused capture or setting leaves what `checked` would
-/// change (an earlier replay's outputs) as it was.
+/// check (the engine built: PPE threads, routes, DIR-24-8 table, aggregation jobs) and the
+/// engine has started (with `start`), before the first packet is injected: a refused
+/// capture or setting, or an engine that cannot start (the system refused a thread), leaves
+/// what `checked` would change (an earlier replay's outputs) as it was.
 fn replay_checked<R: Read>(
     cfg: &ReplayConfig,
     input: R,
     name: &str,
     open: Opener,
     checked: impl FnOnce() -> Result<(), ReplayError>,
+    mut start: impl FnMut(&mut Pfe) -> Result<(), StartError>,
 ) -> Result<ReplayReport, ReplayError> {
     let speed = speed_of(cfg.timing)?;
     let Capture { format, packets } = read_capture(input, name)?;
@@ -1686,9 +1745,14 @@ fn replay_checked<R: Read>(
         mut pfe,
         aggregation,
     } = build_engine(cfg, sink.clone(), ports_needed.min(MAX_PORTS))?;
-    // Every setting is checked by now (some only in building the engine).
-    checked()?;
-    pfe.start().map_err(engine_err)?;
+    // Every setting is checked by now (some only in building the engine), and the engine
+    // runs: nothing can fail before the first injection any more but `checked` itself, and
+    // an engine that nothing was injected into shuts down at once.
+    start(&mut pfe).map_err(engine_err)?;
+    if let Err(e) = checked() {
+        pfe.shutdown();
+        return Err(e);
+    }
 
     let mut report = input_report(cfg, format, &packets, &ports);
     let start = Instant::now();
@@ -1855,21 +1919,33 @@ fn replay_one_by_one(
 /// every port that sent anything and, with [`ReplayConfig::write_drops`],
 /// `out_dir/dropped.pcap` (when anything was dropped). Creates `out_dir` if needed.
 /// Output captures of an earlier replay into `out_dir` (files named `port<N>.pcap` and
-/// `dropped.pcap`) are removed once the capture and the settings have passed their checks,
-/// so the directory holds this replay's outputs only; other files are left alone. A
-/// capture or a setting refused leaves the directory as it was.
+/// `dropped.pcap`) are removed once the capture and the settings have passed their checks
+/// and the engine has started, so the directory holds this replay's outputs only; other
+/// files are left alone. A capture or a setting refused, or an engine that cannot start
+/// (the system refused one of its threads), leaves the directory as it was.
 pub fn replay_file(
     cfg: &ReplayConfig,
     pcap: &Path,
     out_dir: &Path,
+) -> Result<ReplayReport, ReplayError> {
+    replay_file_with(cfg, pcap, out_dir, &mut Pfe::start)
+}
+
+/// [`replay_file`], the engine started by `start`.
+fn replay_file_with(
+    cfg: &ReplayConfig,
+    pcap: &Path,
+    out_dir: &Path,
+    start: StartFn<'_>,
 ) -> Result<ReplayReport, ReplayError> {
     let name = pcap.display().to_string();
     let file = std::fs::File::open(pcap).map_err(|source| ReplayError::Read {
         file: name.clone(),
         source,
     })?;
-    // Only once the capture and the settings passed their checks: a bad one leaves the
-    // directory as it was.
+    // Only once the capture and the settings passed their checks and the engine runs: a
+    // bad capture or setting, or an engine that cannot start, leaves the directory as it
+    // was.
     let prepare = || {
         std::fs::create_dir_all(out_dir).map_err(|e| ReplayError::Write {
             output: out_dir.display().to_string(),
@@ -1887,7 +1963,7 @@ pub fn replay_file(
         log.lock().push(path);
         Ok(Box::new(io::BufWriter::new(f)) as Box<dyn Write + Send>)
     });
-    let mut report = replay_checked(cfg, io::BufReader::new(file), &name, open, prepare)?;
+    let mut report = replay_checked(cfg, io::BufReader::new(file), &name, open, prepare, start)?;
     let mut files = std::mem::take(&mut *created.lock());
     files.sort();
     report.files = files;
@@ -1919,6 +1995,63 @@ fn remove_stale_outputs(dir: &Path) -> Result<(), ReplayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An engine that cannot start (here the system refuses its second PPE thread, as it
+    /// does without memory for a stack or over a thread limit) fails the replay, naming the
+    /// thread, and leaves the earlier replay's outputs as they were: they used to be
+    /// removed before the engine started, so a replay that never ran lost them.
+    #[test]
+    fn a_replay_whose_engine_cannot_start_leaves_the_earlier_outputs() {
+        let dir =
+            std::env::temp_dir().join(format!("pfemu-replay-start-error-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let mut w = PcapWriter::new(Vec::new()).expect("pcap writer");
+        for i in 0..4u8 {
+            let f = crate::microcode::l3fwd::udp_frame([10, 0, 0, i], 64, 64);
+            let ts = Duration::from_secs(1000) + Duration::from_millis(u64::from(i));
+            w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
+                .expect("packet");
+        }
+        let pcap = dir.join("in.pcap");
+        std::fs::write(&pcap, w.into_writer()).expect("capture");
+        let out = dir.join("out");
+        let cfg = ReplayConfig {
+            ppe_threads: 2,
+            ..ReplayConfig::default()
+        };
+        let first = replay_file(&cfg, &pcap, &out).expect("the first replay");
+        assert!(!first.files.is_empty(), "the first replay wrote outputs");
+        let before: Vec<(PathBuf, Vec<u8>)> = (first.files.iter())
+            .map(|f| (f.clone(), std::fs::read(f).expect("an output")))
+            .collect();
+        let mut spawned = 0;
+        let mut refuse_second = |pfe: &mut Pfe| {
+            pfe.start_with(&mut |builder: std::thread::Builder, body| {
+                spawned += 1;
+                if spawned > 1 {
+                    Err(io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        "Resource temporarily unavailable",
+                    ))
+                } else {
+                    builder.spawn(body)
+                }
+            })
+        };
+        let e = replay_file_with(&cfg, &pcap, &out, &mut refuse_second)
+            .expect_err("the engine cannot start")
+            .to_string();
+        assert!(e.contains("cannot spawn thread pfemu-ppe-1"), "{e}");
+        for (f, content) in &before {
+            assert!(
+                std::fs::read(f).ok().as_ref() == Some(content),
+                "{} is as the first replay left it",
+                f.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn pcapng_timestamps_follow_if_tsresol() {

@@ -14,7 +14,7 @@ use crossbeam_utils::Backoff;
 use super::{ppe, timer_threads, Pfe, Stats, STATE_RUNNING, STATE_STOPPED};
 
 /// Makes one of the engine's threads: [`std::thread::Builder::spawn`], or a test's stand-in.
-type SpawnFn<'a> = dyn FnMut(std::thread::Builder, Box<dyn FnOnce() + Send>) -> std::io::Result<JoinHandle<()>>
+pub(crate) type SpawnFn<'a> = dyn FnMut(std::thread::Builder, Box<dyn FnOnce() + Send>) -> std::io::Result<JoinHandle<()>>
     + 'a;
 
 /// Why [`Pfe::start`] failed: the engine was stopped, or a thread could not be spawned.
@@ -76,8 +76,9 @@ impl Pfe {
         self.start_with(&mut |builder, body| builder.spawn(body))
     }
 
-    /// [`Pfe::start`] with the threads made by `spawn` (tests inject failures here).
-    pub(super) fn start_with(&mut self, spawn: &mut SpawnFn<'_>) -> Result<(), StartError> {
+    /// [`Pfe::start`] with the threads made by `spawn` (tests inject failures here: the
+    /// engine's own, and the lab's that start an engine, e.g. `replay`).
+    pub(crate) fn start_with(&mut self, spawn: &mut SpawnFn<'_>) -> Result<(), StartError> {
         match self.shared.state.load(Ordering::Acquire) {
             STATE_RUNNING => return Ok(()),
             STATE_STOPPED => return Err(StartError::Stopped),
