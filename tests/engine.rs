@@ -360,6 +360,120 @@ fn created_packets_leave_right_after_their_creator_in_creation_order() {
     assert_eq!(s.frames_tx, 6_000);
 }
 
+/// Creates a packet of 60 bytes to port 0 from local memory: `marker` at byte 0, then the
+/// creator's flow and sequence number where [`flow_seq`] reads them.
+fn emit_marked(t: &mut Thread<'_>, marker: u8, id: [u8; 8]) -> Result<(), Fault> {
+    let lm = t.lm_bytes_mut(1000, 60)?;
+    lm.fill(0);
+    lm[0] = marker;
+    lm[42..50].copy_from_slice(&id);
+    t.emit(Dest::Port(0), 1000, 60)
+}
+
+/// A thread that keeps the packets it created ([`Thread::keep_created`]) and faults later
+/// loses only those it created after the call; so does its fault handler if it faults in
+/// turn. Kept packets leave right after their creator's place, in creation order, once,
+/// ahead of the handler's; the engine counts them as created packets and the creator as a
+/// fault.
+#[test]
+fn packets_a_thread_kept_leave_although_it_faults_later_and_the_others_do_not() {
+    // Packet `seq` creates 0xA1 and 0xA2, keeps them, creates 0xA3, then by `seq % 4`:
+    // 0 forwards itself; 1 reads past local memory; 2 runs out of instructions; 3 read
+    // past local memory before it kept anything. The fault handler creates 0xB1, keeps
+    // it, creates 0xB2, and faults in turn for `seq % 4 == 2`.
+    let class = |t: &Thread<'_>| -> Result<(u32, [u8; 8]), Fault> {
+        // The payload's flow and sequence number (`udp_frame`).
+        let id: [u8; 8] = t.head(42)?[..8].try_into().unwrap();
+        Ok((u32::from_be_bytes(id[4..].try_into().unwrap()) % 4, id))
+    };
+    let mut p = Program::builder("keep");
+    pfemu::labels!(p => create, spin, on_fault);
+    p.instr(create, move |t| {
+        let (class, id) = class(t)?;
+        emit_marked(t, 0xA1, id)?;
+        emit_marked(t, 0xA2, id)?;
+        if class == 3 {
+            t.lm_bytes(1270, 64)?;
+        }
+        t.keep_created();
+        emit_marked(t, 0xA3, id)?;
+        match class {
+            0 => Ok(Done(Verdict::Forward(0))),
+            1 => {
+                t.lm_bytes(1270, 64)?;
+                unreachable!("local memory has 1280 bytes")
+            }
+            _ => Ok(Goto(spin)),
+        }
+    });
+    p.instr(spin, move |_t| Ok(Goto(spin)));
+    p.instr(on_fault, move |t| {
+        let (class, id) = class(t)?;
+        emit_marked(t, 0xB1, id)?;
+        t.keep_created();
+        emit_marked(t, 0xB2, id)?;
+        if class == 2 {
+            t.lm_bytes(1270, 64)?;
+        }
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, create);
+    p.on_fault(on_fault);
+    let (sink, rx) = ChannelSink::new();
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(4)
+        .classifier(FlowClassifier::IngressPort)
+        .batch_size(4)
+        .instruction_budget(50)
+        .sink(Arc::new(sink))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    const N: u32 = 400;
+    let frames: Vec<Vec<u8>> = (0..N).map(|i| udp_frame(1, i, 64)).collect();
+    pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
+        .unwrap();
+    pfe.drain();
+
+    // One ingress port, one flow: the output keeps the input order.
+    let out: Vec<(Option<u8>, u32)> = rx
+        .try_iter()
+        .map(|p| {
+            let marker = (p.data.len() == 60).then_some(p.data[0]);
+            (marker, flow_seq(&p.data).1)
+        })
+        .collect();
+    let want: Vec<(Option<u8>, u32)> = (0..N)
+        .flat_map(|i| {
+            let markers: &[Option<u8>] = match i % 4 {
+                0 => &[None, Some(0xA1), Some(0xA2), Some(0xA3)],
+                1 => &[Some(0xA1), Some(0xA2), Some(0xB1), Some(0xB2)],
+                2 => &[Some(0xA1), Some(0xA2), Some(0xB1)],
+                _ => &[Some(0xB1), Some(0xB2)],
+            };
+            markers.iter().map(move |m| (*m, i))
+        })
+        .collect();
+    assert_eq!(out, want);
+
+    let s = pfe.shutdown();
+    let k = u64::from(N / 4);
+    assert_eq!(s.packets_out, k);
+    assert_eq!(s.faults_of(FaultKind::LocalMemory), 2 * k);
+    assert_eq!(s.faults_of(FaultKind::InstructionBudget), k);
+    assert_eq!(s.dropped, 3 * k, "every faulting packet dropped");
+    assert_eq!((s.fault_handlers, s.fault_handler_faults), (3 * k, k));
+    assert_eq!(
+        s.created,
+        (3 + 4 + 3 + 2) * k,
+        "the packets that left, no more"
+    );
+    assert_eq!(s.created_invalid, 0);
+    assert_eq!(s.frames_tx, k + s.created);
+    assert!(s.is_conserved());
+}
+
 #[test]
 fn posted_xtxns_are_applied_exactly_once_and_visible_after_drain() {
     let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());

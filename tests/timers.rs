@@ -308,6 +308,59 @@ fn a_faulting_timer_thread_is_counted_and_the_timers_go_on() {
     assert!(stats.is_conserved());
 }
 
+/// A timer thread that keeps the packets it created ([`Thread::keep_created`]) and faults
+/// later sends them all the same; those it created after the call are abandoned with it.
+#[test]
+fn a_faulting_timer_thread_sends_the_packets_it_kept() {
+    let clock = Arc::new(ManualClock::new());
+    let mut p = Program::builder("keeping_timer");
+    let [pkt, tick] = p.labels(["packet", "tick"]);
+    p.instr(pkt, |_| Ok(Done(Verdict::Forward(3))));
+    p.instr(tick, |t| {
+        let l = *t.timer().unwrap();
+        // Every launch emits a packet to port 1 and keeps it, then one to port 2; every
+        // other launch then reads outside the shared memory.
+        t.emit(Dest::Port(1), 0, 64)?;
+        t.keep_created();
+        t.emit(Dest::Port(2), 0, 64)?;
+        if l.scheduled_ns / MS % 2 == 1 {
+            t.read_u64(1 << 40)?;
+        }
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, pkt);
+    p.entry(Entry::Timer(0), tick);
+    let sink = Arc::new(CountingSink::new(4));
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        .timers([one_timer(MS, 0)])
+        .clock(clock.clone())
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    for k in 0..6 {
+        clock.set(k * MS);
+        pfe.settle_timers();
+    }
+    pfe.inject_frame(0, &udp_frame(1, 0, 64)).unwrap();
+    pfe.drain();
+    let stats = pfe.shutdown();
+    assert_eq!((stats.timer_runs, stats.timer_faults), (6, 3));
+    assert_eq!(sink.packets(1), 6, "every kept packet left");
+    assert_eq!(
+        sink.packets(2),
+        3,
+        "only the threads that did not fault sent theirs"
+    );
+    assert_eq!(sink.packets(3), 1);
+    assert_eq!(stats.created, 6 + 3);
+    assert_eq!(stats.frames_tx, 6 + 3 + 1);
+    assert!(stats.is_conserved());
+}
+
 /// Shutdown stops every launch, including those the PPE threads make between batches.
 /// Each timer thread moves the clock a period on, so after every run both timers are due
 /// again; with one PPE thread and two timers there is always a launch queued while the

@@ -161,8 +161,8 @@ fn run_timer(
     if let Err(fault) = outcome.result {
         st.faults[fault.kind().index()] += 1;
         st.timer_faults += 1;
-        // The packets it created were discarded with its work (those of its program's
-        // fault handler remain).
+        // The packets it created were discarded with its work (those it kept,
+        // `Thread::keep_created`, and its program's fault handler's remain).
         st.count_fault_handler(&outcome.fault_handler);
     }
     for r in &out.recs {
@@ -360,8 +360,8 @@ fn process_packets<const TRACE: bool>(
                 let k = fault.kind().index();
                 st.faults[k] += 1;
                 st.drops[DROP_FAULT_BASE + k] += 1;
-                // The packets it created were discarded with its work (those of its
-                // program's fault handler remain).
+                // The packets it created were discarded with its work (those it kept,
+                // `Thread::keep_created`, and its program's fault handler's remain).
                 st.count_fault_handler(&outcome.fault_handler);
                 None
             }

@@ -184,7 +184,8 @@ pub struct Stats {
     pub faults: BTreeMap<String, u64>,
     /// Packets accepted and not yet released.
     pub in_flight: u64,
-    /// Packets created by programs.
+    /// Packets created by programs (of a thread that faulted, those it kept,
+    /// [`crate::program::Thread::keep_created`], and its fault handler's).
     pub created: u64,
     /// Created packets discarded because their port or group does not exist.
     pub created_invalid: u64,

@@ -99,8 +99,9 @@ impl ProgramBuilder {
     /// as the fault left them, an empty call stack and a fresh instruction budget (the engine's,
     /// and at least [`DEFAULT_INSTRUCTION_BUDGET`], so that a budget set small to catch a
     /// runaway loop does not starve the clean-up). The packets the thread created before
-    /// the fault are discarded; the handler's own are sent, unless it faults in turn (it
-    /// is not handled again). Whatever the handler returns, the packet is dropped under
+    /// the fault are discarded, but for those it kept ([`Thread::keep_created`]); the
+    /// handler's own are sent, unless it faults in turn (it is not handled again: then
+    /// only those it kept are). Whatever the handler returns, the packet is dropped under
     /// the fault's reason; the engine counts handlers run and handlers that faulted
     /// ([`crate::pfe::Stats::fault_handlers`]).
     ///

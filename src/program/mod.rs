@@ -44,7 +44,8 @@
 //! local-memory, tail or shared-memory access, a call deeper than [`MAX_CALL_DEPTH`], a
 //! return with an empty call stack, a header that does not fit the bytes, a runaway loop
 //! that exceeds the instruction budget, or a panic inside a closure ends the packet with a
-//! [`Fault`]; the engine drops it with the fault's reason and goes on. A program whose
+//! [`Fault`]; the engine drops it with the fault's reason, discards the packets the thread
+//! created (but for those it kept: [`Thread::keep_created`]) and goes on. A program whose
 //! threads hold shared state across instructions can give it back first, in a fault handler
 //! ([`ProgramBuilder::on_fault`]) that the faulting thread runs with its registers and local
 //! memory.

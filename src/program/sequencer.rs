@@ -121,11 +121,12 @@ impl Program {
 
     /// [`Program::run`], calling `before` with each instruction's label before it runs.
     ///
-    /// A thread that faults has the packets it created discarded; then, if the program has
-    /// a fault handler ([`ProgramBuilder::on_fault`]), the thread runs it from its label
-    /// with its registers and local memory as the fault left them, an empty call stack and
-    /// a fresh budget (`budget`, and at least [`DEFAULT_INSTRUCTION_BUDGET`]). The outcome
-    /// stays the fault; the handler's instructions and waits are counted with the thread's.
+    /// A thread that faults has the packets it created discarded, but for those it kept
+    /// ([`Thread::keep_created`]); then, if the program has a fault handler
+    /// ([`ProgramBuilder::on_fault`]), the thread runs it from its label with its registers
+    /// and local memory as the fault left them, an empty call stack and a fresh budget
+    /// (`budget`, and at least [`DEFAULT_INSTRUCTION_BUDGET`]). The outcome stays the fault;
+    /// the handler's instructions and waits are counted with the thread's.
     #[inline]
     pub(crate) fn run_observed(
         &self,
@@ -142,15 +143,15 @@ impl Program {
                 fault_handler: None,
             };
         };
-        let created = t.created_len();
         let mut executed = 0u32;
         let mut waits = 0u32;
         let result =
             self.execute::<false>(start, t, budget, &mut executed, &mut waits, &mut before);
         let mut fault_handler = None;
         if result.is_err() {
-            // The thread's work is abandoned, packets it created included.
-            t.discard_created(created);
+            // The thread's work is abandoned, packets it created included (but for those it
+            // kept: `Thread::keep_created`).
+            t.discard_created();
             if let Some(handler) = self.inner.fault_entry {
                 let (ran, handled) =
                     self.run_fault_handler(handler, t, budget, &mut waits, &mut before);
@@ -180,7 +181,6 @@ impl Program {
         waits: &mut u32,
         before: &mut impl FnMut(Label),
     ) -> (u32, Result<(), Fault>) {
-        let created = t.created_len();
         let mut ran = 0u32;
         let handled = self.execute::<true>(
             handler,
@@ -191,8 +191,9 @@ impl Program {
             before,
         );
         if handled.is_err() {
-            // A handler that faults is abandoned in turn.
-            t.discard_created(created);
+            // A handler that faults is abandoned in turn (the packets it kept, and those
+            // the thread kept before its fault, stay).
+            t.discard_created();
         }
         (ran, handled.map(|_| ()))
     }

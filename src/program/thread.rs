@@ -128,6 +128,10 @@ pub struct Thread<'a> {
     meta: PacketMeta<'a>,
     /// Local memory was written (so the head must be unloaded, not reused as it came).
     lm_written: bool,
+    /// The output arena's records below this index survive a fault: those there before
+    /// the thread started, and its own created packets up to its last
+    /// [`Thread::keep_created`].
+    kept_created: usize,
 }
 
 /// A posted add whose lanes are still in the packet's tail: the chunks that
@@ -208,6 +212,7 @@ impl<'a> Thread<'a> {
         debug_assert!(core.tail_add.is_none(), "the last thread was not ended");
         core.new_tail.clear();
         core.new_tail_set = false;
+        let kept_created = out.recs.len();
         Thread {
             r: [0; REGISTERS],
             core,
@@ -215,6 +220,7 @@ impl<'a> Thread<'a> {
             out,
             meta,
             lm_written: false,
+            kept_created,
         }
     }
 
@@ -445,15 +451,53 @@ impl<'a> Thread<'a> {
         Ok(())
     }
 
-    /// Packets created so far (the sequencer discards a faulting run's).
+    /// Keeps the packets this thread has created so far ([`Thread::emit`]): they leave even
+    /// if the thread faults later, in creation order and once, as if it had not faulted.
+    /// Those it creates after the call are discarded on a fault as before (the engine's
+    /// rule: a faulting thread's work is abandoned, packets it created included; see
+    /// [`ProgramBuilder::on_fault`]). Call it once a created packet stands on its own and
+    /// losing it to a later fault would cost more than sending it: Trio-ML's finisher
+    /// keeps each Result it sent, since nothing else would send it again. In a fault
+    /// handler it keeps the handler's packets from a fault of the handler itself.
+    ///
+    /// It issues no XTXN and is not counted; a program that never calls it runs as before.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use pfemu::prelude::*;
+    /// use pfemu::program::{FaultKind, Harness};
+    ///
+    /// let mut p = Program::builder("keep");
+    /// pfemu::labels!(p => send, spin);
+    /// p.instr(send, move |t| {
+    ///     t.lm_bytes_mut(0, 64)?.fill(1);
+    ///     t.emit(Dest::Port(1), 0, 64)?;
+    ///     t.keep_created();
+    ///     t.emit(Dest::Port(2), 0, 64)?;
+    ///     Ok(Goto(spin))
+    /// });
+    /// // A runaway loop: the thread faults once its budget runs out.
+    /// p.instr(spin, move |_t| Ok(Goto(spin)));
+    /// p.entry(Entry::Packet, send);
+    /// let program = p.build()?;
+    ///
+    /// let mut h = Harness::new(Arc::new(SharedMemory::new(&MemConfig::default())?));
+    /// h.set_budget(100);
+    /// let out = h.run(&program, 0, &[0u8; 64]);
+    /// assert_eq!(out.result.unwrap_err().kind(), FaultKind::InstructionBudget);
+    /// let dests: Vec<Dest> = out.created.iter().map(|(d, _)| *d).collect();
+    /// assert_eq!(dests, [Dest::Port(1)], "the kept packet leaves, the later one does not");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
-    pub(super) fn created_len(&self) -> usize {
-        self.out.recs.len()
+    pub fn keep_created(&mut self) {
+        self.kept_created = self.out.recs.len();
     }
 
-    /// Discards the packets created after the first `n`.
-    pub(super) fn discard_created(&mut self, n: usize) {
-        self.out.recs.truncate(n);
+    /// Discards the packets the thread created since it started or last kept them
+    /// ([`Thread::keep_created`]): what the sequencer does to a thread that faults.
+    pub(super) fn discard_created(&mut self) {
+        self.out.recs.truncate(self.kept_created);
     }
 
     // ----- shared memory XTXNs (synchronous unless noted) ---------------------------------
