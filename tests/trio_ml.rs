@@ -702,6 +702,49 @@ fn generations_keep_the_last_result_until_the_next_one_finishes() {
     );
 }
 
+/// A packet of a generation older than the kept one is dropped as `stale_gen`. A server's
+/// (header `src_cnt` 0) is told the generation is gone ([`wire::Gone`], out of the port it
+/// came from), so that it settles the chunk as lost instead of asking again until it gives
+/// up. A lower aggregator's Result (`src_cnt` not 0), from a source of the job all the
+/// same, is told nothing: an aggregator does not retransmit, and takes no `Gone`.
+#[test]
+fn a_stale_generation_from_a_lower_aggregator_is_not_answered_gone() {
+    let mut s = Setup::new(config(), &[job(1, &[0, 1])]);
+    for gen in 0..2u16 {
+        s.consumed(0, &packet(1, 7, gen, 0, &[1]));
+        assert_eq!(s.consumed(1, &packet(1, 7, gen, 1, &[2])).len(), 1);
+    }
+    assert_eq!(s.trio.kept_result(1, 7).unwrap().unwrap().gen_id, 1);
+
+    // Source 1, a lower aggregator's Result standing for 3 servers, of generation 0.
+    let mut from_below = packet(1, 7, 0, 1, &[2]);
+    wire::TrioMlHdr::new_unchecked(&mut from_below[wire::TRIO_ML_HDR_AT..]).set_src_cnt(3);
+    let (reason, created) = s.dropped(1, &from_below);
+    assert_eq!(reason, "stale_gen");
+    assert!(
+        created.is_empty(),
+        "a lower aggregator was answered: {:?}",
+        created
+            .iter()
+            .map(|(d, f)| (*d, wire::Gone::of(&wire::parse(f).unwrap().0)))
+            .collect::<Vec<_>>()
+    );
+
+    // The same packet from a server (`src_cnt` 0) is told generation 0 is gone.
+    let (reason, created) = s.dropped(1, &packet(1, 7, 0, 1, &[2]));
+    assert_eq!(reason, "stale_gen");
+    let answers: Vec<_> = created
+        .iter()
+        .map(|(d, f)| (*d, wire::Gone::of(&wire::parse(f).unwrap().0)))
+        .collect();
+    let gone = wire::Gone {
+        block_id: 7,
+        gen_id: 0,
+        run_id: 0,
+    };
+    assert_eq!(answers, [(Dest::Port(1), Some(gone))]);
+}
+
 /// Kept Results nobody asks for expire after `keep_result_ns` and free their slots, so
 /// block ids a host stopped using (or a flood of new ones) do not hold a job's slots for
 /// ever; a Result that is asked for stays.

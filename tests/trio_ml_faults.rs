@@ -43,7 +43,7 @@ fn grads(src: u8, n: usize) -> Vec<i32> {
         .collect()
 }
 
-use common::{trio_ml_launch as launch, trio_ml_scan as scan};
+use common::{trio_ml_scan as scan, trio_ml_scan_observed as scan_observed};
 
 /// The Results sent to the job's group: header and sums.
 fn group_results(created: &[(Dest, Vec<u8>)]) -> Vec<(TrioMlHdrFields, Vec<i32>)> {
@@ -125,11 +125,20 @@ fn quiet_injected_panics() {
 /// (a panic, which the engine takes as a fault of the program, as it takes a budget run
 /// out at that instruction); `fired` says whether it did.
 fn fault_before<'a>(at: &'a str, fired: &'a mut bool) -> impl FnMut(&str) + 'a {
+    fault_before_nth(at, 1, fired)
+}
+
+/// [`fault_before`] the `nth` instruction labelled `at` (counting from 1).
+fn fault_before_nth<'a>(at: &'a str, nth: usize, fired: &'a mut bool) -> impl FnMut(&str) + 'a {
     quiet_injected_panics();
+    let mut seen = 0;
     move |l| {
         if !*fired && l == at {
-            *fired = true;
-            panic!("{INJECTED} before {at}");
+            seen += 1;
+            if seen == nth {
+                *fired = true;
+                panic!("{INJECTED} before {at} #{nth}");
+            }
         }
     }
 }
@@ -146,6 +155,22 @@ fn run_faulting_before(
     let mut fired = false;
     let out = h.run_observed(program, port, frame, fault_before(at, &mut fired));
     assert!(fired, "the packet never reached {at}");
+    assert_fault(&out, FaultKind::Panic);
+    out
+}
+
+/// Runs the scan period at `now` (one timer owning the whole table) and makes its thread
+/// fault right before the `nth` instruction labelled `at` would run ([`fault_before_nth`]).
+fn run_timer_faulting_before(
+    h: &mut Harness,
+    program: &Program,
+    now: u64,
+    at: &str,
+    nth: usize,
+) -> HarnessOutcome {
+    let mut fired = false;
+    let out = scan_observed(h, program, now, fault_before_nth(at, nth, &mut fired));
+    assert!(fired, "the timer never reached {at} #{nth}");
     assert_fault(&out, FaultKind::Panic);
     out
 }
@@ -379,6 +404,126 @@ fn a_finisher_that_faults_finishes_the_block_in_its_handler() {
     }
 }
 
+/// A finisher that faults after it sent its Result (its instruction budget runs out right
+/// after `emit_result`, on its way to `consume`) does not lose the Result: the program has
+/// the engine keep it once sent (`Thread::keep_created`), so it leaves, once, though the
+/// packet is dropped as a fault; the handler, which finds nothing held, sends no other.
+/// Without the keep, the engine discarded it with the thread's work and the group never
+/// had it (its sources could ask for this one again; one not kept would be gone).
+#[test]
+fn a_finisher_that_faults_after_its_send_still_sends_its_result() {
+    // Where source 1's packet, which completes and finishes the block, runs: its budget
+    // is to run out right after emit_result.
+    let budget = {
+        let (mem, _trio, program) = install();
+        let mut h = Harness::new(mem);
+        h.run(&program, 0, &packet_with(2, 0, 0, &[1, 2, 3]));
+        let (out, labels) = run_labelled(&mut h, &program, 1, &packet_with(2, 0, 1, &[10, 20, 30]));
+        assert_eq!(out.result, Ok(Verdict::Consume));
+        let n = labels.len();
+        assert_eq!(labels[n - 2..], ["emit_result", "consume"]);
+        n - 1
+    };
+
+    let (mem, trio, program) = install();
+    let mut h = Harness::new(mem.clone());
+    h.run(&program, 0, &packet_with(2, 0, 0, &[1, 2, 3]));
+    h.set_budget(budget as u32);
+    let (out, labels) = run_labelled(&mut h, &program, 1, &packet_with(2, 0, 1, &[10, 20, 30]));
+    assert_fault(&out, FaultKind::InstructionBudget);
+    assert_eq!(
+        labels[budget - 1..],
+        ["emit_result", "on_fault", "fault_done"],
+        "out of instructions after the send, nothing held"
+    );
+    assert_eq!(out.created.len(), 1, "the Result, and nothing else");
+    let results = group_results(&out.created);
+    assert_eq!(results.len(), 1, "the Result sent before the fault left");
+    let (hdr, sums) = &results[0];
+    assert_eq!((hdr.src_cnt, hdr.degraded, hdr.age_op), (2, false, 0));
+    assert_eq!(*sums, [11, 22, 33]);
+    assert_eq!(trio.active_records(), 0);
+    assert_eq!(trio.kept_result(1, 2).unwrap().expect("kept").gen_id, 0);
+}
+
+/// A timer thread that finished an aged block and faults later (while it finishes the
+/// next aged block, or after its last, before it scans the kept Results) sends every
+/// partial Result all the same, each once: those it sent before the fault, which the
+/// program had the engine keep (`Thread::keep_created`), and the one its handler
+/// finishes. Without the keep, the Results sent before the fault were discarded with the
+/// thread's work.
+#[test]
+fn a_timer_that_faults_after_finishing_aged_blocks_still_sends_their_results() {
+    // Where the timer faults (before the nth instruction labelled so), and how many
+    // Results it sent before.
+    for (at, nth, sent_before) in [("result_headers", 2, 1), ("scan_kept", 1, 2)] {
+        let (mem, trio, program) = install();
+        let mut h = Harness::new(mem.clone());
+        h.run(&program, 0, &packet_with(4, 0, 0, &[5, 6, 7]));
+        h.run(&program, 0, &packet_with(5, 0, 0, &[8, 9]));
+        assert!(scan(&mut h, &program, MS).is_empty());
+        let mut labels = Vec::new();
+        let mut fired = false;
+        let out = {
+            let mut fault = fault_before_nth(at, nth, &mut fired);
+            scan_observed(&mut h, &program, 2 * MS, |l| {
+                labels.push(l.to_string());
+                fault(l);
+            })
+        };
+        assert!(fired, "the timer never reached {at} #{nth}");
+        assert_fault(&out, FaultKind::Panic);
+        let fault_at = labels.iter().position(|l| l == "on_fault").unwrap();
+        let sends = labels[..fault_at]
+            .iter()
+            .filter(|l| *l == "emit_result")
+            .count();
+        assert_eq!(sends, sent_before, "fault before {at} #{nth}");
+        let mut results: Vec<_> = group_results(&out.created)
+            .into_iter()
+            .map(|(h, sums)| (h.block_id, h.src_cnt, h.degraded, h.age_op, sums))
+            .collect();
+        results.sort();
+        assert_eq!(
+            results,
+            [(4, 1, true, 1, vec![5, 6, 7]), (5, 1, true, 1, vec![8, 9])],
+            "fault before {at} #{nth}: both partial Results, once each"
+        );
+        assert_eq!(out.created.len(), 2, "fault before {at} #{nth}");
+        assert_eq!(trio.active_records(), 0, "fault before {at} #{nth}");
+        assert_eq!(trio.kept_records(), 2, "fault before {at} #{nth}");
+    }
+}
+
+/// A timer thread that closed an aged block and left it last owes the block its take: one
+/// that faults before the take (`take_aged`) takes and finishes the block in its handler,
+/// and the partial Result goes out at once, from that thread. Without the handler's take
+/// the block waited closed and untaken until the next scan's timer took it, a scan period
+/// later.
+#[test]
+fn a_timer_that_faults_before_its_take_finishes_the_block_in_its_handler() {
+    let (mem, trio, program) = install();
+    let mut h = Harness::new(mem.clone());
+    h.run(&program, 0, &packet_with(4, 0, 0, &[5, 6, 7]));
+    scan(&mut h, &program, MS);
+    let out = run_timer_faulting_before(&mut h, &program, 2 * MS, "take_aged", 1);
+    let results = group_results(&out.created);
+    assert_eq!(
+        results.len(),
+        1,
+        "the handler took the block and sent its Result"
+    );
+    let (hdr, sums) = &results[0];
+    assert_eq!((hdr.src_cnt, hdr.degraded, hdr.age_op), (1, true, 1));
+    assert_eq!(*sums, [5, 6, 7]);
+    assert_eq!(trio.active_records(), 0);
+    assert_eq!(trio.kept_records(), 1);
+    assert!(
+        group_results(&scan(&mut h, &program, 3 * MS)).is_empty(),
+        "sent once"
+    );
+}
+
 /// A timer thread that faults while it finishes an aged block finishes it in its handler:
 /// the partial Result goes out. Without the handler the block stayed TAKEN, so later scans
 /// left it alone for ever.
@@ -388,15 +533,7 @@ fn a_timer_that_faults_while_it_finishes_an_aged_block_finishes_it_in_its_handle
     let mut h = Harness::new(mem.clone());
     h.run(&program, 0, &packet_with(4, 0, 0, &[5, 6, 7]));
     scan(&mut h, &program, MS);
-    h.set_now(2 * MS);
-    let mut fired = false;
-    let out = h.run_timer_observed(
-        &program,
-        launch(2 * MS),
-        fault_before("result_headers", &mut fired),
-    );
-    assert!(fired, "the timer finished the aged block");
-    assert_fault(&out, FaultKind::Panic);
+    let out = run_timer_faulting_before(&mut h, &program, 2 * MS, "result_headers", 1);
     let results = group_results(&out.created);
     assert_eq!(results.len(), 1, "the handler sent the partial Result");
     let (hdr, sums) = &results[0];
@@ -469,39 +606,47 @@ fn in_the_engine_threads_out_of_budget_finish_their_blocks_in_their_handlers() {
 }
 
 /// A timer that deleted expired Results from the kept table and faults before it freed
-/// their slots frees them in its handler (it listed them: nobody else would). Without the
-/// handler the slots stayed taken for ever, though no block or Result held them.
+/// their slots frees them in its handler (it listed them: nobody else would), from the
+/// first slot it had not freed yet: before the first `free_expired` both, before the second
+/// the one left, before the third (both freed, the thread about to end) none, so no slot is
+/// freed twice. Without the handler the slots left stayed taken for ever, though no block
+/// or Result held them.
 #[test]
 fn a_timer_that_faults_before_it_frees_expired_results_frees_them_in_its_handler() {
-    let (mem, trio, program) = install();
-    let mut h = Harness::new(mem.clone());
-    for block in [1u32, 2] {
-        for src in [0u8, 1] {
-            h.run(&program, src.into(), &packet_with(block, 0, src, &[1, 2]));
+    for nth in 1..=3 {
+        let (mem, trio, program) = install();
+        let mut h = Harness::new(mem.clone());
+        for block in [1u32, 2] {
+            for src in [0u8, 1] {
+                h.run(&program, src.into(), &packet_with(block, 0, src, &[1, 2]));
+            }
         }
+        assert_eq!(trio.kept_records(), 2);
+        assert_eq!(trio.job_state(1).unwrap().block_curr_cnt, 2);
+        // Kept scans every 16 ms: the first finds the Results asked for (kept just now),
+        // the second finds them unasked and expires them.
+        scan(&mut h, &program, 16 * MS);
+        assert_eq!(trio.kept_records(), 2);
+        let out = run_timer_faulting_before(&mut h, &program, 32 * MS, "free_expired", nth);
+        assert!(out.created.is_empty());
+        assert_eq!(trio.kept_records(), 0, "the Results expired");
+        let state = trio.job_state(1).unwrap();
+        assert_eq!(
+            (state.block_curr_cnt, state.slots_in_use),
+            (0, 0),
+            "fault before free_expired #{nth}: both slots freed, once"
+        );
+        // The block ids start afresh, each in a slot of its own.
+        for block in [1u32, 2] {
+            h.run(&program, 0, &packet_with(block, 0, 0, &[1, 2]));
+        }
+        let state = trio.job_state(1).unwrap();
+        assert_eq!(
+            (state.block_curr_cnt, state.slots_in_use),
+            (2, 2),
+            "fault before free_expired #{nth}"
+        );
     }
-    assert_eq!(trio.kept_records(), 2);
-    assert_eq!(trio.job_state(1).unwrap().block_curr_cnt, 2);
-    // Kept scans every 16 ms: the first finds the Results asked for (kept just now), the
-    // second finds them unasked and expires them.
-    scan(&mut h, &program, 16 * MS);
-    assert_eq!(trio.kept_records(), 2);
-    h.set_now(32 * MS);
-    let mut fired = false;
-    let out = h.run_timer_observed(
-        &program,
-        launch(32 * MS),
-        fault_before("free_expired", &mut fired),
-    );
-    assert!(fired);
-    assert_fault(&out, FaultKind::Panic);
-    assert_eq!(trio.kept_records(), 0, "the Results expired");
-    let state = trio.job_state(1).unwrap();
-    assert_eq!(
-        (state.block_curr_cnt, state.slots_in_use),
-        (0, 0),
-        "both slots freed"
-    );
 }
 
 /// A block whose only packet faulted after publishing it, before it counted itself (its

@@ -273,26 +273,27 @@
 //!
 //! What faults still cost: a source whose packet faults while it adds was marked received
 //! and is never counted, so its retransmissions are dropped as duplicates and the block
-//! completes only when it ages out; that partial Result (`age_op` 1, degraded) may hold
-//! the part of the packet's gradients added before the fault. Results a thread sent before
-//! it faulted are discarded with its packet (the engine's rule), and the handler sends
-//! again only the Result of the block it finishes: a finisher that faults after its send
-//! (a packet thread running out of budget on its way to `consume`, a timer thread after
-//! finishing other aged blocks) loses the Results it sent. A kept one answers its sources'
-//! retransmissions; one that was not kept (a left run's block, a generation older than the
-//! one kept, a full kept table) is gone, and its sources give up on it. (An engine call
-//! keeping a thread's packets created so far, for a finisher to make after its send, would
-//! close this.) A block whose every adder faulted (a creator out of budget before it
-//! counted itself) ages out and is freed without a Result (its sums would be what the
-//! faulted adds left, counting nobody); the sources' retransmissions make it anew. A fault inside one instruction, between two of its XTXNs (a
+//! completes only when it ages out; that partial Result (`age_op` 1, degraded) may hold the
+//! part of the packet's gradients added before the fault. A Result a thread sent is not lost
+//! to its later fault: the engine discards the packets a faulting thread created, but
+//! `emit_result`, right after sending a Result, has the engine keep it from a later fault
+//! ([`pfemu::program::Thread::keep_created`]), so a finisher that faults after its send (a
+//! packet thread running out of budget on its way to `consume`, a timer thread finishing its
+//! next aged block) still sends it, once; its handler sends only the Result of a block it was
+//! finishing when it faulted. (Nothing else would send it: a kept Result answers its sources'
+//! retransmissions, but one that was not kept, of a left run's block, a generation older than
+//! the one kept, or a full kept table, answers nobody.) A block whose every adder faulted (a
+//! creator out of budget before it counted itself) ages out and is freed without a Result
+//! (its sums would be what the faulted adds left, counting nobody); the sources'
+//! retransmissions make it anew. A fault inside one instruction, between two of its XTXNs (a
 //! budget runs out between instructions: only a program bug, a memory fault or a panic
 //! faults there), is given back only where the register is noted between them: the stale
 //! take's TAKEN is; a `claim_slot` between its key and its gate, or a finisher between
-//! keeping its Result and noting it, is not; a fault between `free_slot`'s two XTXNs
-//! leaks that slot rather than freeing it twice (the register is cleared first). A
-//! handler that faults in turn (its budget is the engine's, and at least
-//! [`pfemu::program::DEFAULT_INSTRUCTION_BUDGET`]) is not handled again, and leaves what
-//! it held as a thread without a handler would.
+//! keeping its Result in the kept table and noting it, is not; a fault between `free_slot`'s two XTXNs leaks
+//! that slot rather than freeing it twice (the register is cleared first). A handler that
+//! faults in turn (its budget is the engine's, and at least
+//! [`pfemu::program::DEFAULT_INSTRUCTION_BUDGET`]) is not handled again, and leaves what it
+//! held as a thread without a handler would.
 //!
 //! A finisher removes its block's key from the active table after its Result is kept; if
 //! the slot is freed and taken again in between, the entry is stale, and whoever finds it

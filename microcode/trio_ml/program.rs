@@ -34,7 +34,7 @@
 //!                             -> keep_result [-> replace_kept, over an older kept Result]
 //!                             -> release_block -> free_replaced (the replaced Result's
 //!                             slot, or this block's when its Result is not kept)
-//!                             -> emit_result
+//!                             -> emit_result (the send, safe from a later fault)
 //! build_result (subroutine): result_headers -> result_tail (256 B per instruction)
 //!                            -> emit_result
 //!
@@ -1658,6 +1658,11 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
             return Err(FaultDetail::Panic("a Result sent before its headers".into()).into());
         };
         t.emit(nh_dest(nh), LM_RESULT_HDR, HEADERS_LEN)?;
+        // Sent, the Result stands on its own: the engine is to send it even if the thread
+        // faults later (a packet out of budget on its way to consume, a timer finishing its
+        // next aged block), which would otherwise discard it with the thread's work, and
+        // nothing would send it again.
+        t.keep_created();
         // A finisher's block is finished.
         t.set(R_HELD, Held::Nothing);
         Ok(Return)
@@ -2012,9 +2017,10 @@ fn run_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 /// - StaleTaken: it clears the TAKEN it set on a block of another tag.
 /// - Finishing: it finishes the block from the start (nothing of it was committed).
 /// - Releasing: it finishes the block from release_block on (its Result kept): the
-///   Result, built before keep_result, is still in local memory and the new tail (the
-///   engine discarded the packets the thread sent before its fault; emitting is the
-///   finish's last step).
+///   Result, built before keep_result, is still in local memory and the new tail, and not
+///   sent yet (emitting is the finish's last step). Results the thread sent before its
+///   fault leave all the same: emit_result has the engine keep each one it sends from a
+///   later fault (`Thread::keep_created`).
 /// - FreeingExpired: a timer frees the rest of the expired Results' slots it listed (it
 ///   deleted their kept records, so nobody else would).
 ///

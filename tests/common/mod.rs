@@ -243,8 +243,21 @@ pub fn trio_ml_scan(
     program: &pfemu::program::Program,
     now: u64,
 ) -> Vec<(pfemu::packet::Dest, Vec<u8>)> {
-    h.set_now(now);
-    let out = h.run_timer(program, trio_ml_launch(now));
+    let out = trio_ml_scan_observed(h, program, now, |_| {});
     assert_eq!(out.result, Ok(pfemu::program::Verdict::Consume));
     out.created
+}
+
+/// [`trio_ml_scan`], calling `before` with the name of each instruction's label just
+/// before it runs
+/// ([`Harness::run_timer_observed`](pfemu::program::Harness::run_timer_observed)), however
+/// the timer thread ends.
+pub fn trio_ml_scan_observed(
+    h: &mut pfemu::program::Harness,
+    program: &pfemu::program::Program,
+    now: u64,
+    before: impl FnMut(&str),
+) -> pfemu::program::HarnessOutcome {
+    h.set_now(now);
+    h.run_timer_observed(program, trio_ml_launch(now), before)
 }
