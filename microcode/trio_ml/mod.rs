@@ -289,9 +289,9 @@
 //! budget runs out between instructions: only a program bug, a memory fault or a panic
 //! faults there), is given back only where the register is noted between them: the stale
 //! take's TAKEN is; a `claim_slot` between its key and its gate, or a finisher between
-//! keeping its Result in the kept table and noting it, is not; a fault between `free_slot`'s two XTXNs leaks
-//! that slot rather than freeing it twice (the register is cleared first). A handler that
-//! faults in turn (its budget is the engine's, and at least
+//! keeping its Result in the kept table and noting it, is not; a fault between
+//! `free_slot`'s two XTXNs leaks that slot rather than freeing it twice (the register is
+//! cleared first). A handler that faults in turn (its budget is the engine's, and at least
 //! [`pfemu::program::DEFAULT_INSTRUCTION_BUDGET`]) is not handled again, and leaves what it
 //! held as a thread without a handler would.
 //!
