@@ -1853,10 +1853,37 @@ fn send_exactly(tx: &RawSocket, frame: &[u8], n: u64) {
     }
 }
 
+/// Receives from `observer` until it has seen `n` frames, within the deadline.
+fn observe(observer: &RawSocket, n: u64, what: &str) {
+    let (mut seen, mut buf) = (0u64, vec![0u8; 2048]);
+    wait_for(
+        &format!(
+            "the observer on {} to see {what} ({n} frames)",
+            observer.name()
+        ),
+        || {
+            while let Ok(Some(_)) = observer.try_recv(&mut buf) {
+                seen += 1;
+            }
+            seen >= n
+        },
+        |d| {
+            let _ = observer.wait(d);
+        },
+    );
+}
+
 /// A stopped interface port takes no more frames, although its socket stays open (for
 /// sending) as long as the engine lives: frames that arrive after `RunningPorts::stop`
 /// enter none of its counters, nor the kernel's count for it, so the stop's counts are
 /// final, and every frame the kernel handed the port is taken or counted as dropped.
+///
+/// The observer that says when frames have arrived is opened before the port: the kernel
+/// offers a frame to an interface's packet sockets newest first, each frame to all of them
+/// before the next, and the stop's rebinding makes the port's socket the newest again. So
+/// once the observer has seen a frame, the port's socket was offered it: without the stop's
+/// drop-all filter, every frame sent after the stop is in the port's kernel count when the
+/// test reads it (it then fails by exactly that many), and no wait depends on the clock.
 #[test]
 fn a_stopped_interface_port_takes_no_more_frames() {
     use pfemu::lab::ports::LivePorts;
@@ -1875,6 +1902,8 @@ fn a_stopped_interface_port_takes_no_more_frames() {
     }
     const BEFORE: u64 = 200;
     const AFTER: u64 = 300;
+    // Before the port: the port's socket is offered each frame first (see above).
+    let observer = RawSocket::open(&p0, true).expect("the observer's socket");
     let ports = LivePorts::open(&PortsConfig::new(vec![PortSpec::interface(&format!(
         "0={p0}"
     ))
@@ -1897,15 +1926,10 @@ fn a_stopped_interface_port_takes_no_more_frames() {
     let tx = RawSocket::open(&s0, false).expect("the sender's socket");
     let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
 
+    // Once the observer has them, the port's ring holds them (or the port took them), and
+    // the stop takes every frame its ring holds.
     send_exactly(&tx, &frame, BEFORE);
-    wait_for(
-        &format!("port 0 to take the {BEFORE} frames sent before the stop"),
-        || {
-            let p = &running.report().ports[0];
-            p.rx_frames + p.rx_dropped() >= BEFORE
-        },
-        std::thread::sleep,
-    );
+    observe(&observer, BEFORE, "the frames sent before the stop");
     let stopped = running.stop();
     let at_stop = stopped.ports[0].clone();
     assert!(at_stop.rx_accounted(), "{at_stop:#?}");
@@ -1915,34 +1939,19 @@ fn a_stopped_interface_port_takes_no_more_frames() {
         "the kernel handed the port the frames sent, and it took them all: {at_stop:#?}"
     );
 
-    // Frames arriving now reach the interface (an observer on it sees them all, and the
-    // last one after the port's socket was offered every other: the kernel hands a frame
-    // to every socket on the interface before it takes the next), but not the port.
-    let observer = RawSocket::open(&p0, true).expect("the observer's socket");
-    send_exactly(&tx, &frame, AFTER + 1);
-    let (mut seen, mut buf) = (0u64, vec![0u8; 2048]);
-    wait_for(
-        &format!(
-            "the observer on {p0} to see the {} frames sent after the stop",
-            AFTER + 1
-        ),
-        || {
-            while let Ok(Some(_)) = observer.try_recv(&mut buf) {
-                seen += 1;
-            }
-            seen > AFTER
-        },
-        |d| {
-            let _ = observer.wait(d);
-        },
-    );
+    // Frames arriving now reach the interface (the observer sees them all, each after the
+    // port's socket was offered it), but not the port.
+    send_exactly(&tx, &frame, AFTER);
+    observe(&observer, AFTER, "the frames sent after the stop");
     let after = sink.report().ports[0].clone();
     assert_eq!(
         after.rx_kernel_frames,
         at_stop.rx_kernel_frames,
-        "{} frames arrived at {p0} after the stop; the stopped port's socket took some of \
-         them, which no counter of the stop's report holds: {after:#?}",
-        AFTER + 1
+        "{AFTER} frames arrived at {p0} after the stop; the stopped port's socket took \
+         {} of them, which no counter of the stop's report holds: {after:#?}",
+        after
+            .rx_kernel_frames
+            .saturating_sub(at_stop.rx_kernel_frames)
     );
     assert_eq!(after, at_stop, "the counters after the stop are the stop's");
     assert!(after.rx_accounted(), "{after:#?}");
