@@ -2116,3 +2116,155 @@ fn a_frame_longer_than_the_engine_takes_is_dropped_as_oversize_with_a_warning() 
     );
     assert!(r.accounted(), "{r:#?}");
 }
+
+/// Which end of the veth pair goes down before the stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Down {
+    /// The port's own interface.
+    Itself,
+    /// Its peer: the port's interface loses its carrier but stays up, so the rebinding
+    /// leaves no error (nor does the run see one); the case checks that it stays so.
+    Peer,
+}
+
+/// An interface port whose interface (or its peer) is down at the stop: the stop's
+/// rebinding of a socket on an interface that is down leaves `ENETDOWN` pending on it (the
+/// kernel cannot hook the socket to a down interface, and says so through `SO_ERROR`,
+/// although `bind` succeeds). That error is the stop's own: the stop reports no error for
+/// it, and leaves none behind for the port's next send once the interface is up again. The
+/// real error (the interface going down while the port ran) is counted once.
+///
+/// The port's ring holds frames the kernel has not handed over yet (a 1 s block timeout)
+/// when it stops, so the stop polls the socket: without the fix, the stop's own `ENETDOWN`
+/// is either counted there as a second receive error or, if the stop did not poll, it fails
+/// the first frame the port sends once the interface is up again.
+fn down_at_the_stop(test: &str, down: Down) {
+    use pfemu::lab::ports::{LivePorts, RingConfig};
+    use pfemu::mem::{MemConfig, SharedMemory};
+    use pfemu::microcode::filter::Filter;
+    use pfemu::pfe::Pfe;
+    use std::sync::Arc;
+
+    let Some(mut lab) = NetLab::new(test) else {
+        return;
+    };
+    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
+    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
+        println!("skipped {test}: the kernel refused a veth pair: {e}");
+        return;
+    }
+    const FRAMES: u64 = 3;
+    // Opened before the port, so that once they have seen a frame the port's socket was
+    // offered it (see a_stopped_interface_port_takes_no_more_frames).
+    let on_p0 = RawSocket::open(&p0, true).expect("the observer on the port's interface");
+    let on_s0 = RawSocket::open(&s0, true).expect("the observer on its peer");
+    // Port 1: the filter sends the plain IPv4 frames of port 0 there.
+    let cfg = PortsConfig {
+        ring: RingConfig {
+            block_timeout_ms: 1000,
+            ..RingConfig::default()
+        },
+        ..PortsConfig::new(vec![PortSpec::interface(&format!("1={p0}")).expect("spec")])
+    };
+    let ports = LivePorts::open(&cfg).expect("the port binds");
+    let sink = ports.sink();
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
+    let filter = Filter::install(&mem).expect("the filter installs");
+    let mut pfe = Pfe::builder()
+        .ppe_threads(1)
+        .sink(sink.clone())
+        .program(filter.program())
+        .memory(mem)
+        .build()
+        .expect("the engine builds");
+    pfe.start().expect("the engine starts");
+    let running = ports.start(Arc::new(pfe)).expect("the port starts");
+    let pfe = Arc::clone(running.pfe());
+
+    // Frames that are not IPv4 (the filter drops them: the port sends nothing while its
+    // interface is down), left in the ring's block in progress.
+    let mut other = vec![0u8; 64];
+    other[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+    other[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    other[12..14].copy_from_slice(&[0x88, 0xb5]);
+    let tx = RawSocket::open(&s0, false).expect("the sender's socket");
+    send_exactly(&tx, &other, FRAMES);
+    observe(&on_p0, FRAMES, "the frames sent to the port");
+
+    let (downed, real_errors) = match down {
+        Down::Itself => (&p0, 1),
+        Down::Peer => (&s0, 0),
+    };
+    ip(&["link", "set", downed, "down"]).expect("sets the interface down");
+    if real_errors > 0 {
+        // The kernel tells the port's socket that its interface went down: a real error.
+        wait_for(
+            "the port to count its interface going down",
+            || running.report().ports[0].rx_errors >= real_errors,
+            std::thread::sleep,
+        );
+    }
+    if running.report().ports[0].rx_frames > 0 {
+        println!(
+            "note {test}: the kernel handed the block over before the stop, which then did \
+             not poll the socket"
+        );
+    }
+    let at_stop = running.stop().ports[0].clone();
+    assert!(at_stop.rx_accounted(), "{at_stop:#?}");
+    assert_eq!(at_stop.rx_kernel_frames, FRAMES, "{at_stop:#?}");
+    assert_eq!(
+        at_stop.rx_errors, real_errors,
+        "the stop counted an error of its own (its rebinding on a down interface): {at_stop:#?}"
+    );
+
+    // Up again, the port sends as before: no error of the stop's was left pending for it.
+    ip(&["link", "set", downed, "up"]).expect("sets the interface up");
+    // Until the kernel has activated the link's queue (asynchronously, once its carrier is
+    // back), it drops what the port sends without telling the sender: the frame is sent
+    // again until it arrives, and every send must succeed.
+    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+    let (mut sent, mut arrived, mut buf) = (0u64, false, vec![0u8; 2048]);
+    let end = Instant::now() + DEADLINE;
+    while !arrived {
+        assert!(
+            Instant::now() < end,
+            "none of the {sent} frames the port sent after the stop arrived at {s0} within \
+             {DEADLINE:?}: {:#?}",
+            sink.report().ports[0]
+        );
+        pfe.inject_frame(0, &frame)
+            .expect("the engine takes the frame");
+        pfe.drain();
+        sent += 1;
+        let after = sink.report().ports[0].clone();
+        assert_eq!(
+            (after.tx_frames, after.tx_dropped()),
+            (sent, 0),
+            "the port's send after the stop failed: {after:#?}"
+        );
+        if on_s0.wait(Duration::from_millis(100)).unwrap_or(false) {
+            arrived = matches!(on_s0.try_recv(&mut buf), Ok(Some(_)));
+        }
+    }
+    if sent > 1 {
+        println!("note {test}: {sent} sends until the link carried one");
+    }
+    drop(sink);
+    let _ = Arc::try_unwrap(pfe)
+        .unwrap_or_else(|_| panic!("the engine is still shared"))
+        .shutdown();
+}
+
+#[test]
+fn an_interface_down_at_the_stop_leaves_no_error_of_the_stops() {
+    down_at_the_stop(
+        "an_interface_down_at_the_stop_leaves_no_error_of_the_stops",
+        Down::Itself,
+    );
+}
+
+#[test]
+fn an_interface_whose_peer_is_down_at_the_stop_leaves_no_error_of_the_stops() {
+    down_at_the_stop("an_interface_whose_peer_is_down_at_the_stop", Down::Peer);
+}

@@ -600,14 +600,24 @@ impl Bound {
             let _no_sends = self.tx_gate.write();
             sock.stop_receiving(self.ifindex)
         };
-        if let Err(e) = stopped {
-            // Without the filter the ring keeps filling: what arrives until the stop's
-            // count is counted as unread, but frames arriving after it are in no counter.
-            warnings.lock().push(format!(
-                "port {}: {}: could not stop the kernel's delivery at the stop ({e}): \
-                 frames arriving until the port closes may be in no counter",
-                self.port, self.kind
-            ));
+        match stopped {
+            // Errors the socket had pending when the stop came: real, and counted as the
+            // RX thread would have.
+            Ok(pending) => {
+                for e in pending {
+                    self.counters.rx_error(e.to_string());
+                }
+            }
+            Err(e) => {
+                // Without the filter the ring keeps filling: what arrives until the stop's
+                // count is counted as unread, but frames arriving after it are in no
+                // counter.
+                warnings.lock().push(format!(
+                    "port {}: {}: could not stop the kernel's delivery at the stop ({e}): \
+                     frames arriving until the port closes may be in no counter",
+                    self.port, self.kind
+                ));
+            }
         }
     }
 

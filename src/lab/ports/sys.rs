@@ -248,7 +248,19 @@ impl PacketSocket {
     ///
     /// An `ENODEV` from the rebinding means the interface is gone, and with it any frame
     /// to come: not an error.
-    pub fn stop_receiving(&self, ifindex: i32) -> io::Result<()> {
+    ///
+    /// The socket's pending error (`SO_ERROR`) is read before and cleared after: the one
+    /// found before is real (the interface went down or away while the port ran, and the
+    /// RX thread had not polled it yet) and is returned, for the caller to count. On an
+    /// interface that is down, each rebinding succeeds but leaves `ENETDOWN` pending (the
+    /// kernel cannot hook the socket to a down interface: `packet_do_bind`); that one is
+    /// the stop's own, and left pending it would be counted as a receive error by the
+    /// stop's last poll, or fail the port's next send once the interface is up again. The
+    /// interface going down or away during the rebinding leaves the same `ENETDOWN` or
+    /// `ENODEV`, which are cleared too: the filter already refuses every frame, so nothing
+    /// is lost by it. Any other error found after is returned.
+    pub fn stop_receiving(&self, ifindex: i32) -> io::Result<Vec<io::Error>> {
+        let mut pending: Vec<io::Error> = self.take_error().into_iter().collect();
         let mut drop_all = libc::sock_filter {
             code: (libc::BPF_RET | libc::BPF_K) as u16,
             jt: 0,
@@ -273,13 +285,21 @@ impl PacketSocket {
             .bind_protocol(ifindex, fence)
             .and_then(|()| self.bind_protocol(ifindex, ETH_P_ALL_BE))
         {
-            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(()),
-            Err(e) => Err(io::Error::new(
-                e.kind(),
-                format!("rebinding to wait for frames on their way in: {e}"),
-            )),
-            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("rebinding to wait for frames on their way in: {e}"),
+                ))
+            }
+            Ok(()) => {}
         }
+        match self.take_error() {
+            Some(e) if matches!(e.raw_os_error(), Some(libc::ENETDOWN | libc::ENODEV)) => {}
+            Some(e) => pending.push(e),
+            None => {}
+        }
+        Ok(pending)
     }
 
     /// Puts the interface in promiscuous mode for as long as this socket lives (the kernel
