@@ -1816,14 +1816,26 @@ fn a_tap_port_stops_while_frames_keep_arriving() {
             .unwrap_or(0)
     };
     // The host's frames wait in the TAP device's queue; when the port reads slower than
-    // the host sends, it overflows and the host counts TX drops.
-    let (r, sent) = stop_under_a_flood(port, &tap, |_| tx_dropped() > 0);
+    // the host sends, it overflows and the device counts TX drops.
+    let before_stop = std::cell::Cell::new(0);
+    let (r, sent) = stop_under_a_flood(port, &tap, |_| {
+        before_stop.set(tx_dropped());
+        before_stop.get() > 0
+    });
     let p = &r.ports.ports[0];
     assert!(r.accounted(), "{r:#?}");
     assert!(p.rx_frames > 0, "{p:#?}");
     assert!(
         p.rx_frames + p.rx_dropped() <= sent.accepted,
         "the port counted more frames than were sent: {p:#?}\n{sent:?}"
+    );
+    // The port's drops are the device's (what it dropped up to the stop): those seen
+    // before, and no more than it counts in all.
+    assert!(
+        (before_stop.get()..=tx_dropped()).contains(&p.rx_kernel_drops),
+        "the device dropped {} frames before the stop and {} in all: {p:#?}",
+        before_stop.get(),
+        tx_dropped()
     );
     assert_eq!(p.rx_errors, 0, "{p:#?}");
 }
@@ -2267,4 +2279,115 @@ fn an_interface_down_at_the_stop_leaves_no_error_of_the_stops() {
 #[test]
 fn an_interface_whose_peer_is_down_at_the_stop_leaves_no_error_of_the_stops() {
     down_at_the_stop("an_interface_whose_peer_is_down_at_the_stop", Down::Peer);
+}
+
+/// A TAP device's own count `what` (`tx_packets`, `tx_dropped`, ...) from sysfs.
+fn tap_count(tap: &str, what: &str) -> u64 {
+    let path = format!("/sys/class/net/{tap}/statistics/{what}");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A stopped TAP port takes no more frames, although its device stays open (for sending)
+/// as long as the engine lives: the stop attaches a filter to the device that refuses
+/// every frame, so what the host sends after it is dropped by the device and counted
+/// there (its `tx_dropped`), not left in its queue in no counter. The port's count of what
+/// the kernel handed it is the device's own (`tx_packets`: frames read from it), so the
+/// stop's identity compares two counts.
+#[test]
+fn a_stopped_tap_port_takes_no_more_frames() {
+    use pfemu::lab::ports::LivePorts;
+    use pfemu::mem::{MemConfig, SharedMemory};
+    use pfemu::microcode::filter::Filter;
+    use pfemu::pfe::Pfe;
+    use std::sync::Arc;
+
+    let Some(mut lab) = NetLab::new("a_stopped_tap_port_takes_no_more_frames") else {
+        return;
+    };
+    let tap = lab.name("tap");
+    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
+        println!("skipped: the kernel refused a TAP device: {e}");
+        return;
+    }
+    lab.links.push(tap.clone());
+    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    const BEFORE: u64 = 200;
+    const AFTER: u64 = 300;
+    let ports = LivePorts::open(&PortsConfig::new(vec![
+        PortSpec::tap(&format!("0={tap}")).expect("spec")
+    ]))
+    .expect("the port binds");
+    let sink = ports.sink();
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
+    let filter = Filter::install(&mem).expect("the filter installs");
+    let mut pfe = Pfe::builder()
+        .ppe_threads(1)
+        .sink(sink.clone())
+        .program(filter.program())
+        .memory(mem)
+        .build()
+        .expect("the engine builds");
+    pfe.start().expect("the engine starts");
+    let running = ports.start(Arc::new(pfe)).expect("the port starts");
+    let pfe = Arc::clone(running.pfe());
+    // The host sends on the TAP device: its frames go to the port.
+    let host = RawSocket::open(&tap, false).expect("the host's socket");
+    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+    let (read0, dropped0) = (tap_count(&tap, "tx_packets"), tap_count(&tap, "tx_dropped"));
+
+    send_exactly(&host, &frame, BEFORE);
+    wait_for(
+        &format!("port 0 to take the {BEFORE} frames sent before the stop"),
+        || running.report().ports[0].rx_frames >= BEFORE,
+        std::thread::sleep,
+    );
+    let at_stop = running.stop().ports[0].clone();
+    assert!(at_stop.rx_accounted(), "{at_stop:#?}");
+    assert_eq!(
+        (
+            at_stop.rx_kernel_frames,
+            at_stop.rx_frames,
+            at_stop.rx_kernel_drops
+        ),
+        (BEFORE, BEFORE, 0),
+        "the device handed the port the frames sent, and it took them all: {at_stop:#?}"
+    );
+    assert_eq!(
+        tap_count(&tap, "tx_packets") - read0,
+        BEFORE,
+        "the device's own count of the frames read from it"
+    );
+
+    // Frames the host sends now are refused by the device and counted there.
+    let dropped = tap_count(&tap, "tx_dropped");
+    send_exactly(&host, &frame, AFTER);
+    wait_for(
+        &format!(
+            "{tap} to drop the {AFTER} frames sent after the stop (tx_dropped; without a \
+             filter refusing them they wait in its queue, in no counter)"
+        ),
+        || tap_count(&tap, "tx_dropped") >= dropped + AFTER,
+        std::thread::sleep,
+    );
+    assert_eq!(
+        tap_count(&tap, "tx_dropped") - dropped0,
+        AFTER + at_stop.rx_kernel_drops,
+        "the device dropped the frames sent after the stop, and no other"
+    );
+    assert_eq!(
+        tap_count(&tap, "tx_packets") - read0,
+        BEFORE,
+        "nothing read them"
+    );
+    let after = sink.report().ports[0].clone();
+    assert_eq!(after, at_stop, "the counters after the stop are the stop's");
+    drop(sink);
+    let engine = Arc::try_unwrap(pfe)
+        .unwrap_or_else(|_| panic!("the engine is still shared"))
+        .shutdown();
+    assert_eq!(engine.packets_in, BEFORE, "{engine:#?}");
 }

@@ -43,8 +43,9 @@
 //! their way in), so nothing more enters the ring however fast frames keep arriving, and
 //! then takes every frame the ring holds (the kernel's count says how many), the block in
 //! progress included: the kernel's count is final, and every frame in it is taken or counted
-//! as dropped. A TAP port's thread takes what the device's queue held at the stop and no
-//! more; what arrives after is read and discarded at the stop, counted as `rx_unread`.
+//! as dropped. A TAP port's thread likewise first makes its device refuse every frame the
+//! host sends (a filter that takes none, which the device runs before its queue, dropping
+//! and counting a refused frame in its own `tx_dropped`), then takes what the queue holds.
 //!
 //! # Nothing silently lost
 //!
@@ -53,10 +54,13 @@
 //! which add up to the engine's `packets_in`), dropped by the kernel because the ring was
 //! full (`rx_kernel_drops`), cut short by the ring (`rx_truncated`: longer than a block),
 //! in a block that did not parse (`rx_bad_block_frames`), or still in the ring (or a TAP
-//! device's queue) when the port stopped (`rx_unread`). A stopped interface port takes no
-//! more frames (they arrive at the interface, and the host counts them there), so the
-//! counts of [`RunningPorts::stop`] are final although the socket stays open, for sending,
-//! until the engine shuts down. Out: sent (`tx_frames`) or refused
+//! device's queue) when the port stopped (`rx_unread`). The kernel's count is the kernel's
+//! own: an interface socket's `PACKET_STATISTICS`, a TAP device's statistics (frames read
+//! from it, `tx_packets`, and those it dropped, `tx_dropped`), so the identity compares
+//! two counts kept apart. A stopped port takes no more frames (they arrive at the
+//! interface, and the host counts them there; a TAP device drops them and counts them in
+//! its `tx_dropped`), so the counts of [`RunningPorts::stop`] are final although the socket
+//! (or device) stays open, for sending, until the engine shuts down. Out: sent (`tx_frames`) or refused
 //! by the kernel (`tx_errors`, by error: `EMSGSIZE` for a frame longer than the interface's
 //! MTU, `ENETDOWN`, `ENOBUFS`, ...), and frames for a port no interface is bound to
 //! ([`PortsReport::tx_unbound`]).
@@ -389,6 +393,9 @@ struct Counters {
     tx_errors: Mutex<BTreeMap<String, u64>>,
     /// `PACKET_STATISTICS`, accumulated (each read resets the kernel's).
     kernel: Mutex<sys::KernelStats>,
+    /// A TAP port's device counts at the stop ([`Bound::freeze`]), which its counters
+    /// keep from then on.
+    tap_final: Mutex<Option<TapCounts>>,
     /// The last receive error, for the report.
     last_error: Mutex<Option<String>>,
 }
@@ -437,13 +444,21 @@ pub struct PortStats {
     pub rx_bytes: u64,
     /// Frames the kernel handed to the port: an interface's `PACKET_STATISTICS`
     /// `tp_packets` (the frames it stored in the ring and those it dropped because the ring
-    /// was full), a TAP device's frames read. Once the port has stopped, every one of them
-    /// is in exactly one other counter: `rx_frames + rx_dropped() + rx_outgoing_skipped`
-    /// ([`PortStats::rx_accounted`]). A stopped port takes no more frames, so this count
-    /// does not grow after [`RunningPorts::stop`].
+    /// was full); a TAP device's own statistics since the port opened, `tx_packets` (the
+    /// frames read from it: the kernel counts each as it hands it to a read, and the port
+    /// is the device's only reader) plus `tx_dropped` ([`PortStats::rx_kernel_drops`]). Once
+    /// the port has stopped, every one of them is in exactly one other counter:
+    /// `rx_frames + rx_dropped() + rx_outgoing_skipped` ([`PortStats::rx_accounted`]). A
+    /// stopped port takes no more frames, so this count does not grow after
+    /// [`RunningPorts::stop`]. A TAP device whose statistics cannot be read (`/sys` of
+    /// another network namespace; a warning says so at the open) or that was deleted: the
+    /// frames the port read, and then the identity checks nothing.
     pub rx_kernel_frames: u64,
     /// Frames dropped by the kernel because the receive ring was full (`PACKET_STATISTICS`
-    /// `tp_drops`; 0 for a TAP port, whose overflow the host counts as its TX drops).
+    /// `tp_drops`). A TAP port: the device's `tx_dropped` up to the stop (its queue was
+    /// full; at the stop also the frames its filter refused until the count was read,
+    /// which then stays as it was: the device counts what it refuses after the stop, not
+    /// the port).
     pub rx_kernel_drops: u64,
     /// Times the ring was full (`tp_freeze_q_cnt`).
     pub rx_ring_full_events: u64,
@@ -461,8 +476,10 @@ pub struct PortStats {
     /// Frames the kernel had handed to the port and that were not taken when it stopped
     /// (counted at [`RunningPorts::stop`] only: a running ring always holds some). An
     /// interface port takes everything its ring holds at the stop, so this stays 0 unless
-    /// the kernel failed to hand over a block in time; a TAP port: frames left in the
-    /// device's queue (read and discarded then).
+    /// the kernel failed to hand over a block in time; a TAP port likewise takes everything
+    /// its device's queue holds at the stop, and this counts frames left in it (read and
+    /// discarded then) when its RX thread ended early or the device could not be made to
+    /// refuse frames.
     pub rx_unread: u64,
     /// Frames whose offloaded TCP/UDP checksum was completed.
     pub rx_checksums_completed: u64,
@@ -561,9 +578,12 @@ enum PortIo {
 struct Bound {
     port: Port,
     kind: PortKind,
-    /// The interface's index (0 for a TAP port).
+    /// The interface's (or TAP device's) index.
     ifindex: i32,
     io: PortIo,
+    /// A TAP device's counts when the port opened (`None` for an interface, or when they
+    /// cannot be read).
+    tap_base: Option<TapCounts>,
     counters: Counters,
     /// Held for reading while frames are sent, and for writing while the stop rebinds the
     /// socket ([`Bound::stop_delivery`]): no frame leaves while the socket is bound to
@@ -587,15 +607,29 @@ impl Bound {
         *acc
     }
 
-    /// Stops the kernel's delivery of frames to an interface port's socket, once (see
-    /// [`PacketSocket::stop_receiving`]); a warning says so when it cannot.
+    /// Stops the kernel's delivery of frames to the port, once: an interface port's
+    /// socket ([`PacketSocket::stop_receiving`]), a TAP device ([`Tap::stop_receiving`]);
+    /// a warning says so when it cannot.
     fn stop_delivery(&self, warnings: &Mutex<Vec<String>>) {
-        let PortIo::Packet(sock) = &self.io else {
-            return;
-        };
         if self.counters.rx_closed.swap(true, Ordering::Relaxed) {
             return;
         }
+        let sock = match &self.io {
+            PortIo::Packet(sock) => sock,
+            PortIo::Tap(tap) => {
+                if let Err(e) = tap.stop_receiving(self.ifindex) {
+                    // The queue keeps filling: the stop reads and discards a queue's worth
+                    // (`rx_unread`), but what the host sends after waits in it, in no
+                    // counter.
+                    warnings.lock().push(format!(
+                        "port {}: {}: could not make the device refuse frames at the stop \
+                         ({e}): frames the host sends after the stop may be in no counter",
+                        self.port, self.kind
+                    ));
+                }
+                return;
+            }
+        };
         let stopped = {
             let _no_sends = self.tx_gate.write();
             sock.stop_receiving(self.ifindex)
@@ -627,16 +661,29 @@ impl Bound {
         let k = self.kernel_stats();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let rx_unread = get(&c.rx_unread);
+        // A TAP port: the device's own counts, when it has them (see `PortStats`).
+        let tap = match (&self.io, self.tap_base) {
+            (PortIo::Tap(_), Some(base)) => c
+                .tap_final
+                .lock()
+                .or_else(|| TapCounts::read(self.kind.name(), self.ifindex))
+                .map(|now| now.since(base)),
+            _ => None,
+        };
         PortStats {
             port: self.port,
             binding: Some(self.kind.clone()),
             rx_frames: get(&c.rx_frames),
             rx_bytes: get(&c.rx_bytes),
-            rx_kernel_frames: match self.io {
-                PortIo::Packet(_) => k.packets,
-                PortIo::Tap(_) => get(&c.rx_seen) + rx_unread,
+            rx_kernel_frames: match (&self.io, tap) {
+                (PortIo::Packet(_), _) => k.packets,
+                (PortIo::Tap(_), Some(t)) => t.read + t.dropped,
+                (PortIo::Tap(_), None) => get(&c.rx_seen) + rx_unread,
             },
-            rx_kernel_drops: k.drops,
+            rx_kernel_drops: match tap {
+                Some(t) => t.dropped,
+                None => k.drops,
+            },
             rx_ring_full_events: k.freezes,
             rx_truncated: get(&c.rx_truncated),
             rx_bad_block_frames: get(&c.rx_bad_block_frames),
@@ -658,8 +705,9 @@ impl Bound {
     /// Frames that arrived and were not taken by the time the port stopped (its RX thread
     /// has ended, having stopped the kernel's delivery). An interface: those in the ring,
     /// the kernel's final count less those the RX thread took. A TAP device: those in its
-    /// queue, read here and discarded, at most a queue's worth (a host that keeps sending
-    /// refills it; what is still queued when the port closes was sent after the stop).
+    /// queue, read here and discarded, at most a queue's worth (the device refuses frames
+    /// from the stop on, so none refill it; if it could not be made to, a host that keeps
+    /// sending refills it, and what is still queued when the port closes is in no counter).
     fn unread(&self) -> u64 {
         match &self.io {
             PortIo::Packet(_) => {
@@ -681,6 +729,15 @@ impl Bound {
         }
     }
 
+    /// Keeps a TAP port's device counts as they are now (after [`Bound::unread`]): the
+    /// device keeps counting frames it refuses after the stop, which are not the port's.
+    fn freeze(&self) {
+        if let (PortIo::Tap(_), Some(_)) = (&self.io, self.tap_base) {
+            let now = TapCounts::read(self.kind.name(), self.ifindex);
+            *self.counters.tap_final.lock() = now;
+        }
+    }
+
     /// How many frames a TAP device queues for the port at most (its `txqueuelen`,
     /// [`TAP_QUEUE_DEFAULT`] when it cannot be read).
     fn tap_queue_len(&self) -> usize {
@@ -694,6 +751,45 @@ impl Bound {
 
 /// The queue of a TAP device whose `txqueuelen` cannot be read: the kernel's default.
 const TAP_QUEUE_DEFAULT: usize = 1000;
+
+/// A TAP device's own counts of the frames the host sent to its reader (the port: a
+/// single-queue TAP device has one), from `/sys/class/net/NAME/statistics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TapCounts {
+    /// `tx_packets`: frames read from the device (the kernel counts each as it hands it to
+    /// a read).
+    read: u64,
+    /// `tx_dropped`: frames the device dropped (its queue was full, or its filter refused
+    /// them).
+    dropped: u64,
+}
+
+impl TapCounts {
+    /// The counts of device `name` now, if it is still the device of index `ifindex` (not
+    /// deleted, nor another made under its name); `None` otherwise.
+    fn read(name: &str, ifindex: i32) -> Option<TapCounts> {
+        let get = |file: &str| -> Option<u64> {
+            std::fs::read_to_string(format!("/sys/class/net/{name}/{file}"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let counts = TapCounts {
+            read: get("statistics/tx_packets")?,
+            dropped: get("statistics/tx_dropped")?,
+        };
+        (get("ifindex")? == u64::try_from(ifindex).ok()?).then_some(counts)
+    }
+
+    /// What was counted since `base`.
+    fn since(self, base: TapCounts) -> TapCounts {
+        TapCounts {
+            read: self.read.saturating_sub(base.read),
+            dropped: self.dropped.saturating_sub(base.dropped),
+        }
+    }
+}
 
 /// What the sink, the RX threads and the handles share.
 #[derive(Debug)]
@@ -845,11 +941,29 @@ impl LivePorts {
         let mut warnings = Vec::new();
         for s in &cfg.ports {
             let (io, ifindex, ring) = open_port(s, cfg, &mut warnings)?;
+            // Read before the port reads anything (it is the device's only reader).
+            let tap_base = match (&io, &s.kind) {
+                (PortIo::Tap(_), PortKind::Tap(name)) => {
+                    let base = TapCounts::read(name, ifindex);
+                    if base.is_none() {
+                        warnings.push(format!(
+                            "port {}: TAP {name}: its statistics cannot be read \
+                             (/sys/class/net/{name}/statistics: is /sys of another network \
+                             namespace?): the port's count of the frames the kernel handed \
+                             it is its own, so rx_accounted checks nothing for it",
+                            s.port
+                        ));
+                    }
+                    base
+                }
+                _ => None,
+            };
             bound.push(Bound {
                 port: s.port,
                 kind: s.kind.clone(),
                 ifindex,
                 io,
+                tap_base,
                 counters: Counters::default(),
                 tx_gate: parking_lot::RwLock::new(()),
             });
@@ -953,7 +1067,13 @@ fn open_port(
     match &s.kind {
         PortKind::Tap(name) => {
             let tap = Tap::open(name).map_err(err)?;
-            Ok((PortIo::Tap(tap), 0, None))
+            let ifindex = sys::if_index(name).map_err(|e| {
+                err(io::Error::new(
+                    e.kind(),
+                    format!("the index of the TAP device just opened: {e}"),
+                ))
+            })?;
+            Ok((PortIo::Tap(tap), ifindex, None))
         }
         PortKind::Interface(name) => {
             let ifindex = sys::if_index(name).map_err(|e| {
@@ -1032,8 +1152,10 @@ impl RunningPorts {
     }
 
     /// Stops receiving (each interface port stops the kernel's delivery to its socket, then
-    /// takes every frame the kernel had stored in its ring; a TAP port takes what its
-    /// device's queue held; no more, however fast frames keep arriving), drains the engine
+    /// takes every frame the kernel had stored in its ring; a TAP port makes its device
+    /// refuse frames, then takes what its queue holds; no more, however fast frames keep
+    /// arriving: frames that arrive after are counted by the host, a TAP device's in its
+    /// `tx_dropped`, not by the port), drains the engine
     /// so everything in flight leaves through the ports, and returns the final counters,
     /// with the frames still unread counted in [`PortStats::rx_unread`]. The engine keeps
     /// running (shut it down after); the ports take no more frames.
@@ -1044,6 +1166,7 @@ impl RunningPorts {
             // Done by its RX thread, unless that ended early (an error).
             b.stop_delivery(&self.shared.warnings);
             b.counters.rx_unread.store(b.unread(), Ordering::Relaxed);
+            b.freeze();
         }
         self.shared.report()
     }
@@ -1300,13 +1423,14 @@ impl RxThread {
         };
         let mut arena = vec![0u8; SLOTS * SLOT];
         let mut srcs: Vec<Src> = Vec::with_capacity(SLOTS);
-        // Once the stop flag is up, the frames still to take: at most what the device's
-        // queue held then. Under a flood a frame is always waiting, so the flag is looked
-        // at before every burst; what arrives after stays queued (counted as `rx_unread`
-        // at the stop).
+        // Once the stop flag is up, the device refuses every frame the host sends, and
+        // the frames still to take are what its queue holds: at most a queue's worth.
+        // Under a flood a frame is always waiting, so the flag is looked at before every
+        // burst.
         let mut left: Option<usize> = None;
         loop {
             if left.is_none() && self.stop.load(Ordering::Relaxed) {
+                self.bound().stop_delivery(&self.shared.warnings);
                 left = Some(self.bound().tap_queue_len());
             }
             let room = left.map_or(SLOTS, |n| n.min(SLOTS));

@@ -124,6 +124,35 @@ pub(crate) struct KernelStats {
     pub freezes: u64,
 }
 
+/// A classic BPF program of one instruction, `ret #0`: it takes no frame.
+const DROP_ALL: libc::sock_filter = libc::sock_filter {
+    code: (libc::BPF_RET | libc::BPF_K) as u16,
+    jt: 0,
+    jf: 0,
+    k: 0,
+};
+
+/// Waits until every frame the kernel is handing to interface `ifindex` at the call has
+/// been handed over: the kernel hands frames over inside RCU read-side sections, and
+/// rebinding a packet socket hooked to the interface waits for all of them to end
+/// (`synchronize_net`), which is the one way userspace has to wait for that. A socket of
+/// its own, bound to two protocols no frame carries, so it receives nothing meanwhile. An
+/// interface that is down or gone hands nothing over: nothing to wait for.
+pub(crate) fn wait_for_deliveries(ifindex: i32) -> io::Result<()> {
+    let sock = PacketSocket::new()?;
+    match sock
+        .bind_protocol(ifindex, (libc::ETH_P_802_3 as u16).to_be())
+        .and_then(|()| sock.bind_protocol(ifindex, (libc::ETH_P_802_2 as u16).to_be()))
+    {
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(()),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("rebinding a packet socket to wait for frames on their way in: {e}"),
+        )),
+        Ok(()) => Ok(()),
+    }
+}
+
 /// An AF_PACKET raw socket bound to one interface.
 #[derive(Debug)]
 pub(crate) struct PacketSocket {
@@ -261,12 +290,7 @@ impl PacketSocket {
     /// is lost by it. Any other error found after is returned.
     pub fn stop_receiving(&self, ifindex: i32) -> io::Result<Vec<io::Error>> {
         let mut pending: Vec<io::Error> = self.take_error().into_iter().collect();
-        let mut drop_all = libc::sock_filter {
-            code: (libc::BPF_RET | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        };
+        let mut drop_all = DROP_ALL;
         let prog = libc::sock_fprog {
             len: 1,
             filter: &mut drop_all,
@@ -697,6 +721,30 @@ impl Tap {
             };
         }
         Ok(Some(r as usize))
+    }
+
+    /// Makes the device refuse every frame the host sends it from now on, reading being
+    /// unchanged: once this returns, no frame enters the device's queue, nor is one still
+    /// on its way in, so what the queue holds is all the port can still read.
+    ///
+    /// A classic BPF filter that takes no frame (`TUNATTACHFILTER`): the device runs it on
+    /// each frame before it queues it, and drops a refused frame counting it in its
+    /// `tx_dropped`. A frame that passed the old (absent) filter just before may still be
+    /// on its way into the queue: [`wait_for_deliveries`] on the device (`ifindex`) waits
+    /// for it.
+    pub fn stop_receiving(&self, ifindex: i32) -> io::Result<()> {
+        let mut drop_all = DROP_ALL;
+        let prog = libc::sock_fprog {
+            len: 1,
+            filter: &mut drop_all,
+        };
+        // SAFETY: `prog` is a valid `sock_fprog` pointing to one instruction, both living
+        // across the call; the kernel copies the program in and only reads them.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::TUNATTACHFILTER, &prog) };
+        if r < 0 {
+            return Err(os_error("TUNATTACHFILTER (a filter that takes no frame)"));
+        }
+        wait_for_deliveries(ifindex)
     }
 
     /// Writes one frame (the host receives it).
