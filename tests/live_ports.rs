@@ -2067,6 +2067,14 @@ fn a_deleted_tap_device_ends_its_ports_receiving_with_one_error() {
         std::thread::sleep,
     );
     let r = live.stop().expect("stops");
+    // Once, and only what happened: a device that is gone receives nothing more, so the
+    // stop has nothing to refuse there.
+    assert_eq!(
+        r.ports.warnings.iter().filter(|w| w.contains(&tap)).count(),
+        1,
+        "{:#?}",
+        r.ports.warnings
+    );
     let p = &r.ports.ports[0];
     assert_eq!(
         p.rx_errors, 1,
@@ -2296,7 +2304,8 @@ fn tap_count(tap: &str, what: &str) -> u64 {
 /// every frame, so what the host sends after it is dropped by the device and counted
 /// there (its `tx_dropped`), not left in its queue in no counter. The port's count of what
 /// the kernel handed it is the device's own (`tx_packets`: frames read from it), so the
-/// stop's identity compares two counts.
+/// stop's identity compares two counts. The filter is on the host's way to the port only:
+/// the port still sends to the host after the stop.
 #[test]
 fn a_stopped_tap_port_takes_no_more_frames() {
     use pfemu::lab::ports::LivePorts;
@@ -2318,7 +2327,7 @@ fn a_stopped_tap_port_takes_no_more_frames() {
     const BEFORE: u64 = 200;
     const AFTER: u64 = 300;
     let ports = LivePorts::open(&PortsConfig::new(vec![
-        PortSpec::tap(&format!("0={tap}")).expect("spec")
+        PortSpec::tap(&format!("1={tap}")).expect("spec")
     ]))
     .expect("the port binds");
     let sink = ports.sink();
@@ -2341,7 +2350,7 @@ fn a_stopped_tap_port_takes_no_more_frames() {
 
     send_exactly(&host, &frame, BEFORE);
     wait_for(
-        &format!("port 0 to take the {BEFORE} frames sent before the stop"),
+        &format!("port 1 to take the {BEFORE} frames sent before the stop"),
         || running.report().ports[0].rx_frames >= BEFORE,
         std::thread::sleep,
     );
@@ -2385,9 +2394,23 @@ fn a_stopped_tap_port_takes_no_more_frames() {
     );
     let after = sink.report().ports[0].clone();
     assert_eq!(after, at_stop, "the counters after the stop are the stop's");
+
+    // The filter is on the host's way to the port only: what the engine sends out of the
+    // port after the stop still reaches the host.
+    let on_host = RawSocket::open(&tap, true).expect("the host's observer");
+    pfe.inject_frame(0, &frame)
+        .expect("the engine takes the frame");
+    pfe.drain();
+    let sent = sink.report().ports[0].clone();
+    assert_eq!(
+        (sent.tx_frames, sent.tx_dropped()),
+        (at_stop.tx_frames + 1, 0),
+        "the port's send after the stop: {sent:#?}"
+    );
+    observe(&on_host, 1, "the frame the port sent after the stop");
     drop(sink);
     let engine = Arc::try_unwrap(pfe)
         .unwrap_or_else(|_| panic!("the engine is still shared"))
         .shutdown();
-    assert_eq!(engine.packets_in, BEFORE, "{engine:#?}");
+    assert_eq!(engine.packets_in, BEFORE + 1, "{engine:#?}");
 }

@@ -731,7 +731,7 @@ impl Tap {
     /// each frame before it queues it, and drops a refused frame counting it in its
     /// `tx_dropped`. A frame that passed the old (absent) filter just before may still be
     /// on its way into the queue: [`wait_for_deliveries`] on the device (`ifindex`) waits
-    /// for it.
+    /// for it. A device that was deleted takes no more frames: not an error.
     pub fn stop_receiving(&self, ifindex: i32) -> io::Result<()> {
         let mut drop_all = DROP_ALL;
         let prog = libc::sock_fprog {
@@ -742,7 +742,16 @@ impl Tap {
         // across the call; the kernel copies the program in and only reads them.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::TUNATTACHFILTER, &prog) };
         if r < 0 {
-            return Err(os_error("TUNATTACHFILTER (a filter that takes no frame)"));
+            let e = io::Error::last_os_error();
+            // EBADFD: the device was deleted (the descriptor is detached from it), and
+            // with it any frame to come: nothing to refuse.
+            if e.raw_os_error() == Some(libc::EBADFD) {
+                return Ok(());
+            }
+            return Err(io::Error::new(
+                e.kind(),
+                format!("TUNATTACHFILTER (a filter that takes no frame): {e}"),
+            ));
         }
         wait_for_deliveries(ifindex)
     }
