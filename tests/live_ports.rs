@@ -2414,3 +2414,45 @@ fn a_stopped_tap_port_takes_no_more_frames() {
         .shutdown();
     assert_eq!(engine.packets_in, BEFORE + 1, "{engine:#?}");
 }
+
+/// A TAP device that outlives its port (made with `ip tuntap add`, so persistent) takes
+/// frames again for the next port bound to it: the stop's filter refusing every frame is
+/// the stopped port's alone. The kernel keeps a TAP filter in the device (`tun->fprog`,
+/// for the queues attached later); here it goes with the descriptor that closes, and this
+/// checks that it stays so.
+#[test]
+fn a_tap_device_takes_frames_again_for_the_next_port() {
+    let Some(mut lab) = NetLab::new("a_tap_device_takes_frames_again_for_the_next_port") else {
+        return;
+    };
+    let tap = lab.name("tap");
+    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
+        println!("skipped: the kernel refused a TAP device: {e}");
+        return;
+    }
+    lab.links.push(tap.clone());
+    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    const FRAMES: u64 = 50;
+    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+    for run in 1..=2 {
+        let cfg = LiveConfig {
+            ppe_threads: 1,
+            ..LiveConfig::new(
+                LiveProgram::Filter,
+                PortsConfig::new(vec![PortSpec::tap(&format!("0={tap}")).expect("spec")]),
+            )
+        };
+        let live = Live::start(&cfg).expect("the port binds");
+        let host = RawSocket::open(&tap, false).expect("the host's socket");
+        send_exactly(&host, &frame, FRAMES);
+        wait_for_live(
+            &live,
+            &format!("port 0 of run {run} to take the {FRAMES} frames the host sent"),
+            || live.report().ports.ports[0].rx_frames >= FRAMES,
+            std::thread::sleep,
+        );
+        let r = live.stop().expect("stops");
+        assert!(r.accounted(), "run {run}: {r:#?}");
+        assert_eq!(r.ports.ports[0].rx_frames, FRAMES, "run {run}: {r:#?}");
+    }
+}
