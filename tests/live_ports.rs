@@ -2456,3 +2456,67 @@ fn a_tap_device_takes_frames_again_for_the_next_port() {
         assert_eq!(r.ports.ports[0].rx_frames, FRAMES, "run {run}: {r:#?}");
     }
 }
+
+/// A TAP port needs `CAP_NET_ADMIN` alone (no packet socket): `pfemu run --tap` with just
+/// that capability stops as it does as root, its device made to refuse frames at the stop
+/// without a warning, and every frame accounted for.
+#[test]
+fn a_tap_port_stops_cleanly_with_cap_net_admin_alone() {
+    let test = "a_tap_port_stops_cleanly_with_cap_net_admin_alone";
+    let Some(mut lab) = NetLab::new(test) else {
+        return;
+    };
+    let tap = lab.name("tap");
+    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
+        println!("skipped {test}: the kernel refused a TAP device: {e}");
+        return;
+    }
+    lab.links.push(tap.clone());
+    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    // `nobody`, with CAP_NET_ADMIN and nothing else (ambient, so pfemu keeps it).
+    let out = match Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all,+net_admin",
+            "--ambient-caps=-all,+net_admin",
+            "--bounding-set=-all,+net_admin",
+        ])
+        .arg(env!("CARGO_BIN_EXE_pfemu"))
+        .args([
+            "run",
+            "--program",
+            "filter",
+            "--tap",
+            &format!("0={tap}"),
+            "--duration",
+            "0.2",
+            "--json",
+        ])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            println!("skipped {test}: cannot run setpriv (util-linux): {e}");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("setpriv:") {
+        println!("skipped {test}: setpriv could not run pfemu with CAP_NET_ADMIN: {err}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let warnings = r["ports"]["warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("ports.warnings in {r}"));
+    assert!(
+        warnings
+            .iter()
+            .all(|w| !w.as_str().unwrap_or_default().contains(&tap)),
+        "a warning about the TAP device: {warnings:#?}"
+    );
+}

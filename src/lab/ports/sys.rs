@@ -132,14 +132,35 @@ const DROP_ALL: libc::sock_filter = libc::sock_filter {
     k: 0,
 };
 
+/// `MEMBARRIER_CMD_GLOBAL` of `membarrier(2)`.
+const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+
 /// Waits until every frame the kernel is handing to interface `ifindex` at the call has
 /// been handed over: the kernel hands frames over inside RCU read-side sections, and
 /// rebinding a packet socket hooked to the interface waits for all of them to end
-/// (`synchronize_net`), which is the one way userspace has to wait for that. A socket of
-/// its own, bound to two protocols no frame carries, so it receives nothing meanwhile. An
-/// interface that is down or gone hands nothing over: nothing to wait for.
+/// (`synchronize_net`). A socket of its own, bound to two protocols no frame carries, so it
+/// receives nothing meanwhile. An interface that is down or gone hands nothing over:
+/// nothing to wait for.
+///
+/// A packet socket needs `CAP_NET_RAW`, which a TAP port does not otherwise need; without
+/// it, `membarrier(MEMBARRIER_CMD_GLOBAL)`, which needs no privilege and returns after an
+/// RCU grace period (`synchronize_rcu`, the same wait on a kernel since 4.20).
 pub(crate) fn wait_for_deliveries(ifindex: i32) -> io::Result<()> {
-    let sock = PacketSocket::new()?;
+    let sock = match PacketSocket::new() {
+        Ok(sock) => sock,
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            // SAFETY: plain system call with constant arguments.
+            let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+            if r != 0 {
+                return Err(os_error(
+                    "membarrier(MEMBARRIER_CMD_GLOBAL), to wait for frames on their way in \
+                     without CAP_NET_RAW",
+                ));
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     match sock
         .bind_protocol(ifindex, (libc::ETH_P_802_3 as u16).to_be())
         .and_then(|()| sock.bind_protocol(ifindex, (libc::ETH_P_802_2 as u16).to_be()))
