@@ -2442,7 +2442,21 @@ fn a_tap_device_takes_frames_again_for_the_next_port() {
                 PortsConfig::new(vec![PortSpec::tap(&format!("0={tap}")).expect("spec")]),
             )
         };
-        let live = Live::start(&cfg).expect("the port binds");
+        // The last run's descriptor of the device is closed, but a process another test
+        // spawns meanwhile holds a copy of it until its `exec` (which closes it): the
+        // device is busy until then.
+        let end = Instant::now() + DEADLINE;
+        let live = loop {
+            match Live::start(&cfg) {
+                Err(LiveError::Port(PortError::Io { source, .. }))
+                    if source.kind() == std::io::ErrorKind::ResourceBusy
+                        && Instant::now() < end =>
+                {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                r => break r.unwrap_or_else(|e| panic!("run {run}: the port binds: {e}")),
+            }
+        };
         let host = RawSocket::open(&tap, false).expect("the host's socket");
         send_exactly(&host, &frame, FRAMES);
         wait_for_live(
