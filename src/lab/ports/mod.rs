@@ -60,10 +60,10 @@
 //! two counts kept apart. A stopped port takes no more frames (they arrive at the
 //! interface, and the host counts them there; a TAP device drops them and counts them in
 //! its `tx_dropped`), so the counts of [`RunningPorts::stop`] are final although the socket
-//! (or device) stays open, for sending, until the engine shuts down. Out: sent (`tx_frames`) or refused
-//! by the kernel (`tx_errors`, by error: `EMSGSIZE` for a frame longer than the interface's
-//! MTU, `ENETDOWN`, `ENOBUFS`, ...), and frames for a port no interface is bound to
-//! ([`PortsReport::tx_unbound`]).
+//! (or device) stays open, for sending, until the engine shuts down. Out: sent
+//! (`tx_frames`) or refused by the kernel (`tx_errors`, by error: `EMSGSIZE` for a frame
+//! longer than the interface's MTU, `ENETDOWN`, `ENOBUFS`, ...), and frames for a port no
+//! interface is bound to ([`PortsReport::tx_unbound`]).
 //!
 //! # Frames as a wire carries them
 //!
