@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -532,4 +533,72 @@ fn timers_change_while_the_engine_runs() {
         Err(pfemu::pfe::ControlError::NotRunning)
     );
     assert_eq!(ctl.stats().timer_launches, 4, "the counters stay readable");
+}
+
+/// The cores this machine offers: dispatch wakes an idle PPE thread for a timer launch only
+/// while fewer threads are active than that.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A program whose timer entry 0 records each launch's slice in `started`, and whose slice 0
+/// then holds its PPE thread until `release` is set (or, should the test fail, well after
+/// the test's own waits gave up).
+fn holding_program(started: Arc<Mutex<Vec<u32>>>, release: Arc<AtomicBool>) -> Program {
+    let mut p = Program::builder("holding_timer");
+    let [pkt, tick] = p.labels(["packet", "tick"]);
+    p.instr(pkt, |_| Ok(Done(Verdict::Forward(1))));
+    p.instr(tick, move |t| {
+        let slice = t.timer().expect("a timer thread sees its launch").slice;
+        started.lock().push(slice);
+        let deadline = Instant::now() + 3 * PATIENCE;
+        while slice == 0 && !release.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        Ok(Done(Verdict::Consume))
+    });
+    p.entry(Entry::Packet, pkt);
+    p.entry(Entry::Timer(0), tick);
+    p.build().unwrap()
+}
+
+/// Paper §5: a timer thread runs on whichever PPE thread is free. A launch that comes due
+/// while one PPE thread runs a long timer thread runs at once on an idle one; it does not
+/// wait for the busy one (which made staggered slow timers overrun one after another).
+#[test]
+fn a_due_launch_does_not_wait_for_a_busy_ppe_thread_while_another_is_idle() {
+    if cores() < 2 {
+        eprintln!("skipped: one core, so dispatch runs one PPE thread at a time");
+        return;
+    }
+    let clock = Arc::new(ManualClock::new());
+    let started: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let release = Arc::new(AtomicBool::new(false));
+    let mut pfe = Pfe::builder()
+        .program(holding_program(started.clone(), release.clone()))
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        // Due at 0 and 5 ms.
+        .timers(TimerSpec::staggered(0, 2, 10 * MS, 0).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    wait_until("timer 0's thread runs", || !started.lock().is_empty());
+    // Give the other PPE thread time to finish spinning and park, as it would in a real
+    // engine between timer periods. With the wake-up the outcome does not depend on this
+    // sleep; without the wake-up, a thread still spinning would take the launch by itself
+    // and hide the fault (the unit test in `pfe::timer_threads` checks the wake-up
+    // deterministically).
+    std::thread::sleep(Duration::from_millis(50));
+    clock.set(5 * MS);
+    wait_until(
+        "timer 1's thread runs on the idle PPE thread while timer 0's holds the other",
+        || started.lock().len() == 2,
+    );
+    release.store(true, Ordering::Release);
+    pfe.settle_timers();
+    let stats = pfe.shutdown();
+    assert_eq!(*started.lock(), [0, 1]);
+    assert_eq!((stats.timer_runs, stats.timer_overruns), (2, 0));
 }

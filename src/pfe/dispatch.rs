@@ -15,8 +15,12 @@
 //!    the reorder engine while descheduled).
 //! 4. Timer launches have a queue of their own that every pop looks at first, so a timer
 //!    thread runs on the next PPE thread that becomes free, ahead of queued packets (it
-//!    never preempts a running one). Pushing a launch follows step 3's rule (wake a thread
-//!    only if none is active), and a thread's last look before parking covers both queues.
+//!    never preempts a running one). Pushing a launch wakes an idle thread whenever fewer
+//!    threads are active than step 3's cap (the cores): a due launch does not wait for a
+//!    busy thread while another could run it at once. A PPE thread that launches between
+//!    batches runs its first launch itself (it pops next) and wakes no one for it, so a busy
+//!    engine's own launches wake nobody; each launch wakes at most one thread, so timers
+//!    cannot cause a wake-up storm. A thread's last look before parking covers both queues.
 //!    While every PPE thread is active, they also launch due timers themselves between
 //!    batches, so the launcher thread need not wake (and take a core from them) for each
 //!    one: a thread about to park wakes the launcher, which takes timers back (see
@@ -129,14 +133,19 @@ impl Dispatch {
         self.maybe_wake();
     }
 
-    /// Queues a timer launch ahead of the batches (step 4). The caller (the launcher) keeps
-    /// at most one launch per timer outstanding, so this cannot fail.
-    pub fn push_timer(&self, launch: Launch) {
+    /// Queues a timer launch ahead of the batches (step 4) and, if `wake`, wakes an idle
+    /// thread to run it while fewer threads are active than may run at once. A PPE thread
+    /// pushing between batches passes `wake: false` for the launch it will pop itself.
+    /// The caller (the launcher) keeps at most one launch per timer outstanding, so this
+    /// cannot fail.
+    pub fn push_timer(&self, launch: Launch, wake: bool) {
         if self.timers.push(launch).is_err() {
             unreachable!("timer queue sized to the number of timers");
         }
         fence(Ordering::SeqCst);
-        if self.active.load(Ordering::Relaxed) == 0 {
+        // `max_active` may exceed the threads there are (it is the cores).
+        let limit = self.max_active.min(self.unparkers.len());
+        if wake && self.active.load(Ordering::Relaxed) < limit {
             self.wake_one();
         }
     }

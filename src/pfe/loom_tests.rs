@@ -125,14 +125,17 @@ fn dispatch_model_closing(
             dispatch.push(Box::default());
         }
         for timer in 0..timers {
-            dispatch.push_timer(Launch {
-                timer,
-                entry: 0,
-                slice: 0,
-                slices: 1,
-                scheduled_ns: 0,
-                missed: 0,
-            });
+            dispatch.push_timer(
+                Launch {
+                    timer,
+                    entry: 0,
+                    slice: 0,
+                    slices: 1,
+                    scheduled_ns: 0,
+                    missed: 0,
+                },
+                true,
+            );
         }
         if drain_first {
             popped.wait_for(batches + timers);

@@ -15,6 +15,7 @@ use super::reorder::Outlet;
 use super::stats::{
     WorkerStats, DROP_FAULT_BASE, DROP_NO_SUCH_GROUP, DROP_NO_SUCH_PORT, DROP_PROGRAM_BASE,
 };
+use super::timer_threads::By;
 use super::Shared;
 use super::{trace, TraceRecord};
 use crate::packet::{Dest, OutArena};
@@ -44,7 +45,7 @@ pub(crate) fn run<const PROFILE: bool>(
     loop {
         if let Some(timers) = &shared.timers {
             // Between batches: launch the timers due (see `pfe::timer_threads`).
-            timers.poll(&shared.dispatch, shared.clock.now_ns());
+            timers.poll(&shared.dispatch, shared.clock.now_ns(), By::PpeThread);
             if PROFILE {
                 local.profile.add(Stage::Timers, lap.split());
             }

@@ -9,8 +9,10 @@
 //! with as many PPE threads as cores, every such wake-up would take a core from one of
 //! them): it waits until a PPE thread is about to park, which wakes it, and takes timers
 //! back. A launch therefore never waits for the launcher while the PPE threads are busy
-//! (it could not run before one of them finished its batch anyway), nor for a PPE thread
-//! while they are idle.
+//! (it could not run before one of them finished its batch anyway), nor for a busy PPE
+//! thread while another is idle: each launch wakes an idle PPE thread to run it, as long as
+//! fewer PPE threads run than there are cores (dispatch's cap), except the first launch a
+//! PPE thread makes between batches, which it runs itself.
 //!
 //! Stopping stops every launch, not only the launcher's: [`TimerState::stop`] sets the stop
 //! flag under the lock every launch is made under, and whoever launches checks the flag
@@ -63,6 +65,15 @@ pub(crate) struct TimerState {
     launcher: Unparker,
 }
 
+/// Who calls [`TimerState::poll`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum By {
+    /// A PPE thread between batches: it pops next, so it runs the first launch itself.
+    PpeThread,
+    /// The launcher thread: every launch needs a PPE thread woken, if one is idle.
+    Launcher,
+}
+
 /// The timer counters of a [`crate::pfe::Stats`] snapshot.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct TimerCounts {
@@ -113,14 +124,14 @@ impl TimerState {
     /// thread is launching already. Cheap when nothing is due: PPE threads call it between
     /// batches.
     #[inline]
-    pub fn poll(&self, dispatch: &Dispatch, now: u64) {
+    pub fn poll(&self, dispatch: &Dispatch, now: u64, by: By) {
         if now >= self.next_due.load(Ordering::Acquire) {
-            self.launch_due(dispatch, now);
+            self.launch_due(dispatch, now, by);
         }
     }
 
     #[inline(never)]
-    fn launch_due(&self, dispatch: &Dispatch, now: u64) {
+    fn launch_due(&self, dispatch: &Dispatch, now: u64, by: By) {
         let Some(mut guard) = self.set.try_lock() else {
             return;
         };
@@ -130,6 +141,9 @@ impl TimerState {
         }
         let (set, due) = &mut *guard;
         set.due(now, due);
+        // A PPE thread pops right after polling: it runs the first launch itself, and only
+        // the others need an idle thread woken.
+        let mut wake = by == By::Launcher;
         for launch in due.drain(..) {
             self.missed.fetch_add(launch.missed, Ordering::Relaxed);
             if self.busy[launch.timer].swap(true, Ordering::AcqRel) {
@@ -138,7 +152,8 @@ impl TimerState {
             }
             self.in_flight.fetch_add(1, Ordering::AcqRel);
             self.launches.fetch_add(1, Ordering::Relaxed);
-            dispatch.push_timer(launch);
+            dispatch.push_timer(launch, wake);
+            wake = true;
         }
         self.launched_before.fetch_max(now + 1, Ordering::AcqRel);
         self.next_due
@@ -217,7 +232,7 @@ pub(crate) fn run(shared: Arc<Shared>, parker: Parker) {
         .expect("the launcher runs only when timers are configured");
     let clock = &*shared.clock;
     while !st.stop.load(Ordering::Relaxed) {
-        st.poll(&shared.dispatch, clock.now_ns());
+        st.poll(&shared.dispatch, clock.now_ns(), By::Launcher);
         let next = st.next_due();
         if next == u64::MAX {
             // Every timer is off (or the engine stops): a change or `stop` wakes us.
@@ -249,14 +264,14 @@ mod tests {
             _ => panic!("a timer launch is queued"),
         };
 
-        st.poll(&dispatch, 4);
+        st.poll(&dispatch, 4, By::Launcher);
         assert_eq!(st.counts().launches, 1);
         assert_eq!((st.next_due(), st.launched_before()), (5, 5));
-        st.poll(&dispatch, 4);
+        st.poll(&dispatch, 4, By::Launcher);
         assert_eq!(st.counts().launches, 1, "nothing new is due");
 
         // Timer 0's launch is still queued when its next period comes: an overrun.
-        st.poll(&dispatch, 12);
+        st.poll(&dispatch, 12, By::Launcher);
         let c = st.counts();
         assert_eq!((c.launches, c.overruns, st.next_due()), (2, 1, 15));
         let first = pop();
@@ -267,7 +282,7 @@ mod tests {
         st.finished(&second);
         assert_eq!(st.in_flight(), 0);
 
-        st.poll(&dispatch, 20);
+        st.poll(&dispatch, 20, By::Launcher);
         assert_eq!(st.counts().launches, 4);
         assert_eq!(
             [pop().scheduled_ns, pop().scheduled_ns],
@@ -276,13 +291,78 @@ mod tests {
         );
     }
 
+    /// How long a test waits for a thread before it fails: a deadline for a hang, never a
+    /// measure of speed.
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    /// A due launch runs on an idle PPE thread while another is busy (paper §5: on whichever
+    /// PPE thread is free); a PPE thread launching between batches runs its first launch
+    /// itself and wakes nobody for it.
+    #[test]
+    fn a_due_launch_wakes_an_idle_ppe_thread_unless_the_launching_one_runs_it() {
+        use std::sync::mpsc;
+        // Two timers every 10 ns, due at 0 and 5.
+        let set = TimerSet::new(TimerSpec::staggered(0, 2, 10, 0).unwrap()).unwrap();
+        let launcher = Parker::new();
+        let st = TimerState::new(set, launcher.unparker().clone());
+        // PPE thread 0 is this test: busy, it pops only when told. Thread 1 is real.
+        let (dispatch, mut parkers) = Dispatch::new(2, 2, 4, 2, None);
+        let dispatch = Arc::new(dispatch);
+        let parker1 = parkers.pop().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let d = Arc::clone(&dispatch);
+        let ppe1 = std::thread::spawn(move || loop {
+            match d.pop(1, &parker1) {
+                Popped::Timer(l) => tx.send(l).unwrap(),
+                Popped::Batch(_) => unreachable!("no batch is pushed"),
+                Popped::Closed => return,
+            }
+        });
+        let idle = |what: &str| {
+            let deadline = std::time::Instant::now() + PATIENCE;
+            while dispatch.all_active() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::yield_now();
+            }
+        };
+        idle("PPE thread 1 never went idle");
+
+        // The launcher launches timer 0 while thread 0 is busy: thread 1 is woken for it.
+        st.poll(&dispatch, 0, By::Launcher);
+        let l = rx
+            .recv_timeout(PATIENCE)
+            .expect("the idle PPE thread runs the launch while the other is busy");
+        assert_eq!(l.timer, 0);
+        st.finished(&l);
+        idle("PPE thread 1 never went idle again");
+
+        // Thread 0 launches timer 1 between batches: it pops it itself, nobody is woken.
+        st.poll(&dispatch, 5, By::PpeThread);
+        assert!(!dispatch.all_active(), "thread 1 was woken for nothing");
+        match dispatch.pop(0, &parkers[0]) {
+            Popped::Timer(l) => st.finished(&l),
+            _ => panic!("the launch is queued for thread 0"),
+        }
+
+        // Both due at once, launched by thread 0: thread 1 is woken for the second.
+        st.poll(&dispatch, 15, By::PpeThread);
+        let l = rx
+            .recv_timeout(PATIENCE)
+            .expect("the idle PPE thread runs the second launch");
+        st.finished(&l);
+        dispatch.close();
+        ppe1.join().unwrap();
+        assert_eq!(rx.try_iter().count() + 1, 2, "thread 1 ran both launches");
+        assert_eq!(st.counts().launches, 4);
+    }
+
     #[test]
     fn after_stop_nobody_launches_what_is_due() {
         let set = TimerSet::new(TimerSpec::staggered(0, 2, 10, 0).unwrap()).unwrap();
         let launcher = Parker::new();
         let st = TimerState::new(set, launcher.unparker().clone());
         let (dispatch, _parkers) = Dispatch::new(1, 1, 4, 2, None);
-        st.poll(&dispatch, 0);
+        st.poll(&dispatch, 0, By::Launcher);
         assert_eq!(st.counts().launches, 1);
         st.stop();
         assert_eq!(
@@ -291,7 +371,7 @@ mod tests {
             "nothing is due for a PPE thread's test"
         );
         // A PPE thread between batches, long after both timers came due.
-        st.launch_due(&dispatch, 1_000);
+        st.launch_due(&dispatch, 1_000, By::Launcher);
         assert_eq!(
             st.counts().launches,
             1,
