@@ -602,3 +602,70 @@ fn a_due_launch_does_not_wait_for_a_busy_ppe_thread_while_another_is_idle() {
     assert_eq!(*started.lock(), [0, 1]);
     assert_eq!((stats.timer_runs, stats.timer_overruns), (2, 0));
 }
+
+/// `Pfe::drain` waits for the timer threads launched before it was called, not for a moment
+/// with none in flight. Here the timer threads overlap for ever: each one, once the previous
+/// has finished, moves the clock so that the other timer comes due, and finishes only once
+/// that launch has been made. A launch is in flight at every moment, yet drain returns.
+#[test]
+fn drain_returns_while_timer_threads_keep_overlapping() {
+    let clock = Arc::new(ManualClock::new());
+    let ctl: Arc<std::sync::OnceLock<pfemu::pfe::Control>> = Arc::default();
+    let go_on = Arc::new(AtomicBool::new(true));
+    let started = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut p = Program::builder("overlapping_timers");
+    let [pkt, tick] = p.labels(["packet", "tick"]);
+    p.instr(pkt, |_| Ok(Done(Verdict::Forward(1))));
+    {
+        let (clock, ctl, go_on) = (clock.clone(), ctl.clone(), go_on.clone());
+        p.instr(tick, move |_| {
+            let m = started.fetch_add(1, Ordering::AcqRel);
+            let ctl = ctl
+                .get()
+                .expect("the test sets the control handle before start");
+            if go_on.load(Ordering::Acquire) {
+                // The previous launch (of the other timer) has finished, so its next one is
+                // not an overrun.
+                wait_until("the previous timer thread finishes", || {
+                    ctl.stats().timer_runs >= m
+                });
+                clock.advance(5 * MS);
+                // (Or the test is over: shutdown stops the launches.)
+                wait_until("the other timer's next launch is made", || {
+                    ctl.stats().timer_launches >= m + 2 || !go_on.load(Ordering::Acquire)
+                });
+            }
+            Ok(Done(Verdict::Consume))
+        });
+    }
+    p.entry(Entry::Packet, pkt);
+    p.entry(Entry::Timer(0), tick);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        // Due at 0 and 5 ms.
+        .timers(TimerSpec::staggered(0, 2, 10 * MS, 0).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let _ = ctl.set(pfe.control());
+    pfe.start().unwrap();
+    wait_until("the timer threads overlap", || pfe.stats().timer_runs >= 4);
+    let pfe = Arc::new(pfe);
+    let draining = Arc::clone(&pfe);
+    within_patience("Pfe::drain while timer threads overlap", move || {
+        draining.drain()
+    });
+    go_on.store(false, Ordering::Release);
+    let pfe = Arc::into_inner(pfe).expect("the drain's handle is gone");
+    let stats = within_patience("Pfe::shutdown", move || pfe.shutdown());
+    assert_eq!(
+        stats.timer_overruns, 0,
+        "each launch came after the previous finished"
+    );
+    assert_eq!(
+        stats.timer_runs, stats.timer_launches,
+        "every launch made ran"
+    );
+}

@@ -42,10 +42,11 @@ const MAX_SLEEP: Duration = Duration::from_millis(2);
 
 /// What the launcher and the PPE threads share about timers.
 pub(crate) struct TimerState {
-    /// Per timer: a launch is queued or running.
-    busy: Box<[AtomicBool]>,
-    /// Launches handed to dispatch and not finished yet.
-    in_flight: AtomicU64,
+    /// Per timer: its launches made plus those finished, odd while one is queued or
+    /// running. Only the launcher (under the lock) makes it odd, only the thread that ran
+    /// the launch makes it even: [`TimerState::wait_idle`] waits for each odd count it saw
+    /// to move on, so it waits for the launches already made and for no later one.
+    runs: Box<[AtomicU64]>,
     /// Every launch due before this clock reading has been handed to dispatch (0: the
     /// launcher has not looked yet).
     launched_before: AtomicU64,
@@ -90,8 +91,7 @@ impl TimerState {
             next_due: AtomicU64::new(set.next_due_ns().unwrap_or(u64::MAX)),
             set: Mutex::new((set, Vec::with_capacity(timers))),
             launcher,
-            busy: (0..timers).map(|_| AtomicBool::new(false)).collect(),
-            in_flight: AtomicU64::new(0),
+            runs: (0..timers).map(|_| AtomicU64::new(0)).collect(),
             launched_before: AtomicU64::new(0),
             launches: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
@@ -102,12 +102,22 @@ impl TimerState {
 
     /// Called by the PPE thread that ran `launch`, after its output left.
     pub fn finished(&self, launch: &Launch) {
-        self.busy[launch.timer].store(false, Ordering::Release);
-        self.in_flight.fetch_sub(1, Ordering::Release);
+        self.runs[launch.timer].fetch_add(1, Ordering::Release);
     }
 
-    pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Acquire)
+    /// The launches queued or running now, as (timer, its run count): what
+    /// [`TimerState::all_finished`] checks.
+    pub fn outstanding(&self) -> Vec<(usize, u64)> {
+        (self.runs.iter().enumerate())
+            .map(|(timer, runs)| (timer, runs.load(Ordering::Acquire)))
+            .filter(|&(_, runs)| runs % 2 == 1)
+            .collect()
+    }
+
+    /// Whether every launch in `launches` (from [`TimerState::outstanding`]) has finished,
+    /// whatever was launched since.
+    pub fn all_finished(&self, launches: &[(usize, u64)]) -> bool {
+        (launches.iter()).all(|&(timer, runs)| self.runs[timer].load(Ordering::Acquire) != runs)
     }
 
     pub fn launched_before(&self) -> u64 {
@@ -146,11 +156,14 @@ impl TimerState {
         let mut wake = by == By::Launcher;
         for launch in due.drain(..) {
             self.missed.fetch_add(launch.missed, Ordering::Relaxed);
-            if self.busy[launch.timer].swap(true, Ordering::AcqRel) {
+            let runs = &self.runs[launch.timer];
+            // Even: the previous launch finished, and nobody else moves the count until
+            // this one has (only `finished` does, once it has run).
+            if runs.load(Ordering::Acquire) % 2 == 1 {
                 self.overruns.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            self.in_flight.fetch_add(1, Ordering::AcqRel);
+            runs.fetch_add(1, Ordering::AcqRel);
             self.launches.fetch_add(1, Ordering::Relaxed);
             dispatch.push_timer(launch, wake);
             wake = true;
@@ -208,11 +221,13 @@ impl TimerState {
         self.launcher.unpark();
     }
 
-    /// Waits until no launch is queued or running.
+    /// Waits until every launch queued or running when called has finished. Not for a
+    /// moment with none in flight: while launches keep overlapping there may be none.
     pub fn wait_idle(&self, shared: &Shared) {
+        let launches = self.outstanding();
         let backoff = Backoff::new();
         let mut watch = shared.dispatch.stall_watch();
-        while self.in_flight() > 0 {
+        while !self.all_finished(&launches) {
             if backoff.is_completed() {
                 shared.dispatch.check_stall(&mut watch);
                 std::thread::sleep(Duration::from_micros(20));
@@ -280,7 +295,7 @@ mod tests {
         assert_eq!((second.timer, second.scheduled_ns), (1, 5));
         st.finished(&first);
         st.finished(&second);
-        assert_eq!(st.in_flight(), 0);
+        assert_eq!(st.outstanding(), []);
 
         st.poll(&dispatch, 20, By::Launcher);
         assert_eq!(st.counts().launches, 4);
@@ -354,6 +369,44 @@ mod tests {
         ppe1.join().unwrap();
         assert_eq!(rx.try_iter().count() + 1, 2, "thread 1 ran both launches");
         assert_eq!(st.counts().launches, 4);
+    }
+
+    /// What `wait_idle` waits for: the launches made before it, not the later ones.
+    #[test]
+    fn the_launches_waited_for_are_those_already_made() {
+        // Two timers every 10 ns, due at 0 and 5.
+        let set = TimerSet::new(TimerSpec::staggered(0, 2, 10, 0).unwrap()).unwrap();
+        let launcher = Parker::new();
+        let st = TimerState::new(set, launcher.unparker().clone());
+        let (dispatch, parkers) = Dispatch::new(1, 1, 4, 2, None);
+        let pop = || match dispatch.pop(0, &parkers[0]) {
+            Popped::Timer(l) => l,
+            _ => panic!("a timer launch is queued"),
+        };
+        assert!(st.all_finished(&st.outstanding()), "nothing launched yet");
+        st.poll(&dispatch, 0, By::Launcher);
+        let first = pop();
+        let made = st.outstanding();
+        assert_eq!(made.len(), 1);
+        assert!(!st.all_finished(&made));
+        // Timer 1 is launched after the look; timer 0's launch finishes, and its next one
+        // is made: neither later launch is waited for.
+        st.poll(&dispatch, 5, By::Launcher);
+        let second = pop();
+        st.finished(&first);
+        st.poll(&dispatch, 10, By::Launcher);
+        assert_eq!(
+            st.outstanding().len(),
+            2,
+            "both timers have a launch outstanding"
+        );
+        assert!(
+            st.all_finished(&made),
+            "the launch made before has finished"
+        );
+        st.finished(&second);
+        st.finished(&pop());
+        assert_eq!(st.outstanding(), []);
     }
 
     #[test]
