@@ -127,7 +127,9 @@ pub struct TimerSpec {
     pub entry: u16,
     /// Time between launches, in nanoseconds (at least 1).
     pub period_ns: u64,
-    /// Time of the first launch, in nanoseconds from the clock's epoch.
+    /// Time of the first launch, in nanoseconds from the clock's epoch (with an engine's
+    /// default clock, its build). A phase already past when the engine starts moves on to
+    /// the timer's first period at or after the start ([`TimerSet::rebase`]).
     pub phase_ns: u64,
     /// Which slice of the work this timer owns (`slice` of `slices`), e.g. of a hash scan.
     pub slice: u32,
@@ -357,6 +359,21 @@ impl TimerSet {
         Ok(self.status()[timer])
     }
 
+    /// Moves every timer whose next launch is before `now_ns` on to its first period at or
+    /// after `now_ns`, without counting the periods passed over as missed: an engine calls
+    /// it when it starts, since the periods between the clock's epoch (with the default
+    /// clock, when the engine was built) and the start were nobody's to launch. Each timer
+    /// keeps its place in the period, so staggered timers stay staggered.
+    pub fn rebase(&mut self, now_ns: u64) {
+        for (spec, due) in &mut self.timers {
+            if *due < now_ns && *due != DISABLED {
+                let periods = (now_ns - *due).div_ceil(spec.period_ns);
+                *due = due.saturating_add(periods.saturating_mul(spec.period_ns));
+                spec.phase_ns = *due;
+            }
+        }
+    }
+
     /// Appends to `out` every launch due at `now_ns`, in order of scheduled time, and moves
     /// each launched timer to its next period after `now_ns`.
     pub fn due(&mut self, now_ns: u64, out: &mut Vec<Launch>) {
@@ -447,6 +464,32 @@ mod tests {
             }]
         );
         assert_eq!(set.next_due_ns(), Some(45));
+    }
+
+    #[test]
+    fn a_rebase_skips_the_periods_before_it_uncounted_and_keeps_the_stagger() {
+        // Due at 0, 25, 50 and 75 ms; the engine starts at 130 ms.
+        let mut set = TimerSet::new(TimerSpec::staggered(0, 4, 100 * MS, 0).unwrap()).unwrap();
+        set.rebase(130 * MS);
+        let due: Vec<u64> = set
+            .status()
+            .iter()
+            .map(|s| s.next_due_ns.unwrap())
+            .collect();
+        assert_eq!(due, [200 * MS, 225 * MS, 150 * MS, 175 * MS]);
+        let mut out = Vec::new();
+        set.due(150 * MS, &mut out);
+        assert_eq!((out.len(), out[0].slice, out[0].missed), (1, 2, 0));
+        // A timer due at the start, or later, stays.
+        let mut set = TimerSet::new(TimerSpec::staggered(0, 2, 10, 20).unwrap()).unwrap();
+        set.rebase(20);
+        assert_eq!(set.next_due_ns(), Some(20));
+        let due: Vec<u64> = set
+            .status()
+            .iter()
+            .map(|s| s.next_due_ns.unwrap())
+            .collect();
+        assert_eq!(due, [20, 25]);
     }
 
     #[test]

@@ -669,3 +669,49 @@ fn drain_returns_while_timer_threads_keep_overlapping() {
         "every launch made ran"
     );
 }
+
+/// The periods between building the engine and starting it (the default clock starts at
+/// the build) were nobody's to launch: they are not counted as missed, and each timer
+/// starts at its first period at or after the start, keeping the stagger.
+#[test]
+fn the_periods_before_start_are_not_counted_as_missed() {
+    let clock = Arc::new(ManualClock::new());
+    let seen: Arc<Mutex<Vec<(u32, u64, u64)>>> = Arc::default();
+    let mut p = Program::builder("recording_timer");
+    let [pkt, tick] = p.labels(["packet", "tick"]);
+    p.instr(pkt, |_| Ok(Done(Verdict::Forward(1))));
+    {
+        let seen = seen.clone();
+        p.instr(tick, move |t| {
+            let l = *t.timer().expect("a timer thread sees its launch");
+            seen.lock().push((l.slice, l.scheduled_ns, l.missed));
+            Ok(Done(Verdict::Consume))
+        });
+    }
+    p.entry(Entry::Packet, pkt);
+    p.entry(Entry::Timer(0), tick);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        // Due at 0 and 5 ms, every 10 ms.
+        .timers(TimerSpec::staggered(0, 2, 10 * MS, 0).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // Time passes before the start (building traffic, say).
+    clock.set(52 * MS);
+    pfe.start().unwrap();
+    pfe.settle_timers();
+    assert_eq!(pfe.stats().timer_launches, 0, "nothing is due at the start");
+    for ms in [55, 60, 65] {
+        clock.set(ms * MS);
+        pfe.settle_timers();
+    }
+    let stats = pfe.shutdown();
+    assert_eq!(stats.timer_missed, 0);
+    assert_eq!(
+        *seen.lock(),
+        [(1, 55 * MS, 0), (0, 60 * MS, 0), (1, 65 * MS, 0)]
+    );
+}

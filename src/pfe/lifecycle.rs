@@ -89,6 +89,11 @@ impl Pfe {
         } else {
             Vec::new()
         };
+        if let Some(t) = &self.shared.timers {
+            // The periods since the clock's epoch (the build, with the default clock) were
+            // nobody's to launch: not missed.
+            t.start(self.shared.clock.now_ns());
+        }
         let parkers = std::mem::take(&mut *self.parkers.lock());
         let mut workers = self.workers.lock();
         for (me, parker) in parkers.into_iter().enumerate() {

@@ -24,7 +24,9 @@
 //! A timer has at most one launch outstanding (queued or running). When a launch comes due
 //! while the previous one has not finished, it is skipped and counted as an overrun, so a
 //! slow timer thread never piles launches up behind it; periods nobody launched (the
-//! launcher woke up more than a period late) are counted as missed, never caught up.
+//! launcher woke up more than a period late) are counted as missed, never caught up. The
+//! periods before the engine started are not: they were nobody's to launch, and each timer
+//! starts at its first period at or after the start ([`TimerState::start`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -171,6 +173,19 @@ impl TimerState {
         self.launched_before.fetch_max(now + 1, Ordering::AcqRel);
         self.next_due
             .store(set.next_due_ns().unwrap_or(u64::MAX), Ordering::Release);
+    }
+
+    /// Called when the engine starts, before any launch: moves each timer on to its first
+    /// period at or after `now` ([`TimerSet::rebase`]), so the periods before the start are
+    /// not counted as missed.
+    pub fn start(&self, now: u64) {
+        let mut guard = self.set.lock();
+        if self.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        guard.0.rebase(now);
+        let next = guard.0.next_due_ns().unwrap_or(u64::MAX);
+        self.next_due.store(next, Ordering::Release);
     }
 
     /// Every timer as it stands.
