@@ -13,6 +13,12 @@
 //! - [`TimerSet::due`]: the launches that are due at a given time, in order, each with the
 //!   time it was scheduled for (so jitter can be measured) and how many earlier periods it
 //!   had to skip because the launcher fell behind (a timer never launches twice to catch up).
+//!
+//! Bounds: at most [`MAX_TIMERS`] timers, and periods and phases of at most
+//! [`MAX_TIMER_NS`] (a year); more is refused naming the setting. Due times saturate: a
+//! timer whose next period would begin past the end of the clock's range (`u64::MAX` ns,
+//! 584 years) stays on but is never due again, rather than wrapping or reading as
+//! switched off.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,9 +87,11 @@ impl ManualClock {
         Self::default()
     }
 
-    /// Moves the clock forward by `ns`.
+    /// Moves the clock forward by `ns`, stopping at `u64::MAX` (time never wraps back).
     pub fn advance(&self, ns: u64) {
-        self.now.fetch_add(ns, Ordering::AcqRel);
+        let _ = (self.now).fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+            Some(now.saturating_add(ns))
+        });
         self.wake();
     }
 
@@ -125,11 +133,12 @@ impl Clock for ManualClock {
 pub struct TimerSpec {
     /// The program's timer entry point it starts (`Entry::Timer(entry)`).
     pub entry: u16,
-    /// Time between launches, in nanoseconds (at least 1).
+    /// Time between launches, in nanoseconds (1 to [`MAX_TIMER_NS`]).
     pub period_ns: u64,
     /// Time of the first launch, in nanoseconds from the clock's epoch (with an engine's
-    /// default clock, its build). A phase already past when the engine starts moves on to
-    /// the timer's first period at or after the start ([`TimerSet::rebase`]).
+    /// default clock, its build), at most [`MAX_TIMER_NS`]. A phase already past when the
+    /// engine starts moves on to the timer's first period at or after the start
+    /// ([`TimerSet::rebase`]).
     pub phase_ns: u64,
     /// Which slice of the work this timer owns (`slice` of `slices`), e.g. of a hash scan.
     pub slice: u32,
@@ -140,7 +149,8 @@ pub struct TimerSpec {
 impl TimerSpec {
     /// `n` timers starting `entry` every `period_ns`, the k-th first launched at
     /// `start_ns + k * period_ns / n` and owning slice k of n: together they start one
-    /// thread every `period_ns / n` and cover all slices once per period.
+    /// thread every `period_ns / n` and cover all slices once per period. Refuses more than
+    /// [`MAX_TIMERS`] timers, and a period or a last phase beyond [`MAX_TIMER_NS`].
     pub fn staggered(
         entry: u16,
         n: u32,
@@ -150,17 +160,16 @@ impl TimerSpec {
         if n == 0 {
             return Err(ConfigError::new("timers", "at least one timer is needed"));
         }
-        if period_ns == 0 {
-            return Err(ConfigError::new(
-                "timer_period",
-                "the period must be at least 1 ns",
-            ));
-        }
+        check_count(n as usize)?;
+        check_period(period_ns)?;
+        let offset = |k: u32| (period_ns as u128 * k as u128 / n as u128) as u64;
+        // The last timer's phase is the latest; the bound keeps it far from overflowing.
+        check_phase(start_ns.saturating_add(offset(n - 1)))?;
         Ok((0..n)
             .map(|k| TimerSpec {
                 entry,
                 period_ns,
-                phase_ns: start_ns + (period_ns as u128 * k as u128 / n as u128) as u64,
+                phase_ns: start_ns + offset(k),
                 slice: k,
                 slices: n,
             })
@@ -197,6 +206,51 @@ pub struct TimerSet {
 /// The due time of a timer that is switched off: never.
 pub const DISABLED: u64 = u64::MAX;
 
+/// The due time of a timer that is on but whose next period would begin past the end of
+/// the clock's range: never due again. Due times saturate here, never at [`DISABLED`].
+const NEVER_AGAIN: u64 = DISABLED - 1;
+
+/// The most timers an engine takes ([`TimerSet::new`], [`TimerSpec::staggered`]); Trio has
+/// tens (paper §5), and Trio-ML's scan uses 100.
+pub const MAX_TIMERS: usize = 4096;
+
+/// The longest period, and the latest phase, a timer takes: one year, in nanoseconds. A
+/// bound far beyond any use that keeps due times far from overflowing.
+pub const MAX_TIMER_NS: u64 = 365 * 24 * 3600 * 1_000_000_000;
+
+/// Refuses more than [`MAX_TIMERS`] timers, naming the setting `timers`.
+fn check_count(n: usize) -> Result<(), ConfigError> {
+    if n > MAX_TIMERS {
+        return Err(ConfigError::new(
+            "timers",
+            format!("{n} timers asked for; at most {MAX_TIMERS}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a period of 0 or beyond [`MAX_TIMER_NS`], naming the setting `timer_period`.
+fn check_period(period_ns: u64) -> Result<(), ConfigError> {
+    match TimerError::check_period(period_ns) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(ConfigError::new("timer_period", e.to_string())),
+    }
+}
+
+/// Refuses a phase beyond [`MAX_TIMER_NS`], naming the setting `timer_phase`.
+fn check_phase(phase_ns: u64) -> Result<(), ConfigError> {
+    if phase_ns > MAX_TIMER_NS {
+        return Err(ConfigError::new(
+            "timer_phase",
+            format!(
+                "a first launch at {phase_ns} ns is past the latest a timer takes, \
+                 {MAX_TIMER_NS} ns (a year)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// One timer of a [`TimerSet`] as it stands: what [`TimerSet::status`] reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -207,7 +261,8 @@ pub struct TimerStatus {
     pub spec: TimerSpec,
     /// Whether it launches ([`TimerSet::set_enabled`]).
     pub enabled: bool,
-    /// When it is next due, engine nanoseconds (`None` when switched off).
+    /// When it is next due, engine nanoseconds (`None` when switched off, or when its next
+    /// period would begin past the end of the clock's range).
     pub next_due_ns: Option<u64>,
 }
 
@@ -223,6 +278,22 @@ pub enum TimerError {
     },
     /// A period of 0 ns.
     ZeroPeriod,
+    /// A period beyond [`MAX_TIMER_NS`].
+    PeriodTooLong {
+        /// The period asked for.
+        period_ns: u64,
+    },
+}
+
+impl TimerError {
+    /// Refuses a period of 0 or beyond [`MAX_TIMER_NS`].
+    fn check_period(period_ns: u64) -> Result<(), TimerError> {
+        match period_ns {
+            0 => Err(TimerError::ZeroPeriod),
+            p if p > MAX_TIMER_NS => Err(TimerError::PeriodTooLong { period_ns }),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl fmt::Display for TimerError {
@@ -238,6 +309,10 @@ impl fmt::Display for TimerError {
             TimerError::ZeroPeriod => {
                 write!(f, "invalid timer period 0 ns: it must be at least 1 ns")
             }
+            TimerError::PeriodTooLong { period_ns } => write!(
+                f,
+                "invalid timer period {period_ns} ns: at most {MAX_TIMER_NS} ns (a year)"
+            ),
         }
     }
 }
@@ -254,16 +329,15 @@ impl fmt::Debug for TimerSet {
 }
 
 impl TimerSet {
-    /// A set of timers; refuses a timer with a zero period or a slice outside its slices.
+    /// A set of timers; refuses more than [`MAX_TIMERS`], a period of 0 or past
+    /// [`MAX_TIMER_NS`], a phase past it, or a slice outside its slices, naming the setting.
     pub fn new(specs: impl IntoIterator<Item = TimerSpec>) -> Result<TimerSet, ConfigError> {
         let mut timers = Vec::new();
         for s in specs {
-            if s.period_ns == 0 {
-                return Err(ConfigError::new(
-                    "timer_period",
-                    "the period must be at least 1 ns",
-                ));
-            }
+            // Counted as they come: an endless iterator is refused, not collected.
+            check_count(timers.len() + 1)?;
+            check_period(s.period_ns)?;
+            check_phase(s.phase_ns)?;
             if s.slices == 0 || s.slice >= s.slices {
                 return Err(ConfigError::new(
                     "timers",
@@ -288,11 +362,12 @@ impl TimerSet {
         self.timers.is_empty()
     }
 
-    /// When the next launch is due (`None` without timers): a launcher sleeps until then.
+    /// When the next launch is due (`None` without timers, or none due ever again): a
+    /// launcher sleeps until then.
     pub fn next_due_ns(&self) -> Option<u64> {
         (self.timers.iter())
             .map(|(_, due)| *due)
-            .filter(|&due| due != DISABLED)
+            .filter(|&due| due < NEVER_AGAIN)
             .min()
     }
 
@@ -303,7 +378,7 @@ impl TimerSet {
                 timer: i,
                 spec,
                 enabled: due != DISABLED,
-                next_due_ns: (due != DISABLED).then_some(due),
+                next_due_ns: (due < NEVER_AGAIN).then_some(due),
             })
             .collect()
     }
@@ -318,20 +393,19 @@ impl TimerSet {
     /// Gives timer `timer` a new period from its next launch: that launch comes one new
     /// period after the last one was scheduled (at once if that is past `now_ns`), the rest
     /// follow every new period. A switched-off timer keeps the period for when it is
-    /// switched on. The spec's phase becomes the next launch.
+    /// switched on. The spec's phase becomes the next launch. Refuses a period of 0 or
+    /// past [`MAX_TIMER_NS`].
     pub fn set_period(
         &mut self,
         timer: usize,
         period_ns: u64,
         now_ns: u64,
     ) -> Result<TimerStatus, TimerError> {
-        if period_ns == 0 {
-            return Err(TimerError::ZeroPeriod);
-        }
+        TimerError::check_period(period_ns)?;
         let (spec, due) = self.slot(timer)?;
         if *due != DISABLED {
             let last = due.saturating_sub(spec.period_ns);
-            *due = last.saturating_add(period_ns).max(now_ns);
+            *due = saturate(last.saturating_add(period_ns).max(now_ns));
             spec.phase_ns = *due;
         }
         spec.period_ns = period_ns;
@@ -351,7 +425,7 @@ impl TimerSet {
         match (enabled, *due == DISABLED) {
             (false, false) => *due = DISABLED,
             (true, true) => {
-                *due = now_ns.saturating_add(spec.period_ns).min(DISABLED - 1);
+                *due = saturate(now_ns.saturating_add(spec.period_ns));
                 spec.phase_ns = *due;
             }
             _ => {}
@@ -366,9 +440,9 @@ impl TimerSet {
     /// keeps its place in the period, so staggered timers stay staggered.
     pub fn rebase(&mut self, now_ns: u64) {
         for (spec, due) in &mut self.timers {
-            if *due < now_ns && *due != DISABLED {
+            if *due < now_ns && *due < NEVER_AGAIN {
                 let periods = (now_ns - *due).div_ceil(spec.period_ns);
-                *due = due.saturating_add(periods.saturating_mul(spec.period_ns));
+                *due = saturate(due.saturating_add(periods.saturating_mul(spec.period_ns)));
                 spec.phase_ns = *due;
             }
         }
@@ -379,7 +453,7 @@ impl TimerSet {
     pub fn due(&mut self, now_ns: u64, out: &mut Vec<Launch>) {
         let start = out.len();
         for (i, (spec, due)) in self.timers.iter_mut().enumerate() {
-            if *due > now_ns {
+            if *due > now_ns || *due >= NEVER_AGAIN {
                 continue;
             }
             // Launch once for the latest period that has begun; skip the others.
@@ -393,10 +467,16 @@ impl TimerSet {
                 scheduled_ns: scheduled,
                 missed: behind,
             });
-            *due = scheduled + spec.period_ns;
+            *due = saturate(scheduled.saturating_add(spec.period_ns));
         }
         out[start..].sort_by_key(|l| (l.scheduled_ns, l.timer));
     }
+}
+
+/// A due time computed with saturating arithmetic, kept off [`DISABLED`]: a timer that is
+/// on never reads as switched off.
+fn saturate(due: u64) -> u64 {
+    due.min(NEVER_AGAIN)
 }
 
 #[cfg(test)]
@@ -490,6 +570,113 @@ mod tests {
             .map(|s| s.next_due_ns.unwrap())
             .collect();
         assert_eq!(due, [20, 25]);
+    }
+
+    #[test]
+    fn out_of_range_periods_phases_and_counts_are_refused_naming_the_setting() {
+        let setting = |r: Result<Vec<TimerSpec>, ConfigError>| r.unwrap_err().setting;
+        assert_eq!(
+            setting(TimerSpec::staggered(0, 1, u64::MAX, 0)),
+            "timer_period"
+        );
+        assert_eq!(
+            setting(TimerSpec::staggered(0, 1, 10, u64::MAX)),
+            "timer_phase"
+        );
+        // The last timer's phase, a period later than the first's, is past the bound.
+        let late = TimerSpec::staggered(0, 2, MAX_TIMER_NS, MAX_TIMER_NS / 2 + 1);
+        assert_eq!(setting(late), "timer_phase");
+        // Refused before a billion specs are made.
+        assert_eq!(
+            setting(TimerSpec::staggered(0, 1_000_000_000, MS, 0)),
+            "timers"
+        );
+        let most = TimerSpec::staggered(0, MAX_TIMERS as u32, MAX_TIMER_NS, 0);
+        assert_eq!(TimerSet::new(most.unwrap()).unwrap().len(), MAX_TIMERS);
+
+        let spec = TimerSpec {
+            entry: 0,
+            period_ns: MS,
+            phase_ns: 0,
+            slice: 0,
+            slices: 1,
+        };
+        let refused = |s: TimerSpec| TimerSet::new([s]).unwrap_err();
+        let e = refused(TimerSpec {
+            period_ns: MAX_TIMER_NS + 1,
+            ..spec
+        });
+        assert_eq!(e.setting, "timer_period");
+        assert!(e.to_string().contains("at most"), "{e}");
+        let e = refused(TimerSpec {
+            phase_ns: u64::MAX,
+            ..spec
+        });
+        assert_eq!(e.setting, "timer_phase");
+        let e = TimerSet::new(std::iter::repeat(spec)).unwrap_err();
+        assert_eq!(
+            e.setting, "timers",
+            "an endless list is refused, not collected"
+        );
+        assert!(e.to_string().contains("4096"), "{e}");
+
+        let mut set = TimerSet::new([spec]).unwrap();
+        assert_eq!(
+            set.set_period(0, u64::MAX, 0),
+            Err(TimerError::PeriodTooLong {
+                period_ns: u64::MAX
+            })
+        );
+        let e = TimerError::PeriodTooLong {
+            period_ns: u64::MAX,
+        }
+        .to_string();
+        assert!(
+            e.contains("timer period 18446744073709551615 ns: at most"),
+            "{e}"
+        );
+        let st = set.set_period(0, MAX_TIMER_NS, 0).unwrap();
+        assert!(st.enabled);
+        assert_eq!(st.next_due_ns, Some(MAX_TIMER_NS));
+    }
+
+    #[test]
+    fn due_times_saturate_at_the_end_of_the_clock_without_switching_the_timer_off() {
+        let mut set = TimerSet::new([TimerSpec {
+            entry: 0,
+            period_ns: MAX_TIMER_NS,
+            phase_ns: 0,
+            slice: 0,
+            slices: 1,
+        }])
+        .unwrap();
+        let mut out = Vec::new();
+        let end = u64::MAX - 10;
+        set.due(end, &mut out);
+        assert_eq!(out.len(), 1, "the latest period begun is launched");
+        assert_eq!(out[0].missed, end / MAX_TIMER_NS);
+        // The next period would begin past u64::MAX: on, but never due again.
+        let st = set.status()[0];
+        assert_eq!((st.enabled, st.next_due_ns), (true, None));
+        assert_eq!(set.next_due_ns(), None);
+        set.due(u64::MAX, &mut out);
+        assert_eq!(out.len(), 1, "nothing launches at the clock's last reading");
+        // A new period or a rebase at the end of time does not switch it off either.
+        let st = set.set_period(0, MS, u64::MAX).unwrap();
+        assert_eq!((st.enabled, st.next_due_ns), (true, None));
+        set.rebase(u64::MAX);
+        assert!(set.status()[0].enabled);
+        // Off and on again at the end of time: on.
+        set.set_enabled(0, false, u64::MAX).unwrap();
+        assert!(set.set_enabled(0, true, u64::MAX).unwrap().enabled);
+    }
+
+    #[test]
+    fn the_manual_clock_stops_at_its_last_reading() {
+        let c = ManualClock::new();
+        c.set(u64::MAX - 5);
+        c.advance(10);
+        assert_eq!(c.now_ns(), u64::MAX, "time does not wrap back");
     }
 
     #[test]

@@ -318,6 +318,14 @@ fn every_path_answers_while_traffic_flows() {
         400,
         "`period_ns`",
     );
+    refused(
+        &ctl,
+        "POST",
+        "/timers/0",
+        r#"{"period_ns": 18446744073709551615}"#,
+        400,
+        "invalid timer period 18446744073709551615 ns: at most",
+    );
     refused(&ctl, "POST", "/timers/x", "{}", 400, "invalid timer `x`");
     refused(
         &ctl,

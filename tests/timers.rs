@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pfemu::prelude::*;
 use pfemu::program::Harness;
-use pfemu::timer::{Launch, ManualClock, TimerSpec};
+use pfemu::timer::{Launch, ManualClock, TimerSpec, MAX_TIMERS, MAX_TIMER_NS};
 
 use common::{small_mem, udp_frame};
 
@@ -714,4 +714,78 @@ fn the_periods_before_start_are_not_counted_as_missed() {
         *seen.lock(),
         [(1, 55 * MS, 0), (0, 60 * MS, 0), (1, 65 * MS, 0)]
     );
+}
+
+/// A period past the bound is refused naming it and leaves the timer as it was (it used to
+/// saturate the next launch into the mark of a switched-off timer); at the end of the
+/// clock's range the timer launches once more, stays on, and the engine settles.
+#[test]
+fn an_out_of_range_period_is_refused_and_the_end_of_time_switches_nothing_off() {
+    let clock = Arc::new(ManualClock::new());
+    let mut pfe = Pfe::builder()
+        .program(counting_program())
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        .timers([one_timer(MS, 0)])
+        .clock(clock.clone())
+        .sink(Arc::new(Discard))
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    pfe.settle_timers();
+    let ctl = pfe.control();
+    let e = ctl
+        .set_timer_period(0, u64::MAX)
+        .expect_err("a period of u64::MAX ns is refused");
+    assert!(
+        e.to_string()
+            .contains("timer period 18446744073709551615 ns: at most"),
+        "{e}"
+    );
+    let st = ctl.timers()[0];
+    assert_eq!(
+        (st.enabled, st.spec.period_ns, st.next_due_ns),
+        (true, MS, Some(MS))
+    );
+    // The longest period is taken.
+    let st = ctl.set_timer_period(0, MAX_TIMER_NS).unwrap();
+    assert_eq!((st.enabled, st.next_due_ns), (true, Some(MAX_TIMER_NS)));
+    clock.set(u64::MAX);
+    let pfe = within_patience("settle_timers at the clock's last reading", move || {
+        pfe.settle_timers();
+        pfe
+    });
+    let st = ctl.timers()[0];
+    assert_eq!(
+        (st.enabled, st.next_due_ns),
+        (true, None),
+        "on, with no period left to begin"
+    );
+    let stats = pfe.shutdown();
+    assert_eq!((stats.timer_launches, stats.timer_runs), (2, 2));
+}
+
+/// Timer settings past their bounds are refused by name when the engine is built, before
+/// anything is allocated for them.
+#[test]
+fn build_refuses_too_many_timers_and_out_of_range_phases() {
+    let err = TimerSpec::staggered(0, 1_000_000_000, MS, 0).unwrap_err();
+    assert_eq!(err.setting, "timers");
+    assert!(err.to_string().contains("at most 4096"), "{err}");
+    let Err(err) = Pfe::builder()
+        .program(counting_program())
+        .mem_config(small_mem())
+        .timers(std::iter::repeat_n(one_timer(MS, 0), MAX_TIMERS + 1))
+        .build()
+    else {
+        panic!("an engine with {} timers was built", MAX_TIMERS + 1);
+    };
+    assert_eq!(err.setting, "timers");
+    let err = Pfe::builder()
+        .program(counting_program())
+        .mem_config(small_mem())
+        .timers([one_timer(MS, u64::MAX)])
+        .build()
+        .unwrap_err();
+    assert_eq!(err.setting, "timer_phase");
 }

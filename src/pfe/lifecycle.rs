@@ -192,8 +192,12 @@ impl Pfe {
             return;
         };
         let target = self.shared.clock.now_ns();
+        // `launched_before` saturates at u64::MAX (the end of the clock's range: nothing is
+        // due after it), and `next_due` reads u64::MAX when nothing is due.
         while t.launched_before() <= target
+            && t.launched_before() != u64::MAX
             && t.next_due() <= target
+            && t.next_due() != u64::MAX
             && self.running()
             && self.launcher_alive()
         {

@@ -170,7 +170,9 @@ impl TimerState {
             dispatch.push_timer(launch, wake);
             wake = true;
         }
-        self.launched_before.fetch_max(now + 1, Ordering::AcqRel);
+        // Saturating: at the clock's last reading, every launch due ever has been made.
+        self.launched_before
+            .fetch_max(now.saturating_add(1), Ordering::AcqRel);
         self.next_due
             .store(set.next_due_ns().unwrap_or(u64::MAX), Ordering::Release);
     }
