@@ -229,7 +229,8 @@ pub struct Stats {
     pub fault_handler_faults: u64,
     /// Launches skipped because the same timer's previous thread had not finished.
     pub timer_overruns: u64,
-    /// Timer periods skipped because the launcher woke up more than a period late.
+    /// Timer periods skipped because the launcher woke up more than a period late (not the
+    /// periods before the engine started: nobody's to launch).
     pub timer_missed: u64,
     /// Ingress-to-egress latency of the packets that left, when the engine measures it
     /// ([`crate::pfe::PfeBuilder::latency`]; since the last [`crate::pfe::Pfe::reset_latency`]).
