@@ -193,8 +193,12 @@ struct ShardRecords {
     spilled: bool,
     places: [Record; IN_PLACE],
     /// The records past the places, placed by their keys' [`hash_bytes`]; empty (and
-    /// unallocated) in most shards.
+    /// unallocated) in most shards: it is sized only when its first record comes.
     more: hashbrown::HashTable<Record>,
+    /// Records `more` is sized for when its first record comes: the shard's share of the
+    /// table's capacity past the places. Sizing it up front cost every shard its share,
+    /// used or not (gigabytes for a large table of mostly small shards).
+    more_capacity: usize,
 }
 
 /// A hash's tag: its top seven bits, with the top bit set so that no tag is 0 (an empty
@@ -218,7 +222,8 @@ impl ShardRecords {
             tags: [0; IN_PLACE],
             spilled: false,
             places: [EMPTY; IN_PLACE],
-            more: hashbrown::HashTable::with_capacity(capacity.saturating_sub(IN_PLACE)),
+            more: hashbrown::HashTable::new(),
+            more_capacity: capacity.saturating_sub(IN_PLACE),
         }
     }
 
@@ -255,8 +260,13 @@ impl ShardRecords {
                 self.places[i] = record;
             }
             None => {
-                self.more
-                    .insert_unique(h, record, |r| hash_bytes(r.key.as_bytes()));
+                let rehash = |r: &Record| hash_bytes(r.key.as_bytes());
+                if self.more.capacity() == 0 {
+                    // The shard's first record past its places: size the table once, for
+                    // its share, so that it does not grow step by step under the lock.
+                    self.more.reserve(self.more_capacity.max(1), rehash);
+                }
+                self.more.insert_unique(h, record, rehash);
                 self.spilled = true;
             }
         }
@@ -615,6 +625,28 @@ mod tests {
         let record = std::mem::size_of::<Record>();
         assert!(end((&raw const g.places[0]).cast(), record) <= 64);
         assert!(end((&raw const g.places[1]).cast(), record) <= SHARD_PREFETCH_BYTES);
+    }
+
+    /// A shard's overflow table takes no memory until a record overflows its places: a
+    /// large table of mostly small shards would otherwise allocate every shard's share up
+    /// front. The first overflowing record sizes it for the shard's share at once.
+    #[test]
+    fn a_shards_overflow_table_is_allocated_on_its_first_record() {
+        let big = HashTable::new(1 << 20, 1 << 10).unwrap();
+        assert!(
+            big.shards.iter().all(|s| s.lock().more.capacity() == 0),
+            "no overflow table allocated before a record overflows"
+        );
+        let t = HashTable::new(64, 1).unwrap();
+        for block in 0..IN_PLACE as u32 {
+            t.insert(&key(1, block), 1).unwrap();
+        }
+        assert_eq!(t.shards[0].lock().more.capacity(), 0, "the places hold six");
+        t.insert(&key(1, 99), 1).unwrap();
+        let more = t.shards[0].lock().more.capacity();
+        assert!(more >= 64 - IN_PLACE, "sized for the shard's share: {more}");
+        assert_eq!(t.peek(&key(1, 99)).unwrap(), Some(1));
+        assert_eq!(t.len(), IN_PLACE + 1);
     }
 
     /// A compare-delete removes only the value it was given, and of threads that found the
