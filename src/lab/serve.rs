@@ -85,8 +85,9 @@
 //! Nothing outlives the instance (no state file to keep, lose or share between servers),
 //! the guarantee does not depend on the run id drawn, and the wire is unchanged: the answer
 //! is the protocol's Superseded, with the run 0 it already names when a job has no run. A
-//! job added again through the control plane forgets its members' joins and addresses, as
-//! the engine forgets their joins with the job. A worker whose address changes while it
+//! job removed through the control plane forgets its members' joins and addresses, as the
+//! engine forgets their joins with the job, so added again it takes its members' datagrams
+//! of a run only once they have joined it. A worker whose address changes while it
 //! runs (NAT rebinding) is answered the same way and must join again.
 //!
 //! Datagrams that are not aggregation packets are dropped and counted in [`ServeStats`]:
@@ -738,7 +739,8 @@ fn job_members(specs: &[JobSpec]) -> [Option<JobMembers>; 256] {
 /// Where members are: fixed in size by the configuration.
 struct Peers {
     /// Per member: the address it last sent from (a datagram the front end took: a Join, a
-    /// datagram without a run, or one of a run from the address it joined from).
+    /// datagram without a run, or one of a run from the address it joined from; not another
+    /// control message, which only the engine reads, to drop it).
     addrs: Vec<Option<SocketAddr>>,
     /// Per member: the address its last Join to this server instance came from (`None`:
     /// it has not joined here). Its datagrams of a run count from that address alone (see
@@ -1106,19 +1108,35 @@ impl Shared {
         };
         let k = i as usize;
         let join = is_join(hdr);
+        // A datagram of a run counts from the member's joined address alone. Control
+        // messages other than a Join (no sender sends them: the engine drops them as
+        // `bad_control`) are injected, but their sender is not remembered, so a forged one
+        // cannot redirect the member's Results.
+        let of_run = !hdr.ctl && hdr.run_id != 0;
+        let remember = join || !hdr.ctl;
+        let refused = |p: &Peers| of_run && p.joined[k] != Some(from);
+        let refuse = |out: &mut SendBatch<'_>| {
+            bump(&self.counters.not_joined, 1);
+            out.push_copy(Some(from), &not_joined_answer(hdr.job_id, hdr.src_id));
+            Admission::NotJoined
+        };
         {
             let p = self.peers.read();
-            if !hdr.ctl && hdr.run_id != 0 && p.joined[k] != Some(from) {
+            if refused(&p) {
                 drop(p);
-                bump(&self.counters.not_joined, 1);
-                out.push_copy(Some(from), &not_joined_answer(hdr.job_id, hdr.src_id));
-                return Admission::NotJoined;
+                return refuse(out);
             }
-            if p.addrs[k] == Some(from) && (!join || p.joined[k] == Some(from)) {
+            if !remember || p.addrs[k] == Some(from) && (!join || p.joined[k] == Some(from)) {
                 return Admission::Member(i);
             }
         }
         let mut p = self.peers.write();
+        // Checked again under the lock the sender is remembered under: a `forget_members`
+        // since the read would otherwise let it in from an address forgotten.
+        if refused(&p) {
+            drop(p);
+            return refuse(out);
+        }
         if join {
             p.joined[k] = Some(from);
         }
@@ -1129,9 +1147,9 @@ impl Shared {
         Admission::Member(i)
     }
 
-    /// Job `job_id` was added or removed here (the control plane): its members have joined
-    /// nothing of the job as it is now (the engine forgot their joins with the job), so their
-    /// addresses are forgotten too, until they join again (or send without a run).
+    /// Job `job_id` was removed here (the control plane): its members have joined nothing of
+    /// the job any more (the engine forgot their joins with the job), so their addresses are
+    /// forgotten too, until they join again (or send without a run).
     fn forget_members(&self, job_id: u8) {
         let Some(job) = self.jobs[usize::from(job_id)] else {
             return;
@@ -1612,9 +1630,17 @@ impl Server {
                 let members = shared.jobs;
                 let jobs = JobsTarget::new(trio.clone())
                     .template(move |job_id| setup.job_config(job_id, out_src_addr))
-                    .on_change(move |job_id| {
-                        up.forget_upstream_run(job_id);
-                        up.forget_members(job_id);
+                    .on_change({
+                        let trio = trio.clone();
+                        move |job_id| {
+                            up.forget_upstream_run(job_id);
+                            // Only once removed: forgotten after an add, a Join the new job
+                            // answered meanwhile would be forgotten too, and its worker
+                            // refused as not joined.
+                            if !trio.jobs().contains(&job_id) {
+                                up.forget_members(job_id);
+                            }
+                        }
                     })
                     .check_add(move |job| servable(&members, job));
                 let targets: Vec<Arc<dyn Target>> = vec![Arc::new(jobs)];
