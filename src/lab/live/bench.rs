@@ -330,7 +330,9 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
         // The run's clock: the scope waits for the generator, which looks at `stop`.
         std::thread::sleep(length);
         stop.store(true, Ordering::Relaxed);
-        gen.join().unwrap_or_default()
+        // A generator that panicked offered an unknown number of frames: no figure.
+        gen.join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     });
     let elapsed = start.elapsed().as_secs_f64();
     drain_into_port0(&live, &offer);

@@ -598,10 +598,17 @@ impl Bound {
     fn kernel_stats(&self) -> sys::KernelStats {
         let mut acc = self.counters.kernel.lock();
         if let PortIo::Packet(s) = &self.io {
-            if let Ok(k) = s.take_stats() {
-                acc.packets += k.packets;
-                acc.drops += k.drops;
-                acc.freezes += k.freezes;
+            match s.take_stats() {
+                Ok(k) => {
+                    acc.packets += k.packets;
+                    acc.drops += k.drops;
+                    acc.freezes += k.freezes;
+                }
+                // The kernel's counts are then short of what it handed the port, which the
+                // accounting would show unexplained: the error says why.
+                Err(e) => self
+                    .counters
+                    .rx_error(format!("reading the kernel's receive statistics: {e}")),
             }
         }
         *acc
@@ -721,7 +728,18 @@ impl Bound {
                 while n < most {
                     match tap.try_read(&mut buf) {
                         Ok(Some(_)) => n += 1,
-                        Ok(None) | Err(_) => break,
+                        Ok(None) => break,
+                        // A device deleted meanwhile has no queue left (its receive thread
+                        // counted the failure when it found it).
+                        Err(e) if matches!(e.raw_os_error(), Some(libc::EBADFD | libc::ENODEV)) => {
+                            break
+                        }
+                        // What the queue still holds is then in no counter: the error says so.
+                        Err(e) => {
+                            self.counters
+                                .rx_error(format!("draining the TAP queue at the stop: {e}"));
+                            break;
+                        }
                     }
                 }
                 n as u64
