@@ -12,6 +12,10 @@
 //!   [`Control::set_timer_enabled`]): a change takes effect from the timer's next launch,
 //!   and the launcher is woken so that it sleeps until the new deadline.
 //!
+//! - grace periods ([`Control::wait_quiescent`]): waits until no PPE thread still runs work
+//!   it took before the call, so that memory a control-side API unlinked (a removed job's
+//!   region) can be reused without a packet that looked it up earlier still touching it.
+//!
 //! Tables a program keeps (routes, jobs, ternary match blocks) are the program's to change,
 //! through its own control-side API, on the same shared memory; the lab's control server
 //! (`pfemu::lab::control`) puts them beside these behind one endpoint.
@@ -43,6 +47,13 @@ pub enum ControlError {
     Timer(TimerError),
     /// The engine is not running (not started, or shut down).
     NotRunning,
+    /// A grace period ([`Control::wait_quiescent`]) did not end by its deadline.
+    GraceTimeout {
+        /// PPE threads still running work taken before the grace period began.
+        busy: usize,
+        /// PPE threads the engine has.
+        threads: usize,
+    },
 }
 
 impl fmt::Display for ControlError {
@@ -51,6 +62,11 @@ impl fmt::Display for ControlError {
             ControlError::NoTimers => write!(f, "the engine has no timers"),
             ControlError::Timer(e) => e.fmt(f),
             ControlError::NotRunning => write!(f, "the engine is not running"),
+            ControlError::GraceTimeout { busy, threads } => write!(
+                f,
+                "grace period not over by its deadline: {busy} of {threads} PPE threads still \
+                 run work taken before it (a program blocked, or the deadline too short)"
+            ),
         }
     }
 }
@@ -130,6 +146,42 @@ impl Control {
     ) -> Result<TimerStatus, ControlError> {
         let now = self.shared.clock.now_ns();
         self.change_timers(|set| set.set_enabled(timer, enabled, now))
+    }
+
+    /// Waits for a grace period: returns once every PPE thread has, since the call, taken
+    /// new work (a batch or a timer launch), gone idle, or exited. A thread runs what it
+    /// takes to completion, so no thread then still runs a packet or timer thread that
+    /// could have read shared memory before the call: memory the caller unlinked before
+    /// calling can be reused. A stopped or not yet started engine is quiescent at once.
+    ///
+    /// Cheap for the packet path (one load per batch, see `pfe::dispatch`); the waiter
+    /// polls. A thread blocked inside a program holds the grace period up: past
+    /// `deadline` this returns [`ControlError::GraceTimeout`] (never hangs), and the caller
+    /// must then keep the unlinked memory unused.
+    pub fn wait_quiescent(&self, deadline: std::time::Instant) -> Result<(), ControlError> {
+        let d = &self.shared.dispatch;
+        let target = d.begin_grace();
+        let mut pending: Vec<usize> = (0..d.threads()).collect();
+        let backoff = crossbeam_utils::Backoff::new();
+        loop {
+            pending.retain(|&t| !d.quiescent_since(target, t));
+            if pending.is_empty() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(ControlError::GraceTimeout {
+                    busy: pending.len(),
+                    threads: d.threads(),
+                });
+            }
+            if backoff.is_completed() {
+                // A busy thread takes its next batch within a batch's time; polling more
+                // often would only take a core from it.
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            } else {
+                backoff.snooze();
+            }
+        }
     }
 
     fn change_timers(

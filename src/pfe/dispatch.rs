@@ -33,6 +33,22 @@
 //! The store/load pairs of steps 2, 3 and 4 are separated by `SeqCst` fences (a Dekker
 //! pattern): either the pusher sees the thread leave `active` and wakes it, or the thread
 //! sees the batch in its last check.
+//!
+//! 6. Grace periods (RCU-style, for memory the control plane retires while packets run;
+//!    [`crate::pfe::Control::wait_quiescent`]). A waiter bumps the shared `epoch`
+//!    (`SeqCst`, after its own retiring writes) and then watches each PPE thread until the
+//!    thread has either taken work since (its `seen` slot, which it stores only when the
+//!    epoch it loads at a pop differs from its last, reaches the waiter's epoch) or sits on
+//!    the idle stack (it pushed itself there after finishing everything it had). A thread
+//!    loads the epoch with `Acquire` after each pop, before running anything: if it loads
+//!    the waiter's epoch, it sees every write the waiter made before bumping it; if it
+//!    loads an older one, its batch counts as old and the waiter waits for the next pop's
+//!    `Release` store (or the idle stack's lock), which follows that batch's last access.
+//!    The packet path pays one load of a line written once per grace period and, only then,
+//!    one store into a line of its own. A thread not started or exited holds `u64::MAX`
+//!    (nothing in hand); a starting thread publishes 0 and fences (`SeqCst`) before its
+//!    first pop, against the waiter's fence after its bump (Dekker again: the waiter sees
+//!    the thread, or the thread's first load sees the new epoch).
 
 use std::time::Duration;
 
@@ -64,6 +80,11 @@ pub(crate) struct Dispatch {
     taken: Box<[CachePadded<AtomicU64>]>,
     /// Woken whenever a thread is about to park (the timer launcher's parker).
     on_idle: Option<Unparker>,
+    /// Grace periods begun (step 6); each waiter bumps it.
+    epoch: CachePadded<AtomicU64>,
+    /// By PPE thread, each on its own line: the epoch it loaded at its last pop when that
+    /// changed (step 6); `u64::MAX` while it has not started or has exited.
+    seen: Box<[CachePadded<AtomicU64>]>,
 }
 
 /// A backlog: this many batches queued. From it on, ingress fills bigger batches
@@ -112,6 +133,10 @@ impl Dispatch {
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
             on_idle,
+            epoch: CachePadded::new(AtomicU64::new(0)),
+            seen: (0..threads)
+                .map(|_| CachePadded::new(AtomicU64::new(u64::MAX)))
+                .collect(),
         };
         (d, parkers)
     }
@@ -234,6 +259,7 @@ impl Dispatch {
         loop {
             if let Some(job) = self.pop_spinning() {
                 self.took(me);
+                self.observe(me);
                 if let Popped::Batch(_) = job {
                     self.maybe_wake();
                 }
@@ -244,8 +270,11 @@ impl Dispatch {
                 // after the push), and queued work is done before anyone exits.
                 if let Some(job) = self.pop_any() {
                     self.took(me);
+                    self.observe(me);
                     return job;
                 }
+                // Exited: it holds nothing a grace period waits for (step 6).
+                self.seen[me].store(u64::MAX, Ordering::Release);
                 return Popped::Closed;
             }
             // Go idle: leave `active`, then take a last look before parking.
@@ -277,6 +306,53 @@ impl Dispatch {
                 }
             }
         }
+    }
+
+    /// PPE thread `me` starts: from now on a grace period waits for it (step 6). Called
+    /// once, before its first pop.
+    pub fn enter(&self, me: usize) {
+        self.seen[me].store(0, Ordering::Relaxed);
+        // Against `begin_grace`'s fence: the waiter sees 0, or our first epoch load sees
+        // its bump.
+        fence(Ordering::SeqCst);
+    }
+
+    /// PPE thread `me` took work: publish the epoch it runs it under (step 6). One load of
+    /// a line written once per grace period; a store only when the epoch moved.
+    #[inline]
+    fn observe(&self, me: usize) {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let seen = &self.seen[me];
+        if seen.load(Ordering::Relaxed) != epoch {
+            // Release: the work taken before (under an older epoch) is done.
+            seen.store(epoch, Ordering::Release);
+        }
+    }
+
+    /// Begins a grace period (step 6) after the caller's retiring writes; returns the
+    /// epoch [`Dispatch::quiescent_since`] waits for.
+    pub fn begin_grace(&self) -> u64 {
+        let target = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        fence(Ordering::SeqCst);
+        target
+    }
+
+    /// Whether PPE thread `thread` has, since [`Dispatch::begin_grace`] returned `target`,
+    /// taken work under that epoch or later, or is idle (holding nothing), or never
+    /// started, or exited. Once true it stays true for that grace period.
+    pub fn quiescent_since(&self, target: u64, thread: usize) -> bool {
+        // `u64::MAX` (not started, exited) is above every target.
+        if self.seen[thread].load(Ordering::Acquire) >= target {
+            return true;
+        }
+        // On the idle stack: it pushed itself there (under this lock) after everything it
+        // ran, and it loads the epoch again after the lock hands it back.
+        self.idle.lock().contains(&thread)
+    }
+
+    /// PPE threads (for a grace period's waiter).
+    pub fn threads(&self) -> usize {
+        self.seen.len()
     }
 
     /// Removes `me` from the idle stack; true if it was there (we are active again).

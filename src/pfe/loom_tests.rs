@@ -29,6 +29,13 @@
 //!   (The real wait has a 1 ms timeout that turns this into a stall; the model's condition
 //!   variable has none, see `crate::sync`.)
 //!
+//! - `Dispatch::observe` loading the epoch `Relaxed` (not `Acquire`), or
+//!   `Dispatch::quiescent_since` answering true without looking: a packet that saw the
+//!   removed job writes after the grace period; `grace_period_waits_for_a_batch_in_flight`
+//!   fails on it. (The idle model's batch comes after the removal, ordered by the queue
+//!   itself: it checks that a grace period ends with the consumer idle, parked or not yet
+//!   started, and cannot see these two.)
+//!
 //! Most dispatch models close after a drain, as `Pfe::stop` does; one closes right after
 //! pushing. That model found a real bug: a consumer that gave up spinning just before the
 //! push saw `closed` and returned `Popped::Closed` without another look at the queue,
@@ -196,6 +203,68 @@ fn dispatch_timer_launch_is_never_stranded() {
 #[test]
 fn dispatch_close_wakes_parked_consumers() {
     dispatch_model(2, 2, 0, Some(4));
+}
+
+/// A grace period (dispatch step 6) against a PPE thread running packets of a "job" the
+/// model's main thread removes: a packet that saw the job writes a "block". The main thread
+/// queues a batch, removes the job, waits for a grace period, sweeps the block and queues
+/// another batch. No block may survive the sweep: a packet that saw the job must be done
+/// when the grace period ends, and a packet taken afterwards must not see the job. With
+/// `park_first`, the consumer may park before the first push (the idle stack's path).
+fn grace_model(park_first: bool, preemptions: Option<usize>) {
+    check(preemptions, move || {
+        let (dispatch, mut parkers) = Dispatch::new(1, 1, 2, 0, None);
+        let dispatch = Arc::new(dispatch);
+        let job = Arc::new(AtomicU64::new(1));
+        let block = Arc::new(AtomicU64::new(0));
+        let parker = parkers.pop().unwrap();
+        let consumer = {
+            let (dispatch, job, block) = (dispatch.clone(), job.clone(), block.clone());
+            thread::spawn(move || {
+                dispatch.enter(0);
+                loop {
+                    match dispatch.pop(0, &parker) {
+                        Popped::Batch(_) | Popped::Timer(_) => {
+                            if job.load(Ordering::Relaxed) == 1 {
+                                block.store(1, Ordering::Relaxed);
+                            }
+                        }
+                        Popped::Closed => return,
+                    }
+                }
+            })
+        };
+        if !park_first {
+            dispatch.push(Box::default());
+        }
+        job.store(0, Ordering::Relaxed);
+        let target = dispatch.begin_grace();
+        while !dispatch.quiescent_since(target, 0) {
+            thread::yield_now();
+        }
+        block.store(0, Ordering::Relaxed);
+        dispatch.push(Box::default());
+        dispatch.close();
+        consumer.join().unwrap();
+        assert_eq!(
+            block.load(Ordering::Relaxed),
+            0,
+            "a packet that saw the removed job wrote after the grace period"
+        );
+    });
+}
+
+/// A batch in flight across the removal: the grace period waits for it.
+#[test]
+fn grace_period_waits_for_a_batch_in_flight() {
+    grace_model(false, Some(3));
+}
+
+/// No batch before the removal: the consumer may be idle, parked or about to park when
+/// the grace period looks, and the batch after it must not see the job.
+#[test]
+fn grace_period_with_an_idle_consumer() {
+    grace_model(true, Some(3));
 }
 
 /// `threads` threads (the model's main thread one of them) each finish one batch at the

@@ -42,6 +42,8 @@ pub(crate) fn run<const PROFILE: bool>(
     let core_time = CoreTime::start::<PROFILE>();
     let mut lap = Lap::<PROFILE>::start();
     let sink = TimedSink::<PROFILE>::new(&*shared.sink);
+    // From here on, grace periods wait for this thread (see `pfe::dispatch`, step 6).
+    shared.dispatch.enter(me);
     loop {
         if let Some(timers) = &shared.timers {
             // Between batches: launch the timers due (see `pfe::timer_threads`).
