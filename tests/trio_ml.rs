@@ -157,6 +157,11 @@ impl Setup {
         self.h.run(&self.program, port, frame)
     }
 
+    /// How many regions shared memory has allocated.
+    fn trio_allocations(&self) -> usize {
+        self.h.memory().allocations().len()
+    }
+
     /// Runs a packet that must be dropped, and returns the reason's name.
     fn dropped(&mut self, port: Port, frame: &[u8]) -> (&'static str, Vec<(Dest, Vec<u8>)>) {
         let out = self.run(port, frame);
@@ -2063,4 +2068,74 @@ fn a_kept_result_only_stale_generations_ask_for_still_expires() {
     // Generation 0 starts afresh.
     let (h, sums) = result_of(&s.consumed(0, &packet(1, 7, 0, 0, &[4])));
     assert_eq!((h.gen_id, sums), (0, vec![4]));
+}
+
+/// A removed job's memory is reused only after three grace periods (on the harness, whose
+/// threads are done once each packet returns, each grace period is over at once), by a job
+/// of the same shape, and the job that takes it starts as fresh: no blocks, counters at
+/// zero, and Results of its own gradients alone, whatever the last job left there.
+#[test]
+fn a_removed_jobs_memory_is_reused_after_its_grace_periods_and_starts_fresh() {
+    let mut one = job(1, &[0, 1]);
+    one.block_cnt_max = 4;
+    let mut s = Setup::new(config(), &[one.clone()]);
+    let first = s.trio.job_record_addr(1).unwrap();
+    // Job 1 leaves a block half aggregated and a kept Result behind.
+    s.consumed(0, &packet(1, 3, 0, 0, &[100, 200]));
+    s.consumed(0, &packet(1, 4, 0, 0, &[1, 2]));
+    assert_eq!(s.consumed(1, &packet(1, 4, 0, 1, &[3, 4])).len(), 1);
+    s.trio.remove_job(1).unwrap();
+    assert_eq!(s.trio.retired_jobs(), (1, 0));
+
+    // Without its grace periods, a job of the same shape gets fresh memory.
+    let mut two = job(2, &[0, 1]);
+    two.block_cnt_max = 4;
+    s.trio.add_job(&two).unwrap();
+    assert_ne!(s.trio.job_record_addr(2), Some(first));
+    s.trio.remove_job(2).unwrap();
+    let second = s.trio.job_record_addr(2);
+    assert_eq!(second, None);
+    // Two grace periods are not enough: job 1's memory is swept, not free.
+    for _ in 0..2 {
+        let ticket = s.trio.grace_ticket();
+        assert_eq!(s.trio.release_retired(ticket), Ok(0));
+    }
+    let mut three = job(3, &[0, 1]);
+    three.block_cnt_max = 4;
+    s.trio.add_job(&three).unwrap();
+    assert_ne!(s.trio.job_record_addr(3), Some(first));
+    s.trio.remove_job(3).unwrap();
+    // The third frees job 1's (and, released as far, job 2's) memory.
+    let ticket = s.trio.grace_ticket();
+    assert_eq!(s.trio.release_retired(ticket), Ok(2));
+    assert_eq!(s.trio.retired_jobs(), (1, 2));
+
+    // A job of another shape does not take it.
+    let mut big = job(4, &[0, 1]);
+    big.block_cnt_max = 8;
+    s.trio.add_job(&big).unwrap();
+    assert_eq!(s.trio.retired_jobs(), (1, 2));
+
+    // Job 1 again, same shape: it takes a freed region, and starts afresh.
+    let allocations = s.trio_allocations();
+    s.trio.add_job(&one).unwrap();
+    assert_eq!(s.trio.retired_jobs(), (1, 1));
+    assert_eq!(
+        s.trio_allocations(),
+        allocations,
+        "memory reused, none allocated"
+    );
+    let st = s.trio.job_state(1).unwrap();
+    assert_eq!(
+        (st.block_curr_cnt, st.slots_in_use, st.block_total_cnt),
+        (0, 0, 0)
+    );
+    assert_eq!(s.trio.kept_result(1, 4).unwrap(), None);
+    assert!(s.trio.active_blocks().unwrap().is_empty());
+    s.consumed(0, &packet(1, 3, 0, 0, &[1, 10]));
+    assert_eq!(
+        s.consumed(1, &packet(1, 3, 0, 1, &[2, 20])),
+        [(Dest::Group(1), expected_result(1, 3, 0, 2, false, &[3, 30]))]
+    );
+    assert_eq!(s.trio.job_state(1).unwrap().block_total_cnt, 1);
 }

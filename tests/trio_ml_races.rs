@@ -948,3 +948,44 @@ fn a_finisher_leaves_the_entry_of_its_block_started_anew_alone() {
         "two Results kept"
     );
 }
+
+/// A packet that looked its job up before the job was removed, and is descheduled before
+/// it claims its block, makes the block after the removal deleted the job's blocks. The
+/// removal's sweep after a grace period (here: once the held packet has run to its end,
+/// as no PPE thread still runs it) takes that block away, so the job added again does not
+/// find it: source 0 alone must not finish block 5 with the removed job's source 1.
+#[test]
+fn a_block_made_after_its_jobs_removal_is_swept_before_the_job_comes_back() {
+    let (mem, trio, program) = install();
+    let held = hold_before_claim(&mem, &program, 1, packet(5, 0, 1));
+    trio.remove_job(1).unwrap();
+    let ticket = trio.grace_ticket();
+    let out = held.release();
+    assert_eq!(
+        out.result,
+        Ok(Verdict::Consume),
+        "the late packet made its block"
+    );
+    assert_eq!(trio.active_records(), 1, "the late block is in the table");
+    trio.release_retired(ticket).unwrap();
+    assert_eq!(trio.active_records(), 0, "the sweep took the late block");
+
+    trio.add_job(&JobConfig {
+        job_id: 1,
+        sources: vec![0, 1],
+        block_exp_ms: 1,
+        block_cnt_max: 4,
+        out_dest: Dest::Group(1),
+        ..JobConfig::default()
+    })
+    .unwrap();
+    let mut h = Harness::new(mem.clone());
+    let out = h.run(&program, 0, &packet(5, 0, 0));
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    assert_eq!(
+        group_results(&out.created),
+        [],
+        "source 0's packet joined the removed job's block"
+    );
+    assert_eq!(trio.job_state(1).unwrap().block_curr_cnt, 1);
+}

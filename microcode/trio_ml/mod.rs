@@ -323,7 +323,7 @@ use pfemu::error::ConfigError;
 use pfemu::mem::hash::{HashError, HashTable, Inserted, DEFAULT_HASH_SHARDS};
 use pfemu::mem::{Addr, AllocError, MemFault, Region, SharedMemory, LINE_WORDS};
 use pfemu::packet::Dest;
-use pfemu::pfe::Pfe;
+use pfemu::pfe::{Control, ControlError, Pfe};
 use pfemu::program::Program;
 use pfemu::timer::TimerSpec;
 
@@ -539,6 +539,9 @@ pub enum TrioMlError {
     Memory(MemFault),
     /// A hash-table operation failed.
     Hash(HashError),
+    /// A grace period ([`TrioMl::reclaim_retired`]) did not end by its deadline: the
+    /// retired memory stays retired, for a later grace period.
+    Grace(ControlError),
 }
 
 impl fmt::Display for TrioMlError {
@@ -550,6 +553,10 @@ impl fmt::Display for TrioMlError {
             TrioMlError::Alloc(e) => write!(f, "no room for a Trio-ML job: {e}"),
             TrioMlError::Memory(e) => e.fmt(f),
             TrioMlError::Hash(e) => e.fmt(f),
+            TrioMlError::Grace(e) => write!(
+                f,
+                "a removed Trio-ML job's memory stays retired (not yet reusable): {e}"
+            ),
         }
     }
 }
@@ -563,6 +570,7 @@ impl std::error::Error for TrioMlError {
             TrioMlError::Config(e) => e.source(),
             TrioMlError::Memory(e) => e.source(),
             TrioMlError::Hash(e) => e.source(),
+            TrioMlError::Grace(e) => Some(e),
             TrioMlError::JobExists(_) | TrioMlError::NoSuchJob(_) => None,
         }
     }
@@ -608,6 +616,70 @@ struct Tables {
 #[derive(Clone, Debug)]
 struct JobEntry {
     layout: JobLayout,
+    mem: JobMem,
+}
+
+/// A job's memory: its region (record, bitmap, slots, and the buffers when `bufs` is 0)
+/// and its aggregation buffers in the accumulator region (`bufs`, a [`layout::paddr`], when
+/// not 0). Its shape is `(cnt_max, grad_max)`: a job of the same shape fits it exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct JobMem {
+    record: Addr,
+    record_words: u64,
+    bufs: u32,
+    buf_words: u64,
+    cnt_max: u32,
+    grad_max: u32,
+}
+
+/// Sweeps of a removed job's blocks before its memory is free (see [`TrioMl::remove_job`]):
+/// one for the blocks packets that saw the job made, one for the kept Results timer
+/// threads that saw those blocks made of them. Nothing makes a block from a kept Result.
+const SWEEPS: u8 = 2;
+
+/// A removed job's memory, not yet reusable.
+#[derive(Clone, Copy, Debug)]
+struct Retired {
+    job_id: u8,
+    mem: JobMem,
+    /// Sweeps made, each after a grace period (the last followed by one more).
+    sweeps: u8,
+    /// [`Reuse::next`] when it was unlinked or last swept: a ticket above it covers it.
+    seq: u64,
+}
+
+/// Removed jobs' memory: retired until `SWEEPS + 1` grace periods passed, then free for a
+/// job of the same shape.
+#[derive(Debug, Default)]
+struct Reuse {
+    next: u64,
+    retired: Vec<Retired>,
+    free: Vec<JobMem>,
+}
+
+/// What a grace period covers: the retirements made before it was taken
+/// ([`TrioMl::grace_ticket`], then [`TrioMl::release_retired`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraceTicket(u64);
+
+/// Zeroes `words` words from `at`: whole 4 KB requests, then lines, then words.
+fn zero_words(mem: &SharedMemory, at: Addr, words: u64) -> Result<(), MemFault> {
+    const CHUNK: u64 = (pfemu::mem::MAX_VADD_BYTES / 8) as u64;
+    let (mut at, end) = (at, at + words);
+    while at < end && (at % LINE_WORDS != 0 || end - at < LINE_WORDS) {
+        mem.write_u64(at, 0)?;
+        at += 1;
+    }
+    while end - at >= LINE_WORDS {
+        let n = (end - at).min(CHUNK) / LINE_WORDS * LINE_WORDS;
+        mem.zero(at, (n * 8) as usize)?;
+        at += n;
+    }
+    while at < end {
+        mem.write_u64(at, 0)?;
+        at += 1;
+    }
+    Ok(())
 }
 
 #[derive(Debug)]
@@ -617,6 +689,8 @@ struct Inner {
     tables: Tables,
     jobs: Mutex<BTreeMap<u8, JobEntry>>,
     regions: Mutex<u64>,
+    /// Taken after `jobs` when both are.
+    reuse: Mutex<Reuse>,
 }
 
 /// An installed Trio-ML: its hash tables, its jobs and routes, and the program. Cheap to
@@ -671,6 +745,7 @@ impl TrioMl {
                 tables,
                 jobs: Mutex::new(BTreeMap::new()),
                 regions: Mutex::new(0),
+                reuse: Mutex::new(Reuse::default()),
             }),
         })
     }
@@ -770,6 +845,11 @@ impl TrioMl {
     /// aggregation buffers in the accumulator region (in the DRAM region when it is full), backs
     /// both with host memory now (`block_cnt_max` x 4 KB of buffers for 1024 gradients, so
     /// that no packet pays for it), writes its record and makes it known to the program.
+    ///
+    /// A removed job's memory of the same shape (`block_cnt_max` and `block_grad_max`), once
+    /// released ([`TrioMl::remove_job`]), is taken before anything is allocated: zeroed
+    /// whole (slots, bitmap, join words, counters, buffers, as a fresh allocation reads),
+    /// then written as a fresh one is. Its regions keep the names they were allocated with.
     pub fn add_job(&self, job: &JobConfig) -> Result<(), TrioMlError> {
         self.validate(job)?;
         let mem = &self.inner.mem;
@@ -778,13 +858,57 @@ impl TrioMl {
             return Err(TrioMlError::JobExists(job.job_id));
         }
         let (cnt_max, grad_max) = (u32::from(job.block_cnt_max), u32::from(job.block_grad_max));
+        let lanes = self.inner.cfg.lanes;
+        let reused = {
+            let mut reuse = self.inner.reuse.lock();
+            // Buffers apart (in the accumulator region) first, as a fresh job would have them.
+            let pick = (0..reuse.free.len())
+                .filter(|&i| (reuse.free[i].cnt_max, reuse.free[i].grad_max) == (cnt_max, grad_max))
+                .max_by_key(|&i| reuse.free[i].bufs != 0);
+            pick.map(|i| reuse.free.swap_remove(i))
+        };
+        let job_mem = match reused {
+            Some(m) => match Self::wipe(mem, &m) {
+                Ok(()) => m,
+                Err(e) => {
+                    // Still unused and whole: free for the next try.
+                    self.inner.reuse.lock().free.push(m);
+                    return Err(e.into());
+                }
+            },
+            None => self.alloc_job(job.job_id, cnt_max, grad_max)?,
+        };
+        if let Err(e) = self.write_job(job, job_mem) {
+            // Nothing points at it yet (the job table entry is the last write): free again.
+            self.inner.reuse.lock().free.push(job_mem);
+            return Err(e);
+        }
+        jobs.insert(
+            job.job_id,
+            JobEntry {
+                layout: JobLayout::new(job_mem.record, cnt_max, grad_max, lanes),
+                mem: job_mem,
+            },
+        );
+        Ok(())
+    }
+
+    /// Zeroes a reused job's memory whole: what a fresh allocation reads as zero.
+    fn wipe(mem: &SharedMemory, m: &JobMem) -> Result<(), MemFault> {
+        zero_words(mem, m.record, m.record_words)?;
+        if m.bufs != 0 {
+            zero_words(mem, layout::addr_of(m.bufs), m.buf_words)?;
+        }
+        Ok(())
+    }
+
+    /// Allocates (and backs) a fresh job's memory.
+    fn alloc_job(&self, job_id: u8, cnt_max: u32, grad_max: u32) -> Result<JobMem, TrioMlError> {
+        let mem = &self.inner.mem;
         let name = {
             let mut n = self.inner.regions.lock();
             *n += 1;
-            format!(
-                "trio_ml.{}.job{}.{}",
-                self.inner.cfg.local_addr, job.job_id, *n
-            )
+            format!("trio_ml.{}.job{}.{}", self.inner.cfg.local_addr, job_id, *n)
         };
         let lanes = self.inner.cfg.lanes;
         // The aggregation buffers go to the accumulator region, whose engine applies a 4 KB
@@ -797,24 +921,40 @@ impl TrioMl {
             (&name, Region::Dram, records_alone),
             (&format!("{name}.buffers"), Region::Acc, buf_words),
         ]);
-        let (record, record_words, bufs) = match apart {
+        let (record, record_words, bufs, buf_words) = match apart {
             Ok(addrs) => {
                 // Backed now (as the records below), not by the first packet of each
                 // block: the data path never allocates or takes the page faults of a 4 KB
                 // stripe.
                 mem.materialise(addrs[1], buf_words)?;
-                (addrs[0], records_alone, layout::paddr(addrs[1]))
+                (addrs[0], records_alone, layout::paddr(addrs[1]), buf_words)
             }
             Err(AllocError::Exhausted {
                 region: Region::Acc,
                 ..
             }) => {
                 let words = JobLayout::words(cnt_max, grad_max, lanes, true);
-                (mem.alloc(&name, Region::Dram, words)?, words, 0)
+                (mem.alloc(&name, Region::Dram, words)?, words, 0, 0)
             }
             Err(e) => return Err(e.into()),
         };
         mem.materialise(record, record_words)?;
+        Ok(JobMem {
+            record,
+            record_words,
+            bufs,
+            buf_words,
+            cnt_max,
+            grad_max,
+        })
+    }
+
+    /// Writes job `job`'s record, counters, join words and bitmap into `m`, then makes the
+    /// job known to the program (its job table entry, last).
+    fn write_job(&self, job: &JobConfig, m: JobMem) -> Result<(), TrioMlError> {
+        let mem = &self.inner.mem;
+        let (record, bufs, cnt_max, grad_max) = (m.record, m.bufs, m.cnt_max, m.grad_max);
+        let lanes = self.inner.cfg.lanes;
         let layout = JobLayout::new(record, cnt_max, grad_max, lanes);
 
         let mut line = [0u8; 64];
@@ -851,14 +991,26 @@ impl TrioMl {
         {
             return Err(TrioMlError::JobExists(job.job_id));
         }
-        jobs.insert(job.job_id, JobEntry { layout });
         Ok(())
     }
 
     /// Removes a job: packets of it are dropped as `unknown_job` from now on, and its
-    /// active blocks and kept Results are discarded (no Results are sent for them). Stop
-    /// the job's traffic first: packets already in flight may still touch its blocks. The
-    /// job's memory is not reused (the allocator never frees).
+    /// active blocks and kept Results are discarded (no Results are sent for them).
+    ///
+    /// Its memory is retired, not forgotten: packets (and timer threads) that looked the
+    /// job up before the removal may still run and touch it, even make blocks in the
+    /// tables after this returns. It becomes reusable by a later [`TrioMl::add_job`] of the
+    /// same shape only after three grace periods: the first lets every such packet finish,
+    /// after which the blocks they made are swept; the second lets every timer thread that
+    /// saw those blocks finish (it may have kept a Result of one), after which the tables
+    /// are swept again; the third lets every thread that saw anything swept finish. On an
+    /// engine, [`TrioMl::reclaim_retired`] does it all (the control plane's `jobs/remove`
+    /// calls it); without one, three times: take a [`TrioMl::grace_ticket`], wait until no
+    /// thread runs anything that started before (e.g. [`Control::wait_quiescent`]), call
+    /// [`TrioMl::release_retired`].
+    /// Memory never released stays retired: it is never reused, and never reused wrongly
+    /// (adding the job again meanwhile is allowed, with a fresh region, though a block a
+    /// late packet of the old job made may then still be matched by it).
     pub fn remove_job(&self, job_id: u8) -> Result<(), TrioMlError> {
         let mut jobs = self.inner.jobs.lock();
         let entry = jobs.get(&job_id).ok_or(TrioMlError::NoSuchJob(job_id))?;
@@ -880,8 +1032,101 @@ impl TrioMl {
         for w in 0..JobLayout::bitmap_words(entry.layout.slots) {
             mem.write_u64(entry.layout.bitmap + w, 0)?;
         }
+        let job_mem = entry.mem;
         jobs.remove(&job_id);
+        let mut reuse = self.inner.reuse.lock();
+        let seq = reuse.next;
+        reuse.retired.push(Retired {
+            job_id,
+            mem: job_mem,
+            sweeps: 0,
+            seq,
+        });
+        reuse.next += 1;
         Ok(())
+    }
+
+    /// What a grace period begun after this call covers: every job removed so far (and
+    /// every sweep made so far). See [`TrioMl::remove_job`].
+    pub fn grace_ticket(&self) -> GraceTicket {
+        GraceTicket(self.inner.reuse.lock().next)
+    }
+
+    /// Moves the retired memory `ticket` covers one step on, once a grace period begun
+    /// after the ticket was taken has ended (the caller's promise: no packet or timer
+    /// thread that started before the ticket still runs). A job removed by
+    /// [`TrioMl::remove_job`] gets its blocks swept from the active and kept tables again
+    /// (those late packets, then timer threads, made), twice, each after its own grace
+    /// period; after a third, its memory becomes free for [`TrioMl::add_job`]. A job whose id
+    /// was added again meanwhile is not swept (its keys are the new job's now) and stays
+    /// retired. Returns how many jobs' memory became free.
+    pub fn release_retired(&self, ticket: GraceTicket) -> Result<usize, TrioMlError> {
+        // `jobs` first (as `add_job`), so that no job id is added back during the sweep.
+        let jobs = self.inner.jobs.lock();
+        let mut reuse = self.inner.reuse.lock();
+        let mut freed = 0;
+        let mut i = 0;
+        while i < reuse.retired.len() {
+            let r = reuse.retired[i];
+            if r.seq >= ticket.0 || jobs.contains_key(&r.job_id) {
+                i += 1;
+                continue;
+            }
+            if r.sweeps < SWEEPS {
+                self.sweep(r.job_id)?;
+                let seq = reuse.next;
+                reuse.next += 1;
+                reuse.retired[i].sweeps += 1;
+                reuse.retired[i].seq = seq;
+                i += 1;
+            } else {
+                reuse.retired.swap_remove(i);
+                reuse.free.push(r.mem);
+                freed += 1;
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Deletes every block of job `job_id` from the active and kept tables: for a job no
+    /// longer installed, whose late packets may have made some after its removal.
+    fn sweep(&self, job_id: u8) -> Result<(), TrioMlError> {
+        let t = &self.inner.tables;
+        let kept_len = kept_key(job_id, 0).len();
+        for (table, key_len) in [(&t.active, layout::BLOCK_KEY_BYTES), (&t.kept, kept_len)] {
+            for r in table.records() {
+                if r.key.len() == key_len && r.key[0] == job_id {
+                    table.delete(&r.key)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings every job removed so far back to use on a running engine: three grace
+    /// periods ([`Control::wait_quiescent`], each by `deadline`), each followed by
+    /// [`TrioMl::release_retired`]. Returns how many jobs' memory became free. Past the
+    /// deadline, [`TrioMlError::Grace`]: the memory stays retired (safe), for a later call.
+    pub fn reclaim_retired(
+        &self,
+        engine: &Control,
+        deadline: Instant,
+    ) -> Result<usize, TrioMlError> {
+        let mut freed = 0;
+        for _ in 0..=SWEEPS {
+            let ticket = self.grace_ticket();
+            engine
+                .wait_quiescent(deadline)
+                .map_err(TrioMlError::Grace)?;
+            freed += self.release_retired(ticket)?;
+        }
+        Ok(freed)
+    }
+
+    /// Removed jobs' memory by state: (retired, free for a job of the same shape).
+    pub fn retired_jobs(&self) -> (usize, usize) {
+        let reuse = self.inner.reuse.lock();
+        (reuse.retired.len(), reuse.free.len())
     }
 
     /// Makes `run` (1 to [`wire::MAX_RUN_ID`]) job `job_id`'s run before anybody joined it:
