@@ -82,6 +82,9 @@ pub trait Target: Send + Sync {
     /// Appends the target's own metrics in the Prometheus text format (`# HELP`, `# TYPE`
     /// and samples), if it has any.
     fn metrics(&self, _out: &mut String) {}
+    /// Given the engine's control handle when the [`Controller`] is made: for a target
+    /// whose changes need the engine itself (the jobs' grace periods, [`JobsTarget`]).
+    fn attach(&self, _engine: &Control) {}
 }
 
 /// A response: an HTTP status, a content type and a body.
@@ -125,6 +128,9 @@ pub struct Controller {
 impl Controller {
     /// A controller for `ctl`'s engine and `targets` (the last of two with one name wins).
     pub fn new(ctl: Control, targets: Vec<Arc<dyn Target>>) -> Controller {
+        for t in &targets {
+            t.attach(&ctl);
+        }
         Controller {
             ctl,
             targets: targets

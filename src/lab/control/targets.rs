@@ -3,7 +3,10 @@
 //! JSON objects; each error names the argument at fault.
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use serde_json::{json, Value};
 
@@ -15,6 +18,7 @@ use crate::microcode::l3fwd::live::LiveRoutes;
 use crate::microcode::nimble::Nimble;
 use crate::microcode::trio_ml::{JobConfig, TrioMl};
 use crate::packet::Dest;
+use crate::pfe::Control;
 
 /// A required `u64` argument.
 fn need_u64(args: &Value, key: &str) -> Result<u64, String> {
@@ -310,12 +314,27 @@ impl Target for NimbleTarget {
 /// Says why a job cannot be added, if it cannot ([`JobsTarget::check_add`]).
 type AddCheck = Box<dyn Fn(&JobConfig) -> Result<(), String> + Send + Sync>;
 
+/// How long a removal waits for each of its grace periods ([`TrioMl::reclaim_retired`])
+/// before it leaves the job's memory retired (for the next add or removal to bring back).
+pub const JOBS_GRACE_DEADLINE: Duration = Duration::from_secs(2);
+
 /// Trio-ML's (or FPISA's) jobs: list, add and remove while aggregation runs.
+///
+/// A removed job's memory is brought back to use for a later job of the same shape once no
+/// packet or timer thread that could have seen the job still runs
+/// ([`TrioMl::remove_job`]): the removal waits for the engine's grace periods (up to
+/// [`JOBS_GRACE_DEADLINE`] each) when the target knows the engine ([`Target::attach`],
+/// which [`Controller::new`](super::Controller::new) calls, or [`JobsTarget::engine`]), so
+/// that removing and adding jobs forever does not wear the memory out. Without the engine,
+/// removed jobs' memory stays retired (never reused).
 pub struct JobsTarget {
     trio: TrioMl,
     template: Box<dyn Fn(u8) -> JobConfig + Send + Sync>,
     on_change: Box<dyn Fn(u8) + Send + Sync>,
     check_add: AddCheck,
+    engine: OnceLock<Control>,
+    /// Held by adds and removals: a job id is not added back while its removal sweeps.
+    changing: Mutex<()>,
 }
 
 impl JobsTarget {
@@ -326,7 +345,28 @@ impl JobsTarget {
             template: Box::new(|_| JobConfig::default()),
             on_change: Box::new(|_| {}),
             check_add: Box::new(|_| Ok(())),
+            engine: OnceLock::new(),
+            changing: Mutex::new(()),
         }
+    }
+
+    /// The engine that runs `trio`'s program, whose grace periods a removal waits for
+    /// (as [`Target::attach`]; the first handle given is kept).
+    pub fn engine(self, engine: Control) -> JobsTarget {
+        let _ = self.engine.set(engine);
+        self
+    }
+
+    /// Brings removed jobs' memory back to use, if the engine is known: `None` without
+    /// it, else how many jobs' memory became free, or why it stays retired.
+    fn reclaim(&self) -> Option<Result<usize, String>> {
+        let engine = self.engine.get()?;
+        let deadline = Instant::now() + JOBS_GRACE_DEADLINE;
+        Some(
+            self.trio
+                .reclaim_retired(engine, deadline)
+                .map_err(|e| e.to_string()),
+        )
     }
 
     /// Refuses a job to add when `check` says why: for an embedder that cannot serve some
@@ -380,9 +420,15 @@ impl Target for JobsTarget {
             ),
             (
                 "remove",
-                "{\"job_id\": J} -> removes job J (its blocks finish or time out)",
+                "{\"job_id\": J} -> removes job J (its blocks are discarded); `memory`: \
+                 \"reusable\" once no PPE thread can still be using it (a later job of the \
+                 same shape takes it), or \"retired\" and why",
             ),
         ]
+    }
+
+    fn attach(&self, engine: &Control) {
+        let _ = self.engine.set(engine.clone());
     }
 
     fn call(&self, command: &str, args: &Value) -> Result<Value, String> {
@@ -462,15 +508,29 @@ impl Target for JobsTarget {
                     ..d
                 };
                 (self.check_add)(&job)?;
+                let _changing = self.changing.lock();
+                if self.trio.retired_jobs().0 > 0 {
+                    // A removal whose grace period ran out left memory retired: another
+                    // try. Still busy, the add goes on without it (fresh memory).
+                    let _ = self.reclaim();
+                }
                 self.trio.add_job(&job).map_err(|e| e.to_string())?;
                 (self.on_change)(job_id);
                 Ok(json!({ "job_id": job_id, "added": true }))
             }
             "remove" => {
                 let job_id: u8 = need(args, "job_id", "from 0 to 255")?;
+                let _changing = self.changing.lock();
                 self.trio.remove_job(job_id).map_err(|e| e.to_string())?;
                 (self.on_change)(job_id);
-                Ok(json!({ "job_id": job_id, "removed": true }))
+                // The job is gone either way; its memory is reusable only after the grace
+                // periods, which a blocked PPE thread can hold up.
+                let memory = match self.reclaim() {
+                    None => json!("retired"),
+                    Some(Ok(_)) => json!("reusable"),
+                    Some(Err(e)) => json!(format!("retired: {e}")),
+                };
+                Ok(json!({ "job_id": job_id, "removed": true, "memory": memory }))
             }
             _ => Err(format!("no command `{command}`")),
         }
