@@ -188,3 +188,98 @@ fn a_packet_in_flight_holds_the_grace_period_up() {
     );
     pfe.shutdown();
 }
+
+/// Many PPE threads, two injectors and several waiters at once: every grace period ends,
+/// and when the checking waiter's ends, no packet that read the generation it retired is
+/// still running (each packet counts itself in and out under the generation it read).
+#[test]
+fn many_threads_and_waiters_agree_no_packet_of_a_retired_generation_runs() {
+    const RING: usize = 64;
+    let generation = Arc::new(AtomicU64::new(0));
+    let running: Arc<Vec<AtomicU64>> = Arc::new((0..RING).map(|_| AtomicU64::new(0)).collect());
+    let started: Arc<Vec<AtomicU64>> = Arc::new((0..RING).map(|_| AtomicU64::new(0)).collect());
+    let mut p = Program::builder("counting");
+    let [pkt] = p.labels(["packet"]);
+    {
+        let (generation, running) = (generation.clone(), running.clone());
+        let started = started.clone();
+        p.instr(pkt, move |_| {
+            let g = generation.load(Ordering::Relaxed) as usize % RING;
+            running[g].fetch_add(1, Ordering::Relaxed);
+            started[g].fetch_add(1, Ordering::Relaxed);
+            // Some work, so that packets overlap the waiters' looks.
+            let mut x = 0u64;
+            for i in 0..2000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            std::hint::black_box(x);
+            running[g].fetch_sub(1, Ordering::Release);
+            Ok(Done(Verdict::Forward(1)))
+        });
+    }
+    p.entry(Entry::Packet, pkt);
+    let mut pfe = Pfe::builder()
+        .program(p.build().unwrap())
+        .ppe_threads(16)
+        .batch_size(4)
+        .mem_config(small_mem())
+        .build()
+        .unwrap();
+    pfe.start().unwrap();
+    let control = pfe.control();
+    let pfe = Arc::new(pfe);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let injectors: Vec<_> = (0..2u16)
+        .map(|port| {
+            let (pfe, stop) = (pfe.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seq = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    pfe.inject_frame(port, &udp_frame(7, seq, 64)).unwrap();
+                    seq += 1;
+                }
+            })
+        })
+        .collect();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let control = control.clone();
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    control
+                        .wait_quiescent(patience())
+                        .expect("a grace period among others ends");
+                }
+            })
+        })
+        .collect();
+    for round in 0..200u64 {
+        // Retire a generation only once packets run under it, so that some may be in
+        // flight when it is retired.
+        let current = generation.load(Ordering::SeqCst) as usize % RING;
+        let give_up = patience();
+        while started[current].load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < give_up, "round {round}: no packet runs");
+            std::thread::yield_now();
+        }
+        started[(current + 1) % RING].store(0, Ordering::Relaxed);
+        let retired = generation.fetch_add(1, Ordering::SeqCst) as usize % RING;
+        control
+            .wait_quiescent(patience())
+            .expect("the checking waiter's grace period ends");
+        assert_eq!(
+            running[retired].load(Ordering::Acquire),
+            0,
+            "round {round}: a packet of the retired generation still runs"
+        );
+    }
+    for w in waiters {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for i in injectors {
+        i.join().unwrap();
+    }
+    let stats = Arc::try_unwrap(pfe).ok().unwrap().shutdown();
+    assert!(stats.packets_in > 0);
+}
