@@ -38,7 +38,9 @@
 
 mod targets;
 
-pub use targets::{AdaTarget, JobsTarget, NimbleTarget, RoutesTarget, TcamTarget};
+pub use targets::{
+    AdaTarget, JobsTarget, NimbleTarget, RoutesTarget, TcamTarget, JOBS_GRACE_DEADLINE,
+};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
