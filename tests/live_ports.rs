@@ -110,6 +110,20 @@ impl NetLab {
         format!("{}{role}", self.prefix)
     }
 
+    /// A TAP device of the lab (`ip tuntap add`, so persistent until the lab removes it),
+    /// quiet (no IPv6, so the host sends nothing into a port on it); `None` (printed) when
+    /// the kernel refuses one.
+    fn tap(&mut self, test: &str) -> Option<String> {
+        let tap = self.name("tap");
+        if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
+            println!("skipped {test}: the kernel refused a TAP device: {e}");
+            return None;
+        }
+        self.links.push(tap.clone());
+        disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+        Some(tap)
+    }
+
     fn netns(&mut self, role: &str) -> Result<String, String> {
         let ns = self.name(role);
         ip(&["netns", "add", &ns])?;
@@ -368,18 +382,15 @@ fn a_tap_port_sends_to_the_host() {
     let Some(mut lab) = NetLab::new("a_tap_port_sends_to_the_host") else {
         return;
     };
-    let (s0, p0, tap) = (lab.name("s0"), lab.name("p0"), lab.name("tap"));
+    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
     if let Err(e) = lab.veth(&s0, &p0, None, 9000) {
         println!("skipped: the kernel refused a veth pair: {e}");
         return;
     }
     // Made first, quiet (no IPv6), so the host sends nothing into the port.
-    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
-        println!("skipped: the kernel refused a TAP device: {e}");
+    let Some(tap) = lab.tap("a_tap_port_sends_to_the_host") else {
         return;
-    }
-    lab.links.push(tap.clone());
-    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    };
     ip(&["link", "set", &tap, "mtu", "9000"]).expect("mtu");
     // What the port writes to the TAP device arrives at the host on it.
     let port1 = PortSpec::tap(&format!("1={tap}")).expect("spec");
@@ -1804,13 +1815,9 @@ fn a_tap_port_stops_while_frames_keep_arriving() {
     let Some(mut lab) = NetLab::new("a_tap_port_stops_while_frames_keep_arriving") else {
         return;
     };
-    let tap = lab.name("tap");
-    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
-        println!("skipped: the kernel refused a TAP device: {e}");
+    let Some(tap) = lab.tap("a_tap_port_stops_while_frames_keep_arriving") else {
         return;
-    }
-    lab.links.push(tap.clone());
-    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    };
     // A long queue, so the host's senders keep frames waiting for the port even when the
     // machine's scheduler pauses them all for a moment.
     ip(&["link", "set", &tap, "txqueuelen", "100000"]).expect("txqueuelen");
@@ -2046,13 +2053,9 @@ fn a_deleted_tap_device_ends_its_ports_receiving_with_one_error() {
     let Some(mut lab) = NetLab::new("a_deleted_tap_device_ends_its_ports_receiving") else {
         return;
     };
-    let tap = lab.name("tap");
-    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
-        println!("skipped: the kernel refused a TAP device: {e}");
+    let Some(tap) = lab.tap("a_deleted_tap_device_ends_its_ports_receiving") else {
         return;
-    }
-    lab.links.push(tap.clone());
-    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    };
     let cfg = LiveConfig {
         ppe_threads: 1,
         ..LiveConfig::new(
@@ -2323,13 +2326,9 @@ fn a_stopped_tap_port_takes_no_more_frames() {
     let Some(mut lab) = NetLab::new("a_stopped_tap_port_takes_no_more_frames") else {
         return;
     };
-    let tap = lab.name("tap");
-    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
-        println!("skipped: the kernel refused a TAP device: {e}");
+    let Some(tap) = lab.tap("a_stopped_tap_port_takes_no_more_frames") else {
         return;
-    }
-    lab.links.push(tap.clone());
-    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    };
     const BEFORE: u64 = 200;
     const AFTER: u64 = 300;
     let ports = LivePorts::open(&PortsConfig::new(vec![
@@ -2431,13 +2430,9 @@ fn a_tap_device_takes_frames_again_for_the_next_port() {
     let Some(mut lab) = NetLab::new("a_tap_device_takes_frames_again_for_the_next_port") else {
         return;
     };
-    let tap = lab.name("tap");
-    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
-        println!("skipped: the kernel refused a TAP device: {e}");
+    let Some(tap) = lab.tap("a_tap_device_takes_frames_again_for_the_next_port") else {
         return;
-    }
-    lab.links.push(tap.clone());
-    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    };
     const FRAMES: u64 = 50;
     let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
     for run in 1..=2 {
@@ -2486,13 +2481,9 @@ fn a_tap_port_stops_cleanly_with_cap_net_admin_alone() {
     let Some(mut lab) = NetLab::new(test) else {
         return;
     };
-    let tap = lab.name("tap");
-    if let Err(e) = ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]) {
-        println!("skipped {test}: the kernel refused a TAP device: {e}");
+    let Some(tap) = lab.tap(test) else {
         return;
-    }
-    lab.links.push(tap.clone());
-    disable_ipv6(None, &tap).expect("IPv6 off on the TAP device");
+    };
     // `nobody`, with CAP_NET_ADMIN and nothing else (ambient, so pfemu keeps it).
     let out = match Command::new("setpriv")
         .args([

@@ -265,23 +265,21 @@ fn a_busy_timer_is_not_launched_again_and_the_skip_is_counted() {
     assert_eq!(stats.timer_overruns, 3);
 }
 
-#[test]
-fn a_faulting_timer_thread_is_counted_and_the_timers_go_on() {
+/// Runs a program whose packets go to port `packet_port` and whose timer 0 (every
+/// millisecond) runs `tick`: six periods on a manual clock, then one packet; returns the
+/// engine's final statistics and what the sink counted.
+fn run_timer_program(
+    name: &str,
+    packet_port: u16,
+    tick: impl Fn(&mut Thread<'_>) -> Result<Next, Fault> + Send + Sync + 'static,
+) -> (Stats, Arc<CountingSink>) {
     let clock = Arc::new(ManualClock::new());
-    let mut p = Program::builder("faulty_timer");
-    let [pkt, tick] = p.labels(["packet", "tick"]);
-    p.instr(pkt, |_| Ok(Done(Verdict::Forward(1))));
-    p.instr(tick, |t| {
-        let l = *t.timer().unwrap();
-        // Every other launch emits a packet and then reads outside the shared memory.
-        t.emit(Dest::Port(1), 0, 64)?;
-        if l.scheduled_ns / MS % 2 == 1 {
-            t.read_u64(1 << 40)?;
-        }
-        Ok(Done(Verdict::Consume))
-    });
+    let mut p = Program::builder(name);
+    let [pkt, tick_l] = p.labels(["packet", "tick"]);
+    p.instr(pkt, move |_| Ok(Done(Verdict::Forward(packet_port))));
+    p.instr(tick_l, tick);
     p.entry(Entry::Packet, pkt);
-    p.entry(Entry::Timer(0), tick);
+    p.entry(Entry::Timer(0), tick_l);
     let sink = Arc::new(CountingSink::new(4));
     let mut pfe = Pfe::builder()
         .program(p.build().unwrap())
@@ -299,7 +297,20 @@ fn a_faulting_timer_thread_is_counted_and_the_timers_go_on() {
     }
     pfe.inject_frame(0, &udp_frame(1, 0, 64)).unwrap();
     pfe.drain();
-    let stats = pfe.shutdown();
+    (pfe.shutdown(), sink)
+}
+
+#[test]
+fn a_faulting_timer_thread_is_counted_and_the_timers_go_on() {
+    let (stats, sink) = run_timer_program("faulty_timer", 1, |t| {
+        let l = *t.timer().unwrap();
+        // Every other launch emits a packet and then reads outside the shared memory.
+        t.emit(Dest::Port(1), 0, 64)?;
+        if l.scheduled_ns / MS % 2 == 1 {
+            t.read_u64(1 << 40)?;
+        }
+        Ok(Done(Verdict::Consume))
+    });
     assert_eq!(stats.timer_runs, 6);
     assert_eq!(stats.timer_faults, 3);
     assert_eq!(stats.faults_of(FaultKind::SharedMemory), 3);
@@ -313,11 +324,7 @@ fn a_faulting_timer_thread_is_counted_and_the_timers_go_on() {
 /// later sends them all the same; those it created after the call are abandoned with it.
 #[test]
 fn a_faulting_timer_thread_sends_the_packets_it_kept() {
-    let clock = Arc::new(ManualClock::new());
-    let mut p = Program::builder("keeping_timer");
-    let [pkt, tick] = p.labels(["packet", "tick"]);
-    p.instr(pkt, |_| Ok(Done(Verdict::Forward(3))));
-    p.instr(tick, |t| {
+    let (stats, sink) = run_timer_program("keeping_timer", 3, |t| {
         let l = *t.timer().unwrap();
         // Every launch emits a packet to port 1 and keeps it, then one to port 2; every
         // other launch then reads outside the shared memory.
@@ -329,26 +336,6 @@ fn a_faulting_timer_thread_sends_the_packets_it_kept() {
         }
         Ok(Done(Verdict::Consume))
     });
-    p.entry(Entry::Packet, pkt);
-    p.entry(Entry::Timer(0), tick);
-    let sink = Arc::new(CountingSink::new(4));
-    let mut pfe = Pfe::builder()
-        .program(p.build().unwrap())
-        .ppe_threads(2)
-        .mem_config(small_mem())
-        .timers([one_timer(MS, 0)])
-        .clock(clock.clone())
-        .sink(sink.clone())
-        .build()
-        .unwrap();
-    pfe.start().unwrap();
-    for k in 0..6 {
-        clock.set(k * MS);
-        pfe.settle_timers();
-    }
-    pfe.inject_frame(0, &udp_frame(1, 0, 64)).unwrap();
-    pfe.drain();
-    let stats = pfe.shutdown();
     assert_eq!((stats.timer_runs, stats.timer_faults), (6, 3));
     assert_eq!(sink.packets(1), 6, "every kept packet left");
     assert_eq!(

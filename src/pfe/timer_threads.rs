@@ -284,17 +284,28 @@ mod tests {
     use crate::pfe::dispatch::Popped;
     use crate::timer::TimerSpec;
 
-    #[test]
-    fn a_poll_launches_what_is_due_once_and_counts_a_busy_timer_as_an_overrun() {
-        // Two timers every 10 ns, due at 0 and 5.
+    /// Two timers every 10 ns, due at 0 and 5, for an engine of one PPE thread (its
+    /// dispatch and parker); the launcher's parker is returned to be kept.
+    fn two_timers_one_ppe_thread() -> (TimerState, Dispatch, Vec<Parker>, Parker) {
         let set = TimerSet::new(TimerSpec::staggered(0, 2, 10, 0).unwrap()).unwrap();
         let launcher = Parker::new();
         let st = TimerState::new(set, launcher.unparker().clone());
         let (dispatch, parkers) = Dispatch::new(1, 1, 4, 2, None);
-        let pop = || match dispatch.pop(0, &parkers[0]) {
+        (st, dispatch, parkers, launcher)
+    }
+
+    /// Pops the launch PPE thread 0 finds queued first.
+    fn pop_launch(dispatch: &Dispatch, parker: &Parker) -> Launch {
+        match dispatch.pop(0, parker) {
             Popped::Timer(l) => l,
             _ => panic!("a timer launch is queued"),
-        };
+        }
+    }
+
+    #[test]
+    fn a_poll_launches_what_is_due_once_and_counts_a_busy_timer_as_an_overrun() {
+        let (st, dispatch, parkers, _launcher) = two_timers_one_ppe_thread();
+        let pop = || pop_launch(&dispatch, &parkers[0]);
 
         st.poll(&dispatch, 4, By::Launcher);
         assert_eq!(st.counts().launches, 1);
@@ -391,15 +402,8 @@ mod tests {
     /// What `wait_idle` waits for: the launches made before it, not the later ones.
     #[test]
     fn the_launches_waited_for_are_those_already_made() {
-        // Two timers every 10 ns, due at 0 and 5.
-        let set = TimerSet::new(TimerSpec::staggered(0, 2, 10, 0).unwrap()).unwrap();
-        let launcher = Parker::new();
-        let st = TimerState::new(set, launcher.unparker().clone());
-        let (dispatch, parkers) = Dispatch::new(1, 1, 4, 2, None);
-        let pop = || match dispatch.pop(0, &parkers[0]) {
-            Popped::Timer(l) => l,
-            _ => panic!("a timer launch is queued"),
-        };
+        let (st, dispatch, parkers, _launcher) = two_timers_one_ppe_thread();
+        let pop = || pop_launch(&dispatch, &parkers[0]);
         assert!(st.all_finished(&st.outstanding()), "nothing launched yet");
         st.poll(&dispatch, 0, By::Launcher);
         let first = pop();
