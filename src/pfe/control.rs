@@ -9,8 +9,10 @@
 //!   the programs allocated ([`crate::mem::SharedMemory::allocations`]), with the memory's own
 //!   atomicity (a word at a time);
 //! - the timers ([`Control::timers`], [`Control::set_timer_period`],
-//!   [`Control::set_timer_enabled`]): a change takes effect from the timer's next launch,
-//!   and the launcher is woken so that it sleeps until the new deadline.
+//!   [`Control::set_timer_enabled`]): a change takes effect from the timer's next launch.
+//!   The launcher is unparked so that it sleeps until the new deadline; one sleeping on
+//!   the system clock (a plain sleep, which nothing interrupts) sees the change at the end
+//!   of that sleep, at most 2 ms later.
 //!
 //! - grace periods ([`Control::wait_quiescent`]): waits until no PPE thread still runs work
 //!   it took before the call, so that memory a control-side API unlinked (a removed job's

@@ -196,8 +196,9 @@ impl TimerState {
     }
 
     /// Applies `change` to the timers (under the lock launches are made under), then
-    /// publishes when the next launch is due and wakes the launcher so that it sleeps
-    /// until then, not until the old deadline.
+    /// publishes when the next launch is due and unparks the launcher so that it sleeps
+    /// until then, not until the old deadline (a launcher in the clock's own sleep, a
+    /// plain sleep for the system clock, sees it when that ends: at most `MAX_SLEEP`).
     pub fn change(
         &self,
         change: impl FnOnce(&mut TimerSet) -> Result<TimerStatus, TimerError>,
