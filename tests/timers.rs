@@ -572,12 +572,18 @@ fn a_due_launch_does_not_wait_for_a_busy_ppe_thread_while_another_is_idle() {
         .unwrap();
     pfe.start().unwrap();
     wait_until("timer 0's thread runs", || !started.lock().is_empty());
-    // Give the other PPE thread time to finish spinning and park, as it would in a real
-    // engine between timer periods. With the wake-up the outcome does not depend on this
-    // sleep; without the wake-up, a thread still spinning would take the launch by itself
-    // and hide the fault (the unit test in `pfe::timer_threads` checks the wake-up
-    // deterministically).
-    std::thread::sleep(Duration::from_millis(50));
+    // The other PPE thread goes idle, as it would in a real engine between timer periods:
+    // a grace period that cannot end (timer 0's thread holds its PPE thread) names one busy
+    // thread once the other is on the idle stack. Before that, a thread still spinning
+    // would take the launch by itself and hide the fault (the unit test in
+    // `pfe::timer_threads` checks the wake-up on its own).
+    let ctl = pfe.control();
+    wait_until("the other PPE thread goes idle", || {
+        matches!(
+            ctl.wait_quiescent(Instant::now()),
+            Err(pfemu::pfe::ControlError::GraceTimeout { busy: 1, .. })
+        )
+    });
     clock.set(5 * MS);
     wait_until(
         "timer 1's thread runs on the idle PPE thread while timer 0's holds the other",
