@@ -528,6 +528,19 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// An engine of two PPE threads running `program`, with two timers every 10 ms (due at 0
+/// and 5 ms) on `clock`; not started.
+fn two_staggered_timers(program: Program, clock: &Arc<ManualClock>) -> Pfe {
+    Pfe::builder()
+        .program(program)
+        .ppe_threads(2)
+        .mem_config(small_mem())
+        .timers(TimerSpec::staggered(0, 2, 10 * MS, 0).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
 /// A program whose timer entry 0 records each launch's slice in `started`, and whose slice 0
 /// then holds its PPE thread until `release` is set (or, should the test fail, well after
 /// the test's own waits gave up).
@@ -561,15 +574,7 @@ fn a_due_launch_does_not_wait_for_a_busy_ppe_thread_while_another_is_idle() {
     let clock = Arc::new(ManualClock::new());
     let started: Arc<Mutex<Vec<u32>>> = Arc::default();
     let release = Arc::new(AtomicBool::new(false));
-    let mut pfe = Pfe::builder()
-        .program(holding_program(started.clone(), release.clone()))
-        .ppe_threads(2)
-        .mem_config(small_mem())
-        // Due at 0 and 5 ms.
-        .timers(TimerSpec::staggered(0, 2, 10 * MS, 0).unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let mut pfe = two_staggered_timers(holding_program(started.clone(), release.clone()), &clock);
     pfe.start().unwrap();
     wait_until("timer 0's thread runs", || !started.lock().is_empty());
     // The other PPE thread goes idle, as it would in a real engine between timer periods:
@@ -633,15 +638,7 @@ fn drain_returns_while_timer_threads_keep_overlapping() {
     }
     p.entry(Entry::Packet, pkt);
     p.entry(Entry::Timer(0), tick);
-    let mut pfe = Pfe::builder()
-        .program(p.build().unwrap())
-        .ppe_threads(2)
-        .mem_config(small_mem())
-        // Due at 0 and 5 ms.
-        .timers(TimerSpec::staggered(0, 2, 10 * MS, 0).unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let mut pfe = two_staggered_timers(p.build().unwrap(), &clock);
     let _ = ctl.set(pfe.control());
     pfe.start().unwrap();
     wait_until("the timer threads overlap", || pfe.stats().timer_runs >= 4);
@@ -683,15 +680,7 @@ fn the_periods_before_start_are_not_counted_as_missed() {
     }
     p.entry(Entry::Packet, pkt);
     p.entry(Entry::Timer(0), tick);
-    let mut pfe = Pfe::builder()
-        .program(p.build().unwrap())
-        .ppe_threads(2)
-        .mem_config(small_mem())
-        // Due at 0 and 5 ms, every 10 ms.
-        .timers(TimerSpec::staggered(0, 2, 10 * MS, 0).unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let mut pfe = two_staggered_timers(p.build().unwrap(), &clock);
     // Time passes before the start (building traffic, say).
     clock.set(52 * MS);
     pfe.start().unwrap();
