@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pfemu::lab::bench::traffic::{FrameClass, FrameSizes, Mix, Traffic, TrafficSpec};
@@ -1911,12 +1912,6 @@ fn observe(observer: &RawSocket, n: u64, what: &str) {
 /// test reads it (it then fails by exactly that many), and no wait depends on the clock.
 #[test]
 fn a_stopped_interface_port_takes_no_more_frames() {
-    use pfemu::lab::ports::LivePorts;
-    use pfemu::mem::{MemConfig, SharedMemory};
-    use pfemu::microcode::filter::Filter;
-    use pfemu::pfe::Pfe;
-    use std::sync::Arc;
-
     let Some(mut lab) = NetLab::new("a_stopped_interface_port_takes_no_more_frames") else {
         return;
     };
@@ -1929,25 +1924,11 @@ fn a_stopped_interface_port_takes_no_more_frames() {
     const AFTER: u64 = 300;
     // Before the port: the port's socket is offered each frame first (see above).
     let observer = RawSocket::open(&p0, true).expect("the observer's socket");
-    let ports = LivePorts::open(&PortsConfig::new(vec![PortSpec::interface(&format!(
-        "0={p0}"
-    ))
-    .expect("spec")]))
-    .expect("the port binds");
     // The sink (and with it the port's socket) outlives the stop: the engine holds it.
-    let sink = ports.sink();
-    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
-    let filter = Filter::install(&mem).expect("the filter installs");
-    let mut pfe = Pfe::builder()
-        .ppe_threads(1)
-        .sink(sink.clone())
-        .program(filter.program())
-        .memory(mem)
-        .build()
-        .expect("the engine builds");
-    pfe.start().expect("the engine starts");
-    let running = ports.start(Arc::new(pfe)).expect("the port starts");
-    let pfe = Arc::clone(running.pfe());
+    let (sink, running, pfe) = filter_on_ports(&PortsConfig::new(vec![PortSpec::interface(
+        &format!("0={p0}"),
+    )
+    .expect("spec")]));
     let tx = RawSocket::open(&s0, false).expect("the sender's socket");
     let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
 
@@ -2168,11 +2149,7 @@ enum Down {
 /// is either counted there as a second receive error or, if the stop did not poll, it fails
 /// the first frame the port sends once the interface is up again.
 fn down_at_the_stop(test: &str, down: Down) {
-    use pfemu::lab::ports::{LivePorts, RingConfig};
-    use pfemu::mem::{MemConfig, SharedMemory};
-    use pfemu::microcode::filter::Filter;
-    use pfemu::pfe::Pfe;
-    use std::sync::Arc;
+    use pfemu::lab::ports::RingConfig;
 
     let Some(mut lab) = NetLab::new(test) else {
         return;
@@ -2195,20 +2172,7 @@ fn down_at_the_stop(test: &str, down: Down) {
         },
         ..PortsConfig::new(vec![PortSpec::interface(&format!("1={p0}")).expect("spec")])
     };
-    let ports = LivePorts::open(&cfg).expect("the port binds");
-    let sink = ports.sink();
-    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
-    let filter = Filter::install(&mem).expect("the filter installs");
-    let mut pfe = Pfe::builder()
-        .ppe_threads(1)
-        .sink(sink.clone())
-        .program(filter.program())
-        .memory(mem)
-        .build()
-        .expect("the engine builds");
-    pfe.start().expect("the engine starts");
-    let running = ports.start(Arc::new(pfe)).expect("the port starts");
-    let pfe = Arc::clone(running.pfe());
+    let (sink, running, pfe) = filter_on_ports(&cfg);
 
     // Frames that are not IPv4 (the filter drops them: the port sends nothing while its
     // interface is down), left in the ring's block in progress.
@@ -2298,6 +2262,38 @@ fn an_interface_whose_peer_is_down_at_the_stop_leaves_no_error_of_the_stops() {
     down_at_the_stop("an_interface_whose_peer_is_down_at_the_stop", Down::Peer);
 }
 
+/// The filter on an engine of one PPE thread between the ports of `cfg`, started: the
+/// ports' sink (which the engine holds, so it outlives a stop), the running ports and the
+/// engine.
+fn filter_on_ports(
+    cfg: &PortsConfig,
+) -> (
+    Arc<pfemu::lab::ports::PortSink>,
+    pfemu::lab::ports::RunningPorts,
+    Arc<pfemu::pfe::Pfe>,
+) {
+    use pfemu::lab::ports::LivePorts;
+    use pfemu::mem::{MemConfig, SharedMemory};
+    use pfemu::microcode::filter::Filter;
+    use pfemu::pfe::Pfe;
+
+    let ports = LivePorts::open(cfg).expect("the port binds");
+    let sink = ports.sink();
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
+    let filter = Filter::install(&mem).expect("the filter installs");
+    let mut pfe = Pfe::builder()
+        .ppe_threads(1)
+        .sink(sink.clone())
+        .program(filter.program())
+        .memory(mem)
+        .build()
+        .expect("the engine builds");
+    pfe.start().expect("the engine starts");
+    let running = ports.start(Arc::new(pfe)).expect("the port starts");
+    let pfe = Arc::clone(running.pfe());
+    (sink, running, pfe)
+}
+
 /// A TAP device's own count `what` (`tx_packets`, `tx_dropped`, ...) from sysfs.
 fn tap_count(tap: &str, what: &str) -> u64 {
     let path = format!("/sys/class/net/{tap}/statistics/{what}");
@@ -2317,12 +2313,6 @@ fn tap_count(tap: &str, what: &str) -> u64 {
 /// the port still sends to the host after the stop.
 #[test]
 fn a_stopped_tap_port_takes_no_more_frames() {
-    use pfemu::lab::ports::LivePorts;
-    use pfemu::mem::{MemConfig, SharedMemory};
-    use pfemu::microcode::filter::Filter;
-    use pfemu::pfe::Pfe;
-    use std::sync::Arc;
-
     let Some(mut lab) = NetLab::new("a_stopped_tap_port_takes_no_more_frames") else {
         return;
     };
@@ -2331,23 +2321,10 @@ fn a_stopped_tap_port_takes_no_more_frames() {
     };
     const BEFORE: u64 = 200;
     const AFTER: u64 = 300;
-    let ports = LivePorts::open(&PortsConfig::new(vec![
-        PortSpec::tap(&format!("1={tap}")).expect("spec")
-    ]))
-    .expect("the port binds");
-    let sink = ports.sink();
-    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
-    let filter = Filter::install(&mem).expect("the filter installs");
-    let mut pfe = Pfe::builder()
-        .ppe_threads(1)
-        .sink(sink.clone())
-        .program(filter.program())
-        .memory(mem)
-        .build()
-        .expect("the engine builds");
-    pfe.start().expect("the engine starts");
-    let running = ports.start(Arc::new(pfe)).expect("the port starts");
-    let pfe = Arc::clone(running.pfe());
+    let (sink, running, pfe) =
+        filter_on_ports(&PortsConfig::new(vec![
+            PortSpec::tap(&format!("1={tap}")).expect("spec")
+        ]));
     // The host sends on the TAP device: its frames go to the port.
     let host = RawSocket::open(&tap, false).expect("the host's socket");
     let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
