@@ -45,6 +45,18 @@ fn start_monitored(cfg: ServeConfig) -> (SocketAddr, StopHandle, Monitor, JoinHa
     (addr, stop, monitor, h)
 }
 
+/// `POST /targets/jobs/{command}` with `args` to the control server at `control`: the
+/// status and the body.
+fn jobs_call(control: &str, command: &str, args: serde_json::Value) -> (u16, String) {
+    pfemu::lab::control::request(
+        control,
+        "POST",
+        &format!("/targets/jobs/{command}"),
+        Some(&args),
+    )
+    .unwrap()
+}
+
 /// [`start`] with the control plane on a free loopback port: the server's address, the
 /// control plane's, a stop handle and the server's thread.
 fn start_with_control(
@@ -2327,7 +2339,6 @@ fn a_restarted_server_never_takes_the_last_instances_workers() {
 /// worker (both run 1 here), and is sent none of the new run's Results.
 #[test]
 fn a_job_added_again_forgets_its_members_joins() {
-    use pfemu::lab::control::request;
     use pfemu::microcode::trio_ml::host::WorkerConfig;
     use pfemu::microcode::trio_ml::wire::Control;
     use serde_json::json;
@@ -2336,16 +2347,7 @@ fn a_job_added_again_forgets_its_members_joins() {
         first_run: Some(1),
         ..config(Aggregation::TrioMl, &["1:2"])
     });
-    let call = |command: &str, args: serde_json::Value| {
-        request(
-            &control,
-            "POST",
-            &format!("/targets/jobs/{command}"),
-            Some(&args),
-        )
-        .unwrap()
-        .0
-    };
+    let call = |command: &str, args: serde_json::Value| jobs_call(&control, command, args).0;
     let join = |s: &UdpSocket, src: u8, nonce: u32| {
         let ep = WorkerConfig::new(1, src, "10.0.0.9".parse().unwrap()).endpoints;
         s.send_to(
@@ -2404,19 +2406,10 @@ fn a_job_added_again_forgets_its_members_joins() {
 /// served.
 #[test]
 fn the_control_plane_refuses_jobs_the_server_cannot_serve() {
-    use pfemu::lab::control::request;
     use serde_json::json;
 
     let (addr, control, stop, h) = start_with_control(config(Aggregation::TrioMl, &["1:2"]));
-    let call = |command: &str, args: serde_json::Value| {
-        request(
-            &control,
-            "POST",
-            &format!("/targets/jobs/{command}"),
-            Some(&args),
-        )
-        .unwrap()
-    };
+    let call = |command: &str, args: serde_json::Value| jobs_call(&control, command, args);
     let (status, body) = call("add", json!({ "job_id": 9, "sources": [0] }));
     assert_eq!(status, 400, "{body}");
     assert!(
