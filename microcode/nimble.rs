@@ -287,6 +287,7 @@ impl NimbleConfig {
 
 /// Why the limiter could not be installed or reached.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum NimbleError {
     /// A setting is out of range.
     Config(ConfigError),

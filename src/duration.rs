@@ -53,6 +53,7 @@ impl Unit {
 
 /// Why a duration was refused.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum DurationError {
     /// Not a number (NaN).
     NotANumber(Unit),

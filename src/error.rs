@@ -1,4 +1,7 @@
 //! Error types shared by every block.
+//!
+//! Every error enum of the crate (and of `pfemu-microcode`) is `#[non_exhaustive]`: a new
+//! way to fail is a new variant, so a `match` on one outside the crate keeps a wildcard arm.
 
 use std::fmt;
 

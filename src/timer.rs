@@ -268,6 +268,7 @@ pub struct TimerStatus {
 
 /// A change to a [`TimerSet`] it refuses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TimerError {
     /// No such timer.
     NoTimer {

@@ -190,6 +190,7 @@ pfemu::registers! {
 
 /// Why a route table could not be read or built, or the program installed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum L3fwdError {
     /// A line of a route file is malformed.
     Parse {

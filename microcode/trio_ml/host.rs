@@ -67,6 +67,7 @@ impl Scaling {
 
 /// Why a worker could not be set up or did not finish.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum HostError {
     /// A setting is out of range; names the setting.
     Config {

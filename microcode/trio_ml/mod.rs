@@ -526,6 +526,7 @@ pub struct BlockState {
 
 /// Why a Trio-ML control-plane operation failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TrioMlError {
     /// A setting of [`TrioMlConfig`] or [`JobConfig`] is out of range.
     Config(ConfigError),

@@ -36,6 +36,7 @@ use crate::mem::tcam::TcamError;
 
 /// A request the ADA algorithms refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AdaError {
     /// Operand widths are 1 to 32 bits.
     OperandBits(u32),

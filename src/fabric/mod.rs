@@ -282,6 +282,7 @@ impl Outputs {
 
 /// A cycle's arrivals were refused; nothing of that cycle was taken and the clock did not move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StepError {
     /// A cell names a port the switch does not have.
     NoSuchPort {

@@ -366,6 +366,7 @@ impl Output {
 
 /// Why a replay failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// The capture could not be opened or read.
     Read {

@@ -362,6 +362,7 @@ fn bind_udp(addr: SocketAddr, recv_buffer: usize) -> io::Result<UdpSocket> {
 
 /// Why the server or a client could not run.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ServeError {
     /// A setting is out of range; names the setting.
     Config {
@@ -1339,6 +1340,7 @@ pub fn peer_ip(index: u32) -> Ipv4Addr {
 
 /// Why a datagram is not an aggregation packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DatagramError {
     /// Shorter than the Trio-ML header.
     Short,

@@ -34,6 +34,7 @@ impl Allocation {
 
 /// Why [`SharedMemory::alloc`] refused a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AllocError {
     /// The region has fewer than `requested` words left after alignment.
     Exhausted {

@@ -92,6 +92,7 @@ impl fmt::Debug for HashKey {
 
 /// Why a hash XTXN was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HashError {
     /// The key is longer than [`MAX_KEY_BYTES`].
     KeyTooLong {

@@ -124,6 +124,7 @@ pub struct TcamHit {
 
 /// Why a TCAM was not created or a table not installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TcamError {
     /// The `capacity_entries` setting of [`Tcam::new`] is 0 or above [`MAX_TCAM_ENTRIES`].
     BadCapacity {

@@ -30,6 +30,7 @@ use crate::packet::Port;
 
 /// Why [`ChassisBuilder::start`] failed. Whatever had started is stopped again.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ChassisError {
     /// A setting of the chassis (`chassis`, `link`) or of one of its PFEs was refused.
     Config(ConfigError),

@@ -42,6 +42,7 @@ pub struct Control {
 
 /// A control request the engine refuses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ControlError {
     /// The engine has no timers.
     NoTimers,

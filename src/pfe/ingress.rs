@@ -134,6 +134,7 @@ enum Admit {
 
 /// Why a packet was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InjectError {
     /// The engine is not running (not started yet, or shut down).
     NotRunning,
@@ -151,6 +152,7 @@ impl std::error::Error for InjectError {}
 
 /// Why [`Pfe::try_inject`] handed a packet back.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TryInjectError {
     /// The engine is at capacity; try again later.
     Full(Packet),

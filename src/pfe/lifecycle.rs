@@ -23,6 +23,7 @@ pub(crate) type SpawnFn<'a> = dyn FnMut(std::thread::Builder, Box<dyn FnOnce() +
 ///
 /// [`Config::pin_threads`]: super::Config::pin_threads
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum StartError {
     /// The engine was shut down; an engine cannot be restarted.
     Stopped,

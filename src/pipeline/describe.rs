@@ -85,6 +85,7 @@ pub struct ActionDescription {
 
 /// Why a description is not a graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DescribeError {
     /// An edge names a node the description does not have.
     UnknownNode {

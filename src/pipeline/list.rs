@@ -74,6 +74,7 @@ pub const MAX_PERIOD: u64 = 1 << 16;
 
 /// Why [`list_schedule`] refused its input (giving up on a valid input is `Ok(None)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ListError {
     /// The architecture fails [`Arch::check`].
     Arch(ArchError),

@@ -54,6 +54,7 @@ pub struct Edge {
 
 /// Why a graph was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OdgError {
     /// Two nodes share a name.
     DuplicateName(String),

@@ -184,6 +184,7 @@ impl fmt::Display for StageViolation {
 
 /// Why no stage plan was made.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RmtError {
     /// The architecture fails [`Arch::check`].
     Arch(ArchError),

@@ -140,6 +140,7 @@ impl Default for DrmtOptions {
 
 /// Why a simulation was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SimError {
     /// The architecture fails [`Arch::check`].
     Arch(ArchError),

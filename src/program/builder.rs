@@ -8,6 +8,7 @@ use super::*;
 
 /// A program could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProgramError {
     /// A label was declared (and maybe jumped to) but no instruction defines it.
     UndefinedLabel(String),

@@ -64,6 +64,7 @@ pub trait Header {
 
 /// Why a buffer could not be viewed as a header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WireError {
     /// The buffer is shorter than the header.
     Truncated {

@@ -10,6 +10,7 @@ use crate::ConfigError;
 
 /// Why a benchmark (or the demo) could not run or finish.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum BenchError {
     /// A setting was refused (by the benchmark, the engine's builder or its memory).
     Config(ConfigError),

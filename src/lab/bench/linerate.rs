@@ -221,6 +221,7 @@ pub trait Device {
 
 /// Why a search or a sweep stopped.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum LinerateError {
     /// A setting was refused (named in the [`ConfigError`]).
     Config(ConfigError),

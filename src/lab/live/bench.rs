@@ -819,6 +819,7 @@ impl PortsSearchReport {
 
 /// Why `pfemu bench ports --search` stopped.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum PortsSearchError {
     /// The live ports could not start or stop.
     Live(LiveError),

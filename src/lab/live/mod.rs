@@ -145,6 +145,7 @@ impl LiveConfig {
 
 /// Why a live run could not start or stop.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum LiveError {
     /// A setting was refused.
     Config(ConfigError),

@@ -301,6 +301,7 @@ impl PortsConfig {
 
 /// Why the ports could not be opened.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum PortError {
     /// A setting was refused.
     Config(ConfigError),

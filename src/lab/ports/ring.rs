@@ -101,6 +101,7 @@ pub struct BlockHeader {
 
 /// What is wrong with a block.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RingError {
     /// The block is shorter than its header.
     Short {

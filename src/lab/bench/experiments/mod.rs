@@ -65,6 +65,7 @@ const GIVE_UP: Duration = Duration::from_secs(20);
 
 /// Why an experiment could not run.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ExperimentError {
     /// An option is out of range; names the option as the CLI spells it.
     Option {
