@@ -2080,6 +2080,12 @@ fn a_removed_jobs_memory_is_reused_after_its_grace_periods_and_starts_fresh() {
     one.block_cnt_max = 4;
     let mut s = Setup::new(config(), &[one.clone()]);
     let first = s.trio.job_record_addr(1).unwrap();
+    let named = |s: &Setup, job: &str| -> usize {
+        let map = s.h.memory().allocations();
+        map.iter().filter(|a| a.name.contains(job)).count()
+    };
+    // Its record region, and its buffers' if the accumulator region holds them.
+    let regions_per_job = named(&s, ".job1.");
     // Job 1 leaves a block half aggregated and a kept Result behind.
     s.consumed(0, &packet(1, 3, 0, 0, &[100, 200]));
     s.consumed(0, &packet(1, 4, 0, 0, &[1, 2]));
@@ -2116,14 +2122,45 @@ fn a_removed_jobs_memory_is_reused_after_its_grace_periods_and_starts_fresh() {
     s.trio.add_job(&big).unwrap();
     assert_eq!(s.trio.retired_jobs(), (1, 2));
 
-    // Job 1 again, same shape: it takes a freed region, and starts afresh.
+    // Job 5, same shape: it takes a freed region, named for it now.
     let allocations = s.trio_allocations();
-    s.trio.add_job(&one).unwrap();
+    let mut five = job(5, &[0, 1]);
+    five.block_cnt_max = 4;
+    s.trio.add_job(&five).unwrap();
     assert_eq!(s.trio.retired_jobs(), (1, 1));
     assert_eq!(
         s.trio_allocations(),
         allocations,
         "memory reused, none allocated"
+    );
+    let names_of = |s: &Setup, at: u64| -> Vec<String> {
+        let map = s.h.memory().allocations();
+        map.iter()
+            .filter(|a| a.addr == at)
+            .map(|a| a.name.clone())
+            .collect()
+    };
+    let at = s.trio.job_record_addr(5).unwrap();
+    let names = names_of(&s, at);
+    assert!(
+        names.len() == 1 && names[0].contains(".job5."),
+        "job 5's record region is named for it: {names:?}"
+    );
+    assert_eq!(named(&s, ".job5."), regions_per_job, "and its buffers'");
+
+    // Job 1 again, same shape: it takes the other freed region, and starts afresh.
+    s.trio.remove_job(5).unwrap();
+    s.trio.add_job(&one).unwrap();
+    assert_eq!(s.trio.retired_jobs(), (2, 0));
+    assert_eq!(
+        s.trio_allocations(),
+        allocations,
+        "memory reused, none allocated"
+    );
+    let names = names_of(&s, s.trio.job_record_addr(1).unwrap());
+    assert!(
+        names.len() == 1 && names[0].contains(".job1."),
+        "job 1's record region is named for it: {names:?}"
     );
     let st = s.trio.job_state(1).unwrap();
     assert_eq!(

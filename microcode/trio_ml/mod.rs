@@ -850,7 +850,7 @@ impl TrioMl {
     /// A removed job's memory of the same shape (`block_cnt_max` and `block_grad_max`), once
     /// released ([`TrioMl::remove_job`]), is taken before anything is allocated: zeroed
     /// whole (slots, bitmap, join words, counters, buffers, as a fresh allocation reads),
-    /// then written as a fresh one is. Its regions keep the names they were allocated with.
+    /// then written as a fresh one is, and its regions renamed for the job.
     pub fn add_job(&self, job: &JobConfig) -> Result<(), TrioMlError> {
         self.validate(job)?;
         let mem = &self.inner.mem;
@@ -869,12 +869,15 @@ impl TrioMl {
             pick.map(|i| reuse.free.swap_remove(i))
         };
         let job_mem = match reused {
-            Some(m) => match Self::wipe(mem, &m) {
+            Some(m) => match Self::wipe(mem, &m)
+                .map_err(TrioMlError::from)
+                .and_then(|()| self.rename(job.job_id, &m))
+            {
                 Ok(()) => m,
                 Err(e) => {
                     // Still unused and whole: free for the next try.
                     self.inner.reuse.lock().free.push(m);
-                    return Err(e.into());
+                    return Err(e);
                 }
             },
             None => self.alloc_job(job.job_id, cnt_max, grad_max)?,
@@ -903,14 +906,31 @@ impl TrioMl {
         Ok(())
     }
 
+    /// A name for job `job_id`'s memory not given before: `trio_ml.<local_addr>.job<id>.<n>`
+    /// (its buffers' `<that>.buffers`).
+    fn region_name(&self, job_id: u8) -> String {
+        let mut n = self.inner.regions.lock();
+        *n += 1;
+        format!("trio_ml.{}.job{}.{}", self.inner.cfg.local_addr, job_id, *n)
+    }
+
+    /// Names a reused job's memory for the job that takes it, so that the memory map
+    /// (`SharedMemory::allocations`, the control plane's `memory`) names its user.
+    /// Refused only if a region of that name was allocated by someone else.
+    fn rename(&self, job_id: u8, m: &JobMem) -> Result<(), TrioMlError> {
+        let mem = &self.inner.mem;
+        let name = self.region_name(job_id);
+        mem.rename(m.record, &name)?;
+        if m.bufs != 0 {
+            mem.rename(layout::addr_of(m.bufs), &format!("{name}.buffers"))?;
+        }
+        Ok(())
+    }
+
     /// Allocates (and backs) a fresh job's memory.
     fn alloc_job(&self, job_id: u8, cnt_max: u32, grad_max: u32) -> Result<JobMem, TrioMlError> {
         let mem = &self.inner.mem;
-        let name = {
-            let mut n = self.inner.regions.lock();
-            *n += 1;
-            format!("trio_ml.{}.job{}.{}", self.inner.cfg.local_addr, job_id, *n)
-        };
+        let name = self.region_name(job_id);
         let lanes = self.inner.cfg.lanes;
         // The aggregation buffers go to the accumulator region, whose engine applies a 4 KB
         // vector add under one stripe lock, and the region then holds the records alone;

@@ -49,6 +49,8 @@ pub enum AllocError {
     Duplicate(String),
     /// A request for zero words.
     ZeroSize,
+    /// No allocation starts at this word (see [`SharedMemory::rename`]).
+    NotAllocated(Addr),
 }
 
 impl fmt::Display for AllocError {
@@ -64,6 +66,7 @@ impl fmt::Display for AllocError {
             ),
             AllocError::Duplicate(name) => write!(f, "a region named `{name}` already exists"),
             AllocError::ZeroSize => f.write_str("cannot allocate a zero-sized region"),
+            AllocError::NotAllocated(addr) => write!(f, "no region starts at word {addr:#x}"),
         }
     }
 }
@@ -129,6 +132,24 @@ impl AllocState {
         Ok(start)
     }
 
+    fn rename(&mut self, addr: Addr, name: &str) -> Result<(), AllocError> {
+        let i = self
+            .list
+            .iter()
+            .position(|a| a.addr == addr)
+            .ok_or(AllocError::NotAllocated(addr))?;
+        if self.list[i].name == name {
+            return Ok(());
+        }
+        if self.by_name.contains_key(name) {
+            return Err(AllocError::Duplicate(name.to_owned()));
+        }
+        let old = std::mem::replace(&mut self.list[i].name, name.to_owned());
+        self.by_name.remove(&old);
+        self.by_name.insert(name.to_owned(), i);
+        Ok(())
+    }
+
     /// Every request of `requests` or none: on the first refusal, the ones already made
     /// are taken back (a bump allocator can: nothing was allocated after them).
     fn alloc_all(&mut self, requests: &[(&str, Region, u64)]) -> Result<Vec<Addr>, AllocError> {
@@ -165,6 +186,14 @@ impl SharedMemory {
         self.allocs.lock().alloc_all(requests)
     }
 
+    /// Renames the allocation that starts at word `addr`, for a block the control plane
+    /// hands to a new owner (a removed job's memory taken by the next job): the memory
+    /// map then names what uses it now. Refused if no allocation starts there or another
+    /// one has the name.
+    pub fn rename(&self, addr: Addr, name: &str) -> Result<(), AllocError> {
+        self.allocs.lock().rename(addr, name)
+    }
+
     /// The allocation named `name`, if any.
     pub fn allocation(&self, name: &str) -> Option<Allocation> {
         let st = self.allocs.lock();
@@ -190,6 +219,26 @@ mod tests {
             banks: 8,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn rename_moves_the_name_and_keeps_names_unique() {
+        let m = mem(1024, 1024);
+        let a = m.alloc("a", Region::Sram, 3).unwrap();
+        let b = m.alloc("b", Region::Dram, 8).unwrap();
+        m.rename(a, "c").unwrap();
+        assert_eq!(m.allocation("a"), None);
+        let c = m.allocation("c").unwrap();
+        assert_eq!((c.addr, c.region, c.words), (a, Region::Sram, 3));
+        assert_eq!(m.allocations()[0].name, "c");
+        // The old name is free again; a taken one is refused; renaming to itself is a no-op.
+        assert_eq!(m.alloc("a", Region::Sram, 1), Ok(8));
+        assert_eq!(m.rename(b, "c"), Err(AllocError::Duplicate("c".into())));
+        assert_eq!(m.rename(b, "b"), Ok(()));
+        assert_eq!(m.allocation("b").unwrap().addr, b);
+        // Only an allocation's first word names it.
+        assert_eq!(m.rename(a + 1, "d"), Err(AllocError::NotAllocated(a + 1)));
+        assert_eq!(m.allocations().len(), 3);
     }
 
     #[test]
