@@ -2213,36 +2213,7 @@ fn down_at_the_stop(test: &str, down: Down) {
 
     // Up again, the port sends as before: no error of the stop's was left pending for it.
     ip(&["link", "set", downed, "up"]).expect("sets the interface up");
-    // Until the kernel has activated the link's queue (asynchronously, once its carrier is
-    // back), it drops what the port sends without telling the sender: the frame is sent
-    // again until it arrives, and every send must succeed.
-    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
-    let (mut sent, mut arrived, mut buf) = (0u64, false, vec![0u8; 2048]);
-    let end = Instant::now() + DEADLINE;
-    while !arrived {
-        assert!(
-            Instant::now() < end,
-            "none of the {sent} frames the port sent after the stop arrived at {s0} within \
-             {DEADLINE:?}: {:#?}",
-            sink.report().ports[0]
-        );
-        pfe.inject_frame(0, &frame)
-            .expect("the engine takes the frame");
-        pfe.drain();
-        sent += 1;
-        let after = sink.report().ports[0].clone();
-        assert_eq!(
-            (after.tx_frames, after.tx_dropped()),
-            (sent, 0),
-            "the port's send after the stop failed: {after:#?}"
-        );
-        if on_s0.wait(Duration::from_millis(100)).unwrap_or(false) {
-            arrived = matches!(on_s0.try_recv(&mut buf), Ok(Some(_)));
-        }
-    }
-    if sent > 1 {
-        println!("note {test}: {sent} sends until the link carried one");
-    }
+    send_until_one_arrives(&pfe, &sink, &on_s0, test);
     drop(sink);
     let _ = Arc::try_unwrap(pfe)
         .unwrap_or_else(|_| panic!("the engine is still shared"))
@@ -2260,6 +2231,106 @@ fn an_interface_down_at_the_stop_leaves_no_error_of_the_stops() {
 #[test]
 fn an_interface_whose_peer_is_down_at_the_stop_leaves_no_error_of_the_stops() {
     down_at_the_stop("an_interface_whose_peer_is_down_at_the_stop", Down::Peer);
+}
+
+/// Has the engine send a frame out of the port on `sink` (port 1, through the filter) until
+/// one arrives at `observer`, the other end of the port's veth, within the deadline; every
+/// send must succeed (no transmit error). Until the kernel has activated a link that just
+/// came up (asynchronously, once its carrier is back), the interface drops what the port
+/// sends without telling the sender: the frame is sent again until it arrives. Returns how
+/// many were sent.
+fn send_until_one_arrives(
+    pfe: &pfemu::pfe::Pfe,
+    sink: &pfemu::lab::ports::PortSink,
+    observer: &RawSocket,
+    test: &str,
+) -> u64 {
+    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+    let before = sink.report().ports[0].clone();
+    let (mut sent, mut arrived, mut buf) = (0u64, false, vec![0u8; 2048]);
+    let end = Instant::now() + DEADLINE;
+    while !arrived {
+        assert!(
+            Instant::now() < end,
+            "none of the {sent} frames the port sent arrived at {} within {DEADLINE:?}: {:#?}",
+            observer.name(),
+            sink.report().ports[0]
+        );
+        pfe.inject_frame(0, &frame)
+            .expect("the engine takes the frame");
+        pfe.drain();
+        sent += 1;
+        let after = sink.report().ports[0].clone();
+        assert_eq!(
+            (after.tx_frames - before.tx_frames, after.tx_dropped()),
+            (sent, before.tx_dropped()),
+            "a send of the port failed: {after:#?}"
+        );
+        if observer.wait(Duration::from_millis(100)).unwrap_or(false) {
+            arrived = matches!(observer.try_recv(&mut buf), Ok(Some(_)));
+        }
+    }
+    if sent > 1 {
+        println!("note {test}: {sent} sends until the link carried one");
+    }
+    sent
+}
+
+/// An interface port's own interface going down and up again (a flap) is one receive
+/// error, counted once by the port, and fails none of its sends: the kernel reports the
+/// interface going down on the port's receiving socket (`SO_ERROR`), and the first to
+/// read it takes it. The port sends through another socket, so a send after the flap
+/// cannot take the report: without that, after the stop (when no RX thread polls the
+/// socket) the first send after a flap failed with the stale `ENETDOWN`, its frame lost,
+/// although the interface was up again.
+#[test]
+fn an_interface_flap_is_one_receive_error_and_fails_no_send() {
+    const TEST: &str = "an_interface_flap_is_one_receive_error_and_fails_no_send";
+    let Some(mut lab) = NetLab::new(TEST) else {
+        return;
+    };
+    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
+    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
+        println!("skipped {TEST}: the kernel refused a veth pair: {e}");
+        return;
+    }
+    let on_s0 = RawSocket::open(&s0, true).expect("the observer on the port's peer");
+    let cfg = PortsConfig::new(vec![PortSpec::interface(&format!("1={p0}")).expect("spec")]);
+    let (sink, running, pfe) = filter_on_ports(&cfg);
+    send_until_one_arrives(&pfe, &sink, &on_s0, TEST);
+
+    // While the port runs: its RX thread counts the flap.
+    ip(&["link", "set", &p0, "down"]).expect("sets the interface down");
+    wait_for(
+        "the port to count its interface going down",
+        || running.report().ports[0].rx_errors >= 1,
+        std::thread::sleep,
+    );
+    ip(&["link", "set", &p0, "up"]).expect("sets the interface up");
+    send_until_one_arrives(&pfe, &sink, &on_s0, TEST);
+    let at_stop = running.stop().ports[0].clone();
+    assert_eq!(
+        at_stop.rx_errors, 1,
+        "one flap, one receive error: {at_stop:#?}"
+    );
+    assert!(at_stop.tx_errors.is_empty(), "{at_stop:#?}");
+
+    // After the stop nothing polls the receiving socket: its report of a flap stays
+    // pending there, and must not fail the port's next send.
+    ip(&["link", "set", &p0, "down"]).expect("sets the interface down");
+    ip(&["link", "set", &p0, "up"]).expect("sets the interface up");
+    send_until_one_arrives(&pfe, &sink, &on_s0, TEST);
+    let after = sink.report().ports[0].clone();
+    assert!(after.tx_errors.is_empty(), "{after:#?}");
+    assert_eq!(
+        after.rx_errors, 1,
+        "the stop's counts are final: {after:#?}"
+    );
+
+    drop(sink);
+    let _ = Arc::try_unwrap(pfe)
+        .unwrap_or_else(|_| panic!("the engine is still shared"))
+        .shutdown();
 }
 
 /// The filter on an engine of one PPE thread between the ports of `cfg`, started: the

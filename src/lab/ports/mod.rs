@@ -14,7 +14,8 @@
 //!   AF_PACKET socket, promiscuous, bound to it alone (protocol 0 until the ring exists,
 //!   so no frame of another interface gets in), with a memory-mapped `TPACKET_V3`
 //!   receive ring ([`RingConfig`]) and `PACKET_IGNORE_OUTGOING` (a port receives what
-//!   arrives, not what the engine or the host sends); a **TAP** port (`2=tap0`) opens (or
+//!   arrives, not what the engine or the host sends), and a second socket bound to it to
+//!   send, which receives nothing; a **TAP** port (`2=tap0`) opens (or
 //!   creates) the TAP device and brings it up, for a port on the host's own stack.
 //! - [`LivePorts::sink`] is the egress side, a [`Sink`] to build the engine with: each
 //!   burst the engine hands a port is sent from the PPE thread that released it, with
@@ -64,6 +65,12 @@
 //! (`tx_frames`) or refused by the kernel (`tx_errors`, by error: `EMSGSIZE` for a frame
 //! longer than the interface's MTU, `ENETDOWN`, `ENOBUFS`, ...), and frames for a port no
 //! interface is bound to ([`PortsReport::tx_unbound`]).
+//!
+//! An interface going down is one receive error (`rx_errors`): the kernel reports it to
+//! the port's receiving socket (`SO_ERROR`), which only the RX thread (and the stop) reads.
+//! The port sends through a socket of its own, to which the kernel reports nothing, so a
+//! send fails for its own reason only (`ENETDOWN` while the interface is down), never with
+//! a report left over from an interface that went down and came back.
 //!
 //! # Frames as a wire carries them
 //!
@@ -570,7 +577,13 @@ impl PortsReport {
 /// How a port does its I/O.
 #[derive(Debug)]
 enum PortIo {
-    Packet(PacketSocket),
+    /// An interface: a socket that receives (the ring's, which alone owns the kernel's
+    /// error reports: `SO_ERROR`) and one that sends, which the kernel never gives an
+    /// error to report ([`PacketSocket::bind_sender`]).
+    Packet {
+        rx: PacketSocket,
+        tx: PacketSocket,
+    },
     Tap(Tap),
 }
 
@@ -586,10 +599,6 @@ struct Bound {
     /// cannot be read).
     tap_base: Option<TapCounts>,
     counters: Counters,
-    /// Held for reading while frames are sent, and for writing while the stop rebinds the
-    /// socket ([`Bound::stop_delivery`]): no frame leaves while the socket is bound to
-    /// another protocol, which the kernel would give it.
-    tx_gate: parking_lot::RwLock<()>,
 }
 
 impl Bound {
@@ -598,8 +607,8 @@ impl Bound {
     /// a read not yet added.
     fn kernel_stats(&self) -> sys::KernelStats {
         let mut acc = self.counters.kernel.lock();
-        if let PortIo::Packet(s) = &self.io {
-            match s.take_stats() {
+        if let PortIo::Packet { rx, .. } = &self.io {
+            match rx.take_stats() {
                 Ok(k) => {
                     acc.packets += k.packets;
                     acc.drops += k.drops;
@@ -623,7 +632,7 @@ impl Bound {
             return;
         }
         let sock = match &self.io {
-            PortIo::Packet(sock) => sock,
+            PortIo::Packet { rx, .. } => rx,
             PortIo::Tap(tap) => {
                 if let Err(e) = tap.stop_receiving(self.ifindex) {
                     // The queue keeps filling: the stop reads and discards a queue's worth
@@ -638,11 +647,8 @@ impl Bound {
                 return;
             }
         };
-        let stopped = {
-            let _no_sends = self.tx_gate.write();
-            sock.stop_receiving(self.ifindex)
-        };
-        match stopped {
+        // The port sends through another socket, which the rebinding leaves as it is.
+        match sock.stop_receiving(self.ifindex) {
             // Errors the socket had pending when the stop came: real, and counted as the
             // RX thread would have.
             Ok(pending) => {
@@ -684,7 +690,7 @@ impl Bound {
             rx_frames: get(&c.rx_frames),
             rx_bytes: get(&c.rx_bytes),
             rx_kernel_frames: match (&self.io, tap) {
-                (PortIo::Packet(_), _) => k.packets,
+                (PortIo::Packet { .. }, _) => k.packets,
                 (PortIo::Tap(_), Some(t)) => t.read + t.dropped,
                 (PortIo::Tap(_), None) => get(&c.rx_seen) + rx_unread,
             },
@@ -718,7 +724,7 @@ impl Bound {
     /// sending refills it, and what is still queued when the port closes is in no counter).
     fn unread(&self) -> u64 {
         match &self.io {
-            PortIo::Packet(_) => {
+            PortIo::Packet { .. } => {
                 let k = self.kernel_stats();
                 (k.packets.saturating_sub(k.drops))
                     .saturating_sub(self.counters.rx_seen.load(Ordering::Relaxed))
@@ -869,9 +875,8 @@ impl Sink for PortSink {
         };
         let c = &b.counters;
         let (sent, bytes) = match &b.io {
-            PortIo::Packet(s) => {
-                let _rebinding_waits = b.tx_gate.read();
-                s.send_batch(&mut frames.iter(), &mut |_, e| c.tx_failed(&e))
+            PortIo::Packet { tx, .. } => {
+                tx.send_batch(&mut frames.iter(), &mut |_, e| c.tx_failed(&e))
             }
             PortIo::Tap(t) => {
                 let (mut n, mut bytes) = (0, 0);
@@ -984,7 +989,6 @@ impl LivePorts {
                 io,
                 tap_base,
                 counters: Counters::default(),
-                tx_gate: parking_lot::RwLock::new(()),
             });
             rings.push(ring);
         }
@@ -1120,10 +1124,20 @@ fn open_port(
                 ));
             }
             let ring = RxRing::new(&sock, cfg.ring.layout()).map_err(err)?;
-            sock.set_send_buffer(cfg.send_buffer_bytes).map_err(err)?;
-            sock.set_send_timeout(SEND_TIMEOUT).map_err(err)?;
             sock.bind(ifindex).map_err(err)?;
             sock.promiscuous(ifindex).map_err(err)?;
+            // Sends go through a socket of their own: an error the kernel reports on the
+            // receiving socket (the interface went down) is then the receive thread's to
+            // count, once, and no later send fails with it once the interface is back.
+            let tx = PacketSocket::new().map_err(|e| {
+                err(io::Error::new(
+                    e.kind(),
+                    format!("opening an AF_PACKET socket to send: {e}"),
+                ))
+            })?;
+            tx.set_send_buffer(cfg.send_buffer_bytes).map_err(err)?;
+            tx.set_send_timeout(SEND_TIMEOUT).map_err(err)?;
+            tx.bind_sender(ifindex).map_err(err)?;
             if !interface_is_up(name) {
                 warnings.push(format!(
                     "port {}: interface {name} is down: nothing arrives and sending fails \
@@ -1131,7 +1145,7 @@ fn open_port(
                     s.port
                 ));
             }
-            Ok((PortIo::Packet(sock), ifindex, Some(ring)))
+            Ok((PortIo::Packet { rx: sock, tx }, ifindex, Some(ring)))
         }
     }
 }
@@ -1298,7 +1312,7 @@ impl RxThread {
 
     /// An interface port: blocks of the ring, in order.
     fn run_ring(self, mut ring: RxRing) {
-        let PortIo::Packet(sock) = &self.bound().io else {
+        let PortIo::Packet { rx: sock, .. } = &self.bound().io else {
             return;
         };
         let mut frames: Vec<RxFrame> = Vec::new();

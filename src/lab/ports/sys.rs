@@ -259,8 +259,19 @@ impl PacketSocket {
             .map_err(|e| io::Error::new(e.kind(), format!("bind: {e}")))
     }
 
+    /// Binds a socket made by [`PacketSocket::new`] (protocol 0) to interface `ifindex`
+    /// for sending only: it keeps protocol 0, so the kernel never hooks it to the
+    /// interface's receive path. Such a socket receives nothing and never has an error
+    /// pending (`SO_ERROR`): the kernel reports an interface going down only to the sockets
+    /// hooked to it, and the first send (or poll) to find that report takes it. A port
+    /// sends through one of these, so its receiving socket alone owns that report.
+    pub fn bind_sender(&self, ifindex: i32) -> io::Result<()> {
+        self.bind_protocol(ifindex, 0)
+            .map_err(|e| io::Error::new(e.kind(), format!("bind (for sending): {e}")))
+    }
+
     /// Binds the socket to interface `ifindex` and protocol `protocol_be` (network byte
-    /// order, not 0: 0 keeps the current one). The error is the OS error as it is.
+    /// order; 0 keeps the current one). The error is the OS error as it is.
     fn bind_protocol(&self, ifindex: i32, protocol_be: u16) -> io::Result<()> {
         // SAFETY: `sockaddr_ll` is plain data for which all-zero bytes are valid.
         let mut sll: libc::sockaddr_ll = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -293,8 +304,8 @@ impl PacketSocket {
     /// its frame, so then the socket is bound to another protocol and back
     /// (`ifindex` being the interface it is bound to): each rebinding takes the socket off
     /// the interface and waits for every receive in progress to end (the kernel's
-    /// `synchronize_net`). A frame sent while it is rebound would carry another protocol in
-    /// the kernel's metadata (not in its bytes): a port holds its sends meanwhile.
+    /// `synchronize_net`). A port sends through another socket
+    /// ([`PacketSocket::bind_sender`]), which the rebinding leaves as it is.
     ///
     /// An `ENODEV` from the rebinding means the interface is gone, and with it any frame
     /// to come: not an error.
@@ -305,7 +316,7 @@ impl PacketSocket {
     /// interface that is down, each rebinding succeeds but leaves `ENETDOWN` pending (the
     /// kernel cannot hook the socket to a down interface: `packet_do_bind`); that one is
     /// the stop's own, and left pending it would be counted as a receive error by the
-    /// stop's last poll, or fail the port's next send once the interface is up again. The
+    /// stop's last poll. The
     /// interface going down or away during the rebinding leaves the same `ENETDOWN` or
     /// `ENODEV`, which are cleared too: the filter already refuses every frame, so nothing
     /// is lost by it. Any other error found after is returned.
