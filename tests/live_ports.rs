@@ -2237,8 +2237,8 @@ fn an_interface_whose_peer_is_down_at_the_stop_leaves_no_error_of_the_stops() {
 /// one arrives at `observer`, the other end of the port's veth, within the deadline; every
 /// send must succeed (no transmit error). Until the kernel has activated a link that just
 /// came up (asynchronously, once its carrier is back), the interface drops what the port
-/// sends without telling the sender: the frame is sent again until it arrives. Returns how
-/// many were sent.
+/// sends without telling the sender, and the port counts those as the interface's drops,
+/// not as sent: the frame is sent again until it arrives. Returns how many were sent.
 fn send_until_one_arrives(
     pfe: &pfemu::pfe::Pfe,
     sink: &pfemu::lab::ports::PortSink,
@@ -2262,18 +2262,104 @@ fn send_until_one_arrives(
         sent += 1;
         let after = sink.report().ports[0].clone();
         assert_eq!(
-            (after.tx_frames - before.tx_frames, after.tx_dropped()),
-            (sent, before.tx_dropped()),
+            after.tx_errors, before.tx_errors,
             "a send of the port failed: {after:#?}"
+        );
+        assert_eq!(
+            (after.tx_frames + after.tx_kernel_drops) - (before.tx_frames + before.tx_kernel_drops),
+            sent,
+            "every frame sent or dropped by the interface: {after:#?}"
         );
         if observer.wait(Duration::from_millis(100)).unwrap_or(false) {
             arrived = matches!(observer.try_recv(&mut buf), Ok(Some(_)));
         }
     }
+    let after = sink.report().ports[0].clone();
+    assert!(
+        after.tx_frames > before.tx_frames,
+        "the frame that arrived is counted as sent: {after:#?}"
+    );
     if sent > 1 {
         println!("note {test}: {sent} sends until the link carried one");
     }
     sent
+}
+
+/// Frames a port sends while its interface has no carrier (its veth peer is down) are
+/// taken by the kernel (`sendmmsg` succeeds) and then dropped by the interface, which
+/// counts them in its own `tx_dropped` and tells the sender nothing. The port counts them
+/// as the interface's drops (`tx_kernel_drops`), not as sent: every frame the engine
+/// handed the port is sent, refused or dropped, and the sent ones left. Without that,
+/// `tx_frames` claimed every one of them had left.
+#[test]
+fn frames_sent_without_carrier_are_the_interfaces_drops_not_sent() {
+    const TEST: &str = "frames_sent_without_carrier_are_the_interfaces_drops_not_sent";
+    const FRAMES: u64 = 50;
+    let Some(mut lab) = NetLab::new(TEST) else {
+        return;
+    };
+    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
+    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
+        println!("skipped {TEST}: the kernel refused a veth pair: {e}");
+        return;
+    }
+    let on_s0 = RawSocket::open(&s0, true).expect("the observer on the port's peer");
+    let cfg = PortsConfig::new(vec![PortSpec::interface(&format!("1={p0}")).expect("spec")]);
+    let (sink, running, pfe) = filter_on_ports(&cfg);
+    send_until_one_arrives(&pfe, &sink, &on_s0, TEST);
+
+    ip(&["link", "set", &s0, "down"]).expect("sets the peer down");
+    // Until the kernel has taken the link's queue away (asynchronously, once the carrier
+    // is gone), the veth refuses a frame with ENOBUFS; from then on it drops them without
+    // a word. One frame at a time until the first such drop.
+    let frame = pfemu::microcode::l3fwd::udp_frame([10, 0, 0, 9], 64, 64);
+    let send = |n: u64| {
+        for _ in 0..n {
+            pfe.inject_frame(0, &frame)
+                .expect("the engine takes the frame");
+        }
+        pfe.drain();
+    };
+    wait_for(
+        "the interface without carrier to drop a frame the port sent",
+        || {
+            send(1);
+            sink.report().ports[0].tx_kernel_drops > 0
+        },
+        std::thread::sleep,
+    );
+    let before = sink.report().ports[0].clone();
+    send(FRAMES);
+    let after = sink.report().ports[0].clone();
+    assert_eq!(
+        (
+            after.tx_frames,
+            after.tx_kernel_drops - before.tx_kernel_drops
+        ),
+        (before.tx_frames, FRAMES),
+        "the frames sent without carrier are the interface's drops, not sent: {after:#?}"
+    );
+    assert_eq!(after.tx_errors, before.tx_errors, "{after:#?}");
+    assert_eq!(
+        after.tx_frames + after.tx_dropped(),
+        pfe.stats().frames_tx,
+        "every frame the engine handed the port is sent or dropped: {after:#?}"
+    );
+
+    // With its carrier back the port sends again, and the count stays.
+    ip(&["link", "set", &s0, "up"]).expect("sets the peer up");
+    send_until_one_arrives(&pfe, &sink, &on_s0, TEST);
+    let at_stop = running.stop().ports[0].clone();
+    assert!(at_stop.tx_kernel_drops >= FRAMES, "{at_stop:#?}");
+    assert_eq!(
+        at_stop.tx_frames + at_stop.tx_dropped(),
+        pfe.stats().frames_tx,
+        "{at_stop:#?}"
+    );
+    drop(sink);
+    let _ = Arc::try_unwrap(pfe)
+        .unwrap_or_else(|_| panic!("the engine is still shared"))
+        .shutdown();
 }
 
 /// An interface port's own interface going down and up again (a flap) is one receive

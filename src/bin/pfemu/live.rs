@@ -63,8 +63,9 @@ pub const HELP: &str = "Examples:\n  \
     during the stop (a second one, or one after --duration ended) exits at once, without the \
     report (exit status 130). Drops at the \
     interfaces are counted: rx_kernel_drops (the ring was full), rx_truncated (longer than \
-    a ring block), rx_unread (in the ring or the TAP device's queue at the stop), and tx \
-    errors by errno (EMSGSIZE: longer than the MTU).\n\n\
+    a ring block), rx_unread (in the ring or the TAP device's queue at the stop), tx \
+    errors by errno (EMSGSIZE: longer than the MTU), and tx_kernel_drops (frames the \
+    interface dropped after the kernel took them: it had no carrier).\n\n\
     Programs on interfaces: filter (plain IPv4 out of port 1); l3fwd --routes FILE (one \
     `A.B.C.D/LEN PORT` per line; forwarded frames leave port p with destination MAC \
     02:00:00:01:pp:pp and source MAC 02:00:00:00:pp:pp, so give the host behind port p that \
@@ -462,7 +463,7 @@ fn stats_line(r: &LiveReport, last: Option<&(Instant, LiveReport)>) -> String {
                 Some(format!(
                     " ({:.0}/s in, {:.0}/s out)",
                     (p.rx_frames - lp.rx_frames) as f64 / dt,
-                    (p.tx_frames - lp.tx_frames) as f64 / dt
+                    p.tx_frames.saturating_sub(lp.tx_frames) as f64 / dt
                 ))
             })
             .unwrap_or_default();
@@ -521,6 +522,12 @@ fn print_final(r: &LiveReport) {
         );
         for (e, n) in &p.tx_errors {
             println!("          tx error {e}: {n}");
+        }
+        if p.tx_kernel_drops > 0 {
+            println!(
+                "          tx dropped by the interface without a word (no carrier): {}",
+                p.tx_kernel_drops
+            );
         }
         if p.rx_checksums_completed + p.rx_vlan_restored + p.rx_checksums_left > 0 {
             println!(

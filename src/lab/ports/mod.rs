@@ -62,9 +62,12 @@
 //! interface, and the host counts them there; a TAP device drops them and counts them in
 //! its `tx_dropped`), so the counts of [`RunningPorts::stop`] are final although the socket
 //! (or device) stays open, for sending, until the engine shuts down. Out: sent
-//! (`tx_frames`) or refused by the kernel (`tx_errors`, by error: `EMSGSIZE` for a frame
-//! longer than the interface's MTU, `ENETDOWN`, `ENOBUFS`, ...), and frames for a port no
-//! interface is bound to ([`PortsReport::tx_unbound`]).
+//! (`tx_frames`), refused by the kernel (`tx_errors`, by error: `EMSGSIZE` for a frame
+//! longer than the interface's MTU, `ENETDOWN`, `ENOBUFS`, ...), taken by the kernel and
+//! then dropped by the interface without a word to the sender because it had no carrier
+//! (`tx_kernel_drops`: the interface's own count, as a TAP port's receive count is its
+//! device's), and frames for a port no interface is bound to
+//! ([`PortsReport::tx_unbound`]).
 //!
 //! An interface going down is one receive error (`rx_errors`): the kernel reports it to
 //! the port's receiving socket (`SO_ERROR`), which only the RX thread (and the stop) reads.
@@ -396,8 +399,12 @@ struct Counters {
     rx_unread: AtomicU64,
     /// Whether the kernel's delivery to the port was stopped ([`Bound::stop_delivery`]).
     rx_closed: AtomicBool,
+    /// Frames the kernel took from the port's sends (`tx_frames` and `tx_kernel_drops`).
     tx_frames: CachePadded<AtomicU64>,
     tx_bytes: AtomicU64,
+    /// The interface's drops since the port opened as last read ([`Bound::tx_kernel_drops`]),
+    /// kept for when they can no longer be read (the interface was deleted).
+    tx_kernel_drops: AtomicU64,
     tx_errors: Mutex<BTreeMap<String, u64>>,
     /// `PACKET_STATISTICS`, accumulated (each read resets the kernel's).
     kernel: Mutex<sys::KernelStats>,
@@ -501,12 +508,27 @@ pub struct PortStats {
     pub rx_errors: u64,
     /// The last receive error.
     pub last_rx_error: Option<String>,
-    /// Frames sent out of the interface.
+    /// Frames sent out of the interface: those the kernel took from the port's sends,
+    /// less [`PortStats::tx_kernel_drops`] (both read one after the other: exact while the
+    /// engine sends nothing to the port).
     pub tx_frames: u64,
-    /// Their bytes.
+    /// The bytes the kernel took from the port's sends (the interface's drop count has no
+    /// bytes: `tx_kernel_drops` frames' bytes are in it too).
     pub tx_bytes: u64,
     /// Frames the kernel refused, by error.
     pub tx_errors: BTreeMap<String, u64>,
+    /// Frames the kernel took from the port's sends and the interface then dropped without
+    /// telling the sender: it had no carrier (a veth whose peer is down or has just come
+    /// up, a NIC without a link), so the kernel's queueing layer dropped them. The
+    /// interface's own count since the port opened (`/sys/class/net/NAME/statistics/
+    /// tx_dropped`) less the frames the port saw refused with `ENOBUFS`, which a veth
+    /// counts there too (its peer's backlog was full). Exact when the port is the
+    /// interface's only sender, as it is its only receiver: what else sends on the
+    /// interface and is dropped is counted too; an interface whose queueing discipline
+    /// refuses frames with `ENOBUFS` (it does not count those there) makes this low by as
+    /// many when both happen. 0 for a TAP port, whose writes fail rather than drop, and
+    /// when the interface's statistics cannot be read (a warning says so at the open).
+    pub tx_kernel_drops: u64,
 }
 
 impl PortStats {
@@ -527,9 +549,10 @@ impl PortStats {
             + self.rx_unread
     }
 
-    /// Frames the engine sent out of the port that did not leave it.
+    /// Frames the engine sent out of the port that did not leave it: refused by the
+    /// kernel (`tx_errors`) or dropped by the interface (`tx_kernel_drops`).
     pub fn tx_dropped(&self) -> u64 {
-        self.tx_errors.values().sum()
+        self.tx_errors.values().sum::<u64>() + self.tx_kernel_drops
     }
 }
 
@@ -598,6 +621,9 @@ struct Bound {
     /// A TAP device's counts when the port opened (`None` for an interface, or when they
     /// cannot be read).
     tap_base: Option<TapCounts>,
+    /// An interface's `tx_dropped` when the port opened (`None` for a TAP device, or when
+    /// it cannot be read).
+    tx_dropped_base: Option<u64>,
     counters: Counters,
 }
 
@@ -675,6 +701,11 @@ impl Bound {
         let k = self.kernel_stats();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let rx_unread = get(&c.rx_unread);
+        // What the kernel took first: a frame it drops is counted there before the send
+        // that gave it returns.
+        let tx_taken = get(&c.tx_frames);
+        let tx_errors = c.tx_errors.lock().clone();
+        let tx_kernel_drops = self.tx_kernel_drops(&tx_errors);
         // A TAP port: the device's own counts, when it has them (see `PortStats`).
         let tap = match (&self.io, self.tap_base) {
             (PortIo::Tap(_), Some(base)) => c
@@ -710,10 +741,28 @@ impl Bound {
             rx_vlan_restored: get(&c.rx_vlan_restored),
             rx_errors: get(&c.rx_errors),
             last_rx_error: c.last_error.lock().clone(),
-            tx_frames: get(&c.tx_frames),
+            tx_frames: tx_taken.saturating_sub(tx_kernel_drops),
             tx_bytes: get(&c.tx_bytes),
-            tx_errors: c.tx_errors.lock().clone(),
+            tx_errors,
+            tx_kernel_drops,
         }
+    }
+
+    /// Frames the interface dropped without telling the port (see
+    /// [`PortStats::tx_kernel_drops`]), given the port's transmit errors: its `tx_dropped`
+    /// since the port opened, read now, less the `ENOBUFS` refusals it counts there too;
+    /// the last count read when it cannot be read now.
+    fn tx_kernel_drops(&self, tx_errors: &BTreeMap<String, u64>) -> u64 {
+        let last = &self.counters.tx_kernel_drops;
+        let Some(base) = self.tx_dropped_base else {
+            return 0;
+        };
+        if let Some(now) = if_dropped(self.kind.name(), self.ifindex) {
+            let refused = tx_errors.get("ENOBUFS").copied().unwrap_or(0);
+            let drops = now.saturating_sub(base).saturating_sub(refused);
+            last.fetch_max(drops, Ordering::Relaxed);
+        }
+        last.load(Ordering::Relaxed)
     }
 
     /// Frames that arrived and were not taken by the time the port stopped (its RX thread
@@ -789,22 +838,37 @@ struct TapCounts {
     dropped: u64,
 }
 
+/// A number in `/sys/class/net/NAME/FILE`.
+fn if_file(name: &str, file: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/{file}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether interface `name` is still the one of index `ifindex` (not deleted, nor another
+/// made under its name).
+fn if_is(name: &str, ifindex: i32) -> Option<()> {
+    (if_file(name, "ifindex")? == u64::try_from(ifindex).ok()?).then_some(())
+}
+
+/// Interface `name`'s own count of the frames it dropped on their way out (`tx_dropped`),
+/// if it is still the interface of index `ifindex`.
+fn if_dropped(name: &str, ifindex: i32) -> Option<u64> {
+    let n = if_file(name, "statistics/tx_dropped")?;
+    if_is(name, ifindex).map(|()| n)
+}
+
 impl TapCounts {
     /// The counts of device `name` now, if it is still the device of index `ifindex` (not
     /// deleted, nor another made under its name); `None` otherwise.
     fn read(name: &str, ifindex: i32) -> Option<TapCounts> {
-        let get = |file: &str| -> Option<u64> {
-            std::fs::read_to_string(format!("/sys/class/net/{name}/{file}"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        };
         let counts = TapCounts {
-            read: get("statistics/tx_packets")?,
-            dropped: get("statistics/tx_dropped")?,
+            read: if_file(name, "statistics/tx_packets")?,
+            dropped: if_file(name, "statistics/tx_dropped")?,
         };
-        (get("ifindex")? == u64::try_from(ifindex).ok()?).then_some(counts)
+        if_is(name, ifindex).map(|()| counts)
     }
 
     /// What was counted since `base`.
@@ -982,12 +1046,31 @@ impl LivePorts {
                 }
                 _ => None,
             };
+            let tx_dropped_base = match &io {
+                PortIo::Packet { .. } => {
+                    let base = if_dropped(s.kind.name(), ifindex);
+                    if base.is_none() {
+                        warnings.push(format!(
+                            "port {}: {}: its statistics cannot be read \
+                             (/sys/class/net/{}/statistics: is /sys of another network \
+                             namespace?): frames it drops without a word to the port (no \
+                             carrier) are counted as sent",
+                            s.port,
+                            s.kind,
+                            s.kind.name()
+                        ));
+                    }
+                    base
+                }
+                PortIo::Tap(_) => None,
+            };
             bound.push(Bound {
                 port: s.port,
                 kind: s.kind.clone(),
                 ifindex,
                 io,
                 tap_base,
+                tx_dropped_base,
                 counters: Counters::default(),
             });
             rings.push(ring);
