@@ -1068,6 +1068,8 @@ fn the_ports_bench_accounts_for_every_frame_it_offers() {
     // with ENOBUFS, offered and counted lost once (the veth's own counters count it on both
     // ends, and also count attempts the generator sent again).
     assert!(r.accounted(), "{r:#?}");
+    // The drain ended on the count: port 0 counted every frame the veth took.
+    assert_eq!(r.drain_missing, None, "{r:#?}");
     assert!(r.veth_dropped <= r.veth_drop_counters, "{r:#?}");
     // The premise of veth_dropped: this kernel's veth reports every drop to the sender, so
     // the frames it delivered to port 0 are the ones offered less those.
@@ -1271,6 +1273,7 @@ fn check_trials(
             "the trial's frames did not come out in time: {t:#?}"
         );
         assert!(t.accounted(), "frames unaccounted for: {t:#?}");
+        assert_eq!(t.drain_missing, None, "{t:#?}");
         assert_eq!(
             t.veth_delivered,
             t.offered - t.veth_dropped,

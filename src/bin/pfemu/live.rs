@@ -714,6 +714,9 @@ pub fn bench_ports(a: &PortsBenchArgs) -> CliResult {
     if let Some(why) = &r.offer_stopped {
         eprintln!("warning: the generator stopped before --duration was up: {why}");
     }
+    if let Some(missing) = &r.drain_missing {
+        eprintln!("warning: frames in flight when the generator stopped: {missing}");
+    }
     if a.json {
         let mut v = serde_json::to_value(&r)?;
         v["accounted"] = serde_json::json!(r.accounted());
@@ -879,6 +882,14 @@ fn bench_ports_search(a: &PortsBenchArgs) -> CliResult {
         }
         let lost_on_veth: u64 = r.trials.iter().map(|t| t.veth_dropped).sum();
         let lost_at_port: u64 = r.trials.iter().map(|t| t.port_dropped).sum();
+        for t in &r.trials {
+            if let Some(missing) = &t.drain_missing {
+                println!(
+                    "trial of {}-byte frames at {:.0} frames/s: {missing}",
+                    t.frame_size, t.rate_pps
+                );
+            }
+        }
         println!(
             "\n{} trials; frames lost on the veth {lost_on_veth}, in port 0's ring \
              {lost_at_port}",

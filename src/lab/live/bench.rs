@@ -123,6 +123,12 @@ pub struct PortsBenchReport {
     pub port_out_mpps: f64,
     /// The in-process filter's rate on the same frames, PPE threads and duration.
     pub in_process_mpps: Option<f64>,
+    /// What was missing when the wait for the frames in flight after the generator stopped
+    /// ended: `None` when port 0 counted every frame the veth took. Otherwise the frames
+    /// port 0 had not counted by [`VETH_DRAIN_DEADLINE`], or, once its counters had been
+    /// still a moment with as many counted as reached its interface, those the kernel lost
+    /// without a word (a veth on a kernel before 2024).
+    pub drain_missing: Option<String>,
     /// The live run's full report (ports, engine).
     pub live: LiveReport,
 }
@@ -139,10 +145,14 @@ impl PortsBenchReport {
 
 /// A counter of `/sys/class/net/IFACE/statistics/` (0 when it cannot be read).
 fn if_stat(iface: &str, name: &str) -> u64 {
+    if_stat_now(iface, name).unwrap_or(0)
+}
+
+/// A counter of `/sys/class/net/IFACE/statistics/`, if it can be read.
+fn if_stat_now(iface: &str, name: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/sys/class/net/{iface}/statistics/{name}"))
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// The veth's counters between the generator and port 0: its drops (the offer interface's
@@ -280,30 +290,154 @@ fn filter_between(port0: &str, port1: &str, ppe_threads: usize) -> LiveConfig {
     }
 }
 
-/// Waits until every frame `offer` offered is counted at port 0 (taken, or dropped there)
-/// or was lost on the veth, and port 0's counters have been still for a moment, or
-/// [`VETH_DRAIN_DEADLINE`]: frames still in the veth's backlog when the generator stops
-/// reach the port's ring a moment later, and stopping the port before then would leave
-/// them in no counter.
-fn drain_into_port0(live: &Live, offer: &Offer) {
-    let deadline = Instant::now() + VETH_DRAIN_DEADLINE;
-    let mut last = Snapshot::of(&live.report());
-    let mut still_since = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(1));
-        let now = Snapshot::of(&live.report());
-        if now != last {
-            last = now;
-            still_since = Instant::now();
-        }
-        let at_port0 = now.port_in + now.port_dropped + offer.enobufs;
-        let all_there = at_port0 >= offer.offered();
-        if (all_there && still_since.elapsed() >= Duration::from_millis(3))
-            || Instant::now() >= deadline
-        {
-            return;
+/// What a drain looks at, read once per step (counts since the run or trial began).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct DrainView {
+    /// Frames counted at port 0: injected, or dropped there.
+    at_port0: u64,
+    /// Frames the veth handed port 0's interface (its `rx_packets`), if readable.
+    delivered: Option<u64>,
+    /// Whether the engine holds nothing and has resolved every frame injected.
+    engine_done: bool,
+    /// The counters, to tell whether they still move.
+    counters: Snapshot,
+}
+
+/// How a drain ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Drained {
+    /// Every frame the veth took is counted at port 0, and the engine is done with them.
+    Counted,
+    /// Frames are missing, but the counters have been still for [`DRAIN_QUIET`] with as
+    /// many counted at port 0 as reached its interface: the kernel lost the rest without
+    /// saying so (the message names them).
+    Quiet(String),
+    /// The deadline came first (the message names what is missing).
+    TimedOut(String),
+}
+
+impl Drained {
+    /// What is missing, if anything.
+    fn missing(&self) -> Option<String> {
+        match self {
+            Drained::Counted => None,
+            Drained::Quiet(m) | Drained::TimedOut(m) => Some(m.clone()),
         }
     }
+}
+
+/// How long a drain's counters must be still before it ends with frames missing, when the
+/// kernel may have lost them silently: a few ring block timeouts.
+const DRAIN_QUIET: Duration = Duration::from_millis(3);
+
+/// Decides when the frames in flight after a generator stopped have all been counted.
+///
+/// By count: done once port 0 counts (injected or dropped) every frame the veth took from
+/// the generator (`expected`: those `sendmmsg` accepted) and the engine is done with them.
+/// A veth that reports its drops to the sender (Linux 6.18; `veth_xmit` since 2024) hands
+/// every frame it accepted to port 0's interface, so no clock is involved, however late a
+/// frame comes. Only an older kernel's veth loses frames silently, and then nothing counts
+/// when the last frame has come: as a fallback the drain ends once port 0 counts at least
+/// what reached its interface (`rx_packets`, when readable) and the counters have been
+/// still for [`DRAIN_QUIET`], naming the frames missing. Time is passed in, so the
+/// decisions are tested without a clock.
+#[derive(Debug)]
+struct Drain {
+    expected: u64,
+    deadline: Duration,
+    last: Option<Snapshot>,
+    still_since: Duration,
+}
+
+impl Drain {
+    fn new(expected: u64, deadline: Duration) -> Drain {
+        Drain {
+            expected,
+            deadline,
+            last: None,
+            still_since: Duration::ZERO,
+        }
+    }
+
+    /// One look at `v`, `at` after the drain began: `Some` once it is over.
+    fn step(&mut self, at: Duration, v: &DrainView) -> Option<Drained> {
+        if v.at_port0 >= self.expected && v.engine_done {
+            return Some(Drained::Counted);
+        }
+        if self.last != Some(v.counters) {
+            self.last = Some(v.counters);
+            self.still_since = at;
+        }
+        let missing = || {
+            let mut m = format!(
+                "port 0 counted {} of the {} frames the veth took",
+                v.at_port0, self.expected
+            );
+            if let Some(d) = v.delivered {
+                m.push_str(&format!(" ({d} reached its interface)"));
+            }
+            if !v.engine_done {
+                m.push_str("; the engine was not done with the frames it took");
+            }
+            m
+        };
+        let arrived = v.delivered.is_none_or(|d| v.at_port0 >= d);
+        if arrived && v.engine_done && at.saturating_sub(self.still_since) >= DRAIN_QUIET {
+            return Some(Drained::Quiet(format!(
+                "{}: the kernel lost the rest without a word (counters still for {:?})",
+                missing(),
+                DRAIN_QUIET
+            )));
+        }
+        if at >= self.deadline {
+            return Some(Drained::TimedOut(format!(
+                "{} within {:?}",
+                missing(),
+                self.deadline
+            )));
+        }
+        None
+    }
+}
+
+/// Runs `drain` on `view()` every millisecond until it ends.
+fn run_drain(mut drain: Drain, mut view: impl FnMut() -> DrainView) -> Drained {
+    let start = Instant::now();
+    loop {
+        if let Some(end) = drain.step(start.elapsed(), &view()) {
+            return end;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until every frame `offer` offered is counted at port 0 (taken, or dropped there)
+/// or was lost on the veth ([`Drain`]), or [`VETH_DRAIN_DEADLINE`]: frames still in the
+/// veth's backlog when the generator stops reach the port's ring a moment later, and
+/// stopping the port before then would leave them in no counter. `delivered_before` is
+/// port 0's interface's `rx_packets` when the run began.
+fn drain_into_port0(
+    live: &Live,
+    offer: &Offer,
+    port0: &str,
+    delivered_before: Option<u64>,
+) -> Drained {
+    let drain = Drain::new(offer.accepted, VETH_DRAIN_DEADLINE);
+    run_drain(drain, || {
+        let now = Snapshot::of(&live.report());
+        DrainView {
+            at_port0: now.port_in + now.port_dropped,
+            delivered: delivered_since(port0, delivered_before),
+            // The stop drains the engine.
+            engine_done: true,
+            counters: now,
+        }
+    })
+}
+
+/// Frames port 0's interface `port0` received since its `rx_packets` was `before`.
+fn delivered_since(port0: &str, before: Option<u64>) -> Option<u64> {
+    Some(if_stat_now(port0, "rx_packets")?.saturating_sub(before?))
 }
 
 /// Runs the benchmark (see the module docs).
@@ -314,6 +448,7 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
     let tx = RawSocket::open(&cfg.offer, false)?;
     let live = Live::start(&live_cfg)?;
     let veth_before = VethDrops::now(&cfg.offer, &cfg.port0);
+    let delivered_before = if_stat_now(&cfg.port0, "rx_packets");
 
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
@@ -335,7 +470,7 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     });
     let elapsed = start.elapsed().as_secs_f64();
-    drain_into_port0(&live, &offer);
+    let drained = drain_into_port0(&live, &offer, &cfg.port0, delivered_before);
     let live = live.stop()?;
     let veth_after = VethDrops::now(&cfg.offer, &cfg.port0);
     let veth_drop_counters = veth_after.since(&veth_before);
@@ -371,6 +506,7 @@ pub fn run(cfg: &PortsBenchConfig) -> Result<PortsBenchReport, LiveError> {
         port_out: p1.tx_frames,
         port_out_mpps: mpps(p1.tx_frames),
         in_process_mpps,
+        drain_missing: drained.missing(),
         live,
     })
 }
@@ -434,9 +570,15 @@ pub struct VethTrial {
     pub port_dropped: u64,
     /// Frames port 1 sent out: the trial's received count.
     pub received: u64,
-    /// Whether the trial's frames had all come out (or been counted lost) before the
-    /// drain's deadline ([`VETH_DRAIN_DEADLINE`]).
+    /// Whether the trial's frames had all come out (or been counted lost, or lost by the
+    /// kernel without a word: `drain_missing`) before the drain's deadline
+    /// ([`VETH_DRAIN_DEADLINE`]).
     pub drained: bool,
+    /// What was missing when the drain ended: `None` when port 0 counted every frame the
+    /// veth took and the engine was done with them; otherwise what port 0 had not
+    /// counted by the deadline, or what the kernel lost without a word (see
+    /// [`PortsBenchReport::drain_missing`]).
+    pub drain_missing: Option<String>,
     /// Seconds spent waiting for the frames in flight after the generator stopped.
     pub drain_s: f64,
 }
@@ -466,9 +608,9 @@ const VETH_BURST: u64 = 256;
 /// forwards; 4096 frames per size, generated once as [`run`] generates them) paced at its
 /// rate: the generator works out from the time elapsed how many frames should have gone,
 /// sends those in `sendmmsg` bursts of up to 256, and sleeps briefly when it is ahead.
-/// Then it waits until the frames in flight came out (port 1's `tx_frames` and port 0's
-/// counters stop changing and nothing is in the engine, within [`VETH_DRAIN_DEADLINE`]),
-/// and reports `received` as the frames port 1 sent during the trial. A frame lost on the
+/// Then it waits until the frames in flight came out (port 0 counts every frame the veth
+/// took and the engine is done with them, within [`VETH_DRAIN_DEADLINE`]; see
+/// [`VethTrial::drain_missing`] for a kernel that loses frames silently), and reports `received` as the frames port 1 sent during the trial. A frame lost on the
 /// veth or in port 0's ring did not come out: it counts as lost, as RFC 2544 counts a
 /// frame the device under test did not forward. [`VethDevice::trials`] keeps where each
 /// trial's frames went.
@@ -643,6 +785,7 @@ impl Device for VethDevice {
         let n = traffic.len();
         let before = Snapshot::of(&self.live.report());
         let veth_before = self.veth_drops_now();
+        let delivered_before = if_stat_now(&self.cfg.port0, "rx_packets");
 
         // Offer, paced: frame k is due k / rate seconds after the start.
         let scheduled = (offered_pps * duration.as_secs_f64()).round() as u64;
@@ -694,38 +837,22 @@ impl Device for VethDevice {
         }
         let offered = accepted + enobufs;
 
-        // Let what is in flight come out: done once every frame offered is counted at
-        // port 0 or lost on the veth, the engine holds nothing, and the counters have
-        // been still for a moment (a few ring block timeouts); or, when frames are
-        // unaccounted for, still for longer; or at the deadline.
+        // Let what is in flight come out: every frame the veth took counted at port 0 and
+        // the engine done with them ([`Drain`]), or the deadline.
         let drain_start = Instant::now();
-        let deadline = drain_start + VETH_DRAIN_DEADLINE;
-        let mut last = before;
-        let mut still_since = Instant::now();
-        let (drained, now) = loop {
-            std::thread::sleep(Duration::from_millis(1));
-            let now = Snapshot::of(&self.live.report());
-            if now != last {
-                last = now;
-                still_since = Instant::now();
+        let mut now = before;
+        let drain = Drain::new(accepted, VETH_DRAIN_DEADLINE);
+        let drained = run_drain(drain, || {
+            now = Snapshot::of(&self.live.report());
+            DrainView {
+                at_port0: (now.port_in - before.port_in)
+                    + now.port_dropped.saturating_sub(before.port_dropped),
+                delivered: delivered_since(&self.cfg.port0, delivered_before),
+                engine_done: now.in_flight == 0
+                    && now.resolved - before.resolved >= now.packets_in - before.packets_in,
+                counters: now,
             }
-            let at_port0 = (now.port_in - before.port_in)
-                + now.port_dropped.saturating_sub(before.port_dropped)
-                + enobufs;
-            let engine_done = now.in_flight == 0
-                && now.resolved - before.resolved >= now.packets_in - before.packets_in;
-            let quiet = if at_port0 >= offered {
-                Duration::from_millis(3)
-            } else {
-                Duration::from_millis(50)
-            };
-            if engine_done && still_since.elapsed() >= quiet {
-                break (true, now);
-            }
-            if Instant::now() >= deadline {
-                break (false, now);
-            }
-        };
+        });
         let veth_after = self.veth_drops_now();
         let veth_drop_counters = veth_after.since(&veth_before);
         // Port 1's sent count is read after the interface's drops: it may lag a moment.
@@ -744,7 +871,8 @@ impl Device for VethDevice {
             port_in: now.port_in - before.port_in,
             port_dropped: now.port_dropped.saturating_sub(before.port_dropped),
             received,
-            drained,
+            drained: !matches!(drained, Drained::TimedOut(_)),
+            drain_missing: drained.missing(),
             drain_s: drain_start.elapsed().as_secs_f64(),
         });
         Ok(Trial {
@@ -982,6 +1110,88 @@ mod tests {
         );
         let why = offer.stopped.expect("a reason");
         assert!(why.contains("gen0") && why.contains("down"), "{why}");
+    }
+
+    fn view(at_port0: u64, delivered: Option<u64>, engine_done: bool) -> DrainView {
+        DrainView {
+            at_port0,
+            delivered,
+            engine_done,
+            counters: Snapshot {
+                port_in: at_port0,
+                ..Snapshot::default()
+            },
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A frame that comes after the counters have been still for longer than the old 3 ms
+    /// stillness is still waited for: the drain ends on the count, not on the clock.
+    #[test]
+    fn a_drain_waits_for_a_late_frame_however_long_the_counters_were_still() {
+        let mut d = Drain::new(100, VETH_DRAIN_DEADLINE);
+        for t in 0..100 {
+            assert_eq!(
+                d.step(t * MS, &view(99, Some(100), true)),
+                None,
+                "at {t} ms"
+            );
+        }
+        assert_eq!(
+            d.step(50 * MS, &view(100, Some(100), true)),
+            Some(Drained::Counted)
+        );
+    }
+
+    /// Every frame counted ends the drain at once, without waiting for still counters;
+    /// frames counted but not through the engine yet do not.
+    #[test]
+    fn a_drain_ends_on_the_count_once_the_engine_is_done() {
+        let mut d = Drain::new(100, VETH_DRAIN_DEADLINE);
+        assert_eq!(d.step(Duration::ZERO, &view(100, Some(100), false)), None);
+        assert_eq!(d.step(MS, &view(100, Some(100), false)), None);
+        assert_eq!(
+            d.step(2 * MS, &view(100, Some(100), true)),
+            Some(Drained::Counted)
+        );
+    }
+
+    /// A kernel that lost frames silently (fewer reached port 0's interface than the veth
+    /// took): once port 0 counts what arrived and the counters are still, the drain ends
+    /// naming what is missing.
+    #[test]
+    fn a_drain_ends_on_still_counters_only_when_the_kernel_lost_frames_silently() {
+        let mut d = Drain::new(100, VETH_DRAIN_DEADLINE);
+        let lost = view(90, Some(90), true);
+        assert_eq!(d.step(Duration::ZERO, &lost), None);
+        assert_eq!(d.step(2 * MS, &lost), None);
+        let Some(Drained::Quiet(m)) = d.step(3 * MS, &lost) else {
+            panic!("the drain ends once the counters were still for 3 ms");
+        };
+        assert!(
+            m.contains("90 of the 100") && m.contains("90 reached"),
+            "{m}"
+        );
+        // Frames that reached the interface but not the port yet are waited for.
+        let mut d = Drain::new(100, VETH_DRAIN_DEADLINE);
+        for t in 0..100 {
+            assert_eq!(d.step(t * MS, &view(90, Some(95), true)), None, "at {t} ms");
+        }
+    }
+
+    /// At the deadline the drain ends, naming what is missing.
+    #[test]
+    fn a_drain_times_out_naming_what_is_missing() {
+        let mut d = Drain::new(100, 10 * MS);
+        assert_eq!(d.step(Duration::ZERO, &view(40, Some(100), false)), None);
+        let Some(Drained::TimedOut(m)) = d.step(10 * MS, &view(40, Some(100), false)) else {
+            panic!("the drain ends at its deadline");
+        };
+        assert!(
+            m.contains("40 of the 100") && m.contains("engine was not done"),
+            "{m}"
+        );
     }
 
     /// Linux counts one veth drop on both ends: the larger increase, not the sum.
