@@ -524,7 +524,8 @@ pub struct PortStats {
     /// tx_dropped`) less the frames the port saw refused with `ENOBUFS`, which a veth
     /// counts there too (its peer's backlog was full). Exact when the port is the
     /// interface's only sender, as it is its only receiver: what else sends on the
-    /// interface and is dropped is counted too; an interface whose queueing discipline
+    /// interface and is dropped is counted too (but never more than the frames the kernel
+    /// took from the port); an interface whose queueing discipline
     /// refuses frames with `ENOBUFS` (it does not count those there) makes this low by as
     /// many when both happen. 0 for a TAP port, whose writes fail rather than drop, and
     /// when the interface's statistics cannot be read (a warning says so at the open).
@@ -705,7 +706,9 @@ impl Bound {
         // that gave it returns.
         let tx_taken = get(&c.tx_frames);
         let tx_errors = c.tx_errors.lock().clone();
-        let tx_kernel_drops = self.tx_kernel_drops(&tx_errors);
+        // No more of the port's frames than the kernel took from it: drops of another
+        // sender on the interface beyond that are not the port's.
+        let tx_kernel_drops = self.tx_kernel_drops(&tx_errors).min(tx_taken);
         // A TAP port: the device's own counts, when it has them (see `PortStats`).
         let tap = match (&self.io, self.tap_base) {
             (PortIo::Tap(_), Some(base)) => c
@@ -760,7 +763,9 @@ impl Bound {
         if let Some(now) = if_dropped(self.kind.name(), self.ifindex) {
             let refused = tx_errors.get("ENOBUFS").copied().unwrap_or(0);
             let drops = now.saturating_sub(base).saturating_sub(refused);
-            last.fetch_max(drops, Ordering::Relaxed);
+            // The latest, not the largest: an ENOBUFS refusal counted by the interface but
+            // not yet by the port makes one read high until the next.
+            last.store(drops, Ordering::Relaxed);
         }
         last.load(Ordering::Relaxed)
     }
