@@ -175,7 +175,10 @@ fn a_saturated_point_stops_at_its_backlog_bound_and_says_so() {
         let queued = x.report.counters.queued;
         assert!(queued > bound && queued <= bound + 8, "{x:?}");
         assert_eq!((x.report.mean_latency, x.report.max_latency), (None, None));
+        // The measured cells it stopped with are reported as such, so the row adds up.
+        assert!(x.report.unfinished > 0 && x.report.accounted(), "{x:?}");
         let json = serde_json::to_value(x).unwrap();
+        assert_eq!(json["unfinished"], x.report.unfinished, "{json}");
         assert!(json["mean_latency"].is_null() && json["avg_worst_latency"].is_null());
     }
     // Under uniform traffic CPRR carries 0.99 with a short queue and reports its latency.

@@ -131,7 +131,7 @@ use crate::error::ConfigError;
 
 pub use cprr::{Cprr, OutputArbiter};
 pub use oq::OqXbar;
-pub use sim::{simulate, simulate_bounded, Report, DEFAULT_MAX_BACKLOG};
+pub use sim::{simulate, simulate_bounded, Report, DEFAULT_MAX_BACKLOG, MAX_CYCLES};
 pub use traffic::{Traffic, TrafficGen};
 pub use voq::{Iterations, Scheduler, Voq};
 

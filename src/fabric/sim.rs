@@ -36,6 +36,11 @@ use crate::rng::mix;
 /// doc); [`simulate_bounded`] takes another bound.
 pub const DEFAULT_MAX_BACKLOG: u64 = 4_000_000;
 
+/// The longest warm-up, and the longest measured window, a run takes: 10^10 cycles each.
+/// A 16-port point of 10^10 cycles runs for hours; a longer one would look like a hang, and
+/// the two together stay far below `u64::MAX`, so the window's end never wraps.
+pub const MAX_CYCLES: u64 = 10_000_000_000;
+
 /// What a run measured. Latencies are in cycles, in queues (see [`super`]).
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -66,6 +71,10 @@ pub struct Report {
     /// Of those, the cells still queued when the drain stopped (CPRR's simple arbiter only;
     /// 0 in a saturated run, which has no drain).
     pub stranded: u64,
+    /// Of those, the cells still in the fabric when a saturated run stopped, undrained (0 in
+    /// a run that finished). So `measured == delivered + dropped + stranded + unfinished`
+    /// ([`Report::accounted`]).
+    pub unfinished: u64,
     /// The mean latency of the delivered measured cells (Figures 9 and 11); absent when the
     /// run was saturated or delivered none (no cell, no latency: not a latency of 0).
     pub mean_latency: Option<f64>,
@@ -85,6 +94,14 @@ pub struct Report {
     pub drain_cycles: u64,
     /// The fabric's counters at the end, over all three phases.
     pub counters: Counters,
+}
+
+impl Report {
+    /// Whether every measured cell is accounted for: delivered, dropped, stranded or, in a
+    /// saturated run, still in the fabric.
+    pub fn accounted(&self) -> bool {
+        self.measured == self.delivered + self.dropped + self.stranded + self.unfinished
+    }
 }
 
 /// What the loop accumulates.
@@ -197,6 +214,7 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
         delivered: tally.delivered,
         dropped: tally.dropped,
         stranded: if finished { tally.outstanding() } else { 0 },
+        unfinished: if finished { 0 } else { tally.outstanding() },
         mean_latency: latencies.then(|| tally.latency_sum as f64 / tally.delivered as f64),
         avg_worst_latency: latencies.then(|| worst.iter().sum::<u64>() as f64 / worst.len() as f64),
         max_latency: worst.iter().copied().max().filter(|_| latencies),
@@ -209,7 +227,7 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
 }
 
 /// Runs `config` under `traffic` at input rate `load` for `warmup_cycles`, then measures
-/// `cycles`, then drains (see the module's doc). `seed` decides the traffic and the
+/// `cycles` (each at most [`MAX_CYCLES`]), then drains (see the module's doc). `seed` decides the traffic and the
 /// scheduler's random choices, from separate streams: two architectures run with the same
 /// seed see the same arrivals. A run whose backlog passes [`DEFAULT_MAX_BACKLOG`] cells
 /// stops there and is reported saturated.
@@ -233,7 +251,8 @@ pub fn simulate(
 }
 
 /// [`simulate`], with the run stopped and reported saturated once more than `max_backlog`
-/// cells (at least 1) are queued in the fabric.
+/// cells (at least 1) are queued in the fabric. `warmup_cycles` and `cycles` are each at
+/// most [`MAX_CYCLES`].
 pub fn simulate_bounded(
     config: &FabricConfig,
     traffic: Traffic,
@@ -248,6 +267,14 @@ pub fn simulate_bounded(
             "max_backlog",
             "0 cells: the bound on a run's queued cells is at least 1",
         ));
+    }
+    for (setting, value) in [("warmup_cycles", warmup_cycles), ("cycles", cycles)] {
+        if value > MAX_CYCLES {
+            return Err(ConfigError::new(
+                setting,
+                format!("{value} cycles: a run takes at most {MAX_CYCLES} (10^10)"),
+            ));
+        }
     }
     let mut fabric = config.build(mix(seed ^ 0xFAB_5EED))?;
     let mut gen = TrafficGen::new(traffic, config.ports, load, mix(seed))?;
@@ -301,6 +328,20 @@ mod tests {
         let config = FabricConfig::new(Architecture::OqXbar, 4, Depth::Infinite);
         let err = simulate_bounded(&config, Traffic::Bernoulli, 0.5, 0, 1, 1, 0).unwrap_err();
         assert_eq!(err.setting, "max_backlog");
+        // Runs too long to end are refused up front, not run for ever (or wrapped).
+        for (warmup, cycles, setting) in [
+            (0, u64::MAX, "cycles"),
+            (0, MAX_CYCLES + 1, "cycles"),
+            (u64::MAX, 1, "warmup_cycles"),
+            (MAX_CYCLES + 1, 1, "warmup_cycles"),
+        ] {
+            let err = simulate(&config, Traffic::Bernoulli, 0.5, warmup, cycles, 1).unwrap_err();
+            assert_eq!(err.setting, setting, "{err}");
+            assert!(
+                err.reason.contains(&cycles.max(warmup).to_string()),
+                "{err}"
+            );
+        }
     }
 
     /// Above saturation with infinite FIFOs the backlog grows every cycle: the run stops
@@ -320,6 +361,9 @@ mod tests {
             "{r:?}"
         );
         assert!(r.counters.conserved());
+        // The measured cells it stopped with are counted, not lost from the report.
+        assert!(r.unfinished > 0 && r.stranded == 0, "{r:?}");
+        assert!(r.accounted(), "{r:?}");
         assert_eq!(r.drain_cycles, 0);
         assert_eq!(
             (r.mean_latency, r.avg_worst_latency, r.max_latency),
@@ -332,9 +376,12 @@ mod tests {
         let r = simulate_bounded(&config, Traffic::Bernoulli, 0.99, 5_000, 5_000, 3, 100).unwrap();
         assert!(r.saturated_at.is_some_and(|s| s < 5_000), "{r:?}");
         assert_eq!((r.measured, r.throughput), (0, None));
+        assert!(r.accounted());
         // A stable point runs to its end as before.
         let r = simulate_bounded(&config, Traffic::Bernoulli, 0.2, 1_000, 5_000, 3, 5_000).unwrap();
         assert_eq!(r.saturated_at, None);
         assert!(r.mean_latency.is_some() && r.loss_ratio == Some(0.0));
+        assert_eq!(r.unfinished, 0);
+        assert!(r.accounted());
     }
 }

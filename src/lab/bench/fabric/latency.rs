@@ -65,7 +65,8 @@ pub struct FabricLatencyReport {
     pub md1_deviation: Option<f64>,
     /// Near rate 1, per traffic model: CPRR's mean latency and the best alternative's.
     pub key: Vec<Claim>,
-    /// Every point conserved its cells and dropped none (the FIFOs are infinite).
+    /// Every point conserved its cells, accounted for each measured one and dropped none
+    /// (the FIFOs are infinite).
     pub verified: bool,
     /// Wall-clock seconds of the sweep.
     pub seconds: f64,
@@ -104,9 +105,10 @@ pub fn fabric_latency(
             report,
         })
         .collect();
-    let verified = rows
-        .iter()
-        .all(|r| r.report.counters.conserved() && r.report.dropped == 0 && r.report.stranded == 0);
+    let verified = rows.iter().all(|r| {
+        let p = &r.report;
+        p.counters.conserved() && p.accounted() && p.dropped == 0 && p.stranded == 0
+    });
     let md1_deviation = md1_deviations(&rows, s.ports)
         .map(|(_, deviation)| deviation)
         .reduce(f64::max);

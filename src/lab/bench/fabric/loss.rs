@@ -114,7 +114,7 @@ pub struct FabricLossReport {
     pub zero_loss: Vec<ZeroLossDepth>,
     /// The paper's figures beside these.
     pub key: Vec<Claim>,
-    /// Every point conserved its cells.
+    /// Every point conserved its cells and accounted for each measured one.
     pub verified: bool,
     /// Wall-clock seconds.
     pub seconds: f64,
@@ -173,7 +173,9 @@ pub fn fabric_loss(
         })
         .collect();
     let zero_loss = zero_loss_depths(cfg, progress)?;
-    let verified = rows.iter().all(|r| r.report.counters.conserved());
+    let verified = rows
+        .iter()
+        .all(|r| r.report.counters.conserved() && r.report.accounted());
     let key = loss_claims(&zero_loss, &rows);
     Ok(FabricLossReport {
         config: cfg.clone(),

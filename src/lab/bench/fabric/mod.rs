@@ -100,8 +100,9 @@ impl Default for SwitchSettings {
 
 /// Most threads a sweep takes.
 const MAX_THREADS: usize = 1024;
-/// Most cycles a point may measure or warm up (a point of 10^10 cycles takes hours).
-pub(super) const MAX_CYCLES: u64 = 10_000_000_000;
+/// Most cycles a point may measure or warm up: the fabric's own bound (a point of 10^10
+/// cycles takes hours).
+pub(super) use crate::fabric::MAX_CYCLES;
 /// The largest `--max-backlog`: 10^9 cells, some 24 to 48 GB per point.
 const MAX_BACKLOG: u64 = 1_000_000_000;
 
