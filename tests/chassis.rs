@@ -64,13 +64,15 @@ fn frames_cross_a_fabric_of_each_architecture_and_none_is_lost() {
         assert_eq!(s.cells_in, 40_000, "{architecture}");
         // An input sends one cell a cycle: a frame takes at least its 4 cycles.
         assert!(
-            s.mean_frame_cycles.is_some_and(|m| m >= 4.0) && s.max_frame_cycles >= 4,
+            s.mean_frame_cycles.is_some_and(|m| m >= 4.0)
+                && s.max_frame_cycles.is_some_and(|m| m >= 4),
             "{architecture}: {s:?}"
         );
     }
 }
 
-/// A fabric no frame crossed has no mean time for its frames (`None`, not 0 cycles): the
+/// A fabric no frame crossed has no mean or largest time for its frames and no first or
+/// last frame cycle (`None`, not 0 cycles or cycle 0): the
 /// leaf sends everything out of a port of its own, never up its link.
 #[test]
 fn a_fabric_that_delivered_nothing_has_no_mean_frame_time() {
@@ -105,6 +107,13 @@ fn a_fabric_that_delivered_nothing_has_no_mean_frame_time() {
     assert_eq!(out.lock().len(), 100, "every frame left the leaf");
     assert_eq!((s.frames_in, s.frames_out, s.dropped()), (0, 0, 0));
     assert_eq!(s.mean_frame_cycles, None, "{s:?}");
+    // Nor a largest time, a first or last frame cycle or a span: not 0, which is a cycle.
+    assert_eq!(
+        (s.max_frame_cycles, s.first_frame_cycle, s.last_frame_cycle),
+        (None, None, None),
+        "{s:?}"
+    );
+    assert_eq!(s.span_cycles(), None);
 }
 
 /// Sends 5000 frames up a leaf to a top that reflects them, over an ideal link or

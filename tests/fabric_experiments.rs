@@ -496,9 +496,9 @@ fn aggregation_through_the_chassis_fabric_is_exact_under_background_load() {
     assert_eq!(bad(&|c| c.cycles_per_us = f64::NAN), "--cycles-per-us");
 }
 
-/// A chassis row whose fabric delivered no frame has no mean time in it: `-` in the table,
-/// an empty CSV field, null in JSON, no point drawn; not a mean of 0.0 cycles that reads
-/// like an instant fabric. The row beside it, with frames, prints its mean.
+/// A chassis row whose fabric delivered no frame has no mean or largest time in it and no
+/// span: `-` in the table, empty CSV fields, null in JSON, no point drawn; not 0 cycles
+/// that read like an instant fabric. The row beside it, with frames, prints its numbers.
 #[test]
 fn a_chassis_row_with_nothing_delivered_has_no_mean_frame_time() {
     use pfemu::lab::bench::fabric::{ChassisRow, FabricChassisReport};
@@ -522,7 +522,9 @@ fn a_chassis_row_with_nothing_delivered_has_no_mean_frame_time() {
                     frames_in: 4,
                     frames_out: 4,
                     mean_frame_cycles: Some(12.5),
-                    max_frame_cycles: 20,
+                    max_frame_cycles: Some(20),
+                    first_frame_cycle: Some(0),
+                    last_frame_cycle: Some(40),
                     ..FabricStats::default()
                 },
             ),
@@ -536,7 +538,9 @@ fn a_chassis_row_with_nothing_delivered_has_no_mean_frame_time() {
         line.split_whitespace().map(String::from).collect()
     };
     // architecture, background, span, seconds, frames, mean, max
-    assert_eq!(columns("CPRR")[4..], ["0", "-", "0"], "{table}");
+    assert_eq!(columns("CPRR")[2], "-", "{table}");
+    assert_eq!(columns("CPRR")[4..], ["0", "-", "-"], "{table}");
+    assert_eq!(columns("OQ-xbar")[2], "40", "{table}");
     assert_eq!(columns("OQ-xbar")[4..], ["4", "12.5", "20"], "{table}");
     let mean = r
         .csv_header()
@@ -548,12 +552,20 @@ fn a_chassis_row_with_nothing_delivered_has_no_mean_frame_time() {
         (csv[0][mean].as_str(), csv[1][mean].as_str()),
         ("", "12.50")
     );
+    // The span and the largest frame time likewise: empty, not 0.
+    for (name, with) in [("span_cycles", "40"), ("max_frame_cycles", "20")] {
+        let col = r.csv_header().iter().position(|h| *h == name).expect(name);
+        assert_eq!((csv[0][col].as_str(), csv[1][col].as_str()), ("", with));
+    }
     let json = serde_json::to_value(&r).unwrap();
     assert!(
         json["rows"][0]["fabric"]["mean_frame_cycles"].is_null(),
         "{json}"
     );
     assert_eq!(json["rows"][1]["fabric"]["mean_frame_cycles"], 12.5);
+    assert!(json["rows"][0]["span_cycles"].is_null(), "{json}");
+    assert!(json["rows"][0]["fabric"]["max_frame_cycles"].is_null());
+    assert_eq!(json["rows"][1]["span_cycles"], 40);
     let dir = std::env::temp_dir().join(format!("pfemu-chassis-none-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let svg = dir.join("chassis.svg");

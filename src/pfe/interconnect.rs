@@ -143,21 +143,24 @@ pub struct FabricStats {
     /// leaving it (its wait at the input included); `None` when no frame was delivered (a
     /// mean of nothing, not 0 cycles).
     pub mean_frame_cycles: Option<f64>,
-    /// The largest of those (0 when no frame was delivered: `mean_frame_cycles` is `None`
-    /// then).
-    pub max_frame_cycles: u64,
-    /// The cycle the first frame's cells were queued at their input (0 when no frame
-    /// entered).
-    pub first_frame_cycle: u64,
-    /// The cycle the last delivered frame's last cell left (0 when no frame was delivered).
-    pub last_frame_cycle: u64,
+    /// The largest of those; `None` when no frame was delivered (not a frame of 0 cycles).
+    pub max_frame_cycles: Option<u64>,
+    /// The cycle the first frame's cells were queued at their input; `None` when no frame
+    /// entered (cycle 0 is a cycle like any other).
+    pub first_frame_cycle: Option<u64>,
+    /// The cycle the last delivered frame's last cell left; `None` when no frame was
+    /// delivered.
+    pub last_frame_cycle: Option<u64>,
 }
 
 impl FabricStats {
     /// Cycles from the first frame entering the fabric to the last one leaving it: how long
-    /// the traffic between the PFEs took, in fabric time.
-    pub fn span_cycles(&self) -> u64 {
-        self.last_frame_cycle.saturating_sub(self.first_frame_cycle)
+    /// the traffic between the PFEs took, in fabric time; `None` when no frame was delivered.
+    pub fn span_cycles(&self) -> Option<u64> {
+        Some(
+            self.last_frame_cycle?
+                .saturating_sub(self.first_frame_cycle?),
+        )
     }
 
     /// Frames dropped for any reason.
@@ -239,8 +242,8 @@ impl FabricRunner {
         for _ in 0..cells {
             self.inputs[c.from].push_back(Cell::new(c.from as u16, c.to as u16, id));
         }
-        if self.stats.frames_in == 0 {
-            self.stats.first_frame_cycle = self.fabric.now();
+        if self.stats.first_frame_cycle.is_none() {
+            self.stats.first_frame_cycle = Some(self.fabric.now());
         }
         self.stats.frames_in += 1;
         self.stats.cells_in += u64::from(cells);
@@ -324,9 +327,13 @@ impl FabricRunner {
         } else {
             let cycles = now - f.queued_at;
             self.frame_cycles += u128::from(cycles);
-            self.stats.max_frame_cycles = self.stats.max_frame_cycles.max(cycles);
+            self.stats.max_frame_cycles = Some(
+                self.stats
+                    .max_frame_cycles
+                    .map_or(cycles, |m| m.max(cycles)),
+            );
             self.stats.frames_out += 1;
-            self.stats.last_frame_cycle = now;
+            self.stats.last_frame_cycle = Some(now);
             self.ready[f.to].push((f.to_port, f.frame));
             return 0; // counted when injected
         }
@@ -479,16 +486,16 @@ mod tests {
             // 64..84 bytes take 4 or 5 cells of 16; 100 bytes take 7.
             let want: u64 = (0..20).map(|i| (64 + i as u64).div_ceil(16)).sum::<u64>() + 20 * 7;
             assert_eq!(s.cells_in, want);
+            let (max, span) = (s.max_frame_cycles.unwrap(), s.span_cycles().unwrap());
             assert!(
-                s.max_frame_cycles >= 7 && s.mean_frame_cycles.is_some_and(|m| m > 0.0),
+                max >= 7 && s.mean_frame_cycles.is_some_and(|m| m > 0.0),
                 "{s:?}"
             );
+            // The first frames entered at cycle 0: a cycle, not "none".
+            assert_eq!(s.first_frame_cycle, Some(0), "{s:?}");
             // One output takes a cell a cycle: the span is at least every cell's cycle,
             // and at least the longest frame's time in the fabric.
-            assert!(
-                s.span_cycles() >= want && s.span_cycles() >= s.max_frame_cycles,
-                "{s:?}"
-            );
+            assert!(span >= want && span >= max, "{s:?}");
             // Each PFE's frames arrive whole and in the order they were sent.
             let from0: Vec<usize> = r.ready[2]
                 .iter()
@@ -591,6 +598,39 @@ mod tests {
                 "{architecture} {depth:?}: {overtaken}"
             );
         }
+    }
+
+    /// A fabric that delivered nothing says so: no largest frame time, no first or last
+    /// frame cycle, no span; not zeros that read as "a frame at cycle 0". A frame that
+    /// entered but was dropped gives a first cycle and nothing else.
+    #[test]
+    fn nothing_delivered_reads_as_none_not_zero() {
+        let cfg = ChassisFabric {
+            architecture: Architecture::OqXbar,
+            depth: Depth::Finite(1),
+            cell_bytes: 8,
+            ..ChassisFabric::default()
+        };
+        let r = FabricRunner::new(cfg, 2).unwrap();
+        let s = r.snapshot();
+        assert_eq!(
+            (s.max_frame_cycles, s.first_frame_cycle, s.last_frame_cycle),
+            (None, None, None)
+        );
+        assert_eq!((s.span_cycles(), s.mean_frame_cycles), (None, None));
+        // Two long frames at one output of 2 x 1 places: both lose a cell.
+        let mut r = FabricRunner::new(cfg, 2).unwrap();
+        for _ in 0..3 {
+            r.cycle();
+        }
+        r.admit(crossing(0, 1, 800));
+        r.admit(crossing(1, 1, 800));
+        settle(&mut r);
+        let s = r.snapshot();
+        assert_eq!((s.frames_in, s.frames_out, s.dropped()), (2, 0, 2), "{s:?}");
+        assert_eq!(s.first_frame_cycle, Some(3), "{s:?}");
+        assert_eq!((s.max_frame_cycles, s.last_frame_cycle), (None, None));
+        assert_eq!(s.span_cycles(), None);
     }
 
     #[test]

@@ -97,8 +97,8 @@ pub struct ChassisRow {
     /// Background cells per input per cycle.
     pub background: f64,
     /// Fabric cycles from the first frame entering it to the last leaving it: the
-    /// aggregation's time in the fabric's clock.
-    pub span_cycles: u64,
+    /// aggregation's time in the fabric's clock; `None` when no frame got through.
+    pub span_cycles: Option<u64>,
     /// Wall-clock seconds from the first worker's start to the last worker's last Result
     /// (the emulator's time, which includes simulating the fabric).
     pub seconds: f64,
@@ -353,7 +353,8 @@ impl Figure for FabricChassisReport {
                 vec![
                     r.architecture.clone(),
                     r.background.to_string(),
-                    r.span_cycles.to_string(),
+                    // No frame delivered: no span, no largest time (empty fields).
+                    r.span_cycles.map(|c| c.to_string()).unwrap_or_default(),
                     format!("{:.4}", r.seconds),
                     r.fabric.frames_out.to_string(),
                     // No frame delivered, no mean: an empty field.
@@ -361,7 +362,10 @@ impl Figure for FabricChassisReport {
                         .mean_frame_cycles
                         .map(|m| format!("{m:.2}"))
                         .unwrap_or_default(),
-                    r.fabric.max_frame_cycles.to_string(),
+                    r.fabric
+                        .max_frame_cycles
+                        .map(|c| c.to_string())
+                        .unwrap_or_default(),
                     r.fabric.cycles.to_string(),
                     r.fabric.background_cells.to_string(),
                     r.sums_exact.to_string(),
@@ -407,7 +411,7 @@ impl Figure for FabricChassisReport {
                         r.fabric.mean_frame_cycles
                     }),
                     panel("aggregation time in the fabric", "cycles", &|r| {
-                        Some(r.span_cycles as f64)
+                        r.span_cycles.map(|c| c as f64)
                     }),
                 ],
             },
@@ -420,19 +424,20 @@ impl Figure for FabricChassisReport {
             "", "background", "span cycles", "seconds", "frames", "mean cycles", "max cycles"
         );
         for r in &self.rows {
-            // No frame delivered, no mean: `-`.
+            // No frame delivered, no mean, span or largest time: `-`.
             let mean = r
                 .fabric
                 .mean_frame_cycles
                 .map_or(format!("{:>12}", "-"), |m| format!("{m:>12.1}"));
+            let or_dash = |v: Option<u64>| v.map_or("-".to_string(), |c| c.to_string());
             t += &format!(
                 "{:<10} {:>10} {:>12} {:>9.3} {:>8} {mean} {:>10}\n",
                 r.architecture,
                 r.background,
-                r.span_cycles,
+                or_dash(r.span_cycles),
                 r.seconds,
                 r.fabric.frames_out,
-                r.fabric.max_frame_cycles
+                or_dash(r.fabric.max_frame_cycles)
             );
         }
         t.pop();
