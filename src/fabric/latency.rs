@@ -2,7 +2,10 @@
 //! Table 1), the port-to-port latency and throughput of an implementation (§7.3), and the
 //! queueing delay of an output queue (§5.5, equation 7).
 //!
-//! The pipeline equations are in terms of `l = log2(P)`; P is a power of two.
+//! The pipeline equations are in terms of `l = log2(P)`; P is a power of two. The raw
+//! equations take any `l` without panicking (their arithmetic saturates far beyond any
+//! switch, `l` above 90 000), and [`latency_opt`] refuses an `s` of 0 or an index past the
+//! pipeline's end; [`pipeline`] checks P and S and names the one at fault.
 //!
 //! ```
 //! use pfemu::fabric::latency::{pipeline, port_to_port_ns, throughput_gbps};
@@ -19,18 +22,19 @@ use crate::error::ConfigError;
 
 /// The sorting network's stages, `l (l + 1) / 2` (§4.2, Batcher's odd-even merge sort).
 pub fn latency_sorting_network(l: u32) -> u32 {
-    l * (l + 1) / 2
+    let stages = u64::from(l) * (u64::from(l) + 1) / 2;
+    u32::try_from(stages).unwrap_or(u32::MAX)
 }
 
 /// The offsets pipeline's stages, `2 l + 1` (adder trees, prefix sum, subtractors).
 pub fn latency_offsets(l: u32) -> u32 {
-    2 * l + 1
+    l.saturating_mul(2).saturating_add(1)
 }
 
 /// Equation 1: the pipeline length, `l + max(l (l + 1) / 2, 2 l + 1)`: the barrel shifter's
 /// `l` stages after the longer of the two pipelines.
 pub fn pipeline_length(l: u32) -> u32 {
-    l + latency_sorting_network(l).max(latency_offsets(l))
+    l.saturating_add(latency_sorting_network(l).max(latency_offsets(l)))
 }
 
 /// Equation 2: the compulsory register's index (the offset counters' feedback) before
@@ -42,15 +46,23 @@ pub fn index_comp(l: u32) -> u32 {
 /// Equation 4: the compulsory register's index once the offsets pipeline starts late (§5.3),
 /// `max(l (l + 1) / 2, 2 l + 1) - 1 - l`. Table 1 uses this one.
 pub fn index_comp_synchronised(l: u32) -> u32 {
-    latency_sorting_network(l).max(latency_offsets(l)) - 1 - l
+    // The longer pipeline is at least 2 l + 1 stages, so this never goes below 0.
+    latency_sorting_network(l)
+        .max(latency_offsets(l))
+        .saturating_sub(1 + l.min(u32::MAX - 1))
 }
 
 /// Equation 3: the pipeline latency after keeping only every `s`-th stage's registers and
 /// the compulsory one at `index_comp`:
 /// `ceil((latency - index_comp) / s) + ceil((1 + index_comp) / s) - 1`.
-/// `s` is at least 1.
-pub fn latency_opt(latency: u32, index_comp: u32, s: u32) -> u32 {
-    (latency - index_comp).div_ceil(s) + (1 + index_comp).div_ceil(s) - 1
+/// `None` when `s` is 0 or `index_comp` is past `latency`: the equation has no value there.
+pub fn latency_opt(latency: u32, index_comp: u32, s: u32) -> Option<u32> {
+    if s == 0 || index_comp > latency {
+        return None;
+    }
+    let (latency, index_comp, s) = (u64::from(latency), u64::from(index_comp), u64::from(s));
+    let stages = (latency - index_comp).div_ceil(s) + (1 + index_comp).div_ceil(s) - 1;
+    Some(u32::try_from(stages).unwrap_or(u32::MAX))
 }
 
 /// One column of Table 1: a P-port CPRR's pipeline with register reduction `s`.
@@ -81,17 +93,19 @@ pub fn pipeline(ports: usize, s: u32) -> Result<Pipeline, ConfigError> {
     let l = ports.trailing_zeros();
     let length = pipeline_length(l);
     let index_comp = index_comp_synchronised(l);
+    // Equation 4's index is at most equation 1's length less l + 1, and s is at least 1.
+    let latency_opt = latency_opt(length, index_comp, s).unwrap_or(length);
     Ok(Pipeline {
         length,
         index_comp,
-        latency_opt: latency_opt(length, index_comp, s),
+        latency_opt,
     })
 }
 
 /// §7.3: the port-to-port latency in ns, `(latency_opt + 1) / f_clk` (one more cycle to
 /// read the queues), at `f_clk_hz`.
 pub fn port_to_port_ns(latency_opt: u32, f_clk_hz: f64) -> f64 {
-    f64::from(latency_opt + 1) / f_clk_hz * 1e9
+    (f64::from(latency_opt) + 1.0) / f_clk_hz * 1e9
 }
 
 /// §7.3: a port's throughput in Gbit/s, `width x f_clk`, for `width_bits`-bit cells.
@@ -160,7 +174,7 @@ mod tests {
     /// and 9), so the table was computed with equation 4's.
     #[test]
     fn equation_2_would_not_give_table_1() {
-        let eq2 = |l: u32, s: u32| latency_opt(pipeline_length(l), index_comp(l), s);
+        let eq2 = |l: u32, s: u32| latency_opt(pipeline_length(l), index_comp(l), s).unwrap();
         assert_eq!(index_comp(4), 4);
         assert_eq!((eq2(5, 8), eq2(7, 2), eq2(7, 4)), (2, 17, 8));
         assert_eq!(pipeline(32, 8).unwrap().latency_opt, 3);
@@ -174,6 +188,22 @@ mod tests {
         let ns = port_to_port_ns(p.latency_opt, f_clk);
         assert!((ns - 39.0).abs() < 0.5, "{ns}");
         assert!((throughput_gbps(512, f_clk) * 16.0 / 1000.0 - 1.7).abs() < 0.05);
+    }
+
+    /// The raw equations take any argument without panicking: equation 3 has no value for
+    /// `s` = 0 or an index past the pipeline, and absurd `l` saturate.
+    #[test]
+    fn the_equations_never_panic() {
+        assert_eq!(latency_opt(14, 5, 0), None);
+        assert_eq!(latency_opt(5, 14, 1), None);
+        assert_eq!(latency_opt(14, 5, 4), Some(4));
+        assert_eq!(latency_opt(u32::MAX, 0, 1), Some(u32::MAX));
+        assert_eq!(latency_sorting_network(u32::MAX), u32::MAX);
+        assert_eq!(latency_offsets(u32::MAX), u32::MAX);
+        assert_eq!(pipeline_length(u32::MAX), u32::MAX);
+        assert_eq!(index_comp_synchronised(u32::MAX), 0);
+        assert_eq!(index_comp_synchronised(0), 0);
+        assert!(port_to_port_ns(u32::MAX, 1e9).is_finite());
     }
 
     #[test]
