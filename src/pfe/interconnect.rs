@@ -193,6 +193,10 @@ struct InFlight {
 const BACKGROUND: u64 = u64::MAX;
 /// Cycles run between two looks at the channel.
 const CYCLES_PER_ROUND: u64 = 256;
+/// Cycles the fabric may stand still, with frames in it and no cell entering or leaving,
+/// before those frames are given up as stranded: some 4,000 looks at the channel for a
+/// frame that would release them.
+const STRAND_AFTER: u64 = 1_000_000;
 
 /// The fabric thread's state.
 pub(super) struct FabricRunner {
@@ -208,8 +212,13 @@ pub(super) struct FabricRunner {
     ready: Vec<Vec<(Port, Vec<u8>)>>,
     stats: FabricStats,
     frame_cycles: u128,
-    /// Cycles since a frame's cell last left, with every input empty (stranded cells).
+    /// Cycles in a row in which the fabric stood still with a frame in it: no cell
+    /// entered and none left. Nothing can move in such a cycle, nor in the next unless a
+    /// cell enters: a frame's cell still in the fabric then waits for one (§5.4's
+    /// desynchronised arbiter) and may never leave.
     idle: u64,
+    /// Standing-still cycles after which the frames in the fabric are given up as stranded.
+    strand_after: u64,
 }
 
 impl FabricRunner {
@@ -231,6 +240,7 @@ impl FabricRunner {
             stats: FabricStats::default(),
             frame_cycles: 0,
             idle: 0,
+            strand_after: STRAND_AFTER,
         })
     }
 
@@ -279,11 +289,9 @@ impl FabricRunner {
         self.stats.cycles += 1;
         let now = self.fabric.now();
         let mut finished = 0;
-        let mut moved = false;
         for i in 0..self.out.departures.len() {
             let id = self.out.departures[i].tag;
             if id != BACKGROUND {
-                moved = true;
                 finished += self.account(id, false, now);
             }
         }
@@ -294,14 +302,17 @@ impl FabricRunner {
                 finished += self.account(d.cell.tag, true, now);
             }
         }
-        // With nothing left to enter, a frame cell that no cycle moves for this long sits in a
-        // FIFO its arbiter will not read again: give its frame up rather than hang a drain.
-        self.idle = if moved || self.inputs.iter().any(|q| !q.is_empty()) {
-            0
-        } else {
+        // A cycle in which no cell entered or left changes nothing, and with no cell entering
+        // the next is the same: a frame's cell then sits in a FIFO its arbiter will not read
+        // until a later write fills its row. After long enough, give its frame up rather
+        // than hang a drain. A frame cell merely waiting behind others (background cells in
+        // a long queue) is not stranded: cells leave meanwhile.
+        self.idle = if self.arrivals.is_empty() && self.out.departures.is_empty() {
             self.idle + 1
+        } else {
+            0
         };
-        if !self.frames.is_empty() && self.idle > 1_000_000 {
+        if !self.frames.is_empty() && self.idle > self.strand_after {
             finished += self.give_up_stranded();
         }
         finished
@@ -631,6 +642,70 @@ mod tests {
         assert_eq!(s.first_frame_cycle, Some(3), "{s:?}");
         assert_eq!((s.max_frame_cycles, s.last_frame_cycle), (None, None));
         assert_eq!(s.span_cycles(), None);
+    }
+
+    /// §5.4's desynchronisation strands a frame: through CPRR with FIFOs of depth 1, a drop
+    /// leaves output 0's simple arbiter waiting at an empty FIFO while a later frame's cell
+    /// sits in the other. With nothing entering, the fabric stands still; the runner gives
+    /// that frame up as `stranded` (so a drain ends) and every frame is accounted for.
+    #[test]
+    fn a_frame_no_arbiter_will_read_is_given_up_as_stranded() {
+        let cfg = ChassisFabric {
+            architecture: Architecture::Cprr(OutputArbiter::Simple),
+            depth: Depth::Finite(1),
+            ..ChassisFabric::default()
+        };
+        let mut r = FabricRunner::new(cfg, 2).unwrap();
+        r.strand_after = 50;
+        let mut gone = 0;
+        // The cycles of `fabric::Cprr`'s desynchronisation test, in one-cell frames.
+        for _ in 0..2 {
+            r.admit(crossing(0, 0, 10));
+            r.admit(crossing(1, 0, 10));
+            gone += r.cycle();
+        }
+        gone += r.cycle();
+        r.admit(crossing(0, 0, 10));
+        for _ in 0..200 {
+            gone += r.cycle();
+        }
+        assert!(!r.busy(), "the stranded frame was given up");
+        let s = r.snapshot();
+        assert_eq!(s.frames_dropped.get("stranded"), Some(&1), "{s:?}");
+        assert_eq!(s.frames_dropped.get("queue_full"), Some(&1), "{s:?}");
+        assert_eq!((s.frames_in, s.frames_out), (5, 3), "{s:?}");
+        assert_eq!(gone, 2, "both dropped frames left the runner's books");
+    }
+
+    /// A frame's cell waiting behind background cells is not stranded, however long it
+    /// waits: cells enter and leave meanwhile. (Before, a wait of `strand_after` cycles with
+    /// the inputs empty gave the frame up, although it would have been delivered.)
+    #[test]
+    fn a_frame_waiting_behind_background_cells_is_not_given_up() {
+        let cfg = ChassisFabric {
+            architecture: Architecture::OqXbar,
+            background: 1.0,
+            seed: 5,
+            ..ChassisFabric::default()
+        };
+        let mut r = FabricRunner::new(cfg, 8).unwrap();
+        r.strand_after = 2;
+        // Background alone (at the line rate: the queues wander up) builds the queues up,
+        // then a frame joins the longest.
+        for _ in 0..2_000 {
+            r.cycle();
+        }
+        let AnyFabric::OqXbar(ref oq) = r.fabric else {
+            unreachable!("an OQ-xbar configuration builds an OQ-xbar");
+        };
+        let to = (1..8).max_by_key(|&j| oq.queue_len(j)).expect("outputs");
+        let ahead = oq.queue_len(to);
+        assert!(ahead > 10, "a queue to wait in: {ahead}");
+        r.admit(crossing(0, to, 10));
+        settle(&mut r);
+        let s = r.snapshot();
+        assert_eq!((s.frames_out, s.dropped()), (1, 0), "{s:?}");
+        assert!(s.max_frame_cycles.is_some_and(|c| c > 2), "{s:?}");
     }
 
     #[test]
