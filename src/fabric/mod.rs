@@ -78,6 +78,17 @@
 //! # Where this model differs from the paper
 //!
 //! - Latency is counted in queues only (the paper's simulations, §6), not the pipeline.
+//! - A run ([`simulate`]) warms up before it measures: the cells of its first
+//!   `warmup_cycles` are not counted, so that the queues reach their steady state. The
+//!   paper does not say whether its simulations had a warm-up.
+//! - The drain (§5.5's "convention to wait to empty the queues") stops at the first cycle
+//!   with no departure: after a drop CPRR's simple arbiter can hold cells for good (§5.4),
+//!   and those are reported apart ([`Report::stranded`]), neither delivered nor dropped.
+//! - Above an architecture's saturation (RRM-1 and PIM-1 near r = 1) a run stops once its
+//!   backlog passes a bound and is reported saturated, with no latency or loss
+//!   ([`Report::saturated_at`]): the latency it would give grows with the run's length and
+//!   says nothing of the switch. The paper does not say how its simulations treated such
+//!   points.
 //! - The "average worst-case latency" of Figure 12 is read as the maximum latency seen at each
 //!   output port, averaged over the ports ([`Report::avg_worst_latency`]); the paper does not
 //!   say over what it averages. The run's overall maximum is reported beside it.
