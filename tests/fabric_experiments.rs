@@ -490,6 +490,21 @@ fn aggregation_through_the_chassis_fabric_is_exact_under_background_load() {
         }
     };
     assert_eq!(bad(&|c| c.backgrounds = vec![1.0]), "--backgrounds");
+    assert_eq!(bad(&|c| c.backgrounds = vec![]), "--backgrounds");
+    // The value at fault is named, so a user sees which of the list it was.
+    let err = fabric_chassis(
+        &FabricChassisConfig {
+            backgrounds: vec![0.3, f64::NAN],
+            ..cfg.clone()
+        },
+        &quiet,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--backgrounds") && err.contains("NaN"),
+        "{err}"
+    );
     assert_eq!(bad(&|c| c.gradients = 0), "--gradients");
     assert_eq!(bad(&|c| c.window = 0), "--window");
     assert_eq!(bad(&|c| c.cell_bytes = 0), "--cell-bytes");

@@ -15,13 +15,13 @@ use crate::lab::bench::experiments::ExperimentError;
 #[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct FabricBenchConfig {
     /// Ports P.
-    #[arg(long, default_value_t = FabricBenchConfig::default().ports, help = "Ports of the switch, P")]
+    #[arg(long, default_value_t = FabricBenchConfig::default().ports, help = "Ports of the switch, P (2 to 64)")]
     pub ports: usize,
     /// Input rate r (uniform Bernoulli).
-    #[arg(long, default_value_t = FabricBenchConfig::default().load, help = "Input rate r, uniform Bernoulli traffic")]
+    #[arg(long, default_value_t = FabricBenchConfig::default().load, help = "Input rate r, uniform Bernoulli traffic, in (0, 1]")]
     pub load: f64,
     /// Measured cycles per architecture.
-    #[arg(long, default_value_t = FabricBenchConfig::default().cycles, help = "Cycles per architecture")]
+    #[arg(long, default_value_t = FabricBenchConfig::default().cycles, help = "Cycles per architecture (1 to 1e10)")]
     pub cycles: u64,
 }
 

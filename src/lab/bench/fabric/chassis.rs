@@ -41,23 +41,23 @@ pub struct FabricChassisConfig {
     pub backgrounds: Vec<f64>,
     /// Gradients each worker contributes.
     #[arg(long, default_value_t = FabricChassisConfig::default().gradients,
-          help = "Gradients each of the four workers contributes")]
+          help = "Gradients each of the four workers contributes (1 to 16777216)")]
     pub gradients: usize,
     /// Packets each worker keeps in flight.
     #[arg(long, default_value_t = FabricChassisConfig::default().window,
-          help = "Packets each worker keeps in flight (its window)")]
+          help = "Packets each worker keeps in flight (its window, 1 to 1024)")]
     pub window: usize,
     /// Fabric cycles per microsecond of wall time.
     #[arg(long, default_value_t = FabricChassisConfig::default().cycles_per_us,
-          help = "Fabric cycles per microsecond of wall time")]
+          help = "Fabric cycles per microsecond of wall time, in (0, 1e6]")]
     pub cycles_per_us: f64,
     /// Bytes per cell.
     #[arg(long, default_value_t = FabricChassisConfig::default().cell_bytes,
-          help = "Bytes of a frame one cell carries")]
+          help = "Bytes of a frame one cell carries (1 to 65536)")]
     pub cell_bytes: usize,
     /// PPE threads per PFE.
     #[arg(long, default_value_t = FabricChassisConfig::default().ppe_threads,
-          help = "PPE threads of each of the three PFEs")]
+          help = "PPE threads of each of the three PFEs (1 to 1024)")]
     pub ppe_threads: usize,
     /// Seed of the background traffic and the gradients.
     #[arg(long, default_value_t = FabricChassisConfig::default().seed,
@@ -131,8 +131,14 @@ pub fn fabric_chassis(
     cfg: &FabricChassisConfig,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<FabricChassisReport, ExperimentError> {
-    if cfg.backgrounds.is_empty() || cfg.backgrounds.iter().any(|b| !(0.0..1.0).contains(b)) {
-        return bad("--backgrounds", "give loads in [0, 1)".into());
+    if cfg.backgrounds.is_empty() {
+        return bad("--backgrounds", "give at least one load, in [0, 1)".into());
+    }
+    if let Some(b) = cfg.backgrounds.iter().find(|b| !(0.0..1.0).contains(*b)) {
+        return bad(
+            "--backgrounds",
+            format!("{b}: a background load is in [0, 1) cells per input per cycle"),
+        );
     }
     if cfg.gradients == 0 || cfg.gradients > 1 << 24 {
         return bad(

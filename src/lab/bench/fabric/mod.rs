@@ -57,27 +57,27 @@ pub struct SwitchSettings {
     #[arg(long, default_value_t = SwitchSettings::default().ports, help = "Ports of the switch, P (2 to 64)")]
     pub ports: usize,
     /// Measured cycles per point.
-    #[arg(long, default_value_t = SwitchSettings::default().cycles, help = "Cycles measured per point, after the warm-up")]
+    #[arg(long, default_value_t = SwitchSettings::default().cycles, help = "Cycles measured per point, after the warm-up (1 to 1e10)")]
     pub cycles: u64,
     /// Warm-up cycles per point, not measured.
-    #[arg(long, default_value_t = SwitchSettings::default().warmup, help = "Warm-up cycles per point, not measured")]
+    #[arg(long, default_value_t = SwitchSettings::default().warmup, help = "Warm-up cycles per point, not measured (at most 1e10)")]
     pub warmup: u64,
     /// Mean burst of the bursty traffic, s (the paper: 32).
     #[arg(long, default_value_t = SwitchSettings::default().burst, help = "Mean burst of the bursty traffic, s, in cells (1 to 1e9)")]
     pub burst: f64,
     /// Nonuniform traffic: the chance a cell goes to the output of its input's index, p.
-    #[arg(long, default_value_t = SwitchSettings::default().same, help = "Nonuniform traffic: chance a cell goes to its own port's output, p")]
+    #[arg(long, default_value_t = SwitchSettings::default().same, help = "Nonuniform traffic: chance a cell goes to its own port's output, p, in [0, 1]")]
     pub same: f64,
     /// Cells a point may hold queued before it stops, reported saturated.
     #[arg(long, default_value_t = SwitchSettings::default().max_backlog,
-          help = "Cells a point may hold queued before it stops, reported saturated (memory: about 24 bytes a cell, up to twice that)")]
+          help = "Cells a point may hold queued before it stops, reported saturated, 1 to 1e9 (memory: about 24 bytes a cell, up to twice that)")]
     pub max_backlog: u64,
     /// Seed of the traffic and of PIM's random choices.
     #[arg(long, default_value_t = SwitchSettings::default().seed, help = "Seed of the traffic and of PIM's random choices")]
     pub seed: u64,
     /// Threads the points run on.
     #[arg(long, default_value_t = SwitchSettings::default().threads, hide_default_value = true,
-          help = "Threads the points run on [default: available cores]")]
+          help = "Threads the points run on, 1 to 1024 [default: available cores]")]
     pub threads: usize,
 }
 
