@@ -503,6 +503,77 @@ mod tests {
         assert_eq!(s.input_ptr[1], 0, "granted: one past output 2");
     }
 
+    /// Puts `cells` cells in VOQ(`i`, `j`) without running a cycle.
+    fn fill(s: &mut Voq, i: u16, j: u16, cells: u64) {
+        let mut out = Outputs::default();
+        for t in 0..cells {
+            s.counters.enter();
+            s.enqueue(Cell::new(i, j, t), &mut out);
+        }
+    }
+
+    /// McKeown (1999): iSLIP moves a grant pointer only when its grant is accepted, and
+    /// moves pointers in the first iteration only; RRM moves the grant pointer on every
+    /// grant, in every iteration. On 4 ports (two iterations): input 0 holds cells for
+    /// outputs 0 and 1, input 1 for output 1. In the first iteration outputs 0 and 1 both
+    /// grant input 0, which accepts output 0; output 1's grant is refused. In the second,
+    /// output 1 grants input 1, which accepts.
+    #[test]
+    fn islip_moves_pointers_only_on_first_iteration_accepts() {
+        for scheduler in [Scheduler::Islip, Scheduler::Rrm] {
+            let mut s = voq(4, scheduler, Iterations::Log2);
+            fill(&mut s, 0, 0, 1);
+            fill(&mut s, 0, 1, 1);
+            fill(&mut s, 1, 1, 1);
+            let mut out = Outputs::default();
+            s.step(&[], &mut out).unwrap();
+            let mut pairs: Vec<(u16, u16)> =
+                out.departures.iter().map(|c| (c.src, c.dst)).collect();
+            pairs.sort_unstable();
+            assert_eq!(
+                pairs,
+                [(0, 0), (1, 1)],
+                "{scheduler:?}: both iterations matched"
+            );
+            let (g, a) = (&s.grant_ptr[..2], &s.input_ptr[..2]);
+            match scheduler {
+                // Output 0's accepted grant moves g0 past input 0; output 1's refused one
+                // leaves g1, and the second iteration's accepted one moves nothing.
+                Scheduler::Islip => assert_eq!((g, a), (&[1, 0][..], &[1, 0][..])),
+                // g1 moves past input 0 on the refused grant, then past input 1; input 1's
+                // accept pointer moves past output 1 in the second iteration.
+                _ => assert_eq!((g, a), (&[1, 2][..], &[1, 2][..])),
+            }
+        }
+    }
+
+    /// EDRRM's pointers (Li, Panwar & Chao 2002): an input's request pointer stays on an
+    /// output while its VOQ keeps cells after the one sent, and moves one past it when the
+    /// VOQ empties or the request is refused (DRRM would keep it on a refused output); the
+    /// output's grant pointer stays on the input it granted.
+    #[test]
+    fn edrrm_pointers_follow_the_exhaustive_rules() {
+        let mut s = voq(3, Scheduler::Edrrm, Iterations::One);
+        fill(&mut s, 0, 1, 2);
+        fill(&mut s, 1, 1, 1);
+        let mut out = Outputs::default();
+        s.step(&[], &mut out).unwrap();
+        assert_eq!(
+            out.departures.iter().map(|c| c.src).collect::<Vec<_>>(),
+            [0]
+        );
+        // Input 0 keeps a cell for output 1: its pointer stays there; output 1's grant
+        // pointer stays on input 0; input 1 was refused: one past output 1.
+        assert_eq!((s.input_ptr[0], s.grant_ptr[1], s.input_ptr[1]), (1, 0, 2));
+        s.step(&[], &mut out).unwrap();
+        assert_eq!(
+            out.departures.iter().map(|c| c.src).collect::<Vec<_>>(),
+            [0]
+        );
+        // Its VOQ now empty, input 0 moves one past output 1.
+        assert_eq!((s.input_ptr[0], s.grant_ptr[1]), (2, 0));
+    }
+
     /// A matching never pairs an input or an output twice, under every scheduler.
     #[test]
     fn matchings_are_matchings() {
