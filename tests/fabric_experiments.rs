@@ -116,6 +116,49 @@ fn a_point_with_nothing_delivered_has_no_latency() {
     assert!(values.iter().all(|v| *v == "-"), "{table}");
 }
 
+/// Likewise a loss point that measured no cell has no loss ratio: an empty CSV field and
+/// null in JSON, not 0.0% that reads like a switch that lost nothing; the claims say why.
+/// (The cycle and seed of the test above: no traffic model brings a cell.)
+#[test]
+fn a_loss_point_with_nothing_measured_has_no_loss_ratio() {
+    let r = fabric_loss(
+        &FabricLossConfig {
+            switch: SwitchSettings {
+                ports: 4,
+                cycles: 1,
+                warmup: 0,
+                ..short(1)
+            },
+            loads: vec![0.01],
+            depths: vec![1],
+            near_one: 0.01,
+            max_depth: 2,
+        },
+        &quiet,
+    )
+    .unwrap();
+    assert_eq!(r.rows.len(), 6);
+    for x in &r.rows {
+        assert_eq!((x.report.measured, x.report.loss_ratio), (0, None), "{x:?}");
+        assert!(serde_json::to_value(x).unwrap()["loss_ratio"].is_null());
+    }
+    let col = r
+        .csv_header()
+        .iter()
+        .position(|h| *h == "loss_ratio")
+        .expect("a loss column");
+    assert!(r.csv_rows().iter().all(|row| row[col].is_empty()));
+    let claim = r
+        .key
+        .iter()
+        .find(|c| c.what.contains("loss at depth 1"))
+        .expect("the depth-1 claim");
+    assert_eq!(
+        claim.measured,
+        "CPRR no cell measured, PIM no cell measured"
+    );
+}
+
 /// Figure 9's claim is over the rates up to 0.9: a sweep with none says nothing of it
 /// (absent in the report, no line in the table), rather than "within 0.0%".
 #[test]

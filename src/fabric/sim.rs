@@ -88,7 +88,8 @@ pub struct Report {
     /// Cells that left in the window, per output per cycle: the carried load. Over the
     /// window's cycles that ran, so absent only when a saturated run stopped before it.
     pub throughput: Option<f64>,
-    /// `dropped / measured` (Figure 13); absent when the run was saturated.
+    /// `dropped / measured` (Figure 13); absent when the run was saturated or measured no
+    /// cell (no cell, no loss ratio: not a ratio of 0).
     pub loss_ratio: Option<f64>,
     /// Cycles the drain took.
     pub drain_cycles: u64,
@@ -196,7 +197,6 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
         }
     }
     let worst: Vec<u64> = tally.worst.iter().flatten().copied().collect();
-    let ratio = |n: f64, d: f64| if d > 0.0 { n / d } else { 0.0 };
     // A saturated run stopped with measured cells still queued: no latency or loss to give;
     // nor a latency when no measured cell left.
     let finished = saturated_at.is_none();
@@ -220,7 +220,8 @@ fn run<F: Fabric>(fabric: &mut F, gen: &mut TrafficGen, plan: Plan) -> Report {
         max_latency: worst.iter().copied().max().filter(|_| latencies),
         throughput: (window_cycles_run > 0)
             .then(|| tally.left_in_window as f64 / (ports as f64 * window_cycles_run as f64)),
-        loss_ratio: finished.then(|| ratio(tally.dropped as f64, tally.measured as f64)),
+        loss_ratio: (finished && tally.measured > 0)
+            .then(|| tally.dropped as f64 / tally.measured as f64),
         drain_cycles,
         counters: fabric.counters().clone(),
     }
@@ -299,8 +300,8 @@ mod tests {
     use super::super::{Architecture, Depth, Iterations, Scheduler};
     use super::*;
 
-    /// With no cell delivered there is no latency to report: absent, not 0 as for a
-    /// perfect switch.
+    /// With no cell delivered there is no latency to report, and with none measured no loss
+    /// ratio: absent, not 0 as for a perfect switch.
     #[test]
     fn a_quiet_switch_has_no_latency() {
         let config = FabricConfig::new(Architecture::OqXbar, 4, Depth::Infinite);
@@ -310,7 +311,8 @@ mod tests {
             (r.mean_latency, r.avg_worst_latency, r.max_latency),
             (None, None, None)
         );
-        assert_eq!((r.throughput, r.loss_ratio), (Some(0.0), Some(0.0)));
+        // Nothing carried is a measurement (0 cells a cycle); a loss ratio of no cells is not.
+        assert_eq!((r.throughput, r.loss_ratio), (Some(0.0), None));
         let r = simulate(&config, Traffic::Bernoulli, 0.05, 100, 1000, 1).unwrap();
         assert_eq!(r.measured, r.delivered);
         assert!(r.mean_latency.is_some_and(|l| l < 0.1));

@@ -99,7 +99,7 @@ pub struct ZeroLossDepth {
     pub load: f64,
     /// The depth, or `None` when even `max_depth` lost cells.
     pub depth: Option<usize>,
-    /// The loss ratio at depth 1 (absent if that point was saturated).
+    /// The loss ratio at depth 1 (absent if that point was saturated or measured no cell).
     pub loss_at_depth_1: Option<f64>,
 }
 
@@ -305,8 +305,8 @@ fn loss_claims(zero: &[ZeroLossDepth], rows: &[LossRow]) -> Vec<Claim> {
                 paper: "CPRR 5.2%, PIM 16.1%".into(),
                 measured: format!(
                     "CPRR {}, PIM {}",
-                    percent(c.report.loss_ratio, 1),
-                    percent(p.report.loss_ratio, 1)
+                    loss_text(&c.report, 1),
+                    loss_text(&p.report, 1)
                 ),
             });
         }
@@ -327,10 +327,19 @@ fn loss_claims(zero: &[ZeroLossDepth], rows: &[LossRow]) -> Vec<Claim> {
 }
 
 /// A loss ratio in percent with `decimals`, or `saturated` for a point that has none.
+/// A loss ratio as a percentage; `-` when the point has none (saturated, or no cell
+/// measured).
 fn percent(ratio: Option<f64>, decimals: usize) -> String {
-    ratio.map_or("saturated".into(), |r| {
-        format!("{:.*}%", decimals, r * 100.0)
-    })
+    ratio.map_or("-".into(), |r| format!("{:.*}%", decimals, r * 100.0))
+}
+
+/// A point's loss ratio as a percentage, or why it has none.
+fn loss_text(r: &Report, decimals: usize) -> String {
+    match r.loss_ratio {
+        _ if r.saturated_at.is_some() => "saturated".into(),
+        None => "no cell measured".into(),
+        ratio => percent(ratio, decimals),
+    }
 }
 
 impl Figure for FabricLossReport {
