@@ -277,8 +277,10 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// Empty outputs, with room for a `ports`-port switch's cycle.
+    /// Empty outputs, with room for a `ports`-port switch's cycle (at most [`MAX_PORTS`]:
+    /// no switch has more, and a larger count reserves no more).
     pub fn with_ports(ports: usize) -> Self {
+        let ports = ports.min(MAX_PORTS);
         Outputs {
             departures: Vec::with_capacity(ports),
             drops: Vec::with_capacity(ports),
@@ -568,8 +570,10 @@ mod tests {
     fn configuration_errors_name_the_setting() {
         let arch = Architecture::OqXbar;
         for (ports, depth, setting) in [
+            (0, Depth::Infinite, "ports"),
             (1, Depth::Infinite, "ports"),
             (65, Depth::Infinite, "ports"),
+            (usize::MAX, Depth::Finite(usize::MAX), "ports"),
             (16, Depth::Finite(0), "depth"),
         ] {
             let err = FabricConfig::new(arch, ports, depth).build(1).unwrap_err();
@@ -578,6 +582,25 @@ mod tests {
         assert!(FabricConfig::new(arch, 64, Depth::Finite(1))
             .build(1)
             .is_ok());
+        // The deepest FIFO there is reserves nothing up front, and P x D saturates.
+        for arch in Architecture::FIGURE_11 {
+            let mut f = FabricConfig::new(arch, 4, Depth::Finite(usize::MAX))
+                .build(1)
+                .unwrap();
+            let mut out = Outputs::default();
+            f.step(&[Cell::new(0, 1, 0), Cell::new(2, 1, 1)], &mut out)
+                .unwrap();
+            assert!(out.drops.is_empty() && f.counters().conserved(), "{arch}");
+        }
+    }
+
+    /// Any port count gives outputs (capacity for at most 64), no capacity overflow.
+    #[test]
+    fn outputs_for_any_port_count() {
+        for ports in [0, 16, usize::MAX] {
+            let out = Outputs::with_ports(ports);
+            assert!(out.departures.is_empty() && out.drops.is_empty());
+        }
     }
 
     #[test]
