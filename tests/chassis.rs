@@ -62,6 +62,10 @@ fn frames_cross_a_fabric_of_each_architecture_and_none_is_lost() {
             (10_000, 10_000, 0)
         );
         assert_eq!(s.cells_in, 40_000, "{architecture}");
+        assert!(
+            s.accounted() && s.frames_in_flight == 0,
+            "{architecture}: {s:?}"
+        );
         // An input sends one cell a cycle: a frame takes at least its 4 cycles.
         assert!(
             s.mean_frame_cycles.is_some_and(|m| m >= 4.0)

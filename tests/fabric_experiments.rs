@@ -514,6 +514,9 @@ fn aggregation_through_the_chassis_fabric_is_exact_under_background_load() {
         // 5 blocks up from each of two leaves, each Result down to both: 20 frames.
         assert_eq!(row.fabric.frames_out, 20, "{row:?}");
         assert_eq!(row.fabric.dropped(), 0);
+        // Drained: nothing left in flight, every frame accounted for.
+        assert_eq!(row.fabric.frames_in_flight, 0, "{row:?}");
+        assert!(row.fabric.accounted(), "{row:?}");
         assert_eq!(
             row.background == 0.0,
             row.fabric.background_cells == 0,

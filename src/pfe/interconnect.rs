@@ -126,13 +126,16 @@ impl ChassisFabric {
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FabricStats {
-    /// Frames handed to the fabric.
+    /// Frames handed to the fabric: `frames_out + dropped() + frames_in_flight` at every
+    /// snapshot ([`FabricStats::accounted`]).
     pub frames_in: u64,
     /// Frames that crossed it and entered their far PFE.
     pub frames_out: u64,
     /// Frames dropped, by reason (`queue_full`: a cell found its FIFO full; `stranded`: a
     /// cell stayed in a FIFO no arbiter would read again, §5.4's desynchronisation).
     pub frames_dropped: std::collections::BTreeMap<String, u64>,
+    /// Frames with cells still at their input or in the fabric (0 once the chassis drained).
+    pub frames_in_flight: u64,
     /// Cells of frames that entered the fabric.
     pub cells_in: u64,
     /// Background cells offered.
@@ -166,6 +169,12 @@ impl FabricStats {
     /// Frames dropped for any reason.
     pub fn dropped(&self) -> u64 {
         self.frames_dropped.values().sum()
+    }
+
+    /// Whether every frame handed to the fabric is accounted for: delivered, dropped or
+    /// still in flight.
+    pub fn accounted(&self) -> bool {
+        self.frames_in == self.frames_out + self.dropped() + self.frames_in_flight
     }
 }
 
@@ -382,6 +391,7 @@ impl FabricRunner {
     /// A snapshot of the counters.
     fn snapshot(&self) -> FabricStats {
         let mut s = self.stats.clone();
+        s.frames_in_flight = self.frames.len() as u64;
         s.mean_frame_cycles =
             (s.frames_out > 0).then(|| self.frame_cycles as f64 / s.frames_out as f64);
         s
@@ -491,9 +501,17 @@ mod tests {
                 r.admit(crossing(0, 2, 64 + i));
                 r.admit(crossing(1, 2, 100));
             }
+            // Mid-way the counters add up with the frames still in flight.
+            for _ in 0..30 {
+                r.cycle();
+                let s = r.snapshot();
+                assert!(s.accounted() && s.frames_in_flight > 0, "{s:?}");
+            }
             assert_eq!(settle(&mut r), 40);
             let s = r.snapshot();
             assert_eq!((s.frames_in, s.frames_out, s.dropped()), (40, 40, 0));
+            assert_eq!(s.frames_in_flight, 0);
+            assert!(s.accounted());
             // 64..84 bytes take 4 or 5 cells of 16; 100 bytes take 7.
             let want: u64 = (0..20).map(|i| (64 + i as u64).div_ceil(16)).sum::<u64>() + 20 * 7;
             assert_eq!(s.cells_in, want);
@@ -671,6 +689,7 @@ mod tests {
         }
         assert!(!r.busy(), "the stranded frame was given up");
         let s = r.snapshot();
+        assert!(s.accounted() && s.frames_in_flight == 0, "{s:?}");
         assert_eq!(s.frames_dropped.get("stranded"), Some(&1), "{s:?}");
         assert_eq!(s.frames_dropped.get("queue_full"), Some(&1), "{s:?}");
         assert_eq!((s.frames_in, s.frames_out), (5, 3), "{s:?}");

@@ -115,7 +115,7 @@ pub struct FabricChassisReport {
     pub config: FabricChassisConfig,
     /// One row per architecture and background load.
     pub rows: Vec<ChassisRow>,
-    /// Every sum exact, no frame dropped.
+    /// Every sum exact, no frame dropped, every frame accounted for.
     pub verified: bool,
 }
 
@@ -188,7 +188,9 @@ pub fn fabric_chassis(
             progress(rows.len(), total);
         }
     }
-    let verified = rows.iter().all(|r| r.sums_exact && r.fabric.dropped() == 0);
+    let verified = rows
+        .iter()
+        .all(|r| r.sums_exact && r.fabric.dropped() == 0 && r.fabric.accounted());
     Ok(FabricChassisReport {
         config: cfg.clone(),
         rows,
