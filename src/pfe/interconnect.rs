@@ -14,6 +14,10 @@
 //!    background cell to a uniformly chosen output; the fabric steps.
 //! 4. A frame whose last cell leaves is injected into the far PFE. A frame that lost a cell
 //!    at a full FIFO is dropped when its last cell is accounted for, and counted by reason.
+//!    Through CPRR with finite FIFOs a drop can leave a frame's cell where the output
+//!    arbiter will not read it until a later cell fills its row (§5.4); when the fabric
+//!    stands still, no cell entering or leaving, for 10^6 cycles, the frames in it are
+//!    dropped as `stranded`, so that a drain ends.
 //! 5. Without background traffic the fabric runs cycles only while a frame's cells are in
 //!    it, so fabric time is counted in cycles of work; an idle fabric waits for frames.
 //!    With background traffic, it runs continuously, `cycles_per_us` cycles per
