@@ -776,6 +776,124 @@ fn stopping_the_server_cuts_off_an_idle_client() {
     pfe.shutdown();
 }
 
+/// Two ADA operands (Nimble's rate and time, ADA(ΔT, R)) share the ADA metric families:
+/// each family's `# HELP` and `# TYPE` come once, its samples together, told apart by the
+/// `operand` label (the text format refuses a family declared twice).
+#[test]
+fn two_ada_operands_share_one_family_per_metric() {
+    let mem = small_memory();
+    let nimble = Nimble::install(
+        &mem,
+        NimbleConfig {
+            dt_ada: Some(pfemu::ada::block::AdaConfig::new(
+                pfemu::ada::arith::Op::Mul,
+            )),
+            prime_epochs: 2,
+            ..NimbleConfig::default()
+        },
+    )
+    .expect("installs");
+    let pfe = Pfe::builder()
+        .program(nimble.program())
+        .memory(mem.clone())
+        .ppe_threads(1)
+        .sink(Arc::new(CountingSink::new(2)))
+        .build()
+        .expect("a valid engine");
+    let rate = Arc::clone(nimble.ada().expect("ADA on the rate"));
+    let dt = Arc::clone(nimble.dt_ada().expect("ADA on the time"));
+    let targets: Vec<Arc<dyn Target>> = vec![
+        Arc::new(NimbleTarget::new(nimble.clone(), mem)),
+        Arc::new(AdaTarget::new("rate", rate)),
+        Arc::new(AdaTarget::new("dt", dt)),
+    ];
+    let ctl = Controller::new(pfe.control(), targets);
+    let r = ctl.handle("GET", "/metrics", b"");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let text = r.body;
+    // Every family declared once.
+    let mut declared = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "))
+        {
+            let name = rest.split(' ').next().unwrap_or_default();
+            *declared
+                .entry((line[..6].to_string(), name.to_string()))
+                .or_insert(0) += 1;
+        }
+    }
+    for ((kind, name), n) in &declared {
+        assert_eq!(*n, 1, "{kind} {name} appears {n} times:\n{text}");
+    }
+    for family in [
+        "pfemu_ada_epochs_total",
+        "pfemu_ada_repopulations_total",
+        "pfemu_ada_reads_total",
+        "pfemu_ada_writes_total",
+        "pfemu_ada_bins",
+    ] {
+        assert!(
+            declared.contains_key(&("# TYPE".to_string(), family.to_string())),
+            "{family} missing:\n{text}"
+        );
+        // Both operands' samples, right after the family's TYPE line.
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| {
+                *l == format!("# TYPE {family} counter") || *l == format!("# TYPE {family} gauge")
+            })
+            .expect("declared");
+        let samples: Vec<&str> = lines[at + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with('#'))
+            .copied()
+            .collect();
+        assert_eq!(samples.len(), 2, "{family}: {samples:?}");
+        assert!(
+            samples[0].starts_with(&format!("{family}{{operand=\"dt\"}} ")),
+            "{samples:?}"
+        );
+        assert!(
+            samples[1].starts_with(&format!("{family}{{operand=\"rate\"}} ")),
+            "{samples:?}"
+        );
+    }
+    // The rate's table was primed (2 epochs), the time's not.
+    assert!(
+        text.contains("pfemu_ada_epochs_total{operand=\"rate\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pfemu_ada_epochs_total{operand=\"dt\"} 0\n"),
+        "{text}"
+    );
+    prometheus_parses_families(&text, &["pfemu_ada_epochs", "pfemu_ada_bins"]);
+}
+
+/// Parses `text` with `prometheus_client.parser` and checks that each of `families` has
+/// one sample per ADA operand (`rate` and `dt`), or prints why it cannot.
+fn prometheus_parses_families(text: &str, families: &[&str]) {
+    prometheus_run(
+        text,
+        &format!(
+            r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = list(text_string_to_metric_families(sys.stdin.read()))
+names = [f.name for f in fams]
+assert len(names) == len(set(names)), "a family twice: %s" % names
+by = {{f.name: f for f in fams}}
+for name in {families:?}:
+    ops = sorted(s.labels["operand"] for s in by[name].samples)
+    assert ops == ["dt", "rate"], (name, ops)
+"#
+        ),
+    );
+}
+
 /// Parses `text` with `prometheus_client.parser` and checks a few families, or prints why
 /// it cannot (Python or the package missing: `.ci/run` installs it when it can).
 fn prometheus_parses(text: &str) {
@@ -789,6 +907,12 @@ assert families["pfemu_in_flight"].type == "gauge"
 assert families["pfemu_ada_epochs"].samples[0].labels == {"operand": "rate"}
 print(len(families))
 "#;
+    prometheus_run(text, script);
+}
+
+/// Runs the Python `script` on `text` (its stdin) and asserts it succeeds, or prints why it
+/// cannot run (Python or `prometheus_client` missing: `.ci/run` installs it when it can).
+fn prometheus_run(text: &str, script: &str) {
     let probe = Command::new("python3")
         .args(["-c", "import prometheus_client"])
         .output();

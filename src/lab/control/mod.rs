@@ -36,8 +36,10 @@
 //! The library API is the same without HTTP: [`Controller::handle`] takes a request and
 //! returns the response an HTTP client would get.
 
+mod metrics;
 mod targets;
 
+pub use metrics::{MetricKind, Metrics};
 pub use targets::{
     AdaTarget, JobsTarget, NimbleTarget, RoutesTarget, TcamTarget, JOBS_GRACE_DEADLINE,
 };
@@ -81,9 +83,11 @@ pub trait Target: Send + Sync {
     /// Runs `command` with its JSON arguments; the JSON result, or an error message that
     /// says what is wrong (answered with status 400).
     fn call(&self, command: &str, args: &Value) -> Result<Value, String>;
-    /// Appends the target's own metrics in the Prometheus text format (`# HELP`, `# TYPE`
-    /// and samples), if it has any.
-    fn metrics(&self, _out: &mut String) {}
+    /// Adds the target's own metric samples, if it has any. Targets of one kind share
+    /// families (ADA on the rate and on the time both add to `pfemu_ada_epochs_total`): a
+    /// target tells its samples apart by a label with its name, and [`Metrics`] writes each
+    /// family's `# HELP` and `# TYPE` once.
+    fn metrics(&self, _out: &mut Metrics) {}
     /// Given the engine's control handle when the [`Controller`] is made: for a target
     /// whose changes need the engine itself (the jobs' grace periods, [`JobsTarget`]).
     fn attach(&self, _engine: &Control) {}
@@ -408,134 +412,126 @@ impl Controller {
         Ok(json!(status))
     }
 
-    /// The counters in the Prometheus text format (version 0.0.4).
+    /// The counters in the Prometheus text format (version 0.0.4): the engine's, then the
+    /// targets', each family once ([`Metrics`]).
     pub fn metrics(&self) -> String {
         let s = self.ctl.stats();
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, samples: &[(String, u64)]| {
-            let _ = writeln!(out, "# HELP pfemu_{name} {help}");
-            let _ = writeln!(out, "# TYPE pfemu_{name} counter");
-            for (labels, v) in samples {
-                let _ = writeln!(out, "pfemu_{name}{labels} {v}");
+        let mut m = Metrics::new();
+        let mut one = |name: &str, help: &str, v: u64| m.counter(name, help, &[], v);
+        one(
+            "pfemu_packets_in_total",
+            "Frames injected, those dropped at ingress included.",
+            s.packets_in,
+        );
+        one(
+            "pfemu_packets_out_total",
+            "Ingress packets that left the engine.",
+            s.packets_out,
+        );
+        one(
+            "pfemu_packets_consumed_total",
+            "Ingress packets a program consumed.",
+            s.consumed,
+        );
+        one(
+            "pfemu_packets_created_total",
+            "Packets created by programs.",
+            s.created,
+        );
+        let mut by = |name: &str, help: &str, label: &str, map: &BTreeMap<String, u64>| {
+            if map.is_empty() {
+                // A family without samples still says what it is.
+                m.declare(name, help, MetricKind::Counter);
+            }
+            for (k, &v) in map {
+                m.counter(name, help, &[(label, k)], v);
             }
         };
-        let one = |v: u64| vec![(String::new(), v)];
-        counter(
-            "packets_in_total",
-            "Frames injected, those dropped at ingress included.",
-            &one(s.packets_in),
-        );
-        counter(
-            "packets_out_total",
-            "Ingress packets that left the engine.",
-            &one(s.packets_out),
-        );
-        counter(
-            "packets_consumed_total",
-            "Ingress packets a program consumed.",
-            &one(s.consumed),
-        );
-        counter(
-            "packets_created_total",
-            "Packets created by programs.",
-            &one(s.created),
-        );
-        let by = |label: &str, m: &BTreeMap<String, u64>| -> Vec<(String, u64)> {
-            m.iter()
-                .map(|(k, &v)| (format!("{{{label}=\"{}\"}}", escape_label(k)), v))
-                .collect()
-        };
-        counter(
-            "packets_dropped_total",
+        by(
+            "pfemu_packets_dropped_total",
             "Ingress packets dropped, by reason.",
-            &by("reason", &s.dropped_by_reason),
+            "reason",
+            &s.dropped_by_reason,
         );
-        counter(
-            "faults_total",
+        by(
+            "pfemu_faults_total",
             "Program faults, by kind.",
-            &by("kind", &s.faults),
+            "kind",
+            &s.faults,
         );
-        counter(
-            "xtxns_total",
+        by(
+            "pfemu_xtxns_total",
             "External transactions, by kind.",
-            &by("kind", &s.xtxns),
+            "kind",
+            &s.xtxns,
         );
-        counter(
-            "instructions_total",
+        m.counter(
+            "pfemu_instructions_total",
             "Instructions executed by packet threads.",
-            &one(s.instructions),
+            &[],
+            s.instructions,
         );
-        let ports: Vec<(String, u64)> = s
-            .tx_by_port
-            .iter()
-            .map(|(p, (f, _))| (format!("{{port=\"{p}\"}}"), *f))
-            .collect();
-        counter(
-            "frames_tx_total",
-            "Frames handed to sinks, by port.",
-            &ports,
+        let (frames, bytes) = (
+            ("pfemu_frames_tx_total", "Frames handed to sinks, by port."),
+            ("pfemu_bytes_tx_total", "Bytes handed to sinks, by port."),
         );
-        let bytes: Vec<(String, u64)> = s
-            .tx_by_port
-            .iter()
-            .map(|(p, (_, b))| (format!("{{port=\"{p}\"}}"), *b))
-            .collect();
-        counter("bytes_tx_total", "Bytes handed to sinks, by port.", &bytes);
-        counter(
-            "timer_launches_total",
+        if s.tx_by_port.is_empty() {
+            m.declare(frames.0, frames.1, MetricKind::Counter);
+            m.declare(bytes.0, bytes.1, MetricKind::Counter);
+        }
+        for (p, (f, _)) in &s.tx_by_port {
+            m.counter(frames.0, frames.1, &[("port", &p.to_string())], *f);
+        }
+        for (p, (_, b)) in &s.tx_by_port {
+            m.counter(bytes.0, bytes.1, &[("port", &p.to_string())], *b);
+        }
+        let mut one = |name: &str, help: &str, v: u64| m.counter(name, help, &[], v);
+        one(
+            "pfemu_timer_launches_total",
             "Timer threads launched.",
-            &one(s.timer_launches),
+            s.timer_launches,
         );
-        counter(
-            "timer_overruns_total",
+        one(
+            "pfemu_timer_overruns_total",
             "Timer launches skipped: the last had not finished.",
-            &one(s.timer_overruns),
+            s.timer_overruns,
         );
-        counter(
-            "control_requests_total",
+        one(
+            "pfemu_control_requests_total",
             "Requests the control plane answered (errors included).",
-            &one(self.requests.load(Ordering::Relaxed)),
+            self.requests.load(Ordering::Relaxed),
         );
-        counter(
-            "control_errors_total",
+        one(
+            "pfemu_control_errors_total",
             "Requests the control plane refused.",
-            &one(self.errors.load(Ordering::Relaxed)),
+            self.errors.load(Ordering::Relaxed),
         );
-        let _ = writeln!(
-            out,
-            "# HELP pfemu_in_flight Packets accepted and not yet released."
+        m.gauge(
+            "pfemu_in_flight",
+            "Packets accepted and not yet released.",
+            &[],
+            s.in_flight as f64,
         );
-        let _ = writeln!(out, "# TYPE pfemu_in_flight gauge");
-        let _ = writeln!(out, "pfemu_in_flight {}", s.in_flight);
         if let Some(l) = &s.latency {
-            let _ = writeln!(
-                out,
-                "# HELP pfemu_latency_seconds Time from ingress to egress."
-            );
-            let _ = writeln!(out, "# TYPE pfemu_latency_seconds summary");
+            let (name, help) = ("pfemu_latency_seconds", "Time from ingress to egress.");
             for (q, v) in [
                 ("0.5", l.p50_ns),
                 ("0.9", l.p90_ns),
                 ("0.99", l.p99_ns),
                 ("0.999", l.p999_ns),
             ] {
-                let _ = writeln!(
-                    out,
-                    "pfemu_latency_seconds{{quantile=\"{q}\"}} {}",
-                    v as f64 / 1e9
-                );
+                let v = (v as f64 / 1e9).to_string();
+                m.sample(name, help, MetricKind::Summary, "", &[("quantile", q)], v);
             }
-            let _ = writeln!(
-                out,
-                "pfemu_latency_seconds_sum {}",
-                l.mean_ns * l.count as f64 / 1e9
-            );
-            let _ = writeln!(out, "pfemu_latency_seconds_count {}", l.count);
+            let sum = (l.mean_ns * l.count as f64 / 1e9).to_string();
+            m.sample(name, help, MetricKind::Summary, "_sum", &[], sum);
+            let count = l.count.to_string();
+            m.sample(name, help, MetricKind::Summary, "_count", &[], count);
         }
         for t in self.targets.values() {
-            t.metrics(&mut out);
+            t.metrics(&mut m);
         }
-        out
+        m.render()
     }
 }
 

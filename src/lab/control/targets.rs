@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use serde_json::{json, Value};
 
-use super::{escape_label, opt_u64, Target};
+use super::{opt_u64, MetricKind, Metrics, Target};
 use crate::ada::block::{Ada, ControlPlane};
 use crate::mem::tcam::{Tcam, TcamEntry};
 use crate::mem::SharedMemory;
@@ -192,30 +192,35 @@ impl Target for AdaTarget {
         }
     }
 
-    fn metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
+    fn metrics(&self, out: &mut Metrics) {
         let s = self.ada.stats();
-        let label = format!("{{operand=\"{}\"}}", escape_label(&self.name));
+        let label = [("operand", self.name.as_str())];
         for (name, help, v) in [
-            ("epochs", "ADA controller epochs.", s.epochs),
+            ("pfemu_ada_epochs_total", "ADA controller epochs.", s.epochs),
             (
-                "repopulations",
+                "pfemu_ada_repopulations_total",
                 "Calculation tables installed by ADA.",
                 s.repopulations,
             ),
-            ("reads", "Hit counters ADA's controller read.", s.reads),
-            ("writes", "Entries ADA's controller wrote.", s.writes),
+            (
+                "pfemu_ada_reads_total",
+                "Hit counters ADA's controller read.",
+                s.reads,
+            ),
+            (
+                "pfemu_ada_writes_total",
+                "Entries ADA's controller wrote.",
+                s.writes,
+            ),
         ] {
-            let _ = writeln!(out, "# HELP pfemu_ada_{name}_total {help}");
-            let _ = writeln!(out, "# TYPE pfemu_ada_{name}_total counter");
-            let _ = writeln!(out, "pfemu_ada_{name}_total{label} {v}");
+            out.counter(name, help, &label, v);
         }
-        let _ = writeln!(
-            out,
-            "# HELP pfemu_ada_bins Monitoring bins of an ADA operand."
+        out.gauge(
+            "pfemu_ada_bins",
+            "Monitoring bins of an ADA operand.",
+            &label,
+            s.bins as f64,
         );
-        let _ = writeln!(out, "# TYPE pfemu_ada_bins gauge");
-        let _ = writeln!(out, "pfemu_ada_bins{label} {}", s.bins);
     }
 }
 
@@ -292,20 +297,15 @@ impl Target for NimbleTarget {
         }
     }
 
-    fn metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let _ = writeln!(
-            out,
-            "# HELP pfemu_nimble_admitted_bytes_total Bytes a class admitted."
+    fn metrics(&self, out: &mut Metrics) {
+        let (name, help) = (
+            "pfemu_nimble_admitted_bytes_total",
+            "Bytes a class admitted.",
         );
-        let _ = writeln!(out, "# TYPE pfemu_nimble_admitted_bytes_total counter");
+        out.declare(name, help, MetricKind::Counter);
         for c in 0..self.classes() {
             if let Ok(counts) = self.nimble.counts(&self.mem, c) {
-                let _ = writeln!(
-                    out,
-                    "pfemu_nimble_admitted_bytes_total{{class=\"{c}\"}} {}",
-                    counts.bytes
-                );
+                out.counter(name, help, &[("class", &c.to_string())], counts.bytes);
             }
         }
     }
