@@ -776,6 +776,74 @@ fn stopping_the_server_cuts_off_an_idle_client() {
     pfe.shutdown();
 }
 
+/// ADA's target refuses what it does not take, naming the value: arguments of the wrong
+/// type or too large, unknown arguments (a misspelt one would otherwise look accepted),
+/// and bodies that are not objects; nothing panics, and the operand is left as it was.
+#[test]
+fn ada_target_refuses_bad_arguments_by_name() {
+    use pfemu::ada::arith::Op;
+    use pfemu::ada::block::{Ada, AdaConfig};
+    let ada = Arc::new(Ada::new(AdaConfig::new(Op::Square)).expect("the paper's settings"));
+    let target = AdaTarget::new("sq", Arc::clone(&ada));
+    let before = ada.stats();
+    let refused = |command: &str, args: Value, says: &str| {
+        let e = target
+            .call(command, &args)
+            .expect_err(&format!("{command} {args} refused"));
+        assert!(
+            e.contains(says),
+            "{command} {args}: `{e}` does not say `{says}`"
+        );
+    };
+    refused(
+        "epoch",
+        json!({ "epochs": 5 }),
+        "`epoch` takes no arguments: got `epochs`",
+    );
+    refused("stats", json!([1, 2]), "must be a JSON object, got [1,2]");
+    refused("bins", json!("all"), "must be a JSON object, got \"all\"");
+    refused("lookup", json!({}), "give `x`");
+    refused("lookup", json!({ "x": "7" }), "invalid `x` \"7\"");
+    refused("lookup", json!({ "x": -1 }), "invalid `x` -1");
+    refused("lookup", json!({ "x": 1.5 }), "invalid `x` 1.5");
+    refused(
+        "lookup",
+        json!({ "x": 1u64 << 32 }),
+        "invalid `x` 4294967296: must be an operand from 0 to 2^32 - 1",
+    );
+    refused(
+        "lookup",
+        json!({ "x": 3, "y": 4 }),
+        "`lookup` takes `x`: got `y`",
+    );
+    refused("fly", Value::Null, "no command `fly`");
+    assert_eq!(ada.stats(), before, "a refused request changes nothing");
+    // The good ones: a lookup is the table's answer, the square of the representative of
+    // the entry covering the operand.
+    let entry = ada
+        .entries()
+        .into_iter()
+        .find(|e| e.matches(1000))
+        .expect("the table covers every operand");
+    let r = target
+        .call("lookup", &json!({ "x": 1000 }))
+        .expect("a lookup");
+    assert_eq!(
+        r["result"],
+        entry.representative * entry.representative,
+        "{r}"
+    );
+    let r = target
+        .call("lookup", &json!({ "x": u32::MAX }))
+        .expect("the largest");
+    assert!(r["result"].as_u64() > Some(1 << 62), "{r}");
+    assert_eq!(ada.stats().epochs, 0, "a lookup runs no epoch");
+    target
+        .call("epoch", &json!({}))
+        .expect("an empty object is no arguments");
+    assert_eq!(ada.stats().epochs, 1);
+}
+
 /// Two ADA operands (Nimble's rate and time, ADA(ΔT, R)) share the ADA metric families:
 /// each family's `# HELP` and `# TYPE` come once, its samples together, told apart by the
 /// `operand` label (the text format refuses a family declared twice).

@@ -31,6 +31,31 @@ fn need<T: TryFrom<u64>>(args: &Value, key: &str, range: &str) -> Result<T, Stri
     T::try_from(v).map_err(|_| format!("invalid `{key}` {v}: must be {range}"))
 }
 
+/// Refuses arguments `command` does not take (anything but `takes`), naming the first, and
+/// arguments that are not a JSON object: ignored, a misspelt argument would look accepted.
+fn only_args(command: &str, args: &Value, takes: &[&str]) -> Result<(), String> {
+    match args {
+        Value::Null => Ok(()),
+        Value::Object(m) => match m.keys().find(|k| !takes.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) if takes.is_empty() => {
+                Err(format!("`{command}` takes no arguments: got `{k}`"))
+            }
+            Some(k) => Err(format!(
+                "`{command}` takes {}: got `{k}`",
+                takes
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        },
+        other => Err(format!(
+            "the arguments of `{command}` must be a JSON object, got {other}"
+        )),
+    }
+}
+
 fn entry_json(e: &TcamEntry) -> Value {
     json!({ "value": e.value, "mask": e.mask, "priority": e.priority, "result": e.result })
 }
@@ -165,10 +190,21 @@ impl Target for AdaTarget {
                 "epoch",
                 "{} -> runs one controller epoch now, from the control side",
             ),
+            (
+                "lookup",
+                "{\"x\": X} -> the calculation table's result for operand X (0 to 2^32 - 1), \
+                 without counting it in the monitoring",
+            ),
         ]
     }
 
-    fn call(&self, command: &str, _args: &Value) -> Result<Value, String> {
+    fn call(&self, command: &str, args: &Value) -> Result<Value, String> {
+        let takes: &[&str] = match command {
+            "stats" | "bins" | "entries" | "epoch" => &[],
+            "lookup" => &["x"],
+            _ => return Err(format!("no command `{command}`")),
+        };
+        only_args(command, args, takes)?;
         match command {
             "stats" => serde_json::to_value(self.ada.stats()).map_err(|e| e.to_string()),
             "bins" => Ok(json!(self.ada.bins().iter().map(|b| b.pattern()).collect::<Vec<_>>())),
@@ -187,6 +223,10 @@ impl Target for AdaTarget {
                     "reads": e.reads,
                     "writes": e.writes,
                 }))
+            }
+            "lookup" => {
+                let x: u32 = need(args, "x", "an operand from 0 to 2^32 - 1")?;
+                Ok(json!({ "x": x, "result": self.ada.table().get(x) }))
             }
             _ => Err(format!("no command `{command}`")),
         }
