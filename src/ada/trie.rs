@@ -38,19 +38,19 @@ pub struct Bin {
 }
 
 impl Bin {
-    /// The number of wildcard bits.
+    /// The number of wildcard bits (0 for a prefix as long as the width or longer).
     pub fn wildcards(&self) -> u32 {
-        self.bits - self.len
+        self.bits.saturating_sub(self.len)
     }
 
     /// The smallest operand in the bin.
     pub fn first(&self) -> u64 {
-        self.prefix << self.wildcards()
+        self.prefix.checked_shl(self.wildcards()).unwrap_or(0)
     }
 
     /// The largest operand in the bin.
     pub fn last(&self) -> u64 {
-        self.first() + ((1u64 << self.wildcards()) - 1)
+        self.first() | low_bits(self.wildcards())
     }
 
     /// The ternary value: the prefix, wildcard bits zero.
@@ -60,7 +60,7 @@ impl Bin {
 
     /// The ternary mask: ones on the prefix's bits.
     pub fn mask(&self) -> u64 {
-        ((1u64 << self.bits) - 1) & !((1u64 << self.wildcards()) - 1)
+        low_bits(self.bits) & !low_bits(self.wildcards())
     }
 
     /// Whether `operand` falls in the bin.
@@ -463,6 +463,12 @@ impl BinningTrie {
     }
 }
 
+/// Ones in the low `n` bits (all 64 for `n >= 64`): the operands of an `n`-bit width, or
+/// the wildcard bits of an entry with `n` of them, without a shift that overflows at 64.
+fn low_bits(n: u32) -> u64 {
+    u64::MAX.checked_shr(64u32.saturating_sub(n)).unwrap_or(0)
+}
+
 /// The most monitoring entries [`BinningTrie::new`] accepts for `operand_bits`-bit operands:
 /// one per operand (`2^operand_bits`), and at most [`MAX_TCAM_ENTRIES`], since the monitoring
 /// table is a ternary match block.
@@ -517,14 +523,17 @@ pub struct TernaryEntry {
 
 impl TernaryEntry {
     /// The entry for the operands with the top `len` bits (of `bits`) equal to `prefix`.
+    /// Widths are 1 to 64 bits (a larger `bits` is taken as 64), a `len` above `bits` as
+    /// `bits`, and only the low `len` bits of `prefix` count.
     pub fn for_prefix(prefix: u64, len: u32, bits: u32) -> Self {
+        let bits = bits.min(64);
+        let len = len.min(bits);
         let r = bits - len;
-        let first = prefix << r;
-        let last = first + ((1u64 << r) - 1);
+        let first = (prefix & low_bits(len)).checked_shl(r).unwrap_or(0);
         TernaryEntry {
             value: first,
-            mask: ((1u64 << bits) - 1) & !((1u64 << r) - 1),
-            representative: first + (last - first) / 2,
+            mask: low_bits(bits) & !low_bits(r),
+            representative: first + low_bits(r) / 2,
         }
     }
 
@@ -606,7 +615,7 @@ pub fn bin_population(bin: &Bin, k: u64) -> Vec<TernaryEntry> {
         if !refine(bin.prefix, bin.len, bin.bits, t, &mut out, cap) {
             break;
         }
-        let exact = out.len() as u64 == 1u64 << bin.wildcards();
+        let exact = out.len() as u128 == 1u128 << bin.wildcards();
         best = out;
         if exact {
             break;
@@ -627,23 +636,41 @@ struct Split {
 }
 
 impl Split {
-    /// `w^2 / lo` as a fraction `(w^2, lo)`, infinite for `lo = 0`, zero when exact.
-    fn gain(&self) -> (u128, u128) {
-        match (self.r, self.lo) {
-            (0, _) => (0, 1),
-            (_, 0) => (1, 0),
-            (r, lo) => (1u128 << (2 * r), u128::from(lo)),
+    /// `w^2 / lo = 2^(2r) / lo` against `other`'s: zero when exact (`r = 0`), infinite for
+    /// `lo = 0`; compared exactly, without overflow, for widths up to 64 bits.
+    fn cmp_gain(&self, other: &Split) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        // (is it finite and non-zero, ...): exact < finite < infinite.
+        let class = |s: &Split| match (s.r, s.lo) {
+            (0, _) => 0,
+            (_, 0) => 2,
+            _ => 1,
+        };
+        match class(self).cmp(&class(other)) {
+            Ordering::Equal if class(self) == 1 => {}
+            unequal_or_alike => return unequal_or_alike,
+        }
+        // 2^ka / a against 2^kb / b is 2^ka * b against 2^kb * a.
+        let (ka, kb) = (2 * self.r, 2 * other.r);
+        // x * 2^k against y, for x >= 1 and y < 2^64.
+        let shifted = |x: u64, k: u32, y: u64| {
+            if k >= 64 {
+                Ordering::Greater
+            } else {
+                (u128::from(x) << k).cmp(&u128::from(y))
+            }
+        };
+        if ka >= kb {
+            shifted(other.lo, ka - kb, self.lo)
+        } else {
+            shifted(self.lo, kb - ka, other.lo).reverse()
         }
     }
 }
 
 impl Ord for Split {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        let ((an, ad), (bn, bd)) = (self.gain(), other.gain());
-        // a/b against c/d as a*d against c*b (both below 2^96 * 2^32).
-        (an * bd)
-            .cmp(&(bn * ad))
-            .then_with(|| other.lo.cmp(&self.lo))
+        self.cmp_gain(other).then_with(|| other.lo.cmp(&self.lo))
     }
 }
 
@@ -656,7 +683,7 @@ impl PartialOrd for Split {
 /// Splits entries of `entries` (disjoint, in operand order) as [`bin_population`] says,
 /// until there are `cap` of them or all are exact; the result is in operand order.
 fn split_greedy(entries: Vec<TernaryEntry>, cap: usize, bits: u32) -> Vec<TernaryEntry> {
-    let all = (1u64 << bits) - 1;
+    let all = low_bits(bits);
     let mut n = entries.len();
     let mut heap: std::collections::BinaryHeap<Split> = entries
         .iter()
@@ -684,7 +711,9 @@ fn split_greedy(entries: Vec<TernaryEntry>, cap: usize, bits: u32) -> Vec<Ternar
     }
     let mut out: Vec<TernaryEntry> = heap
         .into_iter()
-        .map(|Split { r, lo }| TernaryEntry::for_prefix(lo >> r, bits - r, bits))
+        .map(|Split { r, lo }| {
+            TernaryEntry::for_prefix(lo.checked_shr(r).unwrap_or(0), bits - r, bits)
+        })
         .collect();
     out.sort_unstable_by_key(|e| e.value);
     out
@@ -1071,5 +1100,96 @@ mod tests {
         assert_eq!(t.leaves()[1].hits, 14, "a refused read changes nothing");
         // Figure 4a -> 4b from counters alone.
         assert!(matches!(t.update(0.2, 2), Update::Rebalanced { .. }));
+    }
+}
+
+#[cfg(test)]
+mod width_tests {
+    use super::*;
+
+    /// Every width a `u64` holds, 1 to 64: entries, bins and populations are total there
+    /// (no shift overflows at 64), and cover the operands exactly once.
+    #[test]
+    fn every_width_up_to_64_bits() {
+        for bits in 1..=64u32 {
+            let all = u64::MAX >> (64 - bits);
+            let whole = TernaryEntry::for_prefix(0, 0, bits);
+            assert_eq!((whole.value, whole.mask), (0, 0), "bits={bits}");
+            assert_eq!(whole.representative, all / 2, "bits={bits}");
+            assert!(whole.matches(all) && whole.matches(0));
+            let top = TernaryEntry::for_prefix(all, bits, bits);
+            assert_eq!((top.value, top.mask, top.representative), (all, all, all));
+            let bin = Bin {
+                prefix: 1,
+                len: 1,
+                bits,
+                hits: 0,
+            };
+            assert_eq!(bin.last(), all, "bits={bits}");
+            assert_eq!(bin.mask(), 1u64 << (bits - 1));
+            assert!(bin.contains(all) && !bin.contains(all >> 1));
+            for s in 0..bits.min(4) {
+                let e = uniform_population(bits, s);
+                assert_eq!(e.len() as u64, uniform_population_len(bits, s));
+                let mut next = 0u64;
+                for en in &e {
+                    assert_eq!(en.value, next, "bits={bits} s={s}");
+                    next = en.value.wrapping_add(!en.mask & all).wrapping_add(1);
+                }
+                assert_eq!(next, all.wrapping_add(1), "bits={bits} s={s}");
+            }
+            let e = bin_population(&bin, 5);
+            assert_eq!(e.len(), if bits <= 3 { 1 << (bits - 1) } else { 5 });
+            assert_eq!(e.first().map(|e| e.value), Some(bin.first()));
+        }
+    }
+
+    /// The split order compares `2^(2r) / lo` exactly: on 32-bit entries, where the
+    /// products fit a `u128`, it agrees with cross-multiplying.
+    #[test]
+    fn split_order_agrees_with_cross_multiplication() {
+        let mut rng = crate::rng::SplitMix64::new(11);
+        let gain = |s: &Split| match (s.r, s.lo) {
+            (0, _) => (0u128, 1u128),
+            (_, 0) => (1, 0),
+            (r, lo) => (1u128 << (2 * r), u128::from(lo)),
+        };
+        for _ in 0..20_000 {
+            let mut draw = || {
+                let r = rng.below(33) as u32;
+                let lo = match rng.below(4) {
+                    0 => 0,
+                    1 => 1 << rng.below(32),
+                    _ => rng.below(1 << 32),
+                };
+                Split { r, lo }
+            };
+            let (a, b) = (draw(), draw());
+            let ((an, ad), (bn, bd)) = (gain(&a), gain(&b));
+            assert_eq!(
+                a.cmp_gain(&b),
+                (an * bd).cmp(&(bn * ad)),
+                "r={} lo={} against r={} lo={}",
+                a.r,
+                a.lo,
+                b.r,
+                b.lo
+            );
+        }
+        // At 64 bits, where cross-multiplying would overflow.
+        let wide = Split { r: 63, lo: 1 << 63 };
+        let narrow = Split { r: 1, lo: u64::MAX };
+        assert_eq!(wide.cmp_gain(&narrow), std::cmp::Ordering::Greater);
+        assert_eq!(narrow.cmp_gain(&wide), std::cmp::Ordering::Less);
+    }
+
+    /// A prefix longer than its width, or a width above 64, is taken at its largest
+    /// meaningful value rather than overflowing a shift.
+    #[test]
+    fn out_of_range_prefixes_do_not_panic() {
+        let e = TernaryEntry::for_prefix(5, 9, 8);
+        assert_eq!((e.mask, e.value), (0xff, 5));
+        let e = TernaryEntry::for_prefix(0, 0, 80);
+        assert_eq!((e.value, e.mask, e.representative), (0, 0, u64::MAX / 2));
     }
 }
