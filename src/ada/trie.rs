@@ -140,6 +140,13 @@ impl BinningTrie {
     /// Choice: when `M` is not a power of two, the `M - 2^b` entries left over stay unused
     /// (the paper's `b = log(M)` assumes a power of two).
     ///
+    /// Choice: the bins start with 0 hits, not the 1 of the paper's line 20 (`n.value =
+    /// 1`). Counters here count one epoch's operands ([`update`](Self::update) resets them),
+    /// so a 1 would be a hit nobody saw. Where the paper's 1 matters, a trie nothing has hit
+    /// yet, the two agree: Algorithm 3 splits all-ones hits in proportion to the bins under
+    /// each node, which is what [`allocate`](Self::allocate) gives a trie without hits, and
+    /// Algorithm 2 with equal hits everywhere changes nothing, as with none.
+    ///
     /// # Errors
     ///
     /// [`AdaError::OperandBits`] for a width outside 1 to 32, and
@@ -861,6 +868,34 @@ mod tests {
             t.allocate(3),
             Err(AdaError::BudgetBelowBins { budget: 3, bins: 4 })
         );
+    }
+
+    /// Algorithm 1's line 20 starts every bin at 1 hit; pfemu starts at 0 (the Choice in
+    /// `BinningTrie::new`). A trie without hits is allocated and updated as one with a hit
+    /// in every bin, on uneven tries too.
+    #[test]
+    fn no_hits_behave_as_the_papers_initial_ones() {
+        let mut t = BinningTrie::new(4, 8).expect("valid");
+        record_n(&mut t, 100, 40);
+        record_n(&mut t, 3, 1);
+        t.update(0.2, 2);
+        assert!(
+            t.leaves().iter().any(|b| b.len != t.leaves()[0].len),
+            "uneven bins"
+        );
+        let fresh = BinningTrie::new(4, 8).expect("valid");
+        for t in [fresh, t] {
+            assert!(t.leaves().iter().all(|b| b.hits == 0));
+            let mut ones = t.clone();
+            ones.set_hits(&vec![1; t.entries()]).expect("one per bin");
+            for budget in [t.entries() as u64, 20, 64, 200] {
+                assert_eq!(t.allocate(budget), ones.allocate(budget), "budget {budget}");
+                assert_eq!(t.populate(budget), ones.populate(budget));
+            }
+            let (mut none, mut one) = (t.clone(), ones);
+            assert_eq!(none.update(0.2, 2), Update::Unchanged);
+            assert_eq!(one.update(0.2, 2), Update::Unchanged);
+        }
     }
 
     #[test]
