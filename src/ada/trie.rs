@@ -510,6 +510,10 @@ fn split_budget(leaves: &[Bin], depth: u32, n: u64, out: &mut Vec<u64>) {
     } else {
         (hl, h)
     };
+    // Hits summed over a node reach 2^80 (2^16 bins of 2^64), and `2 n num` would pass a
+    // u128: keep the ratio's top 63 bits, which rounds the same share to within one entry.
+    let shift = (128 - den.leading_zeros()).saturating_sub(63);
+    let (num, den) = (num >> shift, den >> shift);
     let nl = ((2 * u128::from(n) * num + den) / (2 * den)) as u64;
     split_budget(left, depth + 1, nl, out);
     split_budget(right, depth + 1, n - nl, out);
@@ -1226,5 +1230,35 @@ mod width_tests {
         assert_eq!((e.mask, e.value), (0xff, 5));
         let e = TernaryEntry::for_prefix(0, 0, 80);
         assert_eq!((e.value, e.mask, e.representative), (0, 0, u64::MAX / 2));
+    }
+}
+
+#[cfg(test)]
+mod huge_tests {
+    use super::*;
+
+    /// The proportional split of Algorithm 3 with the largest budget and counters: hits
+    /// summed over a node reach `2^16 * 2^64`, times a budget near `2^64`, past a `u128`.
+    #[test]
+    fn the_largest_budget_over_the_hottest_counters() {
+        let mut t = BinningTrie::new(4, 8).expect("valid");
+        t.set_hits(&[u64::MAX, u64::MAX, 1, u64::MAX])
+            .expect("one per bin");
+        let shares = t.allocate(u64::MAX).expect("a budget above the bins");
+        assert_eq!(
+            shares.iter().fold(0u64, |s, &n| s.saturating_add(n)),
+            u64::MAX
+        );
+        assert!(shares[2] < shares[0] / 1000, "{shares:?}");
+        assert_eq!(t.populate(u64::MAX).expect("256 at most").len(), 256);
+        let mut wide = BinningTrie::new(1 << 16, 32).expect("a block's worth");
+        wide.set_hits(&vec![u64::MAX; 1 << 16])
+            .expect("one per bin");
+        let shares = wide.allocate(u64::MAX).expect("a budget above the bins");
+        assert_eq!(shares.len(), 1 << 16);
+        assert_eq!(
+            shares.iter().fold(0u64, |s, &n| s.saturating_add(n)),
+            u64::MAX
+        );
     }
 }
