@@ -72,7 +72,7 @@ impl Bin {
     pub fn pattern(&self) -> String {
         let mut s = String::with_capacity(self.bits as usize);
         for i in (0..self.len).rev() {
-            s.push(if (self.prefix >> i) & 1 == 1 {
+            s.push(if self.prefix.checked_shr(i).unwrap_or(0) & 1 == 1 {
                 '1'
             } else {
                 '0'
@@ -559,10 +559,18 @@ impl TernaryEntry {
 /// significant bits after it match, the rest are wildcards; operands below `2^(s+1)` get
 /// exact entries. That is [`uniform_population_len`] entries: `2^s (operand_bits + 1 - s)`
 /// for `s < operand_bits`, one per operand for `s >= operand_bits` (2^32 at 32 bits: count
-/// them before building them).
+/// them before building them). Widths are up to 64 bits; a larger one is taken as 64.
 pub fn uniform_population(operand_bits: u32, significant_bits: u32) -> Vec<TernaryEntry> {
     let mut out = Vec::new();
-    refine(0, 0, operand_bits, significant_bits, &mut out, usize::MAX);
+    // Widths above 64 are taken as 64 (a u64 operand), as in `TernaryEntry::for_prefix`.
+    refine(
+        0,
+        0,
+        operand_bits.min(64),
+        significant_bits,
+        &mut out,
+        usize::MAX,
+    );
     out
 }
 
@@ -570,9 +578,11 @@ pub fn uniform_population(operand_bits: u32, significant_bits: u32) -> Vec<Terna
 /// without building it: the `2^(s+1)` operands below `2^(s+1)` exact, then `2^s` entries
 /// for each of the `operand_bits - s - 1` higher positions of the leading one, so
 /// `2^s (operand_bits + 1 - s)` for `s < operand_bits`; every operand exact,
-/// `2^operand_bits`, for `s >= operand_bits`. Saturates at `u64::MAX` (widths of 64 bits or
-/// more, which no table has).
+/// `2^operand_bits`, for `s >= operand_bits`. Saturates at `u64::MAX` (a width of 64 bits,
+/// which no table has; a larger one is taken as 64, as [`uniform_population`] does).
 pub fn uniform_population_len(operand_bits: u32, significant_bits: u32) -> u64 {
+    // As `uniform_population` builds it: a width above 64 is 64.
+    let operand_bits = operand_bits.min(64);
     let pow = |e: u32| 1u64.checked_shl(e).unwrap_or(u64::MAX);
     if significant_bits >= operand_bits {
         pow(operand_bits)
@@ -618,6 +628,16 @@ fn refine(
 /// entry per octave), the same splitting starts from the bin as one entry, which builds
 /// the octaves from the top.
 pub fn bin_population(bin: &Bin, k: u64) -> Vec<TernaryEntry> {
+    // A bin built by hand may be wider than 64 bits or deeper than its width: take it as
+    // `TernaryEntry::for_prefix` does (refining a prefix past its width never ends).
+    let bits = bin.bits.min(64);
+    let len = bin.len.min(bits);
+    let bin = &Bin {
+        prefix: bin.prefix & low_bits(len),
+        len,
+        bits,
+        hits: bin.hits,
+    };
     let cap = usize::try_from(k).unwrap_or(usize::MAX);
     let mut best = vec![TernaryEntry::for_prefix(bin.prefix, bin.len, bin.bits)];
     // More significant bits never need fewer entries, so stop at the first that overflows.
@@ -1223,9 +1243,35 @@ mod width_tests {
     }
 
     /// A prefix longer than its width, or a width above 64, is taken at its largest
-    /// meaningful value rather than overflowing a shift.
+    /// meaningful value rather than overflowing a shift (or, refining a bin past its
+    /// width, recursing until the stack overflows).
     #[test]
     fn out_of_range_prefixes_do_not_panic() {
+        let deep = Bin {
+            prefix: 0,
+            len: 9,
+            bits: 8,
+            hits: 0,
+        };
+        assert_eq!(
+            bin_population(&deep, 4),
+            [TernaryEntry::for_prefix(0, 8, 8)]
+        );
+        let wide = Bin {
+            prefix: 1,
+            len: 70,
+            bits: 80,
+            hits: 0,
+        };
+        assert_eq!(wide.pattern().len(), 80);
+        assert_eq!(
+            bin_population(&wide, 3),
+            [TernaryEntry::for_prefix(1, 64, 64)]
+        );
+        assert_eq!(
+            uniform_population(80, 2).len() as u64,
+            uniform_population_len(64, 2)
+        );
         let e = TernaryEntry::for_prefix(5, 9, 8);
         assert_eq!((e.mask, e.value), (0xff, 5));
         let e = TernaryEntry::for_prefix(0, 0, 80);
