@@ -30,9 +30,10 @@
 //!
 //! The refill in tokens is `R * dt * 2^10 / 10^9` (R in bytes per second, dt in ns). By
 //! logarithms, as the paper's \[12\]: `log2 R + log2 dt - C` with `C = log2 10^9 - 10`, then
-//! an antilog lookup. The rate's table is keyed by `R >> RATE_SHIFT` (rates up to 2^34
-//! bytes per second, 137 Gbit/s, fit a 32-bit key) and its log is put back by adding
-//! `RATE_SHIFT`. [`Arithmetic`] says how the rate's table is populated:
+//! an antilog lookup. The rate's table is keyed by the rate itself below 2^32 bytes per
+//! second (34 Gbit/s), and above by `R >> k` for the least `k` up to [`RATE_SHIFT`] that
+//! fits a 32-bit key (rates up to 2^34 bytes per second, 137 Gbit/s), its log put back by
+//! adding `k`. [`Arithmetic`] says how the rate's table is populated:
 //!
 //! - [`Arithmetic::Exact`]: no table; a native multiplication (the ideal).
 //! - [`Arithmetic::Uniform`]: the prior work's uniform population.
@@ -112,7 +113,8 @@ pfemu::header! {
 pub const CLASS_WORDS: u64 = CLASS_RECORD_LEN as u64 / 8;
 /// Fraction bits of the tokens: a token is 1/1024 byte.
 pub const TOKEN_FRAC_BITS: u32 = 10;
-/// The rate's lookup key is `R >> RATE_SHIFT` (R in bytes per second).
+/// The most the rate is shifted right to fit its 32-bit lookup key (R in bytes per
+/// second): rates up to `2^(32 + RATE_SHIFT)` B/s fit.
 pub const RATE_SHIFT: u32 = 2;
 /// The fastest rate a class may have: the largest that fits the rate's key, in bits per
 /// second (about 137 Gbit/s).
@@ -398,14 +400,19 @@ pub struct ClassCounts {
     pub bytes: u64,
 }
 
-/// The rate's lookup key for a rate in bytes per second.
-fn rate_key(bytes_per_s: u64) -> u32 {
-    u32::try_from(bytes_per_s >> RATE_SHIFT).unwrap_or(u32::MAX)
+/// The rate's lookup key for a rate in bytes per second, and what to add to the key's
+/// log to make it the rate's: the rate itself and 0 when it fits the 32-bit key (under
+/// 2^32 B/s, 34 Gbit/s), else `R >> k` and `k` in the logs' fixed point for the least `k`
+/// (at most [`RATE_SHIFT`]) that makes it fit, as [`dt_key`] does for the time. A fixed
+/// `R >> RATE_SHIFT` made every rate below 4 B/s a key of 0, no rate at all, and rounded a
+/// rate of 4 to 7 B/s down to 4.
+pub fn rate_key(bytes_per_s: u64) -> (u32, u64) {
+    let k = (u64::BITS - bytes_per_s.leading_zeros()).saturating_sub(32);
+    (
+        u32::try_from(bytes_per_s >> k).unwrap_or(u32::MAX),
+        u64::from(k) << 16,
+    )
 }
-
-/// `RATE_SHIFT` in the logs' fixed point: what turns the log of a rate's key into the
-/// log of the rate.
-const RATE_LOG_SHIFT: u64 = (RATE_SHIFT as u64) << 16;
 
 /// The time's lookup key for `dt_ns` and what to add to the key's log to make it the
 /// time's: `dt_ns` itself and 0 when it fits the 32-bit key (under 2^32 ns, 4.3 s), else
@@ -453,7 +460,7 @@ impl Nimble {
             .alloc(STATE_REGION, Region::Sram, classes * CLASS_WORDS)
             .map_err(NimbleError::Memory)?;
         let table = NimbleError::Table;
-        let keys: Vec<u32> = cfg.rates_bps.iter().map(|&r| rate_key(r / 8)).collect();
+        let keys: Vec<u32> = cfg.rates_bps.iter().map(|&r| rate_key(r / 8).0).collect();
         let ada = |c: AdaConfig, prime: &[u32]| -> Result<Arc<Ada>, NimbleError> {
             let ada = Ada::new(AdaConfig { op: Op::Mul, ..c }).map_err(table)?;
             if !prime.is_empty() {
@@ -608,13 +615,13 @@ impl Nimble {
     /// against [`exact_credit`].
     pub fn credit(&self, bytes_per_s: u64, dt_ns: u64) -> u64 {
         let t = &self.tables;
-        let key = rate_key(bytes_per_s);
+        let (key, shift) = rate_key(bytes_per_s);
         let log_rate = match &t.rate {
             RateTable::Exact => return exact_credit(bytes_per_s, dt_ns),
             _ if key == 0 || dt_ns == 0 => return 0,
             RateTable::Static => Some(exact_log(bytes_per_s)),
-            RateTable::Fixed(table) => table.get(key).map(|l| l + RATE_LOG_SHIFT),
-            RateTable::Ada(a) => a.table().get(key).map(|l| l + RATE_LOG_SHIFT),
+            RateTable::Fixed(table) => table.get(key).map(|l| l + shift),
+            RateTable::Ada(a) => a.table().get(key).map(|l| l + shift),
         };
         let (dt, dt_log_shift) = dt_key(dt_ns);
         (log_rate.zip(t.dt.get(dt).map(|l| l + dt_log_shift)))
@@ -657,7 +664,7 @@ impl Nimble {
         let tables = Arc::clone(&self.tables);
         p.instr(refill, move |t| {
             let (rate, dt) = (t.get(RATE), t.get(DT));
-            let key = rate_key(rate);
+            let (key, shift) = rate_key(rate);
             let log_rate = match &tables.rate {
                 RateTable::Exact => {
                     t.set(CREDIT, exact_credit(rate, dt).min(t.get(BURST)));
@@ -665,8 +672,8 @@ impl Nimble {
                 }
                 _ if key == 0 || dt == 0 => None,
                 RateTable::Static => Some(t.get(RATE_LOG)),
-                RateTable::Fixed(f) => f.lookup(t, key).map(|l| l + RATE_LOG_SHIFT),
-                RateTable::Ada(a) => a.lookup(t, key).map(|l| l + RATE_LOG_SHIFT),
+                RateTable::Fixed(f) => f.lookup(t, key).map(|l| l + shift),
+                RateTable::Ada(a) => a.lookup(t, key).map(|l| l + shift),
             };
             // The tables cover every key, so a missing log is a zero operand: no refill.
             let credit = match log_rate {

@@ -138,6 +138,40 @@ fn figure_8_ada_follows_a_rate_change_that_a_static_table_mis_drops() {
     }
 }
 
+/// The slowest rates, 1 to 7 bytes per second, are refilled too: their key `R >> 2` was 0
+/// below 4 B/s, which the lookups took for a zero rate, so a class at 8 to 31 bit/s
+/// never earned a token after its first burst.
+#[test]
+fn the_slowest_rates_still_refill() {
+    for arith in arithmetics() {
+        let n = Nimble::install(
+            &small_memory(),
+            NimbleConfig {
+                arithmetic: arith,
+                ..NimbleConfig::default()
+            },
+        )
+        .expect("installs");
+        for rate in 1..=7u64 {
+            for dt in [1_000_000_000u64, 3_700_000_000, 10_000_000_000] {
+                let (exact, got) = (exact_credit(rate, dt) as f64, n.credit(rate, dt) as f64);
+                let ok = match arith {
+                    Arithmetic::Exact => exact == got,
+                    Arithmetic::Uniform { .. } => Op::Mul.within_bound(2, exact, got),
+                    Arithmetic::Static => Op::Mul.within_bound(6, exact, got),
+                    _ => got <= 2.0 * exact && exact <= 2.0 * got,
+                };
+                assert!(
+                    ok,
+                    "{}: {rate} B/s x {dt} ns = {exact}, got {got}",
+                    arith.name()
+                );
+            }
+        }
+        assert_eq!(n.credit(0, 1_000_000_000), 0, "a zero rate earns nothing");
+    }
+}
+
 /// The refill as the limiter computes it, against exact arithmetic, over rates from 1 to
 /// 100 Gbit/s and times from 10 ns to 1 ms.
 #[test]

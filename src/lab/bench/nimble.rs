@@ -82,8 +82,8 @@ use crate::ada::arith::Op;
 use crate::ada::block::{AdaConfig, AdaStats};
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::nimble::{
-    exact_credit, Arithmetic, Nimble, NimbleConfig, NimbleError, MAX_CLASSES, MAX_RATE_BPS,
-    RATE_SHIFT, TOKEN_FRAC_BITS,
+    exact_credit, rate_key, Arithmetic, Nimble, NimbleConfig, NimbleError, MAX_CLASSES,
+    MAX_RATE_BPS, TOKEN_FRAC_BITS,
 };
 use crate::pfe::{CountingSink, Pfe, Stats};
 use crate::ConfigError;
@@ -746,9 +746,9 @@ pub fn plain_loop(
             c.last = c.last.max(now);
             let dt = now.saturating_sub(last);
             // 2. refill
-            let key = c.rate >> RATE_SHIFT;
+            let (key, _) = rate_key(c.rate);
             if let (Some(m), true) = (monitor, key != 0 && dt != 0) {
-                m.lookup(u32::try_from(key).unwrap_or(u32::MAX));
+                m.lookup(key);
             }
             let credit = nimble.credit(c.rate, dt) as i64;
             // 3. bucket
