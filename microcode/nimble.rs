@@ -401,11 +401,12 @@ pub struct ClassCounts {
 }
 
 /// The rate's lookup key for a rate in bytes per second, and what to add to the key's
-/// log to make it the rate's: the rate itself and 0 when it fits the 32-bit key (under
-/// 2^32 B/s, 34 Gbit/s), else `R >> k` and `k` in the logs' fixed point for the least `k`
-/// (at most [`RATE_SHIFT`]) that makes it fit, as [`dt_key`] does for the time. A fixed
-/// `R >> RATE_SHIFT` made every rate below 4 B/s a key of 0, no rate at all, and rounded a
-/// rate of 4 to 7 B/s down to 4.
+/// log to make it the rate's (in the logs' `2^16` fixed point): the rate itself and 0 when
+/// it fits the 32-bit key (under 2^32 B/s, 34 Gbit/s), else `R >> k` and `k` for the least
+/// `k` (at most [`RATE_SHIFT`]) that makes it fit, as the time's key does. The key is 0
+/// only for a zero rate, which earns nothing.
+// A fixed `R >> RATE_SHIFT` made every rate below 4 B/s a key of 0, no rate at all, and
+// rounded a rate of 4 to 7 B/s down to 4.
 pub fn rate_key(bytes_per_s: u64) -> (u32, u64) {
     let k = (u64::BITS - bytes_per_s.leading_zeros()).saturating_sub(32);
     (
