@@ -154,7 +154,8 @@ pub enum Arithmetic {
     },
     /// The rate baked in by the control plane (Nimble's design, module doc).
     Static,
-    /// ADA's population, kept where the rates are by the controller.
+    /// ADA's population, kept where the rates are by the controller. The table holds the
+    /// rates' logs, so its `op` is taken as [`Op::Mul`] whatever it says.
     Ada(AdaConfig),
 }
 
@@ -182,7 +183,8 @@ pub struct NimbleConfig {
     /// Significant bits of the uniform log table of the time since the last packet.
     pub dt_significant_bits: u32,
     /// ADA on the time since the last packet too (not with [`Arithmetic::Exact`], which
-    /// multiplies natively); `None`: the uniform table of `dt_significant_bits`.
+    /// multiplies natively; its `op` is taken as [`Op::Mul`], as the rate's); `None`: the
+    /// uniform table of `dt_significant_bits`.
     pub dt_ada: Option<AdaConfig>,
     /// Significant bits the antilog table is built for ([`AntilogTable::new`]), at most
     /// [`MAX_ANTILOG_SIGNIFICANT_BITS`] (the table must fit a ternary match block).

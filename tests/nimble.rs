@@ -138,6 +138,28 @@ fn figure_8_ada_follows_a_rate_change_that_a_static_table_mis_drops() {
     }
 }
 
+/// ADA's tables in the limiter hold logs: an `op` other than `Mul` in its settings is
+/// taken as `Mul` (as documented), and the refill is still a product.
+#[test]
+fn ada_settings_of_another_op_still_multiply() {
+    let n = Nimble::install(
+        &small_memory(),
+        NimbleConfig {
+            arithmetic: Arithmetic::Ada(pfemu::ada::block::AdaConfig::new(Op::Square)),
+            dt_ada: Some(pfemu::ada::block::AdaConfig::new(Op::Sqrt)),
+            ..NimbleConfig::default()
+        },
+    )
+    .expect("installs");
+    assert_eq!(n.ada().map(|a| a.config().op), Some(Op::Mul));
+    assert_eq!(n.dt_ada().map(|a| a.config().op), Some(Op::Mul));
+    let rate = 3_000_000_000;
+    let (exact, got) = (exact_credit(rate, 1000) as f64, n.credit(rate, 1000) as f64);
+    // The time's table is unprimed (equal bins, one entry per octave near 1000 ns): a
+    // product within a factor of two, where a square or root would be off by far more.
+    assert!(got <= 2.0 * exact && exact <= 2.0 * got, "{exact} vs {got}");
+}
+
 /// The slowest rates, 1 to 7 bytes per second, are refilled too: their key `R >> 2` was 0
 /// below 4 B/s, which the lookups took for a zero rate, so a class at 8 to 31 bit/s
 /// never earned a token after its first burst.
