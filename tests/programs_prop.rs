@@ -91,7 +91,7 @@ fn engine(which: Shipped) -> (Pfe, Option<TrioMl>) {
 }
 
 /// A frame the programs' parsers get into: random bytes, an IPv4/UDP frame with random
-/// addresses and payload, or a Trio-ML packet with random (mostly plausible) fields.
+/// addresses and payload, one cut short inside its headers, or a Trio-ML packet with random (mostly plausible) fields.
 fn frame_strategy() -> impl Strategy<Value = (u16, Vec<u8>)> {
     let raw = proptest::collection::vec(any::<u8>(), 0..200);
     let ipv4 = (any::<u32>(), any::<u8>(), 42usize..300, any::<u64>()).prop_map(
@@ -145,7 +145,18 @@ fn frame_strategy() -> impl Strategy<Value = (u16, Vec<u8>)> {
                 f
             },
         );
-    (0u16..8, prop_oneof![1 => raw, 1 => ipv4, 3 => agg])
+    // IPv4 frames cut inside their IPv4 or UDP header (random bytes almost never carry the
+    // IPv4 EtherType at these lengths).
+    let short_ipv4 = (14usize..42, any::<u32>()).prop_map(|(len, dst)| {
+        let mut f = vec![0u8; 64];
+        write_udp_frame(&mut f, dst, 0x0A00_0001, 1024, 64);
+        f.truncate(len);
+        f
+    });
+    (
+        0u16..8,
+        prop_oneof![1 => raw, 1 => ipv4, 1 => short_ipv4, 3 => agg],
+    )
 }
 
 proptest! {

@@ -201,7 +201,8 @@ const MAX_PORTS: usize = 4096;
 #[derive(Clone, Debug)]
 pub enum ReplayProgram {
     /// The paper's packet filter ([`crate::microcode::filter`]): plain IPv4 packets leave
-    /// on port 1 unchanged; others are dropped (`non_ip`, `ip_options`).
+    /// on port 1 unchanged; others are dropped (`non_ip`, `ip_options`,
+    /// `truncated`).
     Filter,
     /// IPv4 forwarding ([`crate::microcode::l3fwd`]) with these routes.
     L3fwd(Routes),

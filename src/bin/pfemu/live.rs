@@ -563,8 +563,14 @@ fn print_final(r: &LiveReport) {
     match &r.counters {
         ProgramCounters::Filter(c) => {
             println!(
-                "  filter counters: non-IP {} packets {} bytes, IP options {} packets {} bytes",
-                c.non_ip.0, c.non_ip.1, c.ip_options.0, c.ip_options.1
+                "  filter counters: non-IP {} packets {} bytes, IP options {} packets {} bytes, \
+                 truncated IPv4 {} packets {} bytes",
+                c.non_ip.0,
+                c.non_ip.1,
+                c.ip_options.0,
+                c.ip_options.1,
+                c.truncated.0,
+                c.truncated.1
             );
         }
         ProgramCounters::Nimble(classes) => {
