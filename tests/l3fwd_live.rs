@@ -202,3 +202,176 @@ fn a_route_added_mid_stream_takes_effect() {
         .expect("removed");
     assert!(matches!(verdict(&mut h), Ok(Verdict::Drop(_))));
 }
+
+/// The edges of prefix length and overlap, each checked against the reference over every
+/// probe: a default route /0, host routes /32 at both ends of the address space, the same
+/// route added twice (the second replaces the first), and removing a route that covers
+/// others (the ones inside keep theirs, the rest fall back to the route around it).
+#[test]
+fn default_and_host_routes_duplicates_and_removing_a_covering_route() {
+    let mem = mem();
+    let routes: RouteTable = "10.0.0.0/8 1\n".parse().expect("routes");
+    let room = Room {
+        tbl8_groups: 8,
+        next_hops: 8,
+    };
+    let l3 = L3fwd::install_with_room(&mem, &routes, room).expect("installs");
+    let live = LiveRoutes::new(&l3, Arc::clone(&mem), routes).expect("takes over");
+    let ip = |a: [u8; 4]| u32::from_be_bytes(a);
+    let check = |what: &str| {
+        let mut rng = SplitMix64::new(11);
+        let mut addrs = probes(&live, &mut rng);
+        addrs.extend([
+            0,
+            1,
+            u32::MAX,
+            u32::MAX - 1,
+            ip([11, 0, 0, 0]),
+            ip([9, 255, 255, 255]),
+        ]);
+        for a in addrs {
+            assert_eq!(
+                port_in_memory(&mem, &l3, a),
+                live.lookup_port(a),
+                "{what}: {}",
+                std::net::Ipv4Addr::from(a)
+            );
+        }
+    };
+    live.add(0, 0, 5).expect("a default route");
+    assert_eq!(port_in_memory(&mem, &l3, ip([200, 1, 2, 3])), Some(5));
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 1, 2, 3])), Some(1));
+    check("after /0");
+    live.add(0, 32, 2).expect("host route 0.0.0.0/32");
+    live.add(u32::MAX, 32, 3)
+        .expect("host route 255.255.255.255/32");
+    live.add(ip([10, 1, 2, 3]), 32, 4)
+        .expect("host route inside 10/8");
+    assert_eq!(port_in_memory(&mem, &l3, 0), Some(2));
+    assert_eq!(port_in_memory(&mem, &l3, 1), Some(5));
+    assert_eq!(port_in_memory(&mem, &l3, u32::MAX), Some(3));
+    assert_eq!(port_in_memory(&mem, &l3, u32::MAX - 1), Some(5));
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 1, 2, 3])), Some(4));
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 1, 2, 4])), Some(1));
+    check("after the /32s");
+    // The same route twice: the second replaces the first, one route is kept.
+    let before = live.routes().len();
+    live.add(ip([10, 1, 0, 0]), 16, 2).expect("added");
+    live.add(ip([10, 1, 0, 0]), 16, 3).expect("replaced");
+    assert_eq!(live.routes().len(), before + 1);
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 1, 9, 9])), Some(3));
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 1, 2, 3])), Some(4));
+    check("after the duplicate");
+    // Remove 10.0.0.0/8, which covers 10.1.0.0/16 and 10.1.2.3/32: those keep theirs, the
+    // rest of 10/8 falls back to the default route.
+    assert!(live.remove(ip([10, 0, 0, 0]), 8).expect("valid"));
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 2, 0, 1])), Some(5));
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 1, 9, 9])), Some(3));
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 1, 2, 3])), Some(4));
+    check("after removing the /8");
+    // And the default route, which covers everything.
+    assert!(live.remove(0, 0).expect("valid"));
+    assert_eq!(port_in_memory(&mem, &l3, ip([10, 2, 0, 1])), None);
+    assert_eq!(port_in_memory(&mem, &l3, 1), None);
+    assert_eq!(port_in_memory(&mem, &l3, 0), Some(2));
+    check("after removing the /0");
+}
+
+/// Route changes while lookups run on other threads: each lookup, made as the program
+/// makes it (tbl24, then perhaps tbl8, then the next hop), gives the port of the table as
+/// it was before or after some change that overlapped the lookup, never a mix of entries
+/// that no table state had. The writer publishes how many changes it has finished; a
+/// lookup that saw `s0` finished before it started and `s1` after it ended may answer as
+/// any state from `s0` to `s1 + 1` (the change under way when `s1` was read).
+#[test]
+fn lookups_racing_route_changes_see_a_state_before_or_after_each_change() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let mem = mem();
+    let routes: RouteTable = "10.0.0.0/8 1\n10.1.0.0/16 2\n10.1.2.128/25 3\n"
+        .parse()
+        .expect("routes");
+    let room = Room {
+        tbl8_groups: 256,
+        next_hops: 8,
+    };
+    let l3 = L3fwd::install_with_room(&mem, &routes, room).expect("installs");
+    // The script of changes and the reference answer of every probe after each one.
+    let mut rng = SplitMix64::new(21);
+    let probes: Vec<u32> = (0..256)
+        .map(|i| {
+            if i % 2 == 0 {
+                0x0A01_0200 | rng.below(1 << 10) as u32
+            } else {
+                0x0A00_0000 | rng.below(1 << 20) as u32
+            }
+        })
+        .collect();
+    let mut reference = routes.clone();
+    let mut script = Vec::new();
+    let mut present: Vec<(u32, u8)> = Vec::new();
+    let mut expected = vec![probes
+        .iter()
+        .map(|&a| reference.lookup_port(a))
+        .collect::<Vec<_>>()];
+    for _ in 0..300 {
+        if !present.is_empty() && rng.below(3) == 0 {
+            let (p, l) = present.swap_remove(rng.below(present.len() as u64) as usize);
+            reference.remove(p, l);
+            script.push((p, l, None));
+        } else {
+            // Often inside 10.1.2.0/22, where the /25 and the groups are.
+            let (mut p, l, port) = random_route(&mut rng);
+            if rng.below(2) == 0 {
+                p = (0x0A01_0200 | (p & 0x3FF)) & mask(l);
+            }
+            reference.insert_port(p, l, port).expect("a valid route");
+            present.retain(|&r| r != (p, l));
+            present.push((p, l));
+            script.push((p, l, Some(port)));
+        }
+        expected.push(probes.iter().map(|&a| reference.lookup_port(a)).collect());
+    }
+    let live = LiveRoutes::new(&l3, Arc::clone(&mem), routes).expect("takes over");
+    let done = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let lookups = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for r in 0..3 {
+            let (mem, l3, probes, expected) = (&mem, &l3, &probes, &expected);
+            let (done, stop, lookups) = (&done, &stop, &lookups);
+            s.spawn(move || {
+                let mut i = r;
+                while !stop.load(Ordering::Acquire) {
+                    let k = i % probes.len();
+                    let s0 = done.load(Ordering::Acquire);
+                    let got = port_in_memory(mem, l3, probes[k]);
+                    let s1 = done.load(Ordering::Acquire);
+                    let last = (s1 + 1).min(expected.len() - 1);
+                    assert!(
+                        (s0..=last).any(|st| expected[st][k] == got),
+                        "{} gave {got:?}, which no state from {s0} to {last} gives",
+                        std::net::Ipv4Addr::from(probes[k])
+                    );
+                    lookups.fetch_add(1, Ordering::Relaxed);
+                    i += 7;
+                }
+            });
+        }
+        for (n, &(p, l, port)) in script.iter().enumerate() {
+            match port {
+                Some(port) => live.add(p, l, port).expect("room for every change"),
+                None => assert!(live.remove(p, l).expect("valid")),
+            }
+            done.store(n + 1, Ordering::Release);
+            // Let the readers run between changes on a 2-core machine.
+            std::thread::yield_now();
+        }
+        stop.store(true, Ordering::Release);
+    });
+    assert!(lookups.load(Ordering::Relaxed) > 0, "the readers ran");
+    // And the table ends as the reference says.
+    for (k, &a) in probes.iter().enumerate() {
+        assert_eq!(port_in_memory(&mem, &l3, a), expected[script.len()][k]);
+    }
+}
