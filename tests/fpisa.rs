@@ -437,3 +437,120 @@ proptest! {
         prop_assert_eq!(values, want);
     }
 }
+
+/// Two workers' floats through the program in a known order (worker 0's packet first), on
+/// one PPE: the result of `lanes[i].0 + lanes[i].1` per lane, and the program's event
+/// counters.
+fn through_the_program(
+    variant: Variant,
+    lanes: &[(f32, f32)],
+) -> (Vec<f32>, pfemu::fpisa::FpisaCounts) {
+    use pfemu::microcode::fpisa;
+    use pfemu::program::Harness;
+
+    let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
+    let agg = fpisa::install(&mem, variant).unwrap();
+    agg.add_job(&JobConfig {
+        job_id: JOB,
+        sources: vec![0, 1],
+        ..JobConfig::default()
+    })
+    .unwrap();
+    let program = agg.program();
+    let mut h = Harness::new(Arc::clone(&mem));
+    let local = agg.config().local_addr;
+    let firsts: Vec<f32> = lanes.iter().map(|l| l.0).collect();
+    let seconds: Vec<f32> = lanes.iter().map(|l| l.1).collect();
+    let mut workers = [
+        fpisa::worker(fpisa::worker_config(JOB, 0, local), &firsts).unwrap(),
+        fpisa::worker(fpisa::worker_config(JOB, 1, local), &seconds).unwrap(),
+    ];
+    let mut sent = Vec::new();
+    for w in &mut workers {
+        w.poll(0, &mut sent);
+    }
+    assert_eq!(sent.len(), 2, "one packet per worker");
+    let mut results = Vec::new();
+    for (i, frame) in sent.iter().enumerate() {
+        let out = h.run(&program, i as u16, frame);
+        assert!(out.result.is_ok(), "packet {i}: {:?}", out.result);
+        results.extend(out.created.into_iter().map(|(_, f)| f));
+    }
+    assert!(!results.is_empty(), "the block completed");
+    for w in &mut workers {
+        for r in &results {
+            w.on_frame(r).unwrap();
+        }
+    }
+    let sums = workers[0].float_sums();
+    assert_eq!(
+        sums.iter().map(|s| s.to_bits()).collect::<Vec<_>>(),
+        workers[1]
+            .float_sums()
+            .iter()
+            .map(|s| s.to_bits())
+            .collect::<Vec<_>>(),
+        "both workers get the same Result"
+    );
+    (sums, agg.fpisa_events().unwrap())
+}
+
+/// The special values of the arithmetic's table, end to end: through the program's
+/// shift-and-add and the Result builder's renormalization, as the workers read them.
+#[test]
+fn special_values_survive_the_program_as_the_arithmetic_documents() {
+    let sub = f32::from_bits(0x0000_1234); // subnormal
+    let lanes = [
+        (f32::INFINITY, 1.0),
+        (-1.0, f32::NEG_INFINITY),
+        (f32::NAN, 1.0),
+        (f32::INFINITY, f32::NEG_INFINITY),
+        (sub, 2.0),
+        (sub, -sub),
+        (-0.0, -0.0),
+        (-1.5, -2.25),
+        (3.0, -3.0),
+        (f32::MAX, f32::MAX),
+        (-f32::MAX, -f32::MAX),
+        (3.0, 1.0), // FPISA's Figure 4
+    ];
+    let (sums, events) = through_the_program(Variant::Full, &lanes);
+    assert_eq!(sums[0], f32::INFINITY);
+    assert_eq!(sums[1], f32::NEG_INFINITY);
+    assert_eq!(sums[2].to_bits(), 0x7FC0_0000, "canonical quiet NaN");
+    assert_eq!(sums[3].to_bits(), 0x7FC0_0000, "+Inf and -Inf: NaN");
+    assert_eq!(sums[4], 2.0, "a subnormal is flushed to zero");
+    assert_eq!(sums[5].to_bits(), 0, "two subnormals: +0");
+    assert_eq!(sums[6].to_bits(), 0, "the sign of zero is not kept");
+    assert_eq!(sums[7], -3.75);
+    assert_eq!(sums[8].to_bits(), 0, "an exact cancellation is +0");
+    assert_eq!(sums[9], f32::INFINITY, "exponent overflow on output");
+    assert_eq!(sums[10], f32::NEG_INFINITY);
+    assert_eq!(sums[11], 4.0);
+    assert_eq!(
+        (events.overwrites, events.left_shifts, events.overflows),
+        (0, 0, 0)
+    );
+}
+
+/// FPISA-A's events, one of each kind in known lanes, each counted exactly once: 4.0 onto
+/// 1.0 is a left shift (exact), 1024.0 onto 1.0 an overwrite (the 1.0 is lost), and the
+/// largest mantissa 7 binades up onto 1.0 a left shift that overflows the headroom
+/// (saturated, finite).
+#[test]
+fn fpisa_a_events_are_counted_exactly_through_the_program() {
+    let top = f32::from_bits(0x437F_FFFF); // 255.99998: mantissa all ones, 2^7
+    let lanes = [(1.0, 4.0), (1.0, 1024.0), (1.0, top), (1.0, 0.5)];
+    let (sums, events) = through_the_program(Variant::Approx, &lanes);
+    assert_eq!(sums[0], 5.0);
+    assert_eq!(sums[1], 1024.0, "the overwrite discards the 1.0");
+    assert_eq!(
+        sums[2].to_bits(),
+        0x437F_FFFF,
+        "saturated at the limit, finite"
+    );
+    assert_eq!(sums[3], 1.5);
+    assert_eq!(events.overwrites, 1);
+    assert_eq!(events.left_shifts, 2, "lanes 0 and 2");
+    assert_eq!(events.overflows, 1, "lane 2");
+}
