@@ -476,3 +476,60 @@ proptest! {
         }
     }
 }
+
+/// What the module doc promises for packets that are valid but not plain: IPv4 options are
+/// covered by the checksum and forwarded untouched (TTL and checksum still updated), and
+/// fragments, first or later, are forwarded like any other packet.
+#[test]
+fn options_and_fragments_are_forwarded_and_options_are_checksummed() {
+    let mem = mem();
+    let program = L3fwd::install(&mem, &invalid_table())
+        .expect("install")
+        .program();
+    let mut h = Harness::new(mem);
+    // IHL 6: four option bytes (NOP, NOP, NOP, EOL) after the fixed header.
+    let with_options = |corrupt_option: bool| {
+        let plain = udp_frame([10, 1, 2, 3], 64, 64);
+        let mut f = plain[..34].to_vec();
+        f.extend_from_slice(&[1, 1, 1, 0]);
+        f.extend_from_slice(&plain[34..60]);
+        f[14] = 0x46;
+        let mut ip = Ipv4::new_unchecked(&mut f[14..]);
+        ip.set_total_len(50);
+        ip.set_checksum(0);
+        let sum = checksum(&f[14..38]);
+        f[24..26].copy_from_slice(&sum.to_be_bytes());
+        if corrupt_option {
+            f[36] ^= 0x02;
+        }
+        f
+    };
+    let frame = with_options(false);
+    let out = h.run(&program, 0, &frame);
+    assert_eq!(out.result, Ok(Verdict::Forward(1)));
+    let fwd = out.output.expect("forwarded bytes");
+    assert_eq!(fwd[22], 63, "TTL decremented");
+    assert_eq!(&fwd[34..38], &[1, 1, 1, 0], "options untouched");
+    assert_eq!(
+        checksum(&fwd[14..38]),
+        0,
+        "checksum over the options still valid"
+    );
+    let out = h.run(&program, 0, &with_options(true));
+    match out.result {
+        Ok(Verdict::Drop(r)) => assert_eq!(program.drop_reason_name(r), "bad_checksum"),
+        other => panic!("a corrupted option byte: {other:?}"),
+    }
+    // Fragments: MF set at offset 0, and a later fragment (offset 185 * 8, MF clear).
+    for (flags_offset, what) in [(0x2000u16, "first fragment"), (0x00B9, "last fragment")] {
+        let frame = broken(|f| {
+            f[20..22].copy_from_slice(&flags_offset.to_be_bytes());
+            refill(f);
+        });
+        let out = h.run(&program, 0, &frame);
+        assert_eq!(out.result, Ok(Verdict::Forward(1)), "{what}");
+        let fwd = out.output.expect("forwarded bytes");
+        assert_eq!(&fwd[20..22], &flags_offset.to_be_bytes(), "{what}");
+        assert_eq!(checksum(&fwd[14..34]), 0, "{what}");
+    }
+}
