@@ -1116,6 +1116,69 @@ fn pfemu_ctl_reads_and_changes_a_running_pfe() {
     pfe.shutdown();
 }
 
+/// A tbl8 group a removed route freed is reused by another /24 only after the engine's
+/// grace period (a packet that read the old pointer may still read the group): the routes
+/// target that knows the engine waits for it on the removal, and then the group is free;
+/// one without the engine leaves it retired, and an add that needs it is refused.
+#[test]
+fn a_removed_routes_tbl8_group_is_reused_after_the_engines_grace_period() {
+    use pfemu::lab::control::RoutesTarget;
+    use pfemu::microcode::l3fwd::live::LiveRoutes;
+    use pfemu::microcode::l3fwd::{L3fwd, Room, RouteTable};
+
+    for with_engine in [true, false] {
+        let mem = Arc::new(SharedMemory::new(&MemConfig::default()).expect("memory"));
+        let routes: RouteTable = "10.0.0.0/8 1\n".parse().expect("routes");
+        let room = Room {
+            tbl8_groups: 1,
+            next_hops: 4,
+        };
+        let l3 = L3fwd::install_with_room(&mem, &routes, room).expect("installs");
+        let live = Arc::new(LiveRoutes::new(&l3, Arc::clone(&mem), routes).expect("takes over"));
+        let mut pfe = Pfe::builder()
+            .program(l3.program())
+            .memory(mem)
+            .ppe_threads(2)
+            .build()
+            .expect("a valid engine");
+        pfe.start().expect("starts");
+        // Through a controller, which gives its targets the engine; or the target alone.
+        let target = Arc::new(RoutesTarget::new(Arc::clone(&live)));
+        let ctl = with_engine.then(|| Controller::new(pfe.control(), vec![target.clone()]));
+        let call = |command: &str, args: Value| -> Result<Value, String> {
+            match &ctl {
+                Some(ctl) => {
+                    let r = ctl.handle(
+                        "POST",
+                        &format!("/targets/routes/{command}"),
+                        args.to_string().as_bytes(),
+                    );
+                    let body = r.json_body();
+                    match r.status {
+                        200 => Ok(body),
+                        _ => Err(body["error"].as_str().unwrap_or_default().to_string()),
+                    }
+                }
+                None => target.call(command, &args),
+            }
+        };
+        call("add", json!({ "route": "10.0.1.0/25", "port": 2 })).expect("room for one");
+        let removed = call("remove", json!({ "route": "10.0.1.0/25" })).expect("removes");
+        assert_eq!(removed["removed"], true);
+        let other = json!({ "route": "10.0.9.0/25", "port": 3 });
+        if with_engine {
+            assert_eq!(removed["retired_groups"], 0, "{removed}");
+            assert_eq!(live.free_groups(), 1);
+            call("add", other).expect("the group is free after the grace period");
+        } else {
+            assert_eq!(removed["retired_groups"], 1, "{removed}");
+            let e = call("add", other).expect_err("the group is retired");
+            assert!(e.contains("waiting for a grace period"), "{e}");
+        }
+        pfe.shutdown();
+    }
+}
+
 /// l3fwd under traffic: a route added through the control plane takes effect for the
 /// packets after it, removed it stops, and the counters only grow meanwhile.
 #[test]

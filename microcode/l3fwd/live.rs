@@ -12,9 +12,15 @@
 //!   a free group, fills all 256 entries, and only then points the tbl24 entry at it, so a
 //!   lookup never follows a pointer to a group not yet written. When the last one goes, the
 //!   tbl24 entry gets the /24's best shorter route back, and the group is freed.
-//! - **Freed groups are reused last** (first in, first out): a lookup that read a tbl24
-//!   pointer just before the group was freed still finds the group as it was, unless every
-//!   other free group was taken in between.
+//! - **Freed groups are retired, then reused after a grace period.** A lookup that read a
+//!   tbl24 pointer just before its group was freed may still read the group: were the group
+//!   given to another /24 meanwhile, it would find that /24's entries (a wrong port). So a
+//!   freed group is retired, not free: it becomes free once every PPE thread has finished
+//!   the packets it had begun when the group was unlinked ([`LiveRoutes::reclaim_retired`],
+//!   which waits for the engine's grace period, [`Control::wait_quiescent`]; the control
+//!   plane's `routes` target calls it after each removal). Free groups are then taken first
+//!   in, first out. Without grace periods, retired groups are never reused, and a route that
+//!   needs a group when none is free is refused, naming them.
 //! - **Next hops** are written before any entry names them. The table's room for groups
 //!   and next hops is fixed when l3fwd is installed ([`super::L3fwd::install_with_room`]);
 //!   a change that needs more is refused, and changes nothing.
@@ -30,11 +36,16 @@ use parking_lot::Mutex;
 
 use pfemu::mem::{Addr, SharedMemory};
 use pfemu::packet::Port;
+use pfemu::pfe::Control;
 
 use super::{
     mask, write_next_hop, L3fwd, L3fwdError, Route, RouteTable, ENTRIES_PER_WORD, ENTRY_TBL8,
     TBL8_GROUP_ENTRIES, TBL8_GROUP_WORDS,
 };
+
+/// What [`LiveRoutes::grace_ticket`] hands out: the groups retired before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraceTicket(u64);
 
 /// The control side of l3fwd's routes while it runs: see the module doc.
 #[derive(Debug)]
@@ -51,6 +62,11 @@ struct State {
     group_of: HashMap<u32, u16>,
     /// Groups not in use, the longest free first.
     free: VecDeque<u16>,
+    /// Groups freed but maybe still read by a lookup, each with the grace ticket current
+    /// when it was unlinked: free once a grace period begun after a later ticket ended.
+    retired: Vec<(u16, u64)>,
+    /// The grace ticket current now (see [`LiveRoutes::grace_ticket`]).
+    ticket: u64,
     /// Next hops written to the table so far.
     next_hops_written: usize,
 }
@@ -98,6 +114,8 @@ impl LiveRoutes {
                 routes,
                 group_of,
                 free,
+                retired: Vec::new(),
+                ticket: 0,
             }),
         })
     }
@@ -121,9 +139,16 @@ impl LiveRoutes {
         }
         let i24 = prefix >> 8;
         if len > 24 && !st.group_of.contains_key(&i24) && st.free.is_empty() {
+            let waiting = match st.retired.len() {
+                0 => String::new(),
+                n => format!(
+                    ", {n} of them freed and waiting for a grace period \
+                     (LiveRoutes::reclaim_retired)"
+                ),
+            };
             return Err(L3fwdError::BadRoute(format!(
-                "{}/{len} needs a tbl8 group, and all {} are in use (install with more \
-                 Room::tbl8_groups)",
+                "{}/{len} needs a tbl8 group, and all {} are in use{waiting} (install with \
+                 more Room::tbl8_groups)",
                 Ipv4Addr::from(prefix),
                 self.l3.tbl8_capacity()
             )));
@@ -179,6 +204,51 @@ impl LiveRoutes {
         self.state.lock().free.len()
     }
 
+    /// tbl8 groups freed and not free yet: a lookup may still read them (see the module
+    /// doc).
+    pub fn retired_groups(&self) -> usize {
+        self.state.lock().retired.len()
+    }
+
+    /// A ticket for the groups retired so far: once a grace period begun after this call
+    /// has ended (no PPE thread still runs a packet it began before), give it to
+    /// [`LiveRoutes::release_retired`].
+    pub fn grace_ticket(&self) -> GraceTicket {
+        let mut st = self.state.lock();
+        st.ticket += 1;
+        GraceTicket(st.ticket)
+    }
+
+    /// Frees the groups retired before `ticket` was taken (the caller's promise: a grace
+    /// period begun after that has ended). Returns how many became free.
+    pub fn release_retired(&self, ticket: GraceTicket) -> usize {
+        let mut st = self.state.lock();
+        let st = &mut *st;
+        let before = st.free.len();
+        st.retired.retain(|&(g, seq)| {
+            let done = seq < ticket.0;
+            if done {
+                st.free.push_back(g);
+            }
+            !done
+        });
+        st.free.len() - before
+    }
+
+    /// Waits for `engine`'s grace period (until `deadline`), then frees the groups retired
+    /// before it ([`LiveRoutes::grace_ticket`], [`Control::wait_quiescent`],
+    /// [`LiveRoutes::release_retired`]). Returns how many became free; past the deadline
+    /// they stay retired, for a later call.
+    pub fn reclaim_retired(
+        &self,
+        engine: &Control,
+        deadline: std::time::Instant,
+    ) -> Result<usize, L3fwdError> {
+        let ticket = self.grace_ticket();
+        engine.wait_quiescent(deadline).map_err(L3fwdError::Grace)?;
+        Ok(self.release_retired(ticket))
+    }
+
     /// The entry a /24 of no group gets: the best route of /24 or shorter containing
     /// `addr`, or 0 (no route).
     fn entry24(routes: &RouteTable, addr: u32) -> u16 {
@@ -193,7 +263,10 @@ impl LiveRoutes {
                 self.write_group(st, i24)?;
             } else if let Some(g) = st.group_of.remove(&i24) {
                 self.set24(i24, Self::entry24(&st.routes, i24 << 8))?;
-                st.free.push_back(g);
+                // Unlinked now, but a lookup that read the pointer before may still read
+                // it: retired until a grace period ends.
+                let seq = st.ticket;
+                st.retired.push((g, seq));
             }
             return Ok(());
         }

@@ -224,6 +224,9 @@ pub enum L3fwdError {
     },
     /// Writing a table to shared memory failed.
     Fault(MemFault),
+    /// A grace period ([`live::LiveRoutes::reclaim_retired`]) did not end by its deadline:
+    /// the tbl8 groups freed stay retired, for a later grace period.
+    Grace(pfemu::pfe::ControlError),
 }
 
 impl fmt::Display for L3fwdError {
@@ -259,6 +262,10 @@ impl fmt::Display for L3fwdError {
                 )
             }
             L3fwdError::Fault(e) => write!(f, "writing the route table: {e}"),
+            L3fwdError::Grace(e) => write!(
+                f,
+                "freed tbl8 groups stay retired (a lookup may still read them): {e}"
+            ),
         }
     }
 }
@@ -271,6 +278,7 @@ impl std::error::Error for L3fwdError {
             L3fwdError::Read { source, .. } => Some(source),
             L3fwdError::Memory { source, .. } => Some(source),
             L3fwdError::Fault(e) => Some(e),
+            L3fwdError::Grace(e) => Some(e),
             _ => None,
         }
     }

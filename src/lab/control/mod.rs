@@ -40,9 +40,7 @@ mod metrics;
 mod targets;
 
 pub use metrics::{MetricKind, Metrics};
-pub use targets::{
-    AdaTarget, JobsTarget, NimbleTarget, RoutesTarget, TcamTarget, JOBS_GRACE_DEADLINE,
-};
+pub use targets::{AdaTarget, JobsTarget, NimbleTarget, RoutesTarget, TcamTarget, GRACE_DEADLINE};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

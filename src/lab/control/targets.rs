@@ -354,16 +354,17 @@ impl Target for NimbleTarget {
 /// Says why a job cannot be added, if it cannot ([`JobsTarget::check_add`]).
 type AddCheck = Box<dyn Fn(&JobConfig) -> Result<(), String> + Send + Sync>;
 
-/// How long a removal waits for each of its grace periods ([`TrioMl::reclaim_retired`])
-/// before it leaves the job's memory retired (for the next add or removal to bring back).
-pub const JOBS_GRACE_DEADLINE: Duration = Duration::from_secs(2);
+/// How long a removal waits for each of its grace periods (a job's,
+/// [`TrioMl::reclaim_retired`]; a route's tbl8 group's, [`LiveRoutes::reclaim_retired`])
+/// before it leaves the memory retired (for the next add or removal to bring back).
+pub const GRACE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Trio-ML's (or FPISA's) jobs: list, add and remove while aggregation runs.
 ///
 /// A removed job's memory is brought back to use for a later job of the same shape once no
 /// packet or timer thread that could have seen the job still runs
 /// ([`TrioMl::remove_job`]): the removal waits for the engine's grace periods (up to
-/// [`JOBS_GRACE_DEADLINE`] each) when the target knows the engine ([`Target::attach`],
+/// [`GRACE_DEADLINE`] each) when the target knows the engine ([`Target::attach`],
 /// which [`Controller::new`](super::Controller::new) calls, or [`JobsTarget::engine`]), so
 /// that removing and adding jobs forever does not wear the memory out. Without the engine,
 /// removed jobs' memory stays retired (never reused).
@@ -401,7 +402,7 @@ impl JobsTarget {
     /// it, else how many jobs' memory became free, or why it stays retired.
     fn reclaim(&self) -> Option<Result<usize, String>> {
         let engine = self.engine.get()?;
-        let deadline = Instant::now() + JOBS_GRACE_DEADLINE;
+        let deadline = Instant::now() + GRACE_DEADLINE;
         Some(
             self.trio
                 .reclaim_retired(engine, deadline)
@@ -578,14 +579,46 @@ impl Target for JobsTarget {
 }
 
 /// l3fwd's routes while it forwards ([`LiveRoutes`]): list, add, remove, look up.
+///
+/// The tbl8 group a removal frees is reused only once no packet that could have read it
+/// still runs: the removal waits for the engine's grace period (up to [`GRACE_DEADLINE`])
+/// when the target knows the engine ([`Target::attach`], which
+/// [`Controller::new`](super::Controller::new) calls, or [`RoutesTarget::engine`]), and an
+/// add that needs a group tries again first. Without the engine, freed groups stay retired.
 pub struct RoutesTarget {
     live: Arc<LiveRoutes>,
+    engine: OnceLock<Control>,
 }
 
 impl RoutesTarget {
     /// The routes `live` keeps.
     pub fn new(live: Arc<LiveRoutes>) -> RoutesTarget {
-        RoutesTarget { live }
+        RoutesTarget {
+            live,
+            engine: OnceLock::new(),
+        }
+    }
+
+    /// The engine that runs l3fwd, whose grace periods a removal waits for (as
+    /// [`Target::attach`]; the first handle given is kept).
+    pub fn engine(self, engine: Control) -> RoutesTarget {
+        let _ = self.engine.set(engine);
+        self
+    }
+
+    /// Frees the retired tbl8 groups, if the engine is known and there are any: `None`
+    /// when nothing was done, else how many became free or why they stay retired.
+    fn reclaim(&self) -> Option<Result<usize, String>> {
+        let engine = self.engine.get()?;
+        if self.live.retired_groups() == 0 {
+            return None;
+        }
+        let deadline = Instant::now() + GRACE_DEADLINE;
+        Some(
+            self.live
+                .reclaim_retired(engine, deadline)
+                .map_err(|e| e.to_string()),
+        )
     }
 }
 
@@ -623,13 +656,19 @@ impl Target for RoutesTarget {
             ),
             (
                 "remove",
-                "{\"route\": \"10.1.0.0/16\"} -> removes the route; whether there was one",
+                "{\"route\": \"10.1.0.0/16\"} -> removes the route; whether there was one, \
+                 and `retired_groups`: tbl8 groups freed that a packet may still read (0 once \
+                 the engine's grace period ended)",
             ),
             (
                 "lookup",
                 "{\"addr\": \"10.1.2.3\"} -> the port the table forwards it to (null: none)",
             ),
         ]
+    }
+
+    fn attach(&self, engine: &Control) {
+        let _ = self.engine.set(engine.clone());
     }
 
     fn call(&self, command: &str, args: &Value) -> Result<Value, String> {
@@ -646,6 +685,11 @@ impl Target for RoutesTarget {
             "add" => {
                 let (prefix, len) = parse_prefix(args.get("route"))?;
                 let port: u16 = need(args, "port", "a port from 0 to 65535")?;
+                // Groups an earlier removal left retired (its grace period timed out)
+                // may be free by now, for a route that needs one.
+                if self.live.free_groups() == 0 {
+                    let _ = self.reclaim();
+                }
                 self.live
                     .add(prefix, len, port)
                     .map_err(|e| e.to_string())?;
@@ -654,7 +698,14 @@ impl Target for RoutesTarget {
             "remove" => {
                 let (prefix, len) = parse_prefix(args.get("route"))?;
                 let removed = self.live.remove(prefix, len).map_err(|e| e.to_string())?;
-                Ok(json!({ "removed": removed }))
+                // The route is gone either way; a group it freed is reusable only after
+                // the grace period, which a blocked PPE thread can hold up.
+                let mut answer = json!({ "removed": removed });
+                if let Some(Err(e)) = self.reclaim() {
+                    answer["why_retired"] = json!(e);
+                }
+                answer["retired_groups"] = json!(self.live.retired_groups());
+                Ok(answer)
             }
             "lookup" => {
                 let addr: Ipv4Addr = args
