@@ -302,3 +302,23 @@ fn a_time_limit_past_any_instant_is_no_limit_and_a_bad_architecture_is_named() {
     let failure = out.failure.expect("a reason");
     assert_eq!(failure.to_string(), "Arch::ipc is 0: it must be at least 1");
 }
+
+#[test]
+fn a_period_of_zero_or_past_any_switch_is_refused_by_name_without_a_solve() {
+    let (odg, arch) = figure_5();
+    for period in [0, MAX_PERIOD + 1, u64::MAX] {
+        for options in [generous(), plain()] {
+            let out = ilp_schedule(&odg, &arch, period, &options);
+            assert_eq!(
+                (out.status, out.solves, &out.schedule),
+                (IlpStatus::SolverFailed, 0, &None),
+                "P = {period}: {out:?}"
+            );
+            let failure = out.failure.expect("a reason").to_string();
+            assert!(
+                failure.contains(&format!("a period of {period}")),
+                "{failure}"
+            );
+        }
+    }
+}

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 
 use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions, Variable};
 
-use super::list::{earliest_starts, heuristic_schedule, lower_bound};
+use super::list::{earliest_starts, heuristic_schedule, lower_bound, MAX_PERIOD};
 use super::odg::{Arch, ArchError, Odg, Op};
 use super::schedule::{validate, Schedule, Violation};
 
@@ -106,9 +106,9 @@ pub enum IlpStatus {
     TimeLimit,
     /// No valid schedule exists at this period.
     Infeasible,
-    /// The solver failed or answered with an invalid schedule, or the architecture was
-    /// refused ([`IlpOutcome::failure`] says which); the schedule is the seed's, if there is
-    /// one.
+    /// The solver failed or answered with an invalid schedule, or the architecture or the
+    /// period was refused ([`IlpOutcome::failure`] says which); the schedule is the seed's,
+    /// if there is one.
     SolverFailed,
 }
 
@@ -117,6 +117,9 @@ pub enum IlpStatus {
 pub enum IlpFailure {
     /// The architecture fails [`Arch::check`]: nothing was solved.
     Arch(ArchError),
+    /// The period is 0 or above [`MAX_PERIOD`], as [`list_schedule`](super::list_schedule)
+    /// refuses it: nothing was solved.
+    Period(u64),
     /// The solver returned an error (or called the seeded problem infeasible).
     Solver(microlp::Error),
     /// A node's start could not be read back: no start, or several, near 1.
@@ -129,6 +132,7 @@ impl fmt::Display for IlpFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             IlpFailure::Arch(e) => write!(f, "{e}"),
+            IlpFailure::Period(p) => write!(f, "a period of {p}: it must be 1 to {MAX_PERIOD}"),
             IlpFailure::Solver(e) => write!(f, "the ILP solver failed: {e}"),
             IlpFailure::Unreadable(node) => {
                 write!(f, "the ILP's answer gives `{node}` no single start time")
@@ -149,7 +153,7 @@ impl std::error::Error for IlpFailure {
         match self {
             IlpFailure::Solver(e) => Some(e),
             IlpFailure::Arch(e) => Some(e),
-            IlpFailure::Unreadable(_) | IlpFailure::Invalid(_) => None,
+            IlpFailure::Period(_) | IlpFailure::Unreadable(_) | IlpFailure::Invalid(_) => None,
         }
     }
 }
@@ -194,6 +198,8 @@ fn last_start(s: &Schedule) -> u64 {
 
 /// The schedule of `odg` on `arch` at period `period` with the earliest last start, found
 /// by the ILP (the module doc gives the program and its speed-ups), within `options.time_limit`.
+/// An architecture that fails [`Arch::check`], or a period of 0 or above [`MAX_PERIOD`], is
+/// refused before any work: [`IlpStatus::SolverFailed`], the [`IlpFailure`] naming it.
 pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -> IlpOutcome {
     let began = Instant::now();
     let mut out = IlpOutcome {
@@ -208,15 +214,22 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
         failure: None,
         unresolved_periods: Vec::new(),
     };
-    if let Err(e) = arch.check() {
+    let refused = match arch.check() {
+        Err(e) => Some(IlpFailure::Arch(e)),
+        // Past MAX_PERIOD the capacity sums and the horizon could overflow, and the plain
+        // model's variables (a node times the horizon) exhaust memory before any solve.
+        Ok(()) if !(1..=MAX_PERIOD).contains(&period) => Some(IlpFailure::Period(period)),
+        Ok(()) => None,
+    };
+    if refused.is_some() {
         out.status = IlpStatus::SolverFailed;
-        out.failure = Some(IlpFailure::Arch(e));
+        out.failure = refused;
         out.elapsed = began.elapsed();
         return out;
     }
     let n = odg.nodes().len();
     let asap = earliest_starts(odg, arch);
-    if period == 0 || (options.bounds && !resources_fit(odg, arch, period)) {
+    if options.bounds && !resources_fit(odg, arch, period) {
         out.elapsed = began.elapsed();
         return out;
     }
@@ -390,7 +403,8 @@ impl Program<'_> {
 /// the heuristic runs first (as the seed) and establishes feasibility at once when it
 /// finds a schedule; only where it finds none does the ILP, unseeded, decide. A period whose
 /// solve hits the time limit without a schedule counts as not feasible and is listed in
-/// [`IlpOutcome::unresolved_periods`]. `None` if no period up to `max_period` has one found.
+/// [`IlpOutcome::unresolved_periods`]. `None` if no period up to `max_period` (at most
+/// [`MAX_PERIOD`]) has one found.
 pub fn ilp_fewest_processors(
     odg: &Odg,
     arch: &Arch,
@@ -398,7 +412,8 @@ pub fn ilp_fewest_processors(
     options: &IlpOptions,
 ) -> Option<(u64, IlpOutcome)> {
     let mut unresolved = Vec::new();
-    for period in lower_bound(odg, arch).processors..=max_period {
+    // Past MAX_PERIOD every period is refused: the scan ends there, not at u64::MAX.
+    for period in lower_bound(odg, arch).processors..=max_period.min(MAX_PERIOD) {
         let mut out = ilp_schedule(odg, arch, period, options);
         if out.schedule.is_some() {
             out.unresolved_periods = unresolved;
@@ -733,7 +748,8 @@ mod tests {
     fn no_period_and_no_graph_are_answered_without_a_solve() {
         let (odg, arch) = figure_5();
         let out = ilp_schedule(&odg, &arch, 0, &IlpOptions::default());
-        assert_eq!((out.status, out.solves), (IlpStatus::Infeasible, 0));
+        assert_eq!((out.status, out.solves), (IlpStatus::SolverFailed, 0));
+        assert_eq!(out.failure, Some(IlpFailure::Period(0)));
         let empty = Odg::new(vec![], vec![]).unwrap();
         let out = ilp_schedule(&empty, &arch, 1, &IlpOptions::default());
         assert_eq!(out.status, IlpStatus::OptimalByBound);
