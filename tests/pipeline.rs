@@ -8,7 +8,8 @@ use pfemu::pipeline::{
 use pfemu::rng::SplitMix64;
 
 /// A random ODG of the paper's shape: `tables` tables, each a match and its action, the
-/// action after its match; each table depends on some earlier table's match or action.
+/// action after its match; each table depends on some earlier table's match or action, one
+/// dependency in four only in order (a successor or reverse-match dependency, latency 0).
 fn random_odg(seed: u64, tables: usize) -> Odg {
     let mut rng = SplitMix64::new(seed);
     let mut nodes = Vec::new();
@@ -28,10 +29,7 @@ fn random_odg(seed: u64, tables: usize) -> Odg {
                 fields: 1 + rng.below(8) as u32,
             },
         });
-        edges.push(Edge {
-            from: 2 * t,
-            to: 2 * t + 1,
-        });
+        edges.push(Edge::result(2 * t, 2 * t + 1));
         // Dependencies on earlier tables: a match dependency (on its action's result) or
         // an action dependency (after its match).
         for _ in 0..rng.below(3) {
@@ -41,8 +39,13 @@ fn random_odg(seed: u64, tables: usize) -> Odg {
             let earlier = rng.below(t as u64) as usize;
             let from = 2 * earlier + rng.below(2) as usize;
             let to = 2 * t + rng.below(2) as usize;
-            if !edges.contains(&Edge { from, to }) {
-                edges.push(Edge { from, to });
+            let edge = if rng.below(4) == 0 {
+                Edge::order(from, to)
+            } else {
+                Edge::result(from, to)
+            };
+            if !edges.iter().any(|e| (e.from, e.to) == (from, to)) {
+                edges.push(edge);
             }
         }
     }
@@ -399,7 +402,7 @@ fn dense_chain(n: usize, edges: usize) -> (Vec<Node>, Vec<Edge>) {
         })
         .collect();
     let edges = (0..n)
-        .flat_map(|from| (from + 1..n.min(from + 18)).map(move |to| Edge { from, to }))
+        .flat_map(|from| (from + 1..n.min(from + 18)).map(move |to| Edge::result(from, to)))
         .take(edges)
         .collect();
     (nodes, edges)
@@ -447,7 +450,7 @@ fn a_graph_beyond_the_limits_is_refused_by_its_constructor_naming_the_limit() {
         Odg::new(million, vec![]),
         Err(OdgError::TooManyNodes(1_000_000))
     );
-    let nowhere = vec![Edge { from: 7, to: 9 }; Odg::MAX_EDGES + 1];
+    let nowhere = vec![Edge::result(7, 9); Odg::MAX_EDGES + 1];
     assert_eq!(
         Odg::new(vec![], nowhere),
         Err(OdgError::TooManyEdges(Odg::MAX_EDGES + 1))

@@ -143,7 +143,7 @@ fn greedy_trap() -> (Odg, Arch) {
     };
     let odg = Odg::new(
         vec![m("M0"), a("Abig", 2), a("Asmall", 1), m("Mx")],
-        vec![Edge { from: 0, to: 1 }, Edge { from: 2, to: 3 }],
+        vec![Edge::result(0, 1), Edge::result(2, 3)],
     )
     .unwrap();
     let arch = Arch {
@@ -196,7 +196,7 @@ fn chain_of_three() -> (Odg, Arch) {
     };
     let odg = Odg::new(
         vec![m("M0"), m("M1"), m("M2")],
-        vec![Edge { from: 0, to: 1 }, Edge { from: 1, to: 2 }],
+        vec![Edge::result(0, 1), Edge::result(1, 2)],
     )
     .unwrap();
     let (_, arch) = figure_5();
@@ -301,6 +301,30 @@ fn a_time_limit_past_any_instant_is_no_limit_and_a_bad_architecture_is_named() {
     assert_eq!(out.schedule, None);
     let failure = out.failure.expect("a reason");
     assert_eq!(failure.to_string(), "Arch::ipc is 0: it must be at least 1");
+}
+
+#[test]
+fn orderings_cost_the_ilp_no_latency() {
+    // Figure 5 (P = 2) with every edge turned into an ordering: the four one-unit matches
+    // still need two classes of M = 2 and the three one-field actions two classes of A = 2,
+    // each class one start time (IPC 1), but an ordered pair may share a start: M1, M3, A2
+    // at 0 and M0, M2, A1, A3 at 1 is a last start of 1, against the dependencies' 6, and
+    // what the classes alone allow (no edge at all).
+    let (odg, arch) = figure_5();
+    let ordered: Vec<Edge> = odg
+        .edges()
+        .iter()
+        .map(|e| Edge::order(e.from, e.to))
+        .collect();
+    let ordered = Odg::new(odg.nodes().to_vec(), ordered).unwrap();
+    let free = Odg::new(odg.nodes().to_vec(), vec![]).unwrap();
+    for options in [generous(), plain()] {
+        for (graph, want) in [(&odg, 6), (&ordered, 1), (&free, 1)] {
+            let out = ilp_schedule(graph, &arch, 2, &options);
+            assert!(proven(&out), "{out:?}");
+            assert_eq!(last_start(&valid(graph, &arch, &out)), want, "{out:?}");
+        }
+    }
 }
 
 #[test]

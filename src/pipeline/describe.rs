@@ -10,9 +10,10 @@
 //!
 //! Each node is a match (a key of `key_bits` bits into a table of `entries`) or an action
 //! (modifying `fields` fields); each edge `[from, to]` says `to` waits for `from`'s result
-//! (ΔM after a match, ΔA after an action; there is no ordering-only edge of zero latency, as
-//! the paper's code has: see [`Edge`]). Unknown fields are refused, so a misspelt one is
-//! an error rather than a default. [`Description::to_odg`] checks the graph;
+//! (ΔM after a match, ΔA after an action), and each entry `[from, to]` of the optional
+//! `orderings` that `to` only may not start before `from` (a successor or reverse-match
+//! dependency, latency 0: [`EdgeKind::Order`]). Unknown fields are refused, so a misspelt one
+//! is an error rather than a default. [`Description::to_odg`] checks the graph;
 //! [`Odg::describe`] writes a built graph back out.
 
 use std::collections::HashMap;
@@ -20,7 +21,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::odg::{Edge, Node, Odg, OdgError, Op};
+use super::odg::{Edge, EdgeKind, Node, Odg, OdgError, Op};
 
 /// A program's operation dependency graph, as a file describes it.
 ///
@@ -46,9 +47,13 @@ pub struct Description {
     pub name: String,
     /// Its operations; names are unique.
     pub nodes: Vec<NodeDescription>,
-    /// Its dependencies, `[from, to]` by node name.
+    /// Its dependencies on results, `[from, to]` by node name ([`EdgeKind::Result`]).
     #[serde(default)]
     pub edges: Vec<(String, String)>,
+    /// Its ordering-only dependencies, `[from, to]` by node name: `to` may start in the same
+    /// cycle as `from`, not before ([`EdgeKind::Order`]). Optional.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orderings: Vec<(String, String)>,
 }
 
 /// One operation: exactly one of `match` and `action`.
@@ -94,6 +99,13 @@ pub enum DescribeError {
         /// The name no node has.
         name: String,
     },
+    /// An ordering names a node the description does not have.
+    UnknownOrderingNode {
+        /// The ordering's position in `orderings` (0-based).
+        ordering: usize,
+        /// The name no node has.
+        name: String,
+    },
     /// A node is both a match and an action.
     BothOps(String),
     /// A node is neither a match nor an action.
@@ -108,6 +120,12 @@ impl fmt::Display for DescribeError {
         match self {
             DescribeError::UnknownNode { edge, name } => {
                 write!(f, "edge {edge} names `{name}`, which no node is called")
+            }
+            DescribeError::UnknownOrderingNode { ordering, name } => {
+                write!(
+                    f,
+                    "ordering {ordering} names `{name}`, which no node is called"
+                )
             }
             DescribeError::BothOps(n) => write!(
                 f,
@@ -144,7 +162,8 @@ impl Description {
     /// one operation, every edge between named nodes, names unique, no cycle, no empty
     /// operation.
     pub fn to_odg(&self) -> Result<Odg, DescribeError> {
-        Odg::check_size(self.nodes.len(), self.edges.len())?;
+        let edges = self.edges.len().saturating_add(self.orderings.len());
+        Odg::check_size(self.nodes.len(), edges)?;
         let nodes = self
             .nodes
             .iter()
@@ -169,32 +188,40 @@ impl Description {
         for (i, n) in nodes.iter().enumerate() {
             by_name.entry(n.name.as_str()).or_insert(i);
         }
-        let index = |edge: usize, name: &str| {
-            by_name
-                .get(name)
-                .copied()
-                .ok_or_else(|| DescribeError::UnknownNode {
-                    edge,
+        let index = |kind: EdgeKind, i: usize, name: &str| {
+            by_name.get(name).copied().ok_or_else(|| match kind {
+                EdgeKind::Result => DescribeError::UnknownNode {
+                    edge: i,
                     name: name.to_string(),
-                })
+                },
+                EdgeKind::Order => DescribeError::UnknownOrderingNode {
+                    ordering: i,
+                    name: name.to_string(),
+                },
+            })
         };
-        let edges = self
-            .edges
-            .iter()
-            .enumerate()
-            .map(|(i, (from, to))| {
+        let edges = [
+            (EdgeKind::Result, &self.edges),
+            (EdgeKind::Order, &self.orderings),
+        ]
+        .into_iter()
+        .flat_map(|(kind, list)| {
+            list.iter().enumerate().map(move |(i, (from, to))| {
                 Ok(Edge {
-                    from: index(i, from)?,
-                    to: index(i, to)?,
+                    from: index(kind, i, from)?,
+                    to: index(kind, i, to)?,
+                    kind,
                 })
             })
-            .collect::<Result<Vec<Edge>, DescribeError>>()?;
+        })
+        .collect::<Result<Vec<Edge>, DescribeError>>()?;
         Ok(Odg::new(nodes, edges)?)
     }
 }
 
 impl Odg {
-    /// The graph as a [`Description`] named `name`: nodes and edges in the graph's order.
+    /// The graph as a [`Description`] named `name`: nodes and edges in the graph's order, the
+    /// edges on results in `edges` and the ordering-only ones in `orderings`.
     pub fn describe(&self, name: &str) -> Description {
         let nodes = self
             .nodes()
@@ -213,14 +240,18 @@ impl Odg {
             })
             .collect();
         let name_of = |i: usize| self.nodes()[i].name.clone();
+        let of_kind = |kind: EdgeKind| {
+            self.edges()
+                .iter()
+                .filter(|e| e.kind == kind)
+                .map(|e| (name_of(e.from), name_of(e.to)))
+                .collect()
+        };
         Description {
             name: name.to_string(),
             nodes,
-            edges: self
-                .edges()
-                .iter()
-                .map(|e| (name_of(e.from), name_of(e.to)))
-                .collect(),
+            edges: of_kind(EdgeKind::Result),
+            orderings: of_kind(EdgeKind::Order),
         }
     }
 }
@@ -252,7 +283,38 @@ mod tests {
             }
         );
         assert_eq!(odg.nodes()[1].op, Op::Action { fields: 3 });
-        assert_eq!(odg.edges(), &[Edge { from: 0, to: 1 }]);
+        assert_eq!(odg.edges(), &[Edge::result(0, 1)]);
+    }
+
+    #[test]
+    fn orderings_read_as_zero_latency_edges_and_round_trip() {
+        let text = r#"
+            { "name": "reverse-match",
+              "nodes": [ {"name": "acl", "match": {"key_bits": 32, "entries": 16}},
+                         {"name": "rewrite", "action": {"fields": 1}},
+                         {"name": "count", "action": {"fields": 1}} ],
+              "edges": [ ["acl", "count"] ],
+              "orderings": [ ["acl", "rewrite"] ] }"#;
+        let d: Description = serde_json::from_str(text).expect("valid");
+        let odg = d.to_odg().expect("a graph");
+        assert_eq!(odg.edges(), &[Edge::result(0, 2), Edge::order(0, 1)]);
+        assert_eq!(
+            odg.edge_latency(&crate::pipeline::Arch::DRMT, &odg.edges()[1]),
+            0
+        );
+        assert_eq!(odg.describe("reverse-match"), d);
+        // Without orderings none is written, and an unknown name in one is named as such.
+        let plain = read(L3FWD).unwrap().describe("l3fwd");
+        let written = serde_json::to_string(&plain).unwrap();
+        assert!(!written.contains("orderings"), "{written}");
+        let bad = text.replace(r#"["acl", "rewrite"]"#, r#"["acl", "rewrit"]"#);
+        assert_eq!(
+            read(&bad).unwrap_err(),
+            "ordering 0 names `rewrit`, which no node is called"
+        );
+        // An ordering closes a cycle like any edge.
+        let cycle = text.replace(r#"["acl", "rewrite"]"#, r#"["count", "acl"]"#);
+        assert!(read(&cycle).unwrap_err().contains("cycle"), "{cycle}");
     }
 
     #[test]
@@ -324,6 +386,7 @@ mod tests {
             name: "big".into(),
             nodes: (0..=Odg::MAX_NODES).map(nothing).collect(),
             edges: vec![],
+            orderings: vec![],
         };
         let err = big.to_odg().unwrap_err();
         assert_eq!(err, DescribeError::Graph(OdgError::TooManyNodes(801)));
@@ -336,6 +399,7 @@ mod tests {
             name: "dense".into(),
             nodes: vec![],
             edges: vec![("a".into(), "b".into()); Odg::MAX_EDGES + 1],
+            orderings: vec![],
         };
         let err = dense.to_odg().unwrap_err();
         assert_eq!(err, DescribeError::Graph(OdgError::TooManyEdges(12_801)));
@@ -355,9 +419,10 @@ mod tests {
             edges: (1..Odg::MAX_NODES)
                 .map(|i| (format!("n{}", i - 1), format!("n{i}")))
                 .collect(),
+            orderings: vec![],
         };
         let odg = chain.to_odg().expect("within the limits");
-        assert_eq!(odg.edges()[798], Edge { from: 798, to: 799 });
+        assert_eq!(odg.edges()[798], Edge::result(798, 799));
         assert_eq!(odg.describe("chain"), chain);
     }
 

@@ -19,7 +19,7 @@ pub fn figure_5() -> (Odg, Arch) {
         name: name.into(),
         op: Op::Action { fields: 1 },
     };
-    let e = |from, to| Edge { from, to };
+    let e = |from, to| Edge::result(from, to);
     let odg = Odg::new(
         vec![
             m("M0"),
@@ -122,7 +122,7 @@ pub fn random(seed: u64, n: usize) -> Odg {
                 op: fields(&mut rng),
             });
             let m = nodes.len() - 2;
-            edges.push(Edge { from: m, to: m + 1 });
+            edges.push(Edge::result(m, m + 1));
             slots.push(Slot::Ops(m, m + 1));
         } else if action {
             nodes.push(Node {
@@ -146,8 +146,8 @@ pub fn random(seed: u64, n: usize) -> Odg {
             for &from in &ends {
                 if let Slot::Ops(m, a) = slots[j] {
                     let to = if rng.below(2) == 0 { m } else { a };
-                    if from != to && !edges.contains(&Edge { from, to }) {
-                        edges.push(Edge { from, to });
+                    if from != to && !edges.contains(&Edge::result(from, to)) {
+                        edges.push(Edge::result(from, to));
                     }
                 } else if !feeds[j].contains(&from) {
                     feeds[j].push(from);

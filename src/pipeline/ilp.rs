@@ -5,7 +5,8 @@
 //!
 //! - a binary rq(v, q, r) for each node v and start time qP + r, with Σ_{q,r} rq(v, q, r) = 1;
 //!   the start t(v) = Σ (qP + r) rq(v, q, r) is that sum itself, not a variable of its own;
-//! - dependencies: t(v) − t(u) ≥ τ(u, v), ΔM after a match and ΔA after an action;
+//! - dependencies: t(v) − t(u) ≥ τ(u, v), ΔM after a match and ΔA after an action, 0 on
+//!   an ordering edge ([`EdgeKind::Order`](super::EdgeKind::Order));
 //! - per residue class r: Σ_{v ∈ VM, q} ceil(k(v) / b) rq(v, q, r) ≤ M̄ and
 //!   Σ_{v ∈ VA, q} a(v) rq(v, q, r) ≤ Ā;
 //! - IPC: a binary pm(q, r) with Σ_{v ∈ VM} rq(v, q, r) ≤ pm(q, r) · |VM| and
@@ -458,7 +459,7 @@ fn proven_horizon(odg: &Odg, arch: &Arch, period: u64) -> u64 {
     let max_latency = odg
         .edges()
         .iter()
-        .map(|e| odg.latency(arch, e.from))
+        .map(|e| odg.edge_latency(arch, e))
         .max()
         .unwrap_or(0);
     period - 1 + (distinct - 1) * (max_latency + period - 1)
@@ -469,7 +470,7 @@ fn tails_to_last_start(odg: &Odg, arch: &Arch) -> Vec<u64> {
     let mut tail = vec![0u64; odg.nodes().len()];
     for &v in odg.topological_order().iter().rev() {
         for e in odg.edges().iter().filter(|e| e.from == v) {
-            tail[v] = tail[v].max(odg.latency(arch, v) + tail[e.to]);
+            tail[v] = tail[v].max(odg.edge_latency(arch, e) + tail[e.to]);
         }
     }
     tail
@@ -555,7 +556,7 @@ impl Model {
                 &mut p,
                 expr,
                 ComparisonOp::Ge,
-                odg.latency(arch, e.from) as f64,
+                odg.edge_latency(arch, e) as f64,
             );
         }
         // T at least every last node's start (the others' follows from the dependencies).

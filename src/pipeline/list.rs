@@ -48,7 +48,7 @@ pub(super) fn earliest_starts(odg: &Odg, arch: &Arch) -> Vec<u64> {
     let mut t = vec![0u64; odg.nodes().len()];
     for &v in odg.topological_order() {
         for e in odg.edges().iter().filter(|e| e.from == v) {
-            t[e.to] = t[e.to].max(t[v].saturating_add(odg.latency(arch, v)));
+            t[e.to] = t[e.to].max(t[v].saturating_add(odg.edge_latency(arch, e)));
         }
     }
     t
@@ -58,10 +58,9 @@ pub(super) fn earliest_starts(odg: &Odg, arch: &Arch) -> Vec<u64> {
 fn tails(odg: &Odg, arch: &Arch) -> Vec<u64> {
     let mut tail = vec![0u64; odg.nodes().len()];
     for &v in odg.topological_order().iter().rev() {
-        let own = odg.latency(arch, v);
-        tail[v] = own;
+        tail[v] = odg.latency(arch, v);
         for e in odg.edges().iter().filter(|e| e.from == v) {
-            tail[v] = tail[v].max(own.saturating_add(tail[e.to]));
+            tail[v] = tail[v].max(odg.edge_latency(arch, e).saturating_add(tail[e.to]));
         }
     }
     tail
@@ -147,7 +146,7 @@ fn list_schedule_checked(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedule
         let t = place(&mut classes, arch, odg.nodes()[v].op, ready_at[v], period)?;
         start[v] = t;
         for e in odg.edges().iter().filter(|e| e.from == v) {
-            ready_at[e.to] = ready_at[e.to].max(t + odg.latency(arch, v));
+            ready_at[e.to] = ready_at[e.to].max(t + odg.edge_latency(arch, e));
             preds_left[e.to] -= 1;
             if preds_left[e.to] == 0 {
                 ready.push(e.to);

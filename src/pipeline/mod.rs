@@ -3,8 +3,10 @@
 //! Programmable Switching", SIGCOMM 2017, §3).
 //!
 //! A program is an [`Odg`]: match nodes (a key of some bits looked up in a table) and action
-//! nodes (fields modified), joined by dependency edges; an edge from a match waits the match
-//! latency ΔM, one from an action the action latency ΔA. An [`Arch`] gives a processor's
+//! nodes (fields modified), joined by dependency edges ([`Edge`]): one on a result (a match
+//! or action dependency) waits the match latency ΔM after a match, the action latency ΔA
+//! after an action; an ordering edge (a successor or reverse-match dependency) waits 0, its
+//! dependent starting no earlier than its source. An [`Arch`] gives a processor's
 //! (or an RMT stage's) match capacity M̄ in units of b-bit keys, its action capacity Ā in
 //! fields, the two latencies, and its inter-packet concurrency IPC; [`Arch::DRMT`] and
 //! [`Arch::RMT`] are Table 1's. The schedulers, validators and simulators refuse an `Arch`
@@ -40,6 +42,27 @@
 //! graph is within [`Odg::MAX_NODES`] nodes and [`Odg::MAX_EDGES`] edges: the constructor
 //! refuses a larger one ([`OdgError::TooManyNodes`], [`OdgError::TooManyEdges`]) before
 //! any work on it, so no scheduler is handed a graph it would take hours on.
+//!
+//! ## Where pfemu differs from the paper, and why
+//!
+//! - **Ordering edges.** The paper's text gives τ(u, v) as ΔM or ΔA (§3.3); its published
+//!   scheduler also has successor and reverse-match dependencies of latency dS = 0. pfemu has
+//!   both kinds ([`EdgeKind`]), with dS fixed at 0 as that code has it.
+//! - **Coarse tables.** The paper's code pairs each `X_MATCH` with its `X_ACTION` by name; an
+//!   [`Odg`] has no table nodes, so [`coarse_tables`] pairs a match with an action on its
+//!   result by the graph's structure (the rules in `rmt`'s documentation). A table ordered
+//!   after another shares its stage where the fine rule allows it, so that every coarse plan
+//!   stays a fine one.
+//! - **RMT's latency** is counted as stages × (ΔM + ΔA): every packet crosses every stage.
+//! - **The ILP** runs on microlp (pure Rust, so it builds wherever `cargo` does), not Gurobi;
+//!   its IPC constraints are by default one per start variable (rq ≤ pm) rather than the
+//!   paper's one sum per (q, r), the same integer solutions with a tighter relaxation
+//!   (`IlpOptions::tight_ipc` gives the paper's); the paper leaves its three speed-ups to its
+//!   extended version, and `ilp`'s documentation gives pfemu's reading of them. Its budget is
+//!   a wall-clock time, as Gurobi's is; an outcome says when it struck.
+//! - **Programs.** The paper's real programs (from switch.p4) are not available; the shipped
+//!   programs ([`programs`]) stand in for them, and the random graphs ([`examples::random`])
+//!   follow the paper's generator.
 
 #[cfg(feature = "serde")]
 mod describe;
@@ -64,7 +87,7 @@ pub use list::{
     fewest_processors, heuristic_schedule, list_schedule, lower_bound, ListError, LowerBound,
     MAX_PERIOD,
 };
-pub use odg::{Arch, ArchError, Edge, Holder, Node, Odg, OdgError, Op, TooWide, Width};
+pub use odg::{Arch, ArchError, Edge, EdgeKind, Holder, Node, Odg, OdgError, Op, TooWide, Width};
 pub use programs::PfeProfile;
 pub use rmt::{
     assign_stages, coarse_tables, drmt_from_stages, rmt_throughput, stage_lower_bound,

@@ -30,19 +30,29 @@ pub struct Node {
     pub op: Op,
 }
 
-/// A dependency: `to` reads, or is predicated on, `from`'s result, so it may start only once
-/// that result is there: the match latency ΔM after a match, the action latency ΔA after an
-/// action. This is the dRMT paper's τ(u, v), "ΔA or ΔM" (§3.3), and pfemu's only kind of edge:
-/// its latency comes from the kind of `from`, never from the edge.
+/// A dependency: `to` may start only `τ(from, to)` cycles after `from` starts (the dRMT
+/// paper's τ(u, v), §3.3), where the edge's [`EdgeKind`] gives τ:
 ///
-/// Where pfemu differs from the paper: the paper's published scheduler (`schedule_dag.py`
-/// in its code) also has ordering-only dependencies that wait a latency dS, zero there: a
-/// reverse read (a match must read a field before a later action overwrites it) and an RMT
-/// successor dependency (a table ordered after another, resolved by predication). pfemu
-/// cannot express those: written as an edge, such an ordering waits the full ΔM or ΔA. That
-/// is safe (a schedule valid with the longer wait is valid with none) but may cost latency,
-/// processors or stages that the paper's code would not spend. The shipped programs have no
-/// such edge ([`programs`](super::programs)).
+/// - [`EdgeKind::Result`]: `to` reads, or is predicated on, `from`'s result (a match
+///   dependency, an action dependency, a table's match feeding its action): ΔM after a
+///   match, ΔA after an action;
+/// - [`EdgeKind::Order`]: `to` must only not start before `from` (a successor dependency
+///   resolved by predication, or a reverse-match dependency: a match reads a field before a
+///   later action overwrites it): the latency dS = 0 of the paper's published scheduler
+///   (`schedule_dag.py` in its code), so both may start in the same cycle.
+///
+/// ```
+/// use pfemu::pipeline::{lower_bound, Arch, Edge, Node, Odg, Op};
+///
+/// let m = |name: &str| Node { name: name.into(), op: Op::Match { key_bits: 32, entries: 1 } };
+/// // `acl` must not start after `fwd`, but uses none of its result.
+/// let ordered = Odg::new(vec![m("fwd"), m("acl")], vec![Edge::order(0, 1)])?;
+/// assert_eq!(lower_bound(&ordered, &Arch::DRMT).latency, 22);
+/// // Reading its result waits ΔM.
+/// let dependent = Odg::new(vec![m("fwd"), m("acl")], vec![Edge::result(0, 1)])?;
+/// assert_eq!(lower_bound(&dependent, &Arch::DRMT).latency, 2 * 22);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Edge {
@@ -50,6 +60,38 @@ pub struct Edge {
     pub from: usize,
     /// The dependent node.
     pub to: usize,
+    /// What `to` waits for.
+    pub kind: EdgeKind,
+}
+
+impl Edge {
+    /// `to` uses `from`'s result: it waits ΔM after a match, ΔA after an action.
+    pub const fn result(from: usize, to: usize) -> Edge {
+        Edge {
+            from,
+            to,
+            kind: EdgeKind::Result,
+        }
+    }
+
+    /// `to` only may not start before `from`: it waits dS = 0 cycles.
+    pub const fn order(from: usize, to: usize) -> Edge {
+        Edge {
+            from,
+            to,
+            kind: EdgeKind::Order,
+        }
+    }
+}
+
+/// What an [`Edge`]'s dependent waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum EdgeKind {
+    /// The result: ΔM after a match, ΔA after an action (match and action dependencies).
+    Result,
+    /// Only the order, at latency dS = 0 (successor and reverse-match dependencies).
+    Order,
 }
 
 /// Why a graph was refused.
@@ -204,13 +246,23 @@ impl Odg {
         self.nodes.iter().position(|n| n.name == name)
     }
 
-    /// The cycles `to` must wait after `from` starts on `arch`: ΔM after a match, ΔA after
-    /// an action (every edge from `from` alike: see [`Edge`] for the zero-latency kinds of
-    /// the paper's code that pfemu does not have).
-    pub fn latency(&self, arch: &Arch, from: usize) -> u64 {
-        match self.nodes[from].op {
+    /// The cycles node `v`'s result takes on `arch` from its start: ΔM for a match, ΔA for
+    /// an action (what a [`EdgeKind::Result`] edge from it waits, and what its packet waits
+    /// for it before leaving).
+    pub fn latency(&self, arch: &Arch, v: usize) -> u64 {
+        match self.nodes[v].op {
             Op::Match { .. } => arch.match_latency,
             Op::Action { .. } => arch.action_latency,
+        }
+    }
+
+    /// The cycles `edge.to` must wait after `edge.from` starts on `arch`, τ(from, to):
+    /// `from`'s [latency](Odg::latency) for a [`EdgeKind::Result`] edge, 0 for an
+    /// [`EdgeKind::Order`] one.
+    pub fn edge_latency(&self, arch: &Arch, edge: &Edge) -> u64 {
+        match edge.kind {
+            EdgeKind::Result => self.latency(arch, edge.from),
+            EdgeKind::Order => 0,
         }
     }
 }

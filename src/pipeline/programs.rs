@@ -14,8 +14,8 @@
 //!   paper's τ(u, v) of ΔM or ΔA (§3.3): a match feeding a later match's key or predicating
 //!   an action (waiting ΔM), an action whose result a later operation reads, is predicated
 //!   on, or must see completed (waiting ΔA). None is an ordering alone, such as a read that
-//!   must precede a later write: the paper's code gives those (reverse-read and successor
-//!   dependencies) a latency of zero, which pfemu's graphs cannot express ([`Edge`]).
+//!   must precede a later write (a reverse-match or successor dependency, of latency 0:
+//!   [`EdgeKind::Order`](super::EdgeKind::Order)).
 //! - **Conditions** (branches on header fields, or on a value read) take no match or action
 //!   resources and are contracted, as the paper's generator does ([`super::examples::random`]):
 //!   their predecessors become their successors' predecessors. Registers that only carry a
@@ -93,7 +93,7 @@ impl Builder {
             op,
         });
         self.edges
-            .extend(from.into_iter().map(|from| Edge { from, to }));
+            .extend(from.into_iter().map(|from| Edge::result(from, to)));
     }
 
     fn build(self) -> Odg {

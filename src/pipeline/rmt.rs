@@ -10,19 +10,23 @@
 //!   alternate: slot `2k` holds stage k's matches, slot `2k + 1` its actions). A dependency
 //!   whose latency is positive puts the dependent in a strictly later slot, so a match and an
 //!   action that depends on it may share a stage, while an action -> match dependency moves
-//!   the match to the next stage (action -> action too). Per stage, matches use at most M̄
-//!   units and actions at most Ā fields.
+//!   the match to the next stage (action -> action too). An ordering edge
+//!   ([`EdgeKind::Order`], latency 0) needs only the same slot or a later one: its two ends
+//!   share a stage unless it runs from an action to a match. Per stage, matches use at most
+//!   M̄ units and actions at most Ā fields.
 //! - [`Granularity::Coarse`]: a P4 table (a match and its action) sits whole in one stage; a
-//!   table that depends on another table's result goes to a strictly later stage; per stage
-//!   the tables' matches use at most M̄ units and their actions at most Ā fields.
+//!   table that depends on another table's result goes to a strictly later stage, one only
+//!   ordered after another the stage the fine rule allows (the same, unless the ordering
+//!   runs from an action to a match); per stage the tables' matches use at most M̄ units and
+//!   their actions at most Ā fields.
 //!
 //! ## Which nodes form a coarse table
 //!
 //! An [`Odg`] has no table nodes, so the coarse model contracts it ([`coarse_tables`]), as the
 //! paper's code pairs each `X_MATCH` with its `X_ACTION`, but from the graph's structure:
 //!
-//! 1. a table is a match and one action that depends on it directly (a `match -> action`
-//!    edge); a match or an action left unpaired is a table of its own (a match without action,
+//! 1. a table is a match and one action that depends on its result directly (a
+//!    `match -> action` edge of [`EdgeKind::Result`]); a match or an action left unpaired is a table of its own (a match without action,
 //!    an action without match units, as a condition's or a default action's);
 //! 2. the candidate pairs are taken best first: the longest common name prefix (`ipv4_MATCH`
 //!    with `ipv4_ACTION`, not with `ipv4_acl_ACTION`), then the closest in the listing (a
@@ -36,15 +40,15 @@
 //! is its match -> action edge.
 //!
 //! Every valid coarse plan is a valid fine one (a table's match and action share a stage,
-//! match first; between tables the stage grows), so fine-grained RMT never needs more stages
+//! match first; between tables the stage grows, or for an ordering obeys the fine rule), so fine-grained RMT never needs more stages
 //! than coarse RMT at the optimum; [`assign_stages`] keeps that true of its own results too.
 //!
 //! A pipe's latency is its stages times (ΔM + ΔA): every packet crosses every stage.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
-use super::odg::{Arch, ArchError, Holder, Odg, Op, TooWide};
+use super::odg::{Arch, ArchError, Edge, EdgeKind, Holder, Odg, Op, TooWide};
 use super::schedule::Schedule;
 
 /// How finely RMT may split a table across stages.
@@ -214,7 +218,8 @@ pub fn coarse_tables(odg: &Odg) -> Vec<usize> {
         .edges()
         .iter()
         .filter(|e| {
-            matches!(nodes[e.from].op, Op::Match { .. })
+            e.kind == EdgeKind::Result
+                && matches!(nodes[e.from].op, Op::Match { .. })
                 && matches!(nodes[e.to].op, Op::Action { .. })
         })
         .map(|e| (e.from, e.to))
@@ -271,6 +276,34 @@ fn tables_acyclic(odg: &Odg, table: &[usize]) -> bool {
     seen == (0..n).filter(|&t| table[t] == t).count()
 }
 
+/// Whether node `v` is an action: its slot in a stage (a stage's matches come first).
+fn is_action(odg: &Odg, v: usize) -> u64 {
+    u64::from(matches!(odg.nodes()[v].op, Op::Action { .. }))
+}
+
+/// Fine-grained RMT: the first stage `e.to` may sit in when `e.from` sits in `stage` and the
+/// edge waits `latency` cycles. Slots alternate (stage k's matches in slot 2k, its actions
+/// in 2k + 1); a positive latency needs a strictly later slot, none the same slot or later.
+/// `u32::MAX` past any stage.
+fn fine_earliest(odg: &Odg, e: &Edge, stage: u32, latency: u64) -> u32 {
+    let slot = 2 * u64::from(stage) + is_action(odg, e.from) + u64::from(latency > 0);
+    // The first stage whose slot of the dependent's kind is `slot` or later.
+    let earliest = slot.saturating_sub(is_action(odg, e.to)).div_ceil(2);
+    u32::try_from(earliest).unwrap_or(u32::MAX)
+}
+
+/// Coarse RMT: the first stage the table of `e.to` may sit in when the table of `e.from`
+/// (another table) sits in `stage`. A table that waits for another's result goes to a later
+/// stage; an ordering edge ([`EdgeKind::Order`]) needs only what the fine rule needs, so
+/// every coarse plan stays a fine one: the same stage unless it runs from an action to a
+/// match (a stage's matches come before its actions).
+fn coarse_earliest(odg: &Odg, e: &Edge, stage: u32) -> u32 {
+    match e.kind {
+        EdgeKind::Result => stage.saturating_add(1),
+        EdgeKind::Order => fine_earliest(odg, e, stage, 0),
+    }
+}
+
 /// The units a granularity places: nodes (fine) or tables (coarse), with their demands and
 /// the dependencies between them. A unit at stage s sits at position `2s + offset`; an edge
 /// `(u, v, gap)` needs `position(v) >= position(u) + gap`.
@@ -303,7 +336,7 @@ impl Units {
                 edges: odg
                     .edges()
                     .iter()
-                    .map(|e| (e.from, e.to, u64::from(odg.latency(arch, e.from) > 0)))
+                    .map(|e| (e.from, e.to, u64::from(odg.edge_latency(arch, e) > 0)))
                     .collect(),
             },
             Granularity::Coarse => {
@@ -323,14 +356,17 @@ impl Units {
                         units[unit_of[v]].1 += demand(v).1;
                     }
                 }
-                // One edge per pair of tables, however many of their nodes' edges join them.
-                let pairs: BTreeSet<(usize, usize)> = odg
-                    .edges()
-                    .iter()
-                    .map(|e| (unit_of[e.from], unit_of[e.to]))
-                    .filter(|(u, v)| u != v)
-                    .collect();
-                let edges = pairs.into_iter().map(|(u, v)| (u, v, 2)).collect();
+                // One edge per pair of tables, however many of their nodes' edges join them,
+                // with the largest gap any of them needs.
+                let mut pairs: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+                for e in odg.edges() {
+                    let (u, v) = (unit_of[e.from], unit_of[e.to]);
+                    if u != v {
+                        let gap = pairs.entry((u, v)).or_default();
+                        *gap = (*gap).max(2 * u64::from(coarse_earliest(odg, e, 0) > 0));
+                    }
+                }
+                let edges = pairs.into_iter().map(|((u, v), gap)| (u, v, gap)).collect();
                 Units {
                     units,
                     unit_of,
@@ -381,21 +417,13 @@ pub fn validate_stages(
             table_stage: s[table[v]],
         });
     }
-    let is_action = |v: usize| u64::from(matches!(nodes[v].op, Op::Action { .. }));
     for e in odg.edges() {
         let earliest = match plan.granularity {
-            // Inside a table (a match -> action edge) the table's own stage; else a later one.
+            // Inside a table (a match -> action edge) the table's own stage.
             Granularity::Coarse if table[e.from] == table[e.to] => s[e.from],
-            // No stage is u32::MAX (the shape check), so this and the next do not overflow.
-            Granularity::Coarse => s[e.from] + 1,
-            Granularity::Fine => {
-                let slot = 2 * u64::from(s[e.from])
-                    + is_action(e.from)
-                    + u64::from(odg.latency(arch, e.from) > 0);
-                // The first stage whose slot of the dependent's kind is `slot` or later.
-                let stage = slot.saturating_sub(is_action(e.to)).div_ceil(2);
-                u32::try_from(stage).unwrap_or(u32::MAX)
-            }
+            // Between tables a later one, or for an ordering edge the fine rule's.
+            Granularity::Coarse => coarse_earliest(odg, e, s[e.from]),
+            Granularity::Fine => fine_earliest(odg, e, s[e.from], odg.edge_latency(arch, e)),
         };
         if s[e.to] < earliest {
             bad.push(StageViolation::Dependency {
@@ -458,7 +486,7 @@ pub fn validate_stages(
 /// let a = Op::Action { fields: 2 };
 /// let odg = Odg::new(
 ///     vec![node("acl_MATCH", m), node("acl_ACTION", a), node("fwd_MATCH", m), node("fwd_ACTION", a)],
-///     vec![Edge { from: 0, to: 1 }, Edge { from: 1, to: 2 }, Edge { from: 2, to: 3 }],
+///     vec![Edge::result(0, 1), Edge::result(1, 2), Edge::result(2, 3)],
 /// )?;
 /// let plan = assign_stages(&odg, &Arch::RMT, Granularity::Coarse)?;
 /// assert_eq!(plan.stage, [0, 0, 1, 1]);
@@ -591,14 +619,13 @@ pub fn stage_lower_bound(odg: &Odg, arch: &Arch, granularity: Granularity) -> u3
         .max(fields.div_ceil(u64::from(arch.action_capacity.max(1))));
     let chain = match granularity {
         Granularity::Fine => {
-            let is_action = |v: usize| u64::from(matches!(nodes[v].op, Op::Action { .. }));
             // The earliest slot of each node with unlimited resources.
-            let mut slot: Vec<u64> = (0..nodes.len()).map(is_action).collect();
+            let mut slot: Vec<u64> = (0..nodes.len()).map(|v| is_action(odg, v)).collect();
             for &v in odg.topological_order() {
-                let next = slot[v] + u64::from(odg.latency(arch, v) > 0);
                 for e in odg.edges().iter().filter(|e| e.from == v) {
+                    let next = slot[v] + u64::from(odg.edge_latency(arch, e) > 0);
                     // The first slot of the dependent's kind from `next` on.
-                    let needed = next + (next + is_action(e.to)) % 2;
+                    let needed = next + (next + is_action(odg, e.to)) % 2;
                     slot[e.to] = slot[e.to].max(needed);
                 }
             }
@@ -643,8 +670,9 @@ pub fn rmt_throughput(plan_stages: u32, stages: u32) -> f64 {
 ///
 /// - dependencies: a valid plan (coarse plans obey the fine rules) has a match -> action edge
 ///   within or across stages, which waits at least ΔM; every other edge goes to a later
-///   stage (or, at zero latency, a same-kind node of the same stage), which waits at least
-///   `L - ΔM >= ΔA` (from an action) or `L >= ΔM` (from a match);
+///   stage, which waits at least `L - ΔM >= ΔA` (from an action) or `L >= ΔM` (from a
+///   match), or, at zero latency (an ordering, or ΔM or ΔA of 0), to a node of the same
+///   stage whose slot is not earlier, which starts no earlier;
 /// - resources: the matches of one class mod P are those of one stage (the classes of `k·L`
 ///   differ for k < S), which start together (one start time, IPC 1) and fit M̄ because the
 ///   stage does; the same holds of the actions (`k·L + ΔM`) and Ā.
@@ -709,7 +737,7 @@ mod tests {
     }
 
     fn e(from: usize, to: usize) -> Edge {
-        Edge { from, to }
+        Edge::result(from, to)
     }
 
     /// `tables` tables `t{i}_match -> t{i}_action` (nodes 2i, 2i + 1) plus `extra` edges.
@@ -769,6 +797,62 @@ mod tests {
             assert_eq!(fine.stages, 2, "{extra:?}: {fine:?}");
             assert_eq!(coarse.stages, 2, "{extra:?}: {coarse:?}");
         }
+    }
+
+    #[test]
+    fn an_ordering_edge_shares_a_stage_unless_it_runs_from_an_action_to_a_match() {
+        // Two tables (t0: nodes 0, 1; t1: nodes 2, 3) and one edge between them, on the result
+        // or only in order: (edge, stages on the result, stages in order), fine and coarse.
+        let cases = [
+            // Match -> match: a successor dependency, resolved by predication.
+            ((0, 2), 2, 1),
+            // Action -> action.
+            ((1, 3), 2, 1),
+            // Match -> action: a reverse-match dependency (read before overwritten).
+            ((0, 3), 2, 1),
+            // Action -> match: the stage's matches come before its actions.
+            ((1, 2), 2, 2),
+        ];
+        for ((from, to), on_result, in_order) in cases {
+            let base = tables(2, 32, 1, &[]);
+            let with = |edge: Edge| {
+                let mut edges = base.edges().to_vec();
+                edges.push(edge);
+                Odg::new(base.nodes().to_vec(), edges).unwrap()
+            };
+            let (coarse, _) = plans(&with(e(from, to)), &Arch::RMT);
+            assert_eq!(coarse.stages, on_result, "{from} -> {to} on the result");
+            let odg = with(Edge::order(from, to));
+            let (coarse, fine) = plans(&odg, &Arch::RMT);
+            assert_eq!(
+                (coarse.stages, fine.stages),
+                (in_order, in_order),
+                "{from} -> {to} in order: {coarse:?} {fine:?}"
+            );
+            for granularity in [Granularity::Coarse, Granularity::Fine] {
+                assert_eq!(stage_lower_bound(&odg, &Arch::RMT, granularity), in_order);
+            }
+            // Placed in one stage anyway, an action -> match ordering is named.
+            let one = StagePlan {
+                granularity: Granularity::Coarse,
+                stage: vec![0; 4],
+                stages: 1,
+            };
+            let verdict = validate_stages(&odg, &Arch::RMT, &one);
+            assert_eq!(
+                verdict.is_ok(),
+                in_order == 1,
+                "{from} -> {to}: {verdict:?}"
+            );
+            // Theorem 3.3's construction keeps the ordering.
+            for plan in [&coarse, &fine] {
+                let s = drmt_from_stages(&odg, plan, &Arch::RMT, 4);
+                assert_eq!(validate(&odg, &Arch::RMT, &s), Ok(()), "{plan:?}");
+            }
+        }
+        // An ordering from a match to an action does not make them a table.
+        let odg = Odg::new(vec![m("x", 32), a("x_action", 1)], vec![Edge::order(0, 1)]).unwrap();
+        assert_eq!(coarse_tables(&odg), vec![0, 1]);
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub enum Violation {
         from: String,
         /// The dependent node.
         to: String,
-        /// Cycles it must wait (ΔM or ΔA).
+        /// Cycles it must wait (ΔM or ΔA, 0 for an ordering edge).
         needed: u64,
         /// Cycles it waits (negative: it starts first); exact for any two u64 starts.
         got: i128,
@@ -175,7 +175,7 @@ pub fn validate(odg: &Odg, arch: &Arch, schedule: &Schedule) -> Result<(), Vec<V
     let mut bad = Vec::new();
     let t = &schedule.start;
     for e in odg.edges() {
-        let needed = odg.latency(arch, e.from);
+        let needed = odg.edge_latency(arch, e);
         // In i128 the difference of two u64 starts is exact: no start is taken as negative.
         let got = i128::from(t[e.to]) - i128::from(t[e.from]);
         if got < i128::from(needed) {
@@ -449,7 +449,7 @@ mod tests {
     fn a_dependency_is_checked_on_starts_of_any_size() {
         // M -> A: the action waits ΔM = 22. A match at u64::MAX read as an i64 would be -1,
         // and the action at 30 would seem 31 cycles after it.
-        let odg = Odg::new(vec![m("M"), a("A")], vec![Edge { from: 0, to: 1 }]).unwrap();
+        let odg = Odg::new(vec![m("M"), a("A")], vec![Edge::result(0, 1)]).unwrap();
         let s = Schedule {
             period: 1,
             start: vec![u64::MAX, 30],
@@ -480,8 +480,45 @@ mod tests {
     }
 
     #[test]
+    fn an_ordering_edge_lets_its_dependent_start_in_the_same_cycle_and_no_earlier() {
+        // A match that must read a field before an action overwrites it (reverse-match), and
+        // the same pair with the action on the match's result.
+        let order = Odg::new(vec![m("M"), a("A")], vec![Edge::order(0, 1)]).unwrap();
+        let result = Odg::new(vec![m("M"), a("A")], vec![Edge::result(0, 1)]).unwrap();
+        let at = |t: u64| Schedule {
+            period: 1,
+            start: vec![5, t],
+        };
+        assert_eq!(validate(&order, &Arch::DRMT, &at(5)), Ok(()));
+        assert_eq!(
+            validate(&order, &Arch::DRMT, &at(4)),
+            Err(vec![Violation::Dependency {
+                from: "M".into(),
+                to: "A".into(),
+                needed: 0,
+                got: -1,
+            }])
+        );
+        assert!(validate(&result, &Arch::DRMT, &at(5 + 21)).is_err());
+        assert_eq!(validate(&result, &Arch::DRMT, &at(5 + 22)), Ok(()));
+        // The list scheduler and the bound use the ordering's latency, not ΔM.
+        let s = crate::pipeline::list_schedule(&order, &Arch::DRMT, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.start, vec![0, 0]);
+        assert_eq!(
+            crate::pipeline::lower_bound(&order, &Arch::DRMT).latency,
+            22
+        );
+        assert_eq!(
+            crate::pipeline::lower_bound(&result, &Arch::DRMT).latency,
+            22 + 2
+        );
+    }
+
+    #[test]
     fn bad_graphs_are_refused() {
-        let e = |from, to| Edge { from, to };
+        let e = |from, to| Edge::result(from, to);
         assert!(matches!(
             Odg::new(vec![m("x"), m("x")], vec![]),
             Err(super::super::OdgError::DuplicateName(_))
