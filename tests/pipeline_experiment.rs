@@ -122,6 +122,42 @@ fn a_users_json_program_is_evaluated_like_the_shipped_one() {
 }
 
 #[test]
+fn an_ilp_node_limit_gives_the_same_rows_on_every_run() {
+    // A time limit no solve reaches, so only the node budget can stop one: what the ILP
+    // finds is then counted in work, and two runs agree on everything but the seconds.
+    let cfg = PipelinesConfig {
+        graphs: 2,
+        ilp_graphs: 2,
+        ilp_time_limit: 3600.0,
+        ilp_node_limit: 20,
+        ..small()
+    };
+    let run = || {
+        let r = pipelines(&cfg, &|_, _| {}).expect("the experiment runs");
+        assert!(r.verified());
+        r.rows
+            .iter()
+            .flat_map(|row| {
+                row.placements.iter().map(move |p| {
+                    (
+                        row.graph.clone(),
+                        p.processors,
+                        p.latency,
+                        p.ilp,
+                        p.ilp_proven_fewest,
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = run();
+    // The budget binds somewhere (so the agreement is the node count's doing), and the
+    // output names it.
+    assert!(first.iter().any(|p| p.3 == Some("node limit")), "{first:?}");
+    assert_eq!(run(), first);
+}
+
+#[test]
 fn bad_options_and_files_are_refused_by_name() {
     let refused = |cfg: PipelinesConfig, option: &str| {
         let e = pipelines(&cfg, &|_, _| {}).expect_err("refused");
@@ -384,6 +420,8 @@ fn the_command_writes_its_files_and_json() {
             "2",
             "--ilp-time-limit",
             "0",
+            "--ilp-node-limit",
+            "1000",
         ])
         .args(["--sim-cycles", "200", "--json", "--out"])
         .arg(&dir)

@@ -328,6 +328,43 @@ fn orderings_cost_the_ilp_no_latency() {
 }
 
 #[test]
+fn a_node_limit_stops_the_solver_at_the_same_point_on_any_machine() {
+    // The plain formulation, unseeded, on a random graph: the root relaxation is fractional,
+    // so the solver must branch, and a budget of no node stops it before any schedule.
+    let odg = random(3, 6);
+    let arch = Arch::DRMT;
+    let period = lower_bound(&odg, &arch).processors + 1;
+    let unlimited = ilp_schedule(&odg, &arch, period, &plain());
+    assert!(proven(&unlimited), "{unlimited:?}");
+    let none = IlpOptions {
+        node_limit: Some(0),
+        ..plain()
+    };
+    let stopped = ilp_schedule(&odg, &arch, period, &none);
+    assert_eq!(stopped.status, IlpStatus::NodeLimit, "{stopped:?}");
+    assert_eq!(stopped.solves, 1);
+    // Counted in work, not time: the same outcome again.
+    let again = ilp_schedule(&odg, &arch, period, &none);
+    assert_eq!(
+        (again.status, &again.schedule),
+        (stopped.status, &stopped.schedule)
+    );
+    if let Some(s) = &stopped.schedule {
+        assert_eq!(validate(&odg, &arch, s), Ok(()));
+    }
+    // A budget the solve never reaches changes nothing.
+    let roomy = IlpOptions {
+        node_limit: Some(1_000_000),
+        ..plain()
+    };
+    let out = ilp_schedule(&odg, &arch, period, &roomy);
+    assert_eq!(
+        (out.status, out.last_start()),
+        (unlimited.status, unlimited.last_start())
+    );
+}
+
+#[test]
 fn a_period_of_zero_or_past_any_switch_is_refused_by_name_without_a_solve() {
     let (odg, arch) = figure_5();
     for period in [0, MAX_PERIOD + 1, u64::MAX] {

@@ -241,7 +241,8 @@ const EXPERIMENT_HELP: &str = "Experiments:
          any --odg FILE described in JSON, and --graphs seeded random graphs of the paper's
          shape: RMT stages (whole tables, and fine-grained), dRMT processors for one packet
          per cycle with IPC 1 and 2 (heuristics, then the paper's ILP with a time limit of
-         --ilp-time-limit seconds per solve), the lower bound, each one's latency and threads
+         --ilp-time-limit seconds per solve, and --ilp-node-limit branch-and-bound nodes for
+         the same answer on any machine), the lower bound, each one's latency and threads
          at line rate; beside them the PFE's instructions, XTXNs and threads per packet; and
          throughput as processors shrink, simulated cycle by cycle (RMT's cliff, dRMT's
          decline). Every schedule is validated, every simulated throughput checked.

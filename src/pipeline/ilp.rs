@@ -47,8 +47,9 @@
 //! The solver's answer is read back by rounding (each node at the time whose rq rounds to
 //! one) and checked by [`validate`]; an answer that fails it is never returned: the seed is,
 //! with [`IlpStatus::SolverFailed`]. The whole call has one time budget, shared by its
-//! solves; an outcome says whether its schedule is optimal, the best found when the limit
-//! struck, or that none exists.
+//! solves, and optionally a budget of branch-and-bound nodes per solve, which strikes at the
+//! same point on any machine; an outcome says whether its schedule is optimal, the best found
+//! when a limit struck (which one), or that none exists.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -60,12 +61,18 @@ use super::list::{earliest_starts, heuristic_schedule, lower_bound, MAX_PERIOD};
 use super::odg::{Arch, ArchError, Odg, Op};
 use super::schedule::{validate, Schedule, Violation};
 
-/// How [`ilp_schedule`] solves: the solver's time limit and the speed-ups on.
+/// How [`ilp_schedule`] solves: the solver's limits and the speed-ups on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IlpOptions {
     /// The time budget of one [`ilp_schedule`] call, shared by its solves (each
-    /// [`ilp_fewest_processors`] period gets its own).
+    /// [`ilp_fewest_processors`] period gets its own). Wall-clock: where it strikes depends
+    /// on the machine; for the same answer everywhere, give a `node_limit` and a time limit
+    /// it never reaches.
     pub time_limit: Duration,
+    /// The most branch-and-bound nodes each program solved may explore (`None`: no limit):
+    /// a budget counted in work, so an outcome is the same on any machine. Where it strikes
+    /// the outcome is [`IlpStatus::NodeLimit`].
+    pub node_limit: Option<u64>,
     /// Speed-up 1: the heuristic's schedule bounds the horizon (and warm-starts the
     /// solver when `bounds` is off).
     pub seed: bool,
@@ -82,10 +89,11 @@ pub struct IlpOptions {
 }
 
 impl Default for IlpOptions {
-    /// 10 s, every speed-up on, the IPC constraints tight.
+    /// 10 s, no node limit, every speed-up on, the IPC constraints tight.
     fn default() -> Self {
         IlpOptions {
             time_limit: Duration::from_secs(10),
+            node_limit: None,
             seed: true,
             windows: true,
             bounds: true,
@@ -105,6 +113,9 @@ pub enum IlpStatus {
     /// The time limit struck: the best schedule found by then (the seed's, if the solver
     /// found none better), or none if neither found one.
     TimeLimit,
+    /// The node limit ([`IlpOptions::node_limit`]) struck, with the same schedule as at
+    /// [`IlpStatus::TimeLimit`].
+    NodeLimit,
     /// No valid schedule exists at this period.
     Infeasible,
     /// The solver failed or answered with an invalid schedule, or the architecture or the
@@ -291,12 +302,12 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
             out.status = IlpStatus::Optimal;
             out.schedule = Some(s);
         }
-        Solved::Feasible(s) => {
-            out.status = IlpStatus::TimeLimit;
+        Solved::Feasible(s, limit) => {
+            out.status = limit;
             out.schedule = Some(s);
         }
-        Solved::Interrupted => {
-            out.status = IlpStatus::TimeLimit;
+        Solved::Interrupted(limit) => {
+            out.status = limit;
             out.schedule.clone_from(&seed);
         }
         // Without a seed the horizon and windows hold an optimum if there is one: proven.
@@ -324,12 +335,12 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
 enum Solved {
     /// A valid schedule, proven the earliest within the horizon.
     Optimal(Schedule),
-    /// A valid schedule, the best found when the time limit struck.
-    Feasible(Schedule),
+    /// A valid schedule, the best found when a limit (the status naming it) struck.
+    Feasible(Schedule, IlpStatus),
     /// No schedule within the horizon.
     Infeasible,
-    /// The time limit struck before a schedule was found.
-    Interrupted,
+    /// A limit (the status naming it) struck before a schedule was found.
+    Interrupted(IlpStatus),
     /// The solver failed, or its answer was not a valid schedule.
     Failed(IlpFailure),
 }
@@ -355,7 +366,7 @@ impl Program<'_> {
             .deadline
             .map(|d| d.saturating_duration_since(Instant::now()));
         if left.is_some_and(|l| l.is_zero()) {
-            return Solved::Interrupted;
+            return Solved::Interrupted(IlpStatus::TimeLimit);
         }
         let model = Model::build(
             odg,
@@ -377,10 +388,13 @@ impl Program<'_> {
         // The solver adds its limit to an Instant of its own: keep that sum representable.
         const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
         solve.time_limit = left.map(|l| l.min(CENTURY));
+        solve.node_limit = self.options.node_limit;
         solve.warm_start = warm.map(|s| warm_start(odg, &model.x, &model.ipc, model.t, s));
         let solution = match problem.solve_with(solve) {
             Ok(microlp::SolveOutcome::Solution(solution)) => solution,
-            Ok(microlp::SolveOutcome::Interrupted(_)) => return Solved::Interrupted,
+            Ok(microlp::SolveOutcome::Interrupted(stopped)) => {
+                return Solved::Interrupted(limit_status(stopped.termination_reason()))
+            }
             Err(microlp::Error::Infeasible) => return Solved::Infeasible,
             Err(e) => return Solved::Failed(IlpFailure::Solver(e)),
         };
@@ -394,8 +408,16 @@ impl Program<'_> {
         if solution.status() == microlp::SolutionStatus::Optimal {
             Solved::Optimal(schedule)
         } else {
-            Solved::Feasible(schedule)
+            Solved::Feasible(schedule, limit_status(solution.termination_reason()))
         }
+    }
+}
+
+/// The status of a solve a limit stopped: the node limit's, else the time limit's.
+fn limit_status(reason: microlp::TerminationReason) -> IlpStatus {
+    match reason {
+        microlp::TerminationReason::NodeLimit => IlpStatus::NodeLimit,
+        _ => IlpStatus::TimeLimit,
     }
 }
 
@@ -403,7 +425,7 @@ impl Program<'_> {
 /// schedule, and [`ilp_schedule`]'s outcome there, found by an upward scan: at each period
 /// the heuristic runs first (as the seed) and establishes feasibility at once when it
 /// finds a schedule; only where it finds none does the ILP, unseeded, decide. A period whose
-/// solve hits the time limit without a schedule counts as not feasible and is listed in
+/// solve hits a limit without a schedule counts as not feasible and is listed in
 /// [`IlpOutcome::unresolved_periods`]. `None` if no period up to `max_period` (at most
 /// [`MAX_PERIOD`]) has one found.
 pub fn ilp_fewest_processors(

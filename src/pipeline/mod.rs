@@ -59,7 +59,8 @@
 //!   paper's one sum per (q, r), the same integer solutions with a tighter relaxation
 //!   (`IlpOptions::tight_ipc` gives the paper's); the paper leaves its three speed-ups to its
 //!   extended version, and `ilp`'s documentation gives pfemu's reading of them. Its budget is
-//!   a wall-clock time, as Gurobi's is; an outcome says when it struck.
+//!   a wall-clock time, as Gurobi's is, and optionally a count of branch-and-bound nodes per
+//!   solve, which gives the same answer on any machine; an outcome says which one struck.
 //! - **Programs.** The paper's real programs (from switch.p4) are not available; the shipped
 //!   programs ([`programs`]) stand in for them, and the random graphs ([`examples::random`])
 //!   follow the paper's generator.
