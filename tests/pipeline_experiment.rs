@@ -9,7 +9,7 @@ use std::process::Command;
 
 use pfemu::lab::bench::experiments::Figure;
 use pfemu::lab::bench::pipelines::{
-    pipelines, Architecture, PipelinesConfig, MAX_CURVE_PROCESSORS, MAX_ODG_NODES,
+    pipelines, Architecture, PipelinesConfig, MAX_CURVE_PROCESSORS, MAX_ODG_BYTES, MAX_ODG_NODES,
 };
 
 fn small() -> PipelinesConfig {
@@ -192,9 +192,25 @@ fn bad_options_and_files_are_refused_by_name() {
         r#"{"name": "x", "nodes": [{"name": "a", "action": {"fields": 1}}], "edges": [["a", "b"]]}"#,
     )
     .expect("write");
+    // A valid description padded past MAX_ODG_BYTES: refused for its size, before parsing.
+    let huge = dir.join("huge.json");
+    let mut padded =
+        r#"{"name": "x", "nodes": [{"name": "a", "action": {"fields": 1}}]}"#.to_string();
+    padded.push_str(&" ".repeat(MAX_ODG_BYTES as usize + 1 - padded.len()));
+    std::fs::write(&huge, padded).expect("write");
+    let too_large = format!("larger than {MAX_ODG_BYTES} bytes");
+    // An ordering naming no node is named as such.
+    let bad_order = dir.join("bad-order.json");
+    std::fs::write(
+        &bad_order,
+        r#"{"name": "x", "nodes": [{"name": "a", "action": {"fields": 1}}], "orderings": [["a", "c"]]}"#,
+    )
+    .expect("write");
     // Each file its own run, so that each refusal is reached.
     for (file, why) in [
         (bad, "edge 0 names `b`, which no node is called"),
+        (bad_order, "ordering 0 names `c`, which no node is called"),
+        (huge, too_large.as_str()),
         (dir.join("missing.json"), "cannot read"),
     ] {
         let e = pipelines(
