@@ -97,5 +97,5 @@ pub use rmt::{
 pub use schedule::{validate, validate_processors, Schedule, Violation};
 pub use sim::{
     simulate_drmt, simulate_drmt_with, simulate_rmt, DrmtOptions, SimConfig, SimError, SimReport,
-    MAX_SIM_UNITS,
+    MAX_SIM_CYCLES, MAX_SIM_UNITS,
 };

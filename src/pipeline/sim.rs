@@ -53,11 +53,17 @@ use super::schedule::Schedule;
 /// state fits in memory.
 pub const MAX_SIM_UNITS: u64 = 1 << 20;
 
+/// The most cycles a simulation runs ([`SimConfig::cycles`]): 2^32, far beyond the 2·10^8
+/// `pfemu experiment pipelines` runs at most, and bounded, so that no configuration (a
+/// `cycles` of `u64::MAX`, say) runs for ever. The work is cycles × processors (or pipe
+/// slots).
+pub const MAX_SIM_CYCLES: u64 = 1 << 32;
+
 /// How long to run and when to start measuring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct SimConfig {
-    /// Cycles to run, warm-up included.
+    /// Cycles to run, warm-up included: at most [`MAX_SIM_CYCLES`].
     pub cycles: u64,
     /// Cycles run before measuring starts. For a steady state from the first measured cycle,
     /// at least the latency (dRMT) or a whole recirculation cycle (RMT: passes × pipe depth);
@@ -144,6 +150,8 @@ impl Default for DrmtOptions {
 pub enum SimError {
     /// The architecture fails [`Arch::check`].
     Arch(ArchError),
+    /// `cycles` is above [`MAX_SIM_CYCLES`] (the value given).
+    TooManyCycles(u64),
     /// `cycles` is not more than `warmup`: nothing would be measured.
     NoWindow {
         /// The cycles asked for.
@@ -202,6 +210,10 @@ impl fmt::Display for SimError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SimError::Arch(e) => write!(f, "{e}"),
+            SimError::TooManyCycles(cycles) => write!(
+                f,
+                "cycles is {cycles}, more than the {MAX_SIM_CYCLES} (MAX_SIM_CYCLES) a run may take"
+            ),
             SimError::NoWindow { cycles, warmup } => write!(
                 f,
                 "cycles ({cycles}) must exceed warmup ({warmup}): nothing would be measured"
@@ -247,6 +259,9 @@ impl std::error::Error for SimError {}
 impl SimConfig {
     /// The warm-up and the end, checked.
     fn window(&self) -> Result<(u64, u64), SimError> {
+        if self.cycles > MAX_SIM_CYCLES {
+            return Err(SimError::TooManyCycles(self.cycles));
+        }
         if self.cycles <= self.warmup {
             return Err(SimError::NoWindow {
                 cycles: self.cycles,
@@ -935,6 +950,18 @@ mod tests {
             run(&fixed(), u64::MAX, &ok),
             Err(SimError::TooLarge { .. })
         ));
+        // A run that would not end: refused, naming the setting, before any cycle (one
+        // cycle of it would be a report, not an error).
+        for cycles in [MAX_SIM_CYCLES + 1, u64::MAX] {
+            let forever = SimConfig { cycles, warmup: 0 };
+            let err = simulate_drmt(&odg, &arch, &fixed(), 2, &forever).unwrap_err();
+            assert_eq!(err, SimError::TooManyCycles(cycles));
+            assert!(err.to_string().starts_with(&format!("cycles is {cycles}")));
+            assert_eq!(
+                simulate_rmt(3, 3, &arch, &forever),
+                Err(SimError::TooManyCycles(cycles))
+            );
+        }
         let sim = |schedules: &[Schedule], options: &DrmtOptions| {
             simulate_drmt_with(&odg, &arch, schedules, 3, options, &ok)
         };
