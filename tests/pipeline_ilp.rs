@@ -365,6 +365,52 @@ fn a_node_limit_stops_the_solver_at_the_same_point_on_any_machine() {
 }
 
 #[test]
+fn the_longest_latencies_are_solved_with_windows_and_refused_without_them() {
+    // A chain of three matches beside a lone action, at ΔM = 2^20 (the most Arch::check
+    // takes). Without windows every node gets a variable for each of the horizon's ~3·2^20
+    // cycles: gigabytes before the time limit could strike. Refused, named, at once.
+    let node = |name: &str, op| Node {
+        name: name.into(),
+        op,
+    };
+    let m = Op::Match {
+        key_bits: 32,
+        entries: 1,
+    };
+    let odg = Odg::new(
+        vec![
+            node("m0", m),
+            node("m1", m),
+            node("m2", m),
+            node("a", Op::Action { fields: 1 }),
+        ],
+        vec![Edge::result(0, 1), Edge::result(1, 2)],
+    )
+    .unwrap();
+    let arch = Arch {
+        match_latency: Arch::MAX_LATENCY,
+        ..Arch::DRMT
+    };
+    // Three processors: each match a class of its own (IPC 1).
+    let out = ilp_schedule(&odg, &arch, 3, &plain());
+    assert_eq!(
+        (out.status, out.solves),
+        (IlpStatus::SolverFailed, 0),
+        "{out:?}"
+    );
+    let failure = out.failure.expect("a reason");
+    assert!(
+        matches!(failure, IlpFailure::TooLarge(terms) if terms > MAX_ILP_TERMS),
+        "{failure:?}"
+    );
+    assert!(failure.to_string().contains("MAX_ILP_TERMS"), "{failure}");
+    // With the speed-ups the windows are narrow: the optimum, the chain's critical path.
+    let out = ilp_schedule(&odg, &arch, 3, &generous());
+    assert!(proven(&out), "{out:?}");
+    assert_eq!(last_start(&valid(&odg, &arch, &out)), 2 * Arch::MAX_LATENCY);
+}
+
+#[test]
 fn a_period_of_zero_or_past_any_switch_is_refused_by_name_without_a_solve() {
     let (odg, arch) = figure_5();
     for period in [0, MAX_PERIOD + 1, u64::MAX] {

@@ -46,7 +46,9 @@
 //!
 //! The solver's answer is read back by rounding (each node at the time whose rq rounds to
 //! one) and checked by [`validate`]; an answer that fails it is never returned: the seed is,
-//! with [`IlpStatus::SolverFailed`]. The whole call has one time budget, shared by its
+//! with [`IlpStatus::SolverFailed`]. A program larger than [`MAX_ILP_TERMS`] (long latencies
+//! without windows) is not built: the seed is returned, with [`IlpFailure::TooLarge`]. The
+//! whole call has one time budget, shared by its
 //! solves, and optionally a budget of branch-and-bound nodes per solve, which strikes at the
 //! same point on any machine; an outcome says whether its schedule is optimal, the best found
 //! when a limit struck (which one), or that none exists.
@@ -138,7 +140,17 @@ pub enum IlpFailure {
     Unreadable(String),
     /// The rounded answer breaks the schedule's rules.
     Invalid(Vec<Violation>),
+    /// The program within some horizon would exceed [`MAX_ILP_TERMS`] (the count it would
+    /// have): not built. Long latencies make long horizons, and without windows every node
+    /// gets a variable for every cycle of it.
+    TooLarge(u64),
 }
+
+/// The most terms [`ilp_schedule`] builds into one program: its start variables, each counted
+/// once more for every dependency it appears in. A program past it would take gigabytes
+/// before the solver's time limit could strike; the outcome is then
+/// [`IlpStatus::SolverFailed`] with [`IlpFailure::TooLarge`], and the seed's schedule.
+pub const MAX_ILP_TERMS: u64 = 1 << 22;
 
 impl fmt::Display for IlpFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -149,6 +161,11 @@ impl fmt::Display for IlpFailure {
             IlpFailure::Unreadable(node) => {
                 write!(f, "the ILP's answer gives `{node}` no single start time")
             }
+            IlpFailure::TooLarge(terms) => write!(
+                f,
+                "the ILP would have {terms} terms, more than the {MAX_ILP_TERMS} it builds \
+                 (MAX_ILP_TERMS): the latencies make its horizon too long"
+            ),
             IlpFailure::Invalid(bad) => {
                 write!(f, "the ILP's answer is not a valid schedule")?;
                 for v in bad {
@@ -165,7 +182,10 @@ impl std::error::Error for IlpFailure {
         match self {
             IlpFailure::Solver(e) => Some(e),
             IlpFailure::Arch(e) => Some(e),
-            IlpFailure::Period(_) | IlpFailure::Unreadable(_) | IlpFailure::Invalid(_) => None,
+            IlpFailure::Period(_)
+            | IlpFailure::Unreadable(_)
+            | IlpFailure::Invalid(_)
+            | IlpFailure::TooLarge(_) => None,
         }
     }
 }
@@ -368,12 +388,17 @@ impl Program<'_> {
         if left.is_some_and(|l| l.is_zero()) {
             return Solved::Interrupted(IlpStatus::TimeLimit);
         }
+        let windows = windows(odg, arch, period, horizon, self.asap, self.options);
+        let terms = model_terms(odg, &windows);
+        if terms > MAX_ILP_TERMS {
+            return Solved::Failed(IlpFailure::TooLarge(terms));
+        }
         let model = Model::build(
             odg,
             arch,
             period,
             horizon,
-            self.asap,
+            &windows,
             self.bound,
             self.options,
         );
@@ -498,6 +523,46 @@ fn tails_to_last_start(odg: &Odg, arch: &Arch) -> Vec<u64> {
     tail
 }
 
+/// Each node's start times within `horizon`, `(first, last)` (empty when first > last): with
+/// speed-up 2 its window [ASAP(v), horizon − tail(v)], else every time of the horizon's
+/// classes.
+fn windows(
+    odg: &Odg,
+    arch: &Arch,
+    period: u64,
+    horizon: u64,
+    asap: &[u64],
+    options: &IlpOptions,
+) -> Vec<(u64, u64)> {
+    if options.windows {
+        let tail = tails_to_last_start(odg, arch);
+        (0..odg.nodes().len())
+            .map(|v| (asap[v], horizon.saturating_sub(tail[v])))
+            .collect()
+    } else {
+        let last = (horizon + 1).div_ceil(period) * period - 1;
+        vec![(0, last); odg.nodes().len()]
+    }
+}
+
+/// The program's size in terms: each node's start variables, once for the node and once
+/// for each dependency it is an end of (saturating).
+fn model_terms(odg: &Odg, windows: &[(u64, u64)]) -> u64 {
+    let mut uses = vec![1u64; windows.len()];
+    for e in odg.edges() {
+        uses[e.from] += 1;
+        uses[e.to] += 1;
+    }
+    windows
+        .iter()
+        .zip(uses)
+        .map(|(&(lo, hi), uses)| {
+            let starts = if lo > hi { 0 } else { hi - lo + 1 };
+            starts.saturating_mul(uses)
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
 /// A node's start-time variables: (time, rq).
 type Starts = Vec<(u64, Variable)>;
 
@@ -524,24 +589,15 @@ impl Model {
         arch: &Arch,
         period: u64,
         horizon: u64,
-        asap: &[u64],
+        windows: &[(u64, u64)],
         bound: u64,
         options: &IlpOptions,
     ) -> Model {
         let n = odg.nodes().len();
-        let q_max = (horizon + 1).div_ceil(period);
-        let tail = tails_to_last_start(odg, arch);
-        let window = |v: usize| -> (u64, u64) {
-            if options.windows {
-                (asap[v], horizon.saturating_sub(tail[v]))
-            } else {
-                (0, q_max * period - 1)
-            }
-        };
         let latest = if options.windows {
             horizon
         } else {
-            q_max * period - 1
+            (horizon + 1).div_ceil(period) * period - 1
         };
         let mut p = Problem::new(OptimizationDirection::Minimize);
         let mut constraints = 0usize;
@@ -554,7 +610,7 @@ impl Model {
         let mut empty = false;
         let x: Vec<Starts> = (0..n)
             .map(|v| {
-                let (lo, hi) = window(v);
+                let (lo, hi) = windows[v];
                 empty |= lo > hi;
                 (lo..=hi)
                     .map(|time| (time, p.add_binary_var(0.0)))

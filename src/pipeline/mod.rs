@@ -83,7 +83,10 @@ pub use describe::{
 };
 
 #[cfg(feature = "ilp")]
-pub use ilp::{ilp_fewest_processors, ilp_schedule, IlpFailure, IlpOptions, IlpOutcome, IlpStatus};
+pub use ilp::{
+    ilp_fewest_processors, ilp_schedule, IlpFailure, IlpOptions, IlpOutcome, IlpStatus,
+    MAX_ILP_TERMS,
+};
 pub use list::{
     fewest_processors, heuristic_schedule, list_schedule, lower_bound, ListError, LowerBound,
     MAX_PERIOD,
