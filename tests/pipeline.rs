@@ -457,3 +457,45 @@ fn a_graph_beyond_the_limits_is_refused_by_its_constructor_naming_the_limit() {
     );
     assert_eq!(Odg::check_size(Odg::MAX_NODES, Odg::MAX_EDGES), Ok(()));
 }
+
+#[test]
+fn the_empty_graph_and_a_single_node_go_through_every_scheduler() {
+    use pfemu::pipeline::{
+        assign_stages, drmt_from_stages, heuristic_schedule, simulate_drmt, stage_lower_bound,
+        validate_stages, Granularity, SimConfig,
+    };
+    let empty = Odg::new(vec![], vec![]).unwrap();
+    let one = Odg::new(vec![action("a", 1)], vec![]).unwrap();
+    let arch = Arch::DRMT;
+    // (graph, its latency: the node's own ΔA, stages)
+    for (odg, latency, stages) in [(&empty, 0, 0), (&one, 2, 1)] {
+        let lb = lower_bound(odg, &arch);
+        assert_eq!((lb.processors, lb.latency), (1, latency));
+        let s = list_schedule(odg, &arch, 1)
+            .unwrap()
+            .expect("one class holds it");
+        assert_eq!(validate(odg, &arch, &s), Ok(()));
+        assert_eq!(s.latency(odg, &arch), latency);
+        assert_eq!(fewest_processors(odg, &arch, 4), Some(s.clone()));
+        // No schedule has a period of 0, whatever the graph.
+        assert_eq!(heuristic_schedule(odg, &arch, 0), None);
+        for g in [Granularity::Coarse, Granularity::Fine] {
+            let plan = assign_stages(odg, &Arch::RMT, g).unwrap();
+            assert_eq!(validate_stages(odg, &Arch::RMT, &plan), Ok(()));
+            assert_eq!(
+                (plan.stages, stage_lower_bound(odg, &Arch::RMT, g)),
+                (stages, stages)
+            );
+            let laid_out = drmt_from_stages(odg, &plan, &arch, 2);
+            assert_eq!(validate(odg, &arch, &laid_out), Ok(()));
+        }
+        // Every packet in is one out, a cycle after cycle.
+        let config = SimConfig {
+            cycles: 100,
+            warmup: 10,
+        };
+        let r = simulate_drmt(odg, &arch, &s, 1, &config).unwrap();
+        assert_eq!((r.offered, r.admitted, r.completed), (90, 90, 90));
+        assert_eq!((r.latency_max, r.threads_max), (latency, latency));
+    }
+}

@@ -209,9 +209,12 @@ fn place(classes: &mut [Class], arch: &Arch, op: Op, earliest: u64, period: u64)
 /// from the fine-grained RMT solution. List scheduling spreads matches over more start times
 /// than IPC leaves classes for on deep graphs; the stage layout never does, so on the
 /// random graphs of §4 it needs a third fewer processors at IPC 1. Of two schedules, the one
-/// with the lower latency. `None` also for an architecture that fails [`Arch::check`].
+/// with the lower latency. `None` also for an architecture that fails [`Arch::check`], and
+/// for a period of 0 (no processor).
 pub fn heuristic_schedule(odg: &Odg, arch: &Arch, period: u64) -> Option<Schedule> {
-    if arch.check().is_err() {
+    // At period 0 the stage layout would count the processors as 1 and answer with a
+    // schedule of period 1, not the one asked for.
+    if arch.check().is_err() || period == 0 {
         return None;
     }
     let list = list_schedule(odg, arch, period).ok().flatten();
