@@ -10,10 +10,13 @@
 //! - per residue class r: Σ_{v ∈ VM, q} ceil(k(v) / b) rq(v, q, r) ≤ M̄ and
 //!   Σ_{v ∈ VA, q} a(v) rq(v, q, r) ≤ Ā;
 //! - IPC: a binary pm(q, r) with Σ_{v ∈ VM} rq(v, q, r) ≤ pm(q, r) · |VM| and
-//!   Σ_q pm(q, r) ≤ IPC (and pa for the actions); by default ([`IlpOptions::tight_ipc`])
-//!   the first is one constraint per node, rq(v, q, r) ≤ pm(q, r): the same integer
-//!   solutions, but a relaxation tight enough to prove optima on the paper's random graphs;
-//! - objective: minimise T, with t(v) ≤ T (the last start).
+//!   Σ_q pm(q, r) ≤ IPC (and pa for the actions); pfemu's factor is the number of matches
+//!   that have a variable at that time rather than all of |VM| (the same integer solutions:
+//!   the sum cannot exceed it), and by default ([`IlpOptions::tight_ipc`]) the first is one
+//!   constraint per node, rq(v, q, r) ≤ pm(q, r): the same integer solutions, but a
+//!   relaxation tight enough to prove optima on the paper's random graphs;
+//! - objective: minimise T, with t(v) ≤ T (the last start), written for the nodes without
+//!   successors only (every other node's start is at most a successor's).
 //!
 //! The paper names three speed-ups but leaves their description to its extended version;
 //! these are this module's reading of them, each of which [`IlpOptions`] can turn off:
