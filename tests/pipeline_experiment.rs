@@ -206,9 +206,13 @@ fn bad_options_and_files_are_refused_by_name() {
         r#"{"name": "x", "nodes": [{"name": "a", "action": {"fields": 1}}], "orderings": [["a", "c"]]}"#,
     )
     .expect("write");
+    // A graph of no node: nothing to place, said so (not a simulator's complaint).
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, r#"{"name": "nothing", "nodes": []}"#).expect("write");
     // Each file its own run, so that each refusal is reached.
     for (file, why) in [
         (bad, "edge 0 names `b`, which no node is called"),
+        (empty, "the graph has no nodes: nothing to place"),
         (bad_order, "ordering 0 names `c`, which no node is called"),
         (huge, too_large.as_str()),
         (dir.join("missing.json"), "cannot read"),

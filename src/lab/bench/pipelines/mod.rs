@@ -412,6 +412,13 @@ fn read_odg(path: &Path) -> Result<Odg, ExperimentError> {
     let odg = description
         .to_odg()
         .map_err(|e| option(format!("{}: {e}", path.display())))?;
+    // A program of no operation has no stage, processor or throughput curve to compare.
+    if odg.nodes().is_empty() {
+        return Err(option(format!(
+            "{}: the graph has no nodes: nothing to place",
+            path.display()
+        )));
+    }
     // A node wider than a stage or a processor fits no placement: say which, rather than
     // leaving its columns empty.
     assign_stages(&odg, &Arch::RMT, Granularity::Coarse)
