@@ -131,6 +131,7 @@ pub enum IlpStatus {
 
 /// Why the solver's answer was not used.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum IlpFailure {
     /// The architecture fails [`Arch::check`]: nothing was solved.
     Arch(ArchError),
