@@ -84,6 +84,19 @@ fn is_root() -> bool {
 }
 
 impl NetLab {
+    /// A lab for `test` with one veth pair, `s0` and `p0` (MTU 1500, both in the host's
+    /// namespace): the lab (keep it: dropped, it deletes the pair) and the two names, or
+    /// `None` (printed) when this machine cannot make them.
+    fn with_veth_pair(test: &str) -> Option<(NetLab, String, String)> {
+        let mut lab = NetLab::new(test)?;
+        let (s0, p0) = (lab.name("s0"), lab.name("p0"));
+        if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
+            println!("skipped {test}: the kernel refused a veth pair: {e}");
+            return None;
+        }
+        Some((lab, s0, p0))
+    }
+
     /// A lab with names unique to this process and test, or `None` (printed) when this
     /// machine cannot make one.
     fn new(test: &str) -> Option<NetLab> {
@@ -1789,14 +1802,11 @@ fn stop_under_a_flood(
 #[test]
 fn an_interface_port_stops_while_frames_keep_arriving() {
     let _alone = alone();
-    let Some(mut lab) = NetLab::new("an_interface_port_stops_while_frames_keep_arriving") else {
+    let Some((_lab, s0, p0)) =
+        NetLab::with_veth_pair("an_interface_port_stops_while_frames_keep_arriving")
+    else {
         return;
     };
-    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
-    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
-        println!("skipped: the kernel refused a veth pair: {e}");
-        return;
-    }
     let port = PortSpec::interface(&format!("0={p0}")).expect("spec");
     let (r, sent) = stop_under_a_flood(port, &s0, |live| {
         live.report().ports.ports[0].rx_kernel_drops > 0
@@ -1915,14 +1925,11 @@ fn observe(observer: &RawSocket, n: u64, what: &str) {
 /// test reads it (it then fails by exactly that many), and no wait depends on the clock.
 #[test]
 fn a_stopped_interface_port_takes_no_more_frames() {
-    let Some(mut lab) = NetLab::new("a_stopped_interface_port_takes_no_more_frames") else {
+    let Some((_lab, s0, p0)) =
+        NetLab::with_veth_pair("a_stopped_interface_port_takes_no_more_frames")
+    else {
         return;
     };
-    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
-    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
-        println!("skipped: the kernel refused a veth pair: {e}");
-        return;
-    }
     const BEFORE: u64 = 200;
     const AFTER: u64 = 300;
     // Before the port: the port's socket is offered each frame first (see above).
@@ -1975,14 +1982,9 @@ fn a_stopped_interface_port_takes_no_more_frames() {
 fn pfemu_run_stops_on_ctrl_c_while_frames_keep_arriving() {
     let _alone = alone();
     let test = "pfemu_run_stops_on_ctrl_c_while_frames_keep_arriving";
-    let Some(mut lab) = NetLab::new(test) else {
+    let Some((_lab, s0, p0)) = NetLab::with_veth_pair(test) else {
         return;
     };
-    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
-    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
-        println!("skipped {test}: the kernel refused a veth pair: {e}");
-        return;
-    }
     let pfemu = Pfemu::spawn(&[
         "run",
         "--program",
@@ -2154,14 +2156,9 @@ enum Down {
 fn down_at_the_stop(test: &str, down: Down) {
     use pfemu::lab::ports::RingConfig;
 
-    let Some(mut lab) = NetLab::new(test) else {
+    let Some((_lab, s0, p0)) = NetLab::with_veth_pair(test) else {
         return;
     };
-    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
-    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
-        println!("skipped {test}: the kernel refused a veth pair: {e}");
-        return;
-    }
     const FRAMES: u64 = 3;
     // Opened before the port, so that once they have seen a frame the port's socket was
     // offered it (see a_stopped_interface_port_takes_no_more_frames).
@@ -2298,14 +2295,9 @@ fn send_until_one_arrives(
 fn frames_sent_without_carrier_are_the_interfaces_drops_not_sent() {
     const TEST: &str = "frames_sent_without_carrier_are_the_interfaces_drops_not_sent";
     const FRAMES: u64 = 50;
-    let Some(mut lab) = NetLab::new(TEST) else {
+    let Some((_lab, s0, p0)) = NetLab::with_veth_pair(TEST) else {
         return;
     };
-    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
-    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
-        println!("skipped {TEST}: the kernel refused a veth pair: {e}");
-        return;
-    }
     let on_s0 = RawSocket::open(&s0, true).expect("the observer on the port's peer");
     let cfg = PortsConfig::new(vec![PortSpec::interface(&format!("1={p0}")).expect("spec")]);
     let (sink, running, pfe) = filter_on_ports(&cfg);
@@ -2375,14 +2367,9 @@ fn frames_sent_without_carrier_are_the_interfaces_drops_not_sent() {
 #[test]
 fn an_interface_flap_is_one_receive_error_and_fails_no_send() {
     const TEST: &str = "an_interface_flap_is_one_receive_error_and_fails_no_send";
-    let Some(mut lab) = NetLab::new(TEST) else {
+    let Some((_lab, s0, p0)) = NetLab::with_veth_pair(TEST) else {
         return;
     };
-    let (s0, p0) = (lab.name("s0"), lab.name("p0"));
-    if let Err(e) = lab.veth(&s0, &p0, None, 1500) {
-        println!("skipped {TEST}: the kernel refused a veth pair: {e}");
-        return;
-    }
     let on_s0 = RawSocket::open(&s0, true).expect("the observer on the port's peer");
     let cfg = PortsConfig::new(vec![PortSpec::interface(&format!("1={p0}")).expect("spec")]);
     let (sink, running, pfe) = filter_on_ports(&cfg);
