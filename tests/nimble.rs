@@ -31,6 +31,15 @@ fn arithmetics() -> [Arithmetic; 4] {
 }
 
 /// The admitted rate, Gbit/s, in windows of `window_ns`, of one class offered
+/// The limiter with `arith` and the default settings, in a memory of its own.
+fn installed(arith: Arithmetic) -> Nimble {
+    let cfg = NimbleConfig {
+        arithmetic: arith,
+        ..NimbleConfig::default()
+    };
+    Nimble::install(&small_memory(), cfg).expect("installs")
+}
+
 /// `offered_bps` of `frame`-byte frames for `duration_ns`, the rate set to `after_bps` at
 /// `change_ns`; ADA's controller every 100 µs, run as the timer entry.
 fn run(arith: Arithmetic, change_ns: u64, after_bps: u64, duration_ns: u64) -> Vec<f64> {
@@ -166,14 +175,7 @@ fn ada_settings_of_another_op_still_multiply() {
 #[test]
 fn the_slowest_rates_still_refill() {
     for arith in arithmetics() {
-        let n = Nimble::install(
-            &small_memory(),
-            NimbleConfig {
-                arithmetic: arith,
-                ..NimbleConfig::default()
-            },
-        )
-        .expect("installs");
+        let n = installed(arith);
         for rate in 1..=7u64 {
             for dt in [1_000_000_000u64, 3_700_000_000, 10_000_000_000] {
                 let (exact, got) = (exact_credit(rate, dt) as f64, n.credit(rate, dt) as f64);
@@ -201,14 +203,7 @@ fn credits_are_within_the_populations_bounds() {
     let rates = (0..40).map(|i| 125_000_000u64 + i * 300_000_000);
     let dts = [10u64, 37, 120, 300, 1000, 4321, 65_536, 1_000_000];
     for arith in arithmetics() {
-        let n = Nimble::install(
-            &small_memory(),
-            NimbleConfig {
-                arithmetic: arith,
-                ..NimbleConfig::default()
-            },
-        )
-        .expect("installs");
+        let n = installed(arith);
         for rate in rates.clone() {
             for dt in dts {
                 let (exact, got) = (exact_credit(rate, dt) as f64, n.credit(rate, dt) as f64);
