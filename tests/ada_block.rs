@@ -168,11 +168,21 @@ fn an_idle_epoch_changes_nothing_and_a_frozen_controller_stays_put() {
 #[test]
 fn bad_settings_are_refused_by_name() {
     let good = AdaConfig::new(Op::Mul);
-    let cases: [(&str, AdaConfig); 9] = [
+    let cases: [(&str, AdaConfig); 10] = [
         (
             "monitor_entries",
             AdaConfig {
                 monitor_entries: 0,
+                ..good
+            },
+        ),
+        // No room for the two bins the monitor starts with: named as the bound at fault,
+        // not as a monitor_entries "from 2 to 1".
+        (
+            "max_monitor_entries",
+            AdaConfig {
+                monitor_entries: 2,
+                max_monitor_entries: 1,
                 ..good
             },
         ),

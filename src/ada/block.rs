@@ -270,6 +270,15 @@ impl AdaConfig {
     /// Checks the settings, naming the one at fault.
     pub fn check(&self) -> Result<(), ConfigError> {
         let max = self.max_monitor_entries as u64;
+        if max < 2 {
+            return Err(ConfigError::new(
+                "max_monitor_entries",
+                format!(
+                    "{max}: must be at least 2 (the monitor starts with at least two bins: \
+                     see monitor_entries)"
+                ),
+            ));
+        }
         if self.monitor_entries < 2 || self.monitor_entries > max {
             return Err(ConfigError::new(
                 "monitor_entries",
