@@ -188,7 +188,10 @@ const EXPERIMENT_HELP: &str = "Experiments:
          from the last of the block's packets being sent to the partial Result arriving.
          Reports p50, mean and max against the bound (1 + 1/N) T + 1 ms, with N = --timers;
          a block ages out within one scan period (--scan-period-ms, 0.5 by default here)
-         of its timeout. Key figure: p50 and max within the bound.
+         of its timeout. Key figure: p50 and max within the bound. --virtual-time runs it
+         on a clock the experiment moves itself: the timer logic's times alone, the same
+         on any machine (on the system clock a sender a busy machine holds up past T
+         misses its block, and the row does not verify).
   fig15  Aggregation latency and rate vs gradients per packet (--sizes), window 1: each
          worker sends --blocks packets one at a time. Latency from a packet's send to its
          Result; rate = all workers' gradients per second.
@@ -276,6 +279,7 @@ Each experiment has its own options, with its defaults (`pfemu experiment fig14 
 Examples:
   pfemu experiment all
   pfemu experiment fig14 --timeouts 2,5,10 --timers 100 --scan-period-ms 1
+  pfemu experiment fig14 --virtual-time
   pfemu experiment fig13 --probabilities 0,16 --iterations 20 --out results/
   pfemu experiment fig15 --sizes 64,256,1024 --blocks 5000 --json > fig15.json
   pfemu experiment fig16 --windows 1,16,256 --no-timers

@@ -243,6 +243,7 @@ fn train(
         block_exp_ms: if aware { cfg.block_exp_ms } else { 255 },
         timers: aware.then_some((cfg.timers, cfg.scan_period_ns)),
         ppe_threads: cfg.ppe_threads,
+        clock: None,
     })?;
     let k_max = cfg.iterations;
     let progress = Progress {

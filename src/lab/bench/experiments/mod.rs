@@ -4,7 +4,9 @@
 //!
 //! - [`fig14`]: time to a partial result against the straggler timeout. One worker of
 //!   the job never sends; the others send a window of blocks back to back; each block's
-//!   partial Result is timed from the last of its packets being sent.
+//!   partial Result is timed from the last of its packets being sent. With
+//!   [`Fig14Config::virtual_time`] it runs on a [`ManualClock`] the experiment moves
+//!   itself, on one thread, the same on any machine.
 //! - [`fig13`]: training iteration time against the straggling probability, straggler
 //!   aware (Trio-ML with its timer threads) against wait-for-all (the same program with no
 //!   timers, so a block finishes only when every source is in, as SwitchML behaves).
@@ -39,6 +41,7 @@ use crate::microcode::trio_ml::{
 use crate::packet::{Dest, Port};
 use crate::pfe::Pfe;
 use crate::rng::mix;
+use crate::timer::{Clock, ManualClock};
 
 /// The job id every experiment uses.
 mod fig13;
@@ -216,7 +219,7 @@ struct Rig {
     rxs: Vec<Receiver<Vec<u8>>>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct RigConfig {
     workers: u8,
     window: usize,
@@ -225,6 +228,9 @@ struct RigConfig {
     /// `(timers, scan_period_ns)` to run the straggler scan; `None`: no timer threads.
     timers: Option<(u32, u64)>,
     ppe_threads: usize,
+    /// The engine's clock when it is not the system's: a [`ManualClock`] the experiment
+    /// moves itself ([`run_virtual`]).
+    clock: Option<Arc<ManualClock>>,
 }
 
 /// Slots a job gets for `window` block ids: `2 x window` (a kept Result and the next
@@ -278,6 +284,9 @@ fn rig(c: RigConfig) -> Result<Rig, ExperimentError> {
     if c.timers.is_some() {
         b = b.timers(trio.timer_specs().map_err(setup)?);
     }
+    if let Some(clock) = c.clock {
+        b = b.clock(clock);
+    }
     let mut pfe = b.build().map_err(setup)?;
     pfe.start().map_err(setup)?;
     Ok(Rig { pfe, rxs })
@@ -322,6 +331,40 @@ struct Timed {
     arrived_ns: Vec<u64>,
 }
 
+impl Timed {
+    fn new(worker: Worker) -> Timed {
+        let chunks = worker.chunks();
+        Timed {
+            worker,
+            sent_ns: vec![0; chunks],
+            arrived_ns: vec![0; chunks],
+        }
+    }
+
+    /// Records that `packet` (one of the worker's) was sent at `now`.
+    fn sent(&mut self, packet: &[u8], now: u64) {
+        let (window, first_gen) = (self.worker.config().window, self.worker.config().first_gen);
+        if let Ok((h, _)) = wire::parse(packet) {
+            let c = usize::from(h.gen_id.wrapping_sub(first_gen)) * window + h.block_id as usize;
+            if let Some(s) = self.sent_ns.get_mut(c) {
+                *s = now;
+            }
+        }
+    }
+
+    /// Hands `frame` to the worker at `now`; whether it settled a chunk (its Result, or
+    /// the news that its generation is gone), whose arrival is then recorded.
+    fn take(&mut self, frame: &[u8], now: u64) -> Result<bool, HostError> {
+        if let Received::Result { chunk } | Received::Lost { chunk } =
+            self.worker.on_frame_at(frame, now)?
+        {
+            self.arrived_ns[chunk] = now;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
 fn ns_since(base: Instant) -> u64 {
     base.elapsed().as_nanos() as u64
 }
@@ -329,39 +372,25 @@ fn ns_since(base: Instant) -> u64 {
 /// Like [`drive`], on a clock shared by all workers, recording per chunk when it was sent
 /// (once the PFE took it) and when its Result arrived.
 fn drive_timed(
-    mut worker: Worker,
+    worker: Worker,
     port: Port,
     inject: &Injector<'_>,
     rx: &Receiver<Vec<u8>>,
     base: Instant,
 ) -> Result<Timed, HostError> {
-    let chunks = worker.chunks();
-    let (window, first_gen) = (worker.config().window, worker.config().first_gen);
-    let mut sent_ns = vec![0; chunks];
-    let mut arrived_ns = vec![0; chunks];
+    let mut t = Timed::new(worker);
     let mut out = Vec::new();
     let mut last_progress = Instant::now();
-    while !worker.is_done() {
-        worker.poll(ns_since(base), &mut out);
+    while !t.worker.is_done() {
+        t.worker.poll(ns_since(base), &mut out);
         for p in out.drain(..) {
             inject.inject(port, &p);
-            if let Ok((h, _)) = wire::parse(&p) {
-                let c =
-                    usize::from(h.gen_id.wrapping_sub(first_gen)) * window + h.block_id as usize;
-                if let Some(s) = sent_ns.get_mut(c) {
-                    *s = ns_since(base);
-                }
-            }
+            t.sent(&p, ns_since(base));
         }
         match rx.recv_timeout(Duration::from_millis(5)) {
             Ok(frame) => {
                 for f in std::iter::once(frame).chain(rx.try_iter()) {
-                    let now = ns_since(base);
-                    // A lost chunk (its generation gone) is settled too.
-                    if let Received::Result { chunk } | Received::Lost { chunk } =
-                        worker.on_frame_at(&f, now)?
-                    {
-                        arrived_ns[chunk] = now;
+                    if t.take(&f, ns_since(base))? {
                         last_progress = Instant::now();
                     }
                 }
@@ -369,21 +398,17 @@ fn drive_timed(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(HostError::TimedOut {
-                    missing: worker.missing(),
+                    missing: t.worker.missing(),
                 })
             }
         }
         if last_progress.elapsed() > GIVE_UP {
             return Err(HostError::TimedOut {
-                missing: worker.missing(),
+                missing: t.worker.missing(),
             });
         }
     }
-    Ok(Timed {
-        worker,
-        sent_ns,
-        arrived_ns,
-    })
+    Ok(t)
 }
 
 /// Runs `workers` (worker, its port) on their own threads against `rig`, on a clock
@@ -411,6 +436,60 @@ fn run_timed(rig: &Rig, workers: Vec<(Worker, Port)>) -> Result<Vec<Timed>, Expe
         out.push(r??);
     }
     Ok(out)
+}
+
+/// Like [`run_timed`], on the rig's [`ManualClock`], moved by this function alone, all on
+/// the calling thread: at each reading every worker sends what it may, the engine drains,
+/// the Results that came out are taken at that reading, and the clock moves on by
+/// `step_ns` with the timer launches due by then run to completion
+/// ([`Pfe::settle_timers`]). The same run gives the same times on any machine: they are
+/// the timer logic's alone (the engine's own latency reads as 0). Gives up when the clock
+/// passes `limit_ns` with a worker not done.
+fn run_virtual(
+    rig: &Rig,
+    clock: &ManualClock,
+    workers: Vec<(Worker, Port)>,
+    step_ns: u64,
+    limit_ns: u64,
+) -> Result<Vec<Timed>, ExperimentError> {
+    let inject = Injector {
+        pfe: &rig.pfe,
+        failed: AtomicBool::new(false),
+    };
+    let mut runs: Vec<(Timed, Port)> = workers
+        .into_iter()
+        .map(|(w, port)| (Timed::new(w), port))
+        .collect();
+    let mut out = Vec::new();
+    loop {
+        let now = clock.now_ns();
+        for (t, port) in &mut runs {
+            t.worker.poll(now, &mut out);
+            for p in out.drain(..) {
+                inject.inject(*port, &p);
+                t.sent(&p, now);
+            }
+        }
+        inject.check()?;
+        rig.pfe.drain();
+        for (t, port) in &mut runs {
+            for f in rig.rxs[usize::from(*port)].try_iter() {
+                t.take(&f, now)?;
+            }
+        }
+        if let Some((t, _)) = runs.iter().find(|(t, _)| !t.worker.is_done()) {
+            if now >= limit_ns {
+                return Err(HostError::TimedOut {
+                    missing: t.worker.missing(),
+                }
+                .into());
+            }
+        } else {
+            return Ok(runs.into_iter().map(|(t, _)| t).collect());
+        }
+        clock.advance(step_ns);
+        rig.pfe.settle_timers();
+    }
 }
 
 /// A worker thread's result; a panic becomes an error.

@@ -185,6 +185,7 @@ fn rate_point(c: RateRun) -> Result<RatePoint, ExperimentError> {
         }),
         timers: c.timers,
         ppe_threads: c.ppe_threads,
+        clock: None,
     })?;
     let n = c.blocks * usize::from(c.grads);
     let srcs: Vec<u8> = (0..c.workers).collect();
