@@ -320,7 +320,7 @@ fn install_needs_room_for_tbl24() {
 }
 
 #[test]
-fn route_file_parses_comments_blank_lines_and_overrides() {
+fn route_file_parses_comments_blank_lines_and_lengths() {
     let text = "\
 # a route file
 10.0.0.0/8 1
@@ -328,13 +328,14 @@ fn route_file_parses_comments_blank_lines_and_overrides() {
 10.1.0.0/16   2   # more specific
 0.0.0.0/0 0
 192.168.1.7/32 3
-10.0.0.0/8 4
+10.0.0.0/9 4
 ";
     let t: RouteTable = text.parse().expect("parse");
-    assert_eq!(t.len(), 4, "the second 10.0.0.0/8 replaces the first");
+    assert_eq!(t.len(), 5);
     let port = |a: [u8; 4]| t.lookup_port(u32::from_be_bytes(a));
     assert_eq!(port([10, 1, 200, 1]), Some(2));
     assert_eq!(port([10, 2, 0, 1]), Some(4));
+    assert_eq!(port([10, 200, 0, 1]), Some(1));
     assert_eq!(port([192, 168, 1, 7]), Some(3));
     assert_eq!(port([192, 168, 1, 8]), Some(0));
     assert_eq!(t.next_hops().len(), 5);
@@ -362,6 +363,13 @@ fn route_file_errors_name_the_line_and_the_problem() {
         ("10.0.0.0/8 70000\n", 1, "port `70000`"),
         ("10.0.0.0/8 -1\n", 1, "port `-1`"),
         ("1.1.1.1/8 1\n1.2.3.4/24 1\n", 1, "host bits"),
+        // A prefix on two lines, with another port or the same.
+        (
+            "10.0.0.0/8 1\n# x\n10.0.0.0/8 4\n",
+            3,
+            "10.0.0.0/8 is routed on line 1 already",
+        ),
+        ("0.0.0.0/0 2\n0.0.0.0/0 2\n", 2, "on line 1 already"),
     ];
     for (text, line, needle) in cases {
         match text.parse::<RouteTable>() {

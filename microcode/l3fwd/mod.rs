@@ -357,11 +357,13 @@ pub fn mask(len: u8) -> u32 {
 
 /// A set of routes with their next hops, and the reference longest-prefix match
 /// ([`RouteTable::lookup`]) the DIR-24-8 table is tested against. Adding a prefix that is
-/// already present replaces its next hop.
+/// already present replaces its next hop (not in the text form: a file gives each prefix
+/// once).
 ///
 /// Text form ([`FromStr`], [`RouteTable::parse`]): one route per line,
-/// `A.B.C.D/LEN PORT`; `#` starts a comment; blank lines are ignored. Each distinct port
-/// gets the next hop [`NextHop::for_port`].
+/// `A.B.C.D/LEN PORT`; `#` starts a comment; blank lines are ignored; a prefix takes one
+/// line (a second is refused). Each distinct port gets the next hop
+/// [`NextHop::for_port`].
 ///
 /// ```
 /// use pfemu::microcode::l3fwd::RouteTable;
@@ -521,8 +523,12 @@ impl RouteTable {
     }
 
     /// Reads the text form (see the type's documentation); errors name the 1-based line.
+    /// A prefix given on two lines is refused, naming both: in a file a repeated prefix is
+    /// a mistake, and taking either line silently would route its traffic where the other
+    /// line says it does not go.
     pub fn parse(text: &str) -> Result<RouteTable, L3fwdError> {
         let mut t = RouteTable::new();
+        let mut line_of: HashMap<(u32, u8), usize> = HashMap::new();
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
             let err = |reason: String| L3fwdError::Parse { line, reason };
@@ -554,6 +560,11 @@ impl RouteTable {
                     L3fwdError::BadRoute(r) => err(r),
                     other => err(other.to_string()),
                 })?;
+            if let Some(first) = line_of.insert((u32::from(addr), len), line) {
+                return Err(err(format!(
+                    "{addr}/{len} is routed on line {first} already (one line per prefix)"
+                )));
+            }
         }
         Ok(t)
     }

@@ -107,7 +107,7 @@ pub struct LiveArgs {
         value_name = "PROGRAM"
     )]
     pub program: Option<Workload>,
-    /// l3fwd: the route file (one `A.B.C.D/LEN PORT` per line, `#` comments).
+    /// l3fwd: the route file (one `A.B.C.D/LEN PORT` per line, each prefix once, `#` comments).
     #[arg(long, value_name = "FILE")]
     pub routes: Option<PathBuf>,
     /// nimble: each class's rate in Gbit/s, class i being the frames arriving on port i.

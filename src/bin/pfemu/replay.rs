@@ -33,7 +33,7 @@ pub const HELP: &str = "Examples (the samples are in the repository's examples/c
     it), and writes them as captured, with their input timestamps, to OUT/dropped.pcap; the \
     summary (or --json) lists each one's index in the capture (0-based), ingress port and \
     drop reason.\n\n\
-    Route files for l3fwd hold one `A.B.C.D/LEN PORT` per line, `#` comments. Without one, \
+    Route files for l3fwd hold one `A.B.C.D/LEN PORT` per line, each prefix once, `#` comments. Without one, \
     --routes random routes are generated, which real captures mostly miss (no_route).\n\n\
     trio-ml, fpisa and fpisa-approx aggregate the capture's Trio-ML packets (Ethernet + \
     IPv4 + UDP to port 12000 + the Trio-ML header + gradients, to 10.0.0.254) for the \
