@@ -1,6 +1,7 @@
 //! The synchronisation types of the hand-written protocols (dispatch's idle/wake protocol,
-//! the reorder engine's flat combining, the injectors' wait for room), in one place so the loom model checker can stand in
-//! for them (the way tokio's `loom` module does).
+//! the reorder engine's flat combining, the injectors' wait for room, the TCAM's published
+//! version), in one place so the loom model checker can stand in for them (the way tokio's
+//! `loom` module does).
 //!
 //! - Normally these are plain re-exports: `std` atomics, `crossbeam` queues, parkers,
 //!   backoff and padding, `parking_lot`'s mutex and condition variable, `std`'s clock.
@@ -25,7 +26,7 @@ mod real {
     pub(crate) use crossbeam_queue::ArrayQueue;
     pub(crate) use crossbeam_utils::sync::{Parker, Unparker};
     pub(crate) use crossbeam_utils::{Backoff, CachePadded};
-    pub(crate) use parking_lot::{Condvar, Mutex};
+    pub(crate) use parking_lot::{Condvar, Mutex, RwLock};
     pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::time::Instant;
 }
@@ -105,6 +106,23 @@ mod model {
         /// and is a scheduling point on this mutex.
         fn drop(&mut self) {
             let _ = self.mutex.try_lock();
+        }
+    }
+
+    /// `parking_lot::RwLock`'s API (no poisoning) over `loom::sync::RwLock`.
+    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+    impl<T> RwLock<T> {
+        pub fn new(value: T) -> Self {
+            RwLock(loom::sync::RwLock::new(value))
+        }
+
+        pub fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+            self.0.read().unwrap_or_else(|e| e.into_inner())
+        }
+
+        pub fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
+            self.0.write().unwrap_or_else(|e| e.into_inner())
         }
     }
 

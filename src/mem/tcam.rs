@@ -59,14 +59,13 @@
 //! parallel; the emulation does not model that latency.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crossbeam_utils::CachePadded;
-use parking_lot::RwLock;
+use crate::sync::{AtomicU64, CachePadded, Ordering, RwLock};
 
-/// The next [`Tcam`]'s id.
-static NEXT_TCAM_ID: AtomicU64 = AtomicU64::new(1);
+/// The next [`Tcam`]'s id (a plain `std` atomic: ids order nothing, and loom's atomics
+/// cannot be statics).
+static NEXT_TCAM_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Largest capacity a [`Tcam`] accepts, in entries (the largest TCAMs on switch ASICs hold
 /// tens of thousands of entries; a linear scan of more would not be a lookup any more).
@@ -972,5 +971,105 @@ mod tests {
             }
         });
         assert_eq!(t.version(), replacements as u64 + 1);
+    }
+}
+
+/// Loom models of the published version ([`TcamCache`]'s fast path), on the real code with
+/// `crate::sync` backed by loom (see `src/pfe/loom_tests.rs` for how to run them):
+///
+/// ```text
+/// RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib loom_tests
+/// ```
+///
+/// They can fail: with [`Tcam::replace`] publishing its version after releasing the write
+/// lock (not under it), two replacements can publish out of order, a cache keeps the older
+/// table for good, and `racing_replacements_leave_the_cache_on_the_last_table` fails; a
+/// cache that answers from its slot without comparing versions fails both. What the models
+/// also show: the version's orderings are not what keeps a lookup current, since a cache
+/// takes a table only through the lock (publishing before the swap, under the lock, or
+/// reading the version `Relaxed` passes both models).
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::{MatchMode, Tcam, TcamCache, TcamEntry};
+
+    /// A table whose one entry answers every key with `result`.
+    fn all(result: u64) -> Vec<TcamEntry> {
+        vec![TcamEntry {
+            value: 0,
+            mask: 0,
+            priority: 0,
+            result,
+        }]
+    }
+
+    fn result(cache: &mut TcamCache, tcam: &Tcam) -> u64 {
+        cache.lookup(tcam, 7).expect("every table matches").result
+    }
+
+    /// A lookup through a cache that holds the old table, made after the replacement is
+    /// known to have returned (through a flag: the ordering a control plane's reply gives),
+    /// answers from the new table; before that, from either, never going back.
+    #[test]
+    fn a_lookup_after_a_replacement_uses_the_new_table() {
+        loom::model(|| {
+            let tcam = Arc::new(Tcam::new(4, MatchMode::HighestPriority).unwrap());
+            tcam.replace(all(1)).unwrap();
+            let replaced = Arc::new(AtomicBool::new(false));
+            let control = {
+                let (tcam, replaced) = (Arc::clone(&tcam), Arc::clone(&replaced));
+                thread::spawn(move || {
+                    tcam.replace(all(2)).unwrap();
+                    replaced.store(true, Ordering::Release);
+                })
+            };
+            let mut cache = TcamCache::new();
+            let first = result(&mut cache, &tcam);
+            let known = replaced.load(Ordering::Acquire);
+            let second = result(&mut cache, &tcam);
+            assert!(second >= first, "a lookup went back to the old table");
+            if known {
+                assert_eq!(
+                    second, 2,
+                    "a lookup after the replacement used the old table"
+                );
+            }
+            control.join().unwrap();
+            assert_eq!(result(&mut cache, &tcam), 2);
+        });
+    }
+
+    /// Two replacements race while a thread looks up through its cache: once both have
+    /// returned, the cache answers from the table current then (the later version), as an
+    /// uncached lookup does.
+    #[test]
+    fn racing_replacements_leave_the_cache_on_the_last_table() {
+        loom::model(|| {
+            let tcam = Arc::new(Tcam::new(4, MatchMode::HighestPriority).unwrap());
+            let replacers: Vec<_> = [2, 3]
+                .into_iter()
+                .map(|r| {
+                    let tcam = Arc::clone(&tcam);
+                    thread::spawn(move || {
+                        tcam.replace(all(r)).unwrap();
+                    })
+                })
+                .collect();
+            let mut cache = TcamCache::new();
+            let _ = cache.lookup(&tcam, 7);
+            for r in replacers {
+                r.join().unwrap();
+            }
+            let current = tcam.lookup(7).expect("a table is in").result;
+            assert_eq!(tcam.version(), 2);
+            assert_eq!(
+                result(&mut cache, &tcam),
+                current,
+                "the cache kept an older table"
+            );
+        });
     }
 }
