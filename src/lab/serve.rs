@@ -707,7 +707,7 @@ fn bump_none<T>(c: &AtomicU64) -> Option<T> {
 
 /// The members of one job: member indices `first..first + sources` are its sources
 /// `first_src..first_src + sources`.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct JobMembers {
     first: u32,
     first_src: u8,
@@ -772,6 +772,96 @@ enum Admission {
     /// A member's datagram of a run, from an address that has not joined this server as
     /// that member: answered Superseded (run 0) and counted in [`ServeStats::not_joined`].
     NotJoined,
+}
+
+/// A member's datagram as [`Shared::admit`] weighs it against what the front end knows of
+/// the member ([`Peers`]).
+#[derive(Clone, Copy, Debug)]
+struct Ask {
+    /// The member.
+    i: u32,
+    job_id: u8,
+    src_id: u8,
+    job: JobMembers,
+    from: SocketAddr,
+    /// A Join: `from` becomes the member's joined address.
+    join: bool,
+    /// Gradients of a run (or a request for a kept Result of one): taken from the member's
+    /// joined address alone.
+    of_run: bool,
+    /// The sender is remembered as the member's address. Control messages other than a
+    /// Join (no sender sends them: the engine drops them as `bad_control`) are injected, but
+    /// their sender is not remembered, so a forged one cannot redirect the member's Results.
+    remember: bool,
+}
+
+/// What [`Shared::admit`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// For the engine, on the member's port.
+    Admit,
+    /// Not from the member's joined address: answered Superseded (run 0).
+    Refuse,
+}
+
+impl Ask {
+    /// The datagram `hdr` from `from`, if its job is configured here and its source is one
+    /// of the job's (`None`: a stranger's).
+    fn of(
+        jobs: &[Option<JobMembers>; 256],
+        from: SocketAddr,
+        hdr: &TrioMlHdrFields,
+    ) -> Option<Ask> {
+        let job = jobs[usize::from(hdr.job_id)]?;
+        let i = job.member(hdr.src_id)?;
+        let join = is_join(hdr);
+        Some(Ask {
+            i,
+            job_id: hdr.job_id,
+            src_id: hdr.src_id,
+            job,
+            from,
+            join,
+            of_run: !hdr.ctl && hdr.run_id != 0,
+            remember: join || !hdr.ctl,
+        })
+    }
+
+    fn refused(&self, p: &Peers) -> bool {
+        self.of_run && p.joined[self.i as usize] != Some(self.from)
+    }
+
+    /// The verdict under the read lock, when nothing need be written (`None`: the sender
+    /// must be remembered, under the write lock: [`Ask::remember`]).
+    fn settled(&self, p: &Peers) -> Option<Verdict> {
+        let k = self.i as usize;
+        if self.refused(p) {
+            return Some(Verdict::Refuse);
+        }
+        let known = p.addrs[k] == Some(self.from) && (!self.join || p.joined[k] == Some(self.from));
+        (!self.remember || known).then_some(Verdict::Admit)
+    }
+
+    /// The verdict under the write lock, the sender remembered if admitted. Decided again:
+    /// the peers may have changed since [`Ask::settled`] read them (a `forget_members`
+    /// between the two would otherwise let the datagram in from an address forgotten).
+    fn remember(&self, p: &mut Peers, counters: &Counters) -> Verdict {
+        if self.refused(p) {
+            return Verdict::Refuse;
+        }
+        let k = self.i as usize;
+        if self.join {
+            p.joined[k] = Some(self.from);
+        }
+        if p.addrs[k]
+            .replace(self.from)
+            .is_some_and(|a| a != self.from)
+        {
+            bump(&counters.readdressed, 1);
+        }
+        p.refan(self.job_id, self.job);
+        Verdict::Admit
+    }
 }
 
 /// Whether `hdr` is a Join (a control message without gradients; the engine refuses any
@@ -860,6 +950,29 @@ fn set_run_id(payload: &mut [u8], run_id: u8) {
 }
 
 impl Shared {
+    /// The state of a server set up as `cfg` sending on `socket` (GRO on for it: `gro`),
+    /// no member known yet.
+    fn new(socket: UdpSocket, cfg: &ServeConfig, gro: bool) -> Shared {
+        let members = cfg.setup.sources();
+        Shared {
+            gso: Gso::probe(&socket, cfg.gso),
+            gro,
+            socket,
+            jobs: job_members(&cfg.setup.jobs),
+            peers: RwLock::new(Peers {
+                addrs: vec![None; members],
+                joined: vec![None; members],
+                fanout: vec![Vec::new(); 256],
+            }),
+            counters: Counters::default(),
+            upstream: cfg.upstream,
+            upstream_src: cfg.upstream_src,
+            up_runs: Mutex::new((0..256).map(|_| UpstreamRun::default()).collect()),
+            stopping: AtomicBool::new(false),
+            awaited: Mutex::new(Awaited::default()),
+        }
+    }
+
     /// Sends the datagrams collected in `out` (a burst leaving the engine, or what one
     /// receive produced) and counts them.
     fn flush(&self, out: &SendBatch<'_>) {
@@ -1100,52 +1213,42 @@ impl Shared {
     /// a `run_id`) and `from` has not joined this server as that member, when it is answered
     /// Superseded with run 0 (into `out`) and neither injected nor remembered. A Join makes
     /// `from` the member's joined address. (See the module docs, *Runs across restarts*.)
+    ///
+    /// Decided under the read lock when nothing need change ([`Ask::settled`]), else under
+    /// the write lock ([`Ask::remember`]), which decides again.
     fn admit(&self, from: SocketAddr, hdr: &TrioMlHdrFields, out: &mut SendBatch<'_>) -> Admission {
-        let Some(job) = self.jobs[usize::from(hdr.job_id)] else {
+        let Some(ask) = Ask::of(&self.jobs, from, hdr) else {
             return Admission::Stranger;
         };
-        let Some(i) = job.member(hdr.src_id) else {
-            return Admission::Stranger;
-        };
-        let k = i as usize;
-        let join = is_join(hdr);
-        // A datagram of a run counts from the member's joined address alone. Control
-        // messages other than a Join (no sender sends them: the engine drops them as
-        // `bad_control`) are injected, but their sender is not remembered, so a forged one
-        // cannot redirect the member's Results.
-        let of_run = !hdr.ctl && hdr.run_id != 0;
-        let remember = join || !hdr.ctl;
-        let refused = |p: &Peers| of_run && p.joined[k] != Some(from);
-        let refuse = |out: &mut SendBatch<'_>| {
-            bump(&self.counters.not_joined, 1);
-            out.push_copy(Some(from), &not_joined_answer(hdr.job_id, hdr.src_id));
-            Admission::NotJoined
-        };
-        {
-            let p = self.peers.read();
-            if refused(&p) {
-                drop(p);
-                return refuse(out);
-            }
-            if !remember || p.addrs[k] == Some(from) && (!join || p.joined[k] == Some(from)) {
-                return Admission::Member(i);
+        let settled = ask.settled(&self.peers.read());
+        let verdict =
+            settled.unwrap_or_else(|| ask.remember(&mut self.peers.write(), &self.counters));
+        self.verdict(&ask, verdict, out)
+    }
+
+    /// What [`Shared::admit`] decided for `ask`: a member's datagram for the engine, or,
+    /// refused, the answer Superseded (run 0) into `out`, counted.
+    fn verdict(&self, ask: &Ask, verdict: Verdict, out: &mut SendBatch<'_>) -> Admission {
+        match verdict {
+            Verdict::Admit => Admission::Member(ask.i),
+            Verdict::Refuse => {
+                bump(&self.counters.not_joined, 1);
+                out.push_copy(Some(ask.from), &not_joined_answer(ask.job_id, ask.src_id));
+                Admission::NotJoined
             }
         }
-        let mut p = self.peers.write();
-        // Checked again under the lock the sender is remembered under: a `forget_members`
-        // since the read would otherwise let it in from an address forgotten.
-        if refused(&p) {
-            drop(p);
-            return refuse(out);
+    }
+
+    /// Job `job_id` was added or removed through the control plane (the hook runs after the
+    /// change): its next run joins a new run above, and, once removed, its members' joins
+    /// and addresses are forgotten. Only once removed: the workers may join the job as soon
+    /// as it is added, before this hook runs, and a Join the new job answered meanwhile,
+    /// forgotten, would leave its worker refused as not joined.
+    fn job_changed(&self, trio: &TrioMl, job_id: u8) {
+        self.forget_upstream_run(job_id);
+        if !trio.jobs().contains(&job_id) {
+            self.forget_members(job_id);
         }
-        if join {
-            p.joined[k] = Some(from);
-        }
-        if p.addrs[k].replace(from).is_some_and(|a| a != from) {
-            bump(&self.counters.readdressed, 1);
-        }
-        p.refan(hdr.job_id, job);
-        Admission::Member(i)
     }
 
     /// Job `job_id` was removed here (the control plane): its members have joined nothing of
@@ -1591,25 +1694,13 @@ impl Server {
         // Best effort: without it, `kernel_dropped` stays 0.
         udp_batch::enable_drop_count(&socket);
         let gro = cfg.gro && udp_batch::enable_gro(&socket);
-        let shared = Arc::new(Shared {
-            gso: Gso::probe(&socket, cfg.gso),
-            gro,
-            socket: socket
+        let shared = Arc::new(Shared::new(
+            socket
                 .try_clone()
                 .map_err(io_err("cloning the socket for the sink"))?,
-            jobs: job_members(&cfg.setup.jobs),
-            peers: RwLock::new(Peers {
-                addrs: vec![None; members],
-                joined: vec![None; members],
-                fanout: vec![Vec::new(); 256],
-            }),
-            counters: Counters::default(),
-            upstream: cfg.upstream,
-            upstream_src: cfg.upstream_src,
-            up_runs: Mutex::new((0..256).map(|_| UpstreamRun::default()).collect()),
-            stopping: AtomicBool::new(false),
-            awaited: Mutex::new(Awaited::default()),
-        });
+            cfg,
+            gro,
+        ));
         let builder = Pfe::builder();
         let (builder, trace) = crate::lab::trace::attach(cfg.trace.as_ref(), builder)?;
         let mut pfe = builder
@@ -1634,15 +1725,7 @@ impl Server {
                     .template(move |job_id| setup.job_config(job_id, out_src_addr))
                     .on_change({
                         let trio = trio.clone();
-                        move |job_id| {
-                            up.forget_upstream_run(job_id);
-                            // Only once removed: forgotten after an add, a Join the new job
-                            // answered meanwhile would be forgotten too, and its worker
-                            // refused as not joined.
-                            if !trio.jobs().contains(&job_id) {
-                                up.forget_members(job_id);
-                            }
-                        }
+                        move |job_id| up.job_changed(&trio, job_id)
                     })
                     .check_add(move |job| servable(&members, job));
                 let targets: Vec<Arc<dyn Target>> = vec![Arc::new(jobs)];
@@ -2641,5 +2724,106 @@ mod tests {
     fn peer_addresses_are_distinct() {
         assert_eq!(peer_ip(0), Ipv4Addr::new(10, 1, 0, 0));
         assert_eq!(peer_ip(0x1_0203), Ipv4Addr::new(10, 2, 2, 3));
+    }
+
+    /// A front end's state for `jobs` (no engine: the datagrams admitted go nowhere) on a
+    /// loopback socket, and the program installed with the jobs, as `Server::bind` sets
+    /// them up; and job 1 as the control plane adds it.
+    fn front_end(jobs: &[&str]) -> (Shared, TrioMl, JobConfig) {
+        let setup = AggregationSetup {
+            block_cnt_max: Some(128),
+            ..AggregationSetup::new(
+                crate::lab::aggregation::Aggregation::TrioMl,
+                jobs.iter().map(|j| j.parse().unwrap()).collect(),
+            )
+        };
+        let cfg = ServeConfig {
+            setup,
+            ..ServeConfig::default()
+        };
+        let mem = Arc::new(SharedMemory::new(&cfg.setup.mem_config()).unwrap());
+        let out_src_addr = Ipv4Addr::new(10, 0, 0, 0);
+        let trio = cfg.setup.install(&mem, out_src_addr).unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let job_1 = JobConfig {
+            sources: vec![0, 1],
+            ..cfg.setup.job_config(1, out_src_addr)
+        };
+        (Shared::new(socket, &cfg, false), trio, job_1)
+    }
+
+    /// The header of a Join of job 1 from source `src` with `nonce`.
+    fn join_of(src: u8, nonce: u32) -> TrioMlHdrFields {
+        Control::Join { nonce }.header(1, src)
+    }
+
+    /// The header of gradients of job 1's run `run` from source `src`.
+    fn grads_of(src: u8, run: u8) -> TrioMlHdrFields {
+        TrioMlHdrFields {
+            job_id: 1,
+            src_id: src,
+            run_id: run,
+            grad_cnt: 1,
+            ..TrioMlHdrFields::default()
+        }
+    }
+
+    /// The control plane adds a job and then runs its hook: a worker's Join can reach the
+    /// job in between (the job answers it Joined). The hook must not forget that Join, or
+    /// the worker, told it joined, is refused as not joined. Driven in that order: the job
+    /// added, the Join admitted, then the hook; the hook forgets the members only once the
+    /// job is removed.
+    #[test]
+    fn a_join_between_a_jobs_add_and_its_hook_is_kept() {
+        let (fe, trio, job_1) = front_end(&["1:2"]);
+        let w: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+        let mut out = SendBatch::new();
+        trio.remove_job(1).unwrap();
+        fe.job_changed(&trio, 1);
+        // Added again; the worker's Join comes before the hook runs.
+        trio.add_job(&job_1).unwrap();
+        assert_eq!(fe.admit(w, &join_of(0, 5), &mut out), Admission::Member(0));
+        fe.job_changed(&trio, 1);
+        assert_eq!(
+            fe.admit(w, &grads_of(0, 1), &mut out),
+            Admission::Member(0),
+            "the Join answered before the hook ran was forgotten"
+        );
+        // Removed: the hook forgets the member's join and address.
+        trio.remove_job(1).unwrap();
+        fe.job_changed(&trio, 1);
+        assert_eq!(fe.admit(w, &grads_of(0, 1), &mut out), Admission::NotJoined);
+        assert_eq!(fe.peers.read().fanout[1], Vec::<SocketAddr>::new());
+        assert_eq!(fe.counters.not_joined.load(Ordering::Relaxed), 1);
+    }
+
+    /// `admit` reads the peers under the read lock and remembers a new sender under the
+    /// write lock: a job removed between the two (its members forgotten) must not let a
+    /// datagram of a run in from the address just forgotten. Driven in that order: the read,
+    /// the removal, the write.
+    #[test]
+    fn a_job_removed_between_admissions_two_locks_refuses_the_datagram() {
+        let (fe, trio, _) = front_end(&["1:2"]);
+        let w: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+        let mut out = SendBatch::new();
+        assert_eq!(fe.admit(w, &join_of(0, 5), &mut out), Admission::Member(0));
+        // A datagram of run 1 from the joined address whose sender must be remembered: the
+        // member's address moved since (its other datagram came from elsewhere, without a
+        // run).
+        let elsewhere: SocketAddr = "127.0.0.1:40002".parse().unwrap();
+        assert_eq!(
+            fe.admit(elsewhere, &grads_of(0, 0), &mut out),
+            Admission::Member(0)
+        );
+        let ask = Ask::of(&fe.jobs, w, &grads_of(0, 1)).unwrap();
+        assert_eq!(ask.settled(&fe.peers.read()), None, "nothing to write?");
+        trio.remove_job(1).unwrap();
+        fe.job_changed(&trio, 1);
+        assert_eq!(
+            ask.remember(&mut fe.peers.write(), &fe.counters),
+            Verdict::Refuse,
+            "admitted from an address the job's removal forgot"
+        );
+        assert_eq!(fe.peers.read().addrs[0], None);
     }
 }
