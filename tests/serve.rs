@@ -1540,12 +1540,14 @@ fn the_python_client_gets_its_sums() {
         return;
     };
     let (server, addr) = spawn_server(&["--job", "5:1"]);
-    // Two runs that join (the second a new run of the job), then one of the paper's header
-    // alone. `--verbose` prints the sums after the verdict.
+    // One run of the paper's header alone, then two that join (the second a new run of
+    // the job). (Not the other way round: once source 0 joined, the server takes its
+    // datagrams from its joined address alone, with a run or without, so a client that does
+    // not join cannot take its place.) `--verbose` prints the sums after the verdict.
     for extra in [
-        &["--verbose"][..],
+        &["--no-join", "--verbose"][..],
         &["--verbose"],
-        &["--no-join", "--verbose"],
+        &["--verbose"],
     ] {
         let out = Command::new("python3")
             .arg(script)
@@ -2486,4 +2488,252 @@ fn answers_to_strangers_are_never_fanned_out_to_the_members() {
     let f = h.join().unwrap().front_end;
     assert_eq!(f.datagrams_out, before.datagrams_out, "{f:?}");
     assert_eq!(f.unaccounted(), 0, "{f:?}");
+}
+
+/// The payload of a Join of job 1 from source `src` with `nonce`; naming run `run` (not 0),
+/// a rejoin of that run from a new address.
+fn join_payload(src: u8, nonce: u32, run: u8) -> Vec<u8> {
+    use pfemu::microcode::trio_ml::host::WorkerConfig;
+    let ep = WorkerConfig::new(1, src, "10.0.0.9".parse().unwrap()).endpoints;
+    let mut d = wire::join_packet(ep, 1, src, nonce)[wire::TRIO_ML_HDR_AT..].to_vec();
+    TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(run);
+    d
+}
+
+/// A datagram of job 1 from source `src`: block `block`, one gradient, run `run`.
+fn of_run(src: u8, block: u32, grad: i32, run: u8) -> Vec<u8> {
+    let mut d = datagram(1, src, block, &[grad]);
+    TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(run);
+    d
+}
+
+/// The header of the next datagram `s` receives (within 30 s: a hang guard).
+fn next_header(s: &UdpSocket, what: &str) -> (TrioMlHdrFields, Vec<u8>) {
+    let d = recv_within(s, Duration::from_secs(30)).unwrap_or_else(|| panic!("no {what}"));
+    (serve::datagram_header(&d).unwrap(), d)
+}
+
+/// A client of the paper's header alone (run 0) claiming a source that joined the job's
+/// run used to be taken from any address: it moved the member's address to its own, so
+/// the member's Results went to it, and the joined worker got none. Once a member has
+/// joined, its datagrams count from its joined address alone, with or without a run; the
+/// impostor is answered Superseded (run 0), and the joined workers get their sums.
+#[test]
+fn a_client_without_a_run_cannot_take_a_joined_members_place() {
+    use pfemu::microcode::trio_ml::wire::Control;
+
+    let (addr, stop, m, h) = start_monitored(ServeConfig {
+        first_run: Some(2),
+        ..config(Aggregation::TrioMl, &["1:2"])
+    });
+    let (w0, w1, other) = (
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+    );
+    let joined = |nonce| Some(Control::Joined { run_id: 2, nonce });
+    send_paced(&w0, &join_payload(0, 11, 0), addr, &m);
+    assert_eq!(Control::of(&next_header(&w0, "Joined").0), joined(11));
+    // Source 0's gradients and a request for a kept Result, without a run, from elsewhere.
+    for d in [of_run(0, 0, 100, 0), datagram_gen(1, 0, 0, 0, &[100])] {
+        send_paced(&other, &d, addr, &m);
+        let (hdr, _) = next_header(&other, "answer");
+        assert_eq!(
+            Control::of(&hdr),
+            Some(Control::Superseded { run_id: 0 }),
+            "{hdr:?}"
+        );
+    }
+    send_paced(&w1, &join_payload(1, 12, 0), addr, &m);
+    assert_eq!(Control::of(&next_header(&w1, "Joined").0), joined(12));
+    send_paced(&w0, &of_run(0, 0, 1, 2), addr, &m);
+    send_paced(&w1, &of_run(1, 0, 2, 2), addr, &m);
+    for (w, name) in [(&w0, "source 0"), (&w1, "source 1")] {
+        let (hdr, d) = next_header(w, &format!("Result for {name}"));
+        assert_eq!(
+            (hdr.ctl, hdr.run_id, hdr.src_cnt, hdr.degraded),
+            (false, 2, 2, false),
+            "{name}: {hdr:?}"
+        );
+        assert_eq!(wire::gradients(&d[TRIO_ML_HDR_LEN..]), [3], "{name}");
+    }
+    stop.stop();
+    let rep = h.join().unwrap();
+    let f = rep.front_end;
+    assert_eq!((f.not_joined, f.readdressed, f.peers), (2, 0, 2), "{f:?}");
+    assert_eq!((f.injected, f.unaccounted()), (4, 0), "{f:?}");
+    assert_conserved(&rep.engine);
+}
+
+/// A worker whose address changes while it runs (a NAT rebinding) is answered Superseded
+/// (run 0) from its new address, as the last instance's workers are; it joins its run
+/// again from there with a Join naming the run and the nonce it joined with, which the
+/// server takes from the member's nonce alone: another process of the source (or the last
+/// instance's worker, which joined with another nonce) is refused, with its nonce in the
+/// answer. Rejoined, the worker's gradients count from the new address, and its Results go
+/// there.
+#[test]
+fn a_worker_whose_address_changes_rejoins_its_run_with_its_nonce_alone() {
+    use pfemu::microcode::trio_ml::wire::Control;
+
+    let (addr, stop, m, h) = start_monitored(ServeConfig {
+        first_run: Some(5),
+        ..config(Aggregation::TrioMl, &["1:1"])
+    });
+    let (before, after) = (
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+    );
+    send_paced(&before, &join_payload(0, 41, 0), addr, &m);
+    assert_eq!(
+        Control::of(&next_header(&before, "Joined").0),
+        Some(Control::Joined {
+            run_id: 5,
+            nonce: 41
+        })
+    );
+    // Rebound: its gradients from the new address are refused.
+    send_paced(&after, &of_run(0, 0, 7, 5), addr, &m);
+    let (hdr, _) = next_header(&after, "answer to the gradients");
+    assert_eq!(
+        (Control::of(&hdr), hdr.block_id),
+        (Some(Control::Superseded { run_id: 0 }), 0),
+        "{hdr:?}"
+    );
+    // A rejoin with another nonce is refused, naming that nonce.
+    send_paced(&after, &join_payload(0, 42, 5), addr, &m);
+    let (hdr, _) = next_header(&after, "answer to the wrong rejoin");
+    assert_eq!(
+        (Control::of(&hdr), hdr.block_id),
+        (Some(Control::Superseded { run_id: 0 }), 42),
+        "{hdr:?}"
+    );
+    // The worker's own rejoin is answered Joined, with its run.
+    send_paced(&after, &join_payload(0, 41, 5), addr, &m);
+    assert_eq!(
+        Control::of(&next_header(&after, "Joined").0),
+        Some(Control::Joined {
+            run_id: 5,
+            nonce: 41
+        })
+    );
+    send_paced(&after, &of_run(0, 0, 7, 5), addr, &m);
+    let (hdr, d) = next_header(&after, "Result");
+    assert_eq!(
+        (hdr.ctl, hdr.block_id, hdr.run_id, hdr.src_cnt),
+        (false, 0, 5, 1),
+        "{hdr:?}"
+    );
+    assert_eq!(wire::gradients(&d[TRIO_ML_HDR_LEN..]), [7]);
+    // The old address is no member any more: its gradients of the run are refused.
+    send_paced(&before, &of_run(0, 1, 7, 5), addr, &m);
+    let (hdr, _) = next_header(&before, "answer at the old address");
+    assert_eq!(Control::of(&hdr), Some(Control::Superseded { run_id: 0 }));
+    stop.stop();
+    let rep = h.join().unwrap();
+    let f = rep.front_end;
+    assert_eq!((f.not_joined, f.readdressed), (3, 1), "{f:?}");
+    assert_eq!((f.injected, f.unaccounted()), (3, 0), "{f:?}");
+    assert_eq!(rep.engine.drops("join_answered"), 2, "{:?}", rep.engine);
+    assert_eq!(rep.engine.drops("stale_run"), 0, "{:?}", rep.engine);
+}
+
+/// A NAT between a worker and the server, on loopback: what the worker sends to its front
+/// socket goes on to `server` from an outside socket, and what comes back to that socket
+/// goes to the worker. After `rebind_after` datagrams from the worker the NAT rebinds: it
+/// sends from a second outside socket (another source port), and drops what still comes to
+/// the first, whose mapping it forgot. Runs until `stop`.
+fn nat<'scope>(
+    front: &'scope UdpSocket,
+    server: SocketAddr,
+    rebind_after: u64,
+    stop: &'scope std::sync::atomic::AtomicBool,
+    s: &'scope std::thread::Scope<'scope, '_>,
+) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let outside = [
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+    ];
+    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let worker = std::sync::Arc::new(std::sync::Mutex::new(None::<SocketAddr>));
+    for sock in [front].into_iter().chain(&outside).collect::<Vec<_>>() {
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+    }
+    let outside = std::sync::Arc::new(outside);
+    {
+        let (outside, sent, worker) = (outside.clone(), sent.clone(), worker.clone());
+        s.spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            while !stop.load(Ordering::Acquire) {
+                let Ok((n, from)) = front.recv_from(&mut buf) else {
+                    continue;
+                };
+                *worker.lock().unwrap() = Some(from);
+                let k = usize::from(sent.fetch_add(1, Ordering::AcqRel) >= rebind_after);
+                let _ = outside[k].send_to(&buf[..n], server);
+            }
+        });
+    }
+    for k in 0..2 {
+        let (outside, sent, worker) = (outside.clone(), sent.clone(), worker.clone());
+        s.spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            while !stop.load(Ordering::Acquire) {
+                let Ok(n) = outside[k].recv(&mut buf) else {
+                    continue;
+                };
+                let rebound = sent.load(Ordering::Acquire) > rebind_after;
+                let to = *worker.lock().unwrap();
+                if let (Some(to), true) = (to, (k == 1) == rebound) {
+                    let _ = front.send_to(&buf[..n], to);
+                }
+            }
+        });
+    }
+}
+
+/// `serve::allreduce` (`pfemu worker`) through a NAT that rebinds mid-run: the worker's
+/// gradients from the new port are refused (Superseded, run 0), it rejoins its run with its
+/// nonce, and its refused chunks, sent again, complete its sums exactly.
+#[test]
+fn an_allreduce_through_a_nat_that_rebinds_gets_its_sums() {
+    use std::sync::atomic::AtomicBool;
+
+    let (addr, stop, h) = start(ServeConfig {
+        first_run: Some(4),
+        ..config(Aggregation::TrioMl, &["1:1"])
+    });
+    let r = Run::ints(1, &[0], 256 * 32, 9);
+    let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let nat_addr = front.local_addr().unwrap();
+    let nat_stop = AtomicBool::new(false);
+    let (w, rep) = std::thread::scope(|s| {
+        // The Join and four chunks before the rebinding.
+        nat(&front, addr, 5, &nat_stop, s);
+        let mut w = Worker::new(
+            serve::worker_config(1, 0, 256, 8, r.retransmit),
+            serve::seeded_ints(r.seed, 0, r.gradients),
+        )
+        .unwrap();
+        let ccfg = ClientConfig {
+            give_up_after: Duration::from_secs(30),
+            gso: false,
+            gro: false,
+            ..ClientConfig::new(nat_addr)
+        };
+        let rep = serve::allreduce(&ccfg, &mut w);
+        nat_stop.store(true, std::sync::atomic::Ordering::Release);
+        (w, rep.unwrap())
+    });
+    check_exact(&r, &[(w, rep.clone())]);
+    assert!(rep.rejoins >= 1, "{rep:?}");
+    assert_eq!(rep.run_id, 4, "{rep:?}");
+    stop.stop();
+    let rep = h.join().unwrap();
+    let f = rep.front_end;
+    assert!(f.not_joined >= 1 && f.readdressed >= 1, "{f:?}");
+    assert_eq!(f.unaccounted(), 0, "{f:?}");
+    assert_eq!(rep.engine.drops("stale_run"), 0, "{:?}", rep.engine);
 }

@@ -78,17 +78,29 @@
 //! joins the job above again (see *Runs in a tree*), so a restarted upper server takes its
 //! lower servers back at once. The fan-out goes to the addresses the front end took
 //! datagrams from, so those senders get none of the job's Results either. Datagrams without
-//! a run (clients of the paper's header alone) are taken from any address, as before: such
-//! clients are not protected against a restart, as they are not against another run of
-//! their job.
+//! a run (clients of the paper's header alone) are taken from any address for a member that
+//! has not joined this instance, as before: such clients are not protected against a
+//! restart, as they are not against another run of their job. Once a member has joined,
+//! its datagrams count from its joined address alone, with a run or without: a client
+//! that does not join cannot take a joined member's place (its address, so its Results),
+//! and is answered Superseded (run 0) like the others.
 //!
 //! Nothing outlives the instance (no state file to keep, lose or share between servers),
 //! the guarantee does not depend on the run id drawn, and the wire is unchanged: the answer
 //! is the protocol's Superseded, with the run 0 it already names when a job has no run. A
 //! job removed through the control plane forgets its members' joins and addresses, as the
 //! engine forgets their joins with the job, so added again it takes its members' datagrams
-//! of a run only once they have joined it. A worker whose address changes while it
-//! runs (NAT rebinding) is answered the same way and must join again.
+//! of a run only once they have joined it.
+//!
+//! A worker whose address changes while it runs (a NAT rebinding) is answered the same
+//! way, and joins its run again from the new address: a Join naming the run it joined, with
+//! the nonce it joined with (a *rejoin*). The front end takes a rejoin only with the nonce
+//! of the member's last Join to this instance, which no other process knows (the last
+//! instance's workers, an earlier process of the source), and the engine answers it as the
+//! repeated Join it is (same nonce, same run). Any other rejoin is answered Superseded
+//! (run 0) with the rejoin's nonce in `block_id`, so the worker tells that refusal from
+//! the answers to its gradients, and stops. [`allreduce`] (`pfemu worker`) rejoins so,
+//! and its refused chunks go again when overdue ([`ClientReport::rejoins`]).
 //!
 //! Datagrams that are not aggregation packets are dropped and counted in [`ServeStats`]:
 //! shorter than the header, a length that is not the header plus `grad_cnt` gradients, or a
@@ -747,6 +759,10 @@ struct Peers {
     /// it has not joined here). Its datagrams of a run count from that address alone (see
     /// the module docs, *Runs across restarts*).
     joined: Vec<Option<SocketAddr>>,
+    /// Per member: the nonce of its last Join to this server instance. A Join naming a run
+    /// (a rejoin: the worker's address changed while it ran, e.g. a NAT rebinding) counts
+    /// only with this nonce, which the worker's process alone knows.
+    nonces: Vec<Option<u32>>,
     /// Per job id: the distinct addresses of its members (the fan-out list).
     fanout: Vec<Vec<SocketAddr>>,
 }
@@ -786,6 +802,13 @@ struct Ask {
     from: SocketAddr,
     /// A Join: `from` becomes the member's joined address.
     join: bool,
+    /// A Join naming the run its worker joined before (from another address): taken only
+    /// with the nonce the member last joined with ([`Peers::nonces`]).
+    rejoin: bool,
+    /// The Join's nonce.
+    nonce: u32,
+    /// Gradients or a request for a kept Result (not a control message).
+    data: bool,
     /// Gradients of a run (or a request for a kept Result of one): taken from the member's
     /// joined address alone.
     of_run: bool,
@@ -822,13 +845,25 @@ impl Ask {
             job,
             from,
             join,
+            rejoin: join && hdr.run_id != 0,
+            nonce: hdr.block_id,
+            data: !hdr.ctl,
             of_run: !hdr.ctl && hdr.run_id != 0,
             remember: join || !hdr.ctl,
         })
     }
 
+    /// Refused: a datagram of a run from another address than the member joined this
+    /// instance from; once the member joined, any of its data from another address, with or
+    /// without a run (a client of the paper's header alone must not take a joined member's
+    /// place and its Results); a rejoin without the member's nonce.
     fn refused(&self, p: &Peers) -> bool {
-        self.of_run && p.joined[self.i as usize] != Some(self.from)
+        let k = self.i as usize;
+        let joined = p.joined[k];
+        if self.rejoin {
+            return p.nonces[k] != Some(self.nonce);
+        }
+        self.data && (self.of_run || joined.is_some()) && joined != Some(self.from)
     }
 
     /// The verdict under the read lock, when nothing need be written (`None`: the sender
@@ -838,7 +873,8 @@ impl Ask {
         if self.refused(p) {
             return Some(Verdict::Refuse);
         }
-        let known = p.addrs[k] == Some(self.from) && (!self.join || p.joined[k] == Some(self.from));
+        let known = p.addrs[k] == Some(self.from)
+            && (!self.join || p.joined[k] == Some(self.from) && p.nonces[k] == Some(self.nonce));
         (!self.remember || known).then_some(Verdict::Admit)
     }
 
@@ -852,6 +888,7 @@ impl Ask {
         let k = self.i as usize;
         if self.join {
             p.joined[k] = Some(self.from);
+            p.nonces[k] = Some(self.nonce);
         }
         if p.addrs[k]
             .replace(self.from)
@@ -870,14 +907,18 @@ fn is_join(hdr: &TrioMlHdrFields) -> bool {
     hdr.grad_cnt == 0 && matches!(Control::of(hdr), Some(Control::Join { .. }))
 }
 
-/// The payload of the front end's answer to a member's datagram of a run from an address
-/// that has not joined this server as that member ([`Admission::NotJoined`]): Superseded,
-/// naming run 0 (this server has no run of the job for that sender).
-fn not_joined_answer(job_id: u8, src_id: u8) -> [u8; TRIO_ML_HDR_LEN] {
+/// The payload of the front end's answer to a member's datagram from an address that has
+/// not joined this server as that member ([`Admission::NotJoined`]): Superseded, naming
+/// run 0 (this server has no run of the job for that sender). The answer to a refused
+/// rejoin carries the rejoin's nonce in its `block_id` (0 otherwise), so that the worker
+/// tells it from the answers to its gradients.
+fn not_joined_answer(job_id: u8, src_id: u8, nonce: u32) -> [u8; TRIO_ML_HDR_LEN] {
     let mut b = [0u8; TRIO_ML_HDR_LEN];
-    Control::Superseded { run_id: 0 }
-        .header(job_id, src_id)
-        .write(&mut TrioMlHdr::new_unchecked(&mut b[..]));
+    TrioMlHdrFields {
+        block_id: nonce,
+        ..Control::Superseded { run_id: 0 }.header(job_id, src_id)
+    }
+    .write(&mut TrioMlHdr::new_unchecked(&mut b[..]));
     b
 }
 
@@ -962,6 +1003,7 @@ impl Shared {
             peers: RwLock::new(Peers {
                 addrs: vec![None; members],
                 joined: vec![None; members],
+                nonces: vec![None; members],
                 fanout: vec![Vec::new(); 256],
             }),
             counters: Counters::default(),
@@ -1233,7 +1275,9 @@ impl Shared {
             Verdict::Admit => Admission::Member(ask.i),
             Verdict::Refuse => {
                 bump(&self.counters.not_joined, 1);
-                out.push_copy(Some(ask.from), &not_joined_answer(ask.job_id, ask.src_id));
+                let nonce = if ask.rejoin { ask.nonce } else { 0 };
+                let answer = not_joined_answer(ask.job_id, ask.src_id, nonce);
+                out.push_copy(Some(ask.from), &answer);
                 Admission::NotJoined
             }
         }
@@ -1262,6 +1306,7 @@ impl Shared {
         for k in job.first as usize..(job.first + u32::from(job.sources)) as usize {
             p.addrs[k] = None;
             p.joined[k] = None;
+            p.nonces[k] = None;
         }
         p.refan(job_id, job);
     }
@@ -2065,6 +2110,10 @@ pub struct ClientReport {
     /// Joins sent: one, or more when the answer was late or lost (each is answered again,
     /// with the same run: the server's engine counts every one as `join_answered`).
     pub joins_sent: u64,
+    /// Times the worker joined its run again, from a new address (the server answered its
+    /// gradients Superseded with run 0: its address changed, e.g. a NAT rebinding, and the
+    /// server took the rejoin with the worker's nonce).
+    pub rejoins: u64,
     /// Datagrams received from the server.
     pub datagrams_in: u64,
     /// Receive system calls that returned datagrams.
@@ -2107,9 +2156,12 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
     let mut rx = ClientRx::new(socket, tick, cfg);
     let mut sent = 0u64;
     let mut dropped = 0u64;
-    if cfg.join {
-        join(cfg, &mut rx, worker)?;
-    }
+    let nonce = if cfg.join {
+        Some(join(cfg, &mut rx, worker)?.1)
+    } else {
+        None
+    };
+    let mut rejoins = 0u64;
     let mut last_progress = Instant::now();
     while !worker.is_done() {
         out.clear();
@@ -2138,8 +2190,21 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
             Err(e @ HostError::Superseded { .. }) => Err(e),
             Err(_) => Ok(false),
         });
-        if let Err(e) = superseded {
-            return Err(e.into());
+        match (superseded, nonce) {
+            (Ok(()), _) => {}
+            // No run here for this address: it changed since the Join (a NAT rebinding), or
+            // the server is another instance. The server takes a rejoin with this nonce only
+            // if this process joined it, so the run goes on only with the same server.
+            (
+                Err(HostError::Superseded {
+                    run_id, current: 0, ..
+                }),
+                Some(nonce),
+            ) => {
+                rejoin(cfg, &mut rx, worker, nonce, run_id, &now)?;
+                rejoins += 1;
+            }
+            (Err(e), _) => return Err(e.into()),
         }
         if last_progress.elapsed() > cfg.give_up_after {
             return Err(rx.no_progress(cfg, worker, false));
@@ -2158,6 +2223,7 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         bad_datagrams: rx.bad,
         run_id: worker.run_id(),
         joins_sent: rx.joins_sent,
+        rejoins,
         datagrams_in: rx.datagrams,
         recv_calls: rx.recv_calls,
         send_calls: rx.send_calls,
@@ -2264,7 +2330,11 @@ impl ClientRx {
 
 /// Joins `worker`'s job's run through `rx`'s socket: sends a Join with a fresh random nonce
 /// every `tick * 20` until the server answers it, or gives up after `cfg.give_up_after`.
-fn join(cfg: &ClientConfig, rx: &mut ClientRx, worker: &mut Worker) -> Result<u8, ServeError> {
+fn join(
+    cfg: &ClientConfig,
+    rx: &mut ClientRx,
+    worker: &mut Worker,
+) -> Result<(u8, u32), ServeError> {
     let nonce = random_nonce();
     let join = worker.join_frame(nonce);
     let ep = worker.config().endpoints;
@@ -2294,10 +2364,78 @@ fn join(cfg: &ClientConfig, rx: &mut ClientRx, worker: &mut Worker) -> Result<u8
             Ok(true)
         });
         if let Some(run) = run {
-            return Ok(run);
+            return Ok((run, nonce));
         }
         if start.elapsed() > cfg.give_up_after {
             return Err(rx.no_progress(cfg, worker, true));
+        }
+    }
+}
+
+/// Joins run `run` of `worker`'s job again, with the `nonce` it joined with, from the
+/// socket's address now: a Join naming the run, sent every `tick * 20` until the server
+/// answers it. Joined with that run: the worker goes on (its refused chunks are sent again
+/// when overdue). Joined with another run (the job moved on meanwhile), or refused (a
+/// Superseded naming run 0 and carrying the nonce: the server has no Join of this process,
+/// e.g. it restarted since): [`HostError::Superseded`]. Results that arrive meanwhile are
+/// taken.
+fn rejoin(
+    cfg: &ClientConfig,
+    rx: &mut ClientRx,
+    worker: &mut Worker,
+    nonce: u32,
+    run: u8,
+    now: &dyn Fn() -> u64,
+) -> Result<(), ServeError> {
+    let mut join = worker.join_frame(nonce);
+    set_run_id(&mut join[TRIO_ML_HDR_AT..], run);
+    let (job_id, src_id) = (worker.config().job_id, worker.config().src_id);
+    let superseded = |worker: &Worker, current: u8| {
+        ServeError::from(HostError::Superseded {
+            job_id,
+            run_id: run,
+            current,
+            missing: worker.missing(),
+        })
+    };
+    let start = Instant::now();
+    let resend = rx.tick * 20;
+    let mut sent_at: Option<Instant> = None;
+    loop {
+        if sent_at.is_none_or(|t| t.elapsed() >= resend) {
+            let mut batch = SendBatch::new();
+            batch.push(None, &join[TRIO_ML_HDR_AT..]);
+            rx.send(&batch);
+            rx.joins_sent += 1;
+            sent_at = Some(Instant::now());
+        }
+        let mut answer = None;
+        let _ = rx.recv::<std::convert::Infallible>(|p| {
+            let Ok(hdr) = datagram_header(p) else {
+                return Ok(false);
+            };
+            let mine = hdr.job_id == job_id && hdr.src_id == src_id;
+            match Control::of(&hdr) {
+                Some(Control::Joined { run_id, nonce: n }) if mine && n == nonce => {
+                    answer.get_or_insert(run_id);
+                }
+                Some(Control::Superseded { run_id: 0 }) if mine && hdr.block_id == nonce => {
+                    answer.get_or_insert(0);
+                }
+                // Results, and the answers to gradients sent before the rejoin.
+                _ => {
+                    let _ = worker.on_payload_at(p, now());
+                }
+            }
+            Ok(true)
+        });
+        match answer {
+            Some(r) if r == run => return Ok(()),
+            Some(current) => return Err(superseded(worker, current)),
+            None if start.elapsed() > cfg.give_up_after => {
+                return Err(rx.no_progress(cfg, worker, true))
+            }
+            None => {}
         }
     }
 }
@@ -2799,31 +2937,34 @@ mod tests {
 
     /// `admit` reads the peers under the read lock and remembers a new sender under the
     /// write lock: a job removed between the two (its members forgotten) must not let a
-    /// datagram of a run in from the address just forgotten. Driven in that order: the read,
-    /// the removal, the write.
+    /// datagram in on what the removal forgot. Driven in that order: the read, the removal,
+    /// the write, for a rejoin from a new address (the worker's address changed) with the
+    /// nonce the member joined with, which the removal forgets.
     #[test]
     fn a_job_removed_between_admissions_two_locks_refuses_the_datagram() {
         let (fe, trio, _) = front_end(&["1:2"]);
         let w: SocketAddr = "127.0.0.1:40001".parse().unwrap();
         let mut out = SendBatch::new();
         assert_eq!(fe.admit(w, &join_of(0, 5), &mut out), Admission::Member(0));
-        // A datagram of run 1 from the joined address whose sender must be remembered: the
-        // member's address moved since (its other datagram came from elsewhere, without a
-        // run).
-        let elsewhere: SocketAddr = "127.0.0.1:40002".parse().unwrap();
-        assert_eq!(
-            fe.admit(elsewhere, &grads_of(0, 0), &mut out),
-            Admission::Member(0)
-        );
-        let ask = Ask::of(&fe.jobs, w, &grads_of(0, 1)).unwrap();
+        let rebound: SocketAddr = "127.0.0.1:40002".parse().unwrap();
+        let rejoin = TrioMlHdrFields {
+            run_id: 1,
+            ..join_of(0, 5)
+        };
+        let ask = Ask::of(&fe.jobs, rebound, &rejoin).unwrap();
         assert_eq!(ask.settled(&fe.peers.read()), None, "nothing to write?");
         trio.remove_job(1).unwrap();
         fe.job_changed(&trio, 1);
         assert_eq!(
             ask.remember(&mut fe.peers.write(), &fe.counters),
             Verdict::Refuse,
-            "admitted from an address the job's removal forgot"
+            "admitted on a nonce the job's removal forgot"
         );
         assert_eq!(fe.peers.read().addrs[0], None);
+        // Not removed, the same rejoin is taken.
+        let (fe, _, _) = front_end(&["1:2"]);
+        assert_eq!(fe.admit(w, &join_of(0, 5), &mut out), Admission::Member(0));
+        assert_eq!(fe.admit(rebound, &rejoin, &mut out), Admission::Member(0));
+        assert_eq!(fe.peers.read().joined[0], Some(rebound));
     }
 }

@@ -684,6 +684,7 @@ pub fn allreduce_on_interface(
         run_id: worker.run_id(),
         // On an interface the worker joins no run.
         joins_sent: 0,
+        rejoins: 0,
         datagrams_in: frames_in,
         recv_calls,
         send_calls,
