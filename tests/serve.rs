@@ -2737,3 +2737,60 @@ fn an_allreduce_through_a_nat_that_rebinds_gets_its_sums() {
     assert_eq!(f.unaccounted(), 0, "{f:?}");
     assert_eq!(rep.engine.drops("stale_run"), 0, "{:?}", rep.engine);
 }
+
+/// A first-level server stopping right after a Result went up waits for its answer too: the
+/// upper aggregator answers after the stop (a complete block up there waits for its other
+/// sources, a partial one for its timeout). It used to await only what went up while
+/// stopping, so it returned without reading that answer and its member never got it.
+/// Played by the test as the upper aggregator: never answered, the Result is counted
+/// unanswered; answered after the stop, it comes down to the member before the server
+/// returns.
+#[test]
+fn a_stopping_first_level_server_awaits_the_answers_to_results_sent_just_before() {
+    for answer in [false, true] {
+        let upper = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (a, stop, m, h) = start_monitored(ServeConfig {
+            upstream: Some(upper.local_addr().unwrap()),
+            upstream_src: 3,
+            // Never answered: the wait elapses (its length only makes the test longer).
+            // Answered: a hang guard, however long the answer takes here.
+            stop_upstream_wait: Duration::from_millis(if answer { 60_000 } else { 200 }),
+            ..config(Aggregation::TrioMl, &["1:1"])
+        });
+        // The member's block is complete at once (one source, no run): its Result goes up
+        // before the stop.
+        let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+        send_paced(&member, &datagram(1, 0, 7, &[4, 5]), a, &m);
+        let (hdr, up) = next_header(&upper, "Result sent up");
+        assert_eq!(
+            (hdr.block_id, hdr.src_id, hdr.ctl),
+            (7, 3, false),
+            "{hdr:?}"
+        );
+        stop.stop();
+        if answer {
+            let mut down = up.clone();
+            TrioMlHdr::new_unchecked(&mut down[..TRIO_ML_HDR_LEN]).set_src_cnt(2);
+            upper.send_to(&down, a).unwrap();
+        }
+        let rep = h.join().unwrap();
+        let f = &rep.front_end;
+        assert_eq!(f.unaccounted(), 0, "{f:?}");
+        if answer {
+            assert_eq!(
+                (f.upstream_results_in, f.upstream_unanswered),
+                (1, 0),
+                "{f:?}"
+            );
+            let (hdr, d) = next_header(&member, "the upper's answer");
+            assert_eq!((hdr.block_id, hdr.src_cnt), (7, 2), "{hdr:?}");
+            assert_eq!(wire::gradients(&d[TRIO_ML_HDR_LEN..]), [4, 5]);
+        } else {
+            assert_eq!(
+                (f.upstream_results_in, f.upstream_unanswered),
+                (0, 1),
+                "{f:?}"
+            );
+        }
+    }
+}

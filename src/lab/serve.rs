@@ -157,13 +157,14 @@
 //! A first-level server goes on reading the upstream aggregator's datagrams all the while,
 //! fanning its Results out and taking its answers to Joins as ever, and after the engine stopped
 //! it waits for the answers its members are owed: to every Result it sent up while
-//! stopping (the partial Results of the open blocks among them) and to those it holds for a
-//! Join upstream, until they have all come, or until
-//! [`ServeConfig::stop_upstream_wait`] (2 s by default, `--stop-upstream-wait-ms`) has
-//! passed since the engine
-//! stopped and since the last Result went up. Those still unanswered then are counted in
-//! [`ServeStats::upstream_unanswered`]. (Answers to Results sent up before the stop that
-//! come after the server stopped are not read.)
+//! stopping (the partial Results of the open blocks among them) or in the
+//! [`ServeConfig::stop_upstream_wait`] (2 s by default, `--stop-upstream-wait-ms`) before
+//! the stop (a Result that went up just before it is answered after it), and to those it
+//! holds for a Join upstream, until they have all come, or until that wait has passed since
+//! the engine stopped and since the last Result went up. Those still unanswered then are
+//! counted in [`ServeStats::upstream_unanswered`]. (Answers to Results sent up longer ago
+//! than the wait before the stop are taken for lost: one that still comes after the
+//! server stopped is not read.)
 //!
 //! # Clients
 //!
@@ -263,7 +264,8 @@ pub struct ServeConfig {
     /// run 1.)
     pub first_run: Option<u8>,
     /// How long a stopping first-level server (with [`ServeConfig::upstream`]) waits for
-    /// the upstream aggregator's answers to the Results it sent up while stopping, after
+    /// the upstream aggregator's answers to the Results it sent up while stopping (or this
+    /// long before the stop), after
     /// the engine stopped and after the last of them went up (see the module docs,
     /// *Stopping*; default: [`DEFAULT_STOP_UPSTREAM_WAIT`]; `pfemu serve
     /// --stop-upstream-wait-ms`).
@@ -618,8 +620,9 @@ pub struct ServeStats {
     /// Results dropped because more than [`MAX_HELD_RESULTS`] waited for the upstream
     /// aggregator's answer to a Join.
     pub results_held_over: u64,
-    /// Results a stopping first-level server sent up (or held for a Join upstream) whose
-    /// answer had not come when it stopped waiting ([`ServeConfig::stop_upstream_wait`]):
+    /// Results a stopping first-level server sent up while stopping or in the
+    /// [`ServeConfig::stop_upstream_wait`] before (or held for a Join upstream) whose
+    /// answer had not come when it stopped waiting:
     /// their members get no Result for them. 0 unless the upstream aggregator stopped or
     /// datagrams were lost.
     pub upstream_unanswered: u64,
@@ -938,18 +941,22 @@ struct Shared {
     upstream_src: u8,
     /// Per job id: this server's run at the upstream aggregator (a first-level server).
     up_runs: Mutex<Vec<UpstreamRun>>,
-    /// The server is stopping: Results sent up from now on are awaited.
+    /// The server is stopping.
     stopping: AtomicBool,
-    /// Results sent up while stopping whose answer has not come.
+    /// Results sent up whose answer has not come (a first-level server).
     awaited: Mutex<Awaited>,
+    /// [`ServeConfig::stop_upstream_wait`].
+    stop_upstream_wait: Duration,
 }
 
 /// What a stopping first-level server waits for: the upstream aggregator's answers to the
-/// Results it sent up while stopping.
+/// Results it sent up while stopping, or in the [`ServeConfig::stop_upstream_wait`] before
+/// (an answer to a Result sent up just before the stop comes after it).
 #[derive(Debug, Default)]
 struct Awaited {
-    /// Each Result's job, block and generation, which its answer has too.
-    results: std::collections::HashSet<(u8, u32, u16)>,
+    /// Each Result's job, block and generation, which its answer has too, and when it went
+    /// up. At most [`MAX_AWAITED`]: past that, those older than the stop's wait go.
+    results: std::collections::HashMap<(u8, u32, u16), Instant>,
     /// When the last of them went up.
     last_sent: Option<Instant>,
 }
@@ -958,6 +965,12 @@ struct Awaited {
 /// window of the paper's `block_cnt_max` (4095 blocks); more are dropped, counted in
 /// [`ServeStats::results_held_over`].
 pub const MAX_HELD_RESULTS: usize = 4095;
+
+/// Results sent up whose answers a first-level server keeps track of at most: 16 windows
+/// of the paper's `block_cnt_max`. Answers normally come within a block timeout above; the
+/// entries of those that never come (lost datagrams) give way once older than the stop's
+/// wait, so the set does not grow with what the server receives.
+const MAX_AWAITED: usize = 16 * 4095;
 
 /// How often a first-level server sends an unanswered Join upstream again.
 const UPSTREAM_JOIN_RESEND: Duration = Duration::from_millis(100);
@@ -1012,6 +1025,7 @@ impl Shared {
             up_runs: Mutex::new((0..256).map(|_| UpstreamRun::default()).collect()),
             stopping: AtomicBool::new(false),
             awaited: Mutex::new(Awaited::default()),
+            stop_upstream_wait: cfg.stop_upstream_wait,
         }
     }
 
@@ -1069,13 +1083,28 @@ impl Shared {
         set_run_id(out.push_copy(Some(up), payload), up_run);
     }
 
-    /// A Result goes up: while stopping, its answer is awaited.
+    /// A Result goes up: its answer is awaited, so that a stop waits for it if it went up
+    /// during the stop's wait before.
     fn sent_up(&self, hdr: &TrioMlHdrFields) {
-        if self.stopping.load(Ordering::Acquire) {
-            let mut a = self.awaited.lock();
-            a.results.insert((hdr.job_id, hdr.block_id, hdr.gen_id));
-            a.last_sent = Some(Instant::now());
+        let now = Instant::now();
+        let mut a = self.awaited.lock();
+        if a.results.len() >= MAX_AWAITED {
+            let wait = self.stop_upstream_wait;
+            a.results.retain(|_, sent| now.duration_since(*sent) < wait);
         }
+        if a.results.len() < MAX_AWAITED {
+            a.results
+                .insert((hdr.job_id, hdr.block_id, hdr.gen_id), now);
+        }
+        a.last_sent = Some(now);
+    }
+
+    /// The stop begins: of the Results sent up, those sent longer than the stop's wait ago
+    /// are no longer awaited (their answers were lost).
+    fn forget_old_awaited(&self) {
+        let wait = self.stop_upstream_wait;
+        let mut a = self.awaited.lock();
+        a.results.retain(|_, sent| sent.elapsed() < wait);
     }
 
     /// Results owed to the members that the upstream aggregator has yet to answer: sent up
@@ -1193,10 +1222,8 @@ impl Shared {
                 let local = run.local;
                 drop(runs);
                 bump(&c.upstream_results_in, 1);
-                if self.stopping.load(Ordering::Acquire) {
-                    let key = (hdr.job_id, hdr.block_id, hdr.gen_id);
-                    self.awaited.lock().results.remove(&key);
-                }
+                let key = (hdr.job_id, hdr.block_id, hdr.gen_id);
+                self.awaited.lock().results.remove(&key);
                 let peers = self.peers.read();
                 let mut list = peers.fanout[usize::from(hdr.job_id)].iter();
                 // One copy with this level's run, sent to every member.
@@ -1383,6 +1410,7 @@ impl Shared {
     ) {
         let c = &self.counters;
         let mut stopped_at = None;
+        self.forget_old_awaited();
         loop {
             if let Some(up) = self.upstream {
                 self.resend_upstream_joins(up);
