@@ -2043,11 +2043,13 @@ fn options_out_of_range_are_refused_by_name() {
     let err = String::from_utf8_lossy(&worker_process(&all).stderr).into_owned();
     assert!(!err.contains("--retransmit-ms"), "{err}");
 
-    // The server: an idle exit of 0 (it stopped after the first receive), and an upstream
-    // that is the server itself (its Joins went to itself). `--seconds` ends a server
-    // that is not refused.
+    // The server: an idle exit of 0 (it stopped after the first receive) or past 10^9 s
+    // (taken, unlike every other option in milliseconds), and an upstream that is the
+    // server itself (its Joins went to itself). `--seconds` ends a server that is not
+    // refused.
     for args in [
         &["--listen", "127.0.0.1:0", "--idle-exit-ms", "0"][..],
+        &["--listen", "127.0.0.1:0", "--idle-exit-ms", "1000000000001"],
         &["--listen", "127.0.0.1:9", "--upstream", "127.0.0.1:9"],
     ] {
         let out = Command::new(BIN)

@@ -252,6 +252,17 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         }
         .into());
     }
+    // As every option in milliseconds: at most 10^9 s.
+    if let Some(ms) = a.idle_exit_ms.filter(|&ms| ms > 1_000_000_000_000) {
+        return Err(OptionError {
+            option: "--idle-exit-ms",
+            reason: format!(
+                "{ms} ms is more than 10^9 s; leave the option out to run until \
+                 --seconds, SIGINT or SIGTERM"
+            ),
+        }
+        .into());
+    }
     // Checked by clap (`parse_secs`); converted before binding, so nothing can fail later.
     let duration = a
         .seconds
