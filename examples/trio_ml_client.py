@@ -24,9 +24,13 @@ its gradients the worker sends a Join (ctl 1, age_op 1, block_id a random nonce,
 gradients) until the aggregator answers Joined (age_op 2, the nonce, the job's run id); then
 every packet carries the run id, and Results of another run are ignored. So a restarted job
 never takes the sums kept from its last run. An answer Superseded (age_op 3) means another
-worker of the job started a new run (or, naming run 0, that the aggregator restarted since
-this worker joined it): this one stops. `--no-join` speaks the paper's header
-alone (fine for a job's single run).
+worker of the job started a new run: this one stops. Naming run 0, it means the aggregator
+has no run for this worker's address: the worker's address changed (a NAT rebinding), or
+the aggregator restarted since the worker joined it. The worker then joins again with the
+same nonce and a Join naming its run (a rejoin), which `pfemu serve` takes from the process
+that joined alone: answered Joined with the same run, it goes on; refused (Superseded, run 0,
+the nonce in block_id), or answered with another run, it stops. `--no-join` speaks the
+paper's header alone (fine for a job's single run).
 
 Chunk c of the vector goes out as block c % window, generation c // window; the next chunk of
 a block waits for that block's Result. A chunk without a Result in --retransmit-ms is sent
@@ -51,10 +55,13 @@ def header(job, block, final, src, gen, count, run=0):
     return HDR.pack(job, block, 0x08 if final else 0, src, 0, gen, run << 12 | count & 0x0FFF)
 
 
-def join(sock, job, src, give_up_s):
-    """Joins the job's run; returns the run id (None if the server never answers)."""
-    nonce = int.from_bytes(os.urandom(4), "big")
-    request = HDR.pack(job, nonce, JOIN << 4 | CTL, src, 0, 0, 0)
+def join(sock, job, src, give_up_s, nonce=None, rejoin=0):
+    """Joins the job's run, or with `nonce` and `rejoin` (its run) joins that run again from
+    a new address; returns the run id and the nonce (run None if the server never answers,
+    0 if it refused the rejoin)."""
+    if nonce is None:
+        nonce = int.from_bytes(os.urandom(4), "big")
+    request = HDR.pack(job, nonce, JOIN << 4 | CTL, src, 0, 0, rejoin << 12)
     sent = None
     start = time.monotonic()
     while time.monotonic() - start < give_up_s:
@@ -69,8 +76,11 @@ def join(sock, job, src, give_up_s):
             continue
         j, n, flags, s, _cnt, _gen, word = HDR.unpack(data)
         if (j, n, s, flags & CTL, flags >> 4) == (job, nonce, src, CTL, JOINED):
-            return word >> 12
-    return None
+            return word >> 12, nonce
+        refused = (job, nonce, src, CTL, SUPERSEDED, 0)
+        if rejoin and (j, n, s, flags & CTL, flags >> 4, word >> 12) == refused:
+            return 0, nonce
+    return None, nonce
 
 
 def main():
@@ -99,9 +109,9 @@ def main():
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.connect((host, int(port)))
     sock.settimeout(0.01)
-    run = 0
+    run, nonce = 0, None
     if not a.no_join:
-        run = join(sock, a.job, a.src, a.give_up_s)
+        run, nonce = join(sock, a.job, a.src, a.give_up_s)
         if run is None:
             print("gave up: no answer to the Join from %s" % a.server, file=sys.stderr)
             return 1
@@ -133,10 +143,19 @@ def main():
             gcnt, result_run = word & 0x0FFF, word >> 12
             if flags & CTL:
                 if job == a.job and flags >> 4 == SUPERSEDED and run:
-                    if result_run == 0:
+                    if result_run == 0 and block == 0:
+                        # No run here for this address: join it again, with this nonce.
+                        again, _ = join(sock, a.job, a.src, a.give_up_s, nonce, run)
+                        if again == run:
+                            continue
+                        result_run = again or 0
+                    if result_run == 0 and block == 0:
                         print("the aggregator has no run of job %d for this worker (it "
-                              "restarted since the worker joined): this run stops" % job,
+                              "restarted since the worker joined, or another process "
+                              "joined as this source): this run stops" % job,
                               file=sys.stderr)
+                    elif result_run == 0:
+                        continue
                     else:
                         print("job %d moved on to run %d: this run stops" % (job, result_run),
                               file=sys.stderr)

@@ -2796,3 +2796,44 @@ fn a_stopping_first_level_server_awaits_the_answers_to_results_sent_just_before(
         }
     }
 }
+
+/// The Python client through a NAT that rebinds mid-run: it rejoins its run with its nonce
+/// (as `pfemu worker` does) and gets its sums.
+#[test]
+fn the_python_client_rejoins_after_a_nat_rebinding() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let Some(script) = python_client() else {
+        return;
+    };
+    let (addr, stop, h) = start(ServeConfig {
+        first_run: Some(6),
+        ..config(Aggregation::TrioMl, &["5:1"])
+    });
+    let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let nat_addr = front.local_addr().unwrap().to_string();
+    let nat_stop = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        // The Join and three chunks before the rebinding.
+        nat(&front, addr, 4, &nat_stop, s);
+        let out = Command::new("python3")
+            .arg(script)
+            .args(["--server", &nat_addr, "--job", "5", "--src", "0"])
+            .args(["--count", "3000", "--give-up-s", "30"])
+            .output()
+            .unwrap();
+        nat_stop.store(true, Ordering::Release);
+        out
+    });
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("verdict: exact: 3000 of 3000 sums"), "{text}");
+    stop.stop();
+    let f = h.join().unwrap().front_end;
+    assert!(f.not_joined >= 1 && f.readdressed >= 1, "{f:?}");
+    assert_eq!(f.unaccounted(), 0, "{f:?}");
+}
