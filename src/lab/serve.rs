@@ -959,6 +959,10 @@ struct Awaited {
     results: std::collections::HashMap<(u8, u32, u16), Instant>,
     /// When the last of them went up.
     last_sent: Option<Instant>,
+    /// When the set, full, was last rid of the entries older than the stop's wait: at most
+    /// every quarter of the wait, so that a full set of young entries (an upstream
+    /// aggregator that answers nothing) costs no scan per Result.
+    pruned: Option<Instant>,
 }
 
 /// Results a first-level server holds per job while its Join upstream is unanswered: one
@@ -1088,9 +1092,11 @@ impl Shared {
     fn sent_up(&self, hdr: &TrioMlHdrFields) {
         let now = Instant::now();
         let mut a = self.awaited.lock();
-        if a.results.len() >= MAX_AWAITED {
-            let wait = self.stop_upstream_wait;
+        let wait = self.stop_upstream_wait;
+        let due = a.pruned.is_none_or(|t| now.duration_since(t) >= wait / 4);
+        if a.results.len() >= MAX_AWAITED && due {
             a.results.retain(|_, sent| now.duration_since(*sent) < wait);
+            a.pruned = Some(now);
         }
         if a.results.len() < MAX_AWAITED {
             a.results
@@ -2994,5 +3000,42 @@ mod tests {
         assert_eq!(fe.admit(w, &join_of(0, 5), &mut out), Admission::Member(0));
         assert_eq!(fe.admit(rebound, &rejoin, &mut out), Admission::Member(0));
         assert_eq!(fe.peers.read().joined[0], Some(rebound));
+    }
+
+    /// A first-level server awaits the answer to every Result it sends up (a stop waits for
+    /// those of the last `stop_upstream_wait`), but the set is bounded: past
+    /// [`MAX_AWAITED`], the entries older than the wait go, and young ones beyond it are
+    /// not kept; an answer clears its entry.
+    #[test]
+    fn results_awaited_from_above_are_bounded() {
+        let hdr = |block_id: u32| TrioMlHdrFields {
+            job_id: 1,
+            block_id,
+            ..TrioMlHdrFields::default()
+        };
+        let over = MAX_AWAITED as u32 + 10;
+        let (fe, _, _) = front_end(&["1:1"]);
+        for b in 0..over {
+            fe.sent_up(&hdr(b));
+        }
+        assert_eq!(fe.awaited.lock().results.len(), MAX_AWAITED);
+        let answered = datagram_of(&hdr(3));
+        let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        fe.on_upstream_datagram(&hdr(3), &answered, up, &mut SendBatch::new());
+        assert!(!fe.awaited.lock().results.contains_key(&(1, 3, 0)));
+        // With no wait, the full set is rid of every entry: 10 left of the last ones.
+        let (mut fe, _, _) = front_end(&["1:1"]);
+        fe.stop_upstream_wait = Duration::ZERO;
+        for b in 0..over {
+            fe.sent_up(&hdr(b));
+        }
+        assert_eq!(fe.awaited.lock().results.len(), 10);
+    }
+
+    /// A datagram of header `hdr` and its gradients (zeros).
+    fn datagram_of(hdr: &TrioMlHdrFields) -> Vec<u8> {
+        let mut d = vec![0u8; TRIO_ML_HDR_LEN + usize::from(hdr.grad_cnt) * GRAD_BYTES];
+        hdr.write(&mut TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]));
+        d
     }
 }
