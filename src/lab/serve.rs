@@ -598,9 +598,11 @@ pub struct ServeStats {
     pub dropped_stopping: u64,
     /// Members' datagrams of a run (gradients with a `run_id`) from an address that has
     /// not joined this server as that member: a worker of an earlier instance of this
-    /// server, or an earlier process of a source that joined again from elsewhere. Not
-    /// injected, their senders not remembered, each answered Superseded naming run 0 (see
-    /// the module docs, *Runs across restarts*).
+    /// server, an earlier process of a source that joined again from elsewhere, or a worker
+    /// whose address changed (it rejoins). Also a joined member's datagrams without a run
+    /// from another address, and rejoins without the member's nonce. Not injected, their
+    /// senders not remembered, each answered Superseded naming run 0 (see the module docs,
+    /// *Runs across restarts*).
     pub not_joined: u64,
     /// Results from the upstream aggregator fanned out to members.
     pub upstream_results_in: u64,
