@@ -299,7 +299,10 @@ pub const CTL_GONE: u8 = 4;
 /// before, in a run of their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
-    /// Worker to aggregator: source `src_id` of job `job_id` joins the job's run.
+    /// Worker to aggregator: source `src_id` of job `job_id` joins the job's run. The
+    /// header's `run_id` is 0, or, from a worker whose address changed while it ran, the run
+    /// it joins again with the same nonce (a rejoin: `pfemu serve` takes it from the process
+    /// that joined alone; the engine reads a Join's nonce, not its run).
     Join {
         /// This worker's nonce (carried in `block_id`).
         nonce: u32,
@@ -313,7 +316,9 @@ pub enum Control {
     },
     /// Aggregator to worker: the job has moved on to run `run_id`; with `run_id` 0, the
     /// aggregator has no run of the job for the sender (the job has none yet, or, from
-    /// `pfemu serve`, the sender has not joined this server instance: it restarted since).
+    /// `pfemu serve`, the sender has not joined this server instance: it restarted since,
+    /// or the sender's address changed, and it may rejoin; a refused rejoin's answer carries
+    /// the rejoin's nonce in `block_id`).
     /// Either way the sender's run is over.
     Superseded {
         /// The job's current run (0: none for the sender).
