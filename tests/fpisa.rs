@@ -15,6 +15,7 @@ use pfemu::microcode::trio_ml::host::{
 };
 use pfemu::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
 use pfemu::prelude::*;
+use pfemu::timer::{Clock, ManualClock};
 
 const JOB: u8 = 1;
 const GRADS: usize = 256;
@@ -25,9 +26,13 @@ struct Rig {
     trio: TrioMl,
     /// Gradients a block (and a packet) carries.
     grads: usize,
+    /// The clock the scan timers run on, when there are timers: moved by [`allreduce`]
+    /// alone, so blocks age the same on any machine.
+    clock: Option<Arc<ManualClock>>,
 }
 
-/// One PFE with FPISA lanes in `variant`, job `JOB` of `sources` on ports `0..sources`.
+/// One PFE with FPISA lanes in `variant`, job `JOB` of `sources` on ports `0..sources`;
+/// with `timers`, blocks age out after that many ms of a manual clock (without, never).
 fn rig(sources: u8, window: usize, variant: Variant, timers: Option<u8>) -> Rig {
     rig_sized(
         sources,
@@ -76,8 +81,9 @@ fn rig_sized(
         .memory(mem)
         .multicast_group(0, srcs.iter().map(|&s| u16::from(s)).collect::<Vec<_>>())
         .sink(Arc::new(sink));
-    if timers.is_some() {
-        b = b.timers(trio.timer_specs().unwrap());
+    let clock = timers.map(|_| Arc::new(ManualClock::new()));
+    if let Some(clock) = &clock {
+        b = b.timers(trio.timer_specs().unwrap()).clock(clock.clone());
     }
     let mut pfe = b.build().unwrap();
     pfe.start().unwrap();
@@ -86,6 +92,7 @@ fn rig_sized(
         rxs,
         trio,
         grads,
+        clock,
     }
 }
 
@@ -97,8 +104,18 @@ fn worker_cfg(src: u8, window: usize, grads: usize) -> WorkerConfig {
     }
 }
 
-/// Runs `floats[s]` from worker `s` for every `s` in `senders`; returns the workers.
+/// Runs `floats[s]` from worker `s` for every `s` in `senders`; returns the workers. On a
+/// rig with timers, on its manual clock ([`allreduce_on_clock`]).
 fn allreduce(r: &Rig, senders: &[u8], floats: &[Vec<f32>], window: usize) -> Vec<Worker> {
+    if let Some(clock) = &r.clock {
+        let workers = senders
+            .iter()
+            .map(|&s| {
+                Worker::from_f32(worker_cfg(s, window, r.grads), &floats[usize::from(s)]).unwrap()
+            })
+            .collect();
+        return allreduce_on_clock(r, clock, workers);
+    }
     let attached: Vec<Attached> = senders
         .iter()
         .map(|&s| Attached {
@@ -111,6 +128,43 @@ fn allreduce(r: &Rig, senders: &[u8], floats: &[Vec<f32>], window: usize) -> Vec
         .collect();
     let pfe = &r.pfe;
     run_workers(attached, &|p, fr| pfe.inject_frame(p, fr).unwrap()).unwrap()
+}
+
+/// Drives `workers` (each on the port of its source) on `clock`, which only this function
+/// moves, all on the calling thread: at each reading every worker sends what it may, the
+/// engine drains, each worker takes the frames that came out, and the clock moves on by a
+/// tenth of a scan period (one staggered timer's launch) with the launches due run to
+/// completion. Fails the test if a worker is not done after a second of the clock.
+fn allreduce_on_clock(r: &Rig, clock: &ManualClock, mut workers: Vec<Worker>) -> Vec<Worker> {
+    let step = TrioMlConfig::default().scan_period_ns / 10;
+    let mut out = Vec::new();
+    loop {
+        let now = clock.now_ns();
+        for w in &mut workers {
+            w.poll(now, &mut out);
+            for p in out.drain(..) {
+                r.pfe
+                    .inject_frame(u16::from(w.config().src_id), &p)
+                    .unwrap();
+            }
+        }
+        r.pfe.drain();
+        for w in &mut workers {
+            for frame in r.rxs[usize::from(w.config().src_id)].try_iter() {
+                w.on_frame_at(&frame, now).unwrap();
+            }
+        }
+        if workers.iter().all(Worker::is_done) {
+            return workers;
+        }
+        let missing: Vec<usize> = workers.iter().map(Worker::missing).collect();
+        assert!(
+            now < 1_000_000_000,
+            "at {now} ns on the manual clock, chunks still missing per worker: {missing:?}"
+        );
+        clock.advance(step);
+        r.pfe.settle_timers();
+    }
 }
 
 /// Integer-valued floats of one binade (±64 to ±127): FPISA adds them exactly, in any
@@ -229,12 +283,24 @@ fn sums_of_arbitrary_floats_are_within_fpisas_bound() {
 #[test]
 fn a_straggler_is_left_out_and_the_float_mean_divides_by_three() {
     let n = GRADS * 4;
-    let r = rig(4, 4, Variant::Full, Some(60));
+    // Blocks age out after 5 ms of the rig's manual clock: the three senders are all in
+    // before any of it passes, however busy the machine (on the system clock a sender
+    // held up past the timeout would miss its block, and the counts would be 2).
+    let r = rig(4, 4, Variant::Full, Some(5));
     let floats: Vec<Vec<f32>> = (0..4u8).map(|s| exact_values(s, n)).collect();
     let done = allreduce(&r, &[0, 1, 2], &floats, 4);
+    let scan = TrioMlConfig::default().scan_period_ns;
     for w in &done {
         assert!(w.src_counts().iter().all(|&c| c == 3));
         assert!(w.degraded().iter().all(|&d| d));
+        // Each block aged out between its timeout and one scan period later.
+        assert!(
+            w.latencies_ns()
+                .iter()
+                .all(|&l| (5_000_000..=5_000_000 + scan).contains(&l)),
+            "{:?}",
+            w.latencies_ns()
+        );
         let mean = w.float_mean();
         for i in [0, 5, n - 1] {
             let want: f32 = floats[..3].iter().map(|v| v[i]).sum::<f32>() / 3.0;

@@ -13,6 +13,7 @@ use pfemu::microcode::trio_ml::host::{
 use pfemu::microcode::trio_ml::{wire, JobConfig, TrioMl, TrioMlConfig};
 use pfemu::pfe::{Chassis, ChassisFabric, FabricStats, Frames};
 use pfemu::prelude::*;
+use pfemu::timer::{Clock, ManualClock};
 
 const JOB: u8 = 1;
 
@@ -39,8 +40,9 @@ struct Flat {
 }
 
 /// One PFE running Trio-ML with job `JOB` of `sources` on ports `0..sources`, Results
-/// multicast to all of them.
-fn flat(sources: u8, window: usize, block_exp_ms: u8, timers: bool) -> Flat {
+/// multicast to all of them. With `timers`, its scan timers run on that manual clock (which
+/// only the test moves, so blocks age the same on any machine); without, blocks never age.
+fn flat(sources: u8, window: usize, block_exp_ms: u8, timers: Option<Arc<ManualClock>>) -> Flat {
     let mem = Arc::new(SharedMemory::new(&MemConfig::default()).unwrap());
     let trio = TrioMl::install(
         &mem,
@@ -68,12 +70,56 @@ fn flat(sources: u8, window: usize, block_exp_ms: u8, timers: bool) -> Flat {
         .memory(mem)
         .multicast_group(0, srcs.iter().map(|&s| u16::from(s)).collect::<Vec<_>>())
         .sink(Arc::new(sink));
-    if timers {
-        b = b.timers(trio.timer_specs().unwrap());
+    if let Some(clock) = timers {
+        b = b.timers(trio.timer_specs().unwrap()).clock(clock);
     }
     let mut pfe = b.build().unwrap();
     pfe.start().unwrap();
     Flat { pfe, rxs, trio }
+}
+
+/// Drives `workers` (each on the port of its source) against `f`'s engine on `clock`,
+/// which only this function moves, all on the calling thread: at each reading every
+/// worker sends what it may, the engine drains, each worker takes the frames that came
+/// out at that reading, and the clock moves on by `step_ns` with the timer launches due
+/// by then run to completion. The times the workers record are the timer logic's alone,
+/// the same on any machine. Fails the test if a worker is not done when the clock
+/// reaches `limit_ns`.
+fn run_on_manual_clock(
+    f: &Flat,
+    clock: &ManualClock,
+    mut workers: Vec<Worker>,
+    step_ns: u64,
+    limit_ns: u64,
+) -> Vec<Worker> {
+    let mut out = Vec::new();
+    loop {
+        let now = clock.now_ns();
+        for w in &mut workers {
+            w.poll(now, &mut out);
+            for p in out.drain(..) {
+                f.pfe
+                    .inject_frame(u16::from(w.config().src_id), &p)
+                    .unwrap();
+            }
+        }
+        f.pfe.drain();
+        for w in &mut workers {
+            for frame in f.rxs[usize::from(w.config().src_id)].try_iter() {
+                w.on_frame_at(&frame, now).unwrap();
+            }
+        }
+        if workers.iter().all(Worker::is_done) {
+            return workers;
+        }
+        let missing: Vec<usize> = workers.iter().map(Worker::missing).collect();
+        assert!(
+            now < limit_ns,
+            "at {now} ns on the manual clock, chunks still missing per worker: {missing:?}"
+        );
+        clock.advance(step_ns);
+        f.pfe.settle_timers();
+    }
 }
 
 fn worker_cfg(src: u8, window: usize, retransmit_ms: Option<u64>) -> WorkerConfig {
@@ -155,7 +201,7 @@ fn payloads_are_the_packets_without_their_headers() {
 #[test]
 fn four_workers_allreduce_real_vectors_exactly() {
     let n = 256 * 40 + 17;
-    let mut f = flat(4, 8, 200, false);
+    let mut f = flat(4, 8, 200, None);
     let scaling = Scaling::for_range(10.0, 4);
     let floats: Vec<Vec<f32>> = (0..4u8)
         .map(|s| values(s, n).iter().map(|&v| v as f32 / 1000.0).collect())
@@ -225,7 +271,7 @@ fn dummy() -> Pfe {
 #[test]
 fn loss_and_duplicates_both_ways_still_give_exact_sums() {
     let n = 256 * 60;
-    let f = flat(4, 8, 250, false);
+    let f = flat(4, 8, 250, None);
     let attached: Vec<Attached> = (0..4u8)
         .map(|s| Attached {
             worker: Worker::new(worker_cfg(s, 8, Some(3)), values(s, n)).unwrap(),
@@ -272,24 +318,34 @@ fn loss_and_duplicates_both_ways_still_give_exact_sums() {
 #[test]
 fn a_straggler_is_left_out_of_a_partial_result_and_the_mean_divides_by_three() {
     let n = 256 * 4;
-    // A generous timeout, so a busy machine never delays an on-time worker past it.
-    let f = flat(4, 4, 60, true);
+    // The engine's timers run on a clock the test moves itself: the three senders are all
+    // in before any time passes, however busy the machine (on the system clock a sender
+    // held up past the timeout would miss its block, and the counts below would be 2).
+    const MS: u64 = 1_000_000;
+    let clock = Arc::new(ManualClock::new());
+    let f = flat(4, 4, 5, Some(clock.clone()));
     // Worker 3 never sends: every block ages out with the three others in.
-    let attached: Vec<Attached> = (0..3u8)
-        .map(|s| Attached {
-            worker: Worker::new(worker_cfg(s, 4, None), values(s, n)).unwrap(),
-            port: u16::from(s),
-            rx: f.rxs[usize::from(s)].clone(),
-            opts: DriveOptions::default(),
-        })
+    let workers: Vec<Worker> = (0..3u8)
+        .map(|s| Worker::new(worker_cfg(s, 4, None), values(s, n)).unwrap())
         .collect();
-    let pfe = &f.pfe;
-    let done = run_workers(attached, &|p, fr| pfe.inject_frame(p, fr).unwrap()).unwrap();
+    // Ten staggered scan timers: one launches every tenth of the 1 ms scan period.
+    let scan = TrioMlConfig::default().scan_period_ns;
+    let done = run_on_manual_clock(&f, &clock, workers, scan / 10, 100 * MS);
     let want = flat_sums(&[0, 1, 2], n);
     for w in &done {
         assert_eq!(w.sums(), want);
         assert!(w.src_counts().iter().all(|&c| c == 3));
         assert!(w.degraded().iter().all(|&d| d));
+        // Every block aged out between its timeout (5 ms after it was sent) and one scan
+        // period later, and nothing else took time.
+        assert_eq!(w.latencies_ns().len(), 4);
+        assert!(
+            w.latencies_ns()
+                .iter()
+                .all(|&l| (5 * MS..=5 * MS + scan).contains(&l)),
+            "{:?}",
+            w.latencies_ns()
+        );
         let mean = w.mean(Scaling { factor: 1.0 });
         assert_eq!(mean[5], want[5] as f32 / 3.0);
     }
@@ -305,7 +361,7 @@ fn a_straggler_is_left_out_of_a_partial_result_and_the_mean_divides_by_three() {
 #[test]
 fn consecutive_allreduces_continue_the_generations() {
     let n = 256 * 12;
-    let f = flat(2, 4, 200, false);
+    let f = flat(2, 4, 200, None);
     let mut gens = [0u16; 2];
     for round in 0..3 {
         let attached: Vec<Attached> = (0..2u8)
