@@ -144,17 +144,37 @@ fn fig13_straggler_aware_gives_up_on_stragglers_and_wait_for_all_never_does() {
         assert_eq!(w.results, 4 * 4 * chunks);
         assert_eq!((w.resyncs, w.skipped_iterations), (0, 0));
         assert_eq!(w.straggles, row.events, "every straggle happens");
-        // Resynchronising keeps every straggler from sending stale generations.
-        assert_eq!(a.stale_gen, 0);
-        assert!(a.results <= 4 * 4 * chunks);
+        assert_eq!((w.stale_gen, w.lost), (0, 0), "no block ages out");
+        // Straggler aware: each allreduce a worker took part in settled every chunk, with
+        // a Result or told its generation was gone; the iterations it skipped to catch up
+        // it sent nothing for. How many Results were partial, or how many chunks a worker
+        // held up past a whole iteration (by a busy machine, after its last look at the
+        // others' progress) lost, depends on the machine's speed; that they add up does not.
+        assert_eq!(
+            a.results + a.lost,
+            (4 * 4 - a.skipped_iterations) * chunks,
+            "p = {}: {a:?}",
+            row.p_pct
+        );
+        assert!(
+            a.lost <= a.stale_gen,
+            "every lost chunk was a stale packet: {a:?}"
+        );
         assert!(row.speedup > 0.0);
     }
+    // Each straggle sleeps at least half a typical iteration (measured on this machine, as
+    // busy as the run), many times the 2 ms timeout, while the others send; a worker that
+    // resynchronised instead was behind because the others had finished without it.
     let a = &stormy.straggler_aware;
     assert!(
         a.degraded > 0,
         "partial Results when workers straggle: {a:?}"
     );
-    assert!(a.straggles > 0);
+    // A scheduled straggle happens unless its worker, behind, skipped past it to catch
+    // up (which a busy machine alone can make it do): never more straggles than events,
+    // and none only if some worker resynchronised.
+    assert!(a.straggles <= stormy.events, "{a:?}");
+    assert!(a.straggles > 0 || a.resyncs > 0, "{a:?}");
     check_files(
         &r,
         &temp_dir("fig13"),

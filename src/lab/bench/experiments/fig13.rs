@@ -37,8 +37,11 @@ use crate::rng::{mix, SplitMix64};
 /// to the iteration in progress, drops its stale gradients, and joins that iteration's
 /// allreduce when an on-time worker would (when the iteration began plus the compute
 /// time). Without this it would send generations the aggregator has moved past
-/// (`stale_gen` drops) and never receive a result. In the wait-for-all mode everyone waits
-/// for the straggler, so no worker ever falls behind.
+/// (`stale_gen` drops), receive no Result for them, and lose those chunks (the aggregator
+/// answers that their generation is gone). The resynchronisation looks at the others'
+/// progress at the delay points, so a worker held up by a busy machine for about an
+/// iteration after its last look still can (see [`TrainingRun::lost`]). In the
+/// wait-for-all mode everyone waits for the straggler, so no worker ever falls behind.
 /// As command-line options, those of `pfemu experiment fig13` (defaults from
 /// [`Fig13Config::default`]).
 #[derive(Clone, Debug, Serialize, clap::Args)]
@@ -121,10 +124,16 @@ pub struct TrainingRun {
     pub skipped_iterations: u64,
     /// Packets of a block that had already aged out, answered with its partial Result.
     pub late_answered: u64,
-    /// Packets of a generation the aggregator had moved past (0 with resynchronising).
+    /// Packets of a generation the aggregator had moved past. Resynchronising keeps this
+    /// at 0 unless a worker is held up (by a busy machine) for about an iteration between
+    /// its last look at the others' progress and its sending; each such packet is
+    /// answered that its generation is gone, and its chunk is lost.
     pub stale_gen: u64,
+    /// Chunks the workers were told were gone (see `stale_gen`): their gradients are in
+    /// no Result, and the worker has no sums for them.
+    pub lost: u64,
     /// Every Result summed exactly `src_cnt` of the workers' gradients for its iteration,
-    /// and was degraded exactly when partial.
+    /// and was degraded exactly when partial; every chunk with no Result was told gone.
     pub verified: bool,
 }
 
@@ -191,6 +200,7 @@ struct WorkerRun {
     straggles: u64,
     results: u64,
     degraded: u64,
+    lost: u64,
     resyncs: u64,
     skipped: u64,
     verified: bool,
@@ -198,7 +208,8 @@ struct WorkerRun {
 
 /// Checks one allreduce's Results: each chunk sums exactly `src_cnt` of the workers'
 /// gradients of round `round` (some subset of that size), and is degraded exactly when
-/// `src_cnt` is short of all workers.
+/// `src_cnt` is short of all workers; or it is lost (the aggregator said its generation
+/// was gone), with no sources and zero sums.
 fn verify_allreduce(w: &Worker, seed: u64, workers: u8, round: u64) -> bool {
     let n = w.sums().len();
     let g = w.config().grads_per_packet;
@@ -212,6 +223,9 @@ fn verify_allreduce(w: &Worker, seed: u64, workers: u8, round: u64) -> bool {
         && w.src_counts().iter().enumerate().all(|(c, &cnt)| {
             let range = c * g..((c + 1) * g).min(n);
             let sums = &w.sums()[range.clone()];
+            if w.lost()[c] {
+                return cnt == 0 && w.degraded()[c] && sums.iter().all(|&v| v == 0);
+            }
             cnt >= 1
                 && w.degraded()[c] == (cnt < workers)
                 && (0u32..1 << workers)
@@ -298,6 +312,7 @@ fn train(
         straggles: runs.iter().map(|w| w.straggles).sum(),
         results: runs.iter().map(|w| w.results).sum(),
         degraded: runs.iter().map(|w| w.degraded).sum(),
+        lost: runs.iter().map(|w| w.lost).sum(),
         resyncs: runs.iter().map(|w| w.resyncs).sum(),
         skipped_iterations: runs.iter().map(|w| w.skipped).sum(),
         late_answered: stats.drops("late"),
@@ -330,6 +345,7 @@ fn train_worker(
         out.verified &= verify_allreduce(w, cfg.seed, cfg.workers, u64::from(round));
         out.results += w.stats().results;
         out.degraded += w.stats().degraded;
+        out.lost += w.stats().lost;
     };
     let mut prev: Option<(u32, Worker)> = None;
     let mut k = 0u32;
