@@ -814,10 +814,18 @@ fn bad_configurations_are_refused_naming_the_setting() {
 
 #[test]
 fn shutdown_and_drop_lose_nothing_in_flight() {
-    // A slow program keeps packets in flight when shutdown (or drop) is called.
+    // A slow program behind a gate: while the gate is shut every packet stays in flight,
+    // however fast or busy the machine; once it opens, the 2000 packets take at least
+    // 2000 x 20 us / 8 threads, so shutdown (or drop), called right after, meets them in
+    // flight. (Before, the test only hoped they were still in flight when it looked.)
+    let gate = Arc::new(AtomicBool::new(false));
     let mut p = Program::builder("slow");
     let a = p.label("a");
-    p.instr(a, |_t| {
+    let shut = gate.clone();
+    p.instr(a, move |_t| {
+        while !shut.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
         std::thread::sleep(Duration::from_micros(20));
         Ok(Done(Verdict::Forward(0)))
     });
@@ -825,8 +833,9 @@ fn shutdown_and_drop_lose_nothing_in_flight() {
     let program = p.build().unwrap();
     let frames: Vec<Vec<u8>> = (0..2_000).map(|i| udp_frame(i as u16, i, 64)).collect();
 
-    // An engine with the slow program, started, with every frame injected.
+    // An engine with the slow program, started, with every frame injected and held.
     let loaded = |sink: &Arc<CountingSink>| {
+        gate.store(false, Ordering::Release);
         let mut pfe = Pfe::builder()
             .program(program.clone())
             .ppe_threads(8)
@@ -836,22 +845,23 @@ fn shutdown_and_drop_lose_nothing_in_flight() {
         pfe.start().unwrap();
         pfe.inject_burst(frames.iter().map(|f| (0, &f[..])))
             .unwrap();
+        assert_eq!(pfe.in_flight(), 2_000, "the shut gate holds every packet");
+        assert_eq!(sink.total_packets(), 0);
         pfe
     };
 
     let sink = Arc::new(CountingSink::new(1));
     let pfe = loaded(&sink);
-    assert!(
-        pfe.in_flight() > 0,
-        "the test needs packets in flight at shutdown"
-    );
+    gate.store(true, Ordering::Release);
     let s = pfe.shutdown();
     assert_eq!(sink.total_packets(), 2_000);
     assert_eq!(s.packets_out, 2_000);
     assert_eq!(s.in_flight, 0);
 
     let sink = Arc::new(CountingSink::new(1));
-    drop(loaded(&sink)); // dropped with packets in flight
+    let pfe = loaded(&sink);
+    gate.store(true, Ordering::Release);
+    drop(pfe); // dropped with packets in flight
     assert_eq!(sink.total_packets(), 2_000);
 }
 
