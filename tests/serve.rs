@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ use pfemu::lab::udp_batch::{self, Gso, RecvBatch, SendBatch};
 use pfemu::microcode::trio_ml::host::Worker;
 use pfemu::microcode::trio_ml::wire::{self, TrioMlHdr, TrioMlHdrFields, TRIO_ML_HDR_LEN};
 use pfemu::pfe::Stats;
+use pfemu::timer::ManualClock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_pfemu");
 
@@ -170,7 +172,8 @@ fn config_with(
     change: impl FnOnce(&mut AggregationSetup),
 ) -> ServeConfig {
     let mut setup = AggregationSetup {
-        // Long enough that a worker thread delayed by a loaded machine is not left out.
+        // The longest block timeout, for the tests that time blocks out on the system
+        // clock; those that check exact sums take timeouts away ([`no_timeouts`]).
         block_exp_ms: 255,
         ..AggregationSetup::new(aggregation, jobs.iter().map(|j| job(j)).collect())
     };
@@ -179,6 +182,17 @@ fn config_with(
         setup,
         ppe_threads: 2,
         ..ServeConfig::default()
+    }
+}
+
+/// `cfg` with its engine on a manual clock nobody moves: no block ever times out, so every
+/// Result waits for all its sources however late one comes (a worker thread held up, or a
+/// datagram the kernel dropped and retransmitted, on a loaded machine), and the sums are
+/// exact at any speed. For the tests that check exact sums, not timeouts.
+fn no_timeouts(cfg: ServeConfig) -> ServeConfig {
+    ServeConfig {
+        clock: Some(Arc::new(ManualClock::new())),
+        ..cfg
     }
 }
 
@@ -274,7 +288,7 @@ fn check_exact(r: &Run, done: &[(Worker, ClientReport)]) {
 
 #[test]
 fn four_library_workers_get_exact_integer_sums() {
-    let (addr, stop, h) = start(config(Aggregation::TrioMl, &["1:4"]));
+    let (addr, stop, h) = start(no_timeouts(config(Aggregation::TrioMl, &["1:4"])));
     let r = Run::ints(1, &[0, 1, 2, 3], 50_000, 7);
     let done = run_workers(addr, &r);
     check_exact(&r, &done);
@@ -305,7 +319,7 @@ fn sums_are_exact_with_and_without_gso_and_gro() {
         let (addr, stop, h) = start(ServeConfig {
             gso: offload,
             gro: offload,
-            ..config(Aggregation::TrioMl, &["1:4"])
+            ..no_timeouts(config(Aggregation::TrioMl, &["1:4"]))
         });
         let r = Run::ints(1, &[0, 1, 2, 3], 30_000, 11);
         let done = run_workers_with(addr, &r, |c| ClientConfig {
@@ -359,7 +373,9 @@ fn a_burst_in_one_message_is_taken_datagram_by_datagram() {
     for gro in [true, false] {
         let (addr, stop, m, h) = start_monitored(ServeConfig {
             gro,
-            ..config_with(Aggregation::TrioMl, &["1:2"], |s| s.block_grad_max = 256)
+            ..no_timeouts(config_with(Aggregation::TrioMl, &["1:2"], |s| {
+                s.block_grad_max = 256
+            }))
         });
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -425,7 +441,7 @@ fn a_burst_in_one_message_is_taken_datagram_by_datagram() {
 /// end at generation 24, ahead of the next run's (once refused as stale until expiry).
 #[test]
 fn a_job_run_again_gets_its_own_sums_never_the_last_runs() {
-    let (addr, stop, h) = start(config(Aggregation::TrioMl, &["1:2"]));
+    let (addr, stop, h) = start(no_timeouts(config(Aggregation::TrioMl, &["1:2"])));
     let mut runs = Vec::new();
     let mut joins = 0;
     for (seed, gradients) in [(1, 2048), (2, 2048), (3, 50_000), (4, 50_000), (5, 2048)] {
@@ -535,7 +551,10 @@ fn full_slots_are_reported_with_the_option_that_raises_them() {
 
 #[test]
 fn four_library_workers_get_exact_fpisa_sums() {
-    let (addr, stop, h) = start(config(Aggregation::Fpisa(Variant::Full), &["3:4"]));
+    let (addr, stop, h) = start(no_timeouts(config(
+        Aggregation::Fpisa(Variant::Full),
+        &["3:4"],
+    )));
     let r = Run {
         fpisa: true,
         ..Run::ints(3, &[0, 1, 2, 3], 20_000, 11)
@@ -552,7 +571,7 @@ fn dropped_packets_are_retransmitted_and_sums_stay_exact() {
         (Aggregation::TrioMl, false),
         (Aggregation::Fpisa(Variant::Full), true),
     ] {
-        let (addr, stop, h) = start(config(aggregation, &["1:4"]));
+        let (addr, stop, h) = start(no_timeouts(config(aggregation, &["1:4"])));
         let r = Run {
             fpisa,
             drop_every: Some(7),

@@ -205,6 +205,7 @@ use crate::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TrioMlError};
 use crate::packet::Port;
 use crate::pfe::{Frames, Pfe, Sink, Stats, DEFAULT_BATCH_SIZE};
 use crate::rng::{mix, SplitMix64};
+use crate::timer::ManualClock;
 use crate::ConfigError;
 
 /// Ingress port of member 0; ports `0..256` are job ports (egress port `job_id`).
@@ -270,6 +271,12 @@ pub struct ServeConfig {
     /// *Stopping*; default: [`DEFAULT_STOP_UPSTREAM_WAIT`]; `pfemu serve
     /// --stop-upstream-wait-ms`).
     pub stop_upstream_wait: Duration,
+    /// The engine's clock when it is not the system's: the straggler scan (block timeouts)
+    /// and the expiry of kept Results follow it, the rest of the server (retransmission
+    /// answers, idle exit, stopping waits) the system's. A [`ManualClock`] nobody moves
+    /// makes every block wait for all its sources, however late one comes; tests use it
+    /// to get exact sums at any speed of the machine. `None`: the system clock.
+    pub clock: Option<Arc<ManualClock>>,
 }
 
 /// Default [`ServeConfig::stop_upstream_wait`]: 2 s, a round trip and the longest block
@@ -343,6 +350,7 @@ impl Default for ServeConfig {
             trace: None,
             first_run: None,
             stop_upstream_wait: DEFAULT_STOP_UPSTREAM_WAIT,
+            clock: None,
         }
     }
 }
@@ -1782,7 +1790,10 @@ impl Server {
             cfg,
             gro,
         ));
-        let builder = Pfe::builder();
+        let mut builder = Pfe::builder();
+        if let Some(clock) = &cfg.clock {
+            builder = builder.clock(clock.clone());
+        }
         let (builder, trace) = crate::lab::trace::attach(cfg.trace.as_ref(), builder)?;
         let mut pfe = builder
             .program(trio.program())

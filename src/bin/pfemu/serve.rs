@@ -241,6 +241,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         // Checked by clap (`parse_millis`): the conversion cannot fail.
         stop_upstream_wait: pfemu::duration::millis(a.stop_upstream_wait_ms)
             .map_err(|e| format!("invalid option `--stop-upstream-wait-ms`: {e}"))?,
+        clock: None,
     };
     if a.idle_exit_ms == Some(0) {
         // 0 would stop the server after the first receive.
