@@ -1673,11 +1673,11 @@ fn a_signal_stops_the_server_gracefully_with_its_report() {
 /// Results.)
 #[test]
 fn a_job_run_again_through_a_tree_gets_its_own_sums() {
-    let (up, up_stop, up_h) = start(config(Aggregation::TrioMl, &["1:2"]));
+    let (up, up_stop, up_h) = start(no_timeouts(config(Aggregation::TrioMl, &["1:2"])));
     let lower = |jobs: &str, src: u8| ServeConfig {
         upstream: Some(up),
         upstream_src: src,
-        ..config(Aggregation::TrioMl, &[jobs])
+        ..no_timeouts(config(Aggregation::TrioMl, &[jobs]))
     };
     let (a, a_stop, a_h) = start(lower("1:0..2", 0));
     let (b, b_stop, b_h) = start(lower("1:2..4", 1));
@@ -1913,7 +1913,7 @@ fn a_server_answers_its_control_plane_and_writes_its_trace() {
             path: Some(path.clone()),
             ..TraceSpec::default()
         }),
-        ..config(Aggregation::TrioMl, &["1:2"])
+        ..no_timeouts(config(Aggregation::TrioMl, &["1:2"]))
     };
     let (addr, control, stop, h) = start_with_control(cfg);
     let r = Run::ints(1, &[0, 1], 4 * 256, 7);
@@ -1965,7 +1965,7 @@ fn a_job_added_again_below_joins_a_new_run_above() {
         upstream: Some(upper),
         // As the job added again (through the control plane) does.
         first_run: Some(1),
-        ..config(Aggregation::TrioMl, &["1:2"])
+        ..no_timeouts(config(Aggregation::TrioMl, &["1:2"]))
     };
     let (addr, control, stop, h) = start_with_control(cfg);
     let call = |command: &str, args: serde_json::Value| {
@@ -2431,7 +2431,8 @@ fn a_job_added_again_forgets_its_members_joins() {
 fn the_control_plane_refuses_jobs_the_server_cannot_serve() {
     use serde_json::json;
 
-    let (addr, control, stop, h) = start_with_control(config(Aggregation::TrioMl, &["1:2"]));
+    let (addr, control, stop, h) =
+        start_with_control(no_timeouts(config(Aggregation::TrioMl, &["1:2"])));
     let call = |command: &str, args: serde_json::Value| jobs_call(&control, command, args);
     let (status, body) = call("add", json!({ "job_id": 9, "sources": [0] }));
     assert_eq!(status, 400, "{body}");
