@@ -1546,9 +1546,13 @@ fn aggregate_behind_a_live_port(test: &str, aggregation: pfemu::lab::aggregation
             return;
         }
     };
-    // Job 1, sources 0 and 1; its Results leave port 1, where the workers are.
+    // Job 1, sources 0 and 1; its Results leave port 1, where the workers are. The engine
+    // runs on a manual clock nobody moves: no block times out (the default timeout is
+    // 20 ms), so every Result has both workers in however long this thread or the port's
+    // is held up between their packets on a loaded machine, and the sums are exact.
     let cfg = LiveConfig {
         ppe_threads: 2,
+        clock: Some(Arc::new(pfemu::timer::ManualClock::new())),
         ..LiveConfig::new(
             LiveProgram::Aggregation(AggregationSetup::new(
                 aggregation,

@@ -335,6 +335,7 @@ pub fn run(
         reorder,
         control: a.runtime.control.clone(),
         trace: a.runtime.trace_spec(),
+        clock: None,
     };
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
     // Up once the stop has begun: asked for by a first Ctrl-C, or at --duration's end.

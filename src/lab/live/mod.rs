@@ -50,6 +50,7 @@ use crate::microcode::trio_ml::wire::{GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CNT};
 use crate::microcode::trio_ml::TrioMlConfig;
 use crate::packet::Port;
 use crate::pfe::{default_ppe_threads, Pfe, PfeBuilder, Stats};
+use crate::timer::ManualClock;
 
 /// The Nimble rate limiter's settings on live ports.
 #[derive(Clone, Debug, PartialEq)]
@@ -127,6 +128,12 @@ pub struct LiveConfig {
     pub control: Option<String>,
     /// Trace these packets ([`crate::lab::trace`]).
     pub trace: Option<TraceSpec>,
+    /// The engine's clock when it is not the system's: the programs' timers (the
+    /// aggregation's straggler scan, Nimble's controller) follow it. A [`ManualClock`]
+    /// nobody moves makes every aggregation block wait for all its sources, however late
+    /// one comes; tests use it to get exact sums at any speed of the machine. `None`: the
+    /// system clock.
+    pub clock: Option<Arc<ManualClock>>,
 }
 
 impl LiveConfig {
@@ -139,6 +146,7 @@ impl LiveConfig {
             reorder: true,
             control: None,
             trace: None,
+            clock: None,
         }
     }
 }
@@ -288,9 +296,12 @@ impl Live {
     /// threads.
     pub fn start(cfg: &LiveConfig) -> Result<Live, LiveError> {
         let ports = LivePorts::open(&cfg.ports)?;
-        let builder = Pfe::builder()
+        let mut builder = Pfe::builder()
             .ppe_threads(cfg.ppe_threads)
             .reorder(cfg.reorder);
+        if let Some(clock) = &cfg.clock {
+            builder = builder.clock(clock.clone());
+        }
         let (builder, trace) = crate::lab::trace::attach(cfg.trace.as_ref(), builder)?;
         let (builder, installed, sends, targets) =
             install(&cfg.program, builder, ports.sink(), cfg.control.is_some())?;
