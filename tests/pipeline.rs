@@ -499,3 +499,37 @@ fn the_empty_graph_and_a_single_node_go_through_every_scheduler() {
         assert_eq!((r.latency_max, r.threads_max), (latency, latency));
     }
 }
+
+#[test]
+fn two_dependencies_between_a_pair_are_one_of_the_larger_latency() {
+    use pfemu::pipeline::EdgeKind;
+    let m = |name: &str| Node {
+        name: name.into(),
+        op: Op::Match {
+            key_bits: 32,
+            entries: 1,
+        },
+    };
+    let nodes = || vec![m("fwd"), m("acl"), m("log")];
+    // Either order of the two kinds: the result's ΔM holds, once, where the pair first stood.
+    for edges in [
+        vec![Edge::order(0, 1), Edge::result(1, 2), Edge::result(0, 1)],
+        vec![Edge::result(0, 1), Edge::result(1, 2), Edge::order(0, 1)],
+    ] {
+        let odg = Odg::new(nodes(), edges).unwrap();
+        assert_eq!(odg.edges(), &[Edge::result(0, 1), Edge::result(1, 2)]);
+        assert_eq!(lower_bound(&odg, &Arch::DRMT).latency, 3 * 22);
+        // `acl` in the same cycle as `fwd` meets the ordering but not the result.
+        let same_cycle = Schedule {
+            period: 1,
+            start: vec![0, 0, 22],
+        };
+        assert!(validate(&odg, &Arch::DRMT, &same_cycle).is_err());
+    }
+    // A repeated edge is kept once, of its kind.
+    let odg = Odg::new(nodes(), vec![Edge::order(0, 2), Edge::order(0, 2)]).unwrap();
+    assert_eq!(odg.edges(), &[Edge::order(0, 2)]);
+    assert_eq!(odg.edges()[0].kind, EdgeKind::Order);
+    // Opposite directions are not a pair but a cycle, refused as before.
+    assert!(Odg::new(nodes(), vec![Edge::order(0, 1), Edge::result(1, 0)]).is_err());
+}

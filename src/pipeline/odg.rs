@@ -167,6 +167,23 @@ impl Odg {
     /// The graph of `nodes` and `edges`, checked: at most [`Odg::MAX_NODES`] nodes and
     /// [`Odg::MAX_EDGES`] edges (checked first, before any work on them), names unique,
     /// edges between existing nodes, no cycle, no empty operation.
+    ///
+    /// A pair of nodes has at most one dependency: the paper's program has one constraint
+    /// t(v) − t(u) ≥ τ(u, v) per edge (u, v) of the graph (§3.3, equation 2), so two edges
+    /// between the same pair are two such constraints, and a schedule meets both exactly
+    /// when it meets the larger τ. The graph keeps one edge per (`from`, `to`), where the
+    /// first of them stood, of the strongest kind given: [`EdgeKind::Result`] (ΔM or ΔA)
+    /// over [`EdgeKind::Order`] (dS = 0). An edge repeated is kept once.
+    ///
+    /// ```
+    /// use pfemu::pipeline::{Edge, Node, Odg, Op};
+    ///
+    /// let m = |name: &str| Node { name: name.into(), op: Op::Match { key_bits: 32, entries: 1 } };
+    /// let both = vec![Edge::order(0, 1), Edge::result(0, 1), Edge::order(0, 1)];
+    /// let odg = Odg::new(vec![m("fwd"), m("acl")], both)?;
+    /// assert_eq!(odg.edges(), &[Edge::result(0, 1)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(nodes: Vec<Node>, edges: Vec<Edge>) -> Result<Odg, OdgError> {
         Odg::check_size(nodes.len(), edges.len())?;
         let mut names = std::collections::HashSet::with_capacity(nodes.len());
@@ -187,6 +204,7 @@ impl Odg {
         {
             return Err(OdgError::NoSuchNode(e.from.max(e.to)));
         }
+        let edges = strongest_per_pair(edges);
         // Kahn's algorithm: what is left with predecessors at the end lies on a cycle.
         let mut preds = vec![0usize; nodes.len()];
         for e in &edges {
@@ -265,6 +283,28 @@ impl Odg {
             EdgeKind::Order => 0,
         }
     }
+}
+
+/// `edges` with one edge per (`from`, `to`): the first's place, the strongest kind
+/// ([`Odg::new`] says why).
+fn strongest_per_pair(edges: Vec<Edge>) -> Vec<Edge> {
+    let mut at = std::collections::HashMap::with_capacity(edges.len());
+    let mut kept: Vec<Edge> = Vec::with_capacity(edges.len());
+    for e in edges {
+        match at.entry((e.from, e.to)) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(kept.len());
+                kept.push(e);
+            }
+            std::collections::hash_map::Entry::Occupied(slot) => {
+                // A result waits ΔM or ΔA, never less than an ordering's dS = 0.
+                if e.kind == EdgeKind::Result {
+                    kept[*slot.get()].kind = EdgeKind::Result;
+                }
+            }
+        }
+    }
+    kept
 }
 
 /// A processor's (dRMT) or a stage's (RMT) resources and latencies.
