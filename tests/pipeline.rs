@@ -533,3 +533,69 @@ fn two_dependencies_between_a_pair_are_one_of_the_larger_latency() {
     // Opposite directions are not a pair but a cycle, refused as before.
     assert!(Odg::new(nodes(), vec![Edge::order(0, 1), Edge::result(1, 0)]).is_err());
 }
+
+/// Every scheduler, on random graphs of the paper's shape with ordering edges (latency
+/// dS = 0) added, gives what the independent validators accept, and some schedule starts an
+/// ordered pair in one cycle: the zero latency is used, not just tolerated.
+#[test]
+fn random_graphs_with_orderings_get_valid_schedules_from_every_scheduler() {
+    use pfemu::pipeline::{
+        assign_stages, drmt_from_stages, examples, heuristic_schedule, simulate_drmt,
+        validate_stages, EdgeKind, Granularity, SimConfig,
+    };
+    let (mut orderings, mut same_cycle) = (0, 0);
+    for seed in 0..60 {
+        let odg = examples::random_with_orderings(seed, 5 + (seed % 20) as usize);
+        let ordered: Vec<&Edge> = odg
+            .edges()
+            .iter()
+            .filter(|e| e.kind == EdgeKind::Order)
+            .collect();
+        orderings += ordered.len();
+        for arch in [
+            Arch::DRMT,
+            Arch {
+                ipc: 2,
+                ..Arch::DRMT
+            },
+        ] {
+            let bound = lower_bound(&odg, &arch);
+            let s = fewest_processors(&odg, &arch, 64).expect("a schedule within 64");
+            assert_eq!(validate(&odg, &arch, &s), Ok(()), "seed {seed}");
+            assert!(s.period >= bound.processors, "seed {seed}");
+            assert!(s.latency(&odg, &arch) >= bound.latency, "seed {seed}");
+            same_cycle += ordered
+                .iter()
+                .filter(|e| s.start[e.from] == s.start[e.to])
+                .count();
+            for period in [s.period, s.period + 1] {
+                if let Some(h) = heuristic_schedule(&odg, &arch, period) {
+                    assert_eq!(validate(&odg, &arch, &h), Ok(()), "seed {seed} P {period}");
+                }
+            }
+            let latency = s.latency(&odg, &arch);
+            let window = SimConfig {
+                cycles: latency + 50 * s.period,
+                warmup: latency,
+            };
+            let run = simulate_drmt(&odg, &arch, &s, s.period, &window).unwrap();
+            assert_eq!(
+                (run.resource_violations, run.contentions),
+                (0, 0),
+                "seed {seed}"
+            );
+            assert_eq!(run.completed, 50 * s.period, "seed {seed}: one a cycle");
+            for granularity in [Granularity::Coarse, Granularity::Fine] {
+                let plan = assign_stages(&odg, &arch, granularity).expect("graphs fit a stage");
+                assert_eq!(validate_stages(&odg, &arch, &plan), Ok(()), "seed {seed}");
+                let cyclic = drmt_from_stages(&odg, &plan, &arch, 2);
+                assert_eq!(validate(&odg, &arch, &cyclic), Ok(()), "seed {seed}");
+            }
+        }
+    }
+    assert!(orderings > 100, "{orderings} orderings in 60 graphs");
+    assert!(
+        same_cycle > 0,
+        "no schedule started an ordered pair in one cycle"
+    );
+}

@@ -62,9 +62,42 @@ pub fn figure_5() -> (Odg, Arch) {
 /// them, so they are contracted: each condition's predecessors become its successors'
 /// predecessors. The same `seed` and `n` always give the same graph.
 ///
+/// The generator draws no ordering edge ([`EdgeKind::Order`](super::EdgeKind::Order)):
+/// its conditions' are contracted away; [`random_with_orderings`] adds some.
+///
 /// A slot makes at most two nodes, so `n` may be at most half [`Odg::MAX_NODES`] (400
 /// slots, with about 10 edges a slot, far under [`Odg::MAX_EDGES`]); a larger `n` panics.
 pub fn random(seed: u64, n: usize) -> Odg {
+    generate(seed, n, false)
+}
+
+/// [`random`]'s graph with ordering edges ([`EdgeKind::Order`](super::EdgeKind::Order),
+/// latency dS = 0) added, for tests of what schedules do with them: the graphs real
+/// programs give, with successor dependencies resolved by predication and reverse-match
+/// ones (a match reads a field a later action overwrites), that the paper's random
+/// generator does not draw.
+///
+/// Between an operation of slot i and one of a later slot j not already joined, an
+/// ordering is added with probability about half a dependency's (1 / (2 + 2 ceil((n - 1) /
+/// 10))), from an end of i to an end of j drawn evenly: about two or three a slot. The
+/// orderings come from a generator of their own, seeded from `seed`, so the nodes and the
+/// other edges are exactly [`random`]'s; the same `seed` and `n` always give the same
+/// graph. `n` is bounded as for [`random`] (the orderings stay under [`Odg::MAX_EDGES`]).
+///
+/// ```
+/// use pfemu::pipeline::{examples, EdgeKind};
+///
+/// let plain = examples::random(7, 20);
+/// let ordered = examples::random_with_orderings(7, 20);
+/// assert_eq!(ordered.nodes(), plain.nodes());
+/// assert!(ordered.edges().iter().any(|e| e.kind == EdgeKind::Order));
+/// assert!(plain.edges().iter().all(|e| ordered.edges().contains(e)));
+/// ```
+pub fn random_with_orderings(seed: u64, n: usize) -> Odg {
+    generate(seed, n, true)
+}
+
+fn generate(seed: u64, n: usize, orderings: bool) -> Odg {
     assert!(
         n <= Odg::MAX_NODES / 2,
         "{n} slots: at most Odg::MAX_NODES / 2 = {}",
@@ -88,12 +121,6 @@ pub fn random(seed: u64, n: usize) -> Odg {
             k += 1;
         }
         k
-    }
-    // What each slot became: its entry and exit node (equal for an action), or a condition.
-    #[derive(Clone, Copy)]
-    enum Slot {
-        Ops(usize, usize),
-        Condition,
     }
     let mut nodes = Vec::new();
     let mut edges = Vec::new();
@@ -155,7 +182,47 @@ pub fn random(seed: u64, n: usize) -> Odg {
             }
         }
     }
+    if orderings {
+        add_orderings(seed, &slots, p, &mut edges);
+    }
     Odg::new(nodes, edges).expect("edges go from earlier slots to later ones, within the limits")
+}
+
+/// Orderings between the operations of slots in slot order (so no cycle), each pair of
+/// slots with probability 1 / (2p), where no edge joins the two ends drawn.
+fn add_orderings(seed: u64, slots: &[Slot], p: u64, edges: &mut Vec<Edge>) {
+    use crate::rng::{mix, SplitMix64};
+    // A stream of its own: `random`'s draws, and so its graph, are untouched.
+    let mut rng = SplitMix64::new(mix(seed ^ 0x6f72_6465_7269_6e67));
+    let joined: std::collections::HashSet<(usize, usize)> =
+        edges.iter().map(|e| (e.from, e.to)).collect();
+    let ops: Vec<(usize, usize)> = slots
+        .iter()
+        .filter_map(|s| match *s {
+            Slot::Ops(m, a) => Some((m, a)),
+            Slot::Condition => None,
+        })
+        .collect();
+    for (i, &(mi, ai)) in ops.iter().enumerate() {
+        for &(mj, aj) in &ops[i + 1..] {
+            if rng.below(2 * p) != 0 {
+                continue;
+            }
+            let from = if rng.below(2) == 0 { mi } else { ai };
+            let to = if rng.below(2) == 0 { mj } else { aj };
+            if !joined.contains(&(from, to)) {
+                edges.push(Edge::order(from, to));
+            }
+        }
+    }
+}
+
+/// What a slot of [`random`]'s generator became: its entry and exit node (equal for an
+/// action), or a condition.
+#[derive(Clone, Copy)]
+enum Slot {
+    Ops(usize, usize),
+    Condition,
 }
 
 #[cfg(test)]
@@ -211,6 +278,40 @@ mod tests {
                 odg.edges().len()
             );
         }
+    }
+
+    #[test]
+    fn orderings_are_added_seeded_and_leave_the_rest_of_the_graph_alone() {
+        use crate::pipeline::EdgeKind;
+        let mut orderings = 0;
+        for seed in 0..100 {
+            let plain = random(seed, 20);
+            let ordered = random_with_orderings(seed, 20);
+            assert_eq!(ordered, random_with_orderings(seed, 20), "seed {seed}");
+            assert_eq!(ordered.nodes(), plain.nodes());
+            let (order, result): (Vec<_>, Vec<_>) = ordered
+                .edges()
+                .iter()
+                .partition(|e| e.kind == EdgeKind::Order);
+            assert_eq!(result.len(), plain.edges().len(), "seed {seed}");
+            assert!(result.iter().all(|e| plain.edges().contains(e)));
+            // Forward in slot order, between operations not otherwise joined.
+            for e in &order {
+                assert!(e.from < e.to, "seed {seed}: {e:?}");
+                assert!(!plain
+                    .edges()
+                    .iter()
+                    .any(|r| (r.from, r.to) == (e.from, e.to)));
+            }
+            orderings += order.len();
+        }
+        // About half a dependency per pair of slots: two to three a slot.
+        assert!(
+            (1000..=8000).contains(&orderings),
+            "{orderings} orderings in 100 graphs of 20 slots"
+        );
+        let largest = random_with_orderings(1, Odg::MAX_NODES / 2);
+        assert!(largest.edges().len() <= Odg::MAX_EDGES / 2);
     }
 
     #[test]
