@@ -245,6 +245,37 @@ fn a_saturated_point_stops_at_its_backlog_bound_and_says_so() {
         (&rrm[col("mean_latency")][..], &rrm[col("saturated")][..]),
         ("", "true")
     );
+    // A CSV reader sees every measured cell accounted for, as the JSON has it: the
+    // saturated row's cells still queued are in `unfinished`.
+    assert_eq!(
+        header,
+        [
+            "traffic",
+            "architecture",
+            "load",
+            "mean_latency",
+            "avg_worst_latency",
+            "max_latency",
+            "throughput",
+            "measured",
+            "delivered",
+            "dropped",
+            "stranded",
+            "unfinished",
+            "saturated",
+            "md1_eq7",
+        ]
+    );
+    for row in &csv {
+        let count = |name| row[col(name)].parse::<u64>().unwrap();
+        assert_eq!(
+            count("measured"),
+            count("delivered") + count("dropped") + count("stranded") + count("unfinished"),
+            "{row:?}"
+        );
+    }
+    let unfinished: u64 = rrm[col("unfinished")].parse().unwrap();
+    assert!(unfinished > 0, "{rrm:?}");
 }
 
 #[test]

@@ -266,6 +266,8 @@ impl Figure for FabricLatencyReport {
             "measured",
             "delivered",
             "dropped",
+            "stranded",
+            "unfinished",
             "saturated",
             "md1_eq7",
         ]
@@ -289,6 +291,8 @@ impl Figure for FabricLatencyReport {
                     p.measured.to_string(),
                     p.delivered.to_string(),
                     p.dropped.to_string(),
+                    p.stranded.to_string(),
+                    p.unfinished.to_string(),
                     p.saturated_at.is_some().to_string(),
                     format!("{:.4}", md1_wait(p.load)),
                 ]
