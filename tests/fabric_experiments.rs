@@ -432,6 +432,37 @@ fn bad_options_are_refused_by_name() {
     assert_eq!(lat(&|c| c.switch.same = -0.1), "--same");
     assert_eq!(lat(&|c| c.switch.max_backlog = 0), "--max-backlog");
     assert_eq!(lat(&|c| c.switch.max_backlog = u64::MAX), "--max-backlog");
+    // Each within its cap, together over the memory budget: refused before any point runs,
+    // naming both and the total. The default backlog fits 256 threads, not 1024.
+    let heavy = |threads: usize, max_backlog: u64| {
+        let mut c = FabricLatencyConfig {
+            switch: short(threads),
+            loads: vec![0.5],
+        };
+        c.switch.max_backlog = max_backlog;
+        fabric_latency(&c, &quiet)
+    };
+    let default_backlog = SwitchSettings::default().max_backlog;
+    match heavy(1024, default_backlog).unwrap_err() {
+        ExperimentError::Option { option, reason } => {
+            assert_eq!(option, "--threads x --max-backlog");
+            assert!(
+                reason.starts_with("1024 threads x 4000000 cells x 48 bytes a cell = 183.1 GiB"),
+                "{reason}"
+            );
+            assert!(reason.contains("budget of 64 GiB"), "{reason}");
+        }
+        other => panic!("not an option error: {other}"),
+    }
+    assert_eq!(
+        option(heavy(2, 1_000_000_000).unwrap_err()),
+        "--threads x --max-backlog"
+    );
+    // At the budget's edge a sweep runs (a short one: its backlog never grows near it).
+    let r = heavy(256, default_backlog).unwrap();
+    assert!(r.verified);
+    let one = heavy(1, 1_000_000_000).unwrap();
+    assert!(one.verified);
     let loss = |f: &dyn Fn(&mut FabricLossConfig)| {
         let mut c = FabricLossConfig {
             switch: short(1),

@@ -19,7 +19,9 @@
 //! (4 x 10^6 by default, about 100 MB of cells, up to twice that with the queues' spare
 //! room) stops there and is reported saturated, without latencies: above an architecture's
 //! saturation its queues grow every cycle, and a long run would otherwise take all the
-//! memory there is. Points run on `--threads` threads, each holding its own backlog. Each point's seed comes from
+//! memory there is. Points run on `--threads` threads, each holding its own backlog; a
+//! sweep whose threads' backlogs together could pass [`MAX_BACKLOG_BYTES`] (64 GiB) is
+//! refused before it starts, naming both options and the total. Each point's seed comes from
 //! the run's seed, its traffic model and its input rate only, so every architecture sees the
 //! same arrivals and the results do not depend on the number of threads.
 
@@ -70,7 +72,7 @@ pub struct SwitchSettings {
     pub same: f64,
     /// Cells a point may hold queued before it stops, reported saturated.
     #[arg(long, default_value_t = SwitchSettings::default().max_backlog,
-          help = "Cells a point may hold queued before it stops, reported saturated, 1 to 1e9 (memory: about 24 bytes a cell, up to twice that)")]
+          help = "Cells a point may hold queued before it stops, reported saturated, 1 to 1e9 (memory: about 24 bytes a cell, up to twice that; with --threads, at most 64 GiB in all)")]
     pub max_backlog: u64,
     /// Seed of the traffic and of PIM's random choices.
     #[arg(long, default_value_t = SwitchSettings::default().seed, help = "Seed of the traffic and of PIM's random choices")]
@@ -105,6 +107,14 @@ const MAX_THREADS: usize = 1024;
 pub(super) use crate::fabric::MAX_CYCLES;
 /// The largest `--max-backlog`: 10^9 cells, some 24 to 48 GB per point.
 const MAX_BACKLOG: u64 = 1_000_000_000;
+/// Bytes a queued cell may take at most: about 24, up to twice that with the queues' spare
+/// room.
+pub const BACKLOG_CELL_BYTES: u64 = 48;
+/// The most memory the backlogs of a sweep's points running at once may take together,
+/// `--threads` × `--max-backlog` × [`BACKLOG_CELL_BYTES`]: 64 GiB. Each option is capped
+/// alone, but 1024 threads of the default backlog would ask for some 200 GB; a sweep over
+/// this budget is refused before any point runs.
+pub const MAX_BACKLOG_BYTES: u64 = 64 << 30;
 
 impl SwitchSettings {
     /// The paper's three traffic models with these settings' s and p.
@@ -146,6 +156,22 @@ impl SwitchSettings {
         }
         if self.threads == 0 || self.threads > MAX_THREADS {
             return bad("--threads", format!("{}: 1 to {MAX_THREADS}", self.threads));
+        }
+        // Both within their caps: the product fits u64 (2^10 x 2^30 x 2^6).
+        let bytes = self.threads as u64 * self.max_backlog * BACKLOG_CELL_BYTES;
+        if bytes > MAX_BACKLOG_BYTES {
+            return bad(
+                "--threads x --max-backlog",
+                format!(
+                    "{} threads x {} cells x {BACKLOG_CELL_BYTES} bytes a cell = {:.1} GiB of \
+                     backlog at once, over the budget of {} GiB: give fewer --threads or a \
+                     smaller --max-backlog",
+                    self.threads,
+                    self.max_backlog,
+                    bytes as f64 / (1u64 << 30) as f64,
+                    MAX_BACKLOG_BYTES >> 30
+                ),
+            );
         }
         Ok(())
     }
