@@ -1,7 +1,8 @@
 //! `pfemu experiment pipelines`: the evaluation's rows hold what each architecture's own
 //! checks promise, the simulated throughput curves are exact, a user's JSON program is read
-//! like a shipped one, and bad options are refused by name. The ILP is left out: its time
-//! limit is wall-clock, and `tests/pipeline_ilp.rs` tests it on graphs it proves.
+//! like a shipped one, and bad options are refused by name. The ILP runs only where a test
+//! is about it (`tests/pipeline_ilp.rs` tests it on graphs it proves): its default budget is
+//! counted in branch-and-bound nodes, so its rows repeat on any machine.
 
 #![cfg(feature = "lab")]
 
@@ -15,7 +16,7 @@ use pfemu::lab::bench::pipelines::{
 fn small() -> PipelinesConfig {
     PipelinesConfig {
         graphs: 6,
-        ilp_time_limit: 0.0,
+        ilp_node_limit: 0,
         sim_cycles: 500,
         threads: 2,
         ..PipelinesConfig::default()
@@ -123,12 +124,14 @@ fn a_users_json_program_is_evaluated_like_the_shipped_one() {
 
 #[test]
 fn an_ilp_node_limit_gives_the_same_rows_on_every_run() {
-    // A time limit no solve reaches, so only the node budget can stop one: what the ILP
-    // finds is then counted in work, and two runs agree on everything but the seconds.
+    // By default the ILP has no wall-clock limit: only the node budget can stop a solve, so
+    // what the ILP finds is counted in work, and two runs agree on everything but the seconds.
+    let default = PipelinesConfig::default();
+    assert_eq!(default.ilp_time_limit, None, "no wall clock by default");
+    assert_eq!(default.ilp_node_limit, pfemu::pipeline::DEFAULT_NODE_LIMIT);
     let cfg = PipelinesConfig {
         graphs: 2,
         ilp_graphs: 2,
-        ilp_time_limit: 3600.0,
         ilp_node_limit: 20,
         ..small()
     };
@@ -145,6 +148,7 @@ fn an_ilp_node_limit_gives_the_same_rows_on_every_run() {
                         p.latency,
                         p.ilp,
                         p.ilp_proven_fewest,
+                        p.ilp_stopped_by,
                     )
                 })
             })
@@ -152,8 +156,10 @@ fn an_ilp_node_limit_gives_the_same_rows_on_every_run() {
     };
     let first = run();
     // The budget binds somewhere (so the agreement is the node count's doing), and the
-    // output names it.
+    // output names it, never the wall clock.
     assert!(first.iter().any(|p| p.3 == Some("node limit")), "{first:?}");
+    assert!(first.iter().any(|p| p.5 == Some("node limit")), "{first:?}");
+    assert!(first.iter().all(|p| p.5 != Some("time limit")), "{first:?}");
     assert_eq!(run(), first);
 }
 
@@ -172,10 +178,24 @@ fn bad_options_and_files_are_refused_by_name() {
     );
     refused(
         PipelinesConfig {
-            ilp_time_limit: f64::NAN,
+            ilp_time_limit: Some(f64::NAN),
             ..small()
         },
         "--ilp-time-limit",
+    );
+    refused(
+        PipelinesConfig {
+            ilp_time_limit: Some(0.0),
+            ..small()
+        },
+        "--ilp-time-limit",
+    );
+    refused(
+        PipelinesConfig {
+            ilp_node_limit: 2_000_000_000,
+            ..small()
+        },
+        "--ilp-node-limit",
     );
     refused(
         PipelinesConfig {
@@ -438,10 +458,8 @@ fn the_command_writes_its_files_and_json() {
             "pipelines",
             "--graphs",
             "2",
-            "--ilp-time-limit",
-            "0",
             "--ilp-node-limit",
-            "1000",
+            "0",
         ])
         .args(["--sim-cycles", "200", "--json", "--out"])
         .arg(&dir)

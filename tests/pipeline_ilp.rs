@@ -13,10 +13,11 @@ use std::time::Duration;
 use pfemu::pipeline::examples::{figure_5, random};
 use pfemu::pipeline::*;
 
-/// A limit no test's solve comes near.
+/// A limit no test's solve comes near: no node limit, a time limit as a guard only.
 fn generous() -> IlpOptions {
     IlpOptions {
         time_limit: Duration::from_secs(120),
+        node_limit: None,
         ..IlpOptions::default()
     }
 }
@@ -427,5 +428,77 @@ fn a_period_of_zero_or_past_any_switch_is_refused_by_name_without_a_solve() {
                 "{failure}"
             );
         }
+    }
+}
+
+#[test]
+fn by_default_the_ilp_is_bounded_by_work_and_says_which_bound_stopped_it() {
+    // No wall clock by default: the budget is a count of nodes, the same on any machine.
+    let default = IlpOptions::default();
+    assert_eq!(default.time_limit, Duration::MAX);
+    assert_eq!(default.node_limit, Some(DEFAULT_NODE_LIMIT));
+    let odg = random(3, 6);
+    let arch = Arch::DRMT;
+    let none = IlpOptions {
+        node_limit: Some(0),
+        ..IlpOptions::default()
+    };
+    let period = lower_bound(&odg, &arch).processors + 1;
+    let plain_none = IlpOptions {
+        node_limit: Some(0),
+        ..plain()
+    };
+    let stopped = ilp_schedule(&odg, &arch, period, &plain_none);
+    assert_eq!(
+        stopped.stopped_by,
+        Some(IlpStatus::NodeLimit),
+        "{stopped:?}"
+    );
+    // A proof is stopped by nothing.
+    let proven_out = ilp_schedule(&odg, &arch, period, &plain());
+    assert!(proven(&proven_out), "{proven_out:?}");
+    assert_eq!(proven_out.stopped_by, None);
+    // Over the periods tried, a smaller period a limit left unresolved is named too, and
+    // the default run repeats itself exactly.
+    let scan = |options: &IlpOptions| {
+        ilp_fewest_processors(&odg, &arch, 64, options).map(|(p, out)| {
+            (
+                p,
+                out.status,
+                out.schedule,
+                out.unresolved_periods,
+                out.stopped_by,
+            )
+        })
+    };
+    let first = scan(&none);
+    if let Some((_, _, _, unresolved, stopped_by)) = &first {
+        if !unresolved.is_empty() {
+            assert_eq!(*stopped_by, Some(IlpStatus::NodeLimit), "{first:?}");
+        }
+    }
+    assert_eq!(scan(&none), first);
+    let default_scan = scan(&IlpOptions::default());
+    assert_eq!(scan(&IlpOptions::default()), default_scan);
+    assert_ne!(
+        default_scan.as_ref().and_then(|s| s.4),
+        Some(IlpStatus::TimeLimit)
+    );
+}
+
+#[test]
+fn the_ilp_keeps_orderings_and_its_schedules_pass_the_validator() {
+    use pfemu::pipeline::examples::random_with_orderings;
+    let arch = Arch::DRMT;
+    for seed in 0..12 {
+        let odg = random_with_orderings(seed, 6);
+        let Some((period, out)) = ilp_fewest_processors(&odg, &arch, 64, &IlpOptions::default())
+        else {
+            panic!("seed {seed}: no period")
+        };
+        let s = valid(&odg, &arch, &out);
+        assert_eq!(s.period, period);
+        let list = fewest_processors(&odg, &arch, 64).expect("a heuristic schedule");
+        assert!(period <= list.period, "seed {seed}");
     }
 }

@@ -243,9 +243,10 @@ const EXPERIMENT_HELP: &str = "Experiments:
          programs' operation dependency graphs (filter, l3fwd, the Trio-ML aggregation step),
          any --odg FILE described in JSON, and --graphs seeded random graphs of the paper's
          shape: RMT stages (whole tables, and fine-grained), dRMT processors for one packet
-         per cycle with IPC 1 and 2 (heuristics, then the paper's ILP with a time limit of
-         --ilp-time-limit seconds per solve, and --ilp-node-limit branch-and-bound nodes for
-         the same answer on any machine), the lower bound, each one's latency and threads
+         per cycle with IPC 1 and 2 (heuristics, then the paper's ILP within
+         --ilp-node-limit branch-and-bound nodes per solve, so the output is the same on any
+         machine; --ilp-time-limit adds an optional wall-clock guard per period, and the
+         output names the bound that stopped a solve), the lower bound, each one's latency and threads
          at line rate; beside them the PFE's instructions, XTXNs and threads per packet; and
          throughput as processors shrink, simulated cycle by cycle (RMT's cliff, dRMT's
          decline). Every schedule is validated, every simulated throughput checked.
@@ -286,7 +287,7 @@ Examples:
   pfemu experiment fpisa-accuracy --workers-list 2,8,64 --lanes 100000 --seed 7
   pfemu experiment fabric-latency --loads 0.5,0.9,0.99 --cycles 100000
   pfemu experiment fabric-loss --json > fabric-loss.json
-  pfemu experiment pipelines --odg examples/pipelines/l3fwd.json --ilp-time-limit 10
+  pfemu experiment pipelines --odg examples/pipelines/l3fwd.json --ilp-node-limit 200
   pfemu experiment ada --budgets 64,240,896 --shift-op square --json > ada.json";
 
 #[derive(Subcommand, Debug)]

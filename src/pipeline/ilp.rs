@@ -51,10 +51,11 @@
 //! one) and checked by [`validate`]; an answer that fails it is never returned: the seed is,
 //! with [`IlpStatus::SolverFailed`]. A program larger than [`MAX_ILP_TERMS`] (long latencies
 //! without windows) is not built: the seed is returned, with [`IlpFailure::TooLarge`]. The
-//! whole call has one time budget, shared by its
-//! solves, and optionally a budget of branch-and-bound nodes per solve, which strikes at the
-//! same point on any machine; an outcome says whether its schedule is optimal, the best found
-//! when a limit struck (which one), or that none exists.
+//! solver's work is bounded by a budget of branch-and-bound nodes per solve, which strikes
+//! at the same point on any machine (by default [`DEFAULT_NODE_LIMIT`]); a wall-clock time
+//! limit on the whole call, shared by its solves, is an optional guard. An outcome says
+//! whether its schedule is optimal, the best found when a limit struck (which one), or that
+//! none exists.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -69,14 +70,17 @@ use super::schedule::{validate, Schedule, Violation};
 /// How [`ilp_schedule`] solves: the solver's limits and the speed-ups on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IlpOptions {
-    /// The time budget of one [`ilp_schedule`] call, shared by its solves (each
-    /// [`ilp_fewest_processors`] period gets its own). Wall-clock: where it strikes depends
-    /// on the machine; for the same answer everywhere, give a `node_limit` and a time limit
-    /// it never reaches.
+    /// A wall-clock guard on one [`ilp_schedule`] call, shared by its solves (each
+    /// [`ilp_fewest_processors`] period gets its own); [`Duration::MAX`], the default, is
+    /// none. Where it strikes depends on the machine and its load, so an outcome it decides
+    /// ([`IlpStatus::TimeLimit`]) may differ from run to run: bound the work with
+    /// `node_limit`, and give a time limit only as a guard it should not reach.
     pub time_limit: Duration,
-    /// The most branch-and-bound nodes each program solved may explore (`None`: no limit):
-    /// a budget counted in work, so an outcome is the same on any machine. Where it strikes
-    /// the outcome is [`IlpStatus::NodeLimit`].
+    /// The most branch-and-bound nodes each program solved may explore (`None`: no limit;
+    /// speed-up 3 solves one program per horizon, so a call's work is bounded by the budget
+    /// times its horizons). A budget counted in work, so an outcome is the same on any
+    /// machine; where it strikes the outcome is [`IlpStatus::NodeLimit`].
+    /// [`DEFAULT_NODE_LIMIT`] by default.
     pub node_limit: Option<u64>,
     /// Speed-up 1: the heuristic's schedule bounds the horizon (and warm-starts the
     /// solver when `bounds` is off).
@@ -93,12 +97,19 @@ pub struct IlpOptions {
     pub tight_ipc: bool,
 }
 
+/// [`IlpOptions::node_limit`]'s default: branch-and-bound nodes per program solved.
+/// `pfemu experiment pipelines` takes it as its `--ilp-node-limit` default: its default run
+/// then takes a few minutes on two cores, and gives the processors and latencies the former
+/// 2 s time limit per period gave on 44 of its 46 ILP rows (`BENCHMARKS.md`).
+pub const DEFAULT_NODE_LIMIT: u64 = 200;
+
 impl Default for IlpOptions {
-    /// 10 s, no node limit, every speed-up on, the IPC constraints tight.
+    /// [`DEFAULT_NODE_LIMIT`] nodes, no time limit, every speed-up on, the IPC constraints
+    /// tight: the same outcome on any machine.
     fn default() -> Self {
         IlpOptions {
-            time_limit: Duration::from_secs(10),
-            node_limit: None,
+            time_limit: Duration::MAX,
+            node_limit: Some(DEFAULT_NODE_LIMIT),
             seed: true,
             windows: true,
             bounds: true,
@@ -219,6 +230,12 @@ pub struct IlpOutcome {
     /// schedule nor proved there is none (time limit or solver failure); empty when this
     /// period is proven the smallest.
     pub unresolved_periods: Vec<u64>,
+    /// Which limit stopped a solve, if one did: [`IlpStatus::NodeLimit`] or
+    /// [`IlpStatus::TimeLimit`] (the node limit's, if both struck). Set by [`ilp_schedule`]
+    /// when a limit ended its search, and by [`ilp_fewest_processors`] also when one left a
+    /// smaller period unresolved: so a caller can tell an outcome the machine's speed could
+    /// change (time) from one any machine repeats (nodes).
+    pub stopped_by: Option<IlpStatus>,
 }
 
 impl IlpOutcome {
@@ -249,6 +266,7 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
         seed_last_start: None,
         failure: None,
         unresolved_periods: Vec::new(),
+        stopped_by: None,
     };
     let refused = match arch.check() {
         Err(e) => Some(IlpFailure::Arch(e)),
@@ -351,8 +369,22 @@ pub fn ilp_schedule(odg: &Odg, arch: &Arch, period: u64, options: &IlpOptions) -
     if let Some(s) = &out.schedule {
         debug_assert_eq!(validate(odg, arch, s), Ok(()));
     }
+    if matches!(out.status, IlpStatus::NodeLimit | IlpStatus::TimeLimit) {
+        out.stopped_by = Some(out.status);
+    }
     out.elapsed = began.elapsed();
     out
+}
+
+/// Of two limits that stopped solves, the one to report: the node limit over the time
+/// limit.
+fn first_limit(a: Option<IlpStatus>, b: Option<IlpStatus>) -> Option<IlpStatus> {
+    match (a, b) {
+        (Some(IlpStatus::NodeLimit), _) | (_, Some(IlpStatus::NodeLimit)) => {
+            Some(IlpStatus::NodeLimit)
+        }
+        (a, b) => a.or(b),
+    }
 }
 
 /// What one solve within a horizon gave.
@@ -464,11 +496,14 @@ pub fn ilp_fewest_processors(
     options: &IlpOptions,
 ) -> Option<(u64, IlpOutcome)> {
     let mut unresolved = Vec::new();
+    let mut stopped_by = None;
     // Past MAX_PERIOD every period is refused: the scan ends there, not at u64::MAX.
     for period in lower_bound(odg, arch).processors..=max_period.min(MAX_PERIOD) {
         let mut out = ilp_schedule(odg, arch, period, options);
+        stopped_by = first_limit(stopped_by, out.stopped_by);
         if out.schedule.is_some() {
             out.unresolved_periods = unresolved;
+            out.stopped_by = stopped_by;
             return Some((period, out));
         }
         if out.status != IlpStatus::Infeasible {

@@ -47,7 +47,11 @@
 //!
 //! - **Ordering edges.** The paper's text gives τ(u, v) as ΔM or ΔA (§3.3); its published
 //!   scheduler also has successor and reverse-match dependencies of latency dS = 0. pfemu has
-//!   both kinds ([`EdgeKind`]), with dS fixed at 0 as that code has it.
+//!   both kinds ([`EdgeKind`]), with dS fixed at 0 as that code has it (a constant beside
+//!   ΔM and ΔA there; the text's Table 1 has no dS). Two edges between one pair are kept as
+//!   one, of the larger latency ([`Odg::new`]): with dS = 0 a result's is never smaller.
+//!   The random graphs follow the paper's generator, which draws no ordering;
+//!   [`examples::random_with_orderings`] adds some, for tests.
 //! - **Coarse tables.** The paper's code pairs each `X_MATCH` with its `X_ACTION` by name; an
 //!   [`Odg`] has no table nodes, so [`coarse_tables`] pairs a match with an action on its
 //!   result by the graph's structure (the rules in `rmt`'s documentation). A table ordered
@@ -59,8 +63,9 @@
 //!   paper's one sum per (q, r), the same integer solutions with a tighter relaxation
 //!   (`IlpOptions::tight_ipc` gives the paper's); the paper leaves its three speed-ups to its
 //!   extended version, and `ilp`'s documentation gives pfemu's reading of them. Its budget is
-//!   a wall-clock time, as Gurobi's is, and optionally a count of branch-and-bound nodes per
-//!   solve, which gives the same answer on any machine; an outcome says which one struck.
+//!   a count of branch-and-bound nodes per solve (`DEFAULT_NODE_LIMIT` by default), which
+//!   gives the same answer on any machine, where Gurobi's is a wall-clock time; a time limit
+//!   is an optional guard, and an outcome says which one struck.
 //! - **Programs.** The paper's real programs (from switch.p4) are not available; the shipped
 //!   programs ([`programs`]) stand in for them, and the random graphs ([`examples::random`])
 //!   follow the paper's generator.
@@ -85,7 +90,7 @@ pub use describe::{
 #[cfg(feature = "ilp")]
 pub use ilp::{
     ilp_fewest_processors, ilp_schedule, IlpFailure, IlpOptions, IlpOutcome, IlpStatus,
-    MAX_ILP_TERMS,
+    DEFAULT_NODE_LIMIT, MAX_ILP_TERMS,
 };
 pub use list::{
     fewest_processors, heuristic_schedule, list_schedule, lower_bound, ListError, LowerBound,

@@ -48,14 +48,19 @@ pub struct PipelinesConfig {
     /// Largest processor count (and dRMT period) searched.
     #[arg(long, default_value_t = PipelinesConfig::default().max_processors, help = "Most processors (dRMT period) searched, 1 to 1024")]
     pub max_processors: u64,
-    /// Time limit of the ILP per period tried, seconds; 0 runs the heuristics only.
-    #[arg(long = "ilp-time-limit", value_name = "SECONDS", default_value_t = PipelinesConfig::default().ilp_time_limit,
-          help = "Time limit of the ILP per period tried, in seconds (0: the heuristics only)")]
-    pub ilp_time_limit: f64,
-    /// Branch-and-bound nodes each ILP solve may explore (0: no limit): a budget counted in
-    /// work, which stops the solver at the same point on any machine.
+    /// An optional wall-clock guard on the ILP per period tried, seconds (`None`: none, the
+    /// default). Where it strikes depends on the machine and its load: the output names the
+    /// solves it stopped ("time limit"), whose results another run may not repeat.
+    #[arg(
+        long = "ilp-time-limit",
+        value_name = "SECONDS",
+        help = "Optional wall-clock guard on the ILP per period tried, in seconds, above 0 and at most 3600 (default: none); where it strikes depends on the machine, so the output may differ from run to run"
+    )]
+    pub ilp_time_limit: Option<f64>,
+    /// Branch-and-bound nodes each ILP solve may explore: the ILP's budget, counted in work,
+    /// so the run gives the same output on any machine. 0 runs the heuristics only.
     #[arg(long = "ilp-node-limit", value_name = "NODES", default_value_t = PipelinesConfig::default().ilp_node_limit,
-          help = "Branch-and-bound nodes each ILP solve may explore (0: no limit); unlike the time limit, the same on any machine")]
+          help = "Branch-and-bound nodes each ILP solve may explore, 0 to 10^9 (0: the heuristics only); the same output on any machine")]
     pub ilp_node_limit: u64,
     /// Random graphs (the first ones) the ILP also runs on; the rest get the heuristics only.
     #[arg(long = "ilp-graphs", default_value_t = PipelinesConfig::default().ilp_graphs,
@@ -81,16 +86,18 @@ pub struct PipelinesConfig {
 }
 
 impl Default for PipelinesConfig {
-    /// 100 graphs of 20 slots from seed 1, up to 64 processors, a 2 s ILP limit, XTXNs of
-    /// 22 cycles (dRMT's ΔM: a trip through a crossbar to memory), 20000 simulated cycles.
+    /// 100 graphs of 20 slots from seed 1, up to 64 processors, the ILP on the first 20 with
+    /// [`DEFAULT_NODE_LIMIT`](crate::pipeline::DEFAULT_NODE_LIMIT) branch-and-bound nodes per
+    /// solve and no time limit, XTXNs of 22 cycles (dRMT's ΔM: a trip through a crossbar to
+    /// memory), 20000 simulated cycles.
     fn default() -> Self {
         PipelinesConfig {
             graphs: 100,
             slots: 20,
             seed: 1,
             max_processors: 64,
-            ilp_time_limit: 2.0,
-            ilp_node_limit: 0,
+            ilp_time_limit: None,
+            ilp_node_limit: pipeline::DEFAULT_NODE_LIMIT,
             ilp_graphs: 20,
             odg: Vec::new(),
             xtxn_latency: 22,
@@ -119,10 +126,19 @@ impl PipelinesConfig {
                 format!("{}: 1 to 1024", self.max_processors),
             );
         }
-        if !(self.ilp_time_limit >= 0.0 && self.ilp_time_limit <= 3600.0) {
+        if let Some(t) = self.ilp_time_limit.filter(|t| !(*t > 0.0 && *t <= 3600.0)) {
             return bad(
                 "--ilp-time-limit",
-                format!("{}: 0 to 3600 seconds", self.ilp_time_limit),
+                format!(
+                    "{t}: above 0, at most 3600 seconds (--ilp-node-limit 0 runs the \
+                     heuristics only)"
+                ),
+            );
+        }
+        if self.ilp_node_limit > 1_000_000_000 {
+            return bad(
+                "--ilp-node-limit",
+                format!("{}: 0 to 10^9 nodes", self.ilp_node_limit),
             );
         }
         if self.xtxn_latency > 1_000_000 {
@@ -209,9 +225,14 @@ pub struct Placement {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ilp_seconds: Option<f64>,
     /// dRMT: the ILP proved no smaller period has a schedule (no solve below it ran out of
-    /// time).
+    /// nodes or time).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ilp_proven_fewest: Option<bool>,
+    /// dRMT: which bound stopped an ILP solve at any period tried (`node limit`, the same
+    /// on any machine, or `time limit`, which another run may not repeat); absent when none
+    /// did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ilp_stopped_by: Option<&'static str>,
 }
 
 /// What the PFE does with a shipped program, per packet.
@@ -479,6 +500,7 @@ fn evaluate(cfg: &PipelinesConfig, input: &Input) -> Result<GraphRow, Experiment
             ilp: None,
             ilp_seconds: None,
             ilp_proven_fewest: None,
+            ilp_stopped_by: None,
         });
     }
     for (a, ipc) in [(Architecture::Drmt1, 1), (Architecture::Drmt2, 2)] {
@@ -497,6 +519,7 @@ fn evaluate(cfg: &PipelinesConfig, input: &Input) -> Result<GraphRow, Experiment
         ilp: None,
         ilp_seconds: None,
         ilp_proven_fewest: None,
+        ilp_stopped_by: None,
     });
     let pfe = match input.pfe {
         Some(name) => {
@@ -540,10 +563,13 @@ fn drmt(
     let mut valid = list.as_ref().is_none_or(|s| validate(odg, arch, s).is_ok());
     let mut best: Option<Schedule> = list.clone();
     let (mut ilp, mut ilp_seconds, mut ilp_proven_fewest) = (None, None, None);
-    if run_ilp && cfg.ilp_time_limit > 0.0 {
+    let mut ilp_stopped_by = None;
+    if run_ilp && cfg.ilp_node_limit > 0 {
         let options = IlpOptions {
-            time_limit: Duration::from_secs_f64(cfg.ilp_time_limit),
-            node_limit: (cfg.ilp_node_limit > 0).then_some(cfg.ilp_node_limit),
+            time_limit: cfg
+                .ilp_time_limit
+                .map_or(Duration::MAX, Duration::from_secs_f64),
+            node_limit: Some(cfg.ilp_node_limit),
             ..IlpOptions::default()
         };
         let t = Instant::now();
@@ -552,6 +578,7 @@ fn drmt(
         if let Some((_, outcome)) = found {
             ilp = Some(status_name(outcome.status));
             ilp_proven_fewest = Some(outcome.unresolved_periods.is_empty());
+            ilp_stopped_by = outcome.stopped_by.map(status_name);
             if let Some(s) = outcome.schedule {
                 valid &= validate(odg, arch, &s).is_ok();
                 let better = best.as_ref().is_none_or(|b| {
@@ -573,6 +600,7 @@ fn drmt(
         ilp,
         ilp_seconds,
         ilp_proven_fewest,
+        ilp_stopped_by,
     };
     (placement, valid)
 }
@@ -738,12 +766,12 @@ fn claims(rows: &[GraphRow], throughput: &[ThroughputPoint]) -> Vec<Claim> {
             let limited = random
                 .iter()
                 .flat_map(|r| &r.placements)
-                .filter(|p| p.ilp == Some("time limit"))
+                .filter(|p| p.ilp_stopped_by == Some("time limit"))
                 .count();
             let node_limited = random
                 .iter()
                 .flat_map(|r| &r.placements)
-                .filter(|p| p.ilp == Some("node limit"))
+                .filter(|p| p.ilp_stopped_by == Some("node limit"))
                 .count();
             let proven = random
                 .iter()
@@ -762,8 +790,8 @@ fn claims(rows: &[GraphRow], throughput: &[ThroughputPoint]) -> Vec<Claim> {
                 paper: "reported in §4 (Gurobi; the run times are not in the text at hand)".into(),
                 measured: format!(
                     "median {:.2} s, p90 {:.2} s, max {:.2} s; the fewest processors proven on \
-                     {proven} of {}, the last period's solve out of time on {limited} and out \
-                     of nodes on {node_limited}; fewer processors than the heuristics on \
+                     {proven} of {}, a solve stopped by the node limit on {node_limited} and \
+                     by the time limit on {limited}; fewer processors than the heuristics on \
                      {improved}",
                     quantile(times.clone(), 0.5),
                     quantile(times.clone(), 0.9),
@@ -806,7 +834,7 @@ fn cliff_claims(rows: &[GraphRow], throughput: &[ThroughputPoint]) -> Vec<Claim>
     claims
 }
 
-const CSV_HEADER: [&str; 17] = [
+const CSV_HEADER: [&str; 18] = [
     "graph",
     "kind",
     "matches",
@@ -820,6 +848,7 @@ const CSV_HEADER: [&str; 17] = [
     "ilp",
     "ilp_seconds",
     "ilp_proven_fewest",
+    "ilp_stopped_by",
     "pfe_instructions",
     "pfe_xtxns",
     "pfe_threads",
@@ -858,6 +887,7 @@ impl Figure for PipelinesReport {
                     opt(p.ilp),
                     opt(p.ilp_seconds.map(|s| format!("{s:.4}"))),
                     opt(p.ilp_proven_fewest),
+                    opt(p.ilp_stopped_by),
                     opt(pfe.map(|p| format!("{:.2}", p.instructions))),
                     opt(pfe.map(|p| format!("{:.2}", p.xtxns))),
                     opt(pfe.map(|p| p.threads)),
