@@ -5,6 +5,8 @@
 
 #![cfg(feature = "lab")]
 
+mod common;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -15,7 +17,7 @@ use pfemu::microcode::trio_ml::host::{
 };
 use pfemu::microcode::trio_ml::{JobConfig, Lanes, TrioMl, TrioMlConfig};
 use pfemu::prelude::*;
-use pfemu::timer::{Clock, ManualClock};
+use pfemu::timer::ManualClock;
 
 const JOB: u8 = 1;
 const GRADS: usize = 256;
@@ -105,7 +107,7 @@ fn worker_cfg(src: u8, window: usize, grads: usize) -> WorkerConfig {
 }
 
 /// Runs `floats[s]` from worker `s` for every `s` in `senders`; returns the workers. On a
-/// rig with timers, on its manual clock ([`allreduce_on_clock`]).
+/// rig with timers, on its manual clock ([`common::trio_ml_on_manual_clock`]).
 fn allreduce(r: &Rig, senders: &[u8], floats: &[Vec<f32>], window: usize) -> Vec<Worker> {
     if let Some(clock) = &r.clock {
         let workers = senders
@@ -114,7 +116,15 @@ fn allreduce(r: &Rig, senders: &[u8], floats: &[Vec<f32>], window: usize) -> Vec
                 Worker::from_f32(worker_cfg(s, window, r.grads), &floats[usize::from(s)]).unwrap()
             })
             .collect();
-        return allreduce_on_clock(r, clock, workers);
+        let step = TrioMlConfig::default().scan_period_ns / 10;
+        return common::trio_ml_on_manual_clock(
+            &r.pfe,
+            &r.rxs,
+            clock,
+            workers,
+            step,
+            1_000_000_000,
+        );
     }
     let attached: Vec<Attached> = senders
         .iter()
@@ -128,43 +138,6 @@ fn allreduce(r: &Rig, senders: &[u8], floats: &[Vec<f32>], window: usize) -> Vec
         .collect();
     let pfe = &r.pfe;
     run_workers(attached, &|p, fr| pfe.inject_frame(p, fr).unwrap()).unwrap()
-}
-
-/// Drives `workers` (each on the port of its source) on `clock`, which only this function
-/// moves, all on the calling thread: at each reading every worker sends what it may, the
-/// engine drains, each worker takes the frames that came out, and the clock moves on by a
-/// tenth of a scan period (one staggered timer's launch) with the launches due run to
-/// completion. Fails the test if a worker is not done after a second of the clock.
-fn allreduce_on_clock(r: &Rig, clock: &ManualClock, mut workers: Vec<Worker>) -> Vec<Worker> {
-    let step = TrioMlConfig::default().scan_period_ns / 10;
-    let mut out = Vec::new();
-    loop {
-        let now = clock.now_ns();
-        for w in &mut workers {
-            w.poll(now, &mut out);
-            for p in out.drain(..) {
-                r.pfe
-                    .inject_frame(u16::from(w.config().src_id), &p)
-                    .unwrap();
-            }
-        }
-        r.pfe.drain();
-        for w in &mut workers {
-            for frame in r.rxs[usize::from(w.config().src_id)].try_iter() {
-                w.on_frame_at(&frame, now).unwrap();
-            }
-        }
-        if workers.iter().all(Worker::is_done) {
-            return workers;
-        }
-        let missing: Vec<usize> = workers.iter().map(Worker::missing).collect();
-        assert!(
-            now < 1_000_000_000,
-            "at {now} ns on the manual clock, chunks still missing per worker: {missing:?}"
-        );
-        clock.advance(step);
-        r.pfe.settle_timers();
-    }
 }
 
 /// Integer-valued floats of one binade (±64 to ±127): FPISA adds them exactly, in any

@@ -2,6 +2,8 @@
 //! duplicate faults, partial results when a worker straggles, generations across
 //! allreduces, and hierarchical aggregation over a chassis giving the flat sums.
 
+mod common;
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +15,7 @@ use pfemu::microcode::trio_ml::host::{
 use pfemu::microcode::trio_ml::{wire, JobConfig, TrioMl, TrioMlConfig};
 use pfemu::pfe::{Chassis, ChassisFabric, FabricStats, Frames};
 use pfemu::prelude::*;
-use pfemu::timer::{Clock, ManualClock};
+use pfemu::timer::ManualClock;
 
 const JOB: u8 = 1;
 
@@ -76,50 +78,6 @@ fn flat(sources: u8, window: usize, block_exp_ms: u8, timers: Option<Arc<ManualC
     let mut pfe = b.build().unwrap();
     pfe.start().unwrap();
     Flat { pfe, rxs, trio }
-}
-
-/// Drives `workers` (each on the port of its source) against `f`'s engine on `clock`,
-/// which only this function moves, all on the calling thread: at each reading every
-/// worker sends what it may, the engine drains, each worker takes the frames that came
-/// out at that reading, and the clock moves on by `step_ns` with the timer launches due
-/// by then run to completion. The times the workers record are the timer logic's alone,
-/// the same on any machine. Fails the test if a worker is not done when the clock
-/// reaches `limit_ns`.
-fn run_on_manual_clock(
-    f: &Flat,
-    clock: &ManualClock,
-    mut workers: Vec<Worker>,
-    step_ns: u64,
-    limit_ns: u64,
-) -> Vec<Worker> {
-    let mut out = Vec::new();
-    loop {
-        let now = clock.now_ns();
-        for w in &mut workers {
-            w.poll(now, &mut out);
-            for p in out.drain(..) {
-                f.pfe
-                    .inject_frame(u16::from(w.config().src_id), &p)
-                    .unwrap();
-            }
-        }
-        f.pfe.drain();
-        for w in &mut workers {
-            for frame in f.rxs[usize::from(w.config().src_id)].try_iter() {
-                w.on_frame_at(&frame, now).unwrap();
-            }
-        }
-        if workers.iter().all(Worker::is_done) {
-            return workers;
-        }
-        let missing: Vec<usize> = workers.iter().map(Worker::missing).collect();
-        assert!(
-            now < limit_ns,
-            "at {now} ns on the manual clock, chunks still missing per worker: {missing:?}"
-        );
-        clock.advance(step_ns);
-        f.pfe.settle_timers();
-    }
 }
 
 fn worker_cfg(src: u8, window: usize, retransmit_ms: Option<u64>) -> WorkerConfig {
@@ -330,7 +288,8 @@ fn a_straggler_is_left_out_of_a_partial_result_and_the_mean_divides_by_three() {
         .collect();
     // Ten staggered scan timers: one launches every tenth of the 1 ms scan period.
     let scan = TrioMlConfig::default().scan_period_ns;
-    let done = run_on_manual_clock(&f, &clock, workers, scan / 10, 100 * MS);
+    let done =
+        common::trio_ml_on_manual_clock(&f.pfe, &f.rxs, &clock, workers, scan / 10, 100 * MS);
     let want = flat_sums(&[0, 1, 2], n);
     for w in &done {
         assert_eq!(w.sums(), want);

@@ -261,3 +261,47 @@ pub fn trio_ml_scan_observed(
     h.set_now(now);
     h.run_timer_observed(program, trio_ml_launch(now), before)
 }
+
+/// Drives Trio-ML `workers` (each on the port of its source, its Results on `rxs[src]`)
+/// against `pfe`, whose clock is `clock` and which only this function moves, all on the
+/// calling thread: at each reading every worker sends what it may, the engine drains, each
+/// worker takes the frames that came out at that reading, and the clock moves on by
+/// `step_ns` with the timer launches due by then run to completion. The times the workers
+/// record are the timer logic's alone, the same on any machine. Fails the test if a worker
+/// is not done when the clock reaches `limit_ns`.
+pub fn trio_ml_on_manual_clock(
+    pfe: &pfemu::pfe::Pfe,
+    rxs: &[crossbeam_channel::Receiver<Vec<u8>>],
+    clock: &pfemu::timer::ManualClock,
+    mut workers: Vec<pfemu::microcode::trio_ml::host::Worker>,
+    step_ns: u64,
+    limit_ns: u64,
+) -> Vec<pfemu::microcode::trio_ml::host::Worker> {
+    use pfemu::timer::Clock;
+    let mut out = Vec::new();
+    loop {
+        let now = clock.now_ns();
+        for w in &mut workers {
+            w.poll(now, &mut out);
+            for p in out.drain(..) {
+                pfe.inject_frame(u16::from(w.config().src_id), &p).unwrap();
+            }
+        }
+        pfe.drain();
+        for w in &mut workers {
+            for frame in rxs[usize::from(w.config().src_id)].try_iter() {
+                w.on_frame_at(&frame, now).unwrap();
+            }
+        }
+        if workers.iter().all(|w| w.is_done()) {
+            return workers;
+        }
+        let missing: Vec<usize> = workers.iter().map(|w| w.missing()).collect();
+        assert!(
+            now < limit_ns,
+            "at {now} ns on the manual clock, chunks still missing per worker: {missing:?}"
+        );
+        clock.advance(step_ns);
+        pfe.settle_timers();
+    }
+}
