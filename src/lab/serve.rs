@@ -2326,6 +2326,19 @@ impl ClientRx {
         self.send_calls += batch.send(&self.socket, &self.gso).calls;
     }
 
+    /// Sends the Join `join` (a whole frame) when none went yet or the last went `tick *
+    /// 20` ago (`sent_at`, moved on when it goes). Errors (e.g. the server not up yet) are
+    /// recovered by sending again.
+    fn send_join_when_due(&mut self, join: &[u8], sent_at: &mut Option<Instant>) {
+        if sent_at.is_none_or(|t| t.elapsed() >= self.tick * 20) {
+            let mut batch = SendBatch::new();
+            batch.push(None, &join[TRIO_ML_HDR_AT..]);
+            self.send(&batch);
+            self.joins_sent += 1;
+            *sent_at = Some(Instant::now());
+        }
+    }
+
     /// Receives what the server sent within the read timeout and gives each datagram's
     /// payload to `take`, which says whether it was an aggregation packet the worker took
     /// (`false`: counted as bad) or stops with an error. After a failed receive other than
@@ -2386,18 +2399,10 @@ fn join(
     let join = worker.join_frame(nonce);
     let ep = worker.config().endpoints;
     let start = Instant::now();
-    let resend = rx.tick * 20;
     let mut sent_at: Option<Instant> = None;
     let mut frame = Vec::new();
     loop {
-        if sent_at.is_none_or(|t| t.elapsed() >= resend) {
-            // Errors (e.g. the server not up yet) are recovered by sending again.
-            let mut batch = SendBatch::new();
-            batch.push(None, &join[TRIO_ML_HDR_AT..]);
-            rx.send(&batch);
-            rx.joins_sent += 1;
-            sent_at = Some(Instant::now());
-        }
+        rx.send_join_when_due(&join, &mut sent_at);
         let mut run = None;
         // Datagrams after the Joined (none that matter yet: the worker has sent nothing
         // else) are left.
@@ -2446,16 +2451,9 @@ fn rejoin(
         })
     };
     let start = Instant::now();
-    let resend = rx.tick * 20;
     let mut sent_at: Option<Instant> = None;
     loop {
-        if sent_at.is_none_or(|t| t.elapsed() >= resend) {
-            let mut batch = SendBatch::new();
-            batch.push(None, &join[TRIO_ML_HDR_AT..]);
-            rx.send(&batch);
-            rx.joins_sent += 1;
-            sent_at = Some(Instant::now());
-        }
+        rx.send_join_when_due(&join, &mut sent_at);
         let mut answer = None;
         let _ = rx.recv::<std::convert::Infallible>(|p| {
             let Ok(hdr) = datagram_header(p) else {
