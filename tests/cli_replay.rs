@@ -67,10 +67,11 @@ fn an_invalid_speed_is_named_as_invalid_whatever_the_timing() {
         );
         assert!(!err.contains("applies to"), "{name}: {err}");
     }
-    // A valid speed with the fast timing: it applies to recorded timing only.
+    // A valid speed with the fast or capture timing: it applies to recorded timing only.
     for (name, args) in [
         ("fast-2", &["--timing", "fast", "--speed", "2"][..]),
         ("fast-1", &["--speed", "1"]),
+        ("capture-2", &["--timing", "capture", "--speed", "2"]),
     ] {
         refused(
             FILTER,

@@ -371,6 +371,47 @@ fn recorded_timing_follows_the_capture_scaled_by_speed() {
     assert!(e.to_string().contains("`speed`"), "{e}");
 }
 
+/// In capture time each output frame carries the capture time of the packet that caused
+/// it, exactly, whatever the gaps (here 50 ms, and 1000 s that nothing waits for); a packet
+/// timestamped before the one before it goes in at the clock's reading.
+#[test]
+fn capture_timing_stamps_each_frame_with_its_packets_capture_time() {
+    let dir = scratch("capture-time");
+    let frames: Vec<Vec<u8>> = (0..6).map(|i| udp_frame([10, 0, 0, i], 64, 64)).collect();
+    let t0 = Duration::from_secs(1_700_000_000);
+    let ms = Duration::from_millis;
+    let times = [
+        t0,
+        t0 + ms(50),
+        t0 + ms(100),
+        t0 + ms(60), // backwards: at the clock's reading, t0 + 100 ms
+        t0 + ms(150),
+        t0 + Duration::from_secs(1000),
+    ];
+    let input = dir.join("in.pcap");
+    write_capture(&input, &frames, Some(&times));
+    let cfg = ReplayConfig {
+        timing: Timing::Capture,
+        ppe_threads: 2,
+        ..ReplayConfig::default()
+    };
+    let r = replay_file(&cfg, &input, &dir.join("out")).expect("replay");
+    assert_eq!(r.packets_out_by_port.get(&DEFAULT_OUT_PORT), Some(&6));
+    let mut got: Vec<(Duration, Vec<u8>)> = read_capture(&dir.join("out/port1.pcap"))
+        .into_iter()
+        .map(|(ts, _, f)| (ts, f))
+        .collect();
+    got.sort();
+    let mut want: Vec<(Duration, Vec<u8>)> = times
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| (if i == 3 { t0 + ms(100) } else { t }, frames[i].clone()))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    tshark_reads(&r.files);
+}
+
 #[test]
 fn packets_captured_short_are_counted_and_replayed_as_captured() {
     let dir = scratch("snaplen");

@@ -58,6 +58,20 @@
 //! # Timing
 //!
 //! - [`Timing::AsFast`]: frames are injected in bursts as fast as the engine takes them.
+//! - [`Timing::Capture`]: the replay runs **in capture time**. The engine's clock is a
+//!   [`ManualClock`] that only the replay moves: before injecting a packet it moves the
+//!   clock to the packet's timestamp minus the first packet's, one timer launch at a time,
+//!   letting the engine drain before each move and each launch run to completion
+//!   ([`Pfe::settle_timers`]) - so every packet is handled at its capture time, and every
+//!   timer launch due before it (aggregation's straggler scan) has run, in order. Packets
+//!   sharing a timestamp are injected together; a packet timestamped before an earlier one
+//!   is injected at the clock's reading (time never goes back). No thread sleeps: a
+//!   capture of an hour replays in the time the engine needs for its packets, and a gap in
+//!   which no aggregation block or kept Result waits for a timer is crossed in one step.
+//!   Nothing depends on the machine's speed: the same capture gives the same outputs,
+//!   timestamps included, on any machine (only the order of frames that share a timestamp
+//!   and a port may differ when several PPE threads run). It costs parallelism: the
+//!   engine drains at every new timestamp.
 //! - [`Timing::Recorded`]: frame `i` is injected `(ts_i - ts_0) / speed` after the first
 //!   (a schedule longer than a week is refused as a `speed` error: more likely a corrupt
 //!   timestamp than a capture to wait for),
@@ -75,7 +89,10 @@
 //! capture: the first input packet's timestamp plus the wall-clock time since the first
 //! injection (times `speed` with [`Timing::Recorded`], so at any speed an output frame
 //! lines up with the inputs around it; at speed 1 its timestamp minus its input's is the
-//! latency through the emulator). A rewritten frame cannot be matched to its input in
+//! latency through the emulator). With [`Timing::Capture`] it is the first input packet's
+//! timestamp plus the replay's clock: a frame a packet caused carries that packet's
+//! timestamp exactly (the emulator's latency reads as 0), a frame a timer sent (a partial
+//! Result) the time of the timer launch that sent it. A rewritten frame cannot be matched to its input in
 //! general, so input timestamps are not carried over. pcap timestamps end in 2106 (32-bit
 //! seconds): input timestamps past that are refused when the capture is read, and egress
 //! timestamps that a huge `speed` would push past it are clamped to its last nanosecond.
@@ -110,7 +127,8 @@
 //! added in any order: exact for integers, and for FPISA whenever the sums are exact, but
 //! FPISA-A's result may depend on the order (`--ppe-threads 1` keeps the capture's).
 //!
-//! The straggler scan runs on its timer threads during the replay, on the wall clock: a
+//! The straggler scan runs on its timer threads during the replay, on the engine's clock
+//! (the wall clock, or the capture's with [`Timing::Capture`]): a
 //! block that no packet touched for its job's `block_exp_ms` gets a partial Result
 //! (`degraded`, `age_op = 1`, `src_cnt` = the sources that made it). **After the last
 //! injection the replay keeps the engine running until every block is finished** - every
@@ -123,6 +141,18 @@
 //! packets reach the engine more than `block_exp_ms` apart times out even when every
 //! source is in the capture: with [`Timing::Recorded`] that follows the capture's own
 //! gaps (divided by the speed), and with [`Timing::AsFast`] it needs a stall that long.
+//!
+//! **In capture time** ([`Timing::Capture`]) the scan follows the capture's own timestamps
+//! exactly: a block whose packets are more than `block_exp_ms` apart in the capture times
+//! out, one whose packets are closer never does, whatever the machine, and a partial
+//! Result carries the time of the scan that sent it: between `block_exp_ms` and
+//! `block_exp_ms` plus a scan period after its last packet's timestamp. After the last
+//! packet the replay moves the clock on one timer launch at a time until no block is open,
+//! or until `block_exp_ms` + 1 s of capture time has passed (a block left open by a faulted
+//! thread), reporting those in [`ReplayReport::open_blocks`]. This is the mode to use when
+//! the outcome must be exact (tests, comparing runs); a timeout shorter than the capture's
+//! gaps within a block splits it into partial Results, as a live `pfemu serve` with that
+//! timeout would.
 //!
 //! # Dropped packets
 //!
@@ -180,6 +210,7 @@ use crate::microcode::trio_ml::wire::{self, GRAD_BYTES, HEADERS_LEN, MAX_GRAD_CN
 use crate::microcode::trio_ml::{TrioMl, TrioMlConfig};
 use crate::packet::Port;
 use crate::pfe::{default_ppe_threads, Frames, Pfe, Sink, StartError, Stats, DEFAULT_PORTS};
+use crate::timer::{Clock, ManualClock};
 
 /// Snap length of the captures written (tcpdump's largest).
 pub const OUT_SNAPLEN: u32 = 262_144;
@@ -245,11 +276,19 @@ pub enum Routes {
     Table(RouteTable),
 }
 
-/// When frames are injected.
+/// When frames are injected, and on which clock the engine runs.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum Timing {
-    /// As fast as the engine takes them.
+    /// As fast as the engine takes them; the engine (its timers, the egress timestamps)
+    /// runs on the wall clock.
     AsFast,
+    /// In capture time: the engine runs on a clock the replay moves itself, to each
+    /// packet's timestamp (relative to the first) before injecting it, with every timer
+    /// launch due by then run first, in order; egress timestamps read that clock. The
+    /// outcome (which aggregation blocks time out, every output timestamp) follows from the
+    /// capture alone, on any machine, and the replay takes as long as the engine needs,
+    /// not as long as the capture lasted. See the module documentation.
+    Capture,
     /// At the capture's timestamps relative to the first packet, divided by `speed`
     /// (2.0 replays twice as fast as recorded). `speed` must be positive and finite.
     Recorded {
@@ -339,8 +378,9 @@ pub struct ReplayReport {
     pub drops: Vec<DroppedPacket>,
     /// The files written, sorted ([`replay_file`] only; [`replay`] leaves it empty).
     pub files: Vec<PathBuf>,
-    /// Seconds from the first injection until the engine drained (with aggregation, this
-    /// includes the wait for the open blocks' timeouts).
+    /// Wall-clock seconds from the first injection until the engine drained (with
+    /// aggregation, this includes the wait for the open blocks' timeouts, except with
+    /// [`Timing::Capture`], which moves its clock past them without waiting).
     pub elapsed_s: f64,
     /// The engine's final counters.
     pub stats: Stats,
@@ -1315,6 +1355,9 @@ struct PcapSink {
     base: Duration,
     /// Capture time per wall-clock time (the replay's speed).
     scale: f64,
+    /// The engine's clock in capture time ([`Timing::Capture`]): timestamps read it rather
+    /// than the wall clock.
+    capture_clock: Option<Arc<ManualClock>>,
 }
 
 impl Sink for PcapSink {
@@ -1323,7 +1366,10 @@ impl Sink for PcapSink {
         if o.error.is_some() {
             return;
         }
-        let ts = egress_ts(self.base, o.start.elapsed(), self.scale);
+        let ts = match &self.capture_clock {
+            Some(c) => egress_ts(self.base, Duration::from_nanos(c.now_ns()), 1.0),
+            None => egress_ts(self.base, o.start.elapsed(), self.scale),
+        };
         if !o.ports.contains_key(&port) {
             match o.open(Output::Port(port)) {
                 Ok(w) => {
@@ -1380,7 +1426,12 @@ fn build_engine(
     sink: Arc<PcapSink>,
     ports: usize,
 ) -> Result<Engine, ReplayError> {
-    let builder = Pfe::builder().ppe_threads(cfg.ppe_threads).sink(sink);
+    let mut builder = Pfe::builder()
+        .ppe_threads(cfg.ppe_threads)
+        .sink(sink.clone());
+    if let Some(c) = &sink.capture_clock {
+        builder = builder.clock(c.clone());
+    }
     let ports = ports.max(DEFAULT_PORTS);
     let pfe = match &cfg.program {
         ReplayProgram::Filter => {
@@ -1550,7 +1601,7 @@ fn engine_err(e: impl fmt::Display) -> ReplayError {
 /// finite.
 fn speed_of(timing: Timing) -> Result<f64, ReplayError> {
     match timing {
-        Timing::AsFast => Ok(1.0),
+        Timing::AsFast | Timing::Capture => Ok(1.0),
         Timing::Recorded { speed } => {
             if !(speed.is_finite() && speed > 0.0) {
                 return Err(ConfigError::new(
@@ -1651,7 +1702,8 @@ impl Schedule {
     /// When packet `p` is due, relative to `start` (`None`: now).
     fn due(&self, p: &InPacket) -> Option<Duration> {
         match self.timing {
-            Timing::AsFast => None,
+            // Capture time moves the engine's clock instead ([`CaptureClock`]).
+            Timing::AsFast | Timing::Capture => None,
             // At most MAX_RECORDED_SECS (checked before the start): the conversion cannot fail.
             Timing::Recorded { .. } => Some(
                 Duration::try_from_secs_f64(
@@ -1670,6 +1722,83 @@ impl Schedule {
                 std::thread::sleep(at - now);
             }
         }
+    }
+}
+
+/// The engine's clock in capture time ([`Timing::Capture`]), moved by the replaying thread
+/// alone: reading 0 is the first packet's timestamp, `base`.
+struct CaptureClock {
+    clock: Arc<ManualClock>,
+    base: Duration,
+}
+
+impl CaptureClock {
+    /// The reading at capture timestamp `ts` (0 before the first packet's; saturating).
+    fn reading(&self, ts: Duration) -> u64 {
+        u64::try_from(ts.saturating_sub(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Moves the clock to `target` (not back): one timer launch at a time, the engine
+    /// drained before each move so what was injected is handled at the time it was injected
+    /// at, and each launch run to completion, so the launches due by `target` run in order.
+    /// `quiet` says that no timer has anything to do (no aggregation block open, no Result
+    /// kept): the clock then jumps to `target` at once (a launch that finds nothing to do
+    /// changes nothing, so skipping them is exact).
+    fn advance_to(&self, pfe: &Pfe, target: u64, quiet: &dyn Fn() -> bool) {
+        loop {
+            let now = self.clock.now_ns();
+            let next = pfe
+                .control()
+                .timers()
+                .iter()
+                .filter_map(|t| t.next_due_ns)
+                .min();
+            match next {
+                Some(due) if due > now && due <= target && !quiet() => {
+                    pfe.drain();
+                    self.clock.set(due);
+                    pfe.settle_timers();
+                }
+                _ => break,
+            }
+        }
+        if target > self.clock.now_ns() {
+            pfe.drain();
+            self.clock.set(target);
+            pfe.settle_timers();
+        }
+    }
+
+    /// The next timer launch's time after now, if any, but at most `bound`: where
+    /// [`CaptureClock::finish`] moves the clock next.
+    fn next_step(&self, pfe: &Pfe, bound: u64) -> u64 {
+        let now = self.clock.now_ns();
+        (pfe.control().timers().iter().filter_map(|t| t.next_due_ns))
+            .filter(|&due| due > now)
+            .min()
+            .unwrap_or(bound)
+            .min(bound)
+    }
+
+    /// After the last packet: moves the clock on, one timer launch at a time, until no
+    /// aggregation block is open or the clock passes `patience` from now; returns the blocks
+    /// still open.
+    fn finish(&self, pfe: &Pfe, trio: &TrioMl, patience: Duration) -> Result<u64, ReplayError> {
+        let patience = u64::try_from(patience.as_nanos()).unwrap_or(u64::MAX);
+        let bound = self.clock.now_ns().saturating_add(patience);
+        loop {
+            pfe.drain();
+            if trio.active_records() == 0 || self.clock.now_ns() >= bound {
+                break;
+            }
+            let step = self.next_step(pfe, bound);
+            self.clock.set(step);
+            pfe.settle_timers();
+        }
+        let open = trio
+            .active_blocks()
+            .map_err(|e| engine_err(format!("reading the open blocks: {e}")))?;
+        Ok(open.len() as u64)
     }
 }
 
@@ -1732,6 +1861,10 @@ fn replay_checked<R: Read>(
     let (ports, ports_needed) = ingress_ports(cfg, &packets)?;
     let base = packets.first().map_or(Duration::ZERO, |p| p.ts);
     Schedule::check(cfg.timing, &packets, base)?;
+    let capture_clock = (cfg.timing == Timing::Capture).then(|| CaptureClock {
+        clock: Arc::new(ManualClock::new()),
+        base,
+    });
     let sink = Arc::new(PcapSink {
         outputs: Mutex::new(Outputs {
             open,
@@ -1742,6 +1875,7 @@ fn replay_checked<R: Read>(
         }),
         base,
         scale: speed,
+        capture_clock: capture_clock.as_ref().map(|c| c.clock.clone()),
     });
     let Engine {
         mut pfe,
@@ -1769,11 +1903,27 @@ fn replay_checked<R: Read>(
     let barrier = aggregation
         .as_ref()
         .map(|(trio, _)| GenerationBarrier::new(trio.config().udp_port));
+    // In capture time, whether the timers have nothing to do (see `CaptureClock`).
+    let quiet = || {
+        aggregation
+            .as_ref()
+            .is_none_or(|(trio, _)| trio.active_records() == 0 && trio.kept_records() == 0)
+    };
     let result = if cfg.write_drops {
         // One packet at a time: in capture order already.
-        replay_one_by_one(&pfe, &sink, &packets, &ports, &mut report, |p| {
-            schedule.wait_for(p)
-        })
+        replay_one_by_one(
+            &pfe,
+            &sink,
+            &packets,
+            &ports,
+            &mut report,
+            |p| match &capture_clock {
+                Some(c) => c.advance_to(&pfe, c.reading(p.ts), &quiet),
+                None => schedule.wait_for(p),
+            },
+        )
+    } else if let Some(c) = &capture_clock {
+        inject_in_capture_time(&pfe, &packets, &ports, c, barrier, &quiet)
     } else {
         inject(&pfe, &packets, &ports, &schedule, barrier)
     };
@@ -1784,9 +1934,12 @@ fn replay_checked<R: Read>(
             // Every block still open is missing a source: let it time out.
             let patience =
                 Duration::from_millis(u64::from(a.block_exp_ms)) + Duration::from_secs(1);
-            report.open_blocks = trio
-                .finish_open_blocks(&pfe, patience)
-                .map_err(|e| engine_err(format!("reading the open blocks: {e}")))?;
+            report.open_blocks = match &capture_clock {
+                Some(c) => c.finish(&pfe, trio, patience)?,
+                None => trio
+                    .finish_open_blocks(&pfe, patience)
+                    .map_err(|e| engine_err(format!("reading the open blocks: {e}")))?,
+            };
             Ok(())
         }
         None => Ok(()),
@@ -1842,14 +1995,37 @@ fn inject(
             }
             inject(from..packets.len())
         }
-        Timing::Recorded { .. } => packets.iter().zip(ports).try_for_each(|(p, &port)| {
-            schedule.wait_for(p);
-            if must_wait(p) {
-                pfe.drain();
-            }
-            pfe.inject_frame(port, &p.data).map_err(engine_err)
-        }),
+        // Capture time goes through `inject_in_capture_time`; here it would inject at once.
+        Timing::Recorded { .. } | Timing::Capture => {
+            packets.iter().zip(ports).try_for_each(|(p, &port)| {
+                schedule.wait_for(p);
+                if must_wait(p) {
+                    pfe.drain();
+                }
+                pfe.inject_frame(port, &p.data).map_err(engine_err)
+            })
+        }
     }
+}
+
+/// Injects every packet in capture time: the clock moved to its timestamp first
+/// ([`CaptureClock::advance_to`], which drains the engine before it moves), the engine
+/// drained first where `barrier` says the packet must wait.
+fn inject_in_capture_time(
+    pfe: &Pfe,
+    packets: &[InPacket],
+    ports: &[Port],
+    clock: &CaptureClock,
+    mut barrier: Option<GenerationBarrier>,
+    quiet: &dyn Fn() -> bool,
+) -> Result<(), ReplayError> {
+    packets.iter().zip(ports).try_for_each(|(p, &port)| {
+        clock.advance_to(pfe, clock.reading(p.ts), quiet);
+        if barrier.as_mut().is_some_and(|b| b.must_wait(&p.data)) {
+            pfe.drain();
+        }
+        pfe.inject_frame(port, &p.data).map_err(engine_err)
+    })
 }
 
 /// Ends the outputs after the run: the first error a write met, or each capture flushed

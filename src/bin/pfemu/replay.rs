@@ -18,16 +18,24 @@ pub const HELP: &str = "Examples (the samples are in the repository's examples/c
     pfemu replay --pcap examples/captures/l3fwd.pcap --program l3fwd --route-file examples/captures/l3fwd-routes.txt --out out/\n  \
     pfemu replay --pcap examples/captures/trio-ml-workers.pcapng --program trio-ml --job 1:4 --out out/   # Results in out/port1.pcap\n  \
     pfemu replay --pcap in.pcap --timing recorded --speed 10 --json > report.json\n  \
+    pfemu replay --pcap examples/captures/trio-ml-workers.pcapng --program trio-ml --job 1:4 --timing capture --out out/\n  \
     tshark -r out/port1.pcap\n\n\
     Reads a classic pcap or a pcapng capture (link type Ethernet), checks all of it first, \
     then injects every packet: a pcap capture's on --port, a pcapng capture's interface i \
     on --port + i (pcapng timestamps at each interface's if_tsresol, microseconds when \
     absent). Writes OUT/port<N>.pcap for every port that sent anything, in the order frames \
     left that port, with egress timestamps on the capture's timeline (first input timestamp \
-    + time since the first injection, times --speed with --timing recorded); nanosecond \
-    pcap, link type Ethernet. Packets captured shorter than on the wire are replayed as \
+    + time since the first injection, times --speed with --timing recorded; + the \
+    capture clock with --timing capture); nanosecond pcap, link type Ethernet. Packets captured shorter than on the wire are replayed as \
     captured (and counted). Earlier port<N>.pcap and dropped.pcap files in OUT are removed \
     first.\n\n\
+    --timing capture replays in capture time: the engine's clock (its timers, the egress \
+    timestamps) is moved by the replay to each packet's timestamp (relative to the first) \
+    before the packet goes in, every timer launch due by then run first, in order, and \
+    nothing sleeps. A frame a packet caused carries that packet's timestamp; a block \
+    timeout (--block-exp-ms) follows the capture's own gaps, so which blocks get partial \
+    Results, and when, is the same on any machine. The engine drains at each new \
+    timestamp (less parallel than --timing fast).\n\n\
     --drops finds each dropped packet exactly by injecting one packet at a time and reading \
     the engine's counters after it drained (slow: for debugging a program, not measuring \
     it), and writes them as captured, with their input timestamps, to OUT/dropped.pcap; the \
@@ -41,7 +49,10 @@ pub const HELP: &str = "Examples (the samples are in the repository's examples/c
     (OUT/portJ.pcap). Aggregated packets are consumed, not dropped. The straggler scan \
     runs meanwhile: a block missing a source gets a partial Result --block-exp-ms after \
     its last packet, and after the last packet the replay waits until every open block \
-    has timed out, so those partial Results are written too. (tshark guesses LLC for UDP \
+    has timed out, so those partial Results are written too. With --timing fast or \
+    recorded the scan runs on the wall clock, so a stall of the host as long as \
+    --block-exp-ms can split a block; with --timing capture it runs on the capture's \
+    clock and the outcome is exact. (tshark guesses LLC for UDP \
     port 12000; `tshark -d udp.port==12000,data` shows the Trio-ML bytes as data.)";
 
 /// Program choices of `pfemu replay`.
@@ -78,6 +89,9 @@ pub enum TimingArg {
     Fast,
     /// At the capture's timestamps (divided by --speed).
     Recorded,
+    /// In capture time: the engine's clock follows the capture's timestamps, moved by the
+    /// replay (no waiting), so timeouts and egress timestamps are exact on any machine.
+    Capture,
 }
 
 #[derive(clap::Args, Debug)]
@@ -98,7 +112,8 @@ pub struct ReplayArgs {
     /// l3fwd: load the routes from this file instead of generating them.
     #[arg(long, value_name = "FILE")]
     route_file: Option<PathBuf>,
-    /// When to inject frames.
+    /// When to inject frames, and on which clock the engine runs (capture: the capture's
+    /// timestamps, moved by the replay; exact on any machine).
     #[arg(long, value_enum, default_value_t = TimingArg::Fast)]
     timing: TimingArg,
     /// Speed-up factor of --timing recorded (2 = twice as fast as recorded; positive and
@@ -121,7 +136,8 @@ pub struct ReplayArgs {
     /// a block missing a source this long after its last packet gets a partial Result.
     /// Shorter than `pfemu serve`'s 200: a capture replays without the start-up gaps of
     /// worker processes, and the replay waits this long after its last packet for the
-    /// partial Results (raise it for `--timing recorded` captures with longer gaps).
+    /// partial Results (raise it for `--timing recorded` and `--timing capture` replays of
+    /// captures with longer gaps).
     #[arg(long)]
     block_exp_ms: Option<u8>,
     /// trio-ml, fpisa: the largest worker window (each job needs 2 * window block slots;
@@ -163,7 +179,7 @@ pub fn replay(a: &ReplayArgs, matches: Option<&clap::ArgMatches>) -> CliResult {
         )
         .into());
     }
-    if a.timing == TimingArg::Fast && (given("speed") || a.speed != 1.0) {
+    if a.timing != TimingArg::Recorded && (given("speed") || a.speed != 1.0) {
         return Err("invalid option `--speed`: applies to `--timing recorded` only".into());
     }
     if a.program != ReplayProgramArg::L3fwd && a.route_file.is_some() {
@@ -261,6 +277,7 @@ pub fn replay(a: &ReplayArgs, matches: Option<&clap::ArgMatches>) -> CliResult {
         timing: match a.timing {
             TimingArg::Fast => Timing::AsFast,
             TimingArg::Recorded => Timing::Recorded { speed: a.speed },
+            TimingArg::Capture => Timing::Capture,
         },
         ppe_threads: a.ppe_threads.unwrap_or_else(default_ppe_threads),
         port: a.port,
