@@ -787,13 +787,15 @@ fn trio_ml_replay_writes_each_jobs_results_with_exact_sums_and_names_the_bad_pac
     let c = trio_ml_capture();
     let input = dir.join("in.pcap");
     write_capture(&input, &c.frames, None);
-    // A block timeout far beyond the time a burst takes, so every complete block completes.
+    // In capture time, with a block timeout beyond the capture's gaps (a block's packets are
+    // at most 9 ms apart): every complete block completes, on any machine.
     let cfg = ReplayConfig {
         program: aggregation(Aggregation::TrioMl, &["1:4", "2:3..5"], 255),
+        timing: Timing::Capture,
         ppe_threads: 2,
         ..ReplayConfig::default()
     };
-    let out = dir.join("fast");
+    let out = dir.join("capture");
     let r = replay_file(&cfg, &input, &out).expect("replay");
     assert_eq!(r.program, "trio-ml");
     assert_eq!(
@@ -874,6 +876,7 @@ fn fpisa_replay_sums_match_the_fpisa_reference_bit_for_bit() {
         write_capture(&input, &c.frames, None);
         let cfg = ReplayConfig {
             program: aggregation(Aggregation::Fpisa(variant), &["1:4"], 255),
+            timing: Timing::Capture,
             ppe_threads: 2,
             ..ReplayConfig::default()
         };
@@ -885,13 +888,12 @@ fn fpisa_replay_sums_match_the_fpisa_reference_bit_for_bit() {
     }
 }
 
-#[test]
-fn a_block_missing_a_worker_times_out_and_its_partial_result_is_written() {
-    let dir = scratch("straggler");
+/// Three chunks of job 1 (sources 0..4), frame `i` at 1000 s + `i` ms: worker 2 sends
+/// nothing for chunk 1 (block 1), whose last packet is frame 6.
+fn straggler_capture() -> AggCapture {
     let workers: Vec<u8> = (0..4).collect();
     let mut c = AggCapture::default();
     for chunk in 0..3u32 {
-        // Worker 2 sends nothing for chunk 1.
         let sending: Vec<u8> = if chunk == 1 {
             vec![0, 1, 3]
         } else {
@@ -907,11 +909,43 @@ fn a_block_missing_a_worker_times_out_and_its_partial_result_is_written() {
             wrapping_sum,
         );
     }
+    c
+}
+
+/// A Result as it left: its (job, block, generation), sources, degraded flag, timestamp.
+type TimedResult = ((u8, u32, u16), u8, bool, Duration);
+
+/// The Results of a port's capture with their timestamps, in the order they left.
+fn timed_results(path: &Path) -> Vec<TimedResult> {
+    read_capture(path)
+        .into_iter()
+        .map(|(ts, _, f)| {
+            let (h, _) = wire::parse(&f).expect("a Result is a Trio-ML frame");
+            ((h.job_id, h.block_id, h.gen_id), h.src_cnt, h.degraded, ts)
+        })
+        .collect()
+}
+
+/// In capture time the straggler scan follows the capture's clock: the block missing a
+/// worker times out exactly `block_exp` to `block_exp` + a scan period after its last
+/// packet's timestamp, the full blocks' Results carry their last packet's timestamp, and a
+/// host stall cannot split a block (the 50 ms timeout used to be on the wall clock, so a
+/// PPE or replay thread held 50 ms between two packets of a chunk made a full block partial).
+#[test]
+fn a_block_missing_a_worker_times_out_and_its_partial_result_is_written() {
+    let dir = scratch("straggler");
+    let c = straggler_capture();
     let input = dir.join("in.pcap");
     write_capture(&input, &c.frames, None);
-    for (write_drops, out) in [(false, "fast"), (true, "drops")] {
+    let base = Duration::from_secs(1000);
+    let ms = Duration::from_millis;
+    let block_exp = ms(50);
+    let scan = Duration::from_nanos(TrioMlConfig::default().scan_period_ns);
+    let mut runs = Vec::new();
+    for (write_drops, out) in [(false, "capture"), (true, "drops")] {
         let cfg = ReplayConfig {
             program: aggregation(Aggregation::TrioMl, &["1:4"], 50),
+            timing: Timing::Capture,
             ppe_threads: 2,
             write_drops,
             ..ReplayConfig::default()
@@ -923,23 +957,78 @@ fn a_block_missing_a_worker_times_out_and_its_partial_result_is_written() {
         assert!(r.drops.is_empty());
         let partial = results_of(&out.join("port1.pcap"))[&(1, 1, 0)].clone();
         assert_eq!((partial.src_cnt, partial.degraded), (3, true));
-        // It left at least block_exp after the replay started (on the capture's timeline).
-        let ts = read_capture(&out.join("port1.pcap"))
-            .into_iter()
-            .find(|(_, _, f)| wire::parse(f).is_ok_and(|(h, _)| h.block_id == 1))
-            .map(|(ts, _, _)| ts)
-            .expect("the partial Result");
+        let timed = timed_results(&out.join("port1.pcap"));
+        let ts_of = |block: u32| {
+            timed
+                .iter()
+                .find(|(k, ..)| k.1 == block)
+                .map(|t| t.3)
+                .expect("a Result of the block")
+        };
+        // The full Results leave with their last packets (frames 3 and 10).
+        assert_eq!(ts_of(0), base + ms(3));
+        assert_eq!(ts_of(2), base + ms(10));
+        // The partial one: block_exp to block_exp + a scan period after frame 6.
+        let last = base + ms(6);
+        let ts = ts_of(1);
+        assert!(
+            ts >= last + block_exp && ts <= last + block_exp + scan,
+            "the partial Result at {ts:?}, its last packet at {last:?}"
+        );
+        tshark_reads(&r.files);
+        runs.push(timed);
+    }
+    // The same capture, the same Results at the same times, one packet at a time or not
+    // (the Results of one port leave in time order: a drain comes before every clock move).
+    assert_eq!(runs[0], runs[1]);
+}
+
+/// On the wall clock (`Timing::AsFast`) the outcome depends on the host's speed (a stall
+/// of `block_exp` between two packets of a block splits it); what holds at any speed:
+/// every packet is accounted for, no block stays open, the block missing a worker is
+/// degraded, and its partial Result leaves at least `block_exp` after the first injection
+/// on the capture's timeline.
+#[test]
+fn a_wall_clock_aggregation_replay_keeps_what_holds_at_any_speed() {
+    let dir = scratch("straggler-wall");
+    let c = straggler_capture();
+    let input = dir.join("in.pcap");
+    write_capture(&input, &c.frames, None);
+    let cfg = ReplayConfig {
+        program: aggregation(Aggregation::TrioMl, &["1:4"], 50),
+        ppe_threads: 2,
+        ..ReplayConfig::default()
+    };
+    let out = dir.join("fast");
+    let r = replay_file(&cfg, &input, &out).expect("replay");
+    assert_eq!(r.packets_in, c.frames.len() as u64);
+    assert_eq!(
+        r.forwarded + r.consumed + r.dropped,
+        r.packets_in,
+        "every packet accounted for"
+    );
+    assert_eq!(r.open_blocks, 0);
+    let timed = timed_results(&out.join("port1.pcap"));
+    let block1: Vec<_> = timed.iter().filter(|(k, ..)| *k == (1, 1, 0)).collect();
+    assert!(!block1.is_empty(), "block 1 has a Result: {timed:?}");
+    for &&(_, src_cnt, degraded, ts) in &block1 {
+        assert!(degraded && src_cnt <= 3, "{timed:?}");
         assert!(
             ts >= Duration::from_secs(1000) + Duration::from_millis(50),
             "{ts:?}"
         );
-        assert!(
-            r.elapsed_s >= 0.05,
-            "waited for the timeout: {}",
-            r.elapsed_s
-        );
-        tshark_reads(&r.files);
     }
+    for (key, want) in &c.results[&1] {
+        let sources: u32 = (timed.iter())
+            .filter(|(k, ..)| k == key)
+            .map(|t| u32::from(t.1))
+            .sum();
+        assert!(
+            sources <= u32::from(want.src_cnt),
+            "{key:?}: {sources} sources in its Results"
+        );
+    }
+    tshark_reads(&r.files);
 }
 
 #[test]
@@ -997,6 +1086,8 @@ fn cli_replays_trio_ml_jobs_and_reports_json() {
         jobs.to_str().unwrap(),
         "--block-exp-ms",
         "255",
+        "--timing",
+        "capture",
         "--window",
         "16",
         "--ppe-threads",
@@ -2356,8 +2447,10 @@ fn sample_captures_are_the_generators_and_replay_as_documented() {
     assert!(r.dropped > 0, "the sample shows drops too");
 
     let cfg = ReplayConfig {
-        // The longest timeout: only a stall that long could split a full block.
-        program: aggregation(Aggregation::TrioMl, &["1:4"], 255),
+        // In capture time: the sample's chunks are 1 ms apart, so only the chunk worker 3
+        // never sends times out, on any machine.
+        program: aggregation(Aggregation::TrioMl, &["1:4"], 20),
+        timing: Timing::Capture,
         ..ReplayConfig::default()
     };
     let trio_out = out.join("trio-ml");
