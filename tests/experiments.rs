@@ -184,8 +184,8 @@ fn fig13_straggler_aware_gives_up_on_stragglers_and_wait_for_all_never_does() {
     );
 }
 
-const RATE_HEADER: &str = "grads,window,blocks,results,latency_mean_us,latency_p50_us,\
-                           latency_p99_us,rate_mgps,elapsed_s,verified";
+const RATE_HEADER: &str = "grads,window,blocks,results,degraded,lost,latency_mean_us,\
+                           latency_p50_us,latency_p99_us,rate_mgps,elapsed_s,verified";
 
 #[test]
 fn fig15_every_size_aggregates_exactly() {
@@ -198,13 +198,19 @@ fn fig15_every_size_aggregates_exactly() {
             ..Fig15Config::default().job
         },
     };
+    // The scan timers run on the system clock with the figure's 250 ms block timeout: a
+    // worker or PPE thread held up that long on a busy machine leaves a block partial. So
+    // `verified` is what must hold on any machine: every chunk settled, every complete
+    // Result with exactly every worker's sums, every partial one with exactly the sums of
+    // as many sources as it says (`degraded` and `lost` count them, the machine's figure).
     let r = experiments::fig15(&cfg).unwrap();
     assert!(r.verified, "{r:#?}");
     let sizes: Vec<u16> = r.rows.iter().map(|p| p.grads).collect();
     assert_eq!(sizes, [64, 1000]);
     for p in &r.rows {
         assert!(p.verified);
-        assert_eq!((p.window, p.blocks, p.results), (1, 30, 120));
+        assert_eq!((p.window, p.blocks, p.results + p.lost), (1, 30, 120));
+        assert!(p.degraded <= p.results, "{p:?}");
         assert!(p.latency_mean_us > 0.0 && p.rate_mgps > 0.0);
         assert!(p.latency_p50_us <= p.latency_p99_us);
     }
@@ -227,7 +233,11 @@ fn fig16_every_window_aggregates_exactly_without_timers_too() {
     assert!(r.verified, "{r:#?}");
     let windows: Vec<usize> = r.rows.iter().map(|p| p.window).collect();
     assert_eq!(windows, [1, 8]);
-    assert!(r.rows.iter().all(|p| p.results == 72 && p.verified));
+    // No timers, so no block is ever given up on: every Result is complete and exact.
+    assert!(r
+        .rows
+        .iter()
+        .all(|p| (p.results, p.degraded, p.lost) == (72, 0, 0) && p.verified));
     assert!(windows.contains(&r.best_window));
     check_files(&r, &temp_dir("fig16"), RATE_HEADER, 2);
 }

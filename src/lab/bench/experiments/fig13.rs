@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::{
     bad, check_grads, check_ppe, check_timeout, check_timers, check_workers, gradients, join, ms,
-    ns_since, rig, sleep_until, worker_config, yes_no, ExperimentError, Figure, Injector,
-    RigConfig, GIVE_UP, MAX_WINDOW,
+    ns_since, rig, sleep_until, verify_allreduce, worker_config, yes_no, ExperimentError, Figure,
+    Injector, RigConfig, GIVE_UP, MAX_WINDOW,
 };
 use crate::lab::bench::plot::{self, Chart, Series};
 use crate::microcode::trio_ml::host::{drive, DriveOptions, HostError, Worker};
@@ -204,34 +204,6 @@ struct WorkerRun {
     resyncs: u64,
     skipped: u64,
     verified: bool,
-}
-
-/// Checks one allreduce's Results: each chunk sums exactly `src_cnt` of the workers'
-/// gradients of round `round` (some subset of that size), and is degraded exactly when
-/// `src_cnt` is short of all workers; or it is lost (the aggregator said its generation
-/// was gone), with no sources and zero sums.
-fn verify_allreduce(w: &Worker, seed: u64, workers: u8, round: u64) -> bool {
-    let n = w.sums().len();
-    let g = w.config().grads_per_packet;
-    let all: Vec<Vec<i32>> = (0..workers).map(|s| gradients(seed, s, round, n)).collect();
-    let sum_of = |mask: u32, i: usize| {
-        (0..workers)
-            .filter(|&s| mask & 1 << s != 0)
-            .fold(0i32, |a, s| a.wrapping_add(all[usize::from(s)][i]))
-    };
-    w.is_done()
-        && w.src_counts().iter().enumerate().all(|(c, &cnt)| {
-            let range = c * g..((c + 1) * g).min(n);
-            let sums = &w.sums()[range.clone()];
-            if w.lost()[c] {
-                return cnt == 0 && w.degraded()[c] && sums.iter().all(|&v| v == 0);
-            }
-            cnt >= 1
-                && w.degraded()[c] == (cnt < workers)
-                && (0u32..1 << workers)
-                    .filter(|m| m.count_ones() == u32::from(cnt))
-                    .any(|m| range.clone().zip(sums).all(|(i, &v)| sum_of(m, i) == v))
-        })
 }
 
 /// Shared by a run's workers: the latest iteration completed and when each began.

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::rate::{RateChart, RateFigure, RateJob};
+use super::rate::{partial_note, RateChart, RateFigure, RateJob};
 use super::{bad, check_grads, yes_no, ExperimentError, RatePoint};
 
 /// Figure 15: aggregation latency and rate against gradients per packet, window 1.
@@ -42,7 +42,8 @@ pub struct Fig15Report {
     /// Latency at the largest size over latency at the smallest (the paper: 200 µs /
     /// 30 µs = 6.6x for 16x the gradients).
     pub latency_ratio: f64,
-    /// Every Result arrived with the right sums.
+    /// Every point verified ([`RatePoint::verified`]): every chunk settled, every Result
+    /// with exactly the sums of the sources it says it holds.
     pub verified: bool,
 }
 
@@ -104,9 +105,10 @@ impl RateFigure for Fig15Report {
     fn key(&self) -> String {
         format!(
             "key: latency at the largest size is {:.1}x the smallest (the paper: 6.6x from 64 \
-             to 1024); sums verified: {}\n",
+             to 1024); sums verified: {}{}\n",
             self.latency_ratio,
-            yes_no(self.verified)
+            yes_no(self.verified),
+            partial_note(&self.rows)
         )
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::rate::{RateChart, RateFigure, RateJob};
+use super::rate::{partial_note, RateChart, RateFigure, RateJob};
 use super::{bad, check_grads, yes_no, ExperimentError, RatePoint, MAX_WINDOW};
 use crate::lab::bench::settings::list_text;
 
@@ -54,7 +54,8 @@ pub struct Fig16Report {
     pub best_window: usize,
     /// Its throughput, M gradients/s.
     pub best_rate_mgps: f64,
-    /// Every Result arrived with the right sums.
+    /// Every point verified ([`RatePoint::verified`]): every chunk settled, every Result
+    /// with exactly the sums of the sources it says it holds.
     pub verified: bool,
 }
 
@@ -133,10 +134,11 @@ impl RateFigure for Fig16Report {
 
     fn key(&self) -> String {
         format!(
-            "key: best throughput {:.1} M gradients/s at window {}; sums verified: {}\n",
+            "key: best throughput {:.1} M gradients/s at window {}; sums verified: {}{}\n",
             self.best_rate_mgps,
             self.best_window,
-            yes_no(self.verified)
+            yes_no(self.verified),
+            partial_note(&self.rows)
         )
     }
 }

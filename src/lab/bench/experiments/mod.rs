@@ -15,7 +15,13 @@
 //!   packet.
 //!
 //! Every experiment checks every Result it receives against sums it computes itself and
-//! says so in its report's `verified`. Reports serialise to JSON, and [`write_files`] writes
+//! says so in its report's `verified`: a complete Result must hold exactly every worker's
+//! sums, a partial one (`degraded`, given up on by the straggler scan) exactly the sums of
+//! as many sources as its `src_cnt` says. The scan times blocks out on the system clock,
+//! so on a busy machine a block of [`fig15`] or [`fig16`] may outlive its timeout (a worker
+//! or PPE thread held up that long): those points count their partial Results and lost
+//! chunks apart ([`RatePoint::degraded`], [`RatePoint::lost`]), a figure of the machine's
+//! speed, and verify them like any other. Reports serialise to JSON, and [`write_files`] writes
 //! a report's CSV (one row per point) and SVG chart.
 //!
 //! Gradients are pseudo-random integers below 2^19 in magnitude (so sums of up to 255
@@ -210,6 +216,53 @@ pub(crate) fn sums_of(seed: u64, srcs: &[u8], round: u64, n: usize) -> Vec<i32> 
         }
     }
     s
+}
+
+/// Checks one allreduce's Results against exactly what each says it holds: a chunk's sums
+/// are those of `src_cnt` of the workers' gradients of round `round` (the others' left
+/// out: some set of `workers - src_cnt` sources, which the Result does not name), and it
+/// is degraded exactly when `src_cnt` is short of all workers; a complete chunk so has the
+/// exact sums of every worker. Or the chunk is lost (the aggregator said its generation
+/// was gone), with no sources and zero sums. A partial Result is consistent, not wrong:
+/// the caller counts those apart ([`Worker::stats`]).
+pub(crate) fn verify_allreduce(w: &Worker, seed: u64, workers: u8, round: u64) -> bool {
+    let n = w.sums().len();
+    let g = w.config().grads_per_packet;
+    let all: Vec<Vec<i32>> = (0..workers).map(|s| gradients(seed, s, round, n)).collect();
+    let full = sums_of(seed, &(0..workers).collect::<Vec<_>>(), round, n);
+    let without = |missing: u64, i: usize| {
+        (0..workers)
+            .filter(|&s| missing & 1 << s != 0)
+            .fold(full[i], |a, s| a.wrapping_sub(all[usize::from(s)][i]))
+    };
+    w.is_done()
+        && w.src_counts().iter().enumerate().all(|(c, &cnt)| {
+            let range = c * g..((c + 1) * g).min(n);
+            let sums = &w.sums()[range.clone()];
+            if w.lost()[c] {
+                return cnt == 0 && w.degraded()[c] && sums.iter().all(|&v| v == 0);
+            }
+            (1..=workers).contains(&cnt)
+                && w.degraded()[c] == (cnt < workers)
+                && sets_of(workers, workers - cnt)
+                    .any(|m| range.clone().zip(sums).all(|(i, &v)| without(m, i) == v))
+        })
+}
+
+/// Every set of `k` of the sources `0..n` (n at most 63), as a bit mask, in increasing
+/// order (Gosper's hack): one, the empty set, when `k` is 0.
+fn sets_of(n: u8, k: u8) -> impl Iterator<Item = u64> {
+    let end = 1u64 << n.min(63);
+    let first = (1u64 << k.min(63)) - 1;
+    std::iter::successors((first < end || k == 0).then_some(first), move |&m| {
+        if m == 0 {
+            return None;
+        }
+        let low = m & m.wrapping_neg();
+        let r = m + low;
+        let next = (((r ^ m) >> 2) / low) | r;
+        (next < end).then_some(next)
+    })
 }
 
 /// A running PFE with Trio-ML and one job of `workers` sources on ports `0..workers`,
@@ -612,6 +665,79 @@ mod tests {
         assert_eq!(percentile(&v, 0.99), 10);
         assert_eq!(percentile(&v, 0.0), 1);
         assert_eq!(percentile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn sets_of_lists_every_set_of_k_sources_once() {
+        assert_eq!(sets_of(4, 0).collect::<Vec<_>>(), [0]);
+        assert_eq!(sets_of(3, 1).collect::<Vec<_>>(), [0b001, 0b010, 0b100]);
+        assert_eq!(
+            sets_of(4, 2).collect::<Vec<_>>(),
+            [0b0011, 0b0101, 0b0110, 0b1001, 0b1010, 0b1100]
+        );
+        assert_eq!(sets_of(3, 3).collect::<Vec<_>>(), [0b111]);
+        assert_eq!(sets_of(32, 1).count(), 32);
+        assert_eq!(sets_of(2, 3).count(), 0);
+    }
+
+    /// Worker 0 of 3 (2 chunks of 4 gradients, both outstanding), given a Result per chunk:
+    /// `(src_cnt, degraded, sums)`.
+    fn worker_given(results: [(u8, bool, Vec<i32>); 2]) -> Worker {
+        let (seed, round) = (5, 2);
+        let mut w = Worker::new(worker_config(0, 4, 2, 0), gradients(seed, 0, round, 8)).unwrap();
+        w.poll(0, &mut Vec::new());
+        for (block, (src_cnt, degraded, sums)) in results.into_iter().enumerate() {
+            let frame = wire::agg_packet(&wire::AggPacket {
+                endpoints: wire::Endpoints {
+                    src_mac: [2, 0, 0, 0, 0, 0xFE],
+                    dst_mac: [1, 0, 0x5E, 0, 0, 1],
+                    src_addr: TrioMlConfig::default().local_addr,
+                    dst_addr: std::net::Ipv4Addr::new(239, 0, 0, 1),
+                    src_port: wire::DEFAULT_UDP_PORT,
+                    dst_port: wire::DEFAULT_UDP_PORT,
+                },
+                hdr: wire::TrioMlHdrFields {
+                    job_id: JOB,
+                    block_id: block as u32,
+                    src_cnt,
+                    degraded,
+                    grad_cnt: 4,
+                    ..Default::default()
+                },
+                gradients: &sums,
+            });
+            assert!(matches!(w.on_frame(&frame), Ok(Received::Result { .. })));
+        }
+        w
+    }
+
+    /// Chunk `c`'s sums over `srcs` (seed 5, round 2).
+    fn chunk_sums(srcs: &[u8], c: usize) -> Vec<i32> {
+        sums_of(5, srcs, 2, 8)[c * 4..(c + 1) * 4].to_vec()
+    }
+
+    #[test]
+    fn an_allreduce_verifies_exact_complete_and_consistent_partial_results_only() {
+        let check = |results| verify_allreduce(&worker_given(results), 5, 3, 2);
+        let complete = |c| (3, false, chunk_sums(&[0, 1, 2], c));
+        // Both complete, or the second partial without source 1 (any source may be the one
+        // missing): verified.
+        assert!(check([complete(0), complete(1)]));
+        assert!(check([complete(0), (2, true, chunk_sums(&[0, 2], 1))]));
+        assert!(check([complete(0), (1, true, chunk_sums(&[1], 1))]));
+        // A lane off by one.
+        let mut off = chunk_sums(&[0, 1, 2], 0);
+        off[3] = off[3].wrapping_add(1);
+        assert!(!check([(3, false, off), complete(1)]));
+        // Partial sums presented as complete, with or without the degraded bit.
+        assert!(!check([complete(0), (3, false, chunk_sums(&[0, 2], 1))]));
+        assert!(!check([complete(0), (3, true, chunk_sums(&[0, 2], 1))]));
+        // A partial Result whose sums are not those of as many sources as it says.
+        assert!(!check([complete(0), (2, true, chunk_sums(&[0], 1))]));
+        assert!(!check([complete(0), (2, true, chunk_sums(&[0, 1, 2], 1))]));
+        // Short of sources but not marked degraded; no sources at all.
+        assert!(!check([complete(0), (2, false, chunk_sums(&[0, 2], 1))]));
+        assert!(!check([complete(0), (0, true, vec![0; 4])]));
     }
 
     #[test]
