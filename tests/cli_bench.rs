@@ -292,7 +292,17 @@ fn bench_trio_ml_and_fpisa_profile_print_where_the_time_went() {
             v["profile"].is_null() && v["summary"]["profile"].is_null(),
             "{bench}: profiled without --profile: {v}"
         );
+        // The straggler scan runs on the system clock (a 100 ms block timeout), so a busy
+        // machine may leave blocks partial: the check still holds every complete Result to
+        // its exact sums and every partial one to the sums of the sources it holds, and
+        // the report accounts for each late packet (answered with its block's Result, then
+        // dropped) and nothing else dropped.
         assert_eq!(v["verified_all_runs"], true, "{bench}: {v}");
+        let late = v["late"].as_u64().unwrap();
+        assert!(v["degraded"].as_u64().unwrap() <= 8, "{bench}: {v}");
+        assert_eq!(v["dropped"].as_u64(), Some(late), "{bench}: {v}");
+        // 8 blocks x 2 generations, and an answer per late packet.
+        assert_eq!(v["created"].as_u64(), Some(16 + late), "{bench}: {v}");
     }
 }
 

@@ -1106,10 +1106,19 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
             "\n  {} Results of {} gradients, instructions per gradient {:.4}\n",
             r.stats.created, r.grads, r.instructions_per_gradient
         );
+        if r.degraded + r.late > 0 {
+            println!(
+                "  {} partial Results in the last generation, {} late packets: blocks that \
+                 outlived the 100 ms block timeout on this machine's clock (checked against \
+                 the sources they hold)\n",
+                r.degraded, r.late
+            );
+        }
         r.summary.print();
         match &failed {
             None => println!(
-                "  check: in every run, every Result arrived; the last generation's sums match"
+                "  check: in every run, every Result arrived; the last generation's sums match \
+                 (a partial one's, those of the sources it holds)"
             ),
             Some(runs) => println!(
                 "  check: FAILED in {runs}: Results were missing or their sums did not match"

@@ -251,7 +251,7 @@ pub(crate) fn verify_allreduce(w: &Worker, seed: u64, workers: u8, round: u64) -
 
 /// Every set of `k` of the sources `0..n` (n at most 63), as a bit mask, in increasing
 /// order (Gosper's hack): one, the empty set, when `k` is 0.
-fn sets_of(n: u8, k: u8) -> impl Iterator<Item = u64> {
+pub(crate) fn sets_of(n: u8, k: u8) -> impl Iterator<Item = u64> {
     let end = 1u64 << n.min(63);
     let first = (1u64 << k.min(63)) - 1;
     std::iter::successors((first < end || k == 0).then_some(first), move |&m| {
