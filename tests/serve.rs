@@ -122,8 +122,9 @@ fn wait_received(m: &Monitor, n: u64) {
     while m.stats().datagrams_in < n {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "the server received {} of {n} datagrams",
-            m.stats().datagrams_in
+            "the server received {} of {n} datagrams: {:?}",
+            m.stats().datagrams_in,
+            m.stats()
         );
         std::thread::sleep(Duration::from_millis(1));
     }
