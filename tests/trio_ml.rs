@@ -14,7 +14,9 @@ use common::Rng;
 use pfemu::microcode::trio_ml::wire::{
     self, AggPacket, Control, Endpoints, JobCtx, TrioMlHdrFields,
 };
-use pfemu::microcode::trio_ml::{JobConfig, TrioMl, TrioMlConfig, TrioMlError, TIMER_ENTRY};
+use pfemu::microcode::trio_ml::{
+    JobConfig, TrioMl, TrioMlConfig, TrioMlError, NO_BLOCK_TIMEOUT, TIMER_ENTRY,
+};
 use pfemu::prelude::*;
 use pfemu::program::{Harness, HarnessOutcome};
 use pfemu::timer::Launch;
@@ -981,6 +983,45 @@ fn an_aged_block_sends_one_partial_result_after_block_exp_not_before() {
     assert_eq!(s.trio.kept_results().unwrap()[0].sums, [11, 22, 33, 44]);
 }
 
+/// A job without a timeout: a block missing a source is never given up on, however long
+/// the timers scan (the scans are counted, not timed), and the straggler's packet, however
+/// late, completes it exactly. The timers still finish a block every source made.
+#[test]
+fn a_job_without_a_block_timeout_waits_for_its_last_source() {
+    let cfg = TrioMlConfig {
+        scan_period_ns: MS,
+        timers: 4,
+        hash_shards: 16,
+        ..config()
+    };
+    let mut j = job(1, &[0, 1, 2]);
+    j.block_exp_ms = NO_BLOCK_TIMEOUT;
+    let mut s = Setup::new(cfg, &[j]);
+    let g = [vec![1, 2], vec![10, 20], vec![100, 200]];
+    s.consumed(0, &packet(1, 3, 0, 0, &g[0]));
+    s.consumed(1, &packet(1, 3, 0, 1, &g[1]));
+    // Far past the longest timeout a job may have (255 ms): the block ages (to 255 at
+    // most) but stays open, and no partial Result goes out.
+    for k in 1..=1000u64 {
+        assert!(s.scan(k * MS).is_empty(), "scan {k}");
+    }
+    let open = s.trio.active_blocks().unwrap();
+    assert_eq!(
+        (open.len(), open[0].rcvd_cnt, open[0].block_age),
+        (1, 2, 255)
+    );
+    assert!(s.trio.kept_results().unwrap().is_empty());
+    // The straggler completes it: a whole Result, exact.
+    let whole = expected_result(1, 3, 0, 3, false, &[111, 222]);
+    assert_eq!(
+        s.consumed(2, &packet(1, 3, 0, 2, &g[2])),
+        [(Dest::Group(1), whole)]
+    );
+    assert!(s.trio.active_blocks().unwrap().is_empty());
+    let kept = s.trio.kept_results().unwrap();
+    assert_eq!((kept.len(), kept[0].rcvd_cnt), (1, 3));
+}
+
 #[test]
 fn a_referenced_block_starts_ageing_again() {
     let cfg = TrioMlConfig {
@@ -1061,9 +1102,12 @@ fn configuration_is_validated() {
     let mut j = job(1, &[0]);
     j.block_grad_max = 4096;
     assert_eq!(refused(j), "block_grad_max");
-    let mut j = job(1, &[0]);
-    j.block_exp_ms = 0;
-    assert_eq!(refused(j), "block_exp_ms");
+    // 0 is no timeout (NO_BLOCK_TIMEOUT), not a refused setting.
+    let mut j = job(7, &[0]);
+    j.block_exp_ms = NO_BLOCK_TIMEOUT;
+    trio.add_job(&j).unwrap();
+    assert_eq!(trio.job_state(7).unwrap().block_exp_ms, NO_BLOCK_TIMEOUT);
+    trio.remove_job(7).unwrap();
     trio.add_job(&job(1, &(0..255).collect::<Vec<u8>>()))
         .unwrap();
     assert_eq!(trio.add_job(&job(1, &[0])), Err(TrioMlError::JobExists(1)));

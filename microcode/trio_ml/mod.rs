@@ -6,7 +6,8 @@
 //! source is in, sends one *Result* packet carrying the sums to the job (a multicast group,
 //! or the next aggregator up a hierarchy). Timer threads scan the block records: a block
 //! that no packet referenced for the job's `block_exp` is given up on, and a partial Result
-//! (`degraded`, `age_op = 1`, `src_cnt` = the sources that made it) goes out instead.
+//! (`degraded`, `age_op = 1`, `src_cnt` = the sources that made it) goes out instead. A job
+//! may have no timeout ([`NO_BLOCK_TIMEOUT`]): its blocks wait for every source.
 //!
 //! With [`TrioMlConfig::lanes`] set to [`Lanes::Fpisa`], the same program aggregates FP32
 //! gradients instead (FPISA, NSDI 2022): the packets carry native floats in network byte
@@ -230,7 +231,9 @@
 //! owning one slice of the active table ([`TrioMl::timer_specs`]). Each visit resets a
 //! referenced block's `block_age` and increments an idle one's; a block ages out when
 //! `block_age * scan_period_ns >= block_exp` ms, so between `block_exp` and `block_exp +
-//! scan_period` after its last packet. Every [`KEPT_SCAN_EVERY`]th launch of a timer (or a
+//! scan_period` after its last packet. A job without a timeout ([`NO_BLOCK_TIMEOUT`]) has
+//! its blocks aged but never given up on: the timers take one only once every source is
+//! in and nobody finished it (a closed block idle for a scan period; see *Limits*). Every [`KEPT_SCAN_EVERY`]th launch of a timer (or a
 //! multiple of that, see [`TrioMlConfig::keep_result_ns`]) also ages its slice of the
 //! kept-results table and frees the expired Results (see *Kept results* above).
 //!
@@ -248,7 +251,8 @@
 //! take sets TAKEN and clears it again). If it was the last out of the new block, or its
 //! take kept the new block's last one out from taking it, it leaves that block closed and
 //! unfinished, and the next packet of that block through its gate (a retransmission) or
-//! the timer, once the block ages, finishes it (a whole Result if every source was in,
+//! the timer, once the block ages (for a job without a timeout: once it is idle a scan
+//! period, which it is closed for), finishes it (a whole Result if every source was in,
 //! `block_exp` and a scan period late at most, a period more if the timer found the block
 //! TAKEN by such a take).
 //!
@@ -350,6 +354,14 @@ pub const MAX_JOBS: usize = 256;
 /// The most slots a job may have ([`JobConfig::block_cnt_max`]).
 pub const MAX_BLOCK_CNT: u16 = 4095;
 
+/// [`JobConfig::block_exp_ms`] of a job without a block timeout: its blocks wait for every
+/// source, however late one comes, and no partial Result is ever sent (SwitchML's
+/// wait-for-all). The timers still free expired kept Results, and still finish a block
+/// that every source made but nobody finished (see *Limits*). For exact sums when a worker
+/// may be slow (debugging, a machine under load); a source that never sends holds its
+/// job's blocks open (their slots taken) until the job is removed.
+pub const NO_BLOCK_TIMEOUT: u8 = 0;
+
 /// How Trio-ML is installed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrioMlConfig {
@@ -438,7 +450,8 @@ pub struct JobConfig {
     pub block_cnt_max: u16,
     /// Most gradients per block: 1 to 4095.
     pub block_grad_max: u16,
-    /// Block timeout in milliseconds: 1 to 255, and at most 255 scan periods.
+    /// Block timeout in milliseconds: 1 to 255, and at most 255 scan periods; or
+    /// [`NO_BLOCK_TIMEOUT`] (0): blocks wait for every source.
     pub block_exp_ms: u8,
     /// Result packets' IPv4 source (its low byte is the Results' `src_id`).
     pub out_src_addr: Ipv4Addr,
@@ -475,7 +488,7 @@ pub struct JobState {
     pub block_cnt_max: u16,
     /// Most gradients per block.
     pub block_grad_max: u16,
-    /// Block timeout, in milliseconds.
+    /// Block timeout, in milliseconds ([`NO_BLOCK_TIMEOUT`]: none).
     pub block_exp_ms: u8,
     /// Blocks created so far (wraps).
     pub block_total_cnt: u32,
@@ -829,12 +842,13 @@ impl TrioMl {
         }
         let period = self.inner.cfg.scan_period_ns;
         let periods = (u64::from(job.block_exp_ms) * 1_000_000).div_ceil(period);
-        if job.block_exp_ms == 0 || periods > u64::from(u8::MAX) {
+        if periods > u64::from(u8::MAX) {
             return Err(ConfigError::new(
                 "block_exp_ms",
                 format!(
                     "{} ms is out of range; accepted 1..=255 and at most 255 scan periods \
-                     of {period} ns (block_age is 8 bits)",
+                     of {period} ns (block_age is 8 bits), or {NO_BLOCK_TIMEOUT} for no \
+                     block timeout",
                     job.block_exp_ms
                 ),
             ));

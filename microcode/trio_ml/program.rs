@@ -77,7 +77,7 @@ use std::net::Ipv4Addr;
 
 use super::layout::*;
 use super::wire::*;
-use super::{Tables, TrioMlConfig};
+use super::{Tables, TrioMlConfig, NO_BLOCK_TIMEOUT};
 use crate::microcode::fpisa;
 use pfemu::mem::hash::{HashError, HashTable, Inserted, ScanAction};
 use pfemu::mem::{Addr, MAX_VADD_BYTES};
@@ -1703,7 +1703,8 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
         let mut aged = 0;
         for (key, value, referenced) in visited {
             let (rec, tag) = parse_active_value(value);
-            if gate_tag(t.read_u64(rec + GATE_W)?) != tag {
+            let gate = t.read_u64(rec + GATE_W)?;
+            if gate_tag(gate) != tag {
                 // A stale entry: its block finished and the slot holds another, which is
                 // aged by its own entry alone. The finisher has yet to remove the entry (or
                 // faulted before it could, and no packet of the block came since to find it
@@ -1723,7 +1724,14 @@ fn timer_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
                 )?;
             }
             let idle_ns = u64::from(new_age) * scan_period_ns;
-            if !referenced && idle_ns >= u64::from(exp) * NS_PER_MS && aged < MAX_AGED_PER_SCAN {
+            let timed_out = if exp == NO_BLOCK_TIMEOUT {
+                // No timeout: only a block every source made (closed by the last one) and
+                // left unfinished, idle for a whole period, is the timer's to finish.
+                gate & GATE_CLOSED != 0 && new_age > 0
+            } else {
+                idle_ns >= u64::from(exp) * NS_PER_MS
+            };
+            if !referenced && timed_out && aged < MAX_AGED_PER_SCAN {
                 let entry = LM_AGED + aged * AGED_ENTRY_BYTES;
                 let e = t.lm_bytes_mut(entry, AGED_ENTRY_BYTES)?;
                 e[..BLOCK_KEY_BYTES].copy_from_slice(&key);
