@@ -154,7 +154,8 @@ enum Command {
     #[command(after_help = "Examples:\n  \
         pfemu serve --listen 127.0.0.1:12000 --job 1:4\n  \
         pfemu serve --program fpisa --job 1:4 --job 2:8 --block-exp-ms 50 --idle-exit-ms 2000\n  \
-        pfemu serve --jobs-file jobs.txt   # one JOB:N or JOB:FIRST..END per line, # comments\n\n\
+        pfemu serve --jobs-file jobs.txt   # one JOB:N or JOB:FIRST..END per line, # comments\n  \
+        pfemu serve --job 1:4 --block-exp-ms off   # no straggler timeout: exact sums, however slow a worker\n\n\
         Each datagram's UDP payload is the 12-byte Trio-ML header and the gradients. Results go \
         back to the job's members (each source at the address it last sent from), or with \
         --upstream to the next aggregator. Datagrams that are not aggregation packets, of jobs \
@@ -162,8 +163,9 @@ enum Command {
         of new blocks is capped at the job's 2 * --window slots. Prints `listening ADDR` first \
         (on standard error with --json, so `--json > serve.json` is one JSON object); \
         stops on --seconds, --idle-exit-ms, SIGINT or SIGTERM: it waits for the open blocks to \
-        time out (their partial Results go out), drains the engine (no Result in flight is \
-        lost), and prints the final counters.")]
+        time out (their partial Results go out; with --block-exp-ms off, a block still missing \
+        a worker is left open, counted in open_blocks_left), drains the engine (no Result in \
+        flight is lost), and prints the final counters.")]
     Serve(Box<serve::ServeArgs>),
     /// A worker process: allreduce a vector through `pfemu serve` and check the sums.
     #[command(after_help = "Examples:\n  \

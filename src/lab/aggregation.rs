@@ -10,7 +10,7 @@ use crate::fpisa::Variant;
 use crate::mem::{MemConfig, SharedMemory};
 use crate::microcode::trio_ml::wire::MAX_GRAD_CNT;
 use crate::microcode::trio_ml::{
-    JobConfig, Lanes, TrioMl, TrioMlConfig, TrioMlError, DEFAULT_HASH_CAPACITY,
+    JobConfig, Lanes, TrioMl, TrioMlConfig, TrioMlError, DEFAULT_HASH_CAPACITY, NO_BLOCK_TIMEOUT,
 };
 use crate::packet::Dest;
 use crate::ConfigError;
@@ -130,7 +130,9 @@ pub struct AggregationSetup {
     /// `job_id`.
     pub jobs: Vec<JobSpec>,
     /// Block timeout of every job, in milliseconds (1..=255): a block that no packet
-    /// touched for this long gets a partial Result.
+    /// touched for this long gets a partial Result. [`NO_BLOCK_TIMEOUT`] (0): none, every
+    /// block waits for all its sources however late one comes (no partial Results; `pfemu
+    /// serve --block-exp-ms off`).
     pub block_exp_ms: u8,
     /// A kept Result nobody asked for during this long is dropped and its slot freed, in
     /// milliseconds (0: kept until the next generation of its block id replaces it; at
@@ -224,6 +226,12 @@ impl AggregationSetup {
         }
     }
 
+    /// The jobs' block timeout; `None` without one ([`NO_BLOCK_TIMEOUT`]).
+    pub fn block_timeout(&self) -> Option<std::time::Duration> {
+        (self.block_exp_ms != NO_BLOCK_TIMEOUT)
+            .then(|| std::time::Duration::from_millis(u64::from(self.block_exp_ms)))
+    }
+
     /// Sources over all jobs.
     pub fn sources(&self) -> usize {
         self.jobs.iter().map(|j| usize::from(j.sources)).sum()
@@ -297,9 +305,6 @@ impl AggregationSetup {
                 "block_grad_max",
                 format!("{} is not in 1..={MAX_GRAD_CNT}", self.block_grad_max),
             ));
-        }
-        if self.block_exp_ms == 0 {
-            return Err(ConfigError::new("block_exp_ms", "0 ms; accepted 1..=255"));
         }
         if self.keep_result_ms > 1_000_000 {
             return Err(ConfigError::new(

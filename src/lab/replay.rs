@@ -1521,6 +1521,16 @@ fn build_aggregation(
     builder: crate::pfe::PfeBuilder,
     ports: usize,
 ) -> Result<(Pfe, TrioMl), ReplayError> {
+    if a.block_timeout().is_none() {
+        // The replay ends by timing out the blocks its capture left open, so that their
+        // partial Results are written: without a timeout they would be lost unwritten.
+        return Err(ConfigError::new(
+            "block_exp_ms",
+            "0 is no block timeout, which a replay does not take: it times out the blocks \
+             the capture leaves open to write their partial Results; give 1..=255 ms",
+        )
+        .into());
+    }
     let mem = Arc::new(SharedMemory::new(&a.mem_config())?);
     let trio = a.install(&mem, TrioMlConfig::default().local_addr)?;
     let timers = trio.timer_specs()?;

@@ -153,6 +153,11 @@
 //! [`TrioMl::finish_open_blocks`] gives up when none has finished for twice the timeout and
 //! 0.5 s more, counted in the timers' scans so that a loaded machine is waited for), and
 //! shuts the engine down after it drained: no Result the engine built or owes is lost.
+//! Without a block timeout ([`NO_BLOCK_TIMEOUT`]) no partial Result is owed: a block
+//! still missing a source when the server stops is left open, counted in
+//! [`ServeReport::open_blocks_left`].
+//!
+//! [`NO_BLOCK_TIMEOUT`]: crate::microcode::trio_ml::NO_BLOCK_TIMEOUT
 //!
 //! A first-level server goes on reading the upstream aggregator's datagrams all the while,
 //! fanning its Results out and taking its answers to Joins as ever, and after the engine stopped
@@ -274,8 +279,10 @@ pub struct ServeConfig {
     /// The engine's clock when it is not the system's: the straggler scan (block timeouts)
     /// and the expiry of kept Results follow it, the rest of the server (retransmission
     /// answers, idle exit, stopping waits) the system's. A [`ManualClock`] nobody moves
-    /// makes every block wait for all its sources, however late one comes; tests use it
-    /// to get exact sums at any speed of the machine. `None`: the system clock.
+    /// makes every block wait for all its sources, however late one comes, but stops the
+    /// expiry of kept Results too; for the first alone, give the jobs no block timeout
+    /// ([`AggregationSetup::block_exp_ms`] 0, `pfemu serve --block-exp-ms off`). `None`:
+    /// the system clock.
     pub clock: Option<Arc<ManualClock>>,
 }
 
@@ -1599,7 +1606,9 @@ pub struct ServeReport {
     /// for them to time out and send their partial Results before stopping the engine.
     pub open_blocks_at_stop: u64,
     /// Of those, blocks still open when the engine stopped (their sources get no Result): 0
-    /// unless a timeout scan could not keep up.
+    /// unless a timeout scan could not keep up, or the jobs have no block timeout
+    /// ([`AggregationSetup::block_exp_ms`] 0: a block missing a source at the stop is left
+    /// open).
     pub open_blocks_left: u64,
     /// What the operator should know: e.g. blocks refused because a job's slots were full.
     pub warnings: Vec<String>,
@@ -1947,8 +1956,10 @@ impl Server {
         };
         let open_blocks_at_stop = self.open_blocks();
         // The open blocks time out and send their partial Results (a starved timer scan
-        // ages them slower than the clock: the patience counts scans, not time).
-        let patience = Duration::from_millis(2 * u64::from(self.cfg.setup.block_exp_ms) + 500);
+        // ages them slower than the clock: the patience counts scans, not time). Without a
+        // block timeout they never do: only the blocks finishing meanwhile are waited for.
+        let timeout = self.cfg.setup.block_timeout().unwrap_or_default();
+        let patience = 2 * timeout + Duration::from_millis(500);
         let open_blocks_left = self
             .trio
             .finish_open_blocks(&self.pfe, patience)

@@ -129,9 +129,10 @@ pub struct LiveArgs {
     /// trio-ml, fpisa: more jobs from a file, one per line.
     #[arg(long, value_name = "FILE")]
     pub jobs_file: Option<PathBuf>,
-    /// trio-ml, fpisa: block timeout of every job in ms (1..=255) [default: 20].
-    #[arg(long)]
-    pub block_exp_ms: Option<u8>,
+    /// trio-ml, fpisa: block timeout of every job in ms (1..=255), or `off` (none: every
+    /// block waits for all its workers, exact sums, no partial Result) [default: 20].
+    #[arg(long, value_name = "MS|off", value_parser = super::serve::parse_block_exp)]
+    pub block_exp_ms: Option<super::serve::BlockExp>,
     /// trio-ml, fpisa: the largest worker window [default: 64].
     #[arg(long)]
     pub window: Option<usize>,
@@ -245,7 +246,10 @@ impl LiveArgs {
                 LiveProgram::Aggregation(AggregationSetup {
                     aggregation,
                     jobs,
-                    block_exp_ms: self.block_exp_ms.unwrap_or(d.block_exp_ms),
+                    block_exp_ms: match self.block_exp_ms {
+                        Some(b) => b.setting()?,
+                        None => d.block_exp_ms,
+                    },
                     window: self.window.unwrap_or(d.window),
                     ..d
                 })

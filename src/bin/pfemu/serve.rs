@@ -14,6 +14,7 @@ use pfemu::lab::serve::{
     self, ClientConfig, LaneType, RunLimits, SeededCheck, ServeConfig, ServeError, Server,
 };
 use pfemu::microcode::trio_ml::host::{HostError, Worker};
+use pfemu::microcode::trio_ml::NO_BLOCK_TIMEOUT;
 use pfemu::ConfigError;
 
 use super::CliResult;
@@ -52,9 +53,11 @@ pub struct ServeArgs {
     /// Block timeout of every job, in milliseconds (1..=255): a worker process that starts
     /// later than this after the others is left out (partial Results). 200 here, 20 for
     /// `pfemu replay`: worker processes started by hand or by a shell loop start tens of
-    /// milliseconds apart, while a capture replays without those gaps.
-    #[arg(long, default_value_t = 200)]
-    pub block_exp_ms: u8,
+    /// milliseconds apart, while a capture replays without those gaps. `off`: no straggler
+    /// timeout, every block waits for all its workers however late one comes (exact sums,
+    /// never a partial Result; a worker that never sends holds its blocks open).
+    #[arg(long, value_name = "MS|off", default_value = "200", value_parser = parse_block_exp)]
+    pub block_exp_ms: BlockExp,
     /// Drop a kept Result (and free its slot) nobody asked for during this many
     /// milliseconds (0: keep it until the next generation of its block id). Longer than the
     /// workers' --retransmit-ms.
@@ -219,7 +222,7 @@ pub fn serve(a: &ServeArgs) -> CliResult {
                 ServeProgram::FpisaApprox => Aggregation::Fpisa(Variant::Approx),
             },
             jobs: jobs_of(&a.jobs, a.jobs_file.as_deref())?,
-            block_exp_ms: a.block_exp_ms,
+            block_exp_ms: a.block_exp_ms.setting()?,
             keep_result_ms: a.keep_result_ms,
             window: a.window,
             block_cnt_max: a.block_cnt_max,
@@ -393,6 +396,45 @@ pub fn serve(a: &ServeArgs) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// `--block-exp-ms` of `pfemu serve` and `pfemu run`: a block timeout, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockExp {
+    /// A block no packet touched for this many milliseconds gets a partial Result (0 is
+    /// refused by [`BlockExp::setting`], naming `off`).
+    Ms(u8),
+    /// `off`: no block timeout; every block waits for all its sources.
+    Off,
+}
+
+impl BlockExp {
+    /// The jobs' `block_exp_ms` ([`NO_BLOCK_TIMEOUT`] for `off`); 0 ms is refused, so a
+    /// typo never turns the timeout off.
+    pub fn setting(self) -> Result<u8, OptionError> {
+        match self {
+            BlockExp::Off => Ok(NO_BLOCK_TIMEOUT),
+            BlockExp::Ms(0) => Err(OptionError {
+                option: "--block-exp-ms",
+                reason: "0 ms; give 1..=255, or `off` for no block timeout (every block \
+                         waits for all its workers)"
+                    .into(),
+            }),
+            BlockExp::Ms(ms) => Ok(ms),
+        }
+    }
+}
+
+/// clap's parser of `--block-exp-ms`: `off`, or milliseconds (0..=255; 0 is refused later,
+/// naming the option).
+pub fn parse_block_exp(s: &str) -> Result<BlockExp, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(BlockExp::Off);
+    }
+    s.trim()
+        .parse()
+        .map(BlockExp::Ms)
+        .map_err(|_| format!("`{s}` is neither a number of milliseconds (1..=255) nor `off`"))
 }
 
 /// The jobs given with `--job`, then those of `--jobs-file`.
