@@ -929,12 +929,13 @@ fn worker_processes_in_namespaces_aggregate_through_a_bridge() {
             program,
             "--job",
             "1:2",
-            // The longest a block waits for its second worker before it gets a partial
-            // Result: the workers are processes started one after the other, and on a
-            // loaded machine the second one's first packets came more than the default
-            // 20 ms after the first one's (a window of degraded chunks, not exact sums).
+            // No block timeout: every block waits for its second worker. The workers are
+            // processes started one after the other, and on a loaded machine the second
+            // one's first packets came later than a timeout (the default 20 ms, even the
+            // longest, 255 ms) after the first one's: a window of degraded chunks, not
+            // exact sums.
             "--block-exp-ms",
-            "255",
+            "off",
             "--iface",
             &format!("1={pp}"),
             "--ppe-threads",

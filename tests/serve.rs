@@ -1357,10 +1357,12 @@ fn spawn_server(args: &[&str]) -> (Child, SocketAddr) {
             "--idle-exit-ms",
             "3000",
             "--json",
-            // The longest block timeout: worker processes left out of a block (partial
-            // Results) only when one stalls this long.
+            // No block timeout: every block waits for all its workers, so a worker process
+            // that starts late, or that a loaded machine stalls, still makes every block
+            // (with the longest timeout, 255 ms, such a stall left it out: partial
+            // Results, and sums that were not exact).
             "--block-exp-ms",
-            "255",
+            "off",
         ])
         .args(args)
         .stdout(Stdio::piped())
@@ -1393,27 +1395,29 @@ fn server_report(child: Child) -> serde_json::Value {
     serde_json::from_str(text.lines().last().unwrap()).unwrap()
 }
 
-/// `--start-at-ms` for worker processes started one after another: a moment far enough
-/// ahead that every one has built its vector by then, so they send together (a process
-/// that starts sending a block timeout after the others would be left out of the first
-/// blocks). Workers that get there late still start at once.
-fn start_together() -> [String; 2] {
+/// `--give-up-s` of the worker processes of a server without a block timeout: a worker
+/// waits for the slowest of the others (a process started late or stalled by a loaded
+/// machine) without a Result, and gives up only if none comes for this long.
+const GIVE_UP_S: [&str; 2] = ["--give-up-s", "120"];
+
+/// Unix time `ahead` from now, in milliseconds, for `pfemu worker --start-at-ms`.
+fn unix_ms_in(ahead: Duration) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
-    let at = now + Duration::from_secs(2);
-    ["--start-at-ms".into(), at.as_millis().to_string()]
+    (now + ahead).as_millis().to_string()
 }
 
+/// Four worker processes of job 1 with `extra` options (the server has no block timeout:
+/// they need not start together).
 fn worker_processes(addr: SocketAddr, extra: &[&str]) -> Vec<serde_json::Value> {
-    let start_at = start_together();
     let kids: Vec<Child> = (0..4)
         .map(|src| {
             Command::new(BIN)
                 .arg("worker")
                 .args(["--server", &addr.to_string(), "--src", &src.to_string()])
                 .args(["--workers", "4", "--gradients", "100000", "--json"])
-                .args(&start_at)
+                .args(GIVE_UP_S)
                 .args(extra)
                 .stdout(Stdio::piped())
                 .spawn()
@@ -1440,6 +1444,103 @@ fn four_worker_processes_through_the_serve_binary() {
         let rep = server_report(server);
         assert_eq!(rep["front_end"]["peers"], 4, "{rep}");
     }
+}
+
+/// `--block-exp-ms off`: a worker held back far longer than any block timeout still makes
+/// every block, and every sum of both workers is exact. Worker 0 sends its first window and
+/// waits without retransmitting (a retransmission references its blocks and keeps them from
+/// ageing, timeout or not); worker 1 starts 1.5 s later, six times the longest timeout
+/// (with a timeout, worker 0's blocks time out meanwhile and both get partial Results).
+/// A loaded machine may hold worker 0 up as long, and the Results must be complete either
+/// way: the test asserts nothing of the time.
+#[test]
+fn with_no_block_timeout_a_worker_held_back_still_makes_every_block() {
+    let (server, addr) = spawn_server(&["--job", "1:2"]);
+    let worker = |src: u8, extra: &[&str]| {
+        Command::new(BIN)
+            .arg("worker")
+            .args(["--server", &addr.to_string(), "--src", &src.to_string()])
+            .args(["--workers", "2", "--gradients", "20000", "--json"])
+            .args(GIVE_UP_S)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first = worker(0, &["--retransmit-ms", "0"]);
+    let held_back = worker(
+        1,
+        &["--start-at-ms", &unix_ms_in(Duration::from_millis(1500))],
+    );
+    for (src, k) in [(0, first), (1, held_back)] {
+        let out = k.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "worker {src} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let w: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(w["exact"], true, "worker {src}: {w}");
+        assert_eq!(w["degraded_chunks"], 0, "worker {src}: {w}");
+        assert_eq!(w["src_cnt_min"], 2, "worker {src}: {w}");
+    }
+    let rep = server_report(server);
+    // No block was given up on: nothing came late for one, and none was left open.
+    let drops = &rep["engine"]["dropped_by_reason"];
+    assert!(drops["late"].is_null(), "{rep}");
+    assert_eq!(rep["open_blocks_left"], 0, "{rep}");
+}
+
+/// `--block-exp-ms` takes `off` or 1..=255 ms: 0 is refused naming `off` (a typo does not
+/// turn the timeout off), and `pfemu replay` refuses no timeout.
+#[test]
+fn block_exp_ms_off_is_named_and_zero_refused() {
+    let serve = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--job", "1:1"])
+        .args(["--block-exp-ms", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&serve.stderr);
+    assert_eq!(serve.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("invalid option `--block-exp-ms`") && err.contains("`off`"),
+        "{err}"
+    );
+    let help = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--block-exp-ms <MS|off>"), "{help}");
+    let replay = Command::new(BIN)
+        .args([
+            "replay",
+            "--pcap",
+            "examples/captures/trio-ml-workers.pcapng",
+        ])
+        .args([
+            "--program",
+            "trio-ml",
+            "--job",
+            "1:4",
+            "--block-exp-ms",
+            "0",
+        ])
+        .args([
+            "--out",
+            concat!(env!("CARGO_TARGET_TMPDIR"), "/replay-no-block-timeout"),
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&replay.stderr);
+    assert!(!replay.status.success(), "{err}");
+    assert!(
+        err.contains("invalid option `--block-exp-ms`") && err.contains("no block timeout"),
+        "{err}"
+    );
 }
 
 /// `--no-gso` and `--no-gro` force the single-datagram paths at both ends; the reports
@@ -1515,7 +1616,6 @@ fn a_two_level_tree_gives_the_flat_sums() {
     let (lower_a, a_addr) = spawn_server(&["--job", "1:0..2", "--upstream", &up]);
     let (lower_b, b_addr) =
         spawn_server(&["--job", "1:2..4", "--upstream", &up, "--upstream-src", "1"]);
-    let start_at = start_together();
     let kids: Vec<Child> = [(0, a_addr), (1, a_addr), (2, b_addr), (3, b_addr)]
         .iter()
         .map(|(src, addr)| {
@@ -1523,7 +1623,7 @@ fn a_two_level_tree_gives_the_flat_sums() {
                 .arg("worker")
                 .args(["--server", &addr.to_string(), "--src", &src.to_string()])
                 .args(["--workers", "4", "--gradients", "30000", "--json"])
-                .args(&start_at)
+                .args(GIVE_UP_S)
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -1614,6 +1714,7 @@ fn the_python_client_prints_a_verdict_not_the_sums() {
                 .arg(script)
                 .args(["--server", &addr.to_string(), "--job", "2"])
                 .args(["--src", &src.to_string(), "--count", "3000"])
+                .args(GIVE_UP_S)
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -1627,8 +1728,6 @@ fn the_python_client_prints_a_verdict_not_the_sums() {
             text.contains("verdict: exact: 3000 of 3000 sums are src_cnt x the values sent"),
             "{text}"
         );
-        // (A client that starts later than the block timeout makes some sums partial:
-        // still src_cnt x the values, so still exact.)
         assert!(!text.lines().any(|l| l.starts_with("sums")), "{text}");
         assert!(text.lines().count() <= 2, "{text}");
     }
@@ -1643,7 +1742,7 @@ fn a_signal_stops_the_server_gracefully_with_its_report() {
         // No idle exit: only the signal can stop it.
         let mut child = Command::new(BIN)
             .args(["serve", "--listen", "127.0.0.1:0", "--json", "--job", "1:4"])
-            .args(["--block-exp-ms", "255"])
+            .args(["--block-exp-ms", "off"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -1863,14 +1962,13 @@ fn a_worker_against_the_other_program_is_named() {
         ),
     ] {
         let (server, addr) = spawn_server(&["--program", program, "--job", "1:2"]);
-        let start_at = start_together();
         let kids: Vec<Child> = (0..2)
             .map(|src| {
                 Command::new(BIN)
                     .arg("worker")
                     .args(["--server", &addr.to_string(), "--src", &src.to_string()])
                     .args(["--workers", "2", "--gradients", "3000"])
-                    .args(&start_at)
+                    .args(GIVE_UP_S)
                     .args(worker_flags)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
