@@ -18,6 +18,7 @@ use pfemu::lab::serve::{
 use pfemu::lab::udp_batch::{self, Gso, RecvBatch, SendBatch};
 use pfemu::microcode::trio_ml::host::Worker;
 use pfemu::microcode::trio_ml::wire::{self, TrioMlHdr, TrioMlHdrFields, TRIO_ML_HDR_LEN};
+use pfemu::microcode::trio_ml::NO_BLOCK_TIMEOUT;
 use pfemu::pfe::Stats;
 use pfemu::timer::ManualClock;
 
@@ -1075,6 +1076,34 @@ fn stopping_sends_the_partial_results_of_open_blocks() {
         eprintln!("attempt {attempt}: the block timed out before the stop; again");
     }
     panic!("the block timed out before the stop in every attempt");
+}
+
+/// A server without a block timeout owes no partial Result: a block still missing a source
+/// when it stops is left open, and said so in the report (`open_blocks_left`), and its
+/// source gets nothing. (The block can never time out: this holds at any speed.)
+#[test]
+fn stopping_without_a_block_timeout_leaves_the_open_blocks_open() {
+    let cfg = config_with(Aggregation::TrioMl, &["1:3"], |s| {
+        s.block_exp_ms = NO_BLOCK_TIMEOUT;
+    });
+    let (addr, stop, m, h) = start_monitored(cfg);
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send_paced(&s, &datagram(1, 0, 7, &[10, -20, 30]), addr, &m);
+    let t0 = Instant::now();
+    while m.trio_ml().active_blocks().unwrap().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.stop();
+    let rep = h.join().unwrap();
+    assert_eq!(
+        (rep.open_blocks_at_stop, rep.open_blocks_left),
+        (1, 1),
+        "{rep:?}"
+    );
+    assert!(rep.engine.is_conserved(), "{:?}", rep.engine);
+    // The server has stopped: whatever it sent is in the socket already.
+    assert_eq!(recv_within(&s, Duration::from_millis(100)), None);
 }
 
 /// Stopping a first-level server: the partial Result of its open block goes up while it
