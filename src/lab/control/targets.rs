@@ -450,7 +450,8 @@ impl Target for JobsTarget {
         vec![
             (
                 "list",
-                "{} -> every job's record: sources, slots, timeout, Results' addresses",
+                "{} -> every job's record: sources, slots, timeout (block_exp_ms; 0: none, \
+                 blocks wait for every source), Results' addresses",
             ),
             (
                 "add",
