@@ -1047,35 +1047,52 @@ fn a_receive_buffer_granted_smaller_than_asked_is_a_warning() {
 /// still gets its partial Result.
 #[test]
 fn stopping_sends_the_partial_results_of_open_blocks() {
-    // The block must still be open when the stop comes, 255 ms (the longest timeout) after
-    // it opened at the latest; a machine that stalls the test longer gets another try.
-    for attempt in 0..3 {
-        let (addr, stop, m, h) = start_monitored(config(Aggregation::TrioMl, &["1:3"]));
-        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        send_paced(&s, &datagram(1, 0, 7, &[10, -20, 30]), addr, &m);
-        let t0 = Instant::now();
-        while m.trio_ml().active_blocks().unwrap().is_empty() {
-            assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        stop.stop();
-        let rep = h.join().unwrap();
-        assert_eq!(rep.open_blocks_left, 0, "{rep:?}");
-        let res = recv_within(&s, Duration::from_secs(10)).expect("the partial Result");
-        let hdr = serve::datagram_header(&res).unwrap();
-        assert_eq!(
-            (hdr.job_id, hdr.block_id, hdr.src_cnt),
-            (1, 7, 1),
-            "{hdr:?}"
-        );
-        assert!(hdr.degraded, "{hdr:?}");
-        assert_eq!(wire::gradients(&res[TRIO_ML_HDR_LEN..]), vec![10, -20, 30]);
-        if rep.open_blocks_at_stop == 1 {
-            return;
-        }
-        eprintln!("attempt {attempt}: the block timed out before the stop; again");
+    // The engine's clock stands still until the stop: the block is open when it comes, at
+    // any speed of the machine.
+    let clock = Arc::new(ManualClock::new());
+    let (addr, stop, m, h) = start_monitored(ServeConfig {
+        clock: Some(clock.clone()),
+        ..config(Aggregation::TrioMl, &["1:3"])
+    });
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send_paced(&s, &datagram(1, 0, 7, &[10, -20, 30]), addr, &m);
+    let t0 = Instant::now();
+    while m.trio_ml().active_blocks().unwrap().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
+        std::thread::sleep(Duration::from_millis(1));
     }
-    panic!("the block timed out before the stop in every attempt");
+    stop.stop();
+    let rep = run_clock_until_stopped(&clock, h);
+    assert_eq!(
+        (rep.open_blocks_at_stop, rep.open_blocks_left),
+        (1, 0),
+        "{rep:?}"
+    );
+    let res = recv_within(&s, Duration::from_secs(10)).expect("the partial Result");
+    let hdr = serve::datagram_header(&res).unwrap();
+    assert_eq!(
+        (hdr.job_id, hdr.block_id, hdr.src_cnt),
+        (1, 7, 1),
+        "{hdr:?}"
+    );
+    assert!(hdr.degraded, "{hdr:?}");
+    assert_eq!(wire::gradients(&res[TRIO_ML_HDR_LEN..]), vec![10, -20, 30]);
+}
+
+/// Moves `clock` (a stopping server's engine clock) a millisecond at a time until the
+/// server has stopped: its timers time the open blocks out as the clock passes. Returns
+/// the server's report.
+fn run_clock_until_stopped(clock: &ManualClock, h: JoinHandle<ServeReport>) -> ServeReport {
+    let t0 = Instant::now();
+    while !h.is_finished() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the server did not stop within 120 s of its clock's moving"
+        );
+        clock.advance(1_000_000);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    h.join().unwrap()
 }
 
 /// A server without a block timeout owes no partial Result: a block still missing a source
@@ -1112,53 +1129,48 @@ fn stopping_without_a_block_timeout_leaves_the_open_blocks_open() {
 /// sent up were never read, and its members waited in vain.)
 #[test]
 fn a_stopping_first_level_server_passes_the_answers_to_its_last_results_down() {
-    // The block must still be open when the stop comes (see
-    // `stopping_sends_the_partial_results_of_open_blocks`).
-    for attempt in 0..3 {
-        let (up, up_stop, up_h) = start(config(Aggregation::TrioMl, &["1:1"]));
-        let (a, a_stop, a_m, a_h) = start_monitored(ServeConfig {
-            upstream: Some(up),
-            // However long the answer takes on this machine.
-            stop_upstream_wait: Duration::from_secs(60),
-            ..config(Aggregation::TrioMl, &["1:2"])
-        });
-        // Source 0 of two: its block waits for source 1, which never comes.
-        let member = UdpSocket::bind("127.0.0.1:0").unwrap();
-        send_paced(&member, &datagram(1, 0, 7, &[10, -20, 30]), a, &a_m);
-        let t0 = Instant::now();
-        while a_m.trio_ml().active_blocks().unwrap().is_empty() {
-            assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        a_stop.stop();
-        let rep = a_h.join().unwrap();
-        up_stop.stop();
-        let upper = up_h.join().unwrap();
-        if rep.open_blocks_at_stop != 1 {
-            eprintln!("attempt {attempt}: the block timed out before the stop; again");
-            continue;
-        }
-        let f = &rep.front_end;
-        assert_eq!(rep.open_blocks_left, 0, "{rep:?}");
-        assert_eq!(upper.front_end.injected, 1, "{:?}", upper.front_end);
-        assert_eq!(
-            (f.upstream_results_in, f.upstream_unanswered),
-            (1, 0),
-            "{f:?}"
-        );
-        assert_eq!(f.unaccounted(), 0, "{f:?}");
-        // The server fanned the answer out before it returned.
-        let res = recv_within(&member, Duration::from_secs(10)).expect("the upper's answer");
-        let hdr = serve::datagram_header(&res).unwrap();
-        assert_eq!((hdr.job_id, hdr.block_id), (1, 7), "{hdr:?}");
-        assert!(
-            hdr.degraded,
-            "a partial Result below stays degraded above: {hdr:?}"
-        );
-        assert_eq!(wire::gradients(&res[TRIO_ML_HDR_LEN..]), vec![10, -20, 30]);
-        return;
+    let (up, up_stop, up_h) = start(config(Aggregation::TrioMl, &["1:1"]));
+    // The lower server's clock stands still until the stop: its block is open when it
+    // comes (see `stopping_sends_the_partial_results_of_open_blocks`).
+    let clock = Arc::new(ManualClock::new());
+    let (a, a_stop, a_m, a_h) = start_monitored(ServeConfig {
+        upstream: Some(up),
+        // However long the answer takes on this machine.
+        stop_upstream_wait: Duration::from_secs(60),
+        clock: Some(clock.clone()),
+        ..config(Aggregation::TrioMl, &["1:2"])
+    });
+    // Source 0 of two: its block waits for source 1, which never comes.
+    let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send_paced(&member, &datagram(1, 0, 7, &[10, -20, 30]), a, &a_m);
+    let t0 = Instant::now();
+    while a_m.trio_ml().active_blocks().unwrap().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
+        std::thread::sleep(Duration::from_millis(1));
     }
-    panic!("the block timed out before the stop in every attempt");
+    a_stop.stop();
+    let rep = run_clock_until_stopped(&clock, a_h);
+    up_stop.stop();
+    let upper = up_h.join().unwrap();
+    assert_eq!(rep.open_blocks_at_stop, 1, "{rep:?}");
+    let f = &rep.front_end;
+    assert_eq!(rep.open_blocks_left, 0, "{rep:?}");
+    assert_eq!(upper.front_end.injected, 1, "{:?}", upper.front_end);
+    assert_eq!(
+        (f.upstream_results_in, f.upstream_unanswered),
+        (1, 0),
+        "{f:?}"
+    );
+    assert_eq!(f.unaccounted(), 0, "{f:?}");
+    // The server fanned the answer out before it returned.
+    let res = recv_within(&member, Duration::from_secs(10)).expect("the upper's answer");
+    let hdr = serve::datagram_header(&res).unwrap();
+    assert_eq!((hdr.job_id, hdr.block_id), (1, 7), "{hdr:?}");
+    assert!(
+        hdr.degraded,
+        "a partial Result below stays degraded above: {hdr:?}"
+    );
+    assert_eq!(wire::gradients(&res[TRIO_ML_HDR_LEN..]), vec![10, -20, 30]);
 }
 
 /// A stopping first-level server keeps reading its socket while it owes its members
