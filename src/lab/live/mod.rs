@@ -131,8 +131,9 @@ pub struct LiveConfig {
     /// The engine's clock when it is not the system's: the programs' timers (the
     /// aggregation's straggler scan, Nimble's controller) follow it. A [`ManualClock`]
     /// nobody moves makes every aggregation block wait for all its sources, however late
-    /// one comes; tests use it to get exact sums at any speed of the machine. `None`: the
-    /// system clock.
+    /// one comes, but stops every other timer too (kept Results never expire); for that
+    /// alone, give the jobs no block timeout ([`AggregationSetup::block_exp_ms`] 0, `pfemu
+    /// run --block-exp-ms off`). `None`: the system clock.
     pub clock: Option<Arc<ManualClock>>,
 }
 
