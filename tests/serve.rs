@@ -721,15 +721,44 @@ fn bad_datagrams_are_dropped_and_counted() {
 fn a_flood_of_new_block_ids_is_capped_and_other_jobs_still_aggregate() {
     // 16 slots per job: the workers below (window 8) need two per block id.
     let window = 8;
-    let (addr, stop, m, h) =
-        start_monitored(config_with(Aggregation::TrioMl, &["1:2", "2:2"], |s| {
+    let server = Server::bind(&ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        control: Some("127.0.0.1:0".into()),
+        ..config_with(Aggregation::TrioMl, &["1:2", "2:2"], |s| {
             s.window = window;
             s.block_cnt_max = Some(2 * window as u16);
-            // (The longest block timeout, as in `config`: the other job's workers, which
-            // share the machine with the flood, are left out of a block only when one
-            // stalls that long.)
+            // Job 1's flood must time out (255 ms, as in `config`) and its Results expire
+            // to give its slots back.
             s.keep_result_ms = 100;
-        }));
+        })
+    })
+    .unwrap();
+    let (addr, stop, m) = (
+        server.local_addr().unwrap(),
+        server.stop_handle(),
+        server.monitor(),
+    );
+    let control = server
+        .control_addr()
+        .expect("a control address")
+        .to_string();
+    let h = std::thread::spawn(move || server.run(RUN_LIMITS));
+    // The other job, made again without a block timeout: its sums are exact however long
+    // its workers, which share the machine with the flood, are held up.
+    for (command, args) in [
+        ("remove", serde_json::json!({ "job_id": 2 })),
+        (
+            "add",
+            serde_json::json!({ "job_id": 2, "sources": [0, 1], "block_exp_ms": NO_BLOCK_TIMEOUT }),
+        ),
+    ] {
+        let (status, body) = jobs_call(&control, command, args);
+        assert_eq!(status, 200, "{command}: {body}");
+    }
+    assert_eq!(
+        m.trio_ml().job_state(2).unwrap().block_exp_ms,
+        NO_BLOCK_TIMEOUT
+    );
     let slots = 2 * window as u16;
     let flood = 20_000u32;
     let flooder = UdpSocket::bind("127.0.0.1:0").unwrap();
