@@ -753,6 +753,17 @@ pub fn fp32_values_be(dst: &mut [u8], src: &[u8]) {
     lanes::fpisa_fp32_values_be(dst, src);
 }
 
+/// [`fp32_values_be`] where the words lie: `buf` holds a run of accumulator words in network
+/// order (8 bytes each), and their FP32 values (network order, 4 bytes each) are left in its
+/// first half, the same values [`fp32_values_be`] makes. For a Result builder that pulled the
+/// words into local memory: no copy of them to renormalize from.
+///
+/// # Panics
+/// If `buf.len()` is not a multiple of 8.
+pub fn fp32_values_be_in_place(buf: &mut [u8]) {
+    lanes::fpisa_fp32_values_be_in_place(buf);
+}
+
 /// [`renorm_shift`] computed with the CPU's count of leading zeros, as [`Acc::value`] uses it:
 /// the table's answer for every magnitude below 2^31 (a test checks each bit position), in
 /// one instruction instead of a scan of 32 entries. (`Acc::value` never asks about bit 31.)

@@ -208,9 +208,7 @@ pub fn pull_fp32_sums(
         let lines = (n * 8).next_multiple_of(LINE_BYTES);
         t.mem_read_lines(first_word + done as Addr, at, lines)?;
         let lm = t.lm_bytes_mut(at, lines)?;
-        let mut words = [0u8; PULL_WORDS * 8];
-        words[..n * 8].copy_from_slice(&lm[..n * 8]);
-        fpisa::fp32_values_be(&mut lm[..n * 4], &words[..n * 8]);
+        fpisa::fp32_values_be_in_place(&mut lm[..n * 8]);
         done += n;
     }
     Ok(())

@@ -272,6 +272,38 @@ with_avx2! {
     }
 }
 
+with_avx2! {
+    /// [`fpisa_fp32_values_be`] where the words lie: `buf` holds accumulator words in network
+    /// order (8 bytes each), and their FP32 values (network order, 4 bytes each) are left in
+    /// its first half, bit for bit those of [`fpisa_fp32_values_be`] (a test compares them).
+    /// A Result builder renormalizes the words it pulled into local memory so, without a
+    /// copy of them first: each block's values go below its words, over words already read.
+    pub(crate) fn fpisa_fp32_values_be_in_place(buf: &mut [u8]) {
+        assert_eq!(buf.len() % 8, 0, "8 bytes per accumulator");
+        let n = buf.len() / 8;
+        let blocks = n / BLOCK;
+        for b in 0..blocks {
+            // The block's words are read whole before its values are written; a block's
+            // values end where its words begin, or (the first block) inside them.
+            let w: [u8; 8 * BLOCK] = buf[8 * BLOCK * b..8 * BLOCK * (b + 1)]
+                .try_into()
+                .expect("a block of words");
+            let mut v = [0u8; 4 * BLOCK];
+            for (i, v) in v.chunks_exact_mut(4).enumerate() {
+                let hi = u32::from_be_bytes(w[8 * i..8 * i + 4].try_into().expect("4 bytes"));
+                let lo = u32::from_be_bytes(w[8 * i + 4..8 * i + 8].try_into().expect("4 bytes"));
+                v.copy_from_slice(&fp32_value(lo, hi).to_be_bytes());
+            }
+            buf[4 * BLOCK * b..4 * BLOCK * (b + 1)].copy_from_slice(&v);
+        }
+        for i in blocks * BLOCK..n {
+            let hi = u32::from_be_bytes(buf[8 * i..8 * i + 4].try_into().expect("4 bytes"));
+            let lo = u32::from_be_bytes(buf[8 * i + 4..8 * i + 8].try_into().expect("4 bytes"));
+            buf[4 * i..4 * i + 4].copy_from_slice(&fp32_value(lo, hi).to_be_bytes());
+        }
+    }
+}
+
 /// One lane of [`fpisa_fp32_values_be`]: `Acc::from_word(word).value(Format::Fp32)` of the
 /// word with low half `lo` (the mantissa) and high half `hi` (exponent, flags), without
 /// branches and in 32-bit arithmetic only.
@@ -413,6 +445,26 @@ mod tests {
                     let mut got = vec![0u8; src.len() / 2];
                     fpisa_fp32_values_be(&mut got, src);
                     got
+                })
+            })
+            .collect();
+        for (isa, run) in ALL.iter().zip(&runs) {
+            prop_assert_eq!(run, &runs[0], "{:?} and {:?} differ", isa, ALL[0]);
+        }
+        Ok(runs[0].clone())
+    }
+
+    /// `fpisa_fp32_values_be_in_place` with every build, checked to agree: the values it
+    /// leaves in the first half of a copy of `src`.
+    fn values_in_place_every_build(src: &[u8]) -> Result<Vec<u8>, TestCaseError> {
+        let runs: Vec<Vec<u8>> = ALL
+            .iter()
+            .map(|&isa| {
+                capped(isa, || {
+                    let mut buf = src.to_vec();
+                    fpisa_fp32_values_be_in_place(&mut buf);
+                    buf.truncate(src.len() / 2);
+                    buf
                 })
             })
             .collect();
@@ -585,6 +637,16 @@ mod tests {
                 want.extend_from_slice(&Acc::from_word(word).value(Format::Fp32).to_be_bytes());
             }
             prop_assert_eq!(values_every_build(&src)?, want);
+        }
+
+        /// The renormalization in place leaves the values the one into another buffer
+        /// makes, for any count of words (whole blocks of 16 and a remainder), every build.
+        #[test]
+        fn the_fp32_values_kernel_in_place_is_the_one_into_a_buffer(
+            words in proptest::collection::vec(any::<u64>(), 0..100),
+        ) {
+            let src: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+            prop_assert_eq!(values_in_place_every_build(&src)?, values_every_build(&src)?);
         }
 
         /// The kernels against the paper's dataflow directly (`crate::fpisa::paper`, written
