@@ -186,6 +186,9 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
             ) => {
                 rejoin(cfg, &mut rx, worker, nonce, run_id, &now)?;
                 rejoins += 1;
+                // The server answered: progress, however long the rejoin took of
+                // `give_up_after` (counted from before it, the loop would give up at once).
+                last_progress = Instant::now();
             }
             (Err(e), _) => return Err(e.into()),
         }

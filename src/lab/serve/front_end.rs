@@ -250,8 +250,6 @@ pub(super) struct Shared {
     upstream_src: u8,
     /// Per job id: this server's run at the upstream aggregator (a first-level server).
     up_runs: Mutex<Vec<UpstreamRun>>,
-    /// The server is stopping.
-    pub(super) stopping: AtomicBool,
     /// Results sent up whose answer has not come (a first-level server).
     awaited: Mutex<Awaited>,
     /// [`ServeConfig::stop_upstream_wait`].
@@ -327,7 +325,6 @@ impl Shared {
             upstream: cfg.upstream,
             upstream_src: cfg.upstream_src,
             up_runs: Mutex::new((0..256).map(|_| UpstreamRun::default()).collect()),
-            stopping: AtomicBool::new(false),
             awaited: Mutex::new(Awaited::default()),
             stop_upstream_wait: cfg.stop_upstream_wait,
         }

@@ -958,7 +958,6 @@ impl Server {
         // Stopping: the socket is still read while the open blocks finish (members'
         // datagrams are counted, not injected; the upstream aggregator's answers are fanned
         // out), and a first-level server then waits for the answers to what it sent up.
-        self.shared.stopping.store(true, Ordering::Release);
         let engine_stopped = Arc::new(AtomicBool::new(false));
         // Set when the engine has stopped, or when this thread unwinds before that: the
         // reader must not outlive the stop on a socket nobody will read from.
