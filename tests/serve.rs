@@ -1085,11 +1085,7 @@ fn stopping_sends_the_partial_results_of_open_blocks() {
     });
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     send_paced(&s, &datagram(1, 0, 7, &[10, -20, 30]), addr, &m);
-    let t0 = Instant::now();
-    while m.trio_ml().active_blocks().unwrap().is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_an_open_block(&m);
     stop.stop();
     let rep = run_clock_until_stopped(&clock, h);
     assert_eq!(
@@ -1106,6 +1102,15 @@ fn stopping_sends_the_partial_results_of_open_blocks() {
     );
     assert!(hdr.degraded, "{hdr:?}");
     assert_eq!(wire::gradients(&res[TRIO_ML_HDR_LEN..]), vec![10, -20, 30]);
+}
+
+/// Waits until the server `m` watches has a block open (within 30 s: a hang guard).
+fn wait_for_an_open_block(m: &Monitor) {
+    let t0 = Instant::now();
+    while m.trio_ml().active_blocks().unwrap().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Moves `clock` (a stopping server's engine clock) a millisecond at a time until the
@@ -1135,11 +1140,7 @@ fn stopping_without_a_block_timeout_leaves_the_open_blocks_open() {
     let (addr, stop, m, h) = start_monitored(cfg);
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     send_paced(&s, &datagram(1, 0, 7, &[10, -20, 30]), addr, &m);
-    let t0 = Instant::now();
-    while m.trio_ml().active_blocks().unwrap().is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_an_open_block(&m);
     stop.stop();
     let rep = h.join().unwrap();
     assert_eq!(
@@ -1172,11 +1173,7 @@ fn a_stopping_first_level_server_passes_the_answers_to_its_last_results_down() {
     // Source 0 of two: its block waits for source 1, which never comes.
     let member = UdpSocket::bind("127.0.0.1:0").unwrap();
     send_paced(&member, &datagram(1, 0, 7, &[10, -20, 30]), a, &a_m);
-    let t0 = Instant::now();
-    while a_m.trio_ml().active_blocks().unwrap().is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no block opened");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_an_open_block(&a_m);
     a_stop.stop();
     let rep = run_clock_until_stopped(&clock, a_h);
     up_stop.stop();
