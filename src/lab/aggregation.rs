@@ -349,3 +349,19 @@ impl AggregationSetup {
         Ok(trio)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::JobSpec;
+
+    #[test]
+    fn job_specs_parse() {
+        let j: JobSpec = "1:4".parse().unwrap();
+        assert_eq!((j.job_id, j.first_src, j.sources), (1, 0, 4));
+        let j: JobSpec = "7:2..4".parse().unwrap();
+        assert_eq!((j.job_id, j.first_src, j.sources), (7, 2, 2));
+        for bad in ["1", "x:4", "1:0", "1:4..2", "300:1", "1:0..257"] {
+            assert!(bad.parse::<JobSpec>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1120,19 +1120,3 @@ pub fn process_cpu_times() -> Option<(f64, f64)> {
     let stime: f64 = f.get(12)?.parse().ok()?;
     Some((utime / 100.0, stime / 100.0))
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::lab::aggregation::JobSpec;
-
-    #[test]
-    fn job_specs_parse() {
-        let j: JobSpec = "1:4".parse().unwrap();
-        assert_eq!((j.job_id, j.first_src, j.sources), (1, 0, 4));
-        let j: JobSpec = "7:2..4".parse().unwrap();
-        assert_eq!((j.job_id, j.first_src, j.sources), (7, 2, 2));
-        for bad in ["1", "x:4", "1:0", "1:4..2", "300:1", "1:0..257"] {
-            assert!(bad.parse::<JobSpec>().is_err(), "{bad}");
-        }
-    }
-}
