@@ -4,6 +4,8 @@
 //! grammars' own tokens, so that the parsers get past their first check, and from
 //! arbitrary characters and bytes.
 
+#![cfg(feature = "lab")]
+
 use proptest::prelude::*;
 
 use pfemu::lab::aggregation::JobSpec;
