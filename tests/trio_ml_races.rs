@@ -731,6 +731,43 @@ fn a_last_leaver_held_before_its_take_does_not_finish_the_next_block_in_its_slot
     only_generation_2_kept(&trio, &mut h, &program);
 }
 
+/// A job without a block timeout (`NO_BLOCK_TIMEOUT`): its timers never give up on a block
+/// a source is missing from, but they still finish a block every source made that nobody
+/// finished (closed, idle a scan period), as they do a timed-out one. Here the last source
+/// out is descheduled before its take: the scans leave the block alone while it is
+/// referenced, then finish it, whole, and the late take finds it taken and sends nothing.
+#[test]
+fn without_a_block_timeout_the_timers_finish_a_closed_block_left_unfinished() {
+    use pfemu::microcode::trio_ml::NO_BLOCK_TIMEOUT;
+
+    let (mem, _trio, program) =
+        install_job(2, TrioMlConfig::default().keep_result_ns, NO_BLOCK_TIMEOUT);
+    let mut h = Harness::new(mem.clone());
+    let mut sent = h.run(&program, 0, &packet_of_gen(5, 0, 0)).created;
+    let held = common::hold_before(&mem, &program, "take_block", (1, 0), packet_of_gen(5, 0, 1));
+    // Referenced by the packet at the first scan; idle (and closed) at the second.
+    sent.extend(scan(&mut h, &program, MS));
+    assert_eq!(sums_by_gen(&sent), [], "a referenced block is left alone");
+    sent.extend(scan(&mut h, &program, 2 * MS));
+    assert_eq!(
+        group_results(&sent),
+        [(5, 0, 2)],
+        "the timer finished the closed block, with both sources"
+    );
+    assert_eq!(sums_by_gen(&sent), [(0, vec![3; 4])]);
+    let out = held.release();
+    assert_eq!(out.result, Ok(Verdict::Consume));
+    assert_eq!(sums_by_gen(&out.created), [], "the block was taken already");
+    // A block a source is missing from stays open, scan after scan.
+    sent.extend(h.run(&program, 0, &packet_of_gen(6, 0, 0)).created);
+    for k in 3..40 {
+        sent.extend(scan(&mut h, &program, k * MS));
+    }
+    assert_eq!(group_results(&sent), [(5, 0, 2)], "no partial Result");
+    sent.extend(h.run(&program, 1, &packet_of_gen(6, 0, 1)).created);
+    assert_eq!(group_results(&sent), [(5, 0, 2), (6, 0, 2)]);
+}
+
 /// [`a_last_leaver_held_before_its_take_does_not_finish_the_next_block_in_its_slot`] for
 /// the timer: it closes an aged block and leaves it last, and is descheduled before its
 /// take while a late packet goes through the closed gate and finishes the block.
