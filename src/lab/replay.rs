@@ -276,8 +276,10 @@ pub enum Routes {
     Table(RouteTable),
 }
 
-/// When frames are injected, and on which clock the engine runs.
+/// When frames are injected, and on which clock the engine runs. More ways may come, so
+/// a `match` on it needs a wildcard arm outside this crate.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub enum Timing {
     /// As fast as the engine takes them; the engine (its timers, the egress timestamps)
     /// runs on the wall clock.
