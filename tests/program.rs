@@ -679,3 +679,67 @@ mod fused_tail_add {
         }
     }
 }
+
+mod fused_fpisa_read {
+    //! `Thread::fpisa_read_fp32_be` against the pull it stands for: line reads of the words
+    //! into local memory, then their renormalization there; the same values in local memory
+    //! (a forwarded head shows them), verdict or fault, and XTXNs.
+
+    use super::*;
+    use pfemu::program::{Harness, HarnessOutcome};
+    use proptest::prelude::*;
+
+    const LM_AT: usize = pfemu::program::DEFAULT_HEAD_OFFSET;
+
+    fn program(fused: bool, addr: u64, lanes: usize) -> Program {
+        let mut p = Program::builder("fpisa_read");
+        let a = p.label("a");
+        p.instr(a, move |t| {
+            if fused {
+                t.fpisa_read_fp32_be(addr, LM_AT, lanes)?;
+            } else {
+                let lines = (8 * lanes).next_multiple_of(64);
+                t.mem_read_lines(addr, LM_AT, lines)?;
+                let lm = t.lm_bytes_mut(LM_AT, lines)?;
+                pfemu::fpisa::fp32_values_be_in_place(&mut lm[..8 * lanes]);
+            }
+            Ok(Done(Verdict::Forward(0)))
+        });
+        p.entry(Entry::Packet, a);
+        p.build().unwrap()
+    }
+
+    fn outcome(fused: bool, addr: u64, lanes: usize, seed: u64) -> HarnessOutcome {
+        let mem = Arc::new(SharedMemory::new(&common::small_mem()).unwrap());
+        let sram = mem.region(pfemu::mem::Region::Sram);
+        for w in sram.start..sram.end {
+            // Accumulators of every kind, flags and saturated mantissas among them.
+            let v = (w ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            mem.write_u64(w, v & 0x0000_FFFF_FFFF_FFFF).unwrap();
+        }
+        let mut h = Harness::new(mem);
+        // A frame long enough that the head (local memory from LM_AT) shows what was left.
+        h.run(&program(fused, addr, lanes), 0, &udp_frame(0, 0, 256))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn matches_a_line_pull_and_its_renormalization(
+            lanes in 1usize..33,
+            from_end in 0u64..300,
+            seed in any::<u64>(),
+        ) {
+            // Near SRAM's end (8192 words), so some reads run past it and fault.
+            let addr = 8192u64.saturating_sub(from_end);
+            let (pull, fused) = (outcome(false, addr, lanes, seed), outcome(true, addr, lanes, seed));
+            prop_assert_eq!(&fused.result, &pull.result);
+            prop_assert_eq!(&fused.xtxns, &pull.xtxns);
+            // The values; past them the pull leaves the rest of its words, the fused read
+            // nothing.
+            let values = |o: &HarnessOutcome| o.output.as_ref().map(|f| f[..4 * lanes].to_vec());
+            prop_assert_eq!(values(&fused), values(&pull));
+            prop_assert_eq!(fused.output.is_some(), fused.result.is_ok());
+        }
+    }
+}

@@ -71,15 +71,12 @@ use std::sync::Arc;
 
 use crate::microcode::trio_ml::host::{HostError, Worker, WorkerConfig};
 use crate::microcode::trio_ml::{Lanes, TrioMl, TrioMlConfig, TrioMlError};
-use pfemu::fpisa::{self, Format, Variant};
+use pfemu::fpisa::{Format, Variant};
 use pfemu::mem::{Addr, Op, SharedMemory};
 use pfemu::program::{Fault, Thread};
 
 /// Gradients per packet of [`worker_config`]: SwitchML's 256 (1 KB of FP32).
 pub const DEFAULT_GRADS_PER_PACKET: usize = 256;
-
-/// Accumulator words pulled into local memory at a time by [`pull_fp32_sums`] (256 bytes).
-pub const PULL_WORDS: usize = 32;
 
 /// Trio-ML's default configuration with FPISA lanes of `variant`.
 pub fn config(variant: Variant) -> TrioMlConfig {
@@ -190,26 +187,16 @@ pub fn count_events(t: &mut Thread<'_>, counters: Addr) -> Result<(), Fault> {
 }
 
 /// Reads the `sums` accumulators from word `first_word` and leaves their values in FP32, in
-/// network order, at `lm_at` in local memory (`4 * sums` bytes): the Result's gradients. The
-/// words come in [`PULL_WORDS`] at a time (one read of whole lines each), just after the
-/// values already made, and are renormalized where they land; so the local memory used
-/// reaches `lm_at + 4 * sums + 4 * PULL_WORDS` at most.
+/// network order, at `lm_at` in local memory (`4 * sums` bytes, at most
+/// [`pfemu::mem::MAX_FPISA_LANES`] sums): the Result's gradients. The words' lines are read
+/// and renormalized into FP32 (FPISA's egress step) in one call
+/// ([`Thread::fpisa_read_fp32_be`]: the same reads as a pull of the lines into local memory,
+/// without the words' copy there).
 pub fn pull_fp32_sums(
     t: &mut Thread<'_>,
     first_word: Addr,
     lm_at: usize,
     sums: usize,
 ) -> Result<(), Fault> {
-    const LINE_BYTES: usize = 64;
-    let mut done = 0;
-    while done < sums {
-        let n = (sums - done).min(PULL_WORDS);
-        let at = lm_at + 4 * done;
-        let lines = (n * 8).next_multiple_of(LINE_BYTES);
-        t.mem_read_lines(first_word + done as Addr, at, lines)?;
-        let lm = t.lm_bytes_mut(at, lines)?;
-        fpisa::fp32_values_be_in_place(&mut lm[..n * 8]);
-        done += n;
-    }
-    Ok(())
+    t.fpisa_read_fp32_be(first_word, lm_at, sums)
 }

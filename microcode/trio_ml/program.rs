@@ -325,10 +325,8 @@ const LINE_BYTES: usize = 64;
 const CHUNK_GRADS: usize = LINE_BYTES / GRAD_BYTES;
 /// Bytes of a Result tail chunk (Figure 10: 256 bytes per iteration).
 const RESULT_CHUNK_BYTES: usize = 256;
-// FPISA sums are pulled in 8-byte accumulators and renormalized where they land: a chunk's
-// last pull reaches furthest, and must stay below LM_AGED.
-const _: () =
-    assert!(LM_RESULT_DATA + RESULT_CHUNK_BYTES + fpisa::PULL_WORDS * GRAD_BYTES <= LM_AGED);
+// A chunk of the Result's sums (FPISA's already renormalized into FP32) stays below LM_AGED.
+const _: () = assert!(LM_RESULT_DATA + RESULT_CHUNK_BYTES <= LM_AGED);
 /// Phase two's 64-byte chunks per instruction: up to 4 KB of tail, the largest vector add
 /// the engine takes in one request ([`MAX_VADD_BYTES`]), so a packet of 1024 gradients runs
 /// phase two in one instruction. Every chunk is still its own 64-byte tail read and 16-lane
@@ -1599,9 +1597,9 @@ fn result_phase(p: &mut ProgramBuilder, l: Labels, c: &Ctx, tables: &Tables) {
 
     // result_tail: one 256-byte chunk of sums per instruction: read from the buffer into
     // local memory (64 bytes per read), append to the Result's tail. FPISA accumulators
-    // take 8 bytes per sum: they are pulled in two halves of 256 bytes, each renormalized
-    // into FP32 where it lands (FPISA's egress step, `fpisa::pull_fp32_sums`), so the chunk
-    // still fits below LM_AGED.
+    // take 8 bytes per sum: their lines are read and renormalized into FP32 in one call
+    // (FPISA's egress step, `fpisa::pull_fp32_sums`), so the chunk's 256 bytes of values
+    // land in local memory without its 512 bytes of words.
     p.instr(l.result_tail, move |t| {
         let total = usize::from(t.get(R_GRAD_CNT)) * GRAD_BYTES;
         let start = t.get(R_CHUNK) * RESULT_CHUNK_BYTES;

@@ -304,6 +304,30 @@ with_avx2! {
     }
 }
 
+with_avx2! {
+    /// [`fpisa_fp32_values_be`] of accumulator words as memory holds them (`words`, native
+    /// `u64`s, [`Acc::to_word`]'s layout) into FP32 lanes in network order (`dst`, 4 bytes
+    /// each; `dst.len() == 4 * words.len()`), bit for bit (a test compares them): a read of
+    /// sums and their renormalization in one pass, without their copy into network order.
+    pub(crate) fn fpisa_fp32_values_of_words(dst: &mut [u8], words: &[u64]) {
+        assert_eq!(dst.len(), 4 * words.len(), "4 bytes per FP32 lane");
+        let mut out = dst.chunks_exact_mut(4 * BLOCK);
+        let mut ws = words.chunks_exact(BLOCK);
+        for (o, w) in (&mut out).zip(&mut ws) {
+            let mut v = [0u32; BLOCK];
+            for (v, &w) in v.iter_mut().zip(w) {
+                *v = fp32_value(w as u32, (w >> 32) as u32);
+            }
+            for (o, v) in o.chunks_exact_mut(4).zip(v) {
+                o.copy_from_slice(&v.to_be_bytes());
+            }
+        }
+        for (o, &w) in out.into_remainder().chunks_exact_mut(4).zip(ws.remainder()) {
+            o.copy_from_slice(&fp32_value(w as u32, (w >> 32) as u32).to_be_bytes());
+        }
+    }
+}
+
 /// One lane of [`fpisa_fp32_values_be`]: `Acc::from_word(word).value(Format::Fp32)` of the
 /// word with low half `lo` (the mantissa) and high half `hi` (exponent, flags), without
 /// branches and in 32-bit arithmetic only.
@@ -647,6 +671,24 @@ mod tests {
         ) {
             let src: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
             prop_assert_eq!(values_in_place_every_build(&src)?, values_every_build(&src)?);
+        }
+
+        /// Renormalizing words as memory holds them gives the values of the same words in
+        /// network order, bit for bit, every build.
+        #[test]
+        fn the_fp32_values_kernel_of_words_is_the_one_of_network_order(
+            words in proptest::collection::vec(any::<u64>(), 0..100),
+        ) {
+            let src: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+            let want = values_every_build(&src)?;
+            for isa in ALL {
+                let got = capped(isa, || {
+                    let mut got = vec![0u8; 4 * words.len()];
+                    fpisa_fp32_values_of_words(&mut got, &words);
+                    got
+                });
+                prop_assert_eq!(&got, &want, "{:?}", isa);
+            }
         }
 
         /// The kernels against the paper's dataflow directly (`crate::fpisa::paper`, written

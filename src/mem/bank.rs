@@ -333,7 +333,7 @@ impl SharedMemory {
     /// [`SharedMemory::acc_locked`] for reading: a stripe nobody wrote reads as zeros and
     /// is not materialised.
     #[inline]
-    fn acc_read(&self, off: u64, words: u64, mut f: impl FnMut(usize, &[u64])) {
+    pub(super) fn acc_read(&self, off: u64, words: u64, mut f: impl FnMut(usize, &[u64])) {
         Self::acc_pieces(off, words, |o, within, n, i| {
             let si = ((o & CHUNK_MASK) / ACC_STRIPE_WORDS) as usize;
             match self.acc[(o >> CHUNK_SHIFT) as usize]

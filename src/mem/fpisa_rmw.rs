@@ -19,8 +19,8 @@
 //! exact at the accumulator's precision (integer-valued gradients of a narrow range, say).
 
 use super::bank::update;
-use super::{Addr, MemFault, SharedMemory};
-use crate::fpisa::lanes::{add_fp32_words, AddTo};
+use super::{Addr, MemFault, SharedMemory, LINE_WORDS};
+use crate::fpisa::lanes::{add_fp32_words, fpisa_fp32_values_of_words, AddTo};
 use crate::fpisa::{self, Acc, Decomposed, Events, Format, FpisaCounts, Variant};
 
 /// Most lanes one [`SharedMemory::fpisa_add_lanes`] or [`SharedMemory::fpisa_add_be`] request
@@ -216,6 +216,36 @@ impl SharedMemory {
                     }
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// The FP32 values of the `out.len() / 4` accumulator words from `addr`, in network
+    /// order, into `out` (4 bytes a word): what [`SharedMemory::read_lines`] of the words'
+    /// whole lines and [`crate::fpisa::fp32_values_be`] of the words leave, in one pass, with
+    /// the same faults (the lines are checked, as a line read checks them) and each word read
+    /// atomically. 1 to [`MAX_FPISA_LANES`] words; on a fault `out` is left as it was.
+    pub fn fpisa_read_fp32_be(&self, addr: Addr, out: &mut [u8]) -> Result<(), MemFault> {
+        let n = out.len() / 4;
+        if !out.len().is_multiple_of(4) || check_lanes(n).is_err() {
+            return Err(MemFault::BadSize { bytes: out.len() });
+        }
+        let lines = (n as u64).next_multiple_of(LINE_WORDS);
+        if let Some(off) = self.acc_offset(addr, lines) {
+            self.acc_read(off, n as u64, |i, piece| {
+                fpisa_fp32_values_of_words(&mut out[4 * i..4 * (i + piece.len())], piece);
+            });
+            return Ok(());
+        }
+        self.check(addr, lines)?;
+        let mut line = [0u8; 64];
+        for (k, values) in out.chunks_mut(4 * LINE_WORDS as usize).enumerate() {
+            // A line at a time, read as a line read reads it.
+            self.read(addr + k as u64 * LINE_WORDS, &mut line)?;
+            let words: [u64; LINE_WORDS as usize] = std::array::from_fn(|j| {
+                u64::from_be_bytes(line[8 * j..8 * j + 8].try_into().expect("8 bytes"))
+            });
+            fpisa_fp32_values_of_words(values, &words[..values.len() / 4]);
         }
         Ok(())
     }
@@ -489,6 +519,54 @@ mod tests {
                     assert_eq!(f64::from(f32::from_bits(got.value(Format::Fp32))), exact);
                 }
             }
+        }
+    }
+
+    /// The renormalizing read gives, in every region (the accumulator one across a stripe's
+    /// end) and for any count of words, the values a line read of the words and their
+    /// renormalization give; a faulting or badly sized read leaves its buffer alone.
+    #[test]
+    fn the_renormalizing_read_is_a_line_read_and_its_renormalization() {
+        let m = mem();
+        for a in bases(&m) {
+            // Sums of every kind: normal, cancelled, saturated, flagged.
+            let lanes: Vec<u32> = (0..200u32)
+                .map(|i| match i % 23 {
+                    3 => f32::INFINITY.to_bits(),
+                    7 => f32::NAN.to_bits(),
+                    11 => 1e38f32.to_bits(),
+                    _ => ((i as f32 - 90.0) * 1.37).to_bits(),
+                })
+                .collect();
+            let be: Vec<u8> = lanes.iter().flat_map(|b| b.to_be_bytes()).collect();
+            m.fpisa_write_be(a, &be, Format::Fp32, Variant::Full)
+                .unwrap();
+            m.fpisa_add_be(a, &be, Format::Fp32, Variant::Full).unwrap();
+            for n in [1usize, 7, 16, 33, 200] {
+                let mut words = vec![0u8; 8 * n];
+                for (k, w) in words.chunks_exact_mut(8).enumerate() {
+                    w.copy_from_slice(&m.read_u64(a + k as u64).unwrap().to_be_bytes());
+                }
+                let mut want = vec![0u8; 4 * n];
+                crate::fpisa::fp32_values_be(&mut want, &words);
+                let mut got = vec![0xA5u8; 4 * n];
+                m.fpisa_read_fp32_be(a, &mut got).unwrap();
+                assert_eq!(got, want, "region {a:#x}, {n} words");
+            }
+        }
+        let end = m.region(Region::Sram).end;
+        let mut out = vec![0xA5u8; 64];
+        assert!(matches!(
+            m.fpisa_read_fp32_be(end - 8, &mut out),
+            Err(MemFault::OutOfRange { .. })
+        ));
+        assert!(out.iter().all(|&b| b == 0xA5), "nothing written on a fault");
+        for bytes in [0usize, 3, 4 * MAX_FPISA_LANES + 4] {
+            let mut out = vec![0u8; bytes];
+            assert_eq!(
+                m.fpisa_read_fp32_be(0, &mut out),
+                Err(MemFault::BadSize { bytes })
+            );
         }
     }
 }

@@ -574,6 +574,27 @@ impl<'a> Thread<'a> {
         Ok(())
     }
 
+    /// Reads the `lanes` FPISA accumulator words from `addr` and leaves their FP32 values,
+    /// in network order, at `lm_offset` in local memory (`4 * lanes` bytes): what
+    /// [`Thread::mem_read_lines`] of the words' lines and the thread's renormalization of
+    /// them ([`crate::fpisa::fp32_values_be_in_place`], the paper's MAU5 to MAU8) leave,
+    /// without the words' copy through local memory ([`SharedMemory::fpisa_read_fp32_be`]).
+    /// Counted as those line reads: one `read` XTXN per 8 words (64 bytes) or part of them.
+    /// 1 to [`crate::mem::MAX_FPISA_LANES`] lanes.
+    pub fn fpisa_read_fp32_be(
+        &mut self,
+        addr: Addr,
+        lm_offset: usize,
+        lanes: usize,
+    ) -> Result<(), Fault> {
+        let range = lm_range(lm_offset, lanes.saturating_mul(4))?;
+        self.mem
+            .fpisa_read_fp32_be(addr, &mut self.core.lm[range])?;
+        self.core.xtxns[XtxnKind::Read.index()] += lanes.div_ceil(8) as u64;
+        self.lm_written = true;
+        Ok(())
+    }
+
     /// Writes 8..=64 bytes (a multiple of 8) of local memory at `lm_offset` to `addr`.
     #[inline]
     pub fn mem_write(&mut self, addr: Addr, lm_offset: usize, len: usize) -> Result<(), Fault> {
