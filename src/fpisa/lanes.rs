@@ -314,9 +314,18 @@ with_avx2! {
         let mut out = dst.chunks_exact_mut(4 * BLOCK);
         let mut ws = words.chunks_exact(BLOCK);
         for (o, w) in (&mut out).zip(&mut ws) {
+            // The block's words as bytes, split into halves as the kernel of network order
+            // splits them (its loads vectorise on every build; shifts of `u64`s did not on
+            // AVX2).
+            let mut b = [0u8; 8 * BLOCK];
+            for (b, w) in b.chunks_exact_mut(8).zip(w) {
+                b.copy_from_slice(&w.to_le_bytes());
+            }
             let mut v = [0u32; BLOCK];
-            for (v, &w) in v.iter_mut().zip(w) {
-                *v = fp32_value(w as u32, (w >> 32) as u32);
+            for (i, v) in v.iter_mut().enumerate() {
+                let lo = u32::from_le_bytes(b[8 * i..8 * i + 4].try_into().expect("4 bytes"));
+                let hi = u32::from_le_bytes(b[8 * i + 4..8 * i + 8].try_into().expect("4 bytes"));
+                *v = fp32_value(lo, hi);
             }
             for (o, v) in o.chunks_exact_mut(4).zip(v) {
                 o.copy_from_slice(&v.to_be_bytes());
