@@ -570,6 +570,11 @@ pub struct VethTrial {
     pub port_dropped: u64,
     /// Frames port 1 sent out: the trial's received count.
     pub received: u64,
+    /// Frames the engine sent to port 1 that did not leave it: refused by the kernel or
+    /// dropped by the interface (port 1's [`PortStats::tx_dropped`](crate::lab::ports::PortStats::tx_dropped)).
+    pub out_dropped: u64,
+    /// Frames the engine dropped or consumed (by the program or for a reason of its own).
+    pub engine_dropped: u64,
     /// Whether the trial's frames had all come out (or been counted lost, or lost by the
     /// kernel without a word: `drain_missing`) before the drain's deadline
     /// ([`VETH_DRAIN_DEADLINE`]).
@@ -740,6 +745,8 @@ struct Snapshot {
     port_in: u64,
     port_dropped: u64,
     out: u64,
+    out_dropped: u64,
+    engine_dropped: u64,
     /// Frames the engine resolved: sent out of a port (or refused there), dropped, consumed.
     resolved: u64,
     packets_in: u64,
@@ -755,6 +762,8 @@ impl Snapshot {
             port_in: p0.rx_frames,
             port_dropped: p0.rx_dropped(),
             out: p1.tx_frames,
+            out_dropped: p1.tx_dropped(),
+            engine_dropped: e.dropped + e.consumed,
             resolved: r.ports.tx_frames() + r.ports.tx_dropped() + e.dropped + e.consumed,
             packets_in: e.packets_in,
             in_flight: e.in_flight,
@@ -871,6 +880,8 @@ impl Device for VethDevice {
             port_in: now.port_in - before.port_in,
             port_dropped: now.port_dropped.saturating_sub(before.port_dropped),
             received,
+            out_dropped: now.out_dropped.saturating_sub(before.out_dropped),
+            engine_dropped: now.engine_dropped.saturating_sub(before.engine_dropped),
             drained: !matches!(drained, Drained::TimedOut(_)),
             drain_missing: drained.missing(),
             drain_s: drain_start.elapsed().as_secs_f64(),
