@@ -20,7 +20,9 @@
 
 use super::bank::update;
 use super::{Addr, MemFault, SharedMemory, LINE_WORDS};
-use crate::fpisa::lanes::{add_fp32_words, fpisa_fp32_values_of_words, AddTo};
+use crate::fpisa::lanes::{
+    add_fp32_words, fpisa_fp32_values_be, fpisa_fp32_values_of_words, AddTo,
+};
 use crate::fpisa::{self, Acc, Decomposed, Events, Format, FpisaCounts, Variant};
 
 /// Most lanes one [`SharedMemory::fpisa_add_lanes`] or [`SharedMemory::fpisa_add_be`] request
@@ -240,12 +242,9 @@ impl SharedMemory {
         self.check(addr, lines)?;
         let mut line = [0u8; 64];
         for (k, values) in out.chunks_mut(4 * LINE_WORDS as usize).enumerate() {
-            // A line at a time, read as a line read reads it.
+            // A line at a time, read as a line read reads it (in network order).
             self.read(addr + k as u64 * LINE_WORDS, &mut line)?;
-            let words: [u64; LINE_WORDS as usize] = std::array::from_fn(|j| {
-                u64::from_be_bytes(line[8 * j..8 * j + 8].try_into().expect("8 bytes"))
-            });
-            fpisa_fp32_values_of_words(values, &words[..values.len() / 4]);
+            fpisa_fp32_values_be(values, &line[..2 * values.len()]);
         }
         Ok(())
     }
