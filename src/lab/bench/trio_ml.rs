@@ -621,7 +621,7 @@ pub fn run_on(
 /// per packet, read the header, skip a source already counted, add the big-endian gradients
 /// (FPISA's with the same vectorised shift-and-add the engine runs,
 /// [`crate::fpisa::add_fp32_be`]); when every source is in, copy the sums out (the Result's
-/// payload; FPISA's renormalized into FP32 with [`crate::fpisa::fp32_values_be`]) and clear
+/// payload; FPISA's renormalized into FP32 by the kernel the engine's Result read runs) and clear
 /// the block. Returns gradients per second.
 pub fn baseline(cfg: &TrioMlBenchConfig, traffic: &mut TrioMlTraffic) -> f64 {
     match cfg.lanes {
@@ -641,24 +641,20 @@ pub fn baseline(cfg: &TrioMlBenchConfig, traffic: &mut TrioMlTraffic) -> f64 {
                 }
             },
         ),
-        Lanes::Fpisa(variant) => {
-            let mut words_be = vec![0u8; usize::from(cfg.grads) * 8];
-            plain_loop(
-                cfg,
-                traffic,
-                0u64,
-                |words, grads| {
-                    fpisa::add_fp32_be(words, grads, variant);
-                },
-                |words, out| {
-                    let be = &mut words_be[..words.len() * 8];
-                    for (b, w) in be.chunks_exact_mut(8).zip(words.iter_mut()) {
-                        b.copy_from_slice(&std::mem::take(w).to_be_bytes());
-                    }
-                    fpisa::fp32_values_be(out, be);
-                },
-            )
-        }
+        Lanes::Fpisa(variant) => plain_loop(
+            cfg,
+            traffic,
+            0u64,
+            |words, grads| {
+                fpisa::add_fp32_be(words, grads, variant);
+            },
+            |words, out| {
+                // As the engine's Result reads them: renormalized from the words as memory
+                // holds them, without a copy into network order first.
+                fpisa::lanes::fpisa_fp32_values_of_words(out, words);
+                words.fill(0);
+            },
+        ),
     }
 }
 
