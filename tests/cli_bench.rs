@@ -249,6 +249,58 @@ fn bench_filter_profile_prints_where_the_time_went() {
     );
 }
 
+/// With several runs, `bench trio-ml` and `bench fpisa` also give each run's own ratio
+/// (to its plain loop; FPISA's to the Trio-ML run of its round), as a spread whose median
+/// need not be the median run's. Structure only, never a speed.
+#[test]
+fn bench_trio_ml_and_fpisa_give_each_runs_own_ratio() {
+    let small = [
+        "--workers",
+        "2",
+        "--grads",
+        "64",
+        "--window",
+        "8",
+        "--generations",
+        "1",
+        "--ppe-threads",
+        "2",
+        "--runs",
+        "3",
+    ];
+    for (bench, key, row, line) in [
+        (
+            "trio-ml",
+            "ratio_to_baseline_of_runs",
+            "ratio_to_baseline",
+            "ratio, each run to its own plain loop (2 PPE threads): median ",
+        ),
+        (
+            "fpisa",
+            "ratio_to_trio_ml_of_rounds",
+            "ratio_to_trio_ml",
+            "FPISA / Trio-ML, each round's two runs: median ",
+        ),
+    ] {
+        let args = [&["bench", bench][..], &small[..]].concat();
+        let out = pfemu(&args);
+        assert!(out.status.success(), "{bench}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(line) && text.contains("over 3 "),
+            "{bench}: {text}"
+        );
+        let v = json_of(&pfemu(&[&args[..], &["--json"]].concat()));
+        let s = &v[key];
+        let f = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{bench}: {k}: {v}"));
+        assert!(
+            0.0 < f("min") && f("min") <= f("median") && f("median") <= f("max"),
+            "{bench}: {s}"
+        );
+        assert!(v[row].as_f64().is_some(), "{bench}: {v}");
+    }
+}
+
 /// `bench trio-ml` and `bench fpisa` take `--profile` too: the table after the summary,
 /// and in `--json` the profile of the aggregation packets the PPE threads processed, with
 /// the timer threads' stage (their straggler scans run meanwhile). Structure only, never a

@@ -357,6 +357,12 @@ fn the_fpisa_bench_checks_its_results_and_reports_trio_mls_fields() {
         assert!(r.fpisa.verified && r.fpisa.stats.dropped == 0);
         assert_eq!(r.fpisa.stats.created, 16 * 3);
         assert!(r.ratio_to_trio_ml > 0.0);
+        // One round: its own ratio is the medians'.
+        let rounds = r.ratio_to_trio_ml_of_rounds.expect("finite rates");
+        assert_eq!(
+            (rounds.median, rounds.min, rounds.max),
+            (r.ratio_to_trio_ml, r.ratio_to_trio_ml, r.ratio_to_trio_ml)
+        );
         let fpisa = serde_json::to_value(&r).unwrap();
         let trio = serde_json::to_value(&r.fpisa).unwrap();
         for key in trio.as_object().unwrap().keys() {
@@ -366,6 +372,7 @@ fn the_fpisa_bench_checks_its_results_and_reports_trio_mls_fields() {
             "variant",
             "trio_ml_gradients_per_s",
             "ratio_to_trio_ml",
+            "ratio_to_trio_ml_of_rounds",
             "host",
         ] {
             assert!(fpisa.get(key).is_some(), "missing `{key}`");

@@ -984,6 +984,13 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
             r.trio_ml_gradients_per_s / 1e9,
             r.ratio_to_trio_ml
         );
+        if let (true, Some(s)) = (t.runs > 1, r.ratio_to_trio_ml_of_rounds) {
+            println!(
+                "  FPISA / Trio-ML, each round's two runs: median {:.3}x ({:.3}-{:.3}x over {} \
+                 rounds)",
+                s.median, s.min, s.max, t.runs
+            );
+        }
         println!(
             "  hosts, ns per gradient: FPISA send {:.2} / receive {:.2}; Trio-ML scaling send \
              {:.2} / receive {:.2}",
@@ -1062,6 +1069,7 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
             .map(|m| {
                 let mut v = serde_json::to_value(&m.median)?;
                 v["verified_all_runs"] = json!(m.verified_all_runs());
+                v["ratio_to_baseline_of_runs"] = json!(m.spread_of(|r| r.ratio_to_baseline));
                 Ok(v)
             })
             .collect::<Result<Vec<_>, serde_json::Error>>()?;
@@ -1102,6 +1110,23 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
                 r.instructions_per_gradient,
                 r.stats.timer_runs
             );
+        }
+        if a.runs > 1 {
+            // Each run's ratio pairs the engine with the plain loop measured beside it; the
+            // row above is the run of median rate, whose plain loop may be fast or slow.
+            for m in &sets {
+                if let Some(s) = m.spread_of(|r| r.ratio_to_baseline) {
+                    println!(
+                        "  ratio, each run to its own plain loop ({} PPE threads): median \
+                         {:.3}x ({:.3}-{:.3}x over {} runs)",
+                        m.median.ppe_threads,
+                        s.median,
+                        s.min,
+                        s.max,
+                        m.runs()
+                    );
+                }
+            }
         }
         let r = medians[0];
         println!(

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::runs::Median;
+use super::runs::{Median, Spread};
 use super::trio_ml::{self, TrioMlBenchConfig, TrioMlBenchReport};
 use crate::fpisa::Variant;
 use crate::microcode::trio_ml::host::Scaling;
@@ -57,6 +57,10 @@ pub struct FpisaBenchReport {
     pub trio_ml_gradients_per_s: f64,
     /// `gradients_per_s / trio_ml_gradients_per_s`: FPISA's rate as a share of Trio-ML's.
     pub ratio_to_trio_ml: f64,
+    /// The same share in each round (a Trio-ML run and the FPISA run after it), paired:
+    /// a round's two runs share the machine's phase, which the medians of each kind's
+    /// rates need not. `None` if a rate was not finite.
+    pub ratio_to_trio_ml_of_rounds: Option<Spread>,
     /// The end hosts' conversion cost per gradient.
     pub host: HostCost,
     /// Every run of both kinds, FPISA's and Trio-ML's integers, passed its check (every
@@ -115,6 +119,11 @@ pub fn run(
         progress(run, "fpisa", &r);
         fps.push(r);
     }
+    let rounds = Spread::of(
+        ints.iter()
+            .zip(&fps)
+            .map(|(i, f)| f.gradients_per_s / i.gradients_per_s),
+    );
     let (int, fp) = (median(ints), median(fps));
     let failed = failed_runs(&int, &fp);
     let (int, fp) = (int.median, fp.median);
@@ -125,6 +134,7 @@ pub fn run(
         },
         trio_ml_gradients_per_s: int.gradients_per_s,
         ratio_to_trio_ml: fp.gradients_per_s / int.gradients_per_s,
+        ratio_to_trio_ml_of_rounds: rounds,
         host: host_cost(1 << 22),
         fpisa: fp,
         verified_all_runs: failed.is_none(),

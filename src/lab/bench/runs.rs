@@ -44,6 +44,13 @@ impl<R> Median<R> {
         })
     }
 
+    /// The spread of another figure of every run (`f`), e.g. each run's ratio to a
+    /// baseline it measured itself: the median run by the set's measure need not be the
+    /// run of the median ratio. `None` if a run's figure is not finite.
+    pub fn spread_of(&self, f: impl Fn(&R) -> f64) -> Option<Spread> {
+        Spread::of(std::iter::once(&self.median).chain(&self.others).map(f))
+    }
+
     /// How many runs there were.
     pub fn runs(&self) -> usize {
         self.measures.len()
@@ -65,6 +72,34 @@ impl<R> Median<R> {
                 Some(format!("runs {} of {}", list.join(", "), self.runs()))
             }
         }
+    }
+}
+
+/// Figures of several runs: their median (the upper one of an even count, as
+/// [`Median`]'s), least and greatest.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Spread {
+    /// The median figure.
+    pub median: f64,
+    /// The least.
+    pub min: f64,
+    /// The greatest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `figures`; `None` if there are none or one is not finite.
+    pub fn of(figures: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let mut v: Vec<f64> = figures.into_iter().collect();
+        if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(Spread {
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        })
     }
 }
 
@@ -105,6 +140,27 @@ mod tests {
         assert_eq!(m.failed_runs(), None);
         assert_eq!(m.median, (2.0, true));
         assert_eq!(m.runs(), 2);
+    }
+
+    /// Each run's own figure, not the median run's: the run of median rate here has the
+    /// least ratio.
+    #[test]
+    fn the_spread_of_another_figure_takes_every_run() {
+        // (rate, ratio) of three runs.
+        let runs = vec![(1.0, 0.9), (2.0, 0.5), (3.0, 0.8)];
+        let m = Median::of(runs, |r| r.0, |_| true).expect("runs");
+        assert_eq!(m.median.1, 0.5);
+        let s = m.spread_of(|r| r.1).expect("finite");
+        assert_eq!((s.median, s.min, s.max), (0.8, 0.5, 0.9));
+        assert_eq!(
+            m.spread_of(|r| r.1 / (r.0 - 2.0)),
+            None,
+            "an infinite figure"
+        );
+        let even = Spread::of([4.0, 1.0, 3.0, 2.0]).expect("finite");
+        assert_eq!(even.median, 3.0, "the upper of the two");
+        assert_eq!(Spread::of([]), None);
+        assert_eq!(Spread::of([f64::NAN]), None);
     }
 
     #[test]
