@@ -249,25 +249,28 @@ fn bench_filter_profile_prints_where_the_time_went() {
     );
 }
 
+/// A small aggregation job for `bench trio-ml` and `bench fpisa` (add `--generations`).
+const SMALL_AGGREGATION: [&str; 8] = [
+    "--workers",
+    "2",
+    "--grads",
+    "64",
+    "--window",
+    "8",
+    "--ppe-threads",
+    "2",
+];
+
 /// With several runs, `bench trio-ml` and `bench fpisa` also give each run's own ratio
 /// (to its plain loop; FPISA's to the Trio-ML run of its round), as a spread whose median
 /// need not be the median run's. Structure only, never a speed.
 #[test]
 fn bench_trio_ml_and_fpisa_give_each_runs_own_ratio() {
     let small = [
-        "--workers",
-        "2",
-        "--grads",
-        "64",
-        "--window",
-        "8",
-        "--generations",
-        "1",
-        "--ppe-threads",
-        "2",
-        "--runs",
-        "3",
-    ];
+        &SMALL_AGGREGATION[..],
+        &["--generations", "1", "--runs", "3"],
+    ]
+    .concat();
     for (bench, key, row, line) in [
         (
             "trio-ml",
@@ -307,18 +310,7 @@ fn bench_trio_ml_and_fpisa_give_each_runs_own_ratio() {
 /// speed.
 #[test]
 fn bench_trio_ml_and_fpisa_profile_print_where_the_time_went() {
-    let small = [
-        "--workers",
-        "2",
-        "--grads",
-        "64",
-        "--window",
-        "8",
-        "--generations",
-        "2",
-        "--ppe-threads",
-        "2",
-    ];
+    let small = [&SMALL_AGGREGATION[..], &["--generations", "2"]].concat();
     for bench in ["trio-ml", "fpisa"] {
         let args = [&["bench", bench][..], &small[..]].concat();
         // The timers' row shows when a scan ran, which depends on how long the run took.
