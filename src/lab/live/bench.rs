@@ -760,13 +760,14 @@ impl Snapshot {
         let p0 = r.ports.ports.first().cloned().unwrap_or_default();
         let p1 = r.ports.ports.get(1).cloned().unwrap_or_default();
         let e = &r.engine;
+        let engine_dropped = e.dropped + e.consumed;
         Snapshot {
             port_in: p0.rx_frames,
             port_dropped: p0.rx_dropped(),
             out: p1.tx_frames,
             out_dropped: p1.tx_dropped(),
-            engine_dropped: e.dropped + e.consumed,
-            resolved: r.ports.tx_frames() + r.ports.tx_dropped() + e.dropped + e.consumed,
+            engine_dropped,
+            resolved: r.ports.tx_frames() + r.ports.tx_dropped() + engine_dropped,
             packets_in: e.packets_in,
             injected: r.ports.rx_frames(),
             in_flight: e.in_flight,
@@ -775,7 +776,7 @@ impl Snapshot {
 
     /// Whether the engine holds nothing and has resolved every frame taken since `before`:
     /// as many resolved as it counted in and as the ports injected. The report reads the
-    /// engine's counters before the ports' ([`Live::report`]), so a frame injected between
+    /// engine's counters before the ports' (as [`Live::report`] promises), so a frame injected between
     /// the two reads is in the ports' count and not yet in `packets_in`: measured against
     /// `packets_in` alone, the engine looked done with it still to come (the cause of a
     /// trial that received one or two frames fewer than port 0 took).

@@ -338,7 +338,9 @@ impl Live {
     }
 
     /// The counters now (the engine's are read while it runs, so they add up only
-    /// approximately; see [`Live::stop`]).
+    /// approximately; see [`Live::stop`]). The engine's are read first, then the ports':
+    /// a frame a port injects between the two reads is in the ports' `rx_frames` and not
+    /// yet in the engine's `packets_in`, never the other way round.
     pub fn report(&self) -> LiveReport {
         let pfe = self.ports.pfe();
         let engine = pfe.stats();
