@@ -304,6 +304,64 @@ fn bench_trio_ml_and_fpisa_give_each_runs_own_ratio() {
     }
 }
 
+/// With several runs, the packet benchmarks with a plain loop (`bench filter`, `bench
+/// l3fwd`, `bench nimble`) also give each run's overhead against the plain loop measured
+/// in that run, as a spread; one run has none. Structure only, never a speed.
+#[test]
+fn packet_benchmarks_give_each_runs_own_overhead() {
+    let small = ["--packets", "20000", "--ppe-threads", "2"];
+    for (bench, extra) in [
+        ("filter", &[][..]),
+        ("l3fwd", &["--routes", "2000"][..]),
+        (
+            "nimble",
+            &["--rate-gbps", "0.01", "--burst-bytes", "6400"][..],
+        ),
+    ] {
+        let args = [&["bench", bench][..], &small[..], extra].concat();
+        let three = [&args[..], &["--runs", "3"]].concat();
+        let out = pfemu(&three);
+        assert!(out.status.success(), "{bench}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Overhead by run: median ") && text.contains("over 3 runs"),
+            "{bench}: {text}"
+        );
+        let v = json_of(&pfemu(&[&three[..], &["--json"]].concat()));
+        let s = &v["overhead_of_runs"];
+        let f = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{bench}: {k}: {v}"));
+        assert!(
+            0.0 < f("min") && f("min") <= f("median") && f("median") <= f("max"),
+            "{bench}: {s}"
+        );
+        // The median run's own overhead is one of the runs'.
+        let own = v["summary"]["overhead_ratio"].as_f64().expect("overhead");
+        assert!(f("min") <= own && own <= f("max"), "{bench}: {own} {s}");
+        let one = json_of(&pfemu(&[&args[..], &["--json"]].concat()));
+        assert!(one["overhead_of_runs"].is_null(), "{bench}: {one}");
+        let text = String::from_utf8_lossy(&pfemu(&args).stdout).to_string();
+        assert!(!text.contains("Overhead by run"), "{bench}: {text}");
+    }
+    // A sweep names each configuration's line.
+    let out = pfemu(&[
+        "bench",
+        "filter",
+        "--packets",
+        "20000",
+        "--ppe-threads",
+        "1,2",
+        "--runs",
+        "2",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for of in ["(1 PPE threads, reorder on)", "(2 PPE threads, reorder on)"] {
+        assert!(
+            text.contains(&format!("Overhead by run {of}: median ")),
+            "{text}"
+        );
+    }
+}
+
 /// `bench trio-ml` and `bench fpisa` take `--profile` too: the table after the summary,
 /// and in `--json` the profile of the aggregation packets the PPE threads processed, with
 /// the timer threads' stage (their straggler scans run meanwhile). Structure only, never a

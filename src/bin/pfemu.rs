@@ -1497,7 +1497,7 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
     if json {
         let objects = sets
             .iter()
-            .map(lab::median_json)
+            .map(|m| lab::median_json(m, |r| &r.summary))
             .collect::<Result<Vec<_>, _>>()?;
         if objects.len() == 1 {
             println!("{}", serde_json::to_string_pretty(&objects[0])?);
@@ -1534,8 +1534,25 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
         if medians.len() == 1 {
             println!();
             medians[0].summary.print();
+            lab::print_overhead_of_runs(&sets[0], |r| &r.summary);
         } else {
-            // The summaries are left out of a comparison, but not what --profile asked for.
+            // The summaries are left out of a comparison, but not each configuration's
+            // overhead by run, nor what --profile asked for.
+            if runs > 1 {
+                println!();
+            }
+            for m in &sets {
+                let of = format!(
+                    " ({} PPE threads, reorder {})",
+                    m.median.ppe_threads,
+                    if m.median.config.engine.reorder {
+                        "on"
+                    } else {
+                        "off"
+                    }
+                );
+                lab::print_overhead_of_runs_of(m, |r| &r.summary, &of);
+            }
             for r in &medians {
                 if let Some(p) = &r.summary.profile {
                     println!(

@@ -13,8 +13,8 @@ use pfemu::lab::bench::linerate::{
 };
 use pfemu::lab::bench::linerate_pfe::{DeviceProgram, PfeDevice, PfeDeviceConfig};
 use pfemu::lab::bench::nimble::{self, NimbleBenchConfig, NimbleBenchReport};
-use pfemu::lab::bench::report::Progress;
-use pfemu::lab::bench::runs::Median;
+use pfemu::lab::bench::report::{Progress, Summary};
+use pfemu::lab::bench::runs::{Median, Spread};
 use pfemu::lab::bench::settings::list_text;
 use pfemu::lab::bench::EngineChoice;
 use pfemu::pfe::default_ppe_threads;
@@ -60,24 +60,73 @@ impl Runs {
         Ok(Median::of(runs, mpps, verified).expect("at least one run"))
     }
 
-    /// Prints the median report of `m` as one JSON object with every run's `mpps` and
-    /// `verified_all_runs` beside it.
-    fn print_json<R: serde::Serialize>(&self, m: &Median<R>) -> CliResult {
-        println!("{}", serde_json::to_string_pretty(&median_json(m)?)?);
+    /// Prints the median report of `m` as one JSON object with every run's `mpps`,
+    /// `verified_all_runs` and `overhead_of_runs` beside it ([`median_json`]).
+    fn print_json<R: serde::Serialize>(
+        &self,
+        m: &Median<R>,
+        summary: impl Fn(&R) -> &Summary,
+    ) -> CliResult {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&median_json(m, summary)?)?
+        );
         Ok(())
     }
 }
 
-/// The median report of `m` as JSON, with every run's `mpps` (`mpps_runs`, in run order)
-/// and whether every run passed its check (`verified_all_runs`; `verified` is the median
-/// run's).
+/// The median report of `m` as JSON, with every run's `mpps` (`mpps_runs`, in run order),
+/// whether every run passed its check (`verified_all_runs`; `verified` is the median
+/// run's) and the spread of each run's overhead against its own plain loop
+/// (`overhead_of_runs`, [`overhead_of_runs`]; `null` for one run).
 pub(crate) fn median_json<R: serde::Serialize>(
     m: &Median<R>,
+    summary: impl Fn(&R) -> &Summary,
 ) -> Result<serde_json::Value, serde_json::Error> {
     let mut v = serde_json::to_value(&m.median)?;
     v["mpps_runs"] = serde_json::json!(m.measures);
     v["verified_all_runs"] = serde_json::json!(m.verified_all_runs());
+    v["overhead_of_runs"] = serde_json::json!(overhead_of_runs(m, summary));
     Ok(v)
+}
+
+/// The median, least and greatest of each run's overhead (its plain loop's rate / its
+/// engine's, both measured in that run), when there are several runs and each measured its
+/// plain loop. The summary's overhead is the run of median rate's, whose plain loop may
+/// have met a faster or slower phase of the machine than its engine did.
+pub(crate) fn overhead_of_runs<R>(
+    m: &Median<R>,
+    summary: impl Fn(&R) -> &Summary,
+) -> Option<Spread> {
+    if m.runs() < 2 {
+        return None;
+    }
+    m.spread_of(|r| summary(r).overhead_ratio)
+        .filter(|s| s.min > 0.0)
+}
+
+/// The line [`overhead_of_runs`] gives, under a summary (nothing for one run).
+pub(crate) fn print_overhead_of_runs<R>(m: &Median<R>, summary: impl Fn(&R) -> &Summary) {
+    print_overhead_of_runs_of(m, summary, "");
+}
+
+/// [`print_overhead_of_runs`] naming the configuration (`of`, as ` (2 PPE threads)`) when a
+/// sweep's summaries are left out.
+pub(crate) fn print_overhead_of_runs_of<R>(
+    m: &Median<R>,
+    summary: impl Fn(&R) -> &Summary,
+    of: &str,
+) {
+    if let Some(s) = overhead_of_runs(m, summary) {
+        println!(
+            "  Overhead by run{of}: median {:.2}x ({:.2}-{:.2}x over {} runs), each run's \
+             plain loop / its own rate",
+            s.median,
+            s.min,
+            s.max,
+            m.runs()
+        );
+    }
 }
 
 /// The error of a benchmark some run of which failed its check: which runs, and `what` did
@@ -138,13 +187,14 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
     )?;
     let r = &m.median;
     if a.runs.json {
-        a.runs.print_json(&m)?;
+        a.runs.print_json(&m, |r| &r.summary)?;
     } else {
         println!(
             "\nl3fwd: {} routes ({} tbl8 groups), {}-byte frames, {} PPE threads, median of {}:\n",
             r.routes, r.tbl8_groups, cfg.size, cfg.engine.ppe_threads, a.runs.runs
         );
         r.summary.print();
+        print_overhead_of_runs(&m, |r| &r.summary);
         match m.failed_runs() {
             None => println!(
                 "  check: in every run, every packet accounted for; forwards per port and \
@@ -193,7 +243,7 @@ pub fn bench_nimble(a: &NimbleArgs) -> CliResult {
         },
     )?;
     if a.runs.json {
-        a.runs.print_json(&m)?;
+        a.runs.print_json(&m, |r| &r.summary)?;
     } else {
         print_nimble(&m, &cfg);
     }
@@ -258,6 +308,7 @@ fn print_nimble(m: &Median<NimbleBenchReport>, cfg: &NimbleBenchConfig) {
     }
     println!();
     r.summary.print();
+    print_overhead_of_runs(m, |r| &r.summary);
     match m.failed_runs() {
         None => println!(
             "  check: in every run, every packet accounted for; admitted + rate_exceeded + \
