@@ -2525,7 +2525,9 @@ fn a_restarted_server_never_takes_the_last_instances_workers() {
 /// A job removed and added again through the control plane forgets its members' joins, in
 /// the engine and at the front end alike: a worker that joined the job before is answered
 /// Superseded (run 0) when it sends on, even in the run id the job's new life gives a new
-/// worker (both run 1 here), and is sent none of the new run's Results.
+/// worker (both run 1 here), and is sent none of the new run's Results. Once it joins
+/// again, it is a member of the new life as the new worker is: their gradients make one
+/// whole Result, sent to both.
 #[test]
 fn a_job_added_again_forgets_its_members_joins() {
     use pfemu::microcode::trio_ml::host::WorkerConfig;
@@ -2565,24 +2567,40 @@ fn a_job_added_again_forgets_its_members_joins() {
             nonce: 8
         })
     );
-    let of_run_1 = |src: u8, grad: i32| {
-        let mut d = datagram(1, src, 0, &[grad]);
+    let of_run_1 = |src: u8, block: u32, grad: i32| {
+        let mut d = datagram(1, src, block, &[grad]);
         TrioMlHdr::new_unchecked(&mut d[..TRIO_ML_HDR_LEN]).set_run_id(1);
         d
     };
-    old.send_to(&of_run_1(0, 6), addr).unwrap();
+    old.send_to(&of_run_1(0, 0, 6), addr).unwrap();
     let answer = recv_within(&old, Duration::from_secs(30)).expect("an answer");
     assert_eq!(
         Control::of(&serve::datagram_header(&answer).unwrap()),
         Some(Control::Superseded { run_id: 0 })
     );
     // The new worker's block 0 is its alone: a partial Result at the block timeout.
-    new.send_to(&of_run_1(1, 10), addr).unwrap();
+    new.send_to(&of_run_1(1, 0, 10), addr).unwrap();
     let r = recv_within(&new, Duration::from_secs(30)).expect("the Result");
     let hdr = serve::datagram_header(&r).unwrap();
     assert_eq!((hdr.ctl, hdr.src_cnt), (false, 1), "{hdr:?}");
     assert_eq!(wire::gradients(&r[TRIO_ML_HDR_LEN..]), [10]);
     assert_eq!(recv_within(&old, Duration::from_millis(300)), None);
+    // The old worker joins again, with its new process's nonce: a member of the new run.
+    assert_eq!(
+        join(&old, 0, 9),
+        Some(Control::Joined {
+            run_id: 1,
+            nonce: 9
+        })
+    );
+    old.send_to(&of_run_1(0, 1, 6), addr).unwrap();
+    new.send_to(&of_run_1(1, 1, 10), addr).unwrap();
+    for (who, s) in [("the member joined again", &old), ("the new member", &new)] {
+        let r = recv_within(s, Duration::from_secs(30)).expect(who);
+        let hdr = serve::datagram_header(&r).unwrap();
+        assert_eq!((hdr.ctl, hdr.src_cnt), (false, 2), "{who}: {hdr:?}");
+        assert_eq!(wire::gradients(&r[TRIO_ML_HDR_LEN..]), [16], "{who}");
+    }
     stop.stop();
     let f = h.join().unwrap().front_end;
     assert_eq!((f.not_joined, f.unaccounted()), (1, 0), "{f:?}");
