@@ -413,7 +413,10 @@ enum BenchCmd {
         filter's work over the same pool on one thread. A pool larger than the caches is \
         streamed from memory, so the plain loop's rate, and the overhead ratio with it, \
         follows the machine's memory more than the engine's does: a smaller pool \
-        (--packets 8192 --duration 2) shows the engine's path with the frames cached.")]
+        (--packets 8192 --duration 2) shows the engine's path with the frames cached. Each \
+        run measures its own plain loop; with --runs above 1 the report gives every run's \
+        overhead too (median, least, greatest), the figure to read on a machine whose speed \
+        moves.")]
     Filter(FilterArgs),
     /// Launch jitter of staggered timer threads on the real clock.
     #[command(after_help = "Examples:\n  \
@@ -540,8 +543,8 @@ struct FilterArgs {
     sweep: EngineSweep,
     #[command(flatten)]
     traffic: TrafficArgs,
-    /// Runs of each configuration; the report gives the median, and every run must pass
-    /// its check.
+    /// Runs of each configuration; the report gives the median (with several, each run's
+    /// overhead against its own plain loop too), and every run must pass its check.
     #[arg(long, default_value_t = 1)]
     runs: usize,
     /// Print one JSON object instead of the table.

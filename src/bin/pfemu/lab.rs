@@ -24,7 +24,8 @@ use super::CliResult;
 /// `--runs` and `--json`, as every packet benchmark here takes them.
 #[derive(clap::Args, Debug)]
 pub struct Runs {
-    /// Runs; the report gives the median, and every run must pass its check.
+    /// Runs; the report gives the median (with several, each run's overhead against its
+    /// own plain loop too), and every run must pass its check.
     #[arg(long, default_value_t = 1)]
     runs: usize,
     /// Print one JSON object (the median run, with `verified_all_runs`) instead of the
