@@ -989,9 +989,8 @@ fn bench_fpisa(a: &FpisaArgs) -> CliResult {
         );
         if let (true, Some(s)) = (t.runs > 1, r.ratio_to_trio_ml_of_rounds) {
             println!(
-                "  FPISA / Trio-ML, each round's two runs: median {:.3}x ({:.3}-{:.3}x over {} \
-                 rounds)",
-                s.median, s.min, s.max, t.runs
+                "  FPISA / Trio-ML, each round's two runs: {}",
+                s.text(3, t.runs, "rounds")
             );
         }
         println!(
@@ -1120,13 +1119,9 @@ fn bench_trio_ml(a: &TrioMlArgs) -> CliResult {
             for m in &sets {
                 if let Some(s) = m.spread_of(|r| r.ratio_to_baseline) {
                     println!(
-                        "  ratio, each run to its own plain loop ({} PPE threads): median \
-                         {:.3}x ({:.3}-{:.3}x over {} runs)",
+                        "  ratio, each run to its own plain loop ({} PPE threads): {}",
                         m.median.ppe_threads,
-                        s.median,
-                        s.min,
-                        s.max,
-                        m.runs()
+                        s.text(3, m.runs(), "runs")
                     );
                 }
             }
@@ -1537,7 +1532,7 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
         if medians.len() == 1 {
             println!();
             medians[0].summary.print();
-            lab::print_overhead_of_runs(&sets[0], |r| &r.summary);
+            lab::print_overhead_of_runs(&sets[0], |r| &r.summary, "");
         } else {
             // The summaries are left out of a comparison, but not each configuration's
             // overhead by run, nor what --profile asked for.
@@ -1554,7 +1549,7 @@ fn bench_filter(a: &FilterArgs) -> CliResult {
                         "off"
                     }
                 );
-                lab::print_overhead_of_runs_of(m, |r| &r.summary, &of);
+                lab::print_overhead_of_runs(m, |r| &r.summary, &of);
             }
             for r in &medians {
                 if let Some(p) = &r.summary.profile {

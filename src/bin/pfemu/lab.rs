@@ -106,26 +106,14 @@ pub(crate) fn overhead_of_runs<R>(
         .filter(|s| s.min > 0.0)
 }
 
-/// The line [`overhead_of_runs`] gives, under a summary (nothing for one run).
-pub(crate) fn print_overhead_of_runs<R>(m: &Median<R>, summary: impl Fn(&R) -> &Summary) {
-    print_overhead_of_runs_of(m, summary, "");
-}
-
-/// [`print_overhead_of_runs`] naming the configuration (`of`, as ` (2 PPE threads)`) when a
-/// sweep's summaries are left out.
-pub(crate) fn print_overhead_of_runs_of<R>(
-    m: &Median<R>,
-    summary: impl Fn(&R) -> &Summary,
-    of: &str,
-) {
+/// The line [`overhead_of_runs`] gives, under a summary (nothing for one run); `of` names
+/// the configuration (` (2 PPE threads, reorder on)`) when a sweep's summaries are left
+/// out, and is empty otherwise.
+pub(crate) fn print_overhead_of_runs<R>(m: &Median<R>, summary: impl Fn(&R) -> &Summary, of: &str) {
     if let Some(s) = overhead_of_runs(m, summary) {
         println!(
-            "  Overhead by run{of}: median {:.2}x ({:.2}-{:.2}x over {} runs), each run's \
-             plain loop / its own rate",
-            s.median,
-            s.min,
-            s.max,
-            m.runs()
+            "  Overhead by run{of}: {}, each run's plain loop / its own rate",
+            s.text(2, m.runs(), "runs")
         );
     }
 }
@@ -195,7 +183,7 @@ pub fn bench_l3fwd(a: &L3fwdArgs) -> CliResult {
             r.routes, r.tbl8_groups, cfg.size, cfg.engine.ppe_threads, a.runs.runs
         );
         r.summary.print();
-        print_overhead_of_runs(&m, |r| &r.summary);
+        print_overhead_of_runs(&m, |r| &r.summary, "");
         match m.failed_runs() {
             None => println!(
                 "  check: in every run, every packet accounted for; forwards per port and \
@@ -309,7 +297,7 @@ fn print_nimble(m: &Median<NimbleBenchReport>, cfg: &NimbleBenchConfig) {
     }
     println!();
     r.summary.print();
-    print_overhead_of_runs(m, |r| &r.summary);
+    print_overhead_of_runs(m, |r| &r.summary, "");
     match m.failed_runs() {
         None => println!(
             "  check: in every run, every packet accounted for; admitted + rate_exceeded + \

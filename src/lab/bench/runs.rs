@@ -101,6 +101,18 @@ impl Spread {
             max: v[v.len() - 1],
         })
     }
+
+    /// The spread of `count` ratios as a report prints it, with `decimals` digits:
+    /// `median 0.922x (0.733-1.033x over 9 runs)` (`of` naming what was counted).
+    pub fn text(&self, decimals: usize, count: usize, of: &str) -> String {
+        format!(
+            "median {:.d$}x ({:.d$}-{:.d$}x over {count} {of})",
+            self.median,
+            self.min,
+            self.max,
+            d = decimals
+        )
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +171,10 @@ mod tests {
         );
         let even = Spread::of([4.0, 1.0, 3.0, 2.0]).expect("finite");
         assert_eq!(even.median, 3.0, "the upper of the two");
+        assert_eq!(
+            even.text(2, 4, "runs"),
+            "median 3.00x (1.00-4.00x over 4 runs)"
+        );
         assert_eq!(Spread::of([]), None);
         assert_eq!(Spread::of([f64::NAN]), None);
     }

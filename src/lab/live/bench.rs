@@ -776,10 +776,10 @@ impl Snapshot {
 
     /// Whether the engine holds nothing and has resolved every frame taken since `before`:
     /// as many resolved as it counted in and as the ports injected. The report reads the
-    /// engine's counters before the ports' (as [`Live::report`] promises), so a frame injected between
-    /// the two reads is in the ports' count and not yet in `packets_in`: measured against
-    /// `packets_in` alone, the engine looked done with it still to come (the cause of a
-    /// trial that received one or two frames fewer than port 0 took).
+    /// engine's counters before the ports' (as [`Live::report`] promises), so a frame
+    /// injected between the two reads is in the ports' count and not yet in `packets_in`:
+    /// measured against `packets_in` alone, the engine looked done with it still to come
+    /// (the cause of a trial that received one or two frames fewer than port 0 took).
     fn engine_done_since(&self, before: &Snapshot) -> bool {
         let taken = (self.packets_in - before.packets_in).max(self.injected - before.injected);
         self.in_flight == 0 && self.resolved - before.resolved >= taken
