@@ -36,16 +36,15 @@ use parking_lot::Mutex;
 
 use pfemu::mem::{Addr, SharedMemory};
 use pfemu::packet::Port;
-use pfemu::pfe::Control;
+use pfemu::pfe::{Control, Retired};
 
 use super::{
     mask, write_next_hop, L3fwd, L3fwdError, Route, RouteTable, ENTRIES_PER_WORD, ENTRY_TBL8,
     TBL8_GROUP_ENTRIES, TBL8_GROUP_WORDS,
 };
 
-/// What [`LiveRoutes::grace_ticket`] hands out: the groups retired before it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GraceTicket(u64);
+// What [`LiveRoutes::grace_ticket`] hands out: the groups retired before it.
+pub use pfemu::pfe::GraceTicket;
 
 /// The control side of l3fwd's routes while it runs: see the module doc.
 #[derive(Debug)]
@@ -62,11 +61,9 @@ struct State {
     group_of: HashMap<u32, u16>,
     /// Groups not in use, the longest free first.
     free: VecDeque<u16>,
-    /// Groups freed but maybe still read by a lookup, each with the grace ticket current
-    /// when it was unlinked: free once a grace period begun after a later ticket ended.
-    retired: Vec<(u16, u64)>,
-    /// The grace ticket current now (see [`LiveRoutes::grace_ticket`]).
-    ticket: u64,
+    /// Groups freed but maybe still read by a lookup: free once a grace period begun
+    /// after they were unlinked has ended.
+    retired: Retired<u16>,
     /// Next hops written to the table so far.
     next_hops_written: usize,
 }
@@ -114,8 +111,7 @@ impl LiveRoutes {
                 routes,
                 group_of,
                 free,
-                retired: Vec::new(),
-                ticket: 0,
+                retired: Retired::new(),
             }),
         })
     }
@@ -214,9 +210,7 @@ impl LiveRoutes {
     /// has ended (no PPE thread still runs a packet it began before), give it to
     /// [`LiveRoutes::release_retired`].
     pub fn grace_ticket(&self) -> GraceTicket {
-        let mut st = self.state.lock();
-        st.ticket += 1;
-        GraceTicket(st.ticket)
+        self.state.lock().retired.ticket()
     }
 
     /// Frees the groups retired before `ticket` was taken (the caller's promise: a grace
@@ -224,15 +218,7 @@ impl LiveRoutes {
     pub fn release_retired(&self, ticket: GraceTicket) -> usize {
         let mut st = self.state.lock();
         let st = &mut *st;
-        let before = st.free.len();
-        st.retired.retain(|&(g, seq)| {
-            let done = seq < ticket.0;
-            if done {
-                st.free.push_back(g);
-            }
-            !done
-        });
-        st.free.len() - before
+        st.retired.release(ticket, |g| st.free.push_back(g))
     }
 
     /// Waits for `engine`'s grace period (until `deadline`), then frees the groups retired
@@ -265,8 +251,7 @@ impl LiveRoutes {
                 self.set24(i24, Self::entry24(&st.routes, i24 << 8))?;
                 // Unlinked now, but a lookup that read the pointer before may still read
                 // it: retired until a grace period ends.
-                let seq = st.ticket;
-                st.retired.push((g, seq));
+                st.retired.retire(g);
             }
             return Ok(());
         }

@@ -327,7 +327,7 @@ use pfemu::error::ConfigError;
 use pfemu::mem::hash::{HashError, HashTable, Inserted, DEFAULT_HASH_SHARDS};
 use pfemu::mem::{Addr, AllocError, MemFault, Region, SharedMemory, LINE_WORDS};
 use pfemu::packet::Dest;
-use pfemu::pfe::{Control, ControlError, Pfe};
+use pfemu::pfe::{Control, ControlError, Pfe, Release, Retired};
 use pfemu::program::Program;
 use pfemu::timer::TimerSpec;
 
@@ -653,28 +653,24 @@ const SWEEPS: u8 = 2;
 
 /// A removed job's memory, not yet reusable.
 #[derive(Clone, Copy, Debug)]
-struct Retired {
+struct RetiredJob {
     job_id: u8,
     mem: JobMem,
     /// Sweeps made, each after a grace period (the last followed by one more).
     sweeps: u8,
-    /// [`Reuse::next`] when it was unlinked or last swept: a ticket above it covers it.
-    seq: u64,
 }
 
 /// Removed jobs' memory: retired until `SWEEPS + 1` grace periods passed, then free for a
 /// job of the same shape.
 #[derive(Debug, Default)]
 struct Reuse {
-    next: u64,
-    retired: Vec<Retired>,
+    retired: Retired<RetiredJob>,
     free: Vec<JobMem>,
 }
 
-/// What a grace period covers: the retirements made before it was taken
-/// ([`TrioMl::grace_ticket`], then [`TrioMl::release_retired`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GraceTicket(u64);
+// What a grace period covers: the retirements made before it was taken
+// ([`TrioMl::grace_ticket`], then [`TrioMl::release_retired`]).
+pub use pfemu::pfe::GraceTicket;
 
 /// Zeroes `words` words from `at`: whole 4 KB requests, then lines, then words.
 fn zero_words(mem: &SharedMemory, at: Addr, words: u64) -> Result<(), MemFault> {
@@ -1069,22 +1065,18 @@ impl TrioMl {
         }
         let job_mem = entry.mem;
         jobs.remove(&job_id);
-        let mut reuse = self.inner.reuse.lock();
-        let seq = reuse.next;
-        reuse.retired.push(Retired {
+        self.inner.reuse.lock().retired.retire(RetiredJob {
             job_id,
             mem: job_mem,
             sweeps: 0,
-            seq,
         });
-        reuse.next += 1;
         Ok(())
     }
 
     /// What a grace period begun after this call covers: every job removed so far (and
     /// every sweep made so far). See [`TrioMl::remove_job`].
     pub fn grace_ticket(&self) -> GraceTicket {
-        GraceTicket(self.inner.reuse.lock().next)
+        self.inner.reuse.lock().retired.ticket()
     }
 
     /// Moves the retired memory `ticket` covers one step on, once a grace period begun
@@ -1099,28 +1091,22 @@ impl TrioMl {
         // `jobs` first (as `add_job`), so that no job id is added back during the sweep.
         let jobs = self.inner.jobs.lock();
         let mut reuse = self.inner.reuse.lock();
-        let mut freed = 0;
-        let mut i = 0;
-        while i < reuse.retired.len() {
-            let r = reuse.retired[i];
-            if r.seq >= ticket.0 || jobs.contains_key(&r.job_id) {
-                i += 1;
-                continue;
-            }
-            if r.sweeps < SWEEPS {
-                self.sweep(r.job_id)?;
-                let seq = reuse.next;
-                reuse.next += 1;
-                reuse.retired[i].sweeps += 1;
-                reuse.retired[i].seq = seq;
-                i += 1;
-            } else {
-                reuse.retired.swap_remove(i);
-                reuse.free.push(r.mem);
-                freed += 1;
-            }
-        }
-        Ok(freed)
+        let Reuse { retired, free } = &mut *reuse;
+        retired.release_with(
+            ticket,
+            |r| {
+                Ok(if jobs.contains_key(&r.job_id) {
+                    Release::Keep
+                } else if r.sweeps < SWEEPS {
+                    self.sweep(r.job_id)?;
+                    r.sweeps += 1;
+                    Release::Again
+                } else {
+                    Release::Free
+                })
+            },
+            |r| free.push(r.mem),
+        )
     }
 
     /// Deletes every block of job `job_id` from the active and kept tables: for a job no

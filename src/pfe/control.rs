@@ -16,7 +16,8 @@
 //!
 //! - grace periods ([`Control::wait_quiescent`]): waits until no PPE thread still runs work
 //!   it took before the call, so that memory a control-side API unlinked (a removed job's
-//!   region) can be reused without a packet that looked it up earlier still touching it.
+//!   region) can be reused without a packet that looked it up earlier still touching it
+//!   ([`Retired`](super::Retired) keeps such memory, with the tickets that say when).
 //!
 //! Tables a program keeps (routes, jobs, ternary match blocks) are the program's to change,
 //! through its own control-side API, on the same shared memory; the lab's control server

@@ -17,7 +17,8 @@
 //! in-flight room), `dispatch` (batches to PPE threads, idle parking), `ppe` (the PPE
 //! thread's loop), `reorder`, `egress` (port queues and [`Sink`]s), `stats`, `room` (the
 //! injectors' wait for room), `timer_threads` (timer launches), `control` (the handle an
-//! operator reads and changes the running engine through), `latency`, `profile` (where
+//! operator reads and changes the running engine through), `grace` (what a program's
+//! control side unlinked, kept until grace periods end), `latency`, `profile` (where
 //! the time goes per stage), `contain` (callbacks that panic) and `chassis` (PFEs joined
 //! by links). This file holds what they share: [`Pfe`] itself and `Shared`.
 
@@ -28,6 +29,7 @@ mod contain;
 mod control;
 mod dispatch;
 mod egress;
+mod grace;
 mod ingress;
 mod interconnect;
 mod latency;
@@ -59,6 +61,7 @@ pub use chassis::{Chassis, ChassisBuilder, ChassisError, ChassisSink};
 pub use config::{default_ppe_threads, Config, PfeBuilder};
 pub use control::{Control, ControlError};
 pub use egress::{ChannelSink, CountingSink, Discard, FnSink, Frames, Sink};
+pub use grace::{GraceTicket, Release, Retired};
 pub use ingress::{FlowClassifier, FlowKeyFn, FrameBytes, InjectError, TryInjectError};
 pub use interconnect::{ChassisFabric, FabricStats};
 pub use latency::LatencyStats;

@@ -1,0 +1,230 @@
+//! Memory a program's control side unlinked while the PPE threads run, kept until grace
+//! periods ([`Control::wait_quiescent`](super::Control::wait_quiescent)) say that no
+//! thread can still touch it.
+//!
+//! A control-side API that removes something a packet may be looking up at that moment (a
+//! route's tbl8 group, a removed job's region) cannot free it at once: a packet that read
+//! the pointer before the removal may still read or write it. It **retires** the memory
+//! into a [`Retired`] list instead, and later:
+//! 1. takes a [`GraceTicket`]: it covers everything retired before it was taken;
+//! 2. waits for a grace period begun after that (`Control::wait_quiescent`);
+//! 3. **releases** what the ticket covers, for reuse.
+//!
+//! Something that needs more than one grace period (Trio-ML's removed job: its blocks are
+//! swept after the packets that saw the job end, then again after the timer threads that
+//! saw those blocks end) is retired again as it is released ([`Release::Again`]), so that
+//! only a later ticket covers it. Memory never released stays retired: never reused, and
+//! never reused wrongly.
+//!
+//! ```
+//! use pfemu::pfe::Retired;
+//!
+//! let mut groups = Retired::new();
+//! groups.retire(7u16); // unlinked, but a lookup may still read it
+//! let ticket = groups.ticket();
+//! groups.retire(8); // after the ticket: not covered by it
+//! // ... a grace period begun after the ticket ends (`Control::wait_quiescent`) ...
+//! let mut free = Vec::new();
+//! groups.release(ticket, |g| free.push(g));
+//! assert_eq!((free, groups.len()), (vec![7], 1));
+//! ```
+
+/// What a grace period begun after this was taken covers: everything retired before it
+/// ([`Retired::ticket`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraceTicket(u64);
+
+/// What [`Retired::release_with`] does with a retired item its ticket covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// Free it: it leaves the list, handed to the caller.
+    Free,
+    /// Not yet: it stays, as it was retired (the same tickets cover it).
+    Keep,
+    /// One more grace period: it stays, retired again now, so that only a ticket taken from
+    /// now on covers it.
+    Again,
+}
+
+/// Items retired, each with the order it was retired in: see the module doc.
+#[derive(Clone, Debug)]
+pub struct Retired<T> {
+    /// Each item with its sequence number: a ticket above it covers it.
+    items: Vec<(T, u64)>,
+    /// The sequence number of the next retirement (and the ticket taken now).
+    next: u64,
+}
+
+impl<T> Default for Retired<T> {
+    fn default() -> Self {
+        Retired::new()
+    }
+}
+
+impl<T> Retired<T> {
+    /// An empty list.
+    pub fn new() -> Self {
+        Retired {
+            items: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// Retires `item`: unlinked, but maybe still in a PPE thread's hands.
+    pub fn retire(&mut self, item: T) {
+        self.items.push((item, self.next));
+        self.next += 1;
+    }
+
+    /// A ticket for everything retired so far: once a grace period begun after this call
+    /// has ended, give it to [`Retired::release`].
+    pub fn ticket(&self) -> GraceTicket {
+        GraceTicket(self.next)
+    }
+
+    /// Items retired and not released.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Nothing is retired.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The items retired and not released, oldest retirement first.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items.iter().map(|(item, _)| item)
+    }
+
+    /// Hands `free` every item `ticket` covers, in the order they were retired (the
+    /// caller's promise: a grace period begun after the ticket was taken has ended).
+    /// Returns how many.
+    pub fn release(&mut self, ticket: GraceTicket, mut free: impl FnMut(T)) -> usize {
+        let always = |_: &mut T| Ok::<_, std::convert::Infallible>(Release::Free);
+        let Ok(n) = self.release_with(ticket, always, &mut free);
+        n
+    }
+
+    /// As [`Retired::release`], asking `decide` first what becomes of each item `ticket`
+    /// covers (it may change the item: count a sweep made). Items freed go to `free`, in
+    /// the order they were retired; returns how many. An error from `decide` stops the
+    /// walk: its item stays as it was, and those already freed stay freed.
+    pub fn release_with<E>(
+        &mut self,
+        ticket: GraceTicket,
+        mut decide: impl FnMut(&mut T) -> Result<Release, E>,
+        mut free: impl FnMut(T),
+    ) -> Result<usize, E> {
+        let mut freed = 0;
+        let mut kept = Vec::with_capacity(self.items.len());
+        let mut items = std::mem::take(&mut self.items).into_iter();
+        let mut failed = None;
+        for (mut item, seq) in items.by_ref() {
+            if seq >= ticket.0 {
+                kept.push((item, seq));
+                continue;
+            }
+            match decide(&mut item) {
+                Ok(Release::Free) => {
+                    free(item);
+                    freed += 1;
+                }
+                Ok(Release::Keep) => kept.push((item, seq)),
+                Ok(Release::Again) => {
+                    kept.push((item, self.next));
+                    self.next += 1;
+                }
+                Err(e) => {
+                    kept.push((item, seq));
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        kept.extend(items);
+        self.items = kept;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(freed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ticket_covers_what_was_retired_before_it_and_nothing_after() {
+        let mut r = Retired::new();
+        let empty = r.ticket();
+        r.retire('a');
+        r.retire('b');
+        let t = r.ticket();
+        r.retire('c');
+        let mut free = Vec::new();
+        assert_eq!(r.release(empty, |x| free.push(x)), 0);
+        assert_eq!(r.release(t, |x| free.push(x)), 2);
+        assert_eq!(free, ['a', 'b']);
+        assert_eq!(r.iter().collect::<Vec<_>>(), [&'c']);
+        // An old ticket covers nothing retired since; a new one does.
+        assert_eq!(r.release(t, |x| free.push(x)), 0);
+        assert_eq!(r.release(r.ticket(), |x| free.push(x)), 1);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn an_item_released_again_waits_for_a_later_ticket_and_keep_leaves_it_as_it_was() {
+        // Each item: (name, grace periods it still needs).
+        let mut r = Retired::new();
+        r.retire(("twice", 2));
+        r.retire(("kept", 1));
+        let t1 = r.ticket();
+        let step = |t: GraceTicket, r: &mut Retired<(&'static str, u32)>, keep: bool| {
+            let mut free = Vec::new();
+            let n = r
+                .release_with(
+                    t,
+                    |(name, left)| {
+                        Ok::<_, ()>(if *name == "kept" && keep {
+                            Release::Keep
+                        } else if *left > 1 {
+                            *left -= 1;
+                            Release::Again
+                        } else {
+                            Release::Free
+                        })
+                    },
+                    |(name, _)| free.push(name),
+                )
+                .unwrap();
+            assert_eq!(n, free.len());
+            free
+        };
+        assert!(step(t1, &mut r, true).is_empty());
+        // The same ticket again: "twice" was retired again after it, "kept" was not.
+        assert_eq!(step(t1, &mut r, false), ["kept"]);
+        assert_eq!(step(r.ticket(), &mut r, false), ["twice"]);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn an_error_stops_the_walk_and_loses_nothing() {
+        let mut r = Retired::new();
+        for i in 0..4 {
+            r.retire(i);
+        }
+        let mut free = Vec::new();
+        let e = r.release_with(
+            r.ticket(),
+            |&mut i| if i == 2 { Err("no") } else { Ok(Release::Free) },
+            |i| free.push(i),
+        );
+        assert_eq!((e, &free[..]), (Err("no"), &[0, 1][..]));
+        assert_eq!(r.iter().copied().collect::<Vec<_>>(), [2, 3]);
+        // Both still covered by a ticket taken before their (unchanged) retirement.
+        assert_eq!(r.release(r.ticket(), |i| free.push(i)), 2);
+        assert_eq!(free, [0, 1, 2, 3]);
+    }
+}
