@@ -153,7 +153,89 @@ impl<T> Retired<T> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// An operation on a list of item ids.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Retire,
+        Ticket,
+        /// Release with the `n`-th ticket taken (modulo how many), each item covered
+        /// deciding by `(id + salt) % 3`: free, keep, again.
+        Release(usize, u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            Just(Op::Retire),
+            Just(Op::Ticket),
+            (any::<usize>(), any::<u8>()).prop_map(|(n, salt)| Op::Release(n, salt)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 8 } else { 500 }))]
+
+        /// Against a model that stamps each retirement and each ticket with the step it was
+        /// made at: a release frees exactly the items whose last retirement came before
+        /// its ticket and that were told to go, once each, oldest first; Again stamps an
+        /// item anew; nothing is lost.
+        #[test]
+        fn a_release_frees_exactly_what_its_ticket_covers(ops in prop::collection::vec(op(), 1..80)) {
+            let mut r = Retired::new();
+            let mut tickets: Vec<(GraceTicket, usize)> = Vec::new();
+            // The model: each item retired and not freed, with the step it was last retired at.
+            let mut model: Vec<(u32, usize)> = Vec::new();
+            let mut next_id = 0u32;
+            let mut freed_ever = std::collections::HashSet::new();
+            for (step, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Retire => {
+                        r.retire(next_id);
+                        model.push((next_id, step));
+                        next_id += 1;
+                    }
+                    Op::Ticket => tickets.push((r.ticket(), step)),
+                    Op::Release(_, _) if tickets.is_empty() => {}
+                    Op::Release(n, salt) => {
+                        let (ticket, at) = tickets[n % tickets.len()];
+                        let decide = |id: u32| match (id + u32::from(salt)) % 3 {
+                            0 => Release::Free,
+                            1 => Release::Keep,
+                            _ => Release::Again,
+                        };
+                        let mut want = Vec::new();
+                        let mut kept = Vec::new();
+                        for &(id, retired_at) in &model {
+                            match (retired_at < at, decide(id)) {
+                                (true, Release::Free) => want.push(id),
+                                (true, Release::Again) => kept.push((id, step)),
+                                _ => kept.push((id, retired_at)),
+                            }
+                        }
+                        model = kept;
+                        let mut got = Vec::new();
+                        let n = r
+                            .release_with(ticket, |&mut id| Ok::<_, ()>(decide(id)), |id| got.push(id))
+                            .unwrap();
+                        prop_assert_eq!(n, got.len());
+                        prop_assert_eq!(&got, &want);
+                        for id in got {
+                            prop_assert!(freed_ever.insert(id), "{} freed twice", id);
+                        }
+                    }
+                }
+                let mut left: Vec<u32> = r.iter().copied().collect();
+                let mut expect: Vec<u32> = model.iter().map(|&(id, _)| id).collect();
+                left.sort_unstable();
+                expect.sort_unstable();
+                prop_assert_eq!(left, expect);
+                prop_assert_eq!(r.len() + freed_ever.len(), next_id as usize);
+            }
+        }
+    }
 
     #[test]
     fn a_ticket_covers_what_was_retired_before_it_and_nothing_after() {
