@@ -29,10 +29,21 @@
 //! assert_eq!((free, groups.len()), (vec![7], 1));
 //! ```
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 /// What a grace period begun after this was taken covers: everything retired before it
-/// ([`Retired::ticket`]).
+/// into the list that gave it ([`Retired::ticket`]). Given to another list, it covers
+/// nothing there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GraceTicket(u64);
+pub struct GraceTicket {
+    /// The list that gave it ([`Retired::id`]).
+    list: u64,
+    /// The list's sequence number then: the retirements below it are covered.
+    seq: u64,
+}
+
+/// The next [`Retired`] list's id.
+static NEXT_LIST: AtomicU64 = AtomicU64::new(0);
 
 /// What [`Retired::release_with`] does with a retired item its ticket covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +60,9 @@ pub enum Release {
 /// Items retired, each with the order it was retired in: see the module doc.
 #[derive(Clone, Debug)]
 pub struct Retired<T> {
+    /// This list's own, so that a ticket of another list covers nothing here (a clone
+    /// shares its history, and its id).
+    id: u64,
     /// Each item with its sequence number: a ticket above it covers it.
     items: Vec<(T, u64)>,
     /// The sequence number of the next retirement (and the ticket taken now).
@@ -65,6 +79,7 @@ impl<T> Retired<T> {
     /// An empty list.
     pub fn new() -> Self {
         Retired {
+            id: NEXT_LIST.fetch_add(1, Ordering::Relaxed),
             items: Vec::new(),
             next: 0,
         }
@@ -79,7 +94,10 @@ impl<T> Retired<T> {
     /// A ticket for everything retired so far: once a grace period begun after this call
     /// has ended, give it to [`Retired::release`].
     pub fn ticket(&self) -> GraceTicket {
-        GraceTicket(self.next)
+        GraceTicket {
+            list: self.id,
+            seq: self.next,
+        }
     }
 
     /// Items retired and not released.
@@ -99,7 +117,8 @@ impl<T> Retired<T> {
 
     /// Hands `free` every item `ticket` covers, in the order they were retired (the
     /// caller's promise: a grace period begun after the ticket was taken has ended).
-    /// Returns how many.
+    /// Returns how many. A ticket another list gave covers nothing: its items stay
+    /// retired (never reused wrongly).
     pub fn release(&mut self, ticket: GraceTicket, mut free: impl FnMut(T)) -> usize {
         let always = |_: &mut T| Ok::<_, std::convert::Infallible>(Release::Free);
         let Ok(n) = self.release_with(ticket, always, &mut free);
@@ -121,7 +140,7 @@ impl<T> Retired<T> {
         let mut items = std::mem::take(&mut self.items).into_iter();
         let mut failed = None;
         for (mut item, seq) in items.by_ref() {
-            if seq >= ticket.0 {
+            if ticket.list != self.id || seq >= ticket.seq {
                 kept.push((item, seq));
                 continue;
             }
@@ -289,6 +308,21 @@ mod tests {
         assert_eq!(step(t1, &mut r, false), ["kept"]);
         assert_eq!(step(r.ticket(), &mut r, false), ["twice"]);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_ticket_of_another_list_covers_nothing() {
+        let (mut a, mut b) = (Retired::new(), Retired::new());
+        a.retire(1);
+        b.retire(2);
+        b.retire(3);
+        let from_a = a.ticket();
+        assert_eq!(b.release(from_a, |_| panic!("freed with a's ticket")), 0);
+        assert_eq!(b.len(), 2);
+        // A clone shares the list's history: the original's tickets are its own.
+        let mut c = a.clone();
+        assert_eq!(c.release(from_a, drop), 1);
+        assert_eq!(a.release(from_a, drop), 1);
     }
 
     #[test]
