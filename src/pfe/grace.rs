@@ -135,34 +135,33 @@ impl<T> Retired<T> {
         mut decide: impl FnMut(&mut T) -> Result<Release, E>,
         mut free: impl FnMut(T),
     ) -> Result<usize, E> {
-        let mut freed = 0;
-        let mut kept = Vec::with_capacity(self.items.len());
-        let mut items = std::mem::take(&mut self.items).into_iter();
+        let (id, mut next) = (self.id, self.next);
         let mut failed = None;
-        for (mut item, seq) in items.by_ref() {
-            if ticket.list != self.id || seq >= ticket.seq {
-                kept.push((item, seq));
-                continue;
+        let covered = |seq: u64| ticket.list == id && seq < ticket.seq;
+        let mut freed = 0;
+        let released = self.items.extract_if(.., |(item, seq)| {
+            if failed.is_some() || !covered(*seq) {
+                return false;
             }
-            match decide(&mut item) {
-                Ok(Release::Free) => {
-                    free(item);
-                    freed += 1;
-                }
-                Ok(Release::Keep) => kept.push((item, seq)),
+            match decide(item) {
+                Ok(Release::Free) => true,
+                Ok(Release::Keep) => false,
                 Ok(Release::Again) => {
-                    kept.push((item, self.next));
-                    self.next += 1;
+                    *seq = next;
+                    next += 1;
+                    false
                 }
                 Err(e) => {
-                    kept.push((item, seq));
                     failed = Some(e);
-                    break;
+                    false
                 }
             }
+        });
+        for (item, _) in released {
+            free(item);
+            freed += 1;
         }
-        kept.extend(items);
-        self.items = kept;
+        self.next = next;
         match failed {
             Some(e) => Err(e),
             None => Ok(freed),
