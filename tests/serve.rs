@@ -2856,7 +2856,21 @@ fn nat<'scope>(
     stop: &'scope std::sync::atomic::AtomicBool,
     s: &'scope std::thread::Scope<'scope, '_>,
 ) {
+    nat_watched(front, server, rebind_after, stop, s, |_| {});
+}
+
+/// [`nat`], calling `coming_back` with each datagram it passes back to the worker, just
+/// before it does.
+fn nat_watched<'scope>(
+    front: &'scope UdpSocket,
+    server: SocketAddr,
+    rebind_after: u64,
+    stop: &'scope std::sync::atomic::AtomicBool,
+    s: &'scope std::thread::Scope<'scope, '_>,
+    coming_back: impl Fn(&[u8]) + Send + Sync + 'scope,
+) {
     use std::sync::atomic::{AtomicU64, Ordering};
+    let coming_back = std::sync::Arc::new(coming_back);
     let outside = [
         UdpSocket::bind("127.0.0.1:0").unwrap(),
         UdpSocket::bind("127.0.0.1:0").unwrap(),
@@ -2884,6 +2898,7 @@ fn nat<'scope>(
     }
     for k in 0..2 {
         let (outside, sent, worker) = (outside.clone(), sent.clone(), worker.clone());
+        let coming_back = coming_back.clone();
         s.spawn(move || {
             let mut buf = vec![0u8; 65_536];
             while !stop.load(Ordering::Acquire) {
@@ -2893,6 +2908,7 @@ fn nat<'scope>(
                 let rebound = sent.load(Ordering::Acquire) > rebind_after;
                 let to = *worker.lock().unwrap();
                 if let (Some(to), true) = (to, (k == 1) == rebound) {
+                    coming_back(&buf[..n]);
                     let _ = front.send_to(&buf[..n], to);
                 }
             }
@@ -2942,6 +2958,92 @@ fn an_allreduce_through_a_nat_that_rebinds_gets_its_sums() {
     assert!(f.not_joined >= 1 && f.readdressed >= 1, "{f:?}");
     assert_eq!(f.unaccounted(), 0, "{f:?}");
     assert_eq!(rep.engine.drops("stale_run"), 0, "{:?}", rep.engine);
+}
+
+/// A rejoin is progress, however long it took: the client's patience counts from its end.
+/// The client's clock is the test's: no time passes but what the NAT says. When the first
+/// refusal (Superseded, run 0) comes back after the rebinding, 6 s have passed since the
+/// last Result; when the Joined answering the rejoin comes back, 6 s more, so the rejoin
+/// took 6 of the 10 s the client waits. Counted from the last Result (12 s), the client
+/// would give up right after the rejoin; counted from the rejoin, it goes on and gets its
+/// sums.
+#[test]
+fn a_rejoin_that_took_most_of_the_clients_patience_is_progress() {
+    use pfemu::microcode::trio_ml::wire::Control;
+    use pfemu::timer::Clock;
+    use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+    let (addr, stop, h) = start(ServeConfig {
+        first_run: Some(4),
+        ..config(Aggregation::TrioMl, &["1:1"])
+    });
+    let r = Run::ints(1, &[0], 256 * 32, 9);
+    let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let nat_addr = front.local_addr().unwrap();
+    let nat_stop = AtomicBool::new(false);
+    let clock = Arc::new(ManualClock::new());
+    const SIX_S: u64 = 6_000_000_000;
+    // 0: nothing refused yet; 1: the first refusal came back; 2: the rejoin was answered.
+    let stage = AtomicU8::new(0);
+    let done = AtomicBool::new(false);
+    let (w, rep) = std::thread::scope(|s| {
+        let coming_back = |d: &[u8]| {
+            let Ok(hdr) = serve::datagram_header(d) else {
+                return;
+            };
+            let next = match Control::of(&hdr) {
+                Some(Control::Superseded { run_id: 0 }) => 1,
+                Some(Control::Joined { .. }) => 2,
+                _ => return,
+            };
+            if stage
+                .compare_exchange(next - 1, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                clock.advance(SIX_S);
+            }
+        };
+        // The Join and four chunks before the rebinding.
+        nat_watched(&front, addr, 5, &nat_stop, s, coming_back);
+        // A hang guard: a run stuck for a minute of real time is made to give up.
+        let guard = s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !done.load(Ordering::Acquire) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if !done.load(Ordering::Acquire) {
+                clock.advance(1_000 * SIX_S);
+            }
+        });
+        let mut w = Worker::new(
+            serve::worker_config(1, 0, 256, 8, r.retransmit),
+            serve::seeded_ints(r.seed, 0, r.gradients),
+        )
+        .unwrap();
+        let ccfg = ClientConfig {
+            give_up_after: Duration::from_secs(10),
+            patience_clock: Some(clock.clone()),
+            gso: false,
+            gro: false,
+            ..ClientConfig::new(nat_addr)
+        };
+        let rep = serve::allreduce(&ccfg, &mut w);
+        done.store(true, Ordering::Release);
+        nat_stop.store(true, Ordering::Release);
+        guard.join().unwrap();
+        (w, rep)
+    });
+    assert_eq!(
+        (stage.load(Ordering::Acquire), clock.now_ns()),
+        (2, 2 * SIX_S),
+        "the refusal and the rejoin each took 6 s, nothing else moved the clock"
+    );
+    let rep = rep.expect("the client goes on after a rejoin");
+    check_exact(&r, &[(w, rep.clone())]);
+    assert!(rep.rejoins >= 1, "{rep:?}");
+    stop.stop();
+    let rep = h.join().unwrap();
+    assert_eq!(rep.front_end.unaccounted(), 0, "{:?}", rep.front_end);
 }
 
 /// A first-level server stopping right after a Result went up waits for its answer too: the

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -19,12 +20,13 @@ use crate::microcode::trio_ml::host::{
 };
 use crate::microcode::trio_ml::wire::{Control, TRIO_ML_HDR_AT};
 use crate::microcode::trio_ml::TrioMlConfig;
+use crate::timer::{Clock, SystemClock};
 
 #[cfg(doc)]
 use crate::microcode::trio_ml::wire;
 
 /// How a client ([`allreduce`]) talks to the server.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// The server.
     pub server: SocketAddr,
@@ -48,6 +50,57 @@ pub struct ClientConfig {
     pub gso: bool,
     /// Ask the kernel to coalesce the server's datagrams (`UDP_GRO`) when it has it.
     pub gro: bool,
+    /// The clock [`ClientConfig::give_up_after`] is counted by (`None`: real time). Only
+    /// the client's patience follows it; the worker's retransmissions and the resent
+    /// Joins keep real time. A test replaces it to decide when the client gives up.
+    pub patience_clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("server", &self.server)
+            .field("bind", &self.bind)
+            .field("give_up_after", &self.give_up_after)
+            .field("drop_every", &self.drop_every)
+            .field("recv_buffer_bytes", &self.recv_buffer_bytes)
+            .field("join", &self.join)
+            .field("gso", &self.gso)
+            .field("gro", &self.gro)
+            .field(
+                "patience_clock",
+                &self.patience_clock.as_ref().map(|_| "replaced"),
+            )
+            .finish()
+    }
+}
+
+/// How long a client has waited, by its [`ClientConfig::patience_clock`].
+struct Patience {
+    clock: Arc<dyn Clock>,
+    give_up_after_ns: u64,
+}
+
+impl Patience {
+    fn of(cfg: &ClientConfig) -> Self {
+        Patience {
+            clock: cfg
+                .patience_clock
+                .clone()
+                .unwrap_or_else(|| Arc::new(SystemClock::new())),
+            give_up_after_ns: u64::try_from(cfg.give_up_after.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Now, by the clock.
+    fn now(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// Whether `give_up_after` has passed since `since` (a [`Patience::now`]).
+    fn exhausted(&self, since: u64) -> bool {
+        self.now().saturating_sub(since) > self.give_up_after_ns
+    }
 }
 
 impl ClientConfig {
@@ -69,6 +122,7 @@ impl ClientConfig {
             join: true,
             gso: true,
             gro: true,
+            patience_clock: None,
         }
     }
 }
@@ -139,13 +193,14 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
     let mut rx = ClientRx::new(socket, tick, cfg);
     let mut sent = 0u64;
     let mut dropped = 0u64;
+    let patience = Patience::of(cfg);
     let nonce = if cfg.join {
-        Some(join(cfg, &mut rx, worker)?.1)
+        Some(join(cfg, &patience, &mut rx, worker)?.1)
     } else {
         None
     };
     let mut rejoins = 0u64;
-    let mut last_progress = Instant::now();
+    let mut last_progress = patience.now();
     while !worker.is_done() {
         out.clear();
         worker.poll_payloads(now(), &mut out);
@@ -166,7 +221,7 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
         drop(batch);
         let superseded = rx.recv(|p| match worker.on_payload_at(p, now()) {
             Ok(Received::Result { .. } | Received::Lost { .. }) => {
-                last_progress = Instant::now();
+                last_progress = patience.now();
                 Ok(true)
             }
             Ok(Received::Ignored) => Ok(true),
@@ -184,15 +239,15 @@ pub fn allreduce(cfg: &ClientConfig, worker: &mut Worker) -> Result<ClientReport
                 }),
                 Some(nonce),
             ) => {
-                rejoin(cfg, &mut rx, worker, nonce, run_id, &now)?;
+                rejoin(cfg, &patience, &mut rx, worker, nonce, run_id, &now)?;
                 rejoins += 1;
                 // The server answered: progress, however long the rejoin took of
                 // `give_up_after` (counted from before it, the loop would give up at once).
-                last_progress = Instant::now();
+                last_progress = patience.now();
             }
             (Err(e), _) => return Err(e.into()),
         }
-        if last_progress.elapsed() > cfg.give_up_after {
+        if patience.exhausted(last_progress) {
             return Err(rx.no_progress(cfg, worker, false));
         }
     }
@@ -331,13 +386,14 @@ impl ClientRx {
 /// every `tick * 20` until the server answers it, or gives up after `cfg.give_up_after`.
 fn join(
     cfg: &ClientConfig,
+    patience: &Patience,
     rx: &mut ClientRx,
     worker: &mut Worker,
 ) -> Result<(u8, u32), ServeError> {
     let nonce = random_nonce();
     let join = worker.join_frame(nonce);
     let ep = worker.config().endpoints;
-    let start = Instant::now();
+    let start = patience.now();
     let mut sent_at: Option<Instant> = None;
     let mut frame = Vec::new();
     loop {
@@ -357,7 +413,7 @@ fn join(
         if let Some(run) = run {
             return Ok((run, nonce));
         }
-        if start.elapsed() > cfg.give_up_after {
+        if patience.exhausted(start) {
             return Err(rx.no_progress(cfg, worker, true));
         }
     }
@@ -372,6 +428,7 @@ fn join(
 /// taken.
 fn rejoin(
     cfg: &ClientConfig,
+    patience: &Patience,
     rx: &mut ClientRx,
     worker: &mut Worker,
     nonce: u32,
@@ -389,7 +446,7 @@ fn rejoin(
             missing: worker.missing(),
         })
     };
-    let start = Instant::now();
+    let start = patience.now();
     let mut sent_at: Option<Instant> = None;
     loop {
         rx.send_join_when_due(&join, &mut sent_at);
@@ -416,9 +473,7 @@ fn rejoin(
         match answer {
             Some(r) if r == run => return Ok(()),
             Some(current) => return Err(superseded(worker, current)),
-            None if start.elapsed() > cfg.give_up_after => {
-                return Err(rx.no_progress(cfg, worker, true))
-            }
+            None if patience.exhausted(start) => return Err(rx.no_progress(cfg, worker, true)),
             None => {}
         }
     }
