@@ -2916,6 +2916,41 @@ fn nat_watched<'scope>(
     }
 }
 
+/// The NAT tests' server (job 1, one source, its first run numbered 4) and the run its
+/// worker does.
+fn nat_server() -> (SocketAddr, StopHandle, JoinHandle<ServeReport>, Run) {
+    let (addr, stop, h) = start(ServeConfig {
+        first_run: Some(4),
+        ..config(Aggregation::TrioMl, &["1:1"])
+    });
+    (addr, stop, h, Run::ints(1, &[0], 256 * 32, 9))
+}
+
+/// The NAT tests' worker: source 0 of job 1, 256 gradients a packet, a window of 8.
+fn nat_worker(r: &Run) -> Worker {
+    Worker::new(
+        serve::worker_config(1, 0, 256, 8, r.retransmit),
+        serve::seeded_ints(r.seed, 0, r.gradients),
+    )
+    .unwrap()
+}
+
+/// The NAT tests' client of the NAT at `nat_addr` (no GSO or GRO: one datagram a
+/// message, as the NAT relays them), giving up after `give_up_after` by `clock`.
+fn nat_client(
+    nat_addr: SocketAddr,
+    give_up_after: Duration,
+    clock: Option<Arc<dyn pfemu::timer::Clock>>,
+) -> ClientConfig {
+    ClientConfig {
+        give_up_after,
+        patience_clock: clock,
+        gso: false,
+        gro: false,
+        ..ClientConfig::new(nat_addr)
+    }
+}
+
 /// `serve::allreduce` (`pfemu worker`) through a NAT that rebinds mid-run: the worker's
 /// gradients from the new port are refused (Superseded, run 0), it rejoins its run with its
 /// nonce, and its refused chunks, sent again, complete its sums exactly.
@@ -2923,28 +2958,15 @@ fn nat_watched<'scope>(
 fn an_allreduce_through_a_nat_that_rebinds_gets_its_sums() {
     use std::sync::atomic::AtomicBool;
 
-    let (addr, stop, h) = start(ServeConfig {
-        first_run: Some(4),
-        ..config(Aggregation::TrioMl, &["1:1"])
-    });
-    let r = Run::ints(1, &[0], 256 * 32, 9);
+    let (addr, stop, h, r) = nat_server();
     let front = UdpSocket::bind("127.0.0.1:0").unwrap();
     let nat_addr = front.local_addr().unwrap();
     let nat_stop = AtomicBool::new(false);
     let (w, rep) = std::thread::scope(|s| {
         // The Join and four chunks before the rebinding.
         nat(&front, addr, 5, &nat_stop, s);
-        let mut w = Worker::new(
-            serve::worker_config(1, 0, 256, 8, r.retransmit),
-            serve::seeded_ints(r.seed, 0, r.gradients),
-        )
-        .unwrap();
-        let ccfg = ClientConfig {
-            give_up_after: Duration::from_secs(30),
-            gso: false,
-            gro: false,
-            ..ClientConfig::new(nat_addr)
-        };
+        let mut w = nat_worker(&r);
+        let ccfg = nat_client(nat_addr, Duration::from_secs(30), None);
         let rep = serve::allreduce(&ccfg, &mut w);
         nat_stop.store(true, std::sync::atomic::Ordering::Release);
         (w, rep.unwrap())
@@ -2973,11 +2995,7 @@ fn a_rejoin_that_took_most_of_the_clients_patience_is_progress() {
     use pfemu::timer::Clock;
     use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-    let (addr, stop, h) = start(ServeConfig {
-        first_run: Some(4),
-        ..config(Aggregation::TrioMl, &["1:1"])
-    });
-    let r = Run::ints(1, &[0], 256 * 32, 9);
+    let (addr, stop, h, r) = nat_server();
     let front = UdpSocket::bind("127.0.0.1:0").unwrap();
     let nat_addr = front.local_addr().unwrap();
     let nat_stop = AtomicBool::new(false);
@@ -3015,18 +3033,8 @@ fn a_rejoin_that_took_most_of_the_clients_patience_is_progress() {
                 clock.advance(1_000 * SIX_S);
             }
         });
-        let mut w = Worker::new(
-            serve::worker_config(1, 0, 256, 8, r.retransmit),
-            serve::seeded_ints(r.seed, 0, r.gradients),
-        )
-        .unwrap();
-        let ccfg = ClientConfig {
-            give_up_after: Duration::from_secs(10),
-            patience_clock: Some(clock.clone()),
-            gso: false,
-            gro: false,
-            ..ClientConfig::new(nat_addr)
-        };
+        let mut w = nat_worker(&r);
+        let ccfg = nat_client(nat_addr, Duration::from_secs(10), Some(clock.clone()));
         let rep = serve::allreduce(&ccfg, &mut w);
         done.store(true, Ordering::Release);
         nat_stop.store(true, Ordering::Release);
