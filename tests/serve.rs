@@ -2994,6 +2994,7 @@ fn a_rejoin_that_took_most_of_the_clients_patience_is_progress() {
     use pfemu::microcode::trio_ml::wire::Control;
     use pfemu::timer::Clock;
     use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    use std::sync::mpsc::RecvTimeoutError;
 
     let (addr, stop, h, r) = nat_server();
     let front = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -3003,7 +3004,6 @@ fn a_rejoin_that_took_most_of_the_clients_patience_is_progress() {
     const SIX_S: u64 = 6_000_000_000;
     // 0: nothing refused yet; 1: the first refusal came back; 2: the rejoin was answered.
     let stage = AtomicU8::new(0);
-    let done = AtomicBool::new(false);
     let (w, rep) = std::thread::scope(|s| {
         let coming_back = |d: &[u8]| {
             let Ok(hdr) = serve::datagram_header(d) else {
@@ -3023,20 +3023,19 @@ fn a_rejoin_that_took_most_of_the_clients_patience_is_progress() {
         };
         // The Join and four chunks before the rebinding.
         nat_watched(&front, addr, 5, &nat_stop, s, coming_back);
-        // A hang guard: a run stuck for a minute of real time is made to give up.
-        let guard = s.spawn(|| {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !done.load(Ordering::Acquire) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if !done.load(Ordering::Acquire) {
-                clock.advance(1_000 * SIX_S);
+        // A hang guard: a run stuck for a minute of real time is made to give up. The
+        // client's end drops `finished`, which ends the guard's wait at once.
+        let (finished, ended) = std::sync::mpsc::channel::<()>();
+        let guard_clock = &clock;
+        let guard = s.spawn(move || {
+            if ended.recv_timeout(Duration::from_secs(60)) == Err(RecvTimeoutError::Timeout) {
+                guard_clock.advance(1_000 * SIX_S);
             }
         });
         let mut w = nat_worker(&r);
         let ccfg = nat_client(nat_addr, Duration::from_secs(10), Some(clock.clone()));
         let rep = serve::allreduce(&ccfg, &mut w);
-        done.store(true, Ordering::Release);
+        drop(finished);
         nat_stop.store(true, Ordering::Release);
         guard.join().unwrap();
         (w, rep)
