@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use pfemu::pfe::{ChannelTraceSink, TraceConfig, TraceRecord};
 use pfemu::prelude::*;
+use pfemu::program::LOCAL_MEMORY_BYTES;
 
 use common::{ether_frame, udp_frame};
 
@@ -228,4 +229,61 @@ fn a_frame_has_its_flow_context_however_it_is_given() {
             .expect("running");
     });
     assert_eq!(shared, whole, "frames given by reference");
+}
+
+/// Forwards to port 1 every packet but those whose UDP sequence number is a multiple of
+/// 3, which read past local memory and fault.
+fn faulting_every_third() -> Program {
+    let mut p = Program::builder("faulty");
+    let check = p.label("check");
+    let forward = p.label("forward");
+    p.instr(check, move |t| {
+        let seq = u32::from_be_bytes(t.head(46)?[..4].try_into().expect("4 bytes"));
+        if seq % 3 == 0 {
+            t.lm_bytes(LOCAL_MEMORY_BYTES, 1)?;
+        }
+        Ok(Goto(forward))
+    });
+    p.instr(forward, |_t| Ok(Done(Verdict::Forward(1))));
+    p.entry(Entry::Packet, check);
+    p.build().expect("a valid program")
+}
+
+/// A traced packet whose thread faulted says which fault, and the packet after it in the
+/// same batch says its own verdict, not the fault before it.
+#[test]
+fn a_record_of_a_faulting_thread_names_the_fault() {
+    let (sink, rx) = ChannelTraceSink::new(1 << 16);
+    let sink = Arc::new(sink);
+    let mut pfe = Pfe::builder()
+        .program(faulting_every_third())
+        .ppe_threads(2)
+        .trace(TraceConfig::new(sink.clone()))
+        .build()
+        .expect("a valid engine");
+    pfe.start().expect("starts");
+    let frames: Vec<Vec<u8>> = (0..60u32).map(|i| udp_frame(0, i, 64)).collect();
+    pfe.inject_burst(frames.iter().map(|f| (0, f.as_slice())))
+        .expect("running");
+    let stats = pfe.shutdown();
+    assert_eq!(sink.lost(), 0);
+    assert!(stats.is_conserved());
+    assert_eq!(stats.faults_of(FaultKind::LocalMemory), 20);
+    assert_eq!(stats.packets_out, 40);
+    let records: Vec<TraceRecord> = rx.try_iter().collect();
+    assert_eq!(records.len(), 60);
+    // One flow, so the records come in sequence order: a fault, then two forwards.
+    for (i, r) in records.iter().enumerate() {
+        if i % 3 == 0 {
+            assert!(
+                r.verdict
+                    .starts_with("fault: local-memory access of 1 bytes"),
+                "packet {i}: {}",
+                r.verdict
+            );
+        } else {
+            assert_eq!(r.verdict, "forward 1", "packet {i}");
+        }
+        assert_eq!(r.instructions.len(), if i % 3 == 0 { 1 } else { 2 });
+    }
 }

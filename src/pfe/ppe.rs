@@ -19,7 +19,9 @@ use super::timer_threads::By;
 use super::Shared;
 use super::{trace, TraceRecord};
 use crate::packet::{Dest, OutArena};
-use crate::program::{Entry, PacketMeta, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET};
+use crate::program::{
+    Entry, PacketMeta, PacketRun, RunOutcome, Thread, ThreadCore, Verdict, DEFAULT_HEAD_OFFSET,
+};
 use crate::sync::Parker;
 use crate::timer::Launch;
 
@@ -220,6 +222,24 @@ fn release_unordered(
     batch.done.len() as u64
 }
 
+/// Counts the fault of a packet thread's run, from the outcome it left.
+#[cold]
+fn count_fault(st: &mut WorkerStats, outcome: Option<&RunOutcome>) {
+    debug_assert!(
+        outcome.is_some(),
+        "a run without a verdict leaves its outcome"
+    );
+    let Some(outcome) = outcome else { return };
+    if let Err(fault) = &outcome.result {
+        let k = fault.kind().index();
+        st.faults[k] += 1;
+        st.drops[DROP_FAULT_BASE + k] += 1;
+        // The packets it created were discarded with its work (those it kept,
+        // `Thread::keep_created`, and its program's fault handler's remain).
+        st.count_fault_handler(&outcome.fault_handler);
+    }
+}
+
 fn dest_exists(shared: &Shared, dest: Dest) -> bool {
     match dest {
         Dest::Port(p) => (p as usize) < shared.cfg.ports,
@@ -236,19 +256,23 @@ fn trace_record(
     s: &Slot,
     flow: (u32, u32),
     labels: Vec<crate::program::Label>,
-    result: &Result<Verdict, crate::program::Fault>,
+    verdict: Option<Verdict>,
+    fault: Option<&crate::program::Fault>,
     left: bool,
     start_ns: u64,
 ) -> TraceRecord {
     let names = shared.program.instruction_names();
-    let verdict = match result {
-        Ok(Verdict::Forward(p)) if left => format!("forward {p}"),
-        Ok(Verdict::Multicast(g)) if left => format!("multicast {g}"),
-        Ok(Verdict::Forward(p)) => format!("drop no_such_port (forward {p})"),
-        Ok(Verdict::Multicast(g)) => format!("drop no_such_group (multicast {g})"),
-        Ok(Verdict::Consume) => "consume".to_string(),
-        Ok(Verdict::Drop(r)) => format!("drop {}", shared.program.drop_reason_name(*r)),
-        Err(fault) => format!("fault: {fault}"),
+    let verdict = match verdict {
+        Some(Verdict::Forward(p)) if left => format!("forward {p}"),
+        Some(Verdict::Multicast(g)) if left => format!("multicast {g}"),
+        Some(Verdict::Forward(p)) => format!("drop no_such_port (forward {p})"),
+        Some(Verdict::Multicast(g)) => format!("drop no_such_group (multicast {g})"),
+        Some(Verdict::Consume) => "consume".to_string(),
+        Some(Verdict::Drop(r)) => format!("drop {}", shared.program.drop_reason_name(r)),
+        None => match fault {
+            Some(fault) => format!("fault: {fault}"),
+            None => "fault".to_string(),
+        },
     };
     TraceRecord {
         port: s.port,
@@ -321,16 +345,27 @@ fn process_packets<const TRACE: bool>(
         let head_len = meta.head_len;
         let outs_start = out.recs.len();
         let mut t = Thread::new(core, &shared.mem, out, meta);
-        let outcome = if tracing {
-            shared
+        let PacketRun {
+            verdict,
+            instructions,
+        } = if tracing {
+            let outcome = shared
                 .program
-                .run_observed(Entry::Packet, &mut t, budget, |l| labels.push(l))
+                .run_observed(Entry::Packet, &mut t, budget, |l| labels.push(l));
+            let run = PacketRun {
+                verdict: outcome.result.as_ref().ok().copied(),
+                instructions: outcome.instructions,
+            };
+            if run.verdict.is_none() {
+                t.keep_fault(outcome);
+            }
+            run
         } else {
-            shared.program.run(Entry::Packet, &mut t, budget)
+            shared.program.run_packet(&mut t, budget)
         };
         let (hs, hl, lm_written) = t.end();
         st.packets += 1;
-        st.instructions += outcome.instructions as u64;
+        st.instructions += instructions as u64;
 
         // Created packets first: drop those whose destination does not exist.
         let created = out.recs.len() - outs_start;
@@ -348,24 +383,19 @@ fn process_packets<const TRACE: bool>(
             st.created_invalid += (before - out.recs.len()) as u64;
         }
 
-        let own_dest = match &outcome.result {
-            Ok(Verdict::Forward(p)) => Some(Dest::Port(*p)),
-            Ok(Verdict::Multicast(g)) => Some(Dest::Group(*g)),
-            Ok(Verdict::Drop(r)) => {
+        let own_dest = match verdict {
+            Some(Verdict::Forward(p)) => Some(Dest::Port(p)),
+            Some(Verdict::Multicast(g)) => Some(Dest::Group(g)),
+            Some(Verdict::Drop(r)) => {
                 st.drops[DROP_PROGRAM_BASE + r.0 as usize] += 1;
                 None
             }
-            Ok(Verdict::Consume) => {
+            Some(Verdict::Consume) => {
                 st.consumed += 1;
                 None
             }
-            Err(fault) => {
-                let k = fault.kind().index();
-                st.faults[k] += 1;
-                st.drops[DROP_FAULT_BASE + k] += 1;
-                // The packets it created were discarded with its work (those it kept,
-                // `Thread::keep_created`, and its program's fault handler's remain).
-                st.count_fault_handler(&outcome.fault_handler);
+            None => {
+                count_fault(st, core.faulted.as_ref());
                 None
             }
         };
@@ -410,7 +440,9 @@ fn process_packets<const TRACE: bool>(
         if tracing {
             // Ingress stamps every packet's flow while the engine traces.
             let flow = flows.get(index).copied().unwrap_or_default();
-            let r = trace_record(shared, core, s, flow, labels, &outcome.result, left, now_ns);
+            let faulted = core.faulted.take().filter(|_| verdict.is_none());
+            let fault = faulted.as_ref().and_then(|o| o.result.as_ref().err());
+            let r = trace_record(shared, core, s, flow, labels, verdict, fault, left, now_ns);
             traced.push((index as u32, r));
         }
         done.push(Completion {

@@ -73,7 +73,7 @@ pub use fault::{Fault, FaultDetail, FaultKind};
 pub use harness::{Harness, HarnessOutcome};
 pub use next::{Call, Done, Goto, Next, Return, Step, Yield, MAX_LABELS};
 pub use sequencer::Program;
-pub(crate) use sequencer::{panic_message, RunOutcome};
+pub(crate) use sequencer::{panic_message, PacketRun, RunOutcome};
 pub(crate) use thread::{PacketMeta, ThreadCore};
 pub use thread::{Thread, XtxnEvent};
 

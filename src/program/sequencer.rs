@@ -34,6 +34,16 @@ impl fmt::Debug for Program {
     }
 }
 
+/// How a packet thread's run ended ([`Program::run_packet`]), in one word.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PacketRun {
+    /// The verdict; `None` when the thread faulted (its outcome is in its core's
+    /// `faulted`).
+    pub verdict: Option<Verdict>,
+    /// The instructions it executed, its fault handler's included.
+    pub instructions: u32,
+}
+
 /// How one run of a program ended.
 #[derive(Debug)]
 pub(crate) struct RunOutcome {
@@ -119,6 +129,61 @@ impl Program {
             .map(|l| self.inner.labels[l.0 as usize].as_str())
     }
 
+    /// [`Program::run`] from the packet entry, for the PPE loop. What it returns fits one
+    /// register, where a [`RunOutcome`] comes back through memory (see `src/pfe/README.md`).
+    /// A thread that faults leaves its outcome in its core's `faulted`.
+    #[inline(never)]
+    pub(crate) fn run_packet(&self, t: &mut Thread<'_>, budget: u32) -> PacketRun {
+        let start = self.inner.packet_entry;
+        let mut executed = 0u32;
+        let mut waits = 0u32;
+        match self.execute::<false>(start, t, budget, &mut executed, &mut waits, &mut |_| {}) {
+            Ok(v) => PacketRun {
+                verdict: Some(v),
+                instructions: executed,
+            },
+            Err(fault) => {
+                let outcome = self.after_fault(fault, t, budget, executed, waits, &mut |_| {});
+                let instructions = outcome.instructions;
+                t.core.faulted = Some(outcome);
+                PacketRun {
+                    verdict: None,
+                    instructions,
+                }
+            }
+        }
+    }
+
+    /// The outcome of a thread that faulted: its created packets discarded, and the
+    /// program's fault handler run, if it has one.
+    #[cold]
+    #[inline(never)]
+    fn after_fault(
+        &self,
+        fault: Fault,
+        t: &mut Thread<'_>,
+        budget: u32,
+        mut executed: u32,
+        mut waits: u32,
+        before: &mut impl FnMut(Label),
+    ) -> RunOutcome {
+        // The thread's work is abandoned, packets it created included (but for those it
+        // kept: `Thread::keep_created`).
+        t.discard_created();
+        let mut fault_handler = None;
+        if let Some(handler) = self.inner.fault_entry {
+            let (ran, handled) = self.run_fault_handler(handler, t, budget, &mut waits, before);
+            executed = executed.saturating_add(ran);
+            fault_handler = Some(handled);
+        }
+        RunOutcome {
+            result: Err(fault),
+            instructions: executed,
+            waits,
+            fault_handler,
+        }
+    }
+
     /// [`Program::run`], calling `before` with each instruction's label before it runs.
     ///
     /// A thread that faults has the packets it created discarded, but for those it kept
@@ -145,25 +210,14 @@ impl Program {
         };
         let mut executed = 0u32;
         let mut waits = 0u32;
-        let result =
-            self.execute::<false>(start, t, budget, &mut executed, &mut waits, &mut before);
-        let mut fault_handler = None;
-        if result.is_err() {
-            // The thread's work is abandoned, packets it created included (but for those it
-            // kept: `Thread::keep_created`).
-            t.discard_created();
-            if let Some(handler) = self.inner.fault_entry {
-                let (ran, handled) =
-                    self.run_fault_handler(handler, t, budget, &mut waits, &mut before);
-                executed = executed.saturating_add(ran);
-                fault_handler = Some(handled);
-            }
-        }
-        RunOutcome {
-            result,
-            instructions: executed,
-            waits,
-            fault_handler,
+        match self.execute::<false>(start, t, budget, &mut executed, &mut waits, &mut before) {
+            Ok(v) => RunOutcome {
+                result: Ok(v),
+                instructions: executed,
+                waits,
+                fault_handler: None,
+            },
+            Err(fault) => self.after_fault(fault, t, budget, executed, waits, &mut before),
         }
     }
 

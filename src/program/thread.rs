@@ -45,6 +45,10 @@ pub(crate) struct ThreadCore {
     /// empty between threads ([`Thread::end`] applies it). Kept here rather than in the
     /// `Thread` so that a thread's start does not have to clear it.
     tail_add: Option<TailSpan>,
+    /// The outcome of the last packet thread that faulted ([`Program::run_packet`]
+    /// returned no verdict), which the PPE loop reads to count the fault; the next fault
+    /// replaces it.
+    pub faulted: Option<super::RunOutcome>,
 }
 
 impl ThreadCore {
@@ -85,6 +89,7 @@ impl ThreadCore {
             tcams: TcamCache::new(),
             trace: None,
             tail_add: None,
+            faulted: None,
         }
     }
 }
@@ -232,6 +237,12 @@ impl<'a> Thread<'a> {
     pub(crate) fn end(&mut self) -> (usize, usize, bool) {
         self.apply_tail_add();
         (self.meta.head_start, self.meta.head_len, self.lm_written)
+    }
+
+    /// Keeps the outcome of this thread's run, which faulted, in its core's `faulted`
+    /// (where [`Program::run_packet`](super::Program) leaves its own).
+    pub(crate) fn keep_fault(&mut self, outcome: super::RunOutcome) {
+        self.core.faulted = Some(outcome);
     }
 
     /// The value of a named register (see [`registers!`](crate::registers)).
