@@ -411,7 +411,7 @@ fn process_packets<const TRACE: bool>(
                 if let Some(off) = s.at.offset().filter(|_| in_place) {
                     if lm_written {
                         let at = off as usize;
-                        frames[at..at + hl].copy_from_slice(&core.lm[hs..hs + hl]);
+                        crate::mem::copy_lines(&mut frames[at..at + hl], &core.lm[hs..hs + hl]);
                     }
                     out.push_in_place(dest, off, s.len.into());
                 } else {
