@@ -374,6 +374,14 @@ pub fn get_bits64(buf: &[u8], bit_off: usize, width: usize) -> u64 {
             _ => {}
         }
     }
+    if nbytes <= 8 {
+        // One big-endian load of the 8 bytes from the field's first, where the buffer
+        // holds them (most fields: a header's last few bytes take the loop below).
+        if let Some(word) = buf.get(first..first + 8) {
+            let word = u64::from_be_bytes(word.try_into().expect("8 bytes"));
+            return (word >> (64 - lead - width)) & mask64(width);
+        }
+    }
     // Bits after the field in its last byte.
     let trail = nbytes * 8 - lead - width;
     if nbytes <= 8 {
@@ -1313,6 +1321,21 @@ mod tests {
             let mut slow = init.clone();
             set_bits(&mut slow, off, width, u128::from(value));
             prop_assert_eq!(slow, buf);
+        }
+
+        /// A field read bit by bit, wherever it sits: at the buffer's end (read byte by
+        /// byte) as well as with 8 bytes to spare from its first byte (one 8-byte load).
+        #[test]
+        fn get_bits64_reads_the_fields_bits(
+            buf in proptest::collection::vec(any::<u8>(), 1..24),
+            width in 1usize..=64,
+            from_end in 0usize..80,
+        ) {
+            let bits = buf.len() * 8;
+            prop_assume!(width + from_end <= bits);
+            let off = bits - width - from_end;
+            let want = (off..off + width).fold(0u64, |acc, b| acc << 1 | u64::from(bit(&buf, b)));
+            prop_assert_eq!(get_bits64(&buf, off, width), want);
         }
 
         #[test]
