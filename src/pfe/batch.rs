@@ -130,6 +130,10 @@ pub(crate) struct Batch {
     /// The batch's number in dispatch order, from 1 (stamped by ingress with its packets'
     /// [`Slot::pred`]).
     pub seq: u64,
+    /// Set by the PPE thread that ran the batch, when every output record is a packet's
+    /// own frame: [`Batch::latest_pred_batch`]. Once every batch up to that one has left,
+    /// the reorder engine releases this batch whole, without looking at each packet.
+    pub whole_after: Option<u64>,
     /// The records of the batch's traced packets, by index in the batch (empty unless
     /// tracing).
     pub traced: Vec<(u32, super::TraceRecord)>,
@@ -149,6 +153,7 @@ impl Batch {
             done: Vec::with_capacity(packets),
             ingress_ns: 0,
             seq: 0,
+            whole_after: None,
             traced: Vec::new(),
             flows: Vec::new(),
         }
@@ -177,6 +182,25 @@ impl Batch {
         }
     }
 
+    /// The latest batch before this one that holds a predecessor of one of its packets (0:
+    /// none). Once every batch up to it has left, every packet of this one may leave: its
+    /// predecessor is in one of them, or earlier in this batch.
+    pub fn latest_pred_batch(&self) -> u64 {
+        let seq = self.seq;
+        self.slots
+            .iter()
+            .map(|s| {
+                let pseq = s.pred >> PACKET_INDEX_BITS;
+                if pseq == seq {
+                    0
+                } else {
+                    pseq
+                }
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The output records of the packet whose completion is `c`.
     #[inline]
     pub fn outputs(&self, c: &Completion) -> &[OutRec] {
@@ -192,5 +216,6 @@ impl Batch {
         self.done.clear();
         self.traced.clear();
         self.flows.clear();
+        self.whole_after = None;
     }
 }

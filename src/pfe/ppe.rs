@@ -295,23 +295,27 @@ crate::isa::with_avx2! {
     /// Runs the program on every packet of the batch.
     fn process(shared: &Shared, core: &mut ThreadCore, batch: &mut Batch, st: &mut WorkerStats) {
         // Two copies of the loop: without a trace configured, not a test of it per packet.
-        if shared.trace.is_some() {
-            process_packets::<true>(shared, core, batch, st);
+        let created = if shared.trace.is_some() {
+            process_packets::<true>(shared, core, batch, st)
         } else {
-            process_packets::<false>(shared, core, batch, st);
-        }
+            process_packets::<false>(shared, core, batch, st)
+        };
+        batch.whole_after = (!created).then(|| batch.latest_pred_batch());
     }
 }
 
-/// [`process`]'s loop; `TRACE`: the engine traces some packets.
+/// [`process`]'s loop; `TRACE`: the engine traces some packets. Returns whether a packet
+/// created one.
 #[inline(always)]
 fn process_packets<const TRACE: bool>(
     shared: &Shared,
     core: &mut ThreadCore,
     batch: &mut Batch,
     st: &mut WorkerStats,
-) {
+) -> bool {
     let now_ns = shared.clock.now_ns();
+    // Whether some packet created one: its records are not all packets' own frames.
+    let mut created_any = false;
     let head_bytes = shared.cfg.head_bytes;
     let budget = shared.cfg.instruction_budget;
     let Batch {
@@ -370,6 +374,7 @@ fn process_packets<const TRACE: bool>(
         // Created packets first: drop those whose destination does not exist.
         let created = out.recs.len() - outs_start;
         if created > 0 {
+            created_any = true;
             st.created += created as u64;
             let before = out.recs.len();
             let mut i = outs_start;
@@ -458,4 +463,5 @@ fn process_packets<const TRACE: bool>(
         *b = 0;
     }
     st.yields += std::mem::take(&mut core.yields);
+    created_any
 }

@@ -267,7 +267,26 @@ impl ReorderEngine {
         let done: &mut [Completion] = &mut batch.done;
         let recs: &[OutRec] = &batch.out.recs;
         let base = self.base;
-        for i in 0..done.len() {
+        // A batch whose packets' predecessors have all left (or are among its own), whose
+        // records are its packets' own frames and which no packet waits for leaves whole,
+        // without the walk below (which would release every packet).
+        let whole = batch.whole_after.is_some_and(|after| after < base)
+            && !waited_for
+            && out.trace.is_none();
+        if whole {
+            own = done.len() as u64;
+            own_frames = recs.len();
+            #[cfg(debug_assertions)]
+            for (i, c) in done.iter().enumerate() {
+                let (pseq, pi) = split_packet_id(c.pred);
+                assert!(
+                    pseq < base || (pseq == seq && pi < i),
+                    "packet {i} of batch {seq} left whole, its predecessor {pseq}:{pi} \
+                     not left (window from {base})"
+                );
+            }
+        }
+        for i in (0..done.len()).filter(|_| !whole) {
             // Completions were written by whichever thread ran the batch, often on the
             // other core: ask for them a few packets ahead.
             crate::isa::prefetch(done.as_ptr().wrapping_add(i + PREFETCH_RECORDS));

@@ -77,8 +77,9 @@ fn stamped(sizes: &[usize], ctxs: &[u32], dropped: &[bool], contexts: usize) -> 
 }
 
 /// Completes `batches` in the order `order` gives (a permutation), checks the contract,
-/// and returns how many packets were held.
-fn complete_all(batches: Vec<Box<Batch>>, order: &[usize]) -> u64 {
+/// and returns how many packets were held. With `hint`, each batch says after which batch
+/// it may leave whole ([`Batch::whole_after`]), as a PPE thread does.
+fn complete_all(batches: Vec<Box<Batch>>, order: &[usize], hint: bool) -> u64 {
     let total: usize = batches.iter().map(|b| b.slots.len()).sum();
     let forwarded: Vec<(u32, u32)> = batches
         .iter()
@@ -101,14 +102,18 @@ fn complete_all(batches: Vec<Box<Batch>>, order: &[usize]) -> u64 {
     let mut released = 0u64;
     let mut queues = PortQueues::new(1);
     for &i in order {
-        let b = slots[i].take().expect("each batch completed once");
+        let mut b = slots[i].take().expect("each batch completed once");
+        if hint {
+            b.whole_after = Some(b.latest_pred_batch());
+        }
         stage.finish(b, out, &mut queues, |b, n| {
             released += n;
             if let Some(b) = b {
                 let i = (b.seq - 1) as usize;
                 assert!(!retired[i], "batch {} retired twice", b.seq);
+                // A batch that left whole was not walked, so its packets carry no flag.
                 assert!(
-                    b.done.iter().all(|c| c.released),
+                    b.whole_after.is_some() || b.done.iter().all(|c| c.released),
                     "batch {} retired early",
                     b.seq
                 );
@@ -157,7 +162,11 @@ proptest! {
     ) {
         let batches = stamped(&sizes, &ctxs, &dropped, contexts);
         let order = shuffled(batches.len(), &keys, spread);
-        complete_all(batches, &order);
+        let held = complete_all(batches, &order, false);
+        // The same, each batch saying after which batch it may leave whole, as a PPE
+        // thread does: the same packets wait.
+        let batches = stamped(&sizes, &ctxs, &dropped, contexts);
+        prop_assert_eq!(complete_all(batches, &order, true), held);
     }
 }
 
@@ -167,15 +176,15 @@ proptest! {
 fn completed_in_order_nothing_waits_and_in_reverse_every_later_packet_does() {
     let sizes = [4, 4, 4];
     // One context for all: a single chain through the three batches.
-    let in_order = complete_all(stamped(&sizes, &[0], &[false], 1), &[0, 1, 2]);
+    let in_order = complete_all(stamped(&sizes, &[0], &[false], 1), &[0, 1, 2], false);
     assert_eq!(in_order, 0);
-    let reverse = complete_all(stamped(&sizes, &[0], &[false], 1), &[2, 1, 0]);
+    let reverse = complete_all(stamped(&sizes, &[0], &[false], 1), &[2, 1, 0], false);
     assert_eq!(reverse, 8, "batches 3 and 2 wait whole for batch 1");
     // Two contexts alternating, batch 2 first: its packets wait for batch 1's.
-    let two = complete_all(stamped(&[2, 2], &[0, 1], &[false], 2), &[1, 0]);
+    let two = complete_all(stamped(&[2, 2], &[0, 1], &[false], 2), &[1, 0], false);
     assert_eq!(two, 2);
     // Contexts of batch 2 that batch 1 never had leave at once.
-    let apart = complete_all(stamped(&[2, 2], &[0, 1, 2, 3], &[false], 4), &[1, 0]);
+    let apart = complete_all(stamped(&[2, 2], &[0, 1, 2, 3], &[false], 4), &[1, 0], false);
     assert_eq!(apart, 0);
 }
 
@@ -188,7 +197,7 @@ fn a_completion_that_frees_many_batches_delivers_them_all_in_order() {
     for n in [5usize, 20] {
         let sizes = vec![3; n];
         let reverse: Vec<usize> = (0..n).rev().collect();
-        let held = complete_all(stamped(&sizes, &[0], &[false], 1), &reverse);
+        let held = complete_all(stamped(&sizes, &[0], &[false], 1), &reverse, false);
         assert_eq!(
             held,
             3 * (n as u64 - 1),
